@@ -1,0 +1,126 @@
+"""Repository rules that wrap libraries already installed on the machine.
+
+Nothing is downloaded: the rules look the libraries up when Bazel fetches the
+repository (pkg-config for Debian's gRPC/Protobuf/Abseil, python3 for the torch
+wheel) and generate a BUILD file with the right link flags. Roots can be moved
+with environment variables, so a cluster with a CUDA LibTorch needs no edits:
+
+  KERNELRL_TORCH_ROOT  directory holding include/ and lib/ of LibTorch
+  KERNELRL_CUDA_ROOT   CUDA toolkit root (default /usr/local/cuda)
+"""
+
+def _run(ctx, args):
+    res = ctx.execute(args)
+    if res.return_code != 0:
+        fail("kernelrl: `%s` failed: %s" % (" ".join(args), res.stderr))
+    return res.stdout.strip()
+
+def _quoted(flags):
+    return ", ".join(['"%s"' % f for f in flags])
+
+_ABSL_MODULES = " ".join([
+    "absl_status", "absl_statusor", "absl_strings", "absl_str_format", "absl_synchronization",
+    "absl_time", "absl_flags", "absl_flags_parse", "absl_flags_usage", "absl_hash",
+    "absl_raw_hash_set", "absl_random_random", "absl_cord", "absl_failure_signal_handler",
+    "absl_stacktrace", "absl_symbolize", "absl_examine_stack",
+])
+
+def _system_grpc_impl(ctx):
+    grpc = _run(ctx, ["pkg-config", "--libs", "grpc++", "protobuf"]).split(" ")
+    absl = _run(ctx, ["sh", "-c", "pkg-config --libs " + _ABSL_MODULES]).split(" ")
+    for tool in ["protoc", "grpc_cpp_plugin"]:
+        path = ctx.which(tool)
+        if path == None:
+            fail("kernelrl: %s not found; run tools/setup.sh" % tool)
+        ctx.symlink(path, "bin/" + tool)
+    ctx.file("BUILD", """
+package(default_visibility = ["//visibility:public"])
+
+# Headers come from /usr/include, which the toolchain already searches.
+cc_library(name = "absl", linkopts = [{absl}])
+cc_library(name = "grpc", linkopts = [{grpc}, "-lgrpc++_reflection"], deps = [":absl"])
+cc_library(name = "protobuf", linkopts = ["-lprotobuf"], deps = [":absl"])
+cc_library(name = "gtest", linkopts = ["-lgmock", "-lgtest", "-pthread"])
+cc_library(name = "gtest_main", linkopts = ["-lgmock", "-lgtest_main", "-lgtest", "-pthread"])
+cc_library(name = "benchmark", linkopts = ["-lbenchmark", "-pthread"])
+cc_library(name = "benchmark_main", linkopts = ["-lbenchmark_main", "-lbenchmark", "-pthread"])
+exports_files(["bin/protoc", "bin/grpc_cpp_plugin"])
+""".format(absl = _quoted(absl), grpc = _quoted(grpc)))
+
+system_grpc_repository = repository_rule(
+    implementation = _system_grpc_impl,
+    local = True,
+)
+
+def _torch_impl(ctx):
+    root = ctx.os.environ.get("KERNELRL_TORCH_ROOT", "")
+    if not root:
+        py = ctx.which("python3")
+        res = ctx.execute([py, "-c", "import os, torch; print(os.path.dirname(torch.__file__))"]) if py else None
+        if res == None or res.return_code != 0:
+            # No torch: targets that need it fail with a clear message; the rest still builds.
+            ctx.file("BUILD", """
+package(default_visibility = ["//visibility:public"])
+cc_library(name = "torch", srcs = ["MISSING_TORCH_run_tools_setup_sh_or_set_KERNELRL_TORCH_ROOT"])
+cc_library(name = "torch_cuda", deps = [":torch"])
+""")
+            return
+        root = res.stdout.strip()
+    ctx.symlink(root + "/include", "include")
+    ctx.symlink(root + "/lib", "lib")
+    has_cuda = ctx.path(root + "/lib/libtorch_cuda.so").exists
+    cuda_libs = '"-Wl,--no-as-needed", "-ltorch_cuda", "-lc10_cuda", "-Wl,--as-needed",' if has_cuda else ""
+    ctx.file("BUILD", """
+package(default_visibility = ["//visibility:public"])
+
+# `includes` makes both roots -isystem, as LibTorch's own build does.
+cc_library(
+    name = "torch",
+    hdrs = glob(["include/**/*.h", "include/**/*.hpp", "include/**/*.cuh"]),
+    includes = ["include", "include/torch/csrc/api/include"],
+    linkopts = ["-L{root}/lib", "-Wl,-rpath,{root}/lib", "-ltorch", "-ltorch_cpu", "-lc10", "-pthread"],
+)
+
+# Forces the CUDA backend to be linked (and registered) even though no symbol
+# of it is referenced directly.
+cc_library(
+    name = "torch_cuda",
+    linkopts = ["-L{root}/lib", {cuda_libs}],
+    deps = [":torch"],
+)
+""".format(root = root, cuda_libs = cuda_libs))
+
+torch_repository = repository_rule(
+    implementation = _torch_impl,
+    environ = ["KERNELRL_TORCH_ROOT", "PATH"],
+    local = True,
+)
+
+def _cuda_impl(ctx):
+    root = ctx.os.environ.get("KERNELRL_CUDA_ROOT", "/usr/local/cuda")
+    ctx.symlink(root + "/include", "include")
+    lib = root + "/lib64"
+    ctx.file("BUILD", """
+package(default_visibility = ["//visibility:public"])
+
+cc_library(
+    name = "headers",
+    hdrs = glob(["include/**/*.h", "include/**/*.hpp", "include/**/*.cuh", "include/**/*.inl"], allow_empty = True),
+    includes = ["include"],
+)
+cc_library(name = "cudart", linkopts = ["-L{lib}", "-Wl,-rpath,{lib}", "-lcudart"], deps = [":headers"])
+# The driver API links against the stub; the real libcuda comes from the driver at run time.
+cc_library(name = "cuda_driver", linkopts = ["-L{lib}/stubs", "-lcuda"], deps = [":headers"])
+cc_library(name = "nvrtc", linkopts = ["-L{lib}", "-Wl,-rpath,{lib}", "-lnvrtc"], deps = [":headers"])
+cc_library(name = "cupti", linkopts = ["-L{lib}", "-Wl,-rpath,{lib}", "-lcupti"], deps = [":headers"])
+cc_library(name = "cublas", linkopts = ["-L{lib}", "-Wl,-rpath,{lib}", "-lcublas", "-lcublasLt"], deps = [":headers"])
+cc_library(name = "cudnn", linkopts = ["-L{lib}", "-Wl,-rpath,{lib}", "-lcudnn"], deps = [":headers"])
+filegroup(name = "nvcc", srcs = ["bin/nvcc"])
+""".format(lib = lib))
+    ctx.symlink(root + "/bin", "bin")
+
+cuda_repository = repository_rule(
+    implementation = _cuda_impl,
+    environ = ["KERNELRL_CUDA_ROOT"],
+    local = True,
+)
