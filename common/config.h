@@ -1,0 +1,54 @@
+// One configuration mechanism for every kernelrl binary: a protobuf message
+// (the service's *Config) filled from, in order,
+//   1. the binary's built-in defaults (protobuf text),
+//   2. --config=FILE             protobuf text format file,
+//   3. --config_text=TEXT        protobuf text, e.g. 'server { grpc_port: 0 }',
+//   4. --set=path.to.field=VALUE  repeatable, e.g. --set=server.grpc_port=8080.
+// Later sources override earlier ones (repeated fields append). Unknown
+// fields, unknown flags and malformed values are errors that name the source,
+// line and field. `--print_config` prints the effective config and exits;
+// `--help` lists the flags.
+#ifndef KERNELRL_COMMON_CONFIG_H_
+#define KERNELRL_COMMON_CONFIG_H_
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "google/protobuf/message.h"
+#include "proto/server_config.pb.h"
+
+namespace kernelrl {
+
+using ::kernelrl::v1::ServerConfig;
+
+// What the command line asked for besides the config itself.
+struct ConfigRequest {
+  bool print_config = false;
+  bool help = false;
+};
+
+// Fills `config` (cleared first) from defaults, argv and the files it names.
+absl::StatusOr<ConfigRequest> LoadConfig(int argc, char** argv, absl::string_view defaults_text,
+                                         google::protobuf::Message* config);
+
+// Parses protobuf text into `message` (merging), errors name `source` and line:column.
+absl::Status MergeTextConfig(absl::string_view text, absl::string_view source, google::protobuf::Message* message);
+
+// Turns "a.b.c=value" into text format for `message`'s type ("a { b { c: value } }"),
+// quoting string values; errors name the unknown field.
+absl::StatusOr<std::string> DottedAssignmentToText(absl::string_view assignment,
+                                                   const google::protobuf::Descriptor* descriptor);
+
+// Checks ports, durations and the log level; fills what proto3 cannot default
+// (empty listen_address → 127.0.0.1, metrics_max_series 0 → 1000). Drain and
+// grace defaults live in each binary's defaults text (kServerDefaults).
+absl::Status ValidateServerConfig(ServerConfig* server);
+
+// Text printed for --help.
+std::string ConfigUsage(absl::string_view binary, absl::string_view config_type);
+
+}  // namespace kernelrl
+
+#endif  // KERNELRL_COMMON_CONFIG_H_
