@@ -1,0 +1,52 @@
+// The isolation sequence of a contained process, in the order it must run.
+// Read top to bottom, this is the whole sandbox (docs/SANDBOX.md explains it):
+//
+//   phase 1  (the process that will supervise; before the pid-1 fork)
+//     1. parent-death signal, 2. own process group, 3. user namespace,
+//     4. pid / net / mount / ipc / uts namespaces
+//   --- fork: the child is pid 1 of the new pid namespace ---
+//   phase 2  (the contained child)
+//     5. parent-death signal again (its parent is now the supervisor),
+//     6. mounts: private table, writable holes, scratch tmpfs, hidden trusted
+//        dirs, fresh /proc, everything else read-only,
+//     7. rlimits, 8. close inherited fds
+//   phase 3  (right before untrusted code runs: after exec setup or after the
+//             harness initialised CUDA, which needs syscalls we then forbid)
+//     9. no_new_privs, 10. seccomp
+//
+// Each step logs its failure and the protection lost; the caller decides from
+// the failure count and the host capability probe whether to proceed.
+#ifndef KERNELRL_SANDBOX_CONTAIN_CONTAIN_H_
+#define KERNELRL_SANDBOX_CONTAIN_CONTAIN_H_
+
+#include <sys/types.h>
+
+#include "sandbox/contain/policy.h"
+#include "sandbox/contain/step_log.h"
+
+namespace kernelrl::sandbox {
+
+bool ContainPhaseNamespaces(const KrPolicy& p, StepLog& log);
+bool ContainPhaseChild(const KrPolicy& p, StepLog& log);
+bool ContainPhaseSeccomp(const KrPolicy& p, StepLog& log);
+
+// What this host allows (KrCapability bits), probed in a throwaway child.
+int ProbeHostCapabilities();
+// Human-readable list of the capabilities missing from `caps`.
+std::string DescribeMissingCapabilities(int caps);
+
+// The watchdog: waits for `pid` up to `wall_seconds`, then SIGKILLs its
+// process group and the process itself. Never returns before `pid` is reaped.
+struct SuperviseResult {
+  int exit_code = -1;    // WEXITSTATUS when exited normally
+  int term_signal = 0;   // WTERMSIG when killed by a signal
+  bool timed_out = false;
+  double wall_ms = 0;
+  double cpu_ms = 0;     // user + system of the child and its reaped children
+  long max_rss_kb = 0;
+};
+SuperviseResult Supervise(pid_t pid, double wall_seconds);
+
+}  // namespace kernelrl::sandbox
+
+#endif  // KERNELRL_SANDBOX_CONTAIN_CONTAIN_H_

@@ -1,0 +1,114 @@
+// The filesystem view of a contained process: everything read-only except a
+// size-capped tmpfs scratch and the explicitly writable exchange directories;
+// trusted directories are hidden under an empty read-only tmpfs; /proc is
+// remounted for the new pid namespace so other processes are invisible.
+#include <fcntl.h>
+#include <linux/mount.h>
+#include <sys/mount.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <string>
+#include <vector>
+
+#include "sandbox/contain/steps.h"
+
+namespace kernelrl::sandbox {
+namespace {
+
+std::vector<std::string> SplitColons(const char* s) {
+  std::vector<std::string> out;
+  if (s == nullptr) return out;
+  std::string cur;
+  for (const char* c = s; *c; ++c) {
+    if (*c == ':') {
+      if (!cur.empty()) out.push_back(cur);
+      cur.clear();
+    } else {
+      cur += *c;
+    }
+  }
+  if (!cur.empty()) out.push_back(cur);
+  return out;
+}
+
+int SetMountAttr(const char* path, bool recursive, unsigned long long set, unsigned long long clr) {
+  struct mount_attr attr = {};
+  attr.attr_set = set;
+  attr.attr_clr = clr;
+  return static_cast<int>(syscall(SYS_mount_setattr, AT_FDCWD, path,
+                                  recursive ? AT_RECURSIVE : 0, &attr, sizeof(attr)));
+}
+
+}  // namespace
+
+bool SetupMounts(const KrPolicy& p, StepLog& log) {
+  bool ok = true;
+  // Our mount events must not propagate back to the host's table.
+  if (mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) {
+    log.Failed("mount_private", "mount(/, MS_REC|MS_PRIVATE)", errno,
+               "cannot change mounts: no read-only view, no scratch");
+    return false;
+  }
+  const std::vector<std::string> writable = SplitColons(p.writable_dirs);
+  // New mounts first: they are ours, so their read-only bit can be cleared later.
+  for (const std::string& dir : writable) {
+    if (mount(dir.c_str(), dir.c_str(), nullptr, MS_BIND | MS_REC, nullptr) != 0) {
+      log.Failed("bind_writable", "mount(" + dir + ", MS_BIND)", errno, dir + " stays as the host has it");
+      ok = false;
+    }
+  }
+  if (p.scratch_dir != nullptr && p.scratch_dir[0] != '\0') {
+    const std::string opts = "size=" + std::to_string(p.scratch_bytes > 0 ? p.scratch_bytes : (64ll << 20)) +
+                             ",mode=0700";
+    if (mount("tmpfs", p.scratch_dir, "tmpfs", MS_NOSUID | MS_NODEV, opts.c_str()) != 0) {
+      log.Failed("scratch_tmpfs", std::string("mount(tmpfs, ") + p.scratch_dir + ")", errno,
+                 "scratch is not size-capped (RLIMIT_FSIZE still caps each file)");
+      ok = false;
+    } else {
+      log.Ok("scratch_tmpfs");
+    }
+  }
+  for (const std::string& dir : SplitColons(p.hidden_dirs)) {
+    if (mount("tmpfs", dir.c_str(), "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4k") != 0) {
+      log.Failed("hide_dir", "mount(tmpfs ro, " + dir + ")", errno, dir + " stays visible");
+      ok = false;
+    }
+  }
+  if (p.mount_proc) {
+    if (mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr) != 0) {
+      log.Failed("proc", "mount(proc, /proc)", errno,
+                 "the old /proc stays: host processes are listed (but not signalable across pid ns)");
+      ok = false;
+    } else {
+      log.Ok("proc");
+    }
+  }
+  if (p.readonly_root) {
+    if (SetMountAttr("/", true, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID, 0) != 0) {
+      log.Failed("readonly_root", "mount_setattr(/, AT_RECURSIVE, RDONLY)", errno,
+                 "filesystem stays writable where the host allows");
+      ok = false;
+    } else {
+      log.Ok("readonly_root");
+      // Re-open the holes we own. A locked (host-owned) mount would refuse, but
+      // these were created above in our own namespace.
+      if (p.scratch_dir != nullptr && p.scratch_dir[0] != '\0' &&
+          SetMountAttr(p.scratch_dir, false, 0, MOUNT_ATTR_RDONLY) != 0) {
+        log.Failed("scratch_rw", std::string("mount_setattr(") + p.scratch_dir + ", clr RDONLY)", errno,
+                   "scratch is read-only");
+        ok = false;
+      }
+      for (const std::string& dir : writable) {
+        if (SetMountAttr(dir.c_str(), true, 0, MOUNT_ATTR_RDONLY) != 0) {
+          log.Failed("writable_rw", "mount_setattr(" + dir + ", clr RDONLY)", errno, dir + " is read-only");
+          ok = false;
+        }
+      }
+    }
+  }
+  return ok;
+}
+
+}  // namespace kernelrl::sandbox

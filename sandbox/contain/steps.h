@@ -1,0 +1,32 @@
+// The isolation steps, one small file each (namespaces.cc, mounts.cc,
+// rlimits.cc, fds.cc, process.cc, seccomp.cc). contain.cc calls them in
+// order; each returns true on success and logs exactly what failed and what
+// protection is lost. They run in a freshly forked child, so they only use
+// async-signal-safe-ish libc calls and no locks.
+#ifndef KERNELRL_SANDBOX_CONTAIN_STEPS_H_
+#define KERNELRL_SANDBOX_CONTAIN_STEPS_H_
+
+#include "sandbox/contain/policy.h"
+#include "sandbox/contain/step_log.h"
+
+namespace kernelrl::sandbox {
+
+// namespaces.cc: unshare(CLONE_NEWUSER) + uid/gid maps, then the others.
+bool EnterUserNamespace(StepLog& log);
+bool EnterNamespaces(const KrPolicy& p, StepLog& log);
+// mounts.cc (needs a mount namespace).
+bool SetupMounts(const KrPolicy& p, StepLog& log);
+// rlimits.cc
+bool ApplyRlimits(const KrPolicy& p, StepLog& log);
+// fds.cc
+bool CloseInheritedFds(const KrPolicy& p, StepLog& log);
+// process.cc
+bool SetParentDeathSignal(int sig, StepLog& log);
+bool EnterNewProcessGroup(StepLog& log);
+bool SetNoNewPrivs(StepLog& log);
+// seccomp.cc
+bool InstallSeccomp(int profile, StepLog& log);
+
+}  // namespace kernelrl::sandbox
+
+#endif  // KERNELRL_SANDBOX_CONTAIN_STEPS_H_
