@@ -95,7 +95,6 @@ absl::StatusOr<std::string> DottedAssignmentToText(absl::string_view assignment,
 
 absl::StatusOr<ConfigRequest> LoadConfig(int argc, char** argv, absl::string_view defaults_text,
                                          google::protobuf::Message* config) {
-  config->Clear();
   KR_RETURN_IF_ERROR(MergeTextConfig(defaults_text, "built-in defaults", config));
   ConfigRequest request;
   std::vector<std::pair<std::string, std::string>> overrides;  // (source, text), applied after the file

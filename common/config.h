@@ -29,7 +29,8 @@ struct ConfigRequest {
   bool help = false;
 };
 
-// Fills `config` (cleared first) from defaults, argv and the files it names.
+// Merges defaults, argv and the files it names into `config`, which should be
+// freshly constructed (it is not cleared: callers may hold sub-message pointers).
 absl::StatusOr<ConfigRequest> LoadConfig(int argc, char** argv, absl::string_view defaults_text,
                                          google::protobuf::Message* config);
 

@@ -41,6 +41,8 @@ absl::Status ServiceRunner::Start() {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   const std::string address = absl::StrCat(config_.listen_address(), ":", config_.grpc_port());
+  // No SO_REUSEPORT: a second server on a taken port must fail, not split traffic.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &grpc_port_);
   for (grpc::Service* service : services_) builder.RegisterService(service);
   if (!config_.disable_diagnostics()) {

@@ -1,0 +1,168 @@
+// Each of the four binaries, over a real loopback gRPC connection: health
+// SERVING; on SIGTERM health turns NOT_SERVING while an in-flight call
+// finishes; the process exits 0 within drain + grace. Bad configuration gives
+// one clear error line and exit code 2.
+#include <signal.h>
+
+#include <chrono>
+#include <future>
+#include <string>
+#include <thread>
+
+#include "absl/strings/str_split.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "proto/diagnostics.grpc.pb.h"
+#include "proto/grpc/health/v1/health.grpc.pb.h"
+#include "tests/subprocess.h"
+
+namespace kernelrl {
+namespace {
+
+using grpc::health::v1::Health;
+using grpc::health::v1::HealthCheckRequest;
+using grpc::health::v1::HealthCheckResponse;
+using kernelrl::testing::ReadPortFile;
+using kernelrl::testing::Subprocess;
+using kernelrl::testing::TempDir;
+
+constexpr double kDrainS = 1.0;
+constexpr double kGraceS = 4.0;
+
+struct Binary {
+  const char* name;
+  const char* path;
+};
+
+class ServiceLifecycleTest : public ::testing::TestWithParam<Binary> {
+ protected:
+  std::unique_ptr<Subprocess> Start(const std::string& tag, std::vector<std::string> extra = {}) {
+    port_file_ = TempDir() + "/" + GetParam().name + "_" + tag + ".ports";
+    std::remove(port_file_.c_str());
+    std::vector<std::string> args = {"--set=server.grpc_port=0", "--set=server.metrics_port=0",
+                                     "--set=server.port_file=" + port_file_,
+                                     "--set=server.drain_seconds=" + std::to_string(kDrainS),
+                                     "--set=server.grace_seconds=" + std::to_string(kGraceS)};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return std::make_unique<Subprocess>(GetParam().path, args, TempDir() + "/" + GetParam().name + "_" + tag + ".log");
+  }
+
+  HealthCheckResponse::ServingStatus Check(Health::Stub& stub) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
+    HealthCheckResponse response;
+    grpc::Status status = stub.Check(&context, HealthCheckRequest(), &response);
+    return status.ok() ? response.status() : HealthCheckResponse::UNKNOWN;
+  }
+
+  std::string port_file_;
+};
+
+TEST_P(ServiceLifecycleTest, ServesHealthThenDrainsOnSigterm) {
+  auto process = Start("drain");
+  int grpc_port = 0, metrics_port = 0;
+  ASSERT_TRUE(ReadPortFile(port_file_, 20, &grpc_port, &metrics_port)) << process->Log();
+  auto channel = grpc::CreateChannel("127.0.0.1:" + std::to_string(grpc_port), grpc::InsecureChannelCredentials());
+  auto health = Health::NewStub(channel);
+  EXPECT_EQ(Check(*health), HealthCheckResponse::SERVING);
+
+  // A call in flight across the signal: 2.5 s, longer than the drain, shorter than drain + grace.
+  auto diagnostics = kernelrl::v1::Diagnostics::NewStub(channel);
+  std::future<std::pair<grpc::Status, std::string>> in_flight = std::async(std::launch::async, [&] {
+    grpc::ClientContext context;
+    kernelrl::v1::PingRequest request;
+    request.set_delay_ms(2500);
+    request.set_payload("still here");
+    kernelrl::v1::PingResponse response;
+    grpc::Status status = diagnostics->Ping(&context, request, &response);
+    return std::make_pair(status, response.payload());
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const auto signalled = std::chrono::steady_clock::now();
+  process->Signal(SIGTERM);
+
+  bool saw_not_serving = false;
+  for (int i = 0; i < 40 && !saw_not_serving; ++i) {
+    saw_not_serving = Check(*health) == HealthCheckResponse::NOT_SERVING;
+    if (!saw_not_serving) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_TRUE(saw_not_serving) << "health never reported NOT_SERVING during the drain";
+
+  auto [status, payload] = in_flight.get();
+  EXPECT_TRUE(status.ok()) << "in-flight call failed: " << status.error_message();
+  EXPECT_EQ(payload, "still here");
+
+  ASSERT_TRUE(process->Wait(kDrainS + kGraceS + 2)) << "did not exit within drain + grace";
+  const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - signalled).count();
+  EXPECT_EQ(process->exit_code(), 0) << process->Log();
+  EXPECT_LE(elapsed, kDrainS + kGraceS + 1);
+}
+
+TEST_P(ServiceLifecycleTest, CallLongerThanGraceIsCutAndExitStaysClean) {
+  auto process = Start("cut", {"--set=server.grace_seconds=1"});
+  int grpc_port = 0, metrics_port = 0;
+  ASSERT_TRUE(ReadPortFile(port_file_, 20, &grpc_port, &metrics_port)) << process->Log();
+  auto channel = grpc::CreateChannel("127.0.0.1:" + std::to_string(grpc_port), grpc::InsecureChannelCredentials());
+  auto diagnostics = kernelrl::v1::Diagnostics::NewStub(channel);
+  std::future<grpc::Status> in_flight = std::async(std::launch::async, [&] {
+    grpc::ClientContext context;
+    kernelrl::v1::PingRequest request;
+    request.set_delay_ms(30000);
+    kernelrl::v1::PingResponse response;
+    return diagnostics->Ping(&context, request, &response);
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const auto signalled = std::chrono::steady_clock::now();
+  process->Signal(SIGTERM);
+  ASSERT_TRUE(process->Wait(kDrainS + 1 + 3)) << process->Log();
+  EXPECT_EQ(process->exit_code(), 0) << process->Log();
+  EXPECT_LE(std::chrono::duration<double>(std::chrono::steady_clock::now() - signalled).count(), kDrainS + 1 + 1.5);
+  EXPECT_FALSE(in_flight.get().ok());
+}
+
+// One line on stderr, naming the problem, exit code 2.
+void ExpectConfigError(const Binary& binary, const std::vector<std::string>& args, const std::string& needle) {
+  const std::string log = TempDir() + "/" + binary.name + "_badcfg.log";
+  Subprocess process(binary.path, args, log);
+  ASSERT_TRUE(process.Wait(10));
+  EXPECT_EQ(process.exit_code(), 2) << process.Log();
+  const std::string text = process.Log();
+  std::vector<std::string> lines = absl::StrSplit(text, '\n', absl::SkipEmpty());
+  EXPECT_EQ(lines.size(), 1u) << text;
+  EXPECT_NE(text.find(needle), std::string::npos) << text;
+  EXPECT_NE(text.find(std::string(binary.name) + ": bad configuration"), std::string::npos) << text;
+}
+
+TEST_P(ServiceLifecycleTest, BadConfigIsOneClearLineAndExit2) {
+  const std::string bad_file = TempDir() + "/" + GetParam().name + "_bad.textproto";
+  {
+    FILE* f = std::fopen(bad_file.c_str(), "w");
+    std::fputs("server {\n  grpc_port: 1\n  colour: \"blue\"\n}\n", f);
+    std::fclose(f);
+  }
+  ExpectConfigError(GetParam(), {"--config=" + bad_file}, bad_file + ":3:");
+  ExpectConfigError(GetParam(), {"--set=server.grpc_port=123456"}, "outside 0..65535");
+  ExpectConfigError(GetParam(), {"--config=/no/such/config.textproto"}, "/no/such/config.textproto");
+  ExpectConfigError(GetParam(), {"--frobnicate"}, "unknown flag");
+}
+
+TEST_P(ServiceLifecycleTest, PortInUseFailsWithExit1) {
+  auto first = Start("first");
+  int grpc_port = 0, metrics_port = 0;
+  ASSERT_TRUE(ReadPortFile(port_file_, 20, &grpc_port, &metrics_port)) << first->Log();
+  Subprocess second(GetParam().path, {"--set=server.grpc_port=" + std::to_string(grpc_port)},
+                    TempDir() + "/" + GetParam().name + "_clash.log");
+  ASSERT_TRUE(second.Wait(10));
+  EXPECT_EQ(second.exit_code(), 1);
+  EXPECT_NE(second.Log().find("cannot start: cannot listen for gRPC"), std::string::npos) << second.Log();
+}
+
+INSTANTIATE_TEST_SUITE_P(AllBinaries, ServiceLifecycleTest,
+                         ::testing::Values(Binary{"learner", "learner/learner_main"},
+                                           Binary{"actor", "actor/actor_main"},
+                                           Binary{"sandbox", "sandbox/sandbox_main"},
+                                           Binary{"profiler", "profiler_service/profiler_main"}),
+                         [](const ::testing::TestParamInfo<Binary>& info) { return info.param.name; });
+
+}  // namespace
+}  // namespace kernelrl
