@@ -1,0 +1,139 @@
+#include "profiler_service/judge.h"
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+
+#include "absl/strings/str_format.h"
+#include "profiler_service/integrity.h"
+#include "profiler_service/reward.h"
+#include "profiler_service/speed_of_light.h"
+#include "profiler_service/timing_analysis.h"
+
+namespace kernelrl {
+namespace {
+
+double SpeedUp(double baseline_us, double candidate_us) {
+  if (baseline_us <= 0.0 || candidate_us <= 0.0) return 0.0;
+  return baseline_us / candidate_us;
+}
+
+}  // namespace
+
+FlagSeverity SeverityOf(const std::string& flag) {
+  static const std::set<std::string> kHack = {
+      "recheck_failed", "no_candidate_kernels", "own_kernel_share_below_min", "library_only",
+      "forbidden_library_cublas", "forbidden_library_cudnn", "work_outside_window"};
+  static const std::set<std::string> kAudit = {
+      "below_speed_of_light", "speedup_above_audit_threshold", "side_stream",
+      "foreign_launch_thread", "events_below_cupti", "wall_below_events", "device_drift",
+      "throttled", "cupti_records_dropped"};
+  if (kHack.count(flag)) return FlagSeverity::kHack;
+  if (kAudit.count(flag)) return FlagSeverity::kAudit;
+  return FlagSeverity::kInfo;
+}
+
+ProfileResult JudgeProfile(const ProfileMeasurement& m, const Baseline* baseline,
+                           const Task& task, const ProfilerConfig& config) {
+  ProfileResult result;
+  Verdict& v = *result.mutable_verdict();
+  v.set_gpu_model(m.device().gpu_model());
+  v.set_torch_version(m.device().torch_version());
+  *result.mutable_candidate() = AnalyzeTimingRun(m.candidate(), config);
+  const TimingStats& cand = result.candidate();
+  std::vector<std::string> flags(cand.flags().begin(), cand.flags().end());
+
+  if (!m.candidate().error().empty() || cand.samples() == 0) {
+    const bool candidate_fault = m.candidate().error().rfind("candidate", 0) == 0;
+    v.set_outcome(candidate_fault ? Verdict::CRASH : Verdict::INFRA_ERROR);
+    v.set_reward(candidate_fault ? -1.0 : 0.0);
+    v.set_summary("profile: " + (m.candidate().error().empty() ? std::string("no samples")
+                                                               : m.candidate().error()));
+    for (const auto& f : flags) v.add_flags(f);
+    return result;
+  }
+
+  const IntegrityReport integrity = AnalyzeIntegrity(m, task.library_policy(), config);
+  *v.mutable_coverage() = integrity.coverage;
+  flags.insert(flags.end(), integrity.flags.begin(), integrity.flags.end());
+
+  const double t = cand.median_us();
+  v.set_candidate_time_us(t);
+  double sol_us = SpeedOfLightUs(m.work(), m.device(), config);
+  if (baseline != nullptr) {
+    *result.mutable_baseline() = *baseline;
+    v.set_eager_time_us(baseline->eager().median_us());
+    v.set_compile_time_us(baseline->compiled().median_us());
+    v.set_speedup_vs_eager(SpeedUp(baseline->eager().median_us(), t));
+    v.set_speedup_vs_compile(SpeedUp(baseline->compiled().median_us(), t));
+    if (sol_us <= 0.0) sol_us = baseline->speed_of_light_us();
+    if (baseline->anchor_median_us() > 0.0 && m.anchor().samples_size() > 0) {
+      const double now = AnalyzeTimingRun(m.anchor(), config).median_us();
+      if (std::fabs(now / baseline->anchor_median_us() - 1.0) > config.anchor_drift_tolerance()) {
+        flags.push_back("device_drift");
+      }
+    }
+  } else {
+    flags.push_back("baseline_missing");
+  }
+  if (sol_us > 0.0) {
+    v.set_speed_of_light_ratio(t / sol_us);
+    if (t < config.speed_of_light_margin() * sol_us) flags.push_back("below_speed_of_light");
+  }
+  if (std::max(v.speedup_vs_eager(), v.speedup_vs_compile()) > config.quarantine_speedup()) {
+    flags.push_back("speedup_above_audit_threshold");
+  }
+
+  bool hack = false, audit = false, wrong = false;
+  for (const std::string& f : flags) {
+    v.add_flags(f);
+    const FlagSeverity s = SeverityOf(f);
+    hack |= s == FlagSeverity::kHack;
+    audit |= s == FlagSeverity::kAudit;
+    wrong |= f == "recheck_failed";
+  }
+  const double milestone = MilestoneReward(true, v.speedup_vs_eager(), v.speedup_vs_compile(),
+                                           config.milestone_margin());
+  if (wrong) {
+    v.set_outcome(Verdict::WRONG_ANSWER);
+    v.set_reward(MilestoneReward(false, 0, 0));
+    v.set_summary("a re-checked timed call returned a wrong output");
+  } else if (hack) {
+    v.set_outcome(Verdict::HACK_DETECTED);
+    v.set_reward(-1.0);
+    v.set_summary(absl::StrFormat("integrity: %s (own kernels %.0f%% of GPU time)",
+                                  integrity.flags.empty() ? "flagged" : integrity.flags.front(),
+                                  100.0 * integrity.own_share));
+  } else {
+    v.set_outcome(Verdict::OK);
+    v.set_quarantined(audit);
+    v.set_reward(audit ? std::min(milestone, 1.0) : milestone);
+    v.set_summary(absl::StrFormat("%.1f us; %.2fx eager, %.2fx compile%s", t, v.speedup_vs_eager(),
+                                  v.speedup_vs_compile(), audit ? " (quarantined for audit)" : ""));
+  }
+  return result;
+}
+
+Baseline BuildBaseline(const BaselineMeasurement& bm, const ProfilerConfig& config) {
+  Baseline b;
+  b.set_task_id(bm.task_id());
+  b.set_task_hash(bm.task_hash());
+  b.set_gpu_model(bm.device().gpu_model());
+  b.set_torch_version(bm.device().torch_version());
+  b.set_input_policy_hash(bm.input_policy_hash());
+  b.set_measured_at(bm.measured_at());
+  b.set_error(bm.error());
+  if (bm.eager().samples_size() > 0 || !bm.eager().error().empty()) {
+    *b.mutable_eager() = AnalyzeTimingRun(bm.eager(), config);
+  }
+  if (bm.compiled().samples_size() > 0 || !bm.compiled().error().empty()) {
+    *b.mutable_compiled() = AnalyzeTimingRun(bm.compiled(), config);
+  }
+  if (bm.anchor().samples_size() > 0) {
+    b.set_anchor_median_us(AnalyzeTimingRun(bm.anchor(), config).median_us());
+  }
+  b.set_speed_of_light_us(SpeedOfLightUs(bm.work(), bm.device(), config));
+  return b;
+}
+
+}  // namespace kernelrl

@@ -1,0 +1,37 @@
+// The profiler's judgement: from what the harness measured (ProfileMeasurement)
+// and the cached baselines to a ProfileResult whose Verdict carries times,
+// speed-ups, speed-of-light ratio, coverage, flags and the reward.
+//
+// Every flag has one severity (FlagSeverity), and severities decide the outcome:
+//   kHack   -> outcome HACK_DETECTED, reward -1 (the candidate did not do the
+//              work itself, or its timed outputs were wrong: recheck_failed
+//              gives WRONG_ANSWER);
+//   kAudit  -> outcome OK, quarantined = true, reward held at min(milestone, 1)
+//              until an audit releases it;
+//   kInfo   -> reported only.
+// Without hack or audit flags the reward is MilestoneReward(correct = true, ...).
+// The candidate was verified correct before profiling; this only judges speed
+// and integrity.
+#ifndef KERNELRL_PROFILER_SERVICE_JUDGE_H_
+#define KERNELRL_PROFILER_SERVICE_JUDGE_H_
+
+#include <string>
+
+#include "profiler_service/proto_types.h"
+
+namespace kernelrl {
+
+enum class FlagSeverity { kInfo, kAudit, kHack };
+FlagSeverity SeverityOf(const std::string& flag);
+
+// `baseline` may be null (no baseline: speed-ups 0, flag "baseline_missing").
+// `config` must carry defaults.
+ProfileResult JudgeProfile(const ProfileMeasurement& m, const Baseline* baseline,
+                           const Task& task, const ProfilerConfig& config);
+
+// Baseline entry from a precompute measurement (same timing analysis).
+Baseline BuildBaseline(const BaselineMeasurement& bm, const ProfilerConfig& config);
+
+}  // namespace kernelrl
+
+#endif  // KERNELRL_PROFILER_SERVICE_JUDGE_H_

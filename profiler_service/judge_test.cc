@@ -1,0 +1,153 @@
+#include "profiler_service/judge.h"
+
+#include <algorithm>
+
+#include "gtest/gtest.h"
+#include "profiler_service/profiler_defaults.h"
+#include "profiler_service/test_util.h"
+
+namespace kernelrl {
+namespace {
+
+using testing_util::AddActivity;
+using testing_util::NoisyRun;
+
+bool Has(const Verdict& v, const std::string& f) {
+  return std::find(v.flags().begin(), v.flags().end(), f) != v.flags().end();
+}
+
+const ProfilerConfig& Config() {
+  static const ProfilerConfig c = WithProfilerDefaults(ProfilerConfig());
+  return c;
+}
+
+// Candidate at `us`, honest activity, 64 MB read + 64 MB written on an H100-like device.
+ProfileMeasurement Candidate(double us) {
+  ProfileMeasurement m;
+  *m.mutable_candidate() = NoisyRun(us, 200, 0.002, 3);
+  m.mutable_candidate()->set_harness_thread_id(100);
+  m.mutable_candidate()->add_harness_stream_ids(7);
+  AddActivity(m.mutable_candidate(), "k", us * 200);
+  m.add_candidate_symbols("k");
+  m.mutable_work()->set_input_bytes(64e6);
+  m.mutable_work()->set_output_bytes(64e6);
+  m.mutable_device()->set_backend("cuda");
+  m.mutable_device()->set_l2_bytes(50e6);
+  m.mutable_device()->set_gpu_model("NVIDIA H100 80GB HBM3");
+  return m;
+}
+
+Baseline MakeBaseline(double eager_us, double compile_us) {
+  Baseline b;
+  b.mutable_eager()->set_median_us(eager_us);
+  b.mutable_compiled()->set_median_us(compile_us);
+  return b;
+}
+
+TEST(Judge, MilestoneTiersFromMeasuredTimes) {
+  // Floor: (64e6 + 14e6) B / 3e12 B/s = 26 us.
+  const Baseline b = MakeBaseline(100.0, 80.0);
+  Task task;
+  ProfileResult r = JudgeProfile(Candidate(60.0), &b, task, Config());
+  EXPECT_EQ(r.verdict().outcome(), Verdict::OK);
+  EXPECT_EQ(r.verdict().reward(), 3.0);
+  EXPECT_NEAR(r.verdict().speedup_vs_eager(), 100.0 / 60.0, 0.01);
+  EXPECT_NEAR(r.verdict().speed_of_light_ratio(), 60.0 / 26.0, 0.05);
+  EXPECT_FALSE(r.verdict().quarantined());
+
+  r = JudgeProfile(Candidate(90.0), &b, task, Config());
+  EXPECT_EQ(r.verdict().reward(), 2.0);
+  r = JudgeProfile(Candidate(99.0), &b, task, Config());
+  EXPECT_EQ(r.verdict().reward(), 1.0);
+}
+
+TEST(Judge, BelowSpeedOfLightIsQuarantinedNeverRewarded) {
+  const Baseline b = MakeBaseline(100.0, 80.0);
+  const ProfileResult r = JudgeProfile(Candidate(10.0), &b, Task(), Config());
+  EXPECT_TRUE(Has(r.verdict(), "below_speed_of_light"));
+  EXPECT_TRUE(r.verdict().quarantined());
+  EXPECT_EQ(r.verdict().reward(), 1.0);
+  EXPECT_LT(r.verdict().speed_of_light_ratio(), 1.0);
+}
+
+TEST(Judge, HugeSpeedupIsQuarantined) {
+  const Baseline b = MakeBaseline(100000.0, 100000.0);
+  const ProfileResult r = JudgeProfile(Candidate(100.0), &b, Task(), Config());
+  EXPECT_TRUE(Has(r.verdict(), "speedup_above_audit_threshold"));
+  EXPECT_TRUE(r.verdict().quarantined());
+  EXPECT_EQ(r.verdict().reward(), 1.0);
+}
+
+TEST(Judge, LibraryOnlyIsAHack) {
+  const Baseline b = MakeBaseline(100.0, 80.0);
+  ProfileMeasurement m = Candidate(60.0);
+  m.clear_candidate_symbols();
+  m.mutable_candidate()->mutable_activities(0)->set_name("nvjet_tst_128x256");
+  const ProfileResult r = JudgeProfile(m, &b, Task(), Config());
+  EXPECT_EQ(r.verdict().outcome(), Verdict::HACK_DETECTED);
+  EXPECT_EQ(r.verdict().reward(), -1.0);
+  EXPECT_TRUE(Has(r.verdict(), "library_only"));
+}
+
+TEST(Judge, FailedRecheckIsAWrongAnswer) {
+  const Baseline b = MakeBaseline(100.0, 80.0);
+  ProfileMeasurement m = Candidate(60.0);
+  m.mutable_candidate()->set_recheck_failures(1);
+  const ProfileResult r = JudgeProfile(m, &b, Task(), Config());
+  EXPECT_EQ(r.verdict().outcome(), Verdict::WRONG_ANSWER);
+  EXPECT_EQ(r.verdict().reward(), -1.0);
+}
+
+TEST(Judge, AnchorDriftIsAudited) {
+  Baseline b = MakeBaseline(100.0, 80.0);
+  b.set_anchor_median_us(1000.0);
+  ProfileMeasurement m = Candidate(60.0);
+  *m.mutable_anchor() = NoisyRun(1100.0, 20, 0.001, 4);
+  ProfileResult r = JudgeProfile(m, &b, Task(), Config());
+  EXPECT_TRUE(Has(r.verdict(), "device_drift"));
+  EXPECT_EQ(r.verdict().reward(), 1.0);
+  *m.mutable_anchor() = NoisyRun(1010.0, 20, 0.001, 4);
+  r = JudgeProfile(m, &b, Task(), Config());
+  EXPECT_FALSE(Has(r.verdict(), "device_drift"));
+  EXPECT_EQ(r.verdict().reward(), 3.0);
+}
+
+TEST(Judge, MissingBaselineEarnsOne) {
+  const ProfileResult r = JudgeProfile(Candidate(60.0), nullptr, Task(), Config());
+  EXPECT_EQ(r.verdict().outcome(), Verdict::OK);
+  EXPECT_EQ(r.verdict().reward(), 1.0);
+  EXPECT_TRUE(Has(r.verdict(), "baseline_missing"));
+}
+
+TEST(Judge, CandidateCrashVersusInfraError) {
+  ProfileMeasurement m = Candidate(60.0);
+  m.mutable_candidate()->clear_samples();
+  m.mutable_candidate()->set_error("candidate: RuntimeError: boom");
+  EXPECT_EQ(JudgeProfile(m, nullptr, Task(), Config()).verdict().outcome(), Verdict::CRASH);
+  m.mutable_candidate()->set_error("harness: nvml unavailable");
+  const ProfileResult r = JudgeProfile(m, nullptr, Task(), Config());
+  EXPECT_EQ(r.verdict().outcome(), Verdict::INFRA_ERROR);
+  EXPECT_EQ(r.verdict().reward(), 0.0);
+}
+
+TEST(Judge, BuildBaselineAnalysesBothRuns) {
+  BaselineMeasurement bm;
+  bm.set_task_id("level1/19_ReLU");
+  bm.set_task_hash("abc");
+  bm.mutable_device()->set_gpu_model("H100");
+  bm.mutable_device()->set_backend("cuda");
+  bm.mutable_device()->set_l2_bytes(50e6);
+  *bm.mutable_eager() = NoisyRun(200.0, 100, 0.002, 5);
+  *bm.mutable_compiled() = NoisyRun(150.0, 100, 0.002, 6);
+  *bm.mutable_anchor() = NoisyRun(900.0, 20, 0.001, 7);
+  bm.mutable_work()->set_input_bytes(300e6);
+  const Baseline b = BuildBaseline(bm, Config());
+  EXPECT_NEAR(b.eager().median_us(), 200.0, 1.0);
+  EXPECT_NEAR(b.compiled().median_us(), 150.0, 1.0);
+  EXPECT_NEAR(b.anchor_median_us(), 900.0, 2.0);
+  EXPECT_NEAR(b.speed_of_light_us(), 100.0, 0.01);
+  EXPECT_EQ(b.gpu_model(), "H100");
+}
+
+}  // namespace
+}  // namespace kernelrl
