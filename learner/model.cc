@@ -1,0 +1,544 @@
+#include "learner/model.h"
+
+#include <sys/stat.h>
+
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <set>
+
+#include <torch/csrc/autograd/autograd.h>
+#include <torch/csrc/autograd/custom_function.h>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "learner/safetensors.h"
+
+namespace kernelrl::learner {
+namespace {
+
+using at::indexing::Slice;
+
+absl::Status TorchError(absl::string_view what, const std::exception& e) {
+  return absl::InternalError(absl::StrCat(what, ": ", e.what()));
+}
+
+absl::StatusOr<at::ScalarType> ToScalarType(DType d) {
+  switch (d) {
+    case DType::kF64: return at::kDouble;
+    case DType::kF32: return at::kFloat;
+    case DType::kF16: return at::kHalf;
+    case DType::kBF16: return at::kBFloat16;
+    case DType::kI64: return at::kLong;
+    case DType::kI32: return at::kInt;
+    case DType::kI16: return at::kShort;
+    case DType::kI8: return at::kChar;
+    case DType::kU8: return at::kByte;
+    case DType::kBool: return at::kBool;
+  }
+  return absl::InvalidArgumentError("unknown dtype");
+}
+
+absl::StatusOr<DType> ToDType(at::ScalarType t) {
+  switch (t) {
+    case at::kFloat: return DType::kF32;
+    case at::kBFloat16: return DType::kBF16;
+    case at::kHalf: return DType::kF16;
+    case at::kDouble: return DType::kF64;
+    default: return absl::InvalidArgumentError(absl::StrCat("cannot save dtype ", c10::toString(t)));
+  }
+}
+
+const char* HFDTypeName(at::ScalarType t) {
+  switch (t) {
+    case at::kBFloat16: return "bfloat16";
+    case at::kHalf: return "float16";
+    default: return "float32";
+  }
+}
+
+at::Tensor Linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
+  return b.defined() ? at::linear(x, w, b) : at::linear(x, w);
+}
+
+at::Tensor RotateHalf(const at::Tensor& x) {
+  const int64_t half = x.size(-1) / 2;
+  return at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
+}
+
+// Runs one transformer block forward in no-grad mode and recomputes it in
+// backward: only the block's input is kept between the passes.
+class CheckpointedBlock : public torch::autograd::Function<CheckpointedBlock> {
+ public:
+  using BlockFn = std::function<at::Tensor(const Transformer::Layer&, const at::Tensor&)>;
+
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x,
+                            const std::vector<at::Tensor>& params, const BlockFn* fn, const Transformer::Layer* layer) {
+    ctx->saved_data["fn"] = reinterpret_cast<int64_t>(fn);
+    ctx->saved_data["layer"] = reinterpret_cast<int64_t>(layer);
+    ctx->save_for_backward({x});
+    return (*fn)(*layer, x);
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad_out) {
+    const auto* fn = reinterpret_cast<const BlockFn*>(ctx->saved_data["fn"].toInt());
+    const auto* layer = reinterpret_cast<const Transformer::Layer*>(ctx->saved_data["layer"].toInt());
+    at::Tensor x = ctx->get_saved_variables()[0].detach().requires_grad_(true);
+    Transformer::Layer w = *layer;
+    std::vector<at::Tensor*> slots = {&w.input_norm, &w.qkv_w, &w.qkv_b, &w.o_w, &w.o_b,
+                                      &w.post_norm, &w.gate_up_w, &w.gate_up_b, &w.down_w, &w.down_b};
+    std::vector<at::Tensor> inputs = {x};
+    for (at::Tensor* t : slots) {
+      if (t->defined()) {
+        *t = t->detach().requires_grad_(true);
+        inputs.push_back(*t);
+      }
+    }
+    at::Tensor y;
+    {
+      at::AutoGradMode grad_on(true);
+      y = (*fn)(w, x);
+    }
+    auto grads = torch::autograd::grad({y}, inputs, {grad_out[0]});
+    // Outputs: x, then one per defined parameter (the params list), then the two pointers.
+    torch::autograd::variable_list result(grads.begin(), grads.end());
+    result.push_back(at::Tensor());
+    result.push_back(at::Tensor());
+    return result;
+  }
+};
+
+// log softmax(hidden @ W^T / T)[target], chunked; backward recomputes logits.
+class ChunkedTokenLogprobs : public torch::autograd::Function<ChunkedTokenLogprobs> {
+ public:
+  static constexpr int64_t kChunk = 4096;
+
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& hidden, const at::Tensor& weight,
+                            const at::Tensor& targets, double inv_temp) {
+    const int64_t n = hidden.size(0);
+    at::Tensor out = at::empty({n}, hidden.options().dtype(at::kFloat));
+    at::Tensor lse = at::empty({n}, hidden.options().dtype(at::kFloat));
+    at::Tensor valid = targets.ge(0);
+    at::Tensor safe_t = targets.clamp_min(0);
+    for (int64_t s = 0; s < n; s += kChunk) {
+      const int64_t len = std::min(kChunk, n - s);
+      at::Tensor logits = at::matmul(hidden.narrow(0, s, len), weight.t()).to(at::kFloat);
+      if (inv_temp != 1.0) logits.mul_(inv_temp);
+      at::Tensor l = at::logsumexp(logits, -1);
+      lse.narrow(0, s, len).copy_(l);
+      at::Tensor picked = logits.gather(1, safe_t.narrow(0, s, len).unsqueeze(1)).squeeze(1);
+      out.narrow(0, s, len).copy_(picked - l);
+    }
+    out.masked_fill_(valid.logical_not(), 0.0);
+    ctx->save_for_backward({hidden, weight, safe_t, valid, lse});
+    ctx->saved_data["inv_temp"] = inv_temp;
+    return out;
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad_out) {
+    auto saved = ctx->get_saved_variables();
+    const at::Tensor& hidden = saved[0];
+    const at::Tensor& weight = saved[1];
+    const at::Tensor& targets = saved[2];
+    const at::Tensor& valid = saved[3];
+    const at::Tensor& lse = saved[4];
+    const double inv_temp = ctx->saved_data["inv_temp"].toDouble();
+    at::Tensor g = grad_out[0].to(at::kFloat) * valid.to(at::kFloat);  // [N]
+    const int64_t n = hidden.size(0);
+    at::Tensor grad_h = at::empty_like(hidden);
+    at::Tensor grad_w = at::zeros(weight.sizes(), weight.options().dtype(at::kFloat));
+    for (int64_t s = 0; s < n; s += kChunk) {
+      const int64_t len = std::min(kChunk, n - s);
+      at::Tensor h = hidden.narrow(0, s, len);
+      at::Tensor logits = at::matmul(h, weight.t()).to(at::kFloat);
+      if (inv_temp != 1.0) logits.mul_(inv_temp);
+      // d logp[t] / d logits = onehot(t) - softmax; times upstream g and 1/T.
+      at::Tensor gc = g.narrow(0, s, len);
+      at::Tensor d = logits.sub_(lse.narrow(0, s, len).unsqueeze(1)).exp_().mul_(gc.unsqueeze(1)).neg_();
+      d.scatter_add_(1, targets.narrow(0, s, len).unsqueeze(1), gc.unsqueeze(1));
+      if (inv_temp != 1.0) d.mul_(inv_temp);
+      at::Tensor dd = d.to(hidden.scalar_type());
+      grad_h.narrow(0, s, len).copy_(at::matmul(dd, weight));
+      grad_w.add_(at::matmul(dd.t(), h));
+    }
+    return {grad_h, grad_w.to(weight.scalar_type()), at::Tensor(), at::Tensor()};
+  }
+};
+
+}  // namespace
+
+KVCache::KVCache(const ModelConfig& config, int64_t slots_in, int64_t capacity_in, at::TensorOptions options)
+    : slots(slots_in), capacity(capacity_in) {
+  for (int64_t l = 0; l < config.num_layers; ++l) {
+    k.push_back(at::zeros({slots, config.num_kv_heads, capacity, config.head_dim}, options));
+    v.push_back(at::zeros({slots, config.num_kv_heads, capacity, config.head_dim}, options));
+  }
+}
+
+Transformer::Transformer(ModelConfig config, Head head, ModelOptions options)
+    : config_(std::move(config)), head_(head), options_(options) {
+  // inv_freq exactly as transformers computes it (fp32), then the scaling rule.
+  const int64_t d = config_.head_dim;
+  at::Tensor inv = 1.0 / at::pow(config_.rope_theta, at::arange(0, d, 2, at::kLong).to(at::kFloat) / static_cast<double>(d));
+  const RopeScaling& rs = config_.rope_scaling;
+  if (rs.type == "linear") {
+    inv = inv / rs.factor;
+  } else if (rs.type == "llama3") {
+    const double low_wl = rs.original_max_position_embeddings / rs.low_freq_factor;
+    const double high_wl = rs.original_max_position_embeddings / rs.high_freq_factor;
+    at::Tensor wavelen = 2 * M_PI / inv;
+    at::Tensor scaled = at::where(wavelen > low_wl, inv / rs.factor, inv);
+    at::Tensor smooth = (rs.original_max_position_embeddings / wavelen - rs.low_freq_factor) /
+                        (rs.high_freq_factor - rs.low_freq_factor);
+    at::Tensor smoothed = (1 - smooth) * scaled / rs.factor + smooth * scaled;
+    at::Tensor is_medium = (wavelen >= high_wl).logical_and(wavelen <= low_wl);
+    inv = at::where(is_medium, smoothed, scaled);
+  }
+  inv_freq_ = inv.to(options_.device);
+}
+
+absl::StatusOr<std::unique_ptr<Transformer>> Transformer::Create(const ModelConfig& config, Head head,
+                                                                 const ModelOptions& options, uint64_t seed) {
+  try {
+    std::unique_ptr<Transformer> m(new Transformer(config, head, options));
+    if (auto s = m->InitRandom(seed); !s.ok()) return s;
+    return m;
+  } catch (const std::exception& e) {
+    return TorchError("creating model", e);
+  }
+}
+
+absl::Status Transformer::InitRandom(uint64_t seed) {
+  at::Generator gen = at::detail::createCPUGenerator(seed);
+  const auto& c = config_;
+  const int64_t q = c.num_heads * c.head_dim, kv = c.num_kv_heads * c.head_dim;
+  auto normal = [&](std::vector<int64_t> shape) {
+    return at::normal(0.0, 0.02, shape, gen, at::TensorOptions().dtype(at::kFloat)).to(options_.device, options_.dtype);
+  };
+  auto zeros = [&](int64_t n) { return at::zeros({n}, at::TensorOptions().device(options_.device).dtype(options_.dtype)); };
+  auto ones = [&](int64_t n) { return at::ones({n}, at::TensorOptions().device(options_.device).dtype(options_.dtype)); };
+  embed_ = normal({c.vocab_size, c.hidden_size});
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    Layer w;
+    w.input_norm = ones(c.hidden_size);
+    w.qkv_w = normal({q + 2 * kv, c.hidden_size});
+    if (c.qkv_bias) w.qkv_b = zeros(q + 2 * kv);
+    w.o_w = normal({c.hidden_size, q});
+    if (c.o_bias) w.o_b = zeros(c.hidden_size);
+    w.post_norm = ones(c.hidden_size);
+    w.gate_up_w = normal({2 * c.intermediate_size, c.hidden_size});
+    if (c.mlp_bias) w.gate_up_b = zeros(2 * c.intermediate_size);
+    w.down_w = normal({c.hidden_size, c.intermediate_size});
+    if (c.mlp_bias) w.down_b = zeros(c.hidden_size);
+    layers_.push_back(std::move(w));
+  }
+  final_norm_ = ones(c.hidden_size);
+  if (head_ == Head::kValue) {
+    score_w_ = normal({1, c.hidden_size});
+    score_b_ = zeros(1);
+  } else if (!c.tie_word_embeddings) {
+    lm_head_ = normal({c.vocab_size, c.hidden_size});
+  }
+  FinishParameters();
+  return absl::OkStatus();
+}
+
+void Transformer::FinishParameters() {
+  if (head_ == Head::kLanguageModel && config_.tie_word_embeddings) lm_head_ = embed_;
+  if (options_.trainable) {
+    for (at::Tensor& p : parameters()) p.requires_grad_(true);
+  }
+}
+
+absl::StatusOr<std::unique_ptr<Transformer>> Transformer::Load(const std::string& dir, Head head,
+                                                               const ModelOptions& options) {
+  auto config = ModelConfig::Load(dir + "/config.json");
+  if (!config.ok()) return config.status();
+  try {
+    std::unique_ptr<Transformer> m(new Transformer(*config, head, options));
+    if (auto s = m->LoadFrom(dir); !s.ok()) return s;
+    return m;
+  } catch (const std::exception& e) {
+    return TorchError(absl::StrCat("loading model from ", dir), e);
+  }
+}
+
+absl::Status Transformer::LoadFrom(const std::string& dir) {
+  auto st = SafetensorsDir::Open(dir);
+  if (!st.ok()) return st.status();
+  const auto& c = config_;
+  std::set<std::string> used;
+  auto get = [&](const std::string& name, std::vector<int64_t> shape, at::Tensor* out) -> absl::Status {
+    const TensorView* v = (*st)->Find(name);
+    if (v == nullptr) return absl::NotFoundError(absl::StrCat(dir, ": checkpoint lacks tensor ", name));
+    if (v->shape != shape) {
+      return absl::InvalidArgumentError(absl::StrCat(dir, ": tensor ", name, " has shape [",
+                                                     absl::StrJoin(v->shape, ","), "], config implies [",
+                                                     absl::StrJoin(shape, ","), "]"));
+    }
+    auto type = ToScalarType(v->dtype);
+    if (!type.ok()) return type.status();
+    if (*type != at::kFloat && *type != at::kBFloat16 && *type != at::kHalf && *type != at::kDouble) {
+      return absl::InvalidArgumentError(absl::StrCat(dir, ": tensor ", name, " is not floating point"));
+    }
+    at::Tensor cpu = at::from_blob(const_cast<uint8_t*>(v->data), shape, at::TensorOptions().dtype(*type));
+    *out = cpu.to(options_.device, options_.dtype, /*non_blocking=*/false, /*copy=*/true);
+    used.insert(name);
+    return absl::OkStatus();
+  };
+  const int64_t H = c.hidden_size, Q = c.num_heads * c.head_dim, KV = c.num_kv_heads * c.head_dim;
+  const int64_t I = c.intermediate_size;
+  const std::string base = head_ == Head::kValue ? "model." : "model.";
+  if (auto s = get(base + "embed_tokens.weight", {c.vocab_size, H}, &embed_); !s.ok()) return s;
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    const std::string p = absl::StrCat(base, "layers.", l, ".");
+    Layer w;
+    at::Tensor q, k, v, qb, kb, vb, gate, up;
+    absl::Status s = get(p + "input_layernorm.weight", {H}, &w.input_norm);
+    if (s.ok()) s = get(p + "self_attn.q_proj.weight", {Q, H}, &q);
+    if (s.ok()) s = get(p + "self_attn.k_proj.weight", {KV, H}, &k);
+    if (s.ok()) s = get(p + "self_attn.v_proj.weight", {KV, H}, &v);
+    if (s.ok() && c.qkv_bias) s = get(p + "self_attn.q_proj.bias", {Q}, &qb);
+    if (s.ok() && c.qkv_bias) s = get(p + "self_attn.k_proj.bias", {KV}, &kb);
+    if (s.ok() && c.qkv_bias) s = get(p + "self_attn.v_proj.bias", {KV}, &vb);
+    if (s.ok()) s = get(p + "self_attn.o_proj.weight", {H, Q}, &w.o_w);
+    if (s.ok() && c.o_bias) s = get(p + "self_attn.o_proj.bias", {H}, &w.o_b);
+    if (s.ok()) s = get(p + "post_attention_layernorm.weight", {H}, &w.post_norm);
+    if (s.ok()) s = get(p + "mlp.gate_proj.weight", {I, H}, &gate);
+    if (s.ok()) s = get(p + "mlp.up_proj.weight", {I, H}, &up);
+    if (s.ok()) s = get(p + "mlp.down_proj.weight", {H, I}, &w.down_w);
+    at::Tensor gb, ub;
+    if (s.ok() && c.mlp_bias) s = get(p + "mlp.gate_proj.bias", {I}, &gb);
+    if (s.ok() && c.mlp_bias) s = get(p + "mlp.up_proj.bias", {I}, &ub);
+    if (s.ok() && c.mlp_bias) s = get(p + "mlp.down_proj.bias", {H}, &w.down_b);
+    if (!s.ok()) return s;
+    w.qkv_w = at::cat({q, k, v}, 0);
+    if (c.qkv_bias) w.qkv_b = at::cat({qb, kb, vb}, 0);
+    w.gate_up_w = at::cat({gate, up}, 0);
+    if (c.mlp_bias) w.gate_up_b = at::cat({gb, ub}, 0);
+    layers_.push_back(std::move(w));
+  }
+  if (auto s = get(base + "norm.weight", {H}, &final_norm_); !s.ok()) return s;
+  if (head_ == Head::kValue) {
+    if (auto s = get("score.weight", {1, H}, &score_w_); !s.ok()) return s;
+    if ((*st)->Find("score.bias") != nullptr) {
+      if (auto s = get("score.bias", {1}, &score_b_); !s.ok()) return s;
+    }
+  } else if (!c.tie_word_embeddings) {
+    if (auto s = get("lm_head.weight", {c.vocab_size, H}, &lm_head_); !s.ok()) return s;
+  }
+  for (const std::string& name : (*st)->Names()) {
+    if (used.count(name)) continue;
+    // Tolerated leftovers: rotary buffers of old checkpoints, and an lm_head
+    // stored alongside tied embeddings.
+    if (absl::EndsWith(name, "rotary_emb.inv_freq")) continue;
+    if (name == "lm_head.weight" && (c.tie_word_embeddings || head_ == Head::kValue)) continue;
+    return absl::InvalidArgumentError(absl::StrCat(dir, ": unexpected tensor ", name,
+                                                   " (wrong architecture for this config?)"));
+  }
+  FinishParameters();
+  return absl::OkStatus();
+}
+
+std::vector<std::pair<std::string, at::Tensor>> Transformer::HFTensors() const {
+  const auto& c = config_;
+  const int64_t Q = c.num_heads * c.head_dim, KV = c.num_kv_heads * c.head_dim, I = c.intermediate_size;
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  out.emplace_back("model.embed_tokens.weight", embed_);
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    const Layer& w = layers_[l];
+    const std::string p = absl::StrCat("model.layers.", l, ".");
+    out.emplace_back(p + "input_layernorm.weight", w.input_norm);
+    out.emplace_back(p + "self_attn.q_proj.weight", w.qkv_w.narrow(0, 0, Q));
+    out.emplace_back(p + "self_attn.k_proj.weight", w.qkv_w.narrow(0, Q, KV));
+    out.emplace_back(p + "self_attn.v_proj.weight", w.qkv_w.narrow(0, Q + KV, KV));
+    if (w.qkv_b.defined()) {
+      out.emplace_back(p + "self_attn.q_proj.bias", w.qkv_b.narrow(0, 0, Q));
+      out.emplace_back(p + "self_attn.k_proj.bias", w.qkv_b.narrow(0, Q, KV));
+      out.emplace_back(p + "self_attn.v_proj.bias", w.qkv_b.narrow(0, Q + KV, KV));
+    }
+    out.emplace_back(p + "self_attn.o_proj.weight", w.o_w);
+    if (w.o_b.defined()) out.emplace_back(p + "self_attn.o_proj.bias", w.o_b);
+    out.emplace_back(p + "post_attention_layernorm.weight", w.post_norm);
+    out.emplace_back(p + "mlp.gate_proj.weight", w.gate_up_w.narrow(0, 0, I));
+    out.emplace_back(p + "mlp.up_proj.weight", w.gate_up_w.narrow(0, I, I));
+    if (w.gate_up_b.defined()) {
+      out.emplace_back(p + "mlp.gate_proj.bias", w.gate_up_b.narrow(0, 0, I));
+      out.emplace_back(p + "mlp.up_proj.bias", w.gate_up_b.narrow(0, I, I));
+    }
+    out.emplace_back(p + "mlp.down_proj.weight", w.down_w);
+    if (w.down_b.defined()) out.emplace_back(p + "mlp.down_proj.bias", w.down_b);
+  }
+  out.emplace_back("model.norm.weight", final_norm_);
+  if (head_ == Head::kValue) {
+    out.emplace_back("score.weight", score_w_);
+    if (score_b_.defined()) out.emplace_back("score.bias", score_b_);
+  } else if (!c.tie_word_embeddings) {
+    out.emplace_back("lm_head.weight", lm_head_);
+  }
+  return out;
+}
+
+std::vector<at::Tensor> Transformer::parameters() const {
+  std::vector<at::Tensor> ps = {embed_};
+  for (const Layer& w : layers_) {
+    for (const at::Tensor* t : {&w.input_norm, &w.qkv_w, &w.qkv_b, &w.o_w, &w.o_b, &w.post_norm, &w.gate_up_w,
+                                &w.gate_up_b, &w.down_w, &w.down_b}) {
+      if (t->defined()) ps.push_back(*t);
+    }
+  }
+  ps.push_back(final_norm_);
+  if (head_ == Head::kValue) {
+    ps.push_back(score_w_);
+    if (score_b_.defined()) ps.push_back(score_b_);
+  } else if (!config_.tie_word_embeddings) {
+    ps.push_back(lm_head_);
+  }
+  return ps;
+}
+
+absl::Status Transformer::Save(const std::string& dir) const {
+  try {
+    ::mkdir(dir.c_str(), 0755);
+    std::vector<at::Tensor> keep;  // CPU copies alive until written.
+    std::vector<TensorToWrite> tensors;
+    for (const auto& [name, t] : HFTensors()) {
+      at::Tensor cpu = t.detach().to(at::kCPU).contiguous();
+      auto dt = ToDType(cpu.scalar_type());
+      if (!dt.ok()) return dt.status();
+      keep.push_back(cpu);
+      tensors.push_back({name, *dt, cpu.sizes().vec(), cpu.data_ptr(), cpu.nbytes()});
+    }
+    if (auto s = WriteSafetensorsDir(dir, tensors, size_t{4} << 30); !s.ok()) return s;
+    Json cfg = config_.ToJson();
+    cfg.Set("torch_dtype", Json::String(HFDTypeName(options_.dtype)));
+    cfg.Set("dtype", Json::String(HFDTypeName(options_.dtype)));
+    if (head_ == Head::kValue) {
+      cfg.Set("architectures", Json::Array({Json::String(config_.model_type == "qwen2" ? "Qwen2ForTokenClassification"
+                                                                                          : "LlamaForTokenClassification")}));
+      cfg.Set("num_labels", Json::Int(1));
+    }
+    return WriteFileAtomically(dir + "/config.json", cfg.Dump(2));
+  } catch (const std::exception& e) {
+    return TorchError(absl::StrCat("saving model to ", dir), e);
+  }
+}
+
+std::pair<at::Tensor, at::Tensor> Transformer::Rope(const at::Tensor& positions) const {
+  // As transformers: freqs = pos * inv_freq in fp32, emb = [freqs, freqs].
+  at::Tensor freqs = positions.to(at::kFloat).unsqueeze(-1) * inv_freq_;  // [B,T,D/2]
+  at::Tensor emb = at::cat({freqs, freqs}, -1).unsqueeze(1);                // [B,1,T,D]
+  return {emb.cos().to(options_.dtype), emb.sin().to(options_.dtype)};
+}
+
+at::Tensor Transformer::Norm(const at::Tensor& x, const at::Tensor& w) const {
+  if (x.is_cuda()) return at::rms_norm(x, {x.size(-1)}, w, config_.rms_norm_eps);
+  // transformers' order of operations, for exact fp32 parity on CPU.
+  at::Tensor xf = x.to(at::kFloat);
+  at::Tensor var = xf.pow(2).mean(-1, /*keepdim=*/true);
+  return w * (xf * at::rsqrt(var + config_.rms_norm_eps)).to(x.scalar_type());
+}
+
+at::Tensor Transformer::Block(int layer, const at::Tensor& x_in, const at::Tensor& cos, const at::Tensor& sin,
+                              KVCache* cache, const at::Tensor& slots, const at::Tensor& positions, int64_t max_len,
+                              bool decode) const {
+  const auto& c = config_;
+  const int64_t B = x_in.size(0), T = x_in.size(1);
+  const int64_t nh = c.num_heads, kvh = c.num_kv_heads, D = c.head_dim, Q = nh * D, KV = kvh * D;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(D));
+  auto block = [&, B, T](const Layer& w, const at::Tensor& x) -> at::Tensor {
+    at::Tensor h = Norm(x, w.input_norm);
+    at::Tensor qkv = Linear(h, w.qkv_w, w.qkv_b);  // [B,T,Q+2KV]
+    at::Tensor q = qkv.narrow(-1, 0, Q).view({B, T, nh, D}).transpose(1, 2);
+    at::Tensor k = qkv.narrow(-1, Q, KV).view({B, T, kvh, D}).transpose(1, 2);
+    at::Tensor v = qkv.narrow(-1, Q + KV, KV).view({B, T, kvh, D}).transpose(1, 2);
+    q = q * cos + RotateHalf(q) * sin;  // [B,nh,T,D]
+    k = k * cos + RotateHalf(k) * sin;  // [B,kvh,T,D]
+    at::Tensor a;
+    if (decode) {
+      // T == 1: write this position, then attend over [0, max_len) of the
+      // row with later positions masked. GQA without copying K/V: query
+      // heads grouped under their KV head.
+      cache->k[layer].index_put_({slots, Slice(), positions}, k.squeeze(2));
+      cache->v[layer].index_put_({slots, Slice(), positions}, v.squeeze(2));
+      at::Tensor kc = cache->k[layer].index_select(0, slots).narrow(2, 0, max_len);  // [B,kvh,L,D]
+      at::Tensor vc = cache->v[layer].index_select(0, slots).narrow(2, 0, max_len);
+      at::Tensor qg = q.reshape({B, kvh, nh / kvh, D});
+      at::Tensor scores = at::matmul(qg, kc.transpose(-1, -2)).to(at::kFloat).mul_(scale);  // [B,kvh,G,L]
+      at::Tensor key_pos = at::arange(max_len, positions.options());
+      at::Tensor masked = key_pos.unsqueeze(0).gt(positions.unsqueeze(1)).view({B, 1, 1, max_len});
+      scores.masked_fill_(masked, -std::numeric_limits<float>::infinity());
+      a = at::matmul(at::softmax(scores, -1).to(x.scalar_type()), vc);  // [B,kvh,G,D]
+      a = a.reshape({B, 1, Q});
+    } else {
+      if (cache != nullptr) {
+        cache->k[layer].narrow(2, 0, T).index_copy_(0, slots, k);
+        cache->v[layer].narrow(2, 0, T).index_copy_(0, slots, v);
+      }
+      a = at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0, /*is_causal=*/true, scale,
+                                           /*enable_gqa=*/kvh != nh);
+      a = a.transpose(1, 2).reshape({B, T, Q});
+    }
+    at::Tensor x1 = x + Linear(a, w.o_w, w.o_b);
+    at::Tensor gu = Linear(Norm(x1, w.post_norm), w.gate_up_w, w.gate_up_b);
+    const int64_t I = c.intermediate_size;
+    return x1 + Linear(at::silu(gu.narrow(-1, 0, I)) * gu.narrow(-1, I, I), w.down_w, w.down_b);
+  };
+  const Layer& w = layers_[layer];
+  if (options_.activation_checkpointing && cache == nullptr && at::GradMode::is_enabled()) {
+    CheckpointedBlock::BlockFn fn = block;
+    std::vector<at::Tensor> params;
+    for (const at::Tensor* t : {&w.input_norm, &w.qkv_w, &w.qkv_b, &w.o_w, &w.o_b, &w.post_norm, &w.gate_up_w,
+                                &w.gate_up_b, &w.down_w, &w.down_b}) {
+      if (t->defined()) params.push_back(*t);
+    }
+    return CheckpointedBlock::apply(x_in, params, &fn, &w);
+  }
+  return block(w, x_in);
+}
+
+at::Tensor Transformer::Hidden(const at::Tensor& ids) const {
+  const int64_t B = ids.size(0), T = ids.size(1);
+  at::Tensor positions = at::arange(T, ids.options().dtype(at::kLong)).unsqueeze(0).expand({B, T});
+  auto [cos, sin] = Rope(positions);
+  at::Tensor x = at::embedding(embed_, ids);
+  for (int l = 0; l < config_.num_layers; ++l) x = Block(l, x, cos, sin, nullptr, {}, {}, 0, false);
+  return Norm(x, final_norm_);
+}
+
+at::Tensor Transformer::Logits(const at::Tensor& ids) const {
+  return at::linear(Hidden(ids), lm_head_).to(at::kFloat);
+}
+
+at::Tensor Transformer::TokenLogprobs(const at::Tensor& hidden, const at::Tensor& targets, double temperature) const {
+  at::Tensor h = hidden.reshape({-1, hidden.size(-1)});
+  at::Tensor t = targets.reshape({-1}).to(at::kLong);
+  at::Tensor out = ChunkedTokenLogprobs::apply(h, lm_head_, t, 1.0 / temperature);
+  return out.view(targets.sizes());
+}
+
+at::Tensor Transformer::Values(const at::Tensor& hidden) const {
+  return Linear(hidden, score_w_, score_b_).squeeze(-1).to(at::kFloat);
+}
+
+at::Tensor Transformer::Prefill(const at::Tensor& ids, const at::Tensor& slots, KVCache* cache) const {
+  const int64_t B = ids.size(0), T = ids.size(1);
+  at::Tensor positions = at::arange(T, ids.options().dtype(at::kLong)).unsqueeze(0).expand({B, T});
+  auto [cos, sin] = Rope(positions);
+  at::Tensor x = at::embedding(embed_, ids);
+  for (int l = 0; l < config_.num_layers; ++l) x = Block(l, x, cos, sin, cache, slots, {}, 0, false);
+  return Norm(x, final_norm_);
+}
+
+at::Tensor Transformer::Decode(const at::Tensor& ids, const at::Tensor& slots, const at::Tensor& positions,
+                               int64_t max_len, KVCache* cache) const {
+  auto [cos, sin] = Rope(positions.unsqueeze(1));
+  at::Tensor x = at::embedding(embed_, ids.unsqueeze(1));  // [B,1,H]
+  for (int l = 0; l < config_.num_layers; ++l) x = Block(l, x, cos, sin, cache, slots, positions, max_len, true);
+  return at::linear(Norm(x, final_norm_).squeeze(1), lm_head_).to(at::kFloat);
+}
+
+}  // namespace kernelrl::learner

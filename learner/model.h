@@ -1,0 +1,141 @@
+// A Llama/Qwen2-family decoder written directly on ATen ops, one definition
+// for training, scoring and cached generation, on CPU (fp32) and CUDA (bf16).
+//
+//   ids [B,T] -> embed -> L x { x += o(attn(rope(qkv(norm(x)))));
+//                               x += down(silu(gate(norm(x))) * up(norm(x))) }
+//             -> norm -> head
+//
+// Contract:
+//  * Weights load from / save to Hugging Face checkpoints (config.json +
+//    safetensors, single file or sharded) with HF tensor names, so a
+//    checkpoint we write loads in transformers or vLLM unchanged. Internally
+//    q/k/v and gate/up are fused into one matrix each (fewer, larger GEMMs);
+//    Save() splits them back.
+//  * Head::kLanguageModel ends in lm_head (tied to the embedding when the
+//    config says so); Head::kValue ends in a scalar value head "score"
+//    (the critic: same trunk shape, its own weights).
+//  * Every forward is differentiable through ATen autograd; parameters()
+//    are leaf tensors with requires_grad when the model is trainable.
+//  * Methods are not thread-safe: one thread drives a model at a time.
+//    Weights are never mutated after load except by an optimizer the caller
+//    runs, so a policy server swaps whole models rather than patching one.
+#ifndef KERNELRL_LEARNER_MODEL_H_
+#define KERNELRL_LEARNER_MODEL_H_
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "learner/model_config.h"
+
+namespace kernelrl::learner {
+
+enum class Head { kLanguageModel, kValue };
+
+struct ModelOptions {
+  at::Device device = at::kCPU;
+  at::ScalarType dtype = at::kFloat;  // bf16 on GPU, fp32 on CPU.
+  bool trainable = false;             // Parameters require grad.
+  // Recompute each layer's activations in backward instead of storing them
+  // (long sequences: trades ~1/3 more compute for O(1) layers of memory).
+  bool activation_checkpointing = false;
+};
+
+// Keys and values of every layer for `slots` independent sequences of up to
+// `capacity` positions: k[l], v[l] are [slots, kv_heads, capacity, head_dim].
+struct KVCache {
+  KVCache(const ModelConfig& config, int64_t slots, int64_t capacity, at::TensorOptions options);
+  std::vector<at::Tensor> k, v;
+  int64_t slots;
+  int64_t capacity;
+};
+
+class Transformer {
+ public:
+  // Fresh weights drawn like transformers' _init_weights (normal(0, 0.02),
+  // zero biases, unit norms) from `seed`.
+  static absl::StatusOr<std::unique_ptr<Transformer>> Create(const ModelConfig& config, Head head,
+                                                             const ModelOptions& options, uint64_t seed);
+  // Reads <dir>/config.json and the safetensors weights. Missing, misshapen
+  // or unexpected tensors are errors naming the tensor.
+  static absl::StatusOr<std::unique_ptr<Transformer>> Load(const std::string& dir, Head head,
+                                                           const ModelOptions& options);
+  // Writes config.json and model.safetensors (sharded past 4 GiB) into an
+  // existing directory; each file lands atomically.
+  absl::Status Save(const std::string& dir) const;
+
+  // ids [B,T] int64 -> final-normed hidden states [B,T,H]. Causal.
+  at::Tensor Hidden(const at::Tensor& ids) const;
+  // ids [B,T] -> logits [B,T,V] fp32. For tests and short inputs: it
+  // materializes the whole vocabulary.
+  at::Tensor Logits(const at::Tensor& ids) const;
+  // log softmax(head(hidden)/temperature)[target] per position: hidden
+  // [N,H] (or [B,T,H]), targets [N] (or [B,T]) int64, -1 = ignore (0 out,
+  // no gradient). Returns fp32 of targets' shape. Works in chunks of
+  // positions and recomputes the chunk's logits in backward, so [N,V] logits
+  // never exist at once: the memory of a long sequence stays O(chunk x V).
+  at::Tensor TokenLogprobs(const at::Tensor& hidden, const at::Tensor& targets, double temperature = 1.0) const;
+  // Value head: hidden [..., H] -> values [...] fp32. Head::kValue only.
+  at::Tensor Values(const at::Tensor& hidden) const;
+
+  // Generation. Prefill runs prompts ids [B,P] (right-padded; padding is
+  // never attended to by real tokens) and writes their keys/values into
+  // cache rows `slots` [B] at positions [0,P). Returns hidden [B,P,H].
+  at::Tensor Prefill(const at::Tensor& ids, const at::Tensor& slots, KVCache* cache) const;
+  // One token per sequence: ids [B], written at positions [B] of rows
+  // slots [B]; attends to positions [0, position]. max_len must be
+  // >= max(positions)+1 (the host knows it; saves a device sync).
+  // Returns logits [B,V] fp32.
+  at::Tensor Decode(const at::Tensor& ids, const at::Tensor& slots, const at::Tensor& positions, int64_t max_len,
+                    KVCache* cache) const;
+
+  std::vector<at::Tensor> parameters() const;
+  // Tensors under their Hugging Face names and layout (q/k/v and gate/up
+  // split back out): what Save() writes.
+  std::vector<std::pair<std::string, at::Tensor>> HFTensors() const;
+  const ModelConfig& config() const { return config_; }
+  const ModelOptions& options() const { return options_; }
+  Head head() const { return head_; }
+  void set_activation_checkpointing(bool on) { options_.activation_checkpointing = on; }
+
+  struct Layer {
+    at::Tensor input_norm;          // [H]
+    at::Tensor qkv_w, qkv_b;        // [Q+2KV, H], [Q+2KV] or undefined
+    at::Tensor o_w, o_b;            // [H, Q], [H] or undefined
+    at::Tensor post_norm;           // [H]
+    at::Tensor gate_up_w, gate_up_b;  // [2I, H], [2I] or undefined
+    at::Tensor down_w, down_b;      // [H, I], [H] or undefined
+  };
+
+ private:
+  Transformer(ModelConfig config, Head head, ModelOptions options);
+  absl::Status InitRandom(uint64_t seed);
+  absl::Status LoadFrom(const std::string& dir);
+  void FinishParameters();
+  // cos, sin [B,1,T,D] in the model dtype for positions [B,T].
+  std::pair<at::Tensor, at::Tensor> Rope(const at::Tensor& positions) const;
+  at::Tensor Norm(const at::Tensor& x, const at::Tensor& w) const;
+  // One block on x [B,T,H]. With a cache: decode (T==1) attends to the
+  // cached rows; prefill writes them.
+  at::Tensor Block(int layer, const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, KVCache* cache,
+                   const at::Tensor& slots, const at::Tensor& positions, int64_t max_len, bool decode) const;
+
+  ModelConfig config_;
+  Head head_;
+  ModelOptions options_;
+  at::Tensor inv_freq_;  // [D/2] fp32, on device.
+  at::Tensor embed_;     // [V, H]
+  std::vector<Layer> layers_;
+  at::Tensor final_norm_;  // [H]
+  at::Tensor lm_head_;     // [V, H]; same tensor as embed_ when tied.
+  at::Tensor score_w_, score_b_;  // [1, H], [1] (value head)
+};
+
+}  // namespace kernelrl::learner
+
+#endif  // KERNELRL_LEARNER_MODEL_H_
