@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Installs what kernelrl needs on a fresh Debian 12 machine (dev or CI). Idempotent
+# and quiet: does nothing when everything is already there.
+#   Debian: Bazel 4 + its rule repos, gRPC/Protobuf/Abseil, GoogleTest, Google
+#           Benchmark, Prometheus (promtool, and the server for the scrape test).
+#   PyPI:   torch==2.11.0 (the GPU machine's version; its wheel carries LibTorch),
+#           HF transformers/tokenizers and safetensors (reference clients in tests).
+set -euo pipefail
+
+APT_PACKAGES=(
+  bazel-bootstrap bazel-platforms bazel-skylib bazel-rules-java
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
+  libgtest-dev libgmock-dev libbenchmark-dev pkg-config g++ prometheus
+)
+PIP_PACKAGES=(torch==2.11.0 transformers==5.23.0 tokenizers==0.23.3 safetensors numpy)
+
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: apt-get install ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" > /tmp/kernelrl-apt.log 2>&1 ||
+    { tail -20 /tmp/kernelrl-apt.log; exit 1; }
+fi
+
+if ! python3 - <<'PY' 2>/dev/null
+import importlib.metadata as m, sys
+want = {"torch": "2.11.0", "transformers": "5.23.0", "tokenizers": "0.23.3"}
+for name, version in want.items():
+    if not m.version(name).startswith(version): sys.exit(1)
+import safetensors, numpy
+PY
+then
+  echo "setup: pip install ${PIP_PACKAGES[*]}"
+  python3 -m pip install -q --disable-pip-version-check "${PIP_PACKAGES[@]}" > /tmp/kernelrl-pip.log 2>&1 ||
+    { tail -20 /tmp/kernelrl-pip.log; exit 1; }
+fi
