@@ -116,11 +116,22 @@ cc_library(name = "cupti", linkopts = ["-L{lib}", "-Wl,-rpath,{lib}", "-lcupti"]
 cc_library(name = "cublas", linkopts = ["-L{lib}", "-Wl,-rpath,{lib}", "-lcublas", "-lcublasLt"], deps = [":headers"])
 cc_library(name = "cudnn", linkopts = ["-L{lib}", "-Wl,-rpath,{lib}", "-lcudnn"], deps = [":headers"])
 filegroup(name = "nvcc", srcs = ["bin/nvcc"])
+# NVML: headers only; libnvidia-ml.so.1 belongs to the driver, so code dlopens it.
+cc_library(name = "nvml_headers", hdrs = glob(["nvml/include/nvml.h"]), includes = ["nvml/include"], linkopts = ["-ldl"])
 """.format(lib = lib))
     ctx.symlink(root + "/bin", "bin")
+    # The toolkit on the dev machine lacks nvml.h; the pip package nvidia-nvml-dev has it.
+    nvml = ctx.path(root + "/include/nvml.h")
+    if not nvml.exists:
+        py = ctx.which("python3")
+        res = ctx.execute([py, "-c", "import nvidia, os; print(os.path.join(list(nvidia.__path__)[0], 'cu13/include/nvml.h'))"]) if py else None
+        if res != None and res.return_code == 0:
+            nvml = ctx.path(res.stdout.strip())
+    if nvml.exists:
+        ctx.symlink(nvml, "nvml/include/nvml.h")
 
 cuda_repository = repository_rule(
     implementation = _cuda_impl,
-    environ = ["KERNELRL_CUDA_ROOT"],
+    environ = ["KERNELRL_CUDA_ROOT", "PATH"],
     local = True,
 )

@@ -4,7 +4,8 @@
 #   Debian: Bazel 4 + its rule repos, gRPC/Protobuf/Abseil, GoogleTest, Google
 #           Benchmark, Prometheus (promtool, and the server for the scrape test).
 #   PyPI:   torch==2.11.0 (the GPU machine's version; its wheel carries LibTorch),
-#           HF transformers/tokenizers and safetensors (reference clients in tests).
+#           HF transformers/tokenizers and safetensors (reference clients in tests),
+#           nvidia-nvml-dev (nvml.h, missing from the dev machine's CUDA toolkit).
 set -euo pipefail
 
 APT_PACKAGES=(
@@ -12,7 +13,7 @@ APT_PACKAGES=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
   libgtest-dev libgmock-dev libbenchmark-dev pkg-config g++ prometheus
 )
-PIP_PACKAGES=(torch==2.11.0 transformers==5.23.0 tokenizers==0.23.3 safetensors numpy)
+PIP_PACKAGES=(torch==2.11.0 transformers==5.23.0 tokenizers==0.23.3 safetensors numpy nvidia-nvml-dev==13.0.87)
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
@@ -28,7 +29,7 @@ fi
 
 if ! python3 - <<'PY' 2>/dev/null
 import importlib.metadata as m, sys
-want = {"torch": "2.11.0", "transformers": "5.23.0", "tokenizers": "0.23.3"}
+want = {"torch": "2.11.0", "transformers": "5.23.0", "tokenizers": "0.23.3", "nvidia-nvml-dev": "13.0.87"}
 for name, version in want.items():
     if not m.version(name).startswith(version): sys.exit(1)
 import safetensors, numpy
