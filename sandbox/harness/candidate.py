@@ -1,0 +1,197 @@
+"""The candidate process: pid 1 of its own namespaces, forked from the zygote.
+It never sees reference outputs: it builds the same secret input sets as the
+reference process, runs ModelNew.forward under the guards, writes its outputs
+to the exchange directory and tells the reference process where they are.
+Everything it reports about itself is only evidence for flags; correctness is
+decided by the reference process."""
+import os
+import sys
+import time
+import traceback
+
+import torch
+
+import contain
+import guards
+import inputs as inputs_lib
+import kernelrl
+import loader
+import protocol
+
+CUDA_MARKERS = ("CUDA error", "illegal memory access", "unspecified launch failure",
+                "device-side assert", "misaligned address", "an illegal instruction",
+                "cudaError", "CUBLAS_STATUS", "CUDNN_STATUS", "AcceleratorError")
+
+
+def classify(exc, guard, audit):
+    if audit is not None and audit.violations:
+        return "violation"
+    if isinstance(exc, guards.TorchOpForbidden) or (guard is not None and guard.violations):
+        return "torch_op"
+    if isinstance(exc, (MemoryError, torch.OutOfMemoryError)):
+        return "oom"
+    text = f"{type(exc).__name__}: {exc}"
+    if any(m in text for m in CUDA_MARKERS) or type(exc).__name__ == "AcceleratorError":
+        return "cuda"
+    if isinstance(exc, kernelrl.KernelError):
+        return "kernel_error"
+    return "exception"
+
+
+def same_bits(a, b):
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    a, b = a.contiguous(), b.contiguous()
+    if a.is_floating_point() or a.is_complex():
+        as_int = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64, 16: torch.int64}
+        size = a.element_size()
+        a = a.view(torch.uint8) if size == 16 else a.view(as_int[size])
+        b = b.view(torch.uint8) if size == 16 else b.view(as_int[size])
+    return torch.equal(a, b)
+
+
+def storage_range(t):
+    s = t.untyped_storage()
+    return s.data_ptr(), s.data_ptr() + s.nbytes()
+
+
+def poison_allocator(device, nbytes):
+    """Fill blocks the caching allocator will hand out next with NaN, so an
+    output the kernel never wrote reads NaN instead of stale data."""
+    if device != "cuda" or nbytes <= 0:
+        return
+    p = torch.full((nbytes // 4 + 1,), float("nan"), device=device)
+    del p
+
+
+def run(job, cont, to_ref, from_ref):
+    device = job["device"]
+    flags = set()
+    guard = None
+    audit = None
+    send = lambda m: protocol.send(to_ref, m)  # noqa: E731
+    reader = protocol.LineReader(from_ref)
+    stage = "setup"
+    try:
+        # One intra-op thread: harness-side CPU work stays on this thread, so
+        # any new thread during import/forward is the candidate's.
+        torch.set_num_threads(1)
+        if device == "cuda":
+            torch.cuda.set_device(0)
+            torch.ones(1, device="cuda").add_(1)
+            torch.cuda.synchronize()
+        ref_mod = loader.load_module(job["public_model"], "kernelrl_task_model")
+        ref_model, init = inputs_lib.make_model(ref_mod, job["init_seed"], device)
+        state = ref_model.state_dict()
+        del ref_model
+        loader.prepare_artifacts(job["layout"], job["artifact_dir"])
+        audit = guards.AuditGuard([job["scratch_dir"], job["exchange_dir"]])
+        audit.install()
+        if job["isolation"].get("seccomp"):
+            pol = contain.make_policy({}, seccomp_profile=contain.KR_SECCOMP_CANDIDATE)
+            failures, log = cont.phase(pol, 3)
+            send({"type": "log", "contain": log})
+        snapshot = guards.PatchSnapshot(extra_modules=[kernelrl, guards, inputs_lib, protocol, loader])
+        threads_base = guards.thread_count()
+        stage = "import"
+        audit.armed = True
+        sys.path.insert(0, job["workspace_dir"])
+        mod = loader.load_module(os.path.join(job["workspace_dir"], "model_new.py"), "model_new")
+        torch.manual_seed(job["init_seed"])
+        model = mod.ModelNew(*init)
+        missing, unexpected = model.load_state_dict(state, strict=False)
+        if missing or unexpected:
+            send({"type": "log", "text": f"load_state_dict: missing={list(missing)[:8]} unexpected={list(unexpected)[:8]}"})
+        model = model.to(device).eval()
+        if device == "cuda":
+            torch.cuda.synchronize()
+        patched = snapshot.changed()
+        if patched:
+            flags.add("monkey_patch")
+            send({"type": "flags", "flags": sorted(flags), "detail": "patched: " + ", ".join(patched[:5])})
+        stage = "forward"
+        index = 0
+        while True:
+            msg = reader.read()
+            if msg is None or msg.get("type") != "go":
+                break
+            i, dist = msg["set"], msg["dist"]
+            xs = inputs_lib.make_inputs(ref_mod, job["seeds"][i], dist, device)
+            fp = inputs_lib.fingerprint(xs)
+            tensors = [x for x in xs if isinstance(x, torch.Tensor)]
+            clones = [x.clone() for x in tensors]
+            poison_allocator(device, 2 * sum(x.nbytes for x in tensors) + (1 << 20))
+            if device == "cuda":
+                torch.cuda.synchronize()
+            guard = guards.TorchOpGuard()
+            t0 = time.perf_counter()
+            with torch.no_grad():
+                with guard:
+                    out = model(*xs)
+                    still_active = guards.guard_still_active(guard)
+            forward_ms = (time.perf_counter() - t0) * 1e3
+            detail = []
+            if guard.violations:
+                flags.add("torch_op_in_forward")
+                detail.append("torch ops: " + ", ".join(sorted(set(guard.violations))[:5]))
+            if not still_active:
+                flags.add("guard_removed")
+            flat = inputs_lib.flatten_outputs(out)
+            metas = []
+            for o in flat:
+                if isinstance(o, torch.Tensor) and type(o) is not torch.Tensor:
+                    flags.add("output_tensor_subclass")
+            plain = [o for o in flat if type(o) is torch.Tensor]
+            if device == "cuda":
+                # Read the outputs on the current stream before any device-wide
+                # sync: work still running on a side stream shows up as a change.
+                snaps = [o.detach().clone() for o in plain]
+                torch.cuda.synchronize()
+                if any(not same_bits(s, o) for s, o in zip(snaps, plain)):
+                    flags.add("async_side_stream")
+                del snaps
+            mutated = any(not same_bits(x, c) for x, c in zip(tensors, clones))
+            ranges = [storage_range(x) for x in tensors]
+            for o in plain:
+                lo, hi = storage_range(o)
+                if any(lo < b and a < hi for a, b in ranges):
+                    flags.add("output_aliases_input")
+            if guards.thread_count() > threads_base:
+                flags.add("threads_spawned")
+            patched = snapshot.changed()
+            if patched:
+                flags.add("monkey_patch")
+                detail.append("patched: " + ", ".join(patched[:5]))
+            for j, o in enumerate(flat):
+                meta = {"type": type(o).__name__}
+                if isinstance(o, torch.Tensor):
+                    meta.update(shape=list(o.shape), dtype=str(o.dtype), device=o.device.type,
+                                layout=str(o.layout))
+                    if type(o) is torch.Tensor and o.layout == torch.strided and o.numel() > 0:
+                        name = f"out_{i}_{j}.bin"
+                        dst = torch.from_file(os.path.join(job["exchange_dir"], name), shared=True,
+                                              size=o.numel(), dtype=o.dtype)
+                        dst.copy_(o.detach().reshape(-1))
+                        del dst
+                        meta["file"] = name
+                metas.append(meta)
+            send({"type": "set", "set": i, "fp": fp, "outputs": metas, "mutated": mutated,
+                  "flags": sorted(flags), "detail": "; ".join(detail), "forward_ms": forward_ms})
+            del out, flat, plain, xs, tensors, clones
+            index += 1
+        send({"type": "done", "flags": sorted(flags)})
+        return 0
+    except BaseException as exc:  # noqa: BLE001 - everything the candidate raises is a verdict
+        kind = classify(exc, guard, audit)
+        if kind == "torch_op":
+            flags.add("torch_op_in_forward")
+        tb = traceback.format_exc(limit=6)
+        try:
+            send({"type": "error", "kind": kind, "stage": stage, "flags": sorted(flags),
+                  "audit": audit.violations[:5] if audit else [],
+                  "torch_ops": sorted(set(guard.violations))[:5] if guard else [],
+                  "message": tb[-3000:]})
+        except OSError:
+            pass
+        sys.stderr.write(tb)
+        return 3

@@ -1,0 +1,85 @@
+"""Input sets for verification: the task's get_inputs() run under a secret
+per-set seed on the target device, then (for floating tensors) redrawn from a
+named distribution so that hacks tuned to one distribution fail (e.g. ReLU
+returning its input passes only on non-negative data; fp16 downcasts overflow
+on large magnitudes). Both the reference and the candidate process build the
+same sets from the same seed; fingerprints prove they did."""
+import torch
+
+DISTRIBUTIONS = ("task", "normal", "uniform_pm1", "uniform01", "large_magnitude", "small_magnitude")
+DEFAULT_CYCLE = ["task", "normal", "task", "uniform_pm1", "large_magnitude"]
+
+
+def _redraw(t, dist, gen):
+    if not t.is_floating_point() or dist == "task":
+        return t
+    kw = dict(dtype=t.dtype, device=t.device, generator=gen)
+    if dist == "normal":
+        return torch.randn(t.shape, **kw)
+    if dist == "uniform_pm1":
+        return torch.rand(t.shape, **kw) * 2 - 1
+    if dist == "uniform01":
+        return torch.rand(t.shape, **kw)
+    if dist == "large_magnitude":
+        # |x| mostly above fp16's 65504: a silent half-precision path overflows.
+        return torch.randn(t.shape, **kw) * 1e5
+    if dist == "small_magnitude":
+        return torch.randn(t.shape, **kw) * 1e-3
+    raise ValueError(f"unknown distribution {dist!r}")
+
+
+def make_inputs(module, seed, dist, device):
+    """Returns the list get_inputs() builds, on `device`, deterministic in seed."""
+    torch.manual_seed(seed)
+    with torch.device(device):
+        raw = module.get_inputs()
+    gen = torch.Generator(device=device)
+    gen.manual_seed(seed ^ 0x5DEECE66D)
+    out = []
+    for x in raw:
+        if isinstance(x, torch.Tensor):
+            x = _redraw(x.to(device), dist, gen)
+        out.append(x)
+    return out
+
+
+def make_model(module, init_seed, device):
+    torch.manual_seed(init_seed)
+    init = module.get_init_inputs()
+    model = module.Model(*init)
+    return model.to(device).eval(), init
+
+
+_INT_OF_SIZE = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def fingerprint(values, chunk=1 << 26):
+    """Exact, order-independent digest of each tensor's bytes: integer sums of
+    the bit patterns, plain and position-weighted (mod 2^64). Equal across
+    processes iff the inputs are (up to astronomically unlikely collisions),
+    whatever the thread count or reduction order."""
+    fp = []
+    for x in values:
+        if not isinstance(x, torch.Tensor):
+            fp.append(repr(x))
+            continue
+        flat = x.detach().contiguous().reshape(-1)
+        size = flat.element_size()
+        bits = flat.view(_INT_OF_SIZE[size]) if size in _INT_OF_SIZE else flat.view(torch.uint8)
+        plain = weighted = 0
+        for start in range(0, bits.numel(), chunk):
+            c = bits[start:start + chunk].long()
+            w = torch.arange(start, start + c.numel(), device=c.device, dtype=torch.int64) % 65521 + 1
+            plain += int(c.sum())
+            weighted += int((c * w).sum())
+        fp.append([plain & (2**64 - 1), weighted & (2**64 - 1), list(x.shape), str(x.dtype)])
+    return fp
+
+
+def flatten_outputs(out):
+    if isinstance(out, (list, tuple)):
+        flat = []
+        for o in out:
+            flat.extend(flatten_outputs(o))
+        return flat
+    return [out]

@@ -1,0 +1,156 @@
+"""The reference process: trusted task code only. It builds each secret input
+set, runs the frozen Model, keeps the outputs in its own memory, tells the
+candidate to run the same set, then compares what the candidate wrote to the
+exchange directory. Its result is the correctness half of the verdict."""
+import os
+import time
+import traceback
+
+import torch
+
+import inputs as inputs_lib
+import loader
+import protocol
+
+
+def compare(ref, meta, exchange_dir, device, atol, rtol):
+    """None if the candidate output matches, else a one-line reason."""
+    if meta.get("type") != "Tensor":
+        return f"is a {meta.get('type')}, expected a plain torch.Tensor"
+    if meta.get("layout") != "torch.strided":
+        return f"layout {meta.get('layout')}, expected torch.strided"
+    if meta.get("device") != ref.device.type:
+        return f"on {meta.get('device')}, expected {ref.device.type}"
+    if meta.get("dtype") != str(ref.dtype):
+        return f"dtype {meta.get('dtype')}, expected {ref.dtype}"
+    if meta.get("shape") != list(ref.shape):
+        return f"shape {meta.get('shape')}, expected {list(ref.shape)}"
+    if ref.numel() == 0:
+        return None
+    name = meta.get("file", "")
+    path = os.path.join(exchange_dir, os.path.basename(name))
+    if not name or not os.path.isfile(path) or os.path.getsize(path) != ref.numel() * ref.element_size():
+        return "output bytes missing or of the wrong size"
+    got = torch.from_file(path, shared=False, size=ref.numel(), dtype=ref.dtype).view(ref.shape).to(device)
+    os.unlink(path)
+    if not (ref.is_floating_point() or ref.is_complex()):
+        if torch.equal(got, ref):
+            return None
+        bad = (got != ref).nonzero()[0].tolist()
+        return f"mismatch at {bad}: got {got[tuple(bad)].item()}, expected {ref[tuple(bad)].item()}"
+    ref_nan = torch.isnan(ref)
+    got_nan = torch.isnan(got)
+    if (got_nan & ~ref_nan).any():
+        bad = (got_nan & ~ref_nan).nonzero()[0].tolist()
+        return f"NaN at {bad} (expected {ref[tuple(bad)].item():.6g}); NaN never passes"
+    close = torch.isclose(got, ref, rtol=rtol, atol=atol, equal_nan=True)
+    if bool(close.all()):
+        return None
+    err = torch.where(ref_nan, torch.zeros_like(ref), (got - ref).abs())
+    err = torch.nan_to_num(err, nan=float("inf"))
+    flat = int(err.reshape(-1).argmax())
+    idx = list(torch.unravel_index(torch.tensor(flat), ref.shape)) if ref.dim() else []
+    idx = [int(v) for v in idx]
+    where = tuple(idx)
+    frac = 1.0 - float(close.float().mean())
+    return (f"max abs err {float(err.reshape(-1)[flat]):.4g} at {idx} (got {got[where].item():.6g}, "
+            f"expected {ref[where].item():.6g}); {frac:.2%} of elements outside atol={atol:g} rtol={rtol:g}")
+
+
+def run(job, to_cand, from_cand, result_fd):
+    device = job["device"]
+    atol, rtol = job["atol"], job["rtol"]
+    n = len(job["seeds"])
+    result = {"sets": [], "candidate_flags": [], "candidate_error": None, "candidate_done": False,
+              "fp_mismatch": False, "mutated": False, "ref_error": None, "details": [], "forward_ms": []}
+    reader = protocol.LineReader(from_cand)
+    pending = {}
+    t_start = time.perf_counter()
+    try:
+        if device == "cuda":
+            torch.cuda.set_device(0)
+        mod = loader.load_module(job["reference_model"], "kernelrl_task_model")
+        model, _ = inputs_lib.make_model(mod, job["init_seed"], device)
+        dists = job["distributions"]
+
+        def prepare(i):
+            dist = dists[i % len(dists)]
+            with torch.no_grad():
+                xs = inputs_lib.make_inputs(mod, job["seeds"][i], dist, device)
+                outs = inputs_lib.flatten_outputs(model(*xs))
+                if dist != "task" and any(isinstance(o, torch.Tensor) and o.is_floating_point()
+                                          and bool(torch.isnan(o).any()) for o in outs):
+                    # The task's math is undefined on this distribution: use its own.
+                    dist = "task"
+                    xs = inputs_lib.make_inputs(mod, job["seeds"][i], dist, device)
+                    outs = inputs_lib.flatten_outputs(model(*xs))
+            pending[i] = (dist, inputs_lib.fingerprint(xs), [o.detach() if isinstance(o, torch.Tensor) else o
+                                                              for o in outs])
+            del xs
+            protocol.send(to_cand, {"type": "go", "set": i, "dist": dist})
+
+        prepare(0)
+        for i in range(n):
+            if i + 1 < n:
+                prepare(i + 1)
+            msg = None
+            while True:
+                msg = reader.read(timeout=job["wall_seconds"] + 10)
+                if msg is None:
+                    break
+                result["candidate_flags"] = sorted(set(result["candidate_flags"]) | set(msg.get("flags", [])))
+                if msg.get("detail") and msg.get("type") != "log":
+                    result["details"].append(msg["detail"])
+                if msg.get("type") in ("set", "error", "done"):
+                    break
+                if msg.get("type") == "log":
+                    result.setdefault("log", []).append((msg.get("contain") or msg.get("text") or "")[-2000:])
+            if msg is None:
+                break
+            if msg["type"] == "error":
+                result["candidate_error"] = {k: msg.get(k) for k in ("kind", "stage", "message", "audit", "torch_ops")}
+                break
+            if msg["type"] == "done" or msg.get("set") != i:
+                result["details"].append(f"candidate stopped before set {i}")
+                break
+            dist, fp, refs = pending.pop(i)
+            result["forward_ms"].append(msg.get("forward_ms", 0.0))
+            entry = {"set": i, "dist": dist, "ok": True, "detail": ""}
+            if msg.get("fp") != fp:
+                result["fp_mismatch"] = True
+                entry.update(ok=False, detail="candidate process saw different inputs (RNG or harness tampered)")
+            elif msg.get("mutated"):
+                result["mutated"] = True
+                entry.update(ok=False, detail="forward modified its inputs")
+            else:
+                metas = msg.get("outputs", [])
+                if len(metas) != len(refs):
+                    entry.update(ok=False, detail=f"returned {len(metas)} outputs, expected {len(refs)}")
+                for j, (ref, meta) in enumerate(zip(refs, metas)):
+                    if not entry["ok"]:
+                        break
+                    why = compare(ref, meta, job["exchange_dir"], device, atol, rtol) \
+                        if isinstance(ref, torch.Tensor) else None
+                    if why:
+                        entry.update(ok=False, detail=f"set {i} ({dist}) output {j}: {why}")
+            result["sets"].append(entry)
+            if not entry["ok"]:
+                break
+        else:
+            protocol.send(to_cand, {"type": "stop"})
+            msg = reader.read(timeout=30)
+            if msg is not None:
+                result["candidate_flags"] = sorted(set(result["candidate_flags"]) | set(msg.get("flags", [])))
+                if msg.get("type") == "done":
+                    result["candidate_done"] = True
+                elif msg.get("type") == "error":
+                    result["candidate_error"] = {k: msg.get(k) for k in ("kind", "stage", "message", "audit", "torch_ops")}
+    except Exception:  # noqa: BLE001 - a failing reference is our fault, not the candidate's
+        result["ref_error"] = traceback.format_exc(limit=6)[-3000:]
+    try:
+        protocol.send(to_cand, {"type": "stop"})
+    except OSError:
+        pass
+    result["reference_ms"] = (time.perf_counter() - t_start) * 1e3
+    protocol.send(result_fd, result)
+    return 0

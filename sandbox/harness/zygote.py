@@ -1,0 +1,350 @@
+"""The zygote: a warm Python process that imported torch (never CUDA) and
+forks, per evaluation, a fresh reference process and a fresh supervised
+candidate process; no process ever serves two candidates. Speaks JSON lines
+with the C++ worker on stdin/stdout (see sandbox/verify_stage.h).
+
+Per verify job:
+  zygote ─┬─ reference (trusted: builds inputs, runs Model, compares)
+          └─ supervisor (C++ phase 1: namespaces) ── candidate (pid 1; phase 2
+             mounts/rlimits/fds; phase 3 seccomp after CUDA init)
+The supervisor's watchdog kills the candidate's whole process group and pid
+namespace on timeout; the zygote turns the three reports into one outcome."""
+import argparse
+import json
+import os
+import signal
+import sys
+import time
+import traceback
+
+# Protocol on the real stdout; everything else printed goes to stderr.
+_PROTO_OUT = os.dup(1)
+os.dup2(2, 1)
+sys.stdout = sys.stderr
+
+import ctypes  # noqa: E402
+
+import torch  # noqa: E402  (after the fd shuffle, before any fork)
+
+import candidate  # noqa: E402
+import contain  # noqa: E402
+import protocol  # noqa: E402
+import reference  # noqa: E402
+
+LIBC = ctypes.CDLL(None, use_errno=True)
+
+HACK_FLAGS = {"torch_op_in_forward", "monkey_patch", "threads_spawned", "guard_removed",
+              "output_aliases_input", "output_tensor_subclass", "async_side_stream"}
+
+
+def tail(path, n):
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, 2)
+            size = f.tell()
+            f.seek(max(0, size - n))
+            return f.read().decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def warm_up():
+    """Runs every harness code path once on tiny CPU tensors so that lazy
+    imports and first-use initialisation happen here, once, and not in each
+    forked process (the first guarded forward otherwise costs ~3 s)."""
+    import types
+    import guards
+    import inputs as inputs_lib
+    import tempfile
+    import torch.utils.cpp_extension  # noqa: F401  (single-file inline layout)
+    task = types.SimpleNamespace(get_inputs=lambda: [torch.rand(4, 4), torch.randint(0, 3, (4,))],
+                                 get_init_inputs=lambda: [],
+                                 Model=lambda: torch.nn.Linear(4, 4))
+    xs = inputs_lib.make_inputs(task, 1, "normal", "cpu")
+    inputs_lib.fingerprint(xs)
+    model, _ = inputs_lib.make_model(task, 1, "cpu")
+    model.load_state_dict(model.state_dict(), strict=False)
+    g = guards.TorchOpGuard()
+    with torch.no_grad():
+        with g:
+            y = torch.empty_like(xs[0])
+            try:
+                torch.add(xs[0], xs[0])
+            except guards.TorchOpForbidden:
+                pass
+            guards.guard_still_active(g)
+    candidate.same_bits(y, y.clone())
+    candidate.storage_range(y)
+    guards.PatchSnapshot().changed()
+    guards.thread_count()
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "x.bin")
+        t = torch.from_file(path, shared=True, size=16, dtype=torch.float32)
+        t.copy_(xs[0].reshape(-1))
+        reference.compare(xs[0], {"type": "Tensor", "layout": "torch.strided", "device": "cpu",
+                                  "dtype": "torch.float32", "shape": [4, 4], "file": "x.bin"},
+                          d, "cpu", 1e-2, 1e-2)
+    torch.isclose(xs[0], xs[0]).all()
+    torch.unravel_index(torch.tensor(3), (4, 4))
+
+
+class Zygote:
+    def __init__(self, lib_path, device):
+        self.cont = contain.Contain(lib_path)
+        self.caps = self.cont.probe()
+        self.device = device
+        self.baseline_free = None
+        warm_up()
+
+    # ----- verify -----------------------------------------------------------
+    def verify(self, job):
+        t0 = time.perf_counter()
+        # Asked for by the worker AND allowed by this host.
+        needs = {"readonly_root": "ro_remount", "mount_proc": "proc_mount"}
+        iso = {k: bool(v) and self.caps.get(needs.get(k, k), True) for k, v in job["isolation"].items()}
+        job["isolation"] = iso
+        exchange = job["exchange_dir"]
+        os.makedirs(exchange, exist_ok=True)
+        os.makedirs(job["scratch_dir"], exist_ok=True)
+        exchange_mounted = False
+        if self.caps.get("tmpfs") and iso.get("mount_ns"):
+            opts = f"size={int(job['exchange_bytes'])},mode=0700".encode()
+            exchange_mounted = LIBC.mount(b"tmpfs", exchange.encode(), b"tmpfs", 0, opts) == 0
+        c2r = os.pipe()
+        r2c = os.pipe()
+        res = os.pipe()
+        sup = os.pipe()
+        cand_log = os.path.join(exchange, "candidate.log")
+        ref_log = os.path.join(job["trusted_dir"], "reference.log")
+
+        ref_pid = os.fork()
+        if ref_pid == 0:
+            self._child_reference(job, r2c[1], c2r[0], res[1], ref_log)
+        sup_pid = os.fork()
+        if sup_pid == 0:
+            self._child_supervisor(job, c2r[1], r2c[0], sup[1], cand_log)
+        for fd in (c2r[0], c2r[1], r2c[0], r2c[1], res[1], sup[1]):
+            os.close(fd)
+        status = protocol.LineReader(sup[0]).read(timeout=job["wall_seconds"] + 60) or {}
+        ref = protocol.LineReader(res[0]).read(timeout=60) or {}
+        for fd in (sup[0], res[0]):
+            os.close(fd)
+        for pid in (ref_pid, sup_pid):
+            try:
+                os.kill(pid, signal.SIGKILL) if os.waitpid(pid, os.WNOHANG)[0] == 0 else None
+                os.waitpid(pid, 0)
+            except ChildProcessError:
+                pass
+        outcome = self.decide(job, status, ref)
+        outcome["logs"] = {"candidate": tail(cand_log, job.get("log_tail_bytes", 8192)),
+                           "reference": tail(ref_log, job.get("log_tail_bytes", 8192)),
+                           "contain": status.get("contain_log", "")}
+        outcome["timings"] = {"verify_ms": (time.perf_counter() - t0) * 1e3,
+                              "candidate_wall_ms": status.get("wall_ms", 0.0),
+                              "candidate_cpu_ms": status.get("cpu_ms", 0.0),
+                              "reference_ms": ref.get("reference_ms", 0.0),
+                              "forward_ms": ref.get("forward_ms", [])}
+        outcome["isolation"] = iso
+        if exchange_mounted:
+            LIBC.umount2(exchange.encode(), 2)  # MNT_DETACH
+        return outcome
+
+    def _child_reference(self, job, to_cand, from_cand, result_fd, log_path):
+        code = 1
+        try:
+            fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            os.dup2(fd, 1)
+            os.dup2(fd, 2)
+            pol = contain.make_policy({}, parent_death_signal=signal.SIGKILL,
+                                      keep_fds=[to_cand, from_cand, result_fd])
+            self.cont.phase(pol, 2)
+            code = reference.run(job, to_cand, from_cand, result_fd)
+        except BaseException:  # noqa: BLE001
+            traceback.print_exc()
+        finally:
+            os._exit(code)
+
+    def _child_supervisor(self, job, to_ref, from_ref, status_fd, log_path):
+        try:
+            LIBC.prctl(4, 1, 0, 0, 0)  # dumpable again, or uid_map stays unwritable
+            iso = job["isolation"]
+            pol1 = contain.make_policy(iso, parent_death_signal=signal.SIGKILL, new_process_group=1)
+            # Opened before the new mount namespace exists: an fd open for
+            # writing on one of its mounts would make the read-only remount EBUSY.
+            log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            _, log1 = self.cont.phase(pol1, 1)
+            pid = os.fork()
+            if pid == 0:
+                self._child_candidate(job, to_ref, from_ref, log_fd)
+            for fd in (to_ref, from_ref, log_fd):
+                os.close(fd)
+            st = self.cont.supervise(pid, job["wall_seconds"])
+            st["contain_log"] = log1
+            protocol.send(status_fd, st)
+        except BaseException:  # noqa: BLE001
+            traceback.print_exc()
+        os._exit(0)
+
+    def _child_candidate(self, job, to_ref, from_ref, log_fd):
+        code = 2
+        try:
+            os.dup2(log_fd, 1)
+            os.dup2(log_fd, 2)
+            iso = job["isolation"]
+            pol2 = contain.make_policy(
+                iso, parent_death_signal=signal.SIGKILL,
+                readonly_root=int(iso.get("readonly_root", False)),
+                mount_proc=int(iso.get("mount_proc", False) and iso.get("pid_ns", False)),
+                scratch_dir=job["scratch_dir"], scratch_bytes=int(job["scratch_bytes"]),
+                writable_dirs=job["exchange_dir"], hidden_dirs=job["trusted_dir"],
+                data_bytes=int(job["host_memory_bytes"]), fsize_bytes=int(job["exchange_bytes"]),
+                nofile=4096, core_bytes_plus1=1,
+                keep_fds=[to_ref, from_ref, 1, 2])
+            _, log2 = self.cont.phase(pol2, 2)
+            sys.stderr.write("[contain] " + log2.replace("\n", "\n[contain] ") + "\n")
+            os.environ["TMPDIR"] = job["scratch_dir"]
+            os.environ["HOME"] = job["scratch_dir"]
+            code = candidate.run(job, self.cont, to_ref, from_ref)
+        except BaseException:  # noqa: BLE001
+            traceback.print_exc()
+        finally:
+            sys.stderr.flush()
+            os._exit(code)
+
+    @staticmethod
+    def decide(job, st, ref):
+        flags = set(ref.get("candidate_flags", []))
+        err = ref.get("candidate_error") or {}
+        details = [d for d in ref.get("details", []) if d]
+        sets = ref.get("sets", [])
+        n = len(job["seeds"])
+        sig = st.get("signal", 0)
+        msg = (err.get("message") or "").strip().splitlines()
+        last = msg[-1] if msg else ""
+
+        def out(outcome, summary, extra=()):
+            return {"outcome": outcome, "summary": summary[:500], "flags": sorted(flags | set(extra)),
+                    "sets_passed": sum(1 for s in sets if s["ok"]), "sets": sets}
+
+        if ref.get("ref_error"):
+            return out("INFRA_ERROR", "reference failed: " + ref["ref_error"].strip().splitlines()[-1])
+        if sig == signal.SIGSYS:
+            return out("SANDBOX_VIOLATION", "killed by seccomp (SIGSYS): forbidden system call "
+                       "(process creation, network socket, ptrace, mount...)", ["seccomp_kill"])
+        if err.get("kind") == "violation":
+            return out("SANDBOX_VIOLATION", "sandbox violation: " + "; ".join(err.get("audit") or [last]),
+                       ["audit_violation"])
+        hacks = flags & HACK_FLAGS
+        if hacks or err.get("kind") == "torch_op":
+            what = ", ".join(sorted(hacks | ({"torch_op_in_forward"} if err.get("kind") == "torch_op" else set())))
+            extra = "; ".join(details[:2] + ([", ".join(err.get("torch_ops") or [])] if err.get("torch_ops") else []))
+            return out("HACK_DETECTED", f"{what}" + (f" ({extra})" if extra else ""),
+                       ["torch_op_in_forward"] if err.get("kind") == "torch_op" else [])
+        if st.get("timed_out"):
+            return out("TIMEOUT", f"verify ran past its {job['wall_seconds']:g} s wall limit (process group killed)")
+        if sig == signal.SIGXCPU:
+            return out("TIMEOUT", "CPU-time limit reached (SIGXCPU)")
+        if err.get("kind") == "cuda" or (err.get("kind") == "kernel_error" and job["device"] == "cuda"):
+            return out("CUDA_ERROR", "CUDA error: " + last)
+        if err.get("kind") == "oom":
+            return out("CRASH", "out of memory: " + last, ["oom"])
+        if err:
+            return out("CRASH", f"{err.get('stage')} raised: {last}")
+        if sig:
+            name = signal.Signals(sig).name if sig in signal.Signals._value2member_map_ else str(sig)
+            hint = " (memory limit or OOM killer)" if sig == signal.SIGKILL else ""
+            return out("CRASH", f"candidate killed by {name}{hint}")
+        if ref.get("fp_mismatch"):
+            return out("WRONG_ANSWER", "candidate process generated different inputs (RNG tampering?)",
+                       ["input_mismatch"])
+        if ref.get("mutated"):
+            return out("WRONG_ANSWER", "forward modified its inputs", ["input_mutation"])
+        failed = [s for s in sets if not s["ok"]]
+        if failed:
+            return out("WRONG_ANSWER", failed[0]["detail"])
+        if st.get("exit_code", 0) not in (0, None) and len(sets) < n:
+            return out("CRASH", f"candidate exited with code {st.get('exit_code')}")
+        if len(sets) == n and all(s["ok"] for s in sets) and ref.get("candidate_done"):
+            return out("OK", f"correct on {n} input sets ({', '.join(s['dist'] for s in sets)})")
+        if len(sets) < n:
+            return out("CRASH", f"candidate stopped after {len(sets)} of {n} input sets"
+                       + (": " + details[-1] if details else ""))
+        return out("INFRA_ERROR", "verify ended without a complete report")
+
+    # ----- health -----------------------------------------------------------
+    def health(self, job):
+        """Known kernel in a fresh process; device memory back to baseline."""
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(r)
+            rep = {"ok": False}
+            try:
+                dev = self.device
+                if dev == "cuda":
+                    torch.cuda.set_device(0)
+                a = torch.arange(1 << 20, dtype=torch.float32, device=dev)
+                b = (a * 2 + 1).sum().item()
+                n = float(1 << 20)
+                rep["ok"] = abs(b - (n * (n - 1) + n)) / (n * n) < 1e-5
+                if dev == "cuda":
+                    torch.cuda.synchronize()
+                    free, total = torch.cuda.mem_get_info()
+                    rep.update(free_bytes=free, total_bytes=total,
+                               gpu_model=torch.cuda.get_device_name(0))
+            except BaseException as e:  # noqa: BLE001
+                rep["error"] = f"{type(e).__name__}: {e}"
+            protocol.send(w, rep)
+            os._exit(0)
+        os.close(w)
+        st = self.cont.supervise(pid, job.get("wall_seconds", 60))
+        rep = protocol.LineReader(r).read(timeout=1) or {"ok": False, "error": "probe died"}
+        os.close(r)
+        rep["timed_out"] = st["timed_out"]
+        healthy = bool(rep.get("ok")) and not st["timed_out"]
+        if healthy and "free_bytes" in rep:
+            # The first probe fixes the baseline; later ones must come back to it.
+            if self.baseline_free is None:
+                self.baseline_free = rep["free_bytes"]
+            elif self.baseline_free - rep["free_bytes"] > job.get("memory_slack_bytes", 512 << 20):
+                healthy = False
+                rep["error"] = (f"device memory not back to baseline: "
+                                f"{(self.baseline_free - rep['free_bytes']) >> 20} MiB still used")
+        rep["healthy"] = healthy
+        rep["wall_ms"] = st["wall_ms"]
+        return rep
+
+    def serve(self):
+        hello = {"type": "hello", "caps": self.caps, "torch": torch.__version__,
+                 "python": sys.version.split()[0], "pid": os.getpid()}
+        protocol.send(_PROTO_OUT, hello)
+        reader = protocol.LineReader(0)
+        while True:
+            job = reader.read()
+            if job is None:
+                return
+            try:
+                if job.get("kind") == "verify":
+                    rep = self.verify(job)
+                elif job.get("kind") == "health":
+                    rep = self.health(job)
+                else:
+                    rep = {"error": f"unknown job kind {job.get('kind')}"}
+            except Exception:  # noqa: BLE001
+                rep = {"outcome": "INFRA_ERROR", "summary": "zygote: " + traceback.format_exc()[-1500:]}
+            rep["job_id"] = job.get("job_id", "")
+            protocol.send(_PROTO_OUT, rep)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--contain-lib", default=contain.default_lib_path())
+    ap.add_argument("--device", default="cuda")
+    args = ap.parse_args()
+    # Dumpable off: candidates (same uid) cannot read our memory via /proc.
+    LIBC.prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 4
+    Zygote(args.contain_lib, args.device).serve()
+
+
+if __name__ == "__main__":
+    main()
