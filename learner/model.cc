@@ -68,29 +68,29 @@ at::Tensor RotateHalf(const at::Tensor& x) {
 }
 
 // Runs one transformer block forward in no-grad mode and recomputes it in
-// backward: only the block's input is kept between the passes.
+// backward: only the block's input is kept between the passes. The model
+// and its layer must outlive the backward pass (they own the weights).
 class CheckpointedBlock : public torch::autograd::Function<CheckpointedBlock> {
  public:
-  using BlockFn = std::function<at::Tensor(const Transformer::Layer&, const at::Tensor&)>;
-
-  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x,
-                            const std::vector<at::Tensor>& params, const BlockFn* fn, const Transformer::Layer* layer) {
-    ctx->saved_data["fn"] = reinterpret_cast<int64_t>(fn);
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& cos,
+                            const at::Tensor& sin, at::TensorList params, const Transformer* model,
+                            const Transformer::Layer* layer) {
+    ctx->saved_data["model"] = reinterpret_cast<int64_t>(model);
     ctx->saved_data["layer"] = reinterpret_cast<int64_t>(layer);
-    ctx->save_for_backward({x});
-    return (*fn)(*layer, x);
+    ctx->save_for_backward({x, cos, sin});
+    return model->BlockForward(*layer, x, cos, sin);
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grad_out) {
-    const auto* fn = reinterpret_cast<const BlockFn*>(ctx->saved_data["fn"].toInt());
+    const auto* model = reinterpret_cast<const Transformer*>(ctx->saved_data["model"].toInt());
     const auto* layer = reinterpret_cast<const Transformer::Layer*>(ctx->saved_data["layer"].toInt());
-    at::Tensor x = ctx->get_saved_variables()[0].detach().requires_grad_(true);
+    auto saved = ctx->get_saved_variables();
+    at::Tensor x = saved[0].detach().requires_grad_(true);
     Transformer::Layer w = *layer;
-    std::vector<at::Tensor*> slots = {&w.input_norm, &w.qkv_w, &w.qkv_b, &w.o_w, &w.o_b,
-                                      &w.post_norm, &w.gate_up_w, &w.gate_up_b, &w.down_w, &w.down_b};
     std::vector<at::Tensor> inputs = {x};
-    for (at::Tensor* t : slots) {
+    for (at::Tensor* t : {&w.input_norm, &w.qkv_w, &w.qkv_b, &w.o_w, &w.o_b, &w.post_norm, &w.gate_up_w,
+                          &w.gate_up_b, &w.down_w, &w.down_b}) {
       if (t->defined()) {
         *t = t->detach().requires_grad_(true);
         inputs.push_back(*t);
@@ -99,11 +99,12 @@ class CheckpointedBlock : public torch::autograd::Function<CheckpointedBlock> {
     at::Tensor y;
     {
       at::AutoGradMode grad_on(true);
-      y = (*fn)(w, x);
+      y = model->BlockForward(w, x, saved[1], saved[2]);
     }
     auto grads = torch::autograd::grad({y}, inputs, {grad_out[0]});
-    // Outputs: x, then one per defined parameter (the params list), then the two pointers.
-    torch::autograd::variable_list result(grads.begin(), grads.end());
+    // One gradient per input of forward: x, cos, sin, each parameter, model, layer.
+    torch::autograd::variable_list result = {grads[0], at::Tensor(), at::Tensor()};
+    result.insert(result.end(), grads.begin() + 1, grads.end());
     result.push_back(at::Tensor());
     result.push_back(at::Tensor());
     return result;
@@ -442,62 +443,62 @@ at::Tensor Transformer::Norm(const at::Tensor& x, const at::Tensor& w) const {
   return w * (xf * at::rsqrt(var + config_.rms_norm_eps)).to(x.scalar_type());
 }
 
-at::Tensor Transformer::Block(int layer, const at::Tensor& x_in, const at::Tensor& cos, const at::Tensor& sin,
-                              KVCache* cache, const at::Tensor& slots, const at::Tensor& positions, int64_t max_len,
-                              bool decode) const {
+at::Tensor Transformer::BlockForward(const Layer& w, const at::Tensor& x, const at::Tensor& cos,
+                                     const at::Tensor& sin, KVCache* cache, int layer, const at::Tensor& slots,
+                                     const at::Tensor& positions, int64_t max_len, bool decode) const {
   const auto& c = config_;
-  const int64_t B = x_in.size(0), T = x_in.size(1);
+  const int64_t B = x.size(0), T = x.size(1);
   const int64_t nh = c.num_heads, kvh = c.num_kv_heads, D = c.head_dim, Q = nh * D, KV = kvh * D;
   const double scale = 1.0 / std::sqrt(static_cast<double>(D));
-  auto block = [&, B, T](const Layer& w, const at::Tensor& x) -> at::Tensor {
-    at::Tensor h = Norm(x, w.input_norm);
-    at::Tensor qkv = Linear(h, w.qkv_w, w.qkv_b);  // [B,T,Q+2KV]
-    at::Tensor q = qkv.narrow(-1, 0, Q).view({B, T, nh, D}).transpose(1, 2);
-    at::Tensor k = qkv.narrow(-1, Q, KV).view({B, T, kvh, D}).transpose(1, 2);
-    at::Tensor v = qkv.narrow(-1, Q + KV, KV).view({B, T, kvh, D}).transpose(1, 2);
-    q = q * cos + RotateHalf(q) * sin;  // [B,nh,T,D]
-    k = k * cos + RotateHalf(k) * sin;  // [B,kvh,T,D]
-    at::Tensor a;
-    if (decode) {
-      // T == 1: write this position, then attend over [0, max_len) of the
-      // row with later positions masked. GQA without copying K/V: query
-      // heads grouped under their KV head.
-      cache->k[layer].index_put_({slots, Slice(), positions}, k.squeeze(2));
-      cache->v[layer].index_put_({slots, Slice(), positions}, v.squeeze(2));
-      at::Tensor kc = cache->k[layer].index_select(0, slots).narrow(2, 0, max_len);  // [B,kvh,L,D]
-      at::Tensor vc = cache->v[layer].index_select(0, slots).narrow(2, 0, max_len);
-      at::Tensor qg = q.reshape({B, kvh, nh / kvh, D});
-      at::Tensor scores = at::matmul(qg, kc.transpose(-1, -2)).to(at::kFloat).mul_(scale);  // [B,kvh,G,L]
-      at::Tensor key_pos = at::arange(max_len, positions.options());
-      at::Tensor masked = key_pos.unsqueeze(0).gt(positions.unsqueeze(1)).view({B, 1, 1, max_len});
-      scores.masked_fill_(masked, -std::numeric_limits<float>::infinity());
-      a = at::matmul(at::softmax(scores, -1).to(x.scalar_type()), vc);  // [B,kvh,G,D]
-      a = a.reshape({B, 1, Q});
-    } else {
-      if (cache != nullptr) {
-        cache->k[layer].narrow(2, 0, T).index_copy_(0, slots, k);
-        cache->v[layer].narrow(2, 0, T).index_copy_(0, slots, v);
-      }
-      a = at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0, /*is_causal=*/true, scale,
-                                           /*enable_gqa=*/kvh != nh);
-      a = a.transpose(1, 2).reshape({B, T, Q});
+  at::Tensor h = Norm(x, w.input_norm);
+  at::Tensor qkv = Linear(h, w.qkv_w, w.qkv_b);  // [B,T,Q+2KV]
+  at::Tensor q = qkv.narrow(-1, 0, Q).view({B, T, nh, D}).transpose(1, 2);
+  at::Tensor k = qkv.narrow(-1, Q, KV).view({B, T, kvh, D}).transpose(1, 2);
+  at::Tensor v = qkv.narrow(-1, Q + KV, KV).view({B, T, kvh, D}).transpose(1, 2);
+  q = q * cos + RotateHalf(q) * sin;  // [B,nh,T,D]
+  k = k * cos + RotateHalf(k) * sin;  // [B,kvh,T,D]
+  at::Tensor a;
+  if (decode) {
+    // T == 1: write this position, then attend over [0, max_len) of the
+    // row with later positions masked. GQA without copying K/V: query
+    // heads grouped under their KV head.
+    cache->k[layer].index_put_({slots, Slice(), positions}, k.squeeze(2));
+    cache->v[layer].index_put_({slots, Slice(), positions}, v.squeeze(2));
+    at::Tensor kc = cache->k[layer].index_select(0, slots).narrow(2, 0, max_len);  // [B,kvh,L,D]
+    at::Tensor vc = cache->v[layer].index_select(0, slots).narrow(2, 0, max_len);
+    at::Tensor qg = q.reshape({B, kvh, nh / kvh, D});
+    at::Tensor scores = at::matmul(qg, kc.transpose(-1, -2)).to(at::kFloat).mul_(scale);  // [B,kvh,G,L]
+    at::Tensor key_pos = at::arange(max_len, positions.options());
+    at::Tensor masked = key_pos.unsqueeze(0).gt(positions.unsqueeze(1)).view({B, 1, 1, max_len});
+    scores.masked_fill_(masked, -std::numeric_limits<float>::infinity());
+    a = at::matmul(at::softmax(scores, -1).to(x.scalar_type()), vc);  // [B,kvh,G,D]
+    a = a.reshape({B, 1, Q});
+  } else {
+    if (cache != nullptr) {
+      cache->k[layer].narrow(2, 0, T).index_copy_(0, slots, k);
+      cache->v[layer].narrow(2, 0, T).index_copy_(0, slots, v);
     }
-    at::Tensor x1 = x + Linear(a, w.o_w, w.o_b);
-    at::Tensor gu = Linear(Norm(x1, w.post_norm), w.gate_up_w, w.gate_up_b);
-    const int64_t I = c.intermediate_size;
-    return x1 + Linear(at::silu(gu.narrow(-1, 0, I)) * gu.narrow(-1, I, I), w.down_w, w.down_b);
-  };
+    a = at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0, /*is_causal=*/true, scale,
+                                         /*enable_gqa=*/kvh != nh);
+    a = a.transpose(1, 2).reshape({B, T, Q});
+  }
+  at::Tensor x1 = x + Linear(a, w.o_w, w.o_b);
+  at::Tensor gu = Linear(Norm(x1, w.post_norm), w.gate_up_w, w.gate_up_b);  // [B,T,2I]
+  const int64_t I = c.intermediate_size;
+  return x1 + Linear(at::silu(gu.narrow(-1, 0, I)) * gu.narrow(-1, I, I), w.down_w, w.down_b);
+}
+
+at::Tensor Transformer::Block(int layer, const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) const {
   const Layer& w = layers_[layer];
-  if (options_.activation_checkpointing && cache == nullptr && at::GradMode::is_enabled()) {
-    CheckpointedBlock::BlockFn fn = block;
+  if (options_.activation_checkpointing && at::GradMode::is_enabled()) {
     std::vector<at::Tensor> params;
     for (const at::Tensor* t : {&w.input_norm, &w.qkv_w, &w.qkv_b, &w.o_w, &w.o_b, &w.post_norm, &w.gate_up_w,
                                 &w.gate_up_b, &w.down_w, &w.down_b}) {
       if (t->defined()) params.push_back(*t);
     }
-    return CheckpointedBlock::apply(x_in, params, &fn, &w);
+    return CheckpointedBlock::apply(x, cos, sin, at::TensorList(params), this, &w);
   }
-  return block(w, x_in);
+  return BlockForward(w, x, cos, sin);
 }
 
 at::Tensor Transformer::Hidden(const at::Tensor& ids) const {
@@ -505,12 +506,14 @@ at::Tensor Transformer::Hidden(const at::Tensor& ids) const {
   at::Tensor positions = at::arange(T, ids.options().dtype(at::kLong)).unsqueeze(0).expand({B, T});
   auto [cos, sin] = Rope(positions);
   at::Tensor x = at::embedding(embed_, ids);
-  for (int l = 0; l < config_.num_layers; ++l) x = Block(l, x, cos, sin, nullptr, {}, {}, 0, false);
+  for (int l = 0; l < config_.num_layers; ++l) x = Block(l, x, cos, sin);
   return Norm(x, final_norm_);
 }
 
-at::Tensor Transformer::Logits(const at::Tensor& ids) const {
-  return at::linear(Hidden(ids), lm_head_).to(at::kFloat);
+at::Tensor Transformer::Logits(const at::Tensor& ids) const { return HeadLogits(Hidden(ids)); }
+
+at::Tensor Transformer::HeadLogits(const at::Tensor& hidden) const {
+  return at::linear(hidden, lm_head_).to(at::kFloat);
 }
 
 at::Tensor Transformer::TokenLogprobs(const at::Tensor& hidden, const at::Tensor& targets, double temperature) const {
@@ -529,7 +532,9 @@ at::Tensor Transformer::Prefill(const at::Tensor& ids, const at::Tensor& slots, 
   at::Tensor positions = at::arange(T, ids.options().dtype(at::kLong)).unsqueeze(0).expand({B, T});
   auto [cos, sin] = Rope(positions);
   at::Tensor x = at::embedding(embed_, ids);
-  for (int l = 0; l < config_.num_layers; ++l) x = Block(l, x, cos, sin, cache, slots, {}, 0, false);
+  for (int l = 0; l < config_.num_layers; ++l) {
+    x = BlockForward(layers_[l], x, cos, sin, cache, l, slots, {}, 0, false);
+  }
   return Norm(x, final_norm_);
 }
 
@@ -537,8 +542,10 @@ at::Tensor Transformer::Decode(const at::Tensor& ids, const at::Tensor& slots, c
                                int64_t max_len, KVCache* cache) const {
   auto [cos, sin] = Rope(positions.unsqueeze(1));
   at::Tensor x = at::embedding(embed_, ids.unsqueeze(1));  // [B,1,H]
-  for (int l = 0; l < config_.num_layers; ++l) x = Block(l, x, cos, sin, cache, slots, positions, max_len, true);
-  return at::linear(Norm(x, final_norm_).squeeze(1), lm_head_).to(at::kFloat);
+  for (int l = 0; l < config_.num_layers; ++l) {
+    x = BlockForward(layers_[l], x, cos, sin, cache, l, slots, positions, max_len, true);
+  }
+  return HeadLogits(Norm(x, final_norm_).squeeze(1));
 }
 
 }  // namespace kernelrl::learner

@@ -74,6 +74,8 @@ class Transformer {
   // ids [B,T] -> logits [B,T,V] fp32. For tests and short inputs: it
   // materializes the whole vocabulary.
   at::Tensor Logits(const at::Tensor& ids) const;
+  // hidden [..., H] -> logits [..., V] fp32 (language-model head).
+  at::Tensor HeadLogits(const at::Tensor& hidden) const;
   // log softmax(head(hidden)/temperature)[target] per position: hidden
   // [N,H] (or [B,T,H]), targets [N] (or [B,T]) int64, -1 = ignore (0 out,
   // no gradient). Returns fp32 of targets' shape. Works in chunks of
@@ -103,6 +105,15 @@ class Transformer {
   Head head() const { return head_; }
   void set_activation_checkpointing(bool on) { options_.activation_checkpointing = on; }
 
+  // One block on x [B,T,H] with the given weights. Without a cache: causal
+  // self-attention. With a cache: prefill writes rows `slots`, decode
+  // (T == 1) writes `positions` and attends to [0, max_len).
+  // Public for the checkpointing autograd node; callers use the methods above.
+  struct Layer;
+  at::Tensor BlockForward(const Layer& w, const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
+                          KVCache* cache = nullptr, int layer = 0, const at::Tensor& slots = {},
+                          const at::Tensor& positions = {}, int64_t max_len = 0, bool decode = false) const;
+
   struct Layer {
     at::Tensor input_norm;          // [H]
     at::Tensor qkv_w, qkv_b;        // [Q+2KV, H], [Q+2KV] or undefined
@@ -120,10 +131,8 @@ class Transformer {
   // cos, sin [B,1,T,D] in the model dtype for positions [B,T].
   std::pair<at::Tensor, at::Tensor> Rope(const at::Tensor& positions) const;
   at::Tensor Norm(const at::Tensor& x, const at::Tensor& w) const;
-  // One block on x [B,T,H]. With a cache: decode (T==1) attends to the
-  // cached rows; prefill writes them.
-  at::Tensor Block(int layer, const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, KVCache* cache,
-                   const at::Tensor& slots, const at::Tensor& positions, int64_t max_len, bool decode) const;
+  // Block `layer` of the training/scoring forward, checkpointed if asked.
+  at::Tensor Block(int layer, const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) const;
 
   ModelConfig config_;
   Head head_;

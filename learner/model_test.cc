@@ -1,0 +1,246 @@
+// The decoder against Hugging Face transformers on tiny random checkpoints
+// generated at test time: logits, cached greedy decoding, save -> HF load,
+// chunked log-probs and their gradients, activation checkpointing, critic.
+#include "learner/model.h"
+
+#include <c10/core/GradMode.h>
+#include <sys/stat.h>
+
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "learner/json.h"
+#include "learner/safetensors.h"
+#include "learner/test_util.h"
+
+namespace kernelrl::learner {
+namespace {
+
+using testing::RunFixtureScript;
+using testing::TempDir;
+
+const std::string& FixtureDir() {
+  static const std::string dir = [] {
+    std::string d = TempDir() + "/model_fixtures";
+    int rc = RunFixtureScript("model", d);
+    EXPECT_EQ(rc, 0) << "fixture generator failed; see " << d << ".model.log";
+    return d;
+  }();
+  return dir;
+}
+
+Json Fixture(const std::string& name) {
+  auto text = ReadFileToString(FixtureDir() + "/fixtures.json");
+  EXPECT_TRUE(text.ok()) << text.status();
+  auto j = ParseJson(*text);
+  EXPECT_TRUE(j.ok()) << j.status();
+  return *j->Find(name);
+}
+
+at::Tensor IdsTensor(const Json& rows) {
+  std::vector<int64_t> flat;
+  for (const Json& r : rows.items()) {
+    for (const Json& v : r.items()) flat.push_back(*v.AsInt());
+  }
+  int64_t b = rows.items().size();
+  return at::tensor(flat, at::kLong).view({b, -1});
+}
+
+at::Tensor ReadF32(const std::string& path, at::IntArrayRef shape) {
+  auto bytes = ReadFileToString(path);
+  EXPECT_TRUE(bytes.ok()) << bytes.status();
+  at::Tensor t = at::empty(shape, at::kFloat);
+  EXPECT_EQ(static_cast<size_t>(t.nbytes()), bytes->size());
+  std::memcpy(t.data_ptr(), bytes->data(), std::min(bytes->size(), static_cast<size_t>(t.nbytes())));
+  return t;
+}
+
+std::vector<int64_t> Greedy(const Transformer& m, const std::vector<int64_t>& prompt, int n) {
+  c10::AutoGradMode no_grad(false);
+  KVCache cache(m.config(), 2, static_cast<int64_t>(prompt.size()) + n + 1, at::TensorOptions().dtype(at::kFloat));
+  at::Tensor slots = at::tensor(std::vector<int64_t>{1}, at::kLong);  // Row 1: rows are independent.
+  at::Tensor ids = at::tensor(prompt, at::kLong).view({1, -1});
+  at::Tensor h = m.Prefill(ids, slots, &cache);
+  at::Tensor logits = m.HeadLogits(h.select(1, h.size(1) - 1));
+  std::vector<int64_t> out;
+  int64_t pos = static_cast<int64_t>(prompt.size());
+  for (int i = 0; i < n; ++i) {
+    int64_t next = logits.argmax(-1).item<int64_t>();
+    out.push_back(next);
+    logits = m.Decode(at::tensor(std::vector<int64_t>{next}, at::kLong), slots,
+                      at::tensor(std::vector<int64_t>{pos}, at::kLong), pos + 1, &cache);
+    ++pos;
+  }
+  return out;
+}
+
+class ModelParityTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ModelParityTest, LogitsMatchTransformers) {
+  const std::string name = GetParam();
+  Json fx = Fixture(name);
+  auto m = Transformer::Load(FixtureDir() + "/" + name, Head::kLanguageModel, {});
+  ASSERT_TRUE(m.ok()) << m.status();
+  at::Tensor ids = IdsTensor(*fx.Find("ids"));
+  std::vector<int64_t> shape;
+  for (const Json& d : fx.Find("logits_shape")->items()) shape.push_back(*d.AsInt());
+  at::Tensor want = ReadF32(FixtureDir() + "/" + name + "/logits.f32", shape);
+  c10::AutoGradMode no_grad(false);
+  at::Tensor got = (*m)->Logits(ids);
+  double diff = (got - want).abs().max().item<double>();
+  EXPECT_LE(diff, 1e-4) << name << " max |logits - HF| = " << diff;
+  EXPECT_GT(want.std().item<double>(), 0.1) << "fixture logits are degenerate";
+}
+
+TEST_P(ModelParityTest, CachedGreedyDecodingMatchesTransformersGenerate) {
+  const std::string name = GetParam();
+  Json fx = Fixture(name);
+  auto m = Transformer::Load(FixtureDir() + "/" + name, Head::kLanguageModel, {});
+  ASSERT_TRUE(m.ok()) << m.status();
+  std::vector<int64_t> prompt, want;
+  for (const Json& v : fx.Find("prompt")->items()) prompt.push_back(*v.AsInt());
+  for (const Json& v : fx.Find("greedy")->items()) want.push_back(*v.AsInt());
+  ASSERT_EQ(want.size(), 64u);
+  EXPECT_EQ(Greedy(**m, prompt, 64), want);
+}
+
+TEST_P(ModelParityTest, SavedCheckpointLoadsInTransformers) {
+  const std::string name = GetParam();
+  Json fx = Fixture(name);
+  auto m = Transformer::Load(FixtureDir() + "/" + name, Head::kLanguageModel, {});
+  ASSERT_TRUE(m.ok()) << m.status();
+  const std::string out = TempDir() + "/resaved_" + name;
+  ::mkdir(out.c_str(), 0755);
+  ASSERT_TRUE((*m)->Save(out).ok());
+  // Reload ourselves: identical weights.
+  auto again = Transformer::Load(out, Head::kLanguageModel, {});
+  ASSERT_TRUE(again.ok()) << again.status();
+  auto a = (*m)->HFTensors(), b = (*again)->HFTensors();
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].first, b[i].first);
+    EXPECT_TRUE(at::equal(a[i].second, b[i].second)) << a[i].first;
+  }
+  // And transformers loads what we wrote and computes the same logits.
+  const Json* ids = fx.Find("ids");
+  ASSERT_TRUE(WriteFileAtomically(out + "/ids.json", ids->Dump()).ok());
+  ASSERT_EQ(RunFixtureScript("hf_logits", out), 0) << "see " << out << ".hf_logits.log";
+  c10::AutoGradMode no_grad(false);
+  at::Tensor ours = (*m)->Logits(IdsTensor(*ids));
+  at::Tensor theirs = ReadF32(out + "/hf_logits.f32", ours.sizes());
+  EXPECT_LE((ours - theirs).abs().max().item<double>(), 1e-4);
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, ModelParityTest, ::testing::Values("qwen2", "llama"));
+
+ModelConfig TinyConfig() {
+  ModelConfig c;
+  c.model_type = "qwen2";
+  c.vocab_size = 97;
+  c.hidden_size = 32;
+  c.intermediate_size = 64;
+  c.num_layers = 2;
+  c.num_heads = 4;
+  c.num_kv_heads = 2;
+  c.head_dim = 8;
+  return c;
+}
+
+TEST(ModelTest, ChunkedTokenLogprobsMatchFullSoftmaxAndGradients) {
+  ModelOptions opt;
+  opt.trainable = true;
+  auto m = Transformer::Create(TinyConfig(), Head::kLanguageModel, opt, 3);
+  ASSERT_TRUE(m.ok());
+  at::manual_seed(11);
+  at::Tensor ids = at::randint(0, 97, {2, 9}, at::kLong);
+  at::Tensor targets = at::randint(0, 97, {2, 9}, at::kLong);
+  targets.index_put_({0, 3}, -1);  // Ignored position.
+  const double temp = 0.7;
+
+  at::Tensor h = (*m)->Hidden(ids);
+  at::Tensor lp = (*m)->TokenLogprobs(h, targets, temp);
+  at::Tensor loss = -(lp * at::arange(18, at::kFloat).view({2, 9})).sum();
+  loss.backward();
+  std::vector<at::Tensor> g1;
+  for (auto& p : (*m)->parameters()) {
+    g1.push_back(p.grad().clone());
+    p.mutable_grad().zero_();
+  }
+  at::Tensor logits = (*m)->Logits(ids) / temp;
+  at::Tensor ref = at::log_softmax(logits, -1).gather(-1, targets.clamp_min(0).unsqueeze(-1)).squeeze(-1);
+  ref = ref.masked_fill(targets.lt(0), 0.0);
+  (-(ref * at::arange(18, at::kFloat).view({2, 9})).sum()).backward();
+  EXPECT_LE((lp - ref).abs().max().item<double>(), 1e-5);
+  EXPECT_EQ(lp.index({0, 3}).item<float>(), 0.0f);
+  auto ps = (*m)->parameters();
+  for (size_t i = 0; i < ps.size(); ++i) {
+    const double scale = 1.0 + ps[i].grad().abs().max().item<double>();
+    EXPECT_LE((g1[i] - ps[i].grad()).abs().max().item<double>(), 1e-5 * scale) << "parameter " << i;
+  }
+}
+
+TEST(ModelTest, ActivationCheckpointingGivesTheSameGradients) {
+  ModelOptions opt;
+  opt.trainable = true;
+  auto m = Transformer::Create(TinyConfig(), Head::kLanguageModel, opt, 5);
+  ASSERT_TRUE(m.ok());
+  at::manual_seed(12);
+  at::Tensor ids = at::randint(0, 97, {2, 12}, at::kLong);
+  auto grads = [&](bool ckpt) {
+    (*m)->set_activation_checkpointing(ckpt);
+    for (auto& p : (*m)->parameters()) {
+      if (p.grad().defined()) p.mutable_grad().zero_();
+    }
+    at::Tensor h = (*m)->Hidden(ids.narrow(1, 0, 11));
+    (-(*m)->TokenLogprobs(h, ids.narrow(1, 1, 11)).mean()).backward();
+    std::vector<at::Tensor> g;
+    for (auto& p : (*m)->parameters()) g.push_back(p.grad().clone());
+    return g;
+  };
+  auto plain = grads(false);
+  auto ckpt = grads(true);
+  ASSERT_EQ(plain.size(), ckpt.size());
+  for (size_t i = 0; i < plain.size(); ++i) {
+    EXPECT_GT(plain[i].abs().sum().item<double>(), 0.0) << "parameter " << i << " got no gradient";
+    EXPECT_LE((plain[i] - ckpt[i]).abs().max().item<double>(), 1e-6) << "parameter " << i;
+  }
+}
+
+TEST(ModelTest, CriticHasValueHeadAndRoundTrips) {
+  auto critic = Transformer::Create(TinyConfig(), Head::kValue, {}, 9);
+  ASSERT_TRUE(critic.ok());
+  at::Tensor ids = at::randint(0, 97, {3, 5}, at::kLong);
+  c10::AutoGradMode no_grad(false);
+  at::Tensor v = (*critic)->Values((*critic)->Hidden(ids));
+  EXPECT_EQ(v.sizes(), (std::vector<int64_t>{3, 5}));
+  const std::string dir = TempDir() + "/critic";
+  ::mkdir(dir.c_str(), 0755);
+  ASSERT_TRUE((*critic)->Save(dir).ok());
+  auto back = Transformer::Load(dir, Head::kValue, {});
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_TRUE(at::equal((*back)->Values((*back)->Hidden(ids)), v));
+  // A critic checkpoint is not a language model: loading it as one names the missing tensor.
+  auto wrong = Transformer::Load(dir, Head::kLanguageModel, {});
+  ASSERT_FALSE(wrong.ok());
+  EXPECT_NE(std::string(wrong.status().message()).find("lm_head.weight"), std::string::npos) << wrong.status();
+}
+
+TEST(ModelTest, MisshapenCheckpointIsRejectedWithTheTensorName) {
+  auto m = Transformer::Create(TinyConfig(), Head::kLanguageModel, {}, 1);
+  ASSERT_TRUE(m.ok());
+  const std::string dir = TempDir() + "/misshapen";
+  ::mkdir(dir.c_str(), 0755);
+  ASSERT_TRUE((*m)->Save(dir).ok());
+  auto cfg = ReadFileToString(dir + "/config.json");
+  auto j = ParseJson(*cfg);
+  j->Set("intermediate_size", Json::Int(65));
+  ASSERT_TRUE(WriteFileAtomically(dir + "/config.json", j->Dump()).ok());
+  auto bad = Transformer::Load(dir, Head::kLanguageModel, {});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(std::string(bad.status().message()).find("mlp.gate_proj.weight"), std::string::npos) << bad.status();
+}
+
+}  // namespace
+}  // namespace kernelrl::learner
