@@ -13,6 +13,7 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "proto/diagnostics.grpc.pb.h"
+#include "proto/learner.grpc.pb.h"
 #include "proto/grpc/health/v1/health.grpc.pb.h"
 #include "tests/subprocess.h"
 
@@ -155,6 +156,29 @@ TEST_P(ServiceLifecycleTest, PortInUseFailsWithExit1) {
   ASSERT_TRUE(second.Wait(10));
   EXPECT_EQ(second.exit_code(), 1);
   EXPECT_NE(second.Log().find("cannot start: cannot listen for gRPC"), std::string::npos) << second.Log();
+}
+
+// RPCs whose core does not exist yet say so instead of pretending to work.
+TEST(UnimplementedTest, LearnerJobApiAnswersUnimplemented) {
+  const std::string port_file = TempDir() + "/learner_unimpl.ports";
+  std::remove(port_file.c_str());
+  Subprocess process("learner/learner_main",
+                     {"--set=server.grpc_port=0", "--set=server.metrics_port=-1", "--set=server.port_file=" + port_file,
+                      "--set=server.drain_seconds=0"},
+                     TempDir() + "/learner_unimpl.log");
+  int grpc_port = 0, metrics_port = 0;
+  ASSERT_TRUE(ReadPortFile(port_file, 20, &grpc_port, &metrics_port)) << process.Log();
+  EXPECT_EQ(metrics_port, -1);  // metrics disabled by config
+  auto stub = kernelrl::v1::Learner::NewStub(
+      grpc::CreateChannel("127.0.0.1:" + std::to_string(grpc_port), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  kernelrl::v1::SubmitJobRequest request;
+  request.mutable_spec()->set_name("probe");
+  kernelrl::v1::Job job;
+  EXPECT_EQ(stub->SubmitJob(&context, request, &job).error_code(), grpc::StatusCode::UNIMPLEMENTED);
+  process.Signal(SIGTERM);
+  ASSERT_TRUE(process.Wait(10));
+  EXPECT_EQ(process.exit_code(), 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(AllBinaries, ServiceLifecycleTest,
