@@ -1,0 +1,98 @@
+// Token ids against HF `tokenizers` on 10,500 varied lines (code, unicode,
+// whitespace runs, digits, special tokens), for a Qwen2-style (NFC, single
+// digits) and a Llama-3-style (digit triples, ignore_merges) tokenizer.json
+// trained at test time; round-trip decoding; clear errors on bad files.
+#include "learner/tokenizer/tokenizer.h"
+
+#include "gtest/gtest.h"
+#include "learner/json.h"
+#include "learner/safetensors.h"
+#include "learner/test_util.h"
+#include "learner/tokenizer/unicode.h"
+
+namespace kernelrl::learner {
+namespace {
+
+const Json& Fixtures() {
+  static const Json* fx = [] {
+    const std::string dir = testing::TempDir() + "/tokenizer_fixtures";
+    EXPECT_EQ(testing::RunFixtureScript("tokenizer", dir), 0) << "see " << dir << ".tokenizer.log";
+    auto text = ReadFileToString(dir + "/tokenizer_fixtures.json");
+    EXPECT_TRUE(text.ok()) << text.status();
+    auto j = ParseJson(*text);
+    EXPECT_TRUE(j.ok()) << j.status();
+    return new Json(*j);
+  }();
+  return *fx;
+}
+
+class TokenizerParityTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(TokenizerParityTest, IdsEqualHuggingFaceOnVariedText) {
+  const Json& fx = Fixtures();
+  const Json* c = fx.Find("cases")->Find(GetParam());
+  ASSERT_NE(c, nullptr);
+  auto tok = Tokenizer::Load(c->Find("tokenizer")->str());
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  const auto& lines = fx.Find("lines")->items();
+  const auto& want = c->Find("ids")->items();
+  ASSERT_EQ(lines.size(), want.size());
+  ASSERT_GE(lines.size(), 10000u);
+  int mismatches = 0;
+  size_t tokens = 0;
+  for (size_t i = 0; i < lines.size(); ++i) {
+    std::vector<int32_t> expected;
+    for (const Json& v : want[i].items()) expected.push_back(static_cast<int32_t>(*v.AsInt()));
+    std::vector<int32_t> got = (*tok)->Encode(lines[i].str());
+    tokens += got.size();
+    if (got != expected && ++mismatches <= 5) {
+      ADD_FAILURE() << "line " << i << " " << Json::String(lines[i].str()).Dump() << ": ids differ from HF";
+    }
+    // Decoding gives back the (normalized) text.
+    const std::string text = c->Find("nfc")->bool_value() ? NormalizeNfc(lines[i].str()) : lines[i].str();
+    if (mismatches == 0) EXPECT_EQ((*tok)->Decode(got), text) << "line " << i;
+  }
+  EXPECT_EQ(mismatches, 0) << "of " << lines.size() << " lines";
+  EXPECT_GT(tokens, lines.size() * 3);
+}
+
+INSTANTIATE_TEST_SUITE_P(Styles, TokenizerParityTest, ::testing::Values("qwen2", "llama3"));
+
+TEST(TokenizerTest, SpecialTokensAreSplitOutAndSkippable) {
+  const Json& fx = Fixtures();
+  auto tok = Tokenizer::Load(fx.Find("cases")->Find("qwen2")->Find("tokenizer")->str());
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  const int32_t start = (*tok)->TokenId("<|im_start|>"), end = (*tok)->TokenId("<|im_end|>");
+  ASSERT_GE(start, 0);
+  ASSERT_GE(end, 0);
+  auto ids = (*tok)->Encode("<|im_start|>user\nhi<|im_end|>");
+  ASSERT_GE(ids.size(), 3u);
+  EXPECT_EQ(ids.front(), start);
+  EXPECT_EQ(ids.back(), end);
+  EXPECT_EQ((*tok)->Decode(ids, /*skip_special=*/true), "user\nhi");
+}
+
+TEST(TokenizerTest, UnsupportedOrBrokenFilesGiveClearErrors) {
+  EXPECT_FALSE(Tokenizer::FromJson("{\"model\": ").ok());
+  auto no_pre = Tokenizer::FromJson(R"({"model": {"type": "BPE", "vocab": {}, "merges": []}})");
+  ASSERT_FALSE(no_pre.ok());
+  EXPECT_NE(std::string(no_pre.status().message()).find("pre_tokenizer"), std::string::npos);
+  const Json& fx = Fixtures();
+  auto text = ReadFileToString(fx.Find("cases")->Find("qwen2")->Find("tokenizer")->str());
+  ASSERT_TRUE(text.ok());
+  auto truncated = Tokenizer::FromJson(absl::string_view(*text).substr(0, text->size() / 2));
+  ASSERT_FALSE(truncated.ok());
+  EXPECT_NE(std::string(truncated.status().message()).find("JSON parse error"), std::string::npos);
+  EXPECT_EQ(Tokenizer::Load("/nonexistent/tokenizer.json").status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST(UnicodeTest, NfcComposesAndReorders) {
+  EXPECT_EQ(NormalizeNfc("e\xCC\x81"), "\xC3\xA9");                  // e + acute -> é
+  EXPECT_EQ(NormalizeNfc("\xE1\x84\x80\xE1\x85\xA1"), "\xEA\xB0\x80");  // Hangul L+V -> 가
+  // a + dot below (220) + acute (230) stays composed-with-acute order-independent.
+  EXPECT_EQ(NormalizeNfc("a\xCC\x81\xCC\xA3"), NormalizeNfc("a\xCC\xA3\xCC\x81"));
+  EXPECT_EQ(NormalizeNfc("plain ascii"), "plain ascii");
+}
+
+}  // namespace
+}  // namespace kernelrl::learner
