@@ -167,6 +167,7 @@ absl::StatusOr<SpawnResult> RunContained(const SpawnOptions& opts) {
   clock_gettime(CLOCK_MONOTONIC, &now);
   double elapsed = (now.tv_sec - t0.tv_sec) + (now.tv_nsec - t0.tv_nsec) / 1e9;
   result.status = Supervise(*pid, std::max(0.0, opts.wall_seconds - elapsed));
+  result.status.wall_ms += elapsed * 1e3;  // Supervise only saw the tail
   for (int fd : fds) {
     if (fd >= 0) close(fd);
   }

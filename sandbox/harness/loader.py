@@ -27,7 +27,7 @@ def prepare_artifacts(layout, artifact_dir):
         so = manifest.get("kernels_so")
         kernelrl._set_library_path(os.path.join(artifact_dir, so) if so else "")
     elif layout == "TORCH_EXTENSION":
-        sys.path.insert(0, artifact_dir)
+        sys.path.insert(0, os.path.join(artifact_dir, manifest.get("extension_dir", "")))
     elif layout == "SINGLE_FILE_INLINE":
         _route_load_inline(artifact_dir, manifest.get("extensions", {}))
 

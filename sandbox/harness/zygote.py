@@ -136,8 +136,8 @@ class Zygote:
             except ChildProcessError:
                 pass
         outcome = self.decide(job, status, ref)
-        outcome["logs"] = {"candidate": tail(cand_log, job.get("log_tail_bytes", 8192)),
-                           "reference": tail(ref_log, job.get("log_tail_bytes", 8192)),
+        outcome["logs"] = {"candidate": tail(cand_log, int(job.get("log_tail_bytes") or 8192)),
+                           "reference": tail(ref_log, int(job.get("log_tail_bytes") or 8192)),
                            "contain": status.get("contain_log", "")}
         outcome["timings"] = {"verify_ms": (time.perf_counter() - t0) * 1e3,
                               "candidate_wall_ms": status.get("wall_ms", 0.0),
@@ -297,7 +297,7 @@ class Zygote:
             protocol.send(w, rep)
             os._exit(0)
         os.close(w)
-        st = self.cont.supervise(pid, job.get("wall_seconds", 60))
+        st = self.cont.supervise(pid, float(job.get("wall_seconds") or 60))
         rep = protocol.LineReader(r).read(timeout=1) or {"ok": False, "error": "probe died"}
         os.close(r)
         rep["timed_out"] = st["timed_out"]
@@ -306,7 +306,7 @@ class Zygote:
             # The first probe fixes the baseline; later ones must come back to it.
             if self.baseline_free is None:
                 self.baseline_free = rep["free_bytes"]
-            elif self.baseline_free - rep["free_bytes"] > job.get("memory_slack_bytes", 512 << 20):
+            elif self.baseline_free - rep["free_bytes"] > int(job.get("memory_slack_bytes") or (512 << 20)):
                 healthy = False
                 rep["error"] = (f"device memory not back to baseline: "
                                 f"{(self.baseline_free - rep['free_bytes']) >> 20} MiB still used")

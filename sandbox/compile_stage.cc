@@ -1,0 +1,232 @@
+#include "sandbox/compile_stage.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "sandbox/contain/contain.h"
+#include "sandbox/contain/spawn.h"
+#include "sandbox/diagnostics.h"
+#include "sandbox/sha256.h"
+
+namespace kernelrl::sandbox {
+namespace {
+
+std::string Or(const std::string& v, const std::string& fallback) { return v.empty() ? fallback : v; }
+double OrD(double v, double fallback) { return v > 0 ? v : fallback; }
+int64_t OrI(int64_t v, int64_t fallback) { return v > 0 ? v : fallback; }
+
+std::string FindNvcc(const SandboxConfig& c) {
+  if (!c.nvcc().empty()) return c.nvcc();
+  if (access("/usr/local/cuda/bin/nvcc", X_OK) == 0) return "/usr/local/cuda/bin/nvcc";
+  return "nvcc";
+}
+
+std::string Tail(const std::string& s, size_t n) { return s.size() <= n ? s : "..." + s.substr(s.size() - n); }
+
+absl::Status RemoveTree(const std::string& dir) {
+  // Our own build directories only; nftw would be the general tool.
+  std::string cmd = "rm -rf '" + dir + "'";
+  if (dir.find('\'') != std::string::npos || dir.size() < 8) return absl::InvalidArgumentError("bad dir " + dir);
+  return std::system(cmd.c_str()) == 0 ? absl::OkStatus() : absl::InternalError("rm -rf failed: " + dir);
+}
+
+}  // namespace
+
+CompileStage::CompileStage(const SandboxConfig& config, std::string harness_dir, int contain_caps)
+    : config_(config),
+      harness_dir_(std::move(harness_dir)),
+      caps_(contain_caps),
+      cache_dir_(config.cache_dir()),
+      max_parallel_(config.compile().max_parallel() > 0
+                        ? config.compile().max_parallel()
+                        : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / 2)) {
+  mkdir(cache_dir_.c_str(), 0700);
+}
+
+std::vector<std::string> CompileStage::Command(const ValidatedWorkspace& ws, const std::string& workspace_dir,
+                                               const std::string& out_dir) const {
+  const std::string arch = Or(config_.compile().cuda_arch(), "sm_90");
+  std::vector<std::string> cmd;
+  switch (ws.layout) {
+    case Workspace::FAST_PATH:
+      cmd = {FindNvcc(config_), "-O3", "--use_fast_math", "-arch=" + arch, "-std=c++17", "-shared",
+             "-Xcompiler", "-fPIC", "-I", workspace_dir, "-o", out_dir + "/kernels.so"};
+      break;
+    case Workspace::CPU:
+      cmd = {Or(config_.cxx(), "g++"), "-O3", "-std=c++17", "-shared", "-fPIC", "-fno-openmp",
+             "-I", workspace_dir, "-o", out_dir + "/kernels.so"};
+      break;
+    default:
+      return {Or(config_.python(), "python3"), harness_dir_ + "/build_ext.py", "--layout",
+              Workspace::Layout_Name(ws.layout), "--workspace", workspace_dir, "--out", out_dir, "--arch", arch};
+  }
+  for (const std::string& src : ws.kernel_sources) cmd.push_back(workspace_dir + "/" + src);
+  return cmd;
+}
+
+std::string CompileStage::CacheKey(const ValidatedWorkspace& ws) const {
+  return Sha256Hex(absl::StrCat(ws.content_hash, "|", Workspace::Layout_Name(ws.layout), "|",
+                                config_.compile().cuda_arch(), "|", FindNvcc(config_), "|", config_.cxx(),
+                                "|v1"));
+}
+
+int CompileStage::in_flight() const {
+  absl::MutexLock l(&mu_);
+  return in_flight_;
+}
+
+int CompileStage::waiting() const {
+  absl::MutexLock l(&mu_);
+  return waiting_;
+}
+
+absl::StatusOr<CompileResult> CompileStage::Compile(const ValidatedWorkspace& ws, const std::string& workspace_dir) {
+  const std::string final_dir = cache_dir_ + "/" + CacheKey(ws);
+  struct stat st;
+  if (stat((final_dir + "/manifest.json").c_str(), &st) == 0) {
+    CompileResult hit;
+    hit.ok = true;
+    hit.cache_hit = true;
+    hit.artifact_dir = final_dir;
+    hit.summary = "cache hit";
+    return hit;
+  }
+  if (ws.kernel_sources.empty() && (ws.layout == Workspace::FAST_PATH || ws.layout == Workspace::CPU)) {
+    // Nothing to build: a pure-Python ModelNew still gets verified.
+    mkdir(final_dir.c_str(), 0700);
+    std::ofstream(final_dir + "/manifest.json") << "{}";
+    CompileResult none;
+    none.ok = true;
+    none.artifact_dir = final_dir;
+    none.summary = "no kernels to compile";
+    return none;
+  }
+  {
+    absl::MutexLock l(&mu_);
+    ++waiting_;
+    auto slot_free = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return in_flight_ < max_parallel_; };
+    mu_.Await(absl::Condition(&slot_free));
+    --waiting_;
+    ++in_flight_;
+  }
+  absl::StatusOr<CompileResult> r = Build(ws, workspace_dir, final_dir);
+  {
+    absl::MutexLock l(&mu_);
+    --in_flight_;
+  }
+  return r;
+}
+
+absl::StatusOr<CompileResult> CompileStage::Build(const ValidatedWorkspace& ws, const std::string& workspace_dir,
+                                                  const std::string& final_dir) {
+  char tmpl[4096];
+  std::snprintf(tmpl, sizeof(tmpl), "%s/build-XXXXXX", cache_dir_.c_str());
+  if (mkdtemp(tmpl) == nullptr) return absl::InternalError(absl::StrCat("mkdtemp: ", std::strerror(errno)));
+  const std::string out_dir = tmpl;
+  const std::string tmp_dir = out_dir + "/.tmp";
+  mkdir(tmp_dir.c_str(), 0700);
+
+  const CompileLimits& lim = config_.compile();
+  SpawnOptions opts;
+  opts.argv = Command(ws, workspace_dir, out_dir);
+  const char* path = std::getenv("PATH");
+  opts.env = {"PATH=/usr/local/cuda/bin:" + std::string(path ? path : "/usr/bin:/bin"), "TMPDIR=" + tmp_dir,
+              "HOME=" + tmp_dir, "LC_ALL=C", "CUDA_VISIBLE_DEVICES="};
+  for (const char* keep : {"PYTHONPATH", "CUDA_HOME", "LD_LIBRARY_PATH"}) {
+    if (const char* v = std::getenv(keep)) opts.env.push_back(std::string(keep) + "=" + v);
+  }
+  opts.cwd = workspace_dir;
+  opts.wall_seconds = OrD(lim.wall_seconds(), 120);
+  opts.max_output_bytes = 256 << 10;
+  KrPolicy& p = opts.policy;
+  p.parent_death_signal = SIGKILL;
+  p.new_process_group = 1;
+  p.close_fds = 1;
+  p.user_ns = (caps_ & KR_CAP_USER_NS) != 0;
+  p.net_ns = (caps_ & KR_CAP_NET_NS) != 0;
+  p.ipc_ns = (caps_ & KR_CAP_IPC_NS) != 0;
+  p.mount_ns = (caps_ & KR_CAP_MOUNT_NS) != 0;
+  p.pid_ns = (caps_ & KR_CAP_PID_NS) != 0;
+  p.mount_proc = p.pid_ns && (caps_ & KR_CAP_PROC_MOUNT) != 0;
+  p.readonly_root = p.mount_ns && (caps_ & KR_CAP_RO_REMOUNT) != 0;
+  p.writable_dirs = out_dir.c_str();
+  p.cpu_seconds = static_cast<long long>(OrD(lim.cpu_seconds(), 120));
+  // Python builders import torch (large mappings): RLIMIT_AS only for nvcc/g++.
+  if (ws.layout == Workspace::FAST_PATH || ws.layout == Workspace::CPU) {
+    p.as_bytes = OrI(lim.memory_bytes(), int64_t{8} << 30);
+  } else {
+    p.data_bytes = OrI(lim.memory_bytes(), int64_t{8} << 30);
+  }
+  p.fsize_bytes = OrI(lim.output_bytes(), int64_t{256} << 20);
+  p.core_bytes_plus1 = 1;
+  p.seccomp_profile = (caps_ & KR_CAP_SECCOMP) ? KR_SECCOMP_COMPILER : KR_SECCOMP_NONE;
+
+  absl::StatusOr<SpawnResult> run = RunContained(opts);
+  if (!run.ok()) {
+    RemoveTree(out_dir).IgnoreError();
+    return run.status();
+  }
+  CompileResult r;
+  r.wall_ms = run->status.wall_ms;
+  r.cpu_ms = run->status.cpu_ms;
+  const std::string output = run->stderr_text + run->stdout_text;
+  r.log = Tail(output, 8192);
+  const int max_diag = lim.max_diagnostics() > 0 ? lim.max_diagnostics() : 20;
+  const int max_chars = lim.max_message_chars() > 0 ? lim.max_message_chars() : 400;
+  r.diagnostics = ParseDiagnostics(output, workspace_dir, max_diag, max_chars);
+  const SuperviseResult& s = run->status;
+  if (s.timed_out || s.term_signal == SIGXCPU) {
+    r.failure = Verdict::TIMEOUT;
+    r.summary = absl::StrCat("compile ran past its limit (", s.timed_out ? "wall" : "CPU", ")");
+  } else if (s.term_signal == SIGSYS) {
+    r.failure = Verdict::SANDBOX_VIOLATION;
+    r.summary = "compile step killed by seccomp (forbidden system call)";
+  } else if (s.term_signal == SIGXFSZ) {
+    r.failure = Verdict::COMPILE_ERROR;
+    r.summary = "compile output exceeded the size limit";
+  } else if (s.exit_code != 0 || s.term_signal != 0) {
+    r.failure = Verdict::COMPILE_ERROR;
+    int errors = 0;
+    for (const auto& d : r.diagnostics) errors += d.severity() == "error";
+    std::string first;
+    for (const auto& d : r.diagnostics) {
+      if (d.severity() == "error") {
+        first = absl::StrCat(d.file(), d.line() > 0 ? absl::StrCat(":", d.line()) : "", ": ", d.message());
+        break;
+      }
+    }
+    r.summary = absl::StrCat("compile failed", errors ? absl::StrCat(" (", errors, " errors)") : "",
+                             first.empty() ? "" : ": " + first.substr(0, 300));
+    if (first.empty()) {
+      // Python builders report exceptions, not compiler lines.
+      size_t last = output.find_last_not_of("\n ");
+      size_t start = output.rfind('\n', last == std::string::npos ? 0 : last);
+      r.summary += ": " + output.substr(start == std::string::npos ? 0 : start + 1, 300);
+    }
+  } else {
+    if (ws.layout == Workspace::FAST_PATH || ws.layout == Workspace::CPU) {
+      std::ofstream(out_dir + "/manifest.json") << "{\"kernels_so\": \"kernels.so\"}";
+    }
+    RemoveTree(tmp_dir).IgnoreError();
+    // Atomic publish; a concurrent identical build may have won the race.
+    if (rename(out_dir.c_str(), final_dir.c_str()) != 0) RemoveTree(out_dir).IgnoreError();
+    r.ok = true;
+    r.artifact_dir = final_dir;
+    r.summary = absl::StrCat("compiled ", ws.kernel_sources.size(), " source(s)");
+    return r;
+  }
+  RemoveTree(out_dir).IgnoreError();
+  return r;
+}
+
+}  // namespace kernelrl::sandbox

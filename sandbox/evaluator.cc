@@ -1,0 +1,281 @@
+#include "sandbox/evaluator.h"
+
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "sandbox/contain/contain.h"
+#include "sandbox/workspace.h"
+
+namespace kernelrl::sandbox {
+namespace {
+
+using v1::sandbox::HarnessJob;
+using v1::sandbox::HarnessResult;
+
+double NowMs() {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+void AddStage(Verdict& v, const std::string& stage, double wall_ms, double cpu_ms = 0, bool cache_hit = false) {
+  StageTiming* t = v.add_stages();
+  t->set_stage(stage);
+  t->set_wall_ms(wall_ms);
+  t->set_cpu_ms(cpu_ms);
+  t->set_cache_hit(cache_hit);
+}
+
+std::string Tail(const std::string& s, size_t n) { return s.size() <= n ? s : s.substr(s.size() - n); }
+
+void RemoveTree(const std::string& dir) {
+  if (dir.size() < 8 || dir.find('\'') != std::string::npos) return;
+  std::string cmd = "rm -rf '" + dir + "'";
+  (void)!std::system(cmd.c_str());
+}
+
+// Secret seeds: fresh from the OS for every evaluation, never from the Task.
+std::vector<uint32_t> FreshSeeds(int n) {
+  std::random_device rd;
+  std::vector<uint32_t> seeds;
+  for (int i = 0; i < n; ++i) seeds.push_back(rd());
+  return seeds;
+}
+
+}  // namespace
+
+SandboxConfig WithDefaults(SandboxConfig c) {
+  if (c.backend().empty()) c.set_backend("cuda");
+  if (c.worker_id().empty()) {
+    char host[256] = {};
+    gethostname(host, sizeof(host) - 1);
+    c.set_worker_id(absl::StrCat(host, "/gpu", c.gpu_index()));
+  }
+  if (c.work_root().empty()) {
+    const char* tmp = std::getenv("TMPDIR");
+    c.set_work_root(absl::StrCat(tmp ? tmp : "/tmp", "/kernelrl-sandbox-", getpid()));
+  }
+  if (c.cache_dir().empty()) c.set_cache_dir(c.work_root() + "/cache");
+  if (c.python().empty()) c.set_python("python3");
+  if (c.harness_dir().empty()) {
+    const char* env = std::getenv("KERNELRL_HARNESS_DIR");
+    c.set_harness_dir(env ? env : "sandbox/harness");
+  }
+  if (c.contain_lib().empty()) {
+    const char* env = std::getenv("KERNELRL_CONTAIN_LIB");
+    c.set_contain_lib(env ? env : "sandbox/contain/libkernelrl_contain.so");
+  }
+  if (c.log_tail_bytes() <= 0) c.set_log_tail_bytes(8192);
+  VerifyLimits* v = c.mutable_verify();
+  if (v->wall_seconds() <= 0) v->set_wall_seconds(120);
+  if (v->host_memory_bytes() <= 0) v->set_host_memory_bytes(int64_t{32} << 30);
+  if (v->scratch_bytes() <= 0) v->set_scratch_bytes(int64_t{64} << 20);
+  if (v->exchange_bytes() <= 0) v->set_exchange_bytes(int64_t{16} << 30);
+  if (v->num_correctness_sets() < 5) v->set_num_correctness_sets(5);
+  if (v->health_probe_seconds() <= 0) v->set_health_probe_seconds(60);
+  if (v->health_memory_slack_bytes() <= 0) v->set_health_memory_slack_bytes(int64_t{512} << 20);
+  return c;
+}
+
+absl::StatusOr<std::unique_ptr<Evaluator>> Evaluator::Create(const SandboxConfig& raw) {
+  SandboxConfig config = WithDefaults(raw);
+  mkdir(config.work_root().c_str(), 0700);
+  const int caps = ProbeHostCapabilities();
+  const std::string missing = DescribeMissingCapabilities(caps);
+  if (!missing.empty()) {
+    fprintf(stderr, "sandbox: WARNING host isolation degraded, missing: %s\n", missing.c_str());
+  }
+  for (const std::string& required : config.required_isolation()) {
+    if (missing.find(required) != std::string::npos) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("required isolation step '", required, "' is not available on this host"));
+    }
+  }
+  std::unique_ptr<Evaluator> e(new Evaluator(config, caps));
+  absl::StatusOr<HarnessResult> hello = e->verify_->EnsureStarted();
+  if (!hello.ok()) return hello.status();
+  e->torch_version_ = hello->torch();
+  absl::MutexLock l(&e->gpu_mu_);
+  Verdict scratch;
+  e->HealthProbeLocked(scratch);
+  if (!e->serving()) {
+    return absl::UnavailableError("initial GPU health probe failed: " + scratch.logs().at("health_probe"));
+  }
+  return e;
+}
+
+Evaluator::Evaluator(SandboxConfig config, int caps)
+    : config_(std::move(config)),
+      caps_(caps),
+      compile_(std::make_unique<CompileStage>(config_, config_.harness_dir(), caps)),
+      verify_(std::make_unique<VerifyStage>(config_, config_.harness_dir(), config_.contain_lib(), caps)) {}
+
+EvaluatorInfo Evaluator::Info() const {
+  EvaluatorInfo info;
+  info.compile_in_flight = compile_->in_flight();
+  info.compile_waiting = compile_->waiting();
+  info.verify_waiting = verify_waiting_.load();
+  info.serving = serving_.load();
+  info.host_caps = caps_;
+  info.missing_isolation = DescribeMissingCapabilities(caps_);
+  return info;
+}
+
+Verdict Evaluator::Evaluate(const EvaluateRequest& request, const ProgressFn& progress) {
+  const double t0 = NowMs();
+  Verdict v = Run(request, progress);
+  v.set_worker_id(config_.worker_id());
+  v.set_torch_version(torch_version_);
+  {
+    absl::MutexLock l(&gpu_mu_);
+    v.set_gpu_model(gpu_model_);
+  }
+  if (v.outcome() != Verdict::OK) v.set_reward(-1);
+  AddStage(v, "total", NowMs() - t0);
+  if (progress) progress("done", true, Verdict::Outcome_Name(v.outcome()));
+  return v;
+}
+
+Verdict Evaluator::Run(const EvaluateRequest& request, const ProgressFn& progress) {
+  Verdict v;
+  const uint64_t id = job_counter_.fetch_add(1);
+  const std::string job_dir = absl::StrCat(config_.work_root(), "/job-", id);
+  auto note = [&](const std::string& stage, bool finished, const std::string& detail = "") {
+    if (progress) progress(stage, finished, detail);
+  };
+  auto finish = [&](Verdict::Outcome outcome, const std::string& summary) {
+    v.set_outcome(outcome);
+    v.set_summary(summary.substr(0, 1000));
+    RemoveTree(job_dir);
+    return v;
+  };
+  if (!serving_.load()) return finish(Verdict::INFRA_ERROR, "worker is not serving (GPU health probe failed)");
+
+  // 1. Validate.
+  note("validate", false);
+  double t = NowMs();
+  ValidatedWorkspace ws;
+  WorkspaceRejection rejection;
+  const bool valid = ValidateWorkspace(request.workspace(), config_.workspace(), config_.backend(), &ws, &rejection);
+  AddStage(v, "validate", NowMs() - t);
+  note("validate", true, valid ? Workspace::Layout_Name(ws.layout) : rejection.reason);
+  if (!valid) return finish(rejection.outcome, rejection.reason);
+  if (request.task().reference_source().empty()) return finish(Verdict::INFRA_ERROR, "task has no reference source");
+  mkdir(job_dir.c_str(), 0700);
+  for (const char* sub : {"/public", "/trusted", "/exchange", "/scratch"}) mkdir((job_dir + sub).c_str(), 0700);
+  if (absl::Status s = MaterializeWorkspace(ws, job_dir + "/ws"); !s.ok()) {
+    return finish(Verdict::INFRA_ERROR, std::string(s.message()));
+  }
+  std::ofstream(job_dir + "/public/model.py") << request.task().reference_source();
+  std::ofstream(job_dir + "/trusted/model.py") << request.task().reference_source();
+
+  // 2. Compile (CPU; parallel; cached).
+  note("compile", false);
+  absl::StatusOr<CompileResult> built = compile_->Compile(ws, job_dir + "/ws");
+  if (!built.ok()) return finish(Verdict::INFRA_ERROR, "compile stage: " + std::string(built.status().message()));
+  AddStage(v, "compile", built->wall_ms, built->cpu_ms, built->cache_hit);
+  for (const CompileDiagnostic& d : built->diagnostics) *v.add_diagnostics() = d;
+  if (!built->log.empty()) (*v.mutable_logs())["compile"] = Tail(built->log, config_.log_tail_bytes());
+  note("compile", true, absl::StrCat(built->diagnostics.size(), " diagnostics"));
+  if (!built->ok) return finish(built->failure, built->summary);
+
+  // 3. Verify (GPU; exclusive).
+  HarnessJob job;
+  job.set_kind("verify");
+  job.set_job_id(absl::StrCat(config_.worker_id(), "#", id, request.request_id().empty() ? "" : "/" + request.request_id()));
+  job.set_device(config_.backend() == "cpu" ? "cpu" : "cuda");
+  job.set_layout(Workspace::Layout_Name(ws.layout));
+  job.set_public_model(job_dir + "/public/model.py");
+  job.set_reference_model(job_dir + "/trusted/model.py");
+  job.set_workspace_dir(job_dir + "/ws");
+  job.set_artifact_dir(built->artifact_dir);
+  job.set_exchange_dir(job_dir + "/exchange");
+  job.set_scratch_dir(job_dir + "/scratch");
+  job.set_trusted_dir(job_dir + "/trusted");
+  const InputPolicy& ip = request.task().inputs();
+  const int sets = std::max(config_.verify().num_correctness_sets(), ip.num_correctness_sets());
+  for (uint32_t s : FreshSeeds(sets)) job.add_seeds(s);
+  job.set_init_seed(FreshSeeds(1)[0]);
+  if (ip.distributions().empty()) {
+    for (const char* d : {"task", "normal", "task", "uniform_pm1", "large_magnitude"}) job.add_distributions(d);
+  } else {
+    for (const std::string& d : ip.distributions()) job.add_distributions(d);
+  }
+  const TolerancePolicy& tol = request.task().tolerance();
+  job.set_atol(tol.atol() > 0 ? tol.atol() : 1e-2);
+  job.set_rtol(tol.rtol() > 0 ? tol.rtol() : 1e-2);
+  const VerifyLimits& lim = config_.verify();
+  job.set_wall_seconds(lim.wall_seconds());
+  job.set_host_memory_bytes(lim.host_memory_bytes());
+  job.set_scratch_bytes(lim.scratch_bytes());
+  job.set_exchange_bytes(lim.exchange_bytes());
+  job.set_log_tail_bytes(config_.log_tail_bytes());
+  job.set_profile(config_.enable_profiling() && !request.skip_profile());
+  auto& iso = *job.mutable_isolation();
+  for (const char* k : {"user_ns", "pid_ns", "net_ns", "mount_ns", "ipc_ns", "readonly_root", "mount_proc", "seccomp"}) {
+    iso[k] = true;
+  }
+  verify_waiting_.fetch_add(1);
+  note("verify", false, absl::StrCat("queue position ", verify_waiting_.load()));
+  absl::MutexLock gpu(&gpu_mu_);
+  verify_waiting_.fetch_sub(1);
+  if (!serving_.load()) return finish(Verdict::INFRA_ERROR, "worker is not serving (GPU health probe failed)");
+  t = NowMs();
+  absl::StatusOr<HarnessResult> r = verify_->Run(job, lim.wall_seconds() + 120);
+  const double verify_ms = NowMs() - t;
+  if (!r.ok()) {
+    AddStage(v, "verify", verify_ms);
+    HealthProbeLocked(v);
+    return finish(Verdict::INFRA_ERROR, "verify stage: " + std::string(r.status().message()));
+  }
+  AddStage(v, "verify", verify_ms, r->timings().candidate_cpu_ms());
+  for (const std::string& f : r->flags()) v.add_flags(f);
+  for (const auto& [k, text] : r->logs()) {
+    if (!text.empty()) (*v.mutable_logs())[k] = Tail(text, config_.log_tail_bytes());
+  }
+  Verdict::Outcome outcome = Verdict::INFRA_ERROR;
+  if (!Verdict::Outcome_Parse(r->outcome(), &outcome)) outcome = Verdict::INFRA_ERROR;
+  note("verify", true, r->outcome());
+  if (outcome == Verdict::CRASH || outcome == Verdict::CUDA_ERROR || outcome == Verdict::TIMEOUT ||
+      outcome == Verdict::INFRA_ERROR) {
+    HealthProbeLocked(v);
+  }
+  if (outcome == Verdict::OK) {
+    // The profiler's seam (docs/HARNESS.md): until it is wired, correctness
+    // alone gives the reward and the verdict says profiling was skipped.
+    v.set_reward(1);
+    v.add_flags("profile_skipped");
+  }
+  return finish(outcome, r->summary().empty() ? r->outcome() : r->summary());
+}
+
+void Evaluator::HealthProbeLocked(Verdict& verdict) {
+  const double t = NowMs();
+  HarnessJob job;
+  job.set_kind("health");
+  job.set_wall_seconds(config_.verify().health_probe_seconds());
+  job.set_memory_slack_bytes(config_.verify().health_memory_slack_bytes());
+  absl::StatusOr<HarnessResult> r = verify_->Run(job, config_.verify().health_probe_seconds() + 30);
+  // A dead zygote is restarted once: the probe judges the GPU, not the zygote.
+  if (!r.ok()) r = verify_->Run(job, config_.verify().health_probe_seconds() + 150);
+  AddStage(verdict, "health_probe", NowMs() - t);
+  const bool healthy = r.ok() && r->healthy();
+  if (r.ok() && !r->gpu_model().empty()) gpu_model_ = r->gpu_model();
+  (*verdict.mutable_logs())["health_probe"] =
+      r.ok() ? absl::StrCat(healthy ? "healthy" : "UNHEALTHY", r->error().empty() ? "" : ": " + r->error())
+             : absl::StrCat("UNHEALTHY: ", r.status().message());
+  if (!healthy) {
+    serving_.store(false);
+    fprintf(stderr, "sandbox: GPU health probe failed; worker is NOT_SERVING: %s\n",
+            verdict.logs().at("health_probe").c_str());
+  }
+}
+
+}  // namespace kernelrl::sandbox

@@ -1,0 +1,74 @@
+// Evaluator: the sandbox worker's core, independent of gRPC. One call runs
+// validate -> compile (CPU, parallel across calls, content-hash cached) ->
+// verify (GPU, exclusive per worker) -> [profile seam] and returns a Verdict.
+// After a crash, a sticky CUDA error or a timeout it runs a GPU health probe
+// before the next job; a failed probe marks the worker not serving.
+//
+// Invariants: every request gets exactly one Verdict (candidate faults are
+// outcomes, our faults are INFRA_ERROR); no process serves two candidates;
+// at most one verify job touches the GPU at a time; seeds are fresh per call.
+#ifndef KERNELRL_SANDBOX_EVALUATOR_H_
+#define KERNELRL_SANDBOX_EVALUATOR_H_
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "sandbox/proto_types.h"
+#include "proto/sandbox.pb.h"
+#include "proto/sandbox_config.pb.h"
+#include "proto/verdict.pb.h"
+#include "sandbox/compile_stage.h"
+#include "sandbox/verify_stage.h"
+
+namespace kernelrl::sandbox {
+
+// Called when a stage starts (finished = false) and ends.
+using ProgressFn = std::function<void(const std::string& stage, bool finished, const std::string& detail)>;
+
+struct EvaluatorInfo {
+  int compile_in_flight = 0;
+  int compile_waiting = 0;
+  int verify_waiting = 0;
+  bool serving = true;
+  int host_caps = 0;
+  std::string missing_isolation;  // human-readable, empty when complete
+};
+
+class Evaluator {
+ public:
+  // Probes the host, starts the zygote and runs the first health probe.
+  static absl::StatusOr<std::unique_ptr<Evaluator>> Create(const SandboxConfig& config);
+
+  Verdict Evaluate(const EvaluateRequest& request, const ProgressFn& progress = nullptr);
+
+  bool serving() const { return serving_.load(); }
+  EvaluatorInfo Info() const;
+  const SandboxConfig& config() const { return config_; }
+
+ private:
+  Evaluator(SandboxConfig config, int caps);
+  Verdict Run(const EvaluateRequest& request, const ProgressFn& progress);
+  void HealthProbeLocked(Verdict& verdict) ABSL_EXCLUSIVE_LOCKS_REQUIRED(gpu_mu_);
+
+  const SandboxConfig config_;
+  const int caps_;
+  std::unique_ptr<CompileStage> compile_;
+  std::unique_ptr<VerifyStage> verify_;
+  mutable absl::Mutex gpu_mu_;  // held for the whole verify (+probe) of one job
+  std::atomic<int> verify_waiting_{0};
+  std::atomic<bool> serving_{true};
+  std::atomic<uint64_t> job_counter_{0};
+  std::string gpu_model_ ABSL_GUARDED_BY(gpu_mu_);
+  std::string torch_version_;
+};
+
+// Defaults applied to a config (paths, limits); exposed for tests and the CLI.
+SandboxConfig WithDefaults(SandboxConfig config);
+
+}  // namespace kernelrl::sandbox
+
+#endif  // KERNELRL_SANDBOX_EVALUATOR_H_

@@ -1,0 +1,80 @@
+"""Compile-stage builder for the two layouts that need torch's extension
+machinery. Runs as a contained child of the C++ compile stage (no network,
+read-only filesystem except the output directory, rlimits, seccomp), never in
+a GPU process.
+
+  --layout TORCH_EXTENSION    CUDA-Agent layout: kernels/*.cu + binding .cpp
+                              files -> module `kernelrl_ext` via cpp_extension.load
+  --layout SINGLE_FILE_INLINE a KernelBench model_new.py calling load_inline at
+                              import: imported here with load_inline/load
+                              recording what they built.
+Writes <out>/manifest.json."""
+import argparse
+import glob
+import json
+import os
+import sys
+
+
+def flags(arch):
+    return ["-O3", "--use_fast_math", f"-arch={arch}"]
+
+
+def build_extension(ws, out, arch):
+    import torch.utils.cpp_extension as cpp
+    sources = sorted(glob.glob(os.path.join(ws, "kernels", "*.cu")))
+    sources += sorted(p for p in glob.glob(os.path.join(ws, "**", "*.cpp"), recursive=True))
+    os.makedirs(os.path.join(out, "kernelrl_ext"), exist_ok=True)
+    cpp.load(name="kernelrl_ext", sources=sources, build_directory=os.path.join(out, "kernelrl_ext"),
+             extra_cflags=["-O3"], extra_cuda_cflags=flags(arch), extra_include_paths=[ws], verbose=False)
+    so = [p for p in os.listdir(os.path.join(out, "kernelrl_ext")) if p.endswith(".so")]
+    return {"extension_dir": "kernelrl_ext", "extension_so": os.path.join("kernelrl_ext", so[0])}
+
+
+def build_inline(ws, out, arch):
+    import importlib.util
+    import torch.utils.cpp_extension as cpp
+    built = {}
+    real_inline, real_load = cpp.load_inline, cpp.load
+
+    def record(real):
+        def wrapper(name, *args, **kwargs):
+            kwargs["build_directory"] = os.path.join(out, name)
+            os.makedirs(kwargs["build_directory"], exist_ok=True)
+            kwargs.setdefault("extra_cuda_cflags", [])
+            kwargs["extra_cuda_cflags"] = list(kwargs["extra_cuda_cflags"]) + flags(arch)
+            kwargs["verbose"] = False
+            mod = real(name, *args, **kwargs)
+            built[name] = os.path.relpath(mod.__file__, out)
+            return mod
+        return wrapper
+
+    cpp.load_inline = record(real_inline)
+    cpp.load = record(real_load)
+    sys.path.insert(0, ws)
+    spec = importlib.util.spec_from_file_location("model_new", os.path.join(ws, "model_new.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return {"extensions": built}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--layout", required=True)
+    ap.add_argument("--workspace", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--arch", default="sm_90")
+    a = ap.parse_args()
+    os.environ.setdefault("TORCH_CUDA_ARCH_LIST", a.arch.replace("sm_", "")[:-1] + "." + a.arch[-1])
+    os.environ["TORCH_EXTENSIONS_DIR"] = a.out
+    os.environ.setdefault("MAX_JOBS", "2")
+    if a.layout == "TORCH_EXTENSION":
+        manifest = build_extension(a.workspace, a.out, a.arch)
+    else:
+        manifest = build_inline(a.workspace, a.out, a.arch)
+    with open(os.path.join(a.out, "manifest.json"), "w") as f:
+        json.dump(manifest, f)
+
+
+if __name__ == "__main__":
+    main()

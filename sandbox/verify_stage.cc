@@ -1,0 +1,161 @@
+#include "sandbox/verify_stage.h"
+
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "google/protobuf/util/json_util.h"
+#include "sandbox/contain/spawn.h"
+
+namespace kernelrl::sandbox {
+namespace {
+
+double NowS() {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+}  // namespace
+
+VerifyStage::VerifyStage(const SandboxConfig& config, std::string harness_dir, std::string contain_lib, int caps)
+    : config_(config), harness_dir_(std::move(harness_dir)), contain_lib_(std::move(contain_lib)), caps_(caps) {}
+
+VerifyStage::~VerifyStage() {
+  absl::MutexLock l(&mu_);
+  StopLocked();
+}
+
+void VerifyStage::StopLocked() {
+  if (to_zygote_ >= 0) close(to_zygote_);
+  if (from_zygote_ >= 0) close(from_zygote_);
+  to_zygote_ = from_zygote_ = -1;
+  if (pid_ > 0) {
+    kill(-pid_, SIGKILL);
+    kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+  }
+  pid_ = -1;
+  buffer_.clear();
+}
+
+absl::Status VerifyStage::StartLocked() {
+  SpawnOptions o;
+  const std::string python = config_.python().empty() ? "python3" : config_.python();
+  o.argv = {python, "-u", harness_dir_ + "/zygote.py", "--contain-lib", contain_lib_, "--device",
+            config_.backend() == "cpu" ? "cpu" : "cuda"};
+  const char* path = std::getenv("PATH");
+  o.env = {"PATH=" + std::string(path ? path : "/usr/bin:/bin"), "PYTHONDONTWRITEBYTECODE=1",
+           "CUDA_VISIBLE_DEVICES=" + std::to_string(config_.gpu_index()), "LC_ALL=C.UTF-8",
+           "OMP_NUM_THREADS=4", "PYTHONPATH=" + harness_dir_};
+  for (const char* keep : {"HOME", "LD_LIBRARY_PATH", "CUDA_HOME", "TORCH_HOME", "NCCL_NVLS_ENABLE",
+                           "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS"}) {
+    if (const char* v = std::getenv(keep)) o.env.push_back(std::string(keep) + "=" + v);
+  }
+  o.cwd = config_.work_root();
+  o.policy.parent_death_signal = SIGKILL;
+  o.policy.new_process_group = 1;
+  o.policy.close_fds = 1;
+  // The zygote's own namespaces: no network for anything it forks, and a
+  // mount table where it may mount per-job exchange tmpfs.
+  o.policy.user_ns = (caps_ & KR_CAP_USER_NS) != 0 && geteuid() != 0;
+  o.policy.net_ns = (caps_ & KR_CAP_NET_NS) != 0;
+  o.policy.ipc_ns = (caps_ & KR_CAP_IPC_NS) != 0;
+  o.policy.mount_ns = (caps_ & KR_CAP_MOUNT_NS) != 0;
+  o.wall_seconds = 0;
+  absl::StatusOr<ContainedProcess> proc = StartContained(o, config_.work_root() + "/zygote.log");
+  if (!proc.ok()) return proc.status();
+  pid_ = proc->pid;
+  to_zygote_ = proc->stdin_fd;
+  from_zygote_ = proc->stdout_fd;
+  absl::StatusOr<std::string> line = ReadLineLocked(120);
+  if (!line.ok()) {
+    StopLocked();
+    return absl::UnavailableError(absl::StrCat("zygote did not start: ", line.status().message(),
+                                               " (see ", config_.work_root(), "/zygote.log)"));
+  }
+  google::protobuf::util::JsonParseOptions opts;
+  opts.ignore_unknown_fields = true;
+  hello_.Clear();
+  if (!google::protobuf::util::JsonStringToMessage(*line, &hello_, opts).ok() || hello_.type() != "hello") {
+    StopLocked();
+    return absl::UnavailableError("zygote sent a bad hello: " + line->substr(0, 200));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::sandbox::HarnessResult> VerifyStage::EnsureStarted() {
+  absl::MutexLock l(&mu_);
+  if (pid_ < 0) {
+    if (absl::Status s = StartLocked(); !s.ok()) return s;
+  }
+  return hello_;
+}
+
+absl::StatusOr<std::string> VerifyStage::ReadLineLocked(double timeout_s) {
+  const double deadline = NowS() + timeout_s;
+  for (;;) {
+    size_t nl = buffer_.find('\n');
+    if (nl != std::string::npos) {
+      std::string line = buffer_.substr(0, nl);
+      buffer_.erase(0, nl + 1);
+      return line;
+    }
+    if (buffer_.size() > (4u << 20)) return absl::DataLossError("zygote line too long");
+    const double left = deadline - NowS();
+    if (left <= 0) return absl::DeadlineExceededError("zygote did not answer in time");
+    struct pollfd pfd = {from_zygote_, POLLIN, 0};
+    int r = poll(&pfd, 1, static_cast<int>(left * 1000) + 1);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) continue;
+    char buf[65536];
+    ssize_t n = read(from_zygote_, buf, sizeof(buf));
+    if (n <= 0) return absl::UnavailableError("zygote exited");
+    buffer_.append(buf, n);
+  }
+}
+
+absl::StatusOr<v1::sandbox::HarnessResult> VerifyStage::Run(const v1::sandbox::HarnessJob& job, double timeout_s) {
+  absl::MutexLock l(&mu_);
+  if (pid_ < 0) {
+    if (absl::Status s = StartLocked(); !s.ok()) return s;
+  }
+  google::protobuf::util::JsonPrintOptions print;
+  print.preserve_proto_field_names = true;
+  print.always_print_primitive_fields = true;
+  std::string text;
+  if (!google::protobuf::util::MessageToJsonString(job, &text, print).ok()) {
+    return absl::InternalError("cannot encode harness job");
+  }
+  text += "\n";
+  for (size_t off = 0; off < text.size();) {
+    ssize_t n = write(to_zygote_, text.data() + off, text.size() - off);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      StopLocked();
+      return absl::UnavailableError("zygote pipe closed");
+    }
+    off += n;
+  }
+  absl::StatusOr<std::string> line = ReadLineLocked(timeout_s);
+  if (!line.ok()) {
+    StopLocked();  // a zygote that missed its deadline is not trusted again
+    return line.status();
+  }
+  google::protobuf::util::JsonParseOptions opts;
+  opts.ignore_unknown_fields = true;
+  v1::sandbox::HarnessResult result;
+  if (auto s = google::protobuf::util::JsonStringToMessage(*line, &result, opts); !s.ok()) {
+    return absl::DataLossError(absl::StrCat("bad zygote reply: ", s.ToString(), ": ", line->substr(0, 300)));
+  }
+  return result;
+}
+
+}  // namespace kernelrl::sandbox

@@ -1,0 +1,50 @@
+// VerifyStage: owns the zygote (harness/zygote.py) of one GPU and runs verify
+// and health jobs through it, one at a time. The zygote is started inside the
+// isolation sequence (its own user/mount/net/ipc namespaces where the host
+// allows) and restarted if it dies; a job that kills it comes back as
+// INFRA_ERROR, never as a hang: every read has a deadline.
+#ifndef KERNELRL_SANDBOX_VERIFY_STAGE_H_
+#define KERNELRL_SANDBOX_VERIFY_STAGE_H_
+
+#include <sys/types.h>
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "sandbox/proto_types.h"
+#include "proto/sandbox_config.pb.h"
+#include "sandbox/harness_protocol.pb.h"
+
+namespace kernelrl::sandbox {
+
+class VerifyStage {
+ public:
+  VerifyStage(const SandboxConfig& config, std::string harness_dir, std::string contain_lib, int caps);
+  ~VerifyStage();
+
+  // Starts the zygote if needed and returns its hello (capabilities).
+  absl::StatusOr<v1::sandbox::HarnessResult> EnsureStarted();
+  // Runs one job; `timeout_s` bounds the whole exchange.
+  absl::StatusOr<v1::sandbox::HarnessResult> Run(const v1::sandbox::HarnessJob& job, double timeout_s);
+
+ private:
+  absl::Status StartLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void StopLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<std::string> ReadLineLocked(double timeout_s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const SandboxConfig config_;
+  const std::string harness_dir_;
+  const std::string contain_lib_;
+  const int caps_;
+  absl::Mutex mu_;
+  pid_t pid_ ABSL_GUARDED_BY(mu_) = -1;
+  int to_zygote_ ABSL_GUARDED_BY(mu_) = -1;
+  int from_zygote_ ABSL_GUARDED_BY(mu_) = -1;
+  std::string buffer_ ABSL_GUARDED_BY(mu_);
+  v1::sandbox::HarnessResult hello_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace kernelrl::sandbox
+
+#endif  // KERNELRL_SANDBOX_VERIFY_STAGE_H_
