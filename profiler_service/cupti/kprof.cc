@@ -282,26 +282,26 @@ int kprof_window_end(KprofWindowResult* out) {
 // Report JSON:
 // {"windows":N,"timed_windows":T,"dropped_records":D,
 //  "harness_thread_ids":[...],
-//  "activities":[{"name","kind","stream_id","thread_id","count","total_us"}],  // TIMED windows
+//  "activities":[{"tag","name","kind","stream_id","thread_id","count","total_us"}],  // timed tags
 //  "escaped_us":X,"escaped":[...same shape...]}  // outside windows, foreign threads
 long kprof_take_report(char* buf, size_t cap) {
   if (g.active) cuptiActivityFlushAll(0);
   std::lock_guard<std::mutex> lock(g.mu);
   AssignLocked(-1);
-  using Key = std::tuple<uint32_t, uint8_t, uint32_t, uint32_t>;
+  using Key = std::tuple<int, uint32_t, uint8_t, uint32_t, uint32_t>;  // tag, name, kind, stream, tid
   std::map<Key, std::pair<int, uint64_t>> timed, escaped;
   uint64_t escaped_ns = 0;
   int timed_windows = 0;
-  for (const Window& w : g.windows) timed_windows += (w.tag == KPROF_TIMED);
+  for (const Window& w : g.windows) timed_windows += (w.tag >= KPROF_TIMED);
   for (const Activity& a : g.acts) {
     const uint32_t tid = ThreadOfLocked(a);
-    const Key key{a.name_id, a.kind, a.stream, tid};
     if (a.window >= 0) {
-      if (g.windows[a.window].tag != KPROF_TIMED) continue;
-      auto& v = timed[key];
+      const int tag = g.windows[a.window].tag;
+      if (tag < KPROF_TIMED) continue;
+      auto& v = timed[Key{tag, a.name_id, a.kind, a.stream, tid}];
       v.first++; v.second += a.end - a.start;
     } else if (tid != 0 && !g.harness_tids.count(tid)) {
-      auto& v = escaped[key];
+      auto& v = escaped[Key{-1, a.name_id, a.kind, a.stream, tid}];
       v.first++; v.second += a.end - a.start;
       escaped_ns += a.end - a.start;
     }
@@ -320,12 +320,12 @@ long kprof_take_report(char* buf, size_t cap) {
     for (const auto& [k, v] : m) {
       if (!f) s += ",";
       f = false;
-      s += "{\"name\":\"";
-      AppendEscaped(&s, g.names[std::get<0>(k)]);
+      s += "{\"tag\":" + std::to_string(std::get<0>(k)) + ",\"name\":\"";
+      AppendEscaped(&s, g.names[std::get<1>(k)]);
       s += "\",\"kind\":\"";
-      s += KindName(std::get<1>(k));
-      s += "\",\"stream_id\":" + std::to_string(std::get<2>(k)) +
-           ",\"thread_id\":" + std::to_string(std::get<3>(k)) + ",\"count\":" + std::to_string(v.first);
+      s += KindName(std::get<2>(k));
+      s += "\",\"stream_id\":" + std::to_string(std::get<3>(k)) +
+           ",\"thread_id\":" + std::to_string(std::get<4>(k)) + ",\"count\":" + std::to_string(v.first);
       char num[64];
       snprintf(num, sizeof(num), ",\"total_us\":%.3f}", v.second / 1e3);
       s += num;

@@ -30,10 +30,13 @@
 extern "C" {
 #endif
 
+// Window tags. Tags >= KPROF_TIMED are timed calls; the report aggregates
+// their activity per tag, so interleaved callables (candidate, eager,
+// compiled) each get their own activity list from one run.
 enum KprofWindowTag {
   KPROF_WARMUP = 0,  // Calls whose results are discarded.
-  KPROF_TIMED = 1,   // Calls aggregated into the run report.
-  KPROF_ANCHOR = 2,  // The trusted drift anchor.
+  KPROF_ANCHOR = 1,  // The trusted drift anchor.
+  KPROF_TIMED = 2,   // First timed tag; use KPROF_TIMED + i for callable i.
 };
 
 // Per-window result, filled by kprof_window_end.

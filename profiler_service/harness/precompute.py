@@ -1,0 +1,197 @@
+"""Baseline precompute: eager and torch.compile (default mode) times for a task
+set, under the same protocol as candidates, one BaselineMeasurement JSON line
+per task (failures recorded, never dropped).
+
+    python3 -m profiler_service.harness.precompute --tasks_root DIR --out FILE.jsonl \
+        [--levels level1,level2] [--workers N] [--budget_s S] [--deadline_s S] [--device cuda]
+
+Workers (spawned processes) load and torch.compile tasks in parallel; a
+file lock serialises the timed part, so only one process times on the GPU at a
+time while the others compile (compiles' own first runs can overlap a timing
+block: see docs/PROFILER.md). Eager and compiled are interleaved in blocks,
+each with its own CUPTI activity, plus the trusted anchor between rounds.
+profiler_service:precompute_baselines imports the lines into the cache.
+"""
+import argparse
+import datetime
+import fcntl
+import gc
+import json
+import multiprocessing as mp
+import os
+import queue
+import sys
+import time
+import traceback
+
+
+def _make_inputs_fn(mod, device):
+    import torch
+
+    def make_inputs(seed):
+        torch.manual_seed(seed)
+        with torch.device(device):
+            raw = mod.get_inputs()
+        return [x.to(device) if isinstance(x, torch.Tensor) else x for x in raw]
+    return make_inputs
+
+
+def measure_task(task_id, path, args, backend, lock_path):
+    import torch
+    from profiler_service.harness import protocol, tasks, work
+    src = open(path).read()
+    rec = {"task_id": task_id, "task_hash": tasks.task_hash(src, args.device),
+           "input_policy_hash": tasks.input_policy_hash(args.device),
+           "device": backend.device_info(),
+           "measured_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+    mod = tasks.load_module(path)
+    torch.manual_seed(1234)
+    with torch.device(args.device):
+        model = mod.Model(*mod.get_init_inputs())
+    model = model.to(args.device).eval()
+    make_inputs = _make_inputs_fn(mod, args.device)
+    compiled = torch.compile(model)
+
+    def eager_fn(*xs):
+        with torch.no_grad():
+            return model(*xs)
+
+    def compiled_fn(*xs):
+        with torch.no_grad():
+            return compiled(*xs)
+
+    t0 = time.monotonic()
+    x = make_inputs(1)
+    try:
+        compiled_fn(*x)  # Compiles outside the GPU lock.
+    except Exception as e:  # noqa: BLE001 - recorded, the eager baseline still runs
+        rec["compiled"] = {"label": "compiled", "backend": args.device, "error": f"compile: {type(e).__name__}: {e}"}
+        compiled_fn = None
+    rec["compile_wall_s"] = time.monotonic() - t0
+    rec["work"] = work.estimate(model, x)
+    del x
+    cfg = protocol.ProtocolConfig(time_budget_s=args.budget_s, min_samples=args.min_samples,
+                                  max_samples=args.max_samples, warmup_calls=2, block_calls=5)
+    targets = [("eager", eager_fn)] + ([("compiled", compiled_fn)] if compiled_fn else [])
+    seed = int.from_bytes(os.urandom(8), "little")
+    if lock_path is None:  # The caller already holds the GPU.
+        runs, anchor = protocol.run_protocol(targets, make_inputs, backend, cfg, secret_seed=seed)
+    else:
+        with open(lock_path, "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                runs, anchor = protocol.run_protocol(targets, make_inputs, backend, cfg, secret_seed=seed)
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+    rec.update(runs)
+    rec["anchor"] = anchor
+    return rec
+
+
+def _worker(worker_id, jobs, results, args, lock_path, deadline):
+    os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
+    import torch
+    from profiler_service.harness import backends
+    backend = backends.make_backend(args.device)
+    while True:
+        try:
+            task_id, path = jobs.get_nowait()
+        except queue.Empty:
+            return
+        if time.time() > deadline:
+            results.put({"task_id": task_id, "error": "not_run: precompute deadline reached"})
+            continue
+        rec = None
+        for attempt in range(2):
+            try:
+                rec = measure_task(task_id, path, args, backend, lock_path)
+                break
+            except torch.cuda.OutOfMemoryError as e:
+                rec = {"task_id": task_id, "error": f"oom (attempt {attempt + 1}): {e}"[:500]}
+            except Exception as e:  # noqa: BLE001 - recorded, not dropped
+                rec = {"task_id": task_id, "error": f"{type(e).__name__}: {e}"[:500],
+                       "traceback": traceback.format_exc()[-1500:]}
+                break
+            finally:
+                torch._dynamo.reset()
+                gc.collect()
+                if args.device == "cuda":
+                    torch.cuda.empty_cache()
+            if args.device == "cuda":  # OOM: retry once holding the GPU alone.
+                with open(lock_path, "w") as lock:
+                    fcntl.flock(lock, fcntl.LOCK_EX)
+                    try:
+                        rec = measure_task(task_id, path, args, backend, None)
+                        break
+                    except Exception as e:  # noqa: BLE001
+                        rec = {"task_id": task_id, "error": f"retry alone: {type(e).__name__}: {e}"[:500]}
+                        break
+                    finally:
+                        fcntl.flock(lock, fcntl.LOCK_UN)
+                        torch._dynamo.reset()
+                        gc.collect()
+                        torch.cuda.empty_cache()
+        rec["worker"] = worker_id
+        results.put(rec)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser()
+    p.add_argument("--tasks_root", required=True)
+    p.add_argument("--levels", default="level1,level2")
+    p.add_argument("--only", default="", help="comma-separated task ids (level1/19_ReLU)")
+    p.add_argument("--limit", type=int, default=0)
+    p.add_argument("--out", required=True)
+    p.add_argument("--workers", type=int, default=4)
+    p.add_argument("--budget_s", type=float, default=0.5)
+    p.add_argument("--min_samples", type=int, default=10)
+    p.add_argument("--max_samples", type=int, default=300)
+    p.add_argument("--deadline_s", type=float, default=1e9)
+    p.add_argument("--device", default="cuda")
+    args = p.parse_args(argv)
+
+    from profiler_service.harness import tasks
+    todo = tasks.list_tasks(args.tasks_root, args.levels.split(","))
+    if args.only:
+        keep = set(args.only.split(","))
+        todo = [t for t in todo if t[0] in keep]
+    if args.limit:
+        todo = todo[:args.limit]
+    deadline = time.time() + args.deadline_s
+    ctx = mp.get_context("spawn")
+    jobs, results = ctx.Queue(), ctx.Queue()
+    for t in todo:
+        jobs.put(t)
+    lock_path = args.out + ".gpulock"
+    procs = [ctx.Process(target=_worker, args=(i, jobs, results, args, lock_path, deadline))
+             for i in range(max(1, args.workers))]
+    for pr in procs:
+        pr.start()
+    done = {}
+    t_start = time.time()
+    with open(args.out, "w") as out:
+        while len(done) < len(todo):
+            try:
+                rec = results.get(timeout=5)
+            except queue.Empty:
+                if not any(pr.is_alive() for pr in procs):
+                    break
+                continue
+            done[rec["task_id"]] = rec
+            out.write(json.dumps(rec) + "\n")
+            out.flush()
+            e = rec.get("eager", {}).get("samples", [])
+            print(f"[{time.time() - t_start:6.1f}s] {len(done)}/{len(todo)} {rec['task_id']} "
+                  f"{'ERROR ' + rec['error'][:80] if rec.get('error') else ''}"
+                  f"{'' if rec.get('error') else f'eager n={len(e)}'}", flush=True)
+        for tid, _ in todo:  # A worker that died takes its task with it: record that.
+            if tid not in done:
+                rec = {"task_id": tid, "error": "lost: worker exited without a result"}
+                out.write(json.dumps(rec) + "\n")
+    for pr in procs:
+        pr.join(timeout=10)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
