@@ -1,0 +1,60 @@
+// Training checkpoints: HF-format weights plus everything needed to resume.
+//
+//   <root>/step-00000123/
+//       policy/            config.json + safetensors (loads in transformers/vLLM)
+//       critic/            same, value head (optional)
+//       state.safetensors  optimizer tensors ("optimizer/<name>") and RNG
+//                          states ("rng/cpu", "rng/cuda:<i>")
+//       manifest.json      policy_version, step, time, every file with its size
+//   <root>/LATEST          "step-00000123"
+//
+// Contract (atomicity): a checkpoint is written into a hidden temporary
+// directory, every file fsynced, then renamed into place, and only then is
+// LATEST replaced (write + fsync + rename). A crash at any point leaves
+// LATEST naming the previous complete checkpoint; leftovers of the crashed
+// save are ignored and removed by the next save. Loading verifies the
+// manifest (files present, sizes equal) and fails with DataLoss otherwise.
+#ifndef KERNELRL_LEARNER_CHECKPOINT_H_
+#define KERNELRL_LEARNER_CHECKPOINT_H_
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "learner/json.h"
+#include "learner/model.h"
+
+namespace kernelrl::learner {
+
+struct CheckpointToSave {
+  int64_t policy_version = 0;
+  int64_t step = 0;
+  const Transformer* policy = nullptr;  // Required.
+  const Transformer* critic = nullptr;  // Optional.
+  std::map<std::string, at::Tensor> optimizer;  // Any named tensors (e.g. AdamW moments).
+  bool save_rng = true;                         // CPU and CUDA generator states.
+  int keep_last = 3;                            // Older step-* directories are removed.
+};
+
+struct LoadedCheckpoint {
+  std::string dir;          // <root>/step-...
+  std::string policy_dir;   // dir + "/policy"
+  std::string critic_dir;   // empty if none was saved
+  int64_t policy_version = 0;
+  int64_t step = 0;
+  std::map<std::string, at::Tensor> optimizer;  // On CPU.
+  Json manifest;
+};
+
+// Returns the directory written.
+absl::StatusOr<std::string> SaveCheckpoint(const std::string& root, const CheckpointToSave& ckpt);
+// The checkpoint LATEST names. restore_rng: set the generators from it.
+absl::StatusOr<LoadedCheckpoint> LoadLatestCheckpoint(const std::string& root, bool restore_rng = true);
+absl::StatusOr<LoadedCheckpoint> LoadCheckpoint(const std::string& dir, bool restore_rng = true);
+
+}  // namespace kernelrl::learner
+
+#endif  // KERNELRL_LEARNER_CHECKPOINT_H_
