@@ -6,6 +6,7 @@
 #include <c10/core/GradMode.h>
 #include <sys/stat.h>
 
+#include <cstdlib>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -20,6 +21,15 @@ namespace {
 
 using testing::RunFixtureScript;
 using testing::TempDir;
+
+// KERNELRL_TEST_DEVICE=cuda runs the parity tests on the GPU (fp32), as
+// tools/device_learner.sh does; CI runs them on the CPU.
+ModelOptions TestOptions() {
+  ModelOptions o;
+  const char* d = std::getenv("KERNELRL_TEST_DEVICE");
+  if (d != nullptr && std::string(d) == "cuda") o.device = at::Device(at::kCUDA, 0);
+  return o;
+}
 
 const std::string& FixtureDir() {
   static const std::string dir = [] {
@@ -59,9 +69,11 @@ at::Tensor ReadF32(const std::string& path, at::IntArrayRef shape) {
 
 std::vector<int64_t> Greedy(const Transformer& m, const std::vector<int64_t>& prompt, int n) {
   c10::AutoGradMode no_grad(false);
-  KVCache cache(m.config(), 2, static_cast<int64_t>(prompt.size()) + n + 1, at::TensorOptions().dtype(at::kFloat));
-  at::Tensor slots = at::tensor(std::vector<int64_t>{1}, at::kLong);  // Row 1: rows are independent.
-  at::Tensor ids = at::tensor(prompt, at::kLong).view({1, -1});
+  const at::Device dev = m.options().device;
+  KVCache cache(m.config(), 2, static_cast<int64_t>(prompt.size()) + n + 1,
+                at::TensorOptions().dtype(at::kFloat).device(dev));
+  at::Tensor slots = at::tensor(std::vector<int64_t>{1}, at::kLong).to(dev);  // Row 1: rows are independent.
+  at::Tensor ids = at::tensor(prompt, at::kLong).view({1, -1}).to(dev);
   at::Tensor h = m.Prefill(ids, slots, &cache);
   at::Tensor logits = m.HeadLogits(h.select(1, h.size(1) - 1));
   std::vector<int64_t> out;
@@ -69,8 +81,8 @@ std::vector<int64_t> Greedy(const Transformer& m, const std::vector<int64_t>& pr
   for (int i = 0; i < n; ++i) {
     int64_t next = logits.argmax(-1).item<int64_t>();
     out.push_back(next);
-    logits = m.Decode(at::tensor(std::vector<int64_t>{next}, at::kLong), slots,
-                      at::tensor(std::vector<int64_t>{pos}, at::kLong), pos + 1, &cache);
+    logits = m.Decode(at::tensor(std::vector<int64_t>{next}, at::kLong).to(dev), slots,
+                      at::tensor(std::vector<int64_t>{pos}, at::kLong).to(dev), pos + 1, &cache);
     ++pos;
   }
   return out;
@@ -81,14 +93,14 @@ class ModelParityTest : public ::testing::TestWithParam<std::string> {};
 TEST_P(ModelParityTest, LogitsMatchTransformers) {
   const std::string name = GetParam();
   Json fx = Fixture(name);
-  auto m = Transformer::Load(FixtureDir() + "/" + name, Head::kLanguageModel, {});
+  auto m = Transformer::Load(FixtureDir() + "/" + name, Head::kLanguageModel, TestOptions());
   ASSERT_TRUE(m.ok()) << m.status();
-  at::Tensor ids = IdsTensor(*fx.Find("ids"));
+  at::Tensor ids = IdsTensor(*fx.Find("ids")).to(TestOptions().device);
   std::vector<int64_t> shape;
   for (const Json& d : fx.Find("logits_shape")->items()) shape.push_back(*d.AsInt());
   at::Tensor want = ReadF32(FixtureDir() + "/" + name + "/logits.f32", shape);
   c10::AutoGradMode no_grad(false);
-  at::Tensor got = (*m)->Logits(ids);
+  at::Tensor got = (*m)->Logits(ids).cpu();
   double diff = (got - want).abs().max().item<double>();
   EXPECT_LE(diff, 1e-4) << name << " max |logits - HF| = " << diff;
   EXPECT_GT(want.std().item<double>(), 0.1) << "fixture logits are degenerate";
@@ -97,7 +109,7 @@ TEST_P(ModelParityTest, LogitsMatchTransformers) {
 TEST_P(ModelParityTest, CachedGreedyDecodingMatchesTransformersGenerate) {
   const std::string name = GetParam();
   Json fx = Fixture(name);
-  auto m = Transformer::Load(FixtureDir() + "/" + name, Head::kLanguageModel, {});
+  auto m = Transformer::Load(FixtureDir() + "/" + name, Head::kLanguageModel, TestOptions());
   ASSERT_TRUE(m.ok()) << m.status();
   std::vector<int64_t> prompt, want;
   for (const Json& v : fx.Find("prompt")->items()) prompt.push_back(*v.AsInt());

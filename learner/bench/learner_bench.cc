@@ -1,0 +1,175 @@
+// Learner benchmarks on the GPU, each printed as one JSON line; the HF
+// baseline (hf_bench.py) prints the same lines for the same configs, and
+// tools/device_learner.sh runs both and prints the ratios.
+//
+//   learner_bench train  SEQ [--ckpt]  fwd+bwd tokens/s, Qwen2-0.5B shape, bf16
+//   learner_bench memory SEQ [--ckpt]  peak GPU memory of one fwd+bwd step
+//   learner_bench decode B P N         policy engine: B requests, P-token
+//                                      prompts, N new tokens (greedy, no EOS)
+// Inputs are fresh random ids; weights random (init as transformers).
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <future>
+#include <string>
+#include <vector>
+
+#include "learner/model.h"
+#include "learner/policy/engine.h"
+
+namespace kernelrl::learner {
+namespace {
+
+ModelConfig Qwen2_0_5B() {
+  ModelConfig c;
+  c.model_type = "qwen2";
+  c.vocab_size = 151936;
+  c.hidden_size = 896;
+  c.intermediate_size = 4864;
+  c.num_layers = 24;
+  c.num_heads = 14;
+  c.num_kv_heads = 2;
+  c.head_dim = 64;
+  c.max_position_embeddings = 32768;
+  c.rope_theta = 1000000.0;
+  c.rms_norm_eps = 1e-6;
+  c.tie_word_embeddings = true;
+  return c;
+}
+
+double Now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Model FLOPs of one fwd+bwd over T tokens (causal attention counted half),
+// the same formula hf_bench.py uses.
+double TrainFlops(const ModelConfig& c, int64_t T) {
+  const double n = static_cast<double>(c.ParameterCount() - c.vocab_size * c.hidden_size);  // non-embedding
+  const double head = static_cast<double>(c.vocab_size) * c.hidden_size;                  // lm_head matmul
+  const double attn = 2.0 * 2.0 * c.num_layers * c.num_heads * c.head_dim * static_cast<double>(T) * T / 2.0;
+  return 3.0 * (2.0 * (n + head) * T + attn);
+}
+
+std::unique_ptr<Transformer> Make(bool trainable, bool ckpt) {
+  ModelOptions o;
+  o.device = at::Device(at::kCUDA, 0);
+  o.dtype = at::kBFloat16;
+  o.trainable = trainable;
+  o.activation_checkpointing = ckpt;
+  auto m = Transformer::Create(Qwen2_0_5B(), Head::kLanguageModel, o, 0);
+  if (!m.ok()) {
+    std::fprintf(stderr, "%s\n", m.status().ToString().c_str());
+    std::exit(1);
+  }
+  return std::move(*m);
+}
+
+// One step: mean next-token cross-entropy over the sequence, backward.
+void Step(Transformer& m, int64_t T) {
+  at::Tensor ids = at::randint(0, m.config().vocab_size, {1, T + 1}, at::TensorOptions().dtype(at::kLong).device(at::kCUDA));
+  at::Tensor h = m.Hidden(ids.narrow(1, 0, T));
+  at::Tensor loss = -m.TokenLogprobs(h, ids.narrow(1, 1, T)).mean();
+  loss.backward();
+}
+
+int Train(int64_t T, bool ckpt) {
+  auto m = Make(true, ckpt);
+  for (int i = 0; i < 3; ++i) Step(*m, T);
+  c10::cuda::device_synchronize();
+  const int iters = 10;
+  double t0 = Now();
+  for (int i = 0; i < iters; ++i) Step(*m, T);
+  c10::cuda::device_synchronize();
+  double dt = (Now() - t0) / iters;
+  double tps = T / dt;
+  double tflops = TrainFlops(m->config(), T) / dt / 1e12;
+  std::printf("{\"impl\": \"kernelrl\", \"bench\": \"train\", \"seq\": %ld, \"ckpt\": %s, \"tokens_per_s\": %.1f, "
+              "\"step_ms\": %.2f, \"tflops\": %.1f, \"mfu_vs_989\": %.3f}\n",
+              static_cast<long>(T), ckpt ? "true" : "false", tps, dt * 1e3, tflops, tflops / 989.0);
+  return 0;
+}
+
+int Memory(int64_t T, bool ckpt) {
+  auto m = Make(true, ckpt);
+  c10::cuda::device_synchronize();
+  c10::cuda::CUDACachingAllocator::resetPeakStats(0);
+  double t0 = Now();
+  try {
+    Step(*m, T);
+    c10::cuda::device_synchronize();
+  } catch (const std::exception& e) {
+    std::printf("{\"impl\": \"kernelrl\", \"bench\": \"memory\", \"seq\": %ld, \"ckpt\": %s, \"error\": \"OOM\"}\n",
+                static_cast<long>(T), ckpt ? "true" : "false");
+    return 0;
+  }
+  double dt = Now() - t0;
+  auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(0);
+  const double peak = stats.allocated_bytes[0].peak / double(1 << 30);
+  std::printf("{\"impl\": \"kernelrl\", \"bench\": \"memory\", \"seq\": %ld, \"ckpt\": %s, \"peak_gib\": %.2f, "
+              "\"step_s\": %.3f}\n",
+              static_cast<long>(T), ckpt ? "true" : "false", peak, dt);
+  return 0;
+}
+
+int Decode(int batch, int prompt_len, int new_tokens) {
+  auto model = Make(false, false);
+  EngineOptions o;
+  o.max_batch = batch;
+  o.max_seq_len = prompt_len + new_tokens + 8;
+  PolicyEngine engine(std::move(model), 1, "random", o);
+  auto run = [&](int n_new) {
+    std::vector<std::future<absl::StatusOr<GenerationResult>>> fs;
+    at::Tensor prompts = at::randint(0, 151936, {batch, prompt_len}, at::kLong);
+    for (int b = 0; b < batch; ++b) {
+      GenerationRequest r;
+      for (int i = 0; i < prompt_len; ++i) r.prompt.push_back(static_cast<int32_t>(prompts[b][i].item<int64_t>()));
+      r.sampling.temperature = 0;
+      r.sampling.max_new_tokens = n_new;
+      fs.push_back(std::async(std::launch::async, [&engine, r] { return engine.Generate(r); }));
+    }
+    int64_t total = 0;
+    for (auto& f : fs) {
+      auto res = f.get();
+      if (!res.ok()) {
+        std::fprintf(stderr, "%s\n", res.status().ToString().c_str());
+        std::exit(1);
+      }
+      total += static_cast<int64_t>(res->output_ids.size());
+    }
+    return total;
+  };
+  run(8);  // Warm-up.
+  double t0 = Now();
+  int64_t tokens = run(new_tokens);
+  double dt = Now() - t0;
+  std::printf("{\"impl\": \"kernelrl\", \"bench\": \"decode\", \"batch\": %d, \"prompt\": %d, \"new\": %d, "
+              "\"tokens\": %ld, \"seconds\": %.3f, \"tokens_per_s\": %.1f}\n",
+              batch, prompt_len, new_tokens, static_cast<long>(tokens), dt, tokens / dt);
+  return 0;
+}
+
+}  // namespace
+}  // namespace kernelrl::learner
+
+int main(int argc, char** argv) {
+  using namespace kernelrl::learner;
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: learner_bench train|memory SEQ [--ckpt] | decode B P N\n");
+    return 2;
+  }
+  const std::string mode = argv[1];
+  const bool ckpt = argc > 3 && std::string(argv[3]) == "--ckpt";
+  try {
+    if (mode == "train" && argc >= 3) return Train(std::atol(argv[2]), ckpt);
+    if (mode == "memory" && argc >= 3) return Memory(std::atol(argv[2]), ckpt);
+    if (mode == "decode" && argc >= 5) return Decode(std::atoi(argv[2]), std::atoi(argv[3]), std::atoi(argv[4]));
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "learner_bench %s failed: %s\n", mode.c_str(), e.what());
+    return 1;
+  }
+  std::fprintf(stderr, "bad arguments\n");
+  return 2;
+}

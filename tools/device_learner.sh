@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# Learner device checks (issue 6) in one call; see docs/LEARNER.md.
+#   0. stage: binaries built here with Bazel (learner_bench, model_test,
+#      tokenizer_test) + the Debian .so files they need, carried in
+#      .devcarry/learner/ (made by `tools/device_learner.sh --stage` here);
+#      LibTorch comes from the device's own torch (same 2.11.0).
+#   1. fp32 parity on CUDA vs transformers (logits <= 1e-4, 64 greedy tokens)
+#      and tokenizer ids vs HF tokenizers on 10,500 lines;
+#   2. benchmarks vs HF transformers, same config/GPU/script: fwd+bwd tokens/s
+#      at 8K (Qwen2-0.5B shape, bf16), peak memory at 32K, decode tokens/s at
+#      batch 32 x (128 prompt + 256 new).
+# Results under $OUT; a table last.
+set -u
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+C=$ROOT/.devcarry/learner
+
+if [ "${1:-}" = "--stage" ]; then  # Run HERE, after `bazel build`.
+  set -e
+  rm -rf "$C" && mkdir -p "$C/bin" "$C/lib" "$C/libcxx"
+  for b in learner/bench/learner_bench learner/model_test learner/tokenizer/tokenizer_test; do
+    cp "$ROOT/bazel-bin/$b" "$C/bin/"
+  done
+  for b in "$C"/bin/*; do
+    ldd "$b" | awk '/=> \// {print $3}' | grep -v -E 'torch|c10|libcuda|libnv|libcudart|libcublas|libcudnn|/libc\.so|/libm\.so|libgcc_s|libpthread|libdl\.|librt\.|libutil' || true
+  done | sort -u | while read -r so; do
+    case "$so" in *libstdc++*) cp -L "$so" "$C/libcxx/";; *) cp -L "$so" "$C/lib/";; esac
+  done
+  du -sh "$C"
+  exit 0
+fi
+
+T0=$(date +%s)
+OUT=${OUT:-/tmp/learner_out}; mkdir -p "$OUT"
+PY=${PYTHON:-python3}
+export PYTHONUNBUFFERED=1 KERNELRL_PYTHON=$PY
+S=$OUT/summary.txt; : > "$S"
+say() { echo "$*" | tee -a "$S"; }
+elapsed() { echo $(( $(date +%s) - T0 )); }
+TORCH_LIB=$($PY -c 'import torch,os;print(os.path.join(os.path.dirname(torch.__file__),"lib"))')
+# CUDA runtime libraries the torch wheel loads (nvidia-* packages).
+NV_LIBS=$($PY - <<'PYEOF'
+import glob, os, site
+dirs = set()
+for sp in site.getsitepackages():
+    for so in glob.glob(os.path.join(sp, "nvidia", "**", "lib", "*.so*"), recursive=True):
+        dirs.add(os.path.dirname(so))
+print(":".join(sorted(dirs)))
+PYEOF
+)
+export LD_LIBRARY_PATH="$C/lib:$TORCH_LIB:$NV_LIBS:${LD_LIBRARY_PATH:-}"
+if "$C/bin/learner_bench" 2>&1 | grep -q "not found"; then
+  export LD_LIBRARY_PATH="$C/libcxx:$LD_LIBRARY_PATH"  # Device libstdc++ older than ours.
+fi
+say "== device: $(nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu --format=csv,noheader)"
+say "== torch $($PY -c 'import torch,transformers,tokenizers;print(torch.__version__, transformers.__version__, tokenizers.__version__)')"
+"$C/bin/learner_bench" 2>&1 | head -3 | tee -a "$S"
+
+# 1. Parity on CUDA (fp32) and tokenizer.
+cd "$ROOT"
+export TEST_TMPDIR=/tmp/learner_test; mkdir -p $TEST_TMPDIR
+KERNELRL_TEST_DEVICE=cuda timeout 180 "$C/bin/model_test" --gtest_filter='Families/*' > "$OUT/model_test_cuda.log" 2>&1
+say "== model parity on CUDA fp32: rc=$? ($(grep -c '\[       OK' "$OUT/model_test_cuda.log") OK, $(grep -c '\[  FAILED' "$OUT/model_test_cuda.log") failed) at $(elapsed)s"
+grep -E "FAILED|Failure|max \|" "$OUT/model_test_cuda.log" | head -8 | tee -a "$S"
+timeout 180 "$C/bin/tokenizer_test" > "$OUT/tokenizer_test.log" 2>&1
+say "== tokenizer vs HF tokenizers: rc=$? ($(grep -c '\[       OK' "$OUT/tokenizer_test.log") OK, $(grep -c '\[  FAILED' "$OUT/tokenizer_test.log") failed) at $(elapsed)s"
+
+# 2. Benchmarks: ours and HF, same GPU, one after the other.
+B=$OUT/bench.jsonl; : > "$B"
+run() { timeout "$1" "${@:2}" >> "$B" 2>> "$OUT/bench.err" || echo "{\"failed\": \"${*:2}\", \"rc\": $?}" >> "$B"; }
+run 120 "$C/bin/learner_bench" train 8192
+run 120 $PY learner/bench/hf_bench.py train 8192
+run 90 "$C/bin/learner_bench" memory 32768
+run 90 "$C/bin/learner_bench" memory 32768 --ckpt
+run 90 $PY learner/bench/hf_bench.py memory 32768
+run 90 "$C/bin/learner_bench" train 8192 --ckpt
+run 120 "$C/bin/learner_bench" decode 32 128 256
+run 150 $PY learner/bench/hf_bench.py decode 32 128 256
+say "== benchmarks done at $(elapsed)s"
+cat "$B" | tee -a "$S"
+tail -5 "$OUT/bench.err" 2>/dev/null
+$PY - "$B" <<'PYEOF' | tee -a "$S"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+def get(impl, bench, **kw):
+    for r in rows:
+        if r.get("impl") == impl and r.get("bench") == bench and all(r.get(k) == v for k, v in kw.items()):
+            return r
+    return {}
+print("%-34s %14s %14s %8s" % ("benchmark", "kernelrl", "HF", "ratio"))
+for name, bench, key, kw in [("fwd+bwd tokens/s @8K bf16", "train", "tokens_per_s", {"seq": 8192}),
+                             ("peak GiB @32K fwd+bwd", "memory", "peak_gib", {"seq": 32768}),
+                             ("decode tokens/s B32 P128 N256", "decode", "tokens_per_s", {"batch": 32})]:
+    a = get("kernelrl", bench, **kw).get(key) if bench != "memory" else get("kernelrl", bench, ckpt=False, **kw).get(key)
+    b = get("hf", bench, **kw).get(key)
+    ratio = "%.2fx" % (a / b) if a and b else "-"
+    print("%-34s %14s %14s %8s" % (name, a, b, ratio))
+c = get("kernelrl", "memory", ckpt=True, seq=32768).get("peak_gib")
+t = get("kernelrl", "train", ckpt=True, seq=8192).get("tokens_per_s")
+print("with activation checkpointing: peak GiB @32K = %s, fwd+bwd tokens/s @8K = %s" % (c, t))
+m = get("kernelrl", "train", seq=8192, ckpt=False)
+print("kernelrl MFU @8K: %s" % m.get("mfu_vs_989"))
+PYEOF
