@@ -60,8 +60,12 @@ std::vector<std::string> CompileStage::Command(const ValidatedWorkspace& ws, con
   switch (ws.layout) {
     case Workspace::FAST_PATH:
       cmd = {FindNvcc(config_), "-O3", "--use_fast_math", "-arch=" + arch, "-std=c++17", "-shared",
-             "-Xcompiler", "-fPIC", "-I", workspace_dir, "-o", out_dir + "/kernels.so"};
-      break;
+             "-Xcompiler", "-fPIC", "-I", workspace_dir, "-o", out_dir + "/kernels.so",
+             // cuBLAS is allowed for GEMM; linked only when a kernel uses it.
+             "-Xlinker", "--as-needed", "-Xlinker", "-rpath=/usr/local/cuda/lib64"};
+      for (const std::string& src : ws.kernel_sources) cmd.push_back(workspace_dir + "/" + src);
+      cmd.push_back("-lcublas");
+      return cmd;
     case Workspace::CPU:
       cmd = {Or(config_.cxx(), "g++"), "-O3", "-std=c++17", "-shared", "-fPIC", "-fno-openmp",
              "-I", workspace_dir, "-o", out_dir + "/kernels.so"};
@@ -188,9 +192,10 @@ absl::StatusOr<CompileResult> CompileStage::Build(const ValidatedWorkspace& ws, 
   if (s.timed_out || s.term_signal == SIGXCPU) {
     r.failure = Verdict::TIMEOUT;
     r.summary = absl::StrCat("compile ran past its limit (", s.timed_out ? "wall" : "CPU", ")");
-  } else if (s.term_signal == SIGSYS) {
+  } else if (s.term_signal == SIGSYS || s.exit_code == 86) {
     r.failure = Verdict::SANDBOX_VIOLATION;
-    r.summary = "compile step killed by seccomp (forbidden system call)";
+    r.summary = s.exit_code == 86 ? "compile step: candidate code broke a sandbox rule: " + Tail(run->stderr_text, 300)
+                                  : "compile step killed by seccomp (forbidden system call)";
   } else if (s.term_signal == SIGXFSZ) {
     r.failure = Verdict::COMPILE_ERROR;
     r.summary = "compile output exceeded the size limit";

@@ -116,7 +116,7 @@ bool ValidateWorkspace(const Workspace& ws, const WorkspaceLimits& limits, const
   }
   std::set<std::string> seen;
   int64_t total = 0;
-  bool has_model_new = false, has_binding = false, has_cu = false, has_cc = false;
+  bool has_model_new = false, has_binding = false, has_cu = false, has_cc = false, uses_inline = false;
   std::vector<std::pair<std::string, std::string>> for_hash;
   *out = ValidatedWorkspace();
   for (const WorkspaceFile& f : ws.files()) {
@@ -151,7 +151,10 @@ bool ValidateWorkspace(const Workspace& ws, const WorkspaceLimits& limits, const
         has_binding = true;
       }
     }
-    if (path == "model_new.py") has_model_new = true;
+    if (path == "model_new.py") {
+      has_model_new = true;
+      uses_inline = absl::StrContains(f.content(), "load_inline") || absl::StrContains(f.content(), "cpp_extension");
+    }
     out->files.push_back(&f);
     for_hash.emplace_back(path, f.content());
   }
@@ -165,11 +168,14 @@ bool ValidateWorkspace(const Workspace& ws, const WorkspaceLimits& limits, const
       layout = Workspace::CPU;
     } else if (has_binding) {
       layout = Workspace::TORCH_EXTENSION;
-    } else if (has_cu) {
-      layout = Workspace::FAST_PATH;
+    } else if (has_cu || !uses_inline) {
+      layout = Workspace::FAST_PATH;  // possibly with no kernels at all
     } else {
       layout = Workspace::SINGLE_FILE_INLINE;
     }
+  }
+  if (backend == "cpu" && has_cu) {
+    return reject(Verdict::BAD_WORKSPACE, "CUDA sources (kernels/*.cu) sent to the CPU backend");
   }
   if (backend == "cpu" && layout != Workspace::CPU) {
     return reject(Verdict::BAD_WORKSPACE, "the CPU backend only runs the CPU layout (kernels/*.cc)");

@@ -31,9 +31,13 @@ absl::Status Walk(const std::string& root, const std::string& rel, Workspace& ws
     const std::string child_rel = rel.empty() ? name : rel + "/" + name;
     struct stat st;
     if (lstat((root + "/" + child_rel).c_str(), &st) != 0) continue;
+    // Local files are the caller's own (CLI, Bazel runfiles link every
+    // file): a link to a file is read through; a linked directory is refused.
     if (S_ISLNK(st.st_mode)) {
-      status = absl::InvalidArgumentError("symlink in workspace: " + child_rel);
-      break;
+      if (stat((root + "/" + child_rel).c_str(), &st) != 0 || !S_ISREG(st.st_mode)) {
+        status = absl::InvalidArgumentError("symlink to a non-file in workspace: " + child_rel);
+        break;
+      }
     }
     if (S_ISDIR(st.st_mode)) {
       status = Walk(root, child_rel, ws);

@@ -10,8 +10,8 @@
 
 namespace kernelrl::sandbox {
 
-// Every regular file under `dir` (relative paths); symlinks are an error,
-// since a Workspace cannot represent them.
+// Every regular file under `dir` (relative paths). Links to files are read
+// through (Bazel runfiles); links to directories are an error.
 absl::StatusOr<Workspace> ReadWorkspaceDir(const std::string& dir);
 // A KernelBench task file (Model, get_inputs, get_init_inputs) as a Task.
 absl::StatusOr<Task> ReadTaskFile(const std::string& path, const std::string& id);

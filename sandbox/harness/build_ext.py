@@ -31,6 +31,41 @@ def build_extension(ws, out, arch):
     return {"extension_dir": "kernelrl_ext", "extension_so": os.path.join("kernelrl_ext", so[0])}
 
 
+VIOLATION_EXIT = 86  # compile_stage.cc maps this exit code to SANDBOX_VIOLATION
+TOOLS = {"ninja", "nvcc", "c++", "g++", "gcc", "cc", "cicc", "ptxas", "fatbinary", "nvlink", "ld", "which"}
+
+
+def install_audit(out):
+    """The candidate's own top-level code runs here (load_inline happens at
+    import): only the compiler tools torch spawns may be started."""
+    allowed = [os.path.realpath(out) + os.sep, os.path.realpath(os.environ.get("TMPDIR", out)) + os.sep]
+
+    def violation(what):
+        sys.stderr.write(f"SANDBOX_VIOLATION: {what}\n")
+        sys.stderr.flush()
+        os._exit(VIOLATION_EXIT)
+
+    def hook(event, args):
+        if event == "subprocess.Popen":
+            exe = args[0] if args[0] else (args[1][0] if args[1] else "")
+            if os.path.basename(os.fsdecode(exe)) not in TOOLS:
+                violation(f"starts a process: {os.fsdecode(exe)}")
+        elif event in ("os.system", "os.fork", "os.forkpty", "os.posix_spawn", "os.spawn", "os.exec"):
+            violation(f"process control ({event})")
+        elif event.startswith("socket.") and event != "socket.getservbyname":
+            violation(f"network ({event})")
+        elif event == "open":
+            path, mode, flags = args
+            writing = (isinstance(mode, str) and any(c in mode for c in "wax+")) or \
+                      (isinstance(flags, int) and flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT))
+            if writing and isinstance(path, (str, bytes)):
+                p = os.path.realpath(os.fsdecode(path))
+                if not any((p + os.sep).startswith(a) for a in allowed):
+                    violation(f"write to {p}")
+
+    sys.addaudithook(hook)
+
+
 def build_inline(ws, out, arch):
     import importlib.util
     import torch.utils.cpp_extension as cpp
@@ -51,6 +86,7 @@ def build_inline(ws, out, arch):
 
     cpp.load_inline = record(real_inline)
     cpp.load = record(real_load)
+    install_audit(out)
     sys.path.insert(0, ws)
     spec = importlib.util.spec_from_file_location("model_new", os.path.join(ws, "model_new.py"))
     mod = importlib.util.module_from_spec(spec)

@@ -23,9 +23,11 @@ CUDA_MARKERS = ("CUDA error", "illegal memory access", "unspecified launch failu
                 "cudaError", "CUBLAS_STATUS", "CUDNN_STATUS", "AcceleratorError")
 
 
-def classify(exc, guard, audit):
+def classify(exc, guard, audit, threads=None):
     if audit is not None and audit.violations:
         return "violation"
+    if threads is not None and threads.attempts:
+        return "threads"
     if isinstance(exc, guards.TorchOpForbidden) or (guard is not None and guard.violations):
         return "torch_op"
     if isinstance(exc, (MemoryError, torch.OutOfMemoryError)):
@@ -69,6 +71,7 @@ def run(job, cont, to_ref, from_ref):
     flags = set()
     guard = None
     audit = None
+    threads = None
     send = lambda m: protocol.send(to_ref, m)  # noqa: E731
     reader = protocol.LineReader(from_ref)
     stage = "setup"
@@ -91,6 +94,8 @@ def run(job, cont, to_ref, from_ref):
             pol = contain.make_policy({}, seccomp_profile=contain.KR_SECCOMP_CANDIDATE)
             failures, log = cont.phase(pol, 3)
             send({"type": "log", "contain": log})
+        threads = guards.ThreadGuard()
+        threads.install()
         snapshot = guards.PatchSnapshot(extra_modules=[kernelrl, guards, inputs_lib, protocol, loader])
         threads_base = guards.thread_count()
         stage = "import"
@@ -111,6 +116,7 @@ def run(job, cont, to_ref, from_ref):
             send({"type": "flags", "flags": sorted(flags), "detail": "patched: " + ", ".join(patched[:5])})
         stage = "forward"
         index = 0
+        prev_inputs = None
         while True:
             msg = reader.read()
             if msg is None or msg.get("type") != "go":
@@ -118,6 +124,14 @@ def run(job, cont, to_ref, from_ref):
             i, dist = msg["set"], msg["dist"]
             xs = inputs_lib.make_inputs(ref_mod, job["seeds"][i], dist, device)
             fp = inputs_lib.fingerprint(xs)
+            # Same buffers, new values: a cache keyed by pointer or shape
+            # returns the previous set's answer and fails.
+            if prev_inputs is not None and len(prev_inputs) == len(xs):
+                for k, (old, new) in enumerate(zip(prev_inputs, xs)):
+                    if isinstance(old, torch.Tensor) and isinstance(new, torch.Tensor) and \
+                            old.shape == new.shape and old.dtype == new.dtype:
+                        old.copy_(new)
+                        xs[k] = old
             tensors = [x for x in xs if isinstance(x, torch.Tensor)]
             clones = [x.clone() for x in tensors]
             poison_allocator(device, 2 * sum(x.nbytes for x in tensors) + (1 << 20))
@@ -126,9 +140,15 @@ def run(job, cont, to_ref, from_ref):
             guard = guards.TorchOpGuard()
             t0 = time.perf_counter()
             with torch.no_grad():
-                with guard:
+                guard.__enter__()
+                try:
                     out = model(*xs)
+                finally:
                     still_active = guards.guard_still_active(guard)
+                    if still_active:
+                        guard.__exit__(None, None, None)
+                    else:
+                        guards.clear_dispatch_modes()
             forward_ms = (time.perf_counter() - t0) * 1e3
             detail = []
             if guard.violations:
@@ -156,7 +176,7 @@ def run(job, cont, to_ref, from_ref):
                 lo, hi = storage_range(o)
                 if any(lo < b and a < hi for a, b in ranges):
                     flags.add("output_aliases_input")
-            if guards.thread_count() > threads_base:
+            if guards.thread_count() > threads_base or threads.attempts:
                 flags.add("threads_spawned")
             patched = snapshot.changed()
             if patched:
@@ -177,14 +197,17 @@ def run(job, cont, to_ref, from_ref):
                 metas.append(meta)
             send({"type": "set", "set": i, "fp": fp, "outputs": metas, "mutated": mutated,
                   "flags": sorted(flags), "detail": "; ".join(detail), "forward_ms": forward_ms})
-            del out, flat, plain, xs, tensors, clones
+            prev_inputs = xs
+            del out, flat, plain, tensors, clones
             index += 1
         send({"type": "done", "flags": sorted(flags)})
         return 0
     except BaseException as exc:  # noqa: BLE001 - everything the candidate raises is a verdict
-        kind = classify(exc, guard, audit)
+        kind = classify(exc, guard, audit, threads)
         if kind == "torch_op":
             flags.add("torch_op_in_forward")
+        if kind == "threads":
+            flags.add("threads_spawned")
         tb = traceback.format_exc(limit=6)
         try:
             send({"type": "error", "kind": kind, "stage": stage, "flags": sorted(flags),

@@ -52,6 +52,13 @@ def guard_still_active(guard):
     return _get_current_dispatch_mode() is guard
 
 
+def clear_dispatch_modes():
+    """After a candidate tampered with the mode stack: leave it empty."""
+    from torch.utils._python_dispatch import _pop_mode
+    while _get_current_dispatch_mode() is not None:
+        _pop_mode()
+
+
 class AuditGuard:
     """Install once; Python offers no way to remove an audit hook."""
 
@@ -89,7 +96,9 @@ class AuditGuard:
 
 def _owners():
     import torch.nn.functional as F
-    owners = [time, torch, F, torch.Tensor, torch._C.TensorBase, torch.linalg, torch.fft,
+    import _thread
+    import threading
+    owners = [time, _thread, threading, torch, F, torch.Tensor, torch._C.TensorBase, torch.linalg, torch.fft,
               torch.special, torch.nn.Module, torch._C._VariableFunctions]
     if hasattr(torch, "cuda"):
         owners += [torch.cuda, torch.cuda.Event, torch.cuda.Stream]
@@ -119,6 +128,31 @@ class PatchSnapshot:
             if sys.modules.get(name) is not mod:
                 out.append(f"sys.modules[{name}]")
         return out
+
+
+class ThreadGuard:
+    """Python threads escape the (thread-local) dispatch mode, so starting one
+    is refused and recorded. The wrappers are in the patch snapshot: undoing
+    them is itself a monkey-patch."""
+
+    def __init__(self):
+        self.attempts = []
+
+    def install(self):
+        import _thread
+        import threading
+        real = _thread.start_new_thread
+
+        def refuse(*args, **kwargs):
+            self.attempts.append(repr(args[0])[:80] if args else "?")
+            raise RuntimeError("sandbox: starting threads is not allowed in a candidate")
+
+        _thread.start_new_thread = refuse
+        _thread.start_joinable_thread = refuse if hasattr(_thread, "start_joinable_thread") else None
+        threading._start_new_thread = refuse
+        if hasattr(threading, "_start_joinable_thread"):
+            threading._start_joinable_thread = refuse
+        self._real = real
 
 
 def thread_count():

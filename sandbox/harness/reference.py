@@ -57,6 +57,16 @@ def compare(ref, meta, exchange_dir, device, atol, rtol):
             f"expected {ref[where].item():.6g}); {frac:.2%} of elements outside atol={atol:g} rtol={rtol:g}")
 
 
+def _send(fd, msg):
+    """False when the candidate is gone (its verdict comes from its messages
+    and its exit status, not from our write failing)."""
+    try:
+        protocol.send(fd, msg)
+        return True
+    except (BrokenPipeError, OSError):
+        return False
+
+
 def run(job, to_cand, from_cand, result_fd):
     device = job["device"]
     atol, rtol = job["atol"], job["rtol"]
@@ -87,7 +97,7 @@ def run(job, to_cand, from_cand, result_fd):
             pending[i] = (dist, inputs_lib.fingerprint(xs), [o.detach() if isinstance(o, torch.Tensor) else o
                                                               for o in outs])
             del xs
-            protocol.send(to_cand, {"type": "go", "set": i, "dist": dist})
+            _send(to_cand, {"type": "go", "set": i, "dist": dist})
 
         prepare(0)
         for i in range(n):
@@ -137,7 +147,7 @@ def run(job, to_cand, from_cand, result_fd):
             if not entry["ok"]:
                 break
         else:
-            protocol.send(to_cand, {"type": "stop"})
+            _send(to_cand, {"type": "stop"})
             msg = reader.read(timeout=30)
             if msg is not None:
                 result["candidate_flags"] = sorted(set(result["candidate_flags"]) | set(msg.get("flags", [])))
@@ -147,10 +157,7 @@ def run(job, to_cand, from_cand, result_fd):
                     result["candidate_error"] = {k: msg.get(k) for k in ("kind", "stage", "message", "audit", "torch_ops")}
     except Exception:  # noqa: BLE001 - a failing reference is our fault, not the candidate's
         result["ref_error"] = traceback.format_exc(limit=6)[-3000:]
-    try:
-        protocol.send(to_cand, {"type": "stop"})
-    except OSError:
-        pass
+    _send(to_cand, {"type": "stop"})
     result["reference_ms"] = (time.perf_counter() - t_start) * 1e3
     protocol.send(result_fd, result)
     return 0

@@ -1,0 +1,95 @@
+// Workspace validation: every malformed or hostile workspace maps to a clear
+// outcome (BAD_WORKSPACE / SANDBOX_VIOLATION) and layouts are detected.
+#include "sandbox/workspace.h"
+
+#include "gtest/gtest.h"
+#include "sandbox/sha256.h"
+
+namespace kernelrl::sandbox {
+namespace {
+
+Workspace Ws(std::initializer_list<std::pair<std::string, std::string>> files) {
+  Workspace ws;
+  for (const auto& [path, content] : files) {
+    WorkspaceFile* f = ws.add_files();
+    f->set_path(path);
+    f->set_content(content);
+  }
+  return ws;
+}
+
+struct Checked {
+  bool ok;
+  ValidatedWorkspace ws;
+  WorkspaceRejection why;
+};
+
+Checked Check(const Workspace& ws, const std::string& backend = "cuda", WorkspaceLimits limits = {}) {
+  Checked c;
+  c.ok = ValidateWorkspace(ws, limits, backend, &c.ws, &c.why);
+  return c;
+}
+
+const char* kModel = "import kernelrl\nclass ModelNew: pass\n";
+
+TEST(WorkspaceTest, DetectsLayouts) {
+  EXPECT_EQ(Check(Ws({{"model_new.py", kModel}, {"kernels/a.cu", "__global__ void k(){}"}})).ws.layout,
+            Workspace::FAST_PATH);
+  EXPECT_EQ(Check(Ws({{"model_new.py", kModel}, {"kernels/a.cu", ""}, {"binding.cpp", "PYBIND11_MODULE(x, m) {}"}})).ws.layout,
+            Workspace::TORCH_EXTENSION);
+  EXPECT_EQ(Check(Ws({{"model_new.py", "from torch.utils.cpp_extension import load_inline\n"}})).ws.layout,
+            Workspace::SINGLE_FILE_INLINE);
+  EXPECT_EQ(Check(Ws({{"model_new.py", kModel}, {"kernels/a.cc", ""}}), "cpu").ws.layout, Workspace::CPU);
+}
+
+TEST(WorkspaceTest, RejectsPathsThatEscape) {
+  for (const char* bad : {"../x.py", "/etc/passwd.py", "a/../../x.py", "a//b.py", "./x.py", ".hidden.py",
+                          "a\\b.py", "kernels/a b.cu", "a/b/c/d/e.py"}) {
+    Checked c = Check(Ws({{"model_new.py", kModel}, {bad, ""}}));
+    EXPECT_FALSE(c.ok) << bad;
+    EXPECT_EQ(c.why.outcome, Verdict::BAD_WORKSPACE) << bad;
+  }
+}
+
+TEST(WorkspaceTest, RejectsMissingOversizedDuplicateAndForeignFiles) {
+  EXPECT_NE(Check(Ws({{"kernels/a.cu", ""}})).why.reason.find("model_new.py"), std::string::npos);
+  WorkspaceLimits small;
+  small.set_max_file_bytes(10);
+  EXPECT_FALSE(Check(Ws({{"model_new.py", std::string(11, 'x')}}), "cuda", small).ok);
+  small.set_max_file_bytes(100);
+  small.set_max_total_bytes(15);
+  EXPECT_FALSE(Check(Ws({{"model_new.py", "12345678"}, {"kernels/a.cu", "12345678"}}), "cuda", small).ok);
+  EXPECT_FALSE(Check(Ws({{"model_new.py", kModel}, {"model_new.py", kModel}})).ok);
+  EXPECT_FALSE(Check(Ws({{"model_new.py", kModel}, {"run.sh", "rm -rf /"}})).ok);
+  EXPECT_FALSE(Check(Ws({{"model_new.py", kModel}, {"kernels/a.cu", ""}}), "cpu").ok);  // CUDA layout on CPU worker
+}
+
+TEST(WorkspaceTest, ForbiddenIncludesAreViolations) {
+  for (const char* inc : {"#include <sys/socket.h>", "#include <unistd.h>", "  #  include <thread>",
+                          "#include \"/etc/passwd\"", "#include \"../secret.h\"", "#include MACRO_HEADER"}) {
+    Checked c = Check(Ws({{"model_new.py", kModel}, {"kernels/a.cu", std::string(inc) + "\n"}}));
+    EXPECT_FALSE(c.ok) << inc;
+    EXPECT_EQ(c.why.outcome, Verdict::SANDBOX_VIOLATION) << inc;
+  }
+  EXPECT_TRUE(Check(Ws({{"model_new.py", kModel},
+                        {"kernels/a.cu", "#include <cuda_runtime.h>\n#include <cmath>\n#include \"common.cuh\"\n"},
+                        {"kernels/common.cuh", "#include <cstdint>\n"}})).ok);
+}
+
+TEST(WorkspaceTest, ContentHashIgnoresOrderButNotContent) {
+  Checked a = Check(Ws({{"model_new.py", kModel}, {"kernels/a.cu", "1"}}));
+  Checked b = Check(Ws({{"kernels/a.cu", "1"}, {"model_new.py", kModel}}));
+  Checked c = Check(Ws({{"model_new.py", kModel}, {"kernels/a.cu", "2"}}));
+  EXPECT_EQ(a.ws.content_hash, b.ws.content_hash);
+  EXPECT_NE(a.ws.content_hash, c.ws.content_hash);
+}
+
+TEST(Sha256Test, KnownVectors) {
+  EXPECT_EQ(Sha256Hex(""), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  EXPECT_EQ(Sha256Hex("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  EXPECT_EQ(Sha256Hex(std::string(1000000, 'a')),
+            "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+}
+
+}  // namespace
+}  // namespace kernelrl::sandbox
