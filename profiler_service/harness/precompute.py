@@ -64,6 +64,8 @@ def measure_task(task_id, path, args, backend, lock_path):
     x = make_inputs(1)
     try:
         compiled_fn(*x)  # Compiles outside the GPU lock.
+    except torch.cuda.OutOfMemoryError:
+        raise  # Deferred to the serial phase by the worker.
     except Exception as e:  # noqa: BLE001 - recorded, the eager baseline still runs
         rec["compiled"] = {"label": "compiled", "backend": args.device, "error": f"compile: {type(e).__name__}: {e}"}
         compiled_fn = None
@@ -101,38 +103,59 @@ def _worker(worker_id, jobs, results, args, lock_path, deadline):
         if time.time() > deadline:
             results.put({"task_id": task_id, "error": "not_run: precompute deadline reached"})
             continue
-        rec = None
-        for attempt in range(2):
-            try:
-                rec = measure_task(task_id, path, args, backend, lock_path)
-                break
-            except torch.cuda.OutOfMemoryError as e:
-                rec = {"task_id": task_id, "error": f"oom (attempt {attempt + 1}): {e}"[:500]}
-            except Exception as e:  # noqa: BLE001 - recorded, not dropped
-                rec = {"task_id": task_id, "error": f"{type(e).__name__}: {e}"[:500],
-                       "traceback": traceback.format_exc()[-1500:]}
-                break
-            finally:
-                torch._dynamo.reset()
-                gc.collect()
-                if args.device == "cuda":
-                    torch.cuda.empty_cache()
-            if args.device == "cuda":  # OOM: retry once holding the GPU alone.
-                with open(lock_path, "w") as lock:
-                    fcntl.flock(lock, fcntl.LOCK_EX)
-                    try:
-                        rec = measure_task(task_id, path, args, backend, None)
-                        break
-                    except Exception as e:  # noqa: BLE001
-                        rec = {"task_id": task_id, "error": f"retry alone: {type(e).__name__}: {e}"[:500]}
-                        break
-                    finally:
-                        fcntl.flock(lock, fcntl.LOCK_UN)
-                        torch._dynamo.reset()
-                        gc.collect()
-                        torch.cuda.empty_cache()
+        try:
+            rec = measure_task(task_id, path, args, backend, lock_path)
+        except torch.cuda.OutOfMemoryError as e:
+            # Too big to share the GPU with the other workers: the parent runs
+            # it again in the serial phase, alone on the GPU.
+            rec = {"task_id": task_id, "deferred": True, "error": f"oom (parallel phase): {e}"[:300]}
+        except Exception as e:  # noqa: BLE001 - recorded, not dropped
+            rec = {"task_id": task_id, "error": f"{type(e).__name__}: {e}"[:500]}
+        finally:
+            torch._dynamo.reset()
+            gc.collect()
+            if args.device == "cuda":
+                torch.cuda.empty_cache()
         rec["worker"] = worker_id
         results.put(rec)
+
+
+def _phase(ctx, todo, args, workers, deadline, out, t_start, allow_defer):
+    """Runs `todo` on `workers` processes; writes finished records to `out` and
+    returns the (task_id, path) pairs deferred for running alone."""
+    jobs, results = ctx.Queue(), ctx.Queue()
+    for t in todo:
+        jobs.put(t)
+    lock_path = os.path.join("/tmp", os.path.basename(args.out) + ".gpulock")
+    procs = [ctx.Process(target=_worker, args=(i, jobs, results, args, lock_path, deadline))
+             for i in range(max(1, workers))]
+    for pr in procs:
+        pr.start()
+    done, deferred, paths = set(), [], dict(todo)
+    while len(done) < len(todo):
+        try:
+            rec = results.get(timeout=5)
+        except queue.Empty:
+            if not any(pr.is_alive() for pr in procs):
+                break
+            continue
+        done.add(rec["task_id"])
+        if rec.get("deferred") and allow_defer:
+            deferred.append((rec["task_id"], paths[rec["task_id"]]))
+            continue
+        if rec.pop("deferred", None):
+            rec["error"] = rec["error"].replace("parallel phase", "alone on the GPU")
+        out.write(json.dumps(rec) + "\n")
+        out.flush()
+        e = rec.get("eager", {}).get("samples", [])
+        print(f"[{time.time() - t_start:6.1f}s] {rec['task_id']} "
+              f"{'ERROR ' + rec['error'][:80] if rec.get('error') else f'eager n={len(e)}'}", flush=True)
+    for tid, _ in todo:  # A worker that died takes its task with it: record that.
+        if tid not in done:
+            out.write(json.dumps({"task_id": tid, "error": "lost: worker exited without a result"}) + "\n")
+    for pr in procs:
+        pr.join(timeout=10)
+    return deferred
 
 
 def main(argv=None):
@@ -158,38 +181,13 @@ def main(argv=None):
     if args.limit:
         todo = todo[:args.limit]
     deadline = time.time() + args.deadline_s
-    ctx = mp.get_context("spawn")
-    jobs, results = ctx.Queue(), ctx.Queue()
-    for t in todo:
-        jobs.put(t)
-    lock_path = args.out + ".gpulock"
-    procs = [ctx.Process(target=_worker, args=(i, jobs, results, args, lock_path, deadline))
-             for i in range(max(1, args.workers))]
-    for pr in procs:
-        pr.start()
-    done = {}
     t_start = time.time()
+    ctx = mp.get_context("spawn")
     with open(args.out, "w") as out:
-        while len(done) < len(todo):
-            try:
-                rec = results.get(timeout=5)
-            except queue.Empty:
-                if not any(pr.is_alive() for pr in procs):
-                    break
-                continue
-            done[rec["task_id"]] = rec
-            out.write(json.dumps(rec) + "\n")
-            out.flush()
-            e = rec.get("eager", {}).get("samples", [])
-            print(f"[{time.time() - t_start:6.1f}s] {len(done)}/{len(todo)} {rec['task_id']} "
-                  f"{'ERROR ' + rec['error'][:80] if rec.get('error') else ''}"
-                  f"{'' if rec.get('error') else f'eager n={len(e)}'}", flush=True)
-        for tid, _ in todo:  # A worker that died takes its task with it: record that.
-            if tid not in done:
-                rec = {"task_id": tid, "error": "lost: worker exited without a result"}
-                out.write(json.dumps(rec) + "\n")
-    for pr in procs:
-        pr.join(timeout=10)
+        deferred = _phase(ctx, todo, args, args.workers, deadline, out, t_start, allow_defer=True)
+        if deferred:
+            print(f"serial phase: {len(deferred)} tasks that ran out of memory in parallel", flush=True)
+            _phase(ctx, deferred, args, 1, deadline, out, t_start, allow_defer=False)
     return 0
 
 

@@ -89,7 +89,17 @@ def cupti_checks(out_dir):
     backend = backends.make_backend("cuda")
     assert backend.cupti_active, "CUPTI recorder not injected"
     cfg = protocol.ProtocolConfig(time_budget_s=1.0, min_samples=20, max_samples=400)
-    kernels = {}
+    by_mode = {}
+    for mode in ("write", "read"):  # Both flushes, compared with ncu by the script.
+        backend.flush_mode = mode
+        by_mode[mode] = kernels = {}
+        _time_kernels(backend, cfg, kernels, mode)
+    json.dump(by_mode, open(os.path.join(out_dir, "cupti_kernels.json"), "w"), indent=1)
+    backend.flush_mode = "read"
+    _cv_and_exploits(out_dir, backend)
+
+
+def _time_kernels(backend, cfg, kernels, mode):
     for name, (mk, fn, ref) in kernel_cases().items():
         runs, _ = protocol.run_protocol([(name, fn)], mk, backend, cfg, secret_seed=11, recheck=_close(ref))
         r = runs[name]
@@ -100,9 +110,10 @@ def cupti_checks(out_dir):
                          "rechecks": r["rechecks"], "recheck_failures": r["recheck_failures"],
                          "activities": [(a["name"], a["count"]) for a in r["activities"]],
                          "throttled": sum(s["throttled"] for s in r["samples"])}
-        print(f"cupti {name:16s} median {med:9.2f} us  events {ev:9.2f} us  n={len(r['samples'])}", flush=True)
-    json.dump(kernels, open(os.path.join(out_dir, "cupti_kernels.json"), "w"), indent=1)
+        print(f"cupti[{mode}] {name:16s} median {med:9.2f} us  events {ev:9.2f} us  n={len(r['samples'])}", flush=True)
 
+
+def _cv_and_exploits(out_dir, backend):
     # CV of 10 repeated profiles of one kernel (>= 20 us).
     mk, fn, ref = kernel_cases()["scale_shift"]
     medians = []
@@ -186,6 +197,8 @@ def exploit_cases(out_dir, backend):
                                           artifact_paths=[so], backend=backend)
             f.write(json.dumps({"case": name, "library_policy": policy, "expect": expect,
                                 "measurement": json.loads(m)}) + "\n")
+            if name == "background_thread":
+                lib().kt_stop_background()
             mj = json.loads(m)["candidate"]
             print(f"exploit {name:22s} samples={len(mj['samples'])} escaped_us={mj['outside_window_gpu_us']:.0f} "
                   f"streams={sorted({a['stream_id'] for a in mj['activities']})} err={mj['error'][:60]}", flush=True)

@@ -3,6 +3,7 @@
 // exploit launchers the integrity analysis must flag. Not candidate code.
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <chrono>
 #include <thread>
 
@@ -61,6 +62,9 @@ __global__ void matmul_tiled(const float* A, const float* B, float* C, int n) {
   C[(long)row * n + col] = acc;
 }
 
+std::atomic<bool> g_stop{false};
+std::atomic<int> g_running{0};
+
 unsigned Blocks(long n, int t) { return (unsigned)((n + t - 1) / t); }
 
 }  // namespace
@@ -116,13 +120,23 @@ int kt_vec_add_thread(const float* a, const float* b, float* c, long n) {
 // Exploit: a detached thread keeps launching after the call returns, so its
 // work lands between timing windows (e.g. precomputing during the flush).
 int kt_background_burner(const float* a, float* c, long n, int launches) {
+  g_stop = false;
+  g_running++;
   std::thread([=] {
-    for (int i = 0; i < launches; ++i) {
+    for (int i = 0; i < launches && !g_stop; ++i) {
       fma_loop<<<Blocks(n, 256), 256, 0, cudaStreamPerThread>>>(a, c, n, 200);
       cudaStreamSynchronize(cudaStreamPerThread);
       std::this_thread::sleep_for(std::chrono::microseconds(200));
     }
+    g_running--;
   }).detach();
+  return 0;
+}
+
+// Stops the background burner and waits for its thread to finish.
+int kt_stop_background(void) {
+  g_stop = true;
+  while (g_running > 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   return 0;
 }
 
