@@ -134,7 +134,7 @@ def run(job, cont, to_ref, from_ref):
                         xs[k] = old
             tensors = [x for x in xs if isinstance(x, torch.Tensor)]
             clones = [x.clone() for x in tensors]
-            poison_allocator(device, 2 * sum(x.nbytes for x in tensors) + (1 << 20))
+            poison_allocator(device, sum(x.nbytes for x in tensors) + (1 << 20))
             if device == "cuda":
                 torch.cuda.synchronize()
             guard = guards.TorchOpGuard()

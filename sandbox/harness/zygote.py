@@ -108,8 +108,12 @@ class Zygote:
         os.makedirs(job["scratch_dir"], exist_ok=True)
         exchange_mounted = False
         if self.caps.get("tmpfs") and iso.get("mount_ns"):
-            opts = f"size={int(job['exchange_bytes'])},mode=0700".encode()
-            exchange_mounted = LIBC.mount(b"tmpfs", exchange.encode(), b"tmpfs", 0, opts) == 0
+            # Huge pages make the multi-GB output copies fault 512x less often.
+            for extra in (",huge=within_size", ""):
+                opts = f"size={int(job['exchange_bytes'])},mode=0700{extra}".encode()
+                exchange_mounted = LIBC.mount(b"tmpfs", exchange.encode(), b"tmpfs", 0, opts) == 0
+                if exchange_mounted:
+                    break
         c2r = os.pipe()
         r2c = os.pipe()
         res = os.pipe()

@@ -2,7 +2,7 @@
 #include <cuda_runtime.h>
 
 __device__ __forceinline__ double term(const float* p, const float* t, long long i, long long cols) {
-  double v = 1.0 - (double)p[i] * (double)t[i / cols]; return v > 0.0 ? v : 0.0;
+  double v = 1.0 - (double)p[i] * (double)t[i % cols]; return v > 0.0 ? v : 0.0;
 }
 
 __global__ void partial_kernel(const float* __restrict__ p, const float* __restrict__ t, double* partial,
