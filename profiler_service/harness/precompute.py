@@ -50,7 +50,7 @@ def measure_task(task_id, path, args, backend, lock_path):
         model = mod.Model(*mod.get_init_inputs())
     model = model.to(args.device).eval()
     make_inputs = _make_inputs_fn(mod, args.device)
-    compiled = torch.compile(model)
+    compiled = torch.compile(model) if args.compile else None
 
     def eager_fn(*xs):
         with torch.no_grad():
@@ -63,6 +63,8 @@ def measure_task(task_id, path, args, backend, lock_path):
     t0 = time.monotonic()
     x = make_inputs(1)
     try:
+        if compiled is None:
+            raise RuntimeError("compile disabled (--no_compile)")
         compiled_fn(*x)  # Compiles outside the GPU lock.
     except torch.cuda.OutOfMemoryError:
         raise  # Deferred to the serial phase by the worker.
@@ -94,7 +96,7 @@ def _worker(worker_id, jobs, results, args, lock_path, deadline):
     os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
     import torch
     from profiler_service.harness import backends
-    backend = backends.make_backend(args.device)
+    backend = backends.make_backend(args.device, args.flush_multiple)
     while True:
         try:
             task_id, path = jobs.get_nowait()
@@ -171,6 +173,8 @@ def main(argv=None):
     p.add_argument("--max_samples", type=int, default=300)
     p.add_argument("--deadline_s", type=float, default=1e9)
     p.add_argument("--device", default="cuda")
+    p.add_argument("--flush_multiple", type=float, default=2.0, help="cache flush size / L2 (or LLC) size")
+    p.add_argument("--no_compile", dest="compile", action="store_false", help="eager only (CI)")
     args = p.parse_args(argv)
 
     from profiler_service.harness import tasks
