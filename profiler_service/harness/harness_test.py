@@ -100,11 +100,21 @@ class ProtocolTest(unittest.TestCase):
 
 class SeamTest(unittest.TestCase):
     def test_profile_candidate_json_is_judged_by_the_cpp_core(self):
-        so = [p for p in sys.argv if p.endswith("judge_measurements")] or [os.environ.get("JUDGE_BIN", "")]
-        m = profile.profile_candidate(torch.relu, make_inputs, recheck, secret_seed=9, device="cpu",
-                                      config={"time_budget_s": 0.3, "min_samples": 10},
-                                      backend=cpu_backend())
-        d = json.loads(m)
+        seen = []
+
+        def seeded_inputs(k):
+            seen.append(k)
+            return make_inputs(k)
+
+        res = profile.profile_candidate(torch.relu, seeded_inputs, lambda out, inputs: recheck(inputs, out),
+                                        {"task_id": "t", "device": "cpu"}, budget_s=2.0,
+                                        config={"time_budget_s": 0.3, "min_samples": 10, "recheck_fraction": 0.5},
+                                        backend=cpu_backend())
+        self.assertTrue(res["ok"], res["error"])
+        d = res["measurement"]
+        self.assertEqual(seen, list(range(len(seen))))  # The k-th set, in order.
+        self.assertGreater(d["candidate"]["rechecks"], 0)
+        self.assertEqual(d["candidate"]["recheck_failures"], 0)
         self.assertEqual(d["device"]["backend"], "cpu")
         self.assertGreaterEqual(len(d["candidate"]["samples"]), 10)
         judge = os.environ.get("JUDGE_BIN")

@@ -193,10 +193,12 @@ def exploit_cases(out_dir, backend):
     with open(os.path.join(out_dir, "exploits.jsonl"), "w") as f:
         for name, fn, mk, ref, policy, expect in cases:
             torch.backends.cuda.matmul.allow_tf32 = True  # cuBLAS picks its fast kernels for the library case.
-            m = profile.profile_candidate(fn, mk, ref, secret_seed=hash(name) & 0xFFFF, config=cfg,
-                                          artifact_paths=[so], backend=backend)
+            res = profile.profile_candidate(fn, lambda k, mk=mk: mk(1000 + k), lambda o, i, ref=ref: ref(i, o),
+                                            {"task_id": name, "device": "cuda", "library_policy": policy},
+                                            budget_s=4.0, config=cfg, artifact_paths=[so], backend=backend)
             f.write(json.dumps({"case": name, "library_policy": policy, "expect": expect,
-                                "measurement": json.loads(m)}) + "\n")
+                                "measurement": res["measurement"]}) + "\n")
+            m = json.dumps(res["measurement"])
             if name == "background_thread":
                 lib().kt_stop_background()
             mj = json.loads(m)["candidate"]
