@@ -2,6 +2,7 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -111,29 +112,36 @@ class CheckpointedBlock : public torch::autograd::Function<CheckpointedBlock> {
   }
 };
 
-// log softmax(hidden @ W^T / T)[target], chunked; backward recomputes logits.
+// log softmax(hidden @ W^T / T)[target], chunked; backward recomputes the
+// chunk's logits. On the GPU the logits stay bf16 and the (log-)softmax
+// kernels accumulate in fp32 (half_to_float for the forward values), so each
+// chunk costs a few passes over [chunk, V] instead of a dozen in fp32.
 class ChunkedTokenLogprobs : public torch::autograd::Function<ChunkedTokenLogprobs> {
  public:
   static constexpr int64_t kChunk = 4096;
+
+  static at::Tensor ChunkLogits(const at::Tensor& h, const at::Tensor& weight, double inv_temp) {
+    at::Tensor logits = at::matmul(h, weight.t());
+    if (inv_temp != 1.0) logits.mul_(inv_temp);
+    return logits;
+  }
 
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& hidden, const at::Tensor& weight,
                             const at::Tensor& targets, double inv_temp) {
     const int64_t n = hidden.size(0);
     at::Tensor out = at::empty({n}, hidden.options().dtype(at::kFloat));
-    at::Tensor lse = at::empty({n}, hidden.options().dtype(at::kFloat));
     at::Tensor valid = targets.ge(0);
     at::Tensor safe_t = targets.clamp_min(0);
+    const bool half = hidden.is_cuda() && hidden.scalar_type() != at::kFloat;
     for (int64_t s = 0; s < n; s += kChunk) {
       const int64_t len = std::min(kChunk, n - s);
-      at::Tensor logits = at::matmul(hidden.narrow(0, s, len), weight.t()).to(at::kFloat);
-      if (inv_temp != 1.0) logits.mul_(inv_temp);
-      at::Tensor l = at::logsumexp(logits, -1);
-      lse.narrow(0, s, len).copy_(l);
-      at::Tensor picked = logits.gather(1, safe_t.narrow(0, s, len).unsqueeze(1)).squeeze(1);
-      out.narrow(0, s, len).copy_(picked - l);
+      at::Tensor logits = ChunkLogits(hidden.narrow(0, s, len), weight, inv_temp);
+      at::Tensor logp = half ? at::_log_softmax(logits, -1, /*half_to_float=*/true)
+                             : at::_log_softmax(logits.to(at::kFloat), -1, false);
+      out.narrow(0, s, len).copy_(logp.gather(1, safe_t.narrow(0, s, len).unsqueeze(1)).squeeze(1));
     }
     out.masked_fill_(valid.logical_not(), 0.0);
-    ctx->save_for_backward({hidden, weight, safe_t, valid, lse});
+    ctx->save_for_backward({hidden, weight, safe_t, valid});
     ctx->saved_data["inv_temp"] = inv_temp;
     return out;
   }
@@ -145,8 +153,8 @@ class ChunkedTokenLogprobs : public torch::autograd::Function<ChunkedTokenLogpro
     const at::Tensor& weight = saved[1];
     const at::Tensor& targets = saved[2];
     const at::Tensor& valid = saved[3];
-    const at::Tensor& lse = saved[4];
     const double inv_temp = ctx->saved_data["inv_temp"].toDouble();
+    const bool half = hidden.is_cuda() && hidden.scalar_type() != at::kFloat;
     at::Tensor g = grad_out[0].to(at::kFloat) * valid.to(at::kFloat);  // [N]
     const int64_t n = hidden.size(0);
     at::Tensor grad_h = at::empty_like(hidden);
@@ -154,12 +162,12 @@ class ChunkedTokenLogprobs : public torch::autograd::Function<ChunkedTokenLogpro
     for (int64_t s = 0; s < n; s += kChunk) {
       const int64_t len = std::min(kChunk, n - s);
       at::Tensor h = hidden.narrow(0, s, len);
-      at::Tensor logits = at::matmul(h, weight.t()).to(at::kFloat);
-      if (inv_temp != 1.0) logits.mul_(inv_temp);
+      at::Tensor logits = ChunkLogits(h, weight, inv_temp);
       // d logp[t] / d logits = onehot(t) - softmax; times upstream g and 1/T.
-      at::Tensor gc = g.narrow(0, s, len);
-      at::Tensor d = logits.sub_(lse.narrow(0, s, len).unsqueeze(1)).exp_().mul_(gc.unsqueeze(1)).neg_();
-      d.scatter_add_(1, targets.narrow(0, s, len).unsqueeze(1), gc.unsqueeze(1));
+      at::Tensor d = half ? at::_softmax(logits, -1, false) : at::_softmax(logits.to(at::kFloat), -1, false);
+      at::Tensor gc = g.narrow(0, s, len).unsqueeze(1).to(d.scalar_type());
+      d.mul_(gc.neg());
+      d.scatter_add_(1, targets.narrow(0, s, len).unsqueeze(1), gc);
       if (inv_temp != 1.0) d.mul_(inv_temp);
       at::Tensor dd = d.to(hidden.scalar_type());
       grad_h.narrow(0, s, len).copy_(at::matmul(dd, weight));
@@ -445,34 +453,37 @@ at::Tensor Transformer::Norm(const at::Tensor& x, const at::Tensor& w) const {
 
 at::Tensor Transformer::BlockForward(const Layer& w, const at::Tensor& x, const at::Tensor& cos,
                                      const at::Tensor& sin, KVCache* cache, int layer, const at::Tensor& slots,
-                                     const at::Tensor& positions, int64_t max_len, bool decode) const {
+                                     const DecodeState* decode) const {
   const auto& c = config_;
   const int64_t B = x.size(0), T = x.size(1);
   const int64_t nh = c.num_heads, kvh = c.num_kv_heads, D = c.head_dim, Q = nh * D, KV = kvh * D;
   const double scale = 1.0 / std::sqrt(static_cast<double>(D));
   at::Tensor h = Norm(x, w.input_norm);
   at::Tensor qkv = Linear(h, w.qkv_w, w.qkv_b);  // [B,T,Q+2KV]
-  at::Tensor q = qkv.narrow(-1, 0, Q).view({B, T, nh, D}).transpose(1, 2);
-  at::Tensor k = qkv.narrow(-1, Q, KV).view({B, T, kvh, D}).transpose(1, 2);
-  at::Tensor v = qkv.narrow(-1, Q + KV, KV).view({B, T, kvh, D}).transpose(1, 2);
-  q = q * cos + RotateHalf(q) * sin;  // [B,nh,T,D]
-  k = k * cos + RotateHalf(k) * sin;  // [B,kvh,T,D]
+  // split (not narrow): its backward concatenates instead of zero-filling.
+  auto qk_v = qkv.split_with_sizes({Q + KV, KV}, -1);
+  at::Tensor qk = qk_v[0].view({B, T, nh + kvh, D}).transpose(1, 2);  // [B,nh+kvh,T,D]
+  at::Tensor v = qk_v[1].view({B, T, kvh, D}).transpose(1, 2);        // [B,kvh,T,D]
+  qk = qk * cos + RotateHalf(qk) * sin;  // RoPE on q and k in one pass.
+  auto q_k = qk.split_with_sizes({nh, kvh}, 1);
+  const at::Tensor& q = q_k[0];
+  const at::Tensor& k = q_k[1];
   at::Tensor a;
-  if (decode) {
+  if (decode != nullptr) {
     // T == 1: write this position, then attend over [0, max_len) of the
-    // row with later positions masked. GQA without copying K/V: query
-    // heads grouped under their KV head.
-    cache->k[layer].index_put_({slots, Slice(), positions}, k.squeeze(2));
-    cache->v[layer].index_put_({slots, Slice(), positions}, v.squeeze(2));
-    at::Tensor kc = cache->k[layer].index_select(0, slots).narrow(2, 0, max_len);  // [B,kvh,L,D]
-    at::Tensor vc = cache->v[layer].index_select(0, slots).narrow(2, 0, max_len);
-    at::Tensor qg = q.reshape({B, kvh, nh / kvh, D});
-    at::Tensor scores = at::matmul(qg, kc.transpose(-1, -2)).to(at::kFloat).mul_(scale);  // [B,kvh,G,L]
-    at::Tensor key_pos = at::arange(max_len, positions.options());
-    at::Tensor masked = key_pos.unsqueeze(0).gt(positions.unsqueeze(1)).view({B, 1, 1, max_len});
-    scores.masked_fill_(masked, -std::numeric_limits<float>::infinity());
-    a = at::matmul(at::softmax(scores, -1).to(x.scalar_type()), vc);  // [B,kvh,G,D]
-    a = a.reshape({B, 1, Q});
+    // row; later positions carry a -inf bias. GQA without copying K/V:
+    // query heads grouped under their KV head, scale and bias fused into
+    // one batched GEMM.
+    const DecodeState& d = *decode;
+    cache->k[layer].index_put_({d.slots, Slice(), d.positions}, k.squeeze(2));
+    cache->v[layer].index_put_({d.slots, Slice(), d.positions}, v.squeeze(2));
+    at::Tensor kc = d.slots_are_prefix ? cache->k[layer].narrow(0, 0, B) : cache->k[layer].index_select(0, d.slots);
+    at::Tensor vc = d.slots_are_prefix ? cache->v[layer].narrow(0, 0, B) : cache->v[layer].index_select(0, d.slots);
+    kc = kc.narrow(2, 0, d.max_len).reshape({B * kvh, d.max_len, D});
+    vc = vc.narrow(2, 0, d.max_len).reshape({B * kvh, d.max_len, D});
+    at::Tensor qg = q.reshape({B * kvh, nh / kvh, D});
+    at::Tensor scores = at::baddbmm(d.bias, qg, kc.transpose(1, 2), 1.0, scale);  // [B*kvh,G,L]
+    a = at::bmm(at::_softmax(scores, -1, false), vc).reshape({B, 1, Q});
   } else {
     if (cache != nullptr) {
       cache->k[layer].narrow(2, 0, T).index_copy_(0, slots, k);
@@ -484,8 +495,8 @@ at::Tensor Transformer::BlockForward(const Layer& w, const at::Tensor& x, const 
   }
   at::Tensor x1 = x + Linear(a, w.o_w, w.o_b);
   at::Tensor gu = Linear(Norm(x1, w.post_norm), w.gate_up_w, w.gate_up_b);  // [B,T,2I]
-  const int64_t I = c.intermediate_size;
-  return x1 + Linear(at::silu(gu.narrow(-1, 0, I)) * gu.narrow(-1, I, I), w.down_w, w.down_b);
+  auto g_u = gu.split(c.intermediate_size, -1);
+  return x1 + Linear(at::silu(g_u[0]) * g_u[1], w.down_w, w.down_b);
 }
 
 at::Tensor Transformer::Block(int layer, const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) const {
@@ -533,18 +544,35 @@ at::Tensor Transformer::Prefill(const at::Tensor& ids, const at::Tensor& slots, 
   auto [cos, sin] = Rope(positions);
   at::Tensor x = at::embedding(embed_, ids);
   for (int l = 0; l < config_.num_layers; ++l) {
-    x = BlockForward(layers_[l], x, cos, sin, cache, l, slots, {}, 0, false);
+    x = BlockForward(layers_[l], x, cos, sin, cache, l, slots, nullptr);
   }
   return Norm(x, final_norm_);
 }
 
-at::Tensor Transformer::Decode(const at::Tensor& ids, const at::Tensor& slots, const at::Tensor& positions,
-                               int64_t max_len, KVCache* cache) const {
-  auto [cos, sin] = Rope(positions.unsqueeze(1));
-  at::Tensor x = at::embedding(embed_, ids.unsqueeze(1));  // [B,1,H]
-  for (int l = 0; l < config_.num_layers; ++l) {
-    x = BlockForward(layers_[l], x, cos, sin, cache, l, slots, positions, max_len, true);
-  }
+at::Tensor Transformer::Decode(const std::vector<int64_t>& ids, const std::vector<int64_t>& slots,
+                               const std::vector<int64_t>& positions, KVCache* cache) const {
+  const int64_t B = static_cast<int64_t>(ids.size());
+  const at::Device device = options_.device;
+  // One host-to-device copy for ids, slots and positions.
+  std::vector<int64_t> packed(ids);
+  packed.insert(packed.end(), slots.begin(), slots.end());
+  packed.insert(packed.end(), positions.begin(), positions.end());
+  at::Tensor dev = at::tensor(packed, at::kLong).to(device);
+  DecodeState d;
+  d.slots = dev.narrow(0, B, B);
+  d.positions = dev.narrow(0, 2 * B, B);
+  d.max_len = *std::max_element(positions.begin(), positions.end()) + 1;
+  d.slots_are_prefix = true;
+  for (int64_t i = 0; i < B; ++i) d.slots_are_prefix &= slots[i] == i;
+  // Additive mask: -inf on keys after each row's position, per (row, kv head).
+  at::Tensor later = at::arange(d.max_len, dev.options()).unsqueeze(0).gt(d.positions.unsqueeze(1));  // [B,L]
+  d.bias = at::zeros({B, d.max_len}, dev.options().dtype(options_.dtype))
+               .masked_fill_(later, -std::numeric_limits<float>::infinity())
+               .repeat_interleave(config_.num_kv_heads, 0)
+               .unsqueeze(1);  // [B*kvh,1,L]
+  auto [cos, sin] = Rope(d.positions.unsqueeze(1));
+  at::Tensor x = at::embedding(embed_, dev.narrow(0, 0, B).unsqueeze(1));  // [B,1,H]
+  for (int l = 0; l < config_.num_layers; ++l) x = BlockForward(layers_[l], x, cos, sin, cache, l, {}, &d);
   return HeadLogits(Norm(x, final_norm_).squeeze(1));
 }
 

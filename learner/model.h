@@ -89,12 +89,12 @@ class Transformer {
   // never attended to by real tokens) and writes their keys/values into
   // cache rows `slots` [B] at positions [0,P). Returns hidden [B,P,H].
   at::Tensor Prefill(const at::Tensor& ids, const at::Tensor& slots, KVCache* cache) const;
-  // One token per sequence: ids [B], written at positions [B] of rows
-  // slots [B]; attends to positions [0, position]. max_len must be
-  // >= max(positions)+1 (the host knows it; saves a device sync).
+  // One token per sequence: ids[b] is written at positions[b] of cache row
+  // slots[b] and attends to positions [0, positions[b]]. Host vectors: the
+  // caller knows them, and one copy moves them to the device.
   // Returns logits [B,V] fp32.
-  at::Tensor Decode(const at::Tensor& ids, const at::Tensor& slots, const at::Tensor& positions, int64_t max_len,
-                    KVCache* cache) const;
+  at::Tensor Decode(const std::vector<int64_t>& ids, const std::vector<int64_t>& slots,
+                    const std::vector<int64_t>& positions, KVCache* cache) const;
 
   std::vector<at::Tensor> parameters() const;
   // Tensors under their Hugging Face names and layout (q/k/v and gate/up
@@ -110,9 +110,15 @@ class Transformer {
   // (T == 1) writes `positions` and attends to [0, max_len).
   // Public for the checkpointing autograd node; callers use the methods above.
   struct Layer;
+  struct DecodeState {
+    at::Tensor slots, positions;  // [B] int64 on the device.
+    at::Tensor bias;              // [B*kv_heads, 1, max_len]: 0 or -inf.
+    int64_t max_len = 0;
+    bool slots_are_prefix = false;  // slots == 0..B-1: read the cache without a gather.
+  };
   at::Tensor BlockForward(const Layer& w, const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
                           KVCache* cache = nullptr, int layer = 0, const at::Tensor& slots = {},
-                          const at::Tensor& positions = {}, int64_t max_len = 0, bool decode = false) const;
+                          const DecodeState* decode = nullptr) const;
 
   struct Layer {
     at::Tensor input_norm;          // [H]

@@ -81,8 +81,7 @@ std::vector<int64_t> Greedy(const Transformer& m, const std::vector<int64_t>& pr
   for (int i = 0; i < n; ++i) {
     int64_t next = logits.argmax(-1).item<int64_t>();
     out.push_back(next);
-    logits = m.Decode(at::tensor(std::vector<int64_t>{next}, at::kLong).to(dev), slots,
-                      at::tensor(std::vector<int64_t>{pos}, at::kLong).to(dev), pos + 1, &cache);
+    logits = m.Decode({next}, {1}, {pos}, &cache);
     ++pos;
   }
   return out;

@@ -222,7 +222,6 @@ void PolicyEngine::Admit(std::vector<std::shared_ptr<Pending>> batch) {
 void PolicyEngine::DecodeStep() {
   std::vector<int> active;
   std::vector<int64_t> ids, rows, positions;
-  int64_t max_len = 0;
   for (int s = 0; s < static_cast<int>(slots_.size()); ++s) {
     Slot& slot = *slots_[s];
     if (slot.pending == nullptr) continue;
@@ -230,11 +229,8 @@ void PolicyEngine::DecodeStep() {
     ids.push_back(slot.last);
     rows.push_back(s);
     positions.push_back(slot.len);
-    max_len = std::max(max_len, slot.len + 1);
   }
-  const at::Device device = model_->options().device;
-  at::Tensor logits = model_->Decode(at::tensor(ids, at::kLong).to(device), at::tensor(rows, at::kLong).to(device),
-                                     at::tensor(positions, at::kLong).to(device), max_len, cache_.get());
+  at::Tensor logits = model_->Decode(ids, rows, positions, cache_.get());
   for (int s : active) ++slots_[s]->len;
   SampleRows(logits, active);
 }
@@ -279,11 +275,11 @@ void PolicyEngine::SampleRows(const at::Tensor& logits, const std::vector<int>& 
     token = at::where(is_greedy, token, sampled);
   }
   at::Tensor lp = logp.gather(1, token.unsqueeze(1)).squeeze(1);
-  at::Tensor tok_cpu = token.to(at::kCPU), lp_cpu = lp.to(at::kCPU);  // The one sync per step.
+  // The one device sync per step.
+  at::Tensor both = at::stack({token.to(at::kDouble), lp.to(at::kDouble)}).to(at::kCPU).contiguous();
+  const double* v = both.data_ptr<double>();
   (void)opts;
-  for (int64_t r = 0; r < n; ++r) {
-    Accept(rows[r], static_cast<int32_t>(tok_cpu[r].item<int64_t>()), lp_cpu[r].item<float>());
-  }
+  for (int64_t r = 0; r < n; ++r) Accept(rows[r], static_cast<int32_t>(v[r]), static_cast<float>(v[n + r]));
 }
 
 void PolicyEngine::Accept(int s, int32_t token, float logprob) {
