@@ -1,8 +1,12 @@
 // The profiler binary: serves kernelrl.v1.Profiler plus health, diagnostics and
 // /metrics (common/service.h). Configuration: proto/profiler_config.proto.
+#include <memory>
+
+#include "common/metrics.h"
 #include "common/service.h"
+#include "profiler_service/profiler_core.h"
+#include "profiler_service/profiler_service.h"
 #include "proto/profiler_config.pb.h"
-#include "proto/profiler.grpc.pb.h"
 
 namespace {
 constexpr char kDefaults[] = R"pb(
@@ -12,11 +16,15 @@ constexpr char kDefaults[] = R"pb(
 
 int main(int argc, char** argv) {
   kernelrl::v1::ProfilerConfig config;
-  // The generated base class answers every RPC with UNIMPLEMENTED: nothing
-  // pretends to work before the core behind it exists.
-  kernelrl::v1::Profiler::Service profiler_service;
-  return kernelrl::RunServiceMain(argc, argv, "profiler", kDefaults, &config, config.mutable_server(),
-                                  [&]() -> absl::StatusOr<std::vector<grpc::Service*>> {
-                                    return std::vector<grpc::Service*>{&profiler_service};
-                                  });
+  std::unique_ptr<kernelrl::ProfilerCore> core;
+  std::unique_ptr<kernelrl::ProfilerServiceImpl> service;
+  return kernelrl::RunServiceMain(
+      argc, argv, "profiler", kDefaults, &config, config.mutable_server(),
+      [&]() -> absl::StatusOr<std::vector<grpc::Service*>> {
+        // Built after the config is loaded: the core keeps its own copy.
+        core = std::make_unique<kernelrl::ProfilerCore>(config, config.gpu_model(), config.torch_version(),
+                                                        &kernelrl::DefaultRegistry());
+        service = std::make_unique<kernelrl::ProfilerServiceImpl>(core.get());
+        return std::vector<grpc::Service*>{service.get()};
+      });
 }

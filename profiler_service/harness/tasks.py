@@ -22,7 +22,9 @@ def input_policy_text(device="cuda", dtype=""):
 
 
 def input_policy_hash(device="cuda", dtype=""):
-    return hashlib.sha256(input_policy_text(device, dtype).encode()).hexdigest()[:16]
+    """Short readable id of the input policy (the cache key component); the C++
+    ProfilerCore::KeyFor builds the same string."""
+    return f"{INPUT_POLICY_VERSION}.{device}.{dtype or 'task'}"
 
 
 def task_hash(source, device="cuda", dtype=""):
