@@ -109,6 +109,7 @@ int main(int argc, char** argv) {
         opts.preserve_proto_field_names = true;
         (void)google::protobuf::util::MessageToJsonString(v, &text, opts);
         json << "{\"label\":\"" << e.label << "\",\"expected\":\"" << e.expect << "\",\"verdict\":" << text << "}\n";
+        json.flush();
       }
     }
   }

@@ -54,7 +54,10 @@ absl::Status VerifyStage::StartLocked() {
   const char* path = std::getenv("PATH");
   o.env = {"PATH=" + std::string(path ? path : "/usr/bin:/bin"), "PYTHONDONTWRITEBYTECODE=1",
            "CUDA_VISIBLE_DEVICES=" + std::to_string(config_.gpu_index()), "LC_ALL=C.UTF-8",
-           "OMP_NUM_THREADS=4", "PYTHONPATH=" + harness_dir_};
+           "OMP_NUM_THREADS=4", "PYTHONPATH=" + harness_dir_,
+           // torch.cuda.is_available() through NVML: the zygote must never
+           // initialise CUDA, or every forked child fails "re-initialize CUDA".
+           "PYTORCH_NVML_BASED_CUDA_CHECK=1"};
   for (const char* keep : {"HOME", "LD_LIBRARY_PATH", "CUDA_HOME", "TORCH_HOME", "NCCL_NVLS_ENABLE",
                            "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS"}) {
     if (const char* v = std::getenv(keep)) o.env.push_back(std::string(keep) + "=" + v);

@@ -38,7 +38,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv
 $PY -c 'import torch, sys; print("torch", torch.__version__, "python", sys.version.split()[0])'
 
 # 1. Compile benchmark on CPU cores while the GPU suite runs.
-( $PY tests/bench/sandbox_compile_bench.py --torch_builds "${TORCH_BUILDS:-2}" --out "$OUT/compile_bench.json" \
+[ "${SKIP_BENCH:-0}" = 1 ] || ( $PY tests/bench/sandbox_compile_bench.py --torch_builds "${TORCH_BUILDS:-2}" --out "$OUT/compile_bench.json" \
     > "$OUT/compile_bench.log" 2>&1 ) &
 BENCH=$!
 

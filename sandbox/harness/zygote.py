@@ -56,7 +56,6 @@ def warm_up():
     import guards
     import inputs as inputs_lib
     import tempfile
-    import torch.utils.cpp_extension  # noqa: F401  (single-file inline layout)
     task = types.SimpleNamespace(get_inputs=lambda: [torch.rand(4, 4), torch.randint(0, 3, (4,))],
                                  get_init_inputs=lambda: [],
                                  Model=lambda: torch.nn.Linear(4, 4))
@@ -86,6 +85,9 @@ def warm_up():
                           d, "cpu", 1e-2, 1e-2)
     torch.isclose(xs[0], xs[0]).all()
     torch.unravel_index(torch.tensor(3), (4, 4))
+    # Children initialise CUDA themselves; a zygote that did would poison them.
+    if torch.cuda.is_initialized():
+        raise RuntimeError("zygote warm-up initialised CUDA: forked children could not use it")
 
 
 class Zygote:
@@ -319,7 +321,7 @@ class Zygote:
         return rep
 
     def serve(self):
-        hello = {"type": "hello", "caps": self.caps, "torch": torch.__version__,
+        hello = {"type": "hello", "caps": self.caps, "cuda_initialized": torch.cuda.is_initialized(), "torch": torch.__version__,
                  "python": sys.version.split()[0], "pid": os.getpid()}
         protocol.send(_PROTO_OUT, hello)
         reader = protocol.LineReader(0)
