@@ -1,0 +1,75 @@
+#include "sandbox/sandbox_service.h"
+
+#include <time.h>
+
+namespace kernelrl::sandbox {
+namespace {
+
+double NowMs() {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+}  // namespace
+
+SandboxService::SandboxService(Evaluator* evaluator, MetricsRegistry* metrics)
+    : evaluator_(evaluator),
+      outcomes_(metrics->AddCounter("kernelrl_sandbox_evaluations_total", "Evaluations by verdict outcome.",
+                                    {"outcome"})),
+      stage_seconds_(metrics->AddHistogram("kernelrl_sandbox_stage_seconds", "Wall time of each stage.", {"stage"},
+                                           {0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300})),
+      queue_depth_(metrics->AddGauge("kernelrl_sandbox_queue_depth",
+                                     "Requests waiting or running, by stage.", {"stage"})),
+      serving_(metrics->AddGauge("kernelrl_sandbox_serving", "1 while the GPU health probe passes.")) {
+  metrics->AddCollectHook([this] {
+    const EvaluatorInfo info = evaluator_->Info();
+    queue_depth_.Labels({"compile_waiting"}).Set(info.compile_waiting);
+    queue_depth_.Labels({"compile_running"}).Set(info.compile_in_flight);
+    queue_depth_.Labels({"verify_waiting"}).Set(info.verify_waiting);
+    serving_.Get().Set(info.serving ? 1 : 0);
+  });
+}
+
+void SandboxService::Record(const v1::Verdict& verdict) {
+  outcomes_.Labels({v1::Verdict::Outcome_Name(verdict.outcome())}).Increment();
+  for (const v1::StageTiming& s : verdict.stages()) stage_seconds_.Labels({s.stage()}).Observe(s.wall_ms() / 1e3);
+}
+
+grpc::Status SandboxService::Evaluate(grpc::ServerContext*, const v1::EvaluateRequest* request,
+                                      v1::Verdict* verdict) {
+  if (!evaluator_->serving()) {
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE, "sandbox worker is not serving (GPU health probe failed)");
+  }
+  *verdict = evaluator_->Evaluate(*request);
+  Record(*verdict);
+  return grpc::Status::OK;
+}
+
+grpc::Status SandboxService::EvaluateStream(grpc::ServerContext*, const v1::EvaluateRequest* request,
+                                            grpc::ServerWriter<v1::EvaluateProgress>* writer) {
+  if (!evaluator_->serving()) {
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE, "sandbox worker is not serving (GPU health probe failed)");
+  }
+  const double start = NowMs();
+  v1::Verdict verdict = evaluator_->Evaluate(*request, [&](const std::string& stage, bool finished,
+                                                           const std::string& detail) {
+    if (stage == "done") return;  // the final message below carries the verdict
+    v1::EvaluateProgress p;
+    p.set_stage(stage);
+    p.set_finished(finished);
+    p.set_elapsed_ms(NowMs() - start);
+    p.set_detail(detail);
+    writer->Write(p);
+  });
+  Record(verdict);
+  v1::EvaluateProgress last;
+  last.set_stage("done");
+  last.set_finished(true);
+  last.set_elapsed_ms(NowMs() - start);
+  *last.mutable_verdict() = verdict;
+  writer->Write(last);
+  return grpc::Status::OK;
+}
+
+}  // namespace kernelrl::sandbox
