@@ -47,7 +47,7 @@ CUDA_INJECTION64_PATH=$B/libkprof.so KERNELRL_TEST_KERNELS=$B/libkt.so timeout 2
 tail -25 $OUT/checks.log
 say "== cupti checks done at $(elapsed)s"
 
-KERNELRL_TEST_KERNELS=$B/libkt.so timeout 150 ncu --metrics gpu__time_duration.sum --clock-control none \
+KERNELRL_TEST_KERNELS=$B/libkt.so timeout 150 ncu --metrics gpu__time_duration.sum,sm__cycles_elapsed.avg.per_second --clock-control none \
   --cache-control all --csv -k regex:'vec_add|scale_shift|transpose_naive|row_sum|fma_loop|matmul_tiled' \
   $PY -m profiler_service.harness.device.checks ncu_target > $OUT/ncu.csv 2>&1 || say "ncu rc=$?"
 $PY - $OUT <<'PYEOF' 2>&1 | tee -a $S
@@ -55,11 +55,14 @@ import csv, json, statistics, sys, collections
 out = sys.argv[1]
 ours = json.load(open(f"{out}/cupti_kernels.json"))
 rows = [l for l in open(f"{out}/ncu.csv") if l.startswith('"')]
-t = collections.defaultdict(list)
+t = collections.defaultdict(list); clk = collections.defaultdict(list)
 scale = {"ns": 1e-3, "nsecond": 1e-3, "us": 1.0, "usecond": 1.0, "ms": 1e3, "msecond": 1e3}
 for r in csv.DictReader(rows):
-    if r.get("Metric Name") != "gpu__time_duration.sum": continue
     name = next((k for k in ours["read"] if k in r["Kernel Name"]), None)
+    if name and r.get("Metric Name") == "sm__cycles_elapsed.avg.per_second":
+        v = float(r["Metric Value"].replace(",", "")); u = r["Metric Unit"]
+        clk[name].append(v * {"cycle/nsecond": 1e3, "cycle/usecond": 1.0, "cycle/second": 1e-6, "Ghz": 1e3, "Mhz": 1.0}.get(u, 1.0))
+    if r.get("Metric Name") != "gpu__time_duration.sum": continue
     if name: t[name].append(float(r["Metric Value"].replace(",", "")) * scale.get(r["Metric Unit"], 1.0))
 for mode, kern in ours.items():
     print(f"== CUPTI ({mode} flush) vs ncu gpu__time_duration (medians, us)")
@@ -68,7 +71,8 @@ for mode, kern in ours.items():
         if not t[k]: print(f"{k:16s} cupti {v['cupti_median_us']:9.2f}  ncu: none"); continue
         n = statistics.median(t[k]); d = (v["cupti_median_us"] - n) / n
         res[k] = d
-        print(f"{k:16s} cupti {v['cupti_median_us']:9.2f}  ncu {n:9.2f}  diff {d*100:+6.2f}%  n={len(t[k])}")
+        print(f"{k:16s} cupti {v['cupti_median_us']:9.2f}  ncu {n:9.2f}  diff {d*100:+6.2f}%  n={len(t[k])}"
+              f"  sm MHz ours {v.get('sm_clock_mhz', 0):.0f} ncu {statistics.median(clk[k]) if clk[k] else 0:.0f}")
     print(f"within 3% ({mode} flush): {sum(abs(d) <= 0.03 for d in res.values())}/{len(res)}")
 cv = json.load(open(f"{out}/cv.json"))
 print(f"== CV of 10 profiles of {cv['kernel']} (~{statistics.mean(cv['medians_us']):.1f} us): {cv['cv']*100:.3f}%")
@@ -80,7 +84,8 @@ say "== precompute: $LEFT s"
 if [ -d .devcarry/kernelbench ] && [ $LEFT -gt 60 ]; then
   CUDA_INJECTION64_PATH=$B/libkprof.so TORCHINDUCTOR_COMPILE_THREADS=1 timeout $LEFT \
     $PY -m profiler_service.harness.precompute --tasks_root .devcarry/kernelbench --out $OUT/baselines.jsonl \
-    --workers ${WORKERS:-10} --budget_s ${BUDGET_S:-0.4} --deadline_s $(( LEFT - 50 )) > $OUT/precompute.log 2>&1
+    --workers ${WORKERS:-10} --budget_s ${BUDGET_S:-0.4} --deadline_s $(( LEFT - 50 )) \
+    ${PRECOMPUTE_ONLY:+--only $PRECOMPUTE_ONLY} > $OUT/precompute.log 2>&1
   say "precompute rc=$? at $(elapsed)s"
   $PY - $OUT/baselines.jsonl <<'PYEOF' 2>&1 | tee -a $S
 import json, statistics, sys

@@ -87,6 +87,9 @@ def measure_task(task_id, path, args, backend, lock_path):
                 runs, anchor = protocol.run_protocol(targets, make_inputs, backend, cfg, secret_seed=seed)
             finally:
                 fcntl.flock(lock, fcntl.LOCK_UN)
+    for run in runs.values():  # Out of memory inside a timed call: defer the task too.
+        if "OutOfMemoryError" in run.get("error", ""):
+            raise torch.cuda.OutOfMemoryError(run["error"])
     rec.update(runs)
     rec["anchor"] = anchor
     return rec

@@ -109,7 +109,8 @@ def _time_kernels(backend, cfg, kernels, mode):
                          "rse": protocol.rel_std_error([s["cupti_us"] for s in r["samples"]]),
                          "rechecks": r["rechecks"], "recheck_failures": r["recheck_failures"],
                          "activities": [(a["name"], a["count"]) for a in r["activities"]],
-                         "throttled": sum(s["throttled"] for s in r["samples"])}
+                         "throttled": sum(s["throttled"] for s in r["samples"]),
+                         "sm_clock_mhz": statistics.median(s["sm_clock_mhz"] for s in r["samples"])}
         print(f"cupti[{mode}] {name:16s} median {med:9.2f} us  events {ev:9.2f} us  n={len(r['samples'])}", flush=True)
 
 
