@@ -7,7 +7,9 @@
 #include <random>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/match.h"
 #include "absl/synchronization/notification.h"
+#include "learner/model.h"
 
 namespace kernelrl::learner {
 namespace {
@@ -45,12 +47,56 @@ struct PolicyEngine::Slot {
 PolicyEngine::PolicyEngine(std::unique_ptr<Transformer> model, int64_t policy_version, std::string checkpoint_path,
                            EngineOptions options)
     : options_(std::move(options)), model_(std::move(model)) {
+  device_ = model_->options().device.str();
+  dtype_ = model_->options().dtype == at::kFloat ? "float32" : "bfloat16";
   version_ = policy_version;
   checkpoint_path_ = std::move(checkpoint_path);
   loaded_at_ = NowRfc3339();
   seed_counter_ = std::random_device{}();
   for (int i = 0; i < options_.max_batch; ++i) slots_.push_back(std::make_unique<Slot>());
   thread_ = std::thread([this] { Loop(); });
+}
+
+static absl::StatusOr<std::unique_ptr<Transformer>> LoadPolicyModel(const std::string& path, const std::string& device,
+                                                             const std::string& dtype) {
+  ModelOptions options;
+  if (device == "cpu") {
+    options.device = at::kCPU;
+  } else if (absl::StartsWith(device, "cuda")) {
+    try {
+      options.device = at::Device(device);
+    } catch (const std::exception& e) {
+      return absl::InvalidArgumentError(absl::StrCat("device \"", device, "\": ", e.what()));
+    }
+    options.dtype = at::kBFloat16;
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat("device \"", device, "\": use cpu or cuda[:N]"));
+  }
+  if (dtype == "float32") {
+    options.dtype = at::kFloat;
+  } else if (dtype == "bfloat16") {
+    if (options.device.is_cpu()) return absl::InvalidArgumentError("bfloat16 needs a CUDA device");
+    options.dtype = at::kBFloat16;
+  } else if (!dtype.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("dtype \"", dtype, "\": use float32 or bfloat16"));
+  }
+  return Transformer::Load(path, Head::kLanguageModel, options);
+}
+
+absl::StatusOr<std::unique_ptr<PolicyEngine>> PolicyEngine::Load(const std::string& model_path,
+                                                                 const std::string& device, const std::string& dtype,
+                                                                 int64_t policy_version, EngineOptions options) {
+  auto model = LoadPolicyModel(model_path, device, dtype);
+  if (!model.ok()) return model.status();
+  auto engine = std::make_unique<PolicyEngine>(std::move(*model), policy_version, model_path, std::move(options));
+  return engine;
+}
+
+absl::Status PolicyEngine::SwapWeightsFrom(const std::string& checkpoint_path, int64_t policy_version) {
+  auto model = LoadPolicyModel(checkpoint_path, device_, dtype_);
+  if (!model.ok()) return model.status();
+  SwapWeights(std::move(*model), policy_version, checkpoint_path);
+  return absl::OkStatus();
 }
 
 PolicyEngine::~PolicyEngine() {

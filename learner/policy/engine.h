@@ -35,9 +35,18 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "learner/model.h"
+
+namespace at {
+class Tensor;
+}  // namespace at
 
 namespace kernelrl::learner {
+
+// LibTorch stays out of this header (model.h is included by engine.cc), so
+// the gRPC adapter can use it: torch's include/ ships its own, older
+// google/protobuf headers, which would shadow the system ones.
+class Transformer;
+struct KVCache;
 
 struct SamplingOptions {
   float temperature = 1.0f;  // 0 = greedy.
@@ -71,6 +80,12 @@ class PolicyEngine {
  public:
   PolicyEngine(std::unique_ptr<Transformer> model, int64_t policy_version, std::string checkpoint_path,
                EngineOptions options);
+  // Loads a Hugging Face checkpoint directory onto `device` ("cpu",
+  // "cuda", "cuda:N") in `dtype` ("float32", "bfloat16"; "" = bfloat16 on
+  // CUDA, float32 on CPU) and starts an engine on it.
+  static absl::StatusOr<std::unique_ptr<PolicyEngine>> Load(const std::string& model_path, const std::string& device,
+                                                            const std::string& dtype, int64_t policy_version,
+                                                            EngineOptions options);
   ~PolicyEngine();  // Fails queued and active requests with Unavailable, joins the thread.
   PolicyEngine(const PolicyEngine&) = delete;
   PolicyEngine& operator=(const PolicyEngine&) = delete;
@@ -81,6 +96,9 @@ class PolicyEngine {
   // rebuilt). Applied between batches; see the contract above.
   void SwapWeights(std::unique_ptr<Transformer> model, int64_t policy_version, std::string checkpoint_path)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // Loads the checkpoint (same device and dtype as the current model) on
+  // the caller's thread, then SwapWeights.
+  absl::Status SwapWeightsFrom(const std::string& checkpoint_path, int64_t policy_version) ABSL_LOCKS_EXCLUDED(mu_);
 
   struct Info {
     int64_t policy_version;
@@ -110,6 +128,7 @@ class PolicyEngine {
   const EngineOptions options_;
   // Engine-thread state.
   std::unique_ptr<Transformer> model_;
+  std::string device_, dtype_;  // As loaded (for SwapWeightsFrom).
   std::unique_ptr<KVCache> cache_;
   std::vector<std::unique_ptr<Slot>> slots_;
   std::vector<int32_t> eos_ids_;

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "gtest/gtest.h"
+#include "learner/model.h"
 
 namespace kernelrl::learner {
 namespace {

@@ -1,0 +1,55 @@
+#include "learner/policy_service.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace kernelrl::learner {
+namespace {
+
+grpc::Status ToGrpc(const absl::Status& s) {
+  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
+}
+
+}  // namespace
+
+grpc::Status PolicyService::Generate(grpc::ServerContext*, const v1::GenerateRequest* request,
+                                     v1::GenerateResponse* response) {
+  GenerationRequest r;
+  r.prompt.assign(request->prompt_ids().begin(), request->prompt_ids().end());
+  r.request_id = request->request_id();
+  const v1::SamplingParams& sp = request->sampling();
+  r.sampling.temperature = sp.temperature();
+  r.sampling.top_p = sp.top_p();
+  r.sampling.max_new_tokens = sp.max_new_tokens();
+  r.sampling.seed = sp.seed();
+  for (const v1::TokenSequence& stop : sp.stop_sequences()) {
+    r.sampling.stop_sequences.emplace_back(stop.ids().begin(), stop.ids().end());
+  }
+  auto result = engine_->Generate(std::move(r));
+  if (!result.ok()) return ToGrpc(result.status());
+  response->mutable_output_ids()->Add(result->output_ids.begin(), result->output_ids.end());
+  response->mutable_logprobs()->Add(result->logprobs.begin(), result->logprobs.end());
+  response->set_policy_version(result->policy_version);
+  response->set_finish_reason(result->finish_reason);
+  return grpc::Status::OK;
+}
+
+grpc::Status PolicyService::GetWeightVersion(grpc::ServerContext*, const v1::GetWeightVersionRequest*,
+                                             v1::WeightVersion* response) {
+  PolicyEngine::Info info = engine_->GetInfo();
+  response->set_policy_version(info.policy_version);
+  response->set_checkpoint_path(info.checkpoint_path);
+  response->set_loaded_at(info.loaded_at);
+  return grpc::Status::OK;
+}
+
+absl::StatusOr<std::unique_ptr<PolicyEngine>> MakePolicyEngine(const v1::PolicyServerConfig& config) {
+  if (config.model_path().empty()) return absl::InvalidArgumentError("policy.model_path is required");
+  EngineOptions eo;
+  if (config.max_batch() > 0) eo.max_batch = config.max_batch();
+  if (config.max_seq_len() > 0) eo.max_seq_len = config.max_seq_len();
+  if (config.max_prefill_tokens() > 0) eo.max_prefill_tokens = config.max_prefill_tokens();
+  return PolicyEngine::Load(config.model_path(), config.device().empty() ? "cuda" : config.device(), config.dtype(),
+                            config.initial_policy_version(), std::move(eo));
+}
+
+}  // namespace kernelrl::learner
