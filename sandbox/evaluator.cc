@@ -102,6 +102,18 @@ absl::StatusOr<std::unique_ptr<Evaluator>> Evaluator::Create(const SandboxConfig
   absl::StatusOr<HarnessResult> hello = e->verify_->EnsureStarted();
   if (!hello.ok()) return hello.status();
   e->torch_version_ = hello->torch();
+  if (hello->isolation_dropped_for_cuda_size() > 0) {
+    std::string dropped;
+    for (const std::string& d : hello->isolation_dropped_for_cuda()) dropped += (dropped.empty() ? "" : ", ") + d;
+    fprintf(stderr, "sandbox: WARNING CUDA does not initialise under [%s] on this host: dropped for every job "
+            "(zygote.log has the calibration)\n", dropped.c_str());
+    e->dropped_for_cuda_ = dropped;
+    for (const std::string& required : config.required_isolation()) {
+      if (dropped.find(required) != std::string::npos) {
+        return absl::FailedPreconditionError("required isolation step '" + required + "' breaks CUDA on this host");
+      }
+    }
+  }
   absl::MutexLock l(&e->gpu_mu_);
   Verdict scratch;
   e->HealthProbeLocked(scratch);
@@ -125,6 +137,10 @@ EvaluatorInfo Evaluator::Info() const {
   info.serving = serving_.load();
   info.host_caps = caps_;
   info.missing_isolation = DescribeMissingCapabilities(caps_);
+  if (!dropped_for_cuda_.empty()) {
+    info.missing_isolation += (info.missing_isolation.empty() ? "" : "; ") + std::string("dropped for CUDA: ") +
+                              dropped_for_cuda_;
+  }
   return info;
 }
 

@@ -64,6 +64,7 @@ class Evaluator {
   std::atomic<uint64_t> job_counter_{0};
   std::string gpu_model_ ABSL_GUARDED_BY(gpu_mu_);
   std::string torch_version_;
+  std::string dropped_for_cuda_;  // isolation steps CUDA cannot run under here
 };
 
 // Defaults applied to a config (paths, limits); exposed for tests and the CLI.

@@ -41,35 +41,40 @@ $PY -c 'import torch, sys; print("torch", torch.__version__, "python", sys.versi
 [ "${SKIP_BENCH:-0}" = 1 ] || ( $PY tests/bench/sandbox_compile_bench.py --torch_builds "${TORCH_BUILDS:-2}" --out "$OUT/compile_bench.json" \
     > "$OUT/compile_bench.log" 2>&1 ) &
 BENCH=$!
+[ "${SKIP_BENCH:-0}" = 1 ] && BENCH=""
 
-# 2. The suite: honest solutions must be OK, each exploit its own verdict.
+# 2. One suite, most important first (results are flushed per entry, so a
+#    run cut short still reports what it finished): the fixed overhead on a
+#    tiny ReLU, every exploit, honest code again, then the reference solutions
+#    (small outputs first, the 6.4 GB-output elementwise tasks last).
 SUITE=$OUT/suite.txt
 : > "$SUITE"
-for d in $SOLUTIONS/level1/* $SOLUTIONS/level2/*; do
-  lvl=$(basename "$(dirname "$d")")
-  echo "$lvl/$(basename "$d") $CARRY/kernelbench/$lvl/$(basename "$d").py $d OK" >> "$SUITE"
+for i in 1 2 3 4 5 6; do
+  echo "overhead/relu_64x1024_$i sandbox/testdata/cpu_tasks/relu.py $SOLUTIONS/level1/19_ReLU OK" >> "$SUITE"
 done
 for d in sandbox/exploits/cuda/*; do
   exp=$(head -1 "$d/model_new.py" | sed -n 's/.*Expected verdict: \([A-Z_]*\).*/\1/p')
   echo "exploit/$(basename "$d") sandbox/testdata/gpu_tasks/relu.py $d $exp" >> "$SUITE"
 done
-# Honest code again after every exploit: no false rejection, worker healthy.
-echo "after/level1/19_ReLU $CARRY/kernelbench/level1/19_ReLU.py $SOLUTIONS/level1/19_ReLU OK" >> "$SUITE"
-echo "after/level2/76_Gemm_Add_ReLU $CARRY/kernelbench/level2/76_Gemm_Add_ReLU.py $SOLUTIONS/level2/76_Gemm_Add_ReLU OK" >> "$SUITE"
+echo "after/gpu_relu_1GiB sandbox/testdata/gpu_tasks/relu.py $SOLUTIONS/level1/19_ReLU OK" >> "$SUITE"
+BIG="19_ReLU 21_Sigmoid 22_Tanh 25_Swish 32_HardTanh"
+for d in $SOLUTIONS/level2/* $SOLUTIONS/level1/*; do
+  case " $BIG " in *" $(basename "$d") "*) continue ;; esac
+  lvl=$(basename "$(dirname "$d")")
+  echo "$lvl/$(basename "$d") $CARRY/kernelbench/$lvl/$(basename "$d").py $d OK" >> "$SUITE"
+done
+for b in $BIG; do
+  echo "level1/$b $CARRY/kernelbench/level1/$b.py $SOLUTIONS/level1/$b OK" >> "$SUITE"
+done
 CLI="$CARRY/sandbox_cli --backend=cuda --python=$PY --harness_dir=$PWD/sandbox/harness \
   --contain_lib=$PWD/$CARRY/libkernelrl_contain.so"
+( sleep 20; cp /tmp/kr_suite/zygote.log "$OUT/zygote.log" 2>/dev/null ) &
 $CLI --suite="$SUITE" --json_out="$OUT/verdicts.jsonl" --work_root=/tmp/kr_suite --wall_seconds="${WALL:-45}" \
   2> "$OUT/suite_stderr.log" | tee "$OUT/suite_table.txt"
 SUITE_RC=${PIPESTATUS[0]}
 cp /tmp/kr_suite/zygote.log "$OUT/zygote.log" 2>/dev/null
 
-# 3. Fixed verify overhead: a tiny ReLU (64x1024) five times.
-echo "overhead/relu_64x1024 sandbox/testdata/cpu_tasks/relu.py $SOLUTIONS/level1/19_ReLU OK" > "$OUT/overhead.txt"
-$CLI --suite="$OUT/overhead.txt" --repeat=6 --json_out="$OUT/overhead.jsonl" --work_root=/tmp/kr_overhead \
-  2>> "$OUT/suite_stderr.log" | tee "$OUT/overhead_table.txt"
-
-wait $BENCH
-cat "$OUT/compile_bench.log" | tail -8
+[ -n "${BENCH:-}" ] && wait $BENCH && tail -8 "$OUT/compile_bench.log"
 
 # 4. Summary table.
 $PY - "$OUT" <<'PYEOF'
@@ -79,11 +84,10 @@ rows = [json.loads(l) for l in open(f"{out}/verdicts.jsonl")]
 def stage(v, name):
     return next((s.get("wall_ms", 0.0) for s in v.get("stages", []) if s["stage"] == name), 0.0)
 ok = lambda r: r["verdict"].get("outcome") == r["expected"]
-sol = [r for r in rows if not r["label"].startswith("exploit/")]
+sol = [r for r in rows if r["label"].startswith("level")]
 exp = [r for r in rows if r["label"].startswith("exploit/")]
 l1 = [stage(r["verdict"], "verify") for r in sol if r["label"].startswith("level1/") and ok(r)]
-over = [json.loads(l) for l in open(f"{out}/overhead.jsonl")]
-ov = [stage(r["verdict"], "verify") for r in over[1:]]
+ov = [stage(r["verdict"], "verify") for r in rows if r["label"].startswith("overhead/")][1:]
 print("\n== sandbox device summary ==")
 print(f"solutions OK: {sum(map(ok, sol))}/{len(sol)}  (level1 {sum(ok(r) for r in sol if r['label'].startswith('level1/'))}, "
       f"level2 {sum(ok(r) for r in sol if r['label'].startswith('level2/'))})")

@@ -96,7 +96,11 @@ class Zygote:
         self.caps = self.cont.probe()
         self.device = device
         self.baseline_free = None
+        self.cuda_iso = None
+        self.calibration = []
         warm_up()
+        if device == "cuda":
+            self.calibrate()
 
     # ----- verify -----------------------------------------------------------
     def verify(self, job):
@@ -104,6 +108,8 @@ class Zygote:
         # Asked for by the worker AND allowed by this host.
         needs = {"readonly_root": "ro_remount", "mount_proc": "proc_mount"}
         iso = {k: bool(v) and self.caps.get(needs.get(k, k), True) for k, v in job["isolation"].items()}
+        for k, allowed in (self.cuda_iso or {}).items():
+            iso[k] = bool(iso.get(k, True)) and allowed
         job["isolation"] = iso
         exchange = job["exchange_dir"]
         os.makedirs(exchange, exist_ok=True)
@@ -203,7 +209,8 @@ class Zygote:
                 mount_proc=int(iso.get("mount_proc", False) and iso.get("pid_ns", False)),
                 scratch_dir=job["scratch_dir"], scratch_bytes=int(job["scratch_bytes"]),
                 writable_dirs=job["exchange_dir"], hidden_dirs=job["trusted_dir"],
-                data_bytes=int(job["host_memory_bytes"]), fsize_bytes=int(job["exchange_bytes"]),
+                data_bytes=int(job["host_memory_bytes"]) if iso.get("data_limit", True) else 0,
+                fsize_bytes=int(job["exchange_bytes"]),
                 nofile=4096, core_bytes_plus1=1,
                 keep_fds=[to_ref, from_ref, 1, 2])
             _, log2 = self.cont.phase(pol2, 2)
@@ -277,6 +284,85 @@ class Zygote:
                        + (": " + details[-1] if details else ""))
         return out("INFRA_ERROR", "verify ended without a complete report")
 
+    # ----- isolation calibration ---------------------------------------------
+    FULL = {"user_ns": True, "pid_ns": True, "net_ns": True, "mount_ns": True, "ipc_ns": True,
+            "readonly_root": True, "mount_proc": True, "seccomp": True, "data_limit": True}
+    # Tried in order; the first under which CUDA works is used for every job.
+    # Each drop is logged: the host decides what degrades, not the candidate.
+    DROPS = [[], ["data_limit"], ["mount_proc"], ["user_ns"], ["user_ns", "mount_proc"],
+             ["user_ns", "mount_proc", "data_limit"], ["readonly_root", "mount_proc", "mount_ns"],
+             ["user_ns", "pid_ns", "mount_proc"], ["user_ns", "pid_ns", "mount_ns", "readonly_root", "mount_proc"],
+             ["user_ns", "pid_ns", "mount_ns", "readonly_root", "mount_proc", "ipc_ns", "net_ns", "data_limit"]]
+
+    def calibrate(self):
+        import tempfile
+        root = tempfile.mkdtemp(prefix="kernelrl-calib-")
+        for drop in self.DROPS:
+            iso = dict(self.FULL)
+            for k in drop:
+                iso[k] = False
+            needs = {"readonly_root": "ro_remount", "mount_proc": "proc_mount"}
+            iso = {k: v and self.caps.get(needs.get(k, k), True) for k, v in iso.items()}
+            ok, err = self._cuda_probe(iso, root)
+            self.calibration.append({"dropped": drop, "ok": ok, "error": err[-400:]})
+            sys.stderr.write(f"[calibrate] drop={drop} ok={ok} {err[-300:]}\n")
+            if ok:
+                self.cuda_iso = iso
+                return
+        self.cuda_iso = {k: False for k in self.FULL}
+
+    def _cuda_probe(self, iso, root):
+        job = {"scratch_dir": os.path.join(root, "scratch"), "exchange_dir": os.path.join(root, "exchange"),
+               "trusted_dir": os.path.join(root, "trusted"), "scratch_bytes": 16 << 20,
+               "host_memory_bytes": 32 << 30, "exchange_bytes": 64 << 20, "isolation": iso}
+        for d in ("scratch", "exchange", "trusted"):
+            os.makedirs(os.path.join(root, d), exist_ok=True)
+        r, w = os.pipe()
+        sup = os.fork()
+        if sup == 0:
+            os.close(r)
+            try:
+                LIBC.prctl(4, 1, 0, 0, 0)
+                self.cont.phase(contain.make_policy(iso, parent_death_signal=signal.SIGKILL, new_process_group=1), 1)
+                pid = os.fork()
+                if pid == 0:
+                    msg = {"ok": False, "error": ""}
+                    try:
+                        pol2 = contain.make_policy(
+                            iso, parent_death_signal=signal.SIGKILL,
+                            readonly_root=int(iso.get("readonly_root", False) and iso.get("mount_ns", False)),
+                            mount_proc=int(iso.get("mount_proc", False) and iso.get("pid_ns", False)
+                                           and iso.get("mount_ns", False)),
+                            scratch_dir=job["scratch_dir"], scratch_bytes=job["scratch_bytes"],
+                            writable_dirs=job["exchange_dir"], hidden_dirs=job["trusted_dir"],
+                            data_bytes=job["host_memory_bytes"] if iso.get("data_limit") else 0,
+                            nofile=4096, core_bytes_plus1=1, keep_fds=[w, 2])
+                        fails, log2 = self.cont.phase(pol2, 2) if iso.get("mount_ns") or True else (0, "")
+                        torch.cuda.set_device(0)
+                        x = torch.ones(1024, device="cuda") * 2
+                        if iso.get("seccomp"):
+                            self.cont.phase(contain.make_policy({}, seccomp_profile=contain.KR_SECCOMP_CANDIDATE), 3)
+                        ok = float((x + 1).sum().item()) == 3072.0
+                        msg = {"ok": ok, "error": "" if ok else "wrong result"}
+                    except BaseException as e:  # noqa: BLE001
+                        msg = {"ok": False, "error": f"{type(e).__name__}: {e}"}
+                    protocol.send(w, msg)
+                    os._exit(0)
+                st = self.cont.supervise(pid, 60)
+                if st["signal"]:
+                    protocol.send(w, {"ok": False, "error": f"probe killed by signal {st['signal']}"})
+            except BaseException as e:  # noqa: BLE001
+                protocol.send(w, {"ok": False, "error": f"supervisor: {type(e).__name__}: {e}"})
+            os._exit(0)
+        os.close(w)
+        rep = protocol.LineReader(r).read(timeout=90) or {"ok": False, "error": "no answer"}
+        os.close(r)
+        try:
+            os.waitpid(sup, 0)
+        except ChildProcessError:
+            pass
+        return bool(rep.get("ok")), str(rep.get("error", ""))
+
     # ----- health -----------------------------------------------------------
     def health(self, job):
         """Known kernel in a fresh process; device memory back to baseline."""
@@ -321,7 +407,9 @@ class Zygote:
         return rep
 
     def serve(self):
-        hello = {"type": "hello", "caps": self.caps, "cuda_initialized": torch.cuda.is_initialized(), "torch": torch.__version__,
+        dropped = sorted(k for k, v in (self.cuda_iso or {}).items() if not v)
+        hello = {"type": "hello", "caps": self.caps, "cuda_initialized": torch.cuda.is_initialized(),
+                 "isolation_dropped_for_cuda": dropped, "calibration": self.calibration, "torch": torch.__version__,
                  "python": sys.version.split()[0], "pid": os.getpid()}
         protocol.send(_PROTO_OUT, hello)
         reader = protocol.LineReader(0)
