@@ -107,8 +107,9 @@ class SeamTest(unittest.TestCase):
             return make_inputs(k)
 
         res = profile.profile_candidate(torch.relu, seeded_inputs, lambda out, inputs: recheck(inputs, out),
-                                        {"task_id": "t", "device": "cpu"}, budget_s=2.0,
-                                        config={"time_budget_s": 0.3, "min_samples": 10, "recheck_fraction": 0.5},
+                                        {"task_id": "t", "device": "cpu"}, budget_s=20.0,
+                                        config={"time_budget_s": 5.0, "min_samples": 10, "target_rse": 0.5,
+                                                "recheck_fraction": 0.5},
                                         backend=cpu_backend())
         self.assertTrue(res["ok"], res["error"])
         d = res["measurement"]
