@@ -15,6 +15,7 @@ import torch
 from profiler_service.harness import backends, precompute, profile, protocol, symbols, tasks
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+torch.set_num_threads(1)  # CI has 2 cores shared with other tests.
 
 
 def make_inputs(seed):
@@ -79,7 +80,7 @@ class ProtocolTest(unittest.TestCase):
 
     def test_interleaved_callables_keep_their_own_samples(self):
         def slow(x):
-            time.sleep(0.002)
+            time.sleep(0.02)
             return torch.relu(x)
 
         cfg = protocol.ProtocolConfig(time_budget_s=0.5, min_samples=10, max_samples=10, block_calls=5)
@@ -87,7 +88,7 @@ class ProtocolTest(unittest.TestCase):
         med = {k: sorted(s["wall_us"] for s in v["samples"])[5] for k, v in runs.items()}
         self.assertEqual(len(runs["fast"]["samples"]), 10)
         self.assertEqual(len(runs["slow"]["samples"]), 10)
-        self.assertGreater(med["slow"], med["fast"] + 1500)
+        self.assertGreater(med["slow"], med["fast"] + 15000)
 
     def test_a_raising_candidate_is_recorded_as_its_error(self):
         def broken(x):
