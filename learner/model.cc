@@ -113,9 +113,10 @@ class CheckpointedBlock : public torch::autograd::Function<CheckpointedBlock> {
 };
 
 // log softmax(hidden @ W^T / T)[target], chunked; backward recomputes the
-// chunk's logits. On the GPU the logits stay bf16 and the (log-)softmax
-// kernels accumulate in fp32 (half_to_float for the forward values), so each
-// chunk costs a few passes over [chunk, V] instead of a dozen in fp32.
+// chunk's logits. Forward values are fp32; in backward the logits stay bf16
+// on the GPU (the softmax kernel accumulates in fp32 and the result is cast
+// to bf16 for the GEMMs anyway), so each chunk costs a few passes over
+// [chunk, V] instead of a dozen in fp32.
 class ChunkedTokenLogprobs : public torch::autograd::Function<ChunkedTokenLogprobs> {
  public:
   static constexpr int64_t kChunk = 4096;
@@ -132,12 +133,11 @@ class ChunkedTokenLogprobs : public torch::autograd::Function<ChunkedTokenLogpro
     at::Tensor out = at::empty({n}, hidden.options().dtype(at::kFloat));
     at::Tensor valid = targets.ge(0);
     at::Tensor safe_t = targets.clamp_min(0);
-    const bool half = hidden.is_cuda() && hidden.scalar_type() != at::kFloat;
     for (int64_t s = 0; s < n; s += kChunk) {
       const int64_t len = std::min(kChunk, n - s);
       at::Tensor logits = ChunkLogits(hidden.narrow(0, s, len), weight, inv_temp);
-      at::Tensor logp = half ? at::_log_softmax(logits, -1, /*half_to_float=*/true)
-                             : at::_log_softmax(logits.to(at::kFloat), -1, false);
+      // fp32 values: a bf16 log-prob would be off by ~0.05 (PPO ratios need better).
+      at::Tensor logp = at::log_softmax(logits, -1, at::kFloat);
       out.narrow(0, s, len).copy_(logp.gather(1, safe_t.narrow(0, s, len).unsqueeze(1)).squeeze(1));
     }
     out.masked_fill_(valid.logical_not(), 0.0);

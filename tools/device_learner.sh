@@ -55,14 +55,19 @@ say "== device: $(nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperatu
 say "== torch $($PY -c 'import torch,transformers,tokenizers;print(torch.__version__, transformers.__version__, tokenizers.__version__)')"
 "$C/bin/learner_bench" 2>&1 | head -3 | tee -a "$S"
 
-# 1. Parity on CUDA (fp32) and tokenizer.
+# LEARNER_ONLY=train: skip parity, tokenizer and decode (a short re-run of
+# the training benchmarks after a change).
+ONLY=${LEARNER_ONLY:-all}
 cd "$ROOT"
+if [ "$ONLY" = all ]; then
+# 1. Parity on CUDA (fp32) and tokenizer.
 export TEST_TMPDIR=/tmp/learner_test; mkdir -p $TEST_TMPDIR
 KERNELRL_TEST_DEVICE=cuda timeout 180 "$C/bin/model_test" --gtest_filter='Families/*' > "$OUT/model_test_cuda.log" 2>&1
 say "== model parity on CUDA fp32: rc=$? ($(grep -c '\[       OK' "$OUT/model_test_cuda.log") OK, $(grep -c '\[  FAILED' "$OUT/model_test_cuda.log") failed) at $(elapsed)s"
 grep -E "FAILED|Failure|max \|" "$OUT/model_test_cuda.log" | head -8 | tee -a "$S"
 timeout 180 "$C/bin/tokenizer_test" > "$OUT/tokenizer_test.log" 2>&1
 say "== tokenizer vs HF tokenizers: rc=$? ($(grep -c '\[       OK' "$OUT/tokenizer_test.log") OK, $(grep -c '\[  FAILED' "$OUT/tokenizer_test.log") failed) at $(elapsed)s"
+fi
 
 # 2. Benchmarks: ours and HF, same GPU, one after the other.
 B=$OUT/bench.jsonl; : > "$B"
@@ -71,10 +76,12 @@ run 120 "$C/bin/learner_bench" train 8192
 run 120 $PY learner/bench/hf_bench.py train 8192
 run 90 "$C/bin/learner_bench" memory 32768
 run 90 "$C/bin/learner_bench" memory 32768 --ckpt
-run 90 $PY learner/bench/hf_bench.py memory 32768
+[ "$ONLY" = all ] && run 90 $PY learner/bench/hf_bench.py memory 32768
 run 90 "$C/bin/learner_bench" train 8192 --ckpt
-run 120 "$C/bin/learner_bench" decode 32 128 256
-run 150 $PY learner/bench/hf_bench.py decode 32 128 256
+if [ "$ONLY" = all ]; then
+  run 120 "$C/bin/learner_bench" decode 32 128 256
+  run 150 $PY learner/bench/hf_bench.py decode 32 128 256
+fi
 say "== benchmarks done at $(elapsed)s"
 cat "$B" | tee -a "$S"
 tail -5 "$OUT/bench.err" 2>/dev/null

@@ -101,9 +101,11 @@ int Memory(int64_t T, bool ckpt) {
     Step(*m, T);
     c10::cuda::device_synchronize();
   } catch (const std::exception& e) {
-    std::printf("{\"impl\": \"kernelrl\", \"bench\": \"memory\", \"seq\": %ld, \"ckpt\": %s, \"error\": \"OOM\"}\n",
-                static_cast<long>(T), ckpt ? "true" : "false");
-    return 0;
+    const bool oom = std::string(e.what()).find("out of memory") != std::string::npos;
+    std::printf("{\"impl\": \"kernelrl\", \"bench\": \"memory\", \"seq\": %ld, \"ckpt\": %s, \"error\": \"%s\"}\n",
+                static_cast<long>(T), ckpt ? "true" : "false", oom ? "OOM" : "exception (see stderr)");
+    std::fprintf(stderr, "memory bench: %s\n", e.what());
+    return oom ? 0 : 1;
   }
   double dt = Now() - t0;
   auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(0);
