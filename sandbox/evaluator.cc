@@ -1,5 +1,8 @@
 #include "sandbox/evaluator.h"
 
+#include <climits>
+#include <cstdlib>
+
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -71,6 +74,12 @@ SandboxConfig WithDefaults(SandboxConfig c) {
   if (c.contain_lib().empty()) {
     const char* env = std::getenv("KERNELRL_CONTAIN_LIB");
     c.set_contain_lib(env ? env : "sandbox/contain/libkernelrl_contain.so");
+  }
+  // Children run in other directories: relative paths are resolved now,
+  // against the directory the worker was started in.
+  for (std::string* path : {c.mutable_harness_dir(), c.mutable_contain_lib()}) {
+    char resolved[PATH_MAX];
+    if (!path->empty() && (*path)[0] != '/' && realpath(path->c_str(), resolved) != nullptr) *path = resolved;
   }
   if (c.log_tail_bytes() <= 0) c.set_log_tail_bytes(8192);
   VerifyLimits* v = c.mutable_verify();

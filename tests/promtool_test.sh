@@ -11,7 +11,7 @@ grep -q 'kernelrl_fixture_verdicts_total{outcome="__overflow__",task="__overflow
 promtool check metrics < "$tmp/fixture.prom"
 echo "fixture exposition: promtool clean ($(wc -l < "$tmp/fixture.prom") lines)"
 
-sandbox/sandbox_main --set=server.grpc_port=0 --set=server.metrics_port=0 \
+sandbox/sandbox_main --set=backend=cpu --set=server.grpc_port=0 --set=server.metrics_port=0 \
   --set=server.port_file="$tmp/ports" --set=server.drain_seconds=0 2> "$tmp/sandbox.log" &
 pid=$!
 trap 'kill $pid 2>/dev/null || true' EXIT

@@ -33,6 +33,8 @@ constexpr double kGraceS = 4.0;
 struct Binary {
   const char* name;
   const char* path;
+  // Per-binary settings for a machine without a GPU (CI): the sandbox runs its CPU backend.
+  std::vector<std::string> cpu_args = {};
 };
 
 class ServiceLifecycleTest : public ::testing::TestWithParam<Binary> {
@@ -44,6 +46,7 @@ class ServiceLifecycleTest : public ::testing::TestWithParam<Binary> {
                                      "--set=server.port_file=" + port_file_,
                                      "--set=server.drain_seconds=" + std::to_string(kDrainS),
                                      "--set=server.grace_seconds=" + std::to_string(kGraceS)};
+    args.insert(args.end(), GetParam().cpu_args.begin(), GetParam().cpu_args.end());
     args.insert(args.end(), extra.begin(), extra.end());
     return std::make_unique<Subprocess>(GetParam().path, args, TempDir() + "/" + GetParam().name + "_" + tag + ".log");
   }
@@ -151,7 +154,9 @@ TEST_P(ServiceLifecycleTest, PortInUseFailsWithExit1) {
   auto first = Start("first");
   int grpc_port = 0, metrics_port = 0;
   ASSERT_TRUE(ReadPortFile(port_file_, 20, &grpc_port, &metrics_port)) << first->Log();
-  Subprocess second(GetParam().path, {"--set=server.grpc_port=" + std::to_string(grpc_port)},
+  std::vector<std::string> args = GetParam().cpu_args;
+  args.push_back("--set=server.grpc_port=" + std::to_string(grpc_port));
+  Subprocess second(GetParam().path, args,
                     TempDir() + "/" + GetParam().name + "_clash.log");
   ASSERT_TRUE(second.Wait(10));
   EXPECT_EQ(second.exit_code(), 1);
@@ -184,7 +189,7 @@ TEST(UnimplementedTest, LearnerJobApiAnswersUnimplemented) {
 INSTANTIATE_TEST_SUITE_P(AllBinaries, ServiceLifecycleTest,
                          ::testing::Values(Binary{"learner", "learner/learner_main"},
                                            Binary{"actor", "actor/actor_main"},
-                                           Binary{"sandbox", "sandbox/sandbox_main"},
+                                           Binary{"sandbox", "sandbox/sandbox_main", {"--set=backend=cpu"}},
                                            Binary{"profiler", "profiler_service/profiler_main"}),
                          [](const ::testing::TestParamInfo<Binary>& info) { return info.param.name; });
 

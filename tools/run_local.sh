@@ -26,6 +26,12 @@ run_dir="$(mktemp -d /tmp/kernelrl-local.XXXXXX)"
 declare -A binary=([learner]=learner/learner_main [sandbox]=sandbox/sandbox_main
                    [profiler]=profiler_service/profiler_main [actor]=actor/actor_main)
 order=(learner sandbox profiler actor)
+declare -A own_args=()
+# Without a GPU the sandbox evaluates with its CPU backend (same protocol, C++ candidates).
+if ! nvidia-smi -L > /dev/null 2>&1; then
+  echo "no GPU here: the sandbox runs its CPU backend"
+  own_args[sandbox]="--set=backend=cpu"
+fi
 pids=()
 stop() {
   for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
@@ -35,7 +41,7 @@ trap stop EXIT
 trap 'echo; echo "stopping (SIGTERM: drain, then exit)"; exit 0' INT TERM
 
 for svc in "${order[@]}"; do
-  "$bin/${binary[$svc]}" --set=server.port_file="$run_dir/$svc.ports" ${extra[@]+"${extra[@]}"} \
+  "$bin/${binary[$svc]}" --set=server.port_file="$run_dir/$svc.ports" ${own_args[$svc]:-} ${extra[@]+"${extra[@]}"} \
     2> "$run_dir/$svc.log" &
   pids+=($!)
 done
