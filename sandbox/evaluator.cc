@@ -76,10 +76,16 @@ SandboxConfig WithDefaults(SandboxConfig c) {
     c.set_contain_lib(env ? env : "sandbox/contain/libkernelrl_contain.so");
   }
   // Children run in other directories: relative paths are resolved now,
-  // against the directory the worker was started in.
+  // against the start directory, else the binary's Bazel runfiles tree.
+  char exe[PATH_MAX] = {};
+  const ssize_t exe_len = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+  const std::string runfiles = exe_len > 0 ? std::string(exe, exe_len) + ".runfiles/kernelrl/" : "";
   for (std::string* path : {c.mutable_harness_dir(), c.mutable_contain_lib()}) {
+    if (path->empty() || (*path)[0] == '/') continue;
     char resolved[PATH_MAX];
-    if (!path->empty() && (*path)[0] != '/' && realpath(path->c_str(), resolved) != nullptr) *path = resolved;
+    if (realpath(path->c_str(), resolved) != nullptr || realpath((runfiles + *path).c_str(), resolved) != nullptr) {
+      *path = resolved;
+    }
   }
   if (c.log_tail_bytes() <= 0) c.set_log_tail_bytes(8192);
   VerifyLimits* v = c.mutable_verify();
