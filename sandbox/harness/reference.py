@@ -100,8 +100,12 @@ def run(job, to_cand, from_cand, result_fd):
             _send(to_cand, {"type": "go", "set": i, "dist": dist})
 
         prepare(0)
+        # Pipelining (set i+1 prepared while the candidate runs set i) holds two
+        # sets of reference outputs; above 1 GB per set memory matters more.
+        limit = int(os.environ.get("KERNELRL_REF_PIPELINE_MAX_BYTES", 1 << 30))
+        big = sum(o.nbytes for o in pending[0][2] if isinstance(o, torch.Tensor)) > limit
         for i in range(n):
-            if i + 1 < n:
+            if i + 1 < n and not big:
                 prepare(i + 1)
             msg = None
             while True:
@@ -124,6 +128,10 @@ def run(job, to_cand, from_cand, result_fd):
                 result["details"].append(f"candidate stopped before set {i}")
                 break
             dist, fp, refs = pending.pop(i)
+            if big and i + 1 < n:
+                prepare_after = True
+            else:
+                prepare_after = False
             result["forward_ms"].append(msg.get("forward_ms", 0.0))
             entry = {"set": i, "dist": dist, "ok": True, "detail": ""}
             if msg.get("fp") != fp:
@@ -146,6 +154,9 @@ def run(job, to_cand, from_cand, result_fd):
             result["sets"].append(entry)
             if not entry["ok"]:
                 break
+            if prepare_after:
+                del refs
+                prepare(i + 1)
         else:
             _send(to_cand, {"type": "stop"})
             msg = reader.read(timeout=30)
