@@ -57,8 +57,9 @@ ours = json.load(open(f"{out}/cupti_kernels.json"))
 rows = [l for l in open(f"{out}/ncu.csv") if l.startswith('"')]
 t = collections.defaultdict(list); clk = collections.defaultdict(list)
 scale = {"ns": 1e-3, "nsecond": 1e-3, "us": 1.0, "usecond": 1.0, "ms": 1e3, "msecond": 1e3}
+first_mode = next(iter(ours))
 for r in csv.DictReader(rows):
-    name = next((k for k in ours["read"] if k in r["Kernel Name"]), None)
+    name = next((k for k in ours[first_mode] if k in r["Kernel Name"]), None)
     if name and r.get("Metric Name") == "sm__cycles_elapsed.avg.per_second":
         v = float(r["Metric Value"].replace(",", "")); u = r["Metric Unit"]
         clk[name].append(v * {"cycle/nsecond": 1e3, "cycle/usecond": 1.0, "cycle/second": 1e-6, "Ghz": 1e3, "Mhz": 1.0}.get(u, 1.0))
@@ -81,7 +82,7 @@ say "== ncu done at $(elapsed)s"
 
 LEFT=$(( TOTAL_S - $(elapsed) - 45 ))
 say "== precompute: $LEFT s"
-if [ -d .devcarry/kernelbench ] && [ $LEFT -gt 60 ]; then
+if [ -d .devcarry/kernelbench ] && [ $LEFT -gt 60 ] && [ -z "${SKIP_PRECOMPUTE:-}" ]; then
   CUDA_INJECTION64_PATH=$B/libkprof.so TORCHINDUCTOR_COMPILE_THREADS=1 timeout $LEFT \
     $PY -m profiler_service.harness.precompute --tasks_root .devcarry/kernelbench --out $OUT/baselines.jsonl \
     --workers ${WORKERS:-10} --budget_s ${BUDGET_S:-0.4} --deadline_s $(( LEFT - 50 )) \

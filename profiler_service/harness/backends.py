@@ -106,9 +106,17 @@ class CudaBackend:
 
     def prepare(self):
         self._i += 1
+        # Device experiments (checks.py, KPROF_FLUSH_MODES) compare flushes with
+        # ncu; "read" is the protocol's choice.
         if self.flush_mode == "write":
             self._flush.fill_(float(self._i))
-        else:
+        elif self.flush_mode == "write_read":  # Dirty lines written back by the sweep; L2 ends clean.
+            self._flush.fill_(float(self._i))
+            torch.sum(self._flush, dim=0, out=self._flush_out)
+        elif self.flush_mode == "read_4x":     # Twice the sweep: more TLB and L2 turnover.
+            torch.sum(self._flush, dim=0, out=self._flush_out)
+            torch.sum(self._flush, dim=0, out=self._flush_out)
+        elif self.flush_mode != "none":
             torch.sum(self._flush, dim=0, out=self._flush_out)
         rc = self._libcuda.cuCtxResetPersistingL2Cache()
         if rc != 0:

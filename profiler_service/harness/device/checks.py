@@ -90,7 +90,8 @@ def cupti_checks(out_dir):
     assert backend.cupti_active, "CUPTI recorder not injected"
     cfg = protocol.ProtocolConfig(time_budget_s=1.0, min_samples=20, max_samples=400)
     by_mode = {}
-    for mode in ("write", "read"):  # Both flushes, compared with ncu by the script.
+    modes = os.environ.get("KPROF_FLUSH_MODES", "write,read").split(",")
+    for mode in modes:  # Each flush, compared with ncu by the script.
         backend.flush_mode = mode
         by_mode[mode] = kernels = {}
         _time_kernels(backend, cfg, kernels, mode)
