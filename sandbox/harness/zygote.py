@@ -294,15 +294,37 @@ class Zygote:
              ["user_ns", "pid_ns", "mount_proc"], ["user_ns", "pid_ns", "mount_ns", "readonly_root", "mount_proc"],
              ["user_ns", "pid_ns", "mount_ns", "readonly_root", "mount_proc", "ipc_ns", "net_ns", "data_limit"]]
 
+    # Each group is probed alone first (a step with the steps it needs), so the
+    # log names the exact step CUDA cannot run under on this host, and every
+    # step it tolerates stays on.
+    GROUPS = [["user_ns"], ["pid_ns"], ["net_ns"], ["ipc_ns"], ["mount_ns"], ["mount_ns", "readonly_root"],
+              ["pid_ns", "mount_ns", "mount_proc"], ["seccomp"], ["data_limit"]]
+
+    def _allowed(self, iso):
+        needs = {"readonly_root": "ro_remount", "mount_proc": "proc_mount"}
+        return {k: v and self.caps.get(needs.get(k, k), True) for k, v in iso.items()}
+
     def calibrate(self):
         import tempfile
         root = tempfile.mkdtemp(prefix="kernelrl-calib-")
+        tolerated = set()
+        for group in self.GROUPS:
+            iso = self._allowed({k: k in group for k in self.FULL})
+            ok, err = self._cuda_probe(iso, root)
+            self.calibration.append({"alone": group, "ok": ok, "error": err[-400:]})
+            sys.stderr.write(f"[calibrate] alone={group} ok={ok} {err[-300:]}\n")
+            if ok:
+                tolerated.update(group)
+        if tolerated and tolerated != set(self.FULL):
+            iso = self._allowed({k: k in tolerated for k in self.FULL})
+            ok, err = self._cuda_probe(iso, root)
+            self.calibration.append({"together": sorted(tolerated), "ok": ok, "error": err[-400:]})
+            sys.stderr.write(f"[calibrate] together={sorted(tolerated)} ok={ok} {err[-300:]}\n")
+            if ok:
+                self.cuda_iso = iso
+                return
         for drop in self.DROPS:
-            iso = dict(self.FULL)
-            for k in drop:
-                iso[k] = False
-            needs = {"readonly_root": "ro_remount", "mount_proc": "proc_mount"}
-            iso = {k: v and self.caps.get(needs.get(k, k), True) for k, v in iso.items()}
+            iso = self._allowed({k: k not in drop for k in self.FULL})
             ok, err = self._cuda_probe(iso, root)
             self.calibration.append({"dropped": drop, "ok": ok, "error": err[-400:]})
             sys.stderr.write(f"[calibrate] drop={drop} ok={ok} {err[-300:]}\n")
