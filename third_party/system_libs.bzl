@@ -66,7 +66,12 @@ cc_library(name = "torch_cuda", deps = [":torch"])
 """)
             return
         root = res.stdout.strip()
-    ctx.symlink(root + "/include", "include")
+    # Mirror include/ entry by entry, leaving out the wheel's private copy of
+    # google/protobuf: it is older than the system protobuf and, being earlier
+    # on the search path, would shadow it in any unit that sees both.
+    for entry in ctx.path(root + "/include").readdir():
+        if entry.basename != "google":
+            ctx.symlink(entry, "include/" + entry.basename)
     ctx.symlink(root + "/lib", "lib")
     has_cuda = ctx.path(root + "/lib/libtorch_cuda.so").exists
     cuda_libs = '"-Wl,--no-as-needed", "-ltorch_cuda", "-lc10_cuda", "-Wl,--as-needed",' if has_cuda else ""
