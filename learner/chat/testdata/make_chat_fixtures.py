@@ -111,6 +111,8 @@ def random_conversation(rng, tools):
                 calls.append({"type": "function",
                               "function": {"name": t["function"]["name"], "arguments": random_arguments(rng, t)}})
         content = random_text(rng) if (not calls or rng.random() < 0.5) else (None if rng.random() < 0.5 else "")
+        if content and rng.random() < 0.3:  # Leading whitespace merges with the header's "\n": mask boundary case.
+            content = rng.choice(["\n", "\n\n", " ", "\t"]) + content
         m = {"role": "assistant", "content": content}
         if calls:
             m["tool_calls"] = calls
