@@ -140,6 +140,7 @@ std::vector<int> MaskedPositions(const RenderedChat& r, const TurnSpan& s) {
 }
 
 TEST(ChatFormatTest, MaskCoversAssistantBodyAndImEndOnly) {
+  ASSERT_NE(Fx().tokenizer, nullptr) << "fixture failed";
   const Tokenizer& tok = *Fx().tokenizer;
   const ChatFormat f = MakeFormat(true);
   const std::string body = "I'll read it.\n" + FormatToolCall("Read", ParseJson(R"({"path": "model.py"})").value());
@@ -170,6 +171,7 @@ TEST(ChatFormatTest, MaskCoversAssistantBodyAndImEndOnly) {
 }
 
 TEST(ChatFormatTest, MaskStartsAtTokenHoldingFirstBodyByte) {
+  ASSERT_NE(Fx().tokenizer, nullptr) << "fixture failed";
   // "\n\n\nx": the header's "\n" and the body's newlines pre-tokenize as one
   // piece; the straddling token counts as generated (as in HF's mask).
   const Tokenizer& tok = *Fx().tokenizer;
@@ -195,6 +197,7 @@ TEST(ChatFormatTest, MaskStartsAtTokenHoldingFirstBodyByte) {
 }
 
 TEST(ChatFormatTest, SampledIdsAreSplicedAndThePromptIsAPrefix) {
+  ASSERT_NE(Fx().tokenizer, nullptr) << "fixture failed";
   const Tokenizer& tok = *Fx().tokenizer;
   const ChatFormat f = MakeFormat(true);
   std::vector<ChatTurn> turns = {{ChatRole::kSystem, "sys"}, {ChatRole::kUser, "Task: add two tensors"}};
@@ -244,6 +247,7 @@ TEST(ChatFormatTest, SampledIdsAreSplicedAndThePromptIsAPrefix) {
 }
 
 TEST(ChatFormatTest, InvalidConversationsAreRejected) {
+  ASSERT_NE(Fx().tokenizer, nullptr) << "fixture failed";
   const ChatFormat f = MakeFormat(true);
   EXPECT_FALSE(f.Render({{ChatRole::kUser, "a"}, {ChatRole::kSystem, "late"}}, false).ok());
   ChatTurn user{ChatRole::kUser, "x"};
