@@ -11,6 +11,7 @@
 #include "google/protobuf/util/json_util.h"
 #include "profiler_service/judge.h"
 #include "profiler_service/profiler_defaults.h"
+#include "profiler_service/task_key.h"
 
 namespace kernelrl {
 namespace {
@@ -46,10 +47,8 @@ ProfilerCore::ProfilerCore(const ProfilerConfig& config, std::string gpu_model, 
                                     {-1.5, -0.5, 0.5, 1.5, 2.5, 3.5})) {}
 
 BaselineKey ProfilerCore::KeyFor(const Task& task) const {
-  // Same string as harness/tasks.py input_policy_hash().
-  const std::string device = task.inputs().device().empty() ? "cuda" : task.inputs().device();
-  const std::string dtype = task.inputs().dtype().empty() ? "task" : task.inputs().dtype();
-  return {task.content_hash(), gpu_model_, torch_version_, absl::StrCat("get_inputs-v1.", device, ".", dtype)};
+  // Task.content_hash is TaskHash(...) of the declared device (task_key.h).
+  return {task.content_hash(), gpu_model_, torch_version_, InputPolicyHash(DeclaredDevice(task), task.inputs().dtype())};
 }
 
 absl::StatusOr<ProfileResult> ProfilerCore::Profile(const v1::ProfileRequest& request) {

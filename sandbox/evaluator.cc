@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "sandbox/contain/contain.h"
+#include "profiler_service/profiler_defaults.h"
 #include "sandbox/workspace.h"
 
 namespace kernelrl::sandbox {
@@ -80,13 +81,32 @@ SandboxConfig WithDefaults(SandboxConfig c) {
   char exe[PATH_MAX] = {};
   const ssize_t exe_len = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
   const std::string runfiles = exe_len > 0 ? std::string(exe, exe_len) + ".runfiles/kernelrl/" : "";
-  for (std::string* path : {c.mutable_harness_dir(), c.mutable_contain_lib()}) {
+  if (c.kprof_lib().empty()) {
+    const char* env = std::getenv("KERNELRL_KPROF_LIB");
+    c.set_kprof_lib(env ? env : "profiler_service/libkprof.so");
+  }
+  for (std::string* path : {c.mutable_harness_dir(), c.mutable_contain_lib(), c.mutable_kprof_lib()}) {
     if (path->empty() || (*path)[0] == '/') continue;
     char resolved[PATH_MAX];
     if (realpath(path->c_str(), resolved) != nullptr || realpath((runfiles + *path).c_str(), resolved) != nullptr) {
       *path = resolved;
     }
   }
+  struct stat st;
+  if (!c.kprof_lib().empty() && (c.kprof_lib()[0] != '/' || stat(c.kprof_lib().c_str(), &st) != 0)) {
+    c.set_kprof_lib("");  // not built here: CUDA-event timing (the zygote logs it)
+  }
+  if (c.profiler_root().empty()) {
+    // The repository root the harness dir sits in (source tree or runfiles).
+    const char* env = std::getenv("KERNELRL_PROFILER_ROOT");
+    const std::string root = env ? env : c.harness_dir() + "/../..";
+    char resolved[PATH_MAX];
+    if (realpath(root.c_str(), resolved) != nullptr &&
+        stat((std::string(resolved) + "/profiler_service/harness/profile.py").c_str(), &st) == 0) {
+      c.set_profiler_root(resolved);
+    }
+  }
+  if (c.baseline_dir().empty()) c.set_baseline_dir(WithProfilerDefaults(c.profiler()).baseline_cache_dir());
   if (c.log_tail_bytes() <= 0) c.set_log_tail_bytes(8192);
   VerifyLimits* v = c.mutable_verify();
   if (v->wall_seconds() <= 0) v->set_wall_seconds(120);
@@ -117,6 +137,18 @@ absl::StatusOr<std::unique_ptr<Evaluator>> Evaluator::Create(const SandboxConfig
   absl::StatusOr<HarnessResult> hello = e->verify_->EnsureStarted();
   if (!hello.ok()) return hello.status();
   e->torch_version_ = hello->torch();
+  if (config.enable_profiling()) {
+    if (!hello->profiler_error().empty()) {
+      fprintf(stderr, "sandbox: WARNING profiling enabled but the profiler harness does not import (%s): "
+              "correct candidates get INFRA_ERROR from the profile stage\n", hello->profiler_error().c_str());
+    } else if (config.backend() != "cpu" && !hello->kprof_ok()) {
+      fprintf(stderr, "sandbox: WARNING CUPTI recorder not used (%s): profiled jobs are timed with CUDA events "
+              "only (flag cupti_inactive); kprof_lib=%s\n", hello->kprof_error().c_str(), config.kprof_lib().c_str());
+    }
+    fprintf(stderr, "sandbox: profiling on, baselines from %s\n", config.baseline_dir().c_str());
+  }
+  e->kprof_ok_ = hello->kprof_ok();
+  e->profiler_error_ = hello->profiler_error();
   if (hello->isolation_dropped_for_cuda_size() > 0) {
     std::string dropped;
     for (const std::string& d : hello->isolation_dropped_for_cuda()) dropped += (dropped.empty() ? "" : ", ") + d;
@@ -142,7 +174,8 @@ Evaluator::Evaluator(SandboxConfig config, int caps)
     : config_(std::move(config)),
       caps_(caps),
       compile_(std::make_unique<CompileStage>(config_, config_.harness_dir(), caps)),
-      verify_(std::make_unique<VerifyStage>(config_, config_.harness_dir(), config_.contain_lib(), caps)) {}
+      verify_(std::make_unique<VerifyStage>(config_, config_.harness_dir(), config_.contain_lib(), caps)),
+      profile_(std::make_unique<ProfileStage>(config_.profiler(), config_.baseline_dir())) {}
 
 EvaluatorInfo Evaluator::Info() const {
   EvaluatorInfo info;
@@ -152,6 +185,8 @@ EvaluatorInfo Evaluator::Info() const {
   info.serving = serving_.load();
   info.host_caps = caps_;
   info.missing_isolation = DescribeMissingCapabilities(caps_);
+  info.profiling = config_.enable_profiling() && profiler_error_.empty();
+  info.cupti = info.profiling && kprof_ok_;
   if (!dropped_for_cuda_.empty()) {
     info.missing_isolation += (info.missing_isolation.empty() ? "" : "; ") + std::string("dropped for CUDA: ") +
                               dropped_for_cuda_;
@@ -249,6 +284,21 @@ Verdict Evaluator::Run(const EvaluateRequest& request, const ProgressFn& progres
   job.set_exchange_bytes(lim.exchange_bytes());
   job.set_log_tail_bytes(config_.log_tail_bytes());
   job.set_profile(config_.enable_profiling() && !request.skip_profile());
+  if (job.profile()) {
+    job.set_profile_seed((uint64_t{FreshSeeds(1)[0]} << 32) | FreshSeeds(1)[0]);
+    job.set_kprof_lib(config_.kprof_lib());
+    job.set_task_id(request.task().id());
+    job.set_task_level(request.task().level());
+    const v1::ProfilerConfig pc = WithProfilerDefaults(config_.profiler());
+    auto& cfg = *job.mutable_profile_config();
+    cfg["time_budget_s"] = pc.time_budget_s();
+    cfg["target_rel_std_error"] = pc.target_rel_std_error();
+    cfg["min_samples"] = pc.min_samples();
+    cfg["max_samples"] = pc.max_samples();
+    cfg["warmup_calls"] = pc.warmup_calls();
+    cfg["recheck_fraction"] = pc.recheck_fraction();
+    cfg["l2_flush_multiple"] = pc.l2_flush_multiple();
+  }
   auto& iso = *job.mutable_isolation();
   for (const char* k : {"user_ns", "pid_ns", "net_ns", "mount_ns", "ipc_ns", "readonly_root", "mount_proc", "seccomp"}) {
     iso[k] = true;
@@ -266,7 +316,8 @@ Verdict Evaluator::Run(const EvaluateRequest& request, const ProgressFn& progres
     HealthProbeLocked(v);
     return finish(Verdict::INFRA_ERROR, "verify stage: " + std::string(r.status().message()));
   }
-  AddStage(v, "verify", verify_ms, r->timings().candidate_cpu_ms());
+  // The profile phase runs inside the verify job; its wall time is its own stage.
+  AddStage(v, "verify", verify_ms - r->profile().wall_ms(), r->timings().candidate_cpu_ms());
   for (const std::string& f : r->flags()) v.add_flags(f);
   for (const auto& [k, text] : r->logs()) {
     if (!text.empty()) (*v.mutable_logs())[k] = Tail(text, config_.log_tail_bytes());
@@ -278,13 +329,22 @@ Verdict Evaluator::Run(const EvaluateRequest& request, const ProgressFn& progres
       outcome == Verdict::INFRA_ERROR) {
     HealthProbeLocked(v);
   }
-  if (outcome == Verdict::OK) {
-    // The profiler's seam (docs/HARNESS.md): until it is wired, correctness
-    // alone gives the reward and the verdict says profiling was skipped.
+  const std::string summary = r->summary().empty() ? r->outcome() : r->summary();
+  if (outcome != Verdict::OK) return finish(outcome, summary);
+  if (!job.profile()) {
+    // Profiling off (config or request): correctness alone gives the reward.
     v.set_reward(1);
     v.add_flags("profile_skipped");
+    return finish(outcome, summary);
   }
-  return finish(outcome, r->summary().empty() ? r->outcome() : r->summary());
+  v.set_outcome(Verdict::OK);
+  v.set_summary(summary);
+  note("profile", false);
+  const bool cpu = config_.backend() == "cpu";
+  profile_->Judge(*r, request.task(), {cpu ? "cpu" : "cuda", cpu ? "cpu" : gpu_model_, torch_version_}, v);
+  note("profile", true, Verdict::Outcome_Name(v.outcome()));
+  if (v.outcome() == Verdict::INFRA_ERROR) HealthProbeLocked(v);
+  return finish(v.outcome(), v.summary());
 }
 
 void Evaluator::HealthProbeLocked(Verdict& verdict) {

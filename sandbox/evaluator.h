@@ -1,6 +1,7 @@
 // Evaluator: the sandbox worker's core, independent of gRPC. One call runs
 // validate -> compile (CPU, parallel across calls, content-hash cached) ->
-// verify (GPU, exclusive per worker) -> [profile seam] and returns a Verdict.
+// verify (GPU, exclusive per worker) -> profile (same candidate process, judged
+// here against the baseline cache; docs/HARNESS.md) and returns a Verdict.
 // After a crash, a sticky CUDA error or a timeout it runs a GPU health probe
 // before the next job; a failed probe marks the worker not serving.
 //
@@ -22,6 +23,7 @@
 #include "proto/sandbox_config.pb.h"
 #include "proto/verdict.pb.h"
 #include "sandbox/compile_stage.h"
+#include "sandbox/profile_stage.h"
 #include "sandbox/verify_stage.h"
 
 namespace kernelrl::sandbox {
@@ -36,6 +38,8 @@ struct EvaluatorInfo {
   bool serving = true;
   int host_caps = 0;
   std::string missing_isolation;  // human-readable, empty when complete
+  bool profiling = false;         // enable_profiling and the profiler harness imports
+  bool cupti = false;             // profiled CUDA jobs get the CUPTI recorder
 };
 
 class Evaluator {
@@ -58,6 +62,7 @@ class Evaluator {
   const int caps_;
   std::unique_ptr<CompileStage> compile_;
   std::unique_ptr<VerifyStage> verify_;
+  std::unique_ptr<ProfileStage> profile_;
   mutable absl::Mutex gpu_mu_;  // held for the whole verify (+probe) of one job
   std::atomic<int> verify_waiting_{0};
   std::atomic<bool> serving_{true};
@@ -65,6 +70,8 @@ class Evaluator {
   std::string gpu_model_ ABSL_GUARDED_BY(gpu_mu_);
   std::string torch_version_;
   std::string dropped_for_cuda_;  // isolation steps CUDA cannot run under here
+  bool kprof_ok_ = false;
+  std::string profiler_error_;    // why profile_candidate does not import ("" = it does)         // CUPTI recorder ran under the candidate seccomp profile at start
 };
 
 // Defaults applied to a config (paths, limits); exposed for tests and the CLI.

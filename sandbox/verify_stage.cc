@@ -51,6 +51,12 @@ absl::Status VerifyStage::StartLocked() {
   const std::string python = config_.python().empty() ? "python3" : config_.python();
   o.argv = {python, "-u", harness_dir_ + "/zygote.py", "--contain-lib", contain_lib_, "--device",
             config_.backend() == "cpu" ? "cpu" : "cuda"};
+  // The profiler's harness (imported once in the zygote) and, on CUDA, the
+  // CUPTI recorder the zygote probes under seccomp before using it.
+  if (!config_.profiler_root().empty()) o.argv.insert(o.argv.end(), {"--profiler-root", config_.profiler_root()});
+  if (config_.backend() != "cpu" && !config_.kprof_lib().empty()) {
+    o.argv.insert(o.argv.end(), {"--kprof-lib", config_.kprof_lib()});
+  }
   const char* path = std::getenv("PATH");
   o.env = {"PATH=" + std::string(path ? path : "/usr/bin:/bin"), "PYTHONDONTWRITEBYTECODE=1",
            "CUDA_VISIBLE_DEVICES=" + std::to_string(config_.gpu_index()), "LC_ALL=C.UTF-8",

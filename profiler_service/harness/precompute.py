@@ -3,7 +3,7 @@ set, under the same protocol as candidates, one BaselineMeasurement JSON line
 per task (failures recorded, never dropped).
 
     python3 -m profiler_service.harness.precompute --tasks_root DIR --out FILE.jsonl \
-        [--levels level1,level2] [--workers N] [--budget_s S] [--deadline_s S] [--device cuda]
+        [--levels level1,level2] [--workers N] [--budget_s S] [--deadline_s S] [--device cuda] [--threads N]
 
 Workers (spawned processes) load and torch.compile tasks in parallel; a
 file lock serialises the timed part, so only one process times on the GPU at a
@@ -99,6 +99,8 @@ def _worker(worker_id, jobs, results, args, lock_path, deadline):
     os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
     import torch
     from profiler_service.harness import backends
+    if args.threads:
+        torch.set_num_threads(args.threads)  # CPU baselines: as many threads as the sandbox gives a candidate
     backend = backends.make_backend(args.device, args.flush_multiple)
     while True:
         try:
@@ -177,6 +179,7 @@ def main(argv=None):
     p.add_argument("--deadline_s", type=float, default=1e9)
     p.add_argument("--device", default="cuda")
     p.add_argument("--flush_multiple", type=float, default=2.0, help="cache flush size / L2 (or LLC) size")
+    p.add_argument("--threads", type=int, default=0, help="torch intra-op threads per worker (0 = torch default)")
     p.add_argument("--no_compile", dest="compile", action="store_false", help="eager only (CI)")
     args = p.parse_args(argv)
 

@@ -16,6 +16,7 @@ import guards
 import inputs as inputs_lib
 import kernelrl
 import loader
+import profiling
 import protocol
 
 CUDA_MARKERS = ("CUDA error", "illegal memory access", "unspecified launch failure",
@@ -66,7 +67,26 @@ def poison_allocator(device, nbytes):
     del p
 
 
+def export_outputs(flat, exchange_dir, prefix):
+    """Writes each plain strided tensor's bytes to the exchange directory for
+    the reference process; returns the metadata it compares first."""
+    metas = []
+    for j, o in enumerate(flat):
+        meta = {"type": type(o).__name__}
+        if isinstance(o, torch.Tensor):
+            meta.update(shape=list(o.shape), dtype=str(o.dtype), device=o.device.type, layout=str(o.layout))
+            if type(o) is torch.Tensor and o.layout == torch.strided and o.numel() > 0:
+                name = f"out_{prefix}_{j}.bin"
+                dst = torch.from_file(os.path.join(exchange_dir, name), shared=True, size=o.numel(), dtype=o.dtype)
+                dst.copy_(o.detach().reshape(-1))
+                del dst
+                meta["file"] = name
+        metas.append(meta)
+    return metas
+
+
 def run(job, cont, to_ref, from_ref):
+    t_start = time.monotonic()
     device = job["device"]
     flags = set()
     guard = None
@@ -80,9 +100,13 @@ def run(job, cont, to_ref, from_ref):
         # any new thread during import/forward is the candidate's.
         torch.set_num_threads(1)
         if device == "cuda":
+            profiling.inject_recorder(job)  # CUPTI from cuInit on (profile jobs only)
             torch.cuda.set_device(0)
             torch.ones(1, device="cuda").add_(1)
             torch.cuda.synchronize()
+            recorder = profiling.warm_recorder(job)
+            if job.get("profile"):
+                send({"type": "log", "text": f"profile: {recorder}"})
         ref_mod = loader.load_module(job["public_model"], "kernelrl_task_model")
         ref_model, init = inputs_lib.make_model(ref_mod, job["init_seed"], device)
         state = ref_model.state_dict()
@@ -119,6 +143,28 @@ def run(job, cont, to_ref, from_ref):
         prev_inputs = None
         while True:
             msg = reader.read()
+            if msg is not None and msg.get("type") == "profile" and job.get("profile"):
+                # Every set passed (the reference process decided): time it.
+                stage = "profile"
+                audits = len(audit.violations)
+                deadline = t_start + float(job["wall_seconds"]) * 0.85
+                reply = profiling.run_candidate(
+                    job, model, ref_mod, device, send, reader,
+                    lambda flat, prefix: export_outputs(flat, job["exchange_dir"], prefix), deadline)
+                if device == "cuda":
+                    torch.cuda.synchronize()  # a sticky CUDA error from a timed call surfaces here
+                if len(audit.violations) > audits:
+                    raise PermissionError("sandbox: " + audit.violations[-1])
+                allowance = int(job.get("profile_thread_allowance") or 0)  # CUPTI/NVML, calibrated at start
+                if guards.thread_count() > threads_base + allowance or threads.attempts:
+                    flags.add("threads_spawned")
+                patched = snapshot.changed()
+                if patched:
+                    flags.add("monkey_patch")
+                    reply["detail"] = "patched while profiled: " + ", ".join(patched[:5])
+                reply["flags"] = sorted(flags)
+                send(reply)
+                continue
             if msg is None or msg.get("type") != "go":
                 break
             i, dist = msg["set"], msg["dist"]
@@ -158,7 +204,6 @@ def run(job, cont, to_ref, from_ref):
             if not still_active:
                 flags.add("guard_removed")
             flat = inputs_lib.flatten_outputs(out)
-            metas = []
             for o in flat:
                 if isinstance(o, torch.Tensor) and type(o) is not torch.Tensor:
                     flags.add("output_tensor_subclass")
@@ -183,19 +228,7 @@ def run(job, cont, to_ref, from_ref):
             if patched:
                 flags.add("monkey_patch")
                 detail.append("patched: " + ", ".join(patched[:5]))
-            for j, o in enumerate(flat):
-                meta = {"type": type(o).__name__}
-                if isinstance(o, torch.Tensor):
-                    meta.update(shape=list(o.shape), dtype=str(o.dtype), device=o.device.type,
-                                layout=str(o.layout))
-                    if type(o) is torch.Tensor and o.layout == torch.strided and o.numel() > 0:
-                        name = f"out_{i}_{j}.bin"
-                        dst = torch.from_file(os.path.join(job["exchange_dir"], name), shared=True,
-                                              size=o.numel(), dtype=o.dtype)
-                        dst.copy_(o.detach().reshape(-1))
-                        del dst
-                        meta["file"] = name
-                metas.append(meta)
+            metas = export_outputs(flat, job["exchange_dir"], f"{i}")
             send({"type": "set", "set": i, "fp": fp, "outputs": metas, "mutated": mutated,
                   "flags": sorted(flags), "detail": "; ".join(detail), "forward_ms": forward_ms})
             prev_inputs = xs

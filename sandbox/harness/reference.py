@@ -10,6 +10,7 @@ import torch
 
 import inputs as inputs_lib
 import loader
+import profiling
 import protocol
 
 
@@ -158,8 +159,12 @@ def run(job, to_cand, from_cand, result_fd):
                 del refs
                 prepare(i + 1)
         else:
+            if job.get("profile"):
+                # Every set passed: the candidate times itself; we answer its re-checks.
+                profiling.serve_reference(job, mod, model, device, lambda m: _send(to_cand, m), reader,
+                                          compare, result)
             _send(to_cand, {"type": "stop"})
-            msg = reader.read(timeout=30)
+            msg = reader.read(timeout=30) if result["candidate_error"] is None else None
             if msg is not None:
                 result["candidate_flags"] = sorted(set(result["candidate_flags"]) | set(msg.get("flags", [])))
                 if msg.get("type") == "done":

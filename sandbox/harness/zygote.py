@@ -13,6 +13,7 @@ import argparse
 import json
 import os
 import signal
+import stat
 import sys
 import time
 import traceback
@@ -28,6 +29,7 @@ import torch  # noqa: E402  (after the fd shuffle, before any fork)
 
 import candidate  # noqa: E402
 import contain  # noqa: E402
+import profiling  # noqa: E402
 import protocol  # noqa: E402
 import reference  # noqa: E402
 
@@ -46,6 +48,21 @@ def tail(path, n):
             return f.read().decode(errors="replace")
     except OSError:
         return ""
+
+
+def import_profiler(root):
+    """Imports the profiler's entry point once, here (never CUDA), so every
+    forked candidate has it warm. Returns "" or why profiling is unavailable."""
+    if not root:
+        return "no profiler_root configured"
+    if root not in sys.path:
+        sys.path.append(root)
+    try:
+        import profiler_service.harness.profile  # noqa: F401
+    except Exception as e:  # noqa: BLE001
+        sys.stderr.write(f"[profiler] WARNING cannot import profiler_service.harness.profile from {root}: {e}\n")
+        return f"{type(e).__name__}: {e}"
+    return ""
 
 
 def warm_up():
@@ -91,16 +108,21 @@ def warm_up():
 
 
 class Zygote:
-    def __init__(self, lib_path, device):
+    def __init__(self, lib_path, device, profiler_root="", kprof_lib=""):
         self.cont = contain.Contain(lib_path)
         self.caps = self.cont.probe()
         self.device = device
         self.baseline_free = None
         self.cuda_iso = None
         self.calibration = []
+        self.profiler_error = import_profiler(profiler_root)
+        self.profile_thread_allowance = 0  # threads the CUDA timing machinery itself starts (calibrated)
+        self.kprof_ok, self.kprof_error = False, "not a CUDA worker" if device != "cuda" else "no kprof_lib"
         warm_up()
         if device == "cuda":
             self.calibrate()
+            if kprof_lib and not self.profiler_error:
+                self.kprof_ok, self.kprof_error = self.probe_recorder(kprof_lib)
 
     # ----- verify -----------------------------------------------------------
     def verify(self, job):
@@ -111,6 +133,11 @@ class Zygote:
         for k, allowed in (self.cuda_iso or {}).items():
             iso[k] = bool(iso.get(k, True)) and allowed
         job["isolation"] = iso
+        if job.get("profile") and (self.profiler_error or not self.kprof_ok):
+            job["kprof_lib"] = ""  # host refused CUPTI under seccomp at start (logged): events only
+        job["profile_thread_allowance"] = self.profile_thread_allowance if job.get("kprof_lib") else 0
+        if job.get("profile") and self.profiler_error:
+            job["profile"] = False  # logged at start; the worker sees profile.started == false
         exchange = job["exchange_dir"]
         os.makedirs(exchange, exist_ok=True)
         os.makedirs(job["scratch_dir"], exist_ok=True)
@@ -157,9 +184,38 @@ class Zygote:
                               "reference_ms": ref.get("reference_ms", 0.0),
                               "forward_ms": ref.get("forward_ms", [])}
         outcome["isolation"] = iso
+        outcome["profile"] = self._collect_profile(job, ref.get("profile") or {})
         if exchange_mounted:
             LIBC.umount2(exchange.encode(), 2)  # MNT_DETACH
         return outcome
+
+    @staticmethod
+    def _collect_profile(job, prof, cap=64 << 20):
+        """The trusted side's profile record plus the candidate's measurement,
+        copied out of the exchange dir (never through a link, bounded) into the
+        trusted dir, where the C++ worker reads it. The candidate is gone by now."""
+        prof = {k: prof[k] for k in ("started", "ok", "error", "wall_ms", "rechecks", "recheck_failures", "detail")
+                if k in prof}
+        if not prof.get("started"):
+            return prof
+        src = os.path.join(job["exchange_dir"], profiling.MEASUREMENT_FILE)
+        dst = os.path.join(job["trusted_dir"], profiling.MEASUREMENT_FILE)
+        try:
+            fd = os.open(src, os.O_RDONLY | os.O_NOFOLLOW)
+            try:
+                st = os.fstat(fd)
+                if stat.S_ISREG(st.st_mode) and st.st_size <= cap:
+                    data = os.read(fd, cap + 1)
+                    with open(dst, "wb") as f:
+                        f.write(data)
+                    prof["measurement_file"] = dst
+                else:
+                    prof["detail"] = (prof.get("detail") or "") + " measurement not a regular file or too large"
+            finally:
+                os.close(fd)
+        except OSError as e:
+            prof["detail"] = (prof.get("detail") or "") + f" no measurement ({e.strerror})"
+        return prof
 
     def _child_reference(self, job, to_cand, from_cand, result_fd, log_path):
         code = 1
@@ -242,7 +298,8 @@ class Zygote:
         if ref.get("ref_error"):
             return out("INFRA_ERROR", "reference failed: " + ref["ref_error"].strip().splitlines()[-1])
         if sig == signal.SIGSYS:
-            return out("SANDBOX_VIOLATION", "killed by seccomp (SIGSYS): forbidden system call "
+            when = " while being profiled" if (ref.get("profile") or {}).get("started") else ""
+            return out("SANDBOX_VIOLATION", f"killed by seccomp (SIGSYS){when}: forbidden system call "
                        "(process creation, network socket, ptrace, mount...)", ["seccomp_kill"])
         if err.get("kind") == "violation":
             return out("SANDBOX_VIOLATION", "sandbox violation: " + "; ".join(err.get("audit") or [last]),
@@ -275,6 +332,10 @@ class Zygote:
         failed = [s for s in sets if not s["ok"]]
         if failed:
             return out("WRONG_ANSWER", failed[0]["detail"])
+        prof = ref.get("profile") or {}
+        if prof.get("recheck_failures"):
+            return out("WRONG_ANSWER", f"re-check of a timed call failed ({prof['recheck_failures']} of "
+                       f"{prof['rechecks']}): {prof.get('detail', '')}", ["recheck_failed"])
         if st.get("exit_code", 0) not in (0, None) and len(sets) < n:
             return out("CRASH", f"candidate exited with code {st.get('exit_code')}")
         if len(sets) == n and all(s["ok"] for s in sets) and ref.get("candidate_done"):
@@ -282,6 +343,9 @@ class Zygote:
         if len(sets) < n:
             return out("CRASH", f"candidate stopped after {len(sets)} of {n} input sets"
                        + (": " + details[-1] if details else ""))
+        if prof.get("started"):
+            return out("CRASH", "candidate stopped while being profiled"
+                       + (": " + prof["detail"] if prof.get("detail") else ""))
         return out("INFRA_ERROR", "verify ended without a complete report")
 
     # ----- isolation calibration ---------------------------------------------
@@ -333,7 +397,42 @@ class Zygote:
                 return
         self.cuda_iso = {k: False for k in self.FULL}
 
-    def _cuda_probe(self, iso, root):
+    def probe_recorder(self, kprof_lib):
+        """CUDA with the CUPTI recorder injected, under the isolation CUDA was
+        calibrated for, seccomp included, through one full timing cycle of the
+        profiler's CUDA backend (flush, window, NVML, anchor, report). Returns
+        (ok, error). Not ok: profiled jobs run without injection (CUDA-event
+        timing, flag cupti_inactive) and the worker logs a warning."""
+        import tempfile
+        ok, err = self._cuda_probe(dict(self.cuda_iso or {}), tempfile.mkdtemp(prefix="kernelrl-kprof-"),
+                                   recorder=kprof_lib)
+        self.calibration.append({"recorder": kprof_lib, "ok": ok, "error": err[-400:]})
+        sys.stderr.write(f"[calibrate] CUPTI recorder {kprof_lib} under the candidate isolation: ok={ok} {err[-300:]}\n")
+        if ok and err.startswith("threads+"):
+            self.profile_thread_allowance = int(err.split("+")[1].split()[0])
+        return ok, err
+
+    @staticmethod
+    def _recorder_cycle(x):
+        """What the profile stage does in the candidate process, once."""
+        from profiler_service.harness import backends, kprof as kprof_mod
+        import guards
+        before = guards.thread_count()
+        backend = backends.CudaBackend(flush_multiple=0.25, anchor_bytes=16 << 20)
+        if not backend.cupti_active:
+            raise RuntimeError("kprof did not load in the injected process")
+        backend.prepare()
+        t0 = backend.begin(kprof_mod.TAG_TIMED)
+        y = x + 1
+        sample = backend.end(t0)
+        backend.anchor()
+        report = backend.report()
+        grown = guards.thread_count() - before
+        ok = float(y.sum().item()) == 3072.0 and sample.get("num_activities", 0) >= 1 and report.get("timed_windows") == 1
+        detail = f"threads+{grown} cupti_us={sample.get('cupti_us', 0):.1f} nvml={backend.nvml.available}"
+        return ok, detail if ok else "recorder cycle wrong: " + detail + " " + json.dumps(report)[:200]
+
+    def _cuda_probe(self, iso, root, recorder=""):
         job = {"scratch_dir": os.path.join(root, "scratch"), "exchange_dir": os.path.join(root, "exchange"),
                "trusted_dir": os.path.join(root, "trusted"), "scratch_bytes": 16 << 20,
                "host_memory_bytes": 32 << 30, "exchange_bytes": 64 << 20, "isolation": iso}
@@ -360,12 +459,20 @@ class Zygote:
                             data_bytes=job["host_memory_bytes"] if iso.get("data_limit") else 0,
                             nofile=4096, core_bytes_plus1=1, keep_fds=[w, 2])
                         fails, log2 = self.cont.phase(pol2, 2) if iso.get("mount_ns") or True else (0, "")
+                        if recorder:
+                            profiling.inject_recorder({"profile": True, "device": "cuda", "kprof_lib": recorder})
                         torch.cuda.set_device(0)
                         x = torch.ones(1024, device="cuda") * 2
+                        if recorder:  # as the candidate process does: warm window before seccomp
+                            profiling.warm_recorder({"profile": True, "device": "cuda", "kprof_lib": recorder})
                         if iso.get("seccomp"):
                             self.cont.phase(contain.make_policy({}, seccomp_profile=contain.KR_SECCOMP_CANDIDATE), 3)
-                        ok = float((x + 1).sum().item()) == 3072.0
-                        msg = {"ok": ok, "error": "" if ok else "wrong result"}
+                        if recorder:
+                            ok, detail = self._recorder_cycle(x)
+                            msg = {"ok": ok, "error": detail}
+                        else:
+                            ok = float((x + 1).sum().item()) == 3072.0
+                            msg = {"ok": ok, "error": "" if ok else "wrong result"}
                     except BaseException as e:  # noqa: BLE001
                         msg = {"ok": False, "error": f"{type(e).__name__}: {e}"}
                     protocol.send(w, msg)
@@ -431,6 +538,8 @@ class Zygote:
     def serve(self):
         dropped = sorted(k for k, v in (self.cuda_iso or {}).items() if not v)
         hello = {"type": "hello", "caps": self.caps, "cuda_initialized": torch.cuda.is_initialized(),
+                 "profiler_error": self.profiler_error, "kprof_ok": self.kprof_ok,
+                 "kprof_error": "" if self.kprof_ok else self.kprof_error,
                  "isolation_dropped_for_cuda": dropped, "calibration": self.calibration, "torch": torch.__version__,
                  "python": sys.version.split()[0], "pid": os.getpid()}
         protocol.send(_PROTO_OUT, hello)
@@ -456,10 +565,12 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--contain-lib", default=contain.default_lib_path())
     ap.add_argument("--device", default="cuda")
+    ap.add_argument("--profiler-root", default="", help="directory holding profiler_service/harness")
+    ap.add_argument("--kprof-lib", default="", help="libkprof.so (CUPTI recorder) for profiled CUDA jobs")
     args = ap.parse_args()
     # Dumpable off: candidates (same uid) cannot read our memory via /proc.
     LIBC.prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 4
-    Zygote(args.contain_lib, args.device).serve()
+    Zygote(args.contain_lib, args.device, args.profiler_root, args.kprof_lib).serve()
 
 
 if __name__ == "__main__":

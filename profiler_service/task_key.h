@@ -1,0 +1,41 @@
+// Task identity for the baseline cache: one C++ definition, used by the
+// profiler (ProfilerCore::KeyFor) and the sandbox (Evaluator, ReadTaskFile),
+// mirrored by profiler_service/harness/tasks.py (task_hash, input_policy_hash)
+// on the Python side; //sandbox:profile_cpu_test checks both agree.
+//
+//   InputPolicyText(device, dtype) = "generator=get_inputs-v1;device=<d>;dtype=<t|task>"
+//   InputPolicyHash(device, dtype) = "get_inputs-v1.<d>.<t|task>"      (readable key part)
+//   TaskHash(source, device, dtype) = sha256_hex(source + "\0" + InputPolicyText)
+//
+// A baseline and a candidate are comparable only when the same reference
+// source ran on inputs drawn the same way on the same kind of device.
+#ifndef KERNELRL_PROFILER_SERVICE_TASK_KEY_H_
+#define KERNELRL_PROFILER_SERVICE_TASK_KEY_H_
+
+#include <string>
+
+#include "profiler_service/baseline_cache.h"
+#include "profiler_service/proto_types.h"
+
+namespace kernelrl {
+
+inline constexpr char kInputPolicyVersion[] = "get_inputs-v1";
+
+std::string InputPolicyText(const std::string& device, const std::string& dtype);
+std::string InputPolicyHash(const std::string& device, const std::string& dtype);
+std::string TaskHash(const std::string& reference_source, const std::string& device, const std::string& dtype);
+
+// The device a task declares (Task.inputs.device, default "cuda").
+std::string DeclaredDevice(const Task& task);
+// Task.content_hash as the task registry should fill it (declared device).
+std::string ContentHashOf(const Task& task);
+
+// The cache key of `task` timed on `device` ("cuda" or "cpu": where it actually
+// runs, which may differ from the declared one on a CPU worker). The task hash
+// is recomputed from the source, never taken from the request.
+BaselineKey BaselineKeyFor(const Task& task, const std::string& device, const std::string& gpu_model,
+                           const std::string& torch_version);
+
+}  // namespace kernelrl
+
+#endif  // KERNELRL_PROFILER_SERVICE_TASK_KEY_H_

@@ -1,0 +1,135 @@
+#include "sandbox/profile_stage.h"
+
+#include <time.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "google/protobuf/util/json_util.h"
+#include "profiler_service/baseline_cache.h"
+#include "profiler_service/judge.h"
+#include "profiler_service/profiler_defaults.h"
+#include "profiler_service/task_key.h"
+
+namespace kernelrl::sandbox {
+namespace {
+
+double NowMs() {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+absl::StatusOr<v1::ProfileMeasurement> ReadMeasurement(const std::string& path) {
+  if (path.empty()) return absl::NotFoundError("the candidate process wrote no measurement");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError("cannot read " + path);
+  std::stringstream text;
+  text << in.rdbuf();
+  v1::ProfileMeasurement m;
+  google::protobuf::util::JsonParseOptions opts;
+  opts.ignore_unknown_fields = false;  // the harness writes exactly the proto; anything else is drift
+  if (auto s = google::protobuf::util::JsonStringToMessage(text.str(), &m, opts); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("measurement does not parse: ", s.ToString()));
+  }
+  return m;
+}
+
+void SetOutcome(Verdict& v, Verdict::Outcome outcome, const std::string& summary) {
+  v.set_outcome(outcome);
+  v.set_summary(summary.substr(0, 1000));
+}
+
+}  // namespace
+
+ProfileStage::ProfileStage(const v1::ProfilerConfig& config, std::string baseline_dir)
+    : config_(WithProfilerDefaults(config)), baseline_dir_(std::move(baseline_dir)) {}
+
+void ProfileStage::Judge(const v1::sandbox::HarnessResult& result, const Task& task, const DeviceFacts& facts,
+                         Verdict& v) const {
+  const v1::sandbox::HarnessProfile& p = result.profile();
+  const double t0 = NowMs();
+  const std::string verify_summary = v.summary();
+  auto finish = [&] {
+    StageTiming* st = v.add_stages();
+    st->set_stage("profile");
+    st->set_wall_ms(p.wall_ms() + (NowMs() - t0));
+  };
+  if (!p.started()) {
+    SetOutcome(v, Verdict::INFRA_ERROR, "profile phase did not start (profiler harness unavailable on this worker)");
+    return finish();
+  }
+  if (!p.ok() && absl::StartsWith(p.error(), "harness")) {
+    SetOutcome(v, Verdict::INFRA_ERROR, "profile: " + p.error());
+    return finish();
+  }
+  absl::StatusOr<v1::ProfileMeasurement> m = ReadMeasurement(p.measurement_file());
+  if (!m.ok()) {
+    SetOutcome(v, Verdict::INFRA_ERROR, absl::StrCat("profile: ", m.status().message(), " ", p.detail()));
+    return finish();
+  }
+  // What the candidate process said about the device and the work is not used
+  // to pick the baseline or the floor.
+  m->clear_work();
+  m->mutable_device()->set_gpu_model(facts.gpu_model);
+  m->mutable_device()->set_torch_version(facts.torch_version);
+  m->mutable_device()->set_backend(facts.device);
+  const BaselineKey key = BaselineKeyFor(task, facts.device, facts.gpu_model, facts.torch_version);
+  m->set_input_policy_hash(key.input_policy_hash);
+
+  const BaselineCache cache(baseline_dir_);
+  absl::StatusOr<v1::Baseline> baseline = cache.Get(key);
+  std::string missing;
+  if (!baseline.ok()) {
+    missing = std::string(baseline.status().message());
+  } else if (!baseline->error().empty()) {
+    missing = "baseline recorded an error: " + baseline->error();
+  } else if (baseline->eager().median_us() <= 0) {
+    missing = "baseline has no eager time";
+  }
+  const v1::ProfileResult judged = JudgeProfile(*m, missing.empty() ? &*baseline : nullptr, task, config_);
+  const Verdict& j = judged.verdict();
+
+  v.set_candidate_time_us(j.candidate_time_us());
+  v.set_eager_time_us(j.eager_time_us());
+  v.set_compile_time_us(j.compile_time_us());
+  v.set_speedup_vs_eager(j.speedup_vs_eager());
+  v.set_speedup_vs_compile(j.speedup_vs_compile());
+  v.set_speed_of_light_ratio(j.speed_of_light_ratio());
+  *v.mutable_coverage() = j.coverage();
+  for (const std::string& f : j.flags()) v.add_flags(f);
+  v.set_quarantined(j.quarantined());
+  v.set_reward(j.reward());
+
+  if (m->candidate().rechecks() != p.rechecks()) {
+    v.add_flags("recheck_count_mismatch");
+    v.set_quarantined(false);
+    SetOutcome(v, Verdict::HACK_DETECTED,
+               absl::StrFormat("profile: the measurement reports %d re-checks, the reference process answered %d "
+                               "(evidence edited)", m->candidate().rechecks(), p.rechecks()));
+    return finish();
+  }
+  if (j.outcome() != Verdict::OK) {
+    SetOutcome(v, j.outcome(), "profile: " + j.summary());
+    return finish();
+  }
+  std::string summary = absl::StrCat(verify_summary, "; profile: ", j.summary());
+  if (!missing.empty()) {
+    // Documented rule: correct but not benchmarked earns 1, never a guessed speed-up.
+    summary = absl::StrFormat(
+        "%s; profile: %.1f us, baseline missing for task hash %s on '%s' torch %s (%s): %s; reward 1 "
+        "(correct, not benchmarked)",
+        verify_summary, j.candidate_time_us(), key.task_hash.substr(0, 12), key.gpu_model, key.torch_version,
+        key.input_policy_hash, missing.substr(0, 160));
+  } else if (baseline->compiled().median_us() <= 0) {
+    v.add_flags("compile_baseline_missing");
+    summary += " (no torch.compile baseline: not counted as beaten)";
+  }
+  SetOutcome(v, Verdict::OK, summary);
+  finish();
+}
+
+}  // namespace kernelrl::sandbox

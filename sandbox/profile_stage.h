@@ -1,0 +1,66 @@
+// ProfileStage: the C++ end of the profile seam (docs/HARNESS.md). After a
+// verify job whose reference process saw every set pass and then served the
+// candidate's profile phase, it turns what came back into the Verdict's speed
+// fields and the reward:
+//
+//   trusted (zygote/reference)      untrusted (candidate process)
+//   HarnessProfile: started,        ProfileMeasurement JSON: samples, CUPTI
+//   re-check counts, wall time      activity, anchor (evidence only)
+//                  \                /
+//         JudgeProfile(measurement, baseline, task, ProfilerConfig)
+//                   (//profiler_service:analysis)
+//
+// Contract:
+//  * The baseline is looked up by BaselineKeyFor(task, device, gpu_model,
+//    torch_version) with the worker's own device facts, never the ones the
+//    candidate process reported; the measurement's `device` identity and
+//    `work` are overwritten with trusted values before judging (the floor then
+//    comes from the baseline's speed_of_light_us).
+//  * No baseline (or one recorded with an error, or without an eager time):
+//    outcome OK, reward 1 ("correct, not benchmarked"), speed-ups 0, flag
+//    "baseline_missing", and the summary names the missing key.
+//  * Re-check counts in the measurement that differ from the reference's own
+//    count mean the evidence was edited: HACK_DETECTED ("recheck_count_mismatch").
+//  * "harness: ..." errors, an unreadable measurement, or a phase that never
+//    started are our fault: INFRA_ERROR.
+// Stateless apart from the on-disk baseline cache it reads; thread-safe.
+#ifndef KERNELRL_SANDBOX_PROFILE_STAGE_H_
+#define KERNELRL_SANDBOX_PROFILE_STAGE_H_
+
+#include <string>
+
+#include "proto/profiler.pb.h"
+#include "proto/profiler_config.pb.h"
+#include "sandbox/harness_protocol.pb.h"
+#include "sandbox/proto_types.h"
+
+namespace kernelrl::sandbox {
+
+struct DeviceFacts {
+  std::string device;         // "cuda" or "cpu": where the candidate ran
+  std::string gpu_model;      // health probe's torch.cuda.get_device_name, "cpu" on the CPU backend
+  std::string torch_version;  // the zygote's torch.__version__
+};
+
+class ProfileStage {
+ public:
+  // `config` gets the profiler's defaults applied; `baseline_dir` is the cache root.
+  ProfileStage(const v1::ProfilerConfig& config, std::string baseline_dir);
+
+  // Fills `v` (already OK from verify) from the profile phase of `result`:
+  // outcome, reward, speed-ups, times, speed-of-light ratio, coverage, flags,
+  // quarantined, summary (verify summary + "; profile: ..."), and appends a
+  // "profile" StageTiming.
+  void Judge(const v1::sandbox::HarnessResult& result, const Task& task, const DeviceFacts& facts,
+             Verdict& v) const;
+
+  const std::string& baseline_dir() const { return baseline_dir_; }
+
+ private:
+  const v1::ProfilerConfig config_;
+  const std::string baseline_dir_;
+};
+
+}  // namespace kernelrl::sandbox
+
+#endif  // KERNELRL_SANDBOX_PROFILE_STAGE_H_

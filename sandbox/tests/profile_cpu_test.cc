@@ -1,0 +1,220 @@
+// verify -> profile -> judge -> reward, end to end on the CPU backend (the
+// profiler's wall-clock backend), against a baseline this test measures itself
+// with the profiler's precompute path (harness precompute + the
+// precompute_baselines importer) into a fresh cache:
+//  * an honest solution earns MilestoneReward of its measured speed-ups;
+//  * an honest solution ~50x slower than eager earns exactly 1;
+//  * exploits still earn -1, including one that is only wrong after verify
+//    (caught by the reference process re-checking timed calls);
+//  * a task without a baseline is "correct, not benchmarked": reward 1;
+//  * the C++ task key and the Python one (harness/tasks.py) agree.
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+
+#include "gtest/gtest.h"
+#include "profiler_service/baseline_cache.h"
+#include "profiler_service/reward.h"
+#include "profiler_service/task_key.h"
+#include "sandbox/tests/e2e_util.h"
+
+namespace kernelrl::sandbox {
+namespace {
+
+using testing::Cwd;
+
+constexpr char kRelu[] = "sandbox/testdata/cpu_tasks/relu.py";
+constexpr double kFlushMultiple = 0.125;  // of the LLC: a few MB per flush on CI machines
+
+std::string Shell(const std::string& cmd) {
+  std::string out;
+  if (FILE* p = popen((cmd + " 2>&1").c_str(), "r")) {
+    char buf[4096];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
+    const int rc = pclose(p);
+    if (rc != 0) out = "EXIT " + std::to_string(rc) + ": " + out;
+  }
+  return out;
+}
+
+bool HasFlag(const Verdict& v, const std::string& f) {
+  for (const auto& x : v.flags()) {
+    if (x == f) return true;
+  }
+  return false;
+}
+
+bool HasStage(const Verdict& v, const std::string& s) {
+  for (const auto& x : v.stages()) {
+    if (x.stage() == s) return true;
+  }
+  return false;
+}
+
+std::string Describe(const Verdict& v) {
+  std::string s = Verdict::Outcome_Name(v.outcome()) + " reward=" + std::to_string(v.reward()) + " " + v.summary();
+  for (const auto& f : v.flags()) s += " [" + f + "]";
+  if (v.logs().count("candidate")) s += "\ncandidate log:\n" + v.logs().at("candidate").substr(0, 3000);
+  return s;
+}
+
+class ProfileCpuTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    python_ = new std::string(testing::FindTorchPython());
+    if (python_->empty()) return;
+    const char* tmp = std::getenv("TEST_TMPDIR");
+    root_ = new std::string(std::string(tmp ? tmp : "/tmp") + "/profile-e2e-" + std::to_string(getpid()));
+    const std::string tasks = *root_ + "/tasks/level1";
+    ASSERT_EQ(std::system(("mkdir -p " + tasks + " && cp " + kRelu + " " + tasks + "/relu.py").c_str()), 0);
+    // The baseline: eager and torch.compile timed by the profiler's own
+    // precompute on the CPU backend (one thread, like the candidate), then
+    // imported into the cache by its importer.
+    const std::string jsonl = *root_ + "/baselines.jsonl";
+    precompute_log_ = new std::string(
+        Shell("cd " + Cwd() + " && PYTHONPATH=" + Cwd() + " OMP_NUM_THREADS=1 PYTHONDONTWRITEBYTECODE=1 " + *python_ +
+            " -m profiler_service.harness.precompute --tasks_root " + *root_ + "/tasks --levels level1 --out " +
+            jsonl + " --device cpu --workers 1 --threads 1 --budget_s 0.4 --flush_multiple " +
+            std::to_string(kFlushMultiple)));
+    *precompute_log_ += Shell(Cwd() + "/profiler_service/precompute_baselines --measurements=" + jsonl +
+                            " --cache_dir=" + *root_ + "/baselines");
+    SandboxConfig c = testing::CpuConfig(*python_);
+    c.set_enable_profiling(true);
+    c.set_baseline_dir(*root_ + "/baselines");
+    c.mutable_verify()->set_wall_seconds(60);
+    v1::ProfilerConfig& p = *c.mutable_profiler();
+    p.set_time_budget_s(0.4);
+    p.set_min_samples(10);
+    p.set_max_samples(200);
+    p.set_target_rel_std_error(0.02);
+    p.set_warmup_calls(2);
+    p.set_recheck_fraction(1.0);  // every timed call re-checked: the stale exploit cannot slip through
+    p.set_l2_flush_multiple(kFlushMultiple);
+    auto e = Evaluator::Create(c);
+    ASSERT_TRUE(e.ok()) << e.status();
+    evaluator_ = e->release();
+  }
+  static void TearDownTestSuite() {
+    delete evaluator_;
+    evaluator_ = nullptr;
+  }
+  void SetUp() override {
+    if (python_->empty()) GTEST_SKIP() << "no python3 with torch on this machine";
+    ASSERT_NE(evaluator_, nullptr);
+  }
+  // The baseline the precompute stored for the relu task on this worker.
+  static absl::StatusOr<v1::Baseline> ReluBaseline() {
+    EvaluateRequest req = testing::Request(kRelu, "sandbox/solutions/cpu/relu");
+    return BaselineCache(*root_ + "/baselines").Get(BaselineKeyFor(req.task(), "cpu", "cpu", TorchVersion()));
+  }
+  static std::string TorchVersion() {
+    std::string v = Shell(*python_ + " -c 'import torch; print(torch.__version__)'");
+    while (!v.empty() && (v.back() == '\n' || v.back() == ' ')) v.pop_back();
+    return v;
+  }
+  static std::string* python_;
+  static std::string* root_;
+  static std::string* precompute_log_;
+  static Evaluator* evaluator_;
+};
+std::string* ProfileCpuTest::python_ = nullptr;
+std::string* ProfileCpuTest::root_ = nullptr;
+std::string* ProfileCpuTest::precompute_log_ = nullptr;
+Evaluator* ProfileCpuTest::evaluator_ = nullptr;
+
+TEST_F(ProfileCpuTest, TaskKeyAgreesWithThePythonHarness) {
+  std::ifstream in(kRelu);
+  std::stringstream src;
+  src << in.rdbuf();
+  for (const char* device : {"cpu", "cuda"}) {
+    std::string py = Shell("cd " + Cwd() + " && PYTHONPATH=. " + *python_ +
+                         " -c 'import sys; from profiler_service.harness import tasks; "
+                         "print(tasks.task_hash(open(sys.argv[1]).read(), sys.argv[2]), "
+                         "tasks.input_policy_hash(sys.argv[2]))' " + kRelu + " " + device);
+    EXPECT_EQ(py, TaskHash(src.str(), device, "") + " " + InputPolicyHash(device, "") + "\n") << device;
+  }
+  // Task.content_hash as ReadTaskFile fills it: the declared (default cuda) device.
+  EXPECT_EQ(testing::Request(kRelu, "sandbox/solutions/cpu/relu").task().content_hash(),
+            TaskHash(src.str(), "cuda", ""));
+}
+
+TEST_F(ProfileCpuTest, HonestSolutionGetsItsMeasuredReward) {
+  absl::StatusOr<v1::Baseline> b = ReluBaseline();
+  ASSERT_TRUE(b.ok()) << b.status() << "\nprecompute:\n" << *precompute_log_;
+  ASSERT_GT(b->eager().median_us(), 0) << b->DebugString();
+  ASSERT_GT(b->compiled().median_us(), 0) << b->DebugString();
+  Verdict v = evaluator_->Evaluate(testing::Request(kRelu, "sandbox/solutions/cpu/relu"));
+  ASSERT_EQ(v.outcome(), Verdict::OK) << Describe(v);
+  std::printf("honest relu: %s\n", Describe(v).substr(0, 400).c_str());
+  EXPECT_GE(v.reward(), 1) << Describe(v);
+  EXPECT_GT(v.candidate_time_us(), 0);
+  // The speed-ups are against the baseline this test measured.
+  EXPECT_DOUBLE_EQ(v.eager_time_us(), b->eager().median_us());
+  EXPECT_DOUBLE_EQ(v.compile_time_us(), b->compiled().median_us());
+  EXPECT_NEAR(v.speedup_vs_eager(), b->eager().median_us() / v.candidate_time_us(), 1e-9);
+  EXPECT_GT(v.speedup_vs_compile(), 0);
+  const double milestone = MilestoneReward(true, v.speedup_vs_eager(), v.speedup_vs_compile());
+  EXPECT_EQ(v.reward(), v.quarantined() ? std::min(milestone, 1.0) : milestone) << Describe(v);
+  EXPECT_FALSE(HasFlag(v, "baseline_missing")) << Describe(v);
+  EXPECT_FALSE(HasFlag(v, "profile_skipped"));
+  EXPECT_TRUE(HasStage(v, "profile"));
+  EXPECT_NE(v.summary().find("profile:"), std::string::npos) << v.summary();
+}
+
+TEST_F(ProfileCpuTest, SlowerThanEagerEarnsOne) {
+  Verdict v = evaluator_->Evaluate(testing::Request(kRelu, "sandbox/testdata/profile/relu_slow"));
+  ASSERT_EQ(v.outcome(), Verdict::OK) << Describe(v);
+  std::printf("slow relu: %s\n", Describe(v).substr(0, 400).c_str());
+  EXPECT_EQ(v.reward(), 1) << Describe(v);
+  EXPECT_GT(v.speedup_vs_eager(), 0) << Describe(v);
+  EXPECT_LT(v.speedup_vs_eager(), 1.0) << Describe(v);
+  EXPECT_FALSE(HasFlag(v, "baseline_missing"));
+}
+
+TEST_F(ProfileCpuTest, ExploitsStillGetMinusOne) {
+  Verdict hack = evaluator_->Evaluate(testing::Request(kRelu, "sandbox/exploits/cpu/torch_in_forward"));
+  EXPECT_EQ(hack.outcome(), Verdict::HACK_DETECTED) << Describe(hack);
+  EXPECT_EQ(hack.reward(), -1);
+  EXPECT_FALSE(HasStage(hack, "profile"));  // never timed
+  // Correct on the five verify sets, then returns stale outputs: only the
+  // re-checks of timed calls see it. Without them it would be the fastest.
+  Verdict stale = evaluator_->Evaluate(testing::Request(kRelu, "sandbox/testdata/profile/stale_after_verify"));
+  EXPECT_EQ(stale.outcome(), Verdict::WRONG_ANSWER) << Describe(stale);
+  std::printf("stale after verify: %s\n", Describe(stale).substr(0, 300).c_str());
+  EXPECT_EQ(stale.reward(), -1);
+  EXPECT_TRUE(HasFlag(stale, "recheck_failed")) << Describe(stale);
+  EXPECT_TRUE(evaluator_->serving());
+}
+
+TEST_F(ProfileCpuTest, MissingBaselineIsCorrectButNotBenchmarked) {
+  Verdict v = evaluator_->Evaluate(testing::Request("sandbox/testdata/cpu_tasks/softmax.py",
+                                                    "sandbox/solutions/cpu/softmax"));
+  ASSERT_EQ(v.outcome(), Verdict::OK) << Describe(v);
+  EXPECT_EQ(v.reward(), 1);
+  EXPECT_TRUE(HasFlag(v, "baseline_missing")) << Describe(v);
+  EXPECT_EQ(v.speedup_vs_eager(), 0);
+  EXPECT_EQ(v.speedup_vs_compile(), 0);
+  EXPECT_GT(v.candidate_time_us(), 0);  // measured all the same
+  EXPECT_NE(v.summary().find("baseline missing"), std::string::npos) << v.summary();
+  EXPECT_NE(v.summary().find("not benchmarked"), std::string::npos) << v.summary();
+}
+
+TEST_F(ProfileCpuTest, SkipProfileRequestKeepsTheCorrectnessReward) {
+  EvaluateRequest req = testing::Request(kRelu, "sandbox/solutions/cpu/relu");
+  req.set_skip_profile(true);
+  Verdict v = evaluator_->Evaluate(req);
+  ASSERT_EQ(v.outcome(), Verdict::OK) << Describe(v);
+  EXPECT_EQ(v.reward(), 1);
+  EXPECT_TRUE(HasFlag(v, "profile_skipped"));
+  EXPECT_FALSE(HasStage(v, "profile"));
+  EXPECT_EQ(v.speedup_vs_eager(), 0);
+}
+
+}  // namespace
+}  // namespace kernelrl::sandbox
