@@ -341,7 +341,8 @@ Verdict Evaluator::Run(const EvaluateRequest& request, const ProgressFn& progres
   v.set_summary(summary);
   note("profile", false);
   const bool cpu = config_.backend() == "cpu";
-  profile_->Judge(*r, request.task(), {cpu ? "cpu" : "cuda", cpu ? "cpu" : gpu_model_, torch_version_}, v);
+  const bool cupti = !cpu && kprof_ok_ && profiler_error_.empty() && !config_.kprof_lib().empty();
+  profile_->Judge(*r, request.task(), {cpu ? "cpu" : "cuda", cpu ? "cpu" : gpu_model_, torch_version_, cupti}, v);
   note("profile", true, Verdict::Outcome_Name(v.outcome()));
   if (v.outcome() == Verdict::INFRA_ERROR) HealthProbeLocked(v);
   return finish(v.outcome(), v.summary());

@@ -77,6 +77,10 @@ void ProfileStage::Judge(const v1::sandbox::HarnessResult& result, const Task& t
   m->mutable_device()->set_gpu_model(facts.gpu_model);
   m->mutable_device()->set_torch_version(facts.torch_version);
   m->mutable_device()->set_backend(facts.device);
+  m->mutable_candidate()->set_backend(facts.device);
+  m->mutable_anchor()->set_backend(facts.device);
+  const bool cupti_claimed = m->candidate().cupti_active();
+  if (!facts.cupti_injected) m->mutable_candidate()->set_cupti_active(false);
   const BaselineKey key = BaselineKeyFor(task, facts.device, facts.gpu_model, facts.torch_version);
   m->set_input_policy_hash(key.input_policy_hash);
 
@@ -104,12 +108,22 @@ void ProfileStage::Judge(const v1::sandbox::HarnessResult& result, const Task& t
   v.set_quarantined(j.quarantined());
   v.set_reward(j.reward());
 
+  if (facts.cupti_injected && !cupti_claimed) {
+    v.add_flags("cupti_claim_mismatch");
+    v.set_quarantined(false);
+    SetOutcome(v, Verdict::HACK_DETECTED,
+               "profile: the measurement says CUPTI was inactive in a process the worker started with the "
+               "recorder (evidence edited; integrity checks would have been skipped)");
+    v.set_reward(-1);
+    return finish();
+  }
   if (m->candidate().rechecks() != p.rechecks()) {
     v.add_flags("recheck_count_mismatch");
     v.set_quarantined(false);
     SetOutcome(v, Verdict::HACK_DETECTED,
                absl::StrFormat("profile: the measurement reports %d re-checks, the reference process answered %d "
                                "(evidence edited)", m->candidate().rechecks(), p.rechecks()));
+    v.set_reward(-1);
     return finish();
   }
   if (j.outcome() != Verdict::OK) {

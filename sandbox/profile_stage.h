@@ -19,6 +19,10 @@
 //  * No baseline (or one recorded with an error, or without an eager time):
 //    outcome OK, reward 1 ("correct, not benchmarked"), speed-ups 0, flag
 //    "baseline_missing", and the summary names the missing key.
+//  * The run's backend is the worker's, and "cupti_active" must match whether
+//    the worker injected the recorder: integrity checks are skipped for CPU
+//    or CUPTI-less runs, so a measurement claiming either when the worker
+//    injected CUPTI is edited evidence: HACK_DETECTED ("cupti_claim_mismatch").
 //  * Re-check counts in the measurement that differ from the reference's own
 //    count mean the evidence was edited: HACK_DETECTED ("recheck_count_mismatch").
 //  * "harness: ..." errors, an unreadable measurement, or a phase that never
@@ -40,6 +44,7 @@ struct DeviceFacts {
   std::string device;         // "cuda" or "cpu": where the candidate ran
   std::string gpu_model;      // health probe's torch.cuda.get_device_name, "cpu" on the CPU backend
   std::string torch_version;  // the zygote's torch.__version__
+  bool cupti_injected = false;  // the candidate process was started with the CUPTI recorder
 };
 
 class ProfileStage {

@@ -3,6 +3,7 @@
 //
 //   sandbox_cli --task=level1/19_ReLU.py --workspace=sandbox/solutions/level1/19_ReLU
 //   sandbox_cli --suite=manifest.txt --json_out=verdicts.jsonl
+//   sandbox_cli --suite=... --profile --baseline_dir=DIR [--kprof_lib=libkprof.so]
 //
 // A suite line is "<label> <task file> <workspace dir> <expected outcome>".
 // Prints one row per evaluation and exits non-zero if any outcome differs
@@ -33,6 +34,11 @@ ABSL_FLAG(std::string, suite, "", "suite manifest (see header)");
 ABSL_FLAG(std::string, json_out, "", "append each Verdict as a JSON line here");
 ABSL_FLAG(int, repeat, 1, "evaluate each suite entry this many times");
 ABSL_FLAG(double, wall_seconds, 0, "verify wall limit (0 = default)");
+ABSL_FLAG(bool, profile, false, "time verified candidates and reward them by speed-up (profile stage)");
+ABSL_FLAG(std::string, baseline_dir, "", "baseline cache root (profiler_service:precompute_baselines output)");
+ABSL_FLAG(std::string, kprof_lib, "", "libkprof.so (CUPTI recorder); default: runfiles or $KERNELRL_KPROF_LIB");
+ABSL_FLAG(std::string, profiler_root, "", "directory holding profiler_service/harness (default: next to harness_dir)");
+ABSL_FLAG(double, profile_budget_s, 0, "timing budget per candidate, seconds (0 = ProfilerConfig default)");
 
 namespace {
 
@@ -53,6 +59,11 @@ int main(int argc, char** argv) {
   config.set_contain_lib(absl::GetFlag(FLAGS_contain_lib));
   config.set_work_root(absl::GetFlag(FLAGS_work_root));
   if (absl::GetFlag(FLAGS_wall_seconds) > 0) config.mutable_verify()->set_wall_seconds(absl::GetFlag(FLAGS_wall_seconds));
+  config.set_enable_profiling(absl::GetFlag(FLAGS_profile));
+  config.set_baseline_dir(absl::GetFlag(FLAGS_baseline_dir));
+  config.set_kprof_lib(absl::GetFlag(FLAGS_kprof_lib));
+  config.set_profiler_root(absl::GetFlag(FLAGS_profiler_root));
+  config.mutable_profiler()->set_time_budget_s(absl::GetFlag(FLAGS_profile_budget_s));
   std::vector<Entry> entries;
   if (!absl::GetFlag(FLAGS_suite).empty()) {
     std::ifstream in(absl::GetFlag(FLAGS_suite));
@@ -74,7 +85,8 @@ int main(int argc, char** argv) {
   std::ofstream json;
   if (!absl::GetFlag(FLAGS_json_out).empty()) json.open(absl::GetFlag(FLAGS_json_out), std::ios::app);
   int mismatches = 0;
-  std::printf("%-34s %-18s %-18s %4s %9s %9s  %s\n", "label", "expected", "got", "ok", "compile", "verify", "summary");
+  std::printf("%-34s %-18s %-18s %4s %9s %9s %8s %6s %7s %7s  %s\n", "label", "expected", "got", "ok", "compile",
+              "verify", "profile", "reward", "x_eager", "x_comp", "summary");
   for (int rep = 0; rep < absl::GetFlag(FLAGS_repeat); ++rep) {
     for (const Entry& e : entries) {
       auto task = sandbox::ReadTaskFile(e.task, e.label);
@@ -90,18 +102,20 @@ int main(int argc, char** argv) {
       *req.mutable_workspace() = *ws;
       req.set_request_id(e.label);
       Verdict v = (*evaluator)->Evaluate(req);
-      double compile_ms = 0, verify_ms = 0;
+      double compile_ms = 0, verify_ms = 0, profile_ms = 0;
       for (const auto& s : v.stages()) {
         if (s.stage() == "compile") compile_ms = s.wall_ms();
         if (s.stage() == "verify") verify_ms = s.wall_ms();
+        if (s.stage() == "profile") profile_ms = s.wall_ms();
       }
       const std::string got = Verdict::Outcome_Name(v.outcome());
       const bool ok = e.expect.empty() || e.expect == got;
       mismatches += !ok;
       std::string summary = v.summary().substr(0, 110);
       for (char& c : summary) if (c == '\n') c = ' ';
-      std::printf("%-34s %-18s %-18s %4s %9.0f %9.0f  %s\n", e.label.c_str(), e.expect.c_str(), got.c_str(),
-                  ok ? "yes" : "NO", compile_ms, verify_ms, summary.c_str());
+      std::printf("%-34s %-18s %-18s %4s %9.0f %9.0f %8.0f %6.0f %7.3f %7.3f  %s\n", e.label.c_str(),
+                  e.expect.c_str(), got.c_str(), ok ? "yes" : "NO", compile_ms, verify_ms, profile_ms, v.reward(),
+                  v.speedup_vs_eager(), v.speedup_vs_compile(), summary.c_str());
       std::fflush(stdout);
       if (json.is_open()) {
         std::string text;

@@ -4,10 +4,18 @@
 #   here:   tools/device_sandbox.sh --prepare    # builds and fills .devcarry/sandbox
 #   device: tools/device_sandbox.sh              # (run tool, carry .devcarry/sandbox)
 #
-# Runs the reference solutions (KernelBench level 1 and 2) and the CUDA exploit
-# suite through the real worker core (sandbox_cli: compile -> isolated verify),
-# the compile-latency benchmark (in the background, on CPU cores) and a small
-# fixed-overhead measurement; writes everything under $OUT, prints a table last.
+# 1. builds the CUPTI recorder (libkprof.so, g++ like tools/device_profiler.sh;
+#    falls back to the carried Bazel build);
+# 2. measures eager + torch.compile baselines of the reference solutions' tasks
+#    with the profiler's precompute and imports them into a baseline cache;
+# 3. runs the reference solutions (KernelBench level 1 and 2) and the CUDA
+#    exploit suite through the real worker core (sandbox_cli: compile ->
+#    isolated verify -> profile -> judge) with profiling on;
+# 4. prints a table: outcome, reward, speed-ups, times per task.
+# Every step has a wall cap and the summary runs whatever happened before it;
+# knobs (seconds): PRECOMPUTE_WALL (90), SUITE_WALL (200), WALL (45, per
+# verify+profile), PROFILE_BUDGET (0.5, timing per candidate), SKIP_BENCH (1:
+# the compile benchmark is off unless SKIP_BENCH=0), PROFILE (1).
 set -u
 CARRY=.devcarry/sandbox
 SOLUTIONS="sandbox/solutions"
@@ -15,12 +23,17 @@ SOLUTIONS="sandbox/solutions"
 if [ "${1:-}" = "--prepare" ]; then
   set -e
   SHARED=${KERNELRL_SHARED_DIR:-$(cd "$(dirname "$0")/../.." && pwd)/shared}
-  bazel build //sandbox:sandbox_cli //sandbox/contain:libkernelrl_contain.so
+  bazel build //sandbox:sandbox_cli //sandbox/contain:libkernelrl_contain.so \
+    //profiler_service:precompute_baselines //profiler_service:libkprof.so
   rm -rf "$CARRY" && mkdir -p "$CARRY/lib" "$CARRY/kernelbench/level1" "$CARRY/kernelbench/level2"
-  cp bazel-bin/sandbox/sandbox_cli bazel-bin/sandbox/contain/libkernelrl_contain.so "$CARRY/"
-  ldd "$CARRY/sandbox_cli" | awk '/=> \// {print $3}' |
-    grep -vE '/(libc|libm|libgcc_s|libstdc\+\+|ld-linux-x86-64|libpthread|libdl|librt)\.so' |
-    xargs -I{} cp -L {} "$CARRY/lib/"
+  cp bazel-bin/sandbox/sandbox_cli bazel-bin/sandbox/contain/libkernelrl_contain.so \
+    bazel-bin/profiler_service/precompute_baselines "$CARRY/"
+  cp bazel-bin/profiler_service/libkprof.so "$CARRY/libkprof_bazel.so"
+  for b in sandbox_cli precompute_baselines; do
+    ldd "$CARRY/$b" | awk '/=> \// {print $3}' |
+      grep -vE '/(libc|libm|libgcc_s|libstdc\+\+|ld-linux-x86-64|libpthread|libdl|librt|libcuda|libcupti)\.so' |
+      xargs -I{} cp -nL {} "$CARRY/lib/"
+  done
   for d in $SOLUTIONS/level1/* $SOLUTIONS/level2/*; do
     lvl=$(basename "$(dirname "$d")")
     cp "$SHARED/kernelbench/$lvl/$(basename "$d").py" "$CARRY/kernelbench/$lvl/"
@@ -31,82 +44,147 @@ fi
 
 OUT=${OUT:-/tmp/sandbox_device_out}
 mkdir -p "$OUT"
+T0=$(date +%s)
+elapsed() { echo $(( $(date +%s) - T0 )); }
 PY=$(command -v python3)
+CUDA=${CUDA_HOME:-/usr/local/cuda}
 export LD_LIBRARY_PATH=$PWD/$CARRY/lib:${LD_LIBRARY_PATH:-}
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv,noheader
 $PY -c 'import torch, sys; print("torch", torch.__version__, "python", sys.version.split()[0])'
+PROFILE=${PROFILE:-1}
 
-# 1. Compile benchmark on CPU cores while the GPU suite runs.
-[ "${SKIP_BENCH:-0}" = 1 ] || ( $PY tests/bench/sandbox_compile_bench.py --torch_builds "${TORCH_BUILDS:-2}" --out "$OUT/compile_bench.json" \
-    > "$OUT/compile_bench.log" 2>&1 ) &
-BENCH=$!
-[ "${SKIP_BENCH:-0}" = 1 ] && BENCH=""
+# 1. CUPTI recorder for the candidate process (CUDA_INJECTION64_PATH).
+KPROF=/tmp/kr_kprof/libkprof.so; mkdir -p /tmp/kr_kprof
+CUPTI_H=$(dirname "$(find $CUDA/ $CUDA/extras -name cupti.h 2>/dev/null | head -1)")
+CUPTI_SO=$(dirname "$(find $CUDA/ -name 'libcupti.so*' 2>/dev/null | head -1)")
+if ! g++ -std=c++17 -O2 -fPIC -shared -I. -I$CUDA/include -I$CUPTI_H profiler_service/cupti/kprof.cc \
+     -o $KPROF -L$CUPTI_SO -Wl,-rpath,$CUPTI_SO -L$CUDA/lib64/stubs -lcupti -lcuda > "$OUT/kprof_build.log" 2>&1; then
+  echo "kprof g++ build FAILED (kprof_build.log); using the carried Bazel build"
+  KPROF=$PWD/$CARRY/libkprof_bazel.so
+fi
+echo "kprof: $KPROF (at $(elapsed) s)"
 
-# 2. One suite, most important first (results are flushed per entry, so a
-#    run cut short still reports what it finished): the fixed overhead on a
-#    tiny ReLU, every exploit, honest code again, then the reference solutions
-#    (small outputs first, the 6.4 GB-output elementwise tasks last).
+# 2. Baselines of the solutions' tasks: eager + torch.compile, profiler precompute,
+#    imported into the cache the worker reads. Tasks not reached get no baseline
+#    (their verdicts say baseline_missing, reward 1).
+BASE=/tmp/kr_baselines; rm -rf $BASE; mkdir -p $BASE
+if [ "$PROFILE" = 1 ]; then
+  PYTHONPATH=$PWD TORCHINDUCTOR_COMPILE_THREADS=1 timeout "${PRECOMPUTE_WALL:-90}" \
+    $PY -m profiler_service.harness.precompute --tasks_root "$CARRY/kernelbench" --out "$OUT/baselines.jsonl" \
+      --workers "${PRECOMPUTE_WORKERS:-6}" --budget_s 0.3 --deadline_s $(( ${PRECOMPUTE_WALL:-90} - 25 )) \
+      > "$OUT/precompute.log" 2>&1
+  echo "precompute rc=$? at $(elapsed) s: $(wc -l < "$OUT/baselines.jsonl" 2>/dev/null || echo 0) tasks written"
+  "$CARRY/precompute_baselines" --measurements="$OUT/baselines.jsonl" --cache_dir=$BASE --table="$OUT/baselines.tsv" \
+    2>&1 | tail -4
+fi
+
+# 3. Compile benchmark (CPU cores) only on request: its figures are in docs/SANDBOX.md.
+BENCH=""
+if [ "${SKIP_BENCH:-1}" = 0 ]; then
+  ( $PY tests/bench/sandbox_compile_bench.py --torch_builds "${TORCH_BUILDS:-2}" --out "$OUT/compile_bench.json" \
+      > "$OUT/compile_bench.log" 2>&1 ) &
+  BENCH=$!
+fi
+
+# 4. One suite, most important first (results are flushed per entry, so a run
+#    cut short still reports what it finished): fixed overhead on a tiny ReLU,
+#    the reference solutions (small outputs first), every exploit, honest code
+#    again, then the 6.4 GB-output elementwise tasks.
 SUITE=$OUT/suite.txt
 : > "$SUITE"
-for i in 1 2 3 4 5 6; do
+for i in 1 2 3; do
   echo "overhead/relu_64x1024_$i sandbox/testdata/cpu_tasks/relu.py $SOLUTIONS/level1/19_ReLU OK" >> "$SUITE"
 done
-for d in sandbox/exploits/cuda/*; do
-  exp=$(head -1 "$d/model_new.py" | sed -n 's/.*Expected verdict: \([A-Z_]*\).*/\1/p')
-  echo "exploit/$(basename "$d") sandbox/testdata/gpu_tasks/relu.py $d $exp" >> "$SUITE"
-done
-echo "after/gpu_relu_1GiB sandbox/testdata/gpu_tasks/relu.py $SOLUTIONS/level1/19_ReLU OK" >> "$SUITE"
 BIG="19_ReLU 21_Sigmoid 22_Tanh 25_Swish 32_HardTanh"
 for d in $SOLUTIONS/level2/* $SOLUTIONS/level1/*; do
   case " $BIG " in *" $(basename "$d") "*) continue ;; esac
   lvl=$(basename "$(dirname "$d")")
   echo "$lvl/$(basename "$d") $CARRY/kernelbench/$lvl/$(basename "$d").py $d OK" >> "$SUITE"
 done
+for d in sandbox/exploits/cuda/*; do
+  exp=$(head -1 "$d/model_new.py" | sed -n 's/.*Expected verdict: \([A-Z_]*\).*/\1/p')
+  echo "exploit/$(basename "$d") sandbox/testdata/gpu_tasks/relu.py $d $exp" >> "$SUITE"
+done
+echo "after/gpu_relu_1GiB sandbox/testdata/gpu_tasks/relu.py $SOLUTIONS/level1/19_ReLU OK" >> "$SUITE"
 for b in $BIG; do
   echo "level1/$b $CARRY/kernelbench/level1/$b.py $SOLUTIONS/level1/$b OK" >> "$SUITE"
 done
+PROFILE_FLAGS=""
+[ "$PROFILE" = 1 ] && PROFILE_FLAGS="--profile --baseline_dir=$BASE --kprof_lib=$KPROF --profiler_root=$PWD \
+  --profile_budget_s=${PROFILE_BUDGET:-0.5}"
 CLI="$CARRY/sandbox_cli --backend=cuda --python=$PY --harness_dir=$PWD/sandbox/harness \
-  --contain_lib=$PWD/$CARRY/libkernelrl_contain.so"
-( sleep 20; cp /tmp/kr_suite/zygote.log "$OUT/zygote.log" 2>/dev/null ) &
-$CLI --suite="$SUITE" --json_out="$OUT/verdicts.jsonl" --work_root=/tmp/kr_suite --wall_seconds="${WALL:-45}" \
-  2> "$OUT/suite_stderr.log" | tee "$OUT/suite_table.txt"
+  --contain_lib=$PWD/$CARRY/libkernelrl_contain.so $PROFILE_FLAGS"
+( sleep 30; cp /tmp/kr_suite/zygote.log "$OUT/zygote.log" 2>/dev/null ) &
+echo "suite starts at $(elapsed) s"
+timeout "${SUITE_WALL:-200}" $CLI --suite="$SUITE" --json_out="$OUT/verdicts.jsonl" --work_root=/tmp/kr_suite \
+  --wall_seconds="${WALL:-45}" 2> "$OUT/suite_stderr.log" | tee "$OUT/suite_table.txt"
 SUITE_RC=${PIPESTATUS[0]}
+echo "suite rc=$SUITE_RC at $(elapsed) s (124 = cut by SUITE_WALL)"
 cp /tmp/kr_suite/zygote.log "$OUT/zygote.log" 2>/dev/null
+grep -h "WARNING\|profiling on" "$OUT/suite_stderr.log" | head -5
+grep -h "CUPTI recorder" "$OUT/zygote.log" 2>/dev/null | head -2
 
-[ -n "${BENCH:-}" ] && wait $BENCH && tail -8 "$OUT/compile_bench.log"
+[ -n "$BENCH" ] && wait $BENCH && tail -8 "$OUT/compile_bench.log"
 
-# 4. Summary table.
+# 5. Summary table (runs on whatever the steps above left).
 $PY - "$OUT" <<'PYEOF'
 import json, sys, statistics
 out = sys.argv[1]
-rows = [json.loads(l) for l in open(f"{out}/verdicts.jsonl")]
+rows = []
+try:
+    for line in open(f"{out}/verdicts.jsonl"):
+        try:
+            rows.append(json.loads(line))
+        except ValueError:
+            pass
+except OSError as e:
+    print("no verdicts:", e)
 def stage(v, name):
     return next((s.get("wall_ms", 0.0) for s in v.get("stages", []) if s["stage"] == name), 0.0)
 ok = lambda r: r["verdict"].get("outcome") == r["expected"]
 sol = [r for r in rows if r["label"].startswith("level")]
 exp = [r for r in rows if r["label"].startswith("exploit/")]
-l1 = [stage(r["verdict"], "verify") for r in sol if r["label"].startswith("level1/") and ok(r)]
-ov = [stage(r["verdict"], "verify") for r in rows if r["label"].startswith("overhead/")][1:]
+print("\n== profile stage on the reference solutions (H100) ==")
+print(f"{'task':42s} {'outcome':14s} {'rwd':>4s} {'cand_us':>10s} {'eager_us':>10s} {'comp_us':>10s} "
+      f"{'x_eager':>8s} {'x_comp':>8s} {'sol':>6s} {'own%':>5s} {'prof_s':>6s}  flags")
+for r in sol + [r for r in rows if r["label"].startswith(("overhead/", "after/"))]:
+    v = r["verdict"]
+    cov = v.get("coverage", {})
+    own = 100 * cov.get("own_kernel_us", 0) / cov["total_gpu_us"] if cov.get("total_gpu_us") else 0
+    print(f"{r['label'][:42]:42s} {v.get('outcome','?')[:14]:14s} {v.get('reward', 0):4.0f} "
+          f"{v.get('candidate_time_us', 0):10.1f} {v.get('eager_time_us', 0):10.1f} {v.get('compile_time_us', 0):10.1f} "
+          f"{v.get('speedup_vs_eager', 0):8.3f} {v.get('speedup_vs_compile', 0):8.3f} "
+          f"{v.get('speed_of_light_ratio', 0):6.2f} {own:5.0f} {stage(v, 'profile')/1e3:6.2f}  "
+          f"{','.join(v.get('flags', []))[:70]}")
 print("\n== sandbox device summary ==")
 print(f"solutions OK: {sum(map(ok, sol))}/{len(sol)}  (level1 {sum(ok(r) for r in sol if r['label'].startswith('level1/'))}, "
       f"level2 {sum(ok(r) for r in sol if r['label'].startswith('level2/'))})")
+rewards = [r["verdict"].get("reward", 0) for r in sol if ok(r)]
+if rewards:
+    print("rewards of correct solutions: " + ", ".join(f"{k}: {rewards.count(k)}" for k in (3, 2, 1)))
+    print(f"profiled with a baseline: {sum(1 for r in sol if ok(r) and r['verdict'].get('eager_time_us', 0) > 0)}/{len(rewards)}; "
+          f"quarantined: {sum(1 for r in sol if r['verdict'].get('quarantined'))}; "
+          f"cupti_inactive: {sum(1 for r in sol if 'cupti_inactive' in r['verdict'].get('flags', []))}")
 print(f"exploits with the expected verdict: {sum(map(ok, exp))}/{len(exp)}")
 for r in rows:
     if not ok(r):
         print(f"  MISMATCH {r['label']}: expected {r['expected']} got {r['verdict'].get('outcome')}: {r['verdict'].get('summary','')[:160]}")
+l1 = [stage(r["verdict"], "verify") for r in sol if r["label"].startswith("level1/") and ok(r)]
 if l1:
-    print(f"verify wall, level-1 KernelBench tasks: p50 {statistics.median(l1)/1e3:.2f} s  (n={len(l1)}, full-size inputs, 5 sets)")
+    print(f"verify wall, level-1 KernelBench tasks: p50 {statistics.median(l1)/1e3:.2f} s  (n={len(l1)})")
+pr = [stage(r["verdict"], "profile") for r in sol if ok(r) and stage(r["verdict"], "profile") > 0]
+if pr:
+    print(f"profile stage wall: p50 {statistics.median(pr)/1e3:.2f} s max {max(pr)/1e3:.2f} s (n={len(pr)})")
+ov = [stage(r["verdict"], "verify") for r in rows if r["label"].startswith("overhead/")][1:]
 if ov:
     print(f"verify wall, tiny ReLU (fixed overhead): p50 {statistics.median(ov)/1e3:.2f} s  (n={len(ov)})")
-comp = [stage(r["verdict"], "compile") for r in sol if r["label"].startswith("level")]
-if comp:
-    print(f"contained fast-path compile (nvcc in the sandbox): p50 {statistics.median(comp)/1e3:.2f} s (n={len(comp)})")
 try:
     b = json.load(open(f"{out}/compile_bench.json"))["summary"]
     for k, v in b.items():
         print(f"bench {k:12s} n={v['n']} p50 {v['p50_s']:.2f} s p90 {v['p90_s']:.2f} s ratio vs load_inline p50: {v['ratio_vs_load_inline_p50']}")
-except Exception as e:
-    print("compile bench missing:", e)
+except Exception:
+    pass
 PYEOF
+echo "total $(elapsed) s"
 exit $SUITE_RC

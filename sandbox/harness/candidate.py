@@ -120,7 +120,8 @@ def run(job, cont, to_ref, from_ref):
             send({"type": "log", "contain": log})
         threads = guards.ThreadGuard()
         threads.install()
-        snapshot = guards.PatchSnapshot(extra_modules=[kernelrl, guards, inputs_lib, protocol, loader])
+        snapshot = guards.PatchSnapshot(extra_modules=[kernelrl, guards, inputs_lib, protocol, loader, profiling]
+                                        + profiling.timing_modules(job))
         threads_base = guards.thread_count()
         stage = "import"
         audit.armed = True

@@ -83,6 +83,17 @@ def warm_recorder(job):
     return "recorder warm"
 
 
+def timing_modules(job):
+    """The profiler's modules the candidate could patch to fake its timing:
+    part of the monkey-patch snapshot of profiled jobs (already imported by the zygote)."""
+    if not job.get("profile"):
+        return []
+    import sys
+    names = ("profile", "protocol", "backends", "kprof", "nvml", "symbols")
+    mods = [sys.modules.get(f"profiler_service.harness.{n}") for n in names]
+    return [m for m in mods if m is not None]
+
+
 def artifact_paths(artifact_dir, limit=64):
     found = sorted(glob.glob(os.path.join(artifact_dir, "**", "*.so"), recursive=True))
     return found[:limit]
