@@ -61,7 +61,12 @@ IntegrityReport AnalyzeIntegrity(const ProfileMeasurement& m, const LibraryPolic
             [](const KernelRecord& a, const KernelRecord& b) { return a.total_us() > b.total_us(); });
   for (int i = 0; i < static_cast<int>(top.size()) && i < max_records; ++i) *cov.add_kernels() = top[i];
 
-  r.own_share = total > 0 ? cov.own_kernel_us() / total : 0.0;
+  // Library kernels the policy allows count as the candidate's work (a GEMM
+  // task's cuBLAS call is the intended path); the candidate must still run
+  // kernels of its own (no_candidate_kernels, library_only below).
+  const double allowed_library =
+      (policy.allow_cublas() ? by_origin["cublas"] : 0.0) + (policy.allow_cudnn() ? by_origin["cudnn"] : 0.0);
+  r.own_share = total > 0 ? (cov.own_kernel_us() + allowed_library) / total : 0.0;
   const double min_share =
       policy.min_own_kernel_share() > 0 ? policy.min_own_kernel_share() : config.min_own_kernel_share();
   if (cov.own_kernel_us() <= 0.0) r.flags.push_back("no_candidate_kernels");

@@ -4,7 +4,7 @@
 //     other / copies), streams used, top kernels;
 //   * flags:
 //       no_candidate_kernels         none of the candidate's kernels ran;
-//       own_kernel_share_below_min   candidate kernels < min share of GPU time
+//       own_kernel_share_below_min   candidate (+ allowed library) kernels < min share of GPU time
 //                                    (LibraryPolicy.min_own_kernel_share, else config);
 //       library_only                 library kernels ran and no candidate kernel did;
 //       forbidden_library_cublas / forbidden_library_cudnn   per LibraryPolicy;
@@ -26,7 +26,7 @@ namespace kernelrl {
 struct IntegrityReport {
   KernelCoverage coverage;
   std::vector<std::string> flags;
-  double own_share = 0.0;  // candidate kernel time / total GPU time.
+  double own_share = 0.0;  // (candidate + policy-allowed library kernel time) / total GPU time.
 };
 
 // `config` must carry defaults. At most `max_records` KernelRecords are kept.

@@ -54,18 +54,27 @@ TEST(Integrity, LibraryOnlyCandidateWherePolicyForbidsIt) {
   EXPECT_TRUE(Has(r, "own_kernel_share_below_min"));
 }
 
-TEST(Integrity, AllowedLibraryStillNeedsTheOwnShare) {
+TEST(Integrity, AllowedLibraryCountsTowardTheShare) {
+  // A GEMM task: cuBLAS does the GEMM, the candidate's own kernel the epilogue.
   ProfileMeasurement m = Measurement();
   AddActivity(m.mutable_candidate(), "nvjet_tst_128x256", 1500.0);
   AddActivity(m.mutable_candidate(), "_Z9my_kernelPKfPfi", 500.0);
   LibraryPolicy p;
   p.set_allow_cublas(true);
   IntegrityReport r = AnalyzeIntegrity(m, p, Config());
-  EXPECT_FALSE(Has(r, "forbidden_library_cublas"));
-  EXPECT_TRUE(Has(r, "own_kernel_share_below_min"));  // 25% < 50%.
-  p.set_min_own_kernel_share(0.2);
-  r = AnalyzeIntegrity(m, p, Config());
   EXPECT_TRUE(r.flags.empty());
+  EXPECT_DOUBLE_EQ(r.own_share, 1.0);
+  // Where the policy forbids cuBLAS the same profile is flagged twice.
+  r = AnalyzeIntegrity(m, LibraryPolicy(), Config());
+  EXPECT_TRUE(Has(r, "forbidden_library_cublas"));
+  EXPECT_TRUE(Has(r, "own_kernel_share_below_min"));  // 25% < 50%.
+  // Allowed cuBLAS does not cover torch ops doing the rest of the work.
+  ProfileMeasurement t = Measurement();
+  AddActivity(t.mutable_candidate(), "nvjet_tst_128x256", 300.0);
+  AddActivity(t.mutable_candidate(), "_Z9my_kernelPKfPfi", 100.0);
+  AddActivity(t.mutable_candidate(), "triton_poi_fused_relu_0", 1600.0);
+  r = AnalyzeIntegrity(t, p, Config());
+  EXPECT_TRUE(Has(r, "own_kernel_share_below_min"));  // (300 + 100) / 2000 = 20%.
 }
 
 TEST(Integrity, TorchOpsInsteadOfOwnKernels) {

@@ -1,5 +1,7 @@
 #include "profiler_service/judge.h"
 
+#include "profiler_service/library_policy.h"
+
 #include <algorithm>
 #include <cmath>
 #include <set>
@@ -53,7 +55,8 @@ ProfileResult JudgeProfile(const ProfileMeasurement& m, const Baseline* baseline
     return result;
   }
 
-  const IntegrityReport integrity = AnalyzeIntegrity(m, task.library_policy(), config);
+  // A task without a policy gets the paper's rule from its source (cuBLAS for GEMM, cuDNN for conv).
+  const IntegrityReport integrity = AnalyzeIntegrity(m, EffectiveLibraryPolicy(task), config);
   *v.mutable_coverage() = integrity.coverage;
   flags.insert(flags.end(), integrity.flags.begin(), integrity.flags.end());
 
