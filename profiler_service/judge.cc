@@ -29,7 +29,7 @@ FlagSeverity SeverityOf(const std::string& flag) {
   static const std::set<std::string> kAudit = {
       "below_speed_of_light", "speedup_above_audit_threshold", "side_stream",
       "foreign_launch_thread", "events_below_cupti", "wall_below_events", "device_drift",
-      "throttled", "cupti_records_dropped"};
+      "throttled", "cupti_records_dropped", "baseline_clock_mismatch"};
   if (kHack.count(flag)) return FlagSeverity::kHack;
   if (kAudit.count(flag)) return FlagSeverity::kAudit;
   return FlagSeverity::kInfo;
@@ -70,6 +70,14 @@ ProfileResult JudgeProfile(const ProfileMeasurement& m, const Baseline* baseline
     v.set_speedup_vs_eager(SpeedUp(baseline->eager().median_us(), t));
     v.set_speedup_vs_compile(SpeedUp(baseline->compiled().median_us(), t));
     if (sol_us <= 0.0) sol_us = baseline->speed_of_light_us();
+    // Speed-ups only compare like with like: CUPTI kernel sums against CUPTI
+    // kernel sums (events include launch gaps and would inflate a baseline).
+    auto cupti_timed = [](const TimingStats& s) {
+      return std::find(s.flags().begin(), s.flags().end(), "cupti_inactive") == s.flags().end();
+    };
+    if (m.device().backend() != "cpu" && cupti_timed(cand) != cupti_timed(baseline->eager())) {
+      flags.push_back("baseline_clock_mismatch");
+    }
     if (baseline->anchor_median_us() > 0.0 && m.anchor().samples_size() > 0) {
       const double now = AnalyzeTimingRun(m.anchor(), config).median_us();
       if (std::fabs(now / baseline->anchor_median_us() - 1.0) > config.anchor_drift_tolerance()) {

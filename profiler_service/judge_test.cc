@@ -149,5 +149,20 @@ TEST(Judge, BuildBaselineAnalysesBothRuns) {
   EXPECT_EQ(b.gpu_model(), "H100");
 }
 
+TEST(Judge, EventTimedBaselineAgainstCuptiCandidateIsQuarantined) {
+  Baseline b = MakeBaseline(300.0, 280.0);  // The candidate looks 3x faster...
+  b.mutable_eager()->add_flags("cupti_inactive");  // ...but against launch-gap-inflated event times.
+  const ProfileMeasurement m = Candidate(100.0);
+  ASSERT_TRUE(m.candidate().cupti_active());
+  ProfileResult r = JudgeProfile(m, &b, Task(), Config());
+  EXPECT_TRUE(Has(r.verdict(), "baseline_clock_mismatch"));
+  EXPECT_TRUE(r.verdict().quarantined());
+  EXPECT_LE(r.verdict().reward(), 1.0);
+  b.mutable_eager()->clear_flags();  // Same clock on both sides: the tier is paid.
+  r = JudgeProfile(m, &b, Task(), Config());
+  EXPECT_FALSE(Has(r.verdict(), "baseline_clock_mismatch"));
+  EXPECT_EQ(r.verdict().reward(), 3.0);
+}
+
 }  // namespace
 }  // namespace kernelrl

@@ -15,7 +15,7 @@
 # Every step has a wall cap and the summary runs whatever happened before it;
 # knobs (seconds): PRECOMPUTE_WALL (90), SUITE_WALL (200), WALL (45, per
 # verify+profile), PROFILE_BUDGET (0.5, timing per candidate), SKIP_BENCH (1:
-# the compile benchmark is off unless SKIP_BENCH=0), PROFILE (1).
+# the compile benchmark is off unless SKIP_BENCH=0), PROFILE (1), EXPLOITS (1).
 set -u
 CARRY=.devcarry/sandbox
 SOLUTIONS="sandbox/solutions"
@@ -70,7 +70,9 @@ echo "kprof: $KPROF (at $(elapsed) s)"
 #    (their verdicts say baseline_missing, reward 1).
 BASE=/tmp/kr_baselines; rm -rf $BASE; mkdir -p $BASE
 if [ "$PROFILE" = 1 ]; then
-  PYTHONPATH=$PWD TORCHINDUCTOR_COMPILE_THREADS=1 timeout "${PRECOMPUTE_WALL:-90}" \
+  # Same clock as the candidate: CUPTI kernel sums (the judge quarantines a
+  # CUPTI candidate compared against event-timed baselines).
+  CUDA_INJECTION64_PATH=$KPROF PYTHONPATH=$PWD TORCHINDUCTOR_COMPILE_THREADS=1 timeout "${PRECOMPUTE_WALL:-90}" \
     $PY -m profiler_service.harness.precompute --tasks_root "$CARRY/kernelbench" --out "$OUT/baselines.jsonl" \
       --workers "${PRECOMPUTE_WORKERS:-6}" --budget_s 0.3 --deadline_s $(( ${PRECOMPUTE_WALL:-90} - 25 )) \
       > "$OUT/precompute.log" 2>&1
@@ -102,7 +104,8 @@ for d in $SOLUTIONS/level2/* $SOLUTIONS/level1/*; do
   lvl=$(basename "$(dirname "$d")")
   echo "$lvl/$(basename "$d") $CARRY/kernelbench/$lvl/$(basename "$d").py $d OK" >> "$SUITE"
 done
-for d in sandbox/exploits/cuda/*; do
+# EXPLOITS=0 leaves the exploit suite out (a run that re-checks the solutions only).
+[ "${EXPLOITS:-1}" = 1 ] && for d in sandbox/exploits/cuda/*; do
   exp=$(head -1 "$d/model_new.py" | sed -n 's/.*Expected verdict: \([A-Z_]*\).*/\1/p')
   echo "exploit/$(basename "$d") sandbox/testdata/gpu_tasks/relu.py $d $exp" >> "$SUITE"
 done

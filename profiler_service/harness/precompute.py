@@ -6,13 +6,14 @@ per task (failures recorded, never dropped).
         [--levels level1,level2] [--workers N] [--budget_s S] [--deadline_s S] [--device cuda] [--threads N]
 
 Workers (spawned processes) load and torch.compile tasks in parallel; a
-file lock serialises the timed part, so only one process times on the GPU at a
-time while the others compile (compiles' own first runs can overlap a timing
-block: see docs/PROFILER.md). Eager and compiled are interleaved in blocks,
+readers-writer file lock (GpuLock) keeps every timed block alone on the GPU:
+set-up (model, inputs, torch.compile and its first runs) holds it shared,
+timing holds it exclusive, and a waiting timer stops new set-ups from starting. Eager and compiled are interleaved in blocks,
 each with its own CUPTI activity, plus the trusted anchor between rounds.
 profiler_service:precompute_baselines imports the lines into the cache.
 """
 import argparse
+import contextlib
 import datetime
 import fcntl
 import gc
@@ -23,6 +24,41 @@ import queue
 import sys
 import time
 import traceback
+
+
+class GpuLock:
+    """Timing exclusive, GPU set-up shared, timers first.
+
+    A timer takes the turnstile exclusively before waiting for the main lock,
+    so set-ups that have not started yet wait behind it: the timed block never
+    overlaps another worker's GPU work (which would inflate the baseline and
+    the anchor), and timers are not starved by a stream of compiles.
+    """
+
+    def __init__(self, path):
+        self.path, self.turnstile = path, path + ".turnstile"
+
+    @contextlib.contextmanager
+    def shared(self):
+        with open(self.turnstile, "a") as gate, open(self.path, "a") as main:
+            fcntl.flock(gate, fcntl.LOCK_SH)
+            fcntl.flock(main, fcntl.LOCK_SH)
+            fcntl.flock(gate, fcntl.LOCK_UN)
+            try:
+                yield
+            finally:
+                fcntl.flock(main, fcntl.LOCK_UN)
+
+    @contextlib.contextmanager
+    def exclusive(self):
+        with open(self.turnstile, "a") as gate, open(self.path, "a") as main:
+            fcntl.flock(gate, fcntl.LOCK_EX)
+            fcntl.flock(main, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(main, fcntl.LOCK_UN)
+                fcntl.flock(gate, fcntl.LOCK_UN)
 
 
 def _make_inputs_fn(mod, device):
@@ -45,48 +81,47 @@ def measure_task(task_id, path, args, backend, lock_path):
            "device": backend.device_info(),
            "measured_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
     mod = tasks.load_module(path)
-    torch.manual_seed(1234)
-    with torch.device(args.device):
-        model = mod.Model(*mod.get_init_inputs())
-    model = model.to(args.device).eval()
-    make_inputs = _make_inputs_fn(mod, args.device)
-    compiled = torch.compile(model) if args.compile else None
+    # lock_path None: the caller already holds the GPU (serial phase).
+    lock = GpuLock(lock_path) if lock_path else None
+    with (lock.shared() if lock else contextlib.nullcontext()):
+        torch.manual_seed(1234)
+        with torch.device(args.device):
+            model = mod.Model(*mod.get_init_inputs())
+        model = model.to(args.device).eval()
+        make_inputs = _make_inputs_fn(mod, args.device)
+        compiled = torch.compile(model) if args.compile else None
 
-    def eager_fn(*xs):
-        with torch.no_grad():
-            return model(*xs)
+        def eager_fn(*xs):
+            with torch.no_grad():
+                return model(*xs)
 
-    def compiled_fn(*xs):
-        with torch.no_grad():
-            return compiled(*xs)
+        def compiled_fn(*xs):
+            with torch.no_grad():
+                return compiled(*xs)
 
-    t0 = time.monotonic()
-    x = make_inputs(1)
-    try:
-        if compiled is None:
-            raise RuntimeError("compile disabled (--no_compile)")
-        compiled_fn(*x)  # Compiles outside the GPU lock.
-    except torch.cuda.OutOfMemoryError:
-        raise  # Deferred to the serial phase by the worker.
-    except Exception as e:  # noqa: BLE001 - recorded, the eager baseline still runs
-        rec["compiled"] = {"label": "compiled", "backend": args.device, "error": f"compile: {type(e).__name__}: {e}"}
-        compiled_fn = None
-    rec["compile_wall_s"] = time.monotonic() - t0
-    rec["work"] = work.estimate(model, x)
-    del x
+        t0 = time.monotonic()
+        x = make_inputs(1)
+        try:
+            if compiled is None:
+                raise RuntimeError("compile disabled (--no_compile)")
+            compiled_fn(*x)  # Compiles under the shared lock: never during another worker's timing.
+        except torch.cuda.OutOfMemoryError:
+            raise  # Deferred to the serial phase by the worker.
+        except Exception as e:  # noqa: BLE001 - recorded, the eager baseline still runs
+            rec["compiled"] = {"label": "compiled", "backend": args.device,
+                               "error": f"compile: {type(e).__name__}: {e}"}
+            compiled_fn = None
+        rec["compile_wall_s"] = time.monotonic() - t0
+        rec["work"] = work.estimate(model, x)
+        del x
+        if args.device == "cuda":
+            torch.cuda.synchronize()
     cfg = protocol.ProtocolConfig(time_budget_s=args.budget_s, min_samples=args.min_samples,
                                   max_samples=args.max_samples, warmup_calls=2, block_calls=5)
     targets = [("eager", eager_fn)] + ([("compiled", compiled_fn)] if compiled_fn else [])
     seed = int.from_bytes(os.urandom(8), "little")
-    if lock_path is None:  # The caller already holds the GPU.
+    with (lock.exclusive() if lock else contextlib.nullcontext()):
         runs, anchor = protocol.run_protocol(targets, make_inputs, backend, cfg, secret_seed=seed)
-    else:
-        with open(lock_path, "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            try:
-                runs, anchor = protocol.run_protocol(targets, make_inputs, backend, cfg, secret_seed=seed)
-            finally:
-                fcntl.flock(lock, fcntl.LOCK_UN)
     for run in runs.values():  # Out of memory inside a timed call: defer the task too.
         if "OutOfMemoryError" in run.get("error", ""):
             raise torch.cuda.OutOfMemoryError(run["error"])
