@@ -15,7 +15,8 @@
 # Every step has a wall cap and the summary runs whatever happened before it;
 # knobs (seconds): PRECOMPUTE_WALL (90), SUITE_WALL (200), WALL (45, per
 # verify+profile), PROFILE_BUDGET (0.5, timing per candidate), SKIP_BENCH (1:
-# the compile benchmark is off unless SKIP_BENCH=0), PROFILE (1), EXPLOITS (1).
+# the compile benchmark is off unless SKIP_BENCH=0), PROFILE (1), EXPLOITS (1),
+# SUITE_FILTER (regex on suite labels), PRECOMPUTE_ONLY (task ids, comma-separated).
 set -u
 CARRY=.devcarry/sandbox
 SOLUTIONS="sandbox/solutions"
@@ -75,6 +76,7 @@ if [ "$PROFILE" = 1 ]; then
   CUDA_INJECTION64_PATH=$KPROF PYTHONPATH=$PWD TORCHINDUCTOR_COMPILE_THREADS=1 timeout "${PRECOMPUTE_WALL:-90}" \
     $PY -m profiler_service.harness.precompute --tasks_root "$CARRY/kernelbench" --out "$OUT/baselines.jsonl" \
       --workers "${PRECOMPUTE_WORKERS:-6}" --budget_s 0.3 --deadline_s $(( ${PRECOMPUTE_WALL:-90} - 25 )) \
+      ${PRECOMPUTE_ONLY:+--only $PRECOMPUTE_ONLY} \
       > "$OUT/precompute.log" 2>&1
   echo "precompute rc=$? at $(elapsed) s: $(wc -l < "$OUT/baselines.jsonl" 2>/dev/null || echo 0) tasks written"
   "$CARRY/precompute_baselines" --measurements="$OUT/baselines.jsonl" --cache_dir=$BASE --table="$OUT/baselines.tsv" \
@@ -113,6 +115,11 @@ echo "after/gpu_relu_1GiB sandbox/testdata/gpu_tasks/relu.py $SOLUTIONS/level1/1
 for b in $BIG; do
   echo "level1/$b $CARRY/kernelbench/level1/$b.py $SOLUTIONS/level1/$b OK" >> "$SUITE"
 done
+# SUITE_FILTER (an extended regex on labels) keeps part of the suite.
+if [ -n "${SUITE_FILTER:-}" ]; then
+  grep -E "^(${SUITE_FILTER})" "$SUITE" > "$SUITE.kept" || true
+  mv "$SUITE.kept" "$SUITE"
+fi
 PROFILE_FLAGS=""
 [ "$PROFILE" = 1 ] && PROFILE_FLAGS="--profile --baseline_dir=$BASE --kprof_lib=$KPROF --profiler_root=$PWD \
   --profile_budget_s=${PROFILE_BUDGET:-0.5}"

@@ -47,6 +47,7 @@ def profile_candidate(candidate, make_inputs, recheck, task=None, budget_s=None,
     def recheck_call(inputs, outputs):
         return bool(recheck(outputs, inputs))
 
+    protocol._release_cached_memory()  # Verify-era cached blocks: room for the timed sets.
     try:
         backend = backend or backends.make_backend(device, (config or {}).get("l2_flush_multiple") or 2.0)
         runs, anchor = protocol.run_protocol([("candidate", candidate)], next_inputs, backend, cfg, secret_seed,

@@ -161,6 +161,11 @@ def run(job, to_cand, from_cand, result_fd):
         else:
             if job.get("profile"):
                 # Every set passed: the candidate times itself; we answer its re-checks.
+                # Verify-era blocks go back to the driver first: the timing process
+                # needs room for 6 GB KernelBench tensors.
+                refs = None
+                if device == "cuda":
+                    torch.cuda.empty_cache()
                 profiling.serve_reference(job, mod, model, device, lambda m: _send(to_cand, m), reader,
                                           compare, result)
             _send(to_cand, {"type": "stop"})
