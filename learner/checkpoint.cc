@@ -1,3 +1,4 @@
+#include "common/clock.h"
 #include "learner/checkpoint.h"
 
 #include <dirent.h>
@@ -66,14 +67,6 @@ absl::Status Inventory(const std::string& dir, const std::string& rel, Json* fil
   return FsyncDir(dir);
 }
 
-std::string NowRfc3339() {
-  std::time_t t = std::time(nullptr);
-  std::tm tm;
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
 
 absl::Status SaveState(const std::string& path, const CheckpointToSave& c) {
   std::vector<at::Tensor> keep;

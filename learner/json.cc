@@ -1,5 +1,7 @@
 #include "learner/json.h"
 
+#include "common/text.h"
+
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -275,23 +277,7 @@ class Parser {
     return absl::OkStatus();
   }
 
-  static void AppendUtf8(uint32_t cp, std::string* out) {
-    if (cp < 0x80) {
-      out->push_back(static_cast<char>(cp));
-    } else if (cp < 0x800) {
-      out->push_back(static_cast<char>(0xC0 | (cp >> 6)));
-      out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-    } else if (cp < 0x10000) {
-      out->push_back(static_cast<char>(0xE0 | (cp >> 12)));
-      out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-      out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-    } else {
-      out->push_back(static_cast<char>(0xF0 | (cp >> 18)));
-      out->push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-      out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-      out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-    }
-  }
+
 
   absl::Status ParseString(std::string* out) {
     ++pos_;  // opening quote
@@ -327,7 +313,7 @@ class Parser {
           } else if (cp >= 0xDC00 && cp <= 0xDFFF) {
             return Error("unpaired low surrogate");
           }
-          AppendUtf8(cp, out);
+          ::kernelrl::AppendUtf8(cp, out);
           break;
         }
         default: return Error("unknown escape");

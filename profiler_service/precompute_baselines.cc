@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "common/text.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
@@ -43,11 +44,6 @@ ABSL_FLAG(std::string, device, "cuda", "cuda or cpu.");
 namespace kernelrl {
 namespace {
 
-std::string ShellQuote(const std::string& s) {
-  std::string out = "'";
-  for (char c : s) out += (c == '\'') ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
 
 int Run() {
   const std::string path = absl::GetFlag(FLAGS_measurements);

@@ -1,3 +1,4 @@
+#include "common/text.h"
 #include "profiler_service/profiler_core.h"
 
 #include <cstdlib>
@@ -16,11 +17,6 @@
 namespace kernelrl {
 namespace {
 
-std::string ShellQuote(const std::string& s) {
-  std::string out = "'";
-  for (char c : s) out += (c == '\'') ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
 
 absl::StatusOr<std::string> ReadFile(const std::string& path) {
   std::ifstream in(path);

@@ -1,3 +1,4 @@
+#include "common/clock.h"
 #include "sandbox/evaluator.h"
 
 #include <climits>
@@ -23,11 +24,6 @@ namespace {
 using v1::sandbox::HarnessJob;
 using v1::sandbox::HarnessResult;
 
-double NowMs() {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
 
 void AddStage(Verdict& v, const std::string& stage, double wall_ms, double cpu_ms = 0, bool cache_hit = false) {
   StageTiming* t = v.add_stages();
@@ -195,7 +191,7 @@ EvaluatorInfo Evaluator::Info() const {
 }
 
 Verdict Evaluator::Evaluate(const EvaluateRequest& request, const ProgressFn& progress) {
-  const double t0 = NowMs();
+  const double t0 = MonotonicMs();
   Verdict v = Run(request, progress);
   v.set_worker_id(config_.worker_id());
   v.set_torch_version(torch_version_);
@@ -204,7 +200,7 @@ Verdict Evaluator::Evaluate(const EvaluateRequest& request, const ProgressFn& pr
     v.set_gpu_model(gpu_model_);
   }
   if (v.outcome() != Verdict::OK) v.set_reward(-1);
-  AddStage(v, "total", NowMs() - t0);
+  AddStage(v, "total", MonotonicMs() - t0);
   if (progress) progress("done", true, Verdict::Outcome_Name(v.outcome()));
   return v;
 }
@@ -226,11 +222,11 @@ Verdict Evaluator::Run(const EvaluateRequest& request, const ProgressFn& progres
 
   // 1. Validate.
   note("validate", false);
-  double t = NowMs();
+  double t = MonotonicMs();
   ValidatedWorkspace ws;
   WorkspaceRejection rejection;
   const bool valid = ValidateWorkspace(request.workspace(), config_.workspace(), config_.backend(), &ws, &rejection);
-  AddStage(v, "validate", NowMs() - t);
+  AddStage(v, "validate", MonotonicMs() - t);
   note("validate", true, valid ? Workspace::Layout_Name(ws.layout) : rejection.reason);
   if (!valid) return finish(rejection.outcome, rejection.reason);
   if (request.task().reference_source().empty()) return finish(Verdict::INFRA_ERROR, "task has no reference source");
@@ -308,9 +304,9 @@ Verdict Evaluator::Run(const EvaluateRequest& request, const ProgressFn& progres
   absl::MutexLock gpu(&gpu_mu_);
   verify_waiting_.fetch_sub(1);
   if (!serving_.load()) return finish(Verdict::INFRA_ERROR, "worker is not serving (GPU health probe failed)");
-  t = NowMs();
+  t = MonotonicMs();
   absl::StatusOr<HarnessResult> r = verify_->Run(job, lim.wall_seconds() + 120);
-  const double verify_ms = NowMs() - t;
+  const double verify_ms = MonotonicMs() - t;
   if (!r.ok()) {
     AddStage(v, "verify", verify_ms);
     HealthProbeLocked(v);
@@ -349,7 +345,7 @@ Verdict Evaluator::Run(const EvaluateRequest& request, const ProgressFn& progres
 }
 
 void Evaluator::HealthProbeLocked(Verdict& verdict) {
-  const double t = NowMs();
+  const double t = MonotonicMs();
   HarnessJob job;
   job.set_kind("health");
   job.set_wall_seconds(config_.verify().health_probe_seconds());
@@ -357,7 +353,7 @@ void Evaluator::HealthProbeLocked(Verdict& verdict) {
   absl::StatusOr<HarnessResult> r = verify_->Run(job, config_.verify().health_probe_seconds() + 30);
   // A dead zygote is restarted once: the probe judges the GPU, not the zygote.
   if (!r.ok()) r = verify_->Run(job, config_.verify().health_probe_seconds() + 150);
-  AddStage(verdict, "health_probe", NowMs() - t);
+  AddStage(verdict, "health_probe", MonotonicMs() - t);
   const bool healthy = r.ok() && r->healthy();
   if (r.ok() && !r->gpu_model().empty()) gpu_model_ = r->gpu_model();
   (*verdict.mutable_logs())["health_probe"] =

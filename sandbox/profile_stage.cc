@@ -1,3 +1,4 @@
+#include "common/clock.h"
 #include "sandbox/profile_stage.h"
 
 #include <time.h>
@@ -17,11 +18,6 @@
 namespace kernelrl::sandbox {
 namespace {
 
-double NowMs() {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
 
 absl::StatusOr<v1::ProfileMeasurement> ReadMeasurement(const std::string& path) {
   if (path.empty()) return absl::NotFoundError("the candidate process wrote no measurement");
@@ -51,12 +47,12 @@ ProfileStage::ProfileStage(const v1::ProfilerConfig& config, std::string baselin
 void ProfileStage::Judge(const v1::sandbox::HarnessResult& result, const Task& task, const DeviceFacts& facts,
                          Verdict& v) const {
   const v1::sandbox::HarnessProfile& p = result.profile();
-  const double t0 = NowMs();
+  const double t0 = MonotonicMs();
   const std::string verify_summary = v.summary();
   auto finish = [&] {
     StageTiming* st = v.add_stages();
     st->set_stage("profile");
-    st->set_wall_ms(p.wall_ms() + (NowMs() - t0));
+    st->set_wall_ms(p.wall_ms() + (MonotonicMs() - t0));
   };
   if (!p.started()) {
     SetOutcome(v, Verdict::INFRA_ERROR, "profile phase did not start (profiler harness unavailable on this worker)");

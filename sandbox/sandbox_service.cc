@@ -1,3 +1,4 @@
+#include "common/clock.h"
 #include "sandbox/sandbox_service.h"
 
 #include <time.h>
@@ -5,11 +6,6 @@
 namespace kernelrl::sandbox {
 namespace {
 
-double NowMs() {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
 
 }  // namespace
 
@@ -51,14 +47,14 @@ grpc::Status SandboxService::EvaluateStream(grpc::ServerContext*, const v1::Eval
   if (!evaluator_->serving()) {
     return grpc::Status(grpc::StatusCode::UNAVAILABLE, "sandbox worker is not serving (GPU health probe failed)");
   }
-  const double start = NowMs();
+  const double start = MonotonicMs();
   v1::Verdict verdict = evaluator_->Evaluate(*request, [&](const std::string& stage, bool finished,
                                                            const std::string& detail) {
     if (stage == "done") return;  // the final message below carries the verdict
     v1::EvaluateProgress p;
     p.set_stage(stage);
     p.set_finished(finished);
-    p.set_elapsed_ms(NowMs() - start);
+    p.set_elapsed_ms(MonotonicMs() - start);
     p.set_detail(detail);
     writer->Write(p);
   });
@@ -66,7 +62,7 @@ grpc::Status SandboxService::EvaluateStream(grpc::ServerContext*, const v1::Eval
   v1::EvaluateProgress last;
   last.set_stage("done");
   last.set_finished(true);
-  last.set_elapsed_ms(NowMs() - start);
+  last.set_elapsed_ms(MonotonicMs() - start);
   *last.mutable_verdict() = verdict;
   writer->Write(last);
   return grpc::Status::OK;

@@ -1,3 +1,4 @@
+#include "common/clock.h"
 #include "learner/policy/engine.h"
 
 #include <c10/core/InferenceMode.h>
@@ -14,14 +15,6 @@
 namespace kernelrl::learner {
 namespace {
 
-std::string NowRfc3339() {
-  std::time_t t = std::time(nullptr);
-  std::tm tm;
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
 
 bool EndsWith(const std::vector<int32_t>& out, const std::vector<int32_t>& stop) {
   return !stop.empty() && out.size() >= stop.size() && std::equal(stop.rbegin(), stop.rend(), out.rbegin());

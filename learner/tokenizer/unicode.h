@@ -12,6 +12,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+
+#include "common/text.h"
 #include <vector>
 
 #include "absl/strings/string_view.h"
@@ -31,7 +33,7 @@ struct Codepoint {
 };
 
 std::vector<Codepoint> DecodeUtf8(absl::string_view s);
-void AppendUtf8(uint32_t cp, std::string* out);
+using ::kernelrl::AppendUtf8;  // common/text.h
 
 bool IsLetter(uint32_t cp);
 bool IsNumber(uint32_t cp);

@@ -11,16 +11,12 @@
 
 #include <cerrno>
 
+#include "common/clock.h"
 #include "sandbox/contain/contain.h"
 
 namespace kernelrl::sandbox {
 namespace {
 
-double NowMs() {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
 
 void Fill(SuperviseResult& r, int status, const struct rusage& ru) {
   if (WIFEXITED(status)) r.exit_code = WEXITSTATUS(status);
@@ -34,7 +30,7 @@ void Fill(SuperviseResult& r, int status, const struct rusage& ru) {
 
 SuperviseResult Supervise(pid_t pid, double wall_seconds) {
   SuperviseResult r;
-  const double start = NowMs();
+  const double start = MonotonicMs();
   const double deadline = start + wall_seconds * 1e3;
   // pidfd makes the wait exact; without it (old kernels) we poll every 2 ms.
   int pidfd = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
@@ -47,7 +43,7 @@ SuperviseResult Supervise(pid_t pid, double wall_seconds) {
       break;
     }
     if (got < 0 && errno != EINTR) break;  // not our child / already reaped
-    const double now = NowMs();
+    const double now = MonotonicMs();
     if (now >= deadline) {
       r.timed_out = true;
       kill(-pid, SIGKILL);
@@ -67,7 +63,7 @@ SuperviseResult Supervise(pid_t pid, double wall_seconds) {
   // Stragglers that left the group's leader behind still die with the group.
   kill(-pid, SIGKILL);
   if (pidfd >= 0) close(pidfd);
-  r.wall_ms = NowMs() - start;
+  r.wall_ms = MonotonicMs() - start;
   return r;
 }
 
