@@ -3,7 +3,9 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
+#include <thread>
 #include <fstream>
 #include <iostream>
 
@@ -129,7 +131,8 @@ int WaitForTerminationSignal() {
 
 int RunServiceMain(int argc, char** argv, const std::string& name, const std::string& defaults_text,
                    google::protobuf::Message* config, ServerConfig* server_config,
-                   const std::function<absl::StatusOr<std::vector<grpc::Service*>>()>& make_services) {
+                   const std::function<absl::StatusOr<std::vector<grpc::Service*>>()>& make_services,
+                   const std::function<bool()>& healthy) {
   BlockTerminationSignals();
   absl::StatusOr<ConfigRequest> request = LoadConfig(argc, argv, defaults_text, config);
   absl::Status valid = request.ok() ? ValidateServerConfig(server_config) : request.status();
@@ -159,8 +162,24 @@ int RunServiceMain(int argc, char** argv, const std::string& name, const std::st
     std::cerr << name << ": cannot start: " << started.message() << "\n";
     return 1;
   }
+  std::atomic<bool> stop{false};
+  std::thread health_poll;
+  if (healthy) {
+    health_poll = std::thread([&] {
+      while (!stop.load()) {
+        const bool ok = healthy();
+        if (ok != runner.serving()) {
+          KLOG(WARNING) << name << ": health now " << (ok ? "SERVING" : "NOT_SERVING");
+          runner.SetServing(ok);
+        }
+        absl::SleepFor(absl::Milliseconds(500));
+      }
+    });
+  }
   const int signal_number = WaitForTerminationSignal();
   KLOG(INFO) << name << ": received signal " << signal_number;
+  stop.store(true);
+  if (health_poll.joinable()) health_poll.join();  // Before the drain sets NOT_SERVING for good.
   runner.Shutdown();
   return 0;
 }

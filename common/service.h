@@ -72,12 +72,16 @@ void BlockTerminationSignals();
 // Waits for SIGTERM or SIGINT; returns the signal number.
 int WaitForTerminationSignal();
 
-// Everything a main() does. `configure` receives the parsed config and
-// returns the services to serve (or an error that becomes exit code 1).
+// Everything a main() does. `make_services` runs after the config is parsed
+// and returns the services to serve (or an error that becomes exit code 1).
+// `healthy`, if given, is polled twice a second while serving: health
+// (grpc.health.v1 and /healthz) follows it, e.g. NOT_SERVING while a sandbox
+// worker's GPU health probe fails.
 // Exit codes: 0 clean shutdown, 1 runtime error, 2 bad configuration.
 int RunServiceMain(int argc, char** argv, const std::string& name, const std::string& defaults_text,
                    google::protobuf::Message* config, ServerConfig* server_config,
-                   const std::function<absl::StatusOr<std::vector<grpc::Service*>>()>& make_services);
+                   const std::function<absl::StatusOr<std::vector<grpc::Service*>>()>& make_services,
+                   const std::function<bool()>& healthy = nullptr);
 
 }  // namespace kernelrl
 

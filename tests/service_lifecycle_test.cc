@@ -186,6 +186,40 @@ TEST(UnimplementedTest, LearnerJobApiAnswersUnimplemented) {
   EXPECT_EQ(process.exit_code(), 0);
 }
 
+// Health follows the service's own health source (RunServiceMain `healthy`),
+// both ways, on grpc.health.v1.
+TEST(HealthSourceTest, HealthFollowsTheCore) {
+  const std::string port_file = TempDir() + "/health_source.ports";
+  const std::string unhealthy = TempDir() + "/health_source.unhealthy";
+  std::remove(port_file.c_str());
+  std::remove(unhealthy.c_str());
+  setenv("KERNELRL_UNHEALTHY_FILE", unhealthy.c_str(), 1);
+  Subprocess process("tests/health_source_main",
+                     {"--set=server.grpc_port=0", "--set=server.metrics_port=-1", "--set=server.port_file=" + port_file},
+                     TempDir() + "/health_source.log");
+  int grpc_port = 0, metrics_port = 0;
+  ASSERT_TRUE(ReadPortFile(port_file, 20, &grpc_port, &metrics_port)) << process.Log();
+  auto health = Health::NewStub(
+      grpc::CreateChannel("127.0.0.1:" + std::to_string(grpc_port), grpc::InsecureChannelCredentials()));
+  auto status_within = [&](HealthCheckResponse::ServingStatus want, double seconds) {
+    for (int i = 0; i < seconds * 20; ++i) {
+      grpc::ClientContext context;
+      HealthCheckResponse response;
+      if (health->Check(&context, HealthCheckRequest(), &response).ok() && response.status() == want) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return false;
+  };
+  EXPECT_TRUE(status_within(HealthCheckResponse::SERVING, 3));
+  { FILE* f = std::fopen(unhealthy.c_str(), "w"); std::fclose(f); }
+  EXPECT_TRUE(status_within(HealthCheckResponse::NOT_SERVING, 3)) << process.Log();
+  std::remove(unhealthy.c_str());
+  EXPECT_TRUE(status_within(HealthCheckResponse::SERVING, 3)) << process.Log();
+  process.Signal(SIGTERM);
+  ASSERT_TRUE(process.Wait(10));
+  EXPECT_EQ(process.exit_code(), 0);
+}
+
 INSTANTIATE_TEST_SUITE_P(AllBinaries, ServiceLifecycleTest,
                          ::testing::Values(Binary{"learner", "learner/learner_main"},
                                            Binary{"actor", "actor/actor_main"},
