@@ -59,6 +59,14 @@ say "== torch $($PY -c 'import torch,transformers,tokenizers;print(torch.__versi
 # the training benchmarks after a change).
 ONLY=${LEARNER_ONLY:-all}
 cd "$ROOT"
+if [ "$ONLY" = profile ]; then
+  # Where the training step's GPU time goes (per kernel name), and which
+  # SDPA backend is fastest at this shape.
+  timeout 120 "$C/bin/learner_bench" profile 8192 > "$OUT/profile.jsonl" 2> "$OUT/profile.err"
+  say "== profile rc=$? at $(elapsed)s"; head -45 "$OUT/profile.jsonl" | tee -a "$S"
+  timeout 120 $PY learner/bench/attention_bench.py 8192 2>&1 | tee -a "$S"
+  ONLY=train
+fi
 if [ "$ONLY" = all ]; then
 # 1. Parity on CUDA (fp32) and tokenizer.
 export TEST_TMPDIR=/tmp/learner_test; mkdir -p $TEST_TMPDIR

@@ -6,9 +6,15 @@
 //   learner_bench memory SEQ [--ckpt]  peak GPU memory of one fwd+bwd step
 //   learner_bench decode B P N         policy engine: B requests, P-token
 //                                      prompts, N new tokens (greedy, no EOS)
+//   learner_bench profile SEQ          GPU time per kernel name over 2 train
+//                                      steps (Kineto), top kernels as JSON
 // Inputs are fresh random ids; weights random (init as transformers).
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
+#include <torch/csrc/autograd/profiler_kineto.h>
+
+#include <algorithm>
+#include <map>
 
 #include <chrono>
 #include <cstdio>
@@ -92,6 +98,44 @@ int Train(int64_t T, bool ckpt) {
   return 0;
 }
 
+// Where the step's GPU time goes: kernel time summed per name over two
+// steps, largest first, so the next fused kernel targets real time.
+int Profile(int64_t T) {
+  namespace prof = torch::profiler::impl;
+  auto m = Make(true, false);
+  for (int i = 0; i < 3; ++i) Step(*m, T);
+  c10::cuda::device_synchronize();
+  const prof::ProfilerConfig config(prof::ProfilerState::KINETO);
+  const std::set<prof::ActivityType> activities = {prof::ActivityType::CPU, prof::ActivityType::CUDA};
+  torch::autograd::profiler::prepareProfiler(config, activities);
+  torch::autograd::profiler::enableProfiler(config, activities);
+  const int steps = 2;
+  for (int i = 0; i < steps; ++i) Step(*m, T);
+  c10::cuda::device_synchronize();
+  auto result = torch::autograd::profiler::disableProfiler();
+  std::map<std::string, std::pair<double, int>> by_name;  // ms, count
+  double total_ms = 0;
+  for (const auto& e : result->events()) {
+    if (e.deviceType() != c10::DeviceType::CUDA) continue;
+    const double ms = e.durationNs() / 1e6 / steps;
+    auto& slot = by_name[e.name()];
+    slot.first += ms;
+    slot.second += 1;
+    total_ms += ms;
+  }
+  std::vector<std::pair<std::string, std::pair<double, int>>> rows(by_name.begin(), by_name.end());
+  std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.first > b.second.first; });
+  std::printf("{\"impl\": \"kernelrl\", \"bench\": \"profile\", \"seq\": %ld, \"gpu_ms_per_step\": %.2f}\n",
+              static_cast<long>(T), total_ms);
+  for (size_t i = 0; i < rows.size() && i < 40; ++i) {
+    std::string name = rows[i].first.substr(0, 110);
+    std::replace(name.begin(), name.end(), '"', '\'');
+    std::printf("{\"kernel\": \"%s\", \"ms_per_step\": %.3f, \"share\": %.3f, \"calls_per_step\": %d}\n",
+                name.c_str(), rows[i].second.first, rows[i].second.first / total_ms, rows[i].second.second / steps);
+  }
+  return 0;
+}
+
 int Memory(int64_t T, bool ckpt) {
   auto m = Make(true, ckpt);
   c10::cuda::device_synchronize();
@@ -159,13 +203,14 @@ int Decode(int batch, int prompt_len, int new_tokens) {
 int main(int argc, char** argv) {
   using namespace kernelrl::learner;
   if (argc < 2) {
-    std::fprintf(stderr, "usage: learner_bench train|memory SEQ [--ckpt] | decode B P N\n");
+    std::fprintf(stderr, "usage: learner_bench train|memory SEQ [--ckpt] | profile SEQ | decode B P N\n");
     return 2;
   }
   const std::string mode = argv[1];
   const bool ckpt = argc > 3 && std::string(argv[3]) == "--ckpt";
   try {
     if (mode == "train" && argc >= 3) return Train(std::atol(argv[2]), ckpt);
+    if (mode == "profile" && argc >= 3) return Profile(std::atol(argv[2]));
     if (mode == "memory" && argc >= 3) return Memory(std::atol(argv[2]), ckpt);
     if (mode == "decode" && argc >= 5) return Decode(std::atoi(argv[2]), std::atoi(argv[3]), std::atoi(argv[4]));
   } catch (const std::exception& e) {
