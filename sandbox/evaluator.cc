@@ -112,6 +112,9 @@ SandboxConfig WithDefaults(SandboxConfig c) {
   if (v->num_correctness_sets() < 5) v->set_num_correctness_sets(5);
   if (v->health_probe_seconds() <= 0) v->set_health_probe_seconds(60);
   if (v->health_memory_slack_bytes() <= 0) v->set_health_memory_slack_bytes(int64_t{512} << 20);
+  if (v->resident_memory_bytes() == 0) v->set_resident_memory_bytes(int64_t{16} << 30);
+  if (v->memory_poll_ms() <= 0) v->set_memory_poll_ms(10);
+  if (v->memory_cgroup_parent().empty()) v->set_memory_cgroup_parent("/sys/fs/cgroup");
   return c;
 }
 
@@ -142,6 +145,12 @@ absl::StatusOr<std::unique_ptr<Evaluator>> Evaluator::Create(const SandboxConfig
               "only (flag cupti_inactive); kprof_lib=%s\n", hello->kprof_error().c_str(), config.kprof_lib().c_str());
     }
     fprintf(stderr, "sandbox: profiling on, baselines from %s\n", config.baseline_dir().c_str());
+  }
+  if (!hello->memory_cgroup_error().empty()) {
+    const int64_t cap = config.verify().resident_memory_bytes();
+    const std::string what = cap > 0 ? absl::StrCat(cap >> 20, " MiB resident") : std::string("no cap configured");
+    fprintf(stderr, "sandbox: WARNING no cgroup memory backstop for candidates (%s): host memory is capped by the "
+            "watchdog alone (%s)\n", hello->memory_cgroup_error().c_str(), what.c_str());
   }
   e->kprof_ok_ = hello->kprof_ok();
   e->profiler_error_ = hello->profiler_error();
@@ -276,6 +285,11 @@ Verdict Evaluator::Run(const EvaluateRequest& request, const ProgressFn& progres
   const VerifyLimits& lim = config_.verify();
   job.set_wall_seconds(lim.wall_seconds());
   job.set_host_memory_bytes(lim.host_memory_bytes());
+  if (lim.resident_memory_bytes() > 0) {
+    job.set_resident_memory_bytes(lim.resident_memory_bytes());
+    job.set_cgroup_memory_bytes(lim.resident_memory_bytes() + lim.exchange_bytes());
+  }
+  job.set_memory_poll_ms(lim.memory_poll_ms());
   job.set_scratch_bytes(lim.scratch_bytes());
   job.set_exchange_bytes(lim.exchange_bytes());
   job.set_log_tail_bytes(config_.log_tail_bytes());

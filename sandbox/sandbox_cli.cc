@@ -34,6 +34,8 @@ ABSL_FLAG(std::string, suite, "", "suite manifest (see header)");
 ABSL_FLAG(std::string, json_out, "", "append each Verdict as a JSON line here");
 ABSL_FLAG(int, repeat, 1, "evaluate each suite entry this many times");
 ABSL_FLAG(double, wall_seconds, 0, "verify wall limit (0 = default)");
+ABSL_FLAG(int64_t, resident_memory_mib, 0,
+          "host-memory cap of the candidate's process tree, MiB (0 = default 16 GiB, -1 = none)");
 ABSL_FLAG(bool, profile, false, "time verified candidates and reward them by speed-up (profile stage)");
 ABSL_FLAG(std::string, baseline_dir, "", "baseline cache root (profiler_service:precompute_baselines output)");
 ABSL_FLAG(std::string, kprof_lib, "", "libkprof.so (CUPTI recorder); default: runfiles or $KERNELRL_KPROF_LIB");
@@ -59,6 +61,9 @@ int main(int argc, char** argv) {
   config.set_contain_lib(absl::GetFlag(FLAGS_contain_lib));
   config.set_work_root(absl::GetFlag(FLAGS_work_root));
   if (absl::GetFlag(FLAGS_wall_seconds) > 0) config.mutable_verify()->set_wall_seconds(absl::GetFlag(FLAGS_wall_seconds));
+  if (const int64_t mib = absl::GetFlag(FLAGS_resident_memory_mib); mib != 0) {
+    config.mutable_verify()->set_resident_memory_bytes(mib > 0 ? mib << 20 : -1);
+  }
   config.set_enable_profiling(absl::GetFlag(FLAGS_profile));
   config.set_baseline_dir(absl::GetFlag(FLAGS_baseline_dir));
   config.set_kprof_lib(absl::GetFlag(FLAGS_kprof_lib));

@@ -54,6 +54,9 @@ absl::Status VerifyStage::StartLocked() {
   // The profiler's harness (imported once in the zygote) and, on CUDA, the
   // CUPTI recorder the zygote probes under seccomp before using it.
   if (!config_.profiler_root().empty()) o.argv.insert(o.argv.end(), {"--profiler-root", config_.profiler_root()});
+  if (!config_.verify().memory_cgroup_parent().empty()) {
+    o.argv.insert(o.argv.end(), {"--memory-cgroup-parent", config_.verify().memory_cgroup_parent()});
+  }
   if (config_.backend() != "cpu" && !config_.kprof_lib().empty()) {
     o.argv.insert(o.argv.end(), {"--kprof-lib", config_.kprof_lib()});
   }

@@ -6,16 +6,18 @@
 #include <string>
 
 #include "sandbox/contain/contain.h"
+#include "sandbox/contain/host_memory.h"
 
 namespace {
 
-void CopyLog(const kernelrl::sandbox::StepLog& log, char* out, int out_len) {
+void CopyText(const std::string& text, char* out, int out_len) {
   if (out == nullptr || out_len <= 0) return;
-  const std::string& text = log.text();
   const size_t n = std::min(text.size(), static_cast<size_t>(out_len - 1));
   std::memcpy(out, text.data(), n);
   out[n] = '\0';
 }
+
+void CopyLog(const kernelrl::sandbox::StepLog& log, char* out, int out_len) { CopyText(log.text(), out, out_len); }
 
 }  // namespace
 
@@ -44,6 +46,70 @@ int kr_supervise(int pid, double wall_seconds, int* exit_code, int* term_signal,
   *wall_ms = r.wall_ms;
   *cpu_ms = r.cpu_ms;
   return 0;
+}
+
+// Field order mirrors KrSuperviseResult in sandbox/harness/contain.py.
+struct KrSuperviseResult {
+  int exit_code;
+  int term_signal;
+  int timed_out;
+  int memory_exceeded;
+  double wall_ms;
+  double cpu_ms;
+  long long memory_at_kill_bytes;
+  long long peak_memory_bytes;
+  int memory_samples;
+};
+
+// Supervise() with the host-memory cap (memory_cap_bytes 0 = none); proc_fd
+// is the procfs the caller opened before forking (-1 = "/proc").
+int kr_supervise_ex(int pid, double wall_seconds, long long memory_cap_bytes, double memory_poll_ms,
+                    int proc_fd, KrSuperviseResult* out) {
+  kernelrl::sandbox::SuperviseOptions o;
+  o.wall_seconds = wall_seconds;
+  o.memory_cap_bytes = memory_cap_bytes;
+  o.memory_poll_ms = memory_poll_ms;
+  o.proc_fd = proc_fd;
+  kernelrl::sandbox::SuperviseResult r = kernelrl::sandbox::Supervise(pid, o);
+  out->exit_code = r.exit_code;
+  out->term_signal = r.term_signal;
+  out->timed_out = r.timed_out ? 1 : 0;
+  out->memory_exceeded = r.memory_exceeded ? 1 : 0;
+  out->wall_ms = r.wall_ms;
+  out->cpu_ms = r.cpu_ms;
+  out->memory_at_kill_bytes = r.memory_at_kill_bytes;
+  out->peak_memory_bytes = r.peak_memory_bytes;
+  out->memory_samples = r.memory_samples;
+  return 0;
+}
+
+// cgroup v2 memory backstop (host_memory.h). Each returns 0 on success and
+// writes the reason for a failure into `why`.
+int kr_cgroup_probe(const char* parent, char* why, int why_len) {
+  const std::string err = kernelrl::sandbox::ProbeMemoryCgroup(parent ? parent : "");
+  CopyText(err, why, why_len);
+  return err.empty() ? 0 : -1;
+}
+
+int kr_cgroup_create(const char* parent, const char* name, long long max_bytes, char* path, int path_len,
+                     char* why, int why_len) {
+  std::string err;
+  const std::string made = kernelrl::sandbox::CreateMemoryCgroup(parent ? parent : "", name, max_bytes, &err);
+  CopyText(made, path, path_len);
+  CopyText(err, why, why_len);
+  return made.empty() ? -1 : 0;
+}
+
+int kr_cgroup_enter(const char* path, char* why, int why_len) {
+  std::string err;
+  const bool ok = kernelrl::sandbox::EnterCgroup(path, &err);
+  CopyText(err, why, why_len);
+  return ok ? 0 : -1;
+}
+
+// Returns memory.events oom_kill of the cgroup (-1 unreadable), then removes it.
+long long kr_cgroup_remove(const char* path, long long* peak_bytes) {
+  return kernelrl::sandbox::RemoveMemoryCgroup(path, peak_bytes);
 }
 
 }  // extern "C"

@@ -37,14 +37,30 @@ std::string DescribeMissingCapabilities(int caps);
 
 // The watchdog: waits for `pid` up to `wall_seconds`, then SIGKILLs its
 // process group and the process itself. Never returns before `pid` is reaped.
+// With a memory cap it also samples the resident host memory of `pid` and all
+// its descendants (host_memory.h) every `memory_poll_ms` and kills the group
+// the first time the sum exceeds the cap: a host-memory hog gets a memory
+// verdict in the time it takes to touch the cap, instead of a TIMEOUT after
+// filling RLIMIT_DATA at first-touch speed.
+struct SuperviseOptions {
+  double wall_seconds = 60;
+  long long memory_cap_bytes = 0;  // 0 = no cap
+  double memory_poll_ms = 10;
+  int proc_fd = -1;  // procfs opened before the fork (see host_memory.h); -1 = "/proc"
+};
 struct SuperviseResult {
   int exit_code = -1;    // WEXITSTATUS when exited normally
   int term_signal = 0;   // WTERMSIG when killed by a signal
   bool timed_out = false;
+  bool memory_exceeded = false;  // killed by the memory cap (term_signal is then SIGKILL)
+  long long memory_at_kill_bytes = 0;
+  long long peak_memory_bytes = 0;  // largest sample (0 without a cap)
+  int memory_samples = 0;
   double wall_ms = 0;
   double cpu_ms = 0;     // user + system of the child and its reaped children
   long max_rss_kb = 0;
 };
+SuperviseResult Supervise(pid_t pid, const SuperviseOptions& options);
 SuperviseResult Supervise(pid_t pid, double wall_seconds);
 
 }  // namespace kernelrl::sandbox

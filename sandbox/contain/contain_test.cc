@@ -1,17 +1,21 @@
 // Drives the isolation sequence through RunContained with real programs and
 // checks each protection either holds or is reported as degraded by the probe.
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <string>
 #include <thread>
 
 #include "gtest/gtest.h"
 #include "sandbox/contain/contain.h"
+#include "sandbox/contain/host_memory.h"
 #include "sandbox/contain/spawn.h"
 
 namespace kernelrl::sandbox {
@@ -174,6 +178,99 @@ TEST_F(ContainTest, SeccompCandidateProfileKillsProcessesAndSockets) {
 TEST_F(ContainTest, ProbeReportsMissingCapabilitiesInWords) {
   EXPECT_EQ(DescribeMissingCapabilities(~0), "");
   EXPECT_NE(DescribeMissingCapabilities(0).find("seccomp"), std::string::npos);
+}
+
+// --- host-memory cap of the watchdog ---------------------------------------
+
+// Touches `total` bytes of anonymous memory in 16 MiB steps (mmap + memset:
+// no malloc after fork), then waits. Never returns.
+[[noreturn]] void TouchThenWait(long long total, double wait_s) {
+  const size_t step = 16u << 20;
+  for (long long done = 0; done < total; done += step) {
+    void* p = mmap(nullptr, step, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) _exit(2);
+    memset(p, 1, step);
+  }
+  usleep(static_cast<useconds_t>(wait_s * 1e6));
+  _exit(0);
+}
+
+SuperviseOptions Capped(long long cap) {
+  SuperviseOptions o;
+  o.wall_seconds = 10;
+  o.memory_cap_bytes = cap;
+  o.memory_poll_ms = 5;
+  return o;
+}
+
+TEST_F(ContainTest, WatchdogKillsAHostMemoryHogWithTheMemoryCause) {
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    setpgid(0, 0);
+    TouchThenWait(int64_t{8} << 30, 30);  // 8 GiB unless stopped
+  }
+  SuperviseResult r = Supervise(pid, Capped(256 << 20));
+  EXPECT_TRUE(r.memory_exceeded);
+  EXPECT_FALSE(r.timed_out);
+  EXPECT_EQ(r.term_signal, SIGKILL);
+  EXPECT_GT(r.memory_at_kill_bytes, 256 << 20);
+  // One poll period of overshoot, not gigabytes.
+  EXPECT_LT(r.memory_at_kill_bytes, int64_t{1} << 30) << FormatBytes(r.memory_at_kill_bytes);
+  EXPECT_LT(r.wall_ms, 5000);
+  EXPECT_GT(r.memory_samples, 0);
+}
+
+TEST_F(ContainTest, WatchdogLeavesAChildUnderTheCapAlone) {
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    setpgid(0, 0);
+    TouchThenWait(64 << 20, 0.3);
+  }
+  SuperviseResult r = Supervise(pid, Capped(256 << 20));
+  EXPECT_FALSE(r.memory_exceeded);
+  EXPECT_FALSE(r.timed_out);
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_EQ(r.term_signal, 0);
+  // It saw the child's 64 MiB while it waited.
+  EXPECT_GE(r.peak_memory_bytes, 64 << 20) << FormatBytes(r.peak_memory_bytes);
+  EXPECT_LT(r.peak_memory_bytes, 256 << 20);
+}
+
+TEST_F(ContainTest, WatchdogSumsHostMemoryOverTheProcessTree) {
+  // Three children of 96 MiB each: none alone exceeds 256 MiB, together they do.
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    setpgid(0, 0);
+    for (int i = 0; i < 3; ++i) {
+      if (fork() == 0) TouchThenWait(96 << 20, 30);
+    }
+    pause();
+    _exit(0);
+  }
+  SuperviseResult r = Supervise(pid, Capped(256 << 20));
+  EXPECT_TRUE(r.memory_exceeded);
+  EXPECT_GT(r.memory_at_kill_bytes, 256 << 20);
+  EXPECT_LT(r.wall_ms, 5000);
+}
+
+TEST_F(ContainTest, HostMemoryOfThisProcessIsReadable) {
+  EXPECT_GT(ProcessHostMemoryBytes(getpid()), 0);
+  EXPECT_EQ(ProcessHostMemoryBytes(-1), -1);
+  EXPECT_EQ(FormatBytes(int64_t{3} << 29), "1.50 GiB");
+}
+
+TEST_F(ContainTest, MemoryCgroupProbeSaysWhyNot) {
+  // Either the host lets us create a memory cgroup or the probe says why not;
+  // the watchdog cap above works either way.
+  const std::string why = ProbeMemoryCgroup("");
+  if (!why.empty()) GTEST_SKIP() << "no cgroup v2 memory controller here: " << why;
+  std::string err;
+  const std::string path = CreateMemoryCgroup("", "kernelrl-test-" + std::to_string(getpid()), 64 << 20, &err);
+  ASSERT_FALSE(path.empty()) << err;
+  EXPECT_EQ(RemoveMemoryCgroup(path, nullptr), 0);
 }
 
 }  // namespace

@@ -30,6 +30,16 @@ class KrPolicy(ctypes.Structure):
     ]
 
 
+class KrSuperviseResult(ctypes.Structure):
+    # Field order mirrors KrSuperviseResult in sandbox/contain/c_api.cc.
+    _fields_ = [
+        ("exit_code", ctypes.c_int), ("term_signal", ctypes.c_int), ("timed_out", ctypes.c_int),
+        ("memory_exceeded", ctypes.c_int), ("wall_ms", ctypes.c_double), ("cpu_ms", ctypes.c_double),
+        ("memory_at_kill_bytes", ctypes.c_longlong), ("peak_memory_bytes", ctypes.c_longlong),
+        ("memory_samples", ctypes.c_int),
+    ]
+
+
 class Contain:
     """Loads the library once (in the zygote, before any fork)."""
 
@@ -39,7 +49,14 @@ class Contain:
         self.lib.kr_contain_phase.argtypes = [ctypes.POINTER(KrPolicy), ctypes.c_int,
                                               ctypes.c_char_p, ctypes.c_int]
         self.lib.kr_probe_host.restype = ctypes.c_int
-        self.lib.kr_supervise.argtypes = [ctypes.c_int, ctypes.c_double] + [ctypes.c_void_p] * 5
+        self.lib.kr_supervise_ex.argtypes = [ctypes.c_int, ctypes.c_double, ctypes.c_longlong, ctypes.c_double,
+                                             ctypes.c_int, ctypes.POINTER(KrSuperviseResult)]
+        self.lib.kr_cgroup_probe.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_int]
+        self.lib.kr_cgroup_create.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_longlong,
+                                              ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_int]
+        self.lib.kr_cgroup_enter.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_int]
+        self.lib.kr_cgroup_remove.restype = ctypes.c_longlong
+        self.lib.kr_cgroup_remove.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_longlong)]
 
     def probe(self):
         caps = self.lib.kr_probe_host()
@@ -51,13 +68,40 @@ class Contain:
         failures = self.lib.kr_contain_phase(ctypes.byref(policy), phase, buf, len(buf))
         return failures, buf.value.decode(errors="replace")
 
-    def supervise(self, pid, wall_seconds):
-        code, sig, timed_out = ctypes.c_int(), ctypes.c_int(), ctypes.c_int()
-        wall_ms, cpu_ms = ctypes.c_double(), ctypes.c_double()
-        self.lib.kr_supervise(pid, wall_seconds, ctypes.byref(code), ctypes.byref(sig),
-                              ctypes.byref(timed_out), ctypes.byref(wall_ms), ctypes.byref(cpu_ms))
-        return {"exit_code": code.value, "signal": sig.value, "timed_out": bool(timed_out.value),
-                "wall_ms": wall_ms.value, "cpu_ms": cpu_ms.value}
+    def supervise(self, pid, wall_seconds, memory_cap_bytes=0, memory_poll_ms=10.0, proc_fd=-1):
+        """Waits for `pid` with a wall limit and, with memory_cap_bytes > 0, a cap
+        on the resident host memory of its process tree (both kill the group).
+        proc_fd: /proc opened before the fork (the candidate remounts /proc)."""
+        r = KrSuperviseResult()
+        self.lib.kr_supervise_ex(pid, wall_seconds, int(memory_cap_bytes), float(memory_poll_ms), proc_fd,
+                                 ctypes.byref(r))
+        return {"exit_code": r.exit_code, "signal": r.term_signal, "timed_out": bool(r.timed_out),
+                "memory_exceeded": bool(r.memory_exceeded), "memory_at_kill_bytes": r.memory_at_kill_bytes,
+                "peak_memory_bytes": r.peak_memory_bytes, "memory_samples": r.memory_samples,
+                "wall_ms": r.wall_ms, "cpu_ms": r.cpu_ms}
+
+    # cgroup v2 memory backstop (sandbox/contain/host_memory.h).
+    def cgroup_probe(self, parent):
+        """"" when candidates can get a memory cgroup under `parent`, else why not."""
+        why = ctypes.create_string_buffer(512)
+        rc = self.lib.kr_cgroup_probe(parent.encode(), why, len(why))
+        return "" if rc == 0 else (why.value.decode(errors="replace") or "unknown error")
+
+    def cgroup_create(self, parent, name, max_bytes):
+        """(path, "") or ("", why)."""
+        path, why = ctypes.create_string_buffer(4096), ctypes.create_string_buffer(512)
+        rc = self.lib.kr_cgroup_create(parent.encode(), name.encode(), int(max_bytes), path, len(path), why, len(why))
+        return (path.value.decode(), "") if rc == 0 else ("", why.value.decode(errors="replace"))
+
+    def cgroup_enter(self, path):
+        why = ctypes.create_string_buffer(512)
+        return "" if self.lib.kr_cgroup_enter(path.encode(), why, len(why)) == 0 else why.value.decode(errors="replace")
+
+    def cgroup_remove(self, path):
+        """Removes the cgroup; returns (oom_kill count or -1, memory.peak or -1)."""
+        peak = ctypes.c_longlong(-1)
+        kills = self.lib.kr_cgroup_remove(path.encode(), ctypes.byref(peak))
+        return kills, peak.value
 
 
 def make_policy(iso, **fields):

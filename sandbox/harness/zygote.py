@@ -8,7 +8,9 @@ Per verify job:
           └─ supervisor (C++ phase 1: namespaces) ── candidate (pid 1; phase 2
              mounts/rlimits/fds; phase 3 seccomp after CUDA init)
 The supervisor's watchdog kills the candidate's whole process group and pid
-namespace on timeout; the zygote turns the three reports into one outcome."""
+namespace on timeout or when the tree's resident host memory passes the cap
+(optionally backed by a cgroup v2 memory.max); the zygote turns the three
+reports into one outcome."""
 import argparse
 import json
 import os
@@ -48,6 +50,11 @@ def tail(path, n):
             return f.read().decode(errors="replace")
     except OSError:
         return ""
+
+
+def fmt_bytes(n):
+    """Same wording as FormatBytes in sandbox/contain/host_memory.cc."""
+    return f"{n / (1 << 30):.2f} GiB" if n >= (1 << 30) else f"{n / (1 << 20):.1f} MiB"
 
 
 def import_profiler(root):
@@ -108,9 +115,17 @@ def warm_up():
 
 
 class Zygote:
-    def __init__(self, lib_path, device, profiler_root="", kprof_lib=""):
+    def __init__(self, lib_path, device, profiler_root="", kprof_lib="", cgroup_parent=""):
         self.cont = contain.Contain(lib_path)
         self.caps = self.cont.probe()
+        self.jobs = 0
+        # Kernel-enforced backstop to the watchdog's memory cap, where the host
+        # delegates a cgroup v2 memory controller to us (probed once, here).
+        self.cgroup_parent = cgroup_parent
+        self.cgroup_error = self.cont.cgroup_probe(cgroup_parent) if cgroup_parent else "no cgroup parent configured"
+        if self.cgroup_error:
+            sys.stderr.write(f"[contain] WARNING no memory cgroup for candidates ({self.cgroup_error}): "
+                             "host memory is capped by the watchdog alone\n")
         self.device = device
         self.baseline_free = None
         self.cuda_iso = None
@@ -155,13 +170,20 @@ class Zygote:
         sup = os.pipe()
         cand_log = os.path.join(exchange, "candidate.log")
         ref_log = os.path.join(job["trusted_dir"], "reference.log")
+        cgroup, cgroup_note = "", ""
+        if not self.cgroup_error and int(job.get("cgroup_memory_bytes") or 0) > 0:
+            self.jobs += 1
+            cgroup, why = self.cont.cgroup_create(self.cgroup_parent, f"kernelrl-{os.getpid()}-{self.jobs}",
+                                                  int(job["cgroup_memory_bytes"]))
+            cgroup_note = (f"memory_cgroup: ok (memory.max {fmt_bytes(int(job['cgroup_memory_bytes']))})" if cgroup
+                           else f"memory_cgroup: FAILED {why} -> watchdog cap only")
 
         ref_pid = os.fork()
         if ref_pid == 0:
             self._child_reference(job, r2c[1], c2r[0], res[1], ref_log)
         sup_pid = os.fork()
         if sup_pid == 0:
-            self._child_supervisor(job, c2r[1], r2c[0], sup[1], cand_log)
+            self._child_supervisor(job, c2r[1], r2c[0], sup[1], cand_log, cgroup)
         for fd in (c2r[0], c2r[1], r2c[0], r2c[1], res[1], sup[1]):
             os.close(fd)
         status = protocol.LineReader(sup[0]).read(timeout=job["wall_seconds"] + 60) or {}
@@ -174,6 +196,15 @@ class Zygote:
                 os.waitpid(pid, 0)
             except ChildProcessError:
                 pass
+        if cgroup:
+            # Every member is gone now (the supervisor was reaped just above).
+            status["cgroup_oom_kills"], status["cgroup_peak_bytes"] = self.cont.cgroup_remove(cgroup)
+        if cgroup_note:
+            status["contain_log"] = status.get("contain_log", "") + cgroup_note + "\n"
+        if status.get("memory_samples"):
+            status["contain_log"] = status.get("contain_log", "") + (
+                f"host_memory: peak {fmt_bytes(status.get('peak_memory_bytes', 0))} resident of cap "
+                f"{fmt_bytes(int(job.get('resident_memory_bytes') or 0))} ({status['memory_samples']} samples)\n")
         outcome = self.decide(job, status, ref)
         outcome["logs"] = {"candidate": tail(cand_log, int(job.get("log_tail_bytes") or 8192)),
                            "reference": tail(ref_log, int(job.get("log_tail_bytes") or 8192)),
@@ -182,7 +213,8 @@ class Zygote:
                               "candidate_wall_ms": status.get("wall_ms", 0.0),
                               "candidate_cpu_ms": status.get("cpu_ms", 0.0),
                               "reference_ms": ref.get("reference_ms", 0.0),
-                              "forward_ms": ref.get("forward_ms", [])}
+                              "forward_ms": ref.get("forward_ms", []),
+                              "candidate_peak_host_bytes": status.get("peak_memory_bytes", 0)}
         outcome["isolation"] = iso
         outcome["profile"] = self._collect_profile(job, ref.get("profile") or {})
         if exchange_mounted:
@@ -232,10 +264,20 @@ class Zygote:
         finally:
             os._exit(code)
 
-    def _child_supervisor(self, job, to_ref, from_ref, status_fd, log_path):
+    def _child_supervisor(self, job, to_ref, from_ref, status_fd, log_path, cgroup=""):
         try:
             LIBC.prctl(4, 1, 0, 0, 0)  # dumpable again, or uid_map stays unwritable
             iso = job["isolation"]
+            # The /proc the watchdog reads the candidate tree's memory from:
+            # opened now, because the candidate mounts its own /proc over the
+            # mount table it shares with us, and that one shows only its pids.
+            proc_fd = os.open("/proc", os.O_RDONLY | os.O_DIRECTORY)
+            cgroup_log = ""
+            if cgroup:
+                # Before the user namespace (writes to cgroupfs as ourselves);
+                # the candidate inherits the cgroup at fork.
+                why = self.cont.cgroup_enter(cgroup)
+                cgroup_log = f"memory_cgroup: FAILED {why} -> watchdog cap only\n" if why else ""
             pol1 = contain.make_policy(iso, parent_death_signal=signal.SIGKILL, new_process_group=1)
             # Opened before the new mount namespace exists: an fd open for
             # writing on one of its mounts would make the read-only remount EBUSY.
@@ -246,8 +288,9 @@ class Zygote:
                 self._child_candidate(job, to_ref, from_ref, log_fd)
             for fd in (to_ref, from_ref, log_fd):
                 os.close(fd)
-            st = self.cont.supervise(pid, job["wall_seconds"])
-            st["contain_log"] = log1
+            st = self.cont.supervise(pid, job["wall_seconds"], int(job.get("resident_memory_bytes") or 0),
+                                     float(job.get("memory_poll_ms") or 10), proc_fd)
+            st["contain_log"] = log1 + cgroup_log
             protocol.send(status_fd, st)
         except BaseException:  # noqa: BLE001
             traceback.print_exc()
@@ -310,6 +353,15 @@ class Zygote:
             extra = "; ".join(details[:2] + ([", ".join(err.get("torch_ops") or [])] if err.get("torch_ops") else []))
             return out("HACK_DETECTED", f"{what}" + (f" ({extra})" if extra else ""),
                        ["torch_op_in_forward"] if err.get("kind") == "torch_op" else [])
+        if st.get("memory_exceeded"):
+            cap = int(job.get("resident_memory_bytes") or 0)
+            return out("CRASH", f"host memory {fmt_bytes(st.get('memory_at_kill_bytes', 0))} > cap {fmt_bytes(cap)}: "
+                       "killed (resident memory of the candidate's processes; the watchdog killed the process group)",
+                       ["host_memory_cap"])
+        if st.get("cgroup_oom_kills", 0) > 0:
+            limit = int(job.get("cgroup_memory_bytes") or 0)
+            return out("CRASH", f"host memory over the candidate cgroup's memory.max ({fmt_bytes(limit)}): killed by "
+                       "the kernel OOM killer", ["host_memory_cap"])
         if st.get("timed_out"):
             return out("TIMEOUT", f"verify ran past its {job['wall_seconds']:g} s wall limit (process group killed)")
         if sig == signal.SIGXCPU:
@@ -540,6 +592,7 @@ class Zygote:
         hello = {"type": "hello", "caps": self.caps, "cuda_initialized": torch.cuda.is_initialized(),
                  "profiler_error": self.profiler_error, "kprof_ok": self.kprof_ok,
                  "kprof_error": "" if self.kprof_ok else self.kprof_error,
+                 "memory_cgroup_error": self.cgroup_error,
                  "isolation_dropped_for_cuda": dropped, "calibration": self.calibration, "torch": torch.__version__,
                  "python": sys.version.split()[0], "pid": os.getpid()}
         protocol.send(_PROTO_OUT, hello)
@@ -567,10 +620,11 @@ def main():
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--profiler-root", default="", help="directory holding profiler_service/harness")
     ap.add_argument("--kprof-lib", default="", help="libkprof.so (CUPTI recorder) for profiled CUDA jobs")
+    ap.add_argument("--memory-cgroup-parent", default="", help="cgroup v2 dir for per-candidate memory cgroups")
     args = ap.parse_args()
     # Dumpable off: candidates (same uid) cannot read our memory via /proc.
     LIBC.prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 4
-    Zygote(args.contain_lib, args.device, args.profiler_root, args.kprof_lib).serve()
+    Zygote(args.contain_lib, args.device, args.profiler_root, args.kprof_lib, args.memory_cgroup_parent).serve()
 
 
 if __name__ == "__main__":

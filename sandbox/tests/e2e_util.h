@@ -42,6 +42,9 @@ inline SandboxConfig CpuConfig(const std::string& python) {
   c.set_work_root(std::string(tmp ? tmp : "/tmp") + "/sandbox-e2e-" + std::to_string(getpid()));
   c.mutable_verify()->set_wall_seconds(6);
   c.mutable_verify()->set_host_memory_bytes(int64_t{3} << 30);
+  // Resident cap well under RLIMIT_DATA, so a hog meets the watchdog first;
+  // an honest CPU candidate (torch ~0.3 GiB + small tensors) fits easily.
+  c.mutable_verify()->set_resident_memory_bytes(int64_t{1} << 30);
   c.mutable_verify()->set_exchange_bytes(int64_t{256} << 20);
   c.mutable_compile()->set_max_parallel(2);
   return c;
