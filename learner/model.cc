@@ -14,6 +14,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "learner/fused_ops.h"
 #include "learner/safetensors.h"
 
 namespace kernelrl::learner {
@@ -112,6 +113,8 @@ class CheckpointedBlock : public torch::autograd::Function<CheckpointedBlock> {
   }
 };
 
+// The eager-ATen path of TokenLogprobs (ModelOptions::fused_kernels false;
+// the fused one is learner/fused_ops.h).
 // log softmax(hidden @ W^T / T)[target], chunked; backward recomputes the
 // chunk's logits. Forward values are fp32; in backward the logits stay bf16
 // on the GPU (the softmax kernel accumulates in fp32 and the result is cast
@@ -461,13 +464,18 @@ at::Tensor Transformer::BlockForward(const Layer& w, const at::Tensor& x, const 
   at::Tensor h = Norm(x, w.input_norm);
   at::Tensor qkv = Linear(h, w.qkv_w, w.qkv_b);  // [B,T,Q+2KV]
   // split (not narrow): its backward concatenates instead of zero-filling.
-  auto qk_v = qkv.split_with_sizes({Q + KV, KV}, -1);
-  at::Tensor qk = qk_v[0].view({B, T, nh + kvh, D}).transpose(1, 2);  // [B,nh+kvh,T,D]
-  at::Tensor v = qk_v[1].view({B, T, kvh, D}).transpose(1, 2);        // [B,kvh,T,D]
-  qk = qk * cos + RotateHalf(qk) * sin;  // RoPE on q and k in one pass.
-  auto q_k = qk.split_with_sizes({nh, kvh}, 1);
-  const at::Tensor& q = q_k[0];
-  const at::Tensor& k = q_k[1];
+  at::Tensor q, k, v;  // [B,heads,T,D]
+  if (fused_on(x)) {
+    auto split = FusedRopeSplit(qkv, cos, sin, {static_cast<int>(nh), static_cast<int>(kvh), static_cast<int>(D)});
+    q = split[0], k = split[1], v = split[2];
+  } else {
+    auto qk_v = qkv.split_with_sizes({Q + KV, KV}, -1);
+    at::Tensor qk = qk_v[0].view({B, T, nh + kvh, D}).transpose(1, 2);  // [B,nh+kvh,T,D]
+    v = qk_v[1].view({B, T, kvh, D}).transpose(1, 2);                   // [B,kvh,T,D]
+    qk = qk * cos + RotateHalf(qk) * sin;  // RoPE on q and k in one pass.
+    auto q_k = qk.split_with_sizes({nh, kvh}, 1);
+    q = q_k[0], k = q_k[1];
+  }
   at::Tensor a;
   if (decode != nullptr) {
     // T == 1: write this position, then attend over [0, max_len) of the
@@ -495,8 +503,14 @@ at::Tensor Transformer::BlockForward(const Layer& w, const at::Tensor& x, const 
   }
   at::Tensor x1 = x + Linear(a, w.o_w, w.o_b);
   at::Tensor gu = Linear(Norm(x1, w.post_norm), w.gate_up_w, w.gate_up_b);  // [B,T,2I]
-  auto g_u = gu.split(c.intermediate_size, -1);
-  return x1 + Linear(at::silu(g_u[0]) * g_u[1], w.down_w, w.down_b);
+  at::Tensor act;
+  if (fused_on(x)) {
+    act = FusedSwiGlu(gu);
+  } else {
+    auto g_u = gu.split(c.intermediate_size, -1);
+    act = at::silu(g_u[0]) * g_u[1];
+  }
+  return x1 + Linear(act, w.down_w, w.down_b);
 }
 
 at::Tensor Transformer::Block(int layer, const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) const {
@@ -530,7 +544,9 @@ at::Tensor Transformer::HeadLogits(const at::Tensor& hidden) const {
 at::Tensor Transformer::TokenLogprobs(const at::Tensor& hidden, const at::Tensor& targets, double temperature) const {
   at::Tensor h = hidden.reshape({-1, hidden.size(-1)});
   at::Tensor t = targets.reshape({-1}).to(at::kLong);
-  at::Tensor out = ChunkedTokenLogprobs::apply(h, lm_head_, t, 1.0 / temperature);
+  at::Tensor out = options_.fused_kernels
+                       ? FusedTokenLogprobs(h, lm_head_, t, 1.0 / temperature, options_.keep_logits_bytes)
+                       : ChunkedTokenLogprobs::apply(h, lm_head_, t, 1.0 / temperature);
   return out.view(targets.sizes());
 }
 

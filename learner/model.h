@@ -44,6 +44,14 @@ struct ModelOptions {
   // Recompute each layer's activations in backward instead of storing them
   // (long sequences: trades ~1/3 more compute for O(1) layers of memory).
   bool activation_checkpointing = false;
+  // Fused kernels (learner/fused_ops.h) for RoPE + q/k/v split and SwiGLU
+  // on CUDA, and for token log-probs everywhere; false runs the eager ATen
+  // ops instead (the reference the benchmark compares against).
+  bool fused_kernels = true;
+  // Token log-probs keep the [tokens, vocab] logits for backward up to this
+  // size (8K tokens x 152K vocab in bf16 = 2.5 GB); beyond it backward
+  // recomputes them chunk by chunk (one more lm_head GEMM, O(chunk) memory).
+  int64_t keep_logits_bytes = int64_t{4} << 30;
 };
 
 // Keys and values of every layer for `slots` independent sequences of up to
@@ -103,6 +111,8 @@ class Transformer {
   const ModelConfig& config() const { return config_; }
   const ModelOptions& options() const { return options_; }
   Head head() const { return head_; }
+  // Whether the fused CUDA kernels run for activations like x.
+  bool fused_on(const at::Tensor& x) const { return options_.fused_kernels && x.is_cuda(); }
   void set_activation_checkpointing(bool on) { options_.activation_checkpointing = on; }
 
   // One block on x [B,T,H] with the given weights. Without a cache: causal

@@ -74,7 +74,8 @@ cc_library(name = "torch_cuda", deps = [":torch"])
             ctx.symlink(entry, "include/" + entry.basename)
     ctx.symlink(root + "/lib", "lib")
     has_cuda = ctx.path(root + "/lib/libtorch_cuda.so").exists
-    cuda_libs = '"-Wl,--no-as-needed", "-ltorch_cuda", "-lc10_cuda", "-Wl,--as-needed",' if has_cuda else ""
+    # push/pop-state: --as-needed must not leak onto the libraries linked after these.
+    cuda_libs = '"-Wl,--push-state,--no-as-needed", "-ltorch_cuda", "-lc10_cuda", "-Wl,--pop-state",' if has_cuda else ""
     ctx.file("BUILD", """
 package(default_visibility = ["//visibility:public"])
 

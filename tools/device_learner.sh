@@ -17,7 +17,7 @@ C=$ROOT/.devcarry/learner
 if [ "${1:-}" = "--stage" ]; then  # Run HERE, after `bazel build`.
   set -e
   rm -rf "$C" && mkdir -p "$C/bin" "$C/lib" "$C/libcxx"
-  for b in learner/bench/learner_bench learner/model_test learner/tokenizer/tokenizer_test; do
+  for b in learner/bench/learner_bench learner/model_test learner/fused_ops_test learner/tokenizer/tokenizer_test; do
     cp "$ROOT/bazel-bin/$b" "$C/bin/"
   done
   for b in "$C"/bin/*; do
@@ -73,6 +73,9 @@ export TEST_TMPDIR=/tmp/learner_test; mkdir -p $TEST_TMPDIR
 KERNELRL_TEST_DEVICE=cuda timeout 180 "$C/bin/model_test" --gtest_filter='Families/*' > "$OUT/model_test_cuda.log" 2>&1
 say "== model parity on CUDA fp32: rc=$? ($(grep -c '\[       OK' "$OUT/model_test_cuda.log") OK, $(grep -c '\[  FAILED' "$OUT/model_test_cuda.log") failed) at $(elapsed)s"
 grep -E "FAILED|Failure|max \|" "$OUT/model_test_cuda.log" | head -8 | tee -a "$S"
+KERNELRL_TEST_DEVICE=cuda timeout 120 "$C/bin/fused_ops_test" > "$OUT/fused_ops_test_cuda.log" 2>&1
+say "== fused kernels vs eager ATen on CUDA (fp32, bf16): rc=$? ($(grep -c '\[       OK' "$OUT/fused_ops_test_cuda.log") OK, $(grep -c '\[  FAILED' "$OUT/fused_ops_test_cuda.log") failed, $(grep -c '\[  SKIPPED' "$OUT/fused_ops_test_cuda.log") skipped)"
+grep -E "Failure|Expected|Which is|rel" "$OUT/fused_ops_test_cuda.log" | head -12 | tee -a "$S"
 timeout 180 "$C/bin/tokenizer_test" > "$OUT/tokenizer_test.log" 2>&1
 say "== tokenizer vs HF tokenizers: rc=$? ($(grep -c '\[       OK' "$OUT/tokenizer_test.log") OK, $(grep -c '\[  FAILED' "$OUT/tokenizer_test.log") failed) at $(elapsed)s"
 fi
@@ -81,6 +84,7 @@ fi
 B=$OUT/bench.jsonl; : > "$B"
 run() { timeout "$1" "${@:2}" >> "$B" 2>> "$OUT/bench.err" || echo "{\"failed\": \"${*:2}\", \"rc\": $?}" >> "$B"; }
 run 120 "$C/bin/learner_bench" train 8192
+run 120 "$C/bin/learner_bench" train 8192 --unfused
 run 120 $PY learner/bench/hf_bench.py train 8192
 run 90 "$C/bin/learner_bench" memory 32768
 run 90 "$C/bin/learner_bench" memory 32768 --ckpt
@@ -90,6 +94,10 @@ if [ "$ONLY" = all ]; then
   run 120 "$C/bin/learner_bench" decode 32 128 256
   run 150 $PY learner/bench/hf_bench.py decode 32 128 256
 fi
+if [ "$ONLY" = all ]; then  # Where the fused step's GPU time goes now.
+  timeout 120 "$C/bin/learner_bench" profile 8192 > "$OUT/profile.jsonl" 2> "$OUT/profile.err"
+  say "== profile (top kernels, fused path) rc=$?"; head -16 "$OUT/profile.jsonl" | cut -c1-200 | tee -a "$S"
+fi
 say "== benchmarks done at $(elapsed)s"
 cat "$B" | tee -a "$S"
 tail -5 "$OUT/bench.err" 2>/dev/null
@@ -97,6 +105,7 @@ $PY - "$B" <<'PYEOF' | tee -a "$S"
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 def get(impl, bench, **kw):
+    kw.setdefault("fused", True) if impl == "kernelrl" and bench != "decode" else None
     for r in rows:
         if r.get("impl") == impl and r.get("bench") == bench and all(r.get(k) == v for k, v in kw.items()):
             return r
@@ -113,5 +122,8 @@ c = get("kernelrl", "memory", ckpt=True, seq=32768).get("peak_gib")
 t = get("kernelrl", "train", ckpt=True, seq=8192).get("tokens_per_s")
 print("with activation checkpointing: peak GiB @32K = %s, fwd+bwd tokens/s @8K = %s" % (c, t))
 m = get("kernelrl", "train", seq=8192, ckpt=False)
-print("kernelrl MFU @8K: %s" % m.get("mfu_vs_989"))
+u = get("kernelrl", "train", seq=8192, ckpt=False, fused=False)
+print("kernelrl MFU @8K: %s; eager-ATen path (--unfused) %s tokens/s, fused/unfused %s" % (
+    m.get("mfu_vs_989"), u.get("tokens_per_s"),
+    "%.2fx" % (m["tokens_per_s"] / u["tokens_per_s"]) if m.get("tokens_per_s") and u.get("tokens_per_s") else "-"))
 PYEOF

@@ -2,8 +2,12 @@
 // baseline (hf_bench.py) prints the same lines for the same configs, and
 // tools/device_learner.sh runs both and prints the ratios.
 //
-//   learner_bench train  SEQ [--ckpt]  fwd+bwd tokens/s, Qwen2-0.5B shape, bf16
-//   learner_bench memory SEQ [--ckpt]  peak GPU memory of one fwd+bwd step
+//   learner_bench train  SEQ [--ckpt] [--unfused]
+//                                      fwd+bwd tokens/s, Qwen2-0.5B shape, bf16
+//                                      (--unfused: eager ATen instead of the
+//                                      fused kernels, for the A/B ratio)
+//   learner_bench memory SEQ [--ckpt] [--unfused]
+//                                      peak GPU memory of one fwd+bwd step
 //   learner_bench decode B P N         policy engine: B requests, P-token
 //                                      prompts, N new tokens (greedy, no EOS)
 //   learner_bench profile SEQ          GPU time per kernel name over 2 train
@@ -59,8 +63,11 @@ double TrainFlops(const ModelConfig& c, int64_t T) {
   return 3.0 * (2.0 * (n + head) * T + attn);
 }
 
+bool g_fused = true;  // --unfused clears it.
+
 std::unique_ptr<Transformer> Make(bool trainable, bool ckpt) {
   ModelOptions o;
+  o.fused_kernels = g_fused;
   o.device = at::Device(at::kCUDA, 0);
   o.dtype = at::kBFloat16;
   o.trainable = trainable;
@@ -92,9 +99,10 @@ int Train(int64_t T, bool ckpt) {
   double dt = (Now() - t0) / iters;
   double tps = T / dt;
   double tflops = TrainFlops(m->config(), T) / dt / 1e12;
-  std::printf("{\"impl\": \"kernelrl\", \"bench\": \"train\", \"seq\": %ld, \"ckpt\": %s, \"tokens_per_s\": %.1f, "
-              "\"step_ms\": %.2f, \"tflops\": %.1f, \"mfu_vs_989\": %.3f}\n",
-              static_cast<long>(T), ckpt ? "true" : "false", tps, dt * 1e3, tflops, tflops / 989.0);
+  std::printf("{\"impl\": \"kernelrl\", \"bench\": \"train\", \"seq\": %ld, \"ckpt\": %s, \"fused\": %s, "
+              "\"tokens_per_s\": %.1f, \"step_ms\": %.2f, \"tflops\": %.1f, \"mfu_vs_989\": %.3f}\n",
+              static_cast<long>(T), ckpt ? "true" : "false", g_fused ? "true" : "false", tps, dt * 1e3, tflops,
+              tflops / 989.0);
   return 0;
 }
 
@@ -154,9 +162,9 @@ int Memory(int64_t T, bool ckpt) {
   double dt = Now() - t0;
   auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(0);
   const double peak = stats.allocated_bytes[0].peak / double(1 << 30);
-  std::printf("{\"impl\": \"kernelrl\", \"bench\": \"memory\", \"seq\": %ld, \"ckpt\": %s, \"peak_gib\": %.2f, "
-              "\"step_s\": %.3f}\n",
-              static_cast<long>(T), ckpt ? "true" : "false", peak, dt);
+  std::printf("{\"impl\": \"kernelrl\", \"bench\": \"memory\", \"seq\": %ld, \"ckpt\": %s, \"fused\": %s, "
+              "\"peak_gib\": %.2f, \"step_s\": %.3f}\n",
+              static_cast<long>(T), ckpt ? "true" : "false", g_fused ? "true" : "false", peak, dt);
   return 0;
 }
 
@@ -203,11 +211,15 @@ int Decode(int batch, int prompt_len, int new_tokens) {
 int main(int argc, char** argv) {
   using namespace kernelrl::learner;
   if (argc < 2) {
-    std::fprintf(stderr, "usage: learner_bench train|memory SEQ [--ckpt] | profile SEQ | decode B P N\n");
+    std::fprintf(stderr, "usage: learner_bench train|memory SEQ [--ckpt] [--unfused] | profile SEQ [--unfused] | decode B P N\n");
     return 2;
   }
   const std::string mode = argv[1];
-  const bool ckpt = argc > 3 && std::string(argv[3]) == "--ckpt";
+  bool ckpt = false;
+  for (int i = 3; i < argc; ++i) {
+    ckpt |= std::string(argv[i]) == "--ckpt";
+    if (std::string(argv[i]) == "--unfused") g_fused = false;
+  }
   try {
     if (mode == "train" && argc >= 3) return Train(std::atol(argv[2]), ckpt);
     if (mode == "profile" && argc >= 3) return Profile(std::atol(argv[2]));

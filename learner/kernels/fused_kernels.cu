@@ -1,0 +1,340 @@
+// CUDA side of fused_kernels.h. Memory-bound kernels: each reads its inputs
+// once and writes its outputs once, in fp32 math, with 16-byte vector
+// accesses where rows allow it. The formulas live in fused_math.h.
+#include "learner/kernels/fused_kernels.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include "learner/kernels/fused_math.h"
+
+namespace kernelrl::learner::kernels {
+namespace {
+
+__device__ __forceinline__ float ToF(float x) { return x; }
+__device__ __forceinline__ float ToF(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ float ToF(__half x) { return __half2float(x); }
+template <typename T>
+__device__ __forceinline__ T FromF(float x);
+template <>
+__device__ __forceinline__ float FromF<float>(float x) { return x; }
+template <>
+__device__ __forceinline__ __nv_bfloat16 FromF<__nv_bfloat16>(float x) { return __float2bfloat16(x); }
+template <>
+__device__ __forceinline__ __half FromF<__half>(float x) { return __float2half(x); }
+
+// VEC consecutive elements moved as one aligned access.
+template <typename T, int VEC>
+struct alignas(sizeof(T) * VEC) Pack {
+  T v[VEC];
+};
+
+template <typename T, int VEC>
+__device__ __forceinline__ Pack<T, VEC> Load(const T* p) { return *reinterpret_cast<const Pack<T, VEC>*>(p); }
+template <typename T, int VEC>
+__device__ __forceinline__ void Store(T* p, const Pack<T, VEC>& x) { *reinterpret_cast<Pack<T, VEC>*>(p) = x; }
+
+bool Aligned(const void* p, int bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
+
+int LastError() { return static_cast<int>(cudaGetLastError()); }
+
+unsigned Blocks(int64_t n, int threads) {
+  int64_t b = (n + threads - 1) / threads;
+  return static_cast<unsigned>(b < (int64_t{1} << 30) ? b : (int64_t{1} << 30));
+}
+
+// ---- RoPE + split ---------------------------------------------------------
+
+// One thread per (row, head, pair). Heads [0, nh) are q, [nh, nh+kvh) k
+// (both rotated), the rest v (copied).
+template <typename T>
+__global__ void RopeSplitForwardKernel(const T* __restrict__ qkv, const T* __restrict__ cos,
+                                       const T* __restrict__ sin, T* __restrict__ q, T* __restrict__ k,
+                                       T* __restrict__ v, RopeShape s) {
+  const int D = s.head_dim, half = D / 2, heads = s.heads + 2 * s.kv_heads;
+  const int64_t total = s.batch * s.seq * heads * half;
+  for (int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; idx < total;
+       idx += int64_t{gridDim.x} * blockDim.x) {
+    const int j = idx % half;
+    const int hh = (idx / half) % heads;
+    const int64_t n = idx / (int64_t{half} * heads);
+    const int64_t b = n / s.seq, t = n % s.seq;
+    const T* x = qkv + n * heads * D + int64_t{hh} * D;
+    float y1 = ToF(x[j]), y2 = ToF(x[j + half]);
+    T* out;
+    if (hh < s.heads) {
+      out = q + ((b * s.heads + hh) * s.seq + t) * D;
+    } else if (hh < s.heads + s.kv_heads) {
+      out = k + ((b * s.kv_heads + (hh - s.heads)) * s.seq + t) * D;
+    } else {
+      out = v + ((b * s.kv_heads + (hh - s.heads - s.kv_heads)) * s.seq + t) * D;
+    }
+    if (hh < s.heads + s.kv_heads) {
+      const T* c = cos + n * D;
+      const T* sn = sin + n * D;
+      RopePair(y1, y2, ToF(c[j]), ToF(sn[j]), ToF(c[j + half]), ToF(sn[j + half]), &y1, &y2);
+    }
+    out[j] = FromF<T>(y1);
+    out[j + half] = FromF<T>(y2);
+  }
+}
+
+template <typename T>
+__global__ void RopeSplitBackwardKernel(const T* __restrict__ dq, const T* __restrict__ dk,
+                                        const T* __restrict__ dv, const T* __restrict__ cos,
+                                        const T* __restrict__ sin, T* __restrict__ dqkv, RopeShape s) {
+  const int D = s.head_dim, half = D / 2, heads = s.heads + 2 * s.kv_heads;
+  const int64_t total = s.batch * s.seq * heads * half;
+  for (int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; idx < total;
+       idx += int64_t{gridDim.x} * blockDim.x) {
+    const int j = idx % half;
+    const int hh = (idx / half) % heads;
+    const int64_t n = idx / (int64_t{half} * heads);
+    const int64_t b = n / s.seq, t = n % s.seq;
+    const T* dy;
+    if (hh < s.heads) {
+      dy = dq + ((b * s.heads + hh) * s.seq + t) * D;
+    } else if (hh < s.heads + s.kv_heads) {
+      dy = dk + ((b * s.kv_heads + (hh - s.heads)) * s.seq + t) * D;
+    } else {
+      dy = dv + ((b * s.kv_heads + (hh - s.heads - s.kv_heads)) * s.seq + t) * D;
+    }
+    float d1 = ToF(dy[j]), d2 = ToF(dy[j + half]);
+    if (hh < s.heads + s.kv_heads) {
+      const T* c = cos + n * D;
+      const T* sn = sin + n * D;
+      RopePairGrad(d1, d2, ToF(c[j]), ToF(sn[j]), ToF(c[j + half]), ToF(sn[j + half]), &d1, &d2);
+    }
+    T* dx = dqkv + n * heads * D + int64_t{hh} * D;
+    dx[j] = FromF<T>(d1);
+    dx[j + half] = FromF<T>(d2);
+  }
+}
+
+// ---- SwiGLU ---------------------------------------------------------------
+
+template <typename T, int VEC>
+__global__ void SwiGluForwardKernel(const T* __restrict__ gu, T* __restrict__ y, int64_t rows, int64_t inter) {
+  const int64_t per_row = inter / VEC, total = rows * per_row;
+  for (int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; idx < total;
+       idx += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t r = idx / per_row, c = (idx % per_row) * VEC;
+    const Pack<T, VEC> g = Load<T, VEC>(gu + r * 2 * inter + c);
+    const Pack<T, VEC> u = Load<T, VEC>(gu + r * 2 * inter + inter + c);
+    Pack<T, VEC> out;
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) out.v[i] = FromF<T>(SwiGlu(ToF(g.v[i]), ToF(u.v[i])));
+    Store<T, VEC>(y + r * inter + c, out);
+  }
+}
+
+template <typename T, int VEC>
+__global__ void SwiGluBackwardKernel(const T* __restrict__ gu, const T* __restrict__ dy, T* __restrict__ dgu,
+                                     int64_t rows, int64_t inter) {
+  const int64_t per_row = inter / VEC, total = rows * per_row;
+  for (int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; idx < total;
+       idx += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t r = idx / per_row, c = (idx % per_row) * VEC;
+    const Pack<T, VEC> g = Load<T, VEC>(gu + r * 2 * inter + c);
+    const Pack<T, VEC> u = Load<T, VEC>(gu + r * 2 * inter + inter + c);
+    const Pack<T, VEC> d = Load<T, VEC>(dy + r * inter + c);
+    Pack<T, VEC> dg, du;
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) {
+      float a, b;
+      SwiGluGrad(ToF(g.v[i]), ToF(u.v[i]), ToF(d.v[i]), &a, &b);
+      dg.v[i] = FromF<T>(a);
+      du.v[i] = FromF<T>(b);
+    }
+    Store<T, VEC>(dgu + r * 2 * inter + c, dg);
+    Store<T, VEC>(dgu + r * 2 * inter + inter + c, du);
+  }
+}
+
+// ---- token log-probs ------------------------------------------------------
+
+constexpr int kRowThreads = 512;
+
+__device__ __forceinline__ LseState WarpMerge(LseState st) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    LseState other{__shfl_xor_sync(0xffffffffu, st.m, o), __shfl_xor_sync(0xffffffffu, st.s, o)};
+    st = LseMerge(st, other);
+  }
+  return st;
+}
+
+// One block per row: a single pass of online log-sum-exp over the row.
+template <typename T, int VEC>
+__global__ void __launch_bounds__(kRowThreads) LogprobForwardKernel(const T* __restrict__ logits, int64_t ld,
+                                                                    const int64_t* __restrict__ targets,
+                                                                    float inv_temp, float* __restrict__ logp,
+                                                                    float* __restrict__ lse, int64_t vocab) {
+  const int64_t r = blockIdx.x;
+  const T* row = logits + r * ld;
+  LseState st = LseEmpty();
+  for (int64_t c = int64_t{threadIdx.x} * VEC; c < vocab; c += int64_t{blockDim.x} * VEC) {
+    const Pack<T, VEC> x = Load<T, VEC>(row + c);
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) LseAdd(&st, ToF(x.v[i]) * inv_temp);
+  }
+  st = WarpMerge(st);
+  __shared__ float wm[kRowThreads / 32], ws[kRowThreads / 32];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (lane == 0) {
+    wm[warp] = st.m;
+    ws[warp] = st.s;
+  }
+  __syncthreads();
+  if (warp == 0) {
+    st = lane < blockDim.x / 32 ? LseState{wm[lane], ws[lane]} : LseEmpty();
+    st = WarpMerge(st);
+    if (lane == 0) {
+      const float value = LseValue(st);
+      const int64_t t = targets[r];
+      lse[r] = value;
+      // An id past the vocabulary is a caller bug: NaN makes it visible.
+      logp[r] = t < 0 ? 0.0f : (t >= vocab ? NAN : ToF(row[t]) * inv_temp - value);
+    }
+  }
+}
+
+template <typename T, int VEC>
+__global__ void __launch_bounds__(kRowThreads) LogprobBackwardKernel(const T* logits, int64_t ld,
+                                                                     const int64_t* __restrict__ targets,
+                                                                     const float* __restrict__ lse,
+                                                                     const float* __restrict__ g, float inv_temp,
+                                                                     T* dlogits, int64_t vocab) {
+  const int64_t r = blockIdx.x;
+  const T* row = logits + r * ld;
+  T* drow = dlogits + r * ld;
+  const float lr = lse[r], gr = g[r];
+  const int64_t t = targets[r];
+  for (int64_t c = int64_t{threadIdx.x} * VEC; c < vocab; c += int64_t{blockDim.x} * VEC) {
+    const Pack<T, VEC> x = Load<T, VEC>(row + c);
+    Pack<T, VEC> d;
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) d.v[i] = FromF<T>(LogprobGrad(ToF(x.v[i]) * inv_temp, lr, gr, inv_temp, c + i == t));
+    Store<T, VEC>(drow + c, d);
+  }
+}
+
+// ---- dispatch ---------------------------------------------------------------
+
+template <typename F>
+int ByType(DType dtype, F&& f) {
+  switch (dtype) {
+    case DType::kF32: return f(float{});
+    case DType::kBF16: return f(__nv_bfloat16{});
+    case DType::kF16: return f(__half{});
+  }
+  return static_cast<int>(cudaErrorInvalidValue);
+}
+
+constexpr int kThreads = 256;
+
+}  // namespace
+
+int RopeSplitForward(DType dtype, const void* qkv, const void* cos, const void* sin, void* q, void* k, void* v,
+                     RopeShape s, void* stream) {
+  const int64_t n = s.batch * s.seq * (s.heads + 2 * s.kv_heads) * (s.head_dim / 2);
+  if (n == 0) return 0;
+  return ByType(dtype, [&](auto zero) {
+    using T = decltype(zero);
+    RopeSplitForwardKernel<T><<<Blocks(n, kThreads), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+        static_cast<const T*>(qkv), static_cast<const T*>(cos), static_cast<const T*>(sin), static_cast<T*>(q),
+        static_cast<T*>(k), static_cast<T*>(v), s);
+    return LastError();
+  });
+}
+
+int RopeSplitBackward(DType dtype, const void* dq, const void* dk, const void* dv, const void* cos,
+                      const void* sin, void* dqkv, RopeShape s, void* stream) {
+  const int64_t n = s.batch * s.seq * (s.heads + 2 * s.kv_heads) * (s.head_dim / 2);
+  if (n == 0) return 0;
+  return ByType(dtype, [&](auto zero) {
+    using T = decltype(zero);
+    RopeSplitBackwardKernel<T><<<Blocks(n, kThreads), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+        static_cast<const T*>(dq), static_cast<const T*>(dk), static_cast<const T*>(dv), static_cast<const T*>(cos),
+        static_cast<const T*>(sin), static_cast<T*>(dqkv), s);
+    return LastError();
+  });
+}
+
+int SwiGluForward(DType dtype, const void* gu, void* y, int64_t rows, int64_t inter, void* stream) {
+  if (rows * inter == 0) return 0;
+  return ByType(dtype, [&](auto zero) {
+    using T = decltype(zero);
+    constexpr int V = 16 / sizeof(T);
+    auto st = static_cast<cudaStream_t>(stream);
+    if (inter % V == 0 && Aligned(gu, 16) && Aligned(y, 16)) {
+      SwiGluForwardKernel<T, V><<<Blocks(rows * inter / V, kThreads), kThreads, 0, st>>>(
+          static_cast<const T*>(gu), static_cast<T*>(y), rows, inter);
+    } else {
+      SwiGluForwardKernel<T, 1><<<Blocks(rows * inter, kThreads), kThreads, 0, st>>>(
+          static_cast<const T*>(gu), static_cast<T*>(y), rows, inter);
+    }
+    return LastError();
+  });
+}
+
+int SwiGluBackward(DType dtype, const void* gu, const void* dy, void* dgu, int64_t rows, int64_t inter,
+                   void* stream) {
+  if (rows * inter == 0) return 0;
+  return ByType(dtype, [&](auto zero) {
+    using T = decltype(zero);
+    constexpr int V = 16 / sizeof(T);
+    auto st = static_cast<cudaStream_t>(stream);
+    if (inter % V == 0 && Aligned(gu, 16) && Aligned(dy, 16) && Aligned(dgu, 16)) {
+      SwiGluBackwardKernel<T, V><<<Blocks(rows * inter / V, kThreads), kThreads, 0, st>>>(
+          static_cast<const T*>(gu), static_cast<const T*>(dy), static_cast<T*>(dgu), rows, inter);
+    } else {
+      SwiGluBackwardKernel<T, 1><<<Blocks(rows * inter, kThreads), kThreads, 0, st>>>(
+          static_cast<const T*>(gu), static_cast<const T*>(dy), static_cast<T*>(dgu), rows, inter);
+    }
+    return LastError();
+  });
+}
+
+int LogprobForward(DType dtype, const void* logits, int64_t ld, const int64_t* targets, float inv_temp, float* logp,
+                   float* lse, int64_t rows, int64_t vocab, void* stream) {
+  if (rows == 0) return 0;
+  if (rows > 0x7fffffff) return static_cast<int>(cudaErrorInvalidValue);
+  return ByType(dtype, [&](auto zero) {
+    using T = decltype(zero);
+    constexpr int V = 16 / sizeof(T);
+    auto st = static_cast<cudaStream_t>(stream);
+    if (vocab % V == 0 && ld % V == 0 && Aligned(logits, 16)) {
+      LogprobForwardKernel<T, V><<<static_cast<unsigned>(rows), kRowThreads, 0, st>>>(
+          static_cast<const T*>(logits), ld, targets, inv_temp, logp, lse, vocab);
+    } else {
+      LogprobForwardKernel<T, 1><<<static_cast<unsigned>(rows), kRowThreads, 0, st>>>(
+          static_cast<const T*>(logits), ld, targets, inv_temp, logp, lse, vocab);
+    }
+    return LastError();
+  });
+}
+
+int LogprobBackward(DType dtype, const void* logits, int64_t ld, const int64_t* targets, const float* lse,
+                    const float* g, float inv_temp, void* dlogits, int64_t rows, int64_t vocab, void* stream) {
+  if (rows == 0) return 0;
+  if (rows > 0x7fffffff) return static_cast<int>(cudaErrorInvalidValue);
+  return ByType(dtype, [&](auto zero) {
+    using T = decltype(zero);
+    constexpr int V = 16 / sizeof(T);
+    auto st = static_cast<cudaStream_t>(stream);
+    if (vocab % V == 0 && ld % V == 0 && Aligned(logits, 16) && Aligned(dlogits, 16)) {
+      LogprobBackwardKernel<T, V><<<static_cast<unsigned>(rows), kRowThreads, 0, st>>>(
+          static_cast<const T*>(logits), ld, targets, lse, g, inv_temp, static_cast<T*>(dlogits), vocab);
+    } else {
+      LogprobBackwardKernel<T, 1><<<static_cast<unsigned>(rows), kRowThreads, 0, st>>>(
+          static_cast<const T*>(logits), ld, targets, lse, g, inv_temp, static_cast<T*>(dlogits), vocab);
+    }
+    return LastError();
+  });
+}
+
+const char* ErrorString(int code) { return cudaGetErrorString(static_cast<cudaError_t>(code)); }
+
+}  // namespace kernelrl::learner::kernels
