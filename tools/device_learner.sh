@@ -73,12 +73,14 @@ export TEST_TMPDIR=/tmp/learner_test; mkdir -p $TEST_TMPDIR
 KERNELRL_TEST_DEVICE=cuda timeout 180 "$C/bin/model_test" --gtest_filter='Families/*' > "$OUT/model_test_cuda.log" 2>&1
 say "== model parity on CUDA fp32: rc=$? ($(grep -c '\[       OK' "$OUT/model_test_cuda.log") OK, $(grep -c '\[  FAILED' "$OUT/model_test_cuda.log") failed) at $(elapsed)s"
 grep -E "FAILED|Failure|max \|" "$OUT/model_test_cuda.log" | head -8 | tee -a "$S"
-KERNELRL_TEST_DEVICE=cuda timeout 120 "$C/bin/fused_ops_test" > "$OUT/fused_ops_test_cuda.log" 2>&1
-say "== fused kernels vs eager ATen on CUDA (fp32, bf16): rc=$? ($(grep -c '\[       OK' "$OUT/fused_ops_test_cuda.log") OK, $(grep -c '\[  FAILED' "$OUT/fused_ops_test_cuda.log") failed, $(grep -c '\[  SKIPPED' "$OUT/fused_ops_test_cuda.log") skipped)"
-grep -E "Failure|Expected|Which is|rel" "$OUT/fused_ops_test_cuda.log" | head -12 | tee -a "$S"
 timeout 180 "$C/bin/tokenizer_test" > "$OUT/tokenizer_test.log" 2>&1
 say "== tokenizer vs HF tokenizers: rc=$? ($(grep -c '\[       OK' "$OUT/tokenizer_test.log") OK, $(grep -c '\[  FAILED' "$OUT/tokenizer_test.log") failed) at $(elapsed)s"
 fi
+
+# Fused kernels vs eager autograd on CUDA (every mode: the benchmarks below use them).
+KERNELRL_TEST_DEVICE=cuda timeout 120 "$C/bin/fused_ops_test" > "$OUT/fused_ops_test_cuda.log" 2>&1
+say "== fused kernels vs eager ATen on CUDA (fp32, bf16): rc=$? ($(grep -c '\[       OK' "$OUT/fused_ops_test_cuda.log") OK, $(grep -c '\[  FAILED' "$OUT/fused_ops_test_cuda.log") failed, $(grep -c '\[  SKIPPED' "$OUT/fused_ops_test_cuda.log") skipped)"
+grep -E "Failure|Expected|Which is|rel" "$OUT/fused_ops_test_cuda.log" | head -12 | tee -a "$S"
 
 # 2. Benchmarks: ours and HF, same GPU, one after the other.
 B=$OUT/bench.jsonl; : > "$B"

@@ -205,6 +205,13 @@ class Zygote:
             status["contain_log"] = status.get("contain_log", "") + (
                 f"host_memory: peak {fmt_bytes(status.get('peak_memory_bytes', 0))} resident of cap "
                 f"{fmt_bytes(int(job.get('resident_memory_bytes') or 0))} ({status['memory_samples']} samples)\n")
+        # Where the verify wall goes (reported in the verdict's contain log).
+        status["contain_log"] = status.get("contain_log", "") + (
+            "timing: verify %.0f ms; reference process %.0f ms (forward per set %s ms); "
+            "candidate process %.0f ms wall, %.0f ms cpu\n" % (
+                (time.perf_counter() - t0) * 1e3, ref.get("reference_ms", 0.0),
+                ",".join("%.0f" % f for f in ref.get("forward_ms", [])), status.get("wall_ms", 0.0),
+                status.get("cpu_ms", 0.0)))
         outcome = self.decide(job, status, ref)
         outcome["logs"] = {"candidate": tail(cand_log, int(job.get("log_tail_bytes") or 8192)),
                            "reference": tail(ref_log, int(job.get("log_tail_bytes") or 8192)),
