@@ -1,9 +1,12 @@
 #include "common/clock.h"
 #include "sandbox/evaluator.h"
 
+#include <cerrno>
 #include <climits>
 #include <cstdlib>
 
+#include <dirent.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -39,6 +42,28 @@ void RemoveTree(const std::string& dir) {
   if (dir.size() < 8 || dir.find('\'') != std::string::npos) return;
   std::string cmd = "rm -rf '" + dir + "'";
   (void)!std::system(cmd.c_str());
+}
+
+// Job directories are work_root/job-<worker pid>-<n>. A worker killed
+// mid-job (SIGKILL, a cut device run) leaves its directory behind; a new
+// worker on the same work_root removes those of dead pids at start, and its
+// own names never collide with them.
+void RemoveStaleJobDirs(const std::string& work_root) {
+  DIR* d = opendir(work_root.c_str());
+  if (d == nullptr) return;
+  std::vector<std::string> stale;
+  while (dirent* e = readdir(d)) {
+    long pid = 0;
+    char rest[8];
+    if (sscanf(e->d_name, "job-%ld-%7s", &pid, rest) != 2 || pid <= 0) continue;
+    if (pid == getpid() || kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;
+    stale.push_back(work_root + "/" + e->d_name);
+  }
+  closedir(d);
+  for (const std::string& dir : stale) {
+    fprintf(stderr, "sandbox: removing %s (left by a worker that is gone)\n", dir.c_str());
+    RemoveTree(dir);
+  }
 }
 
 // Secret seeds: fresh from the OS for every evaluation, never from the Task.
@@ -121,6 +146,7 @@ SandboxConfig WithDefaults(SandboxConfig c) {
 absl::StatusOr<std::unique_ptr<Evaluator>> Evaluator::Create(const SandboxConfig& raw) {
   SandboxConfig config = WithDefaults(raw);
   mkdir(config.work_root().c_str(), 0700);
+  RemoveStaleJobDirs(config.work_root());
   const int caps = ProbeHostCapabilities();
   const std::string missing = DescribeMissingCapabilities(caps);
   if (!missing.empty()) {
@@ -217,7 +243,7 @@ Verdict Evaluator::Evaluate(const EvaluateRequest& request, const ProgressFn& pr
 Verdict Evaluator::Run(const EvaluateRequest& request, const ProgressFn& progress) {
   Verdict v;
   const uint64_t id = job_counter_.fetch_add(1);
-  const std::string job_dir = absl::StrCat(config_.work_root(), "/job-", id);
+  const std::string job_dir = absl::StrCat(config_.work_root(), "/job-", getpid(), "-", id);
   auto note = [&](const std::string& stage, bool finished, const std::string& detail = "") {
     if (progress) progress(stage, finished, detail);
   };

@@ -2,7 +2,12 @@
 // Evaluate, a streamed Evaluate with stage progress, and the metrics.
 #include "sandbox/sandbox_service.h"
 
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
@@ -57,6 +62,30 @@ TEST(SandboxServiceTest, EvaluateAndStreamOverGrpc) {
   EXPECT_NE(text.find("kernelrl_sandbox_queue_depth{stage=\"verify_waiting\"} 0"), std::string::npos);
   EXPECT_NE(text.find("kernelrl_sandbox_serving 1"), std::string::npos);
   server->Shutdown();
+}
+
+// A worker killed mid-job leaves work_root/job-<pid>-<n> behind (seen on the
+// GPU machine after a cut run: the next worker's job failed with "File
+// exists"). A new worker removes dirs of dead pids and keeps live ones.
+TEST(SandboxServiceTest, NewWorkerRemovesJobDirsOfDeadWorkers) {
+  const std::string python = testing::FindTorchPython();
+  if (python.empty()) GTEST_SKIP() << "no python3 with torch on this machine";
+  SandboxConfig config = testing::CpuConfig(python);
+  config.set_work_root(config.work_root() + "-stale");
+  long dead = 999999;
+  while (kill(static_cast<pid_t>(dead), 0) == 0 || errno != ESRCH) --dead;
+  const std::string stale = config.work_root() + "/job-" + std::to_string(dead) + "-26";
+  const std::string live = config.work_root() + "/job-" + std::to_string(getppid()) + "-3";
+  mkdir(config.work_root().c_str(), 0700);
+  for (const std::string& d : {stale, live, stale + "/ws"}) ASSERT_EQ(mkdir(d.c_str(), 0700), 0) << d;
+  auto evaluator = Evaluator::Create(config);
+  ASSERT_TRUE(evaluator.ok()) << evaluator.status();
+  struct stat st;
+  EXPECT_NE(stat(stale.c_str(), &st), 0) << "a dead worker's job dir stays: " << stale;
+  EXPECT_EQ(stat(live.c_str(), &st), 0) << "a live worker's job dir was removed: " << live;
+  Verdict v = (*evaluator)->Evaluate(testing::Request("sandbox/testdata/cpu_tasks/relu.py", "sandbox/solutions/cpu/relu"),
+                                nullptr);
+  EXPECT_EQ(v.outcome(), Verdict::OK) << v.summary();
 }
 
 }  // namespace
