@@ -181,7 +181,8 @@ def run(job, cont, to_ref, from_ref):
                         xs[k] = old
             tensors = [x for x in xs if isinstance(x, torch.Tensor)]
             # Exact digest instead of a clone: no second copy of multi-GB inputs.
-            before = inputs_lib.fingerprint(tensors)
+            # The values are those fp digested (copied into the old buffers).
+            before = [f for x, f in zip(xs, fp) if isinstance(x, torch.Tensor)]
             poison_allocator(device, sum(x.nbytes for x in tensors) + (1 << 20))
             if device == "cuda":
                 torch.cuda.synchronize()
@@ -234,6 +235,10 @@ def run(job, cont, to_ref, from_ref):
                   "flags": sorted(flags), "detail": "; ".join(detail), "forward_ms": forward_ms})
             prev_inputs = xs
             del out, flat, plain, tensors
+            if device == "cuda":
+                # Hand this set's freed blocks back to the driver: the reference
+                # process needs the room for the next 6 GB tensors.
+                torch.cuda.empty_cache()
             index += 1
         send({"type": "done", "flags": sorted(flags)})
         return 0

@@ -53,11 +53,28 @@ def make_model(module, init_seed, device):
 _INT_OF_SIZE = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
+_WEIGHTS = {}  # (device, chunk) -> int64 [chunk] position weights, made once
+
+
+def _weights(device, n, chunk):
+    """Weights for the first n positions of a chunk; only full chunks (multi-
+    GB tensors, 512 MB of weights) are cached, small tensors pay for theirs."""
+    if n < chunk:
+        return torch.arange(n, device=device, dtype=torch.int64) % 65521 + 1
+    key = (str(device), chunk)
+    if key not in _WEIGHTS:
+        _WEIGHTS[key] = torch.arange(chunk, device=device, dtype=torch.int64) % 65521 + 1
+    return _WEIGHTS[key]
+
+
 def fingerprint(values, chunk=1 << 26):
     """Exact, order-independent digest of each tensor's bytes: integer sums of
     the bit patterns, plain and position-weighted (mod 2^64). Equal across
     processes iff the inputs are (up to astronomically unlikely collisions),
-    whatever the thread count or reduction order."""
+    whatever the thread count or reduction order. Position weights are
+    (i mod 65521) + 1 within a chunk times (chunk index + 1); the bit
+    patterns are summed as they are (integer sums accumulate in int64), so a
+    chunk costs three passes, not seven (multi-GB inputs, 3 digests a set)."""
     fp = []
     for x in values:
         if not isinstance(x, torch.Tensor):
@@ -66,12 +83,12 @@ def fingerprint(values, chunk=1 << 26):
         flat = x.detach().contiguous().reshape(-1)
         size = flat.element_size()
         bits = flat.view(_INT_OF_SIZE[size]) if size in _INT_OF_SIZE else flat.view(torch.uint8)
+        w = _weights(bits.device, min(chunk, bits.numel()), chunk)
         plain = weighted = 0
-        for start in range(0, bits.numel(), chunk):
-            c = bits[start:start + chunk].long()
-            w = torch.arange(start, start + c.numel(), device=c.device, dtype=torch.int64) % 65521 + 1
-            plain += int(c.sum())
-            weighted += int((c * w).sum())
+        for k, start in enumerate(range(0, bits.numel(), chunk)):
+            c = bits[start:start + chunk]
+            plain += int(c.sum(dtype=torch.int64))
+            weighted += (k + 1) * int((c * w[:c.numel()]).sum(dtype=torch.int64))
         fp.append([plain & (2**64 - 1), weighted & (2**64 - 1), list(x.shape), str(x.dtype)])
     return fp
 
