@@ -14,7 +14,7 @@ import profiling
 import protocol
 
 
-def compare(ref, meta, exchange_dir, device, atol, rtol):
+def compare(ref, meta, exchange_dir, device, atol, rtol, chunk=1 << 28):
     """None if the candidate output matches, else a one-line reason."""
     if meta.get("type") != "Tensor":
         return f"is a {meta.get('type')}, expected a plain torch.Tensor"
@@ -32,30 +32,48 @@ def compare(ref, meta, exchange_dir, device, atol, rtol):
     path = os.path.join(exchange_dir, os.path.basename(name))
     if not name or not os.path.isfile(path) or os.path.getsize(path) != ref.numel() * ref.element_size():
         return "output bytes missing or of the wrong size"
-    got = torch.from_file(path, shared=False, size=ref.numel(), dtype=ref.dtype).view(ref.shape).to(device)
+    # Chunk by chunk: a 6.4 GB output compared whole needs ~5 such buffers of
+    # temporaries on the GPU, which the candidate process shares.
+    host = torch.from_file(path, shared=False, size=ref.numel(), dtype=ref.dtype)
     os.unlink(path)
-    if not (ref.is_floating_point() or ref.is_complex()):
-        if torch.equal(got, ref):
+    flat_ref = ref.reshape(-1)
+    floating = ref.is_floating_point() or ref.is_complex()
+    for s in range(0, flat_ref.numel(), chunk):
+        r = flat_ref[s:s + chunk]
+        got = host[s:s + chunk].to(device)
+        why = _compare_chunk(got, r, s, ref, floating, atol, rtol)
+        if why:
+            return why
+    return None
+
+
+def _at(ref, flat_index):
+    return [int(v) for v in torch.unravel_index(torch.tensor(flat_index), ref.shape)] if ref.dim() else []
+
+
+def _compare_chunk(got, r, offset, ref, floating, atol, rtol):
+    """The reason chunk [offset, offset + len) fails, with the global index."""
+    if not floating:
+        if torch.equal(got, r):
             return None
-        bad = (got != ref).nonzero()[0].tolist()
-        return f"mismatch at {bad}: got {got[tuple(bad)].item()}, expected {ref[tuple(bad)].item()}"
-    ref_nan = torch.isnan(ref)
-    got_nan = torch.isnan(got)
-    if (got_nan & ~ref_nan).any():
-        bad = (got_nan & ~ref_nan).nonzero()[0].tolist()
-        return f"NaN at {bad} (expected {ref[tuple(bad)].item():.6g}); NaN never passes"
-    close = torch.isclose(got, ref, rtol=rtol, atol=atol, equal_nan=True)
+        k = int((got != r).nonzero()[0])
+        return f"mismatch at {_at(ref, offset + k)}: got {got[k].item()}, expected {r[k].item()}"
+    ref_nan = torch.isnan(r)
+    new_nan = torch.isnan(got) & ~ref_nan
+    if bool(new_nan.any()):
+        k = int(new_nan.nonzero()[0])
+        return f"NaN at {_at(ref, offset + k)} (expected {r[k].item():.6g}); NaN never passes"
+    del new_nan
+    close = torch.isclose(got, r, rtol=rtol, atol=atol, equal_nan=True)
     if bool(close.all()):
         return None
-    err = torch.where(ref_nan, torch.zeros_like(ref), (got - ref).abs())
+    err = torch.where(ref_nan, torch.zeros_like(r), (got - r).abs())
     err = torch.nan_to_num(err, nan=float("inf"))
-    flat = int(err.reshape(-1).argmax())
-    idx = list(torch.unravel_index(torch.tensor(flat), ref.shape)) if ref.dim() else []
-    idx = [int(v) for v in idx]
-    where = tuple(idx)
+    k = int(err.argmax())
     frac = 1.0 - float(close.float().mean())
-    return (f"max abs err {float(err.reshape(-1)[flat]):.4g} at {idx} (got {got[where].item():.6g}, "
-            f"expected {ref[where].item():.6g}); {frac:.2%} of elements outside atol={atol:g} rtol={rtol:g}")
+    scope = "" if r.numel() == ref.numel() else f" of [{offset}, {offset + r.numel()})"
+    return (f"max abs err {float(err[k]):.4g} at {_at(ref, offset + k)} (got {got[k].item():.6g}, "
+            f"expected {r[k].item():.6g}); {frac:.2%} of elements{scope} outside atol={atol:g} rtol={rtol:g}")
 
 
 def _send(fd, msg):
