@@ -46,8 +46,38 @@ unsigned Blocks(int64_t n, int threads) {
 
 // ---- RoPE + split ---------------------------------------------------------
 
-// One thread per (row, head, pair). Heads [0, nh) are q, [nh, nh+kvh) k
-// (both rotated), the rest v (copied).
+// Thread idx -> (row n, head hh, pair j); heads [0, nh) are q, [nh, nh+kvh)
+// k (both rotated), the rest v (copied). `part` and `offset` locate the
+// head's row in q, k or v ([B, heads, T, D]).
+struct RopeSite {
+  int64_t n, offset;
+  int hh, j, part;
+  bool rotate;
+};
+
+__device__ __forceinline__ RopeSite Locate(int64_t idx, const RopeShape& s) {
+  const int half = s.head_dim / 2, heads = s.heads + 2 * s.kv_heads;
+  RopeSite r;
+  r.j = idx % half;
+  r.hh = (idx / half) % heads;
+  r.n = idx / (int64_t{half} * heads);
+  const int64_t b = r.n / s.seq, t = r.n % s.seq;
+  int h = r.hh, per_batch = s.heads;
+  r.part = 0;
+  if (h >= s.heads) {
+    h -= s.heads;
+    per_batch = s.kv_heads;
+    r.part = 1;
+    if (h >= s.kv_heads) {
+      h -= s.kv_heads;
+      r.part = 2;
+    }
+  }
+  r.rotate = r.part < 2;
+  r.offset = ((b * per_batch + h) * s.seq + t) * s.head_dim;
+  return r;
+}
+
 template <typename T>
 __global__ void RopeSplitForwardKernel(const T* __restrict__ qkv, const T* __restrict__ cos,
                                        const T* __restrict__ sin, T* __restrict__ q, T* __restrict__ k,
@@ -56,27 +86,17 @@ __global__ void RopeSplitForwardKernel(const T* __restrict__ qkv, const T* __res
   const int64_t total = s.batch * s.seq * heads * half;
   for (int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; idx < total;
        idx += int64_t{gridDim.x} * blockDim.x) {
-    const int j = idx % half;
-    const int hh = (idx / half) % heads;
-    const int64_t n = idx / (int64_t{half} * heads);
-    const int64_t b = n / s.seq, t = n % s.seq;
-    const T* x = qkv + n * heads * D + int64_t{hh} * D;
-    float y1 = ToF(x[j]), y2 = ToF(x[j + half]);
-    T* out;
-    if (hh < s.heads) {
-      out = q + ((b * s.heads + hh) * s.seq + t) * D;
-    } else if (hh < s.heads + s.kv_heads) {
-      out = k + ((b * s.kv_heads + (hh - s.heads)) * s.seq + t) * D;
-    } else {
-      out = v + ((b * s.kv_heads + (hh - s.heads - s.kv_heads)) * s.seq + t) * D;
+    const RopeSite r = Locate(idx, s);
+    const T* x = qkv + r.n * heads * D + int64_t{r.hh} * D;
+    float y1 = ToF(x[r.j]), y2 = ToF(x[r.j + half]);
+    if (r.rotate) {
+      const T* c = cos + r.n * D;
+      const T* sn = sin + r.n * D;
+      RopePair(y1, y2, ToF(c[r.j]), ToF(sn[r.j]), ToF(c[r.j + half]), ToF(sn[r.j + half]), &y1, &y2);
     }
-    if (hh < s.heads + s.kv_heads) {
-      const T* c = cos + n * D;
-      const T* sn = sin + n * D;
-      RopePair(y1, y2, ToF(c[j]), ToF(sn[j]), ToF(c[j + half]), ToF(sn[j + half]), &y1, &y2);
-    }
-    out[j] = FromF<T>(y1);
-    out[j + half] = FromF<T>(y2);
+    T* out = (r.part == 0 ? q : r.part == 1 ? k : v) + r.offset;
+    out[r.j] = FromF<T>(y1);
+    out[r.j + half] = FromF<T>(y2);
   }
 }
 
@@ -88,27 +108,17 @@ __global__ void RopeSplitBackwardKernel(const T* __restrict__ dq, const T* __res
   const int64_t total = s.batch * s.seq * heads * half;
   for (int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; idx < total;
        idx += int64_t{gridDim.x} * blockDim.x) {
-    const int j = idx % half;
-    const int hh = (idx / half) % heads;
-    const int64_t n = idx / (int64_t{half} * heads);
-    const int64_t b = n / s.seq, t = n % s.seq;
-    const T* dy;
-    if (hh < s.heads) {
-      dy = dq + ((b * s.heads + hh) * s.seq + t) * D;
-    } else if (hh < s.heads + s.kv_heads) {
-      dy = dk + ((b * s.kv_heads + (hh - s.heads)) * s.seq + t) * D;
-    } else {
-      dy = dv + ((b * s.kv_heads + (hh - s.heads - s.kv_heads)) * s.seq + t) * D;
+    const RopeSite r = Locate(idx, s);
+    const T* dy = (r.part == 0 ? dq : r.part == 1 ? dk : dv) + r.offset;
+    float d1 = ToF(dy[r.j]), d2 = ToF(dy[r.j + half]);
+    if (r.rotate) {
+      const T* c = cos + r.n * D;
+      const T* sn = sin + r.n * D;
+      RopePairGrad(d1, d2, ToF(c[r.j]), ToF(sn[r.j]), ToF(c[r.j + half]), ToF(sn[r.j + half]), &d1, &d2);
     }
-    float d1 = ToF(dy[j]), d2 = ToF(dy[j + half]);
-    if (hh < s.heads + s.kv_heads) {
-      const T* c = cos + n * D;
-      const T* sn = sin + n * D;
-      RopePairGrad(d1, d2, ToF(c[j]), ToF(sn[j]), ToF(c[j + half]), ToF(sn[j + half]), &d1, &d2);
-    }
-    T* dx = dqkv + n * heads * D + int64_t{hh} * D;
-    dx[j] = FromF<T>(d1);
-    dx[j + half] = FromF<T>(d2);
+    T* dx = dqkv + r.n * heads * D + int64_t{r.hh} * D;
+    dx[r.j] = FromF<T>(d1);
+    dx[r.j + half] = FromF<T>(d2);
   }
 }
 
