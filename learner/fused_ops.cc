@@ -33,44 +33,35 @@ void CheckCpuFloat(const at::Tensor& t, const char* what) {
   TORCH_CHECK(t.scalar_type() == at::kFloat, what, ": the CPU path is fp32 only, got ", t.scalar_type());
 }
 
-k::RopeShape MakeRopeShape(const at::Tensor& qkv, RopeSplitShape s) {
-  return {qkv.size(0), qkv.size(1), s.heads, s.kv_heads, s.head_dim};
-}
-
 // ---- RoPE + split -----------------------------------------------------------
 
-void RopeSplitCpu(const float* x, const float* cos, const float* sin, float* q, float* kk, float* v, k::RopeShape s,
-                  bool backward) {
+// CPU loops over the same flat index map as the CUDA kernels (Locate).
+void RopeSplitForwardCpu(const float* qkv, const float* cos, const float* sin, float* const split[3],
+                         const k::RopeShape& s) {
   const int D = s.head_dim, half = D / 2, heads = s.heads + 2 * s.kv_heads;
-  for (int64_t n = 0; n < s.batch * s.seq; ++n) {
-    const int64_t b = n / s.seq, t = n % s.seq;
-    for (int hh = 0; hh < heads; ++hh) {
-      float* split;  // q, k or v row of this (n, head)
-      if (hh < s.heads) {
-        split = q + ((b * s.heads + hh) * s.seq + t) * D;
-      } else if (hh < s.heads + s.kv_heads) {
-        split = kk + ((b * s.kv_heads + hh - s.heads) * s.seq + t) * D;
-      } else {
-        split = v + ((b * s.kv_heads + hh - s.heads - s.kv_heads) * s.seq + t) * D;
-      }
-      float* fused = const_cast<float*>(x) + (n * heads + hh) * D;  // qkv row (written in backward)
-      const float* c = cos + n * D;
-      const float* sn = sin + n * D;
-      for (int j = 0; j < half; ++j) {
-        const bool rotate = hh < s.heads + s.kv_heads;
-        if (!backward) {
-          float y1 = fused[j], y2 = fused[j + half];
-          if (rotate) k::RopePair(y1, y2, c[j], sn[j], c[j + half], sn[j + half], &y1, &y2);
-          split[j] = y1;
-          split[j + half] = y2;
-        } else {
-          float d1 = split[j], d2 = split[j + half];
-          if (rotate) k::RopePairGrad(d1, d2, c[j], sn[j], c[j + half], sn[j + half], &d1, &d2);
-          fused[j] = d1;
-          fused[j + half] = d2;
-        }
-      }
-    }
+  for (int64_t idx = 0; idx < k::RopePairs(s); ++idx) {
+    const k::RopeSite r = k::Locate(idx, s);
+    const float* x = qkv + r.n * heads * D + int64_t{r.hh} * D;
+    float y1 = x[r.j], y2 = x[r.j + half];
+    const float *c = cos + r.n * D, *sn = sin + r.n * D;
+    if (r.rotate) k::RopePair(y1, y2, c[r.j], sn[r.j], c[r.j + half], sn[r.j + half], &y1, &y2);
+    split[r.part][r.offset + r.j] = y1;
+    split[r.part][r.offset + r.j + half] = y2;
+  }
+}
+
+void RopeSplitBackwardCpu(const float* const dsplit[3], const float* cos, const float* sin, float* dqkv,
+                          const k::RopeShape& s) {
+  const int D = s.head_dim, half = D / 2, heads = s.heads + 2 * s.kv_heads;
+  for (int64_t idx = 0; idx < k::RopePairs(s); ++idx) {
+    const k::RopeSite r = k::Locate(idx, s);
+    const float* dy = dsplit[r.part] + r.offset;
+    float d1 = dy[r.j], d2 = dy[r.j + half];
+    const float *c = cos + r.n * D, *sn = sin + r.n * D;
+    if (r.rotate) k::RopePairGrad(d1, d2, c[r.j], sn[r.j], c[r.j + half], sn[r.j + half], &d1, &d2);
+    float* dx = dqkv + r.n * heads * D + int64_t{r.hh} * D;
+    dx[r.j] = d1;
+    dx[r.j + half] = d2;
   }
 }
 
@@ -78,14 +69,14 @@ class RopeSplitFn : public torch::autograd::Function<RopeSplitFn> {
  public:
   static variable_list forward(AutogradContext* ctx, const at::Tensor& qkv_in, const at::Tensor& cos_in,
                                const at::Tensor& sin_in, int64_t heads, int64_t kv_heads, int64_t head_dim) {
-    const RopeSplitShape rs{static_cast<int>(heads), static_cast<int>(kv_heads), static_cast<int>(head_dim)};
     at::Tensor qkv = qkv_in.contiguous(), cos = cos_in.contiguous(), sin = sin_in.contiguous();
     TORCH_CHECK(qkv.dim() == 3 && qkv.size(2) == (heads + 2 * kv_heads) * head_dim && head_dim % 2 == 0,
                 "FusedRopeSplit: qkv ", qkv.sizes(), " does not match heads ", heads, "+2*", kv_heads, " x ", head_dim);
     TORCH_CHECK(cos.numel() == qkv.size(0) * qkv.size(1) * head_dim && cos.sizes() == sin.sizes() &&
                     cos.scalar_type() == qkv.scalar_type(),
                 "FusedRopeSplit: cos/sin ", cos.sizes(), " ", cos.scalar_type(), " do not match qkv");
-    const k::RopeShape s = MakeRopeShape(qkv, rs);
+    const k::RopeShape s{qkv.size(0), qkv.size(1), static_cast<int>(heads), static_cast<int>(kv_heads),
+                         static_cast<int>(head_dim)};
     at::Tensor q = at::empty({s.batch, heads, s.seq, head_dim}, qkv.options());
     at::Tensor kk = at::empty({s.batch, kv_heads, s.seq, head_dim}, qkv.options());
     at::Tensor v = at::empty({s.batch, kv_heads, s.seq, head_dim}, qkv.options());
@@ -96,8 +87,8 @@ class RopeSplitFn : public torch::autograd::Function<RopeSplitFn> {
             "RoPE forward kernel");
     } else {
       CheckCpuFloat(qkv, "FusedRopeSplit");
-      RopeSplitCpu(qkv.data_ptr<float>(), cos.data_ptr<float>(), sin.data_ptr<float>(), q.data_ptr<float>(),
-                   kk.data_ptr<float>(), v.data_ptr<float>(), s, /*backward=*/false);
+      float* const split[3] = {q.data_ptr<float>(), kk.data_ptr<float>(), v.data_ptr<float>()};
+      RopeSplitForwardCpu(qkv.data_ptr<float>(), cos.data_ptr<float>(), sin.data_ptr<float>(), split, s);
     }
     ctx->save_for_backward({cos, sin});
     ctx->saved_data["shape"] = std::vector<int64_t>{s.batch, s.seq, heads, kv_heads, head_dim};
@@ -123,9 +114,9 @@ class RopeSplitFn : public torch::autograd::Function<RopeSplitFn> {
                                  cos.data_ptr(), saved[1].data_ptr(), dqkv.data_ptr(), s, Stream(cos)),
             "RoPE backward kernel");
     } else {
-      RopeSplitCpu(dqkv.data_ptr<float>(), cos.data_ptr<float>(), saved[1].data_ptr<float>(),
-                   grads[0].data_ptr<float>(), grads[1].data_ptr<float>(), grads[2].data_ptr<float>(), s,
-                   /*backward=*/true);
+      const float* const dsplit[3] = {grads[0].data_ptr<float>(), grads[1].data_ptr<float>(),
+                                      grads[2].data_ptr<float>()};
+      RopeSplitBackwardCpu(dsplit, cos.data_ptr<float>(), saved[1].data_ptr<float>(), dqkv.data_ptr<float>(), s);
     }
     return {dqkv, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }

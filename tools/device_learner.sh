@@ -107,7 +107,8 @@ $PY - "$B" <<'PYEOF' | tee -a "$S"
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 def get(impl, bench, **kw):
-    kw.setdefault("fused", True) if impl == "kernelrl" and bench != "decode" else None
+    if impl == "kernelrl" and bench != "decode":
+        kw.setdefault("fused", True)  # the --unfused rows are the A/B baseline
     for r in rows:
         if r.get("impl") == impl and r.get("bench") == bench and all(r.get(k) == v for k, v in kw.items()):
             return r

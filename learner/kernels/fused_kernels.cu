@@ -7,6 +7,8 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <type_traits>
+
 #include "learner/kernels/fused_math.h"
 
 namespace kernelrl::learner::kernels {
@@ -46,44 +48,12 @@ unsigned Blocks(int64_t n, int threads) {
 
 // ---- RoPE + split ---------------------------------------------------------
 
-// Thread idx -> (row n, head hh, pair j); heads [0, nh) are q, [nh, nh+kvh)
-// k (both rotated), the rest v (copied). `part` and `offset` locate the
-// head's row in q, k or v ([B, heads, T, D]).
-struct RopeSite {
-  int64_t n, offset;
-  int hh, j, part;
-  bool rotate;
-};
-
-__device__ __forceinline__ RopeSite Locate(int64_t idx, const RopeShape& s) {
-  const int half = s.head_dim / 2, heads = s.heads + 2 * s.kv_heads;
-  RopeSite r;
-  r.j = idx % half;
-  r.hh = (idx / half) % heads;
-  r.n = idx / (int64_t{half} * heads);
-  const int64_t b = r.n / s.seq, t = r.n % s.seq;
-  int h = r.hh, per_batch = s.heads;
-  r.part = 0;
-  if (h >= s.heads) {
-    h -= s.heads;
-    per_batch = s.kv_heads;
-    r.part = 1;
-    if (h >= s.kv_heads) {
-      h -= s.kv_heads;
-      r.part = 2;
-    }
-  }
-  r.rotate = r.part < 2;
-  r.offset = ((b * per_batch + h) * s.seq + t) * s.head_dim;
-  return r;
-}
-
 template <typename T>
 __global__ void RopeSplitForwardKernel(const T* __restrict__ qkv, const T* __restrict__ cos,
                                        const T* __restrict__ sin, T* __restrict__ q, T* __restrict__ k,
                                        T* __restrict__ v, RopeShape s) {
   const int D = s.head_dim, half = D / 2, heads = s.heads + 2 * s.kv_heads;
-  const int64_t total = s.batch * s.seq * heads * half;
+  const int64_t total = RopePairs(s);
   for (int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; idx < total;
        idx += int64_t{gridDim.x} * blockDim.x) {
     const RopeSite r = Locate(idx, s);
@@ -105,7 +75,7 @@ __global__ void RopeSplitBackwardKernel(const T* __restrict__ dq, const T* __res
                                         const T* __restrict__ dv, const T* __restrict__ cos,
                                         const T* __restrict__ sin, T* __restrict__ dqkv, RopeShape s) {
   const int D = s.head_dim, half = D / 2, heads = s.heads + 2 * s.kv_heads;
-  const int64_t total = s.batch * s.seq * heads * half;
+  const int64_t total = RopePairs(s);
   for (int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; idx < total;
        idx += int64_t{gridDim.x} * blockDim.x) {
     const RopeSite r = Locate(idx, s);
@@ -244,11 +214,23 @@ int ByType(DType dtype, F&& f) {
 
 constexpr int kThreads = 256;
 
+// Calls launch(std::integral_constant<int, V>) with V = 16 bytes of T when
+// the rows allow 16-byte accesses, else V = 1 (scalar kernel).
+template <typename T, typename F>
+int LaunchVectorised(bool vectorisable, F&& launch) {
+  if (vectorisable) {
+    launch(std::integral_constant<int, 16 / sizeof(T)>{});
+  } else {
+    launch(std::integral_constant<int, 1>{});
+  }
+  return LastError();
+}
+
 }  // namespace
 
 int RopeSplitForward(DType dtype, const void* qkv, const void* cos, const void* sin, void* q, void* k, void* v,
                      RopeShape s, void* stream) {
-  const int64_t n = s.batch * s.seq * (s.heads + 2 * s.kv_heads) * (s.head_dim / 2);
+  const int64_t n = RopePairs(s);
   if (n == 0) return 0;
   return ByType(dtype, [&](auto zero) {
     using T = decltype(zero);
@@ -261,7 +243,7 @@ int RopeSplitForward(DType dtype, const void* qkv, const void* cos, const void* 
 
 int RopeSplitBackward(DType dtype, const void* dq, const void* dk, const void* dv, const void* cos,
                       const void* sin, void* dqkv, RopeShape s, void* stream) {
-  const int64_t n = s.batch * s.seq * (s.heads + 2 * s.kv_heads) * (s.head_dim / 2);
+  const int64_t n = RopePairs(s);
   if (n == 0) return 0;
   return ByType(dtype, [&](auto zero) {
     using T = decltype(zero);
@@ -276,16 +258,12 @@ int SwiGluForward(DType dtype, const void* gu, void* y, int64_t rows, int64_t in
   if (rows * inter == 0) return 0;
   return ByType(dtype, [&](auto zero) {
     using T = decltype(zero);
-    constexpr int V = 16 / sizeof(T);
-    auto st = static_cast<cudaStream_t>(stream);
-    if (inter % V == 0 && Aligned(gu, 16) && Aligned(y, 16)) {
-      SwiGluForwardKernel<T, V><<<Blocks(rows * inter / V, kThreads), kThreads, 0, st>>>(
+    const bool vec = inter % (16 / sizeof(T)) == 0 && Aligned(gu, 16) && Aligned(y, 16);
+    return LaunchVectorised<T>(vec, [&](auto v) {
+      constexpr int V = decltype(v)::value;
+      SwiGluForwardKernel<T, V><<<Blocks(rows * inter / V, kThreads), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
           static_cast<const T*>(gu), static_cast<T*>(y), rows, inter);
-    } else {
-      SwiGluForwardKernel<T, 1><<<Blocks(rows * inter, kThreads), kThreads, 0, st>>>(
-          static_cast<const T*>(gu), static_cast<T*>(y), rows, inter);
-    }
-    return LastError();
+    });
   });
 }
 
@@ -294,16 +272,12 @@ int SwiGluBackward(DType dtype, const void* gu, const void* dy, void* dgu, int64
   if (rows * inter == 0) return 0;
   return ByType(dtype, [&](auto zero) {
     using T = decltype(zero);
-    constexpr int V = 16 / sizeof(T);
-    auto st = static_cast<cudaStream_t>(stream);
-    if (inter % V == 0 && Aligned(gu, 16) && Aligned(dy, 16) && Aligned(dgu, 16)) {
-      SwiGluBackwardKernel<T, V><<<Blocks(rows * inter / V, kThreads), kThreads, 0, st>>>(
+    const bool vec = inter % (16 / sizeof(T)) == 0 && Aligned(gu, 16) && Aligned(dy, 16) && Aligned(dgu, 16);
+    return LaunchVectorised<T>(vec, [&](auto v) {
+      constexpr int V = decltype(v)::value;
+      SwiGluBackwardKernel<T, V><<<Blocks(rows * inter / V, kThreads), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
           static_cast<const T*>(gu), static_cast<const T*>(dy), static_cast<T*>(dgu), rows, inter);
-    } else {
-      SwiGluBackwardKernel<T, 1><<<Blocks(rows * inter, kThreads), kThreads, 0, st>>>(
-          static_cast<const T*>(gu), static_cast<const T*>(dy), static_cast<T*>(dgu), rows, inter);
-    }
-    return LastError();
+    });
   });
 }
 
@@ -313,16 +287,13 @@ int LogprobForward(DType dtype, const void* logits, int64_t ld, const int64_t* t
   if (rows > 0x7fffffff) return static_cast<int>(cudaErrorInvalidValue);
   return ByType(dtype, [&](auto zero) {
     using T = decltype(zero);
-    constexpr int V = 16 / sizeof(T);
-    auto st = static_cast<cudaStream_t>(stream);
-    if (vocab % V == 0 && ld % V == 0 && Aligned(logits, 16)) {
-      LogprobForwardKernel<T, V><<<static_cast<unsigned>(rows), kRowThreads, 0, st>>>(
-          static_cast<const T*>(logits), ld, targets, inv_temp, logp, lse, vocab);
-    } else {
-      LogprobForwardKernel<T, 1><<<static_cast<unsigned>(rows), kRowThreads, 0, st>>>(
-          static_cast<const T*>(logits), ld, targets, inv_temp, logp, lse, vocab);
-    }
-    return LastError();
+    constexpr int kVec = 16 / sizeof(T);
+    const bool vec = vocab % kVec == 0 && ld % kVec == 0 && Aligned(logits, 16);
+    return LaunchVectorised<T>(vec, [&](auto v) {
+      LogprobForwardKernel<T, decltype(v)::value>
+          <<<static_cast<unsigned>(rows), kRowThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+              static_cast<const T*>(logits), ld, targets, inv_temp, logp, lse, vocab);
+    });
   });
 }
 
@@ -332,16 +303,13 @@ int LogprobBackward(DType dtype, const void* logits, int64_t ld, const int64_t* 
   if (rows > 0x7fffffff) return static_cast<int>(cudaErrorInvalidValue);
   return ByType(dtype, [&](auto zero) {
     using T = decltype(zero);
-    constexpr int V = 16 / sizeof(T);
-    auto st = static_cast<cudaStream_t>(stream);
-    if (vocab % V == 0 && ld % V == 0 && Aligned(logits, 16) && Aligned(dlogits, 16)) {
-      LogprobBackwardKernel<T, V><<<static_cast<unsigned>(rows), kRowThreads, 0, st>>>(
-          static_cast<const T*>(logits), ld, targets, lse, g, inv_temp, static_cast<T*>(dlogits), vocab);
-    } else {
-      LogprobBackwardKernel<T, 1><<<static_cast<unsigned>(rows), kRowThreads, 0, st>>>(
-          static_cast<const T*>(logits), ld, targets, lse, g, inv_temp, static_cast<T*>(dlogits), vocab);
-    }
-    return LastError();
+    constexpr int kVec = 16 / sizeof(T);
+    const bool vec = vocab % kVec == 0 && ld % kVec == 0 && Aligned(logits, 16) && Aligned(dlogits, 16);
+    return LaunchVectorised<T>(vec, [&](auto v) {
+      LogprobBackwardKernel<T, decltype(v)::value>
+          <<<static_cast<unsigned>(rows), kRowThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+              static_cast<const T*>(logits), ld, targets, lse, g, inv_temp, static_cast<T*>(dlogits), vocab);
+    });
   });
 }
 

@@ -1,10 +1,14 @@
 // Per-element math of the learner's fused kernels, shared by the CUDA
-// kernels (fused_kernels.cu) and their CPU loops (fused_kernels_cpu.cc), so
-// the CPU tests in CI check the same formulas the GPU runs. All in fp32.
+// kernels (fused_kernels.cu) and their CPU loops (learner/fused_ops.cc), so
+// the CPU tests in CI check the same formulas and index maps the GPU runs.
+// All in fp32.
 #ifndef KERNELRL_LEARNER_KERNELS_FUSED_MATH_H_
 #define KERNELRL_LEARNER_KERNELS_FUSED_MATH_H_
 
 #include <cmath>
+#include <cstdint>
+
+#include "learner/kernels/fused_kernels.h"
 
 #ifdef __CUDACC__
 #define KRL_HD __host__ __device__ __forceinline__
@@ -26,6 +30,43 @@ KRL_HD void RopePair(float x1, float x2, float c1, float s1, float c2, float s2,
 KRL_HD void RopePairGrad(float dy1, float dy2, float c1, float s1, float c2, float s2, float* dx1, float* dx2) {
   *dx1 = dy1 * c1 + dy2 * s2;
   *dx2 = dy2 * c2 - dy1 * s1;
+}
+
+// Flat index -> (row n, head hh, pair j) of RoPE + split. Heads [0, nh)
+// are q, [nh, nh+kvh) k (both rotated), the rest v (copied); `part` (0, 1,
+// 2) and `offset` locate the head's row in q, k or v ([B, heads, T, D]).
+struct RopeSite {
+  int64_t n, offset;
+  int hh, j, part;
+  bool rotate;
+};
+
+// How many (row, head, pair) sites RoPE + split has: its flat index range.
+KRL_HD int64_t RopePairs(const RopeShape& s) {
+  return s.batch * s.seq * (s.heads + 2 * s.kv_heads) * (s.head_dim / 2);
+}
+
+KRL_HD RopeSite Locate(int64_t idx, const RopeShape& s) {
+  const int half = s.head_dim / 2, heads = s.heads + 2 * s.kv_heads;
+  RopeSite r;
+  r.j = idx % half;
+  r.hh = (idx / half) % heads;
+  r.n = idx / (int64_t{half} * heads);
+  const int64_t b = r.n / s.seq, t = r.n % s.seq;
+  int h = r.hh, per_batch = s.heads;
+  r.part = 0;
+  if (h >= s.heads) {
+    h -= s.heads;
+    per_batch = s.kv_heads;
+    r.part = 1;
+    if (h >= s.kv_heads) {
+      h -= s.kv_heads;
+      r.part = 2;
+    }
+  }
+  r.rotate = r.part < 2;
+  r.offset = ((b * per_batch + h) * s.seq + t) * s.head_dim;
+  return r;
 }
 
 KRL_HD float Sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
