@@ -36,18 +36,6 @@ int kr_contain_phase(const KrPolicy* p, int phase, char* log, int log_len) {
 
 int kr_probe_host(void) { return kernelrl::sandbox::ProbeHostCapabilities(); }
 
-// Waits for `pid` (a child of the caller) with a wall limit; see Supervise().
-int kr_supervise(int pid, double wall_seconds, int* exit_code, int* term_signal, int* timed_out,
-                 double* wall_ms, double* cpu_ms) {
-  kernelrl::sandbox::SuperviseResult r = kernelrl::sandbox::Supervise(pid, wall_seconds);
-  *exit_code = r.exit_code;
-  *term_signal = r.term_signal;
-  *timed_out = r.timed_out ? 1 : 0;
-  *wall_ms = r.wall_ms;
-  *cpu_ms = r.cpu_ms;
-  return 0;
-}
-
 // Field order mirrors KrSuperviseResult in sandbox/harness/contain.py.
 struct KrSuperviseResult {
   int exit_code;
@@ -61,9 +49,10 @@ struct KrSuperviseResult {
   int memory_samples;
 };
 
-// Supervise() with the host-memory cap (memory_cap_bytes 0 = none); proc_fd
-// is the procfs the caller opened before forking (-1 = "/proc").
-int kr_supervise_ex(int pid, double wall_seconds, long long memory_cap_bytes, double memory_poll_ms,
+// Waits for `pid` (a child of the caller): Supervise() with the wall limit
+// and the host-memory cap (memory_cap_bytes 0 = none); proc_fd is the procfs
+// the caller opened before forking (-1 = "/proc").
+int kr_supervise(int pid, double wall_seconds, long long memory_cap_bytes, double memory_poll_ms,
                     int proc_fd, KrSuperviseResult* out) {
   kernelrl::sandbox::SuperviseOptions o;
   o.wall_seconds = wall_seconds;

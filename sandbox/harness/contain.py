@@ -49,8 +49,8 @@ class Contain:
         self.lib.kr_contain_phase.argtypes = [ctypes.POINTER(KrPolicy), ctypes.c_int,
                                               ctypes.c_char_p, ctypes.c_int]
         self.lib.kr_probe_host.restype = ctypes.c_int
-        self.lib.kr_supervise_ex.argtypes = [ctypes.c_int, ctypes.c_double, ctypes.c_longlong, ctypes.c_double,
-                                             ctypes.c_int, ctypes.POINTER(KrSuperviseResult)]
+        self.lib.kr_supervise.argtypes = [ctypes.c_int, ctypes.c_double, ctypes.c_longlong, ctypes.c_double,
+                                          ctypes.c_int, ctypes.POINTER(KrSuperviseResult)]
         self.lib.kr_cgroup_probe.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_int]
         self.lib.kr_cgroup_create.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_longlong,
                                               ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_int]
@@ -73,8 +73,8 @@ class Contain:
         on the resident host memory of its process tree (both kill the group).
         proc_fd: /proc opened before the fork (the candidate remounts /proc)."""
         r = KrSuperviseResult()
-        self.lib.kr_supervise_ex(pid, wall_seconds, int(memory_cap_bytes), float(memory_poll_ms), proc_fd,
-                                 ctypes.byref(r))
+        self.lib.kr_supervise(pid, wall_seconds, int(memory_cap_bytes), float(memory_poll_ms), proc_fd,
+                              ctypes.byref(r))
         return {"exit_code": r.exit_code, "signal": r.term_signal, "timed_out": bool(r.timed_out),
                 "memory_exceeded": bool(r.memory_exceeded), "memory_at_kill_bytes": r.memory_at_kill_bytes,
                 "peak_memory_bytes": r.peak_memory_bytes, "memory_samples": r.memory_samples,
