@@ -106,7 +106,12 @@ SandboxConfig WithDefaults(SandboxConfig c) {
     const char* env = std::getenv("KERNELRL_KPROF_LIB");
     c.set_kprof_lib(env ? env : "profiler_service/libkprof.so");
   }
-  for (std::string* path : {c.mutable_harness_dir(), c.mutable_contain_lib(), c.mutable_kprof_lib()}) {
+  if (c.verify_cuda_lib().empty()) {
+    const char* env = std::getenv("KERNELRL_VERIFY_CUDA_LIB");
+    c.set_verify_cuda_lib(env ? env : "sandbox/harness/cuda/libkernelrl_verify_cuda.so");
+  }
+  for (std::string* path : {c.mutable_harness_dir(), c.mutable_contain_lib(), c.mutable_kprof_lib(),
+                            c.mutable_verify_cuda_lib()}) {
     if (path->empty() || (*path)[0] == '/') continue;
     char resolved[PATH_MAX];
     if (realpath(path->c_str(), resolved) != nullptr || realpath((runfiles + *path).c_str(), resolved) != nullptr) {
@@ -116,6 +121,9 @@ SandboxConfig WithDefaults(SandboxConfig c) {
   struct stat st;
   if (!c.kprof_lib().empty() && (c.kprof_lib()[0] != '/' || stat(c.kprof_lib().c_str(), &st) != 0)) {
     c.set_kprof_lib("");  // not built here: CUDA-event timing (the zygote logs it)
+  }
+  if (!c.verify_cuda_lib().empty() && (c.verify_cuda_lib()[0] != '/' || stat(c.verify_cuda_lib().c_str(), &st) != 0)) {
+    c.set_verify_cuda_lib("");  // not built here: torch ops and host files (the zygote logs it)
   }
   if (c.profiler_root().empty()) {
     // The repository root the harness dir sits in (source tree or runfiles).

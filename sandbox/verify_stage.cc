@@ -60,6 +60,9 @@ absl::Status VerifyStage::StartLocked() {
   if (config_.backend() != "cpu" && !config_.kprof_lib().empty()) {
     o.argv.insert(o.argv.end(), {"--kprof-lib", config_.kprof_lib()});
   }
+  if (config_.backend() != "cpu" && !config_.verify_cuda_lib().empty()) {
+    o.argv.insert(o.argv.end(), {"--verify-cuda-lib", config_.verify_cuda_lib()});
+  }
   const char* path = std::getenv("PATH");
   o.env = {"PATH=" + std::string(path ? path : "/usr/bin:/bin"), "PYTHONDONTWRITEBYTECODE=1",
            "CUDA_VISIBLE_DEVICES=" + std::to_string(config_.gpu_index()), "LC_ALL=C.UTF-8",

@@ -25,11 +25,13 @@ if [ "${1:-}" = "--prepare" ]; then
   set -e
   SHARED=${KERNELRL_SHARED_DIR:-$(cd "$(dirname "$0")/../.." && pwd)/shared}
   bazel build //sandbox:sandbox_cli //sandbox/contain:libkernelrl_contain.so \
-    //profiler_service:precompute_baselines //profiler_service:libkprof.so
+    //profiler_service:precompute_baselines //profiler_service:libkprof.so \
+    //sandbox/harness/cuda:libkernelrl_verify_cuda.so
   rm -rf "$CARRY" && mkdir -p "$CARRY/lib" "$CARRY/kernelbench/level1" "$CARRY/kernelbench/level2"
   cp bazel-bin/sandbox/sandbox_cli bazel-bin/sandbox/contain/libkernelrl_contain.so \
     bazel-bin/profiler_service/precompute_baselines "$CARRY/"
   cp bazel-bin/profiler_service/libkprof.so "$CARRY/libkprof_bazel.so"
+  cp bazel-bin/sandbox/harness/cuda/libkernelrl_verify_cuda.so "$CARRY/"
   for b in sandbox_cli precompute_baselines; do
     ldd "$CARRY/$b" | awk '/=> \// {print $3}' |
       grep -vE '/(libc|libm|libgcc_s|libstdc\+\+|ld-linux-x86-64|libpthread|libdl|librt|libcuda|libcupti)\.so' |
@@ -50,6 +52,8 @@ elapsed() { echo $(( $(date +%s) - T0 )); }
 PY=$(command -v python3)
 CUDA=${CUDA_HOME:-/usr/local/cuda}
 export LD_LIBRARY_PATH=$PWD/$CARRY/lib:${LD_LIBRARY_PATH:-}
+# The harness's CUDA helpers (digest, compare, GPU output exchange); VERIFY_CUDA=0: the torch/file paths.
+[ "${VERIFY_CUDA:-1}" = 1 ] && export KERNELRL_VERIFY_CUDA_LIB=$PWD/$CARRY/libkernelrl_verify_cuda.so
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv,noheader
 $PY -c 'import torch, sys; print("torch", torch.__version__, "python", sys.version.split()[0])'
@@ -65,6 +69,12 @@ if ! g++ -std=c++17 -O2 -fPIC -shared -I. -I$CUDA/include -I$CUPTI_H profiler_se
   KPROF=$PWD/$CARRY/libkprof_bazel.so
 fi
 echo "kprof: $KPROF (at $(elapsed) s)"
+
+# 1b. The harness's CUDA helpers against the torch code they replace.
+if [ -n "${KERNELRL_VERIFY_CUDA_LIB:-}" ]; then
+  timeout 180 $PY sandbox/harness/verify_cuda_test.py "$KERNELRL_VERIFY_CUDA_LIB" > "$OUT/verify_cuda_test.log" 2>&1
+  echo "verify_cuda_test rc=$?: $(grep -c '^PASS' "$OUT/verify_cuda_test.log") passed, $(grep '^FAIL\|SKIPPED\|Error' "$OUT/verify_cuda_test.log" | head -5)"
+fi
 
 # 2. Baselines of the solutions' tasks: eager + torch.compile, profiler precompute,
 #    imported into the cache the worker reads. Tasks not reached get no baseline
@@ -189,6 +199,13 @@ if pr:
 ov = [stage(r["verdict"], "verify") for r in rows if r["label"].startswith("overhead/")][1:]
 if ov:
     print(f"verify wall, tiny ReLU (fixed overhead): p50 {statistics.median(ov)/1e3:.2f} s  (n={len(ov)})")
+print("\n== where verify time goes (timing/timeline lines of each verdict's contain log) ==")
+for r in rows:
+    if r["label"].startswith(("overhead/", "level1/", "level2/")):
+        lines = [l for l in r["verdict"].get("logs", {}).get("contain", "").splitlines() if l.startswith(("timing:", "timeline:"))]
+        print(f"{r['label'][:42]} verify {stage(r['verdict'], 'verify'):.0f} ms")
+        for l in lines:
+            print("    " + l[:400])
 try:
     b = json.load(open(f"{out}/compile_bench.json"))["summary"]
     for k, v in b.items():

@@ -18,6 +18,7 @@ import kernelrl
 import loader
 import profiling
 import protocol
+import verify_cuda
 
 CUDA_MARKERS = ("CUDA error", "illegal memory access", "unspecified launch failure",
                 "device-side assert", "misaligned address", "an illegal instruction",
@@ -55,15 +56,62 @@ def poison_allocator(device, nbytes):
     del p
 
 
-def export_outputs(flat, exchange_dir, prefix):
-    """Writes each plain strided tensor's bytes to the exchange directory for
-    the reference process; returns the metadata it compares first."""
+class ExchangeSlots:
+    """The reference process's device allocation, mapped here once (its fd
+    arrives on the exchange socket with the first go message that offers
+    it); go messages say which slot each output goes to."""
+
+    def __init__(self, xsock):
+        self.xsock = xsock
+        self.ex = None
+        self.slots = None
+        self.first = None  # set 0's slots: region 0, where profile re-checks go
+        self.note = ""
+
+    def accept(self, offer):
+        """Takes a go message's "exchange" entry; returns a log line or ""."""
+        self.slots = None
+        if not isinstance(offer, dict) or self.note.startswith("failed"):
+            return ""
+        if self.ex is None:
+            try:
+                if not verify_cuda.available():
+                    raise verify_cuda.VerifyCudaError(verify_cuda.error())
+                self.ex = verify_cuda.Exchange.import_fd(verify_cuda.recv_fd(self.xsock), int(offer["bytes"]))
+            except (verify_cuda.VerifyCudaError, OSError, ValueError, KeyError) as e:
+                self.note = f"failed: {e}"
+                return f"exchange: GPU slots unavailable ({e}); outputs go through files"
+        self.slots = offer.get("slots") if isinstance(offer.get("slots"), list) else None
+        if self.first is None:
+            self.first = self.slots
+        return ""
+
+    def for_rechecks(self):
+        self.slots = self.first
+
+    def put(self, j, o):
+        """Writes output j into its slot; False when it has none or does not fit."""
+        slot = self.slots[j] if self.slots is not None and j < len(self.slots) else None
+        if not slot or not o.is_cuda or o.nbytes != slot[1]:
+            return False
+        self.ex.write(int(slot[0]), o.detach().contiguous())
+        return True
+
+
+def export_outputs(flat, exchange_dir, prefix, slots=None):
+    """Hands each plain strided tensor's bytes to the reference process: into
+    its device slot when it has one, else to a file in the exchange
+    directory; returns the metadata the reference checks first."""
     metas = []
     for j, o in enumerate(flat):
         meta = {"type": type(o).__name__}
         if isinstance(o, torch.Tensor):
             meta.update(shape=list(o.shape), dtype=str(o.dtype), device=o.device.type, layout=str(o.layout))
             if type(o) is torch.Tensor and o.layout == torch.strided and o.numel() > 0:
+                if slots is not None and slots.put(j, o):
+                    meta["slot"] = j
+                    metas.append(meta)
+                    continue
                 name = f"out_{prefix}_{j}.bin"
                 dst = torch.from_file(os.path.join(exchange_dir, name), shared=True, size=o.numel(), dtype=o.dtype)
                 dst.copy_(o.detach().reshape(-1))
@@ -73,8 +121,9 @@ def export_outputs(flat, exchange_dir, prefix):
     return metas
 
 
-def run(job, cont, to_ref, from_ref):
+def run(job, cont, to_ref, from_ref, xsock=-1):
     t_start = time.monotonic()
+    clock = protocol.Timeline(job.get("t0_mono"))  # diagnostics only: the candidate could lie
     device = job["device"]
     flags = set()
     guard = None
@@ -83,6 +132,7 @@ def run(job, cont, to_ref, from_ref):
     send = lambda m: protocol.send(to_ref, m)  # noqa: E731
     reader = protocol.LineReader(from_ref)
     stage = "setup"
+    slots = ExchangeSlots(xsock)
     try:
         # One intra-op thread: harness-side CPU work stays on this thread, so
         # any new thread during import/forward is the candidate's.
@@ -92,13 +142,17 @@ def run(job, cont, to_ref, from_ref):
             torch.cuda.set_device(0)
             torch.ones(1, device="cuda").add_(1)
             torch.cuda.synchronize()
+            verify_cuda.load(job.get("verify_cuda_lib", ""))
+            clock.mark("cuda_init")
             recorder = profiling.warm_recorder(job)
             if job.get("profile"):
                 send({"type": "log", "text": f"profile: {recorder}"})
+            clock.mark("recorder")
         ref_mod = loader.load_module(job["public_model"], "kernelrl_task_model")
         ref_model, init = inputs_lib.make_model(ref_mod, job["init_seed"], device)
         state = ref_model.state_dict()
         del ref_model
+        clock.mark("task_model")
         loader.prepare_artifacts(job["layout"], job["artifact_dir"])
         audit = guards.AuditGuard([job["scratch_dir"], job["exchange_dir"]])
         audit.install()
@@ -108,9 +162,11 @@ def run(job, cont, to_ref, from_ref):
             send({"type": "log", "contain": log})
         threads = guards.ThreadGuard()
         threads.install()
-        snapshot = guards.PatchSnapshot(extra_modules=[kernelrl, guards, inputs_lib, protocol, loader, profiling]
+        snapshot = guards.PatchSnapshot(extra_modules=[kernelrl, guards, inputs_lib, protocol, loader, profiling,
+                                                       verify_cuda]
                                         + profiling.timing_modules(job))
         threads_base = guards.thread_count()
+        clock.mark("guards")
         stage = "import"
         audit.armed = True
         sys.path.insert(0, job["workspace_dir"])
@@ -127,19 +183,22 @@ def run(job, cont, to_ref, from_ref):
         if patched:
             flags.add("monkey_patch")
             send({"type": "flags", "flags": sorted(flags), "detail": "patched: " + ", ".join(patched[:5])})
+        clock.mark("model_new")
         stage = "forward"
         index = 0
         prev_inputs = None
         while True:
             msg = reader.read()
+            clock.mark("wait")
             if msg is not None and msg.get("type") == "profile" and job.get("profile"):
                 # Every set passed (the reference process decided): time it.
                 stage = "profile"
+                slots.for_rechecks()
                 audits = len(audit.violations)
                 deadline = t_start + float(job["wall_seconds"]) * 0.85
                 reply = profiling.run_candidate(
                     job, model, ref_mod, device, send, reader,
-                    lambda flat, prefix: export_outputs(flat, job["exchange_dir"], prefix), deadline)
+                    lambda flat, prefix: export_outputs(flat, job["exchange_dir"], prefix, slots), deadline)
                 if device == "cuda":
                     torch.cuda.synchronize()  # a sticky CUDA error from a timed call surfaces here
                 if len(audit.violations) > audits:
@@ -153,12 +212,18 @@ def run(job, cont, to_ref, from_ref):
                     reply["detail"] = "patched while profiled: " + ", ".join(patched[:5])
                 reply["flags"] = sorted(flags)
                 send(reply)
+                clock.mark("profile")
                 continue
             if msg is None or msg.get("type") != "go":
                 break
             i, dist = msg["set"], msg["dist"]
+            note = slots.accept(msg.get("exchange"))
+            if note:
+                send({"type": "log", "text": note})
             xs = inputs_lib.make_inputs(ref_mod, job["seeds"][i], dist, device)
+            clock.mark("inputs")
             fp = inputs_lib.fingerprint(xs)
+            clock.mark("fingerprint")
             # Same buffers, new values: a cache keyed by pointer or shape
             # returns the previous set's answer and fails.
             if prev_inputs is not None and len(prev_inputs) == len(xs):
@@ -174,6 +239,7 @@ def run(job, cont, to_ref, from_ref):
             poison_allocator(device, sum(x.nbytes for x in tensors) + (1 << 20))
             if device == "cuda":
                 torch.cuda.synchronize()
+            clock.mark("reuse_poison")
             guard = guards.TorchOpGuard()
             t0 = time.perf_counter()
             with torch.no_grad():
@@ -187,6 +253,7 @@ def run(job, cont, to_ref, from_ref):
                     else:
                         guards.clear_dispatch_modes()
             forward_ms = (time.perf_counter() - t0) * 1e3
+            clock.mark("forward")
             detail = []
             if guard.violations:
                 flags.add("torch_op_in_forward")
@@ -206,6 +273,7 @@ def run(job, cont, to_ref, from_ref):
                 torch.cuda.synchronize()
                 if inputs_lib.fingerprint(plain) != snap:
                     flags.add("async_side_stream")
+            clock.mark("output_digests")
             mutated = inputs_lib.fingerprint(tensors) != before
             ranges = [storage_range(x) for x in tensors]
             for o in plain:
@@ -218,7 +286,9 @@ def run(job, cont, to_ref, from_ref):
             if patched:
                 flags.add("monkey_patch")
                 detail.append("patched: " + ", ".join(patched[:5]))
-            metas = export_outputs(flat, job["exchange_dir"], f"{i}")
+            clock.mark("checks")
+            metas = export_outputs(flat, job["exchange_dir"], f"{i}", slots)
+            clock.mark("export")
             send({"type": "set", "set": i, "fp": fp, "outputs": metas, "mutated": mutated,
                   "flags": sorted(flags), "detail": "; ".join(detail), "forward_ms": forward_ms})
             prev_inputs = xs
@@ -227,8 +297,9 @@ def run(job, cont, to_ref, from_ref):
                 # Hand this set's freed blocks back to the driver: the reference
                 # process needs the room for the next 6 GB tensors.
                 torch.cuda.empty_cache()
+            clock.mark("release")
             index += 1
-        send({"type": "done", "flags": sorted(flags)})
+        send({"type": "done", "flags": sorted(flags), "timeline": clock.report()})
         return 0
     except BaseException as exc:  # noqa: BLE001 - everything the candidate raises is a verdict
         kind = classify(exc, guard, audit, threads)
@@ -241,7 +312,7 @@ def run(job, cont, to_ref, from_ref):
             send({"type": "error", "kind": kind, "stage": stage, "flags": sorted(flags),
                   "audit": audit.violations[:5] if audit else [],
                   "torch_ops": sorted(set(guard.violations))[:5] if guard else [],
-                  "message": tb[-3000:]})
+                  "message": tb[-3000:], "timeline": clock.report()})
         except OSError:
             pass
         sys.stderr.write(tb)

@@ -6,6 +6,8 @@ on large magnitudes). Both the reference and the candidate process build the
 same sets from the same seed; fingerprints prove they did."""
 import torch
 
+import verify_cuda
+
 DISTRIBUTIONS = ("task", "normal", "uniform_pm1", "uniform01", "large_magnitude", "small_magnitude")
 DEFAULT_CYCLE = ["task", "normal", "task", "uniform_pm1", "large_magnitude"]
 
@@ -72,9 +74,11 @@ def fingerprint(values, chunk=1 << 26):
     the bit patterns, plain and position-weighted (mod 2^64). Equal across
     processes iff the inputs are (up to astronomically unlikely collisions),
     whatever the thread count or reduction order. Position weights are
-    (i mod 65521) + 1 within a chunk times (chunk index + 1); the bit
-    patterns are summed as they are (integer sums accumulate in int64), so a
-    chunk costs three passes, not seven (multi-GB inputs, 3 digests a set)."""
+    (i mod 65521) + 1 within a chunk of 2^26 units times (chunk index + 1);
+    the bit patterns are summed as they are (sign-extended; bytes unsigned).
+    On CUDA with the harness's helper library one kernel pass computes it
+    (verify_cuda.digest_units, same definition, tested against this code);
+    otherwise torch ops, three passes per chunk."""
     fp = []
     for x in values:
         if not isinstance(x, torch.Tensor):
@@ -82,15 +86,23 @@ def fingerprint(values, chunk=1 << 26):
             continue
         flat = x.detach().contiguous().reshape(-1)
         size = flat.element_size()
-        bits = flat.view(_INT_OF_SIZE[size]) if size in _INT_OF_SIZE else flat.view(torch.uint8)
-        w = _weights(bits.device, min(chunk, bits.numel()), chunk)
-        plain = weighted = 0
-        for k, start in enumerate(range(0, bits.numel(), chunk)):
-            c = bits[start:start + chunk]
-            plain += int(c.sum(dtype=torch.int64))
-            weighted += (k + 1) * int((c * w[:c.numel()]).sum(dtype=torch.int64))
+        unit = size if size in _INT_OF_SIZE else 1
+        if flat.is_cuda and verify_cuda.available() and chunk == 1 << 26:
+            plain, weighted = verify_cuda.digest_units(flat, unit) if flat.numel() else (0, 0)
+        else:
+            plain, weighted = _torch_digest(flat.view(_INT_OF_SIZE[unit]), chunk)
         fp.append([plain & (2**64 - 1), weighted & (2**64 - 1), list(x.shape), str(x.dtype)])
     return fp
+
+
+def _torch_digest(bits, chunk):
+    w = _weights(bits.device, min(chunk, bits.numel()), chunk)
+    plain = weighted = 0
+    for k, start in enumerate(range(0, bits.numel(), chunk)):
+        c = bits[start:start + chunk]
+        plain += int(c.sum(dtype=torch.int64))
+        weighted += (k + 1) * int((c * w[:c.numel()]).sum(dtype=torch.int64))
+    return plain, weighted
 
 
 def flatten_outputs(out):

@@ -210,8 +210,7 @@ def _recheck(job, task_module, model, device, msg, compare):
         if not isinstance(ref, torch.Tensor):
             continue
         try:
-            why = compare(ref, meta if isinstance(meta, dict) else {}, job["exchange_dir"], device,
-                          job["atol"], job["rtol"])
+            why = compare(ref, meta if isinstance(meta, dict) else {}, j)
         except torch.cuda.OutOfMemoryError:
             raise  # Our memory, not the candidate's bytes: INFRA_ERROR, never a wrong answer.
         except Exception as e:  # noqa: BLE001 - bytes the candidate wrote do not load

@@ -44,3 +44,41 @@ def send(fd, msg):
     while view:
         n = os.write(fd, view)
         view = view[n:]
+
+
+class Timeline:
+    """Where a process's wall goes, for the verdict's timing line: time summed
+    per named step, and when the process started after the job did (the
+    zygote stamps the job with time.monotonic(); CLOCK_MONOTONIC is one clock
+    for every process on the host)."""
+
+    def __init__(self, job_t0=None):
+        self.last = time.monotonic()
+        self.start_ms = (self.last - job_t0) * 1e3 if job_t0 else 0.0
+        self.steps = {}
+
+    def mark(self, name):
+        """Charges the time since the previous mark to `name`."""
+        now = time.monotonic()
+        step = self.steps.setdefault(name, [0.0, 0])
+        step[0] += (now - self.last) * 1e3
+        step[1] += 1
+        self.last = now
+
+    def report(self):
+        return {"start_ms": round(self.start_ms, 1),
+                "steps": [[name, round(ms, 1), n] for name, (ms, n) in self.steps.items()]}
+
+
+def format_timeline(report):
+    """'+12 ms: cuda 380, inputs 95 (5x), ...' from Timeline.report()."""
+    if not isinstance(report, dict) or not isinstance(report.get("steps"), list):
+        return "n/a"
+    parts = []
+    for step in report["steps"][:40]:
+        try:
+            name, ms, n = str(step[0])[:24], float(step[1]), int(step[2])
+        except (TypeError, ValueError, IndexError):
+            continue
+        parts.append(f"{name} {ms:.0f}" + (f" ({n}x)" if n > 1 else ""))
+    return f"+{float(report.get('start_ms', 0)):.0f} ms: " + ", ".join(parts)

@@ -12,10 +12,86 @@ import inputs as inputs_lib
 import loader
 import profiling
 import protocol
+import verify_cuda
 
 
-def compare(ref, meta, exchange_dir, device, atol, rtol, chunk=1 << 28):
-    """None if the candidate output matches, else a one-line reason."""
+class Outputs:
+    """Where the candidate's outputs arrive. Always: files in the exchange
+    directory (host memory). On CUDA with the helper library: slots of one
+    device allocation this process owns and the candidate process maps (its
+    fd goes over a unix socket), so outputs stay on the GPU. Slots are
+    poisoned (0xFF: NaN, or -1) whenever this process is not waiting for the
+    candidate to fill them: a slot never holds anything but the candidate's
+    bytes written since the last request."""
+
+    RECHECK = "recheck"  # profile re-checks use region 0's slots
+
+    def __init__(self, exchange_dir, device, xsock=-1):
+        self.exchange_dir = exchange_dir
+        self.device = device
+        self.xsock = xsock
+        self.ex = None
+        self.sizes = None    # output bytes the allocation was laid out for (set 0)
+        self.regions = []    # per region: per output [offset, nbytes] or None
+        self.by_set = {}     # set -> the region's slots it was offered
+        self.note = "files" if device != "cuda" else ""
+
+    def offer(self, refs, i, regions):
+        """The "exchange" entry of set i's go message, or None (files). The
+        allocation is made once, for set 0's outputs; a later set whose
+        outputs differ in size uses files."""
+        sizes = [o.nbytes if type(o) is torch.Tensor else 0 for o in refs]
+        if self.ex is None and i == 0 and not self.note:
+            if self.xsock < 0 or not verify_cuda.available():
+                self.note = "files (" + (verify_cuda.error() or "no exchange socket") + ")"
+                return None
+            offsets, total = verify_cuda.Exchange.layout(sizes, regions)
+            try:
+                self.ex = verify_cuda.Exchange.create(total)
+                verify_cuda.send_fd(self.xsock, self.ex.fd)
+            except (verify_cuda.VerifyCudaError, OSError) as e:
+                self.note = f"files (exchange failed: {e})"[:300]
+                self.release()
+                return None
+            self.sizes, self.note = sizes, "gpu"
+            self.regions = [[[off, n] if n else None for off, n in zip(row, sizes)] for row in offsets]
+        if self.ex is None or sizes != self.sizes:
+            return None
+        self.by_set[i] = self.regions[i % len(self.regions)]
+        return {"bytes": self.ex.nbytes, "slots": self.by_set[i]}
+
+    def read(self, ref, meta, j, key):
+        """The candidate's bytes for output j of set `key` as a flat tensor
+        (device slot or host file), or (None, reason)."""
+        nbytes = ref.numel() * ref.element_size()
+        if "slot" in meta:
+            slots = self.regions[0] if key == self.RECHECK and self.regions else self.by_set.get(key) or []
+            if meta.get("slot") != j or j >= len(slots) or not slots[j] or slots[j][1] != nbytes:
+                return None, "output slot missing or of the wrong size"
+            return self.ex.tensor(slots[j][0], ref.numel(), ref.dtype), None
+        name = meta.get("file", "")
+        path = os.path.join(self.exchange_dir, os.path.basename(name))
+        if not name or not os.path.isfile(path) or os.path.getsize(path) != nbytes:
+            return None, "output bytes missing or of the wrong size"
+        host = torch.from_file(path, shared=False, size=ref.numel(), dtype=ref.dtype)
+        os.unlink(path)
+        return host, None
+
+    def poison(self, key):
+        """Done reading set `key`: its slots go back to poison."""
+        slots = self.regions[0] if key == self.RECHECK and self.regions else self.by_set.pop(key, None)
+        for slot in slots or []:
+            if slot:
+                self.ex.fill(slot[0], slot[1])
+
+    def release(self):
+        if self.ex is not None:
+            self.ex.release()
+            self.ex = None
+
+
+def compare(ref, meta, outputs, j=0, key=0, atol=1e-2, rtol=1e-2, chunk=1 << 28):
+    """None if the candidate's output j matches, else a one-line reason."""
     if meta.get("type") != "Tensor":
         return f"is a {meta.get('type')}, expected a plain torch.Tensor"
     if meta.get("layout") != "torch.strided":
@@ -28,19 +104,24 @@ def compare(ref, meta, exchange_dir, device, atol, rtol, chunk=1 << 28):
         return f"shape {meta.get('shape')}, expected {list(ref.shape)}"
     if ref.numel() == 0:
         return None
-    name = meta.get("file", "")
-    path = os.path.join(exchange_dir, os.path.basename(name))
-    if not name or not os.path.isfile(path) or os.path.getsize(path) != ref.numel() * ref.element_size():
-        return "output bytes missing or of the wrong size"
-    # Chunk by chunk: a 6.4 GB output compared whole needs ~5 such buffers of
-    # temporaries on the GPU, which the candidate process shares.
-    host = torch.from_file(path, shared=False, size=ref.numel(), dtype=ref.dtype)
-    os.unlink(path)
+    got_all, why = outputs.read(ref, meta, j, key)
+    if why:
+        return why
     flat_ref = ref.reshape(-1)
     floating = ref.is_floating_point() or ref.is_complex()
+    # Chunk by chunk: a 6.4 GB output compared whole with torch ops needs ~5
+    # such buffers of temporaries on the GPU, which the candidate shares.
     for s in range(0, flat_ref.numel(), chunk):
         r = flat_ref[s:s + chunk]
-        got = host[s:s + chunk].to(device)
+        got = got_all[s:s + chunk].to(ref.device)
+        if got.is_cuda and verify_cuda.available():
+            bad, _, first, _ = verify_cuda.count_mismatches(got, r, atol, rtol)
+            if not bad:
+                continue
+            # The rare path: torch ops find the words for the failure.
+            why = _compare_chunk(got, r, s, ref, floating, atol, rtol)
+            return why or (f"{bad} elements outside atol={atol:g} rtol={rtol:g}, first at "
+                           f"{_at(ref, s + first)} (got {got[first].item():.6g}, expected {r[first].item():.6g})")
         why = _compare_chunk(got, r, s, ref, floating, atol, rtol)
         if why:
             return why
@@ -86,7 +167,7 @@ def _send(fd, msg):
         return False
 
 
-def run(job, to_cand, from_cand, result_fd):
+def run(job, to_cand, from_cand, result_fd, xsock=-1):
     device = job["device"]
     atol, rtol = job["atol"], job["rtol"]
     n = len(job["seeds"])
@@ -95,18 +176,32 @@ def run(job, to_cand, from_cand, result_fd):
     reader = protocol.LineReader(from_cand)
     pending = {}
     t_start = time.perf_counter()
+    clock = protocol.Timeline(job.get("t0_mono"))
+    outputs = Outputs(job["exchange_dir"], device, xsock)
     try:
         if device == "cuda":
             torch.cuda.set_device(0)
+            torch.ones(1, device="cuda").add_(1)
+            torch.cuda.synchronize()
+            verify_cuda.load(job.get("verify_cuda_lib", ""))
+            clock.mark("cuda_init")
         mod = loader.load_module(job["reference_model"], "kernelrl_task_model")
         model, _ = inputs_lib.make_model(mod, job["init_seed"], device)
+        clock.mark("task_model")
         dists = job["distributions"]
+        # Pipelining (set i+1 prepared while the candidate runs set i) holds two
+        # sets of reference outputs (and two exchange regions); above 1 GB per
+        # set memory matters more.
+        limit = int(os.environ.get("KERNELRL_REF_PIPELINE_MAX_BYTES", 1 << 30))
+        regions = [2]
 
         def prepare(i):
             dist = dists[i % len(dists)]
             with torch.no_grad():
                 xs = inputs_lib.make_inputs(mod, job["seeds"][i], dist, device)
+                clock.mark("inputs")
                 outs = inputs_lib.flatten_outputs(model(*xs))
+                clock.mark("forward")
                 if dist != "task" and any(isinstance(o, torch.Tensor) and o.is_floating_point()
                                           and bool(torch.isnan(o).any()) for o in outs):
                     # The task's math is undefined on this distribution: use its own.
@@ -116,13 +211,18 @@ def run(job, to_cand, from_cand, result_fd):
             pending[i] = (dist, inputs_lib.fingerprint(xs), [o.detach() if isinstance(o, torch.Tensor) else o
                                                               for o in outs])
             del xs
-            _send(to_cand, {"type": "go", "set": i, "dist": dist})
+            clock.mark("fingerprint")
+            if i == 0 and sum(o.nbytes for o in pending[0][2] if isinstance(o, torch.Tensor)) > limit:
+                regions[0] = 1
+            go = {"type": "go", "set": i, "dist": dist}
+            exchange = outputs.offer(pending[i][2], i, regions[0])
+            if exchange:
+                go["exchange"] = exchange
+            clock.mark("exchange")
+            _send(to_cand, go)
 
         prepare(0)
-        # Pipelining (set i+1 prepared while the candidate runs set i) holds two
-        # sets of reference outputs; above 1 GB per set memory matters more.
-        limit = int(os.environ.get("KERNELRL_REF_PIPELINE_MAX_BYTES", 1 << 30))
-        big = sum(o.nbytes for o in pending[0][2] if isinstance(o, torch.Tensor)) > limit
+        big = regions[0] == 1
         for i in range(n):
             if i + 1 < n and not big:
                 prepare(i + 1)
@@ -138,9 +238,11 @@ def run(job, to_cand, from_cand, result_fd):
                     break
                 if msg.get("type") == "log":
                     result.setdefault("log", []).append((msg.get("contain") or msg.get("text") or "")[-2000:])
+            clock.mark("wait_candidate")
             if msg is None:
                 break
             if msg["type"] == "error":
+                result["candidate_timeline"] = msg.get("timeline")
                 result["candidate_error"] = {k: msg.get(k) for k in ("kind", "stage", "message", "audit", "torch_ops")}
                 break
             if msg["type"] == "done" or msg.get("set") != i:
@@ -166,10 +268,12 @@ def run(job, to_cand, from_cand, result_fd):
                 for j, (ref, meta) in enumerate(zip(refs, metas)):
                     if not entry["ok"]:
                         break
-                    why = compare(ref, meta, job["exchange_dir"], device, atol, rtol) \
+                    why = compare(ref, meta if isinstance(meta, dict) else {}, outputs, j, i, atol, rtol) \
                         if isinstance(ref, torch.Tensor) else None
                     if why:
                         entry.update(ok=False, detail=f"set {i} ({dist}) output {j}: {why}")
+                outputs.poison(i)
+            clock.mark("compare")
             result["sets"].append(entry)
             if not entry["ok"]:
                 break
@@ -184,11 +288,20 @@ def run(job, to_cand, from_cand, result_fd):
                 refs = None
                 if device == "cuda":
                     torch.cuda.empty_cache()
+                def recheck_compare(ref, meta, j):
+                    try:
+                        return compare(ref, meta, outputs, j, Outputs.RECHECK, atol, rtol)
+                    finally:
+                        outputs.poison(Outputs.RECHECK)
+
                 profiling.serve_reference(job, mod, model, device, lambda m: _send(to_cand, m), reader,
-                                          compare, result)
+                                          recheck_compare, result)
+                clock.mark("profile")
             _send(to_cand, {"type": "stop"})
             msg = reader.read(timeout=30) if result["candidate_error"] is None else None
+            clock.mark("stop")
             if msg is not None:
+                result["candidate_timeline"] = msg.get("timeline")
                 result["candidate_flags"] = sorted(set(result["candidate_flags"]) | set(msg.get("flags", [])))
                 if msg.get("type") == "done":
                     result["candidate_done"] = True
@@ -197,6 +310,12 @@ def run(job, to_cand, from_cand, result_fd):
     except Exception:  # noqa: BLE001 - a failing reference is our fault, not the candidate's
         result["ref_error"] = traceback.format_exc(limit=6)[-3000:]
     _send(to_cand, {"type": "stop"})
+    try:
+        outputs.release()
+    except Exception:  # noqa: BLE001 - the process ends next; the verdict is decided
+        pass
+    result["exchange"] = outputs.note
     result["reference_ms"] = (time.perf_counter() - t_start) * 1e3
+    result["timeline"] = clock.report()
     protocol.send(result_fd, result)
     return 0

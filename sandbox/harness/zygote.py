@@ -15,6 +15,7 @@ import argparse
 import json
 import os
 import signal
+import socket
 import stat
 import sys
 import time
@@ -105,7 +106,7 @@ def warm_up():
         t.copy_(xs[0].reshape(-1))
         reference.compare(xs[0], {"type": "Tensor", "layout": "torch.strided", "device": "cpu",
                                   "dtype": "torch.float32", "shape": [4, 4], "file": "x.bin"},
-                          d, "cpu", 1e-2, 1e-2)
+                          reference.Outputs(d, "cpu"), 0, 0, 1e-2, 1e-2)
     torch.isclose(xs[0], xs[0]).all()
     torch.unravel_index(torch.tensor(3), (4, 4))
     # Children initialise CUDA themselves; a zygote that did would poison them.
@@ -114,8 +115,13 @@ def warm_up():
 
 
 class Zygote:
-    def __init__(self, lib_path, device, profiler_root="", kprof_lib="", cgroup_parent=""):
+    def __init__(self, lib_path, device, profiler_root="", kprof_lib="", cgroup_parent="", verify_cuda_lib=""):
         self.cont = contain.Contain(lib_path)
+        # Loaded by each child after its CUDA init (never here: no CUDA in the zygote).
+        self.verify_cuda_lib = verify_cuda_lib if device == "cuda" else ""
+        if device == "cuda" and not (verify_cuda_lib and os.path.isfile(verify_cuda_lib)):
+            sys.stderr.write(f"[zygote] WARNING no verify_cuda library ({verify_cuda_lib or 'not configured'}): "
+                             "torch digests/comparisons and outputs through host files (slower verify)\n")
         self.caps = self.cont.probe()
         self.jobs = 0
         # Kernel-enforced backstop to the watchdog's memory cap, where the host
@@ -141,6 +147,7 @@ class Zygote:
     # ----- verify -----------------------------------------------------------
     def verify(self, job):
         t0 = time.perf_counter()
+        job["t0_mono"] = time.monotonic()  # both children report their timelines against it
         # Asked for by the worker AND allowed by this host.
         needs = {"readonly_root": "ro_remount", "mount_proc": "proc_mount"}
         iso = {k: bool(v) and self.caps.get(needs.get(k, k), True) for k, v in job["isolation"].items()}
@@ -167,6 +174,9 @@ class Zygote:
         r2c = os.pipe()
         res = os.pipe()
         sup = os.pipe()
+        # The GPU output exchange's fd goes from the reference to the candidate here.
+        xref, xcand = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        job["verify_cuda_lib"] = self.verify_cuda_lib
         cand_log = os.path.join(exchange, "candidate.log")
         ref_log = os.path.join(job["trusted_dir"], "reference.log")
         cgroup, cgroup_note = "", ""
@@ -179,12 +189,14 @@ class Zygote:
 
         ref_pid = os.fork()
         if ref_pid == 0:
-            self._child_reference(job, r2c[1], c2r[0], res[1], ref_log)
+            self._child_reference(job, r2c[1], c2r[0], res[1], ref_log, xref.fileno())
         sup_pid = os.fork()
         if sup_pid == 0:
-            self._child_supervisor(job, c2r[1], r2c[0], sup[1], cand_log, cgroup)
+            self._child_supervisor(job, c2r[1], r2c[0], sup[1], cand_log, cgroup, xcand.fileno())
         for fd in (c2r[0], c2r[1], r2c[0], r2c[1], res[1], sup[1]):
             os.close(fd)
+        xref.close()
+        xcand.close()
         status = protocol.LineReader(sup[0]).read(timeout=job["wall_seconds"] + 60) or {}
         ref = protocol.LineReader(res[0]).read(timeout=60) or {}
         for fd in (sup[0], res[0]):
@@ -211,6 +223,10 @@ class Zygote:
                 (time.perf_counter() - t0) * 1e3, ref.get("reference_ms", 0.0),
                 ",".join("%.0f" % f for f in ref.get("forward_ms", [])), status.get("wall_ms", 0.0),
                 status.get("cpu_ms", 0.0)))
+        status["contain_log"] += ("timeline: reference %s\ntimeline: candidate (self-reported) %s\n"
+                                  "output exchange: %s\n" % (
+            protocol.format_timeline(ref.get("timeline")), protocol.format_timeline(ref.get("candidate_timeline")),
+            ref.get("exchange", "?")))
         outcome = self.decide(job, status, ref)
         outcome["logs"] = {"candidate": tail(cand_log, int(job.get("log_tail_bytes") or 8192)),
                            "reference": tail(ref_log, int(job.get("log_tail_bytes") or 8192)),
@@ -255,22 +271,22 @@ class Zygote:
             prof["detail"] = (prof.get("detail") or "") + f" no measurement ({e.strerror})"
         return prof
 
-    def _child_reference(self, job, to_cand, from_cand, result_fd, log_path):
+    def _child_reference(self, job, to_cand, from_cand, result_fd, log_path, xsock):
         code = 1
         try:
             fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             os.dup2(fd, 1)
             os.dup2(fd, 2)
             pol = contain.make_policy({}, parent_death_signal=signal.SIGKILL,
-                                      keep_fds=[to_cand, from_cand, result_fd])
+                                      keep_fds=[to_cand, from_cand, result_fd, xsock])
             self.cont.phase(pol, 2)
-            code = reference.run(job, to_cand, from_cand, result_fd)
+            code = reference.run(job, to_cand, from_cand, result_fd, xsock)
         except BaseException:  # noqa: BLE001
             traceback.print_exc()
         finally:
             os._exit(code)
 
-    def _child_supervisor(self, job, to_ref, from_ref, status_fd, log_path, cgroup=""):
+    def _child_supervisor(self, job, to_ref, from_ref, status_fd, log_path, cgroup="", xsock=-1):
         try:
             LIBC.prctl(4, 1, 0, 0, 0)  # dumpable again, or uid_map stays unwritable
             iso = job["isolation"]
@@ -291,8 +307,8 @@ class Zygote:
             _, log1 = self.cont.phase(pol1, 1)
             pid = os.fork()
             if pid == 0:
-                self._child_candidate(job, to_ref, from_ref, log_fd)
-            for fd in (to_ref, from_ref, log_fd):
+                self._child_candidate(job, to_ref, from_ref, log_fd, xsock)
+            for fd in (to_ref, from_ref, log_fd, xsock):
                 os.close(fd)
             st = self.cont.supervise(pid, job["wall_seconds"], int(job.get("resident_memory_bytes") or 0),
                                      float(job.get("memory_poll_ms") or 10), proc_fd)
@@ -302,7 +318,7 @@ class Zygote:
             traceback.print_exc()
         os._exit(0)
 
-    def _child_candidate(self, job, to_ref, from_ref, log_fd):
+    def _child_candidate(self, job, to_ref, from_ref, log_fd, xsock):
         code = 2
         try:
             os.dup2(log_fd, 1)
@@ -317,12 +333,12 @@ class Zygote:
                 data_bytes=int(job["host_memory_bytes"]) if iso.get("data_limit", True) else 0,
                 fsize_bytes=int(job["exchange_bytes"]),
                 nofile=4096, core_bytes_plus1=1,
-                keep_fds=[to_ref, from_ref, 1, 2])
+                keep_fds=[to_ref, from_ref, xsock, 1, 2])
             _, log2 = self.cont.phase(pol2, 2)
             sys.stderr.write("[contain] " + log2.replace("\n", "\n[contain] ") + "\n")
             os.environ["TMPDIR"] = job["scratch_dir"]
             os.environ["HOME"] = job["scratch_dir"]
-            code = candidate.run(job, self.cont, to_ref, from_ref)
+            code = candidate.run(job, self.cont, to_ref, from_ref, xsock)
         except BaseException:  # noqa: BLE001
             traceback.print_exc()
         finally:
@@ -627,10 +643,12 @@ def main():
     ap.add_argument("--profiler-root", default="", help="directory holding profiler_service/harness")
     ap.add_argument("--kprof-lib", default="", help="libkprof.so (CUPTI recorder) for profiled CUDA jobs")
     ap.add_argument("--memory-cgroup-parent", default="", help="cgroup v2 dir for per-candidate memory cgroups")
+    ap.add_argument("--verify-cuda-lib", default="", help="libkernelrl_verify_cuda.so (digest, compare, GPU exchange)")
     args = ap.parse_args()
     # Dumpable off: candidates (same uid) cannot read our memory via /proc.
     LIBC.prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 4
-    Zygote(args.contain_lib, args.device, args.profiler_root, args.kprof_lib, args.memory_cgroup_parent).serve()
+    Zygote(args.contain_lib, args.device, args.profiler_root, args.kprof_lib, args.memory_cgroup_parent,
+           args.verify_cuda_lib).serve()
 
 
 if __name__ == "__main__":

@@ -1,0 +1,337 @@
+// The trusted harness's CUDA helpers (sandbox/harness/verify_cuda.py loads
+// this library with ctypes in the reference and candidate processes; never
+// in the zygote, which must not initialise CUDA):
+//
+//   krv_digest     exact digest of a tensor's bytes, the one inputs.fingerprint
+//                  computes with torch ops, in one pass instead of three;
+//   krv_compare    tolerance check of a candidate output against the reference
+//                  output in one pass (counts and first bad index);
+//   krv_exchange_* the output exchange buffer: device memory the reference
+//                  process allocates, exports as a file descriptor and the
+//                  candidate process maps to write its outputs into, so
+//                  multi-GB outputs never travel through host memory.
+//
+// Why kernels of our own: a fresh process pays for every torch kernel it uses
+// the first time (lazy module loading, ~2-20 ms each), and the torch digest
+// needed three passes plus int64 temporaries per chunk; both showed up as
+// most of the verify wall on the H100 (docs/SANDBOX.md, run 12).
+//
+// Every entry point returns 0 or a CUDA error code (cudaError_t or CUresult,
+// by name in krv_error_string), and synchronises before it returns.
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace {
+
+constexpr int kThreads = 256;
+constexpr long long kTile = 1 << 16;          // units per block iteration
+constexpr long long kChunk = 1 << 26;         // inputs.fingerprint's chunk
+constexpr unsigned kModulus = 65521;          // position weights (i mod 65521) + 1
+
+__device__ unsigned long long Widen(uint8_t v) { return v; }
+__device__ unsigned long long Widen(int16_t v) { return static_cast<unsigned long long>(static_cast<long long>(v)); }
+__device__ unsigned long long Widen(int32_t v) { return static_cast<unsigned long long>(static_cast<long long>(v)); }
+__device__ unsigned long long Widen(int64_t v) { return static_cast<unsigned long long>(v); }
+
+__device__ unsigned long long WarpSum(unsigned long long v) {
+  for (int off = 16; off > 0; off >>= 1) v += __shfl_down_sync(0xffffffffu, v, off);
+  return v;
+}
+
+// plain = sum of the units' bit patterns (sign-extended), weighted = sum of
+// unit * (chunk index + 1) * ((index in chunk mod 65521) + 1), both mod 2^64:
+// exactly what inputs.fingerprint's torch ops compute. A tile never straddles
+// a chunk (2^26 is a multiple of 2^16), so the chunk factor is applied once.
+template <typename T>
+__global__ void DigestKernel(const T* __restrict__ data, long long n, unsigned long long* out) {
+  unsigned long long plain = 0, weighted = 0;
+  for (long long start = blockIdx.x * kTile; start < n; start += static_cast<long long>(gridDim.x) * kTile) {
+    const long long end = start + kTile < n ? start + kTile : n;
+    const unsigned long long chunk_factor = static_cast<unsigned long long>(start / kChunk) + 1;
+    unsigned in_chunk = static_cast<unsigned>((start % kChunk) + threadIdx.x);
+    unsigned r = in_chunk % kModulus;
+    unsigned long long tile = 0;
+    for (long long i = start + threadIdx.x; i < end; i += kThreads) {
+      const unsigned long long v = Widen(data[i]);
+      plain += v;
+      tile += v * (r + 1);
+      r += kThreads;
+      if (r >= kModulus) r -= kModulus;
+    }
+    weighted += tile * chunk_factor;
+  }
+  __shared__ unsigned long long sp[kThreads / 32], sw[kThreads / 32];
+  plain = WarpSum(plain);
+  weighted = WarpSum(weighted);
+  if (threadIdx.x % 32 == 0) {
+    sp[threadIdx.x / 32] = plain;
+    sw[threadIdx.x / 32] = weighted;
+  }
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    plain = threadIdx.x < kThreads / 32 ? sp[threadIdx.x] : 0;
+    weighted = threadIdx.x < kThreads / 32 ? sw[threadIdx.x] : 0;
+    plain = WarpSum(plain);
+    weighted = WarpSum(weighted);
+    if (threadIdx.x == 0) {
+      atomicAdd(&out[0], plain);
+      atomicAdd(&out[1], weighted);
+    }
+  }
+}
+
+template <typename T>
+__device__ double ToDouble(T v) { return static_cast<double>(v); }
+template <>
+__device__ double ToDouble(__half v) { return static_cast<double>(__half2float(v)); }
+template <>
+__device__ double ToDouble(__nv_bfloat16 v) { return static_cast<double>(__bfloat162float(v)); }
+
+// counts[0]: elements not close (torch.isclose(got, ref, rtol, atol,
+// equal_nan=True) semantics, evaluated in double); counts[1]: of those, NaN
+// where the reference is not NaN; counts[2], counts[3]: first index of each
+// (n when none).
+template <typename T>
+__global__ void CompareKernel(const T* __restrict__ got, const T* __restrict__ ref, long long n, double atol,
+                              double rtol, unsigned long long* counts) {
+  unsigned long long bad = 0, new_nan = 0;
+  long long first_bad = n, first_nan = n;
+  for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<long long>(gridDim.x) * blockDim.x) {
+    const double g = ToDouble(got[i]), r = ToDouble(ref[i]);
+    const bool g_nan = isnan(g), r_nan = isnan(r);
+    bool close = (g == r) || (g_nan && r_nan);
+    if (!close) {
+      const double diff = fabs(g - r);
+      close = isfinite(diff) && diff <= atol + fabs(rtol * r);
+    }
+    if (!close) {
+      ++bad;
+      if (i < first_bad) first_bad = i;
+      if (g_nan && !r_nan) {
+        ++new_nan;
+        if (i < first_nan) first_nan = i;
+      }
+    }
+  }
+  if (bad) {
+    atomicAdd(&counts[0], bad);
+    atomicMin(&counts[2], static_cast<unsigned long long>(first_bad));
+  }
+  if (new_nan) {
+    atomicAdd(&counts[1], new_nan);
+    atomicMin(&counts[3], static_cast<unsigned long long>(first_nan));
+  }
+}
+
+// Exact comparison (integer, bool and other dtypes) unit by unit.
+template <typename T>
+__global__ void EqualKernel(const T* __restrict__ got, const T* __restrict__ ref, long long n,
+                            unsigned long long* counts) {
+  unsigned long long bad = 0;
+  long long first_bad = n;
+  for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<long long>(gridDim.x) * blockDim.x) {
+    if (got[i] != ref[i]) {
+      ++bad;
+      if (i < first_bad) first_bad = i;
+    }
+  }
+  if (bad) {
+    atomicAdd(&counts[0], bad);
+    atomicMin(&counts[2], static_cast<unsigned long long>(first_bad));
+  }
+}
+
+int Blocks(long long n, long long per_block) {
+  long long b = (n + per_block - 1) / per_block;
+  if (b < 1) b = 1;
+  return static_cast<int>(b < 132 * 16 ? b : 132 * 16);
+}
+
+// Device scratch for the reductions' results, made once per process.
+unsigned long long* Scratch() {
+  static unsigned long long* p = nullptr;
+  if (p == nullptr && cudaMalloc(&p, 4 * sizeof(unsigned long long)) != cudaSuccess) p = nullptr;
+  return p;
+}
+
+template <typename T>
+int Digest(const void* data, long long n, unsigned long long* out) {
+  unsigned long long* d = Scratch();
+  if (d == nullptr) return cudaErrorMemoryAllocation;
+  cudaError_t e = cudaMemset(d, 0, 2 * sizeof(unsigned long long));
+  if (e != cudaSuccess) return e;
+  if (n > 0) DigestKernel<T><<<Blocks(n, kTile), kThreads>>>(static_cast<const T*>(data), n, d);
+  if ((e = cudaGetLastError()) != cudaSuccess) return e;
+  return cudaMemcpy(out, d, 2 * sizeof(unsigned long long), cudaMemcpyDeviceToHost);
+}
+
+template <typename Launch>
+int Counted(long long n, unsigned long long* out, Launch launch) {
+  unsigned long long* d = Scratch();
+  if (d == nullptr) return cudaErrorMemoryAllocation;
+  const unsigned long long init[4] = {0, 0, static_cast<unsigned long long>(n), static_cast<unsigned long long>(n)};
+  cudaError_t e = cudaMemcpy(d, init, sizeof(init), cudaMemcpyHostToDevice);
+  if (e != cudaSuccess) return e;
+  if (n > 0) launch(d);
+  if ((e = cudaGetLastError()) != cudaSuccess) return e;
+  return cudaMemcpy(out, d, 4 * sizeof(unsigned long long), cudaMemcpyDeviceToHost);
+}
+
+int Driver(CUresult r) { return r == CUDA_SUCCESS ? 0 : 10000 + static_cast<int>(r); }
+
+CUmemAllocationProp ExchangeProp(int device) {
+  CUmemAllocationProp prop = {};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = device;
+  return prop;
+}
+
+// Reserves an address range and maps `handle` there read-write for `device`.
+int MapHandle(CUmemGenericAllocationHandle handle, unsigned long long bytes, int device,
+              unsigned long long* ptr) {
+  CUdeviceptr p = 0;
+  int rc = Driver(cuMemAddressReserve(&p, bytes, 0, 0, 0));
+  if (rc != 0) return rc;
+  if ((rc = Driver(cuMemMap(p, bytes, 0, handle, 0))) != 0) {
+    cuMemAddressFree(p, bytes);
+    return rc;
+  }
+  CUmemAccessDesc access = {};
+  access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  access.location.id = device;
+  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  if ((rc = Driver(cuMemSetAccess(p, bytes, &access, 1))) != 0) {
+    cuMemUnmap(p, bytes);
+    cuMemAddressFree(p, bytes);
+    return rc;
+  }
+  *ptr = p;
+  return 0;
+}
+
+int CurrentDevice(int* device) {
+  // A runtime call makes the primary context (torch's) current on this thread.
+  cudaError_t e = cudaGetDevice(device);
+  if (e == cudaSuccess) e = cudaFree(nullptr);
+  return e;
+}
+
+}  // namespace
+
+extern "C" {
+
+// unit_size 1 (unsigned), 2, 4 or 8 (signed); n units.
+int krv_digest(const void* data, long long n, int unit_size, unsigned long long* out) {
+  switch (unit_size) {
+    case 1: return Digest<uint8_t>(data, n, out);
+    case 2: return Digest<int16_t>(data, n, out);
+    case 4: return Digest<int32_t>(data, n, out);
+    case 8: return Digest<int64_t>(data, n, out);
+    default: return cudaErrorInvalidValue;
+  }
+}
+
+// kind: 0 float32, 1 float64, 2 float16, 3 bfloat16 (tolerance);
+// 11, 12, 14, 18: exact, units of 1, 2, 4 or 8 bytes. out[4] as CompareKernel.
+int krv_compare(const void* got, const void* ref, long long n, int kind, double atol, double rtol,
+                unsigned long long* out) {
+  const int blocks = Blocks(n, kThreads * 8LL);
+  switch (kind) {
+#define KRV_TOL(code, T)                                                                                   \
+  case code:                                                                                             \
+    return Counted(n, out, [&](unsigned long long* d) {                                                  \
+      CompareKernel<T><<<blocks, kThreads>>>(static_cast<const T*>(got), static_cast<const T*>(ref), n, \
+                                             atol, rtol, d);                                             \
+    });
+#define KRV_EQ(code, T)                                                                                   \
+  case code:                                                                                            \
+    return Counted(n, out, [&](unsigned long long* d) {                                                 \
+      EqualKernel<T><<<blocks, kThreads>>>(static_cast<const T*>(got), static_cast<const T*>(ref), n, d); \
+    });
+    KRV_TOL(0, float)
+    KRV_TOL(1, double)
+    KRV_TOL(2, __half)
+    KRV_TOL(3, __nv_bfloat16)
+    KRV_EQ(11, uint8_t)
+    KRV_EQ(12, uint16_t)
+    KRV_EQ(14, uint32_t)
+    KRV_EQ(18, unsigned long long)
+#undef KRV_TOL
+#undef KRV_EQ
+    default: return cudaErrorInvalidValue;
+  }
+}
+
+// Fills bytes at ptr with `value` (the reference poisons exchange slots: 0xFF
+// is NaN in every floating dtype, -1 in every integer one).
+int krv_fill(unsigned long long ptr, unsigned long long bytes, int value) {
+  cudaError_t e = cudaMemset(reinterpret_cast<void*>(ptr), value, bytes);
+  return e != cudaSuccess ? e : cudaDeviceSynchronize();
+}
+
+int krv_copy(unsigned long long dst, unsigned long long src, unsigned long long bytes) {
+  return cudaMemcpy(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), bytes,
+                    cudaMemcpyDeviceToDevice);
+}
+
+// Reference side: a new exportable allocation of at least `bytes`, mapped
+// here; *mapped_bytes is the size rounded to the allocation granularity.
+int krv_exchange_create(unsigned long long bytes, int* fd, unsigned long long* ptr,
+                        unsigned long long* mapped_bytes) {
+  int device = 0;
+  int rc = CurrentDevice(&device);
+  if (rc != 0) return rc;
+  CUmemAllocationProp prop = ExchangeProp(device);
+  size_t gran = 0;
+  if ((rc = Driver(cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM))) != 0) return rc;
+  const unsigned long long size = (bytes + gran - 1) / gran * gran;
+  CUmemGenericAllocationHandle handle;
+  if ((rc = Driver(cuMemCreate(&handle, size, &prop, 0))) != 0) return rc;
+  int shared_fd = -1;
+  rc = Driver(cuMemExportToShareableHandle(&shared_fd, handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
+  if (rc == 0) rc = MapHandle(handle, size, device, ptr);
+  cuMemRelease(handle);  // the mapping (and the fd's importers) keep the memory alive
+  if (rc != 0) return rc;
+  *fd = shared_fd;
+  *mapped_bytes = size;
+  return 0;
+}
+
+// Candidate side: maps the reference's exchange allocation from its fd.
+int krv_exchange_import(int fd, unsigned long long bytes, unsigned long long* ptr) {
+  int device = 0;
+  int rc = CurrentDevice(&device);
+  if (rc != 0) return rc;
+  CUmemGenericAllocationHandle handle;
+  rc = Driver(cuMemImportFromShareableHandle(&handle, reinterpret_cast<void*>(static_cast<intptr_t>(fd)),
+                                             CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
+  if (rc != 0) return rc;
+  rc = MapHandle(handle, bytes, device, ptr);
+  cuMemRelease(handle);
+  return rc;
+}
+
+int krv_exchange_release(unsigned long long ptr, unsigned long long bytes) {
+  cudaDeviceSynchronize();
+  int rc = Driver(cuMemUnmap(ptr, bytes));
+  const int rc2 = Driver(cuMemAddressFree(ptr, bytes));
+  return rc != 0 ? rc : rc2;
+}
+
+const char* krv_error_string(int code) {
+  if (code >= 10000) {
+    const char* s = nullptr;
+    return cuGetErrorString(static_cast<CUresult>(code - 10000), &s) == CUDA_SUCCESS && s ? s : "unknown CUresult";
+  }
+  return cudaGetErrorString(static_cast<cudaError_t>(code));
+}
+
+}  // extern "C"

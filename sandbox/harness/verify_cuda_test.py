@@ -1,0 +1,144 @@
+"""verify_cuda (the harness's CUDA helpers) against the torch code it replaces:
+digests equal inputs.fingerprint's torch path bit for bit, comparisons count
+exactly what torch.isclose(equal_nan=True) rejects (in float64), and the
+output exchange carries bytes from one fresh process to another.
+
+    python3 verify_cuda_test.py LIB      (on a machine with a GPU)
+
+Without a GPU or without the driver it prints why and exits 0 (CI); the
+torch paths it is checked against run in CI through the CPU backend."""
+import os
+import socket
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+FAILS = []
+
+
+def check(ok, what):
+    print(("PASS " if ok else "FAIL ") + what, flush=True)
+    if not ok:
+        FAILS.append(what)
+
+
+def writer(lib, sock_fd, nbytes, seed):
+    """Child: maps the exchange from the fd it receives, writes seeded bytes."""
+    import torch
+    import verify_cuda
+    torch.cuda.set_device(0)
+    assert verify_cuda.load(lib) == "", verify_cuda.error()
+    ex = verify_cuda.Exchange.import_fd(verify_cuda.recv_fd(sock_fd), nbytes)
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    before = ex.tensor(0, 1024, torch.int32).clone()
+    data = torch.randn(nbytes // 8, device="cuda", generator=g)
+    ex.write(0, data)
+    torch.cuda.synchronize()
+    ok = bool((before == -1).all())  # the owner poisoned it (0xFF bytes)
+    os.write(sock_fd, b"poisoned\n" if ok else b"not-poisoned\n")
+    ex.release()
+
+
+def main():
+    if len(sys.argv) >= 4 and sys.argv[1] == "--writer":
+        writer(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]))
+        return 0
+    lib = os.path.abspath(sys.argv[1]) if len(sys.argv) > 1 else ""
+    import torch
+    if not torch.cuda.is_available():
+        print("SKIPPED: no CUDA device here (verify_cuda needs a GPU; the torch paths run in CI)")
+        return 0
+    # The writer starts before this process touches CUDA (it must be fresh).
+    nbytes = 24 << 20
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    child = subprocess.Popen([sys.executable, __file__, "--writer", lib, str(b.fileno()), str(nbytes), "7"],
+                             pass_fds=[b.fileno()])
+    b.close()
+    import inputs
+    import verify_cuda
+    torch.cuda.set_device(0)
+    err = verify_cuda.load(lib)
+    if err:
+        print(f"SKIPPED: {err}")
+        child.kill()
+        return 0
+
+    # 1. Digests: kernel == torch path, over dtypes, sizes across chunk
+    #    boundaries and tile tails, and non-contiguous tensors.
+    g = torch.Generator(device="cuda").manual_seed(1234)
+    cases = [
+        torch.randn(1000, device="cuda", generator=g),
+        torch.randn((1 << 26) + 4097, device="cuda", generator=g) * 1e4,
+        torch.randn(3 << 24, device="cuda", generator=g).to(torch.bfloat16),
+        torch.randint(-2**62, 2**62, (70001,), device="cuda", generator=g),
+        torch.randint(0, 256, ((1 << 26) + 3,), device="cuda", generator=g, dtype=torch.uint8),
+        torch.rand(5000, device="cuda", generator=g) > 0.5,
+        torch.randn(9999, device="cuda", generator=g, dtype=torch.float64),
+        torch.randn(4097, device="cuda", generator=g, dtype=torch.complex64),
+        torch.randint(-30000, 30000, (12345,), device="cuda", generator=g, dtype=torch.int16),
+        torch.randn(512, 384, device="cuda", generator=g).t(),
+        torch.empty(0, device="cuda"),
+    ]
+    for t in cases:
+        fast = inputs.fingerprint([t])
+        flat = t.contiguous().reshape(-1)
+        unit = flat.element_size() if flat.element_size() in (1, 2, 4, 8) else 1
+        slow = inputs._torch_digest(flat.view(inputs._INT_OF_SIZE[unit]), 1 << 26)
+        slow = [slow[0] & (2**64 - 1), slow[1] & (2**64 - 1)]
+        check(fast[0][:2] == slow, f"digest {t.dtype} {list(t.shape)} kernel == torch")
+    x = torch.randn(1 << 20, device="cuda", generator=g)
+    y = x.clone()
+    y[777] = torch.nextafter(y[777], torch.tensor(1e9, device="cuda"))
+    check(inputs.fingerprint([x]) != inputs.fingerprint([y]), "digest changes with one ulp at one element")
+    z = x.clone()
+    z[10], z[20] = x[20], x[10]
+    check(inputs.fingerprint([x]) != inputs.fingerprint([z]), "digest changes when two elements swap")
+
+    # 2. Comparisons: counts and first indices == torch.isclose in float64.
+    for dtype in (torch.float32, torch.float64, torch.float16, torch.bfloat16):
+        ref = torch.randn(3 << 20, device="cuda", generator=g).to(dtype)
+        got = (ref.double() + torch.randn(ref.shape, device="cuda", generator=g, dtype=torch.float64) * 3e-3).to(dtype)
+        idx = torch.randint(0, ref.numel(), (500,), device="cuda", generator=g)
+        got[idx[:100]] += 1.0
+        got[idx[100:150]] = float("nan")
+        ref[idx[150:170]] = float("nan")
+        got[idx[160:170]] = float("nan")
+        got[idx[170:180]] = float("inf")
+        ref[idx[180:185]] = float("inf")
+        got[idx[180:185]] = float("inf")
+        bad_t = ~torch.isclose(got.double(), ref.double(), rtol=1e-2, atol=1e-2, equal_nan=True)
+        nan_t = torch.isnan(got) & ~torch.isnan(ref)
+        bad, nan, first_bad, first_nan = verify_cuda.count_mismatches(got, ref, 1e-2, 1e-2)
+        want = (int(bad_t.sum()), int(nan_t.sum()), int(bad_t.nonzero()[0]), int(nan_t.nonzero()[0]))
+        check((bad, nan, first_bad, first_nan) == want, f"compare {dtype}: {(bad, nan, first_bad, first_nan)} == {want}")
+        bad, nan, _, _ = verify_cuda.count_mismatches(ref, ref, 1e-2, 1e-2)
+        check(bad == 0 and nan == 0, f"compare {dtype}: identical tensors pass")
+    for dtype in (torch.int64, torch.int32, torch.uint8, torch.bool, torch.complex128):
+        ref = (torch.randn(100003, device="cuda", generator=g) * 100).to(dtype)
+        got = ref.clone()
+        check(verify_cuda.count_mismatches(got, ref, 0, 0)[0] == 0, f"compare {dtype}: equal passes")
+        got[54321] = (ref[54321] + 1).to(dtype) if dtype != torch.bool else ~ref[54321]
+        bad, _, first, _ = verify_cuda.count_mismatches(got, ref, 0, 0)
+        check(bad >= 1 and first == 54321, f"compare {dtype}: one changed element found at {first}")
+
+    # 3. Exchange: created here, poisoned, written by the fresh child, read here.
+    ex = verify_cuda.Exchange.create(nbytes)
+    ex.fill(0, ex.nbytes)
+    verify_cuda.send_fd(a.fileno(), ex.fd)
+    rc = child.wait(timeout=120)
+    note = a.recv(64).decode().strip()
+    want = torch.randn(nbytes // 8, device="cuda", generator=torch.Generator(device="cuda").manual_seed(7))
+    got = ex.tensor(0, nbytes // 8, torch.float64)
+    check(rc == 0 and note == "poisoned", f"exchange: child rc={rc}, saw {note}")
+    check(torch.equal(got, want), "exchange: the child's bytes arrive intact")
+    ex.fill(0, nbytes)
+    check(bool(torch.isnan(ex.tensor(0, nbytes // 4, torch.float32)).all()), "exchange: re-poisoned slot reads NaN")
+    ex.release()
+    print(f"verify_cuda_test: {len(FAILS)} failed")
+    return 1 if FAILS else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
