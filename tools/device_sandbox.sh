@@ -202,7 +202,7 @@ if ov:
 print("\n== where verify time goes (timing/timeline lines of each verdict's contain log) ==")
 for r in rows:
     if r["label"].startswith(("overhead/", "level1/", "level2/")):
-        lines = [l for l in r["verdict"].get("logs", {}).get("contain", "").splitlines() if l.startswith(("timing:", "timeline:"))]
+        lines = [l for l in r["verdict"].get("logs", {}).get("contain", "").splitlines() if l.startswith(("timing:", "timeline:", "output exchange:"))]
         print(f"{r['label'][:42]} verify {stage(r['verdict'], 'verify'):.0f} ms")
         for l in lines:
             print("    " + l[:400])

@@ -62,7 +62,12 @@ class ExchangeSlots:
     it); go messages say which slot each output goes to."""
 
     def __init__(self, xsock):
-        self.xsock = xsock
+        # The socket object is made now, before the audit hook that forbids
+        # socket creation is installed; receiving on it raises no audit event.
+        try:
+            self.sock = verify_cuda.fd_socket(xsock) if xsock >= 0 else None
+        except OSError:
+            self.sock = None
         self.ex = None
         self.slots = None
         self.first = None  # set 0's slots: region 0, where profile re-checks go
@@ -77,14 +82,20 @@ class ExchangeSlots:
             try:
                 if not verify_cuda.available():
                     raise verify_cuda.VerifyCudaError(verify_cuda.error())
-                self.ex = verify_cuda.Exchange.import_fd(verify_cuda.recv_fd(self.xsock), int(offer["bytes"]))
+                if self.sock is None:
+                    raise verify_cuda.VerifyCudaError("no exchange socket")
+                self.ex = verify_cuda.Exchange.import_fd(verify_cuda.recv_fd(self.sock), int(offer["bytes"]))
             except (verify_cuda.VerifyCudaError, OSError, ValueError, KeyError) as e:
-                self.note = f"failed: {e}"
+                self.note = f"failed: {e}"[:300]
+                sys.stderr.write(f"[exchange] GPU slots unavailable ({e}); outputs go through files\n")
                 return f"exchange: GPU slots unavailable ({e}); outputs go through files"
         self.slots = offer.get("slots") if isinstance(offer.get("slots"), list) else None
         if self.first is None:
             self.first = self.slots
         return ""
+
+    def status(self):
+        return self.note or ("gpu" if self.ex is not None else "files")
 
     def for_rechecks(self):
         self.slots = self.first
@@ -299,7 +310,7 @@ def run(job, cont, to_ref, from_ref, xsock=-1):
                 torch.cuda.empty_cache()
             clock.mark("release")
             index += 1
-        send({"type": "done", "flags": sorted(flags), "timeline": clock.report()})
+        send({"type": "done", "flags": sorted(flags), "timeline": clock.report(), "exchange": slots.status()})
         return 0
     except BaseException as exc:  # noqa: BLE001 - everything the candidate raises is a verdict
         kind = classify(exc, guard, audit, threads)
@@ -312,7 +323,7 @@ def run(job, cont, to_ref, from_ref, xsock=-1):
             send({"type": "error", "kind": kind, "stage": stage, "flags": sorted(flags),
                   "audit": audit.violations[:5] if audit else [],
                   "torch_ops": sorted(set(guard.violations))[:5] if guard else [],
-                  "message": tb[-3000:], "timeline": clock.report()})
+                  "message": tb[-3000:], "timeline": clock.report(), "exchange": slots.status()})
         except OSError:
             pass
         sys.stderr.write(tb)

@@ -243,6 +243,7 @@ def run(job, to_cand, from_cand, result_fd, xsock=-1):
                 break
             if msg["type"] == "error":
                 result["candidate_timeline"] = msg.get("timeline")
+                result["candidate_exchange"] = str(msg.get("exchange", ""))[:300]
                 result["candidate_error"] = {k: msg.get(k) for k in ("kind", "stage", "message", "audit", "torch_ops")}
                 break
             if msg["type"] == "done" or msg.get("set") != i:
@@ -302,6 +303,7 @@ def run(job, to_cand, from_cand, result_fd, xsock=-1):
             clock.mark("stop")
             if msg is not None:
                 result["candidate_timeline"] = msg.get("timeline")
+                result["candidate_exchange"] = str(msg.get("exchange", ""))[:300]
                 result["candidate_flags"] = sorted(set(result["candidate_flags"]) | set(msg.get("flags", [])))
                 if msg.get("type") == "done":
                     result["candidate_done"] = True

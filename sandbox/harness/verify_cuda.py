@@ -166,14 +166,19 @@ class Exchange:
             self.fd = -1
 
 
+def fd_socket(sock_fd):
+    """A socket object over an inherited unix socket fd (a dup of it)."""
+    return socket.socket(fileno=os.dup(sock_fd))
+
+
 def send_fd(sock_fd, fd):
-    with socket.socket(fileno=os.dup(sock_fd)) as s:
+    with fd_socket(sock_fd) as s:
         socket.send_fds(s, [b"x"], [fd])
 
 
-def recv_fd(sock_fd):
-    with socket.socket(fileno=os.dup(sock_fd)) as s:
-        _, fds, _, _ = socket.recv_fds(s, 1, 1)
+def recv_fd(sock):
+    """The one fd the reference sent on `sock` (a socket object)."""
+    _, fds, _, _ = socket.recv_fds(sock, 1, 1)
     if len(fds) != 1:
         raise VerifyCudaError("no exchange fd received")
     return fds[0]

@@ -30,10 +30,10 @@ def writer(lib, sock_fd, nbytes, seed):
     import verify_cuda
     torch.cuda.set_device(0)
     assert verify_cuda.load(lib) == "", verify_cuda.error()
-    ex = verify_cuda.Exchange.import_fd(verify_cuda.recv_fd(sock_fd), nbytes)
+    ex = verify_cuda.Exchange.import_fd(verify_cuda.recv_fd(verify_cuda.fd_socket(sock_fd)), nbytes)
     g = torch.Generator(device="cuda").manual_seed(seed)
     before = ex.tensor(0, 1024, torch.int32).clone()
-    data = torch.randn(nbytes // 8, device="cuda", generator=g)
+    data = torch.randn(nbytes // 8, device="cuda", generator=g, dtype=torch.float64)
     ex.write(0, data)
     torch.cuda.synchronize()
     ok = bool((before == -1).all())  # the owner poisoned it (0xFF bytes)
@@ -129,7 +129,8 @@ def main():
     verify_cuda.send_fd(a.fileno(), ex.fd)
     rc = child.wait(timeout=120)
     note = a.recv(64).decode().strip()
-    want = torch.randn(nbytes // 8, device="cuda", generator=torch.Generator(device="cuda").manual_seed(7))
+    want = torch.randn(nbytes // 8, device="cuda", generator=torch.Generator(device="cuda").manual_seed(7),
+                       dtype=torch.float64)
     got = ex.tensor(0, nbytes // 8, torch.float64)
     check(rc == 0 and note == "poisoned", f"exchange: child rc={rc}, saw {note}")
     check(torch.equal(got, want), "exchange: the child's bytes arrive intact")

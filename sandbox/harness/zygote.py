@@ -224,9 +224,9 @@ class Zygote:
                 ",".join("%.0f" % f for f in ref.get("forward_ms", [])), status.get("wall_ms", 0.0),
                 status.get("cpu_ms", 0.0)))
         status["contain_log"] += ("timeline: reference %s\ntimeline: candidate (self-reported) %s\n"
-                                  "output exchange: %s\n" % (
+                                  "output exchange: reference %s; candidate %s\n" % (
             protocol.format_timeline(ref.get("timeline")), protocol.format_timeline(ref.get("candidate_timeline")),
-            ref.get("exchange", "?")))
+            ref.get("exchange", "?"), ref.get("candidate_exchange", "?")))
         outcome = self.decide(job, status, ref)
         outcome["logs"] = {"candidate": tail(cand_log, int(job.get("log_tail_bytes") or 8192)),
                            "reference": tail(ref_log, int(job.get("log_tail_bytes") or 8192)),
