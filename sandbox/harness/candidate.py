@@ -61,7 +61,8 @@ class ExchangeSlots:
     arrives on the exchange socket with the first go message that offers
     it); go messages say which slot each output goes to."""
 
-    def __init__(self, xsock):
+    def __init__(self, xsock, device="cuda"):
+        self.device = device  # where the exchange memory lives (tests fake it on the CPU)
         # The socket object is made now, before the audit hook that forbids
         # socket creation is installed; receiving on it raises no audit event.
         try:
@@ -103,7 +104,7 @@ class ExchangeSlots:
     def put(self, j, o):
         """Writes output j into its slot; False when it has none or does not fit."""
         slot = self.slots[j] if self.slots is not None and j < len(self.slots) else None
-        if not slot or not o.is_cuda or o.nbytes != slot[1]:
+        if not slot or o.device.type != self.device or o.nbytes != slot[1]:
             return False
         self.ex.write(int(slot[0]), o.detach().contiguous())
         return True
