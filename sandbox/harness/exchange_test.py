@@ -31,7 +31,7 @@ class FakeExchange(verify_cuda.Exchange):
     made = []
 
     def __init__(self, nbytes):
-        super().__init__(ptr=0, nbytes=nbytes, fd=99, owner=True)
+        super().__init__(ptr=0, nbytes=nbytes, fd=99)
         self.buf = torch.zeros(nbytes, dtype=torch.uint8)
 
     @classmethod
@@ -55,10 +55,6 @@ class FakeExchange(verify_cuda.Exchange):
 
     def release(self):
         pass
-
-
-class CpuTensor(torch.Tensor):
-    pass
 
 
 def main():

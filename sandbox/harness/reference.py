@@ -193,9 +193,10 @@ def run(job, to_cand, from_cand, result_fd, xsock=-1):
         # sets of reference outputs (and two exchange regions); above 1 GB per
         # set memory matters more.
         limit = int(os.environ.get("KERNELRL_REF_PIPELINE_MAX_BYTES", 1 << 30))
-        regions = [2]
+        big = False  # decided by set 0's outputs
 
         def prepare(i):
+            nonlocal big
             dist = dists[i % len(dists)]
             with torch.no_grad():
                 xs = inputs_lib.make_inputs(mod, job["seeds"][i], dist, device)
@@ -212,17 +213,16 @@ def run(job, to_cand, from_cand, result_fd, xsock=-1):
                                                               for o in outs])
             del xs
             clock.mark("fingerprint")
-            if i == 0 and sum(o.nbytes for o in pending[0][2] if isinstance(o, torch.Tensor)) > limit:
-                regions[0] = 1
+            if i == 0:
+                big = sum(o.nbytes for o in pending[0][2] if isinstance(o, torch.Tensor)) > limit
             go = {"type": "go", "set": i, "dist": dist}
-            exchange = outputs.offer(pending[i][2], i, regions[0])
+            exchange = outputs.offer(pending[i][2], i, 1 if big else 2)
             if exchange:
                 go["exchange"] = exchange
             clock.mark("exchange")
             _send(to_cand, go)
 
         prepare(0)
-        big = regions[0] == 1
         for i in range(n):
             if i + 1 < n and not big:
                 prepare(i + 1)
@@ -250,10 +250,7 @@ def run(job, to_cand, from_cand, result_fd, xsock=-1):
                 result["details"].append(f"candidate stopped before set {i}")
                 break
             dist, fp, refs = pending.pop(i)
-            if big and i + 1 < n:
-                prepare_after = True
-            else:
-                prepare_after = False
+            prepare_after = big and i + 1 < n  # not pipelined: set i+1 once set i is checked
             result["forward_ms"].append(msg.get("forward_ms", 0.0))
             entry = {"set": i, "dist": dist, "ok": True, "detail": ""}
             if msg.get("fp") != fp:

@@ -111,15 +111,15 @@ class Exchange:
 
     ALIGN = 512
 
-    def __init__(self, ptr, nbytes, fd=-1, owner=True):
-        self.ptr, self.nbytes, self.fd, self.owner = ptr, nbytes, fd, owner
+    def __init__(self, ptr, nbytes, fd=-1):
+        self.ptr, self.nbytes, self.fd = ptr, nbytes, fd
 
     @classmethod
     def create(cls, nbytes):
         fd, ptr, mapped = ctypes.c_int(-1), ctypes.c_ulonglong(0), ctypes.c_ulonglong(0)
         _check(_LIB.krv_exchange_create(max(1, nbytes), ctypes.byref(fd), ctypes.byref(ptr), ctypes.byref(mapped)),
                "krv_exchange_create")
-        ex = cls(ptr.value, mapped.value, fd.value, owner=True)
+        ex = cls(ptr.value, mapped.value, fd.value)
         ex.fill(0, ex.nbytes)
         return ex
 
@@ -130,7 +130,7 @@ class Exchange:
             _check(_LIB.krv_exchange_import(fd, nbytes, ctypes.byref(ptr)), "krv_exchange_import")
         finally:
             os.close(fd)
-        return cls(ptr.value, nbytes, owner=False)
+        return cls(ptr.value, nbytes)
 
     @staticmethod
     def layout(nbytes_list, regions):
