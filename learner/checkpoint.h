@@ -24,7 +24,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "learner/json.h"
+#include "common/json.h"
 #include "learner/model.h"
 
 namespace kernelrl::learner {

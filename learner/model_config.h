@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "learner/json.h"
+#include "common/json.h"
 
 namespace kernelrl::learner {
 

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "learner/json.h"
+#include "common/json.h"
 #include "learner/safetensors.h"
 #include "learner/test_util.h"
 

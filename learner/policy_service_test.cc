@@ -5,7 +5,7 @@
 #include "learner/policy_service.h"
 
 #include "gtest/gtest.h"
-#include "learner/json.h"
+#include "common/json.h"
 #include "learner/safetensors.h"
 #include "learner/test_util.h"
 

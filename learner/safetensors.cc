@@ -11,7 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "learner/json.h"
+#include "common/json.h"
 
 namespace kernelrl::learner {
 namespace {
@@ -34,13 +34,6 @@ absl::Status WriteAll(int fd, const void* data, size_t n, const std::string& pat
     n -= static_cast<size_t>(w);
   }
   return absl::OkStatus();
-}
-
-std::string Dirname(const std::string& path) {
-  size_t slash = path.rfind('/');
-  if (slash == std::string::npos) return ".";
-  if (slash == 0) return "/";
-  return path.substr(0, slash);
 }
 
 }  // namespace
@@ -331,49 +324,6 @@ absl::Status WriteSafetensorsDir(const std::string& dir, const std::vector<Tenso
   index.Set("metadata", Json::Object({{"total_size", Json::Int(static_cast<int64_t>(total))}}));
   index.Set("weight_map", std::move(weight_map));
   return WriteFileAtomically(dir + "/model.safetensors.index.json", index.Dump(2));
-}
-
-absl::StatusOr<std::string> ReadFileToString(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    return errno == ENOENT ? absl::NotFoundError(absl::StrCat("file not found: ", path)) : Errno("open", path);
-  }
-  std::string out;
-  char buf[1 << 16];
-  while (true) {
-    ssize_t r = ::read(fd, buf, sizeof(buf));
-    if (r < 0) {
-      if (errno == EINTR) continue;
-      ::close(fd);
-      return Errno("read", path);
-    }
-    if (r == 0) break;
-    out.append(buf, static_cast<size_t>(r));
-  }
-  ::close(fd);
-  return out;
-}
-
-absl::Status WriteFileAtomically(const std::string& path, absl::string_view contents) {
-  const std::string tmp = absl::StrCat(path, ".tmp.", ::getpid());
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return Errno("create", tmp);
-  absl::Status s = WriteAll(fd, contents.data(), contents.size(), tmp);
-  if (s.ok() && ::fsync(fd) != 0) s = Errno("fsync", tmp);
-  ::close(fd);
-  if (s.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) s = Errno("rename to", path);
-  if (!s.ok()) ::unlink(tmp.c_str());
-  if (s.ok()) s = FsyncDir(Dirname(path));
-  return s;
-}
-
-absl::Status FsyncDir(const std::string& dir) {
-  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return Errno("open dir", dir);
-  int r = ::fsync(fd);
-  ::close(fd);
-  if (r != 0) return Errno("fsync dir", dir);
-  return absl::OkStatus();
 }
 
 }  // namespace kernelrl::learner

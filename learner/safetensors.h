@@ -27,6 +27,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "common/file.h"  // ReadFileToString, WriteFileAtomically: used with every checkpoint file.
 
 namespace kernelrl::learner {
 
@@ -101,12 +102,6 @@ absl::Status WriteSafetensors(const std::string& path, const std::vector<TensorT
 // model-0000k-of-0000n.safetensors shards plus model.safetensors.index.json.
 absl::Status WriteSafetensorsDir(const std::string& dir, const std::vector<TensorToWrite>& tensors,
                                  size_t max_shard_bytes);
-
-// Shared file helpers (also used for config.json and manifests).
-absl::StatusOr<std::string> ReadFileToString(const std::string& path);
-// Write to path.tmp.<pid>, fsync, rename over path.
-absl::Status WriteFileAtomically(const std::string& path, absl::string_view contents);
-absl::Status FsyncDir(const std::string& dir);
 
 }  // namespace kernelrl::learner
 

@@ -8,7 +8,7 @@
 #include <random>
 
 #include "gtest/gtest.h"
-#include "learner/json.h"
+#include "common/json.h"
 #include "learner/test_util.h"
 
 namespace kernelrl::learner {

@@ -17,7 +17,7 @@ C=$ROOT/.devcarry/learner
 if [ "${1:-}" = "--stage" ]; then  # Run HERE, after `bazel build`.
   set -e
   rm -rf "$C" && mkdir -p "$C/bin" "$C/lib" "$C/libcxx"
-  for b in learner/bench/learner_bench learner/model_test learner/fused_ops_test learner/tokenizer/tokenizer_test; do
+  for b in learner/bench/learner_bench learner/model_test learner/fused_ops_test agent/tokenizer/tokenizer_test; do
     cp "$ROOT/bazel-bin/$b" "$C/bin/"
   done
   for b in "$C"/bin/*; do

@@ -1,10 +1,10 @@
-#include "learner/chat/tool_calls.h"
+#include "agent/chat/tool_calls.h"
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "learner/chat/tools.h"
+#include "agent/chat/tools.h"
 
-namespace kernelrl::learner {
+namespace kernelrl::agent {
 namespace {
 
 void DumpPython(const Json& v, std::string* out) {
@@ -151,4 +151,4 @@ absl::StatusOr<std::vector<ToolCall>> ParseToolCalls(absl::string_view text) {
   return calls;
 }
 
-}  // namespace kernelrl::learner
+}  // namespace kernelrl::agent

@@ -1,4 +1,4 @@
-#include "learner/json.h"
+#include "common/json.h"
 
 #include "common/text.h"
 
@@ -9,7 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
-namespace kernelrl::learner {
+namespace kernelrl {
 
 Json Json::Bool(bool b) {
   Json j;
@@ -372,4 +372,4 @@ class Parser {
 
 absl::StatusOr<Json> ParseJson(absl::string_view text) { return Parser(text).ParseDocument(); }
 
-}  // namespace kernelrl::learner
+}  // namespace kernelrl

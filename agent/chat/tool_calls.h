@@ -23,8 +23,8 @@
 // mistyped argument, an unterminated block (output cut off), a stray
 // `</tool_call>` — is an InvalidArgument whose message names the call
 // (1-based) and is meant to be shown to the model in the next tool turn.
-#ifndef KERNELRL_LEARNER_CHAT_TOOL_CALLS_H_
-#define KERNELRL_LEARNER_CHAT_TOOL_CALLS_H_
+#ifndef KERNELRL_AGENT_CHAT_TOOL_CALLS_H_
+#define KERNELRL_AGENT_CHAT_TOOL_CALLS_H_
 
 #include <cstddef>
 #include <string>
@@ -32,9 +32,9 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "learner/json.h"
+#include "common/json.h"
 
-namespace kernelrl::learner {
+namespace kernelrl::agent {
 
 inline constexpr absl::string_view kToolCallOpen = "<tool_call>";
 inline constexpr absl::string_view kToolCallClose = "</tool_call>";
@@ -56,6 +56,6 @@ std::string FormatToolCall(absl::string_view name, const Json& arguments);
 // The calls in an assistant turn's text, in order (empty: no call).
 absl::StatusOr<std::vector<ToolCall>> ParseToolCalls(absl::string_view assistant_text);
 
-}  // namespace kernelrl::learner
+}  // namespace kernelrl::agent
 
-#endif  // KERNELRL_LEARNER_CHAT_TOOL_CALLS_H_
+#endif  // KERNELRL_AGENT_CHAT_TOOL_CALLS_H_

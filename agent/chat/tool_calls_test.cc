@@ -1,15 +1,15 @@
 // ParseToolCalls / FormatToolCall / the tool schemas on adversarial text:
 // braces and tags inside strings, unicode escapes, several calls, text
 // around calls, every truncation of a valid reply, random corruption.
-#include "learner/chat/tool_calls.h"
+#include "agent/chat/tool_calls.h"
 
 #include <random>
 
 #include "absl/strings/match.h"
 #include "gtest/gtest.h"
-#include "learner/chat/tools.h"
+#include "agent/chat/tools.h"
 
-namespace kernelrl::learner {
+namespace kernelrl::agent {
 namespace {
 
 Json Args(absl::string_view json) {
@@ -202,4 +202,4 @@ TEST(ParseToolCallsTest, RandomCorruptionNeverCrashes) {
 }
 
 }  // namespace
-}  // namespace kernelrl::learner
+}  // namespace kernelrl::agent

@@ -13,8 +13,8 @@
 // tokenizing differently from HF. Encode never adds BOS/EOS: the chat
 // template says where special tokens go. Thread-safe after construction
 // (the piece cache is guarded).
-#ifndef KERNELRL_LEARNER_TOKENIZER_TOKENIZER_H_
-#define KERNELRL_LEARNER_TOKENIZER_TOKENIZER_H_
+#ifndef KERNELRL_AGENT_TOKENIZER_TOKENIZER_H_
+#define KERNELRL_AGENT_TOKENIZER_TOKENIZER_H_
 
 #include <cstdint>
 #include <memory>
@@ -28,7 +28,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 
-namespace kernelrl::learner {
+namespace kernelrl::agent {
 
 class Tokenizer {
  public:
@@ -79,6 +79,6 @@ class Tokenizer {
   mutable absl::flat_hash_map<std::string, std::vector<int32_t>> cache_ ABSL_GUARDED_BY(cache_mu_);
 };
 
-}  // namespace kernelrl::learner
+}  // namespace kernelrl::agent
 
-#endif  // KERNELRL_LEARNER_TOKENIZER_TOKENIZER_H_
+#endif  // KERNELRL_AGENT_TOKENIZER_TOKENIZER_H_

@@ -1,15 +1,15 @@
-#include "learner/tokenizer/tokenizer.h"
+#include "agent/tokenizer/tokenizer.h"
 
 #include <algorithm>
 #include <limits>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
-#include "learner/json.h"
-#include "learner/safetensors.h"
-#include "learner/tokenizer/unicode.h"
+#include "common/json.h"
+#include "common/file.h"
+#include "agent/tokenizer/unicode.h"
 
-namespace kernelrl::learner {
+namespace kernelrl::agent {
 namespace {
 
 // The split patterns we reproduce exactly (as written in tokenizer.json).
@@ -389,4 +389,4 @@ std::string Tokenizer::Decode(const std::vector<int32_t>& ids, bool skip_special
   return out;
 }
 
-}  // namespace kernelrl::learner
+}  // namespace kernelrl::agent

@@ -19,17 +19,17 @@
 // `properties` of type string / integer (with `minimum`), `required`,
 // `additionalProperties: false`; duplicate keys are rejected too. Errors are
 // InvalidArgument, worded to be shown to the model.
-#ifndef KERNELRL_LEARNER_CHAT_TOOLS_H_
-#define KERNELRL_LEARNER_CHAT_TOOLS_H_
+#ifndef KERNELRL_AGENT_CHAT_TOOLS_H_
+#define KERNELRL_AGENT_CHAT_TOOLS_H_
 
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
-#include "learner/json.h"
+#include "common/json.h"
 
-namespace kernelrl::learner {
+namespace kernelrl::agent {
 
 // The schema list (a JSON array), parsed once.
 const Json& ToolSchemas();
@@ -39,6 +39,6 @@ bool IsKnownTool(absl::string_view name);
 // OK if `arguments` is an object satisfying tool `name`'s parameter schema.
 absl::Status ValidateToolArguments(absl::string_view name, const Json& arguments);
 
-}  // namespace kernelrl::learner
+}  // namespace kernelrl::agent
 
-#endif  // KERNELRL_LEARNER_CHAT_TOOLS_H_
+#endif  // KERNELRL_AGENT_CHAT_TOOLS_H_

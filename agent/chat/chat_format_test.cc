@@ -3,18 +3,18 @@
 // random conversations: text, ids and the assistant mask equal. Then turn
 // ranges, hand-checked mask boundaries, sampled-ids splicing and the prefix
 // property the actor relies on, and errors.
-#include "learner/chat/chat_format.h"
+#include "agent/chat/chat_format.h"
 
 #include "absl/strings/match.h"
 #include "gtest/gtest.h"
-#include "learner/chat/tool_calls.h"
-#include "learner/chat/tools.h"
-#include "learner/json.h"
-#include "learner/safetensors.h"
-#include "learner/test_util.h"
-#include "learner/tokenizer/unicode.h"
+#include "agent/chat/tool_calls.h"
+#include "agent/chat/tools.h"
+#include "common/json.h"
+#include "common/file.h"
+#include "agent/test_util.h"
+#include "agent/tokenizer/unicode.h"
 
-namespace kernelrl::learner {
+namespace kernelrl::agent {
 namespace {
 
 struct Fixture {
@@ -27,10 +27,7 @@ const Fixture& Fx() {
     const std::string dir = testing::TempDir() + "/chat_fixtures";
     EXPECT_EQ(std::system(("mkdir -p '" + dir + "'").c_str()), 0);
     EXPECT_TRUE(WriteFileAtomically(dir + "/tools.json", ToolSchemas().Dump()).ok());
-    const char* py = std::getenv("KERNELRL_PYTHON");
-    const std::string cmd = std::string(py != nullptr ? py : "python3") +
-                            " learner/chat/testdata/make_chat_fixtures.py '" + dir + "' > '" + dir + ".log' 2>&1";
-    EXPECT_EQ(std::system(cmd.c_str()), 0) << "see " << dir << ".log";
+    EXPECT_EQ(testing::RunFixtureScript("agent/chat/testdata/make_chat_fixtures.py", dir), 0) << "see " << dir << ".log";
     auto* f = new Fixture;
     auto text = ReadFileToString(dir + "/chat_fixtures.json");
     EXPECT_TRUE(text.ok()) << text.status();
@@ -266,4 +263,4 @@ TEST(ChatFormatTest, InvalidConversationsAreRejected) {
 }
 
 }  // namespace
-}  // namespace kernelrl::learner
+}  // namespace kernelrl::agent

@@ -1,8 +1,8 @@
-#include "learner/tokenizer/unicode.h"
+#include "agent/tokenizer/unicode.h"
 
 #include <algorithm>
 
-namespace kernelrl::learner {
+namespace kernelrl::agent {
 namespace {
 
 using namespace unicode_tables;  // NOLINT: generated table names.
@@ -159,4 +159,4 @@ std::string NormalizeNfc(absl::string_view s) {
   return out;
 }
 
-}  // namespace kernelrl::learner
+}  // namespace kernelrl::agent

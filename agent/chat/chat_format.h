@@ -17,7 +17,7 @@
 // Contract:
 // - Render() gives the same text and ids as HF transformers'
 //   apply_chat_template(messages, tools=ToolSchemas(), tokenize=True) with
-//   the template in learner/chat/testdata/make_chat_fixtures.py (tested on
+//   the template in agent/chat/testdata/make_chat_fixtures.py (tested on
 //   random conversations). Text is tokenized by the Tokenizer, so special
 //   tokens in it are special tokens, in content too, as in HF.
 // - turns[i] = [token_begin, token_end) of input turn i: the whole message
@@ -37,8 +37,8 @@
 //   Render(turns + {assistant with generated_ids}, ...).ids: the actor can
 //   generate from the first and record the second.
 // Thread-safe (const after Create). The tokenizer must outlive it.
-#ifndef KERNELRL_LEARNER_CHAT_CHAT_FORMAT_H_
-#define KERNELRL_LEARNER_CHAT_CHAT_FORMAT_H_
+#ifndef KERNELRL_AGENT_CHAT_CHAT_FORMAT_H_
+#define KERNELRL_AGENT_CHAT_CHAT_FORMAT_H_
 
 #include <cstdint>
 #include <optional>
@@ -46,10 +46,10 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "learner/json.h"
-#include "learner/tokenizer/tokenizer.h"
+#include "common/json.h"
+#include "agent/tokenizer/tokenizer.h"
 
-namespace kernelrl::learner {
+namespace kernelrl::agent {
 
 // Same numbers as kernelrl.v1.Turn.Role.
 enum class ChatRole { kSystem = 1, kUser = 2, kAssistant = 3, kTool = 4 };
@@ -112,6 +112,6 @@ class ChatFormat {
   std::vector<int32_t> generation_prompt_ids_;
 };
 
-}  // namespace kernelrl::learner
+}  // namespace kernelrl::agent
 
-#endif  // KERNELRL_LEARNER_CHAT_CHAT_FORMAT_H_
+#endif  // KERNELRL_AGENT_CHAT_CHAT_FORMAT_H_

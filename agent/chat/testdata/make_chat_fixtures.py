@@ -1,4 +1,4 @@
-"""HF reference for learner/chat: a chat template implementing our format,
+"""HF reference for agent/chat: a chat template implementing our format,
 rendered by transformers on random conversations.
 
   make_chat_fixtures.py OUT_DIR
@@ -18,8 +18,8 @@ import os
 import random
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "testdata"))
-from make_fixtures import QWEN2_PATTERN, varied_lines  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tokenizer", "testdata"))
+from make_tokenizer_fixtures import QWEN2_PATTERN, varied_lines  # noqa: E402
 
 # Our format as a Jinja template (written for kernelrl; docs/LEARNER.md
 # "Chat and tool-call format" is the specification). {% generation %} marks

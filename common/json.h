@@ -1,4 +1,4 @@
-// A small JSON document model for the files the learner reads and writes:
+// A small JSON document model for the files and messages kernelrl reads and writes:
 // config.json, tokenizer.json, safetensors headers, checkpoint manifests.
 //
 // Contract: Parse() accepts RFC 8259 JSON (UTF-8, \uXXXX escapes with
@@ -6,8 +6,8 @@
 // the byte offset. Objects keep their key order (tokenizer.json's vocab is
 // read in file order) and lookups are by linear scan or an index built on
 // first use. Numbers keep their text so 64-bit integers round-trip exactly.
-#ifndef KERNELRL_LEARNER_JSON_H_
-#define KERNELRL_LEARNER_JSON_H_
+#ifndef KERNELRL_COMMON_JSON_H_
+#define KERNELRL_COMMON_JSON_H_
 
 #include <cstdint>
 #include <memory>
@@ -18,7 +18,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 
-namespace kernelrl::learner {
+namespace kernelrl {
 
 class Json {
  public:
@@ -79,6 +79,6 @@ absl::StatusOr<Json> ParseJson(absl::string_view text);
 // Appends the JSON string literal for s (quotes included) to out.
 void AppendJsonString(absl::string_view s, std::string* out);
 
-}  // namespace kernelrl::learner
+}  // namespace kernelrl
 
-#endif  // KERNELRL_LEARNER_JSON_H_
+#endif  // KERNELRL_COMMON_JSON_H_

@@ -2,21 +2,22 @@
 // whitespace runs, digits, special tokens), for a Qwen2-style (NFC, single
 // digits) and a Llama-3-style (digit triples, ignore_merges) tokenizer.json
 // trained at test time; round-trip decoding; clear errors on bad files.
-#include "learner/tokenizer/tokenizer.h"
+#include "agent/tokenizer/tokenizer.h"
 
 #include "gtest/gtest.h"
-#include "learner/json.h"
-#include "learner/safetensors.h"
-#include "learner/test_util.h"
-#include "learner/tokenizer/unicode.h"
+#include "common/json.h"
+#include "common/file.h"
+#include "agent/test_util.h"
+#include "agent/tokenizer/unicode.h"
 
-namespace kernelrl::learner {
+namespace kernelrl::agent {
 namespace {
 
 const Json& Fixtures() {
   static const Json* fx = [] {
     const std::string dir = testing::TempDir() + "/tokenizer_fixtures";
-    EXPECT_EQ(testing::RunFixtureScript("tokenizer", dir), 0) << "see " << dir << ".tokenizer.log";
+    EXPECT_EQ(testing::RunFixtureScript("agent/tokenizer/testdata/make_tokenizer_fixtures.py", dir), 0)
+        << "see " << dir << ".log";
     auto text = ReadFileToString(dir + "/tokenizer_fixtures.json");
     EXPECT_TRUE(text.ok()) << text.status();
     auto j = ParseJson(*text);
@@ -95,4 +96,4 @@ TEST(UnicodeTest, NfcComposesAndReorders) {
 }
 
 }  // namespace
-}  // namespace kernelrl::learner
+}  // namespace kernelrl::agent

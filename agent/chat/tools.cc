@@ -1,10 +1,10 @@
-#include "learner/chat/tools.h"
+#include "agent/chat/tools.h"
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
-namespace kernelrl::learner {
+namespace kernelrl::agent {
 namespace {
 
 // The one definition of the tools. Descriptions are what the model reads.
@@ -128,4 +128,4 @@ absl::Status ValidateToolArguments(absl::string_view name, const Json& arguments
   return absl::OkStatus();
 }
 
-}  // namespace kernelrl::learner
+}  // namespace kernelrl::agent

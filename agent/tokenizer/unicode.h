@@ -6,8 +6,8 @@
 // at a time (the bytes themselves still reach the byte-level BPE, which
 // works on the original UTF-8). Tables are generated from Python's
 // unicodedata by gen_unicode_tables.py.
-#ifndef KERNELRL_LEARNER_TOKENIZER_UNICODE_H_
-#define KERNELRL_LEARNER_TOKENIZER_UNICODE_H_
+#ifndef KERNELRL_AGENT_TOKENIZER_UNICODE_H_
+#define KERNELRL_AGENT_TOKENIZER_UNICODE_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -18,7 +18,7 @@
 
 #include "absl/strings/string_view.h"
 
-namespace kernelrl::learner {
+namespace kernelrl::agent {
 
 struct CodepointRange { uint32_t first, last; };
 struct CombiningClass { uint32_t cp; uint8_t ccc; };
@@ -57,6 +57,6 @@ extern const Composition kCompositions[];
 extern const size_t kCompositionsSize;
 }  // namespace unicode_tables
 
-}  // namespace kernelrl::learner
+}  // namespace kernelrl::agent
 
-#endif  // KERNELRL_LEARNER_TOKENIZER_UNICODE_H_
+#endif  // KERNELRL_AGENT_TOKENIZER_UNICODE_H_

@@ -1,9 +1,9 @@
-#include "learner/chat/chat_format.h"
+#include "agent/chat/chat_format.h"
 
 #include "absl/strings/str_cat.h"
-#include "learner/chat/tool_calls.h"
+#include "agent/chat/tool_calls.h"
 
-namespace kernelrl::learner {
+namespace kernelrl::agent {
 namespace {
 
 constexpr absl::string_view kImStart = "<|im_start|>";
@@ -170,4 +170,4 @@ absl::StatusOr<RenderedChat> ChatFormat::Render(const std::vector<ChatTurn>& tur
   return out;
 }
 
-}  // namespace kernelrl::learner
+}  // namespace kernelrl::agent
