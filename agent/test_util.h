@@ -13,13 +13,22 @@ inline std::string TempDir() {
   return t != nullptr ? t : "/tmp";
 }
 
-// Runs `python3 SCRIPT OUT` ($KERNELRL_PYTHON overrides python3) with its
-// output in OUT.log. Returns the exit status (0 = ok).
-inline int RunFixtureScript(const std::string& script, const std::string& out) {
+// Runs `python3 SCRIPT OUT [EXTRA]` ($KERNELRL_PYTHON overrides python3)
+// with its output in OUT.log. Returns the exit status (0 = ok).
+inline int RunFixtureScript(const std::string& script, const std::string& out, const std::string& extra = "") {
   const char* py = std::getenv("KERNELRL_PYTHON");
-  std::string cmd = std::string(py != nullptr ? py : "python3") + " " + script + " '" + out + "' > '" + out +
-                    ".log' 2>&1";
+  std::string cmd = std::string(py != nullptr ? py : "python3") + " " + script + " '" + out + "' " + extra +
+                    " > '" + out + ".log' 2>&1";
   return std::system(cmd.c_str());
+}
+
+// A small Qwen2-style tokenizer.json with the ChatML tokens, trained by HF
+// `tokenizers` at test time (needs //agent/tokenizer:testdata/make_tokenizer_fixtures.py
+// in the test's data). Returns its path, or "" on failure.
+inline std::string MakeChatTokenizer(const std::string& name = "chat_tokenizer") {
+  const std::string dir = TempDir() + "/" + name;
+  if (RunFixtureScript("agent/tokenizer/testdata/make_tokenizer_fixtures.py", dir, "chat") != 0) return "";
+  return dir + "/tokenizer.json";
 }
 
 }  // namespace kernelrl::agent::testing

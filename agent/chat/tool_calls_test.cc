@@ -28,7 +28,8 @@ std::string ErrorOf(absl::string_view text) {
 }
 
 TEST(ToolSchemasTest, SixToolsEachRequiredArgumentIsAProperty) {
-  EXPECT_EQ(ToolNames(), (std::vector<std::string>{"Bash", "Read", "Write", "Edit", "Glob", "Grep"}));
+  EXPECT_EQ(ToolNames(), (std::vector<std::string>{"Bash", "BashOutput", "KillBash", "Read", "Write", "Edit", "MultiEdit",
+                                                   "Glob", "Grep", "TodoWrite", "Compile", "Verify", "Profile"}));
   for (const Json& t : ToolSchemas().items()) {
     EXPECT_EQ(t.Find("type")->str(), "function");
     const Json* params = t.Find("function")->Find("parameters");
@@ -112,11 +113,34 @@ TEST(ParseToolCallsTest, DoubleEncodedArgumentsAccepted) {
       ErrorOf(R"(<tool_call>{"name": "Glob", "arguments": "*.py"}</tool_call>)"), "not a JSON object"));
 }
 
+TEST(ToolsTest, NestedArgumentsAreValidated) {
+  EXPECT_TRUE(ValidateToolArguments("MultiEdit", Args(R"({"path": "k.cu", "edits": [{"old_string": "a", "new_string": "b"}]})")).ok());
+  EXPECT_TRUE(ValidateToolArguments("TodoWrite", Args(R"({"todos": []})")).ok());
+  EXPECT_TRUE(ValidateToolArguments("Bash", Args(R"({"command": "sleep 9", "run_in_background": true})")).ok());
+  EXPECT_TRUE(ValidateToolArguments("Profile", Args("{}")).ok());
+  auto error = [](absl::string_view tool, absl::string_view args) {
+    return std::string(ValidateToolArguments(tool, Args(args)).message());
+  };
+  EXPECT_EQ(error("MultiEdit", R"({"path": "k.cu", "edits": []})"),
+            "MultiEdit: argument \"edits\" must have at least 1 item(s)");
+  EXPECT_EQ(error("MultiEdit", R"({"path": "k.cu", "edits": [{"old_string": "a", "new_string": "b"}, {"old_string": 1, "new_string": "c"}]})"),
+            "MultiEdit: argument \"edits[2].old_string\" must be a string");
+  EXPECT_EQ(error("MultiEdit", R"({"path": "k.cu", "edits": [{"old_string": "a"}]})"),
+            "MultiEdit: missing required argument \"edits[1].new_string\"");
+  EXPECT_EQ(error("MultiEdit", R"({"path": "k.cu", "edits": "a->b"})"), "MultiEdit: argument \"edits\" must be an array");
+  EXPECT_EQ(error("TodoWrite", R"({"todos": [{"content": "x", "status": "done"}]})"),
+            "TodoWrite: argument \"todos[1].status\" must be one of pending, in_progress, completed");
+  EXPECT_EQ(error("TodoWrite", R"({"todos": [7]})"), "TodoWrite: argument \"todos[1]\" must be an object");
+  EXPECT_EQ(error("Bash", R"({"command": "ls", "run_in_background": "yes"})"),
+            "Bash: argument \"run_in_background\" must be true or false");
+  EXPECT_EQ(error("Verify", R"({"fast": true})"), "Verify: unknown argument \"fast\"; allowed: none");
+}
+
 TEST(ParseToolCallsTest, SchemaViolationsAreNamed) {
   auto call = [](absl::string_view name, absl::string_view args) {
     return absl::StrCat("<tool_call>\n{\"name\": \"", name, "\", \"arguments\": ", args, "}\n</tool_call>");
   };
-  EXPECT_TRUE(absl::StrContains(ErrorOf(call("bash", R"({"command": "ls"})")), "unknown tool \"bash\"; the tools are Bash, Read"));
+  EXPECT_TRUE(absl::StrContains(ErrorOf(call("bash", R"({"command": "ls"})")), "unknown tool \"bash\"; the tools are Bash, BashOutput, KillBash, Read"));
   EXPECT_TRUE(absl::StrContains(ErrorOf(call("Edit", R"({"path": "a", "new_string": "b"})")),
                                 "Edit: missing required argument \"old_string\""));
   EXPECT_TRUE(absl::StrContains(ErrorOf(call("Bash", R"({"command": "ls", "cwd": "/"})")), "unknown argument \"cwd\""));

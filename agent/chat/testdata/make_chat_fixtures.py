@@ -83,16 +83,27 @@ def random_text(rng, allow_empty=True):
     return "\n".join(varied_lines(rng, rng.randint(1, 4)))
 
 
+def random_value(rng, prop):
+    if prop["type"] == "integer":
+        return rng.randint(prop.get("minimum", 0), 100000)
+    if prop["type"] == "boolean":
+        return rng.random() < 0.5
+    if prop["type"] == "array":
+        return [random_value(rng, prop["items"]) for _ in range(rng.randint(prop.get("minItems", 0), 3))]
+    if prop["type"] == "object":
+        return {k: random_value(rng, p) for k, p in prop["properties"].items()}
+    if "enum" in prop:
+        return rng.choice(prop["enum"])
+    return random_text(rng)
+
+
 def random_arguments(rng, schema):
     params = schema["function"]["parameters"]
     args = {}
     for key, prop in params["properties"].items():
         if key not in params["required"] and rng.random() < 0.5:
             continue
-        if prop["type"] == "integer":
-            args[key] = rng.randint(prop.get("minimum", 0), 100000)
-        else:
-            args[key] = random_text(rng)
+        args[key] = random_value(rng, prop)
     keys = list(args)
     rng.shuffle(keys)  # Key order is kept by tojson and by our dumps.
     return {k: args[k] for k in keys}

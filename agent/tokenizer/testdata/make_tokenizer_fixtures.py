@@ -3,6 +3,10 @@
   make_tokenizer_fixtures.py OUT_DIR  a byte-level BPE tokenizer.json trained
                                       on generated varied text, plus HF's ids
                                       for >= 10,000 other lines
+  make_tokenizer_fixtures.py OUT_DIR chat
+                                      only OUT_DIR/tokenizer.json: the Qwen2-style
+                                      one with the ChatML and tool-call tokens, for
+                                      tests that need a tokenizer, not parity data
 
 Everything is generated at test time from fixed seeds; nothing comes from a hub.
 """
@@ -49,7 +53,7 @@ LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{
                   r"\s*[\r\n]+|\s+(?!\S)|\s+")
 
 
-def make_tokenizer(out, n_eval=10000):
+def make_tokenizer(out, n_eval=10000, chat_only=False):
     from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
     rng = random.Random(42)
@@ -59,8 +63,8 @@ def make_tokenizer(out, n_eval=10000):
     evals += ["\n".join(varied_lines(rng, rng.randint(2, 6))) for _ in range(500)]
     specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<tool_call>", "</tool_call>"]
     result = {"lines": evals, "cases": {}}
-    for name, pattern, nfc, ignore_merges in [("qwen2", QWEN2_PATTERN, True, False),
-                                              ("llama3", LLAMA3_PATTERN, False, True)]:
+    cases = [("qwen2", QWEN2_PATTERN, True, False), ("llama3", LLAMA3_PATTERN, False, True)]
+    for name, pattern, nfc, ignore_merges in cases[:1] if chat_only else cases:
         tok = Tokenizer(models.BPE(ignore_merges=ignore_merges))
         if nfc:
             tok.normalizer = normalizers.NFC()
@@ -73,6 +77,9 @@ def make_tokenizer(out, n_eval=10000):
                                       initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
                                       show_progress=False)
         tok.train_from_iterator(train, trainer)
+        if chat_only:
+            tok.save(os.path.join(out, "tokenizer.json"))
+            return
         path = os.path.join(out, "tokenizer_%s.json" % name)
         tok.save(path)
         ids = [e.ids for e in tok.encode_batch(evals, add_special_tokens=False)]
@@ -84,4 +91,7 @@ def make_tokenizer(out, n_eval=10000):
 if __name__ == "__main__":
     out = sys.argv[1]
     os.makedirs(out, exist_ok=True)
-    make_tokenizer(out)
+    if sys.argv[2:] == ["chat"]:
+        make_tokenizer(out, n_eval=0, chat_only=True)
+    else:
+        make_tokenizer(out)
