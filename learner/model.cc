@@ -76,11 +76,12 @@ class CheckpointedBlock : public torch::autograd::Function<CheckpointedBlock> {
  public:
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& cos,
                             const at::Tensor& sin, at::TensorList params, const Transformer* model,
-                            const Transformer::Layer* layer) {
+                            const Transformer::Layer* layer, std::vector<int64_t> lengths) {
     ctx->saved_data["model"] = reinterpret_cast<int64_t>(model);
     ctx->saved_data["layer"] = reinterpret_cast<int64_t>(layer);
+    ctx->saved_data["lengths"] = lengths;
     ctx->save_for_backward({x, cos, sin});
-    return model->BlockForward(*layer, x, cos, sin);
+    return model->BlockForward(*layer, x, cos, sin, nullptr, 0, {}, nullptr, lengths);
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
@@ -101,12 +102,14 @@ class CheckpointedBlock : public torch::autograd::Function<CheckpointedBlock> {
     at::Tensor y;
     {
       at::AutoGradMode grad_on(true);
-      y = model->BlockForward(w, x, saved[1], saved[2]);
+      y = model->BlockForward(w, x, saved[1], saved[2], nullptr, 0, {}, nullptr,
+                              ctx->saved_data["lengths"].toIntVector());
     }
     auto grads = torch::autograd::grad({y}, inputs, {grad_out[0]});
-    // One gradient per input of forward: x, cos, sin, each parameter, model, layer.
+    // One gradient per input of forward: x, cos, sin, each parameter, model, layer, lengths.
     torch::autograd::variable_list result = {grads[0], at::Tensor(), at::Tensor()};
     result.insert(result.end(), grads.begin() + 1, grads.end());
+    result.push_back(at::Tensor());
     result.push_back(at::Tensor());
     result.push_back(at::Tensor());
     return result;
@@ -456,7 +459,7 @@ at::Tensor Transformer::Norm(const at::Tensor& x, const at::Tensor& w) const {
 
 at::Tensor Transformer::BlockForward(const Layer& w, const at::Tensor& x, const at::Tensor& cos,
                                      const at::Tensor& sin, KVCache* cache, int layer, const at::Tensor& slots,
-                                     const DecodeState* decode) const {
+                                     const DecodeState* decode, const std::vector<int64_t>& lengths) const {
   const auto& c = config_;
   const int64_t B = x.size(0), T = x.size(1);
   const int64_t nh = c.num_heads, kvh = c.num_kv_heads, D = c.head_dim, Q = nh * D, KV = kvh * D;
@@ -497,8 +500,22 @@ at::Tensor Transformer::BlockForward(const Layer& w, const at::Tensor& x, const 
       cache->k[layer].narrow(2, 0, T).index_copy_(0, slots, k);
       cache->v[layer].narrow(2, 0, T).index_copy_(0, slots, v);
     }
-    a = at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0, /*is_causal=*/true, scale,
-                                         /*enable_gqa=*/kvh != nh);
+    if (lengths.size() <= 1) {
+      a = at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0, /*is_causal=*/true, scale,
+                                           /*enable_gqa=*/kvh != nh);
+    } else {
+      // Packed row: causal attention inside each sequence, one call each
+      // (no [T,T] block-diagonal mask; every call can use the fused kernels).
+      std::vector<at::Tensor> parts;
+      int64_t begin = 0;
+      for (int64_t n : lengths) {
+        parts.push_back(at::scaled_dot_product_attention(q.narrow(2, begin, n), k.narrow(2, begin, n),
+                                                         v.narrow(2, begin, n), {}, 0.0, /*is_causal=*/true, scale,
+                                                         /*enable_gqa=*/kvh != nh));
+        begin += n;
+      }
+      a = at::cat(parts, 2);
+    }
     a = a.transpose(1, 2).reshape({B, T, Q});
   }
   at::Tensor x1 = x + Linear(a, w.o_w, w.o_b);
@@ -513,7 +530,8 @@ at::Tensor Transformer::BlockForward(const Layer& w, const at::Tensor& x, const 
   return x1 + Linear(act, w.down_w, w.down_b);
 }
 
-at::Tensor Transformer::Block(int layer, const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) const {
+at::Tensor Transformer::Block(int layer, const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
+                              const std::vector<int64_t>& lengths) const {
   const Layer& w = layers_[layer];
   if (options_.activation_checkpointing && at::GradMode::is_enabled()) {
     std::vector<at::Tensor> params;
@@ -521,18 +539,48 @@ at::Tensor Transformer::Block(int layer, const at::Tensor& x, const at::Tensor& 
                                 &w.gate_up_b, &w.down_w, &w.down_b}) {
       if (t->defined()) params.push_back(*t);
     }
-    return CheckpointedBlock::apply(x, cos, sin, at::TensorList(params), this, &w);
+    return CheckpointedBlock::apply(x, cos, sin, at::TensorList(params), this, &w, lengths);
   }
-  return BlockForward(w, x, cos, sin);
+  return BlockForward(w, x, cos, sin, nullptr, 0, {}, nullptr, lengths);
 }
 
-at::Tensor Transformer::Hidden(const at::Tensor& ids) const {
+at::Tensor Transformer::Hidden(const at::Tensor& ids) const { return Hidden(ids, {}); }
+
+at::Tensor Transformer::Hidden(const at::Tensor& ids, const std::vector<int64_t>& lengths) const {
   const int64_t B = ids.size(0), T = ids.size(1);
-  at::Tensor positions = at::arange(T, ids.options().dtype(at::kLong)).unsqueeze(0).expand({B, T});
+  at::Tensor positions;
+  if (lengths.size() <= 1) {
+    positions = at::arange(T, ids.options().dtype(at::kLong)).unsqueeze(0).expand({B, T});
+  } else {
+    TORCH_CHECK(B == 1, "packed sequences need one row, got ", B);
+    std::vector<int64_t> pos;
+    pos.reserve(T);
+    for (int64_t n : lengths) {
+      for (int64_t i = 0; i < n; ++i) pos.push_back(i);
+    }
+    TORCH_CHECK(static_cast<int64_t>(pos.size()) == T, "packed lengths sum to ", pos.size(), ", row has ", T);
+    positions = at::tensor(pos, at::kLong).to(ids.device()).unsqueeze(0);
+  }
   auto [cos, sin] = Rope(positions);
   at::Tensor x = at::embedding(embed_, ids);
-  for (int l = 0; l < config_.num_layers; ++l) x = Block(l, x, cos, sin);
+  for (int l = 0; l < config_.num_layers; ++l) x = Block(l, x, cos, sin, lengths);
   return Norm(x, final_norm_);
+}
+
+at::Tensor Transformer::TokenEntropy(const at::Tensor& hidden, double temperature) const {
+  at::NoGradGuard no_grad;
+  at::Tensor h = hidden.detach().reshape({-1, hidden.size(-1)});
+  const int64_t N = h.size(0), V = lm_head_.size(0);
+  // ~512 MB of fp32 logits per chunk at most.
+  const int64_t chunk = std::max<int64_t>(1, (int64_t{128} << 20) / std::max<int64_t>(V, 1));
+  std::vector<at::Tensor> parts;
+  for (int64_t b = 0; b < N; b += chunk) {
+    at::Tensor z = HeadLogits(h.narrow(0, b, std::min(chunk, N - b))) / temperature;  // [c,V] fp32
+    at::Tensor lse = z.logsumexp(-1, /*keepdim=*/true);
+    parts.push_back(lse.squeeze(-1) - ((z - lse).exp() * z).sum(-1));
+  }
+  at::Tensor out = parts.empty() ? at::zeros({0}, h.options().dtype(at::kFloat)) : at::cat(parts);
+  return out.view(hidden.sizes().slice(0, hidden.dim() - 1));
 }
 
 at::Tensor Transformer::Logits(const at::Tensor& ids) const { return HeadLogits(Hidden(ids)); }

@@ -79,6 +79,10 @@ class Transformer {
 
   // ids [B,T] int64 -> final-normed hidden states [B,T,H]. Causal.
   at::Tensor Hidden(const at::Tensor& ids) const;
+  // Sequence packing: ids [1,T] holds sequences of `lengths` (sum = T) back
+  // to back; positions restart at 0 in each and attention stays inside
+  // each, so every sequence gets the hidden states it would get alone.
+  at::Tensor Hidden(const at::Tensor& ids, const std::vector<int64_t>& lengths) const;
   // ids [B,T] -> logits [B,T,V] fp32. For tests and short inputs: it
   // materializes the whole vocabulary.
   at::Tensor Logits(const at::Tensor& ids) const;
@@ -90,6 +94,10 @@ class Transformer {
   // positions and recomputes the chunk's logits in backward, so [N,V] logits
   // never exist at once: the memory of a long sequence stays O(chunk x V).
   at::Tensor TokenLogprobs(const at::Tensor& hidden, const at::Tensor& targets, double temperature = 1.0) const;
+  // Entropy of softmax(head(hidden)/temperature) per position, fp32 of
+  // hidden's leading shape, without gradient; chunks of positions bound
+  // the [chunk, V] logits.
+  at::Tensor TokenEntropy(const at::Tensor& hidden, double temperature = 1.0) const;
   // Value head: hidden [..., H] -> values [...] fp32. Head::kValue only.
   at::Tensor Values(const at::Tensor& hidden) const;
 
@@ -126,9 +134,10 @@ class Transformer {
     int64_t max_len = 0;
     bool slots_are_prefix = false;  // slots == 0..B-1: read the cache without a gather.
   };
+  // `lengths`: packed sequences in the row (attention within each); empty = one.
   at::Tensor BlockForward(const Layer& w, const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
                           KVCache* cache = nullptr, int layer = 0, const at::Tensor& slots = {},
-                          const DecodeState* decode = nullptr) const;
+                          const DecodeState* decode = nullptr, const std::vector<int64_t>& lengths = {}) const;
 
   struct Layer {
     at::Tensor input_norm;          // [H]
@@ -148,7 +157,8 @@ class Transformer {
   std::pair<at::Tensor, at::Tensor> Rope(const at::Tensor& positions) const;
   at::Tensor Norm(const at::Tensor& x, const at::Tensor& w) const;
   // Block `layer` of the training/scoring forward, checkpointed if asked.
-  at::Tensor Block(int layer, const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) const;
+  at::Tensor Block(int layer, const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
+                   const std::vector<int64_t>& lengths) const;
 
   ModelConfig config_;
   Head head_;

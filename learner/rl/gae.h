@@ -1,0 +1,35 @@
+// Generalized advantage estimation on plain vectors (torch-free): the
+// critic's values come off the device once per trajectory, the recursion
+// runs here, the advantages go back as one tensor.
+//
+// Steps are a trajectory's model tokens in order (tool output and template
+// tokens are the environment, not steps). values[k] = V(state before token k),
+// rewards[k] the reward after token k (the outcome reward sits on the last
+// one, 0 elsewhere); the value after the last step is 0 (episode over).
+//   delta_k = rewards[k] + gamma * V[k+1] - V[k]
+//   A_k     = delta_k + gamma * lambda * A_{k+1}
+//   return_k = A_k + V[k]        (the critic's target)
+#ifndef KERNELRL_LEARNER_RL_GAE_H_
+#define KERNELRL_LEARNER_RL_GAE_H_
+
+#include <vector>
+
+namespace kernelrl::learner::rl {
+
+struct GaeResult {
+  std::vector<float> advantages;
+  std::vector<float> returns;
+};
+
+// rewards.size() == values.size().
+GaeResult Gae(const std::vector<float>& rewards, const std::vector<float>& values, double gamma, double lambda);
+
+// Outcome reward: `reward` on the last of n steps, 0 before.
+std::vector<float> OutcomeRewards(int n, double reward);
+
+// 1 - Var(returns - values) / Var(returns); 0 when returns do not vary.
+double ExplainedVariance(const std::vector<float>& values, const std::vector<float>& returns);
+
+}  // namespace kernelrl::learner::rl
+
+#endif  // KERNELRL_LEARNER_RL_GAE_H_

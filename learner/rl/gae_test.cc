@@ -1,0 +1,109 @@
+#include "learner/rl/gae.h"
+
+#include <cmath>
+
+#include "gtest/gtest.h"
+#include "learner/rl/sample.h"
+
+namespace kernelrl::learner::rl {
+namespace {
+
+TEST(GaeTest, PaperSettingsByHand) {
+  // gamma 1, lambda 0.95, outcome reward 3 on the last of three steps.
+  GaeResult g = Gae(OutcomeRewards(3, 3.0), {0.5f, 1.0f, 2.0f}, 1.0, 0.95);
+  // k=2: delta = 3 + 0 - 2 = 1                 A = 1
+  // k=1: delta = 0 + 2 - 1 = 1                 A = 1 + 0.95 * 1 = 1.95
+  // k=0: delta = 0 + 1 - 0.5 = 0.5             A = 0.5 + 0.95 * 1.95 = 2.3525
+  EXPECT_NEAR(g.advantages[2], 1.0, 1e-6);
+  EXPECT_NEAR(g.advantages[1], 1.95, 1e-6);
+  EXPECT_NEAR(g.advantages[0], 2.3525, 1e-6);
+  // Returns = A + V; with gamma 1, lambda 1 they would all be 3.
+  EXPECT_NEAR(g.returns[2], 3.0, 1e-6);
+  EXPECT_NEAR(g.returns[1], 2.95, 1e-6);
+  EXPECT_NEAR(g.returns[0], 2.8525, 1e-6);
+}
+
+TEST(GaeTest, DiscountAndIntermediateRewardsByHand) {
+  GaeResult g = Gae({0.5f, 1.0f}, {1.0f, 2.0f}, 0.9, 0.5);
+  // k=1: delta = 1 + 0.9 * 0 - 2 = -1                A = -1
+  // k=0: delta = 0.5 + 0.9 * 2 - 1 = 1.3             A = 1.3 + 0.45 * -1 = 0.85
+  EXPECT_NEAR(g.advantages[1], -1.0, 1e-6);
+  EXPECT_NEAR(g.advantages[0], 0.85, 1e-6);
+  EXPECT_NEAR(g.returns[0], 1.85, 1e-6);
+}
+
+TEST(GaeTest, LambdaOneGivesMonteCarloReturns) {
+  std::vector<float> v = {0.3f, -0.7f, 1.1f, 0.2f};
+  GaeResult g = Gae(OutcomeRewards(4, -1.0), v, 1.0, 1.0);
+  for (int k = 0; k < 4; ++k) {
+    EXPECT_NEAR(g.returns[k], -1.0, 1e-6);
+    EXPECT_NEAR(g.advantages[k], -1.0 - v[k], 1e-6);
+  }
+}
+
+TEST(GaeTest, ExplainedVarianceByHand) {
+  // returns 1,2,3 (var 2/3); residuals 0.5,-0.5,0 (mean 0, var 1/6): 1 - 0.25 = 0.75.
+  EXPECT_NEAR(ExplainedVariance({0.5f, 2.5f, 3.0f}, {1.0f, 2.0f, 3.0f}), 0.75, 1e-6);
+  EXPECT_NEAR(ExplainedVariance({1.0f, 2.0f, 3.0f}, {1.0f, 2.0f, 3.0f}), 1.0, 1e-9);
+  EXPECT_EQ(ExplainedVariance({1.0f, 2.0f}, {5.0f, 5.0f}), 0.0);
+}
+
+v1::Trajectory MakeTrajectory(std::vector<int> ids, std::vector<int> mask, std::vector<float> logprobs) {
+  v1::Trajectory t;
+  t.set_id("t1");
+  for (int i : ids) t.add_token_ids(i);
+  for (int m : mask) t.add_loss_mask(m);
+  for (float l : logprobs) t.add_logprobs(l);
+  t.set_reward(2.0);
+  return t;
+}
+
+TEST(SampleTest, ConvertsAndChecks) {
+  auto s = SampleFromTrajectory(MakeTrajectory({1, 2, 3, 4}, {0, 1, 0, 1}, {0, -0.5f, 0, -1.5f}), 10, 0);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->model_tokens(), 2);
+  EXPECT_EQ(s->reward, 2.0);
+
+  auto expect_error = [](const v1::Trajectory& t, const std::string& what, int64_t vocab = 10, int64_t max = 0) {
+    auto r = SampleFromTrajectory(t, vocab, max);
+    ASSERT_FALSE(r.ok()) << what;
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(r.status().message().find(what), std::string::npos) << r.status();
+  };
+  expect_error(MakeTrajectory({1, 2}, {0, 1, 1}, {0, 0}), "loss_mask has 3");
+  expect_error(MakeTrajectory({1, 2}, {0, 1}, {0}), "logprobs has 1");
+  expect_error(MakeTrajectory({1, 2}, {0, 2}, {0, -1}), "must be 0 or 1");
+  expect_error(MakeTrajectory({1, 2}, {1, 1}, {-1, -1}), "token 0 is a model token");
+  expect_error(MakeTrajectory({1, 2}, {0, 0}, {0, 0}), "no model tokens");
+  expect_error(MakeTrajectory({1, 12}, {0, 1}, {0, -1}), "outside the vocabulary");
+  expect_error(MakeTrajectory({1, 2}, {0, 1}, {0, 0.5f}), "not a log-probability");
+  expect_error(MakeTrajectory({1, 2}, {0, 1}, {0, NAN}), "not a log-probability");
+  expect_error(MakeTrajectory({1, 2, 3}, {0, 1, 1}, {0, -1, -1}), "max_trajectory_tokens 2", 10, 2);
+}
+
+TEST(SampleTest, PacksFirstFitDecreasingWithinTheBound) {
+  std::vector<Sample> samples(6);
+  const int lengths[] = {5, 9, 3, 12, 4, 6};
+  for (int i = 0; i < 6; ++i) samples[i].ids.assign(lengths[i], 1);
+  auto rows = PackRows(samples, 10);
+  // 12 alone (over the bound); 9; 6+4; 5+3.
+  ASSERT_EQ(rows.size(), 4u);
+  int total = 0;
+  std::vector<int> seen(6, 0);
+  for (const PackedRow& r : rows) {
+    EXPECT_TRUE(r.tokens <= 10 || r.samples.size() == 1);
+    int64_t sum = 0;
+    for (size_t j = 0; j < r.samples.size(); ++j) {
+      EXPECT_EQ(r.lengths[j], lengths[r.samples[j]]);
+      sum += r.lengths[j];
+      ++seen[r.samples[j]];
+    }
+    EXPECT_EQ(sum, r.tokens);
+    total += r.tokens;
+  }
+  EXPECT_EQ(total, 39);
+  for (int c : seen) EXPECT_EQ(c, 1);
+}
+
+}  // namespace
+}  // namespace kernelrl::learner::rl

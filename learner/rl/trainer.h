@@ -1,0 +1,108 @@
+// The learner's update steps on an actor (policy) and a critic, both
+// learner::Transformer: PPO (the agentic and single-turn stages), SFT on
+// model tokens (RFT) and value pretraining. Each step is one function that
+// reads top to bottom in trainer.cc: samples -> packed rows -> critic values
+// -> GAE -> policy log-probs -> losses -> backward (per row, gradients
+// accumulate) -> gradient all-reduce (data-parallel) -> clip -> AdamW.
+//
+// Contract:
+//  * One optimizer step per model per call (global batch = mini-batch).
+//  * Weights on the device in the model dtype; AdamW keeps fp32 master
+//    weights and moments (a bf16 weight cannot absorb a 3e-6 update), and
+//    copies the result back into the model after each step.
+//  * Only model tokens (loss_mask 1) enter any loss.
+//  * Not thread-safe: one thread drives a Trainer.
+#ifndef KERNELRL_LEARNER_RL_TRAINER_H_
+#define KERNELRL_LEARNER_RL_TRAINER_H_
+
+#include <ATen/ATen.h>
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "learner/model.h"
+#include "learner/rl/ppo_loss.h"
+#include "learner/rl/sample.h"
+
+namespace kernelrl::learner::rl {
+
+struct AdamWParams {
+  double lr = 3e-6, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.01;
+  double max_grad_norm = 1.0;  // 0 = no clipping.
+};
+
+// AdamW (at::_fused_adamw_) over a model's parameters with fp32 master
+// weights and moments. Weight decay applies to matrices only (not norms,
+// biases, the value head's bias).
+class AdamW {
+ public:
+  AdamW(std::vector<at::Tensor> params, AdamWParams p);
+  // Clips the gradients to max_grad_norm, steps, zeroes the gradients.
+  // Returns the gradient norm before clipping.
+  double Step();
+  void ZeroGrad();
+  void set_lr(double lr) { p_.lr = lr; }
+  std::vector<at::Tensor>& params() { return params_; }
+  // "<prefix><i>/{exp_avg,exp_avg_sq,step,master}" for checkpoints.
+  std::map<std::string, at::Tensor> State(const std::string& prefix) const;
+  absl::Status LoadState(const std::map<std::string, at::Tensor>& state, const std::string& prefix);
+
+ private:
+  AdamWParams p_;
+  std::vector<at::Tensor> params_, master_, exp_avg_, exp_avg_sq_, steps_;
+  std::vector<bool> decay_;
+  bool separate_master_;
+};
+
+struct TrainerOptions {
+  PolicyLossParams policy_loss;
+  double gamma = 1.0, lambda = 0.95;
+  double temperature = 1.0;
+  bool entropy_metric = true;
+  int64_t max_tokens_per_row = 32768;
+  AdamWParams actor, critic;
+};
+
+// Sums data-parallel gradients in place (c10d all-reduce); unset = one rank.
+using GradAllReduce = std::function<void(std::vector<at::Tensor>& grads)>;
+
+// Metrics of one step, by name (docs/LEARNER.md lists them).
+using StepMetrics = std::map<std::string, double>;
+
+class Trainer {
+ public:
+  // critic may be null for stages that train only the actor (RFT).
+  Trainer(std::unique_ptr<Transformer> policy, std::unique_ptr<Transformer> critic, TrainerOptions options);
+
+  // One PPO update of actor and critic on `batch`. global_trajectories: the
+  // N of the loss weights (all ranks' trajectories); 0 = batch.size().
+  absl::StatusOr<StepMetrics> PpoStep(const std::vector<Sample>& batch, int64_t global_trajectories = 0);
+  // RFT: one actor update minimizing the NLL of the model tokens.
+  absl::StatusOr<StepMetrics> SftStep(const std::vector<Sample>& batch, int64_t global_trajectories = 0);
+  // Value pretraining: one critic update towards GAE targets (V + A).
+  absl::StatusOr<StepMetrics> ValueStep(const std::vector<Sample>& batch, int64_t global_trajectories = 0);
+
+  void set_grad_all_reduce(GradAllReduce f) { all_reduce_ = std::move(f); }
+  Transformer& policy() { return *policy_; }
+  Transformer* critic() { return critic_.get(); }
+  AdamW& actor_optimizer() { return *actor_opt_; }
+  AdamW* critic_optimizer() { return critic_opt_.get(); }
+  const TrainerOptions& options() const { return options_; }
+
+ private:
+  enum class Objective { kPpo, kSft, kValue };
+  absl::StatusOr<StepMetrics> Step(const std::vector<Sample>& batch, int64_t global_trajectories, Objective objective);
+
+  std::unique_ptr<Transformer> policy_, critic_;
+  std::unique_ptr<AdamW> actor_opt_, critic_opt_;
+  TrainerOptions options_;
+  GradAllReduce all_reduce_;
+};
+
+}  // namespace kernelrl::learner::rl
+
+#endif  // KERNELRL_LEARNER_RL_TRAINER_H_
