@@ -1,17 +1,18 @@
 // ProfilerCore: what the Profiler service does, without the network.
 //
-//  * Profile(request): judges the measurement the sandbox's trusted harness
-//    recorded for an already-verified candidate
-//    (<artifact_dir>/profile_measurement.json, kernelrl.v1.ProfileMeasurement
-//    as proto3 JSON, see docs/HARNESS.md) against the cached baseline of the
-//    task. It never runs candidate code: candidate code runs only inside the
-//    sandbox, under its isolation.
 //  * Baselines(request): cached eager / torch.compile baselines per task,
-//    keyed by (task hash, GPU model, torch version, input policy hash); on a
-//    miss (unless cache_only) it measures the task's reference with the
-//    Python precompute in its own trusted process and caches the result.
-//    The GPU model and torch version of the key are those this profiler's
-//    harness reports (ProfilerConfig harness settings).
+//    keyed by BaselineKeyFor(task, declared device, GPU model, torch version)
+//    (task_key.h): the task hash is recomputed from the reference source,
+//    never taken from the request, so a baseline served here is the one the
+//    sandbox's profile stage reads for the same task. On a miss (unless
+//    cache_only) it measures the task's reference with the Python precompute
+//    in its own trusted process and caches the result. The GPU model and
+//    torch version of the key come from ProfilerConfig (gpu_model,
+//    torch_version), as this profiler's harness reports them.
+//
+// Candidates are judged in one place only: the sandbox's profile stage calls
+// JudgeProfile (judge.h) with the baseline it reads from the same cache. The
+// profiler never runs or judges candidate code.
 // Thread-safe: state is the on-disk cache plus metrics; concurrent misses of
 // one task may both measure, and the later file replaces the earlier whole.
 #ifndef KERNELRL_PROFILER_SERVICE_PROFILER_CORE_H_
@@ -34,19 +35,16 @@ class ProfilerCore {
   ProfilerCore(const ProfilerConfig& config, std::string gpu_model, std::string torch_version,
                MetricsRegistry* metrics);
 
-  absl::StatusOr<ProfileResult> Profile(const v1::ProfileRequest& request);
   v1::BaselinesResponse Baselines(const v1::BaselinesRequest& request);
 
  private:
-  absl::StatusOr<Baseline> MeasureBaseline(const Task& task);
+  absl::StatusOr<Baseline> MeasureBaseline(const Task& task, const BaselineKey& key);
   BaselineKey KeyFor(const Task& task) const;
 
   const ProfilerConfig config_;
   const std::string gpu_model_, torch_version_;
   BaselineCache cache_;
-  Family<Counter>& profiles_;
   Family<Counter>& baseline_lookups_;
-  Family<Histogram>& reward_;
 };
 
 }  // namespace kernelrl

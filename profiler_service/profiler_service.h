@@ -11,8 +11,6 @@ class ProfilerServiceImpl final : public v1::Profiler::Service {
  public:
   explicit ProfilerServiceImpl(ProfilerCore* core) : core_(core) {}
 
-  grpc::Status Profile(grpc::ServerContext*, const v1::ProfileRequest* request,
-                       v1::ProfileResult* response) override;
   grpc::Status Baselines(grpc::ServerContext*, const v1::BaselinesRequest* request,
                          v1::BaselinesResponse* response) override;
 

@@ -1,7 +1,7 @@
 #include "profiler_service/task_key.h"
 
 #include "absl/strings/str_cat.h"
-#include "sandbox/sha256.h"
+#include "common/sha256.h"
 
 namespace kernelrl {
 namespace {
@@ -22,7 +22,7 @@ std::string TaskHash(const std::string& reference_source, const std::string& dev
   std::string blob = reference_source;
   blob.push_back('\0');
   blob += InputPolicyText(device, dtype);
-  return sandbox::Sha256Hex(blob);
+  return Sha256Hex(blob);
 }
 
 std::string DeclaredDevice(const Task& task) {

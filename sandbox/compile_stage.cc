@@ -16,7 +16,7 @@
 #include "sandbox/contain/contain.h"
 #include "sandbox/contain/spawn.h"
 #include "sandbox/diagnostics.h"
-#include "sandbox/sha256.h"
+#include "common/sha256.h"
 
 namespace kernelrl::sandbox {
 namespace {

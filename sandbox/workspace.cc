@@ -13,7 +13,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/strings/ascii.h"
-#include "sandbox/sha256.h"
+#include "common/sha256.h"
 
 namespace kernelrl::sandbox {
 namespace {

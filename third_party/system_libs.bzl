@@ -28,6 +28,7 @@ _ABSL_MODULES = " ".join([
 def _system_grpc_impl(ctx):
     grpc = _run(ctx, ["pkg-config", "--libs", "grpc++", "protobuf"]).split(" ")
     absl = _run(ctx, ["sh", "-c", "pkg-config --libs " + _ABSL_MODULES]).split(" ")
+    crypto = _run(ctx, ["pkg-config", "--libs", "libcrypto"]).split(" ")  # Debian libssl-dev
     for tool in ["protoc", "grpc_cpp_plugin"]:
         path = ctx.which(tool)
         if path == None:
@@ -44,8 +45,17 @@ cc_library(name = "gtest", linkopts = ["-lgmock", "-lgtest", "-pthread"])
 cc_library(name = "gtest_main", linkopts = ["-lgmock", "-lgtest_main", "-lgtest", "-pthread"])
 cc_library(name = "benchmark", linkopts = ["-lbenchmark", "-pthread"])
 cc_library(name = "benchmark_main", linkopts = ["-lbenchmark_main", "-lbenchmark", "-pthread"])
+# OpenSSL's libcrypto (common/sha256).
+cc_library(name = "crypto", linkopts = [{crypto}])
+# Debian's libcpp-httplib-dev (compiled, split build): its header needs the
+# library's own feature defines or the class layouts differ (actor, OpenAI API).
+cc_library(
+    name = "httplib",
+    defines = ["CPPHTTPLIB_OPENSSL_SUPPORT", "CPPHTTPLIB_ZLIB_SUPPORT", "CPPHTTPLIB_BROTLI_SUPPORT"],
+    linkopts = ["-lcpp-httplib", "-pthread"],
+)
 exports_files(["bin/protoc", "bin/grpc_cpp_plugin"])
-""".format(absl = _quoted(absl), grpc = _quoted(grpc)))
+""".format(absl = _quoted(absl), grpc = _quoted(grpc), crypto = _quoted(crypto)))
 
 system_grpc_repository = repository_rule(
     implementation = _system_grpc_impl,

@@ -13,6 +13,10 @@ APT_PACKAGES=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
   libgtest-dev libgmock-dev libbenchmark-dev pkg-config g++ prometheus
 )
+# libcrypto (OpenSSL) for common/sha256.
+APT_PACKAGES+=(libssl-dev)
+# HTTP client and server of the OpenAI-compatible policy API (actor, learner).
+APT_PACKAGES+=(libcpp-httplib-dev)
 PIP_PACKAGES=(torch==2.11.0 transformers==5.23.0 tokenizers==0.23.3 safetensors numpy nvidia-nvml-dev==13.0.87)
 
 missing=()
