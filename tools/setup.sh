@@ -17,12 +17,14 @@ APT_PACKAGES=(
 APT_PACKAGES+=(libssl-dev)
 # HTTP client and server of the OpenAI-compatible policy API (actor, learner).
 APT_PACKAGES+=(libcpp-httplib-dev)
-PIP_PACKAGES=(torch==2.11.0 transformers==5.23.0 tokenizers==0.23.3 safetensors numpy nvidia-nvml-dev==13.0.87)
+PIP_PACKAGES=(torch==2.11.0 transformers==5.23.0 tokenizers==0.23.3 safetensors numpy nvidia-nvml-dev==13.0.87 kubernetes-validate==1.37.0 yamllint==1.38.0)
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+# kubectl renders deploy/ (`kubectl kustomize`); any kubectl will do, Debian's if none.
+command -v kubectl > /dev/null || missing+=(kubernetes-client)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "setup: apt-get install ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
@@ -36,7 +38,7 @@ import importlib.metadata as m, sys
 want = {"torch": "2.11.0", "transformers": "5.23.0", "tokenizers": "0.23.3", "nvidia-nvml-dev": "13.0.87"}
 for name, version in want.items():
     if not m.version(name).startswith(version): sys.exit(1)
-import safetensors, numpy
+import safetensors, numpy, kubernetes_validate, yamllint
 PY
 then
   echo "setup: pip install ${PIP_PACKAGES[*]}"
