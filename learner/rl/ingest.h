@@ -1,0 +1,134 @@
+// Trajectory ingest of one job: task leases for actors, the bounded buffer
+// of pushed trajectories, and the ledger that makes both survive a restart.
+//
+// Flow: Lease() hands out the current stage's tasks (a data cursor over the
+// task list, each task `rollouts_per_task` times; tasks whose lease expired,
+// whose trajectory was stale or hit INFRA_ERROR come first). Push() checks a
+// trajectory against its lease, stores it (file + ACCEPTED record, fsynced)
+// and only then acks. The trainer takes batches with Take(), records them
+// with MarkTrained(step) before it checkpoints that step.
+//
+// Invariants (what a restart relies on):
+//  * A trajectory id is accepted at most once; a repeated push is acked as a
+//    duplicate without a second copy (idempotent actors can retry).
+//  * A trajectory is trained at most once per committed step: TRAINED records
+//    of a step later than the checkpoint a restart resumes from are void
+//    (ROLLBACK record), and those trajectories go back into the buffer.
+//  * INFRA_ERROR trajectories are never buffered: their task is issued again
+//    up to max_infra_reruns times, then dropped and counted.
+//  * A buffered trajectory older than max_policy_lag versions is dropped at
+//    Take() and its task is issued again.
+// Thread-safe: actors' RPCs and the trainer thread call in concurrently.
+#ifndef KERNELRL_LEARNER_RL_INGEST_H_
+#define KERNELRL_LEARNER_RL_INGEST_H_
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "learner/rl/ledger.h"
+#include "proto/learner.pb.h"
+#include "proto/trajectory.pb.h"
+
+namespace kernelrl::learner::rl {
+
+struct IngestOptions {
+  int64_t max_policy_lag = 1;
+  int buffer_capacity = 4096;
+  double lease_timeout_seconds = 1800;
+  int max_infra_reruns = 2;
+  int64_t vocab_size = 0;             // > 0: token ids are checked at push.
+  int64_t max_trajectory_tokens = 0;  // > 0: longer trajectories are rejected.
+};
+
+struct IngestInfo {
+  int64_t buffer_depth = 0;
+  int64_t active_leases = 0;
+  int64_t retry_queue = 0;
+  int64_t cursor = 0;  // Fresh issues in the current stage.
+  int64_t accepted = 0, rejected = 0, duplicates = 0, stale_dropped = 0, expired_leases = 0;
+  int64_t infra_reruns = 0, infra_dropped = 0, trained = 0;
+  double max_staleness = 0;  // Policy versions behind, over the buffer.
+};
+
+class Ingest {
+ public:
+  // `dir` holds ledger.jsonl and trajectories/. committed_step: the step of
+  // the checkpoint training resumes from (0 = none).
+  static absl::StatusOr<std::unique_ptr<Ingest>> Open(const std::string& dir, std::string job_id,
+                                                      IngestOptions options, int64_t committed_step);
+
+  // The work of a stage. The cursor and retry queue of `stage` come from the
+  // ledger, so calling this after a restart continues where it stopped.
+  void SetStage(const std::string& stage, std::vector<v1::Task> tasks, int rollouts_per_task,
+                int64_t max_fresh_issues) ABSL_LOCKS_EXCLUDED(mu_);
+  void SetPolicyVersion(int64_t version) ABSL_LOCKS_EXCLUDED(mu_);
+
+  absl::StatusOr<std::vector<v1::TaskLease>> Lease(const std::string& actor_id, int max_tasks)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  v1::PushTrajectoriesAck Push(const std::string& lease_id, const v1::Trajectory& trajectory)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Up to n trainable trajectories of the current stage, oldest first; they
+  // stay buffered until MarkTrained. Stale ones are dropped first.
+  absl::StatusOr<std::vector<v1::Trajectory>> Take(int n) ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status MarkTrained(const std::vector<std::string>& trajectory_ids, int64_t step) ABSL_LOCKS_EXCLUDED(mu_);
+  // The checkpoint of `step` is durable.
+  absl::Status Commit(int64_t step) ABSL_LOCKS_EXCLUDED(mu_);
+  // Every trajectory accepted in `stage` (the warm-up set RFT and value
+  // pretraining read), in acceptance order.
+  absl::StatusOr<std::vector<v1::Trajectory>> AcceptedIn(const std::string& stage) ABSL_LOCKS_EXCLUDED(mu_);
+  // Expires overdue leases (also done on every Lease call).
+  absl::Status ExpireLeases() ABSL_LOCKS_EXCLUDED(mu_);
+
+  IngestInfo Info() const ABSL_LOCKS_EXCLUDED(mu_);
+  const std::string& ledger_path() const { return ledger_->path(); }
+
+ private:
+  struct LeaseState {
+    std::string task_id, actor_id, stage;
+    int64_t expires_ms = 0, policy_version = 0;
+  };
+  struct Buffered {
+    std::string id, task_id, stage;
+    int64_t policy_version = 0;
+  };
+  Ingest(std::string dir, std::string job_id, IngestOptions options)
+      : dir_(std::move(dir)), job_id_(std::move(job_id)), options_(options) {}
+  absl::Status Replay(const std::vector<v1::LedgerRecord>& records, int64_t committed_step);
+  std::string TrajectoryPath(const std::string& id) const;
+  absl::Status ExpireLocked(std::vector<v1::LedgerRecord>* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  const v1::Task* FindTask(const std::string& id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const std::string dir_, job_id_;
+  const IngestOptions options_;
+  std::unique_ptr<Ledger> ledger_;
+
+  mutable absl::Mutex mu_;
+  std::string stage_ ABSL_GUARDED_BY(mu_);
+  std::vector<v1::Task> tasks_ ABSL_GUARDED_BY(mu_);
+  int rollouts_per_task_ ABSL_GUARDED_BY(mu_) = 1;
+  int64_t max_fresh_ ABSL_GUARDED_BY(mu_) = -1;  // < 0: unbounded.
+  int64_t version_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t lease_counter_ ABSL_GUARDED_BY(mu_) = 0;
+  std::map<std::string, int64_t> cursor_ ABSL_GUARDED_BY(mu_);           // Per stage.
+  std::map<std::string, std::deque<std::string>> retry_ ABSL_GUARDED_BY(mu_);  // Per stage: task ids.
+  std::map<std::string, int> infra_reruns_ ABSL_GUARDED_BY(mu_);        // Per stage/task.
+  std::map<std::string, LeaseState> leases_ ABSL_GUARDED_BY(mu_);
+  std::deque<Buffered> buffer_ ABSL_GUARDED_BY(mu_);
+  std::set<std::string> known_ ABSL_GUARDED_BY(mu_);    // Accepted (or being stored) trajectory ids.
+  std::map<std::string, int64_t> trained_ ABSL_GUARDED_BY(mu_);  // id -> step.
+  std::map<std::string, std::vector<std::string>> accepted_in_ ABSL_GUARDED_BY(mu_);  // stage -> ids.
+  IngestInfo counters_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace kernelrl::learner::rl
+
+#endif  // KERNELRL_LEARNER_RL_INGEST_H_
