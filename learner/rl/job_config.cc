@@ -1,0 +1,145 @@
+#include "learner/rl/job_config.h"
+
+#include <sys/stat.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "common/config.h"
+#include "common/file.h"
+#include "google/protobuf/util/json_util.h"
+
+namespace kernelrl::learner::rl {
+
+const char kJobConfigDefaults[] = R"pb(
+  ppo { clip_low: 0.2 clip_high: 0.28 gamma: 1.0 lambda: 0.95 tis_threshold: 2.0 temperature: 1.0 entropy_metric: true }
+  actor_optimizer { lr: 3e-6 beta1: 0.9 beta2: 0.999 eps: 1e-8 weight_decay: 0.01 max_grad_norm: 1.0 }
+  critic_optimizer { lr: 6e-6 beta1: 0.9 beta2: 0.999 eps: 1e-8 weight_decay: 0.01 max_grad_norm: 1.0 }
+  batch { trajectories_per_step: 64 max_tokens_per_row: 32768 max_trajectory_tokens: 131072 activation_checkpointing: true }
+  ingest { max_policy_lag: 1 buffer_capacity: 4096 lease_timeout_seconds: 1800 max_infra_reruns: 2 }
+  recipe {
+    single_turn_ppo { steps: 50 max_turns: 1 }
+    agent_warmup { steps: 1024 max_turns: 150 }
+    rft { epochs: 1 max_repeated_calls: 3 lr: 1e-5 }
+    value_pretrain { steps: 50 }
+    agentic_ppo { steps: 150 max_turns: 150 }
+  }
+  checkpoint { keep_last: 3 }
+  seed: 1
+)pb";
+
+namespace {
+
+absl::Status Field(const std::string& field, const std::string& problem) {
+  return absl::InvalidArgumentError(absl::StrCat("spec.hyperparameters_text: ", field, " ", problem));
+}
+
+bool IsDir(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+absl::Status CheckOptimizer(const std::string& name, const v1::OptimizerConfig& o) {
+  if (!(o.lr() > 0 && o.lr() < 1)) return Field(name + ".lr", "must be in (0, 1)");
+  if (!(o.beta1() >= 0 && o.beta1() < 1)) return Field(name + ".beta1", "must be in [0, 1)");
+  if (!(o.beta2() >= 0 && o.beta2() < 1)) return Field(name + ".beta2", "must be in [0, 1)");
+  if (!(o.eps() > 0)) return Field(name + ".eps", "must be > 0");
+  if (o.weight_decay() < 0) return Field(name + ".weight_decay", "must be >= 0");
+  if (o.max_grad_norm() < 0) return Field(name + ".max_grad_norm", "must be >= 0");
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<v1::LearnerJobConfig> ParseJobConfig(const std::string& text) {
+  v1::LearnerJobConfig c;
+  if (auto s = MergeTextConfig(kJobConfigDefaults, "job config defaults", &c); !s.ok()) return s;
+  if (auto s = MergeTextConfig(text, "spec.hyperparameters_text", &c); !s.ok()) {
+    return absl::InvalidArgumentError(s.message());
+  }
+  const auto& p = c.ppo();
+  if (!(p.clip_low() > 0 && p.clip_low() < 1)) return Field("ppo.clip_low", "must be in (0, 1)");
+  if (!(p.clip_high() > 0)) return Field("ppo.clip_high", "must be > 0");
+  if (!(p.gamma() > 0 && p.gamma() <= 1)) return Field("ppo.gamma", "must be in (0, 1]");
+  if (!(p.lambda() >= 0 && p.lambda() <= 1)) return Field("ppo.lambda", "must be in [0, 1]");
+  if (p.tis_threshold() < 0) return Field("ppo.tis_threshold", "must be >= 0 (0 = ratio against the rollout)");
+  if (p.tis_threshold() > 0 && p.tis_threshold() < 1) return Field("ppo.tis_threshold", "must be 0 or >= 1");
+  if (!(p.temperature() > 0)) return Field("ppo.temperature", "must be > 0");
+  if (auto s = CheckOptimizer("actor_optimizer", c.actor_optimizer()); !s.ok()) return s;
+  if (auto s = CheckOptimizer("critic_optimizer", c.critic_optimizer()); !s.ok()) return s;
+  const auto& b = c.batch();
+  if (b.trajectories_per_step() < 1) return Field("batch.trajectories_per_step", "must be >= 1");
+  if (b.max_tokens_per_row() < 16) return Field("batch.max_tokens_per_row", "must be >= 16");
+  if (b.max_trajectory_tokens() < 2) return Field("batch.max_trajectory_tokens", "must be >= 2");
+  const auto& in = c.ingest();
+  if (in.max_policy_lag() < 0) return Field("ingest.max_policy_lag", "must be >= 0");
+  if (in.buffer_capacity() < b.trajectories_per_step()) {
+    return Field("ingest.buffer_capacity", "must hold at least batch.trajectories_per_step trajectories");
+  }
+  if (!(in.lease_timeout_seconds() > 0)) return Field("ingest.lease_timeout_seconds", "must be > 0");
+  if (in.max_infra_reruns() < 0) return Field("ingest.max_infra_reruns", "must be >= 0");
+  const auto& r = c.recipe();
+  for (const auto& [name, stage] : {std::pair{"single_turn_ppo", &r.single_turn_ppo()},
+                                    {"agent_warmup", &r.agent_warmup()},
+                                    {"value_pretrain", &r.value_pretrain()},
+                                    {"agentic_ppo", &r.agentic_ppo()}}) {
+    if (stage->steps() < 0) return Field(absl::StrCat("recipe.", name, ".steps"), "must be >= 0");
+    if (stage->max_turns() < 0) return Field(absl::StrCat("recipe.", name, ".max_turns"), "must be >= 0");
+  }
+  if (r.rft().epochs() < 0) return Field("recipe.rft.epochs", "must be >= 0");
+  if (r.rft().max_repeated_calls() < 1) return Field("recipe.rft.max_repeated_calls", "must be >= 1");
+  if (!(r.rft().lr() > 0 && r.rft().lr() < 1)) return Field("recipe.rft.lr", "must be in (0, 1)");
+  if (!r.rft().skip() && r.agent_warmup().skip()) {
+    return Field("recipe.rft.skip", "RFT needs the agent_warmup trajectories (skip both or neither)");
+  }
+  if (!r.value_pretrain().skip() && r.agent_warmup().skip()) {
+    return Field("recipe.value_pretrain.skip", "value pretraining needs the agent_warmup trajectories");
+  }
+  const std::string& dev = c.device().device();
+  if (!dev.empty() && dev != "cpu" && dev != "cuda" && dev.rfind("cuda:", 0) != 0) {
+    return Field("device.device", "must be cpu, cuda or cuda:N");
+  }
+  const std::string& dt = c.device().dtype();
+  if (!dt.empty() && dt != "float32" && dt != "bfloat16") return Field("device.dtype", "must be float32 or bfloat16");
+  if (c.checkpoint().keep_last() < 1) return Field("checkpoint.keep_last", "must be >= 1");
+  return c;
+}
+
+absl::Status ValidateJobSpec(const v1::JobSpec& spec) {
+  auto bad = [](const std::string& field, const std::string& problem) {
+    return absl::InvalidArgumentError(absl::StrCat("spec.", field, ": ", problem));
+  };
+  if (spec.base_checkpoint().empty()) return bad("base_checkpoint", "required (a Hugging Face checkpoint directory)");
+  if (!IsDir(spec.base_checkpoint())) return bad("base_checkpoint", spec.base_checkpoint() + " is not a directory");
+  if (!ReadFileToString(spec.base_checkpoint() + "/config.json").ok()) {
+    return bad("base_checkpoint", spec.base_checkpoint() + " has no readable config.json");
+  }
+  if (spec.task_set().empty()) return bad("task_set", "required (a JSON-lines file of kernelrl.v1.Task)");
+  auto tasks = LoadTaskSet(spec.task_set());
+  if (!tasks.ok()) return bad("task_set", std::string(tasks.status().message()));
+  if (tasks->empty()) return bad("task_set", spec.task_set() + " holds no tasks");
+  if (spec.max_steps() < 0) return bad("max_steps", "must be >= 0 (0 = the recipe's step counts)");
+  if (spec.rollouts_per_task() < 0) return bad("rollouts_per_task", "must be >= 0 (0 = 1)");
+  auto config = ParseJobConfig(spec.hyperparameters_text());
+  return config.ok() ? absl::OkStatus() : config.status();
+}
+
+absl::StatusOr<std::vector<v1::Task>> LoadTaskSet(const std::string& path) {
+  auto text = ReadFileToString(path);
+  if (!text.ok()) return text.status();
+  std::vector<v1::Task> tasks;
+  int line_no = 0;
+  for (absl::string_view line : absl::StrSplit(*text, '\n')) {
+    ++line_no;
+    line = absl::StripAsciiWhitespace(line);
+    if (line.empty() || line[0] == '#') continue;
+    v1::Task t;
+    auto s = google::protobuf::util::JsonStringToMessage(std::string(line), &t);
+    if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat(path, ":", line_no, ": ", s.ToString()));
+    if (t.id().empty()) return absl::InvalidArgumentError(absl::StrCat(path, ":", line_no, ": task without an id"));
+    tasks.push_back(std::move(t));
+  }
+  return tasks;
+}
+
+}  // namespace kernelrl::learner::rl

@@ -1,0 +1,241 @@
+#include "learner/rl/jobs.h"
+
+#include <dirent.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/clock.h"
+#include "common/file.h"
+#include "common/log.h"
+#include "google/protobuf/text_format.h"
+#include "learner/rl/job_config.h"
+
+namespace kernelrl::learner::rl {
+
+v1::Job JobContext::job() const {
+  absl::MutexLock lock(&manager_->mu_);
+  return manager_->jobs_.at(id_).job;
+}
+
+bool JobContext::ShouldStop() const {
+  absl::MutexLock lock(&manager_->mu_);
+  return manager_->stop_ || manager_->jobs_.at(id_).cancel_requested;
+}
+
+absl::Status JobContext::Update(const std::function<void(v1::Job*)>& change) {
+  absl::MutexLock lock(&manager_->mu_);
+  JobManager::Entry& e = manager_->jobs_.at(id_);
+  change(&e.job);
+  return manager_->PersistLocked(&e);
+}
+
+void JobContext::SetIngest(Ingest* ingest) {
+  absl::MutexLock lock(&manager_->mu_);
+  manager_->ingest_ = ingest;
+}
+
+absl::StatusOr<std::unique_ptr<JobManager>> JobManager::Open(const std::string& state_dir, JobRunnerFactory factory) {
+  ::mkdir(state_dir.c_str(), 0755);
+  ::mkdir((state_dir + "/jobs").c_str(), 0755);
+  std::unique_ptr<JobManager> m(new JobManager(state_dir, std::move(factory)));
+  DIR* d = ::opendir((state_dir + "/jobs").c_str());
+  if (d == nullptr) return absl::InternalError(absl::StrCat("cannot open ", state_dir, "/jobs"));
+  std::vector<std::string> ids;
+  while (dirent* de = ::readdir(d)) {
+    if (de->d_name[0] != '.') ids.push_back(de->d_name);
+  }
+  ::closedir(d);
+  {
+    absl::MutexLock lock(&m->mu_);
+    for (const std::string& id : ids) {
+      auto text = ReadFileToString(m->JobDir(id) + "/job.textproto");
+      if (!text.ok()) continue;  // A job dir whose first write did not land.
+      Entry e;
+      if (!google::protobuf::TextFormat::ParseFromString(*text, &e.job)) {
+        return absl::DataLossError(absl::StrCat(m->JobDir(id), "/job.textproto does not parse"));
+      }
+      m->jobs_[id] = std::move(e);
+      m->counter_++;
+    }
+  }
+  m->worker_ = std::thread([p = m.get()] { p->WorkerLoop(); });
+  return m;
+}
+
+JobManager::~JobManager() {
+  {
+    absl::MutexLock lock(&mu_);
+    stop_ = true;
+    changed_.SignalAll();
+  }
+  worker_.join();
+}
+
+absl::Status JobManager::PersistLocked(Entry* e) {
+  e->job.set_updated_at(NowRfc3339());
+  std::string text;
+  google::protobuf::TextFormat::PrintToString(e->job, &text);
+  ::mkdir(JobDir(e->job.id()).c_str(), 0755);
+  auto s = WriteFileAtomically(JobDir(e->job.id()) + "/job.textproto", text);
+  ++e->revision;
+  changed_.SignalAll();
+  return s;
+}
+
+absl::StatusOr<v1::Job> JobManager::Submit(const v1::JobSpec& spec) {
+  if (auto s = ValidateJobSpec(spec); !s.ok()) return s;
+  absl::MutexLock lock(&mu_);
+  Entry e;
+  e.job.set_id(absl::StrFormat("job-%s-%04d", absl::FormatTime("%Y%m%d-%H%M%S", absl::Now(), absl::UTCTimeZone()),
+                               ++counter_));
+  *e.job.mutable_spec() = spec;
+  e.job.set_state(v1::Job::PENDING);
+  e.job.set_created_at(NowRfc3339());
+  if (auto s = PersistLocked(&e); !s.ok()) return s;
+  const std::string id = e.job.id();
+  jobs_[id] = std::move(e);
+  return jobs_[id].job;
+}
+
+absl::StatusOr<v1::Job> JobManager::Get(const std::string& id) const {
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("no job ", id));
+  return it->second.job;
+}
+
+absl::StatusOr<v1::Job> JobManager::Cancel(const std::string& id, const std::string& reason) {
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("no job ", id));
+  Entry& e = it->second;
+  if (Finished(e.job.state())) {
+    return absl::FailedPreconditionError(absl::StrCat("job ", id, " already ended: ", v1::Job::State_Name(e.job.state())));
+  }
+  e.cancel_requested = true;
+  e.job.set_message(absl::StrCat("cancelled: ", reason.empty() ? "by request" : reason));
+  // Not in a runner (pending, or RUNNING before a restart and not resumed yet): ends now.
+  if (running_ != id) e.job.set_state(v1::Job::CANCELLED);
+  if (auto s = PersistLocked(&e); !s.ok()) return s;
+  return e.job;
+}
+
+absl::StatusOr<v1::ListJobsResponse> JobManager::List(int page_size, const std::string& page_token) const {
+  if (page_size < 0) return absl::InvalidArgumentError("page_size must be >= 0");
+  if (page_size == 0) page_size = 50;
+  int64_t offset = 0;
+  if (!page_token.empty() && (!absl::SimpleAtoi(page_token, &offset) || offset < 0)) {
+    return absl::InvalidArgumentError("page_token: not a token from ListJobs");
+  }
+  absl::MutexLock lock(&mu_);
+  v1::ListJobsResponse out;
+  int64_t i = 0;
+  for (auto it = jobs_.rbegin(); it != jobs_.rend(); ++it, ++i) {  // Newest first.
+    if (i < offset) continue;
+    if (out.jobs_size() == page_size) {
+      out.set_next_page_token(std::to_string(i));
+      break;
+    }
+    *out.add_jobs() = it->second.job;
+  }
+  return out;
+}
+
+absl::StatusOr<bool> JobManager::WaitForChange(const std::string& id, int64_t* revision, absl::Duration timeout,
+                                               v1::Job* job) {
+  absl::MutexLock lock(&mu_);
+  const absl::Time deadline = absl::Now() + timeout;
+  while (true) {
+    auto it = jobs_.find(id);
+    if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("no job ", id));
+    if (it->second.revision != *revision) {
+      *revision = it->second.revision;
+      *job = it->second.job;
+      return true;
+    }
+    if (changed_.WaitWithDeadline(&mu_, deadline)) return false;
+  }
+}
+
+absl::StatusOr<v1::LeaseTasksResponse> JobManager::LeaseTasks(const v1::LeaseTasksRequest& request) {
+  if (request.actor_id().empty()) return absl::InvalidArgumentError("actor_id: required");
+  if (request.max_tasks() < 1) return absl::InvalidArgumentError("max_tasks: must be >= 1");
+  Ingest* ingest;
+  {
+    absl::MutexLock lock(&mu_);
+    ingest = ingest_;
+  }
+  v1::LeaseTasksResponse out;
+  if (ingest == nullptr) return out;  // No job collecting: back off and retry.
+  auto leases = ingest->Lease(request.actor_id(), request.max_tasks());
+  if (!leases.ok()) return leases.status();
+  for (auto& l : *leases) *out.add_leases() = std::move(l);
+  return out;
+}
+
+v1::PushTrajectoriesAck JobManager::Push(const v1::PushTrajectoriesRequest& request) {
+  Ingest* ingest;
+  {
+    absl::MutexLock lock(&mu_);
+    ingest = ingest_;
+  }
+  if (ingest == nullptr) {
+    v1::PushTrajectoriesAck ack;
+    ack.set_trajectory_id(request.trajectory().id());
+    ack.set_reason("no job is collecting trajectories");
+    return ack;
+  }
+  return ingest->Push(request.lease_id(), request.trajectory());
+}
+
+void JobManager::WorkerLoop() {
+  while (true) {
+    std::string id;
+    {
+      absl::MutexLock lock(&mu_);
+      while (!stop_) {
+        // A job that was RUNNING before a restart goes first, then the oldest PENDING.
+        for (auto& [jid, e] : jobs_) {
+          if (e.job.state() == v1::Job::RUNNING && !e.cancel_requested) id = jid;
+        }
+        for (auto& [jid, e] : jobs_) {
+          if (id.empty() && e.job.state() == v1::Job::PENDING) id = jid;
+        }
+        if (!id.empty()) break;
+        changed_.Wait(&mu_);
+      }
+      if (stop_) return;
+      Entry& e = jobs_.at(id);
+      e.job.set_state(v1::Job::RUNNING);
+      (void)PersistLocked(&e);
+      running_ = id;
+    }
+    JobContext ctx(this, id, JobDir(id));
+    std::unique_ptr<JobRunner> runner = factory_();
+    absl::Status status = runner->Run(&ctx);
+    runner.reset();
+    absl::MutexLock lock(&mu_);
+    ingest_ = nullptr;
+    running_.clear();
+    Entry& e = jobs_.at(id);
+    if (e.cancel_requested) {
+      e.job.set_state(v1::Job::CANCELLED);
+    } else if (stop_) {
+      continue;  // Shutdown: stays RUNNING, resumes on the next start.
+    } else if (status.ok()) {
+      e.job.set_state(v1::Job::SUCCEEDED);
+      e.job.set_message("done");
+    } else {
+      e.job.set_state(v1::Job::FAILED);
+      e.job.set_message(std::string(status.message()));
+      KLOG(ERROR) << "job " << id << " failed: " << status;
+    }
+    (void)PersistLocked(&e);
+  }
+}
+
+}  // namespace kernelrl::learner::rl

@@ -1,0 +1,215 @@
+#include "learner/rl/jobs.h"
+
+#include <sys/stat.h>
+
+#include <atomic>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "common/file.h"
+#include "gtest/gtest.h"
+#include "learner/rl/job_config.h"
+
+namespace kernelrl::learner::rl {
+namespace {
+
+std::string TempDir() {
+  char tmpl[] = "/tmp/jobs_test_XXXXXX";
+  return mkdtemp(tmpl);
+}
+
+// A spec whose paths exist: a checkpoint dir with a config.json, a task set.
+v1::JobSpec GoodSpec(const std::string& root) {
+  ::mkdir((root + "/ckpt").c_str(), 0755);
+  EXPECT_TRUE(WriteFileAtomically(root + "/ckpt/config.json", "{}").ok());
+  EXPECT_TRUE(WriteFileAtomically(root + "/tasks.jsonl",
+                                  "# two tasks\n{\"id\": \"level1/19_ReLU\", \"level\": 1}\n\n{\"id\": \"t2\"}\n")
+                  .ok());
+  v1::JobSpec spec;
+  spec.set_name("test");
+  spec.set_base_checkpoint(root + "/ckpt");
+  spec.set_task_set(root + "/tasks.jsonl");
+  spec.set_hyperparameters_text("batch { trajectories_per_step: 4 } recipe { rft { lr: 2e-5 } }");
+  return spec;
+}
+
+// Runs `steps` steps (one per 5 ms), each recorded in the job; stops when asked.
+class CountingRunner : public JobRunner {
+ public:
+  explicit CountingRunner(std::atomic<int>* runs, int steps) : runs_(runs), steps_(steps) {}
+  absl::Status Run(JobContext* ctx) override {
+    ++*runs_;
+    while (ctx->job().step() < steps_) {
+      if (ctx->ShouldStop()) return absl::OkStatus();
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      auto s = ctx->Update([](v1::Job* j) {
+        j->set_step(j->step() + 1);
+        (*j->mutable_metrics())["reward_mean"] = j->step() * 0.1;
+      });
+      if (!s.ok()) return s;
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  std::atomic<int>* runs_;
+  int steps_;
+};
+
+v1::Job WaitFor(JobManager* m, const std::string& id, v1::Job::State state) {
+  int64_t rev = -1;
+  v1::Job job;
+  for (int i = 0; i < 400; ++i) {
+    auto changed = m->WaitForChange(id, &rev, absl::Milliseconds(50), &job);
+    EXPECT_TRUE(changed.ok());
+    if (job.state() == state) return job;
+  }
+  ADD_FAILURE() << "job " << id << " never reached " << v1::Job::State_Name(state) << ", is "
+                << v1::Job::State_Name(job.state());
+  return job;
+}
+
+TEST(JobConfigTest, DefaultsAreThePapersAndTextOverrides) {
+  auto c = ParseJobConfig("actor_optimizer { lr: 1e-6 } ppo { tis_threshold: 0 }");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->ppo().clip_low(), 0.2);
+  EXPECT_EQ(c->ppo().clip_high(), 0.28);
+  EXPECT_EQ(c->ppo().gamma(), 1.0);
+  EXPECT_EQ(c->ppo().lambda(), 0.95);
+  EXPECT_EQ(c->critic_optimizer().lr(), 6e-6);
+  EXPECT_EQ(c->actor_optimizer().lr(), 1e-6);
+  EXPECT_EQ(c->ppo().tis_threshold(), 0.0);  // Explicit 0 wins over the default.
+}
+
+TEST(JobConfigTest, BadValuesNameTheField) {
+  for (const auto& [text, field] : std::vector<std::pair<std::string, std::string>>{
+           {"ppo { clip_low: 1.5 }", "ppo.clip_low"},
+           {"ppo { lambda: -1 }", "ppo.lambda"},
+           {"critic_optimizer { lr: 0 }", "critic_optimizer.lr"},
+           {"batch { trajectories_per_step: 0 }", "batch.trajectories_per_step"},
+           {"ingest { buffer_capacity: 2 }", "ingest.buffer_capacity"},
+           {"recipe { agent_warmup { skip: true } }", "recipe.rft.skip"},
+           {"device { dtype: \"int8\" }", "device.dtype"},
+           {"ppo { no_such_field: 1 }", "no_such_field"},
+       }) {
+    auto c = ParseJobConfig(text);
+    ASSERT_FALSE(c.ok()) << text;
+    EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument) << text;
+    EXPECT_NE(c.status().message().find(field), std::string::npos) << c.status();
+  }
+}
+
+TEST(JobManagerTest, BadSpecIsInvalidArgumentNamingTheField) {
+  const std::string root = TempDir();
+  std::atomic<int> runs{0};
+  auto m = JobManager::Open(root + "/state", [&] { return std::make_unique<CountingRunner>(&runs, 1); });
+  ASSERT_TRUE(m.ok());
+  auto expect = [&](v1::JobSpec spec, const std::string& field) {
+    auto j = (*m)->Submit(spec);
+    ASSERT_FALSE(j.ok()) << field;
+    EXPECT_EQ(j.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(j.status().message().find(field), std::string::npos) << j.status();
+  };
+  v1::JobSpec spec = GoodSpec(root);
+  v1::JobSpec s = spec;
+  s.clear_base_checkpoint();
+  expect(s, "spec.base_checkpoint");
+  s = spec;
+  s.set_base_checkpoint(root + "/missing");
+  expect(s, "spec.base_checkpoint");
+  s = spec;
+  s.set_task_set(root + "/ckpt/config.json");
+  expect(s, "spec.task_set");
+  s = spec;
+  s.set_max_steps(-1);
+  expect(s, "spec.max_steps");
+  s = spec;
+  s.set_hyperparameters_text("ppo { clip_high: -1 }");
+  expect(s, "ppo.clip_high");
+  auto list = (*m)->List(0, "");
+  ASSERT_TRUE(list.ok());
+  EXPECT_EQ(list->jobs_size(), 0);  // Never a FAILED job.
+}
+
+TEST(JobManagerTest, RunsWatchesCancelsListsAndSurvivesRestart) {
+  const std::string root = TempDir();
+  std::atomic<int> runs{0};
+  std::string first, second;
+  {
+    auto m = JobManager::Open(root + "/state", [&] { return std::make_unique<CountingRunner>(&runs, 1000000); });
+    ASSERT_TRUE(m.ok());
+    auto a = (*m)->Submit(GoodSpec(root));
+    auto b = (*m)->Submit(GoodSpec(root));
+    ASSERT_TRUE(a.ok() && b.ok()) << a.status();
+    first = a->id(), second = b->id();
+    EXPECT_EQ(b->state(), v1::Job::PENDING);
+    v1::Job running = WaitFor(m->get(), first, v1::Job::RUNNING);
+    // Steps advance; watch sees them.
+    int64_t rev = -1;
+    v1::Job seen;
+    int64_t last = -1;
+    for (int i = 0; i < 5; ++i) {
+      ASSERT_TRUE(*(*m)->WaitForChange(first, &rev, absl::Seconds(5), &seen));
+      EXPECT_GE(seen.step(), last);
+      last = seen.step();
+    }
+    EXPECT_GT(last, 0);
+    // Second job waits; newest first in the list, paged.
+    auto page = (*m)->List(1, "");
+    ASSERT_TRUE(page.ok());
+    ASSERT_EQ(page->jobs_size(), 1);
+    EXPECT_EQ(page->jobs(0).id(), second);
+    auto page2 = (*m)->List(1, page->next_page_token());
+    ASSERT_EQ(page2->jobs_size(), 1);
+    EXPECT_EQ(page2->jobs(0).id(), first);
+    EXPECT_TRUE(page2->next_page_token().empty());
+    EXPECT_EQ((*m)->Get(second)->state(), v1::Job::PENDING);
+  }  // "Restart": the manager goes away with `first` RUNNING.
+  const int64_t step_before = [&] {
+    auto text = ReadFileToString(root + "/state/jobs/" + first + "/job.textproto");
+    EXPECT_TRUE(text.ok());
+    return static_cast<int64_t>(text->find("RUNNING") != std::string::npos);
+  }();
+  EXPECT_EQ(step_before, 1);
+  {
+    auto m = JobManager::Open(root + "/state", [&] { return std::make_unique<CountingRunner>(&runs, 1000000); });
+    ASSERT_TRUE(m.ok());
+    auto job = (*m)->Get(first);
+    ASSERT_TRUE(job.ok());
+    EXPECT_GT(job->step(), 0);  // Its progress came back.
+    for (int i = 0; i < 500 && runs.load() < 2; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    EXPECT_EQ(runs.load(), 2);  // Resumed by a runner.
+    EXPECT_EQ((*m)->Get(first)->state(), v1::Job::RUNNING);
+    auto c = (*m)->Cancel(first, "ablation done");
+    ASSERT_TRUE(c.ok());
+    v1::Job cancelled = WaitFor(m->get(), first, v1::Job::CANCELLED);
+    EXPECT_NE(cancelled.message().find("ablation done"), std::string::npos);
+    WaitFor(m->get(), second, v1::Job::RUNNING);  // The next one starts.
+    EXPECT_EQ((*m)->Cancel(first, "").status().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_EQ((*m)->Get("job-nope").status().code(), absl::StatusCode::kNotFound);
+  }
+}
+
+TEST(JobManagerTest, FinishedAndFailedJobs) {
+  const std::string root = TempDir();
+  std::atomic<int> runs{0};
+  class Failing : public JobRunner {
+    absl::Status Run(JobContext*) override { return absl::DataLossError("checkpoint truncated"); }
+  };
+  bool fail = false;
+  auto m = JobManager::Open(root + "/state", [&]() -> std::unique_ptr<JobRunner> {
+    if (fail) return std::make_unique<Failing>();
+    return std::make_unique<CountingRunner>(&runs, 3);
+  });
+  auto a = (*m)->Submit(GoodSpec(root));
+  v1::Job done = WaitFor(m->get(), a->id(), v1::Job::SUCCEEDED);
+  EXPECT_EQ(done.step(), 3);
+  EXPECT_NEAR(done.metrics().at("reward_mean"), 0.3, 1e-9);
+  fail = true;
+  auto b = (*m)->Submit(GoodSpec(root));
+  v1::Job failed = WaitFor(m->get(), b->id(), v1::Job::FAILED);
+  EXPECT_NE(failed.message().find("checkpoint truncated"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace kernelrl::learner::rl
