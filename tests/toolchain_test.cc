@@ -1,7 +1,8 @@
 // The CUDA library targets of the workspace link and answer on a machine
 // without a GPU: NVRTC compiles a kernel to sm_90 PTX on the CPU; cuBLAS,
 // cuDNN and CUPTI report their versions; nvml.h compiles. The cudart device
-// query runs everywhere and the GPU part skips where there is none.
+// query runs everywhere and the GPU part skips only where there is no GPU
+// (no /dev/nvidiaN); with one present, a CUDA runtime that fails is a failure.
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <cudnn.h>
@@ -13,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "common/gpu_presence.h"
 #include "gtest/gtest.h"
 
 namespace {
@@ -57,9 +59,12 @@ TEST(ToolchainTest, LibrariesReportVersions) {
 TEST(ToolchainTest, DeviceQuery) {
   int devices = 0;
   const cudaError_t err = cudaGetDeviceCount(&devices);
-  if (err != cudaSuccess || devices == 0) {
-    GTEST_SKIP() << "no GPU on this machine (" << cudaGetErrorString(err) << "); GPU checks run on the device machine";
+  if (!kernelrl::GpuDevicePresent()) {
+    GTEST_SKIP() << "no GPU on this machine (no /dev/nvidiaN; cudart: " << cudaGetErrorString(err)
+                 << "); GPU checks run on the device machine";
   }
+  ASSERT_EQ(err, cudaSuccess) << "a GPU is present but cudart cannot count it: " << cudaGetErrorString(err);
+  ASSERT_GT(devices, 0) << "a GPU is present but cudart sees none";
   cudaDeviceProp prop{};
   ASSERT_EQ(cudaGetDeviceProperties(&prop, 0), cudaSuccess);
   EXPECT_GT(prop.multiProcessorCount, 0);
