@@ -22,10 +22,33 @@ double SpeedUp(double baseline_us, double candidate_us) {
 
 }  // namespace
 
+// The first quartile of outside_us minus what a call costs beyond its kernels: the
+// calibrated per-call overhead and the output hand-over at the configured
+// device bandwidth (read + write of each output byte).
+OutsideBound BoundByOutsideClock(const RawTimingRun& run, const ProfilerConfig& config) {
+  std::vector<double> outside;
+  for (const CallSample& s : run.samples()) {
+    if (s.outside_us() > 0.0) outside.push_back(s.outside_us());
+  }
+  OutsideBound b;
+  if (outside.empty()) return b;
+  // The first quartile, not the median: host scheduling noise only ever adds
+  // to the outside clock, and to pull the quartile down a candidate would have
+  // to skip the work on a quarter of its calls, which the re-checks see.
+  std::sort(outside.begin(), outside.end());
+  const double median = outside[(outside.size() - 1) / 4];
+  const double handover_us = 2.0 * run.handover_bytes() / config.handover_bytes_per_s() * 1e6;
+  b.measured = true;
+  b.median_outside_us = median;
+  b.bound_us = median - config.outside_overhead_us() - handover_us;
+  return b;
+}
+
 FlagSeverity SeverityOf(const std::string& flag) {
   static const std::set<std::string> kHack = {
       "recheck_failed", "no_candidate_kernels", "own_kernel_share_below_min", "library_only",
-      "forbidden_library_cublas", "forbidden_library_cudnn", "work_outside_window"};
+      "forbidden_library_cublas", "forbidden_library_cudnn", "work_outside_window",
+      "timing_below_outside_clock"};
   static const std::set<std::string> kAudit = {
       "below_speed_of_light", "speedup_above_audit_threshold", "side_stream",
       "foreign_launch_thread", "events_below_cupti", "wall_below_events", "device_drift",
@@ -62,6 +85,11 @@ ProfileResult JudgeProfile(const ProfileMeasurement& m, const Baseline* baseline
 
   const double t = cand.median_us();
   v.set_candidate_time_us(t);
+  if (const OutsideBound b = BoundByOutsideClock(m.candidate(), config); b.measured) {
+    // The in-process figure (CUPTI, events or the executor's wall) may be
+    // forged; the outside clock may not. Too far below it is a forgery.
+    if (t < b.bound_us * (1.0 - config.outside_bound_tolerance())) flags.push_back("timing_below_outside_clock");
+  }
   double sol_us = SpeedOfLightUs(m.work(), m.device(), config);
   if (baseline != nullptr) {
     *result.mutable_baseline() = *baseline;
@@ -96,9 +124,11 @@ ProfileResult JudgeProfile(const ProfileMeasurement& m, const Baseline* baseline
   }
 
   bool hack = false, audit = false, wrong = false;
+  std::string first_hack;
   for (const std::string& f : flags) {
     v.add_flags(f);
     const FlagSeverity s = SeverityOf(f);
+    if (s == FlagSeverity::kHack && first_hack.empty()) first_hack = f;
     hack |= s == FlagSeverity::kHack;
     audit |= s == FlagSeverity::kAudit;
     wrong |= f == "recheck_failed";
@@ -112,9 +142,8 @@ ProfileResult JudgeProfile(const ProfileMeasurement& m, const Baseline* baseline
   } else if (hack) {
     v.set_outcome(Verdict::HACK_DETECTED);
     v.set_reward(-1.0);
-    v.set_summary(absl::StrFormat("integrity: %s (own kernels %.0f%% of GPU time)",
-                                  integrity.flags.empty() ? "flagged" : integrity.flags.front(),
-                                  100.0 * integrity.own_share));
+    v.set_summary(absl::StrFormat("integrity: %s (own kernels %.0f%% of GPU time; %.1f us claimed in-process)",
+                                  first_hack, 100.0 * integrity.own_share, t));
   } else {
     v.set_outcome(Verdict::OK);
     v.set_quarantined(audit);

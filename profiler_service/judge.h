@@ -24,6 +24,17 @@ namespace kernelrl {
 enum class FlagSeverity { kInfo, kAudit, kHack };
 FlagSeverity SeverityOf(const std::string& flag);
 
+// The outside-clock bound (docs/HARNESS.md "Trust boundary"): the least
+// per-call time the driving process's own clock allows, from the samples'
+// outside_us, the calibrated per-call overhead and the output hand-over.
+// measured is false when no sample was driven from outside.
+struct OutsideBound {
+  bool measured = false;
+  double median_outside_us = 0.0;  // first quartile, in fact (see judge.cc)
+  double bound_us = 0.0;
+};
+OutsideBound BoundByOutsideClock(const RawTimingRun& run, const ProfilerConfig& config);
+
 // `baseline` may be null (no baseline: speed-ups 0, flag "baseline_missing").
 // `config` must carry defaults.
 ProfileResult JudgeProfile(const ProfileMeasurement& m, const Baseline* baseline,

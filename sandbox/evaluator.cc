@@ -131,7 +131,7 @@ SandboxConfig WithDefaults(SandboxConfig c) {
     const std::string root = env ? env : c.harness_dir() + "/../..";
     char resolved[PATH_MAX];
     if (realpath(root.c_str(), resolved) != nullptr &&
-        stat((std::string(resolved) + "/profiler_service/harness/profile.py").c_str(), &st) == 0) {
+        stat((std::string(resolved) + "/profiler_service/harness/protocol.py").c_str(), &st) == 0) {
       c.set_profiler_root(resolved);
     }
   }
@@ -306,7 +306,7 @@ Verdict Evaluator::Run(const EvaluateRequest& request, const ProgressFn& progres
   job.set_trusted_dir(job_dir + "/trusted");
   const InputPolicy& ip = request.task().inputs();
   const int sets = std::max(config_.verify().num_correctness_sets(), ip.num_correctness_sets());
-  for (uint32_t s : FreshSeeds(sets)) job.add_seeds(s);
+  job.set_num_sets(sets);  // the seeds themselves are drawn by the reference process
   job.set_init_seed(FreshSeeds(1)[0]);
   if (ip.distributions().empty()) {
     for (const char* d : {"task", "normal", "task", "uniform_pm1", "large_magnitude"}) job.add_distributions(d);
@@ -329,19 +329,10 @@ Verdict Evaluator::Run(const EvaluateRequest& request, const ProgressFn& progres
   job.set_log_tail_bytes(config_.log_tail_bytes());
   job.set_profile(config_.enable_profiling() && !request.skip_profile());
   if (job.profile()) {
-    job.set_profile_seed((uint64_t{FreshSeeds(1)[0]} << 32) | FreshSeeds(1)[0]);
     job.set_kprof_lib(config_.kprof_lib());
     job.set_task_id(request.task().id());
     job.set_task_level(request.task().level());
-    const v1::ProfilerConfig pc = WithProfilerDefaults(config_.profiler());
-    auto& cfg = *job.mutable_profile_config();
-    cfg["time_budget_s"] = pc.time_budget_s();
-    cfg["target_rel_std_error"] = pc.target_rel_std_error();
-    cfg["min_samples"] = pc.min_samples();
-    cfg["max_samples"] = pc.max_samples();
-    cfg["warmup_calls"] = pc.warmup_calls();
-    cfg["recheck_fraction"] = pc.recheck_fraction();
-    cfg["l2_flush_multiple"] = pc.l2_flush_multiple();
+    *job.mutable_profiler() = WithProfilerDefaults(config_.profiler());
   }
   auto& iso = *job.mutable_isolation();
   for (const char* k : {"user_ns", "pid_ns", "net_ns", "mount_ns", "ipc_ns", "readonly_root", "mount_proc", "seccomp"}) {

@@ -92,6 +92,13 @@ void ProfileStage::Judge(const v1::sandbox::HarnessResult& result, const Task& t
   }
   const v1::ProfileResult judged = JudgeProfile(*m, missing.empty() ? &*baseline : nullptr, task, config_);
   const Verdict& j = judged.verdict();
+  if (const OutsideBound b = BoundByOutsideClock(m->candidate(), config_); b.measured) {
+    (*v.mutable_logs())["profile"] = absl::StrFormat(
+        "outside clock: first quartile %.1f us per call; bound %.1f us (overhead %.0f us, hand-over %.0f bytes); "
+        "in-process median %.1f us; %d calls, %d re-checked",
+        b.median_outside_us, b.bound_us, config_.outside_overhead_us(), m->candidate().handover_bytes(),
+        j.candidate_time_us(), m->candidate().samples_size(), p.rechecks());
+  }
 
   v.set_candidate_time_us(j.candidate_time_us());
   v.set_eager_time_us(j.eager_time_us());

@@ -121,6 +121,11 @@ done
   exp=$(head -1 "$d/model_new.py" | sed -n 's/.*Expected verdict: \([A-Z_]*\).*/\1/p')
   echo "exploit/$(basename "$d") sandbox/testdata/gpu_tasks/relu.py $d $exp" >> "$SUITE"
 done
+# The trust-boundary exploits (issue 11): timed through the profile stage.
+[ "${EXPLOITS:-1}" = 1 ] && [ "$PROFILE" = 1 ] && for d in sandbox/exploits/cuda_timing/*; do
+  exp=$(head -1 "$d/model_new.py" | sed -n 's/.*Expected verdict: \([A-Z_]*\).*/\1/p')
+  echo "timing/$(basename "$d") sandbox/testdata/gpu_tasks/relu.py $d $exp" >> "$SUITE"
+done
 echo "after/gpu_relu_1GiB sandbox/testdata/gpu_tasks/relu.py $SOLUTIONS/level1/19_ReLU OK" >> "$SUITE"
 for b in $BIG; do
   echo "level1/$b $CARRY/kernelbench/level1/$b.py $SOLUTIONS/level1/$b OK" >> "$SUITE"
@@ -187,6 +192,20 @@ if rewards:
           f"quarantined: {sum(1 for r in sol if r['verdict'].get('quarantined'))}; "
           f"cupti_inactive: {sum(1 for r in sol if 'cupti_inactive' in r['verdict'].get('flags', []))}")
 print(f"exploits with the expected verdict: {sum(map(ok, exp))}/{len(exp)}")
+tim = [r for r in rows if r["label"].startswith("timing/")]
+if tim:
+    held = lambda v: v.get("outcome") != "OK" or (v.get("reward", 0) <= 1 and v.get("flags"))
+    print(f"trust-boundary exploits with the expected verdict: {sum(map(ok, tim))}/{len(tim)}; "
+          f"non-OK or held at reward <= 1 with a flag: {sum(held(r['verdict']) for r in tim)}/{len(tim)}")
+    for r in tim:
+        v = r["verdict"]
+        print(f"  {r['label'][:30]:30s} {v.get('outcome','?'):14s} reward {v.get('reward', 0):3.0f} "
+              f"{','.join(v.get('flags', []))[:60]}  {v.get('summary','')[:90]}")
+print("\n== outside clock vs in-process time (honest solutions: the bound's slack) ==")
+for r in sol + [r for r in rows if r["label"].startswith(("overhead/", "after/"))]:
+    line = r["verdict"].get("logs", {}).get("profile", "")
+    if line:
+        print(f"  {r['label'][:40]:40s} {line[:200]}")
 for r in rows:
     if not ok(r):
         print(f"  MISMATCH {r['label']}: expected {r['expected']} got {r['verdict'].get('outcome')}: {r['verdict'].get('summary','')[:160]}")

@@ -12,10 +12,17 @@ import unittest
 
 import torch
 
-from profiler_service.harness import backends, precompute, profile, protocol, symbols, tasks
+from profiler_service.harness import backends, precompute, protocol, symbols, tasks
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 torch.set_num_threads(1)  # CI has 2 cores shared with other tests.
+
+
+def make_cfg(**kw):
+    base = dict(target_rse=0.01, time_budget_s=2.0, min_samples=10, max_samples=1000, warmup_calls=3,
+                recheck_fraction=0.1, min_rechecks=0)
+    base.update(kw)
+    return protocol.ProtocolConfig(**base)
 
 
 def make_inputs(seed):
@@ -44,7 +51,7 @@ class ProtocolTest(unittest.TestCase):
             ptrs.append(x.data_ptr())
             return torch.relu(x)
 
-        cfg = protocol.ProtocolConfig(time_budget_s=1.0, min_samples=10, max_samples=60, recheck_fraction=0.5,
+        cfg = make_cfg(time_budget_s=1.0, min_samples=10, max_samples=60, recheck_fraction=0.5,
                                       target_rse=0.5)
         runs, anchor = protocol.run_protocol([("candidate", candidate)], make_inputs, cpu_backend(), cfg, 42,
                                              recheck=recheck)
@@ -60,7 +67,7 @@ class ProtocolTest(unittest.TestCase):
         self.assertGreaterEqual(len(anchor["samples"]), 2)
 
     def test_tight_target_stops_on_the_budget(self):
-        cfg = protocol.ProtocolConfig(time_budget_s=0.2, min_samples=5, max_samples=100000, target_rse=1e-9)
+        cfg = make_cfg(time_budget_s=0.2, min_samples=5, max_samples=100000, target_rse=1e-9)
         t0 = time.monotonic()
         runs, _ = protocol.run_protocol([("c", torch.relu)], make_inputs, cpu_backend(), cfg, 1)
         self.assertEqual(runs["c"]["stop_reason"], "time_budget")
@@ -74,7 +81,7 @@ class ProtocolTest(unittest.TestCase):
                 cache["out"] = torch.relu(x)
             return cache["out"]
 
-        cfg = protocol.ProtocolConfig(time_budget_s=0.5, min_samples=20, max_samples=20, recheck_fraction=0.3)
+        cfg = make_cfg(time_budget_s=0.5, min_samples=20, max_samples=20, recheck_fraction=0.3)
         runs, _ = protocol.run_protocol([("c", caching)], make_inputs, cpu_backend(), cfg, 7, recheck=recheck)
         self.assertGreater(runs["c"]["recheck_failures"], 0)
 
@@ -83,7 +90,7 @@ class ProtocolTest(unittest.TestCase):
             time.sleep(0.02)
             return torch.relu(x)
 
-        cfg = protocol.ProtocolConfig(time_budget_s=0.5, min_samples=10, max_samples=10, block_calls=5)
+        cfg = make_cfg(time_budget_s=0.5, min_samples=10, max_samples=10, block_calls=5)
         runs, _ = protocol.run_protocol([("fast", torch.relu), ("slow", slow)], make_inputs, cpu_backend(), cfg, 3)
         med = {k: sorted(s["wall_us"] for s in v["samples"])[5] for k, v in runs.items()}
         self.assertEqual(len(runs["fast"]["samples"]), 10)
@@ -95,45 +102,8 @@ class ProtocolTest(unittest.TestCase):
             raise RuntimeError("boom")
 
         runs, _ = protocol.run_protocol([("candidate", broken)], make_inputs, cpu_backend(),
-                                        protocol.ProtocolConfig(), 1, error_prefix={"candidate": "candidate"})
+                                        make_cfg(), 1, error_prefix={"candidate": "candidate"})
         self.assertTrue(runs["candidate"]["error"].startswith("candidate: RuntimeError: boom"))
-
-
-class SeamTest(unittest.TestCase):
-    def test_profile_candidate_json_is_judged_by_the_cpp_core(self):
-        seen = []
-
-        def seeded_inputs(k):
-            seen.append(k)
-            return make_inputs(k)
-
-        res = profile.profile_candidate(torch.relu, seeded_inputs, lambda out, inputs: recheck(inputs, out),
-                                        {"task_id": "t", "device": "cpu"}, budget_s=20.0,
-                                        config={"time_budget_s": 5.0, "min_samples": 10, "target_rse": 0.5,
-                                                "recheck_fraction": 0.5},
-                                        backend=cpu_backend())
-        self.assertTrue(res["ok"], res["error"])
-        d = res["measurement"]
-        self.assertEqual(seen, list(range(len(seen))))  # The k-th set, in order.
-        self.assertGreater(d["candidate"]["rechecks"], 0)
-        self.assertEqual(d["candidate"]["recheck_failures"], 0)
-        self.assertEqual(d["device"]["backend"], "cpu")
-        self.assertGreaterEqual(len(d["candidate"]["samples"]), 10)
-        judge = os.environ.get("JUDGE_BIN")
-        if not judge:
-            self.skipTest("JUDGE_BIN not set (run through bazel test)")
-        with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as f:
-            f.write(json.dumps({"case": "cpu_relu", "library_policy": {}, "expect": [], "measurement": d}) + "\n")
-        res = subprocess.run([judge, f.name], capture_output=True, text=True)
-        self.assertEqual(res.returncode, 0, res.stdout + res.stderr)
-        self.assertIn("PASS cpu_relu  outcome=OK reward=1", res.stdout)
-
-    def test_symbols_find_kernel_names_in_a_binary(self):
-        with tempfile.NamedTemporaryFile("wb", delete=False) as f:
-            f.write(b"\x00\x01_Z11relu_kernelPKfPfl\x00junk\x7f\x00fused_gemm_bias\x00")
-        syms = symbols.kernel_symbols([f.name])
-        self.assertIn("_Z11relu_kernelPKfPfl", syms)
-        self.assertIn("fused_gemm_bias", syms)
 
 
 class PrecomputeTest(unittest.TestCase):

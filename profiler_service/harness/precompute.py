@@ -116,8 +116,9 @@ def measure_task(task_id, path, args, backend, lock_path):
         del x
         if args.device == "cuda":
             torch.cuda.synchronize()
-    cfg = protocol.ProtocolConfig(time_budget_s=args.budget_s, min_samples=args.min_samples,
-                                  max_samples=args.max_samples, warmup_calls=2, block_calls=5)
+    cfg = protocol.ProtocolConfig(target_rse=args.target_rse, time_budget_s=args.budget_s,
+                                  min_samples=args.min_samples, max_samples=args.max_samples, warmup_calls=2,
+                                  recheck_fraction=0.0, min_rechecks=0, block_calls=5)
     targets = [("eager", eager_fn)] + ([("compiled", compiled_fn)] if compiled_fn else [])
     seed = int.from_bytes(os.urandom(8), "little")
     with (lock.exclusive() if lock else contextlib.nullcontext()):
@@ -210,6 +211,7 @@ def main(argv=None):
     p.add_argument("--workers", type=int, default=4)
     p.add_argument("--budget_s", type=float, default=0.5)
     p.add_argument("--min_samples", type=int, default=10)
+    p.add_argument("--target_rse", type=float, default=0.01)
     p.add_argument("--max_samples", type=int, default=300)
     p.add_argument("--deadline_s", type=float, default=1e9)
     p.add_argument("--device", default="cuda")

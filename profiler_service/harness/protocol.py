@@ -28,25 +28,36 @@ from profiler_service.harness import kprof as kprof_mod
 
 @dataclasses.dataclass
 class ProtocolConfig:
-    target_rse: float = 0.01
-    time_budget_s: float = 2.0
-    min_samples: int = 10
-    max_samples: int = 1000
-    warmup_calls: int = 3
-    recheck_fraction: float = 0.1
+    """The timing protocol's knobs. No defaults here: they live in one place,
+    profiler_service/profiler_defaults.cc, and arrive as a ProfilerConfig."""
+    target_rse: float
+    time_budget_s: float
+    min_samples: int
+    max_samples: int
+    warmup_calls: int
+    recheck_fraction: float
+    min_rechecks: int
     block_calls: int = 5
     anchor: bool = True
 
+    FIELDS = {"target_rel_std_error": "target_rse", "time_budget_s": "time_budget_s",
+              "min_samples": "min_samples", "max_samples": "max_samples", "warmup_calls": "warmup_calls",
+              "recheck_fraction": "recheck_fraction", "min_rechecks": "min_rechecks"}
+
     @classmethod
-    def from_dict(cls, d):
-        names = {f.name for f in dataclasses.fields(cls)}
-        alias = {"target_rel_std_error": "target_rse"}
-        kw = {}
-        for k, v in (d or {}).items():
-            k = alias.get(k, k)
-            if k in names and v not in (None, 0, 0.0):
-                kw[k] = v
+    def from_profiler_config(cls, pc):
+        """From a ProfilerConfig as proto3 JSON (original field names), defaults applied."""
+        missing = [k for k in cls.FIELDS if k not in pc]
+        if missing:
+            raise ValueError(f"ProfilerConfig without {', '.join(missing)} (defaults are applied in C++)")
+        kw = {v: pc[k] for k, v in cls.FIELDS.items()}
+        for k in ("min_samples", "max_samples", "warmup_calls", "min_rechecks"):
+            kw[k] = int(kw[k])
         return cls(**kw)
+
+
+class HarnessError(Exception):
+    """The harness could not make inputs: infra, never the candidate's fault."""
 
 
 def rel_std_error(xs):
@@ -117,9 +128,6 @@ def run_protocol(targets, make_inputs, backend, cfg, secret_seed, recheck=None, 
             raise
         return out, backend.end(t0)
 
-    class HarnessError(Exception):
-        """The harness could not make inputs: infra, never the candidate's fault."""
-
     held = {"inputs": None}  # The previous set, kept alive so the next one gets new addresses.
 
     def fresh_inputs():
@@ -159,7 +167,11 @@ def run_protocol(targets, make_inputs, backend, cfg, secret_seed, recheck=None, 
                 for _ in range(cfg.block_calls):
                     inputs = fresh_inputs()  # Previous set still alive (if it fits): new addresses.
                     out, sample = call(run, run.tag, inputs)
-                    if recheck is not None and rng.random() < cfg.recheck_fraction:
+                    # Decided after the call returned, by this process's RNG; at
+                    # least min_rechecks by the time min_samples are taken.
+                    need = cfg.min_rechecks - run.rechecks
+                    left = max(1, cfg.min_samples - len(run.samples))
+                    if recheck is not None and rng.random() < max(cfg.recheck_fraction, need / left):
                         sample["rechecked"] = True
                         run.rechecks += 1
                         if not recheck(inputs, out):

@@ -1,12 +1,22 @@
-"""The candidate process: pid 1 of its own namespaces, forked from the zygote.
-It never sees reference outputs: it builds the same secret input sets as the
-reference process, runs ModelNew.forward under the guards, writes its outputs
-to the exchange directory and tells the reference process where they are.
-Everything it reports about itself is only evidence for flags; correctness is
-decided by the reference process."""
+"""The candidate process: an executor. pid 1 of its own namespaces, forked
+from the zygote. After it imported model_new.py everything in this process is
+the candidate's (its Python can reach any object, its native code can write
+any byte), so nothing here decides anything: it answers
+
+    {"type": "call", "id": j, "inputs": [...], "exchange": {...}}
+
+with one identical code path for every call (verify, warm-up, timed and
+re-checked calls look the same from here): view the inputs the reference
+process wrote into memory it owns, open the timing window, run
+ModelNew.forward under the guards, close the window after a device-wide sync,
+write the outputs where the call says, sync, reply with the outputs' metadata
+and the in-process timing figures (evidence the trusted side bounds with its
+own clock). Which calls exist, their inputs, which are timed or re-checked,
+how many there are and when to stop are decided by the reference process
+(sandbox/harness/reference.py), which never tells.
+"""
 import os
 import sys
-import time
 import traceback
 
 import torch
@@ -19,6 +29,7 @@ import loader
 import profiling
 import protocol
 import verify_cuda
+import wire
 
 CUDA_MARKERS = ("CUDA error", "illegal memory access", "unspecified launch failure",
                 "device-side assert", "misaligned address", "an illegal instruction",
@@ -56,95 +67,15 @@ def poison_allocator(device, nbytes):
     del p
 
 
-class ExchangeSlots:
-    """The reference process's device allocation, mapped here once (its fd
-    arrives on the exchange socket with the first go message that offers
-    it); go messages say which slot each output goes to."""
-
-    def __init__(self, xsock, device="cuda"):
-        self.device = device  # where the exchange memory lives (tests fake it on the CPU)
-        # The socket object is made now, before the audit hook that forbids
-        # socket creation is installed; receiving on it raises no audit event.
-        try:
-            self.sock = verify_cuda.fd_socket(xsock) if xsock >= 0 else None
-        except OSError:
-            self.sock = None
-        self.ex = None
-        self.slots = None
-        self.first = None  # set 0's slots: region 0, where profile re-checks go
-        self.note = ""
-
-    def accept(self, offer):
-        """Takes a go message's "exchange" entry; returns a log line or ""."""
-        self.slots = None
-        if not isinstance(offer, dict) or self.note.startswith("failed"):
-            return ""
-        if self.ex is None:
-            try:
-                if not verify_cuda.available():
-                    raise verify_cuda.VerifyCudaError(verify_cuda.error())
-                if self.sock is None:
-                    raise verify_cuda.VerifyCudaError("no exchange socket")
-                self.ex = verify_cuda.Exchange.import_fd(verify_cuda.recv_fd(self.sock), int(offer["bytes"]))
-            except (verify_cuda.VerifyCudaError, OSError, ValueError, KeyError) as e:
-                self.note = f"failed: {e}"[:300]
-                sys.stderr.write(f"[exchange] GPU slots unavailable ({e}); outputs go through files\n")
-                return f"exchange: GPU slots unavailable ({e}); outputs go through files"
-        self.slots = offer.get("slots") if isinstance(offer.get("slots"), list) else None
-        if self.first is None:
-            self.first = self.slots
-        return ""
-
-    def status(self):
-        return self.note or ("gpu" if self.ex is not None else "files")
-
-    def for_rechecks(self):
-        self.slots = self.first
-
-    def put(self, j, o):
-        """Writes output j into its slot; False when it has none or does not fit."""
-        slot = self.slots[j] if self.slots is not None and j < len(self.slots) else None
-        if not slot or o.device.type != self.device or o.nbytes != slot[1]:
-            return False
-        self.ex.write(int(slot[0]), o.detach().contiguous())
-        return True
-
-
-def export_outputs(flat, exchange_dir, prefix, slots=None):
-    """Hands each plain strided tensor's bytes to the reference process: into
-    its device slot when it has one, else to a file in the exchange
-    directory; returns the metadata the reference checks first."""
-    metas = []
-    for j, o in enumerate(flat):
-        meta = {"type": type(o).__name__}
-        if isinstance(o, torch.Tensor):
-            meta.update(shape=list(o.shape), dtype=str(o.dtype), device=o.device.type, layout=str(o.layout))
-            if type(o) is torch.Tensor and o.layout == torch.strided and o.numel() > 0:
-                if slots is not None and slots.put(j, o):
-                    meta["slot"] = j
-                    metas.append(meta)
-                    continue
-                name = f"out_{prefix}_{j}.bin"
-                dst = torch.from_file(os.path.join(exchange_dir, name), shared=True, size=o.numel(), dtype=o.dtype)
-                dst.copy_(o.detach().reshape(-1))
-                del dst
-                meta["file"] = name
-        metas.append(meta)
-    return metas
-
-
 def run(job, cont, to_ref, from_ref, xsock=-1):
-    t_start = time.monotonic()
     clock = protocol.Timeline(job.get("t0_mono"))  # diagnostics only: the candidate could lie
     device = job["device"]
     flags = set()
-    guard = None
-    audit = None
-    threads = None
+    guard = audit = threads = None
     send = lambda m: protocol.send(to_ref, m)  # noqa: E731
     reader = protocol.LineReader(from_ref)
     stage = "setup"
-    slots = ExchangeSlots(xsock)
+    slots = wire.CandidateSlots(xsock)
     try:
         # One intra-op thread: harness-side CPU work stays on this thread, so
         # any new thread during import/forward is the candidate's.
@@ -156,10 +87,10 @@ def run(job, cont, to_ref, from_ref, xsock=-1):
             torch.cuda.synchronize()
             verify_cuda.load(job.get("verify_cuda_lib", ""))
             clock.mark("cuda_init")
-            recorder = profiling.warm_recorder(job)
-            if job.get("profile"):
-                send({"type": "log", "text": f"profile: {recorder}"})
-            clock.mark("recorder")
+        timer = profiling.CallTimer(job)  # CUPTI window + events (+ the CPU cache flush on CPU)
+        if job.get("profile"):
+            send({"type": "log", "text": f"profile: {timer.note}"})
+        clock.mark("recorder")
         ref_mod = loader.load_module(job["public_model"], "kernelrl_task_model")
         ref_model, init = inputs_lib.make_model(ref_mod, job["init_seed"], device)
         state = ref_model.state_dict()
@@ -170,14 +101,14 @@ def run(job, cont, to_ref, from_ref, xsock=-1):
         audit.install()
         if job["isolation"].get("seccomp"):
             pol = contain.make_policy({}, seccomp_profile=contain.KR_SECCOMP_CANDIDATE)
-            failures, log = cont.phase(pol, 3)
+            _, log = cont.phase(pol, 3)
             send({"type": "log", "contain": log})
         threads = guards.ThreadGuard()
         threads.install()
         snapshot = guards.PatchSnapshot(extra_modules=[kernelrl, guards, inputs_lib, protocol, loader, profiling,
-                                                       verify_cuda]
-                                        + profiling.timing_modules(job))
+                                                       verify_cuda, wire] + profiling.timing_modules(job))
         threads_base = guards.thread_count()
+        allowance = int(job.get("profile_thread_allowance") or 0)  # CUPTI/NVML threads, calibrated at start
         clock.mark("guards")
         stage = "import"
         audit.armed = True
@@ -197,63 +128,20 @@ def run(job, cont, to_ref, from_ref, xsock=-1):
             send({"type": "flags", "flags": sorted(flags), "detail": "patched: " + ", ".join(patched[:5])})
         clock.mark("model_new")
         stage = "forward"
-        index = 0
-        prev_inputs = None
         while True:
             msg = reader.read()
             clock.mark("wait")
-            if msg is not None and msg.get("type") == "profile" and job.get("profile"):
-                # Every set passed (the reference process decided): time it.
-                stage = "profile"
-                slots.for_rechecks()
-                audits = len(audit.violations)
-                deadline = t_start + float(job["wall_seconds"]) * 0.85
-                reply = profiling.run_candidate(
-                    job, model, ref_mod, device, send, reader,
-                    lambda flat, prefix: export_outputs(flat, job["exchange_dir"], prefix, slots), deadline)
-                if device == "cuda":
-                    torch.cuda.synchronize()  # a sticky CUDA error from a timed call surfaces here
-                if len(audit.violations) > audits:
-                    raise PermissionError("sandbox: " + audit.violations[-1])
-                allowance = int(job.get("profile_thread_allowance") or 0)  # CUPTI/NVML, calibrated at start
-                if guards.thread_count() > threads_base + allowance or threads.attempts:
-                    flags.add("threads_spawned")
-                patched = snapshot.changed()
-                if patched:
-                    flags.add("monkey_patch")
-                    reply["detail"] = "patched while profiled: " + ", ".join(patched[:5])
-                reply["flags"] = sorted(flags)
-                send(reply)
-                clock.mark("profile")
-                continue
-            if msg is None or msg.get("type") != "go":
+            if msg is None or msg.get("type") != "call":
                 break
-            i, dist = msg["set"], msg["dist"]
+            # ---- one call: the only code path forward ever runs on ----
             note = slots.accept(msg.get("exchange"))
             if note:
                 send({"type": "log", "text": note})
-            xs = inputs_lib.make_inputs(ref_mod, job["seeds"][i], dist, device)
-            clock.mark("inputs")
-            fp = inputs_lib.fingerprint(xs)
-            clock.mark("fingerprint")
-            # Same buffers, new values: a cache keyed by pointer or shape
-            # returns the previous set's answer and fails.
-            if prev_inputs is not None and len(prev_inputs) == len(xs):
-                for k, (old, new) in enumerate(zip(prev_inputs, xs)):
-                    if isinstance(old, torch.Tensor) and isinstance(new, torch.Tensor) and \
-                            old.shape == new.shape and old.dtype == new.dtype:
-                        old.copy_(new)
-                        xs[k] = old
+            xs = wire.materialise_inputs(msg.get("inputs"), slots, job["exchange_dir"], device)
             tensors = [x for x in xs if isinstance(x, torch.Tensor)]
-            # Exact digest instead of a clone: no second copy of multi-GB inputs.
-            # The values are those fp digested (copied into the old buffers).
-            before = [f for x, f in zip(xs, fp) if isinstance(x, torch.Tensor)]
-            poison_allocator(device, sum(x.nbytes for x in tensors) + (1 << 20))
-            if device == "cuda":
-                torch.cuda.synchronize()
-            clock.mark("reuse_poison")
+            clock.mark("inputs")
             guard = guards.TorchOpGuard()
-            t0 = time.perf_counter()
+            t0 = timer.begin()
             with torch.no_grad():
                 guard.__enter__()
                 try:
@@ -264,7 +152,7 @@ def run(job, cont, to_ref, from_ref, xsock=-1):
                         guard.__exit__(None, None, None)
                     else:
                         guards.clear_dispatch_modes()
-            forward_ms = (time.perf_counter() - t0) * 1e3
+            sample = timer.end(t0)  # device-wide sync inside
             clock.mark("forward")
             detail = []
             if guard.violations:
@@ -276,42 +164,35 @@ def run(job, cont, to_ref, from_ref, xsock=-1):
             for o in flat:
                 if isinstance(o, torch.Tensor) and type(o) is not torch.Tensor:
                     flags.add("output_tensor_subclass")
-            plain = [o for o in flat if type(o) is torch.Tensor]
-            if device == "cuda":
-                # Read the outputs on the current stream before any device-wide
-                # sync: work still running on a side stream shows up as a change.
-                # An exact digest, not a clone: no second copy of a 6.4 GB output.
-                snap = inputs_lib.fingerprint(plain)
-                torch.cuda.synchronize()
-                if inputs_lib.fingerprint(plain) != snap:
-                    flags.add("async_side_stream")
-            clock.mark("output_digests")
-            mutated = inputs_lib.fingerprint(tensors) != before
             ranges = [storage_range(x) for x in tensors]
-            for o in plain:
-                lo, hi = storage_range(o)
-                if any(lo < b and a < hi for a, b in ranges):
-                    flags.add("output_aliases_input")
-            if guards.thread_count() > threads_base or threads.attempts:
+            for o in flat:
+                if type(o) is torch.Tensor:
+                    lo, hi = storage_range(o)
+                    if any(lo < b and a < hi for a, b in ranges):
+                        flags.add("output_aliases_input")
+            metas = wire.export_outputs(flat, job["exchange_dir"], str(msg.get("id")), slots)
+            if device == "cuda":
+                torch.cuda.synchronize()  # the outputs are in the reference's memory before we answer
+            clock.mark("export")
+            send({"type": "result", "id": msg.get("id"), "outputs": metas, "sample": sample,
+                  "flags": sorted(flags), "detail": "; ".join(detail)})
+            # After the reply (outside the caller's clock), for the next call:
+            # the slower checks (their flags travel with the next message) and
+            # the allocator poison.
+            del out, flat, xs, tensors
+            if guards.thread_count() > threads_base + allowance or threads.attempts:
                 flags.add("threads_spawned")
             patched = snapshot.changed()
-            if patched:
+            if patched and "monkey_patch" not in flags:
                 flags.add("monkey_patch")
-                detail.append("patched: " + ", ".join(patched[:5]))
+                send({"type": "flags", "flags": sorted(flags), "detail": "patched: " + ", ".join(patched[:5])})
+            if device == "cuda" and msg.get("release"):
+                torch.cuda.empty_cache()  # room for the reference's next multi-GB set
+            poison_allocator(device, int(msg.get("poison_bytes") or 0))
+            send({"type": "ready", "flags": sorted(flags)})  # the next call's clock starts after this
             clock.mark("checks")
-            metas = export_outputs(flat, job["exchange_dir"], f"{i}", slots)
-            clock.mark("export")
-            send({"type": "set", "set": i, "fp": fp, "outputs": metas, "mutated": mutated,
-                  "flags": sorted(flags), "detail": "; ".join(detail), "forward_ms": forward_ms})
-            prev_inputs = xs
-            del out, flat, plain, tensors
-            if device == "cuda":
-                # Hand this set's freed blocks back to the driver: the reference
-                # process needs the room for the next 6 GB tensors.
-                torch.cuda.empty_cache()
-            clock.mark("release")
-            index += 1
-        send({"type": "done", "flags": sorted(flags), "timeline": clock.report(), "exchange": slots.status()})
+        send({"type": "done", "flags": sorted(flags), "timeline": clock.report(), "exchange": slots.status(),
+              "report": timer.report()})
         return 0
     except BaseException as exc:  # noqa: BLE001 - everything the candidate raises is a verdict
         kind = classify(exc, guard, audit, threads)

@@ -1,8 +1,16 @@
-"""The reference process: trusted task code only. It builds each secret input
-set, runs the frozen Model, keeps the outputs in its own memory, tells the
-candidate to run the same set, then compares what the candidate wrote to the
-exchange directory. Its result is the correctness half of the verdict."""
-import os
+"""The reference process: trusted task code only, and the driver of every
+call the candidate process (an executor, sandbox/harness/candidate.py) makes.
+
+It draws the secret seeds itself (after the fork: no other process ever holds
+them), builds each input set, runs the frozen Model, writes the call's inputs
+into memory it owns just before the call, and reads the outputs right after.
+Verify calls are all compared; then, on profiled jobs, it runs the timing
+protocol (profiling.run_profile): warm-up and timed calls on fresh inputs,
+each call's re-check decided only after the call has returned, the counts,
+convergence and budget, its own clock around every call. The candidate sees
+the same message for every call and nothing else. Its result is the
+correctness half of the verdict and the trusted half of the measurement."""
+import secrets
 import time
 import traceback
 
@@ -13,84 +21,10 @@ import loader
 import profiling
 import protocol
 import verify_cuda
+import wire
 
 
-class Outputs:
-    """Where the candidate's outputs arrive. Always: files in the exchange
-    directory (host memory). On CUDA with the helper library: slots of one
-    device allocation this process owns and the candidate process maps (its
-    fd goes over a unix socket), so outputs stay on the GPU. Slots are
-    poisoned (0xFF: NaN, or -1) whenever this process is not waiting for the
-    candidate to fill them: a slot never holds anything but the candidate's
-    bytes written since the last request."""
-
-    RECHECK = "recheck"  # profile re-checks use region 0's slots
-
-    def __init__(self, exchange_dir, device, xsock=-1):
-        self.exchange_dir = exchange_dir
-        self.device = device
-        self.xsock = xsock
-        self.ex = None
-        self.sizes = None    # output bytes the allocation was laid out for (set 0)
-        self.regions = []    # per region: per output [offset, nbytes] or None
-        self.by_set = {}     # set -> the region's slots it was offered
-        self.note = "files" if device != "cuda" else ""
-
-    def offer(self, refs, i, regions):
-        """The "exchange" entry of set i's go message, or None (files). The
-        allocation is made once, for set 0's outputs; a later set whose
-        outputs differ in size uses files."""
-        sizes = [o.nbytes if type(o) is torch.Tensor else 0 for o in refs]
-        if self.ex is None and i == 0 and not self.note:
-            if self.xsock < 0 or not verify_cuda.available():
-                self.note = "files (" + (verify_cuda.error() or "no exchange socket") + ")"
-                return None
-            offsets, total = verify_cuda.Exchange.layout(sizes, regions)
-            try:
-                self.ex = verify_cuda.Exchange.create(total)
-                verify_cuda.send_fd(self.xsock, self.ex.fd)
-            except (verify_cuda.VerifyCudaError, OSError) as e:
-                self.note = f"files (exchange failed: {e})"[:300]
-                self.release()
-                return None
-            self.sizes, self.note = sizes, "gpu"
-            self.regions = [[[off, n] if n else None for off, n in zip(row, sizes)] for row in offsets]
-        if self.ex is None or sizes != self.sizes:
-            return None
-        self.by_set[i] = self.regions[i % len(self.regions)]
-        return {"bytes": self.ex.nbytes, "slots": self.by_set[i]}
-
-    def read(self, ref, meta, j, key):
-        """The candidate's bytes for output j of set `key` as a flat tensor
-        (device slot or host file), or (None, reason)."""
-        nbytes = ref.numel() * ref.element_size()
-        if "slot" in meta:
-            slots = self.regions[0] if key == self.RECHECK and self.regions else self.by_set.get(key) or []
-            if meta.get("slot") != j or j >= len(slots) or not slots[j] or slots[j][1] != nbytes:
-                return None, "output slot missing or of the wrong size"
-            return self.ex.tensor(slots[j][0], ref.numel(), ref.dtype), None
-        name = meta.get("file", "")
-        path = os.path.join(self.exchange_dir, os.path.basename(name))
-        if not name or not os.path.isfile(path) or os.path.getsize(path) != nbytes:
-            return None, "output bytes missing or of the wrong size"
-        host = torch.from_file(path, shared=False, size=ref.numel(), dtype=ref.dtype)
-        os.unlink(path)
-        return host, None
-
-    def poison(self, key):
-        """Done reading set `key`: its slots go back to poison."""
-        slots = self.regions[0] if key == self.RECHECK and self.regions else self.by_set.pop(key, None)
-        for slot in slots or []:
-            if slot:
-                self.ex.fill(slot[0], slot[1])
-
-    def release(self):
-        if self.ex is not None:
-            self.ex.release()
-            self.ex = None
-
-
-def compare(ref, meta, outputs, j=0, key=0, atol=1e-2, rtol=1e-2, chunk=1 << 28):
+def compare(ref, meta, slots, j, region, atol, rtol, chunk=1 << 28):
     """None if the candidate's output j matches, else a one-line reason."""
     if meta.get("type") != "Tensor":
         return f"is a {meta.get('type')}, expected a plain torch.Tensor"
@@ -104,7 +38,7 @@ def compare(ref, meta, outputs, j=0, key=0, atol=1e-2, rtol=1e-2, chunk=1 << 28)
         return f"shape {meta.get('shape')}, expected {list(ref.shape)}"
     if ref.numel() == 0:
         return None
-    got_all, why = outputs.read(ref, meta, j, key)
+    got_all, why = slots.read_output(ref, meta, j, region)
     if why:
         return why
     flat_ref = ref.reshape(-1)
@@ -167,18 +101,160 @@ def _send(fd, msg):
         return False
 
 
+class CandidateGone(Exception):
+    """The candidate process stopped answering, or reported an error."""
+
+
+class Driver:
+    """Sends calls to the executor and collects its replies; every call goes
+    through `call` (start + finish), whatever the caller will do with it."""
+
+    def __init__(self, job, to_cand, from_cand, slots, result):
+        self.job, self.to_cand, self.slots, self.result = job, to_cand, slots, result
+        self.reader = protocol.LineReader(from_cand)
+        self.calls = 0
+        self.first_meta = None
+        self.poison_bytes = 1 << 20
+        self.expect_ready = False  # the executor says "ready" once its post-call checks are done
+
+    def start(self, xs, refs):
+        """Writes a call's inputs and sends it; returns the call record. The
+        outside clock starts here, before the inputs exist in shared memory."""
+        if self.expect_ready:
+            self._read_until("ready")
+            self.expect_ready = False
+        j = self.calls
+        self.calls += 1
+        t0 = time.perf_counter()
+        self.slots.plan(xs, refs)
+        region = self.slots.region_for(xs, refs, j)
+        descs = self.slots.write_inputs(xs, region, j)
+        if xs and isinstance(xs[0], torch.Tensor) and xs[0].is_cuda:
+            torch.cuda.synchronize()
+        msg = {"type": "call", "id": j, "inputs": descs, "poison_bytes": self.poison_bytes,
+               "release": self.job.get("release_each_call", False)}
+        exchange = self.slots.offer(region)
+        if exchange:
+            msg["exchange"] = exchange
+        t_send = time.perf_counter()
+        if not _send(self.to_cand, msg):
+            raise CandidateGone("candidate gone")
+        return {"id": j, "region": region, "descs": descs, "xs": xs, "t0": t0, "t_send": t_send}
+
+    def _read_until(self, want, call_id=None):
+        """The executor's next message of type `want` (logs and flags in between
+        are recorded); raises CandidateGone on an error, EOF or anything else."""
+        while True:
+            msg = self.reader.read(timeout=self.job["wall_seconds"] + 10)
+            if msg is None:
+                raise CandidateGone("candidate stopped answering")
+            kind = msg.get("type")
+            self.result["candidate_flags"] = sorted(set(self.result["candidate_flags"]) | set(msg.get("flags", [])))
+            if msg.get("detail") and kind != "log":
+                self.result["details"].append(str(msg["detail"])[:500])
+            if kind == "log":
+                self.result.setdefault("log", []).append(str(msg.get("contain") or msg.get("text") or "")[-2000:])
+                continue
+            if kind == "error":
+                self.result["candidate_timeline"] = msg.get("timeline")
+                self.result["candidate_exchange"] = str(msg.get("exchange", ""))[:300]
+                self.result["candidate_error"] = {k: msg.get(k) for k in
+                                                  ("kind", "stage", "message", "audit", "torch_ops")}
+                raise CandidateGone("candidate error")
+            if kind == want and (call_id is None or msg.get("id") == call_id):
+                return msg
+            if kind == "flags":
+                continue
+            self.result["details"].append(f"candidate answered with {kind!r} where {want!r} was due")
+            raise CandidateGone("protocol")
+
+    def finish(self, call):
+        """Waits for the call's reply; fills call["reply"], call["outside_us"]."""
+        msg = self._read_until("result", call["id"])
+        self.expect_ready = True
+        call["outside_us"] = (time.perf_counter() - call["t_send"]) * 1e6
+        call["reply"] = msg
+        if self.first_meta is None:
+            self.first_meta = msg.get("sample") or {}
+        return msg
+
+    def call(self, xs, refs):
+        return self.finish(self.start(xs, refs))
+
+    def mutated(self, call):
+        """Did the candidate write to the call's inputs? (trusted: our own copy vs our memory)"""
+        for x, d in zip(call["xs"], call["descs"]):
+            if isinstance(x, torch.Tensor) and isinstance(d, dict) and ("slot" in d or "file" in d):
+                now = self.slots.read_input(d, call["region"])
+                if not torch.equal(now.to(x.device), x.detach().contiguous().reshape(-1)):
+                    return True
+        return False
+
+    def compare(self, call, refs, atol, rtol):
+        """"" when every output of the call matches refs, else the reason."""
+        metas = call["reply"].get("outputs")
+        if not isinstance(metas, list) or len(metas) != len(refs):
+            return f"returned {len(metas) if isinstance(metas, list) else '?'} outputs, expected {len(refs)}"
+        for j, (ref, meta) in enumerate(zip(refs, metas)):
+            if not isinstance(ref, torch.Tensor):
+                continue
+            try:
+                why = compare(ref, meta if isinstance(meta, dict) else {}, self.slots, j, call["region"], atol, rtol)
+            except torch.cuda.OutOfMemoryError:
+                raise  # our memory, not the candidate's bytes: INFRA_ERROR, never a wrong answer
+            except Exception as e:  # noqa: BLE001 - bytes the candidate wrote do not load
+                why = f"unreadable output ({type(e).__name__}: {e})"[:300]
+            if why:
+                return f"output {j}: {why}"
+        return ""
+
+    def close(self, call):
+        """Done with a call: its slots back to poison, its files removed."""
+        self.slots.poison(call["region"])
+        self.slots.drop_input_files(call["descs"])
+        for m in call.get("reply", {}).get("outputs") or []:
+            if isinstance(m, dict) and m.get("file"):
+                self.slots.drop_input_files([m])
+
+    def stop(self):
+        """Ends the executor; returns its "done" message (evidence) or None."""
+        _send(self.to_cand, {"type": "stop"})
+        if self.result["candidate_error"] is not None:
+            return None
+        msg = self.reader.read(timeout=30)
+        while msg is not None and msg.get("type") in ("log", "flags", "ready"):
+            msg = self.reader.read(timeout=30)
+        if msg is not None:
+            self.result["candidate_timeline"] = msg.get("timeline")
+            self.result["candidate_exchange"] = str(msg.get("exchange", ""))[:300]
+            self.result["candidate_flags"] = sorted(set(self.result["candidate_flags"]) | set(msg.get("flags", [])))
+            if msg.get("type") == "done":
+                self.result["candidate_done"] = True
+            elif msg.get("type") == "error":
+                self.result["candidate_error"] = {k: msg.get(k) for k in ("kind", "stage", "message", "audit",
+                                                                          "torch_ops")}
+        return msg
+
+
 def run(job, to_cand, from_cand, result_fd, xsock=-1):
     device = job["device"]
     atol, rtol = job["atol"], job["rtol"]
-    n = len(job["seeds"])
+    n = int(job["num_sets"])
+    # Secrets are drawn here, after the fork: the zygote (whose memory the
+    # candidate process is a copy of) never holds them.
+    seeds = [secrets.randbits(32) for _ in range(n)]
+    profile_seed = secrets.randbits(63)
     result = {"sets": [], "candidate_flags": [], "candidate_error": None, "candidate_done": False,
-              "fp_mismatch": False, "mutated": False, "ref_error": None, "details": [], "forward_ms": []}
-    reader = protocol.LineReader(from_cand)
-    pending = {}
+              "mutated": False, "ref_error": None, "details": [], "forward_ms": []}
     t_start = time.perf_counter()
     clock = protocol.Timeline(job.get("t0_mono"))
-    outputs = Outputs(job["exchange_dir"], device, xsock)
+    slots = wire.RefSlots(job["exchange_dir"], device, xsock)
+    driver = Driver(job, to_cand, from_cand, slots, result)
     try:
+        if device == "cpu":
+            # One thread: idle OpenMP workers spinning here would take the
+            # cores the executor's timed calls run on.
+            torch.set_num_threads(1)
         if device == "cuda":
             torch.cuda.set_device(0)
             torch.ones(1, device="cuda").add_(1)
@@ -189,131 +265,70 @@ def run(job, to_cand, from_cand, result_fd, xsock=-1):
         model, _ = inputs_lib.make_model(mod, job["init_seed"], device)
         clock.mark("task_model")
         dists = job["distributions"]
-        # Pipelining (set i+1 prepared while the candidate runs set i) holds two
-        # sets of reference outputs (and two exchange regions); above 1 GB per
-        # set memory matters more.
-        limit = int(os.environ.get("KERNELRL_REF_PIPELINE_MAX_BYTES", 1 << 30))
-        big = False  # decided by set 0's outputs
 
         def prepare(i):
-            nonlocal big
             dist = dists[i % len(dists)]
             with torch.no_grad():
-                xs = inputs_lib.make_inputs(mod, job["seeds"][i], dist, device)
-                clock.mark("inputs")
+                xs = inputs_lib.make_inputs(mod, seeds[i], dist, device)
                 outs = inputs_lib.flatten_outputs(model(*xs))
-                clock.mark("forward")
                 if dist != "task" and any(isinstance(o, torch.Tensor) and o.is_floating_point()
                                           and bool(torch.isnan(o).any()) for o in outs):
                     # The task's math is undefined on this distribution: use its own.
                     dist = "task"
-                    xs = inputs_lib.make_inputs(mod, job["seeds"][i], dist, device)
+                    xs = inputs_lib.make_inputs(mod, seeds[i], dist, device)
                     outs = inputs_lib.flatten_outputs(model(*xs))
-            pending[i] = (dist, inputs_lib.fingerprint(xs), [o.detach() if isinstance(o, torch.Tensor) else o
-                                                              for o in outs])
-            del xs
-            clock.mark("fingerprint")
-            if i == 0:
-                big = sum(o.nbytes for o in pending[0][2] if isinstance(o, torch.Tensor)) > limit
-            go = {"type": "go", "set": i, "dist": dist}
-            exchange = outputs.offer(pending[i][2], i, 1 if big else 2)
-            if exchange:
-                go["exchange"] = exchange
-            clock.mark("exchange")
-            _send(to_cand, go)
+            refs = [o.detach() if isinstance(o, torch.Tensor) else o for o in outs]
+            driver.poison_bytes = sum(o.nbytes for o in refs if isinstance(o, torch.Tensor)) + (1 << 20)
+            clock.mark("prepare")
+            return dist, xs, refs
 
-        prepare(0)
+        verified = True
         for i in range(n):
-            if i + 1 < n and not big:
-                prepare(i + 1)
-            msg = None
-            while True:
-                msg = reader.read(timeout=job["wall_seconds"] + 10)
-                if msg is None:
-                    break
-                result["candidate_flags"] = sorted(set(result["candidate_flags"]) | set(msg.get("flags", [])))
-                if msg.get("detail") and msg.get("type") != "log":
-                    result["details"].append(msg["detail"])
-                if msg.get("type") in ("set", "error", "done"):
-                    break
-                if msg.get("type") == "log":
-                    result.setdefault("log", []).append((msg.get("contain") or msg.get("text") or "")[-2000:])
+            dist, xs, refs = prepare(i)
+            call = driver.start(xs, refs)
+            t_call = time.perf_counter()
+            try:
+                driver.finish(call)
+            except CandidateGone:
+                if result["candidate_error"] is None and not result["details"]:
+                    result["details"].append(f"candidate stopped before set {i}")
+                verified = False
+                break
+            result["forward_ms"].append((time.perf_counter() - t_call) * 1e3)
             clock.mark("wait_candidate")
-            if msg is None:
-                break
-            if msg["type"] == "error":
-                result["candidate_timeline"] = msg.get("timeline")
-                result["candidate_exchange"] = str(msg.get("exchange", ""))[:300]
-                result["candidate_error"] = {k: msg.get(k) for k in ("kind", "stage", "message", "audit", "torch_ops")}
-                break
-            if msg["type"] == "done" or msg.get("set") != i:
-                result["details"].append(f"candidate stopped before set {i}")
-                break
-            dist, fp, refs = pending.pop(i)
-            prepare_after = big and i + 1 < n  # not pipelined: set i+1 once set i is checked
-            result["forward_ms"].append(msg.get("forward_ms", 0.0))
             entry = {"set": i, "dist": dist, "ok": True, "detail": ""}
-            if msg.get("fp") != fp:
-                result["fp_mismatch"] = True
-                entry.update(ok=False, detail="candidate process saw different inputs (RNG or harness tampered)")
-            elif msg.get("mutated"):
+            if driver.mutated(call):
                 result["mutated"] = True
                 entry.update(ok=False, detail="forward modified its inputs")
             else:
-                metas = msg.get("outputs", [])
-                if len(metas) != len(refs):
-                    entry.update(ok=False, detail=f"returned {len(metas)} outputs, expected {len(refs)}")
-                for j, (ref, meta) in enumerate(zip(refs, metas)):
-                    if not entry["ok"]:
-                        break
-                    why = compare(ref, meta if isinstance(meta, dict) else {}, outputs, j, i, atol, rtol) \
-                        if isinstance(ref, torch.Tensor) else None
-                    if why:
-                        entry.update(ok=False, detail=f"set {i} ({dist}) output {j}: {why}")
-                outputs.poison(i)
+                why = driver.compare(call, refs, atol, rtol)
+                if why:
+                    entry.update(ok=False, detail=f"set {i} ({dist}) {why}")
+            driver.close(call)
+            del call, xs, refs
             clock.mark("compare")
             result["sets"].append(entry)
             if not entry["ok"]:
+                verified = False
                 break
-            if prepare_after:
-                del refs
-                prepare(i + 1)
+        report = None
+        if verified and job.get("profile"):
+            if device == "cuda":
+                torch.cuda.empty_cache()  # verify-era blocks: room for the timed sets
+            report = profiling.run_profile(job, mod, model, driver, profile_seed, atol, rtol, result)
+            clock.mark("profile")
         else:
-            if job.get("profile"):
-                # Every set passed: the candidate times itself; we answer its re-checks.
-                # Verify-era blocks go back to the driver first: the timing process
-                # needs room for 6 GB KernelBench tensors.
-                refs = None
-                if device == "cuda":
-                    torch.cuda.empty_cache()
-                def recheck_compare(ref, meta, j):
-                    try:
-                        return compare(ref, meta, outputs, j, Outputs.RECHECK, atol, rtol)
-                    finally:
-                        outputs.poison(Outputs.RECHECK)
-
-                profiling.serve_reference(job, mod, model, device, lambda m: _send(to_cand, m), reader,
-                                          recheck_compare, result)
-                clock.mark("profile")
-            _send(to_cand, {"type": "stop"})
-            msg = reader.read(timeout=30) if result["candidate_error"] is None else None
-            clock.mark("stop")
-            if msg is not None:
-                result["candidate_timeline"] = msg.get("timeline")
-                result["candidate_exchange"] = str(msg.get("exchange", ""))[:300]
-                result["candidate_flags"] = sorted(set(result["candidate_flags"]) | set(msg.get("flags", [])))
-                if msg.get("type") == "done":
-                    result["candidate_done"] = True
-                elif msg.get("type") == "error":
-                    result["candidate_error"] = {k: msg.get(k) for k in ("kind", "stage", "message", "audit", "torch_ops")}
+            driver.stop()
+        if report is not None:
+            result["profile"]["candidate_report"] = report
     except Exception:  # noqa: BLE001 - a failing reference is our fault, not the candidate's
         result["ref_error"] = traceback.format_exc(limit=6)[-3000:]
     _send(to_cand, {"type": "stop"})
     try:
-        outputs.release()
+        slots.release()
     except Exception:  # noqa: BLE001 - the process ends next; the verdict is decided
         pass
-    result["exchange"] = outputs.note
+    result["exchange"] = slots.note
     result["reference_ms"] = (time.perf_counter() - t_start) * 1e3
     result["timeline"] = clock.report()
     protocol.send(result_fd, result)

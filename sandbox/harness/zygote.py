@@ -16,7 +16,6 @@ import json
 import os
 import signal
 import socket
-import stat
 import sys
 import time
 import traceback
@@ -35,6 +34,7 @@ import contain  # noqa: E402
 import profiling  # noqa: E402
 import protocol  # noqa: E402
 import reference  # noqa: E402
+import wire  # noqa: E402
 
 LIBC = ctypes.CDLL(None, use_errno=True)
 
@@ -66,9 +66,9 @@ def import_profiler(root):
     if root not in sys.path:
         sys.path.append(root)
     try:
-        import profiler_service.harness.profile  # noqa: F401
+        import profiler_service.harness.protocol  # noqa: F401
     except Exception as e:  # noqa: BLE001
-        sys.stderr.write(f"[profiler] WARNING cannot import profiler_service.harness.profile from {root}: {e}\n")
+        sys.stderr.write(f"[profiler] WARNING cannot import profiler_service.harness.protocol from {root}: {e}\n")
         return f"{type(e).__name__}: {e}"
     return ""
 
@@ -106,7 +106,7 @@ def warm_up():
         t.copy_(xs[0].reshape(-1))
         reference.compare(xs[0], {"type": "Tensor", "layout": "torch.strided", "device": "cpu",
                                   "dtype": "torch.float32", "shape": [4, 4], "file": "x.bin"},
-                          reference.Outputs(d, "cpu"), 0, 0, 1e-2, 1e-2)
+                          wire.RefSlots(d, "cpu"), 0, None, 1e-2, 1e-2)
     torch.isclose(xs[0], xs[0]).all()
     torch.unravel_index(torch.tensor(3), (4, 4))
     # Children initialise CUDA themselves; a zygote that did would poison them.
@@ -149,7 +149,7 @@ class Zygote:
         t0 = time.perf_counter()
         job["t0_mono"] = time.monotonic()  # both children report their timelines against it
         # Asked for by the worker AND allowed by this host.
-        needs = {"readonly_root": "ro_remount", "mount_proc": "proc_mount"}
+        needs = {"readonly_root": "ro_remount", "mount_proc": "proc_mount", "new_root": "pivot_root"}
         iso = {k: bool(v) and self.caps.get(needs.get(k, k), True) for k, v in job["isolation"].items()}
         for k, allowed in (self.cuda_iso or {}).items():
             iso[k] = bool(iso.get(k, True)) and allowed
@@ -244,31 +244,14 @@ class Zygote:
         return outcome
 
     @staticmethod
-    def _collect_profile(job, prof, cap=64 << 20):
-        """The trusted side's profile record plus the candidate's measurement,
-        copied out of the exchange dir (never through a link, bounded) into the
-        trusted dir, where the C++ worker reads it. The candidate is gone by now."""
-        prof = {k: prof[k] for k in ("started", "ok", "error", "wall_ms", "rechecks", "recheck_failures", "detail")
-                if k in prof}
-        if not prof.get("started"):
-            return prof
-        src = os.path.join(job["exchange_dir"], profiling.MEASUREMENT_FILE)
-        dst = os.path.join(job["trusted_dir"], profiling.MEASUREMENT_FILE)
-        try:
-            fd = os.open(src, os.O_RDONLY | os.O_NOFOLLOW)
-            try:
-                st = os.fstat(fd)
-                if stat.S_ISREG(st.st_mode) and st.st_size <= cap:
-                    data = os.read(fd, cap + 1)
-                    with open(dst, "wb") as f:
-                        f.write(data)
-                    prof["measurement_file"] = dst
-                else:
-                    prof["detail"] = (prof.get("detail") or "") + " measurement not a regular file or too large"
-            finally:
-                os.close(fd)
-        except OSError as e:
-            prof["detail"] = (prof.get("detail") or "") + f" no measurement ({e.strerror})"
+    def _collect_profile(job, prof):
+        """The trusted side's profile record. The measurement was assembled and
+        written into the trusted dir by the reference process (never by the
+        candidate's)."""
+        keep = ("started", "ok", "error", "wall_ms", "rechecks", "recheck_failures", "detail", "measurement_file")
+        prof = {k: prof[k] for k in keep if k in prof}
+        if prof.get("started") and not prof.get("measurement_file"):
+            prof["detail"] = (prof.get("detail") or "") + " no measurement"
         return prof
 
     def _child_reference(self, job, to_cand, from_cand, result_fd, log_path, xsock):
@@ -300,7 +283,8 @@ class Zygote:
                 # the candidate inherits the cgroup at fork.
                 why = self.cont.cgroup_enter(cgroup)
                 cgroup_log = f"memory_cgroup: FAILED {why} -> watchdog cap only\n" if why else ""
-            pol1 = contain.make_policy(iso, parent_death_signal=signal.SIGKILL, new_process_group=1)
+            pol1 = contain.make_policy(iso, contain.confine_fields(job, iso, self.caps, self.device),
+                                       parent_death_signal=signal.SIGKILL, new_process_group=1)
             # Opened before the new mount namespace exists: an fd open for
             # writing on one of its mounts would make the read-only remount EBUSY.
             log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -325,7 +309,7 @@ class Zygote:
             os.dup2(log_fd, 2)
             iso = job["isolation"]
             pol2 = contain.make_policy(
-                iso, parent_death_signal=signal.SIGKILL,
+                iso, contain.confine_fields(job, iso, self.caps, self.device), parent_death_signal=signal.SIGKILL,
                 readonly_root=int(iso.get("readonly_root", False)),
                 mount_proc=int(iso.get("mount_proc", False) and iso.get("pid_ns", False)),
                 scratch_dir=job["scratch_dir"], scratch_bytes=int(job["scratch_bytes"]),
@@ -351,7 +335,7 @@ class Zygote:
         err = ref.get("candidate_error") or {}
         details = [d for d in ref.get("details", []) if d]
         sets = ref.get("sets", [])
-        n = len(job["seeds"])
+        n = int(job["num_sets"])
         sig = st.get("signal", 0)
         msg = (err.get("message") or "").strip().splitlines()
         last = msg[-1] if msg else ""
@@ -398,10 +382,7 @@ class Zygote:
             name = signal.Signals(sig).name if sig in signal.Signals._value2member_map_ else str(sig)
             hint = " (memory limit or OOM killer)" if sig == signal.SIGKILL else ""
             return out("CRASH", f"candidate killed by {name}{hint}")
-        if ref.get("fp_mismatch"):
-            return out("WRONG_ANSWER", "candidate process generated different inputs (RNG tampering?)",
-                       ["input_mismatch"])
-        if ref.get("mutated"):
+        if ref.get("mutated") or (ref.get("profile") or {}).get("mutated"):
             return out("WRONG_ANSWER", "forward modified its inputs", ["input_mutation"])
         failed = [s for s in sets if not s["ok"]]
         if failed:
@@ -424,22 +405,25 @@ class Zygote:
 
     # ----- isolation calibration ---------------------------------------------
     FULL = {"user_ns": True, "pid_ns": True, "net_ns": True, "mount_ns": True, "ipc_ns": True,
-            "readonly_root": True, "mount_proc": True, "seccomp": True, "data_limit": True}
+            "readonly_root": True, "mount_proc": True, "seccomp": True, "data_limit": True, "new_root": True,
+            "identity": True}
     # Tried in order; the first under which CUDA works is used for every job.
     # Each drop is logged: the host decides what degrades, not the candidate.
-    DROPS = [[], ["data_limit"], ["mount_proc"], ["user_ns"], ["user_ns", "mount_proc"],
+    DROPS = [[], ["new_root", "identity"], ["data_limit"], ["mount_proc"], ["user_ns"], ["user_ns", "mount_proc"],
              ["user_ns", "mount_proc", "data_limit"], ["readonly_root", "mount_proc", "mount_ns"],
              ["user_ns", "pid_ns", "mount_proc"], ["user_ns", "pid_ns", "mount_ns", "readonly_root", "mount_proc"],
-             ["user_ns", "pid_ns", "mount_ns", "readonly_root", "mount_proc", "ipc_ns", "net_ns", "data_limit"]]
+             ["user_ns", "pid_ns", "mount_ns", "readonly_root", "mount_proc", "ipc_ns", "net_ns", "data_limit",
+              "new_root", "identity"]]
 
     # Each group is probed alone first (a step with the steps it needs), so the
     # log names the exact step CUDA cannot run under on this host, and every
     # step it tolerates stays on.
     GROUPS = [["user_ns"], ["pid_ns"], ["net_ns"], ["ipc_ns"], ["mount_ns"], ["mount_ns", "readonly_root"],
-              ["pid_ns", "mount_ns", "mount_proc"], ["seccomp"], ["data_limit"]]
+              ["pid_ns", "mount_ns", "mount_proc"], ["seccomp"], ["data_limit"], ["mount_ns", "new_root"],
+              ["identity"]]
 
     def _allowed(self, iso):
-        needs = {"readonly_root": "ro_remount", "mount_proc": "proc_mount"}
+        needs = {"readonly_root": "ro_remount", "mount_proc": "proc_mount", "new_root": "pivot_root"}
         return {k: v and self.caps.get(needs.get(k, k), True) for k, v in iso.items()}
 
     def calibrate(self):
@@ -518,13 +502,14 @@ class Zygote:
             os.close(r)
             try:
                 LIBC.prctl(4, 1, 0, 0, 0)
-                self.cont.phase(contain.make_policy(iso, parent_death_signal=signal.SIGKILL, new_process_group=1), 1)
+                view = contain.confine_fields(job, iso, self.caps, "cuda")
+                self.cont.phase(contain.make_policy(iso, view, parent_death_signal=signal.SIGKILL, new_process_group=1), 1)
                 pid = os.fork()
                 if pid == 0:
                     msg = {"ok": False, "error": ""}
                     try:
                         pol2 = contain.make_policy(
-                            iso, parent_death_signal=signal.SIGKILL,
+                            iso, view, parent_death_signal=signal.SIGKILL,
                             readonly_root=int(iso.get("readonly_root", False) and iso.get("mount_ns", False)),
                             mount_proc=int(iso.get("mount_proc", False) and iso.get("pid_ns", False)
                                            and iso.get("mount_ns", False)),

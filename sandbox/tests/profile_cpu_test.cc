@@ -60,6 +60,7 @@ bool HasStage(const Verdict& v, const std::string& s) {
 std::string Describe(const Verdict& v) {
   std::string s = Verdict::Outcome_Name(v.outcome()) + " reward=" + std::to_string(v.reward()) + " " + v.summary();
   for (const auto& f : v.flags()) s += " [" + f + "]";
+  if (v.logs().count("profile")) s += "\n" + v.logs().at("profile");
   if (v.logs().count("candidate")) s += "\ncandidate log:\n" + v.logs().at("candidate").substr(0, 3000);
   return s;
 }
@@ -96,6 +97,10 @@ class ProfileCpuTest : public ::testing::Test {
     p.set_warmup_calls(2);
     p.set_recheck_fraction(1.0);  // every timed call re-checked: the stale exploit cannot slip through
     p.set_l2_flush_multiple(kFlushMultiple);
+    // The CPU executor's per-call cost beyond forward (JSON over pipes, tensors
+    // through tmpfs files) on a loaded 2-core CI machine, with margin.
+    p.set_outside_overhead_us(3000);
+    p.set_handover_bytes_per_s(1e9);
     auto e = Evaluator::Create(c);
     ASSERT_TRUE(e.ok()) << e.status();
     evaluator_ = e->release();
@@ -190,6 +195,42 @@ TEST_F(ProfileCpuTest, ExploitsStillGetMinusOne) {
   EXPECT_EQ(stale.reward(), -1);
   EXPECT_TRUE(HasFlag(stale, "recheck_failed")) << Describe(stale);
   EXPECT_TRUE(evaluator_->serving());
+}
+
+// The trust-boundary exploits (issue 11): each reaches for the timing
+// protocol from inside the candidate process (frames, gc, the recorded
+// samples, native writes, stack or call-count sniffing, a timer signal).
+// Nothing of the protocol lives there now; what they forge is bounded by the
+// reference process's own clock. Each must be non-OK, or OK held at reward
+// <= 1 with a flag.
+TEST_F(ProfileCpuTest, TrustBoundaryExploitsGetNoReward) {
+  absl::StatusOr<v1::Baseline> b = ReluBaseline();
+  ASSERT_TRUE(b.ok()) << b.status() << "\nprecompute:\n" << *precompute_log_;
+  const std::string root = "sandbox/exploits/cpu_timing";
+  int seen = 0;
+  for (const char* name : {"timing_frames", "timing_gc", "timing_edit_samples", "timing_native_write",
+                           "timing_sniff", "timing_signal"}) {
+    const std::string dir = root + "/" + name;
+    const std::string expected = testing::ExpectedOutcome(dir);
+    ASSERT_FALSE(expected.empty()) << dir;
+    Verdict v = evaluator_->Evaluate(testing::Request(kRelu, dir));
+    std::printf("%-22s %s\n", name, Describe(v).substr(0, 300).c_str());
+    EXPECT_EQ(Verdict::Outcome_Name(v.outcome()), expected) << name << ": " << Describe(v);
+    EXPECT_TRUE(v.outcome() != Verdict::OK || (v.reward() <= 1 && v.flags_size() > 0)) << Describe(v);
+    EXPECT_LE(v.reward(), 1) << name;
+    if (expected == "HACK_DETECTED") EXPECT_TRUE(HasFlag(v, "timing_below_outside_clock")) << Describe(v);
+    // Wrong either on a verify call or, later, on a re-checked timed call.
+    if (expected == "WRONG_ANSWER") {
+      EXPECT_TRUE(HasFlag(v, "recheck_failed") || v.summary().rfind("set ", 0) == 0) << Describe(v);
+    }
+    EXPECT_TRUE(evaluator_->serving()) << "worker unhealthy after " << name;
+    ++seen;
+  }
+  EXPECT_EQ(seen, 6);
+  // Honest code keeps its measured reward after the suite.
+  Verdict v = evaluator_->Evaluate(testing::Request(kRelu, "sandbox/solutions/cpu/relu"));
+  EXPECT_EQ(v.outcome(), Verdict::OK) << Describe(v);
+  EXPECT_FALSE(HasFlag(v, "timing_below_outside_clock")) << Describe(v);
 }
 
 TEST_F(ProfileCpuTest, MissingBaselineIsCorrectButNotBenchmarked) {

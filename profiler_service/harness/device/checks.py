@@ -21,7 +21,7 @@ import typing
 
 import torch
 
-from profiler_service.harness import backends, profile, protocol
+from profiler_service.harness import backends, protocol, symbols, tasks
 
 LIB = None
 
@@ -317,13 +317,13 @@ def exploit_cases(out_dir, backend):
         # Last: its detached thread outlives the case.
         ("background_thread", background, mk2, add_ref, {}, ["work_outside_window"]),
     ]
-    cfg = {"time_budget_s": 0.5, "min_samples": 20, "recheck_fraction": 0.3}
+    cfg = protocol.ProtocolConfig(target_rse=0.01, time_budget_s=0.5, min_samples=20, max_samples=1000,
+                                  warmup_calls=3, recheck_fraction=0.3, min_rechecks=1)
     with open(os.path.join(out_dir, "exploits.jsonl"), "w") as f:
         for name, fn, mk, ref, policy, expect in cases:
             torch.backends.cuda.matmul.allow_tf32 = True  # cuBLAS picks its fast kernels for the library case.
-            res = profile.profile_candidate(fn, lambda k, mk=mk: mk(1000 + k), lambda o, i, ref=ref: ref(i, o),
-                                            {"task_id": name, "device": "cuda", "library_policy": policy},
-                                            budget_s=4.0, config=cfg, artifact_paths=[so], backend=backend)
+            res = measure_in_process(fn, lambda k, mk=mk: mk(1000 + k), lambda i, o, ref=ref: ref(i, o),
+                                     cfg, [so], backend)
             f.write(json.dumps({"case": name, "library_policy": policy, "expect": expect,
                                 "measurement": res["measurement"]}) + "\n")
             m = json.dumps(res["measurement"])
@@ -333,6 +333,18 @@ def exploit_cases(out_dir, backend):
             print(f"exploit {name:22s} samples={len(mj['samples'])} escaped_us={mj['outside_window_gpu_us']:.0f} "
                   f"streams={sorted({a['stream_id'] for a in mj['activities']})} err={mj['error'][:60]}", flush=True)
     torch.cuda.synchronize()
+
+
+def measure_in_process(fn, make_inputs, recheck, cfg, artifact_paths, backend):
+    """A ProfileMeasurement of fn timed in this process (device experiments
+    only: the sandbox times candidates from the reference process)."""
+    counter = iter(range(1 << 40))
+    runs, anchor = protocol.run_protocol([("candidate", fn)], lambda _s: make_inputs(next(counter)), backend, cfg,
+                                         int.from_bytes(os.urandom(8), "little"), recheck=recheck,
+                                         error_prefix={"candidate": "candidate"})
+    return {"measurement": {"candidate": runs["candidate"], "anchor": anchor, "device": backend.device_info(),
+                            "candidate_symbols": symbols.kernel_symbols(artifact_paths),
+                            "input_policy_hash": tasks.input_policy_hash("cuda")}}
 
 
 def ncu_target():
