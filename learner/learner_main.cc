@@ -1,34 +1,47 @@
-// The learner binary: serves kernelrl.v1.Learner plus health, diagnostics and
-// /metrics (common/service.h). Configuration: proto/learner_config.proto.
+// The learner binary: serves kernelrl.v1.Learner (jobs, task leases,
+// trajectory ingest) and, when enabled, kernelrl.v1.Policy, plus health,
+// diagnostics and /metrics (common/service.h). Configuration:
+// proto/learner_config.proto.
 #include "common/service.h"
+#include "learner/learner_service.h"
 #include "learner/policy_service.h"
+#include "learner/rl/jobs.h"
+#include "learner/rl/recipe.h"
 #include "proto/learner_config.pb.h"
-#include "proto/learner.grpc.pb.h"
 
 namespace {
 constexpr char kDefaults[] = R"pb(
   server { listen_address: "127.0.0.1" grpc_port: 50051 metrics_port: 9101 drain_seconds: 2 grace_seconds: 30 }
+  state_dir: "/var/lib/kernelrl/learner"
 )pb";
 }  // namespace
 
 int main(int argc, char** argv) {
   kernelrl::v1::LearnerConfig config;
-  // The generated base class answers every RPC with UNIMPLEMENTED: nothing
-  // pretends to work before the core behind it exists.
-  kernelrl::v1::Learner::Service learner_service;
-  // kernelrl.v1.Policy, when `policy { enabled: true model_path: ... }`.
+  // kernelrl.v1.Policy, when `policy { enabled: true model_path: ... }`;
+  // each committed policy version is hot-swapped into it.
   std::unique_ptr<kernelrl::learner::PolicyEngine> engine;
   std::unique_ptr<kernelrl::learner::PolicyService> policy_service;
-  return kernelrl::RunServiceMain(argc, argv, "learner", kDefaults, &config, config.mutable_server(),
-                                  [&]() -> absl::StatusOr<std::vector<grpc::Service*>> {
-                                    std::vector<grpc::Service*> services = {&learner_service};
-                                    if (config.policy().enabled()) {
-                                      auto e = kernelrl::learner::MakePolicyEngine(config.policy());
-                                      if (!e.ok()) return e.status();
-                                      engine = std::move(*e);
-                                      policy_service = std::make_unique<kernelrl::learner::PolicyService>(engine.get());
-                                      services.push_back(policy_service.get());
-                                    }
-                                    return services;
-                                  });
+  std::unique_ptr<kernelrl::learner::rl::JobManager> jobs;
+  std::unique_ptr<kernelrl::learner::LearnerService> learner_service;
+  return kernelrl::RunServiceMain(
+      argc, argv, "learner", kDefaults, &config, config.mutable_server(),
+      [&]() -> absl::StatusOr<std::vector<grpc::Service*>> {
+        std::vector<grpc::Service*> services;
+        if (config.policy().enabled()) {
+          auto e = kernelrl::learner::MakePolicyEngine(config.policy());
+          if (!e.ok()) return e.status();
+          engine = std::move(*e);
+          policy_service = std::make_unique<kernelrl::learner::PolicyService>(engine.get());
+          services.push_back(policy_service.get());
+        }
+        auto* engine_ptr = engine.get();
+        auto m = kernelrl::learner::rl::JobManager::Open(
+            config.state_dir(), [engine_ptr] { return kernelrl::learner::rl::MakeRecipeRunner(engine_ptr); });
+        if (!m.ok()) return m.status();
+        jobs = std::move(*m);
+        learner_service = std::make_unique<kernelrl::learner::LearnerService>(jobs.get());
+        services.push_back(learner_service.get());
+        return services;
+      });
 }

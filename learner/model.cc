@@ -337,7 +337,12 @@ absl::Status Transformer::LoadFrom(const std::string& dir) {
     layers_.push_back(std::move(w));
   }
   if (auto s = get(base + "norm.weight", {H}, &final_norm_); !s.ok()) return s;
-  if (head_ == Head::kValue) {
+  if (head_ == Head::kValue && (*st)->Find("score.weight") == nullptr) {
+    // A critic started from a language model: its trunk, a fresh value
+    // head (zero, so every first value is 0).
+    score_w_ = at::zeros({1, H}, at::TensorOptions().device(options_.device).dtype(options_.dtype));
+    score_b_ = at::zeros({1}, score_w_.options());
+  } else if (head_ == Head::kValue) {
     if (auto s = get("score.weight", {1, H}, &score_w_); !s.ok()) return s;
     if ((*st)->Find("score.bias") != nullptr) {
       if (auto s = get("score.bias", {1}, &score_b_); !s.ok()) return s;

@@ -70,7 +70,9 @@ class Transformer {
   static absl::StatusOr<std::unique_ptr<Transformer>> Create(const ModelConfig& config, Head head,
                                                              const ModelOptions& options, uint64_t seed);
   // Reads <dir>/config.json and the safetensors weights. Missing, misshapen
-  // or unexpected tensors are errors naming the tensor.
+  // or unexpected tensors are errors naming the tensor. Head::kValue on a
+  // language-model checkpoint (no score.weight) takes the trunk and starts a
+  // zero value head: the critic initialised from the base model.
   static absl::StatusOr<std::unique_ptr<Transformer>> Load(const std::string& dir, Head head,
                                                            const ModelOptions& options);
   // Writes config.json and model.safetensors (sharded past 4 GiB) into an

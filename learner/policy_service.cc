@@ -1,15 +1,9 @@
 #include "learner/policy_service.h"
 
 #include "absl/strings/str_cat.h"
+#include "learner/grpc_status.h"
 
 namespace kernelrl::learner {
-namespace {
-
-grpc::Status ToGrpc(const absl::Status& s) {
-  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
-}
-
-}  // namespace
 
 grpc::Status PolicyService::Generate(grpc::ServerContext*, const v1::GenerateRequest* request,
                                      v1::GenerateResponse* response) {

@@ -12,6 +12,7 @@ APT_PACKAGES=(
   bazel-bootstrap bazel-platforms bazel-skylib bazel-rules-java
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
   libgtest-dev libgmock-dev libbenchmark-dev pkg-config g++ prometheus
+  libcli11-dev
 )
 # libcrypto (OpenSSL) for common/sha256.
 APT_PACKAGES+=(libssl-dev)

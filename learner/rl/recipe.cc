@@ -1,0 +1,323 @@
+#include "learner/rl/recipe.h"
+
+#include <ATen/Context.h>
+#include <ATen/core/grad_mode.h>
+
+#include <chrono>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "common/log.h"
+#include "learner/checkpoint.h"
+#include "learner/policy/engine.h"
+#include "learner/rl/job_config.h"
+#include "learner/rl/rft_filter.h"
+#include "learner/rl/trainer.h"
+
+namespace kernelrl::learner::rl {
+namespace {
+
+enum class Kind { kPpo, kCollect, kSft, kValue };
+struct Stage {
+  const char* name;
+  Kind kind;
+};
+constexpr Stage kStages[] = {{"single_turn_ppo", Kind::kPpo},
+                             {"agent_warmup", Kind::kCollect},
+                             {"rft", Kind::kSft},
+                             {"value_pretrain", Kind::kValue},
+                             {"agentic_ppo", Kind::kPpo}};
+constexpr int kNumStages = 5;
+
+AdamWParams Optimizer(const v1::OptimizerConfig& o) {
+  return {o.lr(), o.beta1(), o.beta2(), o.eps(), o.weight_decay(), o.max_grad_norm()};
+}
+
+class RecipeRunner : public JobRunner {
+ public:
+  explicit RecipeRunner(PolicyEngine* engine) : engine_(engine) {}
+  absl::Status Run(JobContext* ctx) override;
+
+ private:
+  absl::Status Setup(JobContext* ctx);
+  // Steps in a stage (0 = skip it) and whether it is switched off.
+  int64_t StageSteps(int stage) const;
+  absl::Status RunStage(JobContext* ctx, int stage);
+  // Waits for n trainable trajectories; empty when the job should stop.
+  absl::StatusOr<std::vector<v1::Trajectory>> WaitForBatch(JobContext* ctx, int n);
+  absl::Status Commit(JobContext* ctx, int stage, const std::vector<std::string>& trained, StepMetrics metrics);
+  std::vector<Sample> ToSamples(const std::vector<v1::Trajectory>& ts, StepMetrics* m) const;
+
+  PolicyEngine* engine_;
+  v1::LearnerJobConfig config_;
+  v1::JobSpec spec_;
+  std::vector<v1::Task> tasks_;
+  std::unique_ptr<Trainer> trainer_;
+  std::unique_ptr<Ingest> ingest_;
+  std::string ckpt_root_;
+  int64_t step_ = 0, version_ = 0, stage_ = 0, stage_step_ = 0;
+};
+
+absl::Status RecipeRunner::Setup(JobContext* ctx) {
+  const v1::Job job = ctx->job();
+  spec_ = job.spec();
+  auto config = ParseJobConfig(spec_.hyperparameters_text());
+  if (!config.ok()) return config.status();
+  config_ = *config;
+  auto tasks = LoadTaskSet(spec_.task_set());
+  if (!tasks.ok()) return tasks.status();
+  tasks_ = std::move(*tasks);
+  ModelOptions mo;
+  std::string device = config_.device().device();
+  if (device.empty()) device = at::hasCUDA() ? "cuda" : "cpu";
+  mo.device = at::Device(device);
+  mo.dtype = config_.device().dtype() == "float32" || (config_.device().dtype().empty() && mo.device.is_cpu())
+                 ? at::kFloat
+                 : at::kBFloat16;
+  mo.trainable = true;
+  mo.activation_checkpointing = config_.batch().activation_checkpointing();
+  at::manual_seed(config_.seed());
+  ckpt_root_ = ctx->dir() + "/checkpoints";
+  std::string policy_dir = spec_.base_checkpoint(), critic_dir = spec_.base_checkpoint();
+  std::map<std::string, at::Tensor> optimizer;
+  auto latest = LoadLatestCheckpoint(ckpt_root_, /*restore_rng=*/true);
+  if (latest.ok()) {
+    policy_dir = latest->policy_dir;
+    if (!latest->critic_dir.empty()) critic_dir = latest->critic_dir;
+    step_ = latest->step;
+    version_ = latest->policy_version;
+    optimizer = std::move(latest->optimizer);
+    stage_ = optimizer.count("recipe/stage") ? optimizer["recipe/stage"].item<int64_t>() : 0;
+    stage_step_ = optimizer.count("recipe/stage_step") ? optimizer["recipe/stage_step"].item<int64_t>() : 0;
+  } else if (!absl::IsNotFound(latest.status())) {
+    return latest.status();
+  }
+  // Agent warm-up has no checkpoint of its own: the job record carries its cursor.
+  if (job.stage() == "rft" && stage_ < 2) stage_ = 2, stage_step_ = 0;
+  auto policy = Transformer::Load(policy_dir, Head::kLanguageModel, mo);
+  if (!policy.ok()) return policy.status();
+  auto critic = Transformer::Load(critic_dir, Head::kValue, mo);
+  if (!critic.ok()) return critic.status();
+  TrainerOptions to;
+  to.policy_loss = {config_.ppo().clip_low(), config_.ppo().clip_high(), config_.ppo().tis_threshold()};
+  to.gamma = config_.ppo().gamma();
+  to.lambda = config_.ppo().lambda();
+  to.temperature = config_.ppo().temperature();
+  to.entropy_metric = config_.ppo().entropy_metric();
+  to.max_tokens_per_row = config_.batch().max_tokens_per_row();
+  to.actor = Optimizer(config_.actor_optimizer());
+  to.critic = Optimizer(config_.critic_optimizer());
+  trainer_ = std::make_unique<Trainer>(std::move(*policy), std::move(*critic), to);
+  if (!optimizer.empty()) {
+    if (auto s = trainer_->actor_optimizer().LoadState(optimizer, "actor/"); !s.ok()) return s;
+    if (auto s = trainer_->critic_optimizer()->LoadState(optimizer, "critic/"); !s.ok()) return s;
+  }
+  IngestOptions io;
+  io.max_policy_lag = config_.ingest().max_policy_lag();
+  io.buffer_capacity = config_.ingest().buffer_capacity();
+  io.lease_timeout_seconds = config_.ingest().lease_timeout_seconds();
+  io.max_infra_reruns = config_.ingest().max_infra_reruns();
+  io.vocab_size = trainer_->policy().config().vocab_size;
+  io.max_trajectory_tokens = config_.batch().max_trajectory_tokens();
+  auto ingest = Ingest::Open(ctx->dir(), ctx->job_id(), io, step_);
+  if (!ingest.ok()) return ingest.status();
+  ingest_ = std::move(*ingest);
+  ingest_->SetPolicyVersion(version_);
+  KLOG(INFO) << "job " << ctx->job_id() << ": step " << step_ << ", policy version " << version_ << ", stage "
+             << kStages[std::min<int64_t>(stage_, kNumStages - 1)].name << " step " << stage_step_ << " on "
+             << device;
+  return absl::OkStatus();
+}
+
+int64_t RecipeRunner::StageSteps(int stage) const {
+  const auto& r = config_.recipe();
+  switch (stage) {
+    case 0: return r.single_turn_ppo().skip() ? 0 : r.single_turn_ppo().steps();
+    case 1: return r.agent_warmup().skip() ? 0 : r.agent_warmup().steps();
+    case 2: return r.rft().skip() ? 0 : r.rft().epochs();  // Epochs; steps per epoch follow from the data.
+    case 3: return r.value_pretrain().skip() ? 0 : r.value_pretrain().steps();
+    default:
+      if (r.agentic_ppo().skip()) return 0;
+      return spec_.max_steps() > 0 ? spec_.max_steps() : r.agentic_ppo().steps();
+  }
+}
+
+std::vector<Sample> RecipeRunner::ToSamples(const std::vector<v1::Trajectory>& ts, StepMetrics* m) const {
+  std::vector<Sample> out;
+  for (const v1::Trajectory& t : ts) {
+    auto s = SampleFromTrajectory(t, trainer_->policy().config().vocab_size, config_.batch().max_trajectory_tokens());
+    if (s.ok()) {
+      out.push_back(std::move(*s));
+    } else if (m != nullptr) {
+      (*m)["malformed_skipped"] += 1;
+    }
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<v1::Trajectory>> RecipeRunner::WaitForBatch(JobContext* ctx, int n) {
+  while (!ctx->ShouldStop()) {
+    if (auto s = ingest_->ExpireLeases(); !s.ok()) return s;
+    auto batch = ingest_->Take(n);
+    if (!batch.ok()) return batch.status();
+    if (static_cast<int>(batch->size()) >= n) return batch;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return std::vector<v1::Trajectory>{};
+}
+
+absl::Status RecipeRunner::Commit(JobContext* ctx, int stage, const std::vector<std::string>& trained,
+                                  StepMetrics m) {
+  // TRAINED records first: if the checkpoint below does not land, a restart voids them.
+  const int64_t step = step_ + 1;
+  if (!trained.empty()) {
+    if (auto s = ingest_->MarkTrained(trained, step); !s.ok()) return s;
+  }
+  CheckpointToSave ck;
+  ck.policy_version = version_ + 1;
+  ck.step = step;
+  ck.policy = &trainer_->policy();
+  ck.critic = trainer_->critic();
+  ck.optimizer = trainer_->actor_optimizer().State("actor/");
+  for (auto& [k, v] : trainer_->critic_optimizer()->State("critic/")) ck.optimizer[k] = v;
+  ck.optimizer["recipe/stage"] = at::tensor({static_cast<int64_t>(stage)}, at::kLong);
+  ck.optimizer["recipe/stage_step"] = at::tensor({stage_step_ + 1}, at::kLong);
+  ck.keep_last = config_.checkpoint().keep_last();
+  auto t0 = std::chrono::steady_clock::now();
+  auto dir = SaveCheckpoint(ckpt_root_, ck);
+  if (!dir.ok()) return dir.status();
+  m["checkpoint_seconds"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (auto s = ingest_->Commit(step); !s.ok()) return s;
+  step_ = step, ++version_, ++stage_step_;
+  ingest_->SetPolicyVersion(version_);
+  if (engine_ != nullptr) {
+    t0 = std::chrono::steady_clock::now();
+    if (auto s = engine_->SwapWeightsFrom(*dir + "/policy", version_); !s.ok()) return s;
+    m["weight_sync_seconds"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+  const IngestInfo info = ingest_->Info();
+  m["buffer_depth"] = info.buffer_depth;
+  m["staleness_max"] = info.max_staleness;
+  m["active_leases"] = info.active_leases;
+  m["stale_dropped_total"] = info.stale_dropped;
+  m["infra_reruns_total"] = info.infra_reruns;
+  m["infra_dropped_total"] = info.infra_dropped;
+  m["policy_version"] = version_;
+  return ctx->Update([&](v1::Job* j) {
+    j->set_step(step_);
+    j->set_policy_version(version_);
+    j->set_stage(kStages[stage].name);
+    j->set_stage_step(stage_step_);
+    j->mutable_metrics()->clear();
+    for (const auto& [k, v] : m) (*j->mutable_metrics())[k] = v;
+    j->set_message(absl::StrCat(kStages[stage].name, " step ", stage_step_, ": reward ", m["reward_mean"]));
+  });
+}
+
+absl::Status RecipeRunner::RunStage(JobContext* ctx, int stage) {
+  const Stage& st = kStages[stage];
+  const int64_t steps = StageSteps(stage);
+  const auto& r = config_.recipe();
+  const int n = config_.batch().trajectories_per_step();
+  if (st.kind == Kind::kPpo || st.kind == Kind::kCollect) {
+    const v1::StageConfig& sc = stage == 0 ? r.single_turn_ppo() : stage == 1 ? r.agent_warmup() : r.agentic_ppo();
+    std::vector<v1::Task> tasks = tasks_;
+    for (v1::Task& t : tasks) {
+      if (sc.max_turns() > 0) (*t.mutable_metadata())["max_turns"] = std::to_string(sc.max_turns());
+    }
+    ingest_->SetStage(st.name, std::move(tasks), std::max(1, spec_.rollouts_per_task()),
+                      st.kind == Kind::kCollect ? steps : -1);
+  }
+  if (st.kind == Kind::kCollect) {
+    // Collect until `steps` trajectories were accepted (or nothing is left to lease).
+    while (!ctx->ShouldStop()) {
+      if (auto s = ingest_->ExpireLeases(); !s.ok()) return s;
+      const IngestInfo info = ingest_->Info();
+      auto got = ingest_->AcceptedIn(st.name);
+      if (!got.ok()) return got.status();
+      auto status = ctx->Update([&](v1::Job* j) {
+        j->set_stage(st.name);
+        j->set_stage_step(static_cast<int64_t>(got->size()));
+      });
+      if (!status.ok()) return status;
+      if (static_cast<int64_t>(got->size()) >= steps ||
+          (info.cursor >= steps && info.active_leases == 0 && info.retry_queue == 0)) {
+        return ctx->Update([&](v1::Job* j) { j->set_stage("rft"), j->set_stage_step(0); });
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    return absl::OkStatus();
+  }
+  if (st.kind == Kind::kPpo) {
+    while (stage_step_ < steps && !ctx->ShouldStop()) {
+      auto batch = WaitForBatch(ctx, n);
+      if (!batch.ok()) return batch.status();
+      if (batch->empty()) break;
+      StepMetrics bad;
+      std::vector<Sample> samples = ToSamples(*batch, &bad);
+      std::vector<std::string> ids;
+      for (const auto& t : *batch) ids.push_back(t.id());
+      auto m = trainer_->PpoStep(samples);
+      if (!m.ok()) return m.status();
+      for (auto& [k, v] : bad) (*m)[k] = v;
+      if (auto s = Commit(ctx, stage, ids, *m); !s.ok()) return s;
+    }
+    return absl::OkStatus();
+  }
+  // RFT and value pretraining read the warm-up set.
+  auto warmup = ingest_->AcceptedIn("agent_warmup");
+  if (!warmup.ok()) return warmup.status();
+  std::vector<v1::Trajectory> data;
+  StepMetrics filter;
+  for (v1::Trajectory& t : *warmup) {
+    if (st.kind == Kind::kSft) {
+      const std::string why = RftRejection(t, r.rft().max_repeated_calls());
+      if (!why.empty()) {
+        filter[why.substr(0, why.find(':')) == "redundant loop" ? "rft_dropped_loop"
+               : why == "reward <= 0"                           ? "rft_dropped_reward"
+                                                                : "rft_dropped_schema"] += 1;
+        continue;
+      }
+    }
+    data.push_back(std::move(t));
+  }
+  std::vector<Sample> samples = ToSamples(data, &filter);
+  filter["stage_trajectories"] = samples.size();
+  if (samples.empty()) {
+    KLOG(WARNING) << "job " << ctx->job_id() << ": " << st.name << " has no trajectories; skipped";
+    return absl::OkStatus();
+  }
+  const int64_t per_epoch = (static_cast<int64_t>(samples.size()) + n - 1) / n;
+  const int64_t total = st.kind == Kind::kSft ? steps * per_epoch : steps;
+  if (st.kind == Kind::kSft) trainer_->actor_optimizer().set_lr(r.rft().lr());
+  while (stage_step_ < total && !ctx->ShouldStop()) {
+    const int64_t b = (stage_step_ % per_epoch) * n;
+    std::vector<Sample> batch(samples.begin() + b, samples.begin() + std::min<int64_t>(b + n, samples.size()));
+    auto m = st.kind == Kind::kSft ? trainer_->SftStep(batch) : trainer_->ValueStep(batch);
+    if (!m.ok()) return m.status();
+    for (auto& [k, v] : filter) (*m)[k] = v;
+    if (auto s = Commit(ctx, stage, {}, *m); !s.ok()) return s;
+  }
+  trainer_->actor_optimizer().set_lr(config_.actor_optimizer().lr());
+  return absl::OkStatus();
+}
+
+absl::Status RecipeRunner::Run(JobContext* ctx) {
+  if (auto s = Setup(ctx); !s.ok()) return s;
+  ctx->SetIngest(ingest_.get());
+  absl::Status status = absl::OkStatus();
+  for (int stage = static_cast<int>(stage_); stage < kNumStages && status.ok() && !ctx->ShouldStop(); ++stage) {
+    if (stage != stage_) stage_step_ = 0;
+    stage_ = stage;
+    if (StageSteps(stage) == 0) continue;  // Skipped (ablation) or empty.
+    status = RunStage(ctx, stage);
+  }
+  ctx->SetIngest(nullptr);
+  return status;
+}
+
+}  // namespace
+
+std::unique_ptr<JobRunner> MakeRecipeRunner(PolicyEngine* engine) { return std::make_unique<RecipeRunner>(engine); }
+
+}  // namespace kernelrl::learner::rl

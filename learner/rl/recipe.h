@@ -1,0 +1,35 @@
+// The CUDA-Agent recipe as one job (a JobRunner, learner/rl/jobs.h):
+//
+//   single_turn_ppo -> agent_warmup -> rft -> value_pretrain -> agentic_ppo
+//
+//  * single_turn_ppo / agentic_ppo: actors lease the task set (max_turns in
+//    the task metadata), the trainer takes batch.trajectories_per_step
+//    trajectories from the ingest buffer and runs one PPO update on them.
+//  * agent_warmup: actors collect `steps` trajectories; no update.
+//  * rft: SFT on the warm-up trajectories that pass RftRejection (R > 0, no
+//    loops, schema-valid tool calls), `epochs` passes, actor lr rft.lr.
+//  * value_pretrain: the critic on all warm-up trajectories (GAE targets).
+// Every update is committed as: TRAINED records -> checkpoint (weights,
+// AdamW state, RNG, policy version, stage cursor) -> COMMITTED record ->
+// weight sync to the policy server -> job record. A restart resumes from the
+// last checkpoint; the ledger voids anything trained after it. Stages with
+// `skip: true` are passed over (ablations).
+#ifndef KERNELRL_LEARNER_RL_RECIPE_H_
+#define KERNELRL_LEARNER_RL_RECIPE_H_
+
+#include <memory>
+
+#include "learner/rl/jobs.h"
+
+namespace kernelrl::learner {
+class PolicyEngine;
+}
+
+namespace kernelrl::learner::rl {
+
+// engine: the built-in policy server to hot-swap each new version into (may be null).
+std::unique_ptr<JobRunner> MakeRecipeRunner(PolicyEngine* engine);
+
+}  // namespace kernelrl::learner::rl
+
+#endif  // KERNELRL_LEARNER_RL_RECIPE_H_

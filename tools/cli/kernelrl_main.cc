@@ -1,0 +1,39 @@
+// `kernelrl`: one binary for the researcher's commands. Each subcommand is a
+// `int Main(int argc, char** argv)` (argv[0] = its name) in its own file;
+// adding one is one line in kSubcommands.
+#include <cstdio>
+#include <cstring>
+
+#include "tools/cli/job_cmd.h"
+
+namespace {
+
+struct Subcommand {
+  const char* name;
+  int (*main)(int argc, char** argv);
+  const char* help;
+};
+
+constexpr Subcommand kSubcommands[] = {
+    {"job", kernelrl::cli::JobMain, "submit | get | watch | cancel | list learner jobs"},
+};
+
+int Usage(FILE* out) {
+  std::fprintf(out, "usage: kernelrl <command> [flags]   (kernelrl <command> --help)\n\ncommands:\n");
+  for (const Subcommand& s : kSubcommands) std::fprintf(out, "  %-6s %s\n", s.name, s.help);
+  return out == stdout ? 0 : 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) return Usage(stderr);
+  if (!std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h") || !std::strcmp(argv[1], "help")) {
+    return Usage(stdout);
+  }
+  for (const Subcommand& s : kSubcommands) {
+    if (!std::strcmp(argv[1], s.name)) return s.main(argc - 1, argv + 1);
+  }
+  std::fprintf(stderr, "kernelrl: unknown command '%s'\n", argv[1]);
+  return Usage(stderr);
+}

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Learner RL device run (issue 14) in one call; see docs/LEARNER.md "RL".
+#   stage (here, after `bazel build //learner/rl:ppo_bench`):
+#       bash tools/device_learner_rl.sh --stage     -> .devcarry/learner_rl/
+#   on one H100 (run tool, default kind):
+#       bash tools/device_learner_rl.sh
+#     1. PPO step (policy + critic, bf16, activation checkpointing) on the
+#        Qwen2-0.5B shape, random init, one 32K-token trajectory and 8 x 4K;
+#     2. the same at 128K tokens for a smaller config (12 x 512);
+#     3. weight sync: HF checkpoint write + hot swap into the policy server.
+#   Results: one JSON line per bench in $OUT/results.jsonl, a table in $OUT/summary.txt.
+set -u
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+C=$ROOT/.devcarry/learner_rl
+
+if [ "${1:-}" = "--stage" ]; then
+  set -e
+  rm -rf "$C" && mkdir -p "$C/bin" "$C/lib" "$C/libcxx"
+  cp "$ROOT/bazel-bin/learner/rl/ppo_bench" "$C/bin/"
+  ldd "$C/bin/ppo_bench" | awk '/=> \// {print $3}' |
+    grep -v -E 'torch|c10|libcuda|libnv|libcudart|libcublas|libcudnn|/libc\.so|/libm\.so|libgcc_s|libpthread|libdl\.|librt\.|libutil' |
+    sort -u | while read -r so; do
+      case "$so" in *libstdc++*) cp -L "$so" "$C/libcxx/";; *) cp -L "$so" "$C/lib/";; esac
+    done
+  du -sh "$C"
+  exit 0
+fi
+
+OUT=${OUT:-/tmp/learner_rl_out}; mkdir -p "$OUT"
+PY=${PYTHON:-python3}
+R=$OUT/results.jsonl; : > "$R"
+S=$OUT/summary.txt; : > "$S"
+TORCH_LIB=$($PY -c 'import torch,os;print(os.path.join(os.path.dirname(torch.__file__),"lib"))')
+NV_LIBS=$($PY - <<'PYEOF'
+import glob, os, site
+dirs = set()
+for sp in site.getsitepackages():
+    for so in glob.glob(os.path.join(sp, "nvidia", "**", "lib", "*.so*"), recursive=True):
+        dirs.add(os.path.dirname(so))
+print(":".join(sorted(dirs)))
+PYEOF
+)
+export LD_LIBRARY_PATH="$C/lib:$TORCH_LIB:$NV_LIBS:${LD_LIBRARY_PATH:-}"
+if "$C/bin/ppo_bench" 2>&1 | grep -q "not found"; then
+  export LD_LIBRARY_PATH="$C/libcxx:$LD_LIBRARY_PATH"
+fi
+echo "== device: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1)" | tee -a "$S"
+run() {  # name, args...
+  local name=$1; shift
+  echo "== $name: ppo_bench $*" | tee -a "$S"
+  timeout 900 "$C/bin/ppo_bench" "$@" 2>"$OUT/$name.err" | tee -a "$R" "$S"
+  [ "${PIPESTATUS[0]}" = 0 ] || { echo "FAILED ($name): $(tail -3 "$OUT/$name.err")" | tee -a "$S"; }
+}
+if [ "${MODE:-one}" = "dp" ]; then
+  echo "== data-parallel mode: not implemented yet (issue 14 item 7; see docs/LEARNER.md)" | tee -a "$S"
+  exit 1
+fi
+run ppo_32k_1x32k   step 32768 qwen2-0.5b 1
+run ppo_32k_8x4k    step 32768 qwen2-0.5b 8
+run ppo_128k_small  step 131072 small 1
+run weight_sync     sync "$OUT/ckpt"
+rm -rf "$OUT/ckpt"
