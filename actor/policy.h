@@ -1,0 +1,59 @@
+// PolicyClient: one sampling call of the agent loop, whatever serves the
+// model — the learner's Policy service (gRPC), an OpenAI-compatible HTTP
+// endpoint (vLLM, SGLang, hosted, or the learner's own), or a scripted
+// replay for CI and demonstrations.
+//
+// Token-in/token-out: the request carries the exact prompt ids; the response
+// the exact sampled ids, one log-prob per id and the weight version.
+#ifndef KERNELRL_ACTOR_POLICY_H_
+#define KERNELRL_ACTOR_POLICY_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "agent/chat/chat_format.h"
+#include "agent/tokenizer/tokenizer.h"
+#include "proto/actor_config.pb.h"
+
+namespace kernelrl::actor {
+
+struct PolicyRequest {
+  std::vector<int32_t> prompt_ids;
+  int32_t max_new_tokens = 0;
+  float temperature = 1.0f;
+  float top_p = 1.0f;
+  std::vector<int32_t> stop_ids;  // Each a one-token stop sequence (<|im_end|>).
+  uint64_t seed = 0;
+  std::string request_id;
+  // For backends that cannot take ids (chat endpoints, the scripted replay).
+  std::string task_id;
+  int turn = 0;                                           // 0-based assistant turn.
+  const std::vector<agent::ChatTurn>* history = nullptr;  // What prompt_ids render.
+};
+
+struct PolicyResponse {
+  std::vector<int32_t> ids;
+  std::vector<float> logprobs;
+  int64_t policy_version = 0;
+  std::string finish_reason;  // "stop", "length", ...
+};
+
+class PolicyClient {
+ public:
+  virtual ~PolicyClient() = default;
+  // Thread-safe.
+  virtual absl::StatusOr<PolicyResponse> Generate(const PolicyRequest& request) = 0;
+};
+
+// The backend named by config.kind ("grpc", "openai_completions",
+// "openai_chat", "scripted"). The tokenizer must outlive it.
+absl::StatusOr<std::unique_ptr<PolicyClient>> MakePolicyClient(const v1::PolicyBackendConfig& config,
+                                                                const agent::Tokenizer* tokenizer,
+                                                                int32_t im_end_id);
+
+}  // namespace kernelrl::actor
+
+#endif  // KERNELRL_ACTOR_POLICY_H_

@@ -1,0 +1,202 @@
+// The agent loop without a network: the scripted policy against an
+// in-process evaluator, malformed replies, and each budget.
+#include "actor/rollout.h"
+
+#include <filesystem>
+#include <random>
+
+#include "absl/strings/match.h"
+#include "actor/test_support.h"
+#include "agent/chat/tool_calls.h"
+#include "agent/trajectory_builder.h"
+#include "common/file.h"
+#include "gtest/gtest.h"
+
+namespace kernelrl::actor {
+namespace {
+
+using testing::FakeEvaluator;
+using testing::Kit;
+
+// A policy from a function of the request (for malformed replies and failures).
+class FnPolicy final : public PolicyClient {
+ public:
+  explicit FnPolicy(std::function<absl::StatusOr<std::string>(const PolicyRequest&)> fn) : fn_(std::move(fn)) {}
+  absl::StatusOr<PolicyResponse> Generate(const PolicyRequest& r) override {
+    absl::StatusOr<std::string> text = fn_(r);
+    if (!text.ok()) return text.status();
+    PolicyResponse out;
+    out.ids = Kit().tokenizer->Encode(*text);
+    out.ids.push_back(Kit().plain->im_end_id());
+    out.logprobs.assign(out.ids.size(), -0.25f);
+    out.policy_version = 3;
+    return out;
+  }
+
+ private:
+  std::function<absl::StatusOr<std::string>(const PolicyRequest&)> fn_;
+};
+
+v1::Task CpuTask() {
+  v1::Task t;
+  t.set_id("cpu/relu");
+  t.set_reference_source(*ReadFileToString("sandbox/testdata/cpu_tasks/relu.py"));
+  return t;
+}
+
+RolloutDeps Deps(PolicyClient* p, EvaluationClient* e) {
+  return RolloutDeps{p, e, Kit().tokenizer.get(), &*Kit().with_tools, &*Kit().plain};
+}
+
+TEST(RolloutTest, ScriptedPolicyWritesCompilesVerifiesProfilesAndSubmits) {
+  std::mt19937 rng(std::random_device{}());
+  const double speedup = 1.0 + (rng() % 1000) / 100.0;
+  FakeEvaluator eval([&](const v1::EvaluateRequest& r) {
+    v1::Verdict v;
+    v.set_outcome(v1::Verdict::OK);
+    v.set_reward(r.skip_profile() ? 1 : 3);
+    if (!r.skip_profile()) {
+      v.set_speedup_vs_compile(speedup);
+      v.set_speedup_vs_eager(speedup * 1.5);
+    }
+    return v;
+  });
+  ScriptedPolicy policy("sandbox/solutions", 42, Kit().tokenizer.get(), Kit().plain->im_end_id());
+  const std::string skill = *ReadFileToString("sandbox/SKILL.md");
+  v1::RolloutConfig config = testing::TestRolloutConfig("rollout_scripted");
+  RolloutRunner runner(Deps(&policy, &eval), config, skill);
+  RolloutOptions opts;
+  opts.trajectory_id = "traj-" + std::to_string(rng());
+  opts.job_id = "job-1";
+  absl::StatusOr<RolloutResult> r = runner.Run(CpuTask(), opts);
+  ASSERT_TRUE(r.ok()) << r.status();
+  const v1::Trajectory& t = r->trajectory;
+  EXPECT_EQ(t.stats().stop_reason(), "submitted");
+  EXPECT_EQ(t.id(), opts.trajectory_id);
+  EXPECT_EQ(t.task_id(), "cpu/relu");
+  EXPECT_EQ(t.job_id(), "job-1");
+  EXPECT_EQ(t.policy_version(), 42);
+  // Compile, Verify, Profile; the final evaluation reuses Profile (same files).
+  const std::vector<v1::EvaluateRequest> reqs = eval.requests();
+  ASSERT_EQ(reqs.size(), 3u);
+  EXPECT_TRUE(reqs[0].skip_profile());
+  EXPECT_TRUE(reqs[1].skip_profile());
+  EXPECT_FALSE(reqs[2].skip_profile());
+  // The sandbox got exactly the solution's files, never model.py or SKILL.md.
+  std::vector<std::string> sent;
+  for (const auto& f : reqs[2].workspace().files()) {
+    sent.push_back(f.path());
+    EXPECT_EQ(f.content(), *ReadFileToString("sandbox/solutions/cpu/relu/" + f.path())) << f.path();
+  }
+  EXPECT_EQ(sent, (std::vector<std::string>{"kernels/relu.cc", "model_new.py"}));
+  EXPECT_EQ(reqs[2].task().reference_source(), CpuTask().reference_source());
+  EXPECT_EQ(t.reward(), 3);
+  EXPECT_DOUBLE_EQ(r->best_verdict.speedup_vs_compile(), speedup);
+  EXPECT_EQ(t.stats().num_evaluations(), 3);
+  // Turns: system, task, then (assistant, tool results...) x5 and the closing reply.
+  std::vector<std::string> tools;
+  for (const v1::Turn& turn : t.turns()) {
+    if (turn.role() == v1::Turn::TOOL) tools.push_back(turn.tool_name());
+  }
+  EXPECT_EQ(tools, (std::vector<std::string>{"Read", "Write", "Write", "Compile", "Verify", "Profile"}));
+  EXPECT_EQ(t.turns(t.turns_size() - 1).role(), v1::Turn::ASSISTANT);
+  EXPECT_TRUE(absl::StrContains(t.turns(3).content(), "class Model"));  // The Read observation.
+  EXPECT_EQ(t.turns(2).tool_name(), "Read");  // One call: named on the assistant turn too.
+  EXPECT_TRUE(t.turns(4).tool_name().empty());  // Two calls: only on the tool turns.
+  // Token-in/token-out: ids, mask and log-probs equal the full rendering of the history.
+  EXPECT_EQ(t.token_ids_size(), t.loss_mask_size());
+  EXPECT_EQ(t.token_ids_size(), t.logprobs_size());
+  int trained = 0;
+  for (int i = 0; i < t.loss_mask_size(); ++i) trained += t.loss_mask(i);
+  EXPECT_EQ(trained, t.stats().num_generated_tokens());
+  EXPECT_GT(r->policy_seconds, 0);
+  // The workspace is gone.
+  EXPECT_TRUE(std::filesystem::is_empty(config.workspace_root()));
+}
+
+TEST(RolloutTest, MalformedRepliesBecomeErrorObservationsUntilMaxTurns) {
+  FakeEvaluator eval([](const v1::EvaluateRequest&) { return v1::Verdict(); });
+  const std::vector<std::string> bad = {
+      "<tool_call>\n{\"name\": \"Bash\", \"arguments\": {\"command\": ",          // cut off
+      "<tool_call>{\"name\": \"bash\", \"arguments\": {}}</tool_call>",           // unknown tool
+      "<tool_call>{\"name\": \"Edit\", \"arguments\": {\"path\": 1}}</tool_call>",  // mistyped
+      "</tool_call>",                                                              // stray close
+  };
+  FnPolicy policy([&](const PolicyRequest& r) -> absl::StatusOr<std::string> { return bad[r.turn % bad.size()]; });
+  v1::RolloutConfig config = testing::TestRolloutConfig("rollout_malformed");
+  config.set_max_turns(6);
+  config.set_final_evaluation(false);
+  RolloutRunner runner(Deps(&policy, &eval), config, "");
+  absl::StatusOr<RolloutResult> r = runner.Run(CpuTask(), RolloutOptions{false, "t-bad", "", 0});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->trajectory.stats().stop_reason(), "max_turns");
+  EXPECT_EQ(r->tool_errors.at("parse"), 6);
+  EXPECT_EQ(r->trajectory.reward(), -1);
+  std::vector<std::string> errors;
+  for (const v1::Turn& t : r->trajectory.turns()) {
+    if (t.role() == v1::Turn::TOOL) errors.push_back(t.content());
+  }
+  ASSERT_EQ(errors.size(), 6u);
+  EXPECT_TRUE(absl::StrContains(errors[0], "cut off")) << errors[0];
+  EXPECT_TRUE(absl::StrContains(errors[1], "unknown tool \"bash\"")) << errors[1];
+  EXPECT_TRUE(absl::StrContains(errors[2], "\"path\" must be a string")) << errors[2];
+  EXPECT_TRUE(absl::StrContains(errors[3], "without an opening")) << errors[3];
+  EXPECT_TRUE(eval.requests().empty());
+}
+
+TEST(RolloutTest, BudgetsEndTheRollout) {
+  FakeEvaluator eval([](const v1::EvaluateRequest&) { return v1::Verdict(); });
+  FnPolicy chatty([](const PolicyRequest&) -> absl::StatusOr<std::string> {
+    return agent::FormatToolCall("TodoWrite", *ParseJson(R"({"todos": [{"content": "think", "status": "pending"}]})"));
+  });
+  {  // Context: room for the prompt and about two rounds.
+    v1::RolloutConfig config = testing::TestRolloutConfig("rollout_budget");
+    config.set_final_evaluation(false);
+    RolloutRunner probe(Deps(&chatty, &eval), config, "");
+    agent::TrajectoryBuilder b(&*Kit().with_tools, &*Kit().plain, Kit().tokenizer.get());
+    ASSERT_TRUE(b.Start(probe.SystemPrompt(), probe.TaskPrompt(CpuTask())).ok());
+    config.set_context_tokens(b.prompt_length() + 120);
+    RolloutRunner runner(Deps(&chatty, &eval), config, "");
+    auto r = runner.Run(CpuTask(), RolloutOptions{false, "t-ctx", "", 0});
+    ASSERT_TRUE(r.ok());
+    EXPECT_EQ(r->trajectory.stats().stop_reason(), "max_tokens");
+    EXPECT_GE(r->tool_calls["TodoWrite"], 1);
+    EXPECT_LT(r->tool_calls["TodoWrite"], 5);
+  }
+  {  // Evaluation uses eval_max_turns.
+    v1::RolloutConfig config = testing::TestRolloutConfig("rollout_budget");
+    config.set_max_turns(2);
+    config.set_eval_max_turns(3);
+    config.set_final_evaluation(false);
+    RolloutRunner runner(Deps(&chatty, &eval), config, "");
+    auto r = runner.Run(CpuTask(), RolloutOptions{true, "t-eval", "", 0});
+    ASSERT_TRUE(r.ok());
+    EXPECT_EQ(r->trajectory.stats().stop_reason(), "max_turns");
+    EXPECT_EQ(r->tool_calls.at("TodoWrite"), 3);
+  }
+  {  // Wall time.
+    v1::RolloutConfig config = testing::TestRolloutConfig("rollout_budget");
+    config.set_wall_seconds(0.3);
+    config.set_final_evaluation(false);
+    FnPolicy slow([](const PolicyRequest&) -> absl::StatusOr<std::string> {
+      return agent::FormatToolCall("Bash", *ParseJson(R"({"command": "sleep 0.2"})"));
+    });
+    RolloutRunner runner(Deps(&slow, &eval), config, "");
+    auto r = runner.Run(CpuTask(), RolloutOptions{false, "t-wall", "", 0});
+    ASSERT_TRUE(r.ok());
+    EXPECT_EQ(r->trajectory.stats().stop_reason(), "wall_time");
+  }
+  {  // A policy failure.
+    FnPolicy down([](const PolicyRequest&) -> absl::StatusOr<std::string> {
+      return absl::UnavailableError("policy server gone");
+    });
+    RolloutRunner runner(Deps(&down, &eval), testing::TestRolloutConfig("rollout_budget"), "");
+    auto r = runner.Run(CpuTask(), RolloutOptions{false, "t-err", "", 0});
+    ASSERT_TRUE(r.ok());
+    EXPECT_EQ(r->trajectory.stats().stop_reason(), "error");
+    EXPECT_TRUE(absl::StrContains(r->error, "policy server gone"));
+  }
+}
+
+}  // namespace
+}  // namespace kernelrl::actor
