@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "sandbox/contain/contain.h"
+#include "sandbox/contain/root_plan.h"
 #include "sandbox/contain/spawn.h"
 #include "sandbox/diagnostics.h"
 #include "common/sha256.h"
@@ -174,8 +175,25 @@ absl::StatusOr<CompileResult> CompileStage::Build(const ValidatedWorkspace& ws, 
   p.fsize_bytes = OrI(lim.output_bytes(), int64_t{256} << 20);
   p.core_bytes_plus1 = 1;
   p.seccomp_profile = (caps_ & KR_CAP_SECCOMP) ? KR_SECCOMP_COMPILER : KR_SECCOMP_NONE;
+  // Constructed root (sandbox/contain/root_plan.h): the system, the tool's
+  // install, the harness and the workspace, nothing else of the host; the
+  // compiler runs as the sandbox identity (nobody).
+  const std::string root_dir = out_dir + "/.root";
+  mkdir(root_dir.c_str(), 0700);
+  std::vector<std::string> ro = ToolPaths(opts.argv[0], path ? path : "/usr/bin:/bin");
+  ro.push_back(harness_dir_);
+  for (const char* env : {"PYTHONPATH", "CUDA_HOME", "LD_LIBRARY_PATH"}) {
+    if (const char* v = std::getenv(env)) ro.push_back(v);
+  }
+  const std::string ro_paths = absl::StrJoin(ro, ":");
+  p.new_root = p.mount_ns && (caps_ & KR_CAP_PIVOT_ROOT) != 0;
+  p.root_dir = root_dir.c_str();
+  p.ro_paths = ro_paths.c_str();
+  p.job_ro_dirs = workspace_dir.c_str();
+  if (caps_ & (KR_CAP_HOST_IDENTITY | KR_CAP_USER_NS)) p.run_as_uid = p.run_as_gid = 65534;
 
   absl::StatusOr<SpawnResult> run = RunContained(opts);
+  rmdir(root_dir.c_str());  // the root was staged there (an empty dir again); not part of the artifact
   if (!run.ok()) {
     RemoveTree(out_dir).IgnoreError();
     return run.status();

@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <linux/filter.h>
@@ -18,9 +19,34 @@
 namespace kernelrl::sandbox {
 namespace {
 
+// A tmpfs root pivoted into, in a grandchild (the pivot would change this
+// probe's own root for the steps after it).
+bool ProbeRootPivot(const char* dir) {
+  pid_t child = fork();
+  if (child == 0) {
+    // Its own mount table: a pivot changes the root of every process sharing it.
+    int ok = unshare(CLONE_NEWNS) == 0 && mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) == 0 &&
+             mount("tmpfs", dir, "tmpfs", 0, "size=64k") == 0 && chdir(dir) == 0 &&
+             syscall(SYS_pivot_root, ".", ".") == 0 && umount2(".", MNT_DETACH) == 0 && chdir("/") == 0;
+    _exit(ok ? 0 : 1);
+  }
+  int status = 0;
+  return child > 0 && waitpid(child, &status, 0) == child && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
+// The worker can make the sandbox identity a host uid of its own (root).
+bool ProbeHostIdentity() {
+  if (!HostIdentityAvailable(65534)) return false;
+  pid_t child = fork();
+  if (child == 0) _exit(setresgid(65534, 65534, 65534) == 0 && setresuid(65534, 65534, 65534) == 0 ? 0 : 1);
+  int status = 0;
+  return child > 0 && waitpid(child, &status, 0) == child && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
 int ProbeInChild() {
   int caps = 0;
   StepLog log;
+  if (ProbeHostIdentity()) caps |= KR_CAP_HOST_IDENTITY;
   if (EnterUserNamespace(log)) caps |= KR_CAP_USER_NS;
   if (unshare(CLONE_NEWNET) == 0) caps |= KR_CAP_NET_NS;
   if (unshare(CLONE_NEWIPC) == 0) caps |= KR_CAP_IPC_NS;
@@ -37,6 +63,7 @@ int ProbeInChild() {
             caps |= KR_CAP_RO_REMOUNT;
           }
           umount2(dir, MNT_DETACH);
+          if (ProbeRootPivot(dir)) caps |= KR_CAP_PIVOT_ROOT;
         }
         rmdir(dir);
       }
@@ -101,6 +128,10 @@ std::string DescribeMissingCapabilities(int caps) {
       {KR_CAP_RO_REMOUNT, "ro_remount (filesystem stays writable)"},
       {KR_CAP_PROC_MOUNT, "proc_mount (host /proc visible)"},
       {KR_CAP_SECCOMP, "seccomp (no syscall filter)"},
+      {KR_CAP_PIVOT_ROOT, "new_root (no pivot_root into a constructed root: the host filesystem stays visible, "
+                          "read-only)"},
+      {KR_CAP_HOST_IDENTITY, "identity (worker not root: the candidate runs as the worker's host uid, 65534 "
+                             "inside)"},
   };
   std::string out;
   for (const Cap& c : all) {

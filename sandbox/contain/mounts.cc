@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <linux/mount.h>
 #include <sys/mount.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -12,36 +13,10 @@
 #include <string>
 #include <vector>
 
+#include "sandbox/contain/path_util.h"
 #include "sandbox/contain/steps.h"
 
 namespace kernelrl::sandbox {
-namespace {
-
-std::vector<std::string> SplitColons(const char* s) {
-  std::vector<std::string> out;
-  if (s == nullptr) return out;
-  std::string cur;
-  for (const char* c = s; *c; ++c) {
-    if (*c == ':') {
-      if (!cur.empty()) out.push_back(cur);
-      cur.clear();
-    } else {
-      cur += *c;
-    }
-  }
-  if (!cur.empty()) out.push_back(cur);
-  return out;
-}
-
-int SetMountAttr(const char* path, bool recursive, unsigned long long set, unsigned long long clr) {
-  struct mount_attr attr = {};
-  attr.attr_set = set;
-  attr.attr_clr = clr;
-  return static_cast<int>(syscall(SYS_mount_setattr, AT_FDCWD, path,
-                                  recursive ? AT_RECURSIVE : 0, &attr, sizeof(attr)));
-}
-
-}  // namespace
 
 bool SetupMounts(const KrPolicy& p, StepLog& log) {
   bool ok = true;
@@ -52,16 +27,23 @@ bool SetupMounts(const KrPolicy& p, StepLog& log) {
     return false;
   }
   const std::vector<std::string> writable = SplitColons(p.writable_dirs);
+  // The identity (if any) must read its job dirs and write its writable ones.
+  for (const std::string& dir : SplitColons(p.job_ro_dirs)) {
+    struct stat st;
+    if (p.run_as_uid > 0 && lstat(dir.c_str(), &st) == 0) HandTreeTo(dir, p.run_as_uid, p.run_as_gid, st.st_dev, 0);
+  }
   // New mounts first: they are ours, so their read-only bit can be cleared later.
   for (const std::string& dir : writable) {
+    struct stat st;
+    if (p.run_as_uid > 0 && lstat(dir.c_str(), &st) == 0) HandTreeTo(dir, p.run_as_uid, p.run_as_gid, st.st_dev, 0);
     if (mount(dir.c_str(), dir.c_str(), nullptr, MS_BIND | MS_REC, nullptr) != 0) {
       log.Failed("bind_writable", "mount(" + dir + ", MS_BIND)", errno, dir + " stays as the host has it");
       ok = false;
     }
   }
   if (p.scratch_dir != nullptr && p.scratch_dir[0] != '\0') {
-    const std::string opts = "size=" + std::to_string(p.scratch_bytes > 0 ? p.scratch_bytes : (64ll << 20)) +
-                             ",mode=0700";
+    std::string opts = "size=" + std::to_string(p.scratch_bytes > 0 ? p.scratch_bytes : (64ll << 20)) + ",mode=0700";
+    if (p.run_as_uid > 0) opts += ",uid=" + std::to_string(p.run_as_uid) + ",gid=" + std::to_string(p.run_as_gid);
     if (mount("tmpfs", p.scratch_dir, "tmpfs", MS_NOSUID | MS_NODEV, opts.c_str()) != 0) {
       log.Failed("scratch_tmpfs", std::string("mount(tmpfs, ") + p.scratch_dir + ")", errno,
                  "scratch is not size-capped (RLIMIT_FSIZE still caps each file)");

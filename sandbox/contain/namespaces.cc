@@ -27,7 +27,9 @@ bool WriteFile(const char* path, const std::string& text) {
 
 }  // namespace
 
-bool EnterUserNamespace(StepLog& log) {
+bool EnterUserNamespace(StepLog& log) { return EnterUserNamespace(0, 0, log); }
+
+bool EnterUserNamespace(int inside_uid, int inside_gid, StepLog& log) {
   const uid_t uid = geteuid();
   const gid_t gid = getegid();
   if (unshare(CLONE_NEWUSER) != 0) {
@@ -37,15 +39,16 @@ bool EnterUserNamespace(StepLog& log) {
   }
   // setgroups must be denied before an unprivileged gid_map write.
   WriteFile("/proc/self/setgroups", "deny");
-  if (!WriteFile("/proc/self/uid_map", "0 " + std::to_string(uid) + " 1\n")) {
+  if (!WriteFile("/proc/self/uid_map", std::to_string(inside_uid) + " " + std::to_string(uid) + " 1\n")) {
     log.Failed("user_ns", "write(/proc/self/uid_map)", errno, "uid unmapped inside");
     return false;
   }
-  if (!WriteFile("/proc/self/gid_map", "0 " + std::to_string(gid) + " 1\n")) {
+  if (!WriteFile("/proc/self/gid_map", std::to_string(inside_gid) + " " + std::to_string(gid) + " 1\n")) {
     log.Failed("user_ns", "write(/proc/self/gid_map)", errno, "gid unmapped inside");
     return false;
   }
-  log.Ok("user_ns");
+  log.Ok(inside_uid == 0 ? std::string("user_ns")
+                         : "user_ns (uid " + std::to_string(inside_uid) + " inside = host uid " + std::to_string(uid) + ")");
   return true;
 }
 

@@ -49,6 +49,22 @@ typedef struct KrPolicy {
   int parent_death_signal;  // e.g. SIGKILL (9); 0 = none.
   // Seccomp (phase 3, after no_new_privs).
   int seccomp_profile;    // KrSeccompProfile
+  // ---- Appended later (keep the order above: ctypes mirrors it). Zeroed, the
+  // steps below are skipped and the process keeps the host view and identity.
+  // Constructed root (phase 2, needs mount_ns; root.cc): "/" becomes a fresh
+  // tmpfs holding only the system's libraries and tools (root_plan.cc), the
+  // paths listed here bound read-only at their own place, the writable dirs,
+  // the scratch tmpfs (also at /tmp), a minimal /dev and a fresh /proc. With
+  // it, readonly_root and hidden_dirs have nothing left to act on.
+  int new_root;
+  const char* root_dir;   // empty dir the root is built on; NULL = scratch_dir
+  const char* ro_paths;   // ':'-separated host paths (dirs or files); missing ones are skipped
+  const char* job_ro_dirs;  // ':'-separated job dirs (workspace, artifacts): read-only, owned by the identity
+  const char* dev_paths;  // ':'-separated device nodes or dirs added to /dev (GPU)
+  // Identity (phase 2, last; identity.cc): uid/gid the process runs as from
+  // then on, with no capabilities (e.g. 65534, nobody). 0 = keep.
+  int run_as_uid;
+  int run_as_gid;
 } KrPolicy;
 
 // Bits returned by kr_probe_host(): what this host lets us do.
@@ -63,6 +79,8 @@ enum KrCapability {
   KR_CAP_PROC_MOUNT = 1 << 7,
   KR_CAP_SECCOMP = 1 << 8,
   KR_CAP_UTS_NS = 1 << 9,
+  KR_CAP_PIVOT_ROOT = 1 << 10,     // a tmpfs root can be built and pivoted into
+  KR_CAP_HOST_IDENTITY = 1 << 11,  // the sandbox uid is a host uid other than the worker's
 };
 
 #ifdef __cplusplus

@@ -1,5 +1,5 @@
 // The isolation steps, one small file each (namespaces.cc, mounts.cc,
-// rlimits.cc, fds.cc, process.cc, seccomp.cc). contain.cc calls them in
+// root.cc, rlimits.cc, fds.cc, identity.cc, process.cc, seccomp.cc). contain.cc calls them in
 // order; each returns true on success and logs exactly what failed and what
 // protection is lost. They run in a freshly forked child, so they only use
 // async-signal-safe-ish libc calls and no locks.
@@ -11,11 +11,20 @@
 
 namespace kernelrl::sandbox {
 
-// namespaces.cc: unshare(CLONE_NEWUSER) + uid/gid maps, then the others.
+// namespaces.cc: unshare(CLONE_NEWUSER) + uid/gid maps (inside_uid/gid onto
+// the caller's own ids; 0 for the one-argument form), then the others.
 bool EnterUserNamespace(StepLog& log);
+bool EnterUserNamespace(int inside_uid, int inside_gid, StepLog& log);
 bool EnterNamespaces(const KrPolicy& p, StepLog& log);
-// mounts.cc (needs a mount namespace).
+// mounts.cc (needs a mount namespace): the host view, read-only.
 bool SetupMounts(const KrPolicy& p, StepLog& log);
+// root.cc: the constructed root (root_plan.h). *pivoted tells whether the
+// process now lives in it; when false nothing changed and the caller falls
+// back to SetupMounts.
+bool BuildRoot(const KrPolicy& p, StepLog& log, bool* pivoted);
+// identity.cc
+bool HostIdentityAvailable(int uid);  // privileged: can become host `uid` itself
+bool AssumeIdentity(const KrPolicy& p, StepLog& log);
 // rlimits.cc
 bool ApplyRlimits(const KrPolicy& p, StepLog& log);
 // fds.cc

@@ -1,15 +1,21 @@
 """ctypes bridge to libkernelrl_contain.so: the harness forks, the C++ library
 isolates (sandbox/contain/contain.h holds the sequence and its rationale)."""
 import ctypes
+import glob
 import os
+import sys
+import sysconfig
 
 KR_SECCOMP_NONE, KR_SECCOMP_CANDIDATE, KR_SECCOMP_COMPILER = 0, 1, 2
 
 CAPS = {
     "user_ns": 1 << 0, "pid_ns": 1 << 1, "net_ns": 1 << 2, "mount_ns": 1 << 3,
     "ipc_ns": 1 << 4, "tmpfs": 1 << 5, "ro_remount": 1 << 6, "proc_mount": 1 << 7,
-    "seccomp": 1 << 8, "uts_ns": 1 << 9,
+    "seccomp": 1 << 8, "uts_ns": 1 << 9, "pivot_root": 1 << 10, "host_identity": 1 << 11,
 }
+
+# The identity candidates and compilers run as (sandbox/contain/identity.cc).
+SANDBOX_UID = SANDBOX_GID = 65534
 
 
 class KrPolicy(ctypes.Structure):
@@ -27,6 +33,9 @@ class KrPolicy(ctypes.Structure):
         ("num_keep_fds", ctypes.c_int),
         ("new_process_group", ctypes.c_int), ("parent_death_signal", ctypes.c_int),
         ("seccomp_profile", ctypes.c_int),
+        ("new_root", ctypes.c_int), ("root_dir", ctypes.c_char_p), ("ro_paths", ctypes.c_char_p),
+        ("job_ro_dirs", ctypes.c_char_p), ("dev_paths", ctypes.c_char_p),
+        ("run_as_uid", ctypes.c_int), ("run_as_gid", ctypes.c_int),
     ]
 
 
@@ -64,7 +73,7 @@ class Contain:
 
     def phase(self, policy, phase):
         """Runs one phase; returns (failures, step log text)."""
-        buf = ctypes.create_string_buffer(8192)
+        buf = ctypes.create_string_buffer(65536)
         failures = self.lib.kr_contain_phase(ctypes.byref(policy), phase, buf, len(buf))
         return failures, buf.value.decode(errors="replace")
 
@@ -104,9 +113,11 @@ class Contain:
         return kills, peak.value
 
 
-def make_policy(iso, **fields):
-    """KrPolicy from the job's isolation switches (iso: dict name -> bool) plus fields.
-    The returned object keeps the byte strings it points to alive."""
+def make_policy(iso, view=None, **fields):
+    """KrPolicy from the job's isolation switches (iso: dict name -> bool) plus
+    fields; `view` (confine_fields) adds the constructed root and the identity,
+    explicit fields win. The returned object keeps the byte strings it points to alive."""
+    fields = {**(view or {}), **fields}
     p = KrPolicy()
     for ns in ("user_ns", "pid_ns", "net_ns", "mount_ns", "ipc_ns", "uts_ns"):
         setattr(p, ns, int(bool(iso.get(ns, False))))
@@ -124,6 +135,81 @@ def make_policy(iso, **fields):
         p.num_keep_fds = len(keep)
         p.close_fds = 1
     return p
+
+
+# GPU jobs: the driver's device nodes and the sysfs entries CUDA and NVML read
+# (as nvidia-container-toolkit gives a container: nvidiactl, nvidia-uvm,
+# nvidia-uvm-tools, one node per GPU, nvidia-caps for MIG; the user-space
+# libraries libcuda/libnvidia-* live under /usr, always in the view).
+# /proc/driver/nvidia comes with the fresh /proc. tools/device_confine.sh
+# checks this list on the H100.
+GPU_DEV_PATHS = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset", "/dev/nvidia-caps")
+GPU_RO_PATHS = ("/sys/bus/pci", "/sys/devices", "/sys/module/nvidia", "/sys/module/nvidia_uvm",
+                "/run/nvidia-persistenced")
+
+_PYTHON_VIEW = None
+
+
+def python_view():
+    """Host paths this interpreter needs in a constructed root, computed once
+    from where it and what it imported live: its library dirs, the dir of every
+    imported module (torch, the harness, the profiler harness; both as named
+    and resolved, for symlink trees like Bazel runfiles), the dir of every
+    shared object mapped, and LD_LIBRARY_PATH. The C++ plan drops the ones
+    inside another and refuses any that contains a job's directories."""
+    global _PYTHON_VIEW
+    if _PYTHON_VIEW is None:
+        paths = [sysconfig.get_paths().get(k) for k in ("stdlib", "platstdlib", "purelib", "platlib")]
+        paths += [p for p in sys.path if p.endswith(("site-packages", "dist-packages", "lib-dynload"))]
+        for mod in list(sys.modules.values()):
+            f = getattr(mod, "__file__", None)
+            if isinstance(f, str) and os.path.isabs(f):
+                paths += [os.path.dirname(f), os.path.dirname(os.path.realpath(f))]
+        try:
+            with open("/proc/self/maps") as maps:
+                for line in maps:
+                    path = line.split(None, 5)[-1].strip()
+                    if path.startswith("/") and ".so" in os.path.basename(path) and not path.endswith("(deleted)"):
+                        paths.append(os.path.dirname(path))
+        except OSError:
+            pass
+        paths += os.environ.get("LD_LIBRARY_PATH", "").split(":")
+        _PYTHON_VIEW = sorted({p for p in paths if p and os.path.isabs(p) and os.path.exists(p)})
+    return _PYTHON_VIEW
+
+
+def job_read_dirs(job):
+    """The job's own dirs the candidate reads: its workspace, its compiled
+    artifacts and the public copy of the task's model.py (never trusted/)."""
+    dirs = [job.get("workspace_dir"), job.get("artifact_dir")]
+    dirs += [os.path.dirname(job[k]) for k in ("public_model",) if job.get(k)]
+    return [d for d in dirs if d]
+
+
+def confine_fields(job, iso, caps=None, device="cpu"):
+    """The KrPolicy fields of a candidate's constructed root and identity, for
+    both phases (phase 1 logs the view, phase 2 builds it): its workspace and
+    artifact dirs, the Python/torch install, the harness libraries the job
+    names, on GPU jobs the driver's nodes and sysfs; the exchange dir writable,
+    the scratch. Each part is off when the job's isolation says so or the
+    host's probe (caps) lacks it."""
+    caps = caps or {}
+    fields = {}
+    if iso.get("identity", True) and (caps.get("host_identity", True) or caps.get("user_ns", True)):
+        fields.update(run_as_uid=SANDBOX_UID, run_as_gid=SANDBOX_GID)
+    if not (iso.get("new_root", True) and iso.get("mount_ns", True) and caps.get("pivot_root", True)):
+        return fields
+    ro = list(python_view()) + [os.path.dirname(p) for p in (job.get("kprof_lib"), job.get("verify_cuda_lib")) if p]
+    dev = []
+    if device == "cuda":
+        ro += GPU_RO_PATHS
+        dev = list(GPU_DEV_PATHS) + sorted(glob.glob("/dev/nvidia[0-9]*"))
+    fields.update(new_root=1, ro_paths=":".join(ro), dev_paths=":".join(dev),
+                  job_ro_dirs=":".join(job_read_dirs(job)),
+                  scratch_dir=job["scratch_dir"], scratch_bytes=int(job.get("scratch_bytes") or 0),
+                  writable_dirs=job["exchange_dir"],
+                  mount_proc=int(bool(iso.get("mount_proc", True) and iso.get("pid_ns", True))))
+    return fields
 
 
 def default_lib_path():
