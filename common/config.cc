@@ -1,13 +1,12 @@
 #include "common/config.h"
 
-#include <fstream>
-#include <sstream>
 #include <vector>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/file.h"
 #include "common/log.h"
 #include "common/status_util.h"
 #include "google/protobuf/io/tokenizer.h"
@@ -33,13 +32,6 @@ class FirstErrorCollector : public google::protobuf::io::ErrorCollector {
   std::string error_;
 };
 
-absl::StatusOr<std::string> ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return ErrnoToStatus(errno, absl::StrCat("config file ", path));
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  return buffer.str();
-}
 }  // namespace
 
 absl::Status MergeTextConfig(absl::string_view text, absl::string_view source,
@@ -95,37 +87,48 @@ absl::StatusOr<std::string> DottedAssignmentToText(absl::string_view assignment,
 
 absl::StatusOr<ConfigRequest> LoadConfig(int argc, char** argv, absl::string_view defaults_text,
                                          google::protobuf::Message* config) {
+  return LoadConfigKeepingRest(argc, argv, defaults_text, config, nullptr);
+}
+
+absl::StatusOr<ConfigRequest> LoadConfigKeepingRest(int argc, char** argv, absl::string_view defaults_text,
+                                                    google::protobuf::Message* config, std::vector<char*>* rest) {
   KR_RETURN_IF_ERROR(MergeTextConfig(defaults_text, "built-in defaults", config));
   ConfigRequest request;
   std::vector<std::pair<std::string, std::string>> overrides;  // (source, text), applied after the file
   std::string file;
+  if (rest != nullptr && argc > 0) rest->push_back(argv[0]);
   for (int i = 1; i < argc; ++i) {
     const absl::string_view arg = argv[i];
+    // The flag's name is matched whole: "--settle" is not "--set".
+    const absl::string_view name = arg.substr(0, arg.find('='));
     auto value_of = [&](absl::string_view flag) -> absl::StatusOr<std::string> {
-      if (absl::StartsWith(arg, absl::StrCat(flag, "="))) return std::string(arg.substr(flag.size() + 1));
-      if (arg == flag && i + 1 < argc) return std::string(argv[++i]);
+      if (name.size() < arg.size()) return std::string(arg.substr(flag.size() + 1));
+      if (i + 1 < argc) return std::string(argv[++i]);
       return absl::InvalidArgumentError(absl::StrCat(flag, " needs a value"));
     };
     if (arg == "--help" || arg == "-h") {
       request.help = true;
     } else if (arg == "--print_config") {
       request.print_config = true;
-    } else if (absl::StartsWith(arg, "--config_text")) {
+    } else if (name == "--config_text") {
       KR_ASSIGN_OR_RETURN(std::string text, value_of("--config_text"));
       overrides.emplace_back("--config_text", text);
-    } else if (absl::StartsWith(arg, "--config")) {
+    } else if (name == "--config") {
       KR_ASSIGN_OR_RETURN(file, value_of("--config"));
-    } else if (absl::StartsWith(arg, "--set")) {
+    } else if (name == "--set") {
       KR_ASSIGN_OR_RETURN(std::string assignment, value_of("--set"));
       KR_ASSIGN_OR_RETURN(std::string text, DottedAssignmentToText(assignment, config->GetDescriptor()));
       overrides.emplace_back(absl::StrCat("--set ", assignment), text);
+    } else if (rest != nullptr) {
+      rest->push_back(argv[i]);
     } else {
       return absl::InvalidArgumentError(absl::StrCat("unknown flag '", arg, "' (see --help)"));
     }
   }
   if (!file.empty()) {
-    KR_ASSIGN_OR_RETURN(std::string text, ReadFile(file));
-    KR_RETURN_IF_ERROR(MergeTextConfig(text, file, config));
+    absl::StatusOr<std::string> text = ReadFileToString(file);
+    if (!text.ok()) return Annotate(text.status(), "config file");
+    KR_RETURN_IF_ERROR(MergeTextConfig(*text, file, config));
   }
   for (const auto& [source, text] : overrides) KR_RETURN_IF_ERROR(MergeTextConfig(text, source, config));
   return request;

@@ -12,6 +12,7 @@
 #define KERNELRL_COMMON_CONFIG_H_
 
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -33,6 +34,14 @@ struct ConfigRequest {
 // freshly constructed (it is not cleared: callers may hold sub-message pointers).
 absl::StatusOr<ConfigRequest> LoadConfig(int argc, char** argv, absl::string_view defaults_text,
                                          google::protobuf::Message* config);
+
+// For command-line tools that also take arguments of one run (input files, an
+// output path): the same config flags and precedence as LoadConfig, but every
+// argument that is not a config flag is appended to `rest` (argv[0] first,
+// order kept) for the tool's own parser instead of being an error. The run's
+// arguments never restate config fields; those go through --set.
+absl::StatusOr<ConfigRequest> LoadConfigKeepingRest(int argc, char** argv, absl::string_view defaults_text,
+                                                    google::protobuf::Message* config, std::vector<char*>* rest);
 
 // Parses protobuf text into `message` (merging), errors name `source` and line:column.
 absl::Status MergeTextConfig(absl::string_view text, absl::string_view source, google::protobuf::Message* message);

@@ -85,6 +85,32 @@ TEST(ConfigTest, MissingFileAndUnknownFlag) {
   EXPECT_NE(flag.status().message().find("unknown flag '--port=1'"), std::string::npos);
 }
 
+// Tools (sandbox_cli, precompute_baselines): config flags are taken, the
+// run's own arguments come back in order for the tool's parser.
+TEST(ConfigTest, KeepingRestSeparatesTheRunsArguments) {
+  const std::string file = WriteTemp("learner_address: \"from-file:1\"\n");
+  std::vector<std::string> args = {"tool",         "--suite=s.txt",        "--config",          file,
+                                   "--set",        "server.grpc_port=123", "--settle=1",        "positional",
+                                   "--json_out",   "out.jsonl",            "--config_text=policy_address: 'p:3'"};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  ActorConfig config;
+  std::vector<char*> rest;
+  auto request = LoadConfigKeepingRest(static_cast<int>(argv.size()), argv.data(), kDefaults, &config, &rest);
+  ASSERT_TRUE(request.ok()) << request.status();
+  std::vector<std::string> got(rest.begin(), rest.end());
+  EXPECT_EQ(got, (std::vector<std::string>{"tool", "--suite=s.txt", "--settle=1", "positional", "--json_out",
+                                           "out.jsonl"}));
+  EXPECT_EQ(config.learner_address(), "from-file:1");
+  EXPECT_EQ(config.server().grpc_port(), 123);
+  EXPECT_EQ(config.policy_address(), "p:3");
+  EXPECT_EQ(config.server().drain_seconds(), 2);  // default kept
+  // Without `rest` the same stray argument is an error, as for a service.
+  auto strict = Load({"--settle=1"});
+  ASSERT_FALSE(strict.ok());
+  EXPECT_NE(strict.status().message().find("unknown flag '--settle=1'"), std::string::npos);
+}
+
 TEST(ConfigTest, BadLogLevel) {
   auto config = Load({"--set=server.log_level=loud"});
   ASSERT_FALSE(config.ok());

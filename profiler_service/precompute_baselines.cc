@@ -1,8 +1,14 @@
 // precompute_baselines: the baseline precompute command for a whole task set.
 //
-//   precompute_baselines --measurements=FILE.jsonl --cache_dir=DIR [--table=OUT.tsv]
-//       [--run_harness --tasks_root=DIR --harness_root=REPO --workers=N --budget_s=S]
+//   precompute_baselines --measurements=FILE.jsonl --set=baseline_cache_dir=DIR [--table=OUT.tsv]
+//       [--run_harness --tasks_root=DIR --workers=N --device=cuda|cpu]
 //
+// Profiler settings come from ProfilerConfig (proto/profiler_config.proto)
+// through common/config (--config=FILE, --set=field=VALUE, --print_config),
+// as for profiler_main, with its one set of defaults (profiler_defaults.cc):
+// the cache root (baseline_cache_dir), the harness (harness_python,
+// harness_root, time_budget_s) and the analysis the baselines get. The flags
+// below name one run's inputs and outputs only.
 // With --run_harness it first runs the Python harness
 // (python3 -m profiler_service.harness.precompute), which writes one
 // BaselineMeasurement JSON line per task; then every line is analysed with the
@@ -18,12 +24,17 @@
 #include <string>
 #include <vector>
 
-#include "common/text.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "common/config.h"
+#include "common/file.h"
+#include "common/log.h"
+#include "common/text.h"
+#include "google/protobuf/text_format.h"
 #include "google/protobuf/util/json_util.h"
 #include "profiler_service/baseline_cache.h"
 #include "profiler_service/judge.h"
@@ -31,40 +42,37 @@
 #include "profiler_service/stats.h"
 
 ABSL_FLAG(std::string, measurements, "", "JSON lines of BaselineMeasurement (harness output).");
-ABSL_FLAG(std::string, cache_dir, "", "Baseline cache root.");
 ABSL_FLAG(std::string, table, "", "Write the per-task TSV table here.");
 ABSL_FLAG(bool, run_harness, false, "Run the Python precompute first (writes --measurements).");
 ABSL_FLAG(std::string, tasks_root, "", "KernelBench root (level1/, level2/) for --run_harness.");
-ABSL_FLAG(std::string, harness_root, ".", "Repository root (PYTHONPATH) for --run_harness.");
-ABSL_FLAG(std::string, python, "python3", "Python for --run_harness.");
 ABSL_FLAG(int, workers, 4, "Harness worker processes.");
-ABSL_FLAG(double, budget_s, 0.5, "Time budget per timed callable per task, seconds.");
 ABSL_FLAG(std::string, device, "cuda", "cuda or cpu.");
 
 namespace kernelrl {
 namespace {
 
-
-int Run() {
+int Run(const ProfilerConfig& config) {
   const std::string path = absl::GetFlag(FLAGS_measurements);
-  if (path.empty() || absl::GetFlag(FLAGS_cache_dir).empty()) {
-    std::cerr << "--measurements and --cache_dir are required\n";
+  if (path.empty()) {
+    KLOG(ERROR) << "--measurements is required";
     return 2;
   }
   if (absl::GetFlag(FLAGS_run_harness)) {
     const std::string cmd = absl::StrCat(
-        "cd ", ShellQuote(absl::GetFlag(FLAGS_harness_root)), " && ", ShellQuote(absl::GetFlag(FLAGS_python)),
-        " -m profiler_service.harness.precompute --tasks_root ", ShellQuote(absl::GetFlag(FLAGS_tasks_root)),
-        " --out ", ShellQuote(path), " --workers ", absl::GetFlag(FLAGS_workers),
-        " --budget_s ", absl::GetFlag(FLAGS_budget_s), " --device ", ShellQuote(absl::GetFlag(FLAGS_device)));
+        "cd ", ShellQuote(config.harness_root().empty() ? "." : config.harness_root()), " && ",
+        ShellQuote(config.harness_python()), " -m profiler_service.harness.precompute --tasks_root ",
+        ShellQuote(absl::GetFlag(FLAGS_tasks_root)), " --out ", ShellQuote(path), " --workers ",
+        absl::GetFlag(FLAGS_workers), " --budget_s ", config.time_budget_s(), " --device ",
+        ShellQuote(absl::GetFlag(FLAGS_device)));
     const int rc = std::system(cmd.c_str());
-    if (rc != 0) std::cerr << "harness exited with " << rc << "; importing what it wrote\n";
+    if (rc != 0) {
+      KLOG(WARNING) << "harness exited with " << rc << "; importing what it wrote";
+    }
   }
-  const ProfilerConfig config = WithProfilerDefaults(ProfilerConfig());
-  const BaselineCache cache(absl::GetFlag(FLAGS_cache_dir));
-  std::ifstream in(path);
-  if (!in) {
-    std::cerr << "cannot read " << path << "\n";
+  const BaselineCache cache(config.baseline_cache_dir());
+  absl::StatusOr<std::string> measurements = ReadFileToString(path);
+  if (!measurements.ok()) {
+    KLOG(ERROR) << measurements.status().message();
     return 1;
   }
   google::protobuf::util::JsonParseOptions opts;
@@ -78,13 +86,11 @@ int Run() {
   std::vector<double> ratios;
   int ok = 0, failed = 0, compiled_failed = 0, compile_faster = 0, rse_ok = 0, timed = 0;
   std::vector<std::string> failures;
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.empty()) continue;
+  for (absl::string_view line : absl::StrSplit(*measurements, '\n', absl::SkipEmpty())) {
     BaselineMeasurement bm;
-    const auto st = google::protobuf::util::JsonStringToMessage(line, &bm, opts);
+    const auto st = google::protobuf::util::JsonStringToMessage(std::string(line), &bm, opts);
     if (!st.ok()) {
-      std::cerr << "bad line: " << st.ToString() << "\n";
+      KLOG(ERROR) << "bad line: " << st.ToString();
       failed++;
       continue;
     }
@@ -95,7 +101,9 @@ int Run() {
     if (err.empty() && !bm.eager().error().empty()) err = bm.eager().error();
     b.set_error(err);
     const auto put = cache.Put(b);
-    if (!put.ok()) std::cerr << bm.task_id() << ": " << put << "\n";
+    if (!put.ok()) {
+      KLOG(ERROR) << bm.task_id() << ": " << put.message();
+    }
     const bool have_eager = b.eager().median_us() > 0;
     const bool have_compiled = b.compiled().median_us() > 0;
     if (!err.empty() || !have_eager) {
@@ -147,6 +155,26 @@ int Run() {
 }  // namespace kernelrl
 
 int main(int argc, char** argv) {
-  absl::ParseCommandLine(argc, argv);
-  return kernelrl::Run();
+  kernelrl::ProfilerConfig config;
+  std::vector<char*> run_args;
+  absl::StatusOr<kernelrl::ConfigRequest> request =
+      kernelrl::LoadConfigKeepingRest(argc, argv, "", &config, &run_args);
+  if (!request.ok()) {
+    KLOG(ERROR) << "precompute_baselines: bad configuration: " << request.status().message();
+    return 2;
+  }
+  config = kernelrl::WithProfilerDefaults(config);
+  if (request->help) {
+    std::cout << kernelrl::ConfigUsage("precompute_baselines", "kernelrl.v1.ProfilerConfig")
+              << "  Run flags: --measurements, --table, --run_harness, --tasks_root, --workers, --device.\n";
+    return 0;
+  }
+  if (request->print_config) {
+    std::string text;
+    google::protobuf::TextFormat::PrintToString(config, &text);
+    std::cout << text;
+    return 0;
+  }
+  absl::ParseCommandLine(static_cast<int>(run_args.size()), run_args.data());
+  return kernelrl::Run(config);
 }

@@ -3,14 +3,18 @@
 //
 //   sandbox_cli --task=level1/19_ReLU.py --workspace=sandbox/solutions/level1/19_ReLU
 //   sandbox_cli --suite=manifest.txt --json_out=verdicts.jsonl
-//   sandbox_cli --suite=... --profile --baseline_dir=DIR [--kprof_lib=libkprof.so]
+//   sandbox_cli --suite=... --set=enable_profiling=true --set=baseline_dir=DIR
 //
+// The worker is configured exactly like sandbox_main: SandboxConfig
+// (proto/sandbox_config.proto) through common/config (--config=FILE,
+// --config_text, --set=field.path=VALUE, --print_config); its defaults live
+// in sandbox::WithDefaults only. The flags below name one run's inputs and
+// outputs, never a worker setting.
 // A suite line is "<label> <task file> <workspace dir> <expected outcome>".
 // Prints one row per evaluation and exits non-zero if any outcome differs
-// from the expectation.
+// from the expectation (2: bad configuration or unreadable suite).
 #include <cstdio>
 #include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -18,29 +22,20 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/config.h"
+#include "common/file.h"
+#include "common/log.h"
+#include "google/protobuf/text_format.h"
 #include "google/protobuf/util/json_util.h"
 #include "sandbox/evaluator.h"
 #include "sandbox/workspace_files.h"
 
-ABSL_FLAG(std::string, backend, "cuda", "cuda or cpu");
-ABSL_FLAG(std::string, python, "python3", "Python with torch (the trusted harness)");
-ABSL_FLAG(std::string, harness_dir, "sandbox/harness", "directory of zygote.py");
-ABSL_FLAG(std::string, contain_lib, "", "libkernelrl_contain.so");
-ABSL_FLAG(std::string, work_root, "", "scratch root (default $TMPDIR/kernelrl-sandbox-<pid>)");
 ABSL_FLAG(std::string, task, "", "KernelBench task file");
 ABSL_FLAG(std::string, workspace, "", "workspace directory");
 ABSL_FLAG(std::string, expect, "", "expected outcome name");
 ABSL_FLAG(std::string, suite, "", "suite manifest (see header)");
 ABSL_FLAG(std::string, json_out, "", "append each Verdict as a JSON line here");
 ABSL_FLAG(int, repeat, 1, "evaluate each suite entry this many times");
-ABSL_FLAG(double, wall_seconds, 0, "verify wall limit (0 = default)");
-ABSL_FLAG(int64_t, resident_memory_mib, 0,
-          "host-memory cap of the candidate's process tree, MiB (0 = default 16 GiB, -1 = none)");
-ABSL_FLAG(bool, profile, false, "time verified candidates and reward them by speed-up (profile stage)");
-ABSL_FLAG(std::string, baseline_dir, "", "baseline cache root (profiler_service:precompute_baselines output)");
-ABSL_FLAG(std::string, kprof_lib, "", "libkprof.so (CUPTI recorder); default: runfiles or $KERNELRL_KPROF_LIB");
-ABSL_FLAG(std::string, profiler_root, "", "directory holding profiler_service/harness (default: next to harness_dir)");
-ABSL_FLAG(double, profile_budget_s, 0, "timing budget per candidate, seconds (0 = ProfilerConfig default)");
 
 namespace {
 
@@ -51,29 +46,35 @@ struct Entry {
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::ParseCommandLine(argc, argv);
   using namespace kernelrl;
   using namespace kernelrl::sandbox;
   SandboxConfig config;
-  config.set_backend(absl::GetFlag(FLAGS_backend));
-  config.set_python(absl::GetFlag(FLAGS_python));
-  config.set_harness_dir(absl::GetFlag(FLAGS_harness_dir));
-  config.set_contain_lib(absl::GetFlag(FLAGS_contain_lib));
-  config.set_work_root(absl::GetFlag(FLAGS_work_root));
-  if (absl::GetFlag(FLAGS_wall_seconds) > 0) config.mutable_verify()->set_wall_seconds(absl::GetFlag(FLAGS_wall_seconds));
-  if (const int64_t mib = absl::GetFlag(FLAGS_resident_memory_mib); mib != 0) {
-    config.mutable_verify()->set_resident_memory_bytes(mib > 0 ? mib << 20 : -1);
+  std::vector<char*> run_args;
+  absl::StatusOr<ConfigRequest> request = LoadConfigKeepingRest(argc, argv, "", &config, &run_args);
+  if (!request.ok()) {
+    KLOG(ERROR) << "sandbox_cli: bad configuration: " << request.status().message();
+    return 2;
   }
-  config.set_enable_profiling(absl::GetFlag(FLAGS_profile));
-  config.set_baseline_dir(absl::GetFlag(FLAGS_baseline_dir));
-  config.set_kprof_lib(absl::GetFlag(FLAGS_kprof_lib));
-  config.set_profiler_root(absl::GetFlag(FLAGS_profiler_root));
-  config.mutable_profiler()->set_time_budget_s(absl::GetFlag(FLAGS_profile_budget_s));
+  if (request->help) {
+    std::printf("%s  Run flags: --task --workspace --expect | --suite; --json_out, --repeat.\n",
+                ConfigUsage("sandbox_cli", "kernelrl.v1.SandboxConfig").c_str());
+    return 0;
+  }
+  if (request->print_config) {
+    std::string text;
+    google::protobuf::TextFormat::PrintToString(WithDefaults(config), &text);
+    std::printf("%s", text.c_str());
+    return 0;
+  }
+  absl::ParseCommandLine(static_cast<int>(run_args.size()), run_args.data());
   std::vector<Entry> entries;
   if (!absl::GetFlag(FLAGS_suite).empty()) {
-    std::ifstream in(absl::GetFlag(FLAGS_suite));
-    std::string line;
-    while (std::getline(in, line)) {
+    absl::StatusOr<std::string> suite = ReadFileToString(absl::GetFlag(FLAGS_suite));
+    if (!suite.ok()) {
+      KLOG(ERROR) << "sandbox_cli: suite: " << suite.status().message();
+      return 2;
+    }
+    for (absl::string_view line : absl::StrSplit(*suite, '\n')) {
       if (line.empty() || line[0] == '#') continue;
       std::vector<std::string> f = absl::StrSplit(line, ' ', absl::SkipEmpty());
       if (f.size() < 4) continue;
@@ -84,7 +85,7 @@ int main(int argc, char** argv) {
   }
   auto evaluator = sandbox::Evaluator::Create(config);
   if (!evaluator.ok()) {
-    std::fprintf(stderr, "sandbox_cli: %s\n", std::string(evaluator.status().message()).c_str());
+    KLOG(ERROR) << "sandbox_cli: " << evaluator.status().message();
     return 2;
   }
   std::ofstream json;

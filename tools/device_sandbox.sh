@@ -89,7 +89,7 @@ if [ "$PROFILE" = 1 ]; then
       ${PRECOMPUTE_ONLY:+--only $PRECOMPUTE_ONLY} \
       > "$OUT/precompute.log" 2>&1
   echo "precompute rc=$? at $(elapsed) s: $(wc -l < "$OUT/baselines.jsonl" 2>/dev/null || echo 0) tasks written"
-  "$CARRY/precompute_baselines" --measurements="$OUT/baselines.jsonl" --cache_dir=$BASE --table="$OUT/baselines.tsv" \
+  "$CARRY/precompute_baselines" --measurements="$OUT/baselines.jsonl" --set=baseline_cache_dir=$BASE --table="$OUT/baselines.tsv" \
     2>&1 | tail -4
 fi
 
@@ -136,14 +136,16 @@ if [ -n "${SUITE_FILTER:-}" ]; then
   mv "$SUITE.kept" "$SUITE"
 fi
 PROFILE_FLAGS=""
-[ "$PROFILE" = 1 ] && PROFILE_FLAGS="--profile --baseline_dir=$BASE --kprof_lib=$KPROF --profiler_root=$PWD \
-  --profile_budget_s=${PROFILE_BUDGET:-0.5}"
-CLI="$CARRY/sandbox_cli --backend=cuda --python=$PY --harness_dir=$PWD/sandbox/harness \
-  --contain_lib=$PWD/$CARRY/libkernelrl_contain.so $PROFILE_FLAGS"
+# Worker settings are SandboxConfig fields (--set), as for sandbox_main.
+[ "$PROFILE" = 1 ] && PROFILE_FLAGS="--set=enable_profiling=true --set=baseline_dir=$BASE --set=kprof_lib=$KPROF \
+  --set=profiler_root=$PWD --set=profiler.time_budget_s=${PROFILE_BUDGET:-0.5}"
+CLI="$CARRY/sandbox_cli --set=backend=cuda --set=python=$PY --set=harness_dir=$PWD/sandbox/harness \
+  --set=contain_lib=$PWD/$CARRY/libkernelrl_contain.so \
+  ${KERNELRL_VERIFY_CUDA_LIB:+--set=verify_cuda_lib=$KERNELRL_VERIFY_CUDA_LIB} $PROFILE_FLAGS"
 ( sleep 30; cp /tmp/kr_suite/zygote.log "$OUT/zygote.log" 2>/dev/null ) &
 echo "suite starts at $(elapsed) s"
-timeout "${SUITE_WALL:-200}" $CLI --suite="$SUITE" --json_out="$OUT/verdicts.jsonl" --work_root=/tmp/kr_suite \
-  --wall_seconds="${WALL:-45}" 2> "$OUT/suite_stderr.log" | tee "$OUT/suite_table.txt"
+timeout "${SUITE_WALL:-200}" $CLI --suite="$SUITE" --json_out="$OUT/verdicts.jsonl" --set=work_root=/tmp/kr_suite \
+  --set=verify.wall_seconds="${WALL:-45}" 2> "$OUT/suite_stderr.log" | tee "$OUT/suite_table.txt"
 SUITE_RC=${PIPESTATUS[0]}
 echo "suite rc=$SUITE_RC at $(elapsed) s (124 = cut by SUITE_WALL)"
 cp /tmp/kr_suite/zygote.log "$OUT/zygote.log" 2>/dev/null

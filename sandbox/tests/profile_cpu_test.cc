@@ -84,7 +84,7 @@ class ProfileCpuTest : public ::testing::Test {
             jsonl + " --device cpu --workers 1 --threads 1 --budget_s 0.4 --flush_multiple " +
             std::to_string(kFlushMultiple)));
     *precompute_log_ += Shell(Cwd() + "/profiler_service/precompute_baselines --measurements=" + jsonl +
-                            " --cache_dir=" + *root_ + "/baselines");
+                            " --set=baseline_cache_dir=" + *root_ + "/baselines");
     SandboxConfig c = testing::CpuConfig(*python_);
     c.set_enable_profiling(true);
     c.set_baseline_dir(*root_ + "/baselines");
