@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "sandbox/contain/contain.h"
+#include "sandbox/contain/echo.h"
 #include "sandbox/contain/root_plan.h"
 #include "sandbox/contain/spawn.h"
 #include "sandbox/diagnostics.h"
@@ -32,7 +33,7 @@ std::string FindNvcc(const SandboxConfig& c) {
   return "nvcc";
 }
 
-std::string Tail(const std::string& s, size_t n) { return s.size() <= n ? s : "..." + s.substr(s.size() - n); }
+std::string Tail(const std::string& s, size_t n) { return CapTail(s, n); }  // says when it cut
 
 absl::Status RemoveTree(const std::string& dir) {
   // Our own build directories only; nftw would be the general tool.

@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "sandbox/contain/contain.h"
+#include "sandbox/contain/echo.h"
 #include "profiler_service/profiler_defaults.h"
 #include "sandbox/workspace.h"
 
@@ -36,7 +37,7 @@ void AddStage(Verdict& v, const std::string& stage, double wall_ms, double cpu_m
   t->set_cache_hit(cache_hit);
 }
 
-std::string Tail(const std::string& s, size_t n) { return s.size() <= n ? s : s.substr(s.size() - n); }
+std::string Tail(const std::string& s, size_t n) { return CapTail(s, n); }  // says when it cut
 
 void RemoveTree(const std::string& dir) {
   if (dir.size() < 8 || dir.find('\'') != std::string::npos) return;
@@ -257,7 +258,7 @@ Verdict Evaluator::Run(const EvaluateRequest& request, const ProgressFn& progres
   };
   auto finish = [&](Verdict::Outcome outcome, const std::string& summary) {
     v.set_outcome(outcome);
-    v.set_summary(summary.substr(0, 1000));
+    v.set_summary(CapHead(summary, 1000));
     RemoveTree(job_dir);
     return v;
   };

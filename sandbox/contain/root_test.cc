@@ -14,6 +14,7 @@
 
 #include "gtest/gtest.h"
 #include "sandbox/contain/contain.h"
+#include "sandbox/contain/echo.h"
 #include "sandbox/contain/root_plan.h"
 #include "sandbox/contain/spawn.h"
 
@@ -109,6 +110,20 @@ TEST(RootPlanTest, HoldsTheSystemTheAskedPathsAndNothingElse) {
   EXPECT_TRUE(Contains(text, "contains the job's own directories")) << text;
   EXPECT_TRUE(Contains(text, "/nonexistent_")) << text;
   EXPECT_TRUE(Contains(text, j.workspace)) << text;
+}
+
+TEST(EchoTest, CutCopiesSaySoAndKeepTheRightEnd) {
+  std::random_device rd;
+  const size_t n = 100 + rd() % 400, max = 10 + rd() % 80;
+  std::string text;
+  for (size_t i = 0; i < n; ++i) text += static_cast<char>('a' + rd() % 26);
+  const std::string head = CapHead(text, max), tail = CapTail(text, max);
+  EXPECT_EQ(head.substr(0, max), text.substr(0, max));
+  EXPECT_TRUE(Contains(head, "[... " + std::to_string(n - max) + " bytes cut]")) << head;
+  EXPECT_EQ(tail.substr(tail.size() - max), text.substr(n - max));
+  EXPECT_TRUE(Contains(tail, "[" + std::to_string(n - max) + " bytes cut ...]")) << tail;
+  EXPECT_EQ(CapHead(text, n), text);
+  EXPECT_EQ(CapTail(text, n + 1), text);
 }
 
 TEST(RootPlanTest, ToolPathsGiveTheInstallPrefix) {

@@ -212,6 +212,17 @@ def confine_fields(job, iso, caps=None, device="cpu"):
     return fields
 
 
+# Bounded echo (sandbox/contain/echo.h, same wording): text the candidate
+# produced is capped wherever it is quoted, and a cut copy says so.
+def cap_head(text, n):
+    return text if len(text) <= n else text[:n] + f" [... {len(text) - n} bytes cut]"
+
+
+def cut_note(size, n):
+    """The line a tail of `n` out of `size` bytes starts with ("" when whole)."""
+    return f"[{size - n} bytes cut ...]\n" if size > n else ""
+
+
 def default_lib_path():
     here = os.path.dirname(os.path.abspath(__file__))
     return os.environ.get("KERNELRL_CONTAIN_LIB", os.path.join(here, "libkernelrl_contain.so"))

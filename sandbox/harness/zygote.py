@@ -48,7 +48,7 @@ def tail(path, n):
             f.seek(0, 2)
             size = f.tell()
             f.seek(max(0, size - n))
-            return f.read().decode(errors="replace")
+            return contain.cut_note(size, n) + f.read().decode(errors="replace")
     except OSError:
         return ""
 
@@ -341,7 +341,7 @@ class Zygote:
         last = msg[-1] if msg else ""
 
         def out(outcome, summary, extra=()):
-            return {"outcome": outcome, "summary": summary[:500], "flags": sorted(flags | set(extra)),
+            return {"outcome": outcome, "summary": contain.cap_head(summary, 500), "flags": sorted(flags | set(extra)),
                     "sets_passed": sum(1 for s in sets if s["ok"]), "sets": sets}
 
         if ref.get("ref_error"):
