@@ -78,7 +78,11 @@ Composer::Composer(OpCatalogue catalogue, SamplerConfig sampler, TargetDevice ta
       target_(std::move(target)),
       seed_(seed),
       id_prefix_(std::move(id_prefix)) {
-  for (int i = 0; i < catalogue_.ops_size(); ++i) by_name_[catalogue_.ops(i).name()] = i;
+  for (int i = 0; i < catalogue_.ops_size(); ++i) {
+    OpSpec* op = catalogue_.mutable_ops(i);
+    if (op->weight() <= 0) op->set_weight(1.0);  // proto3: an unset weight reads 0 and means 1.
+    by_name_[op->name()] = i;
+  }
 }
 
 std::vector<std::string> Composer::OperatorNames() const {
@@ -183,8 +187,9 @@ absl::StatusOr<ComposedTask> Composer::ComposeSequence(int64_t index, const std:
     }
     Shape cur = chain.inputs[0];
     bool ok = true;
-    for (const OpSpec* spec : specs) {
-      if (spec != specs[0] && !Accepts(*spec, cur)) {
+    for (size_t i = 0; i < specs.size(); ++i) {
+      const OpSpec* spec = specs[i];
+      if (i > 0 && !Accepts(*spec, cur)) {
         last = absl::InvalidArgumentError(absl::StrCat(spec->name(), " does not accept ", ShapeText(cur)));
         ok = false;
         break;

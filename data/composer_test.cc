@@ -98,6 +98,21 @@ TEST(ComposerTest, TasksAreKernelBenchShapedAndSizedForTheTarget) {
   EXPECT_GT(counts[2], counts[5]);
 }
 
+// Every rule is drawn (an unset weight means 1), and chains go beyond one family.
+TEST(ComposerTest, EveryOperatorGetsDrawn) {
+  Composer composer(AllRules(), Sampler(), H100(), std::random_device()(), "t");
+  std::set<std::string> seen;
+  for (int i = 0; i < 3000; ++i) {
+    auto t = composer.Compose(i);
+    ASSERT_TRUE(t.ok()) << t.status();
+    seen.insert(t->operators.begin(), t->operators.end());
+  }
+  std::vector<std::string> never;
+  for (const auto& name : composer.OperatorNames())
+    if (!seen.count(name)) never.push_back(name);
+  EXPECT_LT(never.size(), 5u) << ::testing::PrintToString(never);
+}
+
 TEST(ComposerTest, ShapesFlowThroughConvPoolLinear) {
   Composer composer(AllRules(), Sampler(), H100(), 7, "t");
   Rng rng(7, 7);

@@ -27,7 +27,6 @@ constexpr char kDefaults[] = R"pb(
   progress_every_s: 10
   request_timeout_s: 120
   id_prefix: "synth_"
-  transformers_families: [ "llama", "mistral", "qwen2", "gemma", "phi3", "gpt2", "bert", "t5", "mixtral" ]
   sampler { transformers_share: 0.0118 min_target_ms: 2 max_target_ms: 20 max_tensor_bytes: 1073741824 }
   target { device: "cpu" }
   filters { compile_backend: "inductor" oom_retries: 1 }

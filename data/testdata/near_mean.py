@@ -1,0 +1,25 @@
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Model(nn.Module):
+    """Filter test task: near_mean."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(64, 64)
+
+    def forward(self, x):
+        return 5.0 + torch.relu(x - 0.92) * 100.0 - torch.relu(0.08 - x) * 100.0
+
+
+batch_size = 32
+
+
+def get_inputs():
+    return [torch.rand(batch_size, 4096)]
+
+
+def get_init_inputs():
+    return []
