@@ -1,10 +1,13 @@
 #include "common/file.h"
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 
@@ -33,7 +36,43 @@ std::string Dirname(const std::string& path) {
   return slash == 0 ? "/" : path.substr(0, slash);
 }
 
+// Removes `name` in the directory `parent_fd`; `path` names it in errors.
+absl::Status RemoveAt(int parent_fd, const char* name, const std::string& path) {
+  if (::unlinkat(parent_fd, name, 0) == 0 || errno == ENOENT) return absl::OkStatus();
+  if (errno != EISDIR) return Errno("unlink", path);
+  constexpr int kFlags = O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC;
+  int fd = ::openat(parent_fd, name, kFlags);
+  if (fd < 0 && errno == EACCES && ::fchmodat(parent_fd, name, 0700, 0) == 0) fd = ::openat(parent_fd, name, kFlags);
+  if (fd < 0) return Errno("open dir", path);
+  ::fchmod(fd, 0700);  // entries can only be removed from a writable directory
+  DIR* d = ::fdopendir(fd);
+  if (d == nullptr) {
+    ::close(fd);
+    return Errno("fdopendir", path);
+  }
+  std::vector<std::string> names;
+  while (dirent* e = ::readdir(d)) {
+    if (std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0) names.emplace_back(e->d_name);
+  }
+  absl::Status status;
+  for (const std::string& n : names) {
+    status.Update(RemoveAt(::dirfd(d), n.c_str(), path + "/" + n));
+  }
+  ::closedir(d);
+  if (status.ok() && ::unlinkat(parent_fd, name, AT_REMOVEDIR) != 0 && errno != ENOENT) {
+    return Errno("rmdir", path);
+  }
+  return status;
+}
+
 }  // namespace
+
+absl::Status RemoveTree(const std::string& path) {
+  if (path.size() < 8 || path.find_first_not_of('/') == std::string::npos) {
+    return absl::InvalidArgumentError(absl::StrCat("refusing to remove the tree at '", path, "'"));
+  }
+  return RemoveAt(AT_FDCWD, path.c_str(), path);
+}
 
 absl::StatusOr<std::string> ReadFileToString(const std::string& path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);

@@ -17,6 +17,13 @@ absl::StatusOr<std::string> ReadFileToString(const std::string& path);
 // Write to path.tmp.<pid>, fsync, rename over path, fsync the directory.
 absl::Status WriteFileAtomically(const std::string& path, absl::string_view contents);
 absl::Status FsyncDir(const std::string& dir);
+// Removes `path` and everything under it, never following a symlink (the
+// link itself is removed): sandbox job and build trees hold whatever a
+// candidate or compiler left, links pointing anywhere and directories chmod
+// 000 included (those are made 0700 first). OK when `path` does not exist.
+// Refuses "/" and paths shorter than 8 characters as a guard against a
+// mis-built path.
+absl::Status RemoveTree(const std::string& path);
 
 }  // namespace kernelrl
 

@@ -4,11 +4,11 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 
 #include <unistd.h>
 
 #include "absl/strings/str_cat.h"
+#include "common/file.h"
 #include "google/protobuf/text_format.h"
 
 namespace kernelrl {
@@ -38,12 +38,13 @@ std::string BaselineCache::PathFor(const BaselineKey& k) const {
 
 absl::StatusOr<Baseline> BaselineCache::Get(const BaselineKey& key) const {
   const std::string path = PathFor(key);
-  std::ifstream in(path);
-  if (!in) return absl::NotFoundError(absl::StrCat("no baseline at ", path));
-  std::stringstream text;
-  text << in.rdbuf();
+  absl::StatusOr<std::string> text = ReadFileToString(path);
+  if (!text.ok()) {
+    return absl::IsNotFound(text.status()) ? absl::NotFoundError(absl::StrCat("no baseline at ", path))
+                                           : text.status();
+  }
   Baseline b;
-  if (!google::protobuf::TextFormat::ParseFromString(text.str(), &b)) {
+  if (!google::protobuf::TextFormat::ParseFromString(*text, &b)) {
     return absl::DataLossError(absl::StrCat("baseline file does not parse: ", path));
   }
   return b;

@@ -18,6 +18,7 @@
 #include "sandbox/contain/root_plan.h"
 #include "sandbox/contain/spawn.h"
 #include "sandbox/diagnostics.h"
+#include "common/file.h"
 #include "common/sha256.h"
 
 namespace kernelrl::sandbox {
@@ -34,13 +35,6 @@ std::string FindNvcc(const SandboxConfig& c) {
 }
 
 std::string Tail(const std::string& s, size_t n) { return CapTail(s, n); }  // says when it cut
-
-absl::Status RemoveTree(const std::string& dir) {
-  // Our own build directories only; nftw would be the general tool.
-  std::string cmd = "rm -rf '" + dir + "'";
-  if (dir.find('\'') != std::string::npos || dir.size() < 8) return absl::InvalidArgumentError("bad dir " + dir);
-  return std::system(cmd.c_str()) == 0 ? absl::OkStatus() : absl::InternalError("rm -rf failed: " + dir);
-}
 
 }  // namespace
 

@@ -17,6 +17,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/file.h"
+#include "common/log.h"
 #include "sandbox/contain/contain.h"
 #include "sandbox/contain/echo.h"
 #include "profiler_service/profiler_defaults.h"
@@ -39,12 +41,6 @@ void AddStage(Verdict& v, const std::string& stage, double wall_ms, double cpu_m
 
 std::string Tail(const std::string& s, size_t n) { return CapTail(s, n); }  // says when it cut
 
-void RemoveTree(const std::string& dir) {
-  if (dir.size() < 8 || dir.find('\'') != std::string::npos) return;
-  std::string cmd = "rm -rf '" + dir + "'";
-  (void)!std::system(cmd.c_str());
-}
-
 // Job directories are work_root/job-<worker pid>-<n>. A worker killed
 // mid-job (SIGKILL, a cut device run) leaves its directory behind; a new
 // worker on the same work_root removes those of dead pids at start, and its
@@ -62,8 +58,10 @@ void RemoveStaleJobDirs(const std::string& work_root) {
   }
   closedir(d);
   for (const std::string& dir : stale) {
-    fprintf(stderr, "sandbox: removing %s (left by a worker that is gone)\n", dir.c_str());
-    RemoveTree(dir);
+    KLOG(INFO) << "sandbox: removing " << dir << " (left by a worker that is gone)";
+    if (absl::Status s = RemoveTree(dir); !s.ok()) {
+      KLOG(WARNING) << "sandbox: " << s.message();
+    }
   }
 }
 
@@ -84,33 +82,18 @@ SandboxConfig WithDefaults(SandboxConfig c) {
     gethostname(host, sizeof(host) - 1);
     c.set_worker_id(absl::StrCat(host, "/gpu", c.gpu_index()));
   }
-  if (c.work_root().empty()) {
-    const char* tmp = std::getenv("TMPDIR");
-    c.set_work_root(absl::StrCat(tmp ? tmp : "/tmp", "/kernelrl-sandbox-", getpid()));
-  }
+  if (c.work_root().empty()) c.set_work_root(absl::StrCat("/tmp/kernelrl-sandbox-", getpid()));
   if (c.cache_dir().empty()) c.set_cache_dir(c.work_root() + "/cache");
   if (c.python().empty()) c.set_python("python3");
-  if (c.harness_dir().empty()) {
-    const char* env = std::getenv("KERNELRL_HARNESS_DIR");
-    c.set_harness_dir(env ? env : "sandbox/harness");
-  }
-  if (c.contain_lib().empty()) {
-    const char* env = std::getenv("KERNELRL_CONTAIN_LIB");
-    c.set_contain_lib(env ? env : "sandbox/contain/libkernelrl_contain.so");
-  }
+  if (c.harness_dir().empty()) c.set_harness_dir("sandbox/harness");
+  if (c.contain_lib().empty()) c.set_contain_lib("sandbox/contain/libkernelrl_contain.so");
   // Children run in other directories: relative paths are resolved now,
   // against the start directory, else the binary's Bazel runfiles tree.
   char exe[PATH_MAX] = {};
   const ssize_t exe_len = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
   const std::string runfiles = exe_len > 0 ? std::string(exe, exe_len) + ".runfiles/kernelrl/" : "";
-  if (c.kprof_lib().empty()) {
-    const char* env = std::getenv("KERNELRL_KPROF_LIB");
-    c.set_kprof_lib(env ? env : "profiler_service/libkprof.so");
-  }
-  if (c.verify_cuda_lib().empty()) {
-    const char* env = std::getenv("KERNELRL_VERIFY_CUDA_LIB");
-    c.set_verify_cuda_lib(env ? env : "sandbox/harness/cuda/libkernelrl_verify_cuda.so");
-  }
+  if (c.kprof_lib().empty()) c.set_kprof_lib("profiler_service/libkprof.so");
+  if (c.verify_cuda_lib().empty()) c.set_verify_cuda_lib("sandbox/harness/cuda/libkernelrl_verify_cuda.so");
   for (std::string* path : {c.mutable_harness_dir(), c.mutable_contain_lib(), c.mutable_kprof_lib(),
                             c.mutable_verify_cuda_lib()}) {
     if (path->empty() || (*path)[0] == '/') continue;
@@ -128,8 +111,7 @@ SandboxConfig WithDefaults(SandboxConfig c) {
   }
   if (c.profiler_root().empty()) {
     // The repository root the harness dir sits in (source tree or runfiles).
-    const char* env = std::getenv("KERNELRL_PROFILER_ROOT");
-    const std::string root = env ? env : c.harness_dir() + "/../..";
+    const std::string root = c.harness_dir() + "/../..";
     char resolved[PATH_MAX];
     if (realpath(root.c_str(), resolved) != nullptr &&
         stat((std::string(resolved) + "/profiler_service/harness/protocol.py").c_str(), &st) == 0) {
@@ -159,7 +141,7 @@ absl::StatusOr<std::unique_ptr<Evaluator>> Evaluator::Create(const SandboxConfig
   const int caps = ProbeHostCapabilities();
   const std::string missing = DescribeMissingCapabilities(caps);
   if (!missing.empty()) {
-    fprintf(stderr, "sandbox: WARNING host isolation degraded, missing: %s\n", missing.c_str());
+    KLOG(WARNING) << "sandbox: host isolation degraded, missing: " << missing;
   }
   for (const std::string& required : config.required_isolation()) {
     if (missing.find(required) != std::string::npos) {
@@ -173,27 +155,28 @@ absl::StatusOr<std::unique_ptr<Evaluator>> Evaluator::Create(const SandboxConfig
   e->torch_version_ = hello->torch();
   if (config.enable_profiling()) {
     if (!hello->profiler_error().empty()) {
-      fprintf(stderr, "sandbox: WARNING profiling enabled but the profiler harness does not import (%s): "
-              "correct candidates get INFRA_ERROR from the profile stage\n", hello->profiler_error().c_str());
+      KLOG(WARNING) << "sandbox: profiling enabled but the profiler harness does not import ("
+                    << hello->profiler_error() << "): correct candidates get INFRA_ERROR from the profile stage";
     } else if (config.backend() != "cpu" && !hello->kprof_ok()) {
-      fprintf(stderr, "sandbox: WARNING CUPTI recorder not used (%s): profiled jobs are timed with CUDA events "
-              "only (flag cupti_inactive); kprof_lib=%s\n", hello->kprof_error().c_str(), config.kprof_lib().c_str());
+      KLOG(WARNING) << "sandbox: CUPTI recorder not used (" << hello->kprof_error()
+                    << "): profiled jobs are timed with CUDA events only (flag cupti_inactive); kprof_lib="
+                    << config.kprof_lib();
     }
-    fprintf(stderr, "sandbox: profiling on, baselines from %s\n", config.baseline_dir().c_str());
+    KLOG(INFO) << "sandbox: profiling on, baselines from " << config.baseline_dir();
   }
   if (!hello->memory_cgroup_error().empty()) {
     const int64_t cap = config.verify().resident_memory_bytes();
     const std::string what = cap > 0 ? absl::StrCat(cap >> 20, " MiB resident") : std::string("no cap configured");
-    fprintf(stderr, "sandbox: WARNING no cgroup memory backstop for candidates (%s): host memory is capped by the "
-            "watchdog alone (%s)\n", hello->memory_cgroup_error().c_str(), what.c_str());
+    KLOG(WARNING) << "sandbox: no cgroup memory backstop for candidates (" << hello->memory_cgroup_error()
+                  << "): host memory is capped by the watchdog alone (" << what << ")";
   }
   e->kprof_ok_ = hello->kprof_ok();
   e->profiler_error_ = hello->profiler_error();
   if (hello->isolation_dropped_for_cuda_size() > 0) {
     std::string dropped;
     for (const std::string& d : hello->isolation_dropped_for_cuda()) dropped += (dropped.empty() ? "" : ", ") + d;
-    fprintf(stderr, "sandbox: WARNING CUDA does not initialise under [%s] on this host: dropped for every job "
-            "(zygote.log has the calibration)\n", dropped.c_str());
+    KLOG(WARNING) << "sandbox: CUDA does not initialise under [" << dropped
+                  << "] on this host: dropped for every job (zygote.log has the calibration)";
     e->dropped_for_cuda_ = dropped;
     for (const std::string& required : config.required_isolation()) {
       if (dropped.find(required) != std::string::npos) {
@@ -259,7 +242,9 @@ Verdict Evaluator::Run(const EvaluateRequest& request, const ProgressFn& progres
   auto finish = [&](Verdict::Outcome outcome, const std::string& summary) {
     v.set_outcome(outcome);
     v.set_summary(CapHead(summary, 1000));
-    RemoveTree(job_dir);
+    if (absl::Status s = RemoveTree(job_dir); !s.ok()) {
+      KLOG(WARNING) << "sandbox: " << s.message();
+    }
     return v;
   };
   if (!serving_.load()) return finish(Verdict::INFRA_ERROR, "worker is not serving (GPU health probe failed)");
@@ -401,8 +386,7 @@ void Evaluator::HealthProbeLocked(Verdict& verdict) {
              : absl::StrCat("UNHEALTHY: ", r.status().message());
   if (!healthy) {
     serving_.store(false);
-    fprintf(stderr, "sandbox: GPU health probe failed; worker is NOT_SERVING: %s\n",
-            verdict.logs().at("health_probe").c_str());
+    KLOG(ERROR) << "sandbox: GPU health probe failed; worker is NOT_SERVING: " << verdict.logs().at("health_probe");
   }
 }
 

@@ -3,12 +3,10 @@
 
 #include <time.h>
 
-#include <fstream>
-#include <sstream>
-
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/file.h"
 #include "google/protobuf/util/json_util.h"
 #include "profiler_service/baseline_cache.h"
 #include "profiler_service/judge.h"
@@ -21,14 +19,12 @@ namespace {
 
 absl::StatusOr<v1::ProfileMeasurement> ReadMeasurement(const std::string& path) {
   if (path.empty()) return absl::NotFoundError("the candidate process wrote no measurement");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError("cannot read " + path);
-  std::stringstream text;
-  text << in.rdbuf();
+  absl::StatusOr<std::string> text = ReadFileToString(path);
+  if (!text.ok()) return text.status();
   v1::ProfileMeasurement m;
   google::protobuf::util::JsonParseOptions opts;
   opts.ignore_unknown_fields = false;  // the harness writes exactly the proto; anything else is drift
-  if (auto s = google::protobuf::util::JsonStringToMessage(text.str(), &m, opts); !s.ok()) {
+  if (auto s = google::protobuf::util::JsonStringToMessage(*text, &m, opts); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("measurement does not parse: ", s.ToString()));
   }
   return m;

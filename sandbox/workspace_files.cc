@@ -3,22 +3,12 @@
 #include <dirent.h>
 #include <sys/stat.h>
 
-#include <fstream>
-#include <sstream>
-
 #include "absl/strings/str_cat.h"
+#include "common/file.h"
 #include "profiler_service/task_key.h"
 
 namespace kernelrl::sandbox {
 namespace {
-
-absl::StatusOr<std::string> Slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError("cannot read " + path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 absl::Status Walk(const std::string& root, const std::string& rel, Workspace& ws) {
   const std::string dir = rel.empty() ? root : root + "/" + rel;
@@ -43,7 +33,7 @@ absl::Status Walk(const std::string& root, const std::string& rel, Workspace& ws
       status = Walk(root, child_rel, ws);
       if (!status.ok()) break;
     } else if (S_ISREG(st.st_mode)) {
-      absl::StatusOr<std::string> content = Slurp(root + "/" + child_rel);
+      absl::StatusOr<std::string> content = ReadFileToString(root + "/" + child_rel);
       if (!content.ok()) {
         status = content.status();
         break;
@@ -66,7 +56,7 @@ absl::StatusOr<Workspace> ReadWorkspaceDir(const std::string& dir) {
 }
 
 absl::StatusOr<Task> ReadTaskFile(const std::string& path, const std::string& id) {
-  absl::StatusOr<std::string> src = Slurp(path);
+  absl::StatusOr<std::string> src = ReadFileToString(path);
   if (!src.ok()) return src.status();
   Task t;
   t.set_id(id);

@@ -149,7 +149,7 @@ timeout "${SUITE_WALL:-200}" $CLI --suite="$SUITE" --json_out="$OUT/verdicts.jso
 SUITE_RC=${PIPESTATUS[0]}
 echo "suite rc=$SUITE_RC at $(elapsed) s (124 = cut by SUITE_WALL)"
 cp /tmp/kr_suite/zygote.log "$OUT/zygote.log" 2>/dev/null
-grep -h "WARNING\|profiling on" "$OUT/suite_stderr.log" | head -5
+grep -h "^W \|profiling on" "$OUT/suite_stderr.log" | head -5  # common/log.h: W = warning
 grep -h "CUPTI recorder" "$OUT/zygote.log" 2>/dev/null | head -2
 
 [ -n "$BENCH" ] && wait $BENCH && tail -8 "$OUT/compile_bench.log"
