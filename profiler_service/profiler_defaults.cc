@@ -23,7 +23,7 @@ ProfilerConfig WithProfilerDefaults(ProfilerConfig c) {
   c.set_outside_window_tolerance(d(0.05, c.outside_window_tolerance()));
   c.set_milestone_margin(d(0.05, c.milestone_margin()));
   if (c.min_rechecks() == 0) c.set_min_rechecks(5);
-  c.set_outside_overhead_us(d(400.0, c.outside_overhead_us()));
+  c.set_outside_overhead_us(d(1000.0, c.outside_overhead_us()));
   c.set_outside_bound_tolerance(d(0.25, c.outside_bound_tolerance()));
   c.set_handover_bytes_per_s(d(2.5e12, c.handover_bytes_per_s()));
   if (c.baseline_cache_dir().empty()) c.set_baseline_cache_dir("/var/cache/kernelrl/baselines");

@@ -523,7 +523,7 @@ class Zygote:
                         torch.cuda.set_device(0)
                         x = torch.ones(1024, device="cuda") * 2
                         if recorder:  # as the candidate process does: warm window before seccomp
-                            profiling.warm_recorder({"profile": True, "device": "cuda", "kprof_lib": recorder})
+                            profiling.CallTimer({"profile": True, "device": "cuda", "kprof_lib": recorder})
                         if iso.get("seccomp"):
                             self.cont.phase(contain.make_policy({}, seccomp_profile=contain.KR_SECCOMP_CANDIDATE), 3)
                         if recorder:
