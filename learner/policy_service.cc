@@ -1,7 +1,7 @@
 #include "learner/policy_service.h"
 
 #include "absl/strings/str_cat.h"
-#include "learner/grpc_status.h"
+#include "common/grpc_status.h"
 
 namespace kernelrl::learner {
 
@@ -19,7 +19,7 @@ grpc::Status PolicyService::Generate(grpc::ServerContext*, const v1::GenerateReq
     r.sampling.stop_sequences.emplace_back(stop.ids().begin(), stop.ids().end());
   }
   auto result = engine_->Generate(std::move(r));
-  if (!result.ok()) return ToGrpc(result.status());
+  if (!result.ok()) return ToGrpcStatus(result.status());
   response->mutable_output_ids()->Add(result->output_ids.begin(), result->output_ids.end());
   response->mutable_logprobs()->Add(result->logprobs.begin(), result->logprobs.end());
   response->set_policy_version(result->policy_version);
