@@ -138,6 +138,10 @@ def check_overlay(name, docs, tmp):
     learner = apps["learner"][0]
     assert learner["kind"] == "StatefulSet" and learner["spec"]["volumeClaimTemplates"][0]["metadata"]["name"] == \
         "checkpoints", f"{name}: learner is not a StatefulSet with a checkpoint volume"
+    # The learner's state_dir (jobs, ledger, checkpoints) is that volume, not the read-only root.
+    state_dir = config_field(apps["learner"][1], "state_dir")
+    mounts = {m["mountPath"]: m["name"] for m in learner["spec"]["template"]["spec"]["containers"][0]["volumeMounts"]}
+    assert mounts.get(state_dir) == "checkpoints", f"{name}: learner state_dir {state_dir} is not on its volume"
     accounts = {a["metadata"]["name"]: a for a in kinds["ServiceAccount"]}
     for a in accounts.values():
         assert a.get("automountServiceAccountToken") is False, f"{name}: ServiceAccount {a['metadata']['name']}"

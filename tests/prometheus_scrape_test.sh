@@ -7,7 +7,7 @@ tmp="${TEST_TMPDIR:-$(mktemp -d)}"
 pids=()
 trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done' EXIT
 
-learner/learner_main --set=server.grpc_port=0 --set=server.metrics_port=0 \
+learner/learner_main --set=server.grpc_port=0 --set=server.metrics_port=0 --set=state_dir="$tmp/learner-state" \
   --set=server.port_file="$tmp/ports" --set=server.drain_seconds=0 2> "$tmp/learner.log" &
 pids+=($!)
 for _ in $(seq 100); do [ -s "$tmp/ports" ] && break; sleep 0.1; done

@@ -1,0 +1,38 @@
+// `kernelrl up`: the embedded single-machine cluster (README's first command).
+//
+//   kernelrl up [--actors=N] [--check] [--job=quickstart|none] [--job_spec=FILE]
+//               [--backend=auto|cpu|cuda] [--run_dir=DIR] [--bin_dir=DIR]
+//               [--set=SERVICE.FIELD=VALUE ...]
+//
+// Starts learner, sandbox, profiler and N actors (default 2) as supervised
+// processes (up_supervisor.h: restart on crash with back-off). Servers bind
+// loopback ports the kernel picks; once known they are pinned, so a restarted
+// learner or sandbox comes back where its clients look. The sandbox runs its
+// CUDA backend when a GPU is present, its CPU backend otherwise (--backend).
+// `--set=sandbox.verify.wall_seconds=30` passes `--set=verify.wall_seconds=30`
+// to that service (SERVICE: learner, sandbox, profiler, actor).
+//
+// Everything lands in one directory (--run_dir, default /tmp/kernelrl-up-<pid>):
+//   <name>.log     each process's stdout+stderr, across restarts
+//   <name>.ports   its grpc_port / metrics_port (written by the service)
+//   up.log         the supervisor's events (starts, exits, restarts), as printed
+//   up.status      one line per process: name pid restarts state (rewritten on
+//                  every event; tests read pids from it)
+//
+// Then: --check reports every service's grpc.health.v1 status and stops (exit 0
+// only if all are SERVING). Otherwise it submits the quickstart job (--job) to
+// the learner, prints progress (stage, step, policy version, the job's metrics:
+// rollouts, verdicts, reward) as it changes, prints a final report, and stops
+// the cluster; --job=none keeps the cluster running until Ctrl-C / SIGTERM.
+// Exit codes: 0 success, 1 a service or the job failed, 2 bad flags.
+#ifndef KERNELRL_TOOLS_CLI_UP_CMD_H_
+#define KERNELRL_TOOLS_CLI_UP_CMD_H_
+
+namespace kernelrl::up {
+
+// argv[0] is "up" (or the program name); the flags follow.
+int UpMain(int argc, char** argv);
+
+}  // namespace kernelrl::up
+
+#endif  // KERNELRL_TOOLS_CLI_UP_CMD_H_

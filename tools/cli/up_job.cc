@@ -1,0 +1,134 @@
+#include "tools/cli/up_job.h"
+
+#include <map>
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "google/protobuf/text_format.h"
+#include "grpcpp/grpcpp.h"
+#include "proto/learner.grpc.pb.h"
+
+namespace kernelrl::up {
+namespace {
+
+constexpr char kQuickstart[] = R"pb(
+  name: "quickstart"
+  max_steps: 2
+  rollouts_per_task: 2
+)pb";
+
+bool Finished(v1::Job::State s) {
+  return s == v1::Job::SUCCEEDED || s == v1::Job::FAILED || s == v1::Job::CANCELLED;
+}
+
+std::unique_ptr<grpc::ClientContext> ContextUntil(absl::Time deadline) {
+  auto ctx = std::make_unique<grpc::ClientContext>();
+  ctx->set_deadline(absl::ToChronoTime(deadline));
+  return ctx;
+}
+
+}  // namespace
+
+v1::JobSpec QuickstartJobSpec() {
+  v1::JobSpec spec;
+  google::protobuf::TextFormat::ParseFromString(kQuickstart, &spec);
+  return spec;
+}
+
+std::string ProgressLine(const v1::Job& job) {
+  std::string line = absl::StrFormat("%-9s step %d  policy v%d", v1::Job::State_Name(job.state()), job.step(),
+                                     job.policy_version());
+  if (!job.message().empty()) absl::StrAppend(&line, "  (", job.message(), ")");
+  // Sorted, so the same state prints the same line (lines are de-duplicated).
+  const std::map<std::string, double> metrics(job.metrics().begin(), job.metrics().end());
+  if (!metrics.empty()) {
+    absl::StrAppend(&line, "  |",
+                    absl::StrJoin(metrics, "", [](std::string* out, const std::pair<const std::string, double>& m) {
+                      absl::StrAppend(out, " ", m.first, "=", absl::StrFormat("%.4g", m.second));
+                    }));
+  }
+  return line;
+}
+
+std::string FinalReport(const v1::Job& job, absl::Duration took) {
+  std::string r = absl::StrFormat("job %s (%s): %s after %s\n", job.id(), job.spec().name(),
+                                  v1::Job::State_Name(job.state()), absl::FormatDuration(absl::Trunc(took, absl::Seconds(1))));
+  absl::StrAppendFormat(&r, "  steps          %d\n  policy version %d\n", job.step(), job.policy_version());
+  if (!job.message().empty()) absl::StrAppend(&r, "  message        ", job.message(), "\n");
+  const std::map<std::string, double> metrics(job.metrics().begin(), job.metrics().end());
+  for (const auto& [name, value] : metrics) absl::StrAppendFormat(&r, "  %-14s %.6g\n", name, value);
+  return r;
+}
+
+absl::StatusOr<v1::Job> RunJob(const std::string& address, const v1::JobSpec& spec, absl::Time deadline,
+                               const std::atomic<bool>& stop, const std::function<void(const std::string&)>& print) {
+  auto stub = v1::Learner::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  v1::SubmitJobRequest submit;
+  *submit.mutable_spec() = spec;
+  v1::Job job;
+  // Only UNAVAILABLE is retried (the learner is not listening yet or restarting):
+  // the request never reached it, so a retry cannot submit the job twice.
+  while (true) {
+    auto ctx = ContextUntil(std::min(deadline, absl::Now() + absl::Seconds(10)));
+    const grpc::Status s = stub->SubmitJob(ctx.get(), submit, &job);
+    if (s.ok()) break;
+    if (s.error_code() == grpc::StatusCode::UNIMPLEMENTED) {
+      return absl::UnimplementedError("the learner does not serve the job API (Learner.SubmitJob)");
+    }
+    if (s.error_code() != grpc::StatusCode::UNAVAILABLE || absl::Now() >= deadline || stop) {
+      return absl::Status(static_cast<absl::StatusCode>(s.error_code()), "SubmitJob: " + s.error_message());
+    }
+    absl::SleepFor(absl::Milliseconds(500));
+  }
+  print(absl::StrCat("submitted job ", job.id(), " (", spec.name(), ")"));
+  std::string last_line;
+  bool cancelled = false, unreachable = false;
+  v1::GetJobRequest get;
+  get.set_job_id(job.id());
+  while (true) {
+    if (stop && !cancelled) {
+      v1::CancelJobRequest cancel;
+      cancel.set_job_id(job.id());
+      cancel.set_reason("kernelrl up was stopped");
+      v1::Job ignored;
+      auto ctx = ContextUntil(absl::Now() + absl::Seconds(5));
+      stub->CancelJob(ctx.get(), cancel, &ignored);
+      cancelled = true;
+    }
+    // Watch in slices of a few seconds, so `stop` is seen while the job is quiet.
+    auto ctx = ContextUntil(std::min(deadline, absl::Now() + absl::Seconds(3)));
+    auto reader = stub->WatchJob(ctx.get(), get);
+    while (reader->Read(&job)) {
+      if (unreachable) print("learner reachable again; following the job");
+      unreachable = false;
+      const std::string line = ProgressLine(job);
+      if (line != last_line) print(line);
+      last_line = line;
+      if (Finished(job.state())) {
+        ctx->TryCancel();
+        reader->Finish();
+        return job;
+      }
+    }
+    const grpc::Status s = reader->Finish();
+    if (absl::Now() >= deadline) return absl::DeadlineExceededError(absl::StrCat("job ", job.id(), " still ", v1::Job::State_Name(job.state())));
+    switch (s.error_code()) {
+      case grpc::StatusCode::OK:
+      case grpc::StatusCode::DEADLINE_EXCEEDED:
+        break;
+      case grpc::StatusCode::UNAVAILABLE:
+      case grpc::StatusCode::CANCELLED:  // The learner shut down mid-stream (drain).
+        if (!unreachable) print(absl::StrCat("learner unreachable (", s.error_message(), "); waiting for its restart"));
+        unreachable = true;
+        absl::SleepFor(absl::Milliseconds(300));
+        break;
+      default:
+        return absl::Status(static_cast<absl::StatusCode>(s.error_code()), "WatchJob: " + s.error_message());
+    }
+  }
+}
+
+}  // namespace kernelrl::up

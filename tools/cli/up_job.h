@@ -1,0 +1,37 @@
+// The job phase of `kernelrl up`: submit a JobSpec to the learner, follow it with
+// WatchJob, print one progress line per change, return the final Job.
+//
+// Restart-tolerant: the learner may be killed and restarted by the supervisor
+// while the job runs (its jobs persist); a broken watch stream is reopened with
+// GetJob + WatchJob until `deadline`, so progress resumes after the restart.
+#ifndef KERNELRL_TOOLS_CLI_UP_JOB_H_
+#define KERNELRL_TOOLS_CLI_UP_JOB_H_
+
+#include <atomic>
+#include <functional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "proto/learner.pb.h"
+
+namespace kernelrl::up {
+
+// The default job: a few PPO steps of the scripted policy on the built-in tasks.
+v1::JobSpec QuickstartJobSpec();
+
+// "RUNNING step 3 policy v4 | reward_mean=0.50 rollouts=12 verdicts_ok=5".
+std::string ProgressLine(const v1::Job& job);
+// The multi-line final report of a finished job.
+std::string FinalReport(const v1::Job& job, absl::Duration took);
+
+// Submits `spec` to the Learner at `address` and follows the job until it ends
+// (SUCCEEDED, FAILED, CANCELLED), `stop` becomes true (then the job is cancelled),
+// or `deadline`. `print` gets each progress line. UNIMPLEMENTED from SubmitJob
+// means this learner has no job API.
+absl::StatusOr<v1::Job> RunJob(const std::string& address, const v1::JobSpec& spec, absl::Time deadline,
+                               const std::atomic<bool>& stop, const std::function<void(const std::string&)>& print);
+
+}  // namespace kernelrl::up
+
+#endif  // KERNELRL_TOOLS_CLI_UP_JOB_H_
