@@ -4,10 +4,10 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <iostream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/log.h"
 
 namespace kernelrl {
 
@@ -21,7 +21,7 @@ void AtomicAdd(std::atomic<double>& target, double by) {
 }
 
 [[noreturn]] void Die(const std::string& message) {
-  std::cerr << "kernelrl metrics: " << message << std::endl;
+  KLOG(ERROR) << "kernelrl metrics: " << message;
   std::abort();
 }
 

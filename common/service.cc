@@ -137,7 +137,7 @@ int RunServiceMain(int argc, char** argv, const std::string& name, const std::st
   absl::StatusOr<ConfigRequest> request = LoadConfig(argc, argv, defaults_text, config);
   absl::Status valid = request.ok() ? ValidateServerConfig(server_config) : request.status();
   if (!valid.ok()) {
-    std::cerr << name << ": bad configuration: " << valid.message() << "\n";
+    KLOG(ERROR) << name << ": bad configuration: " << valid.message();
     return 2;
   }
   if (request->help) {
@@ -154,12 +154,12 @@ int RunServiceMain(int argc, char** argv, const std::string& name, const std::st
 
   absl::StatusOr<std::vector<grpc::Service*>> services = make_services();
   if (!services.ok()) {
-    std::cerr << name << ": " << services.status().message() << "\n";
+    KLOG(ERROR) << name << ": " << services.status().message();
     return 1;
   }
   ServiceRunner runner(name, *server_config, *services);
   if (absl::Status started = runner.Start(); !started.ok()) {
-    std::cerr << name << ": cannot start: " << started.message() << "\n";
+    KLOG(ERROR) << name << ": cannot start: " << started.message();
     return 1;
   }
   std::atomic<bool> stop{false};
