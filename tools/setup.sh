@@ -19,6 +19,8 @@ APT_PACKAGES+=(libssl-dev)
 # HTTP client and server of the OpenAI-compatible policy API (actor, learner).
 APT_PACKAGES+=(libcpp-httplib-dev)
 PIP_PACKAGES=(torch==2.11.0 transformers==5.23.0 tokenizers==0.23.3 safetensors numpy nvidia-nvml-dev==13.0.87 kubernetes-validate==1.37.0 yamllint==1.38.0)
+# data_synth's similarity histogram (data/harness/plot.py).
+PIP_PACKAGES+=(matplotlib)
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
@@ -39,7 +41,7 @@ import importlib.metadata as m, sys
 want = {"torch": "2.11.0", "transformers": "5.23.0", "tokenizers": "0.23.3", "nvidia-nvml-dev": "13.0.87"}
 for name, version in want.items():
     if not m.version(name).startswith(version): sys.exit(1)
-import safetensors, numpy, kubernetes_validate, yamllint
+import safetensors, numpy, kubernetes_validate, yamllint, matplotlib
 PY
 then
   echo "setup: pip install ${PIP_PACKAGES[*]}"
