@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "tools/cli/eval_cmd.h"
 #include "tools/cli/job_cmd.h"
 
 namespace {
@@ -16,6 +17,7 @@ struct Subcommand {
 
 constexpr Subcommand kSubcommands[] = {
     {"job", kernelrl::cli::JobMain, "submit | get | watch | cancel | list learner jobs"},
+    {"eval", kernelrl::cli::EvalMain, "run a policy over a task set; Table-1 report (JSON, Markdown, PNG)"},
 };
 
 int Usage(FILE* out) {

@@ -1,0 +1,46 @@
+// EvalReport: Table 1 of the CUDA Agent paper from per-task results.
+//
+// Per task the best verdict over all its rollouts and turns is scored
+// (best-in-trajectory: the OK verdict with the highest speed-up over
+// torch.compile). Per level and overall:
+//   pass rate            correct solutions / tasks
+//   faster than eager    correct and speedup_vs_eager > 1 (no 5% margin,
+//   faster than compile  as in the paper's metric; the reward has the margin)
+//   geomean speed-ups    over correct, profiled solutions only
+// plus the outcome breakdown. Rendered as JSON and Markdown.
+#ifndef KERNELRL_ACTOR_EVAL_REPORT_H_
+#define KERNELRL_ACTOR_EVAL_REPORT_H_
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "proto/verdict.pb.h"
+
+namespace kernelrl::actor {
+
+struct TaskResult {
+  std::string task_id;
+  int level = 0;
+  v1::Verdict best;
+  int rollouts = 0;
+  double wall_seconds = 0;
+  int turns = 0;
+  std::string stop_reason;
+};
+
+struct LevelSummary {
+  std::string name;  // "level1", ..., "overall".
+  int tasks = 0, passed = 0, faster_eager = 0, faster_compile = 0, profiled = 0;
+  double geomean_eager = 0, geomean_compile = 0;  // 0 when nothing was profiled.
+  std::map<std::string, int> outcomes;
+  std::vector<double> speedups_eager, speedups_compile;  // Of correct, profiled solutions.
+};
+
+std::vector<LevelSummary> Summarize(const std::vector<TaskResult>& results);
+std::string ReportJson(const std::vector<TaskResult>& results, const std::vector<LevelSummary>& levels);
+std::string ReportMarkdown(const std::vector<TaskResult>& results, const std::vector<LevelSummary>& levels);
+
+}  // namespace kernelrl::actor
+
+#endif  // KERNELRL_ACTOR_EVAL_REPORT_H_
