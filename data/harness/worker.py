@@ -256,20 +256,23 @@ def probe(req):
             else:
                 facts["indistinguishable_fraction"] = 0.0
             del ya2, yb, fa
-            backend = req.get("compile_backend", "")
-            if backend:
-                stage = "compile"
-                torch._dynamo.reset()
-                compiled = torch.compile(model, backend=backend)
-                with torch.no_grad():
-                    yc = _first_tensor(compiled(*xa))
-                if yc is None or yc.shape != ya.shape:
-                    raise RuntimeError("compiled output shape differs from eager")
-                facts["compile_max_abs_diff"] = \
-                    (torch.nan_to_num(yc.to(finite.dtype)) - finite).abs().max().item()
-                del yc, compiled
             if dev == "cuda":
                 torch.cuda.synchronize()
+        # Outside the lock: tracing and compiling are CPU work; holding the shared
+        # lock through them would stall every timer behind the slowest compile.
+        # The compiled call's own GPU time may overlap a timed block of another
+        # worker (one call against a median of several).
+        backend = req.get("compile_backend", "")
+        if backend:
+            stage = "compile"
+            torch._dynamo.reset()
+            compiled = torch.compile(model, backend=backend)
+            with torch.no_grad():
+                yc = _first_tensor(compiled(*xa))
+            if yc is None or yc.shape != ya.shape:
+                raise RuntimeError("compiled output shape differs from eager")
+            facts["compile_max_abs_diff"] = (torch.nan_to_num(yc.to(finite.dtype)) - finite).abs().max().item()
+            del yc, compiled
     except Exception as e:  # noqa: BLE001 - a failing task is a fact, not a worker failure
         facts["error_stage"] = "oom" if _is_oom(e) else stage
         facts["error"] = f"{type(e).__name__}: {e}"[:600]
