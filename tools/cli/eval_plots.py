@@ -23,7 +23,8 @@ def main(report_path, out):
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
     for ax, key, title in [(axes[0], "speedups_vs_eager", "vs eager"), (axes[1], "speedups_vs_compile", "vs torch.compile")]:
         data = [l[key] or [float("nan")] for l in levels]
-        ax.boxplot(data, labels=[l["level"] for l in levels], showfliers=False)
+        ax.boxplot(data, showfliers=False)
+        ax.set_xticks(range(1, len(levels) + 1), [l["level"] for l in levels])
         for i, d in enumerate(data):
             ax.scatter([i + 1 + 0.08 * ((j % 5) - 2) for j in range(len(d))], d, s=14, alpha=0.7)
         ax.axhline(1.0, color="gray", lw=0.8, ls="--")
