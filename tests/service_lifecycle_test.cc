@@ -163,13 +163,13 @@ TEST_P(ServiceLifecycleTest, PortInUseFailsWithExit1) {
   EXPECT_NE(second.Log().find("cannot start: cannot listen for gRPC"), std::string::npos) << second.Log();
 }
 
-// RPCs whose core does not exist yet say so instead of pretending to work.
-TEST(UnimplementedTest, LearnerJobApiAnswersUnimplemented) {
+// The job API validates on submit: a bad spec is INVALID_ARGUMENT naming the field, never a job.
+TEST(LearnerJobApiTest, BadSpecIsInvalidArgumentNamingTheField) {
   const std::string port_file = TempDir() + "/learner_unimpl.ports";
   std::remove(port_file.c_str());
   Subprocess process("learner/learner_main",
                      {"--set=server.grpc_port=0", "--set=server.metrics_port=-1", "--set=server.port_file=" + port_file,
-                      "--set=server.drain_seconds=0"},
+                      "--set=server.drain_seconds=0", "--set=state_dir=" + TempDir() + "/learner_state"},
                      TempDir() + "/learner_unimpl.log");
   int grpc_port = 0, metrics_port = 0;
   ASSERT_TRUE(ReadPortFile(port_file, 20, &grpc_port, &metrics_port)) << process.Log();
@@ -180,7 +180,9 @@ TEST(UnimplementedTest, LearnerJobApiAnswersUnimplemented) {
   kernelrl::v1::SubmitJobRequest request;
   request.mutable_spec()->set_name("probe");
   kernelrl::v1::Job job;
-  EXPECT_EQ(stub->SubmitJob(&context, request, &job).error_code(), grpc::StatusCode::UNIMPLEMENTED);
+  const grpc::Status status = stub->SubmitJob(&context, request, &job);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
+  EXPECT_NE(status.error_message().find("base_checkpoint"), std::string::npos) << status.error_message();
   process.Signal(SIGTERM);
   ASSERT_TRUE(process.Wait(10));
   EXPECT_EQ(process.exit_code(), 0);

@@ -1,6 +1,8 @@
 #include "learner/rl/jobs.h"
 
 #include <dirent.h>
+
+#include <filesystem>
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -39,8 +41,8 @@ void JobContext::SetIngest(Ingest* ingest) {
 }
 
 absl::StatusOr<std::unique_ptr<JobManager>> JobManager::Open(const std::string& state_dir, JobRunnerFactory factory) {
-  ::mkdir(state_dir.c_str(), 0755);
-  ::mkdir((state_dir + "/jobs").c_str(), 0755);
+  std::error_code ec;  // the state dir and its parents, like mkdir -p; opendir below reports failure
+  std::filesystem::create_directories(state_dir + "/jobs", ec);
   std::unique_ptr<JobManager> m(new JobManager(state_dir, std::move(factory)));
   DIR* d = ::opendir((state_dir + "/jobs").c_str());
   if (d == nullptr) return absl::InternalError(absl::StrCat("cannot open ", state_dir, "/jobs"));
@@ -72,7 +74,7 @@ JobManager::~JobManager() {
     stop_ = true;
     changed_.SignalAll();
   }
-  worker_.join();
+  if (worker_.joinable()) worker_.join();  // Open may fail before the worker starts
 }
 
 absl::Status JobManager::PersistLocked(Entry* e) {
