@@ -2,8 +2,10 @@
 // against a CPU sandbox worker (SandboxService over a port, reached through
 // the SandboxPool), and the trajectories reach an in-process Learner exactly
 // as they were built: ids, masks, log-probs, turns.
+#include <algorithm>
 #include <thread>
 
+#include "actor/actor.h"
 #include "actor/learner_client.h"
 #include "actor/rollout.h"
 #include "actor/sandbox_pool.h"
@@ -121,14 +123,51 @@ TEST(ActorEndToEndTest, ScriptedRolloutsAgainstCpuSandboxReachTheLearnerIntact) 
   EXPECT_TRUE((*acks)[1].accepted());
   EXPECT_FALSE((*acks)[2].accepted());
   EXPECT_EQ((*acks)[2].reason(), "stale policy version");
-  absl::MutexLock l(&learner.mu);
-  ASSERT_EQ(learner.received.size(), batch.size());
-  for (size_t i = 0; i < batch.size(); ++i) {
-    EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(learner.received[i], batch[i])) << i;
-    const v1::Trajectory& t = learner.received[i].trajectory();
-    EXPECT_EQ(t.token_ids_size(), t.loss_mask_size());
-    EXPECT_EQ(t.token_ids_size(), t.logprobs_size());
+  {
+    absl::MutexLock l(&learner.mu);
+    ASSERT_EQ(learner.received.size(), batch.size());
+    for (size_t i = 0; i < batch.size(); ++i) {
+      EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(learner.received[i], batch[i])) << i;
+      const v1::Trajectory& t = learner.received[i].trajectory();
+      EXPECT_EQ(t.token_ids_size(), t.loss_mask_size());
+      EXPECT_EQ(t.token_ids_size(), t.logprobs_size());
   }
+  }
+  // The Actor's workers: lease -> rollout -> push, two at a time, until the queue is empty.
+  {
+    absl::MutexLock lock(&learner.mu);
+    for (const char* name : {"relu", "linear_relu"}) {
+      learner.tasks.push_back(*sandbox::ReadTaskFile(absl::StrCat("sandbox/testdata/cpu_tasks/", name, ".py"),
+                                                     absl::StrCat("cpu/", name)));
+    }
+  }
+  v1::ActorConfig actor_config;
+  actor_config.set_concurrent_rollouts(2);
+  actor_config.set_actor_id("actor-e2e");
+  actor_config.mutable_learner()->set_lease_backoff_seconds(0.1);
+  MetricsRegistry actor_metrics;
+  Actor actor(&runner, &client, actor_config, &actor_metrics);
+  actor.Start();
+  for (int i = 0; i < 600; ++i) {
+    {
+      absl::MutexLock lock(&learner.mu);
+      if (learner.received.size() == batch.size() + 2) break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  actor.Stop();
+  {
+    absl::MutexLock lock(&learner.mu);
+    ASSERT_EQ(learner.received.size(), batch.size() + 2);
+    std::vector<std::string> tasks = {learner.received[3].trajectory().task_id(), learner.received[4].trajectory().task_id()};
+    std::sort(tasks.begin(), tasks.end());
+    EXPECT_EQ(tasks, (std::vector<std::string>{"cpu/linear_relu", "cpu/relu"}));
+    EXPECT_EQ(learner.received[3].trajectory().final_verdict().outcome(), v1::Verdict::OK);
+  }
+  const std::string text = actor_metrics.Expose();
+  EXPECT_NE(text.find("kernelrl_actor_pushes_total{result=\"accepted\"} 2"), std::string::npos) << text;
+  EXPECT_NE(text.find("kernelrl_actor_rollouts_total{stop_reason=\"submitted\"} 2"), std::string::npos) << text;
+  EXPECT_NE(text.find("kernelrl_actor_tool_calls_total{tool=\"Profile\"} 2"), std::string::npos) << text;
   sandbox_server->Shutdown();
   learner_server->Shutdown();
 }
