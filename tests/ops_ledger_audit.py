@@ -11,9 +11,11 @@ Findings:
   lost:       ACCEPTED but neither (validly) TRAINED nor DROPPED nor INFRA_ERROR;
   phantom:    TRAINED or DROPPED without ever being ACCEPTED.
 
-  python3 tests/ops_ledger_audit.py LEDGER [--allow_buffered=N]
-prints a summary and exits 1 on any finding (up to N accepted trajectories may still sit
-untrained in the buffer when the job ended).
+  python3 tests/ops_ledger_audit.py LEDGER [--buffered=N] [--trajectories_dir=DIR]
+prints a summary and exits 1 on any finding. --buffered: the job ended with exactly N accepted
+trajectories still untrained in its buffer (its buffer_depth), so exactly N may be untrained.
+--trajectories_dir: the job's durable trajectory files (hex-encoded ids): every accepted
+trajectory must have one, and no file may lack an ACCEPTED record.
 """
 import collections
 import json
@@ -59,24 +61,35 @@ def audit(records):
 
 
 def main(argv):
-    allow_buffered = 0
+    buffered, trajectories_dir = 0, None
     paths = []
     for a in argv[1:]:
-        if a.startswith("--allow_buffered="):
-            allow_buffered = int(a.split("=", 1)[1])
+        if a.startswith("--buffered="):
+            buffered = int(a.split("=", 1)[1])
+        elif a.startswith("--trajectories_dir="):
+            trajectories_dir = a.split("=", 1)[1]
         else:
             paths.append(a)
     if len(paths) != 1:
         print(__doc__)
         return 2
-    result = audit(read(paths[0]))
+    records = read(paths[0])
+    result = audit(records)
     print(f"ledger {paths[0]}: {result['counts']}")
     print(f"  {result['accepted']} trajectories accepted, {result['trained']} trained once "
           f"(steps {result['steps']}), {result['dropped']} dropped, {len(result['lost'])} untrained, "
           f"{len(result['duplicated'])} duplicated, {len(result['phantom'])} phantom")
     bad = result["duplicated"] + result["phantom"]
-    if len(result["lost"]) > allow_buffered:
-        bad += [f"{t} accepted but never trained or dropped" for t in result["lost"]]
+    if len(result["lost"]) != buffered:
+        bad += [f"{len(result['lost'])} accepted trajectories untrained, the buffer holds {buffered}"]
+        bad += [f"{t} accepted but never trained or dropped" for t in result["lost"]][:20]
+    if trajectories_dir is not None:
+        import os
+        on_disk = {bytes.fromhex(os.path.splitext(n)[0]).decode() for n in os.listdir(trajectories_dir)}
+        accepted = {r.get("trajectory_id") for r in records if r.get("kind") == "ACCEPTED"}
+        bad += [f"{t} accepted but not durable in {trajectories_dir}" for t in sorted(accepted - on_disk)]
+        bad += [f"{t} stored without an ACCEPTED record" for t in sorted(on_disk - accepted)]
+        print(f"  {len(on_disk)} trajectory files, one per accepted trajectory: {on_disk == accepted}")
     for b in bad:
         print("  FINDING:", b)
     return 1 if bad else 0

@@ -92,7 +92,18 @@ def main():
         with open(path, "a") as f:
             f.write(json.dumps({"kind": "ACCEPTED", "trajectory_id": "late-one"}) + "\n")
         assert subprocess.run([sys.executable, script, path], capture_output=True).returncode == 1
-        assert subprocess.run([sys.executable, script, path, "--allow_buffered=1"]).returncode == 0
+        assert subprocess.run([sys.executable, script, path, "--buffered=1"]).returncode == 0
+        assert subprocess.run([sys.executable, script, path, "--buffered=2"], capture_output=True).returncode == 1
+        # Durable files: one per accepted id (hex-encoded names, as the learner writes them).
+        store = os.path.join(tmp, "trajectories")
+        os.makedirs(store)
+        ids = {r["trajectory_id"] for r in records if r["kind"] == "ACCEPTED"} | {"late-one"}
+        for t in ids:
+            open(os.path.join(store, t.encode().hex() + ".pb"), "w").close()
+        args = [sys.executable, script, path, "--buffered=1", "--trajectories_dir=" + store]
+        assert subprocess.run(args).returncode == 0
+        os.remove(os.path.join(store, "late-one".encode().hex() + ".pb"))
+        assert subprocess.run(args, capture_output=True).returncode == 1
     print(f"ledger audit: 20 simulated runs ({rollbacks} rollbacks) clean; 4 fault kinds found each time")
 
 

@@ -35,8 +35,9 @@ namespace fs = std::filesystem;
 
 constexpr char kUsage[] =
     "usage: kernelrl up [--actors=N] [--check] [--job=quickstart|none] [--job_spec=FILE]\n"
-    "                   [--backend=auto|cpu|cuda] [--run_dir=DIR] [--bin_dir=DIR]\n"
-    "                   [--ready_timeout_s=S] [--job_timeout_s=S] [--set=SERVICE.FIELD=VALUE ...]\n"
+    "                   [--backend=auto|cpu|cuda] [--run_dir=DIR] [--bin_dir=DIR] [--repo_dir=DIR]\n"
+    "                   [--ready_timeout_s=S] [--job_timeout_s=S] [--stall_timeout_s=S]\n"
+    "                   [--set=SERVICE.FIELD=VALUE ...]\n"
     "Starts learner, sandbox, profiler and N actors as supervised processes on this machine,\n"
     "runs the quickstart job and prints its progress (tools/cli/up_cmd.h).\n";
 
@@ -48,8 +49,10 @@ struct UpOptions {
   std::string backend = "auto";
   std::string run_dir;
   std::string bin_dir;
+  std::string repo_dir;  // Source tree: tools/cli/up_quickstart.py, sandbox/solutions/cpu.
   double ready_timeout_s = 180;
   double job_timeout_s = 1800;
+  double stall_timeout_s = 300;  // No change to the job for this long: fail.
   std::map<std::string, std::vector<std::string>> sets;  // service -> ["--set=field=value", ...]
 };
 
@@ -76,13 +79,15 @@ absl::StatusOr<UpOptions> ParseFlags(int argc, char** argv) {
     } else if (value("--job=", &o.job)) {
       if (o.job != "quickstart" && o.job != "none") return absl::InvalidArgumentError("--job: quickstart or none");
     } else if (value("--job_spec=", &o.job_spec_file) || value("--run_dir=", &o.run_dir) ||
-               value("--bin_dir=", &o.bin_dir)) {
+               value("--bin_dir=", &o.bin_dir) || value("--repo_dir=", &o.repo_dir)) {
     } else if (value("--backend=", &o.backend)) {
       if (o.backend != "auto" && o.backend != "cpu" && o.backend != "cuda") {
         return absl::InvalidArgumentError("--backend: auto, cpu or cuda");
       }
     } else if (value("--ready_timeout_s=", &v)) {
       if (!absl::SimpleAtod(v, &o.ready_timeout_s)) return absl::InvalidArgumentError("--ready_timeout_s: " + v);
+    } else if (value("--stall_timeout_s=", &v)) {
+      if (!absl::SimpleAtod(v, &o.stall_timeout_s)) return absl::InvalidArgumentError("--stall_timeout_s: " + v);
     } else if (value("--job_timeout_s=", &v)) {
       if (!absl::SimpleAtod(v, &o.job_timeout_s)) return absl::InvalidArgumentError("--job_timeout_s: " + v);
     } else if (value("--set=", &v)) {
@@ -115,6 +120,36 @@ absl::StatusOr<std::string> FindBinDir(const std::string& flag) {
     if (access((c + "/learner/learner_main").c_str(), X_OK) == 0) return c;
   }
   return absl::NotFoundError("service binaries not found (build them, or pass --bin_dir=bazel-bin)");
+}
+
+// The source tree: --repo_dir, else the binaries' runfiles (tests), else the
+// working directory (tools/run_local.sh runs from the checkout).
+std::string FindRepoDir(const std::string& flag, const std::string& bin_dir) {
+  if (!flag.empty()) return flag;
+  for (const std::string& c : {bin_dir, fs::current_path().string()}) {
+    if (access((c + "/tools/cli/up_quickstart.py").c_str(), R_OK) == 0) return c;
+  }
+  return fs::current_path().string();
+}
+
+// What the quickstart job trains on, written by tools/cli/up_quickstart.py.
+struct QuickstartAssets {
+  std::string model_dir, task_set, solutions_dir, skill_path;
+};
+
+absl::StatusOr<QuickstartAssets> MakeQuickstartAssets(const std::string& repo, const std::string& run_dir) {
+  const std::string out = run_dir + "/quickstart";
+  QuickstartAssets assets{out + "/model", out + "/tasks.jsonl", repo + "/sandbox/solutions/cpu",
+                          repo + "/sandbox/SKILL.md"};
+  if (access((assets.model_dir + "/tokenizer.json").c_str(), R_OK) == 0 && access(assets.task_set.c_str(), R_OK) == 0) {
+    return assets;  // Made by an earlier run in this directory.
+  }
+  const std::string cmd = absl::StrCat("python3 '", repo, "/tools/cli/up_quickstart.py' '", out, "' '", repo, "' > '",
+                                       run_dir, "/quickstart.log' 2>&1");
+  if (system(cmd.c_str()) != 0) {
+    return absl::InternalError(absl::StrCat("tools/cli/up_quickstart.py failed; see ", run_dir, "/quickstart.log"));
+  }
+  return assets;
 }
 
 std::map<std::string, int> ReadPorts(const std::string& path) {
@@ -220,8 +255,8 @@ struct Process {
 
 class Cluster {
  public:
-  Cluster(const UpOptions& o, std::string bin_dir, Console* console)
-      : o_(o), bin_dir_(std::move(bin_dir)), console_(console),
+  Cluster(const UpOptions& o, std::string bin_dir, std::vector<std::string> actor_args, Console* console)
+      : o_(o), bin_dir_(std::move(bin_dir)), actor_args_(std::move(actor_args)), console_(console),
         sup_(RestartPolicy{}, [console](const SupervisorEvent& e) { console->Event(e); }) {}
 
   std::vector<std::string> Argv(const Process& p) const {
@@ -275,9 +310,13 @@ class Cluster {
     const std::string learner = absl::StrCat("127.0.0.1:", processes_[0].grpc_port);
     const std::string sandbox = absl::StrCat("127.0.0.1:", processes_[1].grpc_port);
     for (int i = 0; i < o_.actors; ++i) {
-      processes_.push_back({absl::StrCat("actor-", i), "actor",
-                            {"--set=learner_address=" + learner, "--set=policy_address=" + learner,
-                             "--set=sandbox_address=" + sandbox}});
+      Process actor{absl::StrCat("actor-", i), "actor",
+                    {"--set=learner_address=" + learner, "--set=policy_address=" + learner,
+                     "--set=sandbox_address=" + sandbox, "--set=sandbox.target=ipv4:" + sandbox,
+                     "--set=policy.address=" + learner, absl::StrCat("--set=actor_id=actor-", i),
+                     absl::StrCat("--set=rollout.workspace_root=", o_.run_dir, "/actor-", i, "-workspaces")}};
+      actor.own_args.insert(actor.own_args.end(), actor_args_.begin(), actor_args_.end());
+      processes_.push_back(std::move(actor));
     }
     for (size_t i = 3; i < processes_.size(); ++i) {
       if (absl::Status s = StartAndPin(processes_[i], deadline); !s.ok()) return s;
@@ -326,6 +365,7 @@ class Cluster {
  private:
   const UpOptions& o_;
   const std::string bin_dir_;
+  const std::vector<std::string> actor_args_;  // The policy the actors run (the quickstart's scripted one).
   Console* console_;
   Supervisor sup_;
   std::vector<Process> processes_;
@@ -353,7 +393,7 @@ int UpMain(int argc, char** argv) {
     return 2;
   }
   UpOptions o = *parsed;
-  v1::JobSpec spec = QuickstartJobSpec();
+  v1::JobSpec spec;
   if (!o.job_spec_file.empty()) {
     std::ifstream in(o.job_spec_file);
     std::stringstream text;
@@ -380,7 +420,24 @@ int UpMain(int argc, char** argv) {
 
   Console console(o.run_dir);
   console.Line("logs and status in " + o.run_dir);
-  Cluster cluster(o, *bin_dir, &console);
+  std::vector<std::string> actor_args;
+  // Every mode needs the tokenizer (actors load it at start); the quickstart job
+  // also trains the model on the task set.
+  {
+    const std::string repo = FindRepoDir(o.repo_dir, *bin_dir);
+    absl::StatusOr<QuickstartAssets> assets = MakeQuickstartAssets(repo, o.run_dir);
+    if (!assets.ok()) {
+      console.Line(std::string(assets.status().message()));
+      return 1;
+    }
+    console.Line(absl::StrCat("quickstart: tiny random model ", assets->model_dir, ", tasks ", assets->task_set,
+                              ", scripted policy replaying ", assets->solutions_dir));
+    if (o.job_spec_file.empty()) spec = QuickstartJobSpec(assets->model_dir, assets->task_set);
+    actor_args = {"--set=policy.kind=scripted", "--set=policy.scripted_solutions_dir=" + assets->solutions_dir,
+                  "--set=tokenizer_path=" + assets->model_dir + "/tokenizer.json",
+                  "--set=rollout.skill_path=" + assets->skill_path};
+  }
+  Cluster cluster(o, *bin_dir, actor_args, &console);
   if (absl::Status s = cluster.Start(); !s.ok()) {
     console.Line("FAILED to start the cluster: " + std::string(s.message()));
     cluster.Stop();
@@ -396,7 +453,8 @@ int UpMain(int argc, char** argv) {
   int code = 0;
   if (o.job == "quickstart") {
     const absl::Time t0 = absl::Now();
-    absl::StatusOr<v1::Job> job = RunJob(cluster.LearnerAddress(), spec, t0 + absl::Seconds(o.job_timeout_s), stop,
+    absl::StatusOr<v1::Job> job = RunJob(cluster.LearnerAddress(), spec, t0 + absl::Seconds(o.job_timeout_s),
+                                         absl::Seconds(o.stall_timeout_s), stop,
                                          [&](const std::string& line) { console.Line(line); });
     if (job.ok()) {
       std::istringstream report(FinalReport(*job, absl::Now() - t0));

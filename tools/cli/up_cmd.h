@@ -1,7 +1,8 @@
 // `kernelrl up`: the embedded single-machine cluster (README's first command).
 //
 //   kernelrl up [--actors=N] [--check] [--job=quickstart|none] [--job_spec=FILE]
-//               [--backend=auto|cpu|cuda] [--run_dir=DIR] [--bin_dir=DIR]
+//               [--backend=auto|cpu|cuda] [--run_dir=DIR] [--bin_dir=DIR] [--repo_dir=DIR]
+//               [--ready_timeout_s=S] [--job_timeout_s=S] [--stall_timeout_s=S]
 //               [--set=SERVICE.FIELD=VALUE ...]
 //
 // Starts learner, sandbox, profiler and N actors (default 2) as supervised
@@ -18,12 +19,19 @@
 //   up.log         the supervisor's events (starts, exits, restarts), as printed
 //   up.status      one line per process: name pid restarts state (rewritten on
 //                  every event; tests read pids from it)
+//   learner-state/ the learner's state_dir (jobs, ledgers, checkpoints)
+//   quickstart/    the quickstart job's tiny random model and task set
 //
 // Then: --check reports every service's grpc.health.v1 status and stops (exit 0
-// only if all are SERVING). Otherwise it submits the quickstart job (--job) to
-// the learner, prints progress (stage, step, policy version, the job's metrics:
-// rollouts, verdicts, reward) as it changes, prints a final report, and stops
-// the cluster; --job=none keeps the cluster running until Ctrl-C / SIGTERM.
+// only if all are SERVING). Otherwise it submits a job to the learner and
+// prints its progress (state, step, policy version, the job's metrics) as it
+// changes, a final report and the restarts, then stops the cluster. The job is
+// --job_spec (a kernelrl.v1.JobSpec in text format) or the quickstart: a tiny
+// random model and the CPU-sized tasks (tools/cli/up_quickstart.py, from
+// --repo_dir: default the runfiles or the working directory), two CPU PPO
+// updates, actors running the scripted policy over sandbox/solutions/cpu. It
+// fails after --job_timeout_s, or --stall_timeout_s without any change to the
+// job. --job=none keeps the cluster running until Ctrl-C / SIGTERM.
 // Exit codes: 0 success, 1 a service or the job failed, 2 bad flags.
 #ifndef KERNELRL_TOOLS_CLI_UP_CMD_H_
 #define KERNELRL_TOOLS_CLI_UP_CMD_H_

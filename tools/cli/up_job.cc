@@ -14,10 +14,27 @@
 namespace kernelrl::up {
 namespace {
 
+// Two agentic PPO updates of two trajectories each, on the CPU, the earlier
+// recipe stages skipped: enough to see leases, rollouts, verdicts, an update
+// and a new policy version in a minute or two.
 constexpr char kQuickstart[] = R"pb(
   name: "quickstart"
   max_steps: 2
-  rollouts_per_task: 2
+  rollouts_per_task: 1
+)pb";
+constexpr char kQuickstartHyperparameters[] = R"pb(
+  recipe {
+    single_turn_ppo { skip: true }
+    agent_warmup { skip: true }
+    rft { skip: true }
+    value_pretrain { skip: true }
+    agentic_ppo { steps: 2 max_turns: 8 }
+  }
+  batch { trajectories_per_step: 2 }
+  # The scripted policy samples with one fixed version: every trajectory is
+  # off-policy by construction, so the staleness bound must not reject it.
+  ingest { max_policy_lag: 1000 }
+  device { device: "cpu" dtype: "float32" }
 )pb";
 
 bool Finished(v1::Job::State s) {
@@ -32,9 +49,12 @@ std::unique_ptr<grpc::ClientContext> ContextUntil(absl::Time deadline) {
 
 }  // namespace
 
-v1::JobSpec QuickstartJobSpec() {
+v1::JobSpec QuickstartJobSpec(const std::string& base_checkpoint, const std::string& task_set) {
   v1::JobSpec spec;
   google::protobuf::TextFormat::ParseFromString(kQuickstart, &spec);
+  spec.set_base_checkpoint(base_checkpoint);
+  spec.set_task_set(task_set);
+  spec.set_hyperparameters_text(kQuickstartHyperparameters);
   return spec;
 }
 
@@ -64,7 +84,8 @@ std::string FinalReport(const v1::Job& job, absl::Duration took) {
 }
 
 absl::StatusOr<v1::Job> RunJob(const std::string& address, const v1::JobSpec& spec, absl::Time deadline,
-                               const std::atomic<bool>& stop, const std::function<void(const std::string&)>& print) {
+                               absl::Duration stall, const std::atomic<bool>& stop,
+                               const std::function<void(const std::string&)>& print) {
   auto stub = v1::Learner::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
   v1::SubmitJobRequest submit;
   *submit.mutable_spec() = spec;
@@ -85,6 +106,7 @@ absl::StatusOr<v1::Job> RunJob(const std::string& address, const v1::JobSpec& sp
   }
   print(absl::StrCat("submitted job ", job.id(), " (", spec.name(), ")"));
   std::string last_line;
+  absl::Time last_change = absl::Now();
   bool cancelled = false, unreachable = false;
   v1::GetJobRequest get;
   get.set_job_id(job.id());
@@ -105,7 +127,10 @@ absl::StatusOr<v1::Job> RunJob(const std::string& address, const v1::JobSpec& sp
       if (unreachable) print("learner reachable again; following the job");
       unreachable = false;
       const std::string line = ProgressLine(job);
-      if (line != last_line) print(line);
+      if (line != last_line) {
+        print(line);
+        last_change = absl::Now();
+      }
       last_line = line;
       if (Finished(job.state())) {
         ctx->TryCancel();
@@ -114,6 +139,11 @@ absl::StatusOr<v1::Job> RunJob(const std::string& address, const v1::JobSpec& sp
       }
     }
     const grpc::Status s = reader->Finish();
+    if (absl::Now() - last_change > stall) {
+      return absl::DeadlineExceededError(absl::StrCat("job ", job.id(), " made no progress for ",
+                                                      absl::FormatDuration(stall), " (are the actors leasing tasks? ",
+                                                      "see their logs)"));
+    }
     if (absl::Now() >= deadline) return absl::DeadlineExceededError(absl::StrCat("job ", job.id(), " still ", v1::Job::State_Name(job.state())));
     switch (s.error_code()) {
       case grpc::StatusCode::OK:

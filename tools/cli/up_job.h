@@ -17,8 +17,9 @@
 
 namespace kernelrl::up {
 
-// The default job: a few PPO steps of the scripted policy on the built-in tasks.
-v1::JobSpec QuickstartJobSpec();
+// The default job: two CPU PPO updates of a tiny model on the given tasks
+// (tools/cli/up_quickstart.py writes both), agentic stage only.
+v1::JobSpec QuickstartJobSpec(const std::string& base_checkpoint, const std::string& task_set);
 
 // "RUNNING step 3 policy v4 | reward_mean=0.50 rollouts=12 verdicts_ok=5".
 std::string ProgressLine(const v1::Job& job);
@@ -27,10 +28,12 @@ std::string FinalReport(const v1::Job& job, absl::Duration took);
 
 // Submits `spec` to the Learner at `address` and follows the job until it ends
 // (SUCCEEDED, FAILED, CANCELLED), `stop` becomes true (then the job is cancelled),
-// or `deadline`. `print` gets each progress line. UNIMPLEMENTED from SubmitJob
+// `deadline`, or `stall` passes without any change to the job (DEADLINE_EXCEEDED
+// either way). `print` gets each progress line. UNIMPLEMENTED from SubmitJob
 // means this learner has no job API.
 absl::StatusOr<v1::Job> RunJob(const std::string& address, const v1::JobSpec& spec, absl::Time deadline,
-                               const std::atomic<bool>& stop, const std::function<void(const std::string&)>& print);
+                               absl::Duration stall, const std::atomic<bool>& stop,
+                               const std::function<void(const std::string&)>& print);
 
 }  // namespace kernelrl::up
 
