@@ -30,7 +30,7 @@ rollouts_per_task: 1
 hyperparameters_text: "recipe { single_turn_ppo { skip: true } agent_warmup { skip: true } rft { skip: true } value_pretrain { skip: true } agentic_ppo { steps: 4 max_turns: 8 } } batch { trajectories_per_step: 2 } ingest { max_policy_lag: 1000 } device { device: \"cpu\" dtype: \"float32\" }"
 EOF2
 
-tests/ops_kernelrl_up --bin_dir="$PWD" --repo_dir="$PWD" --run_dir="$run" --job_spec="$tmp/job.textproto" \
+tools/cli/kernelrl up --bin_dir="$PWD" --repo_dir="$PWD" --run_dir="$run" --job_spec="$tmp/job.textproto" \
   --actors=2 --set=actor.concurrent_rollouts=2 --job_timeout_s=600 --stall_timeout_s=240 > "$tmp/up.out" 2>&1 &
 up=$!
 pids+=("$up")

@@ -13,7 +13,7 @@ cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 
 trap cleanup EXIT
 fail() { echo "FAIL: $*"; echo "--- up output"; cat "$tmp/up.out"; exit 1; }
 
-tests/ops_kernelrl_up --bin_dir="$PWD" --repo_dir="$PWD" --job=none --actors=2 --run_dir="$run" > "$tmp/up.out" 2>&1 &
+tools/cli/kernelrl up --bin_dir="$PWD" --repo_dir="$PWD" --job=none --actors=2 --run_dir="$run" > "$tmp/up.out" 2>&1 &
 up=$!
 pids+=("$up")
 wait_for() {  # wait_for SECONDS DESCRIPTION COMMAND...

@@ -11,8 +11,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tools/setup.sh
-# ops_kernelrl_up is `kernelrl up` (the same UpMain the tools/cli dispatcher registers).
 bazel build //learner:learner_main //sandbox:sandbox_main //profiler_service:profiler_main \
-  //actor:actor_main //tests:ops_kernelrl_up 2>&1 | tail -1
+  //actor:actor_main //tools/cli:kernelrl 2>&1 | tail -1
 bin="$(bazel info bazel-bin 2>/dev/null)"
-exec "$bin/tests/ops_kernelrl_up" --bin_dir="$bin" "$@"
+exec "$bin/tools/cli/kernelrl" up --bin_dir="$bin" --repo_dir="$PWD" "$@"

@@ -6,6 +6,7 @@
 
 #include "tools/cli/eval_cmd.h"
 #include "tools/cli/job_cmd.h"
+#include "tools/cli/up_cmd.h"
 
 namespace {
 
@@ -18,6 +19,7 @@ struct Subcommand {
 constexpr Subcommand kSubcommands[] = {
     {"job", kernelrl::cli::JobMain, "submit | get | watch | cancel | list learner jobs"},
     {"eval", kernelrl::cli::EvalMain, "run a policy over a task set; Table-1 report (JSON, Markdown, PNG)"},
+    {"up", kernelrl::up::UpMain, "the embedded cluster on this machine; runs the quickstart job (--check, --job=none)"},
 };
 
 int Usage(FILE* out) {

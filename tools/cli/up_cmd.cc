@@ -72,7 +72,9 @@ absl::StatusOr<UpOptions> ParseFlags(int argc, char** argv) {
       return true;
     };
     std::string v;
-    if (a == "--check") {
+    if (a == "--help" || a == "-h") {
+      return absl::CancelledError("help");
+    } else if (a == "--check") {
       o.check = true;
     } else if (value("--actors=", &v)) {
       if (!absl::SimpleAtoi(v, &o.actors) || o.actors < 0) return absl::InvalidArgumentError("--actors: " + v);
@@ -388,6 +390,10 @@ void WatchSignals(std::atomic<bool>* stop) {
 
 int UpMain(int argc, char** argv) {
   absl::StatusOr<UpOptions> parsed = ParseFlags(argc, argv);
+  if (absl::IsCancelled(parsed.status())) {
+    std::cout << kUsage;
+    return 0;
+  }
   if (!parsed.ok()) {
     std::cerr << parsed.status().message() << "\n" << kUsage;
     return 2;
