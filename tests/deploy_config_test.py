@@ -16,6 +16,7 @@ For every kustomization (overlays/cpu-only, overlays/gpu, monitoring):
 import copy
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -164,6 +165,19 @@ def check_overlay(name, docs, tmp):
     for app_name, (w, _, _) in apps.items():
         matching = [b for b in budgets if selects(b["spec"]["selector"]["matchLabels"], w)]
         assert len(matching) == 1, f"{name}: {app_name} has {len(matching)} PodDisruptionBudgets"
+
+    # The actor reaches the learner and the sandboxes through their headless Services.
+    ports_of = {s["metadata"]["name"]: {p["port"] for p in s["spec"]["ports"]} for s in kinds["Service"]}
+    actor_config = apps["actor"][1]
+    for key in ("learner_address", "address", "target"):
+        value = config_field(actor_config, key) or ""
+        match = re.fullmatch(r"dns:///([a-z0-9-]+)\.kernelrl\.svc\.cluster\.local:(\d+)", value)
+        assert match and int(match.group(2)) in ports_of.get(match.group(1), ()), \
+            f"{name}: actor {key} {value!r} names no Service port"
+    actor_mounts = [m["mountPath"] for m in apps["actor"][0]["spec"]["template"]["spec"]["containers"][0]["volumeMounts"]]
+    for key in ("tokenizer_path", "workspace_root"):
+        value = config_field(actor_config, key) or ""
+        assert any(value.startswith(m + "/") for m in actor_mounts), f"{name}: actor {key} {value} on no volume"
 
     # GPUs: the gpu overlay gives sandbox, learner and profiler one each; cpu-only none,
     # and its sandbox runs the CPU backend.

@@ -17,4 +17,6 @@ for t in "${targets[@]}"; do
     grep -vE '/(libc|libm|libgcc_s|libstdc\+\+|ld-linux-x86-64|libpthread|libdl|librt|libcuda)\.so|/torch/|/usr/local/cuda' |
     xargs -r -I{} cp -nL {} "$dest/lib/"
 done
+# The agent's skill file the actors put in every workspace (ActorConfig rollout.skill_path).
+mkdir -p "$dest/sandbox" && cp sandbox/SKILL.md "$dest/sandbox/SKILL.md"
 echo "staged $(du -sh "$dest" | cut -f1) into $dest"
