@@ -36,6 +36,7 @@ namespace fs = std::filesystem;
 constexpr char kUsage[] =
     "usage: kernelrl up [--actors=N] [--check] [--job=quickstart|none] [--job_spec=FILE]\n"
     "                   [--backend=auto|cpu|cuda] [--run_dir=DIR] [--bin_dir=DIR] [--repo_dir=DIR]\n"
+    "                   [--shared_dir=DIR]\n"
     "                   [--ready_timeout_s=S] [--job_timeout_s=S] [--stall_timeout_s=S]\n"
     "                   [--set=SERVICE.FIELD=VALUE ...]\n"
     "Starts learner, sandbox, profiler and N actors as supervised processes on this machine,\n"
@@ -50,6 +51,8 @@ struct UpOptions {
   std::string run_dir;
   std::string bin_dir;
   std::string repo_dir;  // Source tree: tools/cli/up_quickstart.py, sandbox/solutions/cpu.
+  std::string shared_dir;  // Holds kernelbench/ (the GPU quickstart's tasks); default <repo>/../shared.
+  bool gpu = false;        // Resolved from --backend.
   double ready_timeout_s = 180;
   double job_timeout_s = 1800;
   double stall_timeout_s = 300;  // No change to the job for this long: fail.
@@ -81,7 +84,8 @@ absl::StatusOr<UpOptions> ParseFlags(int argc, char** argv) {
     } else if (value("--job=", &o.job)) {
       if (o.job != "quickstart" && o.job != "none") return absl::InvalidArgumentError("--job: quickstart or none");
     } else if (value("--job_spec=", &o.job_spec_file) || value("--run_dir=", &o.run_dir) ||
-               value("--bin_dir=", &o.bin_dir) || value("--repo_dir=", &o.repo_dir)) {
+               value("--bin_dir=", &o.bin_dir) || value("--repo_dir=", &o.repo_dir) ||
+               value("--shared_dir=", &o.shared_dir)) {
     } else if (value("--backend=", &o.backend)) {
       if (o.backend != "auto" && o.backend != "cpu" && o.backend != "cuda") {
         return absl::InvalidArgumentError("--backend: auto, cpu or cuda");
@@ -139,15 +143,20 @@ struct QuickstartAssets {
   std::string model_dir, task_set, solutions_dir, skill_path;
 };
 
-absl::StatusOr<QuickstartAssets> MakeQuickstartAssets(const std::string& repo, const std::string& run_dir) {
+// CPU: the CPU-sized tasks and their C++ solutions. GPU: KernelBench level 1
+// (from shared_dir) and the CUDA solutions.
+absl::StatusOr<QuickstartAssets> MakeQuickstartAssets(const std::string& repo, const std::string& run_dir,
+                                                      const std::string& shared_dir, bool gpu) {
   const std::string out = run_dir + "/quickstart";
-  QuickstartAssets assets{out + "/model", out + "/tasks.jsonl", repo + "/sandbox/solutions/cpu",
+  QuickstartAssets assets{out + "/model", out + "/tasks.jsonl",
+                          repo + (gpu ? "/sandbox/solutions/level1" : "/sandbox/solutions/cpu"),
                           repo + "/sandbox/SKILL.md"};
   if (access((assets.model_dir + "/tokenizer.json").c_str(), R_OK) == 0 && access(assets.task_set.c_str(), R_OK) == 0) {
     return assets;  // Made by an earlier run in this directory.
   }
-  const std::string cmd = absl::StrCat("python3 '", repo, "/tools/cli/up_quickstart.py' '", out, "' '", repo, "' > '",
-                                       run_dir, "/quickstart.log' 2>&1");
+  const std::string cmd =
+      absl::StrCat("python3 '", repo, "/tools/cli/up_quickstart.py' '", out, "' '", repo, "'",
+                   gpu ? absl::StrCat(" '--gpu=", shared_dir, "'") : "", " > '", run_dir, "/quickstart.log' 2>&1");
   if (system(cmd.c_str()) != 0) {
     return absl::InternalError(absl::StrCat("tools/cli/up_quickstart.py failed; see ", run_dir, "/quickstart.log"));
   }
@@ -299,7 +308,7 @@ class Cluster {
 
   absl::Status Start() {
     const absl::Time deadline = absl::Now() + absl::Seconds(o_.ready_timeout_s);
-    const bool gpu = o_.backend == "cuda" || (o_.backend == "auto" && GpuDevicePresent());
+    const bool gpu = o_.gpu;
     console_->Line(gpu ? "GPU present: the sandbox evaluates with its CUDA backend"
                        : "no GPU here: the sandbox evaluates with its CPU backend");
     // The learner's jobs, checkpoints and ledger survive its restarts here.
@@ -421,6 +430,7 @@ int UpMain(int argc, char** argv) {
     std::cerr << "--run_dir " << o.run_dir << ": " << ec.message() << "\n";
     return 2;
   }
+  o.gpu = o.backend == "cuda" || (o.backend == "auto" && GpuDevicePresent());
   std::atomic<bool> stop{false};
   WatchSignals(&stop);
 
@@ -431,14 +441,15 @@ int UpMain(int argc, char** argv) {
   // also trains the model on the task set.
   {
     const std::string repo = FindRepoDir(o.repo_dir, *bin_dir);
-    absl::StatusOr<QuickstartAssets> assets = MakeQuickstartAssets(repo, o.run_dir);
+    const std::string shared = o.shared_dir.empty() ? repo + "/../shared" : o.shared_dir;
+    absl::StatusOr<QuickstartAssets> assets = MakeQuickstartAssets(repo, o.run_dir, shared, o.gpu);
     if (!assets.ok()) {
       console.Line(std::string(assets.status().message()));
       return 1;
     }
     console.Line(absl::StrCat("quickstart: tiny random model ", assets->model_dir, ", tasks ", assets->task_set,
                               ", scripted policy replaying ", assets->solutions_dir));
-    if (o.job_spec_file.empty()) spec = QuickstartJobSpec(assets->model_dir, assets->task_set);
+    if (o.job_spec_file.empty()) spec = QuickstartJobSpec(assets->model_dir, assets->task_set, o.gpu);
     actor_args = {"--set=policy.kind=scripted", "--set=policy.scripted_solutions_dir=" + assets->solutions_dir,
                   "--set=tokenizer_path=" + assets->model_dir + "/tokenizer.json",
                   "--set=rollout.skill_path=" + assets->skill_path};

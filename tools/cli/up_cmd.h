@@ -2,6 +2,7 @@
 //
 //   kernelrl up [--actors=N] [--check] [--job=quickstart|none] [--job_spec=FILE]
 //               [--backend=auto|cpu|cuda] [--run_dir=DIR] [--bin_dir=DIR] [--repo_dir=DIR]
+//               [--shared_dir=DIR]
 //               [--ready_timeout_s=S] [--job_timeout_s=S] [--stall_timeout_s=S]
 //               [--set=SERVICE.FIELD=VALUE ...]
 //
@@ -27,9 +28,11 @@
 // prints its progress (state, step, policy version, the job's metrics) as it
 // changes, a final report and the restarts, then stops the cluster. The job is
 // --job_spec (a kernelrl.v1.JobSpec in text format) or the quickstart: a tiny
-// random model and the CPU-sized tasks (tools/cli/up_quickstart.py, from
-// --repo_dir: default the runfiles or the working directory), two CPU PPO
-// updates, actors running the scripted policy over sandbox/solutions/cpu. It
+// random model and tasks with scripted solutions (tools/cli/up_quickstart.py,
+// from --repo_dir: default the runfiles or the working directory), two PPO
+// updates, actors running the scripted policy. Without a GPU: the CPU-sized
+// tasks and sandbox/solutions/cpu; with one: KernelBench level 1 from
+// --shared_dir (default <repo>/../shared) and sandbox/solutions/level1. It
 // fails after --job_timeout_s, or --stall_timeout_s without any change to the
 // job. --job=none keeps the cluster running until Ctrl-C / SIGTERM.
 // Exit codes: 0 success, 1 a service or the job failed, 2 bad flags.

@@ -14,7 +14,7 @@
 namespace kernelrl::up {
 namespace {
 
-// Two agentic PPO updates of two trajectories each, on the CPU, the earlier
+// Two agentic PPO updates of two trajectories each (on the GPU if any), the earlier
 // recipe stages skipped: enough to see leases, rollouts, verdicts, an update
 // and a new policy version in a minute or two.
 constexpr char kQuickstart[] = R"pb(
@@ -34,7 +34,6 @@ constexpr char kQuickstartHyperparameters[] = R"pb(
   # The scripted policy samples with one fixed version: every trajectory is
   # off-policy by construction, so the staleness bound must not reject it.
   ingest { max_policy_lag: 1000 }
-  device { device: "cpu" dtype: "float32" }
 )pb";
 
 bool Finished(v1::Job::State s) {
@@ -49,12 +48,13 @@ std::unique_ptr<grpc::ClientContext> ContextUntil(absl::Time deadline) {
 
 }  // namespace
 
-v1::JobSpec QuickstartJobSpec(const std::string& base_checkpoint, const std::string& task_set) {
+v1::JobSpec QuickstartJobSpec(const std::string& base_checkpoint, const std::string& task_set, bool gpu) {
   v1::JobSpec spec;
   google::protobuf::TextFormat::ParseFromString(kQuickstart, &spec);
   spec.set_base_checkpoint(base_checkpoint);
   spec.set_task_set(task_set);
-  spec.set_hyperparameters_text(kQuickstartHyperparameters);
+  spec.set_hyperparameters_text(absl::StrCat(kQuickstartHyperparameters, " device { device: \"",
+                                             gpu ? "cuda" : "cpu", "\" dtype: \"float32\" }"));
   return spec;
 }
 

@@ -17,9 +17,10 @@
 
 namespace kernelrl::up {
 
-// The default job: two CPU PPO updates of a tiny model on the given tasks
-// (tools/cli/up_quickstart.py writes both), agentic stage only.
-v1::JobSpec QuickstartJobSpec(const std::string& base_checkpoint, const std::string& task_set);
+// The default job: two PPO updates of a tiny model on the given tasks
+// (tools/cli/up_quickstart.py writes both), agentic stage only, on the GPU
+// or the CPU.
+v1::JobSpec QuickstartJobSpec(const std::string& base_checkpoint, const std::string& task_set, bool gpu);
 
 // "RUNNING step 3 policy v4 | reward_mean=0.50 rollouts=12 verdicts_ok=5".
 std::string ProgressLine(const v1::Job& job);
