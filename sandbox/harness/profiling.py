@@ -27,7 +27,7 @@ import glob
 import hashlib
 import json
 import os
-import random
+import secrets
 import time
 
 import torch
@@ -146,7 +146,6 @@ class RemoteBackend:
         self.driver = driver
         self.nvml = nvml
         self.last = None
-        self.harness_tid = 0
         self.l2_bytes = 0
         self.report_cache = {}
         if self.name != "cuda":
@@ -224,7 +223,7 @@ def run_profile(job, task_module, model, driver, profile_seed, atol, rtol, resul
     nvml = nvml_mod.Nvml(0) if device == "cuda" else None
     backend = RemoteBackend(job, driver, nvml)
     open_calls = []
-    handover = [0]
+    handover_bytes = max(0, driver.poison_bytes - (1 << 20))  # the task's output bytes (set in verify)
     counter = iter(range(1 << 40))
 
     def close_open():
@@ -251,7 +250,6 @@ def run_profile(job, task_module, model, driver, profile_seed, atol, rtol, resul
         sample = {k: float(v) for k, v in (reply.get("sample") or {}).items()
                   if k in SAMPLE_FIELDS and isinstance(v, (int, float))}
         sample["outside_us"] = call["outside_us"]
-        handover[0] = max(0, driver.poison_bytes - (1 << 20))  # the task's output bytes (set in verify)
         if nvml is not None:
             reasons, throttled, clock_mhz, temp = nvml.sample()
             sample.update(throttle_reasons=reasons, throttled=throttled, sm_clock_mhz=clock_mhz,
@@ -272,7 +270,7 @@ def run_profile(job, task_module, model, driver, profile_seed, atol, rtol, resul
     report = {}
     try:
         runs, anchor = timing.run_protocol([("candidate", remote)], make_inputs, backend, cfg,
-                                           secrets_seed(), recheck=recheck,
+                                           secrets.randbits(62), recheck=recheck,
                                            error_prefix={"candidate": "candidate"})
         close_open()
         report = backend.report_cache
@@ -281,7 +279,7 @@ def run_profile(job, task_module, model, driver, profile_seed, atol, rtol, resul
         prof["error"] = f"harness: {e}"
     run = (runs or {}).get("candidate")
     if run is not None:
-        run["handover_bytes"] = float(handover[0])
+        run["handover_bytes"] = float(handover_bytes)
         run["harness_stream_ids"] = [int(x) for x in report.get("harness_stream_ids", [])][:4]
         prof["ok"] = not run["error"]
         prof["error"] = run["error"]
@@ -295,7 +293,3 @@ def run_profile(job, task_module, model, driver, profile_seed, atol, rtol, resul
         prof["measurement_file"] = path
     prof["wall_ms"] = (time.perf_counter() - t0) * 1e3
     return report
-
-
-def secrets_seed():
-    return random.SystemRandom().getrandbits(62)

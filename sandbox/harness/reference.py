@@ -113,19 +113,18 @@ class Driver:
         self.job, self.to_cand, self.slots, self.result = job, to_cand, slots, result
         self.reader = protocol.LineReader(from_cand)
         self.calls = 0
-        self.first_meta = None
         self.poison_bytes = 1 << 20
         self.expect_ready = False  # the executor says "ready" once its post-call checks are done
 
     def start(self, xs, refs):
         """Writes a call's inputs and sends it; returns the call record. The
-        outside clock starts here, before the inputs exist in shared memory."""
+        outside clock (call["outside_us"]) runs from the send to the reply; the
+        inputs reach shared memory only just before the send."""
         if self.expect_ready:
             self._read_until("ready")
             self.expect_ready = False
         j = self.calls
         self.calls += 1
-        t0 = time.perf_counter()
         self.slots.plan(xs, refs)
         region = self.slots.region_for(xs, refs, j)
         descs = self.slots.write_inputs(xs, region, j)
@@ -139,7 +138,7 @@ class Driver:
         t_send = time.perf_counter()
         if not _send(self.to_cand, msg):
             raise CandidateGone("candidate gone")
-        return {"id": j, "region": region, "descs": descs, "xs": xs, "t0": t0, "t_send": t_send}
+        return {"id": j, "region": region, "descs": descs, "xs": xs, "t_send": t_send}
 
     def _read_until(self, want, call_id=None):
         """The executor's next message of type `want` (logs and flags in between
@@ -174,12 +173,7 @@ class Driver:
         self.expect_ready = True
         call["outside_us"] = (time.perf_counter() - call["t_send"]) * 1e6
         call["reply"] = msg
-        if self.first_meta is None:
-            self.first_meta = msg.get("sample") or {}
         return msg
-
-    def call(self, xs, refs):
-        return self.finish(self.start(xs, refs))
 
     def mutated(self, call):
         """Did the candidate write to the call's inputs? (trusted: our own copy vs our memory)"""
