@@ -2,6 +2,7 @@
 // SERVING; on SIGTERM health turns NOT_SERVING while an in-flight call
 // finishes; the process exits 0 within drain + grace. Bad configuration gives
 // one clear error line and exit code 2.
+#include <cstdlib>
 #include <signal.h>
 
 #include <chrono>
@@ -37,8 +38,29 @@ struct Binary {
   std::vector<std::string> cpu_args = {};
 };
 
+// The actor needs a tokenizer to start: a small ChatML one made once, by the
+// fixture script the agent's tests use.
+std::string ActorTokenizer() {
+  static const std::string path = [] {
+    const std::string dir = TempDir() + "/actor_tokenizer";
+    const std::string cmd = "python3 agent/tokenizer/testdata/make_tokenizer_fixtures.py " + dir + " chat";
+    return std::system(cmd.c_str()) == 0 ? dir + "/tokenizer.json" : std::string();
+  }();
+  return path;
+}
+
 class ServiceLifecycleTest : public ::testing::TestWithParam<Binary> {
  protected:
+  // What this binary needs on a machine without a GPU, besides the server settings.
+  std::vector<std::string> BinaryArgs() const {
+    std::vector<std::string> args = GetParam().cpu_args;
+    if (std::string(GetParam().name) == "actor") {
+      args.push_back("--set=tokenizer_path=" + ActorTokenizer());
+      args.push_back("--set=rollout.workspace_root=" + TempDir() + "/actor_workspaces");
+    }
+    return args;
+  }
+
   std::unique_ptr<Subprocess> Start(const std::string& tag, std::vector<std::string> extra = {}) {
     port_file_ = TempDir() + "/" + GetParam().name + "_" + tag + ".ports";
     std::remove(port_file_.c_str());
@@ -46,7 +68,8 @@ class ServiceLifecycleTest : public ::testing::TestWithParam<Binary> {
                                      "--set=server.port_file=" + port_file_,
                                      "--set=server.drain_seconds=" + std::to_string(kDrainS),
                                      "--set=server.grace_seconds=" + std::to_string(kGraceS)};
-    args.insert(args.end(), GetParam().cpu_args.begin(), GetParam().cpu_args.end());
+    const std::vector<std::string> own = BinaryArgs();
+    args.insert(args.end(), own.begin(), own.end());
     args.insert(args.end(), extra.begin(), extra.end());
     return std::make_unique<Subprocess>(GetParam().path, args, TempDir() + "/" + GetParam().name + "_" + tag + ".log");
   }
@@ -154,7 +177,7 @@ TEST_P(ServiceLifecycleTest, PortInUseFailsWithExit1) {
   auto first = Start("first");
   int grpc_port = 0, metrics_port = 0;
   ASSERT_TRUE(ReadPortFile(port_file_, 20, &grpc_port, &metrics_port)) << first->Log();
-  std::vector<std::string> args = GetParam().cpu_args;
+  std::vector<std::string> args = BinaryArgs();
   args.push_back("--set=server.grpc_port=" + std::to_string(grpc_port));
   Subprocess second(GetParam().path, args,
                     TempDir() + "/" + GetParam().name + "_clash.log");
