@@ -199,7 +199,8 @@ def confine_fields(job, iso, caps=None, device="cpu"):
         fields.update(run_as_uid=SANDBOX_UID, run_as_gid=SANDBOX_GID)
     if not (iso.get("new_root", True) and iso.get("mount_ns", True) and caps.get("pivot_root", True)):
         return fields
-    ro = list(python_view()) + [os.path.dirname(p) for p in (job.get("kprof_lib"), job.get("verify_cuda_lib")) if p]
+    libs = [p for p in (job.get("kprof_lib"), job.get("verify_cuda_lib")) if p]
+    ro = list(python_view()) + sorted({os.path.dirname(q) for p in libs for q in (p, os.path.realpath(p))})
     dev = []
     if device == "cuda":
         ro += GPU_RO_PATHS

@@ -241,9 +241,9 @@ def run_profile(job, task_module, model, driver, profile_seed, atol, rtol, resul
         return [xs]
 
     def remote(xs):
-        call = driver.start(xs, None)
-        open_calls.append(call)
         try:
+            call = driver.start(xs, None)
+            open_calls.append(call)
             reply = driver.finish(call)
         except Exception as e:
             raise RuntimeError(str(e)) from e

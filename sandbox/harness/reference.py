@@ -132,7 +132,10 @@ class Driver:
             torch.cuda.synchronize()
         msg = {"type": "call", "id": j, "inputs": descs, "poison_bytes": self.poison_bytes,
                "release": self.job.get("release_each_call", False)}
-        exchange = self.slots.offer(region)
+        try:
+            exchange = self.slots.offer(region)  # the first call hands over the slot fd
+        except OSError as e:  # BrokenPipeError included: it exited (at import, say)
+            raise CandidateGone(f"candidate gone ({type(e).__name__})") from e
         if exchange:
             msg["exchange"] = exchange
         t_send = time.perf_counter()
@@ -279,9 +282,9 @@ def run(job, to_cand, from_cand, result_fd, xsock=-1):
         verified = True
         for i in range(n):
             dist, xs, refs = prepare(i)
-            call = driver.start(xs, refs)
-            t_call = time.perf_counter()
             try:
+                call = driver.start(xs, refs)
+                t_call = time.perf_counter()
                 driver.finish(call)
             except CandidateGone:
                 if result["candidate_error"] is None and not result["details"]:

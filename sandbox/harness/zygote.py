@@ -491,8 +491,10 @@ class Zygote:
         return ok, detail if ok else "recorder cycle wrong: " + detail + " " + json.dumps(report)[:200]
 
     def _cuda_probe(self, iso, root, recorder=""):
+        # The recorder's dir is bound into the probe's root exactly as into a
+        # profiled candidate's (a probe without it failed on the H100).
         job = {"scratch_dir": os.path.join(root, "scratch"), "exchange_dir": os.path.join(root, "exchange"),
-               "trusted_dir": os.path.join(root, "trusted"), "scratch_bytes": 16 << 20,
+               "trusted_dir": os.path.join(root, "trusted"), "scratch_bytes": 16 << 20, "kprof_lib": recorder,
                "host_memory_bytes": 32 << 30, "exchange_bytes": 64 << 20, "isolation": iso}
         for d in ("scratch", "exchange", "trusted"):
             os.makedirs(os.path.join(root, d), exist_ok=True)
