@@ -22,6 +22,7 @@
 #include "sandbox/contain/contain.h"
 #include "sandbox/contain/echo.h"
 #include "profiler_service/profiler_defaults.h"
+#include "sandbox/verify_outcome.h"
 #include "sandbox/workspace.h"
 
 namespace kernelrl::sandbox {
@@ -176,7 +177,7 @@ absl::StatusOr<std::unique_ptr<Evaluator>> Evaluator::Create(const SandboxConfig
     std::string dropped;
     for (const std::string& d : hello->isolation_dropped_for_cuda()) dropped += (dropped.empty() ? "" : ", ") + d;
     KLOG(WARNING) << "sandbox: CUDA does not initialise under [" << dropped
-                  << "] on this host: dropped for every job (zygote.log has the calibration)";
+                  << "] on this host: dropped for every job (the probes are logged above and in zygote.log)";
     e->dropped_for_cuda_ = dropped;
     for (const std::string& required : config.required_isolation()) {
       if (dropped.find(required) != std::string::npos) {
@@ -339,18 +340,19 @@ Verdict Evaluator::Run(const EvaluateRequest& request, const ProgressFn& progres
   }
   // The profile phase runs inside the verify job; its wall time is its own stage.
   AddStage(v, "verify", verify_ms - r->profile().wall_ms(), r->timings().candidate_cpu_ms());
-  for (const std::string& f : r->flags()) v.add_flags(f);
+  // The zygote reported facts; the outcome is decided here (verify_outcome.h).
+  const VerifyOutcome decided = DecideVerifyOutcome(job, *r);
+  for (const std::string& f : decided.flags) v.add_flags(f);
   for (const auto& [k, text] : r->logs()) {
     if (!text.empty()) (*v.mutable_logs())[k] = Tail(text, config_.log_tail_bytes());
   }
-  Verdict::Outcome outcome = Verdict::INFRA_ERROR;
-  if (!Verdict::Outcome_Parse(r->outcome(), &outcome)) outcome = Verdict::INFRA_ERROR;
-  note("verify", true, r->outcome());
+  const Verdict::Outcome outcome = decided.outcome;
+  note("verify", true, Verdict::Outcome_Name(outcome));
   if (outcome == Verdict::CRASH || outcome == Verdict::CUDA_ERROR || outcome == Verdict::TIMEOUT ||
       outcome == Verdict::INFRA_ERROR) {
     HealthProbeLocked(v);
   }
-  const std::string summary = r->summary().empty() ? r->outcome() : r->summary();
+  const std::string summary = decided.summary.empty() ? Verdict::Outcome_Name(outcome) : decided.summary;
   if (outcome != Verdict::OK) return finish(outcome, summary);
   if (!job.profile()) {
     // Profiling off (config or request): correctness alone gives the reward.

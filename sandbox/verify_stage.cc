@@ -11,6 +11,8 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/log.h"
 #include "google/protobuf/util/json_util.h"
 #include "sandbox/contain/spawn.h"
 
@@ -51,14 +53,10 @@ absl::Status VerifyStage::StartLocked() {
   const std::string python = config_.python().empty() ? "python3" : config_.python();
   o.argv = {python, "-u", harness_dir_ + "/zygote.py", "--contain-lib", contain_lib_, "--device",
             config_.backend() == "cpu" ? "cpu" : "cuda"};
-  // The profiler's harness (imported once in the zygote) and, on CUDA, the
-  // CUPTI recorder the zygote probes under seccomp before using it.
+  // The profiler's harness (imported once in the zygote).
   if (!config_.profiler_root().empty()) o.argv.insert(o.argv.end(), {"--profiler-root", config_.profiler_root()});
   if (!config_.verify().memory_cgroup_parent().empty()) {
     o.argv.insert(o.argv.end(), {"--memory-cgroup-parent", config_.verify().memory_cgroup_parent()});
-  }
-  if (config_.backend() != "cpu" && !config_.kprof_lib().empty()) {
-    o.argv.insert(o.argv.end(), {"--kprof-lib", config_.kprof_lib()});
   }
   if (config_.backend() != "cpu" && !config_.verify_cuda_lib().empty()) {
     o.argv.insert(o.argv.end(), {"--verify-cuda-lib", config_.verify_cuda_lib()});
@@ -103,7 +101,74 @@ absl::Status VerifyStage::StartLocked() {
     StopLocked();
     return absl::UnavailableError("zygote sent a bad hello: " + line->substr(0, 200));
   }
+  if (absl::Status s = CalibrateLocked(); !s.ok()) {
+    StopLocked();
+    return s;
+  }
   return absl::OkStatus();
+}
+
+absl::Status VerifyStage::CalibrateLocked() {
+  cuda_isolation_.clear();
+  profile_thread_allowance_ = 0;
+  hello_.set_kprof_ok(false);
+  if (config_.backend() == "cpu") {
+    hello_.set_kprof_error("not a CUDA worker");
+    return absl::OkStatus();
+  }
+  const std::map<std::string, bool> caps(hello_.caps().begin(), hello_.caps().end());
+  absl::Status lost;  // the zygote itself failed during a probe
+  auto probe = [&](const char* kind, const IsolationMap& iso, const std::string& kprof_lib) {
+    v1::sandbox::HarnessJob job;
+    job.set_kind(kind);
+    job.set_job_id(kind);
+    job.set_device("cuda");
+    job.set_kprof_lib(kprof_lib);
+    for (const auto& [step, on] : iso) (*job.mutable_isolation())[step] = on;
+    v1::sandbox::HarnessResult r;
+    if (lost.ok()) {
+      absl::StatusOr<v1::sandbox::HarnessResult> got = ExchangeLocked(job, kProbeTimeoutS);
+      if (got.ok()) r = *got;
+      if (!got.ok()) lost = got.status();
+    }
+    return r;
+  };
+  const IsolationCalibration c = CalibrateIsolation(DefaultIsolationPlan(), caps, [&](const IsolationMap& iso) {
+    const v1::sandbox::HarnessResult r = probe("isolation_probe", iso, "");
+    return ProbeAnswer{r.ok(), r.error()};
+  });
+  for (const CalibrationStep& step : c.log) {
+    KLOG(INFO) << "sandbox: CUDA isolation probe " << step.kind << "=[" << absl::StrJoin(step.steps, ",")
+               << "] ok=" << step.answer.ok << (step.answer.ok ? "" : " " + step.answer.error.substr(0, 300));
+  }
+  if (!lost.ok()) return absl::UnavailableError(absl::StrCat("zygote failed an isolation probe: ", lost.message()));
+  cuda_isolation_ = c.isolation;
+  for (const std::string& d : c.dropped) hello_.add_isolation_dropped_for_cuda(d);
+  if (config_.kprof_lib().empty()) {
+    hello_.set_kprof_error("no kprof_lib");
+  } else if (!hello_.profiler_error().empty()) {
+    hello_.set_kprof_error("the profiler harness does not import");
+  } else {
+    // The CUPTI recorder under the isolation candidates get, seccomp included.
+    const v1::sandbox::HarnessResult r = probe("recorder_probe", cuda_isolation_, config_.kprof_lib());
+    if (!lost.ok()) return absl::UnavailableError(absl::StrCat("zygote failed the recorder probe: ", lost.message()));
+    hello_.set_kprof_ok(r.ok());
+    hello_.set_kprof_error(r.ok() ? "" : r.error());
+    if (r.ok()) profile_thread_allowance_ = r.threads_started();
+  }
+  return absl::OkStatus();
+}
+
+void VerifyStage::ApplyCalibrationLocked(v1::sandbox::HarnessJob& job) const {
+  if (job.kind() != "verify") return;
+  auto& iso = *job.mutable_isolation();
+  for (const auto& [step, allowed] : cuda_isolation_) {
+    const auto asked = iso.find(step);
+    iso[step] = (asked == iso.end() || asked->second) && allowed;  // a step not asked for stays the default (on)
+  }
+  // CUPTI only where the recorder ran under this isolation at start.
+  if (!hello_.kprof_ok()) job.clear_kprof_lib();
+  job.set_profile_thread_allowance(job.kprof_lib().empty() ? 0 : profile_thread_allowance_);
 }
 
 absl::StatusOr<v1::sandbox::HarnessResult> VerifyStage::EnsureStarted() {
@@ -137,11 +202,19 @@ absl::StatusOr<std::string> VerifyStage::ReadLineLocked(double timeout_s) {
   }
 }
 
-absl::StatusOr<v1::sandbox::HarnessResult> VerifyStage::Run(const v1::sandbox::HarnessJob& job, double timeout_s) {
+absl::StatusOr<v1::sandbox::HarnessResult> VerifyStage::Run(const v1::sandbox::HarnessJob& request,
+                                                            double timeout_s) {
   absl::MutexLock l(&mu_);
   if (pid_ < 0) {
     if (absl::Status s = StartLocked(); !s.ok()) return s;
   }
+  v1::sandbox::HarnessJob job = request;
+  ApplyCalibrationLocked(job);
+  return ExchangeLocked(job, timeout_s);
+}
+
+absl::StatusOr<v1::sandbox::HarnessResult> VerifyStage::ExchangeLocked(const v1::sandbox::HarnessJob& job,
+                                                                      double timeout_s) {
   google::protobuf::util::JsonPrintOptions print;
   print.preserve_proto_field_names = true;
   print.always_print_primitive_fields = true;

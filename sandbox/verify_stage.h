@@ -3,6 +3,12 @@
 // isolation sequence (its own user/mount/net/ipc namespaces where the host
 // allows) and restarted if it dies; a job that kills it comes back as
 // INFRA_ERROR, never as a hang: every read has a deadline.
+//
+// On CUDA each zygote start asks it for isolation probes and picks the
+// isolation every verify job runs under (isolation_calibration.h), then
+// probes the CUPTI recorder under it; the hello EnsureStarted returns carries
+// the outcome (isolation_dropped_for_cuda, kprof_ok, kprof_error). The zygote
+// reports facts; the caller decides the outcome (verify_outcome.h).
 #ifndef KERNELRL_SANDBOX_VERIFY_STAGE_H_
 #define KERNELRL_SANDBOX_VERIFY_STAGE_H_
 
@@ -15,6 +21,7 @@
 #include "sandbox/proto_types.h"
 #include "proto/sandbox_config.pb.h"
 #include "sandbox/harness_protocol.pb.h"
+#include "sandbox/isolation_calibration.h"
 
 namespace kernelrl::sandbox {
 
@@ -25,11 +32,18 @@ class VerifyStage {
 
   // Starts the zygote if needed and returns its hello (capabilities).
   absl::StatusOr<v1::sandbox::HarnessResult> EnsureStarted();
-  // Runs one job; `timeout_s` bounds the whole exchange.
+  // Runs one job (a verify job under the calibrated isolation); `timeout_s`
+  // bounds the whole exchange.
   absl::StatusOr<v1::sandbox::HarnessResult> Run(const v1::sandbox::HarnessJob& job, double timeout_s);
 
  private:
+  static constexpr double kProbeTimeoutS = 150;  // the zygote waits 90 s for a probe's child
+
   absl::Status StartLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status CalibrateLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ApplyCalibrationLocked(v1::sandbox::HarnessJob& job) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<v1::sandbox::HarnessResult> ExchangeLocked(const v1::sandbox::HarnessJob& job, double timeout_s)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void StopLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<std::string> ReadLineLocked(double timeout_s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
@@ -43,6 +57,8 @@ class VerifyStage {
   int from_zygote_ ABSL_GUARDED_BY(mu_) = -1;
   std::string buffer_ ABSL_GUARDED_BY(mu_);
   v1::sandbox::HarnessResult hello_ ABSL_GUARDED_BY(mu_);
+  IsolationMap cuda_isolation_ ABSL_GUARDED_BY(mu_);  // empty on CPU
+  int profile_thread_allowance_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace kernelrl::sandbox

@@ -9,8 +9,11 @@ Per verify job:
              mounts/rlimits/fds; phase 3 seccomp after CUDA init)
 The supervisor's watchdog kills the candidate's whole process group and pid
 namespace on timeout or when the tree's resident host memory passes the cap
-(optionally backed by a cgroup v2 memory.max); the zygote turns the three
-reports into one outcome."""
+(optionally backed by a cgroup v2 memory.max); the zygote sends the
+supervisor's and the reference process's reports back as facts, and the worker
+decides the outcome (sandbox/verify_outcome.h). On CUDA the worker also asks
+for isolation probes at start and picks the isolation every job runs under
+(sandbox/isolation_calibration.h): nothing here decides a verdict."""
 import argparse
 import json
 import os
@@ -37,9 +40,6 @@ import reference  # noqa: E402
 import wire  # noqa: E402
 
 LIBC = ctypes.CDLL(None, use_errno=True)
-
-HACK_FLAGS = {"torch_op_in_forward", "monkey_patch", "threads_spawned", "guard_removed",
-              "output_aliases_input", "output_tensor_subclass", "async_side_stream"}
 
 
 def tail(path, n):
@@ -115,7 +115,7 @@ def warm_up():
 
 
 class Zygote:
-    def __init__(self, lib_path, device, profiler_root="", kprof_lib="", cgroup_parent="", verify_cuda_lib=""):
+    def __init__(self, lib_path, device, profiler_root="", cgroup_parent="", verify_cuda_lib=""):
         self.cont = contain.Contain(lib_path)
         # Loaded by each child after its CUDA init (never here: no CUDA in the zygote).
         self.verify_cuda_lib = verify_cuda_lib if device == "cuda" else ""
@@ -133,31 +133,21 @@ class Zygote:
                              "host memory is capped by the watchdog alone\n")
         self.device = device
         self.baseline_free = None
-        self.cuda_iso = None
-        self.calibration = []
+        self.probe_roots = {}  # prefix -> temp dir the start-up probes run in
         self.profiler_error = import_profiler(profiler_root)
-        self.profile_thread_allowance = 0  # threads the CUDA timing machinery itself starts (calibrated)
-        self.kprof_ok, self.kprof_error = False, "not a CUDA worker" if device != "cuda" else "no kprof_lib"
         warm_up()
-        if device == "cuda":
-            self.calibrate()
-            if kprof_lib and not self.profiler_error:
-                self.kprof_ok, self.kprof_error = self.probe_recorder(kprof_lib)
 
     # ----- verify -----------------------------------------------------------
     def verify(self, job):
         t0 = time.perf_counter()
         job["t0_mono"] = time.monotonic()  # both children report their timelines against it
-        # Asked for by the worker AND allowed by this host.
+        # Asked for by the worker (on CUDA: what its calibration picked) AND
+        # allowed by this host.
         needs = {"readonly_root": "ro_remount", "mount_proc": "proc_mount", "new_root": "pivot_root"}
         iso = {k: bool(v) and self.caps.get(needs.get(k, k), True) for k, v in job["isolation"].items()}
-        for k, allowed in (self.cuda_iso or {}).items():
-            iso[k] = bool(iso.get(k, True)) and allowed
         job["isolation"] = iso
-        if job.get("profile") and (self.profiler_error or not self.kprof_ok):
-            job["kprof_lib"] = ""  # host refused CUPTI under seccomp at start (logged): events only
-        job["profile_thread_allowance"] = self.profile_thread_allowance if job.get("kprof_lib") else 0
         if job.get("profile") and self.profiler_error:
+            job["kprof_lib"] = ""
             job["profile"] = False  # logged at start; the worker sees profile.started == false
         exchange = job["exchange_dir"]
         os.makedirs(exchange, exist_ok=True)
@@ -227,7 +217,7 @@ class Zygote:
                                   "output exchange: reference %s; candidate %s\n" % (
             protocol.format_timeline(ref.get("timeline")), protocol.format_timeline(ref.get("candidate_timeline")),
             ref.get("exchange", "?"), ref.get("candidate_exchange", "?")))
-        outcome = self.decide(job, status, ref)
+        outcome = {"facts": self._facts(status, ref)}
         outcome["logs"] = {"candidate": tail(cand_log, int(job.get("log_tail_bytes") or 8192)),
                            "reference": tail(ref_log, int(job.get("log_tail_bytes") or 8192)),
                            "contain": status.get("contain_log", "")}
@@ -330,145 +320,63 @@ class Zygote:
             os._exit(code)
 
     @staticmethod
-    def decide(job, st, ref):
-        flags = set(ref.get("candidate_flags", []))
-        err = ref.get("candidate_error") or {}
-        details = [d for d in ref.get("details", []) if d]
-        sets = ref.get("sets", [])
-        n = int(job["num_sets"])
-        sig = st.get("signal", 0)
-        msg = (err.get("message") or "").strip().splitlines()
-        last = msg[-1] if msg else ""
+    def _facts(st, ref):
+        """What the supervisor (`st`) and the reference process (`ref`) reported,
+        as HarnessVerifyFacts: typed, nothing decided. Strings the candidate's
+        process sent are passed on as text."""
+        def text(v):
+            return "" if v is None else str(v)
 
-        def out(outcome, summary, extra=()):
-            return {"outcome": outcome, "summary": contain.cap_head(summary, 500), "flags": sorted(flags | set(extra)),
-                    "sets_passed": sum(1 for s in sets if s["ok"]), "sets": sets}
+        def texts(v):
+            return [text(x) for x in v] if isinstance(v, (list, tuple)) else []
 
-        if ref.get("ref_error"):
-            return out("INFRA_ERROR", "reference failed: " + ref["ref_error"].strip().splitlines()[-1])
-        if sig == signal.SIGSYS:
-            when = " while being profiled" if (ref.get("profile") or {}).get("started") else ""
-            return out("SANDBOX_VIOLATION", f"killed by seccomp (SIGSYS){when}: forbidden system call "
-                       "(process creation, network socket, ptrace, mount...)", ["seccomp_kill"])
-        if err.get("kind") == "violation":
-            return out("SANDBOX_VIOLATION", "sandbox violation: " + "; ".join(err.get("audit") or [last]),
-                       ["audit_violation"])
-        hacks = flags & HACK_FLAGS
-        if hacks or err.get("kind") == "torch_op":
-            what = ", ".join(sorted(hacks | ({"torch_op_in_forward"} if err.get("kind") == "torch_op" else set())))
-            extra = "; ".join(details[:2] + ([", ".join(err.get("torch_ops") or [])] if err.get("torch_ops") else []))
-            return out("HACK_DETECTED", f"{what}" + (f" ({extra})" if extra else ""),
-                       ["torch_op_in_forward"] if err.get("kind") == "torch_op" else [])
-        if st.get("memory_exceeded"):
-            cap = int(job.get("resident_memory_bytes") or 0)
-            return out("CRASH", f"host memory {fmt_bytes(st.get('memory_at_kill_bytes', 0))} > cap {fmt_bytes(cap)}: "
-                       "killed (resident memory of the candidate's processes; the watchdog killed the process group)",
-                       ["host_memory_cap"])
-        if st.get("cgroup_oom_kills", 0) > 0:
-            limit = int(job.get("cgroup_memory_bytes") or 0)
-            return out("CRASH", f"host memory over the candidate cgroup's memory.max ({fmt_bytes(limit)}): killed by "
-                       "the kernel OOM killer", ["host_memory_cap"])
-        if st.get("timed_out"):
-            return out("TIMEOUT", f"verify ran past its {job['wall_seconds']:g} s wall limit (process group killed)")
-        if sig == signal.SIGXCPU:
-            return out("TIMEOUT", "CPU-time limit reached (SIGXCPU)")
-        if err.get("kind") == "cuda" or (err.get("kind") == "kernel_error" and job["device"] == "cuda"):
-            return out("CUDA_ERROR", "CUDA error: " + last)
-        if err.get("kind") == "oom":
-            return out("CRASH", "out of memory: " + last, ["oom"])
-        if err:
-            return out("CRASH", f"{err.get('stage')} raised: {last}")
-        if sig:
-            name = signal.Signals(sig).name if sig in signal.Signals._value2member_map_ else str(sig)
-            hint = " (memory limit or OOM killer)" if sig == signal.SIGKILL else ""
-            return out("CRASH", f"candidate killed by {name}{hint}")
-        if ref.get("mutated") or (ref.get("profile") or {}).get("mutated"):
-            return out("WRONG_ANSWER", "forward modified its inputs", ["input_mutation"])
-        failed = [s for s in sets if not s["ok"]]
-        if failed:
-            return out("WRONG_ANSWER", failed[0]["detail"])
         prof = ref.get("profile") or {}
-        if prof.get("recheck_failures"):
-            return out("WRONG_ANSWER", f"re-check of a timed call failed ({prof['recheck_failures']} of "
-                       f"{prof['rechecks']}): {prof.get('detail', '')}", ["recheck_failed"])
-        if st.get("exit_code", 0) not in (0, None) and len(sets) < n:
-            return out("CRASH", f"candidate exited with code {st.get('exit_code')}")
-        if len(sets) == n and all(s["ok"] for s in sets) and ref.get("candidate_done"):
-            return out("OK", f"correct on {n} input sets ({', '.join(s['dist'] for s in sets)})")
-        if len(sets) < n:
-            return out("CRASH", f"candidate stopped after {len(sets)} of {n} input sets"
-                       + (": " + details[-1] if details else ""))
-        if prof.get("started"):
-            return out("CRASH", "candidate stopped while being profiled"
-                       + (": " + prof["detail"] if prof.get("detail") else ""))
-        return out("INFRA_ERROR", "verify ended without a complete report")
+        facts = {"exit_code": int(st.get("exit_code") or 0), "signal": int(st.get("signal") or 0),
+                 "timed_out": bool(st.get("timed_out")), "memory_exceeded": bool(st.get("memory_exceeded")),
+                 "memory_at_kill_bytes": int(st.get("memory_at_kill_bytes") or 0),
+                 "cgroup_oom_kills": int(st.get("cgroup_oom_kills") or 0),
+                 "ref_error": text(ref.get("ref_error")),
+                 "candidate_flags": texts(ref.get("candidate_flags")), "details": texts(ref.get("details")),
+                 "sets": [{"set": int(x["set"]), "dist": text(x["dist"]), "ok": bool(x["ok"]),
+                           "detail": text(x["detail"])} for x in ref.get("sets", [])],
+                 "mutated": bool(ref.get("mutated")), "candidate_done": bool(ref.get("candidate_done")),
+                 "profile_started": bool(prof.get("started")), "profile_mutated": bool(prof.get("mutated")),
+                 "rechecks": int(prof.get("rechecks") or 0), "recheck_failures": int(prof.get("recheck_failures") or 0),
+                 "profile_detail": text(prof.get("detail") or "")}
+        err = ref.get("candidate_error")
+        if err:
+            facts["candidate_error"] = {"kind": text(err.get("kind")), "stage": text(err.get("stage")),
+                                        "message": text(err.get("message")), "audit": texts(err.get("audit")),
+                                        "torch_ops": texts(err.get("torch_ops"))}
+        return facts
 
-    # ----- isolation calibration ---------------------------------------------
-    FULL = {"user_ns": True, "pid_ns": True, "net_ns": True, "mount_ns": True, "ipc_ns": True,
-            "readonly_root": True, "mount_proc": True, "seccomp": True, "data_limit": True, "new_root": True,
-            "identity": True}
-    # Tried in order; the first under which CUDA works is used for every job.
-    # Each drop is logged: the host decides what degrades, not the candidate.
-    DROPS = [[], ["new_root", "identity"], ["data_limit"], ["mount_proc"], ["user_ns"], ["user_ns", "mount_proc"],
-             ["user_ns", "mount_proc", "data_limit"], ["readonly_root", "mount_proc", "mount_ns"],
-             ["user_ns", "pid_ns", "mount_proc"], ["user_ns", "pid_ns", "mount_ns", "readonly_root", "mount_proc"],
-             ["user_ns", "pid_ns", "mount_ns", "readonly_root", "mount_proc", "ipc_ns", "net_ns", "data_limit",
-              "new_root", "identity"]]
-
-    # Each group is probed alone first (a step with the steps it needs), so the
-    # log names the exact step CUDA cannot run under on this host, and every
-    # step it tolerates stays on.
-    GROUPS = [["user_ns"], ["pid_ns"], ["net_ns"], ["ipc_ns"], ["mount_ns"], ["mount_ns", "readonly_root"],
-              ["pid_ns", "mount_ns", "mount_proc"], ["seccomp"], ["data_limit"], ["mount_ns", "new_root"],
-              ["identity"]]
-
-    def _allowed(self, iso):
-        needs = {"readonly_root": "ro_remount", "mount_proc": "proc_mount", "new_root": "pivot_root"}
-        return {k: v and self.caps.get(needs.get(k, k), True) for k, v in iso.items()}
-
-    def calibrate(self):
+    # ----- start-up probes (the worker picks from the answers) ----------------
+    def _probe_root(self, prefix):
         import tempfile
-        root = tempfile.mkdtemp(prefix="kernelrl-calib-")
-        tolerated = set()
-        for group in self.GROUPS:
-            iso = self._allowed({k: k in group for k in self.FULL})
-            ok, err = self._cuda_probe(iso, root)
-            self.calibration.append({"alone": group, "ok": ok, "error": err[-400:]})
-            sys.stderr.write(f"[calibrate] alone={group} ok={ok} {err[-300:]}\n")
-            if ok:
-                tolerated.update(group)
-        if tolerated and tolerated != set(self.FULL):
-            iso = self._allowed({k: k in tolerated for k in self.FULL})
-            ok, err = self._cuda_probe(iso, root)
-            self.calibration.append({"together": sorted(tolerated), "ok": ok, "error": err[-400:]})
-            sys.stderr.write(f"[calibrate] together={sorted(tolerated)} ok={ok} {err[-300:]}\n")
-            if ok:
-                self.cuda_iso = iso
-                return
-        for drop in self.DROPS:
-            iso = self._allowed({k: k not in drop for k in self.FULL})
-            ok, err = self._cuda_probe(iso, root)
-            self.calibration.append({"dropped": drop, "ok": ok, "error": err[-400:]})
-            sys.stderr.write(f"[calibrate] drop={drop} ok={ok} {err[-300:]}\n")
-            if ok:
-                self.cuda_iso = iso
-                return
-        self.cuda_iso = {k: False for k in self.FULL}
+        if prefix not in self.probe_roots:
+            self.probe_roots[prefix] = tempfile.mkdtemp(prefix=prefix)
+        return self.probe_roots[prefix]
 
-    def probe_recorder(self, kprof_lib):
-        """CUDA with the CUPTI recorder injected, under the isolation CUDA was
-        calibrated for, seccomp included, through one full timing cycle of the
-        profiler's CUDA backend (flush, window, NVML, anchor, report). Returns
-        (ok, error). Not ok: profiled jobs run without injection (CUDA-event
-        timing, flag cupti_inactive) and the worker logs a warning."""
-        import tempfile
-        ok, err = self._cuda_probe(dict(self.cuda_iso or {}), tempfile.mkdtemp(prefix="kernelrl-kprof-"),
-                                   recorder=kprof_lib)
-        self.calibration.append({"recorder": kprof_lib, "ok": ok, "error": err[-400:]})
+    def isolation_probe(self, job):
+        """CUDA in a child under exactly job["isolation"]: {ok, error}."""
+        iso = {k: bool(v) for k, v in job["isolation"].items()}
+        ok, err = self._cuda_probe(iso, self._probe_root("kernelrl-calib-"))
+        sys.stderr.write(f"[calibrate] on={sorted(k for k, v in iso.items() if v)} ok={ok} {err[-300:]}\n")
+        return {"ok": ok, "error": err[-400:]}
+
+    def recorder_probe(self, job):
+        """CUDA with the CUPTI recorder job["kprof_lib"] injected, under the
+        isolation the worker picked for candidates, seccomp included, through
+        one full timing cycle of the profiler's CUDA backend (flush, window,
+        NVML, anchor, report): {ok, error, threads_started}. Not ok: the worker
+        times profiled jobs without injection (CUDA-event timing, flag
+        cupti_inactive) and logs a warning."""
+        kprof_lib = job["kprof_lib"]
+        ok, err = self._cuda_probe({k: bool(v) for k, v in job["isolation"].items()},
+                                   self._probe_root("kernelrl-kprof-"), recorder=kprof_lib)
         sys.stderr.write(f"[calibrate] CUPTI recorder {kprof_lib} under the candidate isolation: ok={ok} {err[-300:]}\n")
-        if ok and err.startswith("threads+"):
-            self.profile_thread_allowance = int(err.split("+")[1].split()[0])
-        return ok, err
+        threads = int(err.split("+")[1].split()[0]) if ok and err.startswith("threads+") else 0
+        return {"ok": ok, "error": err[-400:], "threads_started": threads}
 
     @staticmethod
     def _recorder_cycle(x):
@@ -597,13 +505,9 @@ class Zygote:
         return rep
 
     def serve(self):
-        dropped = sorted(k for k, v in (self.cuda_iso or {}).items() if not v)
         hello = {"type": "hello", "caps": self.caps, "cuda_initialized": torch.cuda.is_initialized(),
-                 "profiler_error": self.profiler_error, "kprof_ok": self.kprof_ok,
-                 "kprof_error": "" if self.kprof_ok else self.kprof_error,
-                 "memory_cgroup_error": self.cgroup_error,
-                 "isolation_dropped_for_cuda": dropped, "calibration": self.calibration, "torch": torch.__version__,
-                 "python": sys.version.split()[0], "pid": os.getpid()}
+                 "profiler_error": self.profiler_error, "memory_cgroup_error": self.cgroup_error,
+                 "torch": torch.__version__, "python": sys.version.split()[0], "pid": os.getpid()}
         protocol.send(_PROTO_OUT, hello)
         reader = protocol.LineReader(0)
         while True:
@@ -615,10 +519,15 @@ class Zygote:
                     rep = self.verify(job)
                 elif job.get("kind") == "health":
                     rep = self.health(job)
+                elif job.get("kind") == "isolation_probe" and self.device == "cuda":
+                    rep = self.isolation_probe(job)
+                elif job.get("kind") == "recorder_probe" and self.device == "cuda" and not self.profiler_error:
+                    rep = self.recorder_probe(job)
                 else:
-                    rep = {"error": f"unknown job kind {job.get('kind')}"}
+                    rep = {"error": f"unknown job kind {job.get('kind')} (device {self.device})"}
             except Exception:  # noqa: BLE001
-                rep = {"outcome": "INFRA_ERROR", "summary": "zygote: " + traceback.format_exc()[-1500:]}
+                # No facts: the worker gives a verify job INFRA_ERROR with this text.
+                rep = {"error": "zygote: " + traceback.format_exc()[-1500:]}
             rep["job_id"] = job.get("job_id", "")
             protocol.send(_PROTO_OUT, rep)
 
@@ -628,14 +537,12 @@ def main():
     ap.add_argument("--contain-lib", default=contain.default_lib_path())
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--profiler-root", default="", help="directory holding profiler_service/harness")
-    ap.add_argument("--kprof-lib", default="", help="libkprof.so (CUPTI recorder) for profiled CUDA jobs")
     ap.add_argument("--memory-cgroup-parent", default="", help="cgroup v2 dir for per-candidate memory cgroups")
     ap.add_argument("--verify-cuda-lib", default="", help="libkernelrl_verify_cuda.so (digest, compare, GPU exchange)")
     args = ap.parse_args()
     # Dumpable off: candidates (same uid) cannot read our memory via /proc.
     LIBC.prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 4
-    Zygote(args.contain_lib, args.device, args.profiler_root, args.kprof_lib, args.memory_cgroup_parent,
-           args.verify_cuda_lib).serve()
+    Zygote(args.contain_lib, args.device, args.profiler_root, args.memory_cgroup_parent, args.verify_cuda_lib).serve()
 
 
 if __name__ == "__main__":

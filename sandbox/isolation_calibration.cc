@@ -1,0 +1,94 @@
+#include "sandbox/isolation_calibration.h"
+
+#include <algorithm>
+#include <set>
+
+namespace kernelrl::sandbox {
+namespace {
+
+IsolationMap Only(const IsolationPlan& plan, const std::set<std::string>& on) {
+  IsolationMap iso;
+  for (const std::string& s : plan.steps) iso[s] = on.count(s) > 0;
+  return iso;
+}
+
+}  // namespace
+
+const IsolationPlan& DefaultIsolationPlan() {
+  static const IsolationPlan kPlan = {
+      {"user_ns", "pid_ns", "net_ns", "mount_ns", "ipc_ns", "readonly_root", "mount_proc", "seccomp", "data_limit",
+       "new_root", "identity"},
+      // A step with the steps it needs.
+      {{"user_ns"},
+       {"pid_ns"},
+       {"net_ns"},
+       {"ipc_ns"},
+       {"mount_ns"},
+       {"mount_ns", "readonly_root"},
+       {"pid_ns", "mount_ns", "mount_proc"},
+       {"seccomp"},
+       {"data_limit"},
+       {"mount_ns", "new_root"},
+       {"identity"}},
+      // The least lost first; seccomp is never dropped.
+      {{},
+       {"new_root", "identity"},
+       {"data_limit"},
+       {"mount_proc"},
+       {"user_ns"},
+       {"user_ns", "mount_proc"},
+       {"user_ns", "mount_proc", "data_limit"},
+       {"readonly_root", "mount_proc", "mount_ns"},
+       {"user_ns", "pid_ns", "mount_proc"},
+       {"user_ns", "pid_ns", "mount_ns", "readonly_root", "mount_proc"},
+       {"user_ns", "pid_ns", "mount_ns", "readonly_root", "mount_proc", "ipc_ns", "net_ns", "data_limit", "new_root",
+        "identity"}}};
+  return kPlan;
+}
+
+IsolationMap AllowedOnHost(const IsolationMap& iso, const std::map<std::string, bool>& caps) {
+  static const std::map<std::string, std::string> kNeeds = {
+      {"readonly_root", "ro_remount"}, {"mount_proc", "proc_mount"}, {"new_root", "pivot_root"}};
+  IsolationMap out;
+  for (const auto& [step, on] : iso) {
+    const auto need = kNeeds.find(step);
+    const auto cap = caps.find(need == kNeeds.end() ? step : need->second);
+    out[step] = on && (cap == caps.end() || cap->second);
+  }
+  return out;
+}
+
+IsolationCalibration CalibrateIsolation(const IsolationPlan& plan, const std::map<std::string, bool>& caps,
+                                        const IsolationProbe& probe) {
+  IsolationCalibration c;
+  // Probes `iso` as the host allows it; true when CUDA works under it.
+  auto ask = [&](const std::string& kind, const std::vector<std::string>& steps, const IsolationMap& iso) {
+    c.isolation = AllowedOnHost(iso, caps);
+    c.log.push_back({kind, steps, probe(c.isolation)});
+    return c.log.back().answer.ok;
+  };
+  auto done = [&] {
+    for (const auto& [step, on] : c.isolation) {
+      if (!on) c.dropped.push_back(step);  // std::map: sorted
+    }
+    return c;
+  };
+  const std::set<std::string> all(plan.steps.begin(), plan.steps.end());
+  std::set<std::string> tolerated;
+  for (const std::vector<std::string>& group : plan.groups) {
+    if (ask("alone", group, Only(plan, {group.begin(), group.end()}))) tolerated.insert(group.begin(), group.end());
+  }
+  if (!tolerated.empty() && tolerated != all &&
+      ask("together", {tolerated.begin(), tolerated.end()}, Only(plan, tolerated))) {
+    return done();
+  }
+  for (const std::vector<std::string>& drop : plan.drops) {
+    std::set<std::string> on = all;
+    for (const std::string& d : drop) on.erase(d);
+    if (ask("dropped", drop, Only(plan, on))) return done();
+  }
+  c.isolation = Only(plan, {});
+  return done();
+}
+
+}  // namespace kernelrl::sandbox
