@@ -1,0 +1,188 @@
+#include "learner/policy/openai_server.h"
+
+#include <atomic>
+#include <chrono>
+#include <future>
+
+#include "httplib.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "common/json.h"
+#include "common/log.h"
+#include "learner/policy/openai_server_protocol.h"
+
+namespace kernelrl::learner {
+namespace {
+
+HttpReply JsonReply(int status, const Json& body) {
+  HttpReply r;
+  r.status = status;
+  r.body = body.Dump();
+  return r;
+}
+
+HttpReply ErrorReply(const absl::Status& status) {
+  return JsonReply(openai::HttpStatusFor(status), openai::ErrorBody(status));
+}
+
+std::string NewId(const char* prefix) {
+  static std::atomic<uint64_t> counter{0};
+  const uint64_t t = static_cast<uint64_t>(std::chrono::system_clock::now().time_since_epoch().count());
+  return absl::StrCat(prefix, absl::Hex(t, absl::kZeroPad16), absl::Hex(counter.fetch_add(1), absl::kZeroPad8));
+}
+
+int64_t UnixNow() {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
+
+OpenAIServer::OpenAIServer(PolicyEngine* engine, const agent::Tokenizer* tokenizer, OpenAIServerOptions options)
+    : engine_(engine), tokenizer_(tokenizer), options_(std::move(options)) {}
+
+OpenAIServer::~OpenAIServer() { Stop(); }
+
+HttpReply OpenAIServer::Handle(const std::string& method, const std::string& path, const std::string& body) const {
+  const bool generate = path == "/v1/completions" || path == "/v1/chat/completions";
+  const bool models = path == "/v1/models" || absl::StartsWith(path, "/v1/models/");
+  if (path == "/health") return JsonReply(200, Json::Object());
+  if (!generate && !models) {
+    return ErrorReply(absl::NotFoundError(absl::StrCat("Unknown route ", method, " ", path)));
+  }
+  if ((generate && method != "POST") || (models && method != "GET")) {
+    HttpReply r = ErrorReply(absl::InvalidArgumentError(absl::StrCat("Method ", method, " not allowed on ", path)));
+    r.status = 405;
+    return r;
+  }
+  return generate ? Generate(path, body) : Models(path);
+}
+
+HttpReply OpenAIServer::Models(const std::string& path) const {
+  const PolicyEngine::Info info = engine_->GetInfo();
+  Json model = Json::Object({{"id", Json::String(options_.model_name)},
+                             {"object", Json::String("model")},
+                             {"created", Json::Int(UnixNow())},
+                             {"owned_by", Json::String("kernelrl")},
+                             {"root", Json::String(info.checkpoint_path)},
+                             {"max_model_len", Json::Int(options_.max_seq_len)},
+                             {"policy_version", Json::Int(info.policy_version)}});
+  if (path == "/v1/models") {
+    return JsonReply(200, Json::Object({{"object", Json::String("list")}, {"data", Json::Array({model})}}));
+  }
+  const std::string name = path.substr(std::string("/v1/models/").size());
+  if (name != options_.model_name) {
+    absl::Status s = openai::CheckModel(Json::Object({{"model", Json::String(name)}}), options_.model_name);
+    return ErrorReply(s);
+  }
+  return JsonReply(200, model);
+}
+
+HttpReply OpenAIServer::Generate(const std::string& path, const std::string& body_text) const {
+  absl::StatusOr<Json> body = ParseJson(body_text);
+  if (!body.ok()) {
+    return ErrorReply(openai::BadParam("", absl::StrCat("The request body is not valid JSON: ", body.status().message())));
+  }
+  if (absl::Status s = openai::CheckModel(*body, options_.model_name); !s.ok()) return ErrorReply(s);
+  const bool chat = path == "/v1/chat/completions";
+  absl::StatusOr<openai::ApiRequest> req = chat ? openai::ParseChatRequest(*body, *tokenizer_, options_.max_seq_len)
+                                                : openai::ParseCompletionRequest(*body, *tokenizer_, options_.max_seq_len);
+  if (!req.ok()) return ErrorReply(req.status());
+
+  // Every (prompt, choice) at once: the engine batches them.
+  const std::string id = NewId(chat ? "chatcmpl-" : "cmpl-");
+  std::vector<std::future<absl::StatusOr<GenerationResult>>> futures;
+  std::vector<openai::Choice> choices;
+  for (size_t p = 0; p < req->prompts.size(); ++p) {
+    for (int j = 0; j < req->n; ++j) {
+      GenerationRequest g;
+      g.prompt = req->prompts[p];
+      g.sampling = req->sampling;
+      if (g.sampling.seed != 0) g.sampling.seed += static_cast<uint64_t>(p * req->n + j);
+      g.request_id = absl::StrCat(id, "/", p * req->n + j);
+      choices.push_back({static_cast<int>(p), {}});
+      futures.push_back(std::async(std::launch::async, [this, g = std::move(g)]() mutable {
+        return engine_->Generate(std::move(g));
+      }));
+    }
+  }
+  absl::Status failed;
+  for (size_t i = 0; i < futures.size(); ++i) {
+    absl::StatusOr<GenerationResult> r = futures[i].get();
+    if (!r.ok()) {
+      if (failed.ok()) failed = r.status();
+      continue;
+    }
+    choices[i].result = *std::move(r);
+  }
+  if (!failed.ok()) {
+    // The engine validates ids against the model's vocabulary.
+    if (failed.code() == absl::StatusCode::kInvalidArgument) return ErrorReply(openai::BadParam(chat ? "messages" : "prompt", std::string(failed.message())));
+    return ErrorReply(failed);
+  }
+  openai::ReplyContext ctx{id, UnixNow(), options_.model_name, tokenizer_};
+  if (!req->stream) return JsonReply(200, openai::CompletionResponse(ctx, *req, choices));
+  HttpReply r;
+  r.streaming = true;
+  r.events = openai::CompletionChunks(ctx, *req, choices);
+  return r;
+}
+
+absl::StatusOr<int> OpenAIServer::Start(const std::string& address, int port) {
+  if (http_ != nullptr) return absl::FailedPreconditionError("OpenAIServer already started");
+  http_ = std::make_unique<httplib::Server>();
+  const int threads = std::max(1, options_.threads);
+  http_->new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
+  http_->set_payload_max_length(64 << 20);
+  auto serve = [this](const httplib::Request& req, httplib::Response& res) {
+    HttpReply reply = Handle(req.method, req.path, req.body);
+    res.status = reply.status;
+    if (!reply.streaming) {
+      res.set_content(reply.body, "application/json");
+      return;
+    }
+    auto events = std::make_shared<std::vector<std::string>>(std::move(reply.events));
+    auto next = std::make_shared<size_t>(0);
+    res.set_header("Cache-Control", "no-cache");
+    res.set_chunked_content_provider("text/event-stream", [events, next](size_t, httplib::DataSink& sink) {
+      if (*next < events->size()) {
+        const std::string frame = absl::StrCat("data: ", (*events)[(*next)++], "\n\n");
+        if (!sink.write(frame.data(), frame.size())) return false;
+      }
+      if (*next == events->size()) sink.done();
+      return true;
+    });
+  };
+  // Every route goes through Handle() (unknown ones answer 404 JSON there).
+  const std::string any = R"(/.*)";
+  http_->Get(any, serve);
+  http_->Post(any, serve);
+  http_->Put(any, serve);
+  http_->Delete(any, serve);
+  http_->Patch(any, serve);
+  http_->set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr) {
+    res.status = 500;
+    res.set_content(openai::ErrorBody(absl::InternalError("internal error")).Dump(), "application/json");
+  });
+  const int bound = port == 0 ? http_->bind_to_any_port(address) : (http_->bind_to_port(address, port) ? port : -1);
+  if (bound <= 0) {
+    http_.reset();
+    return absl::UnavailableError(absl::StrCat("OpenAI API: cannot listen on ", address, ":", port));
+  }
+  thread_ = std::thread([this] { http_->listen_after_bind(); });
+  // stop() before the accept loop runs would be lost (httplib checks
+  // is_running()), so Start returns only once it runs.
+  for (int i = 0; i < 5000 && !http_->is_running(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  KLOG(INFO) << "OpenAI-compatible API on http://" << address << ":" << bound << "/v1 (model \""
+             << options_.model_name << "\")";
+  return bound;
+}
+
+void OpenAIServer::Stop() {
+  if (http_ == nullptr) return;
+  http_->stop();
+  if (thread_.joinable()) thread_.join();
+  http_.reset();
+}
+
+}  // namespace kernelrl::learner

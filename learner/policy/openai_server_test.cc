@@ -1,0 +1,368 @@
+// The OpenAI-compatible API over HTTP against a real engine (tiny random
+// Qwen2 on CPU): what /v1/completions and /v1/chat/completions return equals
+// the engine's own greedy generation (ids, log-probs, version), streamed
+// chunks add up to the plain response, chat prompts are ChatFormat's
+// rendering, and every bad request gets OpenAI's error shape and status.
+#include <random>
+#include <thread>
+
+#include "gtest/gtest.h"
+#include "httplib.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_split.h"
+#include "agent/chat/chat_format.h"
+#include "agent/chat/tools.h"
+#include "learner/policy/openai_server_protocol.h"
+#include "learner/policy/openai_server_test_util.h"
+
+namespace kernelrl::learner {
+namespace {
+
+using testing::Fixture;
+
+std::mt19937 Rng() {
+  const unsigned seed = std::random_device{}();
+  std::printf("seed %u\n", seed);
+  return std::mt19937(seed);
+}
+
+struct Reply {
+  int status = 0;
+  Json json;
+  std::string body;
+};
+
+Reply Call(const std::string& method, const std::string& path, const std::string& body = "") {
+  httplib::Client c("127.0.0.1", Fixture().port);
+  c.set_read_timeout(120, 0);
+  httplib::Result r = method == "GET" ? c.Get(path) : c.Post(path, body, "application/json");
+  EXPECT_TRUE(r) << httplib::to_string(r.error());
+  Reply out;
+  if (!r) return out;
+  out.status = r->status;
+  out.body = r->body;
+  if (r->get_header_value("Content-Type") == "application/json") out.json = *ParseJson(r->body);
+  return out;
+}
+
+Reply Post(const std::string& path, const Json& body) { return Call("POST", path, body.Dump()); }
+
+std::vector<int32_t> Ids(const Json* a) {
+  std::vector<int32_t> ids;
+  if (a == nullptr) return ids;
+  for (const Json& v : a->items()) ids.push_back(static_cast<int32_t>(*v.AsInt()));
+  return ids;
+}
+
+Json IdArray(const std::vector<int32_t>& ids) {
+  Json a = Json::Array();
+  for (int32_t id : ids) a.Push(Json::Int(id));
+  return a;
+}
+
+// SSE payloads of a streamed response ("[DONE]" included).
+std::vector<std::string> Events(const std::string& body) {
+  std::vector<std::string> out;
+  for (absl::string_view frame : absl::StrSplit(body, "\n\n", absl::SkipEmpty())) {
+    EXPECT_TRUE(absl::StartsWith(frame, "data: ")) << frame;
+    out.emplace_back(frame.substr(6));
+  }
+  return out;
+}
+
+void ExpectError(const Reply& r, int status, const std::string& type, const std::string& param) {
+  EXPECT_EQ(r.status, status) << r.body;
+  const Json* e = r.json.Find("error");
+  ASSERT_NE(e, nullptr) << r.body;
+  EXPECT_FALSE(e->GetString("message", "").value().empty());
+  EXPECT_EQ(e->GetString("type", "").value(), type) << r.body;
+  const Json* p = e->Find("param");
+  ASSERT_NE(p, nullptr);
+  if (param.empty()) {
+    EXPECT_TRUE(p->is_null()) << r.body;
+  } else {
+    EXPECT_EQ(p->str(), param) << r.body;
+  }
+}
+
+TEST(OpenAIServerTest, ModelsListsTheServedModelWithItsVersion) {
+  Reply r = Call("GET", "/v1/models");
+  ASSERT_EQ(r.status, 200) << r.body;
+  const Json& m = r.json.Find("data")->items().at(0);
+  EXPECT_EQ(m.GetString("id", "").value(), testing::kModelName);
+  EXPECT_EQ(m.GetInt("policy_version", -1).value(), testing::kPolicyVersion);
+  EXPECT_EQ(m.GetInt("max_model_len", -1).value(), testing::kMaxSeqLen);
+  EXPECT_EQ(Call("GET", std::string("/v1/models/") + testing::kModelName).status, 200);
+  Reply missing = Call("GET", "/v1/models/gpt-9");
+  ExpectError(missing, 404, "not_found_error", "model");
+  EXPECT_EQ(missing.json.Find("error")->GetString("code", "").value(), "model_not_found");
+}
+
+TEST(OpenAIServerTest, CompletionsReturnTheEnginesIdsLogprobsAndVersion) {
+  std::mt19937 rng = Rng();
+  for (int round = 0; round < 3; ++round) {
+    const std::vector<int32_t> prompt = testing::RandomIds(&rng, 4, 60);
+    const int max_tokens = std::uniform_int_distribution<int>(1, 24)(rng);
+    const GenerationResult want = testing::EngineGreedy(prompt, max_tokens);
+    Json body = Json::Object({{"model", Json::String(testing::kModelName)},
+                              {"prompt", IdArray(prompt)},
+                              {"max_tokens", Json::Int(max_tokens)},
+                              {"temperature", Json::Int(0)},
+                              {"logprobs", Json::Int(0)},
+                              {"return_token_ids", Json::Bool(true)},
+                              {"return_tokens_as_token_ids", Json::Bool(round % 2 == 0)}});
+    Reply r = Post("/v1/completions", body);
+    ASSERT_EQ(r.status, 200) << r.body;
+    EXPECT_EQ(r.json.GetString("object", "").value(), "text_completion");
+    EXPECT_EQ(r.json.GetInt("policy_version", -1).value(), testing::kPolicyVersion);
+    const Json& c = r.json.Find("choices")->items().at(0);
+    EXPECT_EQ(Ids(c.Find("token_ids")), want.output_ids);
+    EXPECT_EQ(Ids(c.Find("prompt_token_ids")), prompt);
+    EXPECT_EQ(c.GetString("finish_reason", "").value(), "length");
+    EXPECT_EQ(c.GetString("text", "").value(),
+              openai::SanitizeUtf8(Fixture().tokenizer->Decode(want.output_ids, /*skip_special=*/true)));
+    const Json* lp = c.Find("logprobs");
+    ASSERT_TRUE(lp != nullptr && lp->is_object()) << r.body;
+    const auto& tokens = lp->Find("tokens")->items();
+    const auto& lps = lp->Find("token_logprobs")->items();
+    ASSERT_EQ(tokens.size(), want.output_ids.size());
+    ASSERT_EQ(lps.size(), want.output_ids.size());
+    for (size_t i = 0; i < lps.size(); ++i) {
+      EXPECT_NEAR(lps[i].number(), want.logprobs[i], 1e-4);
+      EXPECT_LE(lps[i].number(), 0.0);
+      if (round % 2 == 0) {
+        EXPECT_EQ(tokens[i].str(), "token_id:" + std::to_string(want.output_ids[i]));
+      }
+    }
+    const Json* usage = r.json.Find("usage");
+    EXPECT_EQ(usage->GetInt("prompt_tokens", -1).value(), static_cast<int64_t>(prompt.size()));
+    EXPECT_EQ(usage->GetInt("completion_tokens", -1).value(), static_cast<int64_t>(want.output_ids.size()));
+  }
+}
+
+TEST(OpenAIServerTest, TextPromptsStopStringsAndSeveralChoices) {
+  std::mt19937 rng = Rng();
+  const std::string text = "def forward(self, x):\n    return torch.relu(x) @ w.T  # " + std::to_string(rng() % 1000);
+  const std::vector<int32_t> prompt = Fixture().tokenizer->Encode(text);
+  const GenerationResult want = testing::EngineGreedy(prompt, 12);
+  // A stop string made of the greedy output's tokens 3..4: generation ends there, the text leaves it out.
+  const std::string stop = Fixture().tokenizer->Decode({want.output_ids[3], want.output_ids[4]});
+  Json body = Json::Object({{"prompt", Json::String(text)},
+                            {"max_tokens", Json::Int(12)},
+                            {"temperature", Json::Int(0)},
+                            {"n", Json::Int(2)},
+                            {"stop", Json::String(stop)},
+                            {"return_token_ids", Json::Bool(true)}});
+  Reply r = Post("/v1/completions", body);
+  ASSERT_EQ(r.status, 200) << r.body;
+  ASSERT_EQ(r.json.Find("choices")->items().size(), 2u);
+  for (const Json& c : r.json.Find("choices")->items()) {
+    EXPECT_EQ(Ids(c.Find("prompt_token_ids")), prompt);
+    const std::vector<int32_t> ids = Ids(c.Find("token_ids"));
+    ASSERT_GE(ids.size(), 2u);
+    // Token-level stop: the first place the stop's ids appear in the greedy output.
+    std::vector<int32_t> stop_ids = Fixture().tokenizer->Encode(stop);
+    auto at = std::search(want.output_ids.begin(), want.output_ids.end(), stop_ids.begin(), stop_ids.end());
+    if (at != want.output_ids.end()) {
+      const std::vector<int32_t> expect(want.output_ids.begin(), at + static_cast<ptrdiff_t>(stop_ids.size()));
+      EXPECT_EQ(ids, expect);
+      EXPECT_EQ(c.GetString("finish_reason", "").value(), "stop");
+      EXPECT_EQ(c.GetString("text", "").value(),
+                openai::SanitizeUtf8(Fixture().tokenizer->Decode(
+                    std::vector<int32_t>(want.output_ids.begin(), at), true)));
+    } else {  // The stop string re-tokenizes differently: it never matches token-wise.
+      EXPECT_EQ(ids, want.output_ids);
+      EXPECT_EQ(c.GetString("finish_reason", "").value(), "length");
+    }
+  }
+}
+
+TEST(OpenAIServerTest, StreamedChunksAddUpToThePlainResponse) {
+  std::mt19937 rng = Rng();
+  for (const bool chat : {false, true}) {
+    Json body = Json::Object({{"max_tokens", Json::Int(std::uniform_int_distribution<int>(3, 20)(rng))},
+                              {"temperature", Json::Number(0.9)},
+                              {"seed", Json::Int(1 + rng() % 100000)},
+                              {"logprobs", chat ? Json::Bool(true) : Json::Int(0)},
+                              {"return_token_ids", Json::Bool(true)}});
+    if (chat) {
+      body.Set("messages", Json::Array({Json::Object({{"role", Json::String("user")},
+                                                      {"content", Json::String("Write a kernel " +
+                                                                               std::to_string(rng() % 977))}})}));
+    } else {
+      body.Set("prompt", IdArray(testing::RandomIds(&rng, 3, 40)));
+    }
+    const std::string path = chat ? "/v1/chat/completions" : "/v1/completions";
+    Reply plain = Post(path, body);
+    ASSERT_EQ(plain.status, 200) << plain.body;
+    const Json& pc = plain.json.Find("choices")->items().at(0);
+    const std::vector<int32_t> want_ids = Ids(pc.Find("token_ids"));
+    const std::string want_text = chat ? pc.Find("message")->GetString("content", "").value()
+                                       : pc.GetString("text", "").value();
+
+    body.Set("stream", Json::Bool(true));
+    body.Set("stream_options", Json::Object({{"include_usage", Json::Bool(true)}}));
+    Reply streamed = Post(path, body);
+    ASSERT_EQ(streamed.status, 200) << streamed.body;
+    const std::vector<std::string> events = Events(streamed.body);
+    ASSERT_GE(events.size(), 3u);
+    EXPECT_EQ(events.back(), "[DONE]");
+    std::string text, finish;
+    std::vector<int32_t> ids;
+    std::vector<double> lps;
+    bool usage = false, role = false;
+    for (size_t i = 0; i + 1 < events.size(); ++i) {
+      Json e = *ParseJson(events[i]);
+      EXPECT_EQ(e.GetString("object", "").value(), chat ? "chat.completion.chunk" : "text_completion");
+      if (e.Find("choices")->items().empty()) {
+        usage = true;
+        EXPECT_EQ(e.Find("usage")->GetInt("completion_tokens", -1).value(), static_cast<int64_t>(want_ids.size()));
+        continue;
+      }
+      const Json& c = e.Find("choices")->items()[0];
+      const std::vector<int32_t> step = Ids(c.Find("token_ids"));
+      ids.insert(ids.end(), step.begin(), step.end());
+      if (chat) {
+        role |= c.Find("delta")->Find("role") != nullptr;
+        text += c.Find("delta")->GetString("content", "").value();
+        if (const Json* lp = c.Find("logprobs"); lp != nullptr && lp->is_object()) {
+          for (const Json& x : lp->Find("content")->items()) lps.push_back(x.Find("logprob")->number());
+        }
+      } else {
+        text += c.GetString("text", "").value();
+        if (const Json* lp = c.Find("logprobs"); lp != nullptr && lp->is_object()) {
+          for (const Json& x : lp->Find("token_logprobs")->items()) lps.push_back(x.number());
+        }
+      }
+      if (const Json* f = c.Find("finish_reason"); f != nullptr && f->is_string()) finish = f->str();
+    }
+    EXPECT_EQ(ids, want_ids) << (chat ? "chat" : "completions");
+    EXPECT_EQ(text, want_text);
+    EXPECT_EQ(lps.size(), want_ids.size());
+    EXPECT_EQ(finish, pc.GetString("finish_reason", "").value());
+    EXPECT_TRUE(usage);
+    EXPECT_EQ(role, chat);
+  }
+}
+
+TEST(OpenAIServerTest, ChatRendersMessagesWithChatFormatAndStopsAtImEnd) {
+  std::mt19937 rng = Rng();
+  const std::string user = "Make model.py faster, task " + std::to_string(rng() % 10000);
+  Json messages = Json::Array(
+      {Json::Object({{"role", Json::String("system")}, {"content", Json::String("You write CUDA kernels.")}}),
+       Json::Object({{"role", Json::String("user")},
+                     {"content", Json::Array({Json::Object({{"type", Json::String("text")},
+                                                            {"text", Json::String(user)}})})}}),
+       Json::Object({{"role", Json::String("assistant")},
+                     {"content", Json::String("Reading it.")},
+                     {"tool_calls", Json::Array({Json::Object(
+                                        {{"id", Json::String("call_1")},
+                                         {"type", Json::String("function")},
+                                         {"function", Json::Object({{"name", Json::String("Read")},
+                                                                    {"arguments", Json::String(
+                                                                                      R"({"path": "model.py"})")}})}})})}}),
+       Json::Object({{"role", Json::String("tool")}, {"content", Json::String("class Model: ...")}})});
+  Json body = Json::Object({{"messages", messages},
+                            {"tools", agent::ToolSchemas()},
+                            {"max_tokens", Json::Int(30)},
+                            {"temperature", Json::Int(0)},
+                            {"logprobs", Json::Bool(true)},
+                            {"return_token_ids", Json::Bool(true)}});
+  Reply r = Post("/v1/chat/completions", body);
+  ASSERT_EQ(r.status, 200) << r.body;
+
+  auto format = agent::ChatFormat::Create(Fixture().tokenizer.get(), agent::ToolSchemas());
+  ASSERT_TRUE(format.ok());
+  std::vector<agent::ChatTurn> turns(4);
+  turns[0] = {agent::ChatRole::kSystem, "You write CUDA kernels.", {}, std::nullopt};
+  turns[1] = {agent::ChatRole::kUser, user, {}, std::nullopt};
+  turns[2] = {agent::ChatRole::kAssistant, "Reading it.", {{"Read", *ParseJson(R"({"path": "model.py"})")}}, std::nullopt};
+  turns[3] = {agent::ChatRole::kTool, "class Model: ...", {}, std::nullopt};
+  const std::vector<int32_t> prompt = format->Render(turns, true)->ids;
+  EXPECT_EQ(Ids(r.json.Find("prompt_token_ids")), prompt);
+  const GenerationResult want = testing::EngineGreedy(prompt, 30, {{format->im_end_id()}});
+  const Json& c = r.json.Find("choices")->items().at(0);
+  EXPECT_EQ(Ids(c.Find("token_ids")), want.output_ids);
+  EXPECT_EQ(c.GetString("finish_reason", "").value(), want.finish_reason == "stop_sequence" ? "stop" : "length");
+  EXPECT_EQ(c.Find("message")->GetString("content", "").value(),
+            openai::SanitizeUtf8(Fixture().tokenizer->Decode(want.output_ids, true)));
+  EXPECT_EQ(c.Find("logprobs")->Find("content")->items().size(), want.output_ids.size());
+  EXPECT_EQ(r.json.GetString("object", "").value(), "chat.completion");
+}
+
+TEST(OpenAIServerTest, BadRequestsGetOpenAIErrorsWithTheRightStatus) {
+  std::mt19937 rng = Rng();
+  const Json prompt = IdArray(testing::RandomIds(&rng, 3, 10));
+  auto with = [&](const char* key, Json value) {
+    Json b = Json::Object({{"prompt", prompt}, {"max_tokens", Json::Int(4)}});
+    b.Set(key, std::move(value));
+    return b;
+  };
+  ExpectError(Call("POST", "/v1/completions", "{\"prompt\": [1, 2"), 400, "invalid_request_error", "");
+  ExpectError(Post("/v1/completions", Json::Object({{"max_tokens", Json::Int(3)}})), 400, "invalid_request_error",
+              "prompt");
+  ExpectError(Post("/v1/completions", with("logprobs", Json::Int(3))), 400, "invalid_request_error", "logprobs");
+  ExpectError(Post("/v1/completions", with("temperature", Json::Number(2.5))), 400, "invalid_request_error",
+              "temperature");
+  ExpectError(Post("/v1/completions", with("max_tokens", Json::Int(0))), 400, "invalid_request_error", "max_tokens");
+  ExpectError(Post("/v1/completions", with("n", Json::String("two"))), 400, "invalid_request_error", "n");
+  Reply model = Post("/v1/completions", with("model", Json::String("gpt-4o")));
+  ExpectError(model, 404, "not_found_error", "model");
+  EXPECT_NE(model.json.Find("error")->GetString("message", "").value().find("gpt-4o"), std::string::npos);
+  // An id past the model's vocabulary: the engine refuses it, reported as a bad prompt.
+  ExpectError(Post("/v1/completions", with("prompt", IdArray({3, Fixture().model_vocab + 7}))), 400,
+              "invalid_request_error", "prompt");
+  ExpectError(Post("/v1/completions", with("prompt", IdArray(std::vector<int32_t>(testing::kMaxSeqLen, 9)))), 400,
+              "invalid_request_error", "prompt");
+  ExpectError(Post("/v1/chat/completions", Json::Object({{"messages", Json::Array()}})), 400,
+              "invalid_request_error", "messages");
+  ExpectError(Post("/v1/chat/completions",
+                   Json::Object({{"messages", Json::Array({Json::Object({{"role", Json::String("user")},
+                                                                         {"content", Json::String("hi")}})})},
+                                 {"top_logprobs", Json::Int(2)}})),
+              400, "invalid_request_error", "top_logprobs");
+  ExpectError(Post("/v1/chat/completions",
+                   Json::Object({{"messages", Json::Array({Json::Object({{"role", Json::String("wizard")},
+                                                                         {"content", Json::String("hi")}})})}})),
+              400, "invalid_request_error", "messages[0].role");
+  ExpectError(Call("GET", "/v1/completions"), 405, "invalid_request_error", "");
+  ExpectError(Call("GET", "/v2/engines"), 404, "not_found_error", "");
+}
+
+TEST(OpenAIServerTest, ConcurrentRequestsAllComplete) {
+  std::mt19937 rng = Rng();
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < 6; ++i) prompts.push_back(testing::RandomIds(&rng, 3, 30));
+  std::vector<Reply> replies(prompts.size());
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    threads.emplace_back([&, i] {
+      replies[i] = Post("/v1/completions", Json::Object({{"prompt", IdArray(prompts[i])},
+                                                         {"max_tokens", Json::Int(8)},
+                                                         {"temperature", Json::Int(0)},
+                                                         {"n", Json::Int(2)},
+                                                         {"return_token_ids", Json::Bool(true)}}));
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    ASSERT_EQ(replies[i].status, 200) << replies[i].body;
+    const auto& choices = replies[i].json.Find("choices")->items();
+    ASSERT_EQ(choices.size(), 2u);
+    // Greedy: both choices equal the engine's own answer (batching does not change it).
+    const GenerationResult want = testing::EngineGreedy(prompts[i], 8);
+    for (const Json& c : choices) EXPECT_EQ(Ids(c.Find("token_ids")), want.output_ids);
+  }
+}
+
+TEST(OpenAIServerProtocolTest, Utf8Helpers) {
+  EXPECT_EQ(openai::SanitizeUtf8("ok \xC3\xA9"), "ok \xC3\xA9");
+  EXPECT_EQ(openai::SanitizeUtf8("a\xFF" "b"), "a\xEF\xBF\xBD" "b");
+  EXPECT_EQ(openai::SanitizeUtf8("\xE2\x82"), "\xEF\xBF\xBD\xEF\xBF\xBD");
+  EXPECT_EQ(openai::CompleteUtf8Prefix("ab\xE2\x82"), 2u);
+  EXPECT_EQ(openai::CompleteUtf8Prefix("ab\xE2\x82\xAC"), 5u);
+  EXPECT_EQ(openai::CompleteUtf8Prefix("a\xFF"), 2u);
+}
+
+}  // namespace
+}  // namespace kernelrl::learner
