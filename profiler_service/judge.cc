@@ -44,6 +44,28 @@ OutsideBound BoundByOutsideClock(const RawTimingRun& run, const ProfilerConfig& 
   return b;
 }
 
+absl::StatusOr<double> CalibrateOutsideOverhead(const std::vector<RawTimingRun>& runs,
+                                                const ProfilerConfig& config) {
+  ProfilerConfig no_overhead = config;
+  no_overhead.set_outside_overhead_us(0.0);
+  double worst = 0.0;
+  int measured = 0;
+  for (const RawTimingRun& run : runs) {
+    const OutsideBound b = BoundByOutsideClock(run, no_overhead);
+    const TimingStats stats = AnalyzeTimingRun(run, config);
+    if (!b.measured || stats.samples() == 0) continue;
+    ++measured;
+    worst = std::max(worst, b.bound_us - stats.median_us());
+  }
+  if (measured == 0) return absl::FailedPreconditionError("no calibration run was timed from outside");
+  if (worst <= 0.0) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "calibration: the outside clock (%d runs) is not above the in-process time (overhead %.1f us)", measured,
+        worst));
+  }
+  return worst * (1.0 + config.outside_calibration_margin());
+}
+
 FlagSeverity SeverityOf(const std::string& flag) {
   static const std::set<std::string> kHack = {
       "recheck_failed", "no_candidate_kernels", "own_kernel_share_below_min", "library_only",

@@ -17,6 +17,9 @@
 
 #include <string>
 
+#include <vector>
+
+#include "absl/status/statusor.h"
 #include "profiler_service/proto_types.h"
 
 namespace kernelrl {
@@ -34,6 +37,15 @@ struct OutsideBound {
   double bound_us = 0.0;
 };
 OutsideBound BoundByOutsideClock(const RawTimingRun& run, const ProfilerConfig& config);
+
+// The per-call overhead of the outside clock, calibrated by the trusted side
+// from runs of a known-honest candidate through the same executor path: per
+// run, q25(outside) - hand-over - in-process median (the overhead that makes
+// the bound equal that run's own figure); the largest over the runs, raised by
+// outside_calibration_margin. An error when no run was driven from outside or
+// the overhead comes out non-positive (clocks that do not add up).
+absl::StatusOr<double> CalibrateOutsideOverhead(const std::vector<RawTimingRun>& runs,
+                                                const ProfilerConfig& config);
 
 // `baseline` may be null (no baseline: speed-ups 0, flag "baseline_missing").
 // `config` must carry defaults.

@@ -25,6 +25,7 @@ ProfilerConfig WithProfilerDefaults(ProfilerConfig c) {
   if (c.min_rechecks() == 0) c.set_min_rechecks(5);
   c.set_outside_overhead_us(d(1000.0, c.outside_overhead_us()));
   c.set_outside_bound_tolerance(d(0.25, c.outside_bound_tolerance()));
+  c.set_outside_calibration_margin(d(0.25, c.outside_calibration_margin()));
   c.set_handover_bytes_per_s(d(2.5e12, c.handover_bytes_per_s()));
   if (c.baseline_cache_dir().empty()) c.set_baseline_cache_dir("/var/cache/kernelrl/baselines");
   if (c.harness_python().empty()) c.set_harness_python("python3");
