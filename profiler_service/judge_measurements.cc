@@ -10,6 +10,7 @@
 #include <string>
 
 #include "absl/strings/str_join.h"
+#include "common/log.h"
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
 #include "profiler_service/judge.h"
@@ -21,7 +22,7 @@ namespace {
 int Run(const char* path) {
   std::ifstream in(path);
   if (!in) {
-    std::cerr << "cannot read " << path << "\n";
+    KLOG(ERROR) << "judge_measurements: cannot read " << path;
     return 2;
   }
   const ProfilerConfig config = WithProfilerDefaults(ProfilerConfig());
@@ -69,7 +70,7 @@ int Run(const char* path) {
 
 int main(int argc, char** argv) {
   if (argc != 2) {
-    std::cerr << "usage: judge_measurements EXPLOITS.jsonl\n";
+    KLOG(ERROR) << "usage: judge_measurements EXPLOITS.jsonl";
     return 2;
   }
   return kernelrl::Run(argv[1]);

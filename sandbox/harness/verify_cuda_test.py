@@ -5,8 +5,10 @@ output exchange carries bytes from one fresh process to another.
 
     python3 verify_cuda_test.py LIB      (on a machine with a GPU)
 
-Without a GPU or without the driver it prints why and exits 0 (CI); the
-torch paths it is checked against run in CI through the CPU backend."""
+Without a GPU or without the driver it prints SKIPPED and why, and exits 0
+(CI; the torch paths it is checked against run there through the CPU
+backend). On a machine with a GPU a library that does not load is a failure:
+FAILED and exit status 1."""
 import os
 import socket
 import subprocess
@@ -61,9 +63,10 @@ def main():
     torch.cuda.set_device(0)
     err = verify_cuda.load(lib)
     if err:
-        print(f"SKIPPED: {err}")
+        print(f"FAILED: the library does not load on a machine with a GPU ({lib or 'no path given'}): {err}")
         child.kill()
-        return 0
+        child.wait()
+        return 1
 
     # 1. Digests: kernel == torch path, over dtypes, sizes across chunk
     #    boundaries and tile tails, and non-contiguous tensors.
