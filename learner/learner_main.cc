@@ -1,9 +1,11 @@
 // The learner binary: serves kernelrl.v1.Learner (jobs, task leases,
-// trajectory ingest) and, when enabled, kernelrl.v1.Policy, plus health,
+// trajectory ingest) and, when enabled, kernelrl.v1.Policy (and the same
+// engine over the OpenAI-compatible HTTP API), plus health,
 // diagnostics and /metrics (common/service.h). Configuration:
 // proto/learner_config.proto.
 #include "common/service.h"
 #include "learner/learner_service.h"
+#include "learner/policy/openai_server.h"
 #include "learner/policy_service.h"
 #include "learner/rl/jobs.h"
 #include "learner/rl/recipe.h"
@@ -22,6 +24,7 @@ int main(int argc, char** argv) {
   // each committed policy version is hot-swapped into it.
   std::unique_ptr<kernelrl::learner::PolicyEngine> engine;
   std::unique_ptr<kernelrl::learner::PolicyService> policy_service;
+  std::unique_ptr<kernelrl::learner::OpenAIServer> openai_server;  // Stopped before the engine goes.
   std::unique_ptr<kernelrl::learner::rl::JobManager> jobs;
   std::unique_ptr<kernelrl::learner::LearnerService> learner_service;
   return kernelrl::RunServiceMain(
@@ -34,6 +37,12 @@ int main(int argc, char** argv) {
           engine = std::move(*e);
           policy_service = std::make_unique<kernelrl::learner::PolicyService>(engine.get());
           services.push_back(policy_service.get());
+          if (config.policy().openai_enabled()) {  // The same engine over OpenAI's HTTP API.
+            auto o = kernelrl::learner::OpenAIServer::StartFromConfig(config.policy(), config.server().listen_address(),
+                                                                      engine.get());
+            if (!o.ok()) return o.status();
+            openai_server = std::move(*o);
+          }
         }
         auto* engine_ptr = engine.get();
         auto m = kernelrl::learner::rl::JobManager::Open(

@@ -21,6 +21,7 @@ APT_PACKAGES+=(libcpp-httplib-dev)
 PIP_PACKAGES=(torch==2.11.0 transformers==5.23.0 tokenizers==0.23.3 safetensors numpy nvidia-nvml-dev==13.0.87 kubernetes-validate==1.37.0 yamllint==1.38.0)
 # data_synth's similarity histogram (data/harness/plot.py).
 PIP_PACKAGES+=(matplotlib)
+PIP_PACKAGES+=(openai==3.54.0)  # learner/policy:openai_server_client_test (the OpenAI API's client)
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do

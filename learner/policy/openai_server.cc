@@ -7,6 +7,7 @@
 #include "httplib.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/file.h"
 #include "common/json.h"
 #include "common/log.h"
 #include "learner/policy/openai_server_protocol.h"
@@ -176,6 +177,36 @@ absl::StatusOr<int> OpenAIServer::Start(const std::string& address, int port) {
   KLOG(INFO) << "OpenAI-compatible API on http://" << address << ":" << bound << "/v1 (model \""
              << options_.model_name << "\")";
   return bound;
+}
+
+absl::StatusOr<std::unique_ptr<OpenAIServer>> OpenAIServer::StartFromConfig(const v1::PolicyServerConfig& config,
+                                                                           const std::string& listen_address,
+                                                                           PolicyEngine* engine) {
+  std::string model_path = config.model_path();
+  while (model_path.size() > 1 && model_path.back() == '/') model_path.pop_back();
+  const std::string tokenizer_path =
+      config.tokenizer_path().empty() ? model_path + "/tokenizer.json" : config.tokenizer_path();
+  absl::StatusOr<std::unique_ptr<agent::Tokenizer>> tokenizer = agent::Tokenizer::Load(tokenizer_path);
+  if (!tokenizer.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("policy.tokenizer_path: ", tokenizer.status().message()));
+  }
+  OpenAIServerOptions options;
+  options.model_name = config.served_model_name().empty() ? model_path.substr(model_path.rfind('/') + 1)
+                                                          : config.served_model_name();
+  options.max_seq_len = config.max_seq_len() > 0 ? config.max_seq_len() : EngineOptions().max_seq_len;
+  const int batch = config.max_batch() > 0 ? config.max_batch() : EngineOptions().max_batch;
+  options.threads = config.openai_threads() > 0 ? config.openai_threads() : std::max(8, 2 * batch);
+  auto server = std::make_unique<OpenAIServer>(engine, tokenizer->get(), std::move(options));
+  server->owned_tokenizer_ = *std::move(tokenizer);
+  absl::StatusOr<int> port = server->Start(listen_address.empty() ? "127.0.0.1" : listen_address, config.openai_port());
+  if (!port.ok()) return port.status();
+  if (!config.openai_port_file().empty()) {
+    if (absl::Status s = WriteFileAtomically(config.openai_port_file(), absl::StrCat("openai_port=", *port, "\n"));
+        !s.ok()) {
+      return s;
+    }
+  }
+  return server;
 }
 
 void OpenAIServer::Stop() {

@@ -30,6 +30,7 @@
 #include "absl/status/statusor.h"
 #include "agent/tokenizer/tokenizer.h"
 #include "learner/policy/engine.h"
+#include "proto/learner_config.pb.h"
 
 namespace httplib {
 class Server;
@@ -63,6 +64,14 @@ class OpenAIServer {
   // Stops accepting, lets running requests finish, joins.
   void Stop();
 
+  // The learner's server from its config (policy.openai_*; tokenizer_path
+  // defaults to model_path/tokenizer.json, the name to model_path's
+  // basename), started on listen_address:openai_port; the port is written to
+  // openai_port_file when set. The server owns the tokenizer it loads.
+  static absl::StatusOr<std::unique_ptr<OpenAIServer>> StartFromConfig(const v1::PolicyServerConfig& config,
+                                                                       const std::string& listen_address,
+                                                                       PolicyEngine* engine);
+
   // One request, routed and answered, without the network.
   HttpReply Handle(const std::string& method, const std::string& path, const std::string& body) const;
 
@@ -70,6 +79,7 @@ class OpenAIServer {
   HttpReply Generate(const std::string& path, const std::string& body) const;
   HttpReply Models(const std::string& path) const;
 
+  std::unique_ptr<agent::Tokenizer> owned_tokenizer_;  // StartFromConfig's.
   PolicyEngine* const engine_;
   const agent::Tokenizer* const tokenizer_;
   const OpenAIServerOptions options_;

@@ -527,9 +527,12 @@ Json ErrorBody(const absl::Status& status) {
 }
 
 namespace {
-// Length of the valid UTF-8 sequence at s[i], 0 if invalid, -1 if it may
-// still become valid (truncated at the end).
-int Utf8Len(absl::string_view s, size_t i) {
+// The UTF-8 sequence at s[i]: its length when valid; else -(length of the
+// maximal valid prefix, at least 1), which becomes one U+FFFD (Unicode's
+// recommended practice, what Python's errors="replace" does).
+// `truncated` says the sequence was cut by the end of s.
+int Utf8Len(absl::string_view s, size_t i, bool* truncated) {
+  *truncated = false;
   const unsigned char c = static_cast<unsigned char>(s[i]);
   int len;
   unsigned char lo = 0x80, hi = 0xBF;  // Range of the second byte.
@@ -545,12 +548,15 @@ int Utf8Len(absl::string_view s, size_t i) {
     if (c == 0xF0) lo = 0x90;
     if (c == 0xF4) hi = 0x8F;
   } else {
-    return 0;
+    return -1;
   }
   for (int k = 1; k < len; ++k) {
-    if (i + k >= s.size()) return -1;
+    if (i + k >= s.size()) {
+      *truncated = true;
+      return -k;
+    }
     const unsigned char b = static_cast<unsigned char>(s[i + k]);
-    if (k == 1 ? (b < lo || b > hi) : (b < 0x80 || b > 0xBF)) return 0;
+    if (k == 1 ? (b < lo || b > hi) : (b < 0x80 || b > 0xBF)) return -k;
   }
   return len;
 }
@@ -559,14 +565,15 @@ int Utf8Len(absl::string_view s, size_t i) {
 std::string SanitizeUtf8(absl::string_view s) {
   std::string out;
   out.reserve(s.size());
+  bool truncated;
   for (size_t i = 0; i < s.size();) {
-    const int len = Utf8Len(s, i);
+    const int len = Utf8Len(s, i, &truncated);
     if (len > 0) {
       out.append(s.data() + i, static_cast<size_t>(len));
-      i += len;
+      i += static_cast<size_t>(len);
     } else {
       out.append("\xEF\xBF\xBD");
-      ++i;
+      i += static_cast<size_t>(-len);
     }
   }
   return out;
@@ -574,10 +581,11 @@ std::string SanitizeUtf8(absl::string_view s) {
 
 size_t CompleteUtf8Prefix(absl::string_view s) {
   size_t i = 0;
+  bool truncated;
   while (i < s.size()) {
-    const int len = Utf8Len(s, i);
-    if (len < 0) return i;
-    i += len > 0 ? len : 1;
+    const int len = Utf8Len(s, i, &truncated);
+    if (truncated) return i;
+    i += static_cast<size_t>(len > 0 ? len : -len);
   }
   return i;
 }

@@ -358,7 +358,10 @@ TEST(OpenAIServerTest, ConcurrentRequestsAllComplete) {
 TEST(OpenAIServerProtocolTest, Utf8Helpers) {
   EXPECT_EQ(openai::SanitizeUtf8("ok \xC3\xA9"), "ok \xC3\xA9");
   EXPECT_EQ(openai::SanitizeUtf8("a\xFF" "b"), "a\xEF\xBF\xBD" "b");
-  EXPECT_EQ(openai::SanitizeUtf8("\xE2\x82"), "\xEF\xBF\xBD\xEF\xBF\xBD");
+  // One U+FFFD per maximal invalid subpart, as Python's errors="replace".
+  EXPECT_EQ(openai::SanitizeUtf8("\xE2\x82"), "\xEF\xBF\xBD");
+  EXPECT_EQ(openai::SanitizeUtf8("\xE2\x82x\xF0\x9F\x98"), "\xEF\xBF\xBDx\xEF\xBF\xBD");
+  EXPECT_EQ(openai::SanitizeUtf8("\xC3\xC3\xA9"), "\xEF\xBF\xBD\xC3\xA9");
   EXPECT_EQ(openai::CompleteUtf8Prefix("ab\xE2\x82"), 2u);
   EXPECT_EQ(openai::CompleteUtf8Prefix("ab\xE2\x82\xAC"), 5u);
   EXPECT_EQ(openai::CompleteUtf8Prefix("a\xFF"), 2u);
