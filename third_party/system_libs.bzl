@@ -7,6 +7,7 @@ with environment variables, so a cluster with a CUDA LibTorch needs no edits:
 
   KERNELRL_TORCH_ROOT  directory holding include/ and lib/ of LibTorch
   KERNELRL_CUDA_ROOT   CUDA toolkit root (default /usr/local/cuda)
+  KERNELRL_NCCL_INCLUDE  directory holding nccl.h (default: the wheel's nvidia/nccl/include)
 """
 
 def _run(ctx, args):
@@ -73,6 +74,7 @@ def _torch_impl(ctx):
 package(default_visibility = ["//visibility:public"])
 cc_library(name = "torch", srcs = ["MISSING_TORCH_run_tools_setup_sh_or_set_KERNELRL_TORCH_ROOT"])
 cc_library(name = "torch_cuda", deps = [":torch"])
+cc_library(name = "c10d_nccl", deps = [":torch"])
 """)
             return
         root = res.stdout.strip()
@@ -84,6 +86,12 @@ cc_library(name = "torch_cuda", deps = [":torch"])
             ctx.symlink(entry, "include/" + entry.basename)
     ctx.symlink(root + "/lib", "lib")
     has_cuda = ctx.path(root + "/lib/libtorch_cuda.so").exists
+    # c10d's ProcessGroupNCCL header needs nccl.h: the wheel's nvidia-nccl
+    # package sits next to torch in site-packages (KERNELRL_NCCL_INCLUDE overrides).
+    nccl_include = ctx.os.environ.get("KERNELRL_NCCL_INCLUDE", root + "/../nvidia/nccl/include")
+    has_nccl = has_cuda and ctx.path(nccl_include + "/nccl.h").exists
+    if has_nccl:
+        ctx.symlink(nccl_include, "nccl/include")
     # push/pop-state: --as-needed must not leak onto the libraries linked after these.
     cuda_libs = '"-Wl,--push-state,--no-as-needed", "-ltorch_cuda", "-lc10_cuda", "-Wl,--pop-state",' if has_cuda else ""
     ctx.file("BUILD", """
@@ -104,11 +112,21 @@ cc_library(
     linkopts = ["-L{root}/lib", {cuda_libs}],
     deps = [":torch"],
 )
-""".format(root = root, cuda_libs = cuda_libs))
+
+# c10d with ProcessGroupNCCL (learner/dist): nccl.h and USE_C10D_NCCL; the
+# symbols are in libtorch_cuda, which finds the wheel's libnccl itself.
+cc_library(
+    name = "c10d_nccl",
+    hdrs = glob(["nccl/include/**/*.h"]),
+    includes = ["nccl/include"],
+    defines = {nccl_defines},
+    deps = [":torch_cuda", "@cuda//:headers"],
+)
+""".format(root = root, cuda_libs = cuda_libs, nccl_defines = '["USE_C10D_NCCL"]' if has_nccl else "[]"))
 
 torch_repository = repository_rule(
     implementation = _torch_impl,
-    environ = ["KERNELRL_TORCH_ROOT", "PATH"],
+    environ = ["KERNELRL_TORCH_ROOT", "KERNELRL_NCCL_INCLUDE", "PATH"],
     local = True,
 )
 

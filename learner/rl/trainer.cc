@@ -72,6 +72,65 @@ double Seconds(std::chrono::steady_clock::time_point since) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
 }
 
+// Metrics that add up over rows and ranks (losses and their statistics are
+// already weighted by 1/(T_i N)), and those reduced by maximum ("-x" holds
+// -x so that a maximum gives the minimum).
+constexpr const char* kSummedMetrics[] = {
+    "policy_loss", "value_loss", "sft_loss", "entropy", "clip_frac", "is_weight_mean", "is_truncated_frac",
+    "logp_abs_diff", "kl_rollout", "advantage_mean", "trajectories", "tokens", "model_tokens", "rows",
+    "train_flops", "reward_sum", "reward_sq", "reward_positive", "length_clipped", "ev_n", "ev_r", "ev_r2",
+    "ev_d", "ev_d2"};
+constexpr const char* kMaxedMetrics[] = {"reward_max", "-reward_min", "is_weight_max", "-is_weight_min",
+                                         "step_seconds"};
+
+absl::Status ReduceMetrics(Collectives& c, at::Device device, StepMetrics* m) {
+  std::vector<double> sums, maxima;
+  for (const char* k : kSummedMetrics) sums.push_back((*m)[k]);
+  for (const char* k : kMaxedMetrics) maxima.push_back((*m)[k]);
+  std::vector<at::Tensor> s = {at::tensor(sums, at::kDouble).to(device)};
+  std::vector<at::Tensor> x = {at::tensor(maxima, at::kDouble).to(device)};
+  if (auto st = c.AllReduceSum(s); !st.ok()) return st;
+  if (auto st = c.AllReduceMax(x); !st.ok()) return st;
+  const at::Tensor sc = s[0].to(at::kCPU), xc = x[0].to(at::kCPU);
+  for (size_t i = 0; i < sums.size(); ++i) (*m)[kSummedMetrics[i]] = sc[i].item<double>();
+  for (size_t i = 0; i < maxima.size(); ++i) (*m)[kMaxedMetrics[i]] = xc[i].item<double>();
+  return absl::OkStatus();
+}
+
+// The reported figures from the (reduced) sums; helper sums are removed.
+void FinishMetrics(bool ppo, bool critic, StepMetrics* mp) {
+  StepMetrics& m = *mp;
+  const double n = m["trajectories"];
+  const double r_mean = n > 0 ? m["reward_sum"] / n : 0;
+  m["reward_mean"] = r_mean;
+  m["reward_std"] = n > 0 ? std::sqrt(std::max(0.0, m["reward_sq"] / n - r_mean * r_mean)) : 0;
+  m["reward_min"] = -m["-reward_min"];
+  m["reward_positive_frac"] = n > 0 ? m["reward_positive"] / n : 0;
+  m["response_length_clipped_ratio"] = n > 0 ? m["length_clipped"] / n : 0;
+  if (critic) {  // 1 - Var(returns - values) / Var(returns), over all model tokens.
+    const double k = std::max(1.0, m["ev_n"]);
+    const double mr = m["ev_r"] / k, md = m["ev_d"] / k;
+    const double var_r = m["ev_r2"] / k - mr * mr, var_d = m["ev_d2"] / k - md * md;
+    m["explained_variance"] = var_r <= 1e-12 * std::max(1.0, m["ev_r2"] / k) ? 0.0 : 1.0 - var_d / var_r;
+  }
+  if (ppo) {
+    m["is_weight_min"] = -m["-is_weight_min"];
+  } else {
+    for (const char* k : {"policy_loss", "clip_frac", "is_weight_mean", "is_truncated_frac", "logp_abs_diff",
+                          "kl_rollout", "advantage_mean", "is_weight_max"}) {
+      m.erase(k);
+    }
+  }
+  if (critic && !ppo) m.erase("entropy");
+  if (!critic) m.erase("value_loss");
+  if (ppo || critic) m.erase("sft_loss");
+  for (const char* k : {"reward_sum", "reward_sq", "reward_positive", "length_clipped", "ev_n", "ev_r", "ev_r2",
+                        "ev_d", "ev_d2", "-reward_min", "-is_weight_min"}) {
+    m.erase(k);
+  }
+  m["tokens_per_second"] = m["step_seconds"] > 0 ? m["tokens"] / m["step_seconds"] : 0;
+}
+
 }  // namespace
 
 // ---- AdamW ----
@@ -86,6 +145,12 @@ AdamW::AdamW(std::vector<at::Tensor> params, AdamWParams p) : p_(p), params_(std
     steps_.push_back(at::zeros({}, master_.back().options()));
     decay_.push_back(w.dim() >= 2);
   }
+}
+
+void AdamW::SyncMasterFromParams() {
+  at::NoGradGuard no_grad;
+  if (!separate_master_) return;  // fp32 weights are their own master.
+  for (size_t i = 0; i < params_.size(); ++i) master_[i].copy_(params_[i].detach());
 }
 
 void AdamW::ZeroGrad() {
@@ -154,6 +219,23 @@ absl::Status AdamW::LoadState(const std::map<std::string, at::Tensor>& state, co
 
 // ---- Trainer ----
 
+absl::Status Trainer::BroadcastParameters() {
+  if (collectives_ == nullptr) return absl::OkStatus();
+  at::NoGradGuard no_grad;
+  std::vector<at::Tensor> params = policy_->parameters();
+  if (critic_) {
+    for (const at::Tensor& p : critic_->parameters()) params.push_back(p);
+  }
+  std::vector<at::Tensor> detached;
+  for (at::Tensor& p : params) detached.push_back(p.detach());
+  if (auto s = collectives_->Broadcast(detached, 0); !s.ok()) return s;
+  // AdamW's fp32 master copies follow the broadcast weights.
+  for (AdamW* opt : {actor_opt_.get(), critic_opt_.get()}) {
+    if (opt != nullptr) opt->SyncMasterFromParams();
+  }
+  return absl::OkStatus();
+}
+
 Trainer::Trainer(std::unique_ptr<Transformer> policy, std::unique_ptr<Transformer> critic, TrainerOptions options)
     : policy_(std::move(policy)), critic_(std::move(critic)), options_(options) {
   actor_opt_ = std::make_unique<AdamW>(policy_->parameters(), options_.actor);
@@ -174,7 +256,8 @@ absl::StatusOr<StepMetrics> Trainer::Step(const std::vector<Sample>& batch, int6
                                           Objective objective) {
   const bool train_actor = objective != Objective::kValue;
   const bool use_critic = objective != Objective::kSft;
-  if (batch.empty()) return absl::InvalidArgumentError("empty batch");
+  const bool data_parallel = collectives_ != nullptr && collectives_->world_size() > 1;
+  if (batch.empty() && !data_parallel) return absl::InvalidArgumentError("empty batch");
   if (use_critic && !critic_) return absl::FailedPreconditionError("this step needs a critic");
   const auto start = std::chrono::steady_clock::now();
   const double n_global = global_trajectories > 0 ? global_trajectories : static_cast<double>(batch.size());
@@ -267,45 +350,48 @@ absl::StatusOr<StepMetrics> Trainer::Step(const std::vector<Sample>& batch, int6
   }
 
   // 7. Data-parallel: sum gradients over ranks (loss weights already use the global N).
-  if (all_reduce_) {
-    for (AdamW* opt : {train_actor ? actor_opt_.get() : nullptr, use_critic ? critic_opt_.get() : nullptr}) {
-      if (opt == nullptr) continue;
-      std::vector<at::Tensor> grads;
-      for (at::Tensor& w : opt->params()) {
-        if (!w.grad().defined()) w.mutable_grad() = at::zeros_like(w);
-        grads.push_back(w.grad());
-      }
-      all_reduce_(grads);
+  for (AdamW* opt : {train_actor ? actor_opt_.get() : nullptr, use_critic ? critic_opt_.get() : nullptr}) {
+    if (opt == nullptr || (collectives_ == nullptr && !grad_observer_)) continue;
+    std::vector<at::Tensor> grads;
+    for (at::Tensor& w : opt->params()) {
+      if (!w.grad().defined()) w.mutable_grad() = at::zeros_like(w);
+      grads.push_back(w.grad());
     }
+    if (collectives_ != nullptr) {
+      if (auto s = collectives_->AllReduceSum(grads); !s.ok()) return s;
+    }
+    if (grad_observer_) grad_observer_(opt == actor_opt_.get() ? "actor" : "critic", grads);
   }
 
   // 8. Clip and step: one AdamW update per model.
   if (train_actor) m["actor_grad_norm"] = actor_opt_->Step();
   if (use_critic) m["critic_grad_norm"] = critic_opt_->Step();
 
-  // 9. Batch metrics.
-  double r_sum = 0, r_sq = 0, r_min = batch[0].reward, r_max = batch[0].reward, positive = 0, clipped_len = 0;
+  // 9. Batch metrics: sums and maxima over this rank's trajectories and
+  //    tokens, reduced over ranks, then the global batch's figures.
+  double r_max = -HUGE_VAL, r_min = HUGE_VAL;
   for (const Sample& s : batch) {
-    r_sum += s.reward, r_sq += s.reward * s.reward;
+    m["reward_sum"] += s.reward, m["reward_sq"] += s.reward * s.reward;
     r_min = std::min(r_min, s.reward), r_max = std::max(r_max, s.reward);
-    positive += s.reward > 0, clipped_len += s.length_clipped;
+    m["reward_positive"] += s.reward > 0, m["length_clipped"] += s.length_clipped;
   }
-  const double n = static_cast<double>(batch.size());
-  m["reward_mean"] = r_sum / n;
-  m["reward_std"] = std::sqrt(std::max(0.0, r_sq / n - (r_sum / n) * (r_sum / n)));
-  m["reward_min"] = r_min, m["reward_max"] = r_max;
-  m["reward_positive_frac"] = positive / n;
-  m["response_length_clipped_ratio"] = clipped_len / n;
-  if (use_critic) m["explained_variance"] = ExplainedVariance(all_values, all_returns);
-  if (objective == Objective::kPpo) m["is_weight_max"] = is_max, m["is_weight_min"] = is_min;
-  const double seconds = Seconds(start);
-  m["trajectories"] = n;
+  for (size_t i = 0; i < all_values.size(); ++i) {
+    const double d = all_returns[i] - all_values[i];
+    m["ev_n"] += 1, m["ev_r"] += all_returns[i], m["ev_r2"] += all_returns[i] * all_returns[i];
+    m["ev_d"] += d, m["ev_d2"] += d * d;
+  }
+  m["trajectories"] = static_cast<double>(batch.size());
   m["tokens"] = static_cast<double>(tokens);
   m["model_tokens"] = static_cast<double>(model_tokens);
   m["rows"] = static_cast<double>(rows.size());
-  m["step_seconds"] = seconds;
-  m["tokens_per_second"] = tokens / seconds;
   m["train_flops"] = flops;
+  m["reward_max"] = r_max, m["-reward_min"] = -r_min;
+  m["is_weight_max"] = is_max, m["-is_weight_min"] = -is_min;
+  m["step_seconds"] = Seconds(start);
+  if (collectives_ != nullptr) {
+    if (auto s = ReduceMetrics(*collectives_, device, &m); !s.ok()) return s;
+  }
+  FinishMetrics(objective == Objective::kPpo, use_critic, &m);
   return m;
 }
 

@@ -5,6 +5,13 @@
 // -> GAE -> policy log-probs -> losses -> backward (per row, gradients
 // accumulate) -> gradient all-reduce (data-parallel) -> clip -> AdamW.
 //
+// Data-parallel (set_collectives): each rank passes its shard of the global
+// batch and the global trajectory count N. Loss weights are 1/(T_i N), so the
+// summed gradients and summed losses of the shards are those of one rank on
+// the whole batch; the step's metrics are reduced the same way (sums, maxima)
+// and every rank returns the global batch's metrics. A rank may have an empty
+// shard (fewer trajectories than ranks): it contributes zeros.
+//
 // Contract:
 //  * One optimizer step per model per call (global batch = mini-batch).
 //  * Weights on the device in the model dtype; AdamW keeps fp32 master
@@ -25,6 +32,7 @@
 
 #include "absl/status/statusor.h"
 #include "learner/model.h"
+#include "learner/rl/collectives.h"
 #include "learner/rl/ppo_loss.h"
 #include "learner/rl/sample.h"
 
@@ -45,6 +53,8 @@ class AdamW {
   // Returns the gradient norm before clipping.
   double Step();
   void ZeroGrad();
+  // The fp32 master copies take the model's current weights.
+  void SyncMasterFromParams();
   void set_lr(double lr) { p_.lr = lr; }
   std::vector<at::Tensor>& params() { return params_; }
   // "<prefix><i>/{exp_avg,exp_avg_sq,step,master}" for checkpoints.
@@ -67,8 +77,9 @@ struct TrainerOptions {
   AdamWParams actor, critic;
 };
 
-// Sums data-parallel gradients in place (c10d all-reduce); unset = one rank.
-using GradAllReduce = std::function<void(std::vector<at::Tensor>& grads)>;
+// Sees the gradients of one model ("actor" or "critic") after the
+// data-parallel reduction, before clipping (tests and the DP benchmark).
+using GradObserver = std::function<void(const std::string& model, const std::vector<at::Tensor>& grads)>;
 
 // Metrics of one step, by name (docs/LEARNER.md lists them).
 using StepMetrics = std::map<std::string, double>;
@@ -86,7 +97,11 @@ class Trainer {
   // Value pretraining: one critic update towards GAE targets (V + A).
   absl::StatusOr<StepMetrics> ValueStep(const std::vector<Sample>& batch, int64_t global_trajectories = 0);
 
-  void set_grad_all_reduce(GradAllReduce f) { all_reduce_ = std::move(f); }
+  // Data-parallel: not owned, outlives the trainer; null = one rank.
+  void set_collectives(Collectives* c) { collectives_ = c; }
+  void set_grad_observer(GradObserver f) { grad_observer_ = std::move(f); }
+  // Makes every rank's weights rank 0's (after loading, before the first step).
+  absl::Status BroadcastParameters();
   Transformer& policy() { return *policy_; }
   Transformer* critic() { return critic_.get(); }
   AdamW& actor_optimizer() { return *actor_opt_; }
@@ -100,7 +115,8 @@ class Trainer {
   std::unique_ptr<Transformer> policy_, critic_;
   std::unique_ptr<AdamW> actor_opt_, critic_opt_;
   TrainerOptions options_;
-  GradAllReduce all_reduce_;
+  Collectives* collectives_ = nullptr;
+  GradObserver grad_observer_;
 };
 
 }  // namespace kernelrl::learner::rl

@@ -1,0 +1,90 @@
+// Data-parallel collectives over LibTorch's c10d: one process per GPU, a c10d
+// store for the rendezvous, ProcessGroupNCCL for the all-reduces. Implements
+// rl::Collectives for the Trainer.
+//
+//   rank 0:    HostTcpStore() -> spawn ranks 1..N-1 with its address
+//              (learner/dist/launcher.h) -> Connect()
+//   rank r>0:  Connect() with the address it was given
+//
+// Tensors are reduced in buckets of at most bucket_bytes: consecutive tensors
+// of one dtype are flattened into one buffer, reduced with one collective and
+// copied back. Floating-point tensors narrower than fp32 (bf16 gradients) are
+// summed in fp32 so that the sum of N ranks rounds once, not N - 1 times.
+//
+// The store also carries small control messages between ranks (StoreSet /
+// StoreGet: which trajectories a rank trains on next), under its own prefix.
+// Not thread-safe: one thread drives a DataParallel.
+#ifndef KERNELRL_LEARNER_DIST_DATA_PARALLEL_H_
+#define KERNELRL_LEARNER_DIST_DATA_PARALLEL_H_
+
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "learner/rl/collectives.h"
+
+namespace kernelrl::learner::dist {
+
+struct Rendezvous {
+  int rank = 0;
+  int world_size = 1;
+  // "tcp://host:port" (the TCPStore rank 0 hosts) or "file:///path" (a c10d
+  // FileStore on a filesystem all ranks share; the file must not exist yet).
+  std::string address;
+  absl::Duration timeout = absl::Minutes(10);  // Rendezvous, store reads and collectives.
+};
+
+class DataParallel : public rl::Collectives {
+ public:
+  // Rank 0 of a TCP rendezvous: hosts the store on a free port of `host`
+  // before the other ranks exist; returns the address to hand them
+  // ("tcp://host:port"). The store lives until Connect() takes it over.
+  static absl::StatusOr<std::string> HostTcpStore(const std::string& host, absl::Duration timeout);
+
+  // Joins the rendezvous and makes a ProcessGroupNCCL on cuda:<cuda_device>.
+  // FailedPrecondition without CUDA or when the device does not exist.
+  static absl::StatusOr<std::unique_ptr<DataParallel>> ConnectNccl(const Rendezvous& r, int cuda_device);
+
+  // Joins the rendezvous with any c10d backend the factory makes over the
+  // store (the CPU tests pass one: the wheel's gloo backend has no headers).
+  using BackendFactory = std::function<c10::intrusive_ptr<c10d::Backend>(c10::intrusive_ptr<c10d::Store> store,
+                                                                         int rank, int world_size)>;
+  static absl::StatusOr<std::unique_ptr<DataParallel>> Connect(const Rendezvous& r, at::Device device,
+                                                               const BackendFactory& make_backend);
+
+  ~DataParallel() override;
+
+  int rank() const override;
+  int world_size() const override;
+  absl::Status AllReduceSum(std::vector<at::Tensor>& tensors) override;
+  absl::Status AllReduceMax(std::vector<at::Tensor>& tensors) override;
+  absl::Status Broadcast(std::vector<at::Tensor>& tensors, int root) override;
+  absl::Status Barrier();
+
+  // Control messages (key -> bytes); StoreGet waits up to `timeout` for the key.
+  absl::Status StoreSet(const std::string& key, const std::string& value);
+  absl::StatusOr<std::string> StoreGet(const std::string& key, absl::Duration timeout);
+
+  void set_bucket_bytes(int64_t bytes) { bucket_bytes_ = bytes; }
+
+ private:
+  DataParallel(c10::intrusive_ptr<c10d::Store> store, c10::intrusive_ptr<c10d::Backend> backend, at::Device device)
+      : store_(std::move(store)), backend_(std::move(backend)), device_(device) {}
+  enum class Op { kSum, kMax, kBroadcast };
+  absl::Status Collective(std::vector<at::Tensor>& tensors, Op op, int root);
+
+  c10::intrusive_ptr<c10d::Store> store_;    // Control messages ("ctl/" prefix).
+  c10::intrusive_ptr<c10d::Backend> backend_;
+  at::Device device_;
+  int64_t bucket_bytes_ = int64_t{256} << 20;
+};
+
+}  // namespace kernelrl::learner::dist
+
+#endif  // KERNELRL_LEARNER_DIST_DATA_PARALLEL_H_

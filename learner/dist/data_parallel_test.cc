@@ -1,0 +1,370 @@
+// Data-parallel training on c10d.
+//  * CPU: the DP step of 2 ranks (threads; c10d FileStore rendezvous; the
+//    store backend, see store_backend_for_test.h) gives the single-rank step's
+//    losses, metrics, gradients and updated weights on the same global batch,
+//    for PPO, RFT and value steps, including a rank with an empty shard.
+//  * CPU: the launcher spawns ranks of this binary that meet rank 0 through
+//    its TCPStore and reduce with it.
+//  * GPU: the same PPO step over ProcessGroupNCCL, one process per GPU. Skipped
+//    without CUDA; on a GPU machine with fewer GPUs than asked
+//    (KERNELRL_TEST_DP_GPUS, default 2) it fails.
+// This binary has its own main: a process started with --dp_rank > 0 is a
+// rank of a test above, not a test run.
+#include "learner/dist/data_parallel.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/core/grad_mode.h>
+#include <c10/cuda/CUDAFunctions.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <random>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "learner/dist/launcher.h"
+#include "learner/dist/shard.h"
+#include "learner/dist/store_backend_for_test.h"
+#include "learner/rl/trainer.h"
+
+namespace kernelrl::learner::dist {
+namespace {
+
+using rl::Sample;
+using rl::StepMetrics;
+using rl::Trainer;
+using rl::TrainerOptions;
+
+ModelConfig TinyConfig() {
+  ModelConfig c;
+  c.vocab_size = 32;
+  c.hidden_size = 32;
+  c.intermediate_size = 64;
+  c.num_layers = 2;
+  c.num_heads = 4;
+  c.num_kv_heads = 2;
+  c.head_dim = 8;
+  return c;
+}
+
+std::unique_ptr<Transformer> Tiny(Head head, uint64_t seed, at::Device device) {
+  ModelOptions o;
+  o.trainable = true;
+  o.device = device;
+  o.dtype = device.is_cuda() ? at::kBFloat16 : at::kFloat;
+  auto m = Transformer::Create(TinyConfig(), head, o, seed);
+  EXPECT_TRUE(m.ok()) << m.status();
+  return std::move(*m);
+}
+
+// n trajectories of random length, a random mask (position 0 never a model
+// token, at least one model token), random log-probs and rewards.
+std::vector<Sample> RandomBatch(int n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<Sample> out;
+  for (int i = 0; i < n; ++i) {
+    Sample s;
+    s.id = absl::StrCat("t", i);
+    const int len = 4 + static_cast<int>(rng() % 20);
+    for (int t = 0; t < len; ++t) {
+      const bool model = t > 0 && (t == len - 1 || rng() % 3 != 0);
+      s.ids.push_back(static_cast<int32_t>(rng() % 32));
+      s.loss_mask.push_back(model);
+      s.rollout_logprobs.push_back(model ? -0.05f - static_cast<float>(rng() % 3000) / 1000.0f : 0.0f);
+    }
+    s.reward = static_cast<double>(rng() % 2001) / 1000.0 - 1.0;
+    s.length_clipped = rng() % 4 == 0;
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+enum class Objective { kPpo, kSft, kValue };
+
+absl::StatusOr<StepMetrics> RunStep(Trainer& t, Objective o, const std::vector<Sample>& b, int64_t n) {
+  switch (o) {
+    case Objective::kPpo: return t.PpoStep(b, n);
+    case Objective::kSft: return t.SftStep(b, n);
+    default: return t.ValueStep(b, n);
+  }
+}
+
+struct StepResult {
+  StepMetrics metrics;
+  std::map<std::string, std::vector<at::Tensor>> grads;  // By model, after the reduction.
+  std::vector<at::Tensor> weights;                      // After the optimizer step.
+};
+
+std::unique_ptr<Trainer> MakeTrainer(Objective o, at::Device device) {
+  TrainerOptions opt;
+  opt.max_tokens_per_row = 24;  // Several rows per rank: packing and accumulation too.
+  opt.actor.lr = 1e-3, opt.critic.lr = 1e-3;
+  return std::make_unique<Trainer>(Tiny(Head::kLanguageModel, 5, device),
+                                   o == Objective::kSft ? nullptr : Tiny(Head::kValue, 6, device), opt);
+}
+
+void Observe(Trainer& t, StepResult* r) {
+  t.set_grad_observer([r](const std::string& model, const std::vector<at::Tensor>& grads) {
+    for (const at::Tensor& g : grads) r->grads[model].push_back(g.detach().to(at::kCPU, at::kFloat).clone());
+  });
+}
+
+std::vector<at::Tensor> Weights(Trainer& t) {
+  std::vector<at::Tensor> w;
+  for (const at::Tensor& p : t.policy().parameters()) w.push_back(p.detach().to(at::kCPU, at::kFloat).clone());
+  if (t.critic() != nullptr) {
+    for (const at::Tensor& p : t.critic()->parameters()) w.push_back(p.detach().to(at::kCPU, at::kFloat).clone());
+  }
+  return w;
+}
+
+std::vector<Sample> Shard(const std::vector<Sample>& batch, int rank, int world) {
+  std::vector<int64_t> tokens;
+  for (const Sample& s : batch) tokens.push_back(static_cast<int64_t>(s.ids.size()));
+  const std::vector<std::vector<int>> shards = ShardByTokens(tokens, world);
+  std::vector<Sample> out;
+  for (int i : shards[rank]) out.push_back(batch[i]);
+  return out;
+}
+
+void ExpectSameStep(const StepResult& single, const StepResult& dp, double rtol, double atol, const char* what) {
+  for (const auto& [k, v] : single.metrics) {
+    if (k == "step_seconds" || k == "tokens_per_second" || k == "checkpoint_seconds") continue;
+    ASSERT_TRUE(dp.metrics.count(k)) << what << ": DP lacks metric " << k;
+    EXPECT_NEAR(dp.metrics.at(k), v, atol + rtol * std::abs(v)) << what << ": metric " << k;
+  }
+  EXPECT_EQ(dp.metrics.size(), single.metrics.size()) << what;
+  ASSERT_EQ(dp.grads.size(), single.grads.size()) << what;
+  for (const auto& [model, grads] : single.grads) {
+    const auto& other = dp.grads.at(model);
+    ASSERT_EQ(other.size(), grads.size());
+    double max_abs = 0;
+    for (const at::Tensor& g : grads) max_abs = std::max(max_abs, g.abs().max().item<double>());
+    ASSERT_GT(max_abs, 0) << what << ": " << model << " gradients are all zero";
+    for (size_t i = 0; i < grads.size(); ++i) {
+      EXPECT_TRUE(at::allclose(other[i], grads[i], rtol, atol * max_abs))
+          << what << ": " << model << " grad " << i << " max diff " << (other[i] - grads[i]).abs().max().item<double>();
+    }
+  }
+  ASSERT_EQ(dp.weights.size(), single.weights.size());
+  for (size_t i = 0; i < single.weights.size(); ++i) {
+    EXPECT_TRUE(at::allclose(dp.weights[i], single.weights[i], rtol, atol)) << what << ": weight " << i;
+  }
+}
+
+std::string TempPath(const std::string& name) {
+  char tmpl[] = "/tmp/dp_test_XXXXXX";
+  return std::string(mkdtemp(tmpl)) + "/" + name;
+}
+
+TEST(DataParallelTest, TwoRanksEqualOneRankOnTheGlobalBatch) {
+  const uint64_t seed = std::random_device{}();
+  std::printf("batch seed %llu\n", static_cast<unsigned long long>(seed));
+  for (Objective o : {Objective::kPpo, Objective::kSft, Objective::kValue}) {
+    for (int n : {7, 1}) {  // n = 1: rank 1 has an empty shard.
+      const std::string what = absl::StrCat("objective ", static_cast<int>(o), ", ", n, " trajectories");
+      const std::vector<Sample> batch = RandomBatch(n, seed + n);
+      StepResult single;
+      {
+        auto t = MakeTrainer(o, at::kCPU);
+        Observe(*t, &single);
+        auto m = RunStep(*t, o, batch, 0);
+        ASSERT_TRUE(m.ok()) << m.status();
+        single.metrics = *m;
+        single.weights = Weights(*t);
+      }
+      const int world = 2;
+      std::vector<std::unique_ptr<Trainer>> trainers;
+      for (int r = 0; r < world; ++r) trainers.push_back(MakeTrainer(o, at::kCPU));
+      StepResult dp[2];
+      absl::Status status[2];
+      const std::string store = "file://" + TempPath("store");
+      std::vector<std::thread> ranks;
+      for (int r = 0; r < world; ++r) {
+        ranks.emplace_back([&, r] {
+          Rendezvous rv{r, world, store, absl::Seconds(120)};
+          auto c = DataParallel::Connect(rv, at::kCPU, [](auto store, int rank, int size) {
+            return c10::make_intrusive<StoreBackendForTest>(store, rank, size);
+          });
+          if (!c.ok()) return void(status[r] = c.status());
+          Trainer& t = *trainers[r];
+          t.set_collectives(c->get());
+          Observe(t, &dp[r]);
+          auto m = RunStep(t, o, Shard(batch, r, world), n);
+          if (!m.ok()) return void(status[r] = m.status());
+          dp[r].metrics = *m;
+          dp[r].weights = Weights(t);
+        });
+      }
+      for (auto& th : ranks) th.join();
+      for (int r = 0; r < world; ++r) {
+        ASSERT_TRUE(status[r].ok()) << what << ": rank " << r << ": " << status[r];
+        ExpectSameStep(single, dp[r], 1e-4, 1e-6, what.c_str());
+      }
+    }
+  }
+}
+
+TEST(DataParallelTest, BroadcastMakesEveryRankRankZerosWeights) {
+  const int world = 2;
+  std::vector<std::unique_ptr<Trainer>> trainers;
+  for (int r = 0; r < world; ++r) {
+    trainers.push_back(std::make_unique<Trainer>(Tiny(Head::kLanguageModel, 100 + r, at::kCPU),
+                                                 Tiny(Head::kValue, 200 + r, at::kCPU), TrainerOptions{}));
+  }
+  ASSERT_FALSE(at::equal(Weights(*trainers[0])[0], Weights(*trainers[1])[0]));
+  const std::string store = "file://" + TempPath("store");
+  absl::Status status[2];
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < world; ++r) {
+    ranks.emplace_back([&, r] {
+      auto c = DataParallel::Connect({r, world, store, absl::Seconds(120)}, at::kCPU, [](auto s, int rank, int n) {
+        return c10::make_intrusive<StoreBackendForTest>(s, rank, n);
+      });
+      if (!c.ok()) return void(status[r] = c.status());
+      (*c)->set_bucket_bytes(4096);  // Several buckets.
+      trainers[r]->set_collectives(c->get());
+      status[r] = trainers[r]->BroadcastParameters();
+    });
+  }
+  for (auto& th : ranks) th.join();
+  ASSERT_TRUE(status[0].ok()) << status[0];
+  ASSERT_TRUE(status[1].ok()) << status[1];
+  auto w0 = Weights(*trainers[0]), w1 = Weights(*trainers[1]);
+  for (size_t i = 0; i < w0.size(); ++i) EXPECT_TRUE(at::equal(w0[i], w1[i])) << i;
+}
+
+TEST(LauncherTest, RankFlagsAreTakenOutOfArgv) {
+  std::vector<std::string> args = {"learner_main", "--config=x", "--dp_rank=2", "--dp_world_size=4",
+                                   "--dp_rendezvous=tcp://127.0.0.1:5000", "--set", "a: 1"};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  int argc = static_cast<int>(args.size());
+  auto f = TakeRankFlags(&argc, argv.data());
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->rank, 2);
+  EXPECT_EQ(f->world_size, 4);
+  EXPECT_EQ(f->rendezvous, "tcp://127.0.0.1:5000");
+  ASSERT_EQ(argc, 4);
+  EXPECT_STREQ(argv[1], "--config=x");
+  EXPECT_STREQ(argv[3], "a: 1");
+  std::string bad = "--dp_rank=5";
+  char* argv2[] = {args[0].data(), bad.data(), nullptr};
+  int argc2 = 2;
+  EXPECT_EQ(TakeRankFlags(&argc2, argv2).status().code(), absl::StatusCode::kInvalidArgument);  // 5 of 1.
+}
+
+// Rank r contributes [r+1, 10(r+1)]; rank 0 posts a message every rank reads.
+absl::Status ReduceRoundTrip(DataParallel& dp, int world) {
+  std::vector<at::Tensor> t = {at::tensor({dp.rank() + 1.0, 10.0 * (dp.rank() + 1)}, at::kDouble)};
+  if (auto s = dp.AllReduceSum(t); !s.ok()) return s;
+  const double expected = world * (world + 1) / 2.0;
+  if (t[0][0].item<double>() != expected || t[0][1].item<double>() != 10 * expected) {
+    return absl::InternalError(absl::StrCat("rank ", dp.rank(), " got sum ", t[0][0].item<double>()));
+  }
+  if (dp.rank() == 0) return dp.StoreSet("hello", "from rank 0");
+  auto msg = dp.StoreGet("hello", absl::Seconds(120));
+  if (!msg.ok()) return msg.status();
+  return *msg == "from rank 0" ? absl::OkStatus() : absl::InternalError("wrong control message");
+}
+
+absl::StatusOr<std::unique_ptr<DataParallel>> ConnectCpu(const Rendezvous& r) {
+  return DataParallel::Connect(r, at::kCPU, [](auto s, int rank, int n) {
+    return c10::make_intrusive<StoreBackendForTest>(s, rank, n);
+  });
+}
+
+TEST(LauncherTest, SpawnedRanksMeetRankZeroThroughItsTcpStore) {
+  const int world = 3;
+  auto address = DataParallel::HostTcpStore("127.0.0.1", absl::Seconds(120));
+  ASSERT_TRUE(address.ok()) << address.status();
+  auto pids = SpawnRanks({"--role=cpu_reduce"}, world, *address);
+  ASSERT_TRUE(pids.ok()) << pids.status();
+  auto dp = ConnectCpu({0, world, *address, absl::Seconds(120)});
+  ASSERT_TRUE(dp.ok()) << dp.status();
+  EXPECT_TRUE(ReduceRoundTrip(**dp, world).ok());
+  EXPECT_TRUE(WaitRanks(*pids).ok());
+}
+
+// ---- GPU: ProcessGroupNCCL ----
+
+std::vector<Sample> GpuBatch() { return RandomBatch(9, 4242); }
+
+absl::StatusOr<StepResult> NcclRank(const Rendezvous& r) {
+  auto dp = DataParallel::ConnectNccl(r, r.rank);
+  if (!dp.ok()) return dp.status();
+  const at::Device device(at::kCUDA, static_cast<c10::DeviceIndex>(r.rank));
+  auto t = MakeTrainer(Objective::kPpo, device);
+  t->set_collectives(dp->get());
+  StepResult out;
+  Observe(*t, &out);
+  auto m = t->PpoStep(Shard(GpuBatch(), r.rank, r.world_size), static_cast<int64_t>(GpuBatch().size()));
+  if (!m.ok()) return m.status();
+  out.metrics = *m;
+  out.weights = Weights(*t);
+  return out;
+}
+
+TEST(DataParallelGpuTest, NcclStepEqualsOneGpuStep) {
+  if (!at::hasCUDA()) GTEST_SKIP() << "no CUDA device: the NCCL data-parallel test runs on a GPU machine";
+  const char* want_env = std::getenv("KERNELRL_TEST_DP_GPUS");
+  const int want = want_env != nullptr ? std::atoi(want_env) : 2;
+  ASSERT_GE(c10::cuda::device_count(), want) << "asked for " << want << " GPUs (KERNELRL_TEST_DP_GPUS)";
+  StepResult single;
+  {
+    auto t = MakeTrainer(Objective::kPpo, at::Device(at::kCUDA, 0));
+    Observe(*t, &single);
+    auto m = t->PpoStep(GpuBatch());
+    ASSERT_TRUE(m.ok()) << m.status();
+    single.metrics = *m;
+    single.weights = Weights(*t);
+  }
+  auto address = DataParallel::HostTcpStore("127.0.0.1", absl::Seconds(300));
+  ASSERT_TRUE(address.ok()) << address.status();
+  auto pids = SpawnRanks({"--role=nccl_step"}, want, *address);
+  ASSERT_TRUE(pids.ok()) << pids.status();
+  auto dp = NcclRank({0, want, *address, absl::Seconds(300)});
+  ASSERT_TRUE(dp.ok()) << dp.status();
+  // bf16 weights and activations: the shards' sums round differently.
+  ExpectSameStep(single, *dp, 2e-2, 2e-2, "nccl");
+  EXPECT_TRUE(WaitRanks(*pids).ok());
+}
+
+// A spawned rank: runs its half of the test named by --role, exits 0 on success.
+int RankMain(const RankFlags& f, const std::string& role) {
+  const Rendezvous r{f.rank, f.world_size, f.rendezvous, absl::Seconds(300)};
+  absl::Status s;
+  if (role == "cpu_reduce") {
+    auto dp = ConnectCpu(r);
+    s = dp.ok() ? ReduceRoundTrip(**dp, f.world_size) : dp.status();
+  } else if (role == "nccl_step") {
+    s = NcclRank(r).status();
+  } else {
+    s = absl::InvalidArgumentError("unknown --role " + role);
+  }
+  if (!s.ok()) std::fprintf(stderr, "rank %d (%s): %s\n", f.rank, role.c_str(), s.ToString().c_str());
+  return s.ok() ? 0 : 1;
+}
+
+}  // namespace
+}  // namespace kernelrl::learner::dist
+
+int main(int argc, char** argv) {
+  auto flags = kernelrl::learner::dist::TakeRankFlags(&argc, argv);
+  if (!flags.ok()) {
+    std::fprintf(stderr, "%s\n", flags.status().ToString().c_str());
+    return 2;
+  }
+  if (flags->rank > 0) {
+    std::string role;
+    for (int i = 1; i < argc; ++i) {
+      if (std::string(argv[i]).rfind("--role=", 0) == 0) role = argv[i] + 7;
+    }
+    return kernelrl::learner::dist::RankMain(*flags, role);
+  }
+  testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}
