@@ -8,6 +8,15 @@
 #        Qwen2-0.5B shape, random init, one 32K-token trajectory and 8 x 4K;
 #     2. the same at 128K tokens for a smaller config (12 x 512);
 #     3. weight sync: HF checkpoint write + hot swap into the policy server.
+#   on two H200s (run tool, kind nvidia-h200-x2), <= 150 s:
+#       MODE=dp bash tools/device_learner_rl.sh
+#     1. //learner/dist:data_parallel_test on the GPUs (KERNELRL_TEST_DP_GPUS=2:
+#        fails, not skips, with fewer): the NCCL DP step of a tiny model equals
+#        one GPU's;
+#     2. ppo_bench dp: Qwen2-0.5B shape, 8 x 4K tokens, one process per GPU
+#        (c10d ProcessGroupNCCL): loss and gradients of the DP step against one
+#        GPU on the same batch (relative L2, bf16 tolerance 2e-2), step time,
+#        2-GPU / 1-GPU throughput ratio.
 #   Results: one JSON line per bench in $OUT/results.jsonl, a table in $OUT/summary.txt.
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -16,8 +25,8 @@ C=$ROOT/.devcarry/learner_rl
 if [ "${1:-}" = "--stage" ]; then
   set -e
   rm -rf "$C" && mkdir -p "$C/bin" "$C/lib" "$C/libcxx"
-  cp "$ROOT/bazel-bin/learner/rl/ppo_bench" "$C/bin/"
-  ldd "$C/bin/ppo_bench" | awk '/=> \// {print $3}' |
+  cp "$ROOT/bazel-bin/learner/rl/ppo_bench" "$ROOT/bazel-bin/learner/dist/data_parallel_test" "$C/bin/"
+  ldd "$C/bin/ppo_bench" "$C/bin/data_parallel_test" | awk '/=> \// {print $3}' |
     grep -v -E 'torch|c10|libcuda|libnv|libcudart|libcublas|libcudnn|/libc\.so|/libm\.so|libgcc_s|libpthread|libdl\.|librt\.|libutil' |
     sort -u | while read -r so; do
       case "$so" in *libstdc++*) cp -L "$so" "$C/libcxx/";; *) cp -L "$so" "$C/lib/";; esac
@@ -48,12 +57,20 @@ echo "== device: $(nvidia-smi --query-gpu=name,driver_version --format=csv,nohea
 run() {  # name, args...
   local name=$1; shift
   echo "== $name: ppo_bench $*" | tee -a "$S"
-  timeout 900 "$C/bin/ppo_bench" "$@" 2>"$OUT/$name.err" | tee -a "$R" "$S"
+  timeout "${BENCH_TIMEOUT:-900}" "$C/bin/ppo_bench" "$@" 2>"$OUT/$name.err" | tee -a "$R" "$S"
   [ "${PIPESTATUS[0]}" = 0 ] || { echo "FAILED ($name): $(tail -3 "$OUT/$name.err")" | tee -a "$S"; }
 }
 if [ "${MODE:-one}" = "dp" ]; then
-  echo "== data-parallel mode: not implemented yet (issue 14 item 7; see docs/LEARNER.md)" | tee -a "$S"
-  exit 1
+  # NVLink multicast stays off (shared hosts; .library/device/KINDS.md); ranks inherit this environment.
+  export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+  GPUS=${GPUS:-2}
+  echo "== dp_test: data_parallel_test, KERNELRL_TEST_DP_GPUS=$GPUS" | tee -a "$S"
+  KERNELRL_TEST_DP_GPUS=$GPUS timeout 45 "$C/bin/data_parallel_test" >"$OUT/dp_test.log" 2>&1
+  rc=$?
+  grep -E "^\[ +(OK|FAILED|SKIPPED|PASSED) +\]|Failure|rank [0-9]" "$OUT/dp_test.log" | head -20 | tee -a "$S"
+  echo "dp_test exit $rc" | tee -a "$S"
+  BENCH_TIMEOUT=100 run ppo_dp_0.5b_8x4k dp 32768 qwen2-0.5b 8 "$GPUS"
+  exit 0
 fi
 run ppo_32k_1x32k   step 32768 qwen2-0.5b 1
 run ppo_32k_8x4k    step 32768 qwen2-0.5b 8

@@ -9,6 +9,12 @@
 //   ppo_bench sync <dir>
 //       writes the 0.5B policy as an HF checkpoint (the per-step artifact
 //       vLLM/SGLang reload) and hot-swaps it into a PolicyEngine; JSON line.
+//   ppo_bench dp <tokens> <shape> <trajectories> <gpus>
+//       data-parallel (c10d ProcessGroupNCCL, one process per GPU, spawned
+//       by this one): the first DP step's loss and gradients against one GPU
+//       on the same global batch and initial weights (relative L2 error, bf16
+//       tolerance 2e-2), then step time and the N-GPU / 1-GPU throughput
+//       ratio; JSON line from rank 0, exit 1 if the step differs.
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
 #include <ATen/CPUGeneratorImpl.h>
@@ -16,9 +22,13 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <string>
 
 #include "learner/checkpoint.h"
+#include "learner/dist/data_parallel.h"
+#include "learner/dist/launcher.h"
+#include "learner/dist/shard.h"
 #include "learner/policy/engine.h"
 #include "learner/rl/trainer.h"
 
@@ -42,9 +52,9 @@ ModelConfig Shape(const std::string& name) {
   return c;
 }
 
-std::unique_ptr<Transformer> Make(const ModelConfig& c, Head head, uint64_t seed) {
+std::unique_ptr<Transformer> Make(const ModelConfig& c, Head head, uint64_t seed, int gpu = 0) {
   ModelOptions o;
-  o.device = at::Device(at::kCUDA, 0);
+  o.device = at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(gpu));
   o.dtype = at::kBFloat16;
   o.trainable = true;
   o.activation_checkpointing = true;
@@ -149,16 +159,119 @@ int SyncBench(const std::string& dir) {
   return 0;
 }
 
+// Mean wall time of `iters` steps (after the ones already taken).
+double TimedSteps(Trainer& t, const std::vector<Sample>& batch, int64_t n_global, int iters, int gpu) {
+  double sum = 0;
+  for (int i = 0; i < iters; ++i) {
+    c10::cuda::device_synchronize();
+    const double t0 = Now();
+    auto m = t.PpoStep(batch, n_global);
+    c10::cuda::device_synchronize();
+    if (!m.ok()) {
+      std::fprintf(stderr, "gpu %d: %s\n", gpu, m.status().ToString().c_str());
+      std::exit(1);
+    }
+    sum += Now() - t0;
+  }
+  return sum / iters;
+}
+
+int DpBench(int64_t tokens, const std::string& shape, int n, int world, const dist::RankFlags& flags) {
+  const ModelConfig c = Shape(shape);
+  TrainerOptions o;
+  o.max_tokens_per_row = std::max<int64_t>(32768, tokens / n);
+  const std::vector<Sample> batch = Batch(tokens, n, c.vocab_size, 3);
+  const int rank = flags.rank;
+  std::map<std::string, std::vector<at::Tensor>> ref;  // One GPU's gradients (bf16, on cuda:0).
+  double ref_loss = 0, single_s = 0;
+  std::string address = flags.rendezvous;
+  std::vector<pid_t> pids;
+  if (rank == 0) {
+    if (c10::cuda::device_count() < world) {
+      std::fprintf(stderr, "dp: asked for %d GPUs, this machine has %d\n", world, c10::cuda::device_count());
+      return 1;
+    }
+    Trainer t(Make(c, Head::kLanguageModel, 1), Make(c, Head::kValue, 2), o);
+    t.set_grad_observer([&](const std::string& model, const std::vector<at::Tensor>& grads) {
+      for (const at::Tensor& g : grads) ref[model].push_back(g.detach().clone());
+    });
+    auto m = t.PpoStep(batch);
+    if (!m.ok()) return std::fprintf(stderr, "%s\n", m.status().ToString().c_str()), 1;
+    ref_loss = (*m)["policy_loss"] + (*m)["value_loss"];
+    t.set_grad_observer(nullptr);
+    single_s = TimedSteps(t, batch, 0, 2, 0);
+    auto a = dist::DataParallel::HostTcpStore("127.0.0.1", absl::Minutes(5));
+    if (!a.ok()) return std::fprintf(stderr, "%s\n", a.status().ToString().c_str()), 1;
+    address = *a;
+    auto p = dist::SpawnRanks({"dp", std::to_string(tokens), shape, std::to_string(n), std::to_string(world)}, world,
+                              address);
+    if (!p.ok()) return std::fprintf(stderr, "%s\n", p.status().ToString().c_str()), 1;
+    pids = *p;
+  }
+  const double t_connect = Now();
+  auto dp = dist::DataParallel::ConnectNccl({rank, world, address, absl::Minutes(5)}, rank);
+  if (!dp.ok()) return std::fprintf(stderr, "rank %d: %s\n", rank, dp.status().ToString().c_str()), 1;
+  const double connect_s = Now() - t_connect;
+  Trainer t(Make(c, Head::kLanguageModel, 1, rank), Make(c, Head::kValue, 2, rank), o);
+  t.set_collectives(dp->get());
+  std::vector<int64_t> lengths;
+  for (const Sample& s : batch) lengths.push_back(static_cast<int64_t>(s.ids.size()));
+  const std::vector<std::vector<int>> shards = dist::ShardByTokens(lengths, world);
+  std::vector<Sample> shard;
+  for (int i : shards[rank]) shard.push_back(batch[i]);
+  // Relative L2 error of the reduced gradients against one GPU's, overall and worst tensor.
+  double err2 = 0, ref2 = 0, worst = 0;
+  if (rank == 0) {
+    t.set_grad_observer([&](const std::string& model, const std::vector<at::Tensor>& grads) {
+      for (size_t i = 0; i < grads.size(); ++i) {
+        const at::Tensor r = ref[model][i].to(at::kFloat), g = grads[i].to(at::kFloat);
+        const double e = (g - r).square().sum().item<double>(), q = r.square().sum().item<double>();
+        err2 += e, ref2 += q;
+        if (q > 0) worst = std::max(worst, std::sqrt(e / q));
+      }
+    });
+  }
+  auto m = t.PpoStep(shard, n);
+  if (!m.ok()) return std::fprintf(stderr, "rank %d: %s\n", rank, m.status().ToString().c_str()), 1;
+  t.set_grad_observer(nullptr);
+  ref.clear();
+  const double dp_s = TimedSteps(t, shard, n, 2, rank);
+  if (rank != 0) return 0;
+  const double loss = (*m)["policy_loss"] + (*m)["value_loss"];
+  const double grad_rel = std::sqrt(err2 / std::max(ref2, 1e-30));
+  const double loss_rel = std::abs(loss - ref_loss) / std::max(std::abs(ref_loss), 1e-12);
+  const bool same = grad_rel <= 2e-2 && loss_rel <= 2e-2;
+  std::printf("{\"bench\": \"ppo_step_dp\", \"shape\": \"%s\", \"gpus\": %d, \"tokens\": %ld, "
+              "\"trajectories\": %d, \"loss_1gpu\": %.6f, \"loss_dp\": %.6f, \"loss_rel_err\": %.2e, "
+              "\"grad_rel_l2_err\": %.2e, \"grad_worst_tensor_rel_err\": %.2e, \"same_step\": %s, "
+              "\"step_s_1gpu\": %.3f, \"step_s_dp\": %.3f, \"tokens_per_s_1gpu\": %.0f, \"tokens_per_s_dp\": %.0f, "
+              "\"throughput_ratio\": %.2f, \"nccl_connect_s\": %.1f}\n",
+              shape.c_str(), world, static_cast<long>(tokens), n, ref_loss, loss, loss_rel, grad_rel, worst,
+              same ? "true" : "false", single_s, dp_s, tokens / single_s, tokens / dp_s, single_s / dp_s, connect_s);
+  std::fflush(stdout);
+  const absl::Status ranks = dist::WaitRanks(pids);
+  if (!ranks.ok()) std::fprintf(stderr, "%s\n", ranks.ToString().c_str());
+  return same && ranks.ok() ? 0 : 1;
+}
+
 }  // namespace
 }  // namespace kernelrl::learner::rl
 
 int main(int argc, char** argv) {
+  auto flags = kernelrl::learner::dist::TakeRankFlags(&argc, argv);
+  if (!flags.ok()) return std::fprintf(stderr, "%s\n", flags.status().ToString().c_str()), 2;
   const std::string mode = argc > 1 ? argv[1] : "";
+  if (mode == "dp" && argc > 5) {
+    return kernelrl::learner::rl::DpBench(std::atoll(argv[2]), argv[3], std::atoi(argv[4]), std::atoi(argv[5]),
+                                          *flags);
+  }
   if (mode == "step" && argc > 2) {
     return kernelrl::learner::rl::StepBench(std::atoll(argv[2]), argc > 3 ? argv[3] : "qwen2-0.5b",
                                             argc > 4 ? std::atoi(argv[4]) : 1);
   }
   if (mode == "sync" && argc > 2) return kernelrl::learner::rl::SyncBench(argv[2]);
-  std::fprintf(stderr, "usage: ppo_bench step <tokens> [qwen2-0.5b|small] [trajectories] | sync <dir>\n");
+  std::fprintf(stderr,
+               "usage: ppo_bench step <tokens> [qwen2-0.5b|small] [trajectories] | sync <dir> | "
+               "dp <tokens> <shape> <trajectories> <gpus>\n");
   return 2;
 }
