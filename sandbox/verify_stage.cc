@@ -15,6 +15,7 @@
 #include "common/log.h"
 #include "google/protobuf/util/json_util.h"
 #include "sandbox/contain/spawn.h"
+#include "sandbox/filesystem_view.h"
 
 namespace kernelrl::sandbox {
 namespace {
@@ -61,6 +62,10 @@ absl::Status VerifyStage::StartLocked() {
   if (config_.backend() != "cpu" && !config_.verify_cuda_lib().empty()) {
     o.argv.insert(o.argv.end(), {"--verify-cuda-lib", config_.verify_cuda_lib()});
   }
+  // The constructed root's configured paths (SandboxConfig.view, checked).
+  absl::StatusOr<std::vector<std::string>> view = ZygoteViewArgs(config_);
+  if (!view.ok()) return view.status();
+  o.argv.insert(o.argv.end(), view->begin(), view->end());
   const char* path = std::getenv("PATH");
   o.env = {"PATH=" + std::string(path ? path : "/usr/bin:/bin"), "PYTHONDONTWRITEBYTECODE=1",
            "CUDA_VISIBLE_DEVICES=" + std::to_string(config_.gpu_index()), "LC_ALL=C.UTF-8",
@@ -138,8 +143,9 @@ absl::Status VerifyStage::CalibrateLocked() {
     return ProbeAnswer{r.ok(), r.error()};
   });
   for (const CalibrationStep& step : c.log) {
-    KLOG(INFO) << "sandbox: CUDA isolation probe " << step.kind << "=[" << absl::StrJoin(step.steps, ",")
-               << "] ok=" << step.answer.ok << (step.answer.ok ? "" : " " + step.answer.error.substr(0, 300));
+    hello_.add_calibration(absl::StrCat(step.kind, "=[", absl::StrJoin(step.steps, ","), "] ok=", step.answer.ok,
+                                        step.answer.ok ? "" : " " + step.answer.error.substr(0, 300)));
+    KLOG(INFO) << "sandbox: CUDA isolation probe " << hello_.calibration(hello_.calibration_size() - 1);
   }
   if (!lost.ok()) return absl::UnavailableError(absl::StrCat("zygote failed an isolation probe: ", lost.message()));
   cuda_isolation_ = c.isolation;
@@ -154,6 +160,8 @@ absl::Status VerifyStage::CalibrateLocked() {
     if (!lost.ok()) return absl::UnavailableError(absl::StrCat("zygote failed the recorder probe: ", lost.message()));
     hello_.set_kprof_ok(r.ok());
     hello_.set_kprof_error(r.ok() ? "" : r.error());
+    hello_.add_calibration(absl::StrCat("recorder=[", config_.kprof_lib(), "] ok=", r.ok(), " ", r.error()));
+    KLOG(INFO) << "sandbox: CUPTI recorder probe " << hello_.calibration(hello_.calibration_size() - 1);
     if (r.ok()) profile_thread_allowance_ = r.threads_started();
   }
   return absl::OkStatus();
