@@ -177,6 +177,9 @@ absl::StatusOr<CompileResult> CompileStage::Build(const ValidatedWorkspace& ws, 
   mkdir(root_dir.c_str(), 0700);
   std::vector<std::string> ro = ToolPaths(opts.argv[0], path ? path : "/usr/bin:/bin");
   ro.push_back(harness_dir_);
+  // SandboxConfig.view.extra_ro_paths (checked when the worker starts:
+  // sandbox/filesystem_view.h); missing ones are left out and listed.
+  ro.insert(ro.end(), config_.view().extra_ro_paths().begin(), config_.view().extra_ro_paths().end());
   for (const char* env : {"PYTHONPATH", "CUDA_HOME", "LD_LIBRARY_PATH"}) {
     if (const char* v = std::getenv(env)) ro.push_back(v);
   }
@@ -198,6 +201,11 @@ absl::StatusOr<CompileResult> CompileStage::Build(const ValidatedWorkspace& ws, 
   r.cpu_ms = run->status.cpu_ms;
   const std::string output = run->stderr_text + run->stdout_text;
   r.log = Tail(output, 8192);
+  // The view the compiler had and the identity it ran as (the child's own
+  // steps: from its root's description on), for the log of a failed build.
+  const size_t view_at = run->contain_log.rfind("root: filesystem view");
+  const std::string sandbox_log =
+      CapHead(view_at == std::string::npos ? run->contain_log : run->contain_log.substr(view_at), 3000);
   const int max_diag = lim.max_diagnostics() > 0 ? lim.max_diagnostics() : 20;
   const int max_chars = lim.max_message_chars() > 0 ? lim.max_message_chars() : 400;
   r.diagnostics = ParseDiagnostics(output, workspace_dir, max_diag, max_chars);
@@ -243,6 +251,7 @@ absl::StatusOr<CompileResult> CompileStage::Build(const ValidatedWorkspace& ws, 
     r.summary = absl::StrCat("compiled ", ws.kernel_sources.size(), " source(s)");
     return r;
   }
+  r.log = "[compile sandbox]\n" + sandbox_log + "\n[compiler output]\n" + r.log;
   RemoveTree(out_dir).IgnoreError();
   return r;
 }

@@ -14,6 +14,7 @@
 #include "absl/strings/strip.h"
 #include "absl/strings/ascii.h"
 #include "common/sha256.h"
+#include "sandbox/source_scan.h"
 
 namespace kernelrl::sandbox {
 namespace {
@@ -62,44 +63,7 @@ std::string CheckPath(const std::string& path) {
   return "";
 }
 
-// Scans #include lines (also "# include", and __has_include); returns the
-// first forbidden one.
-std::string ForbiddenInclude(const std::string& source) {
-  for (absl::string_view line : absl::StrSplit(source, '\n')) {
-    absl::string_view s = absl::StripLeadingAsciiWhitespace(line);
-    if (!absl::ConsumePrefix(&s, "#")) continue;
-    s = absl::StripLeadingAsciiWhitespace(s);
-    if (!absl::ConsumePrefix(&s, "include") && !absl::ConsumePrefix(&s, "import")) continue;
-    s = absl::StripLeadingAsciiWhitespace(s);
-    if (s.empty()) continue;
-    const char open = s[0];
-    if (open != '<' && open != '"') return std::string("computed include: ") + std::string(line);
-    const char close = open == '<' ? '>' : '"';
-    size_t end = s.find(close, 1);
-    if (end == absl::string_view::npos) continue;
-    std::string name(s.substr(1, end - 1));
-    if (!name.empty() && name[0] == '/') return "absolute include <" + name + ">";
-    if (absl::StrContains(name, "..")) return "include escaping the workspace: " + name;
-    for (const std::string& prefix : ForbiddenIncludePrefixes()) {
-      // "sys/" forbids a directory; "thread" forbids exactly <thread>.
-      const bool dir = prefix.back() == '/';
-      if (name == prefix || (dir && absl::StartsWith(name, prefix))) return "forbidden include <" + name + ">";
-    }
-  }
-  return "";
-}
-
 }  // namespace
-
-const std::vector<std::string>& ForbiddenIncludePrefixes() {
-  // Process, network, dynamic loading, raw syscalls, threads and file
-  // streams: a kernel and its launcher need none of them.
-  static const auto* v = new std::vector<std::string>{
-      "unistd.h", "sys/", "netinet/", "arpa/", "netdb.h", "net/", "linux/", "asm/", "spawn.h",
-      "dlfcn.h", "pthread.h", "thread", "future", "fstream", "filesystem", "signal.h", "csignal",
-      "fcntl.h", "dirent.h", "pwd.h", "ifaddrs.h", "syscall.h", "ptrace.h", "seccomp.h", "cuda/std/thread"};
-  return *v;
-}
 
 bool ValidateWorkspace(const Workspace& ws, const WorkspaceLimits& limits, const std::string& backend,
                        ValidatedWorkspace* out, WorkspaceRejection* rejection) {
@@ -134,7 +98,7 @@ bool ValidateWorkspace(const Workspace& ws, const WorkspaceLimits& limits, const
     total += f.content().size();
     if (path == "model.py") continue;  // the frozen reference comes from the Task
     if (IsSource(path)) {
-      if (std::string why = ForbiddenInclude(f.content()); !why.empty()) {
+      if (std::string why = ForbiddenSourceConstruct(f.content()); !why.empty()) {
         return reject(Verdict::SANDBOX_VIOLATION, path + ": " + why);
       }
       if (absl::StartsWith(path, "kernels/")) {
@@ -188,6 +152,15 @@ bool ValidateWorkspace(const Workspace& ws, const WorkspaceLimits& limits, const
   }
   if (layout == Workspace::TORCH_EXTENSION && !has_binding) {
     return reject(Verdict::BAD_WORKSPACE, "torch-extension layout without a PYBIND11_MODULE binding file");
+  }
+  if (layout == Workspace::SINGLE_FILE_INLINE) {
+    // The C/C++ sources load_inline compiles live in Python strings.
+    for (const WorkspaceFile* f : out->files) {
+      if (Extension(f->path()) != ".py") continue;
+      if (std::string why = ForbiddenEmbeddedSource(f->content()); !why.empty()) {
+        return reject(Verdict::SANDBOX_VIOLATION, f->path() + ": " + why);
+      }
+    }
   }
   std::sort(for_hash.begin(), for_hash.end());
   std::string blob = absl::StrCat("layout=", layout, "\n");

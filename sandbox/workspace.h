@@ -11,6 +11,7 @@
 
 #include "absl/status/status.h"
 #include "sandbox/proto_types.h"
+#include "sandbox/source_scan.h"
 #include "proto/sandbox_config.pb.h"
 #include "proto/task.pb.h"
 #include "proto/verdict.pb.h"
@@ -38,8 +39,8 @@ bool ValidateWorkspace(const Workspace& ws, const WorkspaceLimits& limits, const
 // workspace is never written: the frozen reference comes from the Task.
 absl::Status MaterializeWorkspace(const ValidatedWorkspace& ws, const std::string& dir);
 
-// The include lines a candidate may not use, and why (exposed for SKILL.md tests).
-const std::vector<std::string>& ForbiddenIncludePrefixes();
+// The include lines a candidate may not use: ForbiddenIncludePrefixes() in
+// sandbox/source_scan.h (with every other construct that reads a file).
 
 }  // namespace kernelrl::sandbox
 

@@ -1,83 +1,95 @@
 #!/usr/bin/env bash
-# Confinement on the GPU machine (docs/SANDBOX.md, "Filesystem view and identity").
+# Confinement on the GPU machine, one run in <= 150 s wall (docs/SANDBOX.md,
+# "Filesystem view and identity", "readonly_root and CUDA").
 #
-#   here:   tools/device_sandbox.sh --prepare     # fills .devcarry/sandbox (contain lib, sandbox_cli, ...)
-#   device: tools/device_confine.sh               # (run tool, carry .devcarry/sandbox)
+#   here:   tools/device_sandbox.sh --prepare     # fills .devcarry/sandbox (sandbox_cli, libs)
+#   device: OUT=$OUT bash tools/device_confine.sh (run tool, carry .devcarry/sandbox)
 #
-# 1. what CUDA and torch open on this host: device nodes and files held open
-#    after a kernel ran (/proc/self/fd), the shared objects mapped
-#    (/proc/self/maps), the libraries the loader searched (LD_DEBUG=libs);
-# 2. cuInit + a torch kernel inside the constructed root as uid 65534 (the
-#    candidate's view: sandbox/harness/contain.py confine_fields, device cuda),
-#    then the same with the root or the identity off, to name the step that
-#    breaks CUDA if one does;
-# 3. if the confined probe fails: bisection over host paths added to the view
-#    (/dev whole, /sys whole, /run, /var/run, /etc, host /tmp, /dev/shm ...),
-#    printing the first addition under which CUDA initialises;
-# 4. the suite through the real worker (tools/device_sandbox.sh with
-#    SUITE_FILTER: overhead, level-1 solutions, every CUDA exploit) so the
-#    confine_* exploits, the 15 reference solutions' verdicts and the verify
-#    wall p50 are measured under the new root (SUITE=0 skips it).
-# Everything lands in $OUT (confine_probe.log, confine_bisect.log, the suite's files).
+# 1. what CUDA writes on this host: with strace, every file a cuInit + torch
+#    kernel opens for writing or creates (else the fds it holds);
+# 2. cuInit + a torch kernel as uid 65534 with seccomp, the trusted side's
+#    candidate env (contain.candidate_env: CUDA cache off, HOME/TMPDIR the
+#    scratch), under (a) the constructed root (read-only but for scratch,
+#    exchange, /proc), (b) the read-only host view (readonly_root, the
+#    fallback: /proc writable again, /dev/shm the scratch), (c) as (b) with
+#    /proc read-only again, as root before cuInit: the old failure, expected
+#    error 304 (that is what broke GPU jobs); each probe also proves "/" and
+#    /usr are read-only. If (a) fails: bisection over host paths added to
+#    the view;
+# 3. the worker (sandbox_cli, CUDA backend) with secrets planted (another
+#    job's file in the work root, a worker config beside it, a
+#    service-account token, a file in /root): tiny ReLU x2 (honest, must be
+#    OK, contain log shows the view and identity 65534), every confine_* and
+#    compile_* CUDA exploit (expected verdicts from EXPECTED.md), and no
+#    verdict may carry a planted secret.
+# Knobs: SUITE=0 skips 3; SUITE_WALL (90 s); WALL (20 s per verify).
+# Everything lands in $OUT (cuda_writes.log, confine_probe.log, verdicts.jsonl, zygote.log).
 set -u
+T0=$(date +%s)
+elapsed() { echo $(( $(date +%s) - T0 )); }
 CARRY=.devcarry/sandbox
 OUT=${OUT:-/tmp/confine_device_out}
 mkdir -p "$OUT"
 PY=$(command -v python3)
-export PYTHONPATH=$PWD/sandbox/harness PYTORCH_NVML_BASED_CUDA_CHECK=1
+export PYTHONPATH=$PWD/sandbox/harness PYTORCH_NVML_BASED_CUDA_CHECK=1 PYTHONUNBUFFERED=1
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+CONTAIN_SRCS=$(ls sandbox/contain/*.cc | grep -v -e _test.cc -e spawn.cc)
 LIB=$PWD/$CARRY/libkernelrl_contain.so
-if [ ! -f "$LIB" ] || [ sandbox/contain/root.cc -nt "$LIB" ]; then
+STALE=0
+for s in $CONTAIN_SRCS sandbox/contain/*.h; do [ "$s" -nt "$LIB" ] && STALE=1; done
+if [ ! -f "$LIB" ] || [ $STALE = 1 ]; then
   mkdir -p /tmp/kr_confine
   LIB=/tmp/kr_confine/libkernelrl_contain.so
-  g++ -std=c++17 -O2 -fPIC -shared -I. sandbox/contain/c_api.cc sandbox/contain/capabilities.cc \
-    sandbox/contain/contain.cc sandbox/contain/fds.cc sandbox/contain/host_memory.cc sandbox/contain/identity.cc \
-    sandbox/contain/mounts.cc sandbox/contain/namespaces.cc sandbox/contain/process.cc sandbox/contain/rlimits.cc \
-    sandbox/contain/root.cc sandbox/contain/root_plan.cc sandbox/contain/seccomp.cc sandbox/contain/step_log.cc \
-    sandbox/contain/watchdog.cc common/clock.cc -o "$LIB" > "$OUT/contain_build.log" 2>&1 ||
+  g++ -std=c++17 -O2 -fPIC -shared -I. $CONTAIN_SRCS common/clock.cc -o "$LIB" > "$OUT/contain_build.log" 2>&1 ||
     { echo "contain g++ build FAILED:"; tail -20 "$OUT/contain_build.log"; exit 1; }
 fi
-echo "contain lib: $LIB"
-id; uname -r; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-ls -la /dev/nvidia* 2>&1 | head -20
-ls /proc/driver/nvidia 2>&1 | head; ls -la /dev/shm | head -5
+echo "contain lib: $LIB (at $(elapsed) s)"
+echo "id: $(id)  kernel: $(uname -r)  gpu: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)"
 
-# 1. What CUDA opens and maps, unconfined.
-echo "== 1. files CUDA/torch hold after a kernel (unconfined) =="
-LD_DEBUG=libs LD_DEBUG_OUTPUT=$OUT/ld_debug $PY - <<'PYEOF' 2>&1 | tee "$OUT/cuda_opens.log"
+# 1. What CUDA writes, unconfined.
+echo "== 1. files cuInit + a torch kernel open for writing or create (at $(elapsed) s) =="
+cat > /tmp/kr_confine_cuda.py <<'PYEOF'
 import ctypes, os
-cuda = ctypes.CDLL("libcuda.so.1")
-print("cuInit:", cuda.cuInit(0))
+print("cuInit:", ctypes.CDLL("libcuda.so.1").cuInit(0))
 import torch
 x = torch.ones(1 << 20, device="cuda") * 2
 torch.cuda.synchronize()
 print("torch kernel ok:", float(x.sum()) == 2.0 * (1 << 20))
-fds = sorted({os.readlink(f"/proc/self/fd/{n}") for n in os.listdir("/proc/self/fd")
-              if not os.readlink(f"/proc/self/fd/{n}").startswith(("pipe:", "socket:", "anon_inode:"))})
-print("open fds:", *fds, sep="\n  ")
-maps = sorted({l.split(None, 5)[-1].strip() for l in open("/proc/self/maps") if "/" in l})
-dirs = sorted({os.path.dirname(m) for m in maps if m.startswith("/")})
-print("mapped from dirs:", *dirs, sep="\n  ")
-print("mapped non-library files:", *[m for m in maps if m.startswith("/") and ".so" not in m], sep="\n  ")
+fds = sorted({os.readlink(f"/proc/self/fd/{n}") for n in os.listdir("/proc/self/fd")})
+print("fds held:", " ".join(f for f in fds if not f.startswith(("pipe:", "socket:", "anon_inode:"))))
 PYEOF
-echo "libraries the loader searched (LD_DEBUG=libs, 'trying file'): $(cat $OUT/ld_debug.* 2>/dev/null | grep -c 'trying file')"
-cat $OUT/ld_debug.* 2>/dev/null | grep -E "calling init|find library=libcuda|find library=libnvidia" | sed 's/^ *[0-9]*: *//' | sort -u | head -20
+if command -v strace > /dev/null; then
+  timeout 40 strace -f -qq -o "$OUT/strace.log" -e trace=open,openat,creat,mkdir,mkdirat,unlink,unlinkat,rename,renameat2,memfd_create \
+    $PY /tmp/kr_confine_cuda.py 2>&1 | tail -3
+  grep -E 'O_WRONLY|O_RDWR|O_CREAT|mkdir|unlink|rename|creat\(|memfd_create' "$OUT/strace.log" | grep -v ENOENT |
+    grep -oE '("[^"]*"|memfd_create\("[^"]*")' | sed 's/[0-9]\{3,\}/N/g' | sort | uniq -c | sort -rn | tee "$OUT/cuda_writes.log" | head -25
+else
+  echo "(no strace on this machine: the fds CUDA holds instead)"
+  timeout 40 $PY /tmp/kr_confine_cuda.py 2>&1 | tail -3 | tee "$OUT/cuda_writes.log"
+fi
 
-# 2./3. The confined probe, its variants and the bisection.
-echo "== 2. cuInit + torch kernel in the constructed root as uid 65534 =="
-$PY - "$LIB" "$OUT" <<'PYEOF' 2>&1 | tee "$OUT/confine_probe.log"
-import json, os, signal, sys, tempfile
+# 2. The confined probes.
+echo "== 2. cuInit + torch kernel as uid 65534, seccomp, candidate env (at $(elapsed) s) =="
+timeout 60 $PY - "$LIB" "$OUT" <<'PYEOF' 2>&1 | tee "$OUT/confine_probe.log"
+import ctypes, errno, json, os, signal, sys, tempfile
 import contain
 import torch  # imported before any fork, as in the zygote (never initialises CUDA here)
 
 lib, out = sys.argv[1], sys.argv[2]
-cont = contain.Contain(lib)
+cont = contain.Contain(lib)  # the view's GPU lists: the library's defaults (sandbox/contain/view_defaults.cc)
 caps = cont.probe()
-print("host probe:", {k: v for k, v in caps.items()})
+print("host probe missing:", [k for k, v in caps.items() if not v] or "nothing")
 ISO = {"user_ns": True, "pid_ns": True, "net_ns": True, "mount_ns": True, "ipc_ns": True, "mount_proc": True,
        "new_root": True, "identity": True}
+SYS_mount_setattr, AT_RECURSIVE, MOUNT_ATTR_RDONLY = 442, 0x8000, 1
 
 
-def probe(iso, extra_ro=(), extra_dev=(), seccomp=True):
+class MountAttr(ctypes.Structure):
+    _fields_ = [("attr_set", ctypes.c_uint64), ("attr_clr", ctypes.c_uint64), ("propagation", ctypes.c_uint64),
+                ("userns_fd", ctypes.c_uint64)]
+
+
+def probe(iso, readonly_root=False, proc_ro=False, extra_ro=(), extra_dev=()):
     root = tempfile.mkdtemp(prefix="kr-confine-")
     job = {d + "_dir": os.path.join(root, d) for d in ("scratch", "exchange", "workspace", "trusted")}
     for d in job.values():
@@ -95,87 +107,139 @@ def probe(iso, extra_ro=(), extra_dev=(), seccomp=True):
                                                  new_process_group=1), 1)
         pid = os.fork()
         if pid == 0:
-            msg = {"ok": False, "log1": log1}
+            msg = {"ok": False}
             try:
-                pol = contain.make_policy(iso, view, parent_death_signal=signal.SIGKILL, keep_fds=[w, 1, 2])
+                pol = contain.make_policy(iso, view, parent_death_signal=signal.SIGKILL, keep_fds=[w, 1, 2],
+                                          readonly_root=int(readonly_root), scratch_dir=job["scratch_dir"],
+                                          scratch_bytes=job["scratch_bytes"], writable_dirs=job["exchange_dir"],
+                                          hidden_dirs=job["trusted_dir"], mount_proc=1)
                 fails, log2 = cont.phase(pol, 2)
-                msg.update(uid=os.getuid(), log2=log2, phase2_failures=fails, root=sorted(os.listdir("/")))
-                import ctypes
+                msg.update(uid=os.getuid(), log2=log2[-1500:], phase2_failures=fails)
+                os.environ.update(contain.candidate_env(job))
+                if proc_ro:  # the old readonly_root: /proc read-only too (needs the privileges identity drops)
+                    attr = MountAttr(MOUNT_ATTR_RDONLY, 0, 0, 0)
+                    rc = ctypes.CDLL(None, use_errno=True).syscall(SYS_mount_setattr, -100, b"/proc", 0,
+                                                                    ctypes.byref(attr), ctypes.sizeof(attr))
+                    msg["proc_ro"] = rc == 0 or os.strerror(ctypes.get_errno())
+                for path in ("/kr_confine_probe", "/usr/kr_confine_probe"):
+                    try:
+                        open(path, "w").close()
+                        msg.setdefault("writable", []).append(path)
+                    except OSError as e:
+                        msg.setdefault("refused", []).append(f"{path}: {errno.errorcode.get(e.errno, e.errno)}")
                 msg["cuInit"] = ctypes.CDLL("libcuda.so.1").cuInit(0)
                 torch.cuda.set_device(0)
                 x = torch.ones(1024, device="cuda") * 2
-                if seccomp:
-                    cont.phase(contain.make_policy({}, seccomp_profile=contain.KR_SECCOMP_CANDIDATE), 3)
+                cont.phase(contain.make_policy({}, seccomp_profile=contain.KR_SECCOMP_CANDIDATE), 3)
                 msg["ok"] = float((x + 1).sum().item()) == 3072.0
-                msg["dev"] = sorted(os.listdir("/dev"))
+                msg["scratch"] = sorted(os.listdir(job["scratch_dir"]))
             except BaseException as e:  # noqa: BLE001
                 msg["error"] = f"{type(e).__name__}: {e}"
             os.write(w, (json.dumps(msg) + "\n").encode())
             os._exit(0)
-        st = cont.supervise(pid, 90)
+        st = cont.supervise(pid, 40)
         if st["signal"]:
             os.write(w, (json.dumps({"ok": False, "error": f"killed by signal {st['signal']}"}) + "\n").encode())
         os._exit(0)
     os.close(w)
     data = b""
-    while True:
-        chunk = os.read(r, 1 << 16)
-        if not chunk:
-            break
+    while chunk := os.read(r, 1 << 16):
         data += chunk
     os.close(r)
     os.waitpid(sup, 0)
     return json.loads(data.splitlines()[0]) if data else {"ok": False, "error": "no answer"}
 
 
+def show(label, r, expect_ok=True):
+    verdict = "as expected" if bool(r["ok"]) == expect_ok else "UNEXPECTED"
+    print(f"{label}: ok={r['ok']} ({verdict}) uid={r.get('uid')} cuInit={r.get('cuInit')} "
+          f"refused={r.get('refused')} writable={r.get('writable', [])} {r.get('error', '')[:200]}")
+
+
 full = probe(ISO)
-print(f"confined (new root + uid 65534 + seccomp): ok={full['ok']} uid={full.get('uid')} cuInit={full.get('cuInit')} "
-      f"{full.get('error', '')}")
-print("  / =", full.get("root"))
-print("  /dev =", full.get("dev"))
-print("  phase 1 log:\n    " + full.get("log1", "").replace("\n", "\n    "))
-print("  phase 2 log:\n    " + full.get("log2", "").replace("\n", "\n    "))
-for name, iso in (("new root, no identity", {**ISO, "identity": False}),
-                  ("identity, no new root", {**ISO, "new_root": False}),
-                  ("neither", {**ISO, "new_root": False, "identity": False})):
-    r = probe(iso)
-    print(f"variant {name}: ok={r['ok']} uid={r.get('uid')} {r.get('error', '')}")
+show("(a) constructed root, uid 65534", full)
+print("    phase 2 log tail:\n      " + full.get("log2", "").strip().replace("\n", "\n      ")[-1200:])
+ro = probe({**ISO, "new_root": False}, readonly_root=True)
+show("(b) read-only host view (readonly_root), uid 65534", ro)
+print("    " + " | ".join(l for l in ro.get("log2", "").splitlines() if l.startswith(("readonly_root", "proc_rw", "dev_shm"))))
+if os.geteuid() == 0:
+    old = probe({**ISO, "new_root": False, "identity": False}, readonly_root=True, proc_ro=True)
+    show(f"(c) as (b) with /proc read-only again (root; set: {old.get('proc_ro')})", old, expect_ok=False)
 if not full["ok"]:
-    print("== 3. bisection: host paths added to the view until CUDA initialises ==")
+    print("== bisection: host paths added to the view until CUDA initialises ==")
     import glob
     every_dev = tuple(p for p in glob.glob("/dev/*") if not os.path.islink(p)
                       and p not in ("/dev/shm", "/dev/pts", "/dev/mqueue", "/dev/hugepages"))
-    tries = [("/dev (every node)", (), every_dev), ("/sys (whole)", ("/sys",), ()), ("/run", ("/run",), ()),
-             ("/var/run", ("/var/run",), ()), ("/etc", ("/etc",), ()), ("/dev/shm (host)", (), ("/dev/shm",)),
-             ("/var/lib/nvidia*", tuple(p for p in ("/var/lib/nvidia", "/var/lib/nvidia-persistenced")
-                                        if os.path.exists(p)), ()),
-             ("/opt", ("/opt",), ()), ("everything above", ("/sys", "/run", "/etc", "/opt"), every_dev)]
-    for label, ro, dev in tries:
-        r = probe(ISO, ro, dev)
-        print(f"  + {label}: ok={r['ok']} {r.get('error', '')[:200]}")
+    for label, extra_ro, dev in [("/dev (every node)", (), every_dev), ("/sys (whole)", ("/sys",), ()),
+                                 ("/run", ("/run",), ()), ("/etc", ("/etc",), ()), ("/var/lib", ("/var/lib",), ()),
+                                 ("everything above", ("/sys", "/run", "/etc", "/var/lib"), every_dev)]:
+        r = probe(ISO, extra_ro=extra_ro, extra_dev=dev)
+        print(f"  + {label}: ok={r['ok']} {r.get('error', '')[:160]}")
         if r["ok"]:
-            print(f"  -> CUDA needs something under {label}; add it to GPU_RO_PATHS/GPU_DEV_PATHS in contain.py")
+            print(f"  -> CUDA needs something under {label}: add it to SandboxConfig.view (or the defaults in "
+                  "sandbox/contain/view_defaults.cc)")
             break
 PYEOF
+echo "probes done at $(elapsed) s"
 
-# 4. The worker's suite under the new root (the confine_* exploits included).
+# 3. The worker with planted secrets: honest ReLU, confine_* and compile_* exploits.
 if [ "${SUITE:-1}" = 1 ]; then
-  echo "== 4. suite through the worker (tools/device_sandbox.sh) =="
-  OUT=$OUT SUITE_FILTER="${SUITE_FILTER:-overhead|level1|level2|exploit/}" SUITE_WALL="${SUITE_WALL:-420}" \
-    bash tools/device_sandbox.sh
-  grep -h "root: filesystem view\|identity (uid" "$OUT/zygote.log" 2>/dev/null | head -3
-  $PY - "$OUT" <<'PYEOF'
-import json, statistics, sys
-rows = [json.loads(l) for l in open(f"{sys.argv[1]}/verdicts.jsonl") if l.strip()]
-conf = [r for r in rows if r["label"].startswith("exploit/confine_")]
-print(f"confine exploits with the expected verdict: {sum(r['verdict'].get('outcome') == r['expected'] for r in conf)}/{len(conf)}")
-for r in conf:
-    print(f"  {r['label']:36s} {r['verdict'].get('outcome', '?'):10s} {r['verdict'].get('summary', '')[:110]}")
-l1 = [next((s['wall_ms'] for s in r['verdict'].get('stages', []) if s['stage'] == 'verify'), 0) / 1e3
-      for r in rows if r["label"].startswith("level1/")]
-if l1:
-    print(f"level-1 verify wall p50 under the new root: {statistics.median(l1):.2f} s (n={len(l1)}; goal <= 1.2 s)")
-logs = [r["verdict"].get("logs", {}).get("contain", "") for r in rows]
-print("verdicts whose contain log names the view:", sum("root: filesystem view" in c for c in logs), "/", len(logs))
+  echo "== 3. worker suite (at $(elapsed) s) =="
+  WORK=/tmp/kr_confine_suite
+  SECRET="kr-secret-$(od -An -N8 -tx8 /dev/urandom | tr -d ' ')"
+  PLANTED=()  # files, then the dirs made for them, removed in reverse at the end
+  plant() {
+    [ -e "$1" ] && return
+    local made
+    made=$(mkdir -pv "$(dirname "$1")" | sed -n "s/.*created directory '\(.*\)'/\1/p")
+    printf '%s\n' "$2" > "$1" && PLANTED=("$1" $(echo "$made" | tac) "${PLANTED[@]}")
+  }
+  rm -rf "$WORK"; mkdir -p "$WORK"
+  plant "$WORK/job-planted-other/workspace/notes.txt" "$SECRET"
+  plant "$(dirname $WORK)/worker_config.textproto" "worker_id: \"$SECRET\""
+  plant /var/run/secrets/kubernetes.io/serviceaccount/token "$SECRET"
+  plant /root/kernelrl_confine_secret "$SECRET"
+  SUITE_FILE=$OUT/suite.txt; : > "$SUITE_FILE"
+  for i in 1 2; do
+    echo "honest/relu_64x1024_$i sandbox/testdata/cpu_tasks/relu.py sandbox/solutions/level1/19_ReLU OK" >> "$SUITE_FILE"
+  done
+  for d in sandbox/exploits/cuda/confine_* sandbox/exploits/cuda/compile_*; do
+    exp=$(head -1 "$d/model_new.py" | sed -n 's/.*Expected verdict: \([A-Z_]*\).*/\1/p')
+    echo "exploit/$(basename "$d") sandbox/testdata/gpu_tasks/relu.py $d $exp" >> "$SUITE_FILE"
+  done
+  export LD_LIBRARY_PATH=$PWD/$CARRY/lib:${LD_LIBRARY_PATH:-}
+  VCUDA=$PWD/$CARRY/libkernelrl_verify_cuda.so
+  timeout "${SUITE_WALL:-90}" $CARRY/sandbox_cli --set=backend=cuda --set=python=$PY \
+    --set=harness_dir=$PWD/sandbox/harness --set=contain_lib=$LIB ${VCUDA:+--set=verify_cuda_lib=$VCUDA} \
+    --set=work_root=$WORK --set=verify.wall_seconds="${WALL:-20}" --suite="$SUITE_FILE" \
+    --json_out="$OUT/verdicts.jsonl" 2> "$OUT/suite_stderr.log" > "$OUT/suite_table.txt"
+  echo "suite rc=$? at $(elapsed) s (124 = cut by SUITE_WALL)"
+  cp "$WORK/zygote.log" "$OUT/zygote.log" 2>/dev/null
+  grep -h "^W " "$OUT/suite_stderr.log" | head -4
+  grep -h "isolation probe\|dropped\|readonly_root" "$OUT/suite_stderr.log" "$OUT/zygote.log" 2>/dev/null | head -14
+  $PY - "$OUT" "$SECRET" <<'PYEOF'
+import json, sys
+out, secret = sys.argv[1], sys.argv[2]
+rows = [json.loads(l) for l in open(f"{out}/verdicts.jsonl") if l.strip()]
+def text(v):
+    return json.dumps(v)
+honest = [r for r in rows if r["label"].startswith("honest/")]
+exp = [r for r in rows if r["label"].startswith("exploit/")]
+for r in honest:
+    v = r["verdict"]
+    c = v.get("logs", {}).get("contain", "") + v.get("logs", {}).get("candidate", "")
+    print(f"{r['label']:28s} {v.get('outcome','?'):10s} view={'root: filesystem view' in c} "
+          f"new_root_ok={'new_root: ok' in c} uid65534={'identity (uid 65534' in c} "
+          f"verify {next((s['wall_ms'] for s in v.get('stages', []) if s['stage'] == 'verify'), 0):.0f} ms")
+good = sum(r["verdict"].get("outcome") == r["expected"] for r in exp)
+print(f"confine/compile exploits with the expected verdict: {good}/{len(exp)}")
+for r in exp:
+    v = r["verdict"]
+    mark = "" if v.get("outcome") == r["expected"] else f"  MISMATCH (expected {r['expected']})"
+    print(f"  {r['label']:34s} {v.get('outcome', '?'):17s} {v.get('summary', '')[:90]}{mark}")
+leaks = [r["label"] for r in rows if secret in text(r["verdict"]) or "LEAKED" in text(r["verdict"])]
+print(f"verdicts carrying a planted secret or LEAKED: {len(leaks)} {leaks}")
 PYEOF
+  for f in "${PLANTED[@]}"; do [ -d "$f" ] && rmdir "$f" 2>/dev/null || rm -f "$f"; done
 fi
+echo "total $(elapsed) s"

@@ -7,6 +7,7 @@
 
 #include "sandbox/contain/contain.h"
 #include "sandbox/contain/host_memory.h"
+#include "sandbox/contain/view_defaults.h"
 
 namespace {
 
@@ -35,6 +36,16 @@ int kr_contain_phase(const KrPolicy* p, int phase, char* log, int log_len) {
 }
 
 int kr_probe_host(void) { return kernelrl::sandbox::ProbeHostCapabilities(); }
+
+// The default view lists (view_defaults.h), ':'-joined: which 0 = GPU device
+// paths, 1 = GPU read-only paths. Returns the length of the full text.
+int kr_default_view(int which, char* out, int out_len) {
+  const auto& list = which == 0 ? kernelrl::sandbox::DefaultGpuDevPaths() : kernelrl::sandbox::DefaultGpuRoPaths();
+  std::string text;
+  for (const std::string& p : list) text += (text.empty() ? "" : ":") + p;
+  CopyText(text, out, out_len);
+  return static_cast<int>(text.size());
+}
 
 // Field order mirrors KrSuperviseResult in sandbox/harness/contain.py.
 struct KrSuperviseResult {

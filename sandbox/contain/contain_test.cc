@@ -118,6 +118,42 @@ TEST_F(ContainTest, ReadOnlyRootWithWritableScratch) {
   rmdir(scratch.c_str());
 }
 
+// What CUDA writes under the read-only root (docs/SANDBOX.md, "readonly_root
+// and CUDA"): cuInit names its threads through /proc/<pid>/task/<tid>/comm
+// (error 304 when /proc is read-only); shared memory goes to /dev/shm, which
+// is the job's scratch. /proc/sys stays read-only.
+TEST_F(ContainTest, ReadOnlyRootLeavesWhatCudaWrites) {
+  if (!Has(KR_CAP_USER_NS) || !Has(KR_CAP_MOUNT_NS) || !Has(KR_CAP_TMPFS) || !Has(KR_CAP_RO_REMOUNT)) {
+    GTEST_SKIP() << "host forbids mount namespaces or read-only remounts";
+  }
+  char tmpl[] = "/tmp/kr_scratch_XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const std::string scratch = tmpl;
+  const std::string shm_name = "kr_shm_" + std::to_string(getpid());
+  SpawnOptions o = Shell(
+      "echo kr-cuda-thread > /proc/$$/task/$$/comm && echo comm=$(cat /proc/$$/comm); "
+      "echo x > /dev/shm/" + shm_name + " && ls " + scratch + " | grep -c " + shm_name + "; "
+      "grep ' /proc/sys ' /proc/self/mounts | cut -d' ' -f4 | cut -d, -f1 | sed 's/^/sys=/'; "
+      "echo bad > /usr/kr_not_here 2>/dev/null || echo usr_ro");
+  o.policy.user_ns = 1;
+  o.policy.mount_ns = 1;
+  o.policy.pid_ns = Has(KR_CAP_PID_NS) && Has(KR_CAP_PROC_MOUNT);
+  o.policy.mount_proc = o.policy.pid_ns;
+  o.policy.readonly_root = 1;
+  o.policy.scratch_dir = scratch.c_str();
+  o.policy.scratch_bytes = 1 << 20;
+  auto r = RunContained(o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  const std::string& out = r->stdout_text;
+  EXPECT_NE(out.find("comm=kr-cuda-thread"), std::string::npos) << out << r->stderr_text << r->contain_log;
+  EXPECT_NE(out.find("\n1\n"), std::string::npos) << "/dev/shm is not the scratch: " << out << r->contain_log;
+  EXPECT_NE(out.find("sys=ro"), std::string::npos) << out << r->contain_log;
+  EXPECT_NE(out.find("usr_ro"), std::string::npos) << out;
+  EXPECT_NE(r->contain_log.find("proc_rw"), std::string::npos) << r->contain_log;
+  EXPECT_FALSE(std::ifstream("/dev/shm/" + shm_name).good()) << "wrote the host's /dev/shm";
+  rmdir(scratch.c_str());
+}
+
 TEST_F(ContainTest, PidNamespaceHidesHostProcesses) {
   if (!Has(KR_CAP_USER_NS) || !Has(KR_CAP_PID_NS) || !Has(KR_CAP_PROC_MOUNT)) {
     GTEST_SKIP() << "host forbids pid namespaces with a fresh /proc";

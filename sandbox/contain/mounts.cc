@@ -18,6 +18,36 @@
 
 namespace kernelrl::sandbox {
 
+namespace {
+
+// CUDA names the threads it starts during cuInit by writing
+// /proc/<pid>/task/<tid>/comm; on a read-only /proc that write fails and
+// cuInit returns error 304 ("OS call failed"): that is what broke GPU jobs
+// under readonly_root (docs/SANDBOX.md, "What the H100 machine allows"). So
+// /proc (its own mount, not its submounts) is writable again. procfs lets a
+// process write only its own entries; /proc/sys and the other system-wide
+// knobs are bound read-only over it, as container runtimes do.
+bool ReopenProc(StepLog& log) {
+  if (SetMountAttr("/proc", false, 0, MOUNT_ATTR_RDONLY) != 0) {
+    log.Failed("proc_rw", "mount_setattr(/proc, clr RDONLY)", errno,
+               "/proc is read-only: CUDA cannot name its threads and cuInit fails (error 304)");
+    return false;
+  }
+  for (const char* knob : {"/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus", "/proc/fs"}) {
+    struct stat st;
+    if (stat(knob, &st) != 0) continue;
+    if (mount(knob, knob, nullptr, MS_BIND | MS_REC, nullptr) != 0 ||
+        SetMountAttr(knob, true, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID, 0) != 0) {
+      log.Failed("proc_rw", std::string("bind ") + knob + " read-only", errno,
+                 std::string(knob) + " as writable as the uid's permissions allow");
+    }
+  }
+  log.Ok("proc_rw (own entries: CUDA writes its threads' comm; /proc/sys read-only)");
+  return true;
+}
+
+}  // namespace
+
 bool SetupMounts(const KrPolicy& p, StepLog& log) {
   bool ok = true;
   // Our mount events must not propagate back to the host's table.
@@ -50,6 +80,15 @@ bool SetupMounts(const KrPolicy& p, StepLog& log) {
       ok = false;
     } else {
       log.Ok("scratch_tmpfs");
+      // /dev/shm is the scratch too, as in the constructed root: shared
+      // memory a library makes stays inside the job's capped tmpfs and stays
+      // writable under the read-only root below.
+      struct stat st;
+      if (p.readonly_root && stat("/dev/shm", &st) == 0 && S_ISDIR(st.st_mode) &&
+          mount(p.scratch_dir, "/dev/shm", nullptr, MS_BIND, nullptr) != 0) {
+        log.Failed("dev_shm", std::string("mount(") + p.scratch_dir + ", /dev/shm, MS_BIND)", errno,
+                   "/dev/shm is the host's (read-only under readonly_root)");
+      }
     }
   }
   for (const std::string& dir : SplitColons(p.hidden_dirs)) {
@@ -88,6 +127,8 @@ bool SetupMounts(const KrPolicy& p, StepLog& log) {
           ok = false;
         }
       }
+      if (p.scratch_dir != nullptr && p.scratch_dir[0] != '\0') SetMountAttr("/dev/shm", false, 0, MOUNT_ATTR_RDONLY);
+      ok &= ReopenProc(log);
     }
   }
   return ok;

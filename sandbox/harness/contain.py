@@ -66,6 +66,18 @@ class Contain:
         self.lib.kr_cgroup_enter.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_int]
         self.lib.kr_cgroup_remove.restype = ctypes.c_longlong
         self.lib.kr_cgroup_remove.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_longlong)]
+        self.lib.kr_default_view.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int]
+        # View lists the worker did not hand us: the library's defaults.
+        for key, which in (("gpu_dev", 0), ("gpu_ro", 1)):
+            if _VIEW.get(key) is None:
+                _VIEW[key] = self.default_view(which)
+
+    def default_view(self, which):
+        """kr_default_view: 0 = GPU device paths, 1 = GPU read-only paths
+        (sandbox/contain/view_defaults.cc, the one place they are kept)."""
+        buf = ctypes.create_string_buffer(8192)
+        self.lib.kr_default_view(which, buf, len(buf))
+        return [p for p in buf.value.decode().split(":") if p]
 
     def probe(self):
         caps = self.lib.kr_probe_host()
@@ -137,15 +149,40 @@ def make_policy(iso, view=None, **fields):
     return p
 
 
-# GPU jobs: the driver's device nodes and the sysfs entries CUDA and NVML read
-# (as nvidia-container-toolkit gives a container: nvidiactl, nvidia-uvm,
-# nvidia-uvm-tools, one node per GPU, nvidia-caps for MIG; the user-space
-# libraries libcuda/libnvidia-* live under /usr, always in the view).
-# /proc/driver/nvidia comes with the fresh /proc. tools/device_confine.sh
-# checks this list on the H100.
-GPU_DEV_PATHS = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset", "/dev/nvidia-caps")
-GPU_RO_PATHS = ("/sys/bus/pci", "/sys/devices", "/sys/module/nvidia", "/sys/module/nvidia_uvm",
-                "/run/nvidia-persistenced")
+# The constructed root's configured paths (SandboxConfig.view): extra
+# read-only paths for every job; on GPU jobs the driver's device nodes (glob
+# patterns allowed) and its sysfs/run entries. The worker resolves and checks
+# its config (sandbox/filesystem_view.h) and passes the lists on the zygote's
+# command line (configure_view); a list it did not pass takes the library's
+# defaults when Contain loads (sandbox/contain/view_defaults.cc).
+_VIEW = {"extra_ro": [], "gpu_dev": None, "gpu_ro": None}
+
+
+def configure_view(extra_ro=None, gpu_dev=None, gpu_ro=None):
+    """Lists as ':'-joined strings (or lists); None keeps the default."""
+    for key, value in (("extra_ro", extra_ro), ("gpu_dev", gpu_dev), ("gpu_ro", gpu_ro)):
+        if value is not None:
+            _VIEW[key] = [p for p in (value.split(":") if isinstance(value, str) else value) if p]
+
+
+def view_paths():
+    """(extra read-only paths, GPU device paths with globs expanded, GPU read-only paths)."""
+    dev = []
+    for pattern in _VIEW["gpu_dev"] or []:
+        dev += sorted(glob.glob(pattern)) if glob.has_magic(pattern) else [pattern]
+    return list(_VIEW["extra_ro"]), dev, list(_VIEW["gpu_ro"] or [])
+
+
+def candidate_env(job):
+    """Variables the trusted side sets in a candidate before its CUDA init.
+    Its temp files and home are the scratch tmpfs; CUDA's JIT cache
+    (~/.nv/ComputeCache by default) is off: the scratch is fresh per job, so a
+    cache would never be reused, and with it off the driver writes nothing
+    there (the one path CUDA writes besides its device nodes and, during
+    cuInit, its threads' names in /proc/<pid>/task/<tid>/comm)."""
+    scratch = job["scratch_dir"]
+    return {"TMPDIR": scratch, "HOME": scratch, "CUDA_CACHE_DISABLE": "1",
+            "CUDA_CACHE_PATH": os.path.join(scratch, ".nv", "ComputeCache")}
 
 _PYTHON_VIEW = None
 
@@ -200,11 +237,13 @@ def confine_fields(job, iso, caps=None, device="cpu"):
     if not (iso.get("new_root", True) and iso.get("mount_ns", True) and caps.get("pivot_root", True)):
         return fields
     libs = [p for p in (job.get("kprof_lib"), job.get("verify_cuda_lib")) if p]
+    extra_ro, gpu_dev, gpu_ro = view_paths()
     ro = list(python_view()) + sorted({os.path.dirname(q) for p in libs for q in (p, os.path.realpath(p))})
+    ro += extra_ro
     dev = []
     if device == "cuda":
-        ro += GPU_RO_PATHS
-        dev = list(GPU_DEV_PATHS) + sorted(glob.glob("/dev/nvidia[0-9]*"))
+        ro += gpu_ro
+        dev = gpu_dev
     fields.update(new_root=1, ro_paths=":".join(ro), dev_paths=":".join(dev),
                   job_ro_dirs=":".join(job_read_dirs(job)),
                   scratch_dir=job["scratch_dir"], scratch_bytes=int(job.get("scratch_bytes") or 0),

@@ -310,8 +310,7 @@ class Zygote:
                 keep_fds=[to_ref, from_ref, xsock, 1, 2])
             _, log2 = self.cont.phase(pol2, 2)
             sys.stderr.write("[contain] " + log2.replace("\n", "\n[contain] ") + "\n")
-            os.environ["TMPDIR"] = job["scratch_dir"]
-            os.environ["HOME"] = job["scratch_dir"]
+            os.environ.update(contain.candidate_env(job))
             code = candidate.run(job, self.cont, to_ref, from_ref, xsock)
         except BaseException:  # noqa: BLE001
             traceback.print_exc()
@@ -539,7 +538,10 @@ def main():
     ap.add_argument("--profiler-root", default="", help="directory holding profiler_service/harness")
     ap.add_argument("--memory-cgroup-parent", default="", help="cgroup v2 dir for per-candidate memory cgroups")
     ap.add_argument("--verify-cuda-lib", default="", help="libkernelrl_verify_cuda.so (digest, compare, GPU exchange)")
+    for flag in ("--view-extra-ro", "--view-gpu-dev", "--view-gpu-ro"):  # SandboxConfig.view, ':'-joined
+        ap.add_argument(flag, default=None)
     args = ap.parse_args()
+    contain.configure_view(args.view_extra_ro, args.view_gpu_dev, args.view_gpu_ro)
     # Dumpable off: candidates (same uid) cannot read our memory via /proc.
     LIBC.prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 4
     Zygote(args.contain_lib, args.device, args.profiler_root, args.memory_cgroup_parent, args.verify_cuda_lib).serve()
