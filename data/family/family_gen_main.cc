@@ -1,0 +1,80 @@
+// family_gen: writes the learnable task family (data/family/family.h) as the
+// learner's task-set files, in one command:
+//
+//   family_gen --out=DIR [--device=cuda|cpu]
+//
+//   DIR/train.jsonl, DIR/heldout.jsonl   one kernelrl.v1.Task (proto3 JSON) a line:
+//                                        JobSpec.task_set names train.jsonl directly
+//   DIR/train/*.py, DIR/heldout/*.py     the same tasks as KernelBench files (what
+//                                        `kernelrl eval --set=task_dirs=DIR/heldout` reads)
+//   DIR/manifest.tsv                     id, split, reason, family, ops, shape
+// Task metadata: family, ops, shape, split ("train" / "heldout"), split_reason.
+// --device=cpu writes CPU-sized shapes and inputs.device "cpu" (the sandbox's CPU
+// backend, CI); cuda writes H100-sized ones.
+#include <cstdio>
+#include <filesystem>
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/file.h"
+#include "data/family/family.h"
+#include "google/protobuf/util/json_util.h"
+#include "profiler_service/task_key.h"
+#include "proto/task.pb.h"
+
+ABSL_FLAG(std::string, out, "", "output directory");
+ABSL_FLAG(std::string, device, "cuda", "cuda (H100 sizes) or cpu (CPU-backend sizes)");
+
+int main(int argc, char** argv) {
+  using namespace kernelrl;
+  absl::ParseCommandLine(argc, argv);
+  const std::string out = absl::GetFlag(FLAGS_out), device = absl::GetFlag(FLAGS_device);
+  if (out.empty() || (device != "cuda" && device != "cpu")) {
+    std::fprintf(stderr, "usage: family_gen --out=DIR [--device=cuda|cpu]\n");
+    return 2;
+  }
+  std::error_code ec;
+  for (const char* d : {"train", "heldout"}) std::filesystem::create_directories(out + "/" + d, ec);
+  if (ec) {
+    std::fprintf(stderr, "family_gen: %s: %s\n", out.c_str(), ec.message().c_str());
+    return 1;
+  }
+  std::string train, heldout, manifest = "id\tsplit\treason\tfamily\tops\tshape\n";
+  int n_train = 0, n_heldout = 0;
+  for (const data::family::FamilyTask& ft : data::family::MakeTasks(device)) {
+    v1::Task t;
+    t.set_id(ft.id);
+    t.set_reference_source(ft.source);
+    t.set_level(0);
+    t.mutable_inputs()->set_device(device);
+    if (device == "cpu") t.mutable_inputs()->set_dtype("float32");
+    t.set_content_hash(ContentHashOf(t));
+    auto& md = *t.mutable_metadata();
+    md["family"] = ft.spec.family;
+    md["ops"] = absl::StrJoin(ft.spec.ops, ",");
+    md["shape"] = absl::StrJoin(ft.shape, "x");
+    md["split"] = ft.held_out ? "heldout" : "train";
+    md["split_reason"] = ft.split_reason;
+    md["source"] = "data/family (kernelrl issue 17)";
+    std::string line;
+    google::protobuf::util::JsonPrintOptions opts;
+    opts.preserve_proto_field_names = false;
+    if (!google::protobuf::util::MessageToJsonString(t, &line, opts).ok()) return 1;
+    absl::StrAppend(ft.held_out ? &heldout : &train, line, "\n");
+    ++(ft.held_out ? n_heldout : n_train);
+    absl::StrAppend(&manifest, ft.id, "\t", md["split"], "\t", ft.split_reason.empty() ? "-" : ft.split_reason, "\t",
+                    ft.spec.family, "\t", md["ops"], "\t", md["shape"], "\n");
+    if (!WriteFileAtomically(out + "/" + ft.id + ".py", ft.source).ok()) return 1;
+  }
+  if (!WriteFileAtomically(out + "/train.jsonl", train).ok() || !WriteFileAtomically(out + "/heldout.jsonl", heldout).ok() ||
+      !WriteFileAtomically(out + "/manifest.tsv", manifest).ok()) {
+    std::fprintf(stderr, "family_gen: cannot write to %s\n", out.c_str());
+    return 1;
+  }
+  std::printf("family_gen: %d training and %d held-out tasks (%s sizes) in %s\n", n_train, n_heldout, device.c_str(),
+              out.c_str());
+  return 0;
+}

@@ -1,0 +1,163 @@
+// The family's split and templates: held-out tasks differ from every training
+// task by composition or shape; every source parses back to its spec; every
+// choice renders for both devices with the choice's settings; the CPU
+// templates compile (g++, as the sandbox's CPU backend builds them) and the CUDA
+// templates compile for sm_90 (nvcc, when installed).
+#include <cstdlib>
+#include <fstream>
+#include <set>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "data/family/family.h"
+#include "gtest/gtest.h"
+
+namespace kernelrl::data::family {
+namespace {
+
+std::string Key(const FamilyTask& t) { return absl::StrCat(t.spec.family, ":", absl::StrJoin(t.spec.ops, ",")); }
+
+TEST(FamilyTasks, HeldOutDiffersFromTrainingByCompositionOrShape) {
+  for (const char* device : {"cuda", "cpu"}) {
+    const std::vector<FamilyTask> tasks = MakeTasks(device);
+    std::set<std::string> train_comp, train_shape, ids, train_ops;
+    int heldout = 0;
+    for (const FamilyTask& t : tasks) {
+      EXPECT_TRUE(ids.insert(t.id).second) << "duplicate id " << t.id;
+      if (t.held_out) continue;
+      train_comp.insert(Key(t));
+      train_shape.insert(absl::StrCat(t.spec.family, ":", absl::StrJoin(t.shape, "x")));
+      for (const std::string& op : t.spec.ops) train_ops.insert(op);
+    }
+    for (const FamilyTask& t : tasks) {
+      if (!t.held_out) continue;
+      ++heldout;
+      const bool new_comp = !train_comp.count(Key(t));
+      const bool new_shape = !train_shape.count(absl::StrCat(t.spec.family, ":", absl::StrJoin(t.shape, "x")));
+      EXPECT_TRUE(t.split_reason == "composition" ? new_comp && !new_shape : new_shape && !new_comp) << t.id;
+      for (const std::string& op : t.spec.ops) EXPECT_TRUE(train_ops.count(op)) << t.id << ": op never trained: " << op;
+    }
+    EXPECT_GE(heldout, 12) << device;
+    EXPECT_GE(tasks.size() - heldout, 45u) << device;
+  }
+}
+
+TEST(FamilyTasks, SourcesParseBackAndAreKernelBenchShaped) {
+  for (const FamilyTask& t : MakeTasks("cuda")) {
+    auto spec = ParseTaskSpec(t.source);
+    ASSERT_TRUE(spec.ok()) << t.id << ": " << spec.status();
+    EXPECT_EQ(spec->family, t.spec.family);
+    EXPECT_EQ(spec->ops, t.spec.ops);
+    for (const char* needle : {"class Model(nn.Module)", "def get_inputs()", "def get_init_inputs()"}) {
+      EXPECT_TRUE(absl::StrContains(t.source, needle)) << t.id;
+    }
+    EXPECT_TRUE(absl::StrContains(t.source, absl::StrCat("torch.randn(", t.shape[0], ", ", t.shape[1], ")"))) << t.id;
+  }
+  EXPECT_TRUE(absl::IsNotFound(ParseTaskSpec("import torch\n").status()));
+  EXPECT_FALSE(ParseTaskSpec("# kernelrl-family: rowreduce ops=cumsum\n").ok());
+  EXPECT_FALSE(ParseTaskSpec("# kernelrl-family: conv ops=relu\n").ok());
+}
+
+TEST(FamilyTemplates, EveryChoiceRendersItsSettings) {
+  for (const FamilyTask& t : MakeTasks("cuda")) {
+    if (t.shape != MakeTasks("cuda").front().shape && t.spec.family == "elementwise") continue;  // One shape suffices.
+    auto slots = Slots(t.spec.family);
+    ASSERT_TRUE(slots.ok());
+    ASSERT_EQ(slots->size(), static_cast<size_t>(kNumSlots));
+    for (const Choice& c : AllChoices(*slots)) {
+      for (const char* device : {"cuda", "cpu"}) {
+        auto files = Render(t.spec, c, device);
+        ASSERT_TRUE(files.ok()) << files.status();
+        ASSERT_EQ(files->size(), 2u);
+        const std::string& model_new = files->at("model_new.py");
+        std::string kernel;
+        for (const auto& [path, content] : *files) {
+          if (path != "model_new.py") {
+            EXPECT_TRUE(absl::EndsWith(path, std::string(device) == "cpu" ? ".cc" : ".cu")) << path;
+            kernel = content;
+          }
+        }
+        // The launcher model_new.py calls is the one the kernel defines.
+        const std::string fn = t.spec.family == "elementwise" ? "elementwise_chain"
+                               : t.spec.family == "rowreduce" ? "row_op"
+                                                              : "gemm_epilogue";
+        EXPECT_TRUE(absl::StrContains(model_new, "lib." + fn + "(")) << t.id;
+        EXPECT_TRUE(absl::StrContains(kernel, "extern \"C\" int " + fn + "(")) << t.id;
+        EXPECT_TRUE(absl::StrContains(kernel, DescribeChoice(*slots, c))) << t.id;
+        const bool half = c[3] == 1;
+        const std::string half_define = t.spec.family == "elementwise" ? "" : t.spec.family == "rowreduce" ? "#define HALF_ACC " : "#define HALF ";
+        if (!half_define.empty()) EXPECT_TRUE(absl::StrContains(kernel, half_define + (half ? "1" : "0"))) << t.id;
+        if (t.spec.family == "elementwise") EXPECT_EQ(absl::StrContains(kernel, "v = to_half(v);"), half);
+        for (size_t i = t.spec.family == "rowreduce" ? 1 : 0; i < t.spec.ops.size(); ++i) {
+          EXPECT_TRUE(absl::StrContains(kernel, absl::StrCat("// ", t.spec.ops[i], "\n"))) << t.id;
+        }
+      }
+    }
+  }
+  Choice bad{};
+  bad[0] = 7;
+  EXPECT_FALSE(Render({"elementwise", {"relu"}}, bad, "cuda").ok());
+  EXPECT_FALSE(Render({"elementwise", {"relu"}}, Choice{}, "tpu").ok());
+}
+
+// One choice per option of the widest slot, so every option of every slot is built.
+std::vector<Choice> Covering(const std::vector<Slot>& slots) {
+  std::vector<Choice> out;
+  for (int k = 0; k < 3; ++k) {
+    Choice c{};
+    for (int i = 0; i < kNumSlots; ++i) c[i] = (k + i) % static_cast<int>(slots[i].options.size());
+    out.push_back(c);
+  }
+  return out;
+}
+
+std::string Tmp() {
+  const char* t = std::getenv("TEST_TMPDIR");
+  return t ? t : "/tmp";
+}
+
+// Every family with choices covering each option; each other row reduction with
+// one choice (`all_reductions`) or not at all.
+void CompileCovering(const std::string& device, const std::string& compiler, bool all_reductions) {
+  std::set<std::string> reductions_done, families_done;
+  for (const FamilyTask& t : MakeTasks(device)) {
+    if (t.held_out) continue;
+    // Each family once, each row reduction once.
+    const std::string key = t.spec.family == "rowreduce" ? t.spec.ops[0] : t.spec.family;
+    if (!reductions_done.insert(key).second) continue;
+    std::vector<Choice> choices = Covering(*Slots(t.spec.family));
+    if (!families_done.insert(t.spec.family).second) {
+      if (!all_reductions) continue;
+      choices.resize(1);
+    }
+    for (const Choice& c : choices) {
+      auto files = Render(t.spec, c, device);
+      ASSERT_TRUE(files.ok());
+      for (const auto& [path, content] : *files) {
+        if (path == "model_new.py") continue;
+        const std::string src = absl::StrCat(Tmp(), "/k_", key, "_", ChoiceDigits(c), device == "cpu" ? ".cc" : ".cu");
+        std::ofstream(src) << content;
+        const std::string cmd = absl::StrCat(compiler, " ", src, " -o ", src, ".o > ", src, ".log 2>&1");
+        EXPECT_EQ(std::system(cmd.c_str()), 0) << t.id << " choice " << ChoiceDigits(c) << ": see " << src << ".log\n"
+                                               << content;
+      }
+    }
+  }
+}
+
+TEST(FamilyTemplates, CpuTemplatesCompile) {
+  CompileCovering("cpu", "g++ -O3 -std=c++17 -fPIC -fno-openmp -Wall -Werror -Wno-unused-function -c",
+                  /*all_reductions=*/true);
+}
+
+TEST(FamilyTemplates, CudaTemplatesCompileForSm90) {
+  const char* nvcc = "/usr/local/cuda/bin/nvcc";
+  if (std::system(absl::StrCat(nvcc, " --version > /dev/null 2>&1").c_str()) != 0) {
+    GTEST_SKIP() << "no nvcc at " << nvcc << ": the CUDA templates are compiled on the GPU machine only";
+  }
+  CompileCovering("cuda", absl::StrCat(nvcc, " -O3 --use_fast_math -arch=sm_90 -std=c++17 -c"), /*all_reductions=*/false);
+}
+
+}  // namespace
+}  // namespace kernelrl::data::family
