@@ -143,8 +143,9 @@ absl::Status VerifyStage::CalibrateLocked() {
     return ProbeAnswer{r.ok(), r.error()};
   });
   for (const CalibrationStep& step : c.log) {
-    KLOG(INFO) << "sandbox: CUDA isolation probe " << step.kind << "=[" << absl::StrJoin(step.steps, ",")
-               << "] ok=" << step.answer.ok << (step.answer.ok ? "" : " " + step.answer.error.substr(0, 300));
+    hello_.add_calibration(absl::StrCat(step.kind, "=[", absl::StrJoin(step.steps, ","), "] ok=", step.answer.ok,
+                                        step.answer.ok ? "" : " " + step.answer.error.substr(0, 300)));
+    KLOG(INFO) << "sandbox: CUDA isolation probe " << hello_.calibration(hello_.calibration_size() - 1);
   }
   if (!lost.ok()) return absl::UnavailableError(absl::StrCat("zygote failed an isolation probe: ", lost.message()));
   cuda_isolation_ = c.isolation;
@@ -159,6 +160,8 @@ absl::Status VerifyStage::CalibrateLocked() {
     if (!lost.ok()) return absl::UnavailableError(absl::StrCat("zygote failed the recorder probe: ", lost.message()));
     hello_.set_kprof_ok(r.ok());
     hello_.set_kprof_error(r.ok() ? "" : r.error());
+    hello_.add_calibration(absl::StrCat("recorder=[", config_.kprof_lib(), "] ok=", r.ok(), " ", r.error()));
+    KLOG(INFO) << "sandbox: CUPTI recorder probe " << hello_.calibration(hello_.calibration_size() - 1);
     if (r.ok()) profile_thread_allowance_ = r.threads_started();
   }
   return absl::OkStatus();
