@@ -22,7 +22,7 @@
 #    OK, contain log shows the view and identity 65534), every confine_* and
 #    compile_* CUDA exploit (expected verdicts from EXPECTED.md), and no
 #    verdict may carry a planted secret.
-# Knobs: SUITE=0 skips 3; SUITE_WALL (90 s); WALL (20 s per verify).
+# Knobs: SUITE=0 skips 3; SUITE_WALL (85 s); WALL (20 s per verify).
 # Everything lands in $OUT (cuda_writes.log, confine_probe.log, verdicts.jsonl, zygote.log).
 set -u
 T0=$(date +%s)
@@ -118,8 +118,9 @@ def probe(iso, readonly_root=False, proc_ro=False, extra_ro=(), extra_dev=()):
                 os.environ.update(contain.candidate_env(job))
                 if proc_ro:  # the old readonly_root: /proc read-only too (needs the privileges identity drops)
                     attr = MountAttr(MOUNT_ATTR_RDONLY, 0, 0, 0)
-                    rc = ctypes.CDLL(None, use_errno=True).syscall(SYS_mount_setattr, -100, b"/proc", 0,
-                                                                    ctypes.byref(attr), ctypes.sizeof(attr))
+                    libc = ctypes.CDLL(None, use_errno=True)
+                    rc = libc.syscall(ctypes.c_long(SYS_mount_setattr), ctypes.c_long(-100), ctypes.c_char_p(b"/proc"),
+                                      ctypes.c_long(0), ctypes.byref(attr), ctypes.c_long(ctypes.sizeof(attr)))
                     msg["proc_ro"] = rc == 0 or os.strerror(ctypes.get_errno())
                 for path in ("/kr_confine_probe", "/usr/kr_confine_probe"):
                     try:
@@ -158,7 +159,7 @@ def show(label, r, expect_ok=True):
 
 full = probe(ISO)
 show("(a) constructed root, uid 65534", full)
-print("    phase 2 log tail:\n      " + full.get("log2", "").strip().replace("\n", "\n      ")[-1200:])
+print("    phase 2 log tail:\n      " + full.get("log2", "").strip()[-700:].replace("\n", "\n      "))
 ro = probe({**ISO, "new_root": False}, readonly_root=True)
 show("(b) read-only host view (readonly_root), uid 65534", ro)
 print("    " + " | ".join(l for l in ro.get("log2", "").splitlines() if l.startswith(("readonly_root", "proc_rw", "dev_shm"))))
@@ -209,7 +210,7 @@ if [ "${SUITE:-1}" = 1 ]; then
   done
   export LD_LIBRARY_PATH=$PWD/$CARRY/lib:${LD_LIBRARY_PATH:-}
   VCUDA=$PWD/$CARRY/libkernelrl_verify_cuda.so
-  timeout "${SUITE_WALL:-90}" $CARRY/sandbox_cli --set=backend=cuda --set=python=$PY \
+  timeout "${SUITE_WALL:-85}" $CARRY/sandbox_cli --set=backend=cuda --set=python=$PY \
     --set=harness_dir=$PWD/sandbox/harness --set=contain_lib=$LIB ${VCUDA:+--set=verify_cuda_lib=$VCUDA} \
     --set=work_root=$WORK --set=verify.wall_seconds="${WALL:-20}" --suite="$SUITE_FILE" \
     --json_out="$OUT/verdicts.jsonl" 2> "$OUT/suite_stderr.log" > "$OUT/suite_table.txt"
