@@ -65,7 +65,9 @@ TEST(WorkspaceTest, RejectsMissingOversizedDuplicateAndForeignFiles) {
 
 TEST(WorkspaceTest, ForbiddenIncludesAreViolations) {
   for (const char* inc : {"#include <sys/socket.h>", "#include <unistd.h>", "  #  include <thread>",
-                          "#include \"/etc/passwd\"", "#include \"../secret.h\"", "#include MACRO_HEADER"}) {
+                          "#include \"/etc/passwd\"", "#include \"../secret.h\"", "#include MACRO_HEADER",
+                          "%:include \"/etc/passwd\"", "#embed \"data.bin\"", "#line 1 \"/etc/passwd\"",
+                          "asm(\".incbin \\\"/etc/passwd\\\"\");"}) {
     Checked c = Check(Ws({{"model_new.py", kModel}, {"kernels/a.cu", std::string(inc) + "\n"}}));
     EXPECT_FALSE(c.ok) << inc;
     EXPECT_EQ(c.why.outcome, Verdict::SANDBOX_VIOLATION) << inc;
@@ -73,6 +75,23 @@ TEST(WorkspaceTest, ForbiddenIncludesAreViolations) {
   EXPECT_TRUE(Check(Ws({{"model_new.py", kModel},
                         {"kernels/a.cu", "#include <cuda_runtime.h>\n#include <cmath>\n#include \"common.cuh\"\n"},
                         {"kernels/common.cuh", "#include <cstdint>\n"}})).ok);
+}
+
+// Sources load_inline compiles live in model_new.py's strings: scanned in the
+// inline layout only (elsewhere a .py is never compiled, and its prose may name
+// the directives freely).
+TEST(WorkspaceTest, InlineSourcesInPythonAreScanned) {
+  const std::string inline_model =
+      "from torch.utils.cpp_extension import load_inline\n"
+      "src = '''\n#include \"/etc/shadow\"\n'''\nmod = load_inline(name='m', cpp_sources=src)\n";
+  Checked bad = Check(Ws({{"model_new.py", inline_model}}));
+  EXPECT_FALSE(bad.ok);
+  EXPECT_EQ(bad.why.outcome, Verdict::SANDBOX_VIOLATION) << bad.why.reason;
+  EXPECT_NE(bad.why.reason.find("/etc/shadow"), std::string::npos) << bad.why.reason;
+  const std::string prose = "\"\"\"Mentions #embed and .incbin in prose.\"\"\"\nimport torch\n";
+  Checked fast = Check(Ws({{"model_new.py", prose}, {"kernels/a.cu", "__global__ void k() {}\n"}}));
+  EXPECT_TRUE(fast.ok) << fast.why.reason;
+  EXPECT_EQ(fast.ws.layout, Workspace::FAST_PATH);
 }
 
 TEST(WorkspaceTest, ContentHashIgnoresOrderButNotContent) {
