@@ -6,7 +6,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "sandbox/contain/echo.h"
 #include "sandbox/contain/host_memory.h"
 
 namespace kernelrl::sandbox {
@@ -27,6 +26,14 @@ size_t UnicodeBreakAt(const std::string& s, size_t i) {  // its length in bytes,
   return 0;
 }
 bool IsAsciiSpace(char c) { return c == ' ' || c == '\t' || IsAsciiBreak(c) || c == 0x1f; }
+
+// CapHead at a UTF-8 character boundary (a proto string must stay valid UTF-8).
+std::string CapSummary(const std::string& s) {
+  if (s.size() <= kSummaryBytes) return s;
+  size_t cut = kSummaryBytes;
+  while (cut > 0 && (static_cast<unsigned char>(s[cut]) & 0xC0) == 0x80) --cut;
+  return s.substr(0, cut) + " [... " + std::to_string(s.size() - cut) + " bytes cut]";
+}
 
 }  // namespace
 
@@ -84,7 +91,7 @@ VerifyOutcome DecideVerifyOutcome(const HarnessJob& job, const HarnessResult& re
   auto out = [&](Verdict::Outcome outcome, const std::string& summary, std::vector<std::string> extra = {}) {
     VerifyOutcome o;
     o.outcome = outcome;
-    o.summary = CapHead(summary, kSummaryBytes);
+    o.summary = CapSummary(summary);
     std::set<std::string> all = flags;
     all.insert(extra.begin(), extra.end());
     o.flags.assign(all.begin(), all.end());

@@ -324,7 +324,9 @@ class Zygote:
         as HarnessVerifyFacts: typed, nothing decided. Strings the candidate's
         process sent are passed on as text."""
         def text(v):
-            return "" if v is None else str(v)
+            # Valid UTF-8 only (a lone surrogate the candidate sent would make
+            # the worker reject the whole reply: INFRA_ERROR, not its verdict).
+            return "" if v is None else str(v).encode("utf-8", "replace").decode("utf-8")
 
         def texts(v):
             return [text(x) for x in v] if isinstance(v, (list, tuple)) else []

@@ -349,6 +349,9 @@ TEST_F(VerifyOutcomeTest, SummaryIsCappedAndSaysSo) {
   facts().mutable_sets(0)->set_detail(why);
   const VerifyOutcome o = Decide();
   EXPECT_EQ(o.summary, std::string(500, 'x') + absl::StrCat(" [... ", why.size() - 500, " bytes cut]"));
+  // Never inside a UTF-8 character: "é" (2 bytes) straddling byte 500 is cut whole.
+  facts().mutable_sets(0)->set_detail(std::string(499, 'x') + "\xc3\xa9" + why);
+  EXPECT_EQ(Decide().summary, std::string(499, 'x') + absl::StrCat(" [... ", 2 + why.size(), " bytes cut]"));
 }
 
 TEST(LastLineTest, StripsAndSplitsLikePython) {
