@@ -53,6 +53,20 @@ def tail(path, n):
         return ""
 
 
+def valid_utf8(obj):
+    """`obj` with every string valid UTF-8 (lone surrogates, which text from the
+    candidate's process can carry through JSON, become "?"): the worker's JSON
+    parser rejects a reply holding one, which would turn the candidate's
+    verdict into INFRA_ERROR."""
+    if isinstance(obj, str):
+        return obj.encode("utf-8", "replace").decode("utf-8")
+    if isinstance(obj, dict):
+        return {valid_utf8(k): valid_utf8(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [valid_utf8(v) for v in obj]
+    return obj
+
+
 def fmt_bytes(n):
     """Same wording as FormatBytes in sandbox/contain/host_memory.cc."""
     return f"{n / (1 << 30):.2f} GiB" if n >= (1 << 30) else f"{n / (1 << 20):.1f} MiB"
@@ -324,9 +338,7 @@ class Zygote:
         as HarnessVerifyFacts: typed, nothing decided. Strings the candidate's
         process sent are passed on as text."""
         def text(v):
-            # Valid UTF-8 only (a lone surrogate the candidate sent would make
-            # the worker reject the whole reply: INFRA_ERROR, not its verdict).
-            return "" if v is None else str(v).encode("utf-8", "replace").decode("utf-8")
+            return "" if v is None else str(v)
 
         def texts(v):
             return [text(x) for x in v] if isinstance(v, (list, tuple)) else []
@@ -530,7 +542,7 @@ class Zygote:
                 # No facts: the worker gives a verify job INFRA_ERROR with this text.
                 rep = {"error": "zygote: " + traceback.format_exc()[-1500:]}
             rep["job_id"] = job.get("job_id", "")
-            protocol.send(_PROTO_OUT, rep)
+            protocol.send(_PROTO_OUT, valid_utf8(rep))
 
 
 def main():
