@@ -131,7 +131,8 @@ std::vector<Sample> Shard(const std::vector<Sample>& batch, int rank, int world)
 
 void ExpectSameStep(const StepResult& single, const StepResult& dp, double rtol, double atol, const char* what) {
   for (const auto& [k, v] : single.metrics) {
-    if (k == "step_seconds" || k == "tokens_per_second" || k == "checkpoint_seconds") continue;
+    // Timings differ; "rows" counts packed rows, and the shards pack differently from the whole batch.
+    if (k == "step_seconds" || k == "tokens_per_second" || k == "rows") continue;
     ASSERT_TRUE(dp.metrics.count(k)) << what << ": DP lacks metric " << k;
     EXPECT_NEAR(dp.metrics.at(k), v, atol + rtol * std::abs(v)) << what << ": metric " << k;
   }

@@ -395,4 +395,9 @@ IngestInfo Ingest::Info() const {
   return info;
 }
 
+int64_t Ingest::policy_version() const {
+  absl::MutexLock lock(&mu_);
+  return version_;
+}
+
 }  // namespace kernelrl::learner::rl

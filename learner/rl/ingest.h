@@ -89,6 +89,7 @@ class Ingest {
   absl::Status ExpireLeases() ABSL_LOCKS_EXCLUDED(mu_);
 
   IngestInfo Info() const ABSL_LOCKS_EXCLUDED(mu_);
+  int64_t policy_version() const ABSL_LOCKS_EXCLUDED(mu_);
   const std::string& ledger_path() const { return ledger_->path(); }
 
  private:

@@ -36,14 +36,15 @@ absl::Status JobContext::Update(const std::function<void(v1::Job*)>& change) {
 }
 
 void JobContext::SetIngest(Ingest* ingest) {
-  absl::MutexLock lock(&manager_->mu_);
+  absl::MutexLock lock(&manager_->ingest_mu_);
   manager_->ingest_ = ingest;
 }
 
-absl::StatusOr<std::unique_ptr<JobManager>> JobManager::Open(const std::string& state_dir, JobRunnerFactory factory) {
+absl::StatusOr<std::unique_ptr<JobManager>> JobManager::Open(const std::string& state_dir, JobRunnerFactory factory,
+                                                             LearnerMetrics* metrics) {
   std::error_code ec;  // the state dir and its parents, like mkdir -p; opendir below reports failure
   std::filesystem::create_directories(state_dir + "/jobs", ec);
-  std::unique_ptr<JobManager> m(new JobManager(state_dir, std::move(factory)));
+  std::unique_ptr<JobManager> m(new JobManager(state_dir, std::move(factory), metrics));
   DIR* d = ::opendir((state_dir + "/jobs").c_str());
   if (d == nullptr) return absl::InternalError(absl::StrCat("cannot open ", state_dir, "/jobs"));
   std::vector<std::string> ids;
@@ -65,10 +66,15 @@ absl::StatusOr<std::unique_ptr<JobManager>> JobManager::Open(const std::string& 
     }
   }
   m->worker_ = std::thread([p = m.get()] { p->WorkerLoop(); });
+  if (metrics != nullptr) {
+    JobManager* raw = m.get();
+    metrics->SetLiveSource([raw] { return raw->LiveMetrics(); });
+  }
   return m;
 }
 
 JobManager::~JobManager() {
+  if (metrics_ != nullptr) metrics_->SetLiveSource(nullptr);
   {
     absl::MutexLock lock(&mu_);
     stop_ = true;
@@ -166,11 +172,8 @@ absl::StatusOr<bool> JobManager::WaitForChange(const std::string& id, int64_t* r
 absl::StatusOr<v1::LeaseTasksResponse> JobManager::LeaseTasks(const v1::LeaseTasksRequest& request) {
   if (request.actor_id().empty()) return absl::InvalidArgumentError("actor_id: required");
   if (request.max_tasks() < 1) return absl::InvalidArgumentError("max_tasks: must be >= 1");
-  Ingest* ingest;
-  {
-    absl::MutexLock lock(&mu_);
-    ingest = ingest_;
-  }
+  absl::ReaderMutexLock lock(&ingest_mu_);
+  Ingest* ingest = ingest_;
   v1::LeaseTasksResponse out;
   if (ingest == nullptr) return out;  // No job collecting: back off and retry.
   auto leases = ingest->Lease(request.actor_id(), request.max_tasks());
@@ -180,18 +183,36 @@ absl::StatusOr<v1::LeaseTasksResponse> JobManager::LeaseTasks(const v1::LeaseTas
 }
 
 v1::PushTrajectoriesAck JobManager::Push(const v1::PushTrajectoriesRequest& request) {
-  Ingest* ingest;
-  {
-    absl::MutexLock lock(&mu_);
-    ingest = ingest_;
-  }
+  absl::ReaderMutexLock lock(&ingest_mu_);
+  Ingest* ingest = ingest_;
   if (ingest == nullptr) {
     v1::PushTrajectoriesAck ack;
     ack.set_trajectory_id(request.trajectory().id());
     ack.set_reason("no job is collecting trajectories");
+    if (metrics_ != nullptr) metrics_->RecordPush(ack, -1);
     return ack;
   }
-  return ingest->Push(request.lease_id(), request.trajectory());
+  const int64_t staleness = ingest->policy_version() - request.trajectory().policy_version();
+  v1::PushTrajectoriesAck ack = ingest->Push(request.lease_id(), request.trajectory());
+  if (metrics_ != nullptr) metrics_->RecordPush(ack, staleness);
+  return ack;
+}
+
+LearnerMetrics::Live JobManager::LiveMetrics() const {
+  LearnerMetrics::Live live;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [id, e] : jobs_) ++live.jobs_by_state[v1::Job::State_Name(e.job.state())];
+  }
+  absl::ReaderMutexLock lock(&ingest_mu_);
+  if (ingest_ != nullptr) {
+    const IngestInfo info = ingest_->Info();
+    live.has_ingest = true;
+    live.buffer_depth = info.buffer_depth;
+    live.active_leases = info.active_leases;
+    live.buffer_staleness_max = info.max_staleness;
+  }
+  return live;
 }
 
 void JobManager::WorkerLoop() {
@@ -219,9 +240,9 @@ void JobManager::WorkerLoop() {
     JobContext ctx(this, id, JobDir(id));
     std::unique_ptr<JobRunner> runner = factory_();
     absl::Status status = runner->Run(&ctx);
+    ctx.SetIngest(nullptr);  // Before the runner (and any ingest it owns) goes.
     runner.reset();
     absl::MutexLock lock(&mu_);
-    ingest_ = nullptr;
     running_.clear();
     Entry& e = jobs_.at(id);
     if (e.cancel_requested) {

@@ -31,6 +31,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "learner/rl/ingest.h"
+#include "learner/rl/learner_metrics.h"
 #include "proto/learner.pb.h"
 
 namespace kernelrl::learner::rl {
@@ -69,7 +70,10 @@ using JobRunnerFactory = std::function<std::unique_ptr<JobRunner>()>;
 
 class JobManager {
  public:
-  static absl::StatusOr<std::unique_ptr<JobManager>> Open(const std::string& state_dir, JobRunnerFactory factory);
+  // metrics (optional, must outlive the manager): job counts, the running
+  // job's buffer, and every push's result and staleness.
+  static absl::StatusOr<std::unique_ptr<JobManager>> Open(const std::string& state_dir, JobRunnerFactory factory,
+                                                          LearnerMetrics* metrics = nullptr);
   ~JobManager();  // Stops the running job (it stays RUNNING) and joins.
 
   absl::StatusOr<v1::Job> Submit(const v1::JobSpec& spec) ABSL_LOCKS_EXCLUDED(mu_);
@@ -96,19 +100,25 @@ class JobManager {
     int64_t revision = 0;
     bool cancel_requested = false;
   };
-  JobManager(std::string state_dir, JobRunnerFactory factory)
-      : state_dir_(std::move(state_dir)), factory_(std::move(factory)) {}
+  JobManager(std::string state_dir, JobRunnerFactory factory, LearnerMetrics* metrics)
+      : state_dir_(std::move(state_dir)), factory_(std::move(factory)), metrics_(metrics) {}
+  LearnerMetrics::Live LiveMetrics() const ABSL_LOCKS_EXCLUDED(mu_);
   void WorkerLoop();
   absl::Status PersistLocked(Entry* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::string JobDir(const std::string& id) const { return state_dir_ + "/jobs/" + id; }
 
   const std::string state_dir_;
   const JobRunnerFactory factory_;
+  LearnerMetrics* const metrics_;
   mutable absl::Mutex mu_;
   absl::CondVar changed_;
   std::map<std::string, Entry> jobs_ ABSL_GUARDED_BY(mu_);  // Ids sort by creation time.
   std::string running_ ABSL_GUARDED_BY(mu_);
-  Ingest* ingest_ ABSL_GUARDED_BY(mu_) = nullptr;
+  // The running job's ingest. Readers (RPCs, metrics) hold ingest_mu_ shared
+  // for the whole call, so SetIngest(nullptr), which takes it exclusively,
+  // waits for them before the runner destroys the ingest.
+  mutable absl::Mutex ingest_mu_ ABSL_ACQUIRED_AFTER(mu_);
+  Ingest* ingest_ ABSL_GUARDED_BY(ingest_mu_) = nullptr;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   int64_t counter_ ABSL_GUARDED_BY(mu_) = 0;
   std::thread worker_;

@@ -35,7 +35,7 @@ AdamWParams Optimizer(const v1::OptimizerConfig& o) {
 
 class RecipeRunner : public JobRunner {
  public:
-  explicit RecipeRunner(PolicyEngine* engine) : engine_(engine) {}
+  RecipeRunner(PolicyEngine* engine, LearnerMetrics* metrics) : engine_(engine), metrics_(metrics) {}
   absl::Status Run(JobContext* ctx) override;
 
  private:
@@ -45,10 +45,14 @@ class RecipeRunner : public JobRunner {
   absl::Status RunStage(JobContext* ctx, int stage);
   // Waits for n trainable trajectories; empty when the job should stop.
   absl::StatusOr<std::vector<v1::Trajectory>> WaitForBatch(JobContext* ctx, int n);
-  absl::Status Commit(JobContext* ctx, int stage, const std::vector<std::string>& trained, StepMetrics metrics);
+  // rewards: of the trajectories the step trained on (the reward histogram).
+  absl::Status Commit(JobContext* ctx, int stage, const std::vector<std::string>& trained, StepMetrics metrics,
+                      const std::vector<Sample>& samples);
   std::vector<Sample> ToSamples(const std::vector<v1::Trajectory>& ts, StepMetrics* m) const;
 
   PolicyEngine* engine_;
+  LearnerMetrics* metrics_;
+  double peak_flops_ = 0;  // All devices of the step, for MFU.
   v1::LearnerJobConfig config_;
   v1::JobSpec spec_;
   std::vector<v1::Task> tasks_;
@@ -75,6 +79,9 @@ absl::Status RecipeRunner::Setup(JobContext* ctx) {
                  ? at::kFloat
                  : at::kBFloat16;
   mo.trainable = true;
+  peak_flops_ = config_.device().peak_tflops() > 0 ? config_.device().peak_tflops() * 1e12
+                : mo.device.is_cuda()              ? 989e12
+                                                   : 0;
   mo.activation_checkpointing = config_.batch().activation_checkpointing();
   at::manual_seed(config_.seed());
   ckpt_root_ = ctx->dir() + "/checkpoints";
@@ -167,7 +174,7 @@ absl::StatusOr<std::vector<v1::Trajectory>> RecipeRunner::WaitForBatch(JobContex
 }
 
 absl::Status RecipeRunner::Commit(JobContext* ctx, int stage, const std::vector<std::string>& trained,
-                                  StepMetrics m) {
+                                  StepMetrics m, const std::vector<Sample>& samples) {
   // TRAINED records first: if the checkpoint below does not land, a restart voids them.
   const int64_t step = step_ + 1;
   if (!trained.empty()) {
@@ -203,6 +210,12 @@ absl::Status RecipeRunner::Commit(JobContext* ctx, int stage, const std::vector<
   m["infra_reruns_total"] = info.infra_reruns;
   m["infra_dropped_total"] = info.infra_dropped;
   m["policy_version"] = version_;
+  if (peak_flops_ > 0 && m["step_seconds"] > 0) m["mfu"] = m["train_flops"] / m["step_seconds"] / peak_flops_;
+  if (metrics_ != nullptr) {
+    std::vector<double> rewards;
+    for (const Sample& s : samples) rewards.push_back(s.reward);
+    metrics_->RecordStep(m, rewards, version_, peak_flops_);
+  }
   return ctx->Update([&](v1::Job* j) {
     j->set_step(step_);
     j->set_policy_version(version_);
@@ -260,7 +273,7 @@ absl::Status RecipeRunner::RunStage(JobContext* ctx, int stage) {
       auto m = trainer_->PpoStep(samples);
       if (!m.ok()) return m.status();
       for (auto& [k, v] : bad) (*m)[k] = v;
-      if (auto s = Commit(ctx, stage, ids, *m); !s.ok()) return s;
+      if (auto s = Commit(ctx, stage, ids, *m, samples); !s.ok()) return s;
     }
     return absl::OkStatus();
   }
@@ -296,7 +309,7 @@ absl::Status RecipeRunner::RunStage(JobContext* ctx, int stage) {
     auto m = st.kind == Kind::kSft ? trainer_->SftStep(batch) : trainer_->ValueStep(batch);
     if (!m.ok()) return m.status();
     for (auto& [k, v] : filter) (*m)[k] = v;
-    if (auto s = Commit(ctx, stage, {}, *m); !s.ok()) return s;
+    if (auto s = Commit(ctx, stage, {}, *m, batch); !s.ok()) return s;
   }
   trainer_->actor_optimizer().set_lr(config_.actor_optimizer().lr());
   return absl::OkStatus();
@@ -318,6 +331,8 @@ absl::Status RecipeRunner::Run(JobContext* ctx) {
 
 }  // namespace
 
-std::unique_ptr<JobRunner> MakeRecipeRunner(PolicyEngine* engine) { return std::make_unique<RecipeRunner>(engine); }
+std::unique_ptr<JobRunner> MakeRecipeRunner(PolicyEngine* engine, LearnerMetrics* metrics) {
+  return std::make_unique<RecipeRunner>(engine, metrics);
+}
 
 }  // namespace kernelrl::learner::rl

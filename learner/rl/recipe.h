@@ -27,8 +27,9 @@ class PolicyEngine;
 
 namespace kernelrl::learner::rl {
 
-// engine: the built-in policy server to hot-swap each new version into (may be null).
-std::unique_ptr<JobRunner> MakeRecipeRunner(PolicyEngine* engine);
+// engine: the built-in policy server to hot-swap each new version into (may
+// be null). metrics: where each committed step is recorded (may be null).
+std::unique_ptr<JobRunner> MakeRecipeRunner(PolicyEngine* engine, LearnerMetrics* metrics = nullptr);
 
 }  // namespace kernelrl::learner::rl
 

@@ -1,0 +1,471 @@
+// The recipe end to end through the job API, with a tiny random HF-format
+// checkpoint this test writes and a fake actor (leases tasks, pushes random
+// trajectories with rewards, tool calls, loops and infra errors) in place of
+// the actor service. The learner runs in a child process (this binary with
+// --role=learner) that the test kills with SIGKILL when the job reaches
+// agent_warmup, value_pretrain and agentic_ppo, then starts again: each
+// incarnation resumes from the last checkpoint and the ledger.
+//
+// Checked at the end: the job SUCCEEDED; every stage left its output (PPO
+// steps in both PPO stages, warm-up trajectories, RFT steps that move the
+// policy and not the critic, value steps that move the critic and not the
+// policy); the ledger shows every trained trajectory trained exactly once and
+// no infra-error trajectory trained; the last incarnation's /metrics scrape
+// has the learner's metrics with plausible values.
+#include "learner/rl/recipe.h"
+
+#include <dirent.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <random>
+#include <set>
+#include <thread>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "common/file.h"
+#include "common/metrics.h"
+#include "google/protobuf/text_format.h"
+#include "google/protobuf/util/json_util.h"
+#include "gtest/gtest.h"
+#include "learner/checkpoint.h"
+#include "learner/model.h"
+#include "learner/rl/jobs.h"
+#include "learner/rl/learner_metrics.h"
+
+namespace kernelrl::learner::rl {
+namespace {
+
+constexpr int kVocab = 64;
+constexpr int kPerStep = 4;  // batch.trajectories_per_step
+constexpr int kSingleTurnSteps = 3, kWarmup = 12, kRftEpochs = 2, kValueSteps = 3, kAgenticSteps = 3;
+
+const char kHyperparameters[] = R"pb(
+  recipe {
+    single_turn_ppo { steps: 3 max_turns: 1 }
+    agent_warmup { steps: 12 max_turns: 8 }
+    rft { epochs: 2 max_repeated_calls: 3 lr: 1e-3 }
+    value_pretrain { steps: 3 }
+    agentic_ppo { steps: 3 max_turns: 8 }
+  }
+  batch { trajectories_per_step: 4 max_tokens_per_row: 64 max_trajectory_tokens: 256 activation_checkpointing: false }
+  ingest { max_policy_lag: 1000 lease_timeout_seconds: 5 max_infra_reruns: 2 }
+  actor_optimizer { lr: 1e-3 }
+  critic_optimizer { lr: 1e-3 }
+  device { device: "cpu" dtype: "float32" peak_tflops: 0.1 }
+  checkpoint { keep_last: 1000 }
+)pb";
+
+std::string TempDir() {
+  char tmpl[] = "/tmp/recipe_test_XXXXXX";
+  return mkdtemp(tmpl);
+}
+
+std::string Call(const std::string& cmd) {
+  return "Let me run it.\n<tool_call>\n{\"name\": \"Bash\", \"arguments\": {\"command\": \"" + cmd +
+         "\"}}\n</tool_call>";
+}
+
+// One rollout for a lease: random tokens (a prompt, then assistant and tool
+// turns), rollout log-probs on the model tokens, a reward; one in eight is a
+// redundant loop, one in ten an infra error.
+v1::Trajectory FakeRollout(const v1::TaskLease& lease, std::mt19937_64& rng) {
+  v1::Trajectory t;
+  t.set_id(absl::StrCat(lease.lease_id(), "-", rng() % 1000000007));
+  t.set_task_id(lease.task().id());
+  t.set_job_id(lease.job_id());
+  t.set_policy_version(lease.policy_version());
+  int max_turns = 1;
+  if (auto it = lease.task().metadata().find("max_turns"); it != lease.task().metadata().end()) {
+    (void)absl::SimpleAtoi(it->second, &max_turns);
+  }
+  const int turns = 1 + static_cast<int>(rng() % std::min(max_turns, 4));
+  const bool loop = max_turns > 1 && rng() % 8 == 0;
+  const int prompt = 3 + static_cast<int>(rng() % 5);
+  for (int i = 0; i < prompt; ++i) {
+    t.add_token_ids(static_cast<int32_t>(rng() % kVocab)), t.add_logprobs(0), t.add_loss_mask(0);
+  }
+  for (int k = 0; k < turns; ++k) {
+    v1::Turn* a = t.add_turns();
+    a->set_role(v1::Turn::ASSISTANT);
+    a->set_content(loop ? Call("python verify.py") + Call("python verify.py") + Call("python verify.py") +
+                              Call("python verify.py")
+                        : Call(absl::StrCat("nvcc k", k, ".cu")));
+    a->set_policy_version(lease.policy_version());
+    const int n = 2 + static_cast<int>(rng() % 6);
+    for (int i = 0; i < n; ++i) {
+      t.add_token_ids(static_cast<int32_t>(rng() % kVocab));
+      t.add_logprobs(-0.05f - static_cast<float>(rng() % 3000) / 1000.0f);
+      t.add_loss_mask(1);
+    }
+    if (k + 1 < turns) {
+      v1::Turn* tool = t.add_turns();
+      tool->set_role(v1::Turn::TOOL);
+      tool->set_content("ok");
+      for (int i = 0; i < 3; ++i) t.add_token_ids(static_cast<int32_t>(rng() % kVocab)), t.add_logprobs(0), t.add_loss_mask(0);
+    }
+  }
+  static const double kRewards[] = {-1, 1, 2, 3};
+  t.set_reward(kRewards[rng() % 4]);
+  t.mutable_final_verdict()->set_outcome(rng() % 10 == 0 ? v1::Verdict::INFRA_ERROR
+                                         : t.reward() > 0 ? v1::Verdict::OK
+                                                          : v1::Verdict::WRONG_ANSWER);
+  t.mutable_stats()->set_num_turns(turns);
+  return t;
+}
+
+void FakeActor(JobManager* m, const std::string& actor_id, std::atomic<bool>* stop) {
+  std::mt19937_64 rng(std::random_device{}());
+  while (!stop->load()) {
+    v1::LeaseTasksRequest req;
+    req.set_actor_id(actor_id);
+    req.set_max_tasks(4);
+    auto leases = m->LeaseTasks(req);
+    if (!leases.ok() || leases->leases().empty()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      continue;
+    }
+    for (const v1::TaskLease& lease : leases->leases()) {
+      v1::PushTrajectoriesRequest push;
+      push.set_lease_id(lease.lease_id());
+      *push.mutable_trajectory() = FakeRollout(lease, rng);
+      (void)m->Push(push);
+    }
+  }
+}
+
+// ---- The learner process ----
+
+// Opens the state dir (submitting the job on the first start), runs the job
+// with a fake actor until it finishes, writes the metrics scrape.
+int LearnerMain(const std::string& root) {
+  MetricsRegistry registry;
+  LearnerMetrics metrics(&registry);
+  auto m = JobManager::Open(
+      root + "/state", [&metrics] { return MakeRecipeRunner(nullptr, &metrics); }, &metrics);
+  if (!m.ok()) return std::fprintf(stderr, "open: %s\n", m.status().ToString().c_str()), 1;
+  auto list = (*m)->List(10, "");
+  if (!list.ok()) return 1;
+  std::string id;
+  if (list->jobs().empty()) {
+    v1::JobSpec spec;
+    spec.set_name("recipe_test");
+    spec.set_base_checkpoint(root + "/base");
+    spec.set_task_set(root + "/tasks.jsonl");
+    spec.set_rollouts_per_task(2);
+    spec.set_hyperparameters_text(kHyperparameters);
+    auto job = (*m)->Submit(spec);
+    if (!job.ok()) return std::fprintf(stderr, "submit: %s\n", job.status().ToString().c_str()), 1;
+    id = job->id();
+  } else {
+    id = list->jobs(0).id();
+  }
+  std::atomic<bool> stop{false};
+  std::thread actor(FakeActor, m->get(), absl::StrCat("fake-", ::getpid()), &stop);
+  // A scrape after every step this process commits (that it sees: a watcher
+  // may skip revisions), named by the step's stage and number.
+  int64_t rev = -1, scraped_step = -1;
+  v1::Job job;
+  while (true) {
+    auto changed = (*m)->WaitForChange(id, &rev, absl::Milliseconds(200), &job);
+    if (!changed.ok()) break;
+    if (scraped_step < 0) scraped_step = job.step();  // Steps up to here are an earlier process's.
+    if (job.step() > scraped_step) {
+      scraped_step = job.step();
+      (void)WriteFileAtomically(absl::StrCat(root, "/scrapes/", job.stage(), "-", job.step(), ".txt"),
+                                registry.Expose());
+    }
+    if (JobManager::Finished(job.state())) break;
+  }
+  stop = true;
+  actor.join();
+  if (job.state() != v1::Job::SUCCEEDED) {
+    std::fprintf(stderr, "job %s: %s\n", v1::Job::State_Name(job.state()).c_str(), job.message().c_str());
+  }
+  return job.state() == v1::Job::SUCCEEDED ? 0 : 1;
+}
+
+// ---- The test ----
+
+std::string Self() {
+  char exe[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+  exe[n > 0 ? n : 0] = '\0';
+  return exe;
+}
+
+pid_t StartLearner(const std::string& root) {
+  const std::string self = Self(), role = "--role=learner", dir = "--root=" + root;
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::execl(self.c_str(), self.c_str(), role.c_str(), dir.c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  return pid;
+}
+
+// The job as persisted (what a restarted learner reads).
+bool ReadJob(const std::string& root, v1::Job* job) {
+  DIR* d = ::opendir((root + "/state/jobs").c_str());
+  if (d == nullptr) return false;
+  std::string id;
+  while (dirent* de = ::readdir(d)) {
+    if (de->d_name[0] != '.') id = de->d_name;
+  }
+  ::closedir(d);
+  if (id.empty()) return false;
+  auto text = ReadFileToString(root + "/state/jobs/" + id + "/job.textproto");
+  return text.ok() && google::protobuf::TextFormat::ParseFromString(*text, job);
+}
+
+int StageIndex(const std::string& stage) {
+  const char* order[] = {"single_turn_ppo", "agent_warmup", "rft", "value_pretrain", "agentic_ppo"};
+  for (int i = 0; i < 5; ++i) {
+    if (stage == order[i]) return i;
+  }
+  return -1;
+}
+
+void WriteFixtures(const std::string& root) {
+  ModelConfig c;
+  c.model_type = "qwen2";
+  c.vocab_size = kVocab;
+  c.hidden_size = 32;
+  c.intermediate_size = 64;
+  c.num_layers = 2;
+  c.num_heads = 4;
+  c.num_kv_heads = 2;
+  c.head_dim = 8;
+  auto model = Transformer::Create(c, Head::kLanguageModel, ModelOptions{}, std::random_device{}());
+  ASSERT_TRUE(model.ok()) << model.status();
+  ASSERT_EQ(::mkdir((root + "/base").c_str(), 0755), 0);
+  ASSERT_TRUE((*model)->Save(root + "/base").ok());
+  std::string tasks;
+  for (int i = 0; i < 6; ++i) absl::StrAppend(&tasks, "{\"id\": \"synthetic/t", i, "\", \"level\": 1}\n");
+  ASSERT_TRUE(WriteFileAtomically(root + "/tasks.jsonl", tasks).ok());
+  ASSERT_EQ(::mkdir((root + "/scrapes").c_str(), 0755), 0);
+}
+
+// The scrape of the latest PPO step the learner processes wrote; empty if none.
+std::string LatestPpoScrape(const std::string& root, int64_t* step) {
+  DIR* d = ::opendir((root + "/scrapes").c_str());
+  if (d == nullptr) return "";
+  std::string best;
+  *step = -1;
+  while (dirent* de = ::readdir(d)) {
+    const std::string name = de->d_name;
+    const size_t dash = name.rfind('-');
+    int64_t n = 0;
+    if (dash == std::string::npos || name.size() < 5) continue;
+    const std::string stage = name.substr(0, dash);
+    if (stage != "single_turn_ppo" && stage != "agentic_ppo") continue;
+    if (absl::SimpleAtoi(name.substr(dash + 1, name.size() - dash - 5), &n) && n > *step) *step = n, best = name;
+  }
+  ::closedir(d);
+  return best.empty() ? "" : root + "/scrapes/" + best;
+}
+
+std::vector<std::string> CheckpointDirs(const std::string& root) {
+  std::vector<std::string> out;
+  v1::Job job;
+  if (!ReadJob(root, &job)) return out;
+  const std::string ckpts = root + "/state/jobs/" + job.id() + "/checkpoints";
+  DIR* d = ::opendir(ckpts.c_str());
+  if (d == nullptr) return out;
+  while (dirent* de = ::readdir(d)) {
+    if (std::string(de->d_name).rfind("step-", 0) == 0) out.push_back(ckpts + "/" + de->d_name);
+  }
+  ::closedir(d);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+bool SameWeights(const std::string& a, const std::string& b, Head head) {
+  auto x = Transformer::Load(a, head, ModelOptions{});
+  auto y = Transformer::Load(b, head, ModelOptions{});
+  EXPECT_TRUE(x.ok() && y.ok());
+  if (!x.ok() || !y.ok()) return false;
+  auto px = (*x)->parameters(), py = (*y)->parameters();
+  for (size_t i = 0; i < px.size(); ++i) {
+    if (!at::equal(px[i], py[i])) return false;
+  }
+  return true;
+}
+
+// "name{labels} value" lines of an exposition, comments skipped.
+std::map<std::string, double> ParseScrape(const std::string& text) {
+  std::map<std::string, double> out;
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    if (line.empty() || line[0] == '#') continue;
+    const size_t sp = line.rfind(' ');
+    double v = 0;
+    if (sp != absl::string_view::npos && absl::SimpleAtod(line.substr(sp + 1), &v)) {
+      out[std::string(line.substr(0, sp))] = v;
+    }
+  }
+  return out;
+}
+
+TEST(RecipeTest, AllStagesThroughTheJobApiSurviveKillsBetweenStages) {
+  const std::string root = TempDir();
+  WriteFixtures(root);
+  if (HasFatalFailure()) return;
+  // Kill -9 the learner once the job is at (or past) each of these stages.
+  std::vector<std::string> kill_at = {"agent_warmup", "value_pretrain", "agentic_ppo"};
+  int incarnations = 0, kills = 0;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(240);
+  bool done = false;
+  while (!done && std::chrono::steady_clock::now() < deadline) {
+    const pid_t pid = StartLearner(root);
+    ASSERT_GT(pid, 0);
+    ++incarnations;
+    while (true) {
+      int status = 0;
+      if (::waitpid(pid, &status, WNOHANG) == pid) {
+        ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "learner incarnation " << incarnations
+                                                                   << " failed, status " << status;
+        done = true;
+        break;
+      }
+      v1::Job job;
+      if (!kill_at.empty() && ReadJob(root, &job) && StageIndex(job.stage()) >= StageIndex(kill_at.front())) {
+        std::printf("kill -9 at stage %s step %ld (stage step %ld)\n", job.stage().c_str(),
+                    static_cast<long>(job.step()), static_cast<long>(job.stage_step()));
+        ::kill(pid, SIGKILL);
+        ::waitpid(pid, &status, 0);
+        ++kills;
+        while (!kill_at.empty() && StageIndex(job.stage()) >= StageIndex(kill_at.front())) kill_at.erase(kill_at.begin());
+        break;
+      }
+      if (std::chrono::steady_clock::now() > deadline) {
+        ::kill(pid, SIGKILL);
+        ::waitpid(pid, &status, 0);
+        FAIL() << "the job did not finish in time";
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+  ASSERT_TRUE(done);
+  EXPECT_GE(kills, 1);
+  v1::Job job;
+  ASSERT_TRUE(ReadJob(root, &job));
+  EXPECT_EQ(job.state(), v1::Job::SUCCEEDED) << job.message();
+  std::printf("%d incarnations, %d kills; job at step %ld, version %ld\n", incarnations, kills,
+              static_cast<long>(job.step()), static_cast<long>(job.policy_version()));
+
+  // Every stage's output: the checkpoints by stage, in order.
+  const std::vector<std::string> ckpts = CheckpointDirs(root);
+  ASSERT_EQ(static_cast<int64_t>(ckpts.size()), job.step());
+  std::map<int, std::vector<std::string>> by_stage;
+  int last_stage = 0;
+  for (const std::string& dir : ckpts) {
+    auto c = LoadCheckpoint(dir, /*restore_rng=*/false);
+    ASSERT_TRUE(c.ok()) << c.status();
+    const int stage = static_cast<int>(c->optimizer.at("recipe/stage").item<int64_t>());
+    EXPECT_GE(stage, last_stage) << dir;
+    last_stage = stage;
+    by_stage[stage].push_back(dir);
+  }
+  EXPECT_EQ(by_stage[0].size(), static_cast<size_t>(kSingleTurnSteps));
+  EXPECT_EQ(by_stage.count(1), 0u);  // Warm-up collects, it does not step.
+  ASSERT_GE(by_stage[2].size(), static_cast<size_t>(kRftEpochs));
+  EXPECT_EQ(by_stage[2].size() % kRftEpochs, 0u);
+  EXPECT_EQ(by_stage[3].size(), static_cast<size_t>(kValueSteps));
+  EXPECT_EQ(by_stage[4].size(), static_cast<size_t>(kAgenticSteps));
+  // RFT moves the policy only, value pretraining the critic only.
+  EXPECT_FALSE(SameWeights(by_stage[0].back() + "/policy", by_stage[2].front() + "/policy", Head::kLanguageModel));
+  EXPECT_TRUE(SameWeights(by_stage[0].back() + "/critic", by_stage[2].back() + "/critic", Head::kValue));
+  EXPECT_TRUE(SameWeights(by_stage[2].back() + "/policy", by_stage[3].back() + "/policy", Head::kLanguageModel));
+  EXPECT_FALSE(SameWeights(by_stage[2].back() + "/critic", by_stage[3].front() + "/critic", Head::kValue));
+
+  // The ledger: warm-up trajectories collected; every trained trajectory
+  // trained exactly once (TRAINED records voided by a later ROLLBACK do not
+  // count); infra errors never trained.
+  auto ledger = ReadFileToString(root + "/state/jobs/" + job.id() + "/ledger.jsonl");
+  ASSERT_TRUE(ledger.ok());
+  std::map<std::string, int64_t> trained;  // id -> step
+  std::set<std::string> infra;
+  int warmup_accepted = 0;
+  for (absl::string_view line : absl::StrSplit(*ledger, '\n', absl::SkipEmpty())) {
+    v1::LedgerRecord r;
+    ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(std::string(line), &r).ok()) << line;
+    if (r.kind() == v1::LedgerRecord::ACCEPTED && r.stage() == "agent_warmup") ++warmup_accepted;
+    if (r.kind() == v1::LedgerRecord::INFRA_ERROR) infra.insert(r.trajectory_id());
+    if (r.kind() == v1::LedgerRecord::ROLLBACK) {
+      for (auto it = trained.begin(); it != trained.end();) it = it->second > r.step() ? trained.erase(it) : ++it;
+    }
+    if (r.kind() == v1::LedgerRecord::TRAINED) {
+      EXPECT_EQ(trained.count(r.trajectory_id()), 0u) << r.trajectory_id() << " trained twice";
+      trained[r.trajectory_id()] = r.step();
+    }
+  }
+  EXPECT_GE(warmup_accepted, kWarmup);
+  EXPECT_EQ(trained.size(), static_cast<size_t>((kSingleTurnSteps + kAgenticSteps) * kPerStep));
+  for (const auto& [id, step] : trained) EXPECT_EQ(infra.count(id), 0u) << id;
+
+  // The scrape after the latest PPO step a learner process saw itself commit.
+  int64_t scrape_step = -1;
+  const std::string scrape = LatestPpoScrape(root, &scrape_step);
+  ASSERT_FALSE(scrape.empty()) << "no scrape after a PPO step";
+  std::printf("checking %s\n", scrape.c_str());
+  auto text = ReadFileToString(scrape);
+  ASSERT_TRUE(text.ok());
+  const auto s = ParseScrape(*text);
+  auto at = [&](const std::string& k) {
+    EXPECT_TRUE(s.count(k)) << "scrape lacks " << k;
+    return s.count(k) ? s.at(k) : NAN;
+  };
+  EXPECT_EQ(at("kernelrl_learner_jobs{state=\"RUNNING\"}"), 1);
+  EXPECT_GE(at("kernelrl_learner_ppo_steps_total"), 1);
+  EXPECT_EQ(at("kernelrl_learner_policy_version"), scrape_step);  // One version per committed step.
+  EXPECT_GT(at("kernelrl_learner_trajectories_total{result=\"accepted\"}"), 0);
+  EXPECT_GT(at("kernelrl_learner_trajectory_staleness_versions_count"), 0);
+  EXPECT_GE(at("kernelrl_learner_trajectory_staleness_versions_sum"), 0);
+  EXPECT_GT(at("kernelrl_learner_reward_count"), 0);
+  EXPECT_GT(at("kernelrl_learner_step_seconds_count"), 0);
+  const double reward_mean = at("kernelrl_learner_reward_mean");
+  EXPECT_TRUE(reward_mean >= -1 && reward_mean <= 3) << reward_mean;
+  const double entropy = at("kernelrl_learner_entropy");
+  EXPECT_TRUE(entropy > 0 && entropy <= std::log(kVocab) + 1e-6) << entropy;
+  const double ev = at("kernelrl_learner_explained_variance");
+  EXPECT_TRUE(std::isfinite(ev) && ev <= 1) << ev;
+  const double clip = at("kernelrl_learner_clip_fraction");
+  EXPECT_TRUE(clip >= 0 && clip <= 1) << clip;
+  const double is_min = at("kernelrl_learner_is_ratio{stat=\"min\"}"), is_max = at("kernelrl_learner_is_ratio{stat=\"max\"}");
+  const double is_mean = at("kernelrl_learner_is_ratio{stat=\"mean\"}");
+  EXPECT_TRUE(is_min > 0 && is_min <= is_mean && is_mean <= is_max) << is_min << " " << is_mean << " " << is_max;
+  const double truncated = at("kernelrl_learner_is_truncated_fraction");
+  EXPECT_TRUE(truncated >= 0 && truncated <= 1) << truncated;
+  const double clipped_len = at("kernelrl_learner_response_length_clipped_ratio");
+  EXPECT_TRUE(clipped_len >= 0 && clipped_len <= 1) << clipped_len;
+  EXPECT_GT(at("kernelrl_learner_tokens_per_second"), 0);
+  const double mfu = at("kernelrl_learner_mfu");
+  EXPECT_TRUE(mfu > 0 && std::isfinite(mfu)) << mfu;
+  EXPECT_NEAR(mfu, at("kernelrl_learner_train_flops_per_second") / 1e11, 1e-9 + 1e-6 * mfu);
+  EXPECT_GT(at("kernelrl_learner_loss{loss=\"value\"}"), 0);
+  EXPECT_GT(at("kernelrl_learner_grad_norm{model=\"actor\"}"), 0);
+  EXPECT_GE(at("kernelrl_learner_buffer_depth"), 0);
+  EXPECT_GT(at("kernelrl_learner_tokens_trained_total"), 0);
+}
+
+}  // namespace
+}  // namespace kernelrl::learner::rl
+
+int main(int argc, char** argv) {
+  for (int i = 1; i + 1 < argc; ++i) {
+    if (std::string(argv[i]) == "--role=learner" && std::string(argv[i + 1]).rfind("--root=", 0) == 0) {
+      return kernelrl::learner::rl::LearnerMain(argv[i + 1] + 7);
+    }
+  }
+  testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}
