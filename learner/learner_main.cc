@@ -25,6 +25,7 @@ int main(int argc, char** argv) {
   std::unique_ptr<kernelrl::learner::PolicyEngine> engine;
   std::unique_ptr<kernelrl::learner::PolicyService> policy_service;
   std::unique_ptr<kernelrl::learner::OpenAIServer> openai_server;  // Stopped before the engine goes.
+  std::unique_ptr<kernelrl::learner::rl::LearnerMetrics> learner_metrics;  // Outlives the jobs.
   std::unique_ptr<kernelrl::learner::rl::JobManager> jobs;
   std::unique_ptr<kernelrl::learner::LearnerService> learner_service;
   return kernelrl::RunServiceMain(
@@ -45,8 +46,12 @@ int main(int argc, char** argv) {
           }
         }
         auto* engine_ptr = engine.get();
+        learner_metrics = std::make_unique<kernelrl::learner::rl::LearnerMetrics>(&kernelrl::DefaultRegistry());
+        auto* metrics_ptr = learner_metrics.get();
         auto m = kernelrl::learner::rl::JobManager::Open(
-            config.state_dir(), [engine_ptr] { return kernelrl::learner::rl::MakeRecipeRunner(engine_ptr); });
+            config.state_dir(),
+            [engine_ptr, metrics_ptr] { return kernelrl::learner::rl::MakeRecipeRunner(engine_ptr, metrics_ptr); },
+            metrics_ptr);
         if (!m.ok()) return m.status();
         jobs = std::move(*m);
         learner_service = std::make_unique<kernelrl::learner::LearnerService>(jobs.get());
