@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <set>
 
 #include "absl/strings/str_format.h"
@@ -48,7 +49,7 @@ absl::StatusOr<double> CalibrateOutsideOverhead(const std::vector<RawTimingRun>&
                                                 const ProfilerConfig& config) {
   ProfilerConfig no_overhead = config;
   no_overhead.set_outside_overhead_us(0.0);
-  double worst = 0.0;
+  double worst = -std::numeric_limits<double>::infinity();
   int measured = 0;
   for (const RawTimingRun& run : runs) {
     const OutsideBound b = BoundByOutsideClock(run, no_overhead);

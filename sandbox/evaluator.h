@@ -19,6 +19,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "sandbox/proto_types.h"
+#include "proto/profiler.pb.h"
 #include "proto/sandbox.pb.h"
 #include "proto/sandbox_config.pb.h"
 #include "proto/verdict.pb.h"
@@ -40,6 +41,8 @@ struct EvaluatorInfo {
   std::string missing_isolation;  // human-readable, empty when complete
   bool profiling = false;         // enable_profiling and the profiler harness imports
   bool cupti = false;             // profiled CUDA jobs get the CUPTI recorder
+  double outside_overhead_us = 0;  // the outside clock's per-call overhead the judge uses
+  std::string outside_calibration; // how it was set (calibrated from N runs, or why not)
 };
 
 class Evaluator {
@@ -55,7 +58,12 @@ class Evaluator {
 
  private:
   Evaluator(SandboxConfig config, int caps);
-  Verdict Run(const EvaluateRequest& request, const ProgressFn& progress);
+  // `timing` (may be null) receives the candidate's timing run of a profiled OK job.
+  Verdict Run(const EvaluateRequest& request, const ProgressFn& progress, v1::RawTimingRun* timing = nullptr);
+  // Times the configured honest candidate (SandboxConfig.outside_calibration)
+  // and sets the judge's outside-clock overhead from it; keeps the configured
+  // value, and says why, where it cannot.
+  void CalibrateOutsideClock();
   void HealthProbeLocked(Verdict& verdict) ABSL_EXCLUSIVE_LOCKS_REQUIRED(gpu_mu_);
 
   const SandboxConfig config_;
@@ -71,6 +79,7 @@ class Evaluator {
   std::string torch_version_;
   std::string dropped_for_cuda_;  // isolation steps CUDA cannot run under here
   bool kprof_ok_ = false;
+  std::string outside_calibration_;  // Info().outside_calibration
   std::string profiler_error_;    // why profile_candidate does not import ("" = it does)         // CUPTI recorder ran under the candidate seccomp profile at start
 };
 

@@ -37,6 +37,16 @@ void SetOutcome(Verdict& v, Verdict::Outcome outcome, const std::string& summary
 
 }  // namespace
 
+absl::StatusOr<v1::RawTimingRun> ProfileStage::CandidateRun(const v1::sandbox::HarnessResult& result) const {
+  if (!result.profile().ok()) {
+    return absl::FailedPreconditionError("profile phase failed: " + result.profile().error() + " " +
+                                         result.profile().detail());
+  }
+  absl::StatusOr<v1::ProfileMeasurement> m = ReadMeasurement(result.profile().measurement_file());
+  if (!m.ok()) return m.status();
+  return m->candidate();
+}
+
 ProfileStage::ProfileStage(const v1::ProfilerConfig& config, std::string baseline_dir)
     : config_(WithProfilerDefaults(config)), baseline_dir_(std::move(baseline_dir)) {}
 

@@ -33,6 +33,7 @@
 
 #include <string>
 
+#include "absl/status/statusor.h"
 #include "proto/profiler.pb.h"
 #include "proto/profiler_config.pb.h"
 #include "sandbox/harness_protocol.pb.h"
@@ -61,8 +62,15 @@ class ProfileStage {
 
   const std::string& baseline_dir() const { return baseline_dir_; }
 
+  // The candidate's timing run as the reference process recorded it (the
+  // worker's outside-clock calibration reads its own honest runs with it).
+  absl::StatusOr<v1::RawTimingRun> CandidateRun(const v1::sandbox::HarnessResult& result) const;
+  // Set once at start, before any Judge (Evaluator::Create).
+  void set_outside_overhead_us(double us) { config_.set_outside_overhead_us(us); }
+  double outside_overhead_us() const { return config_.outside_overhead_us(); }
+
  private:
-  const v1::ProfilerConfig config_;
+  v1::ProfilerConfig config_;
   const std::string baseline_dir_;
 };
 

@@ -98,9 +98,13 @@ class ProfileCpuTest : public ::testing::Test {
     p.set_recheck_fraction(1.0);  // every timed call re-checked: the stale exploit cannot slip through
     p.set_l2_flush_multiple(kFlushMultiple);
     // The CPU executor's per-call cost beyond forward (JSON over pipes, tensors
-    // through tmpfs files) on a loaded 2-core CI machine, with margin.
-    p.set_outside_overhead_us(3000);
-    p.set_handover_bytes_per_s(1e9);
+    // through tmpfs files) is calibrated at start, as a GPU worker does, from
+    // two runs of the honest CPU ReLU; the margin is wide because the other
+    // tests load this 2-core machine unevenly while the suite runs.
+    p.set_outside_overhead_us(1);  // replaced by the calibration (asserted below)
+    p.set_outside_calibration_margin(1.0);
+    p.set_handover_bytes_per_s(1e10);  // a memcpy through tmpfs, roughly
+    c.mutable_outside_calibration()->set_runs(2);
     auto e = Evaluator::Create(c);
     ASSERT_TRUE(e.ok()) << e.status();
     evaluator_ = e->release();
@@ -231,6 +235,16 @@ TEST_F(ProfileCpuTest, TrustBoundaryExploitsGetNoReward) {
   Verdict v = evaluator_->Evaluate(testing::Request(kRelu, "sandbox/solutions/cpu/relu"));
   EXPECT_EQ(v.outcome(), Verdict::OK) << Describe(v);
   EXPECT_FALSE(HasFlag(v, "timing_below_outside_clock")) << Describe(v);
+}
+
+// The worker timed the honest ReLU twice at start and the judge's outside
+// clock overhead comes from those runs, not from the configured 1 us.
+TEST_F(ProfileCpuTest, OutsideClockIsCalibratedAtStart) {
+  const EvaluatorInfo info = evaluator_->Info();
+  std::printf("outside clock: %.0f us per call (%s)\n", info.outside_overhead_us, info.outside_calibration.c_str());
+  EXPECT_EQ(info.outside_calibration.rfind("calibrated from 2 of 2 runs", 0), 0u) << info.outside_calibration;
+  EXPECT_GT(info.outside_overhead_us, 10.0);
+  EXPECT_LT(info.outside_overhead_us, 1e6);
 }
 
 TEST_F(ProfileCpuTest, MissingBaselineIsCorrectButNotBenchmarked) {
