@@ -15,8 +15,10 @@
 
 #include "absl/status/statusor.h"
 #include "agent/chat/chat_format.h"
+#include "agent/chat/tool_calls.h"
 #include "agent/tokenizer/tokenizer.h"
 #include "proto/actor_config.pb.h"
+#include "proto/task.pb.h"
 
 namespace kernelrl::actor {
 
@@ -46,6 +48,13 @@ class PolicyClient {
   virtual ~PolicyClient() = default;
   // Thread-safe.
   virtual absl::StatusOr<PolicyResponse> Generate(const PolicyRequest& request) = 0;
+  // The tool calls a reply stands for: the calls written in it. A policy with
+  // its own small action vocabulary (data/family/choice_policy.h) maps its
+  // reply to calls instead; the trajectory keeps the sampled ids either way.
+  virtual absl::StatusOr<std::vector<agent::ToolCall>> ToolCalls(const v1::Task& task, const std::string& reply) const {
+    (void)task;
+    return agent::ParseToolCalls(reply);
+  }
 };
 
 // The backend named by config.kind ("grpc", "openai_completions",

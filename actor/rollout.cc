@@ -1,6 +1,7 @@
 #include "actor/rollout.h"
 
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
@@ -74,7 +75,11 @@ absl::StatusOr<RolloutResult> RolloutRunner::Run(const v1::Task& task, const Rol
   std::string last_profiled;  // Serialized snapshot the last OK-or-not Profile evaluated.
   v1::Verdict last_profile_verdict;
   std::string stop_reason;
-  const int max_turns = options.evaluation ? config_.eval_max_turns() : config_.max_turns();
+  int max_turns = options.evaluation ? config_.eval_max_turns() : config_.max_turns();
+  // The learner's recipe stages set a task's turn budget (single-turn warm-up: 1).
+  if (auto it = task.metadata().find("max_turns"); it != task.metadata().end() && !options.evaluation) {
+    if (const int m = std::atoi(it->second.c_str()); m > 0) max_turns = std::min(max_turns, m);
+  }
   for (int turn = 0; turn < max_turns && stop_reason.empty(); ++turn) {
     if (config_.wall_seconds() > 0 && Since(start) > config_.wall_seconds()) {
       stop_reason = "wall_time";
@@ -111,7 +116,7 @@ absl::StatusOr<RolloutResult> RolloutRunner::Run(const v1::Task& task, const Rol
       result.error = absl::StrCat("policy reply: ", text.status().ToString());
       break;
     }
-    absl::StatusOr<std::vector<agent::ToolCall>> calls = agent::ParseToolCalls(*text);
+    absl::StatusOr<std::vector<agent::ToolCall>> calls = deps_.policy->ToolCalls(task, *text);
     if (!calls.ok()) {
       ++result.tool_calls["parse"];
       ++result.tool_errors["parse"];
