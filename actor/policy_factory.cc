@@ -1,6 +1,8 @@
 #include "absl/strings/str_cat.h"
 #include "actor/policy.h"
+#include "actor/policy_openai.h"
 #include "actor/scripted_policy.h"
+#include "agent/chat/tools.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/policy.grpc.pb.h"
 
@@ -69,8 +71,10 @@ absl::StatusOr<std::unique_ptr<PolicyClient>> MakePolicyClient(const v1::PolicyB
     return std::unique_ptr<PolicyClient>(new GrpcPolicy(config));
   }
   if (config.kind() == "openai_completions" || config.kind() == "openai_chat") {
-    return absl::UnimplementedError(absl::StrCat("policy.kind \"", config.kind(),
-                                                 "\": the OpenAI-compatible client is not built yet (docs/AGENT.md)"));
+    if (tokenizer == nullptr) return absl::InvalidArgumentError("the OpenAI backends need the tokenizer");
+    auto p = OpenAIPolicy::Create(config, tokenizer, im_end_id, agent::ToolSchemas());
+    if (!p.ok()) return p.status();
+    return std::unique_ptr<PolicyClient>(*std::move(p));
   }
   return absl::InvalidArgumentError(
       absl::StrCat("policy.kind \"", config.kind(), "\" is not one of grpc, openai_completions, openai_chat, scripted"));

@@ -1,0 +1,391 @@
+#include "actor/policy_openai.h"
+
+#include <chrono>
+#include <thread>
+
+#include "httplib.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "agent/chat/tool_calls.h"
+#include "common/file.h"
+
+namespace kernelrl::actor {
+namespace {
+
+constexpr char kTokenIdPrefix[] = "token_id:";
+
+Json IdArray(const std::vector<int32_t>& ids) {
+  Json a = Json::Array();
+  for (int32_t id : ids) a.Push(Json::Int(id));
+  return a;
+}
+
+absl::StatusOr<std::vector<int32_t>> ReadIds(const Json& array, const char* what) {
+  std::vector<int32_t> ids;
+  for (const Json& v : array.items()) {
+    absl::StatusOr<int64_t> id = v.AsInt();
+    if (!id.ok() || *id < 0 || *id > INT32_MAX) return absl::DataLossError(absl::StrCat("response ", what, " holds a non-id"));
+    ids.push_back(static_cast<int32_t>(*id));
+  }
+  return ids;
+}
+
+// The absl code for an HTTP error status.
+absl::StatusCode CodeForHttp(int status) {
+  if (status >= 500 || status == 429 || status == 408) {
+    return status == 429 ? absl::StatusCode::kResourceExhausted : absl::StatusCode::kUnavailable;
+  }
+  switch (status) {
+    case 400:
+    case 422:
+      return absl::StatusCode::kInvalidArgument;
+    case 401:
+      return absl::StatusCode::kUnauthenticated;
+    case 403:
+      return absl::StatusCode::kPermissionDenied;
+    case 404:
+      return absl::StatusCode::kNotFound;
+    default:
+      return absl::StatusCode::kUnknown;
+  }
+}
+
+// The server's own words: OpenAI {"error": {"message", "code"}}, vLLM's
+// older {"object": "error", "message"}, FastAPI's {"detail"}; else the body.
+std::string ServerMessage(const std::string& body) {
+  absl::StatusOr<Json> j = ParseJson(body);
+  if (j.ok() && j->is_object()) {
+    const Json* e = j->Find("error");
+    const Json* holder = e != nullptr && e->is_object() ? e : &*j;
+    if (const Json* m = holder->Find("message"); m != nullptr && m->is_string()) {
+      const Json* code = holder->Find("code");
+      return code != nullptr && code->is_string() ? absl::StrCat(m->str(), " (", code->str(), ")") : m->str();
+    }
+    if (const Json* d = j->Find("detail"); d != nullptr) return d->is_string() ? d->str() : d->Dump();
+  }
+  return body.size() > 300 ? absl::StrCat(body.substr(0, 300), "...") : body;
+}
+
+bool Retryable(absl::StatusCode code) {
+  return code == absl::StatusCode::kUnavailable || code == absl::StatusCode::kResourceExhausted;
+}
+
+const char* RoleName(agent::ChatRole role) {
+  switch (role) {
+    case agent::ChatRole::kSystem:
+      return "system";
+    case agent::ChatRole::kAssistant:
+      return "assistant";
+    case agent::ChatRole::kTool:
+      return "tool";
+    default:
+      return "user";
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<OpenAIPolicy>> OpenAIPolicy::Create(const v1::PolicyBackendConfig& config,
+                                                                   const agent::Tokenizer* tokenizer,
+                                                                   int32_t im_end_id, Json tools) {
+  if (config.kind() != "openai_completions" && config.kind() != "openai_chat") {
+    return absl::InvalidArgumentError(absl::StrCat("OpenAIPolicy: kind \"", config.kind(), "\""));
+  }
+  const std::string& address = config.address();
+  const size_t scheme_end = address.find("://");
+  if (address.empty() || scheme_end == std::string::npos ||
+      !(absl::StartsWith(address, "http://") || absl::StartsWith(address, "https://"))) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("policy.address \"", address, "\" is not a base URL (http://host:port[/v1])"));
+  }
+  const size_t path_start = address.find('/', scheme_end + 3);
+  std::string host = address.substr(0, path_start);
+  std::string prefix = path_start == std::string::npos ? "" : address.substr(path_start);
+  while (!prefix.empty() && prefix.back() == '/') prefix.pop_back();
+  if (!absl::EndsWith(prefix, "/v1")) prefix += "/v1";
+  std::string key;
+  if (!config.api_key_file().empty()) {
+    absl::StatusOr<std::string> k = ReadFileToString(config.api_key_file());
+    if (!k.ok()) return absl::InvalidArgumentError(absl::StrCat("policy.api_key_file: ", k.status().message()));
+    key = std::string(absl::StripAsciiWhitespace(*k));
+  }
+  httplib::Client probe(host);
+  if (!probe.is_valid()) return absl::InvalidArgumentError(absl::StrCat("policy.address \"", address, "\": unusable URL"));
+  return std::unique_ptr<OpenAIPolicy>(
+      new OpenAIPolicy(config, tokenizer, im_end_id, std::move(tools), std::move(host), std::move(prefix), std::move(key)));
+}
+
+OpenAIPolicy::OpenAIPolicy(const v1::PolicyBackendConfig& config, const agent::Tokenizer* tokenizer,
+                           int32_t im_end_id, Json tools, std::string scheme_host_port, std::string path_prefix,
+                           std::string api_key)
+    : config_(config),
+      tokenizer_(tokenizer),
+      im_end_id_(im_end_id),
+      tools_(std::move(tools)),
+      scheme_host_port_(std::move(scheme_host_port)),
+      path_prefix_(std::move(path_prefix)),
+      api_key_(std::move(api_key)) {}
+
+OpenAIPolicy::~OpenAIPolicy() = default;
+
+std::unique_ptr<httplib::Client> OpenAIPolicy::TakeClient() {
+  {
+    absl::MutexLock l(&mu_);
+    if (!idle_.empty()) {
+      std::unique_ptr<httplib::Client> c = std::move(idle_.back());
+      idle_.pop_back();
+      return c;
+    }
+  }
+  auto c = std::make_unique<httplib::Client>(scheme_host_port_);
+  c->set_keep_alive(true);
+  c->set_connection_timeout(10, 0);
+  const double t = config_.timeout_seconds() > 0 ? config_.timeout_seconds() : 3600;
+  const auto us = std::chrono::microseconds(static_cast<int64_t>(t * 1e6));
+  c->set_read_timeout(us);
+  c->set_write_timeout(us);
+  return c;
+}
+
+void OpenAIPolicy::ReturnClient(std::unique_ptr<httplib::Client> client) {
+  absl::MutexLock l(&mu_);
+  idle_.push_back(std::move(client));
+}
+
+absl::StatusOr<Json> OpenAIPolicy::Post(const std::string& path, const Json& body, const std::string& request_id) {
+  const std::string url = absl::StrCat(scheme_host_port_, path_prefix_, path);
+  httplib::Headers headers;
+  if (!api_key_.empty()) headers.emplace("Authorization", absl::StrCat("Bearer ", api_key_));
+  if (!request_id.empty()) headers.emplace("X-Request-Id", request_id);
+  const std::string payload = body.Dump();
+  absl::Status last;
+  for (int attempt = 0; attempt <= std::max(0, config_.max_retries()); ++attempt) {
+    if (attempt > 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(std::min(5000, 200 << std::min(attempt - 1, 5))));
+    }
+    std::unique_ptr<httplib::Client> client = TakeClient();
+    httplib::Result res = client->Post(path_prefix_ + path, headers, payload, "application/json");
+    if (!res) {  // Transport failure: the connection is not reused.
+      last = absl::UnavailableError(absl::StrCat("POST ", url, ": ", httplib::to_string(res.error())));
+      continue;
+    }
+    const int status = res->status;
+    const std::string response = std::move(res->body);
+    ReturnClient(std::move(client));
+    if (status == 200) {
+      absl::StatusOr<Json> j = ParseJson(response);
+      if (!j.ok() || !j->is_object()) {
+        return absl::DataLossError(absl::StrCat("POST ", url, ": HTTP 200 but the body is not a JSON object: ",
+                                                response.substr(0, 200)));
+      }
+      return j;
+    }
+    last = absl::Status(CodeForHttp(status), absl::StrCat("POST ", url, ": HTTP ", status, ": ", ServerMessage(response)));
+    if (!Retryable(last.code())) return last;
+  }
+  return last;
+}
+
+Json OpenAIPolicy::CompletionBody(const PolicyRequest& request) const {
+  Json body = Json::Object({{"prompt", IdArray(request.prompt_ids)}});
+  if (!config_.model().empty()) body.Set("model", Json::String(config_.model()));
+  if (request.max_new_tokens > 0) body.Set("max_tokens", Json::Int(request.max_new_tokens));
+  body.Set("temperature", Json::Number(request.temperature));
+  body.Set("top_p", Json::Number(request.top_p));
+  body.Set("n", Json::Int(1));
+  body.Set("stream", Json::Bool(false));
+  body.Set("logprobs", Json::Int(0));  // Only the sampled token's.
+  if (request.seed != 0) body.Set("seed", Json::Int(static_cast<int64_t>(request.seed & INT64_MAX)));
+  if (config_.openai_standard_fields_only()) {
+    Json stop = Json::Array();
+    for (int32_t id : request.stop_ids) stop.Push(Json::String(tokenizer_->Decode({id})));
+    if (!request.stop_ids.empty()) body.Set("stop", std::move(stop));
+    return body;
+  }
+  body.Set("stop_token_ids", IdArray(request.stop_ids));
+  body.Set("return_token_ids", Json::Bool(true));
+  body.Set("return_tokens_as_token_ids", Json::Bool(true));
+  body.Set("skip_special_tokens", Json::Bool(false));
+  body.Set("include_stop_str_in_output", Json::Bool(true));
+  return body;
+}
+
+absl::StatusOr<Json> OpenAIPolicy::ChatBody(const PolicyRequest& request) const {
+  if (request.history == nullptr) return absl::InvalidArgumentError("openai_chat needs the chat history");
+  Json messages = Json::Array();
+  for (const agent::ChatTurn& t : *request.history) {
+    std::string content = t.content;
+    if (content.empty() && t.generated_ids.has_value()) {
+      std::vector<int32_t> ids = *t.generated_ids;
+      if (!ids.empty() && ids.back() == im_end_id_) ids.pop_back();
+      content = tokenizer_->Decode(ids);
+    }
+    for (const agent::ToolCallSpec& c : t.tool_calls) {
+      absl::StrAppend(&content, content.empty() ? "" : "\n", agent::FormatToolCall(c.name, c.arguments));
+    }
+    messages.Push(Json::Object({{"role", Json::String(RoleName(t.role))}, {"content", Json::String(content)}}));
+  }
+  Json body = CompletionBody(request);
+  Json out = Json::Object({{"messages", std::move(messages)}});
+  for (const auto& [key, value] : body.members()) {
+    if (key == "prompt" || key == "logprobs") continue;
+    out.Set(key, value);
+  }
+  if (!tools_.items().empty()) out.Set("tools", tools_);
+  out.Set("logprobs", Json::Bool(true));
+  out.Set("top_logprobs", Json::Int(0));
+  return out;
+}
+
+absl::StatusOr<PolicyResponse> OpenAIPolicy::Finish(const Json* token_ids, std::vector<std::string> logprob_tokens,
+                                                    const std::vector<float>* logprobs, const std::string& text,
+                                                    const Json& response, const Json& choice) const {
+  PolicyResponse out;
+  out.finish_reason = choice.GetString("finish_reason", "").value_or("");
+  const Json* version = response.Find("policy_version");
+  absl::StatusOr<int64_t> v = version != nullptr ? version->AsInt() : absl::StatusOr<int64_t>(absl::NotFoundError(""));
+  out.policy_version = v.ok() ? *v : config_.static_policy_version();
+
+  bool exact = false;
+  if (token_ids != nullptr && token_ids->is_array()) {
+    absl::StatusOr<std::vector<int32_t>> ids = ReadIds(*token_ids, "token_ids");
+    if (!ids.ok()) return ids.status();
+    out.ids = *std::move(ids);
+    exact = true;
+  } else if (!logprob_tokens.empty()) {
+    exact = true;
+    for (const std::string& t : logprob_tokens) {
+      int32_t id;
+      if (!absl::StartsWith(t, kTokenIdPrefix) || !absl::SimpleAtoi(t.substr(sizeof(kTokenIdPrefix) - 1), &id)) {
+        exact = false;
+        out.ids.clear();
+        break;
+      }
+      out.ids.push_back(id);
+    }
+  }
+  const bool retokenize_ok = config_.allow_retokenize() || config_.openai_standard_fields_only();
+  if (exact && logprobs != nullptr && logprobs->size() == out.ids.size()) {
+    out.logprobs = *logprobs;
+    return out;
+  }
+  if (!retokenize_ok) {
+    if (exact) {
+      return absl::FailedPreconditionError(absl::StrCat("the server returned ", out.ids.size(), " token ids but ",
+                                                        logprobs == nullptr ? 0 : logprobs->size(),
+                                                        " log-probs; PPO needs one per sampled token"));
+    }
+    return absl::FailedPreconditionError(
+        "the server returned no token ids, so the trajectory cannot hold what was sampled: use a server that "
+        "honours return_token_ids or return_tokens_as_token_ids (vLLM >= 0.10.2, or `vllm serve "
+        "--return-tokens-as-token-ids`), or set policy.allow_retokenize (evaluation only)");
+  }
+  if (!exact) {
+    out.ids = tokenizer_->Encode(text);
+    if (out.finish_reason == "stop") out.ids.push_back(im_end_id_);
+  }
+  out.logprobs.assign(out.ids.size(), 0.0f);
+  if (logprobs != nullptr && logprobs->size() == out.ids.size()) out.logprobs = *logprobs;
+  return out;
+}
+
+absl::StatusOr<PolicyResponse> OpenAIPolicy::ParseCompletion(const Json& response, const PolicyRequest& request) const {
+  const Json* choices = response.Find("choices");
+  if (choices == nullptr || !choices->is_array() || choices->items().empty()) {
+    return absl::DataLossError("completion response has no choices");
+  }
+  const Json& choice = choices->items().front();
+  if (const Json* p = choice.Find("prompt_token_ids"); p != nullptr && p->is_array()) {
+    absl::StatusOr<std::vector<int32_t>> ids = ReadIds(*p, "prompt_token_ids");
+    if (!ids.ok()) return ids.status();
+    if (*ids != request.prompt_ids) {
+      return absl::FailedPreconditionError(absl::StrCat("the server generated from a different prompt (",
+                                                        ids->size(), " ids, ours ", request.prompt_ids.size(),
+                                                        "): it must not add BOS or re-tokenize"));
+    }
+  }
+  std::vector<std::string> tokens;
+  std::vector<float> lps;
+  bool have_lps = false;
+  if (const Json* lp = choice.Find("logprobs"); lp != nullptr && lp->is_object()) {
+    const Json* t = lp->Find("tokens");
+    const Json* l = lp->Find("token_logprobs");
+    if (t != nullptr && t->is_array()) {
+      for (const Json& s : t->items()) tokens.push_back(s.is_string() ? s.str() : "");
+    }
+    if (l != nullptr && l->is_array()) {
+      have_lps = true;
+      for (const Json& x : l->items()) {
+        if (!x.is_number()) return absl::DataLossError("token_logprobs holds a non-number");
+        lps.push_back(static_cast<float>(x.number()));
+      }
+    }
+  }
+  const std::string text = choice.GetString("text", "").value_or("");
+  return Finish(choice.Find("token_ids"), std::move(tokens), have_lps ? &lps : nullptr, text, response, choice);
+}
+
+absl::StatusOr<PolicyResponse> OpenAIPolicy::ParseChat(const Json& response, const PolicyRequest& request) const {
+  const Json* choices = response.Find("choices");
+  if (choices == nullptr || !choices->is_array() || choices->items().empty()) {
+    return absl::DataLossError("chat response has no choices");
+  }
+  const Json& choice = choices->items().front();
+  const Json* prompt = response.Find("prompt_token_ids");
+  if (prompt == nullptr || !prompt->is_array()) prompt = choice.Find("prompt_token_ids");
+  if (prompt != nullptr && prompt->is_array()) {
+    absl::StatusOr<std::vector<int32_t>> ids = ReadIds(*prompt, "prompt_token_ids");
+    if (!ids.ok()) return ids.status();
+    if (*ids != request.prompt_ids && !config_.allow_retokenize()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the server's chat template rendered a different prompt (", ids->size(), " ids, the trajectory's ",
+          request.prompt_ids.size(), "): use openai_completions for training, or set policy.allow_retokenize"));
+    }
+  }
+  const Json* message = choice.Find("message");
+  std::string text;
+  if (message != nullptr && message->is_object()) {
+    text = message->GetString("content", "").value_or("");
+    if (const Json* calls = message->Find("tool_calls"); calls != nullptr && calls->is_array()) {
+      for (const Json& c : calls->items()) {  // Servers that parse calls out of the text (vLLM auto tool choice).
+        const Json* fn = c.Find("function");
+        if (fn == nullptr) continue;
+        absl::StatusOr<Json> args = ParseJson(fn->GetString("arguments", "{}").value_or("{}"));
+        absl::StrAppend(&text, text.empty() ? "" : "\n",
+                        agent::FormatToolCall(fn->GetString("name", "").value_or(""), args.ok() ? *args : Json::Object()));
+      }
+    }
+  }
+  std::vector<std::string> tokens;
+  std::vector<float> lps;
+  bool have_lps = false;
+  if (const Json* lp = choice.Find("logprobs"); lp != nullptr && lp->is_object()) {
+    if (const Json* content = lp->Find("content"); content != nullptr && content->is_array()) {
+      have_lps = true;
+      for (const Json& e : content->items()) {
+        tokens.push_back(e.GetString("token", "").value_or(""));
+        const Json* l = e.Find("logprob");
+        if (l == nullptr || !l->is_number()) return absl::DataLossError("logprobs.content holds an entry without logprob");
+        lps.push_back(static_cast<float>(l->number()));
+      }
+    }
+  }
+  return Finish(choice.Find("token_ids"), std::move(tokens), have_lps ? &lps : nullptr, text, response, choice);
+}
+
+absl::StatusOr<PolicyResponse> OpenAIPolicy::Generate(const PolicyRequest& request) {
+  if (config_.kind() == "openai_completions") {
+    absl::StatusOr<Json> response = Post("/completions", CompletionBody(request), request.request_id);
+    if (!response.ok()) return response.status();
+    return ParseCompletion(*response, request);
+  }
+  absl::StatusOr<Json> body = ChatBody(request);
+  if (!body.ok()) return body.status();
+  absl::StatusOr<Json> response = Post("/chat/completions", *body, request.request_id);
+  if (!response.ok()) return response.status();
+  return ParseChat(*response, request);
+}
+
+}  // namespace kernelrl::actor
