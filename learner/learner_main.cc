@@ -7,6 +7,7 @@
 #include "learner/learner_service.h"
 #include "learner/policy/openai_server.h"
 #include "learner/policy_service.h"
+#include "learner/rl/dp_job.h"
 #include "learner/rl/jobs.h"
 #include "learner/rl/recipe.h"
 #include "proto/learner_config.pb.h"
@@ -19,6 +20,14 @@ constexpr char kDefaults[] = R"pb(
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Data-parallel training (--dp_world_size=N; docs/LEARNER.md): this process
+  // is rank 0 and serves; ranks 1..N-1 are spawned here and only train.
+  kernelrl::BlockTerminationSignals();  // Before the rendezvous starts threads.
+  std::unique_ptr<kernelrl::learner::dist::DataParallel> dp;
+  std::unique_ptr<kernelrl::learner::rl::DpLeader> dp_leader;
+  std::vector<pid_t> dp_ranks;
+  if (int rc = kernelrl::learner::rl::StartDataParallelLearner(&argc, argv, &dp, &dp_ranks); rc >= 0) return rc;
+  if (dp) dp_leader = std::make_unique<kernelrl::learner::rl::DpLeader>(dp.get());
   kernelrl::v1::LearnerConfig config;
   // kernelrl.v1.Policy, when `policy { enabled: true model_path: ... }`;
   // each committed policy version is hot-swapped into it.
@@ -28,7 +37,7 @@ int main(int argc, char** argv) {
   std::unique_ptr<kernelrl::learner::rl::LearnerMetrics> learner_metrics;  // Outlives the jobs.
   std::unique_ptr<kernelrl::learner::rl::JobManager> jobs;
   std::unique_ptr<kernelrl::learner::LearnerService> learner_service;
-  return kernelrl::RunServiceMain(
+  const int rc = kernelrl::RunServiceMain(
       argc, argv, "learner", kDefaults, &config, config.mutable_server(),
       [&]() -> absl::StatusOr<std::vector<grpc::Service*>> {
         std::vector<grpc::Service*> services;
@@ -50,7 +59,9 @@ int main(int argc, char** argv) {
         auto* metrics_ptr = learner_metrics.get();
         auto m = kernelrl::learner::rl::JobManager::Open(
             config.state_dir(),
-            [engine_ptr, metrics_ptr] { return kernelrl::learner::rl::MakeRecipeRunner(engine_ptr, metrics_ptr); },
+            [engine_ptr, metrics_ptr, leader = dp_leader.get()] {
+              return kernelrl::learner::rl::MakeRecipeRunner(engine_ptr, metrics_ptr, leader);
+            },
             metrics_ptr);
         if (!m.ok()) return m.status();
         jobs = std::move(*m);
@@ -58,4 +69,7 @@ int main(int argc, char** argv) {
         services.push_back(learner_service.get());
         return services;
       });
+  jobs.reset();  // The running job stops and releases the ranks' trainers.
+  kernelrl::learner::rl::StopDataParallelLearner(dp_leader.get(), dp_ranks);
+  return rc;
 }

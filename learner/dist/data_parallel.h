@@ -72,6 +72,8 @@ class DataParallel : public rl::Collectives {
   absl::StatusOr<std::string> StoreGet(const std::string& key, absl::Duration timeout);
 
   void set_bucket_bytes(int64_t bytes) { bucket_bytes_ = bytes; }
+  // The device collectives run on (cuda:<rank> for NCCL).
+  at::Device device() const { return device_; }
 
  private:
   DataParallel(c10::intrusive_ptr<c10d::Store> store, c10::intrusive_ptr<c10d::Backend> backend, at::Device device)

@@ -47,9 +47,11 @@ absl::StatusOr<std::unique_ptr<Ingest>> Ingest::Open(const std::string& dir, std
   return in;
 }
 
-std::string Ingest::TrajectoryPath(const std::string& id) const {
-  return absl::StrCat(dir_, "/trajectories/", absl::BytesToHexString(id), ".pb");
+std::string Ingest::TrajectoryFile(const std::string& dir, const std::string& id) {
+  return absl::StrCat(dir, "/trajectories/", absl::BytesToHexString(id), ".pb");
 }
+
+std::string Ingest::TrajectoryPath(const std::string& id) const { return TrajectoryFile(dir_, id); }
 
 absl::Status Ingest::Replay(const std::vector<v1::LedgerRecord>& records, int64_t committed_step) {
   std::vector<Buffered> accepted;  // In order.

@@ -91,6 +91,9 @@ class Ingest {
   IngestInfo Info() const ABSL_LOCKS_EXCLUDED(mu_);
   int64_t policy_version() const ABSL_LOCKS_EXCLUDED(mu_);
   const std::string& ledger_path() const { return ledger_->path(); }
+  // Where an accepted trajectory is stored (a serialized v1::Trajectory):
+  // data-parallel ranks read their shard from there.
+  static std::string TrajectoryFile(const std::string& dir, const std::string& id);
 
  private:
   struct LeaseState {

@@ -10,6 +10,7 @@
 #include "common/log.h"
 #include "learner/checkpoint.h"
 #include "learner/policy/engine.h"
+#include "learner/rl/dp_job.h"
 #include "learner/rl/job_config.h"
 #include "learner/rl/rft_filter.h"
 #include "learner/rl/trainer.h"
@@ -29,14 +30,12 @@ constexpr Stage kStages[] = {{"single_turn_ppo", Kind::kPpo},
                              {"agentic_ppo", Kind::kPpo}};
 constexpr int kNumStages = 5;
 
-AdamWParams Optimizer(const v1::OptimizerConfig& o) {
-  return {o.lr(), o.beta1(), o.beta2(), o.eps(), o.weight_decay(), o.max_grad_norm()};
-}
-
 class RecipeRunner : public JobRunner {
  public:
-  RecipeRunner(PolicyEngine* engine, LearnerMetrics* metrics) : engine_(engine), metrics_(metrics) {}
+  RecipeRunner(PolicyEngine* engine, LearnerMetrics* metrics, DpLeader* dp)
+      : engine_(engine), metrics_(metrics), dp_(dp) {}
   absl::Status Run(JobContext* ctx) override;
+  absl::Status RunStages(JobContext* ctx);
 
  private:
   absl::Status Setup(JobContext* ctx);
@@ -49,9 +48,13 @@ class RecipeRunner : public JobRunner {
   absl::Status Commit(JobContext* ctx, int stage, const std::vector<std::string>& trained, StepMetrics metrics,
                       const std::vector<Sample>& samples);
   std::vector<Sample> ToSamples(const std::vector<v1::Trajectory>& ts, StepMetrics* m) const;
+  // One update on the global batch: this rank's shard when data-parallel.
+  absl::StatusOr<StepMetrics> Train(StepKind kind, const std::vector<Sample>& batch);
 
   PolicyEngine* engine_;
   LearnerMetrics* metrics_;
+  DpLeader* dp_;  // Null: one rank.
+  bool dp_setup_ = false;
   double peak_flops_ = 0;  // All devices of the step, for MFU.
   v1::LearnerJobConfig config_;
   v1::JobSpec spec_;
@@ -75,14 +78,10 @@ absl::Status RecipeRunner::Setup(JobContext* ctx) {
   std::string device = config_.device().device();
   if (device.empty()) device = at::hasCUDA() ? "cuda" : "cpu";
   mo.device = at::Device(device);
-  mo.dtype = config_.device().dtype() == "float32" || (config_.device().dtype().empty() && mo.device.is_cpu())
-                 ? at::kFloat
-                 : at::kBFloat16;
-  mo.trainable = true;
+  if (dp_ != nullptr && mo.device.is_cuda()) mo.device = dp_->dp()->device();  // Rank 0's GPU.
   peak_flops_ = config_.device().peak_tflops() > 0 ? config_.device().peak_tflops() * 1e12
                 : mo.device.is_cuda()              ? 989e12
                                                    : 0;
-  mo.activation_checkpointing = config_.batch().activation_checkpointing();
   at::manual_seed(config_.seed());
   ckpt_root_ = ctx->dir() + "/checkpoints";
   std::string policy_dir = spec_.base_checkpoint(), critic_dir = spec_.base_checkpoint();
@@ -101,23 +100,17 @@ absl::Status RecipeRunner::Setup(JobContext* ctx) {
   }
   // Agent warm-up has no checkpoint of its own: the job record carries its cursor.
   if (job.stage() == "rft" && stage_ < 2) stage_ = 2, stage_step_ = 0;
-  auto policy = Transformer::Load(policy_dir, Head::kLanguageModel, mo);
-  if (!policy.ok()) return policy.status();
-  auto critic = Transformer::Load(critic_dir, Head::kValue, mo);
-  if (!critic.ok()) return critic.status();
-  TrainerOptions to;
-  to.policy_loss = {config_.ppo().clip_low(), config_.ppo().clip_high(), config_.ppo().tis_threshold()};
-  to.gamma = config_.ppo().gamma();
-  to.lambda = config_.ppo().lambda();
-  to.temperature = config_.ppo().temperature();
-  to.entropy_metric = config_.ppo().entropy_metric();
-  to.max_tokens_per_row = config_.batch().max_tokens_per_row();
-  to.actor = Optimizer(config_.actor_optimizer());
-  to.critic = Optimizer(config_.critic_optimizer());
-  trainer_ = std::make_unique<Trainer>(std::move(*policy), std::move(*critic), to);
-  if (!optimizer.empty()) {
-    if (auto s = trainer_->actor_optimizer().LoadState(optimizer, "actor/"); !s.ok()) return s;
-    if (auto s = trainer_->critic_optimizer()->LoadState(optimizer, "critic/"); !s.ok()) return s;
+  auto trainer = MakeJobTrainer(config_, policy_dir, critic_dir, optimizer, mo.device);
+  if (!trainer.ok()) return trainer.status();
+  trainer_ = std::move(*trainer);
+  if (dp_ != nullptr) {  // Every rank builds the same trainer from the same files.
+    if (auto s = dp_->Setup(ctx->dir(), mo.device, policy_dir, critic_dir, latest.ok() ? latest->dir : "",
+                            spec_.hyperparameters_text(), trainer_.get());
+        !s.ok()) {
+      return s;
+    }
+    dp_setup_ = true;
+    peak_flops_ *= dp_->world_size();
   }
   IngestOptions io;
   io.max_policy_lag = config_.ingest().max_policy_lag();
@@ -160,6 +153,23 @@ std::vector<Sample> RecipeRunner::ToSamples(const std::vector<v1::Trajectory>& t
     }
   }
   return out;
+}
+
+absl::StatusOr<StepMetrics> RecipeRunner::Train(StepKind kind, const std::vector<Sample>& batch) {
+  std::vector<Sample> mine;
+  int64_t n = 0;
+  if (dp_ != nullptr) {
+    auto shard = dp_->Step(kind, batch, trainer_->actor_optimizer().lr());
+    if (!shard.ok()) return shard.status();
+    mine = std::move(*shard);
+    n = static_cast<int64_t>(batch.size());
+  }
+  const std::vector<Sample>& b = dp_ != nullptr ? mine : batch;
+  switch (kind) {
+    case StepKind::kPpo: return trainer_->PpoStep(b, n);
+    case StepKind::kSft: return trainer_->SftStep(b, n);
+    default: return trainer_->ValueStep(b, n);
+  }
 }
 
 absl::StatusOr<std::vector<v1::Trajectory>> RecipeRunner::WaitForBatch(JobContext* ctx, int n) {
@@ -270,7 +280,7 @@ absl::Status RecipeRunner::RunStage(JobContext* ctx, int stage) {
       std::vector<Sample> samples = ToSamples(*batch, &bad);
       std::vector<std::string> ids;
       for (const auto& t : *batch) ids.push_back(t.id());
-      auto m = trainer_->PpoStep(samples);
+      auto m = Train(StepKind::kPpo, samples);
       if (!m.ok()) return m.status();
       for (auto& [k, v] : bad) (*m)[k] = v;
       if (auto s = Commit(ctx, stage, ids, *m, samples); !s.ok()) return s;
@@ -306,7 +316,7 @@ absl::Status RecipeRunner::RunStage(JobContext* ctx, int stage) {
   while (stage_step_ < total && !ctx->ShouldStop()) {
     const int64_t b = (stage_step_ % per_epoch) * n;
     std::vector<Sample> batch(samples.begin() + b, samples.begin() + std::min<int64_t>(b + n, samples.size()));
-    auto m = st.kind == Kind::kSft ? trainer_->SftStep(batch) : trainer_->ValueStep(batch);
+    auto m = Train(st.kind == Kind::kSft ? StepKind::kSft : StepKind::kValue, batch);
     if (!m.ok()) return m.status();
     for (auto& [k, v] : filter) (*m)[k] = v;
     if (auto s = Commit(ctx, stage, {}, *m, batch); !s.ok()) return s;
@@ -316,6 +326,14 @@ absl::Status RecipeRunner::RunStage(JobContext* ctx, int stage) {
 }
 
 absl::Status RecipeRunner::Run(JobContext* ctx) {
+  absl::Status status = RunStages(ctx);
+  if (dp_setup_) {  // The other ranks drop their trainers whatever happened here.
+    if (auto s = dp_->End(); !s.ok() && status.ok()) status = s;
+  }
+  return status;
+}
+
+absl::Status RecipeRunner::RunStages(JobContext* ctx) {
   if (auto s = Setup(ctx); !s.ok()) return s;
   ctx->SetIngest(ingest_.get());
   absl::Status status = absl::OkStatus();
@@ -331,8 +349,8 @@ absl::Status RecipeRunner::Run(JobContext* ctx) {
 
 }  // namespace
 
-std::unique_ptr<JobRunner> MakeRecipeRunner(PolicyEngine* engine, LearnerMetrics* metrics) {
-  return std::make_unique<RecipeRunner>(engine, metrics);
+std::unique_ptr<JobRunner> MakeRecipeRunner(PolicyEngine* engine, LearnerMetrics* metrics, DpLeader* dp) {
+  return std::make_unique<RecipeRunner>(engine, metrics, dp);
 }
 
 }  // namespace kernelrl::learner::rl

@@ -27,9 +27,15 @@ class PolicyEngine;
 
 namespace kernelrl::learner::rl {
 
+class DpLeader;
+
 // engine: the built-in policy server to hot-swap each new version into (may
 // be null). metrics: where each committed step is recorded (may be null).
-std::unique_ptr<JobRunner> MakeRecipeRunner(PolicyEngine* engine, LearnerMetrics* metrics = nullptr);
+// dp: data-parallel training over the ranks it drives (learner/rl/dp_job.h;
+// null = one device). Only this process (rank 0) writes checkpoints, the
+// ledger and policy versions.
+std::unique_ptr<JobRunner> MakeRecipeRunner(PolicyEngine* engine, LearnerMetrics* metrics = nullptr,
+                                            DpLeader* dp = nullptr);
 
 }  // namespace kernelrl::learner::rl
 

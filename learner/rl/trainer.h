@@ -56,6 +56,7 @@ class AdamW {
   // The fp32 master copies take the model's current weights.
   void SyncMasterFromParams();
   void set_lr(double lr) { p_.lr = lr; }
+  double lr() const { return p_.lr; }
   std::vector<at::Tensor>& params() { return params_; }
   // "<prefix><i>/{exp_avg,exp_avg_sq,step,master}" for checkpoints.
   std::map<std::string, at::Tensor> State(const std::string& prefix) const;

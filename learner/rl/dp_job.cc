@@ -1,0 +1,237 @@
+#include "learner/rl/dp_job.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/file.h"
+#include "common/json.h"
+#include "common/log.h"
+#include "learner/checkpoint.h"
+#include "learner/dist/launcher.h"
+#include "learner/dist/shard.h"
+#include "learner/rl/ingest.h"
+#include "learner/rl/job_config.h"
+
+namespace kernelrl::learner::rl {
+namespace {
+
+AdamWParams Optimizer(const v1::OptimizerConfig& o) {
+  return {o.lr(), o.beta1(), o.beta2(), o.eps(), o.weight_decay(), o.max_grad_norm()};
+}
+
+const char* KindName(StepKind k) { return k == StepKind::kPpo ? "ppo" : k == StepKind::kSft ? "sft" : "value"; }
+
+absl::StatusOr<StepMetrics> RunStep(Trainer& t, StepKind kind, const std::vector<Sample>& b, int64_t n) {
+  switch (kind) {
+    case StepKind::kPpo: return t.PpoStep(b, n);
+    case StepKind::kSft: return t.SftStep(b, n);
+    default: return t.ValueStep(b, n);
+  }
+}
+
+absl::StatusOr<std::string> Str(const Json& j, const char* key) { return j.GetString(key, ""); }
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Trainer>> MakeJobTrainer(const v1::LearnerJobConfig& config,
+                                                        const std::string& policy_dir, const std::string& critic_dir,
+                                                        const std::map<std::string, at::Tensor>& optimizer,
+                                                        at::Device device) {
+  ModelOptions mo;
+  mo.device = device;
+  mo.dtype = config.device().dtype() == "float32" || (config.device().dtype().empty() && device.is_cpu())
+                 ? at::kFloat
+                 : at::kBFloat16;
+  mo.trainable = true;
+  mo.activation_checkpointing = config.batch().activation_checkpointing();
+  auto policy = Transformer::Load(policy_dir, Head::kLanguageModel, mo);
+  if (!policy.ok()) return policy.status();
+  auto critic = Transformer::Load(critic_dir, Head::kValue, mo);
+  if (!critic.ok()) return critic.status();
+  TrainerOptions to;
+  to.policy_loss = {config.ppo().clip_low(), config.ppo().clip_high(), config.ppo().tis_threshold()};
+  to.gamma = config.ppo().gamma();
+  to.lambda = config.ppo().lambda();
+  to.temperature = config.ppo().temperature();
+  to.entropy_metric = config.ppo().entropy_metric();
+  to.max_tokens_per_row = config.batch().max_tokens_per_row();
+  to.actor = Optimizer(config.actor_optimizer());
+  to.critic = Optimizer(config.critic_optimizer());
+  auto trainer = std::make_unique<Trainer>(std::move(*policy), std::move(*critic), to);
+  if (!optimizer.empty()) {
+    if (auto s = trainer->actor_optimizer().LoadState(optimizer, "actor/"); !s.ok()) return s;
+    if (auto s = trainer->critic_optimizer()->LoadState(optimizer, "critic/"); !s.ok()) return s;
+  }
+  return trainer;
+}
+
+// ---- Rank 0 ----
+
+absl::Status DpLeader::Send(const std::string& json) { return dp_->StoreSet(absl::StrCat("cmd/", seq_++), json); }
+
+absl::Status DpLeader::Setup(const std::string& job_dir, at::Device device, const std::string& policy_dir,
+                             const std::string& critic_dir, const std::string& checkpoint_dir,
+                             const std::string& hyperparameters_text, Trainer* trainer) {
+  if (device.type() != dp_->device().type()) {
+    return absl::FailedPreconditionError(absl::StrCat("data-parallel collectives run on ", dp_->device().str(),
+                                                      " but the job trains on ", device.str()));
+  }
+  Json cmd = Json::Object({{"op", Json::String("setup")},
+                           {"job_dir", Json::String(job_dir)},
+                           {"device", Json::String(device.is_cuda() ? "cuda" : "cpu")},
+                           {"policy_dir", Json::String(policy_dir)},
+                           {"critic_dir", Json::String(critic_dir)},
+                           {"checkpoint_dir", Json::String(checkpoint_dir)},
+                           {"hyperparameters", Json::String(hyperparameters_text)}});
+  if (auto s = Send(cmd.Dump()); !s.ok()) return s;
+  trainer->set_collectives(dp_);
+  return trainer->BroadcastParameters();
+}
+
+absl::StatusOr<std::vector<Sample>> DpLeader::Step(StepKind kind, const std::vector<Sample>& batch,
+                                                    double actor_lr) {
+  std::vector<int64_t> tokens;
+  for (const Sample& s : batch) tokens.push_back(static_cast<int64_t>(s.ids.size()));
+  const std::vector<std::vector<int>> shards = dist::ShardByTokens(tokens, dp_->world_size());
+  Json list = Json::Array();
+  for (const auto& shard : shards) {
+    Json ids = Json::Array();
+    for (int i : shard) ids.Push(Json::String(batch[i].id));
+    list.Push(std::move(ids));
+  }
+  Json cmd = Json::Object({{"op", Json::String("step")},
+                           {"objective", Json::String(KindName(kind))},
+                           {"n", Json::Int(static_cast<int64_t>(batch.size()))},
+                           {"actor_lr", Json::Number(actor_lr)},
+                           {"shards", std::move(list)}});
+  if (auto s = Send(cmd.Dump()); !s.ok()) return s;
+  std::vector<Sample> mine;
+  for (int i : shards[0]) mine.push_back(batch[i]);
+  return mine;
+}
+
+absl::Status DpLeader::End() { return Send(R"({"op": "end"})"); }
+absl::Status DpLeader::Exit() { return Send(R"({"op": "exit"})"); }
+
+// ---- Ranks 1..N-1 ----
+
+absl::Status RunDpFollower(dist::DataParallel* dp) {
+  const int rank = dp->rank();
+  std::unique_ptr<Trainer> trainer;
+  v1::LearnerJobConfig config;
+  std::string job_dir;
+  for (int64_t seq = 0;; ++seq) {
+    absl::StatusOr<std::string> msg;
+    do {  // An idle learner sends nothing for hours: wait in slices.
+      msg = dp->StoreGet(absl::StrCat("cmd/", seq), absl::Hours(1));
+    } while (absl::IsDeadlineExceeded(msg.status()));
+    if (!msg.ok()) return msg.status();
+    auto cmd = ParseJson(*msg);
+    if (!cmd.ok()) return cmd.status();
+    auto op = Str(*cmd, "op");
+    if (!op.ok()) return op.status();
+    if (*op == "exit") return absl::OkStatus();
+    if (*op == "end") {
+      trainer.reset();
+      continue;
+    }
+    if (*op == "setup") {
+      auto text = Str(*cmd, "hyperparameters");
+      if (!text.ok()) return text.status();
+      auto c = ParseJobConfig(*text);
+      if (!c.ok()) return c.status();
+      config = *c;
+      job_dir = Str(*cmd, "job_dir").value_or("");
+      const at::Device device = Str(*cmd, "device").value_or("") == "cuda"
+                                    ? at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(rank))
+                                    : at::Device(at::kCPU);
+      std::map<std::string, at::Tensor> optimizer;
+      const std::string ckpt = Str(*cmd, "checkpoint_dir").value_or("");
+      if (!ckpt.empty()) {
+        auto loaded = LoadCheckpoint(ckpt, /*restore_rng=*/false);
+        if (!loaded.ok()) return loaded.status();
+        optimizer = std::move(loaded->optimizer);
+      }
+      auto t = MakeJobTrainer(config, Str(*cmd, "policy_dir").value_or(""), Str(*cmd, "critic_dir").value_or(""),
+                              optimizer, device);
+      if (!t.ok()) return t.status();
+      trainer = std::move(*t);
+      trainer->set_collectives(dp);
+      if (auto s = trainer->BroadcastParameters(); !s.ok()) return s;
+      KLOG(INFO) << "data-parallel rank " << rank << ": trainer for " << job_dir << " on " << device.str();
+      continue;
+    }
+    if (*op != "step" || trainer == nullptr) return absl::InternalError(absl::StrCat("rank ", rank, ": bad command ", *msg));
+    const Json* shards = cmd->Find("shards");
+    if (shards == nullptr || !shards->is_array() || static_cast<int>(shards->items().size()) <= rank) {
+      return absl::InternalError(absl::StrCat("rank ", rank, ": step without a shard for it"));
+    }
+    std::vector<Sample> batch;
+    for (const Json& id : shards->items()[rank].items()) {
+      auto bytes = ReadFileToString(Ingest::TrajectoryFile(job_dir, id.str()));
+      if (!bytes.ok()) return bytes.status();
+      v1::Trajectory t;
+      if (!t.ParseFromString(*bytes)) return absl::DataLossError(absl::StrCat("trajectory ", id.str(), " does not parse"));
+      auto s = SampleFromTrajectory(t, trainer->policy().config().vocab_size, config.batch().max_trajectory_tokens());
+      if (!s.ok()) return s.status();
+      batch.push_back(std::move(*s));
+    }
+    const std::string objective = Str(*cmd, "objective").value_or("");
+    const StepKind kind = objective == "ppo" ? StepKind::kPpo : objective == "sft" ? StepKind::kSft : StepKind::kValue;
+    trainer->actor_optimizer().set_lr(cmd->GetDouble("actor_lr", trainer->actor_optimizer().lr()).value_or(0));
+    auto m = RunStep(*trainer, kind, batch, cmd->GetInt("n", 0).value_or(0));
+    if (!m.ok()) return m.status();
+  }
+}
+
+int StartDataParallelLearner(int* argc, char** argv, std::unique_ptr<dist::DataParallel>* dp,
+                             std::vector<pid_t>* ranks) {
+  auto flags = dist::TakeRankFlags(argc, argv);
+  if (!flags.ok()) {
+    KLOG(ERROR) << flags.status();
+    return 2;
+  }
+  if (flags->world_size == 1) return -1;
+  std::string address = flags->rendezvous;
+  if (flags->rank == 0) {
+    auto a = dist::DataParallel::HostTcpStore("127.0.0.1", absl::Minutes(10));
+    if (!a.ok()) {
+      KLOG(ERROR) << a.status();
+      return 1;
+    }
+    address = *a;
+    auto pids = dist::SpawnRanks(std::vector<std::string>(argv + 1, argv + *argc), flags->world_size, address);
+    if (!pids.ok()) {
+      KLOG(ERROR) << pids.status();
+      return 1;
+    }
+    *ranks = *pids;
+  }
+  auto d = dist::DataParallel::ConnectNccl({flags->rank, flags->world_size, address, absl::Minutes(10)}, flags->rank);
+  if (!d.ok()) {
+    KLOG(ERROR) << "data-parallel rank " << flags->rank << ": " << d.status();
+    if (flags->rank == 0) dist::TerminateRanks(*ranks);
+    return 1;
+  }
+  KLOG(INFO) << "data-parallel rank " << flags->rank << " of " << flags->world_size << " on " << (*d)->device().str();
+  if (flags->rank == 0) {
+    *dp = std::move(*d);
+    return -1;
+  }
+  const absl::Status s = RunDpFollower(d->get());
+  if (!s.ok()) {
+    KLOG(ERROR) << "data-parallel rank " << flags->rank << ": " << s;
+  }
+  return s.ok() ? 0 : 1;
+}
+
+void StopDataParallelLearner(DpLeader* leader, const std::vector<pid_t>& ranks) {
+  if (leader == nullptr) return;
+  if (auto s = leader->Exit(); !s.ok()) {
+    KLOG(WARNING) << "data-parallel exit: " << s;
+    dist::TerminateRanks(ranks);
+  }
+  if (auto s = dist::WaitRanks(ranks); !s.ok()) {
+    KLOG(WARNING) << s;
+  }
+}
+
+}  // namespace kernelrl::learner::rl

@@ -1,0 +1,132 @@
+// The data-parallel job protocol on the CPU: rank 0 (a DpLeader, as the
+// recipe drives it) and a follower rank (RunDpFollower, in a thread) meet
+// through a c10d FileStore and reduce through the store backend
+// (learner/dist/store_backend_for_test.h). The follower builds its trainer
+// from the same checkpoint files, reads its shards from the job's trajectory
+// files; rank 0's PPO, RFT and value steps then equal one rank's steps on
+// the whole batch (metrics and weights).
+#include "learner/rl/dp_job.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <random>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "common/file.h"
+#include "gtest/gtest.h"
+#include "learner/dist/store_backend_for_test.h"
+#include "learner/rl/ingest.h"
+#include "learner/rl/job_config.h"
+
+namespace kernelrl::learner::rl {
+namespace {
+
+constexpr int kVocab = 48;
+
+v1::Trajectory RandomTrajectory(int i, std::mt19937_64& rng) {
+  v1::Trajectory t;
+  t.set_id(absl::StrCat("traj/", i));
+  const int len = 5 + static_cast<int>(rng() % 20);
+  for (int p = 0; p < len; ++p) {
+    const bool model = p > 1 && (p == len - 1 || rng() % 3 != 0);
+    t.add_token_ids(static_cast<int32_t>(rng() % kVocab));
+    t.add_loss_mask(model);
+    t.add_logprobs(model ? -0.05f - static_cast<float>(rng() % 2000) / 1000.0f : 0.0f);
+  }
+  t.set_reward(static_cast<double>(rng() % 5) - 1.0);
+  return t;
+}
+
+std::vector<at::Tensor> Weights(Trainer& t) {
+  std::vector<at::Tensor> w;
+  for (const at::Tensor& p : t.policy().parameters()) w.push_back(p.detach().clone());
+  for (const at::Tensor& p : t.critic()->parameters()) w.push_back(p.detach().clone());
+  return w;
+}
+
+TEST(DpJobTest, LeaderAndFollowerTrainLikeOneRank) {
+  char tmpl[] = "/tmp/dp_job_test_XXXXXX";
+  const std::string root = mkdtemp(tmpl);
+  const std::string job_dir = root + "/job", base = root + "/base";
+  std::filesystem::create_directories(job_dir + "/trajectories");
+  std::filesystem::create_directories(base);
+  ModelConfig c;
+  c.model_type = "qwen2";
+  c.vocab_size = kVocab, c.hidden_size = 32, c.intermediate_size = 64, c.num_layers = 2;
+  c.num_heads = 4, c.num_kv_heads = 2, c.head_dim = 8;
+  const uint64_t seed = std::random_device{}();
+  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
+  auto model = Transformer::Create(c, Head::kLanguageModel, ModelOptions{}, seed);
+  ASSERT_TRUE(model.ok()) << model.status();
+  ASSERT_TRUE((*model)->Save(base).ok());
+  std::mt19937_64 rng(seed);
+  std::vector<Sample> batch;
+  for (int i = 0; i < 7; ++i) {
+    v1::Trajectory t = RandomTrajectory(i, rng);
+    ASSERT_TRUE(WriteFileAtomically(Ingest::TrajectoryFile(job_dir, t.id()), t.SerializeAsString()).ok());
+    auto s = SampleFromTrajectory(t, kVocab, 0);
+    ASSERT_TRUE(s.ok()) << s.status();
+    batch.push_back(*s);
+  }
+  const std::string hyper = R"pb(device { device: "cpu" dtype: "float32" }
+                                 batch { max_tokens_per_row: 32 activation_checkpointing: false }
+                                 actor_optimizer { lr: 1e-3 } critic_optimizer { lr: 1e-3 })pb";
+  auto config = ParseJobConfig(hyper);
+  ASSERT_TRUE(config.ok()) << config.status();
+
+  // One rank on the whole batch.
+  auto single = MakeJobTrainer(*config, base, base, {}, at::kCPU);
+  ASSERT_TRUE(single.ok()) << single.status();
+  std::vector<StepMetrics> expected;
+  for (StepKind k : {StepKind::kPpo, StepKind::kSft, StepKind::kValue}) {
+    auto m = k == StepKind::kPpo ? (*single)->PpoStep(batch)
+             : k == StepKind::kSft ? (*single)->SftStep(batch)
+                                   : (*single)->ValueStep(batch);
+    ASSERT_TRUE(m.ok()) << m.status();
+    expected.push_back(*m);
+  }
+
+  // Two ranks through the protocol.
+  const std::string store = "file://" + root + "/store";
+  auto make = [](auto s, int rank, int n) { return c10::make_intrusive<dist::StoreBackendForTest>(s, rank, n); };
+  absl::Status follower_status;
+  std::thread follower([&] {
+    auto dp = dist::DataParallel::Connect({1, 2, store, absl::Seconds(120)}, at::kCPU, make);
+    follower_status = dp.ok() ? RunDpFollower(dp->get()) : dp.status();
+  });
+  auto dp = dist::DataParallel::Connect({0, 2, store, absl::Seconds(120)}, at::kCPU, make);
+  ASSERT_TRUE(dp.ok()) << dp.status();
+  DpLeader leader(dp->get());
+  auto trainer = MakeJobTrainer(*config, base, base, {}, at::kCPU);
+  ASSERT_TRUE(trainer.ok()) << trainer.status();
+  ASSERT_TRUE(leader.Setup(job_dir, at::kCPU, base, base, "", hyper, trainer->get()).ok());
+  int i = 0;
+  for (StepKind k : {StepKind::kPpo, StepKind::kSft, StepKind::kValue}) {
+    auto mine = leader.Step(k, batch, (*trainer)->actor_optimizer().lr());
+    ASSERT_TRUE(mine.ok()) << mine.status();
+    EXPECT_LT(mine->size(), batch.size());  // The follower has the rest.
+    const int64_t n = static_cast<int64_t>(batch.size());
+    auto m = k == StepKind::kPpo ? (*trainer)->PpoStep(*mine, n)
+             : k == StepKind::kSft ? (*trainer)->SftStep(*mine, n)
+                                   : (*trainer)->ValueStep(*mine, n);
+    ASSERT_TRUE(m.ok()) << m.status();
+    for (const char* key : {"policy_loss", "value_loss", "sft_loss", "reward_mean", "explained_variance",
+                            "actor_grad_norm", "critic_grad_norm", "model_tokens"}) {
+      if (!expected[i].count(key)) continue;
+      EXPECT_NEAR((*m)[key], expected[i][key], 1e-5 + 1e-4 * std::abs(expected[i][key])) << key << " step " << i;
+    }
+    ++i;
+  }
+  ASSERT_TRUE(leader.End().ok());
+  ASSERT_TRUE(leader.Exit().ok());
+  follower.join();
+  EXPECT_TRUE(follower_status.ok()) << follower_status;
+  auto a = Weights(**trainer), b = Weights(**single);
+  for (size_t w = 0; w < a.size(); ++w) EXPECT_TRUE(at::allclose(a[w], b[w], 1e-4, 1e-6)) << "weight " << w;
+}
+
+}  // namespace
+}  // namespace kernelrl::learner::rl
