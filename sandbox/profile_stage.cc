@@ -10,6 +10,7 @@
 #include "google/protobuf/util/json_util.h"
 #include "profiler_service/baseline_cache.h"
 #include "profiler_service/judge.h"
+#include "profiler_service/timing_analysis.h"
 #include "profiler_service/profiler_defaults.h"
 #include "profiler_service/task_key.h"
 
@@ -101,9 +102,11 @@ void ProfileStage::Judge(const v1::sandbox::HarnessResult& result, const Task& t
   if (const OutsideBound b = BoundByOutsideClock(m->candidate(), config_); b.measured) {
     (*v.mutable_logs())["profile"] = absl::StrFormat(
         "outside clock: first quartile %.1f us per call; bound %.1f us (overhead %.0f us, hand-over %.0f bytes); "
-        "in-process median %.1f us; %d calls, %d re-checked",
+        "in-process median %.1f us; %d calls, %d re-checked; drift anchor %.1f us now, %.1f us at baseline",
         b.median_outside_us, b.bound_us, config_.outside_overhead_us(), m->candidate().handover_bytes(),
-        j.candidate_time_us(), m->candidate().samples_size(), p.rechecks());
+        j.candidate_time_us(), m->candidate().samples_size(), p.rechecks(),
+        m->anchor().samples_size() > 0 ? AnalyzeTimingRun(m->anchor(), config_).median_us() : 0.0,
+        baseline.ok() ? baseline->anchor_median_us() : 0.0);
   }
 
   v.set_candidate_time_us(j.candidate_time_us());

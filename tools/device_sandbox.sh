@@ -211,6 +211,11 @@ for r in sol + [r for r in rows if r["label"].startswith(("overhead/", "after/")
 for r in rows:
     if not ok(r):
         print(f"  MISMATCH {r['label']}: expected {r['expected']} got {r['verdict'].get('outcome')}: {r['verdict'].get('summary','')[:160]}")
+print("\n== verdict flags (reward, quarantined) of every exploit and solution ==")
+for r in rows:
+    v = r["verdict"]
+    print(f"  {r['label'][:40]:40s} {v.get('outcome','?'):16s} r={v.get('reward', 0):g} q={int(bool(v.get('quarantined')))} "
+          f"{','.join(v.get('flags', []))[:160]}")
 l1 = [stage(r["verdict"], "verify") for r in sol if r["label"].startswith("level1/") and ok(r)]
 if l1:
     print(f"verify wall, level-1 KernelBench tasks: p50 {statistics.median(l1)/1e3:.2f} s  (n={len(l1)})")
@@ -235,4 +240,8 @@ except Exception:
     pass
 PYEOF
 echo "total $(elapsed) s"
+# At most 8 files come back from the device: the rest travel as one archive.
+( cd "$OUT" && tar czf extra_logs.tgz --exclude=run.log --exclude=extra_logs.tgz --exclude='*.tsv' \
+    $(ls | grep -v -e '^run.log$' -e '^suite_table.txt$' -e '^baselines.tsv$' -e '^extra_logs.tgz$') 2>/dev/null \
+  && ls | grep -v -e '^run.log$' -e '^suite_table.txt$' -e '^baselines.tsv$' -e '^extra_logs.tgz$' | xargs -r rm -rf )
 exit $SUITE_RC

@@ -194,14 +194,9 @@ class RemoteBackend:
         """Trusted drift anchor: a 256 MB device copy timed in this process."""
         if self.name != "cuda":
             return self._cpu.anchor()  # the same copy the CPU baselines' anchor times
+        from profiler_service.harness import backends
         self.prepare()
-        t0 = time.perf_counter_ns()
-        self._ev[0].record()
-        self._anchor_dst.copy_(self._anchor_src)
-        self._ev[1].record()
-        torch.cuda.synchronize()
-        us = self._ev[0].elapsed_time(self._ev[1]) * 1e3
-        return {"cupti_us": us, "event_us": us, "wall_us": (time.perf_counter_ns() - t0) / 1e3}
+        return backends.event_anchor(self._anchor_src, self._anchor_dst, self._ev[0], self._ev[1])
 
 
 def run_profile(job, task_module, model, driver, profile_seed, atol, rtol, result):
