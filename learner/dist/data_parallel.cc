@@ -127,7 +127,13 @@ absl::StatusOr<std::unique_ptr<DataParallel>> DataParallel::ConnectNccl(const Re
 #endif
 }
 
-DataParallel::~DataParallel() = default;
+DataParallel::~DataParallel() {
+  try {
+    backend_->shutdown();  // ProcessGroupNCCL: destroys its communicators (it warns when destroyed without).
+  } catch (const std::exception& e) {
+    (void)e;  // Leaving anyway.
+  }
+}
 
 int DataParallel::rank() const { return backend_->getRank(); }
 int DataParallel::world_size() const { return backend_->getSize(); }

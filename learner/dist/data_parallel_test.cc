@@ -300,6 +300,7 @@ absl::StatusOr<StepResult> NcclRank(const Rendezvous& r) {
   const at::Device device(at::kCUDA, static_cast<c10::DeviceIndex>(r.rank));
   auto t = MakeTrainer(Objective::kPpo, device);
   t->set_collectives(dp->get());
+  if (auto s = t->BroadcastParameters(); !s.ok()) return s;
   StepResult out;
   Observe(*t, &out);
   auto m = t->PpoStep(Shard(GpuBatch(), r.rank, r.world_size), static_cast<int64_t>(GpuBatch().size()));

@@ -214,6 +214,9 @@ int DpBench(int64_t tokens, const std::string& shape, int n, int world, const di
   const double connect_s = Now() - t_connect;
   Trainer t(Make(c, Head::kLanguageModel, 1, rank), Make(c, Head::kValue, 2, rank), o);
   t.set_collectives(dp->get());
+  if (auto s = t.BroadcastParameters(); !s.ok()) {  // As the learner does: every rank starts from rank 0's weights.
+    return std::fprintf(stderr, "rank %d: %s\n", rank, s.ToString().c_str()), 1;
+  }
   std::vector<int64_t> lengths;
   for (const Sample& s : batch) lengths.push_back(static_cast<int64_t>(s.ids.size()));
   const std::vector<std::vector<int>> shards = dist::ShardByTokens(lengths, world);
