@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Learner RL device run (issue 14) in one call; see docs/LEARNER.md "RL".
-#   stage (here, after `bazel build //learner/rl:ppo_bench`):
+#   stage (here, after `bazel build //learner/rl:ppo_bench //learner/dist:data_parallel_test`):
 #       bash tools/device_learner_rl.sh --stage     -> .devcarry/learner_rl/
 #   on one H100 (run tool, default kind):
 #       bash tools/device_learner_rl.sh
@@ -8,7 +8,7 @@
 #        Qwen2-0.5B shape, random init, one 32K-token trajectory and 8 x 4K;
 #     2. the same at 128K tokens for a smaller config (12 x 512);
 #     3. weight sync: HF checkpoint write + hot swap into the policy server.
-#   on two H200s (run tool, kind nvidia-h200-x2), <= 150 s:
+#   on two H200s (run tool, kind nvidia-h200-x2, carry .devcarry/learner_rl), <= 150 s:
 #       MODE=dp bash tools/device_learner_rl.sh
 #     1. //learner/dist:data_parallel_test on the GPUs (KERNELRL_TEST_DP_GPUS=2:
 #        fails, not skips, with fewer): the NCCL DP step of a tiny model equals
