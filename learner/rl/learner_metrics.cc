@@ -66,6 +66,9 @@ LearnerMetrics::LearnerMetrics(MetricsRegistry* r)
       tokens_trained_(r->AddCounter("kernelrl_learner_tokens_trained_total", "Tokens trained on.").Get()),
       trajectories_trained_(
           r->AddCounter("kernelrl_learner_trajectories_trained_total", "Trajectories trained on.").Get()) {
+  for (int st = v1::Job::PENDING; st <= v1::Job::CANCELLED; ++st) {  // Every state reads, 0 when empty.
+    seen_states_.push_back(v1::Job::State_Name(static_cast<v1::Job::State>(st)));
+  }
   r->AddCollectHook([this] { Collect(); });
 }
 

@@ -73,6 +73,7 @@ TEST(LearnerMetricsTest, PushesStepsAndLiveGaugesInTheScrape) {
   });
   text = registry.Expose();
   EXPECT_TRUE(Has(text, "kernelrl_learner_jobs{state=\"RUNNING\"} 0"));
+  EXPECT_TRUE(Has(text, "kernelrl_learner_jobs{state=\"CANCELLED\"} 0"));
   EXPECT_TRUE(Has(text, "kernelrl_learner_buffer_depth 0"));
 }
 
