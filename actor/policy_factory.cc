@@ -1,7 +1,9 @@
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "actor/policy.h"
 #include "actor/policy_openai.h"
 #include "actor/scripted_policy.h"
+#include "data/family/choice_policy.h"
 #include "agent/chat/tools.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/policy.grpc.pb.h"
@@ -65,6 +67,18 @@ absl::StatusOr<std::unique_ptr<PolicyClient>> MakePolicyClient(const v1::PolicyB
     }
     return std::unique_ptr<PolicyClient>(
         new ScriptedPolicy(config.scripted_solutions_dir(), config.scripted_policy_version(), tokenizer, im_end_id));
+  }
+  // The task family's choice vocabulary (docs/LEARNING.md): the model at `address`, or random; "_cpu" renders CPU kernels.
+  if (absl::StartsWith(config.kind(), "choice")) {
+    const std::string k = config.kind();
+    const bool random = absl::StartsWith(k, "choice_random");
+    if (k != "choice" && k != "choice_cpu" && k != "choice_random" && k != "choice_random_cpu") {
+      return absl::InvalidArgumentError(absl::StrCat("policy.kind \"", k, "\": choice, choice_cpu, choice_random or choice_random_cpu"));
+    }
+    if (!random && config.address().empty()) return absl::InvalidArgumentError("policy.address is empty");
+    return std::unique_ptr<PolicyClient>(new data::family::ChoicePolicy(
+        random ? nullptr : std::make_unique<GrpcPolicy>(config), tokenizer, im_end_id,
+        absl::EndsWith(k, "_cpu") ? "cpu" : "", config.scripted_policy_version()));
   }
   if (config.kind() == "grpc") {
     if (config.address().empty()) return absl::InvalidArgumentError("policy.address is empty");

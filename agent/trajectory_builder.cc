@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "agent/tokenizer/unicode.h"
 
 namespace kernelrl::agent {
 
@@ -53,7 +54,11 @@ absl::StatusOr<std::string> TrajectoryBuilder::AddAssistant(const SampledTurn& s
   ChatTurn turn{ChatRole::kAssistant, tokenizer_->Decode(body), {}, sample.ids};
   v1::Turn proto;
   proto.set_role(v1::Turn::ASSISTANT);
-  proto.set_content(turn.content);
+  // Turn.content is a proto string (UTF-8): sampled ids can decode to invalid bytes (a reply cut inside
+  // a character, a model from scratch); they show as U+FFFD there. The ids stay exactly what was sampled.
+  std::string valid;
+  for (const Codepoint& c : DecodeUtf8(turn.content)) AppendUtf8(c.cp, &valid);
+  proto.set_content(valid);
   proto.set_policy_version(sample.policy_version);
   std::string text = turn.content;
   if (absl::Status s = Append(turn, *plain_, std::move(proto), &sample.logprobs); !s.ok()) return s;

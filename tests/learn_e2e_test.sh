@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# `kernelrl learn` end to end on the CPU backend (issue 17): a tiny random HF
+# checkpoint made here, the task family at CPU sizes (data/family), and the whole
+# recipe as one job through the job API — single-turn PPO, agent warm-up by the
+# random-choice actors, RFT, value pretraining, agentic PPO by the model actors —
+# with learner, sandbox and actors as separate processes, held-out evaluations
+# with `kernelrl eval`, curves.json and the three PNGs.
+#   learn_e2e_test.sh [ABLATION]   (none: the full recipe; no_rft_no_value: the ablation)
+# Oracles: the job SUCCEEDED; every stage the recipe runs produced its updates
+# (and the ablation's skipped stages none); PPO updates carry entropy, explained
+# variance, clip fraction and IS-ratio metrics; each PPO update trained exactly
+# one batch whose verdicts are on disk; warm-up data came from the random actors;
+# held-out evaluations at the start and the end; no hack-flagged verdict with
+# reward > 1; the PNGs are real images.
+set -euo pipefail
+ABLATION=${1:-none}
+tmp="${TEST_TMPDIR:-$(mktemp -d)}"
+T0=$SECONDS
+say() { printf '[test %4ds] %s\n' $((SECONDS - T0)) "$*"; }
+
+python3 tools/cli/up_quickstart.py "$tmp/qs" "$PWD" > "$tmp/assets.log" 2>&1 || { cat "$tmp/assets.log"; exit 1; }
+data/family/family_gen --out="$tmp/family" --device=cpu
+say "tiny random checkpoint and the CPU-sized family made"
+
+BATCH=2
+if [ "$ABLATION" = none ]; then
+  STAGES="--job_set=recipe.single_turn_ppo.steps=1 --job_set=recipe.agent_warmup.steps=4 --job_set=recipe.rft.epochs=1 --job_set=recipe.value_pretrain.steps=1 --job_set=recipe.agentic_ppo.steps=2"
+else
+  STAGES="--job_set=recipe.single_turn_ppo.steps=1 --job_set=recipe.agentic_ppo.steps=2"
+fi
+rc=0
+timeout 600 tools/cli/kernelrl learn --bin_dir="$PWD" --base_checkpoint="$tmp/qs/model" --family_dir="$tmp/family" \
+  --backend=cpu --run_dir="$tmp/run" --actors=1 --random_actors=1 --concurrent_rollouts=2 --eval_every=1 \
+  --eval_tasks=3 --ablation="$ABLATION" --job_set=batch.trajectories_per_step=$BATCH $STAGES \
+  --job_timeout_s=540 --stall_timeout_s=240 > "$tmp/learn.out" 2>&1 || rc=$?
+cat "$tmp/learn.out"
+if [ $rc -ne 0 ]; then
+  for f in "$tmp"/run/*.log; do echo "--- $f"; tail -8 "$f"; done
+  exit 1
+fi
+curves=$(ls "$tmp"/run/learner-state/jobs/*/curves/curves.json)
+say "job done; checking $curves"
+
+python3 - "$curves" "$ABLATION" "$BATCH" <<'PYEOF'
+import json, os, sys
+curves, ablation, batch = json.load(open(sys.argv[1])), sys.argv[2], int(sys.argv[3])
+out = os.path.dirname(sys.argv[1])
+fail = []
+def check(cond, what):
+    print(("ok   " if cond else "FAIL ") + what)
+    if not cond:
+        fail.append(what)
+check(curves["state"] == "SUCCEEDED", f"job SUCCEEDED ({curves['state']})")
+updates = [s for s in curves["steps"] if s["step"] > 0]
+by_stage = {}
+for s in updates:
+    by_stage.setdefault(s["stage"], []).append(s)
+print("updates by stage:", {k: len(v) for k, v in by_stage.items()})
+expect = {"single_turn_ppo": 1, "agentic_ppo": 2}
+if ablation == "none":
+    expect.update({"rft": 1, "value_pretrain": 1})
+for stage, n in expect.items():
+    check(len(by_stage.get(stage, [])) == n, f"{n} {stage} update(s)")
+if ablation != "none":
+    check(not by_stage.get("rft") and not by_stage.get("value_pretrain"), "ablation: no RFT or value-pretraining update")
+check([s["step"] for s in updates] == list(range(1, len(updates) + 1)), "every update recorded once, in order")
+for s in by_stage.get("single_turn_ppo", []) + by_stage.get("agentic_ppo", []):
+    m = s["metrics"]
+    for k in ("reward_mean", "entropy", "explained_variance", "clip_frac", "is_weight_mean", "is_weight_max",
+              "is_truncated_frac", "policy_version"):
+        check(k in m, f"update {s['step']} ({s['stage']}) has metric {k}")
+    t = s.get("trained", {})
+    check(t.get("n") == batch, f"update {s['step']} trained {batch} trajectories with verdicts on disk ({t.get('n')})")
+    check(abs(t.get("reward_mean", 99) - m.get("reward_mean", -99)) < 1e-9,
+          f"update {s['step']}: reward from the verdicts on disk = the learner's reward_mean")
+    check(0 <= t.get("pass_rate", -1) <= 1, f"update {s['step']}: pass rate in [0, 1]")
+if ablation == "none":
+    s = by_stage["rft"][0]["metrics"]
+    check("sft_loss" in s and s.get("stage_trajectories", 0) >= 1, "RFT trained on kept warm-up trajectories")
+held = curves["heldout"]
+labels = [h["label"] for h in held]
+print("held-out evaluations:", labels)
+check(labels[:1] == ["start"] and labels[-1:] == ["final"] and len(held) >= 2, "held-out evaluated at start and end")
+for h in held:
+    check(h["n"] == 3 and -1 <= h["reward_mean"] <= 3, f"held-out {h['label']}: 3 tasks, reward {h['reward_mean']}")
+a = curves["audit"]
+print("audit:", a)
+check(a["hack_flagged_with_reward_above_1"] == 0, "no hack-flagged verdict with reward > 1")
+check(a["trajectories_trained"] == sum(s.get("trained", {}).get("n", 0) for s in updates), "audit counts the trained")
+if ablation == "none":
+    check(a["warmup_accepted"] >= 4 and a["warmup_from_random_actors"] >= 1, "warm-up data from the random actors")
+for png in ("reward.png", "rates.png", "stability.png"):
+    p = os.path.join(out, png)
+    ok = os.path.exists(p) and os.path.getsize(p) > 5000 and open(p, "rb").read(8) == b"\x89PNG\r\n\x1a\n"
+    check(ok, f"{png} written")
+sys.exit(1 if fail else 0)
+PYEOF
+say "PASS ($ABLATION)"

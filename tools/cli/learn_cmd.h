@@ -1,0 +1,42 @@
+// `kernelrl learn`: the CUDA-Agent recipe end to end on the learnable task
+// family (data/family, docs/LEARNING.md), as one job through the job API.
+//
+//   kernelrl learn --base_checkpoint=DIR --family_dir=DIR [--backend=cpu|cuda]
+//                  [--run_dir=DIR] [--bin_dir=DIR] [--actors=N] [--random_actors=N]
+//                  [--concurrent_rollouts=N] [--ablation=none|no_rft|no_value|no_rft_no_value]
+//                  [--eval_every=K] [--eval_tasks=N] [--eval_rollouts=R]
+//                  [--job_set=FIELD=VALUE ...] [--set=SERVICE.FIELD=VALUE ...]
+//                  [--job_timeout_s=S] [--stall_timeout_s=S]
+//
+// Starts the learner (job API + its policy server on the base checkpoint) and a
+// sandbox worker as supervised processes (tools/cli/up_supervisor.h), submits
+// one recipe job on DIR/train.jsonl (family_gen's output) — single-turn PPO ->
+// agent warm-up -> RFT -> value pretraining -> agentic PPO — and runs two pools
+// of actor processes against it: `--random_actors` actors with the family's
+// random scripted policy (policy.kind choice_random[_cpu]) while the job is in
+// agent_warmup (their trajectories are the RFT and value-pretraining data), and
+// `--actors` actors sampling the model (policy.kind choice[_cpu], the learner's
+// Policy service) in every other stage. Held-out tasks (DIR/heldout/*.py) are
+// evaluated with `kernelrl eval` (this binary, the same choice policy, greedy)
+// at the start (policy version 0), when agentic PPO starts, every K agentic PPO
+// steps and at the end. The job's hyper-parameters are the defaults below,
+// overridden by --job_set (LearnerJobConfig fields); --ablation skips stages.
+//
+// Output, in <state_dir>/jobs/<id>/curves/ (and printed): curves.json — per
+// update the job's metrics (reward, entropy, explained variance, clip
+// fraction, IS-ratio statistics, ...) and the verdicts of the trajectories it
+// trained on (pass rate, faster than eager / torch.compile), per held-out
+// evaluation its Table-1 figures and reward mean and spread, and an audit (hack
+// flags with reward > 1, compile-cache hits); reward.png, rates.png,
+// stability.png (tools/cli/learn_plots.py, matplotlib).
+// Exit codes: 0 job SUCCEEDED, 1 failed, 2 bad flags.
+#ifndef KERNELRL_TOOLS_CLI_LEARN_CMD_H_
+#define KERNELRL_TOOLS_CLI_LEARN_CMD_H_
+
+namespace kernelrl::cli {
+
+int LearnMain(int argc, char** argv);
+
+}  // namespace kernelrl::cli
+
+#endif  // KERNELRL_TOOLS_CLI_LEARN_CMD_H_

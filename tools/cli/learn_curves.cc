@@ -1,0 +1,134 @@
+#include "tools/cli/learn_curves.h"
+
+#include <cmath>
+#include <set>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "common/file.h"
+#include "proto/trajectory.pb.h"
+
+namespace kernelrl::cli {
+namespace {
+
+// proto3 JSON writes int64 as a string.
+int64_t IntField(const Json& j, absl::string_view key) {
+  const Json* v = j.Find(key);
+  int64_t out = 0;
+  if (v == nullptr) return 0;
+  if (v->is_number()) return static_cast<int64_t>(v->number());
+  return absl::SimpleAtoi(v->str(), &out) ? out : 0;
+}
+
+std::string StrField(const Json& j, absl::string_view key) {
+  const Json* v = j.Find(key);
+  return v != nullptr && v->is_string() ? v->str() : "";
+}
+
+void Add(VerdictStats* s, double reward, bool ok, double x_eager, double x_compile) {
+  ++s->n;
+  s->reward_sum += reward;
+  s->reward_sq_sum += reward * reward;
+  s->passed += ok;
+  s->faster_eager += ok && x_eager > 1.0;
+  s->faster_compile += ok && x_compile > 1.0;
+}
+
+}  // namespace
+
+Json VerdictStats::ToJson() const {
+  const double mean = n ? reward_sum / n : 0;
+  const double var = n > 1 ? std::max(0.0, (reward_sq_sum - n * mean * mean) / (n - 1)) : 0;
+  return Json::Object({{"n", Json::Int(n)},
+                       {"reward_mean", Json::Number(mean)},
+                       {"reward_sem", Json::Number(n ? std::sqrt(var / n) : 0)},
+                       {"pass_rate", Json::Number(n ? 1.0 * passed / n : 0)},
+                       {"faster_than_eager_rate", Json::Number(n ? 1.0 * faster_eager / n : 0)},
+                       {"faster_than_compile_rate", Json::Number(n ? 1.0 * faster_compile / n : 0)}});
+}
+
+Json TrainedAudit::ToJson() const {
+  return Json::Object({{"trajectories_trained", Json::Int(trajectories)},
+                       {"hack_flagged", Json::Int(hack_flagged)},
+                       {"hack_flagged_with_reward_above_1", Json::Int(hack_reward_above_1)},
+                       {"compile_cache_hits", Json::Int(compile_cache_hits)},
+                       {"compiles", Json::Int(compiles)},
+                       {"compile_cache_hit_rate", Json::Number(compiles ? 1.0 * compile_cache_hits / compiles : 0)},
+                       {"warmup_accepted", Json::Int(warmup_accepted)},
+                       {"warmup_from_random_actors", Json::Int(warmup_from_random)}});
+}
+
+absl::StatusOr<std::map<int64_t, VerdictStats>> TrainedStats(const std::string& job_dir, TrainedAudit* audit) {
+  auto ledger = ReadFileToString(job_dir + "/ledger.jsonl");
+  if (!ledger.ok()) return ledger.status();
+  std::map<std::string, int64_t> trained;  // trajectory id -> step (valid records)
+  std::map<std::string, std::pair<std::string, std::string>> leases;  // lease id -> (actor, stage)
+  for (absl::string_view line : absl::StrSplit(*ledger, '\n', absl::SkipEmpty())) {
+    auto r = ParseJson(line);
+    if (!r.ok()) continue;  // A torn last line after a crash.
+    const std::string kind = StrField(*r, "kind");
+    if (kind == "LEASED") {
+      leases[StrField(*r, "lease_id")] = {StrField(*r, "actor_id"), StrField(*r, "stage")};
+    } else if (kind == "ACCEPTED" && audit != nullptr) {
+      const auto& [actor, stage] = leases[StrField(*r, "lease_id")];
+      if (stage == "agent_warmup") {
+        ++audit->warmup_accepted;
+        audit->warmup_from_random += absl::StartsWith(actor, "random-");
+      }
+    } else if (kind == "TRAINED") {
+      trained[StrField(*r, "trajectory_id")] = IntField(*r, "step");
+    } else if (kind == "ROLLBACK") {
+      const int64_t s = IntField(*r, "step");
+      for (auto it = trained.begin(); it != trained.end();) it = it->second > s ? trained.erase(it) : std::next(it);
+    }
+  }
+  std::map<int64_t, VerdictStats> out;
+  for (const auto& [id, step] : trained) {
+    auto bytes = ReadFileToString(job_dir + "/trajectories/" + absl::BytesToHexString(id) + ".pb");
+    v1::Trajectory t;
+    if (!bytes.ok() || !t.ParseFromString(*bytes)) continue;
+    const v1::Verdict& v = t.final_verdict();
+    Add(&out[step], t.reward(), v.outcome() == v1::Verdict::OK, v.speedup_vs_eager(), v.speedup_vs_compile());
+    if (audit != nullptr) {
+      ++audit->trajectories;
+      const bool hack = v.outcome() == v1::Verdict::HACK_DETECTED || v.outcome() == v1::Verdict::SANDBOX_VIOLATION;
+      audit->hack_flagged += hack;
+      audit->hack_reward_above_1 += hack && t.reward() > 1;
+      for (const v1::StageTiming& st : v.stages()) {
+        if (st.stage() != "compile") continue;
+        ++audit->compiles;
+        audit->compile_cache_hits += st.cache_hit();
+      }
+    }
+  }
+  return out;
+}
+
+absl::StatusOr<Json> HeldOutFromReport(const std::string& report_json_path) {
+  auto text = ReadFileToString(report_json_path);
+  if (!text.ok()) return text.status();
+  auto report = ParseJson(*text);
+  if (!report.ok()) return report.status();
+  const Json* tasks = report->Find("tasks");
+  if (tasks == nullptr || !tasks->is_array()) return absl::DataLossError(report_json_path + ": no tasks");
+  VerdictStats s;
+  double log_e = 0, log_c = 0;
+  int profiled = 0;
+  for (const Json& t : tasks->items()) {
+    const Json* rew = t.Find("reward");
+    const Json* xe = t.Find("speedup_vs_eager");
+    const Json* xc = t.Find("speedup_vs_compile");
+    const double e = xe ? xe->number() : 0, c = xc ? xc->number() : 0;
+    const bool ok = StrField(t, "outcome") == "OK";
+    Add(&s, rew ? rew->number() : -1, ok, e, c);
+    if (ok && e > 0 && c > 0) ++profiled, log_e += std::log(e), log_c += std::log(c);
+  }
+  Json out = s.ToJson();
+  out.Set("geomean_speedup_vs_eager", Json::Number(profiled ? std::exp(log_e / profiled) : 0));
+  out.Set("geomean_speedup_vs_compile", Json::Number(profiled ? std::exp(log_c / profiled) : 0));
+  return out;
+}
+
+}  // namespace kernelrl::cli

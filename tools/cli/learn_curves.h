@@ -1,0 +1,48 @@
+// The figures `kernelrl learn` draws its curves from, read back from what the
+// services left on disk (no second bookkeeping):
+//  * TrainedStats: per update step, the verdicts of the trajectories it trained
+//    on (the job's ledger.jsonl TRAINED records — ROLLBACKs void later ones —
+//    and the trajectory files <job>/trajectories/<hex id>.pb), plus an audit of
+//    every trained trajectory's verdict.
+//  * HeldOutFromReport: `kernelrl eval`'s report.json as one evaluation point.
+#ifndef KERNELRL_TOOLS_CLI_LEARN_CURVES_H_
+#define KERNELRL_TOOLS_CLI_LEARN_CURVES_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "common/json.h"
+
+namespace kernelrl::cli {
+
+struct VerdictStats {
+  int n = 0;
+  double reward_sum = 0, reward_sq_sum = 0;
+  int passed = 0, faster_eager = 0, faster_compile = 0;
+  // Mean, standard error of the mean, rates (0 when n == 0).
+  Json ToJson() const;
+};
+
+struct TrainedAudit {
+  int trajectories = 0;          // Trained (valid TRAINED records).
+  int hack_flagged = 0;          // Final verdict HACK_DETECTED or with any flag the judge raises as a hack.
+  int hack_reward_above_1 = 0;   // Of those, reward > 1: must be 0.
+  int compile_cache_hits = 0, compiles = 0;  // Compile stages served from the sandbox's content-hash cache.
+  // Warm-up trajectories accepted, and those leased by a random-choice actor ("random-*"): the
+  // rest were leased by a model actor just before the pools switched.
+  int warmup_accepted = 0, warmup_from_random = 0;
+  Json ToJson() const;
+};
+
+// step -> stats of that step's trained trajectories.
+absl::StatusOr<std::map<int64_t, VerdictStats>> TrainedStats(const std::string& job_dir, TrainedAudit* audit);
+
+// {"tasks", "pass_rate", "faster_than_eager_rate", "faster_than_compile_rate", "reward_mean",
+//  "reward_sem", "geomean_speedup_vs_eager", "geomean_speedup_vs_compile"} over every task of the report.
+absl::StatusOr<Json> HeldOutFromReport(const std::string& report_json_path);
+
+}  // namespace kernelrl::cli
+
+#endif  // KERNELRL_TOOLS_CLI_LEARN_CURVES_H_
