@@ -12,9 +12,17 @@
 #     judge) against eager + torch.compile baselines measured first; prints one row
 #     per choice: outcome, reward, us, x eager, x compile, and the verdict class
 #     WRONG / SLOWER / >EAGER / >COMPILE.
-# (b) with LEARN=1 and >= 60 s left: nothing more is run here yet (the learning job
-#     needs `kernelrl learn` staged; see docs/LEARNING.md) — the script says so.
-# Knobs: PRECOMPUTE_WALL (55 s), SUITE_WALL (rest of 140 s), PROFILE_BUDGET (0.3 s).
+# (b) a separate call, MODE=learn (its own <= 150 s): a short learning job on the GPU —
+#     `kernelrl learn` (learner + policy server, CUDA sandbox, actors) with a tiny random
+#     checkpoint on 3 training + 3 held-out tasks whose baselines it measures first:
+#
+#   here:   tools/device_learn.sh --stage-learn  # tools/device_ops.sh --stage (binaries, 48 MB)
+#                                                # + .devcarry/learnjob (the small task set)
+#   device: MODE=learn tools/device_learn.sh     # carry [".devcarry/ops", ".devcarry/learnjob"]
+#
+#     Results: $OUT/learn.txt (progress, held-out evaluations, audit), $OUT/curves/ (curves.json, PNGs).
+# Knobs: PRECOMPUTE_WALL (55 s), SUITE_WALL (rest of 140 s), PROFILE_BUDGET (0.3 s); MODE=learn:
+# LEARN_WALL (85 s for the job), AGENTIC_STEPS (4).
 # Results under $OUT: table.txt, verdicts.jsonl, baselines.tsv, logs.
 set -u
 CARRY=.devcarry/learn
@@ -58,9 +66,68 @@ if [ "${1:-}" = "--stage" ]; then  # Run HERE.
   exit 0
 fi
 
+if [ "${1:-}" = "--stage-learn" ]; then  # Run HERE.
+  set -e
+  bash tools/device_ops.sh --stage
+  bazel build //data/family:family_gen //profiler_service:precompute_baselines
+  L=.devcarry/learnjob; rm -rf "$L" && mkdir -p "$L/small/heldout" "$L/tasks/family"
+  cp bazel-bin/profiler_service/precompute_baselines "$L/"
+  G=$(mktemp -d)
+  bazel-bin/data/family/family_gen --out="$G" --device=cuda
+  for id in train/ew_gelu-sigmoid_4096x4096 train/rr_softmax_4096x1024 train/ge_relu_512x1024x1024; do
+    grep -F "\"id\":\"$id\"" "$G/train.jsonl" >> "$L/small/train.jsonl"
+    cp "$G/$id.py" "$L/tasks/family/${id#train/}.py"
+  done
+  for id in heldout/ew_sigmoid-gelu_4096x4096 heldout/rr_rmsnorm-tanh_4096x1024 heldout/ge_gelu-scale_512x1024x1024; do
+    cp "$G/$id.py" "$L/small/heldout/"; cp "$G/$id.py" "$L/tasks/family/${id#heldout/}.py"
+  done
+  rm -rf "$G"; wc -l "$L/small/train.jsonl"; du -sh "$L"
+  exit 0
+fi
+
 T0=$(date +%s)
 elapsed() { echo $(( $(date +%s) - T0 )); }
 OUT=${OUT:-/tmp/learn_device_out}; mkdir -p "$OUT"
+
+if [ "${MODE:-}" = learn ]; then  # (b) on the device.
+  C=.devcarry/ops; L=.devcarry/learnjob
+  [ -x "$C/bin/tools/cli/kernelrl" ] && [ -f "$L/small/train.jsonl" ] || { echo "run tools/device_learn.sh --stage-learn here"; exit 2; }
+  PY=${PYTHON:-python3}
+  TORCH_LIB=$($PY -c 'import torch,os;print(os.path.join(os.path.dirname(torch.__file__),"lib"))')
+  NV_LIBS=$($PY -c 'import glob,os,site;print(":".join(sorted({os.path.dirname(p) for sp in site.getsitepackages() for p in glob.glob(os.path.join(sp,"nvidia","**","lib","*.so*"),recursive=True)})))')
+  export LD_LIBRARY_PATH="$C/lib:$TORCH_LIB:$NV_LIBS:${LD_LIBRARY_PATH:-}"
+  "$C/bin/learner/learner_main" --print_config 2>&1 | grep -q "not found" && export LD_LIBRARY_PATH="$C/libcxx:$LD_LIBRARY_PATH"
+  export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
+  CUDA=${CUDA_HOME:-/usr/local/cuda}
+  KPROF=/tmp/kr_kprof/libkprof.so; mkdir -p /tmp/kr_kprof
+  CUPTI_H=$(dirname "$(find $CUDA/ $CUDA/extras -name cupti.h 2>/dev/null | head -1)")
+  CUPTI_SO=$(dirname "$(find $CUDA/ -name 'libcupti.so*' 2>/dev/null | head -1)")
+  g++ -std=c++17 -O2 -fPIC -shared -I. -I$CUDA/include -I$CUPTI_H profiler_service/cupti/kprof.cc -o $KPROF \
+    -L$CUPTI_SO -Wl,-rpath,$CUPTI_SO -L$CUDA/lib64/stubs -lcupti -lcuda > "$OUT/kprof_build.log" 2>&1 || KPROF=""
+  RUN=/tmp/kernelrl-learn-run; rm -rf "$RUN"; mkdir -p "$RUN"
+  $PY tools/cli/up_quickstart.py "$RUN/qs" "$PWD" > "$OUT/assets.log" 2>&1 &
+  ASSETS=$!
+  BASE=/tmp/kr_learn_baselines; rm -rf $BASE; mkdir -p $BASE
+  PW=${PRECOMPUTE_WALL:-50}
+  ${KPROF:+CUDA_INJECTION64_PATH=$KPROF} PYTHONPATH=$PWD TORCHINDUCTOR_COMPILE_THREADS=2 timeout "$PW" \
+    $PY -m profiler_service.harness.precompute --tasks_root "$L/tasks" --levels family --out "$OUT/baselines.jsonl" \
+    --workers 6 --budget_s 0.3 --deadline_s $(( PW - 8 )) > "$OUT/precompute.log" 2>&1
+  echo "precompute rc=$? at $(elapsed) s: $(wc -l < "$OUT/baselines.jsonl" 2>/dev/null || echo 0)/6 tasks"
+  "$L/precompute_baselines" --measurements="$OUT/baselines.jsonl" --set=baseline_cache_dir=$BASE --table="$OUT/baselines.tsv" \
+    > "$OUT/import.log" 2>&1 || echo "baseline import failed (import.log): rewards stay at 1 (baseline_missing)"
+  wait $ASSETS || { cat "$OUT/assets.log"; exit 1; }
+  timeout $(( ${LEARN_WALL:-85} + 20 )) "$C/bin/tools/cli/kernelrl" learn --bin_dir="$C/bin" --base_checkpoint="$RUN/qs/model" \
+    --family_dir="$L/small" --backend=cuda --run_dir="$RUN/run" --actors=2 --random_actors=2 --concurrent_rollouts=4 \
+    --eval_every=2 --eval_rollouts=1 --plot_script="$PWD/tools/cli/learn_plots.py" \
+    --set=sandbox.enable_profiling=true --set=sandbox.baseline_dir=$BASE ${KPROF:+--set=sandbox.kprof_lib=$KPROF} \
+    --set=sandbox.profiler_root=$PWD --set=sandbox.profiler.time_budget_s=0.2 \
+    --job_set=recipe.single_turn_ppo.steps=1 --job_set=recipe.agent_warmup.steps=8 --job_set=recipe.rft.epochs=2 \
+    --job_set=recipe.value_pretrain.steps=2 --job_set=recipe.agentic_ppo.steps=${AGENTIC_STEPS:-4} \
+    --job_set=batch.trajectories_per_step=4 --job_timeout_s=${LEARN_WALL:-85} --stall_timeout_s=60 2>&1 | tee "$OUT/learn.txt"
+  cp -r "$RUN"/run/learner-state/jobs/*/curves "$OUT/curves" 2>/dev/null && rm -rf "$OUT"/curves/eval-*-ws
+  echo "done at $(elapsed) s"
+  exit 0
+fi
 [ -x "$CARRY/sandbox_cli" ] || { echo "no $CARRY: run tools/device_learn.sh --stage here and carry .devcarry/learn"; exit 2; }
 PY=$(command -v python3)
 CUDA=${CUDA_HOME:-/usr/local/cuda}
@@ -116,7 +183,4 @@ for r in rows:
     print(f"{r['label']:34} {o:13} {v.get('reward', 0):4.0f} {v.get('candidate_time_us', 0):9.1f} {xe:8.3f} {xc:7.3f}  {cls:9}  {desc(r['label'])}")
 print("verdict classes:", ", ".join(f"{k} {n}" for k, n in sorted(classes.items())), f"({len(rows)} evaluated)")
 PYEOF
-if [ "${LEARN:-0}" = 1 ]; then
-  echo "(b) LEARN=1: the learning job is not staged by this script yet (docs/LEARNING.md, 'Not done')"
-fi
 echo "done at $(elapsed) s"
