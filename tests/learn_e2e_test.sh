@@ -24,7 +24,7 @@ say "tiny random checkpoint and the CPU-sized family made"
 
 BATCH=2
 if [ "$ABLATION" = none ]; then
-  STAGES="--job_set=recipe.single_turn_ppo.steps=1 --job_set=recipe.agent_warmup.steps=4 --job_set=recipe.rft.epochs=1 --job_set=recipe.value_pretrain.steps=1 --job_set=recipe.agentic_ppo.steps=2"
+  STAGES="--job_set=recipe.single_turn_ppo.steps=1 --job_set=recipe.agent_warmup.steps=6 --job_set=recipe.rft.epochs=1 --job_set=recipe.value_pretrain.steps=1 --job_set=recipe.agentic_ppo.steps=2"
 else
   STAGES="--job_set=recipe.single_turn_ppo.steps=1 --job_set=recipe.agentic_ppo.steps=2"
 fi
@@ -41,9 +41,10 @@ fi
 curves=$(ls "$tmp"/run/learner-state/jobs/*/curves/curves.json)
 say "job done; checking $curves"
 
-python3 - "$curves" "$ABLATION" "$BATCH" <<'PYEOF'
-import json, os, sys
+python3 - "$curves" "$ABLATION" "$BATCH" "$tmp/run/learner.log" <<'PYEOF'
+import json, math, os, sys
 curves, ablation, batch = json.load(open(sys.argv[1])), sys.argv[2], int(sys.argv[3])
+learner_log = open(sys.argv[4], errors="replace").read()
 out = os.path.dirname(sys.argv[1])
 fail = []
 def check(cond, what):
@@ -58,7 +59,16 @@ for s in updates:
 print("updates by stage:", {k: len(v) for k, v in by_stage.items()})
 expect = {"single_turn_ppo": 1, "agentic_ppo": 2}
 if ablation == "none":
-    expect.update({"rft": 1, "value_pretrain": 1})
+    expect["value_pretrain"] = 1
+    # RFT keeps the warm-up trajectories with R > 0: one epoch of ceil(kept / batch) updates, or
+    # none when the random choices never passed (the learner then logs that RFT was skipped).
+    rft = by_stage.get("rft", [])
+    if rft:
+        kept = int(rft[0]["metrics"].get("stage_trajectories", 0))
+        check(kept >= 1 and "sft_loss" in rft[0]["metrics"], f"RFT trained on {kept} kept warm-up trajectories")
+        expect["rft"] = math.ceil(kept / batch)
+    else:
+        check("rft has no trajectories; skipped" in learner_log, "no RFT update: the learner says no warm-up trajectory had R > 0")
 for stage, n in expect.items():
     check(len(by_stage.get(stage, [])) == n, f"{n} {stage} update(s)")
 if ablation != "none":
@@ -74,9 +84,6 @@ for s in by_stage.get("single_turn_ppo", []) + by_stage.get("agentic_ppo", []):
     check(abs(t.get("reward_mean", 99) - m.get("reward_mean", -99)) < 1e-9,
           f"update {s['step']}: reward from the verdicts on disk = the learner's reward_mean")
     check(0 <= t.get("pass_rate", -1) <= 1, f"update {s['step']}: pass rate in [0, 1]")
-if ablation == "none":
-    s = by_stage["rft"][0]["metrics"]
-    check("sft_loss" in s and s.get("stage_trajectories", 0) >= 1, "RFT trained on kept warm-up trajectories")
 held = curves["heldout"]
 labels = [h["label"] for h in held]
 print("held-out evaluations:", labels)
@@ -88,7 +95,7 @@ print("audit:", a)
 check(a["hack_flagged_with_reward_above_1"] == 0, "no hack-flagged verdict with reward > 1")
 check(a["trajectories_trained"] == sum(s.get("trained", {}).get("n", 0) for s in updates), "audit counts the trained")
 if ablation == "none":
-    check(a["warmup_accepted"] >= 4 and a["warmup_from_random_actors"] >= 1, "warm-up data from the random actors")
+    check(a["warmup_accepted"] >= 6 and a["warmup_from_random_actors"] >= 1, "warm-up data from the random actors")
 for png in ("reward.png", "rates.png", "stability.png"):
     p = os.path.join(out, png)
     ok = os.path.exists(p) and os.path.getsize(p) > 5000 and open(p, "rb").read(8) == b"\x89PNG\r\n\x1a\n"
