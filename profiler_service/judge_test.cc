@@ -102,11 +102,11 @@ TEST(Judge, AnchorDriftIsAudited) {
   Baseline b = MakeBaseline(100.0, 80.0);
   b.set_anchor_median_us(1000.0);
   ProfileMeasurement m = Candidate(60.0);
-  *m.mutable_anchor() = NoisyRun(1100.0, 20, 0.001, 4);
+  *m.mutable_anchor() = NoisyRun(1400.0, 20, 0.001, 4);  // the device is 40% slower than at baseline
   ProfileResult r = JudgeProfile(m, &b, Task(), Config());
   EXPECT_TRUE(Has(r.verdict(), "device_drift"));
   EXPECT_EQ(r.verdict().reward(), 1.0);
-  *m.mutable_anchor() = NoisyRun(1010.0, 20, 0.001, 4);
+  *m.mutable_anchor() = NoisyRun(880.0, 20, 0.001, 4);  // within the cross-process spread seen on the H100
   r = JudgeProfile(m, &b, Task(), Config());
   EXPECT_FALSE(Has(r.verdict(), "device_drift"));
   EXPECT_EQ(r.verdict().reward(), 3.0);
