@@ -147,16 +147,7 @@ TEST_P(ModelParityTest, SavedCheckpointLoadsInTransformers) {
 INSTANTIATE_TEST_SUITE_P(Families, ModelParityTest, ::testing::Values("qwen2", "llama"));
 
 ModelConfig TinyConfig() {
-  ModelConfig c;
-  c.model_type = "qwen2";
-  c.vocab_size = 97;
-  c.hidden_size = 32;
-  c.intermediate_size = 64;
-  c.num_layers = 2;
-  c.num_heads = 4;
-  c.num_kv_heads = 2;
-  c.head_dim = 8;
-  return c;
+  return testing::TinyQwen2Config(97);
 }
 
 TEST(ModelTest, ChunkedTokenLogprobsMatchFullSoftmaxAndGradients) {

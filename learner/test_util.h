@@ -3,8 +3,11 @@
 #ifndef KERNELRL_LEARNER_TEST_UTIL_H_
 #define KERNELRL_LEARNER_TEST_UTIL_H_
 
+#include <cstdint>
 #include <cstdlib>
 #include <string>
+
+#include "learner/model_config.h"
 
 namespace kernelrl::learner::testing {
 
@@ -20,6 +23,22 @@ inline int RunFixtureScript(const std::string& mode, const std::string& out) {
   std::string cmd = std::string(py != nullptr ? py : "python3") + " learner/testdata/make_fixtures.py " + mode + " '" +
                     out + "' > '" + out + "." + mode + ".log' 2>&1";
   return std::system(cmd.c_str());
+}
+
+// The tiny Qwen2-shaped model the learner's tests build (2 layers, 4 heads,
+// 2 KV heads, head_dim 8, hidden 32): fast on a CPU, every code path of the
+// real architecture (GQA, RoPE, SwiGLU).
+inline ModelConfig TinyQwen2Config(int64_t vocab_size) {
+  ModelConfig c;
+  c.model_type = "qwen2";
+  c.vocab_size = vocab_size;
+  c.hidden_size = 32;
+  c.intermediate_size = 64;
+  c.num_layers = 2;
+  c.num_heads = 4;
+  c.num_kv_heads = 2;
+  c.head_dim = 8;
+  return c;
 }
 
 }  // namespace kernelrl::learner::testing

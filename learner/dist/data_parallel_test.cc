@@ -28,6 +28,7 @@
 #include "learner/dist/shard.h"
 #include "learner/dist/store_backend_for_test.h"
 #include "learner/rl/trainer.h"
+#include "learner/test_util.h"
 
 namespace kernelrl::learner::dist {
 namespace {
@@ -38,15 +39,7 @@ using rl::Trainer;
 using rl::TrainerOptions;
 
 ModelConfig TinyConfig() {
-  ModelConfig c;
-  c.vocab_size = 32;
-  c.hidden_size = 32;
-  c.intermediate_size = 64;
-  c.num_layers = 2;
-  c.num_heads = 4;
-  c.num_kv_heads = 2;
-  c.head_dim = 8;
-  return c;
+  return learner::testing::TinyQwen2Config(32);
 }
 
 std::unique_ptr<Transformer> Tiny(Head head, uint64_t seed, at::Device device) {

@@ -12,20 +12,13 @@
 
 #include "gtest/gtest.h"
 #include "learner/model.h"
+#include "learner/test_util.h"
 
 namespace kernelrl::learner {
 namespace {
 
 ModelConfig TinyConfig() {
-  ModelConfig c;
-  c.model_type = "qwen2";
-  c.vocab_size = 101;
-  c.hidden_size = 32;
-  c.intermediate_size = 64;
-  c.num_layers = 2;
-  c.num_heads = 4;
-  c.num_kv_heads = 2;
-  c.head_dim = 8;
+  ModelConfig c = learner::testing::TinyQwen2Config(101);
   c.max_position_embeddings = 256;
   return c;
 }

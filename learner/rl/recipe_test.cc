@@ -41,6 +41,7 @@
 #include "learner/model.h"
 #include "learner/rl/jobs.h"
 #include "learner/rl/learner_metrics.h"
+#include "learner/test_util.h"
 
 namespace kernelrl::learner::rl {
 namespace {
@@ -236,15 +237,7 @@ int StageIndex(const std::string& stage) {
 }
 
 void WriteFixtures(const std::string& root) {
-  ModelConfig c;
-  c.model_type = "qwen2";
-  c.vocab_size = kVocab;
-  c.hidden_size = 32;
-  c.intermediate_size = 64;
-  c.num_layers = 2;
-  c.num_heads = 4;
-  c.num_kv_heads = 2;
-  c.head_dim = 8;
+  const ModelConfig c = learner::testing::TinyQwen2Config(kVocab);
   auto model = Transformer::Create(c, Head::kLanguageModel, ModelOptions{}, std::random_device{}());
   ASSERT_TRUE(model.ok()) << model.status();
   ASSERT_EQ(::mkdir((root + "/base").c_str(), 0755), 0);

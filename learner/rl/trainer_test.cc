@@ -6,20 +6,13 @@
 #include <ATen/core/grad_mode.h>
 
 #include "gtest/gtest.h"
+#include "learner/test_util.h"
 
 namespace kernelrl::learner::rl {
 namespace {
 
 ModelConfig TinyConfig(int64_t vocab = 16) {
-  ModelConfig c;
-  c.vocab_size = vocab;
-  c.hidden_size = 32;
-  c.intermediate_size = 64;
-  c.num_layers = 2;
-  c.num_heads = 4;
-  c.num_kv_heads = 2;
-  c.head_dim = 8;
-  return c;
+  return learner::testing::TinyQwen2Config(vocab);
 }
 
 std::unique_ptr<Transformer> Tiny(Head head, uint64_t seed, bool checkpointing = false) {
