@@ -188,18 +188,6 @@ class Console {
   const absl::Time start_;
 };
 
-std::map<std::string, int> ReadPorts(const std::string& path) {
-  std::map<std::string, int> ports;
-  std::ifstream in(path);
-  std::string line;
-  while (std::getline(in, line)) {
-    const size_t eq = line.find('=');
-    int port;
-    if (eq != std::string::npos && absl::SimpleAtoi(line.substr(eq + 1), &port)) ports[line.substr(0, eq)] = port;
-  }
-  return ports;
-}
-
 bool Serving(const std::string& address) {
   auto stub = grpc::health::v1::Health::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
   grpc::ClientContext ctx;
@@ -237,7 +225,7 @@ class Cluster {
     unlink(port_file.c_str());
     if (auto s = sup_.Start({name, argv, absl::StrCat(o_.run_dir, "/", name, ".log")}); !s.ok()) return s;
     while (absl::Now() < deadline && !sup_.State(name).gave_up) {
-      auto ports = ReadPorts(port_file);
+      auto ports = up::ReadPorts(port_file);
       if (ports.count("grpc_port")) {
         const std::string address = absl::StrCat("127.0.0.1:", ports["grpc_port"]);
         // Restarts come back on the same port.

@@ -163,18 +163,6 @@ absl::StatusOr<QuickstartAssets> MakeQuickstartAssets(const std::string& repo, c
   return assets;
 }
 
-std::map<std::string, int> ReadPorts(const std::string& path) {
-  std::map<std::string, int> ports;
-  std::ifstream in(path);
-  std::string line;
-  while (std::getline(in, line)) {
-    const size_t eq = line.find('=');
-    int port;
-    if (eq != std::string::npos && absl::SimpleAtoi(line.substr(eq + 1), &port)) ports[line.substr(0, eq)] = port;
-  }
-  return ports;
-}
-
 std::string Health(const std::string& address) {
   auto stub = grpc::health::v1::Health::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
   grpc::ClientContext ctx;

@@ -9,12 +9,26 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <fstream>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 
 namespace kernelrl::up {
+
+std::map<std::string, int> ReadPorts(const std::string& path) {
+  std::map<std::string, int> ports;
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line)) {
+    const size_t eq = line.find('=');
+    int port;
+    if (eq != std::string::npos && absl::SimpleAtoi(line.substr(eq + 1), &port)) ports[line.substr(0, eq)] = port;
+  }
+  return ports;
+}
 
 std::string DescribeWaitStatus(int status) {
   if (WIFEXITED(status)) return absl::StrCat("exit ", WEXITSTATUS(status));

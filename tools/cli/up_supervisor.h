@@ -113,6 +113,10 @@ class Supervisor {
 // "exit 3", "signal 9 (Killed)".
 std::string DescribeWaitStatus(int status);
 
+// The "name=port" lines the supervised services write to their port files
+// (a service started on port 0 says which it got); {} while none is written.
+std::map<std::string, int> ReadPorts(const std::string& path);
+
 }  // namespace kernelrl::up
 
 #endif  // KERNELRL_TOOLS_CLI_UP_SUPERVISOR_H_
