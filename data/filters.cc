@@ -8,7 +8,7 @@ namespace kernelrl {
 
 const std::vector<std::string>& FilterOrder() {
   static const std::vector<std::string> order = {
-      "compose",    "duplicate", "contaminated",      "eager",     "oom",       "stochastic", "compile",
+      "llm",        "compose",    "duplicate", "contaminated",      "eager",     "oom",       "stochastic", "compile",
       "non_finite", "constant",  "indistinguishable", "near_zero", "near_mean", "timing",  "runtime"};
   return order;
 }

@@ -13,6 +13,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/file.h"
+#include "actor/policy.h"
 #include "common/log.h"
 #include "data/catalogue.h"
 #include "data/filters.h"
@@ -69,6 +70,8 @@ absl::StatusOr<DataConfig> WithDataDefaults(DataConfig c) {
   auto* d = c.mutable_decontamination();
   if (d->max_similarity() <= 0) d->set_max_similarity(0.9);
   if (d->histogram_bins() <= 0) d->set_histogram_bins(20);
+  if (c.composer().empty()) c.set_composer("rule");
+  if (c.composer() != "rule" && c.composer() != "llm") return absl::InvalidArgumentError("composer: rule or llm");
   return c;
 }
 
@@ -218,8 +221,11 @@ CandidateRecord Pipeline::RunCandidate(PythonWorker& w, int64_t index) {
     rec.set_seconds(Now() - t0);
     return rec;
   };
-  auto task = composer_->Compose(index);
-  if (!task.ok()) return reject("compose", std::string(task.status().message()));
+  // An LLM's answer that is no task (or a failed request) is its own verdict; after that it is judged like any.
+  const std::string compose_verdict = llm_composer_ ? "llm" : "compose";
+  if (llm_composer_) rec.set_composer("llm");
+  auto task = llm_composer_ ? llm_composer_->Compose(index) : composer_->Compose(index);
+  if (!task.ok()) return reject(compose_verdict, std::string(task.status().message()));
   rec.set_id(task->id);
   for (const auto& op : task->operators) rec.add_operators(op);
   rec.set_transformers(task->transformers);
@@ -231,7 +237,7 @@ CandidateRecord Pipeline::RunCandidate(PythonWorker& w, int64_t index) {
 
   auto dump = RequestAst(w, path, config_.request_timeout_s());
   auto fp = dump.ok() ? Fingerprint(*dump) : absl::StatusOr<AstFingerprint>(dump.status());
-  if (!fp.ok()) return reject("compose", absl::StrCat("ast: ", fp.status().message()));
+  if (!fp.ok()) return reject(task->composer == "llm" ? "llm" : "compose", absl::StrCat("ast: ", fp.status().message()));
   rec.set_ast_hash(HashText(fp->root));
   if (config_.decontamination().dedup() && !ClaimHash(rec.ast_hash()))
     return reject("duplicate", "normalised AST seen before");
@@ -333,6 +339,19 @@ absl::Status Pipeline::Run() {
   if (!cat.ok()) return cat.status();
   composer_ = std::make_unique<Composer>(*cat, config_.sampler(), config_.target(), config_.seed(),
                                          config_.id_prefix());
+  if (config_.composer() == "llm") {
+    if (!policy_) {
+      auto tok = agent::Tokenizer::Load(config_.llm().tokenizer_json());
+      if (!tok.ok()) return absl::InvalidArgumentError(absl::StrCat("llm.tokenizer_json: ", tok.status().message()));
+      auto client = actor::MakePolicyClient(config_.llm().policy(), tok->get(), (*tok)->TokenId("<|im_end|>"));
+      if (!client.ok()) return absl::InvalidArgumentError(absl::StrCat("llm.policy: ", client.status().message()));
+      SetPolicy(*std::move(client), *std::move(tok));
+    }
+    auto llm = LlmComposer::Create(composer_.get(), std::move(policy_), std::move(tokenizer_), config_.llm(),
+                                   config_.seed(), config_.id_prefix());
+    if (!llm.ok()) return llm.status();
+    llm_composer_ = *std::move(llm);
+  }
   if (auto st = LoadReferences(pool); !st.ok()) return st;
 
   std::vector<CandidateRecord> existing;

@@ -33,6 +33,7 @@
 #include "data/composer.h"
 #include "data/data.pb.h"
 #include "data/journal.h"
+#include "data/llm_composer.h"
 #include "data/python_worker.h"
 
 namespace kernelrl {
@@ -45,6 +46,12 @@ absl::StatusOr<DataConfig> WithDataDefaults(DataConfig c);
 class Pipeline {
  public:
   explicit Pipeline(DataConfig config);  // Defaults already applied.
+  // composer "llm": the backend and its tokenizer (else Run builds them from
+  // DataConfig.llm through actor::MakePolicyClient; tests hand in a fake).
+  void SetPolicy(std::unique_ptr<actor::PolicyClient> policy, std::unique_ptr<agent::Tokenizer> tokenizer) {
+    policy_ = std::move(policy);
+    tokenizer_ = std::move(tokenizer);
+  }
   absl::Status Run();
   // Stops claiming candidates; in-flight ones finish and outputs are written.
   void RequestStop() { stop_ = true; }
@@ -65,6 +72,9 @@ class Pipeline {
   DataConfig config_;
   std::string state_dir_;
   std::unique_ptr<Composer> composer_;
+  std::unique_ptr<actor::PolicyClient> policy_;      // Until Run hands them to llm_composer_.
+  std::unique_ptr<agent::Tokenizer> tokenizer_;
+  std::unique_ptr<LlmComposer> llm_composer_;        // composer "llm" only.
   ReferenceSet references_;
   std::unique_ptr<Journal> journal_;
   std::atomic<bool> stop_{false};

@@ -14,6 +14,7 @@
 #include "common/file.h"
 #include "common/log.h"
 #include "common/text.h"
+#include "data/dataset.h"
 #include "data/filters.h"
 #include "data/journal.h"
 #include "google/protobuf/util/json_util.h"
@@ -191,7 +192,7 @@ absl::StatusOr<std::vector<Task>> LoadTaskSet(const std::string& path) {
     DatasetRecord d;
     const auto st = google::protobuf::util::JsonStringToMessage(std::string(line), &d);
     if (!st.ok()) return absl::InvalidArgumentError(absl::StrCat(path, ":", line_no, ": ", st.ToString()));
-    tasks.push_back(d.task());
+    tasks.push_back(TaskFromDatasetRecord(d));
   }
   return tasks;
 }

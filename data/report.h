@@ -40,7 +40,8 @@ absl::Status WriteOutputs(const DataConfig& config, const OpCatalogue& catalogue
 std::string ReportText(const DataConfig& config, const OpCatalogue& catalogue,
                        const std::vector<CandidateRecord>& records, const RunStats& run);
 
-// Reads a dataset.jsonl into Tasks (what a learner's task_set loader calls).
+// Reads a dataset.jsonl into Tasks (TaskFromDatasetRecord, data/dataset.h);
+// the learner's own loader (learner/rl/job_config.h) reads the same file.
 absl::StatusOr<std::vector<Task>> LoadTaskSet(const std::string& path);
 
 }  // namespace kernelrl

@@ -7,6 +7,7 @@
 #include "absl/strings/strip.h"
 #include "common/config.h"
 #include "common/file.h"
+#include "data/dataset.h"
 #include "google/protobuf/util/json_util.h"
 
 namespace kernelrl::learner::rl {
@@ -135,7 +136,16 @@ absl::StatusOr<std::vector<v1::Task>> LoadTaskSet(const std::string& path) {
     if (line.empty() || line[0] == '#') continue;
     v1::Task t;
     auto s = google::protobuf::util::JsonStringToMessage(std::string(line), &t);
-    if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat(path, ":", line_no, ": ", s.ToString()));
+    if (!s.ok()) {  // Unknown fields fail either parse, so at most one of the two formats fits a line.
+      v1::DatasetRecord record;
+      auto r = google::protobuf::util::JsonStringToMessage(std::string(line), &record);
+      if (!r.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat(path, ":", line_no, ": neither a kernelrl.v1.Task (",
+                                                       s.ToString(), ") nor a kernelrl.v1.DatasetRecord (",
+                                                       r.ToString(), ")"));
+      }
+      t = TaskFromDatasetRecord(record);
+    }
     if (t.id().empty()) return absl::InvalidArgumentError(absl::StrCat(path, ":", line_no, ": task without an id"));
     tasks.push_back(std::move(t));
   }

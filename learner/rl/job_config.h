@@ -24,8 +24,10 @@ absl::StatusOr<v1::LearnerJobConfig> ParseJobConfig(const std::string& text);
 // InvalidArgument naming the field.
 absl::Status ValidateJobSpec(const v1::JobSpec& spec);
 
-// A task set: a file of kernelrl.v1.Task messages, one JSON object per line
-// (protobuf JSON; blank lines and lines starting with '#' skipped).
+// A task set: one JSON object per line (protobuf JSON; blank lines and lines
+// starting with '#' skipped), each a kernelrl.v1.Task (family_gen) or a
+// kernelrl.v1.DatasetRecord (data_synth's dataset.jsonl: its task, with the
+// record's operators and baselines in metadata "dataset.*", data/dataset.h).
 absl::StatusOr<std::vector<v1::Task>> LoadTaskSet(const std::string& path);
 
 }  // namespace kernelrl::learner::rl
