@@ -4,10 +4,10 @@
 // engine's own greedy generation), chat is token-exact exactly when the
 // server's rendering equals the trajectory's, vLLM-style "token_id:N"
 // replies parse, and failures come back as clear absl::Status values.
-// (RolloutRunner itself is not driven here: this binary links LibTorch for
-// the in-process engine, and libtorch.so exports an unversioned
-// std::filesystem::remove_all that the workspace's cleanup binds to and
-// crashes in. The builder calls below are the ones RolloutRunner makes.)
+// RolloutRunner is driven through the completions backend too: this binary
+// links LibTorch for the in-process engine, whose libtorch.so exports an
+// unversioned std::filesystem::remove_all; the workspace's cleanup bound to
+// it and crashed until it moved to common/file's RemoveTree.
 #include "actor/policy_openai.h"
 
 #include <arpa/inet.h>
@@ -15,6 +15,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <filesystem>
 #include <random>
 
 #include "gtest/gtest.h"
@@ -23,6 +24,8 @@
 #include "absl/strings/str_cat.h"
 #include "agent/chat/chat_format.h"
 #include "agent/chat/tools.h"
+#include "actor/rollout.h"
+#include "actor/test_support.h"
 #include "agent/trajectory_builder.h"
 #include "common/file.h"
 #include "learner/policy/openai_server_test_util.h"
@@ -125,6 +128,49 @@ TEST(OpenAIPolicyTest, CompletionsTrajectoryHoldsExactlyWhatTheServerSawAndSampl
       EXPECT_FLOAT_EQ(t.logprobs(static_cast<int>(p.size() + i)), responses[k].logprobs[i]);
     }
   }
+}
+
+// The whole rollout loop through the OpenAI backend against our server, in
+// a binary that links LibTorch: every model token of the trajectory carries
+// the server's log-prob (<= 0) and policy version, the stop reason is set,
+// and the rollout's workspace is gone afterwards.
+TEST(OpenAIPolicyTest, RolloutRunnerDrivesTheServerEndToEnd) {
+  std::mt19937 rng = Rng();
+  std::unique_ptr<OpenAIPolicy> policy = Client(Config("openai_completions"));
+  ASSERT_NE(policy, nullptr);
+  testing::FakeEvaluator eval([](const v1::EvaluateRequest&) {
+    v1::Verdict v;
+    v.set_outcome(v1::Verdict::COMPILE_ERROR);
+    v.set_reward(-1);
+    return v;
+  });
+  v1::RolloutConfig config = testing::TestRolloutConfig(absl::StrCat("openai_rollout_", rng()));
+  config.set_max_turns(3);
+  config.set_max_new_tokens_per_turn(16 + static_cast<int>(rng() % 16));
+  config.set_temperature(1.0f);
+  config.set_final_evaluation(false);
+  RolloutRunner runner(RolloutDeps{policy.get(), &eval, Fixture().tokenizer.get(), &Chat().with_tools, &Chat().plain},
+                       config, "");
+  v1::Task task;
+  task.set_id("cpu/relu");
+  task.set_reference_source("import torch\n# " + Words(&rng, 8) + "\n");
+  RolloutOptions opts;
+  opts.trajectory_id = absl::StrCat("openai-", rng());
+  absl::StatusOr<RolloutResult> r = runner.Run(task, opts);
+  ASSERT_TRUE(r.ok()) << r.status();
+  const v1::Trajectory& t = r->trajectory;
+  EXPECT_FALSE(t.stats().stop_reason().empty());
+  int model_tokens = 0;
+  for (int i = 0; i < t.token_ids_size(); ++i) {
+    if (t.loss_mask(i) != 1) continue;
+    ++model_tokens;
+    EXPECT_LE(t.logprobs(i), 0.0f) << i;
+  }
+  EXPECT_GT(model_tokens, 0);
+  for (const v1::Turn& turn : t.turns()) {
+    if (turn.role() == v1::Turn::ASSISTANT) EXPECT_EQ(turn.policy_version(), learner::testing::kPolicyVersion);
+  }
+  EXPECT_TRUE(std::filesystem::is_empty(config.workspace_root())) << "the rollout's workspace was not removed";
 }
 
 TEST(OpenAIPolicyTest, ChatIsTokenExactWhenTheServerRendersTheSamePrompt) {

@@ -16,6 +16,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/file.h"
+#include "common/log.h"
 
 namespace kernelrl::actor {
 namespace {
@@ -38,11 +40,6 @@ bool IsSnapshotFile(const std::string& rel) {
 }
 
 }  // namespace
-
-void RemoveTree(const std::string& path) {
-  std::error_code ec;
-  std::filesystem::remove_all(path, ec);  // Does not follow symlinks.
-}
 
 absl::StatusOr<std::unique_ptr<RolloutWorkspace>> RolloutWorkspace::Create(const std::string& root,
                                                                            const std::string& reference_source,
@@ -74,7 +71,10 @@ RolloutWorkspace::RolloutWorkspace(std::string top, std::string ws, std::string 
 
 RolloutWorkspace::~RolloutWorkspace() {
   ::close(ws_fd_);
-  RemoveTree(top_);
+  // common/file's RemoveTree (openat/unlinkat, no symlink followed), not
+  // std::filesystem::remove_all: libtorch.so exports an unversioned copy of
+  // that symbol, and a binary linking both bound to it and crashed here.
+  if (absl::Status s = RemoveTree(top_); !s.ok()) KLOG(WARNING) << "actor: workspace not removed: " << s;
 }
 
 absl::StatusOr<std::string> RolloutWorkspace::Normalize(const std::string& path) const {

@@ -61,9 +61,6 @@ class RolloutWorkspace {
   const int ws_fd_;
 };
 
-// Removes a directory tree without following symlinks (best effort).
-void RemoveTree(const std::string& path);
-
 }  // namespace kernelrl::actor
 
 #endif  // KERNELRL_ACTOR_WORKSPACE_H_
