@@ -247,6 +247,7 @@ absl::Status RecipeRunner::RunStage(JobContext* ctx, int stage) {
     std::vector<v1::Task> tasks = tasks_;
     for (v1::Task& t : tasks) {
       if (sc.max_turns() > 0) (*t.mutable_metadata())["max_turns"] = std::to_string(sc.max_turns());
+      (*t.mutable_metadata())["stage"] = st.name;  // actors may pick a policy per stage
     }
     ingest_->SetStage(st.name, std::move(tasks), std::max(1, spec_.rollouts_per_task()),
                       st.kind == Kind::kCollect ? steps : -1);

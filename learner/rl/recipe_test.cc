@@ -136,6 +136,11 @@ void FakeActor(JobManager* m, const std::string& actor_id, std::atomic<bool>* st
       continue;
     }
     for (const v1::TaskLease& lease : leases->leases()) {
+      // Every leased task names its recipe stage (actors may pick a policy by it).
+      if (!lease.task().metadata().count("stage")) {
+        std::fprintf(stderr, "lease %s: task without metadata[\"stage\"]\n", lease.lease_id().c_str());
+        std::_Exit(7);  // the parent asserts the learner exits 0
+      }
       v1::PushTrajectoriesRequest push;
       push.set_lease_id(lease.lease_id());
       *push.mutable_trajectory() = FakeRollout(lease, rng);
