@@ -104,7 +104,10 @@ def check_workload(name, w, configmaps, tmp):
     grpc_port, metrics_port = int(config_field(effective, "grpc_port")), int(config_field(effective, "metrics_port"))
     assert config_field(effective, "listen_address") == "0.0.0.0", f"{where}: listens on loopback only"
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
-    assert ports == {"grpc": grpc_port, "metrics": metrics_port}, f"{where}: ports {ports} vs config"
+    want_ports = {"grpc": grpc_port, "metrics": metrics_port}
+    if config_field(effective, "openai_enabled") == "true":  # The policy server's OpenAI HTTP API.
+        want_ports["openai"] = int(config_field(effective, "openai_port"))
+    assert ports == want_ports, f"{where}: ports {ports} vs config"
     assert container["readinessProbe"]["grpc"]["port"] == grpc_port, f"{where}: readiness probe port"
     if "startupProbe" in container:
         assert container["startupProbe"]["grpc"]["port"] == grpc_port, f"{where}: startup probe port"

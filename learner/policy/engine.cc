@@ -326,6 +326,8 @@ void PolicyEngine::Accept(int s, int32_t token, float logprob) {
   slot.result.output_ids.push_back(token);
   slot.result.logprobs.push_back(logprob);
   slot.last = token;
+  const TokenCallback& on_token = slot.pending->request.on_token;
+  if (on_token) on_token(token, logprob, slot.result.policy_version);
   if (std::find(eos_ids_.begin(), eos_ids_.end(), token) != eos_ids_.end()) return Finish(s, "eos");
   for (const auto& stop : slot.pending->request.sampling.stop_sequences) {
     if (EndsWith(slot.result.output_ids, stop)) return Finish(s, "stop_sequence");

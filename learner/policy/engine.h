@@ -22,11 +22,17 @@
 //    tokens whatever else is in the batch (up to floating-point effects of
 //    batch shape on logits).
 //  * Generate() is thread-safe and blocks until its request finishes.
+//  * GenerationRequest::on_token, when set, sees every output token as it is
+//    sampled, in order: exactly the ids and log-probs of the result, the
+//    stop/eos token included, before Generate() returns. It runs on the
+//    engine thread between decode steps, so it must be quick and must not
+//    call back into the engine.
 #ifndef KERNELRL_LEARNER_POLICY_ENGINE_H_
 #define KERNELRL_LEARNER_POLICY_ENGINE_H_
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -56,10 +62,15 @@ struct SamplingOptions {
   uint64_t seed = 0;         // 0 = the engine draws one.
 };
 
+// Called with each sampled token, its log-prob and the weight version
+// generating it (streaming); see the contract above.
+using TokenCallback = std::function<void(int32_t id, float logprob, int64_t policy_version)>;
+
 struct GenerationRequest {
   std::vector<int32_t> prompt;
   SamplingOptions sampling;
   std::string request_id;
+  TokenCallback on_token;  // Optional.
 };
 
 struct GenerationResult {

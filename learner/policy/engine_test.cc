@@ -179,6 +179,61 @@ TEST(PolicyEngineTest, EosEndsGeneration) {
   EXPECT_EQ(res->output_ids.back(), greedy[3]);
 }
 
+// on_token sees exactly the returned ids and log-probs, in order, for
+// requests batched together (greedy, sampled, stopped, eos-ended), and the
+// result's version; a request without a callback is unaffected.
+TEST(PolicyEngineTest, TokenCallbackSeesExactlyTheResultInOrder) {
+  auto model = TinyModel(6);
+  const Transformer* ref = model.get();
+  std::mt19937 rng(std::random_device{}());
+  const std::vector<int32_t> eos_prompt = RandomPrompt(&rng, 7);
+  const std::vector<int32_t> greedy = ReferenceGreedy(*ref, eos_prompt, 6);
+  EngineOptions o = Options(4);
+  o.eos_ids = {greedy[4]};
+  PolicyEngine engine(std::move(model), 7, "", o);
+  struct Seen {
+    std::vector<int32_t> ids;
+    std::vector<float> logprobs;
+    std::vector<int64_t> versions;
+  };
+  constexpr int kRequests = 6;
+  std::vector<Seen> seen(kRequests);
+  std::vector<GenerationRequest> requests(kRequests);
+  for (int i = 0; i < kRequests; ++i) {
+    GenerationRequest& r = requests[i];
+    r.prompt = i == 0 ? eos_prompt : RandomPrompt(&rng, 3 + static_cast<int>(rng() % 20));
+    r.sampling.temperature = i % 2 == 0 ? 0.0f : 0.9f;
+    r.sampling.max_new_tokens = 5 + static_cast<int>(rng() % 25);
+    r.sampling.seed = 1 + rng() % 100000;
+    if (i == 3) r.sampling.stop_sequences = {{static_cast<int32_t>(rng() % 101)}};
+    if (i == kRequests - 1) continue;  // No callback.
+    r.on_token = [&seen, i](int32_t id, float lp, int64_t version) {
+      seen[i].ids.push_back(id);
+      seen[i].logprobs.push_back(lp);
+      seen[i].versions.push_back(version);
+    };
+  }
+  std::vector<std::future<absl::StatusOr<GenerationResult>>> futures;
+  for (const GenerationRequest& r : requests) {
+    futures.push_back(std::async(std::launch::async, [&engine, r] { return engine.Generate(r); }));
+  }
+  for (int i = 0; i < kRequests; ++i) {
+    absl::StatusOr<GenerationResult> res = futures[i].get();
+    ASSERT_TRUE(res.ok()) << res.status();
+    ASSERT_FALSE(res->output_ids.empty());
+    if (i == 0) {
+      EXPECT_EQ(res->finish_reason, "eos");
+    }
+    if (i == kRequests - 1) {
+      EXPECT_TRUE(seen[i].ids.empty());
+      continue;
+    }
+    EXPECT_EQ(seen[i].ids, res->output_ids) << "request " << i;
+    EXPECT_EQ(seen[i].logprobs, res->logprobs) << "request " << i;  // Bit-exact: the same floats.
+    EXPECT_EQ(seen[i].versions, std::vector<int64_t>(res->output_ids.size(), 7)) << "request " << i;
+  }
+}
+
 TEST(PolicyEngineTest, WeightSwapUnderLoadDropsNothingAndStampsVersions) {
   auto m1 = TinyModel(10);
   auto m2 = TinyModel(20);

@@ -2,11 +2,13 @@
 
 #include <atomic>
 #include <chrono>
+#include <deque>
 #include <future>
 
 #include "httplib.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "common/file.h"
 #include "common/json.h"
 #include "common/log.h"
@@ -31,6 +33,104 @@ std::string NewId(const char* prefix) {
   const uint64_t t = static_cast<uint64_t>(std::chrono::system_clock::now().time_since_epoch().count());
   return absl::StrCat(prefix, absl::Hex(t, absl::kZeroPad16), absl::Hex(counter.fetch_add(1), absl::kZeroPad8));
 }
+
+// A streamed request: its generations feed tokens and results in (engine
+// thread, Generate's callers), the HTTP worker drains them as SSE payloads
+// through the choices' ChoiceStreams.
+class StreamedReply {
+ public:
+  struct Item {
+    size_t choice = 0;
+    bool finished = false;  // Else a token.
+    int32_t id = 0;
+    float logprob = 0;
+    int64_t version = 0;
+    absl::StatusOr<GenerationResult> result;
+  };
+  // Thread-safe queue between the producers and Next().
+  struct Feed {
+    absl::Mutex mu;
+    std::deque<Item> items ABSL_GUARDED_BY(mu);
+    void Push(Item item) ABSL_LOCKS_EXCLUDED(mu) {
+      absl::MutexLock lock(&mu);
+      items.push_back(std::move(item));
+    }
+    Item Pop() ABSL_LOCKS_EXCLUDED(mu) {
+      absl::MutexLock lock(&mu);
+      mu.Await(absl::Condition(+[](std::deque<Item>* q) { return !q->empty(); }, &items));
+      Item item = std::move(items.front());
+      items.pop_front();
+      return item;
+    }
+  };
+
+  StreamedReply(openai::ReplyContext ctx, openai::ApiRequest req, size_t n)
+      : ctx_(std::move(ctx)), req_(std::move(req)), choices_(n) {
+    streams_.reserve(n);
+    for (size_t i = 0; i < n; ++i) streams_.emplace_back(ctx_, req_, i);
+  }
+  ~StreamedReply() { work_.clear(); }  // Waits for the generations (they feed feed_ only).
+
+  std::shared_ptr<Feed> feed() const { return feed_; }
+  void Add(size_t choice, int prompt_index, std::future<void> work) {
+    choices_[choice].prompt_index = prompt_index;
+    work_.push_back(std::move(work));
+  }
+
+  // Waits for the first token or result: a failure before anything was
+  // streamed is returned (after every generation ended) to be answered with
+  // its HTTP status.
+  absl::Status EarlyError() {
+    Item first = feed_->Pop();
+    if (first.finished && !first.result.ok()) {
+      work_.clear();
+      return first.result.status();
+    }
+    Take(std::move(first));
+    return absl::OkStatus();
+  }
+
+  std::string Next() {
+    while (out_.empty()) Take(feed_->Pop());
+    std::string e = std::move(out_.front());
+    out_.pop_front();
+    return e;
+  }
+
+ private:
+  void Take(Item item) {
+    auto emit = [this](std::vector<std::string> events) {
+      if (!failed_.ok()) return;
+      for (std::string& e : events) out_.push_back(std::move(e));
+    };
+    openai::ChoiceStream& stream = streams_[item.choice];
+    if (!item.finished) {
+      emit(stream.Token(item.id, item.logprob, item.version));
+      return;
+    }
+    ++finished_;
+    if (!item.result.ok() && failed_.ok()) {
+      failed_ = item.result.status();
+      out_.push_back(openai::ErrorBody(failed_).Dump());
+    } else if (item.result.ok()) {
+      choices_[item.choice].result = *item.result;
+      emit(stream.Finish(*item.result));
+    }
+    if (finished_ < choices_.size()) return;
+    if (failed_.ok() && req_.include_usage) out_.push_back(openai::UsageChunk(ctx_, req_, choices_));
+    out_.push_back("[DONE]");
+  }
+
+  const openai::ReplyContext ctx_;
+  const openai::ApiRequest req_;
+  std::shared_ptr<Feed> feed_ = std::make_shared<Feed>();
+  std::vector<openai::ChoiceStream> streams_;
+  std::vector<openai::Choice> choices_;
+  size_t finished_ = 0;
+  absl::Status failed_;
+  std::deque<std::string> out_;
+  std::vector<std::future<void>> work_;
+};
 
 int64_t UnixNow() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
@@ -92,17 +192,58 @@ HttpReply OpenAIServer::Generate(const std::string& path, const std::string& bod
 
   // Every (prompt, choice) at once: the engine batches them.
   const std::string id = NewId(chat ? "chatcmpl-" : "cmpl-");
+  const openai::ReplyContext ctx{id, UnixNow(), options_.model_name, tokenizer_};
+  auto engine_request = [&](size_t p, int j) {
+    GenerationRequest g;
+    g.prompt = req->prompts[p];
+    g.sampling = req->sampling;
+    if (g.sampling.seed != 0) g.sampling.seed += static_cast<uint64_t>(p * req->n + j);
+    g.request_id = absl::StrCat(id, "/", p * req->n + j);
+    return g;
+  };
+  // The engine validates ids against the model's vocabulary.
+  auto error_reply = [&](const absl::Status& failed) {
+    if (failed.code() == absl::StatusCode::kInvalidArgument) {
+      return ErrorReply(openai::BadParam(chat ? "messages" : "prompt", std::string(failed.message())));
+    }
+    return ErrorReply(failed);
+  };
+  if (req->stream) {
+    const size_t n = req->prompts.size() * static_cast<size_t>(req->n);
+    auto reply = std::make_shared<StreamedReply>(ctx, *req, n);
+    std::shared_ptr<StreamedReply::Feed> feed = reply->feed();
+    for (size_t p = 0; p < req->prompts.size(); ++p) {
+      for (int j = 0; j < req->n; ++j) {
+        const size_t c = p * static_cast<size_t>(req->n) + static_cast<size_t>(j);
+        GenerationRequest g = engine_request(p, j);
+        g.on_token = [feed, c](int32_t token, float logprob, int64_t version) {
+          StreamedReply::Item item;
+          item.choice = c;
+          item.id = token;
+          item.logprob = logprob;
+          item.version = version;
+          feed->Push(std::move(item));
+        };
+        reply->Add(c, static_cast<int>(p), std::async(std::launch::async, [this, feed, c, g = std::move(g)]() mutable {
+          StreamedReply::Item done;
+          done.choice = c;
+          done.finished = true;
+          done.result = engine_->Generate(std::move(g));
+          feed->Push(std::move(done));
+        }));
+      }
+    }
+    if (absl::Status s = reply->EarlyError(); !s.ok()) return error_reply(s);
+    HttpReply r;
+    r.next_event = [reply] { return reply->Next(); };
+    return r;
+  }
   std::vector<std::future<absl::StatusOr<GenerationResult>>> futures;
   std::vector<openai::Choice> choices;
   for (size_t p = 0; p < req->prompts.size(); ++p) {
     for (int j = 0; j < req->n; ++j) {
-      GenerationRequest g;
-      g.prompt = req->prompts[p];
-      g.sampling = req->sampling;
-      if (g.sampling.seed != 0) g.sampling.seed += static_cast<uint64_t>(p * req->n + j);
-      g.request_id = absl::StrCat(id, "/", p * req->n + j);
       choices.push_back({static_cast<int>(p), {}});
-      futures.push_back(std::async(std::launch::async, [this, g = std::move(g)]() mutable {
+      futures.push_back(std::async(std::launch::async, [this, g = engine_request(p, j)]() mutable {
         return engine_->Generate(std::move(g));
       }));
     }
@@ -116,17 +257,8 @@ HttpReply OpenAIServer::Generate(const std::string& path, const std::string& bod
     }
     choices[i].result = *std::move(r);
   }
-  if (!failed.ok()) {
-    // The engine validates ids against the model's vocabulary.
-    if (failed.code() == absl::StatusCode::kInvalidArgument) return ErrorReply(openai::BadParam(chat ? "messages" : "prompt", std::string(failed.message())));
-    return ErrorReply(failed);
-  }
-  openai::ReplyContext ctx{id, UnixNow(), options_.model_name, tokenizer_};
-  if (!req->stream) return JsonReply(200, openai::CompletionResponse(ctx, *req, choices));
-  HttpReply r;
-  r.streaming = true;
-  r.events = openai::CompletionChunks(ctx, *req, choices);
-  return r;
+  if (!failed.ok()) return error_reply(failed);
+  return JsonReply(200, openai::CompletionResponse(ctx, *req, choices));
 }
 
 absl::StatusOr<int> OpenAIServer::Start(const std::string& address, int port) {
@@ -138,21 +270,20 @@ absl::StatusOr<int> OpenAIServer::Start(const std::string& address, int port) {
   auto serve = [this](const httplib::Request& req, httplib::Response& res) {
     HttpReply reply = Handle(req.method, req.path, req.body);
     res.status = reply.status;
-    if (!reply.streaming) {
+    if (reply.next_event == nullptr) {
       res.set_content(reply.body, "application/json");
       return;
     }
-    auto events = std::make_shared<std::vector<std::string>>(std::move(reply.events));
-    auto next = std::make_shared<size_t>(0);
     res.set_header("Cache-Control", "no-cache");
-    res.set_chunked_content_provider("text/event-stream", [events, next](size_t, httplib::DataSink& sink) {
-      if (*next < events->size()) {
-        const std::string frame = absl::StrCat("data: ", (*events)[(*next)++], "\n\n");
-        if (!sink.write(frame.data(), frame.size())) return false;
-      }
-      if (*next == events->size()) sink.done();
-      return true;
-    });
+    // Blocks this worker on the generation, one chunk at a time.
+    res.set_chunked_content_provider("text/event-stream",
+                                     [next = std::move(reply.next_event)](size_t, httplib::DataSink& sink) {
+                                       const std::string event = next();
+                                       const std::string frame = absl::StrCat("data: ", event, "\n\n");
+                                       if (!sink.write(frame.data(), frame.size())) return false;
+                                       if (event == "[DONE]") sink.done();
+                                       return true;
+                                     });
   };
   // Every route goes through Handle() (unknown ones answer 404 JSON there).
   const std::string any = R"(/.*)";

@@ -11,17 +11,21 @@
 // cause (400 bad request, 404 unknown model or route, 405 wrong method, 503
 // engine stopping, 500 otherwise).
 //
-// Streaming: the engine hands back a finished generation (it has no
-// per-token callback), so `stream: true` sends the whole generation as one
-// SSE chunk per token once it is done: clients see the standard stream, but
-// the first chunk arrives after the last token is sampled.
+// Streaming: each choice's chunks go out as the engine samples its tokens
+// (PolicyEngine's on_token), a token's chunk held back only while a later
+// token may still make it the last one or part of a stop string
+// (openai::ChoiceStream); choices of one request interleave, by index. An
+// error before any token answers with its HTTP status as a plain request
+// does; one after the stream began is sent as an {"error": ...} event before
+// [DONE].
 //
 // Threads: httplib's pool of `threads` workers; each request blocks one on
-// PolicyEngine::Generate (choices of one request run concurrently and batch
+// PolicyEngine::Generate (a stream: on its next chunk) (choices of one request run concurrently and batch
 // in the engine). Handle() is the whole server without a socket.
 #ifndef KERNELRL_LEARNER_POLICY_OPENAI_SERVER_H_
 #define KERNELRL_LEARNER_POLICY_OPENAI_SERVER_H_
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -46,9 +50,11 @@ struct OpenAIServerOptions {
 
 struct HttpReply {
   int status = 200;
-  std::string body;                 // JSON, unless `events` is used.
-  bool streaming = false;
-  std::vector<std::string> events;  // SSE payloads, sent as "data: <payload>\n\n".
+  std::string body;  // JSON, unless streaming.
+  // Streaming (else null): blocks until the next SSE payload, sent as
+  // "data: <payload>\n\n"; the last one is "[DONE]". Holding it keeps the
+  // generation's state; dropping it waits for the generation to end.
+  std::function<std::string()> next_event;
 };
 
 class OpenAIServer {

@@ -414,68 +414,126 @@ Json CompletionResponse(const ReplyContext& ctx, const ApiRequest& req, const st
   return out;
 }
 
+ChoiceStream::ChoiceStream(const ReplyContext& ctx, const ApiRequest& req, size_t index)
+    : ctx_(ctx), req_(req), index_(index) {
+  for (const std::vector<int32_t>& stop : req.stop_strings) holdback_ = std::max(holdback_, stop.size());
+}
+
+std::string ChoiceStream::Chunk(Json delta_or_text, Json logprobs, Json finish, Json token_ids) const {
+  const bool chat = req_.endpoint == Endpoint::kChat;
+  Json c = Json::Object({{"index", Json::Int(static_cast<int64_t>(index_))}});
+  c.Set(chat ? "delta" : "text", std::move(delta_or_text));
+  c.Set("logprobs", std::move(logprobs));
+  c.Set("finish_reason", std::move(finish));
+  if (req_.return_token_ids) c.Set("token_ids", std::move(token_ids));
+  Json e = Envelope(ctx_, chat ? "chat.completion.chunk" : "text_completion", seen_.policy_version);
+  e.Set("choices", Json::Array({std::move(c)}));
+  return e.Dump();
+}
+
+void ChoiceStream::Start(int64_t policy_version, std::vector<std::string>* events) {
+  if (started_) return;
+  started_ = true;
+  seen_.policy_version = policy_version;
+  if (req_.endpoint != Endpoint::kChat) return;
+  Json first = Json::Object({{"index", Json::Int(static_cast<int64_t>(index_))},
+                             {"delta", Json::Object({{"role", Json::String("assistant")},
+                                                     {"content", Json::String("")}})},
+                             {"logprobs", Json::Null()},
+                             {"finish_reason", Json::Null()}});
+  if (req_.return_token_ids) first.Set("token_ids", Json::Array());
+  Json e = Envelope(ctx_, "chat.completion.chunk", policy_version);
+  e.Set("choices", Json::Array({std::move(first)}));
+  if (req_.return_token_ids) e.Set("prompt_token_ids", IdArray(req_.prompts[0]));
+  events->push_back(e.Dump());
+}
+
+// Token t's chunk. Text is held back while it ends inside a UTF-8 character,
+// and a stop string's tokens add no text.
+void ChoiceStream::Send(size_t t, bool shown, bool last, std::vector<std::string>* events) {
+  const bool chat = req_.endpoint == Endpoint::kChat;
+  const int32_t id = seen_.output_ids[t];
+  const std::string raw = ctx_.tokenizer->Decode({id}, req_.skip_special);
+  if (shown) pending_ += raw;
+  std::string delta;
+  if (last) {
+    delta = SanitizeUtf8(pending_);
+    pending_.clear();
+  } else {
+    const size_t n = CompleteUtf8Prefix(pending_);
+    delta = SanitizeUtf8(absl::string_view(pending_).substr(0, n));
+    pending_.erase(0, n);
+  }
+  Json text = chat ? Json::Object({{"content", Json::String(delta)}}) : Json::String(delta);
+  Json lp = Json::Null();
+  if (req_.logprobs) {
+    TokenPieces p;
+    p.raw.push_back(raw);
+    p.display.push_back(req_.tokens_as_ids ? absl::StrCat("token_id:", id)
+                                           : SanitizeUtf8(ctx_.tokenizer->Decode({id}, false)));
+    GenerationResult one;
+    one.logprobs.push_back(seen_.logprobs[t]);
+    lp = chat ? ChatLogprobs(p, one, 0, 1) : CompletionLogprobs(p, one, 0, 1, offset_);
+  }
+  offset_ += raw.size();
+  Json finish = last && !chat ? Json::String(FinishReason(seen_.finish_reason)) : Json::Null();
+  events->push_back(Chunk(std::move(text), std::move(lp), std::move(finish), IdArray({id})));
+}
+
+std::vector<std::string> ChoiceStream::Token(int32_t id, float logprob, int64_t policy_version) {
+  std::vector<std::string> events;
+  Start(policy_version, &events);
+  seen_.output_ids.push_back(id);
+  seen_.logprobs.push_back(logprob);
+  // Token t is neither the last nor inside a trailing stop string once
+  // holdback_ (>= 1) tokens follow it.
+  while (sent_ + holdback_ < seen_.output_ids.size()) Send(sent_++, /*shown=*/true, /*last=*/false, &events);
+  return events;
+}
+
+std::vector<std::string> ChoiceStream::Finish(const GenerationResult& result) {
+  std::vector<std::string> events;
+  Start(result.policy_version, &events);
+  const int64_t version = seen_.policy_version;
+  seen_ = result;  // The tokens seen so far are its prefix.
+  seen_.policy_version = version;
+  const size_t shown = ShownTokens(req_, result);
+  const size_t n = result.output_ids.size();
+  while (sent_ < n) {
+    const size_t t = sent_++;
+    Send(t, t < shown, t + 1 == n, &events);
+  }
+  if (req_.endpoint == Endpoint::kChat || n == 0) {
+    Json empty = req_.endpoint == Endpoint::kChat ? Json::Object() : Json::String("");
+    events.push_back(Chunk(std::move(empty), Json::Null(), Json::String(FinishReason(result.finish_reason)),
+                           Json::Array()));
+  }
+  return events;
+}
+
+std::string UsageChunk(const ReplyContext& ctx, const ApiRequest& req, const std::vector<Choice>& choices) {
+  Json e = Envelope(ctx, req.endpoint == Endpoint::kChat ? "chat.completion.chunk" : "text_completion",
+                    Version(choices));
+  e.Set("choices", Json::Array());
+  e.Set("usage", Usage(req, choices));
+  return e.Dump();
+}
+
 std::vector<std::string> CompletionChunks(const ReplyContext& ctx, const ApiRequest& req,
                                           const std::vector<Choice>& choices) {
-  const bool chat = req.endpoint == Endpoint::kChat;
-  const std::string object = chat ? "chat.completion.chunk" : "text_completion";
   const int64_t version = Version(choices);
   std::vector<std::string> events;
-  auto chunk = [&](size_t index, Json delta_or_text, Json logprobs, Json finish, Json token_ids) {
-    Json c = Json::Object({{"index", Json::Int(static_cast<int64_t>(index))}});
-    c.Set(chat ? "delta" : "text", std::move(delta_or_text));
-    c.Set("logprobs", std::move(logprobs));
-    c.Set("finish_reason", std::move(finish));
-    if (req.return_token_ids) c.Set("token_ids", std::move(token_ids));
-    Json e = Envelope(ctx, object, version);
-    e.Set("choices", Json::Array({std::move(c)}));
-    return e;
-  };
   for (size_t i = 0; i < choices.size(); ++i) {
     const GenerationResult& r = choices[i].result;
-    const TokenPieces p = Pieces(ctx, req, r.output_ids);
-    const size_t shown = ShownTokens(req, r);
-    if (chat) {
-      Json first = chunk(i, Json::Object({{"role", Json::String("assistant")}, {"content", Json::String("")}}),
-                         Json::Null(), Json::Null(), Json::Array());
-      if (req.return_token_ids) first.Set("prompt_token_ids", IdArray(req.prompts[0]));
-      events.push_back(first.Dump());
-    }
-    // One chunk per token; text is held back while it ends inside a UTF-8
-    // character, and a stop string's tokens add no text.
-    std::string pending;
-    size_t offset = 0;
+    ChoiceStream stream(ctx, req, i);
     for (size_t t = 0; t < r.output_ids.size(); ++t) {
-      if (t < shown) pending += p.raw[t];
-      std::string delta;
-      if (t + 1 == r.output_ids.size()) {
-        delta = SanitizeUtf8(pending);
-        pending.clear();
-      } else {
-        const size_t n = CompleteUtf8Prefix(pending);
-        delta = SanitizeUtf8(absl::string_view(pending).substr(0, n));
-        pending.erase(0, n);
-      }
-      const bool last = t + 1 == r.output_ids.size();
-      Json text = chat ? Json::Object({{"content", Json::String(delta)}}) : Json::String(delta);
-      Json lp = !req.logprobs ? Json::Null()
-                : chat        ? ChatLogprobs(p, r, t, t + 1)
-                              : CompletionLogprobs(p, r, t, t + 1, offset);
-      offset += p.raw[t].size();
-      Json finish = last && !chat ? Json::String(FinishReason(r.finish_reason)) : Json::Null();
-      events.push_back(chunk(i, std::move(text), std::move(lp), std::move(finish), IdArray({r.output_ids[t]})).Dump());
+      for (std::string& e : stream.Token(r.output_ids[t], r.logprobs[t], version)) events.push_back(std::move(e));
     }
-    if (chat || r.output_ids.empty()) {
-      Json empty = chat ? Json::Object() : Json::String("");
-      events.push_back(
-          chunk(i, std::move(empty), Json::Null(), Json::String(FinishReason(r.finish_reason)), Json::Array()).Dump());
-    }
+    GenerationResult stamped = r;
+    stamped.policy_version = version;
+    for (std::string& e : stream.Finish(stamped)) events.push_back(std::move(e));
   }
-  if (req.include_usage) {
-    Json e = Envelope(ctx, object, version);
-    e.Set("choices", Json::Array());
-    e.Set("usage", Usage(req, choices));
-    events.push_back(e.Dump());
-  }
+  if (req.include_usage) events.push_back(UsageChunk(ctx, req, choices));
   events.push_back("[DONE]");
   return events;
 }

@@ -90,6 +90,40 @@ Json CompletionResponse(const ReplyContext& ctx, const ApiRequest& req, const st
 std::vector<std::string> CompletionChunks(const ReplyContext& ctx, const ApiRequest& req,
                                           const std::vector<Choice>& choices);
 
+// One choice's SSE payloads while it is generated (CompletionChunks feeds
+// one per choice too, so both paths send the same bytes). A token's chunk
+// goes out once the tokens after it show it is neither the last one (whose
+// chunk carries the completions finish_reason) nor inside a trailing stop
+// string (left out of the text): the longest stop string's length, at least
+// one token, of lag. Chat's role chunk comes first. ctx and req must outlive
+// the stream; not thread-safe.
+class ChoiceStream {
+ public:
+  ChoiceStream(const ReplyContext& ctx, const ApiRequest& req, size_t index);
+  // The chunks that became final with this token (the engine's on_token).
+  std::vector<std::string> Token(int32_t id, float logprob, int64_t policy_version);
+  // The rest, the finish chunk included, once the engine returned `result`
+  // (whose output the tokens passed to Token() begin).
+  std::vector<std::string> Finish(const GenerationResult& result);
+
+ private:
+  void Start(int64_t policy_version, std::vector<std::string>* events);
+  void Send(size_t t, bool shown, bool last, std::vector<std::string>* events);
+  std::string Chunk(Json delta_or_text, Json logprobs, Json finish, Json token_ids) const;
+
+  const ReplyContext& ctx_;
+  const ApiRequest& req_;
+  const size_t index_;
+  size_t holdback_ = 1;
+  bool started_ = false;
+  GenerationResult seen_;   // Tokens so far; the version of the first.
+  size_t sent_ = 0;         // Tokens whose chunk is out.
+  std::string pending_;     // Text not yet sent (an incomplete UTF-8 character).
+  size_t offset_ = 0;       // Completions text_offset of the next token.
+};
+// The stream_options.include_usage chunk (after every choice's last chunk).
+std::string UsageChunk(const ReplyContext& ctx, const ApiRequest& req, const std::vector<Choice>& choices);
+
 // OpenAI's error shape: {"error": {"message", "type", "param", "code"}}, and
 // the HTTP status for an absl code.
 int HttpStatusFor(const absl::Status& status);

@@ -3,6 +3,8 @@
 // the engine's own greedy generation (ids, log-probs, version), streamed
 // chunks add up to the plain response, chat prompts are ChatFormat's
 // rendering, and every bad request gets OpenAI's error shape and status.
+#include <algorithm>
+#include <map>
 #include <random>
 #include <thread>
 
@@ -242,6 +244,174 @@ TEST(OpenAIServerTest, StreamedChunksAddUpToThePlainResponse) {
     EXPECT_EQ(finish, pc.GetString("finish_reason", "").value());
     EXPECT_TRUE(usage);
     EXPECT_EQ(role, chat);
+  }
+}
+
+// A streamed POST read frame by frame as the bytes arrive, each payload
+// stamped with the engine's completed-request count when it arrived.
+struct Streamed {
+  int status = 0;
+  std::vector<std::string> events;
+  std::vector<int64_t> completed_at;
+};
+
+Streamed PostStreaming(const std::string& path, const Json& body) {
+  httplib::Client c("127.0.0.1", Fixture().port);
+  c.set_read_timeout(300, 0);
+  httplib::Request req;
+  req.method = "POST";
+  req.path = path;
+  req.body = body.Dump();
+  req.set_header("Content-Type", "application/json");
+  Streamed out;
+  std::string buffer;
+  req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
+    buffer.append(data, n);
+    for (size_t end; (end = buffer.find("\n\n")) != std::string::npos; buffer.erase(0, end + 2)) {
+      out.completed_at.push_back(Fixture().engine->GetInfo().requests_completed);
+      const std::string frame = buffer.substr(0, end);
+      EXPECT_TRUE(absl::StartsWith(frame, "data: ")) << frame;
+      out.events.push_back(frame.substr(std::min<size_t>(6, frame.size())));
+    }
+    return true;
+  };
+  httplib::Result r = c.send(req);
+  EXPECT_TRUE(r) << httplib::to_string(r.error());
+  if (r) out.status = r->status;
+  EXPECT_TRUE(buffer.empty()) << buffer;
+  return out;
+}
+
+// Per choice index: the streamed token ids, text, log-probs and finish reason.
+struct StreamedChoice {
+  std::vector<int32_t> ids;
+  std::string text, finish;
+  std::vector<double> logprobs;
+};
+
+std::map<int64_t, StreamedChoice> Assemble(const std::vector<std::string>& events) {
+  std::map<int64_t, StreamedChoice> out;
+  for (const std::string& payload : events) {
+    if (payload == "[DONE]") continue;
+    Json e = *ParseJson(payload);
+    for (const Json& c : e.Find("choices")->items()) {
+      StreamedChoice& sc = out[c.GetInt("index", -1).value()];
+      const std::vector<int32_t> step = Ids(c.Find("token_ids"));
+      sc.ids.insert(sc.ids.end(), step.begin(), step.end());
+      sc.text += c.GetString("text", "").value();
+      if (const Json* lp = c.Find("logprobs"); lp != nullptr && lp->is_object()) {
+        for (const Json& x : lp->Find("token_logprobs")->items()) sc.logprobs.push_back(x.number());
+      }
+      if (const Json* f = c.Find("finish_reason"); f != nullptr && f->is_string()) sc.finish = f->str();
+    }
+  }
+  return out;
+}
+
+// Chunks leave as tokens are sampled: the first token's chunk reaches the
+// client before the engine has completed the (long, greedy) request, and
+// the chunks add up to the plain reply for the same request.
+TEST(OpenAIServerTest, StreamSendsTokensWhileTheReplyIsStillBeingGenerated) {
+  std::mt19937 rng = Rng();
+  constexpr int kLong = 400;
+  std::vector<int32_t> prompt;
+  GenerationResult want;
+  for (int attempt = 0; attempt < 8 && static_cast<int>(want.output_ids.size()) < kLong; ++attempt) {
+    std::vector<int32_t> p = testing::RandomIds(&rng, 3, 30);
+    GenerationResult g = testing::EngineGreedy(p, kLong);
+    if (g.output_ids.size() > want.output_ids.size()) {
+      prompt = std::move(p);
+      want = std::move(g);
+    }
+  }
+  ASSERT_GE(want.output_ids.size(), 200u) << "every greedy reply hit eos early";
+  Json body = Json::Object({{"prompt", IdArray(prompt)},
+                            {"max_tokens", Json::Int(kLong)},
+                            {"temperature", Json::Int(0)},
+                            {"logprobs", Json::Int(0)},
+                            {"return_token_ids", Json::Bool(true)},
+                            {"stream_options", Json::Object({{"include_usage", Json::Bool(true)}})}});
+  Reply plain = Post("/v1/completions", body);
+  ASSERT_EQ(plain.status, 200) << plain.body;
+  const Json& pc = plain.json.Find("choices")->items().at(0);
+  ASSERT_EQ(Ids(pc.Find("token_ids")), want.output_ids);
+
+  body.Set("stream", Json::Bool(true));
+  const int64_t before = Fixture().engine->GetInfo().requests_completed;
+  Streamed s = PostStreaming("/v1/completions", body);
+  ASSERT_EQ(s.status, 200);
+  ASSERT_GE(s.events.size(), want.output_ids.size() + 2);  // A chunk per token, usage, [DONE].
+  EXPECT_EQ(s.events.back(), "[DONE]");
+  size_t first_token = 0;
+  while (first_token < s.events.size() && Ids(ParseJson(s.events[first_token])
+                                                  ->Find("choices")->items().at(0).Find("token_ids")).empty()) {
+    ++first_token;
+  }
+  ASSERT_LT(first_token, s.events.size());
+  // This request is the engine's only one now: completed moves by exactly one, at its end.
+  EXPECT_EQ(s.completed_at[first_token], before) << "the first token arrived after generation had finished";
+  EXPECT_EQ(s.completed_at.back(), before + 1);
+  const int64_t early = std::count(s.completed_at.begin(), s.completed_at.end(), before);
+  std::printf("%lld of %zu chunks arrived before the %zu-token generation finished\n",
+              static_cast<long long>(early), s.events.size(), want.output_ids.size());
+
+  std::map<int64_t, StreamedChoice> got = Assemble(s.events);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].ids, want.output_ids);
+  EXPECT_EQ(got[0].text, pc.GetString("text", "").value());
+  ASSERT_EQ(got[0].logprobs.size(), want.logprobs.size());
+  for (size_t i = 0; i < want.logprobs.size(); ++i) EXPECT_NEAR(got[0].logprobs[i], want.logprobs[i], 1e-5);
+  EXPECT_EQ(got[0].finish, pc.GetString("finish_reason", "").value());
+  const Json usage = *ParseJson(s.events[s.events.size() - 2]);
+  EXPECT_EQ(usage.Find("usage")->GetInt("completion_tokens", -1).value(),
+            static_cast<int64_t>(want.output_ids.size()));
+}
+
+// A stop string spanning tokens (the chunks lag by its length) and several
+// choices streamed together: each index adds up to its plain choice.
+TEST(OpenAIServerTest, StreamedStopStringsAndSeveralChoicesEqualThePlainResponse) {
+  std::mt19937 rng = Rng();
+  // Three greedy tokens (not the first two) whose text encodes back to
+  // them: a stop string the greedy choices end on.
+  std::vector<int32_t> prompt;
+  std::string stop;
+  for (int attempt = 0; attempt < 20 && stop.empty(); ++attempt) {
+    prompt = testing::RandomIds(&rng, 4, 30);
+    const GenerationResult want = testing::EngineGreedy(prompt, 24);
+    for (size_t at = 2; at + 3 <= want.output_ids.size() && stop.empty(); ++at) {
+      const std::vector<int32_t> ids(want.output_ids.begin() + at, want.output_ids.begin() + at + 3);
+      const std::string text = Fixture().tokenizer->Decode(ids);
+      if (Fixture().tokenizer->Encode(text) == ids) stop = text;
+    }
+  }
+  ASSERT_FALSE(stop.empty()) << "no 3-token stretch of 20 greedy replies round-trips";
+  for (const double temperature : {0.0, 0.8}) {
+    Json body = Json::Object({{"prompt", IdArray(prompt)},
+                              {"max_tokens", Json::Int(24)},
+                              {"temperature", Json::Number(temperature)},
+                              {"seed", Json::Int(1 + rng() % 100000)},
+                              {"n", Json::Int(3)},
+                              {"stop", Json::String(stop)},
+                              {"logprobs", Json::Int(0)},
+                              {"return_token_ids", Json::Bool(true)}});
+    Reply plain = Post("/v1/completions", body);
+    ASSERT_EQ(plain.status, 200) << plain.body;
+    body.Set("stream", Json::Bool(true));
+    Streamed s = PostStreaming("/v1/completions", body);
+    ASSERT_EQ(s.status, 200);
+    EXPECT_EQ(s.events.back(), "[DONE]");
+    std::map<int64_t, StreamedChoice> got = Assemble(s.events);
+    ASSERT_EQ(got.size(), 3u);
+    for (const Json& c : plain.json.Find("choices")->items()) {
+      const StreamedChoice& sc = got[c.GetInt("index", -1).value()];
+      EXPECT_EQ(sc.ids, Ids(c.Find("token_ids"))) << "temperature " << temperature;
+      EXPECT_EQ(sc.text, c.GetString("text", "").value()) << "temperature " << temperature;
+      EXPECT_EQ(sc.finish, c.GetString("finish_reason", "").value());
+      EXPECT_EQ(sc.logprobs.size(), sc.ids.size());
+      if (temperature == 0) {
+        EXPECT_EQ(sc.finish, "stop") << "the greedy choices end on the stop string";
+      }
+    }
   }
 }
 
