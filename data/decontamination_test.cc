@@ -2,6 +2,10 @@
 // default ../shared): a lightly edited copy of a KernelBench task is found
 // above the 0.9 threshold and named; an unrelated synthesised task stays
 // below it; the dedup hash ignores names and constants but not operators.
+// Where KernelBench is absent (CI), the same checks run against a small
+// corpus of our own KernelBench-format programs (data/testdata/own_corpus):
+// the path is a parameter of decontamination, so the logic is the same.
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -33,7 +37,11 @@ class DecontaminationTest : public ::testing::Test {
     const fs::path repo = fs::canonical(fs::current_path() / "data" / "testdata" / "pass.py", ec)
                               .parent_path().parent_path().parent_path();
     kb_ = (env ? fs::path(env) : repo.parent_path() / "shared") / "kernelbench";
-    if (!fs::exists(kb_ / "level2")) GTEST_SKIP() << "no KernelBench at " << kb_;
+    if (!fs::exists(kb_ / "level2")) {
+      std::printf("no KernelBench at %s: using data/testdata/own_corpus\n", kb_.string().c_str());
+      kb_ = fs::current_path() / "data" / "testdata" / "own_corpus";
+      own_corpus_ = true;
+    }
     PythonWorker::Options o;
     o.harness_root = fs::current_path().string();
     worker_ = std::make_unique<PythonWorker>(o);
@@ -48,6 +56,7 @@ class DecontaminationTest : public ::testing::Test {
     return fp.ok() ? *fp : AstFingerprint();
   }
   fs::path kb_;
+  bool own_corpus_ = false;
   std::unique_ptr<PythonWorker> worker_;
 };
 
@@ -61,8 +70,9 @@ TEST_F(DecontaminationTest, LightlyEditedCopyIsCaughtUnrelatedTaskIsKept) {
       if (fp.ok()) refs.Add(std::string(level) + "/" + e.path().stem().string(), *fp);
     }
   }
-  ASSERT_GT(refs.size(), 150u);
-  const std::string original = Read(kb_ / "level2" / "12_Gemm_Multiply_LeakyReLU.py");
+  ASSERT_GT(refs.size(), own_corpus_ ? 3u : 150u);
+  const std::string target = own_corpus_ ? "linear_scale_leaky" : "12_Gemm_Multiply_LeakyReLU";
+  const std::string original = Read(kb_ / "level2" / (target + ".py"));
   // Renamed attributes and locals, other constants, a new docstring and comment.
   const std::string edited = absl::StrReplaceAll(
       original, {{"self.gemm", "self.fc"}, {"self.leaky_relu", "self.act"}, {"x = ", "h = "}, {"(x)", "(h)"},
@@ -71,7 +81,7 @@ TEST_F(DecontaminationTest, LightlyEditedCopyIsCaughtUnrelatedTaskIsKept) {
   ASSERT_NE(edited, original);
   const Nearest copy = refs.Closest(PrintOf(edited, "edited"));
   EXPECT_GT(copy.similarity, 0.9);
-  EXPECT_EQ(copy.name, "level2/12_Gemm_Multiply_LeakyReLU");
+  EXPECT_EQ(copy.name, "level2/" + target);
 
   const std::string unrelated = Read(fs::current_path() / "data" / "testdata" / "runtime_ok.py");
   const Nearest far = refs.Closest(PrintOf(unrelated, "unrelated"));
