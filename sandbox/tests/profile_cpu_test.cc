@@ -99,10 +99,12 @@ class ProfileCpuTest : public ::testing::Test {
     p.set_l2_flush_multiple(kFlushMultiple);
     // The CPU executor's per-call cost beyond forward (JSON over pipes, tensors
     // through tmpfs files) is calibrated at start, as a GPU worker does, from
-    // two runs of the honest CPU ReLU; the margin is wide because the other
-    // tests load this 2-core machine unevenly while the suite runs.
+    // two runs of the honest CPU ReLU; the margin is wide (3x the largest
+    // overhead seen) because the other tests load this 2-core machine
+    // unevenly while the suite runs. The forged timings claim 20-400x less
+    // than the outside clock says, so they are caught all the same.
     p.set_outside_overhead_us(1);  // replaced by the calibration (asserted below)
-    p.set_outside_calibration_margin(1.0);
+    p.set_outside_calibration_margin(2.0);
     p.set_handover_bytes_per_s(1e10);  // a memcpy through tmpfs, roughly
     c.mutable_outside_calibration()->set_runs(2);
     auto e = Evaluator::Create(c);
