@@ -93,10 +93,8 @@ if [ "${MODE:-}" = learn ]; then  # (b) on the device.
   C=.devcarry/ops; L=.devcarry/learnjob
   [ -x "$C/bin/tools/cli/kernelrl" ] && [ -f "$L/small/train.jsonl" ] || { echo "run tools/device_learn.sh --stage-learn here"; exit 2; }
   PY=${PYTHON:-python3}
-  TORCH_LIB=$($PY -c 'import torch,os;print(os.path.join(os.path.dirname(torch.__file__),"lib"))')
-  NV_LIBS=$($PY -c 'import glob,os,site;print(":".join(sorted({os.path.dirname(p) for sp in site.getsitepackages() for p in glob.glob(os.path.join(sp,"nvidia","**","lib","*.so*"),recursive=True)})))')
-  export LD_LIBRARY_PATH="$C/lib:$TORCH_LIB:$NV_LIBS:${LD_LIBRARY_PATH:-}"
-  "$C/bin/learner/learner_main" --print_config 2>&1 | grep -q "not found" && export LD_LIBRARY_PATH="$C/libcxx:$LD_LIBRARY_PATH"
+  . "$(dirname "$0")/device_libs.sh"
+  device_lib_path "$C" "$C/bin/learner/learner_main" --print_config
   export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
   CUDA=${CUDA_HOME:-/usr/local/cuda}
   KPROF=/tmp/kr_kprof/libkprof.so; mkdir -p /tmp/kr_kprof

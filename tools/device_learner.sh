@@ -36,21 +36,8 @@ export PYTHONUNBUFFERED=1 KERNELRL_PYTHON=$PY
 S=$OUT/summary.txt; : > "$S"
 say() { echo "$*" | tee -a "$S"; }
 elapsed() { echo $(( $(date +%s) - T0 )); }
-TORCH_LIB=$($PY -c 'import torch,os;print(os.path.join(os.path.dirname(torch.__file__),"lib"))')
-# CUDA runtime libraries the torch wheel loads (nvidia-* packages).
-NV_LIBS=$($PY - <<'PYEOF'
-import glob, os, site
-dirs = set()
-for sp in site.getsitepackages():
-    for so in glob.glob(os.path.join(sp, "nvidia", "**", "lib", "*.so*"), recursive=True):
-        dirs.add(os.path.dirname(so))
-print(":".join(sorted(dirs)))
-PYEOF
-)
-export LD_LIBRARY_PATH="$C/lib:$TORCH_LIB:$NV_LIBS:${LD_LIBRARY_PATH:-}"
-if "$C/bin/learner_bench" 2>&1 | grep -q "not found"; then
-  export LD_LIBRARY_PATH="$C/libcxx:$LD_LIBRARY_PATH"  # Device libstdc++ older than ours.
-fi
+. "$(dirname "$0")/device_libs.sh"
+device_lib_path "$C" "$C/bin/learner_bench"
 say "== device: $(nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu --format=csv,noheader)"
 say "== torch $($PY -c 'import torch,transformers,tokenizers;print(torch.__version__, transformers.__version__, tokenizers.__version__)')"
 "$C/bin/learner_bench" 2>&1 | head -3 | tee -a "$S"

@@ -39,20 +39,8 @@ OUT=${OUT:-/tmp/learner_rl_out}; mkdir -p "$OUT"
 PY=${PYTHON:-python3}
 R=$OUT/results.jsonl; : > "$R"
 S=$OUT/summary.txt; : > "$S"
-TORCH_LIB=$($PY -c 'import torch,os;print(os.path.join(os.path.dirname(torch.__file__),"lib"))')
-NV_LIBS=$($PY - <<'PYEOF'
-import glob, os, site
-dirs = set()
-for sp in site.getsitepackages():
-    for so in glob.glob(os.path.join(sp, "nvidia", "**", "lib", "*.so*"), recursive=True):
-        dirs.add(os.path.dirname(so))
-print(":".join(sorted(dirs)))
-PYEOF
-)
-export LD_LIBRARY_PATH="$C/lib:$TORCH_LIB:$NV_LIBS:${LD_LIBRARY_PATH:-}"
-if "$C/bin/ppo_bench" 2>&1 | grep -q "not found"; then
-  export LD_LIBRARY_PATH="$C/libcxx:$LD_LIBRARY_PATH"
-fi
+. "$(dirname "$0")/device_libs.sh"
+device_lib_path "$C" "$C/bin/ppo_bench"
 echo "== device: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1)" | tee -a "$S"
 run() {  # name, args...
   local name=$1; shift

@@ -43,20 +43,8 @@ cd "$ROOT"
 OUT=${OUT:-/tmp/ops_device_out}; mkdir -p "$OUT"
 PY=${PYTHON:-python3}
 [ -x "$C/bin/tools/cli/kernelrl" ] || { echo "no $C: run tools/device_ops.sh --stage here and carry .devcarry/ops"; exit 2; }
-TORCH_LIB=$($PY -c 'import torch,os;print(os.path.join(os.path.dirname(torch.__file__),"lib"))')
-NV_LIBS=$($PY - <<'PYEOF'
-import glob, os, site
-dirs = set()
-for sp in site.getsitepackages():
-    for so in glob.glob(os.path.join(sp, "nvidia", "**", "lib", "*.so*"), recursive=True):
-        dirs.add(os.path.dirname(so))
-print(":".join(sorted(dirs)))
-PYEOF
-)
-export LD_LIBRARY_PATH="$C/lib:$TORCH_LIB:$NV_LIBS:${LD_LIBRARY_PATH:-}"
-if "$C/bin/learner/learner_main" --print_config 2>&1 | grep -q "not found"; then
-  export LD_LIBRARY_PATH="$C/libcxx:$LD_LIBRARY_PATH"  # Device libstdc++ older than ours.
-fi
+. "$(dirname "$0")/device_libs.sh"
+device_lib_path "$C" "$C/bin/learner/learner_main" --print_config
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
 RUN=/tmp/kernelrl-ops-run
