@@ -34,14 +34,7 @@ tools/cli/kernelrl up --bin_dir="$PWD" --repo_dir="$PWD" --run_dir="$run" --job_
   --actors=2 --set=actor.concurrent_rollouts=2 --job_timeout_s=600 --stall_timeout_s=240 > "$tmp/up.out" 2>&1 &
 up=$!
 pids+=("$up")
-wait_for() {  # wait_for SECONDS DESCRIPTION COMMAND...
-  local deadline=$((SECONDS + $1)) what=$2; shift 2
-  until "$@"; do
-    kill -0 "$up" 2>/dev/null || fail "kernelrl up exited while waiting for $what"
-    [ $SECONDS -lt $deadline ] || fail "timed out waiting for $what"
-    sleep 0.3
-  done
-}
+. tests/ops_wait.sh
 wait_for 180 "the cluster" grep -q "submitted job" "$tmp/up.out"
 say "cluster up, job submitted: $(grep -o 'submitted job .*' "$tmp/up.out")"
 

@@ -16,14 +16,7 @@ fail() { echo "FAIL: $*"; echo "--- up output"; cat "$tmp/up.out"; exit 1; }
 tools/cli/kernelrl up --bin_dir="$PWD" --repo_dir="$PWD" --job=none --actors=2 --run_dir="$run" > "$tmp/up.out" 2>&1 &
 up=$!
 pids+=("$up")
-wait_for() {  # wait_for SECONDS DESCRIPTION COMMAND...
-  local deadline=$((SECONDS + $1)) what=$2; shift 2
-  until "$@"; do
-    kill -0 "$up" 2>/dev/null || fail "kernelrl up exited while waiting for $what"
-    [ $SECONDS -lt $deadline ] || fail "timed out waiting for $what"
-    sleep 0.2
-  done
-}
+. tests/ops_wait.sh
 wait_for 120 "the cluster" grep -q "running; Ctrl-C stops the cluster" "$tmp/up.out"
 grep -E "PROCESS|SERVING" "$tmp/up.out" | sed 's/^/  /'
 [ "$(grep -c ' SERVING$' "$tmp/up.out")" = 5 ] || fail "not all 5 processes SERVING"
