@@ -98,8 +98,7 @@ absl::StatusOr<Baseline> ProfilerCore::MeasureBaseline(const Task& task, const B
   b.set_input_policy_hash(key.input_policy_hash);
   if (b.error().empty() && !bm.eager().error().empty()) b.set_error(bm.eager().error());
   if (auto put = cache_.Put(b); !put.ok()) return put;
-  std::error_code ignored;
-  fs::remove_all(dir, ignored);
+  RemoveTree(dir.string()).IgnoreError();  // scratch under /tmp: best effort, the baseline is stored
   return b;
 }
 
