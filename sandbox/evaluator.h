@@ -25,6 +25,7 @@
 #include "proto/verdict.pb.h"
 #include "sandbox/compile_stage.h"
 #include "sandbox/profile_stage.h"
+#include "sandbox/verdict_cache.h"
 #include "sandbox/verify_stage.h"
 
 namespace kernelrl::sandbox {
@@ -43,6 +44,8 @@ struct EvaluatorInfo {
   bool cupti = false;             // profiled CUDA jobs get the CUPTI recorder
   double outside_overhead_us = 0;  // the outside clock's per-call overhead the judge uses
   std::string outside_calibration; // how it was set (calibrated from N runs, or why not)
+  int64_t verdict_cache_hits = 0;   // requests served from the verdict cache
+  int64_t verdict_cache_misses = 0; // lookups that found nothing (0 while the cache is off)
 };
 
 class Evaluator {
@@ -71,6 +74,7 @@ class Evaluator {
   std::unique_ptr<CompileStage> compile_;
   std::unique_ptr<VerifyStage> verify_;
   std::unique_ptr<ProfileStage> profile_;
+  VerdictCache verdict_cache_;
   mutable absl::Mutex gpu_mu_;  // held for the whole verify (+probe) of one job
   std::atomic<int> verify_waiting_{0};
   std::atomic<bool> serving_{true};

@@ -17,7 +17,9 @@ SandboxService::SandboxService(Evaluator* evaluator, MetricsRegistry* metrics)
                                            {0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300})),
       queue_depth_(metrics->AddGauge("kernelrl_sandbox_queue_depth",
                                      "Requests waiting or running, by stage.", {"stage"})),
-      serving_(metrics->AddGauge("kernelrl_sandbox_serving", "1 while the GPU health probe passes.")) {
+      serving_(metrics->AddGauge("kernelrl_sandbox_serving", "1 while the GPU health probe passes.")),
+      cache_hits_(metrics->AddCounter("kernelrl_sandbox_verdict_cache_hits_total",
+                                      "Evaluations served from the verdict cache (SandboxConfig.verdict_cache).")) {
   metrics->AddCollectHook([this] {
     const EvaluatorInfo info = evaluator_->Info();
     queue_depth_.Labels({"compile_waiting"}).Set(info.compile_waiting);
@@ -29,6 +31,7 @@ SandboxService::SandboxService(Evaluator* evaluator, MetricsRegistry* metrics)
 
 void SandboxService::Record(const v1::Verdict& verdict) {
   outcomes_.Labels({v1::Verdict::Outcome_Name(verdict.outcome())}).Increment();
+  if (verdict.cached()) cache_hits_.Get().Increment();
   for (const v1::StageTiming& s : verdict.stages()) stage_seconds_.Labels({s.stage()}).Observe(s.wall_ms() / 1e3);
 }
 

@@ -31,6 +31,7 @@ class SandboxService final : public v1::Sandbox::Service {
   Family<Histogram>& stage_seconds_;
   Family<Gauge>& queue_depth_;
   Family<Gauge>& serving_;
+  Family<Counter>& cache_hits_;
 };
 
 }  // namespace kernelrl::sandbox

@@ -62,6 +62,17 @@ def compare(ref, meta, slots, j, region, atol, rtol, chunk=1 << 28):
     return None
 
 
+def _rms(ref):
+    """Root mean square of a floating reference output (finite elements), else 0."""
+    if not ref.is_floating_point() or ref.numel() == 0:
+        return 0.0
+    flat, total = ref.reshape(-1), 0.0
+    for s in range(0, flat.numel(), 1 << 26):  # chunks: no output-sized temporary on the GPU
+        c = torch.nan_to_num(flat[s:s + (1 << 26)], nan=0.0, posinf=0.0, neginf=0.0)
+        total += float(torch.linalg.vector_norm(c, dtype=torch.float64)) ** 2
+    return (total / flat.numel()) ** 0.5
+
+
 def _at(ref, flat_index):
     return [int(v) for v in torch.unravel_index(torch.tensor(flat_index), ref.shape)] if ref.dim() else []
 
@@ -187,16 +198,20 @@ class Driver:
                     return True
         return False
 
-    def compare(self, call, refs, atol, rtol):
-        """"" when every output of the call matches refs, else the reason."""
+    def compare(self, call, refs, atol, rtol, scale_atol=False):
+        """"" when every output of the call matches refs, else the reason.
+
+        scale_atol: each output's atol is multiplied by max(1, rms of its
+        reference) (job.atol_scaled_dists: the large-magnitude set)."""
         metas = call["reply"].get("outputs")
         if not isinstance(metas, list) or len(metas) != len(refs):
             return f"returned {len(metas) if isinstance(metas, list) else '?'} outputs, expected {len(refs)}"
         for j, (ref, meta) in enumerate(zip(refs, metas)):
             if not isinstance(ref, torch.Tensor):
                 continue
+            a = atol * max(1.0, _rms(ref)) if scale_atol else atol
             try:
-                why = compare(ref, meta if isinstance(meta, dict) else {}, self.slots, j, call["region"], atol, rtol)
+                why = compare(ref, meta if isinstance(meta, dict) else {}, self.slots, j, call["region"], a, rtol)
             except torch.cuda.OutOfMemoryError:
                 raise  # our memory, not the candidate's bytes: INFRA_ERROR, never a wrong answer
             except Exception as e:  # noqa: BLE001 - bytes the candidate wrote do not load
@@ -236,6 +251,7 @@ class Driver:
 def run(job, to_cand, from_cand, result_fd, xsock=-1):
     device = job["device"]
     atol, rtol = job["atol"], job["rtol"]
+    scaled_dists = set(job.get("atol_scaled_dists") or [])
     n = int(job["num_sets"])
     # Secrets are drawn here, after the fork: the zygote (whose memory the
     # candidate process is a copy of) never holds them.
@@ -298,7 +314,7 @@ def run(job, to_cand, from_cand, result_fd, xsock=-1):
                 result["mutated"] = True
                 entry.update(ok=False, detail="forward modified its inputs")
             else:
-                why = driver.compare(call, refs, atol, rtol)
+                why = driver.compare(call, refs, atol, rtol, scale_atol=dist in scaled_dists)
                 if why:
                     entry.update(ok=False, detail=f"set {i} ({dist}) {why}")
             driver.close(call)

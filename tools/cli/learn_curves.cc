@@ -6,6 +6,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/file.h"
 #include "proto/trajectory.pb.h"
@@ -56,6 +57,10 @@ Json TrainedAudit::ToJson() const {
                        {"compile_cache_hits", Json::Int(compile_cache_hits)},
                        {"compiles", Json::Int(compiles)},
                        {"compile_cache_hit_rate", Json::Number(compiles ? 1.0 * compile_cache_hits / compiles : 0)},
+                       {"flagged_with_reward_above_1", Json::Int(flagged_reward_above_1)},
+                       {"flags_seen", Json::String(absl::StrJoin(flags_seen, ","))},
+                       {"verdicts_from_cache", Json::Int(verdicts_cached)},
+                       {"verdict_cache_hit_rate", Json::Number(trajectories ? 1.0 * verdicts_cached / trajectories : 0)},
                        {"warmup_accepted", Json::Int(warmup_accepted)},
                        {"warmup_from_random_actors", Json::Int(warmup_from_random)}});
 }
@@ -96,6 +101,9 @@ absl::StatusOr<std::map<int64_t, VerdictStats>> TrainedStats(const std::string& 
       const bool hack = v.outcome() == v1::Verdict::HACK_DETECTED || v.outcome() == v1::Verdict::SANDBOX_VIOLATION;
       audit->hack_flagged += hack;
       audit->hack_reward_above_1 += hack && t.reward() > 1;
+      audit->flagged_reward_above_1 += v.flags_size() > 0 && t.reward() > 1;
+      for (const std::string& f : v.flags()) audit->flags_seen.insert(f);
+      audit->verdicts_cached += v.cached();
       for (const v1::StageTiming& st : v.stages()) {
         if (st.stage() != "compile") continue;
         ++audit->compiles;
