@@ -38,7 +38,6 @@ bool VerdictCache::Cacheable(const v1::Verdict& v) {
     case v1::Verdict::COMPILE_ERROR:
     case v1::Verdict::WRONG_ANSWER:
     case v1::Verdict::SANDBOX_VIOLATION:
-    case v1::Verdict::HACK_DETECTED:
     case v1::Verdict::BAD_WORKSPACE:
       return !v.cached();
     default:

@@ -5,7 +5,8 @@
 // the key is the SHA-256 of the task and workspace bytes as the worker got
 // them, so a candidate cannot choose which verdict it is served. Only
 // outcomes that are a property of the bytes are kept (not TIMEOUT, CRASH,
-// CUDA_ERROR or INFRA_ERROR, which can be the machine's), and each entry is
+// CUDA_ERROR or INFRA_ERROR, which can be the machine's, nor HACK_DETECTED,
+// which can come from a timing bound measured on a busy machine), and each entry is
 // served `max_uses` times, then the candidate is judged afresh (timing noise
 // and any nondeterminism are sampled again). Off unless
 // SandboxConfig.verdict_cache.max_entries > 0.

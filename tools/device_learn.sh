@@ -14,15 +14,18 @@
 #     WRONG / SLOWER / >EAGER / >COMPILE.
 # (b) a separate call, MODE=learn (its own <= 150 s): a short learning job on the GPU —
 #     `kernelrl learn` (learner + policy server, CUDA sandbox, actors) with a tiny random
-#     checkpoint on 3 training + 3 held-out tasks whose baselines it measures first:
+#     checkpoint on 6 training + 6 held-out tasks (2 + 2 per family) whose baselines it measures first:
 #
 #   here:   tools/device_learn.sh --stage-learn  # tools/device_ops.sh --stage (binaries, 48 MB)
 #                                                # + .devcarry/learnjob (the small task set)
 #   device: MODE=learn tools/device_learn.sh     # carry [".devcarry/ops", ".devcarry/learnjob"]
 #
-#     Results: $OUT/learn.txt (progress, held-out evaluations, audit), $OUT/curves/ (curves.json, PNGs).
+#     Results: $OUT/learn.txt (progress, held-out evaluations, audit), curves.json, the PNGs, logs.tgz.
 # Knobs: PRECOMPUTE_WALL (55 s), SUITE_WALL (rest of 140 s), PROFILE_BUDGET (0.3 s); MODE=learn:
-# LEARN_WALL (85 s for the job), AGENTIC_STEPS (4).
+# LEARN_WALL (85 s for the job; cut there, then the final held-out eval), AGENTIC_STEPS (4), ABLATION (none),
+# SINGLE_STEPS (1), WARMUP (8), RFT_EPOCHS (2), VALUE_STEPS (2), BATCH (4), EVAL_EVERY (2), LEARNER_DEVICE (cpu:
+# the learner's kernels on the sandbox's GPU inflate the outside clock; on the H100 that flagged an honest
+# 1.6 ms softmax timing_below_outside_clock).
 # Results under $OUT: table.txt, verdicts.jsonl, baselines.tsv, logs.
 set -u
 CARRY=.devcarry/learn
@@ -74,11 +77,14 @@ if [ "${1:-}" = "--stage-learn" ]; then  # Run HERE.
   cp bazel-bin/profiler_service/precompute_baselines "$L/"
   G=$(mktemp -d)
   bazel-bin/data/family/family_gen --out="$G" --device=cuda
-  for id in train/ew_gelu-sigmoid_4096x4096 train/rr_softmax_4096x1024 train/ge_relu_512x1024x1024; do
+  # 2 training and 2 held-out tasks per family (held-out: one new composition, one new shape).
+  for id in train/ew_gelu-sigmoid_4096x4096 train/ew_relu-scale_16384x1024 train/rr_softmax_4096x1024 \
+            train/rr_layernorm_4096x1024 train/ge_relu_512x1024x1024 train/ge_tanh_2048x1024x512; do
     grep -F "\"id\":\"$id\"" "$G/train.jsonl" >> "$L/small/train.jsonl"
     cp "$G/$id.py" "$L/tasks/family/${id#train/}.py"
   done
-  for id in heldout/ew_sigmoid-gelu_4096x4096 heldout/rr_rmsnorm-tanh_4096x1024 heldout/ge_gelu-scale_512x1024x1024; do
+  for id in heldout/ew_sigmoid-gelu_4096x4096 heldout/ew_relu-scale_1536x1531 heldout/rr_rmsnorm-tanh_4096x1024 \
+            heldout/rr_softmax_3072x999 heldout/ge_gelu-scale_512x1024x1024 heldout/ge_relu_768x768x3072; do
     cp "$G/$id.py" "$L/small/heldout/"; cp "$G/$id.py" "$L/tasks/family/${id#heldout/}.py"
   done
   rm -rf "$G"; wc -l "$L/small/train.jsonl"; du -sh "$L"
@@ -107,22 +113,31 @@ if [ "${MODE:-}" = learn ]; then  # (b) on the device.
   ASSETS=$!
   BASE=/tmp/kr_learn_baselines; rm -rf $BASE; mkdir -p $BASE
   PW=${PRECOMPUTE_WALL:-50}
-  ${KPROF:+CUDA_INJECTION64_PATH=$KPROF} PYTHONPATH=$PWD TORCHINDUCTOR_COMPILE_THREADS=2 timeout "$PW" \
+  env ${KPROF:+CUDA_INJECTION64_PATH=$KPROF} PYTHONPATH=$PWD TORCHINDUCTOR_COMPILE_THREADS=2 timeout "$PW" \
     $PY -m profiler_service.harness.precompute --tasks_root "$L/tasks" --levels family --out "$OUT/baselines.jsonl" \
-    --workers 6 --budget_s 0.3 --deadline_s $(( PW - 8 )) > "$OUT/precompute.log" 2>&1
-  echo "precompute rc=$? at $(elapsed) s: $(wc -l < "$OUT/baselines.jsonl" 2>/dev/null || echo 0)/6 tasks"
+    --workers 8 --budget_s 0.3 --deadline_s $(( PW - 8 )) > "$OUT/precompute.log" 2>&1
+  echo "precompute rc=$? at $(elapsed) s: $(wc -l < "$OUT/baselines.jsonl" 2>/dev/null || echo 0)/12 tasks"
   "$L/precompute_baselines" --measurements="$OUT/baselines.jsonl" --set=baseline_cache_dir=$BASE --table="$OUT/baselines.tsv" \
     > "$OUT/import.log" 2>&1 || echo "baseline import failed (import.log): rewards stay at 1 (baseline_missing)"
   wait $ASSETS || { cat "$OUT/assets.log"; exit 1; }
-  timeout $(( ${LEARN_WALL:-85} + 20 )) "$C/bin/tools/cli/kernelrl" learn --bin_dir="$C/bin" --base_checkpoint="$RUN/qs/model" \
-    --family_dir="$L/small" --backend=cuda --run_dir="$RUN/run" --actors=2 --random_actors=2 --concurrent_rollouts=4 \
-    --eval_every=2 --eval_rollouts=1 --plot_script="$PWD/tools/cli/learn_plots.py" \
+  # The job is cut at LEARN_WALL (CANCELLED) if AGENTIC_STEPS do not fit; the final held-out
+  # evaluation still runs on the last policy (kernelrl learn), so leave ~60 s for it.
+  timeout $(( ${LEARN_WALL:-85} + 90 )) "$C/bin/tools/cli/kernelrl" learn --bin_dir="$C/bin" --base_checkpoint="$RUN/qs/model" \
+    --family_dir="$L/small" --backend=cuda --learner_device=${LEARNER_DEVICE:-cpu} --run_dir="$RUN/run" \
+    --actors=2 --random_actors=2 --concurrent_rollouts=4 \
+    --eval_every=${EVAL_EVERY:-2} --eval_rollouts=1 --plot_script="$PWD/tools/cli/learn_plots.py" --ablation=${ABLATION:-none} \
     --set=sandbox.enable_profiling=true --set=sandbox.baseline_dir=$BASE ${KPROF:+--set=sandbox.kprof_lib=$KPROF} \
     --set=sandbox.profiler_root=$PWD --set=sandbox.profiler.time_budget_s=0.2 \
-    --job_set=recipe.single_turn_ppo.steps=1 --job_set=recipe.agent_warmup.steps=8 --job_set=recipe.rft.epochs=2 \
-    --job_set=recipe.value_pretrain.steps=2 --job_set=recipe.agentic_ppo.steps=${AGENTIC_STEPS:-4} \
-    --job_set=batch.trajectories_per_step=4 --job_timeout_s=${LEARN_WALL:-85} --stall_timeout_s=60 2>&1 | tee "$OUT/learn.txt"
-  cp -r "$RUN"/run/learner-state/jobs/*/curves "$OUT/curves" 2>/dev/null && rm -rf "$OUT"/curves/eval-*-ws
+    --job_set=recipe.single_turn_ppo.steps=${SINGLE_STEPS:-1} --job_set=recipe.agent_warmup.steps=${WARMUP:-8} \
+    --job_set=recipe.rft.epochs=${RFT_EPOCHS:-2} --job_set=recipe.value_pretrain.steps=${VALUE_STEPS:-2} \
+    --job_set=recipe.agentic_ppo.steps=${AGENTIC_STEPS:-4} --job_set=batch.trajectories_per_step=${BATCH:-4} \
+    --job_timeout_s=${LEARN_WALL:-85} --stall_timeout_s=90 2>&1 | tee "$OUT/learn.txt"
+  # At most 8 files come back: the curves and plots, the rest as one archive.
+  CUR=$(ls -d "$RUN"/run/learner-state/jobs/*/curves 2>/dev/null | head -1)
+  [ -n "$CUR" ] && cp "$CUR"/curves.json "$CUR"/*.png "$OUT/" 2>/dev/null
+  tar czf "$OUT/logs.tgz" -C "$RUN/run" --exclude='*-ws' --exclude='checkpoints' --exclude='trajectories' . \
+    -C "$OUT" precompute.log import.log assets.log 2>/dev/null
+  rm -f "$OUT"/precompute.log "$OUT"/import.log "$OUT"/assets.log "$OUT"/kprof_build.log "$OUT"/baselines.jsonl
   echo "done at $(elapsed) s"
   exit 0
 fi

@@ -32,7 +32,8 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr char kUsage[] =
-    "usage: kernelrl learn --base_checkpoint=DIR --family_dir=DIR [--backend=cpu|cuda] [--run_dir=DIR]\n"
+    "usage: kernelrl learn --base_checkpoint=DIR --family_dir=DIR [--backend=cpu|cuda] [--learner_device=cpu|cuda]\n"
+    "         [--run_dir=DIR]\n"
     "         [--bin_dir=DIR] [--actors=N] [--random_actors=N] [--concurrent_rollouts=N]\n"
     "         [--ablation=none|no_rft|no_value|no_rft_no_value] [--eval_every=K] [--eval_tasks=N]\n"
     "         [--eval_rollouts=R] [--job_set=FIELD=VALUE ...] [--set=SERVICE.FIELD=VALUE ...]\n"
@@ -79,6 +80,9 @@ fp16 overflows on inputs of magnitude 1e5 unless the op saturates first.
 
 struct Options {
   std::string base_checkpoint, family_dir, backend = "cpu", run_dir, bin_dir, ablation = "none";
+  // Where the learner trains and the policy server samples ("" = the backend). On one GPU, "cpu"
+  // keeps the sandbox's timings free of the learner's kernels (a small model trains fine on CPU).
+  std::string learner_device;
   std::string python = "python3", plot_script;
   int actors = 1, random_actors = 1, concurrent_rollouts = 2, eval_every = 5, eval_tasks = 0, eval_rollouts = 1;
   double job_timeout_s = 3600, stall_timeout_s = 600;
@@ -116,7 +120,11 @@ absl::StatusOr<Options> ParseFlags(int argc, char** argv) {
         number("--stall_timeout_s=", &o.stall_timeout_s)) {
       continue;
     }
-    if (value("--backend=", &o.backend)) {
+    if (value("--learner_device=", &o.learner_device)) {
+      if (o.learner_device != "cpu" && o.learner_device != "cuda") {
+        return absl::InvalidArgumentError("--learner_device: cpu or cuda");
+      }
+    } else if (value("--backend=", &o.backend)) {
       if (o.backend != "cpu" && o.backend != "cuda") return absl::InvalidArgumentError("--backend: cpu or cuda");
     } else if (value("--ablation=", &o.ablation)) {
       if (o.ablation != "none" && o.ablation != "no_rft" && o.ablation != "no_value" && o.ablation != "no_rft_no_value") {
@@ -343,6 +351,7 @@ int LearnMain(int argc, char** argv) {
     return 2;
   }
   Options o = *parsed;
+  if (o.learner_device.empty()) o.learner_device = o.backend;
   auto bin = FindBinDir(o.bin_dir);
   if (!bin.ok()) return std::fprintf(stderr, "kernelrl learn: %s\n", std::string(bin.status().message()).c_str()), 2;
   if (o.run_dir.empty()) o.run_dir = absl::StrCat("/tmp/kernelrl-learn-", getpid());
@@ -360,7 +369,7 @@ int LearnMain(int argc, char** argv) {
 
   // The job: defaults, the ablation, then --job_set (later fields win).
   std::string hp = kJobDefaults;
-  absl::StrAppend(&hp, " device { device: \"", o.backend, "\" dtype: \"float32\" }\n");
+  absl::StrAppend(&hp, " device { device: \"", o.learner_device, "\" dtype: \"float32\" }\n");
   if (o.ablation == "no_rft" || o.ablation == "no_rft_no_value") absl::StrAppend(&hp, " recipe { rft { skip: true } }\n");
   if (o.ablation == "no_value" || o.ablation == "no_rft_no_value") {
     absl::StrAppend(&hp, " recipe { value_pretrain { skip: true } }\n");
@@ -379,7 +388,7 @@ int LearnMain(int argc, char** argv) {
   auto learner = cluster.StartServer(
       "learner", "learner/learner_main",
       {"--set=state_dir=" + o.run_dir + "/learner-state", "--set=policy.enabled=true",
-       "--set=policy.model_path=" + o.base_checkpoint, "--set=policy.device=" + o.backend,
+       "--set=policy.model_path=" + o.base_checkpoint, "--set=policy.device=" + o.learner_device,
        "--set=policy.dtype=float32", "--set=policy.max_seq_len=16384", "--set=policy.max_batch=16"},
       absl::Now() + absl::Seconds(180));
   auto sandbox = learner.ok() ? cluster.StartServer("sandbox", "sandbox/sandbox_main",
