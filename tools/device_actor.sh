@@ -96,3 +96,7 @@ tail -c 400 "$OUT/eval_stderr.log"
 kill $SANDBOX_PID 2>/dev/null
 wait $SANDBOX_PID 2>/dev/null
 ls -la "$OUT/eval"
+# At most 8 files come back from the device: the report and PNGs as they are, the logs as one archive.
+mv "$OUT"/eval/* "$OUT"/ 2>/dev/null && rmdir "$OUT/eval"
+tar czf "$OUT/logs.tgz" -C "$OUT" $(cd "$OUT" && ls | grep -v -e '\.png$' -e '^report\.' -e '^eval_table.md$' -e '^logs.tgz$') 2>/dev/null &&
+  (cd "$OUT" && ls | grep -v -e '\.png$' -e '^report\.' -e '^eval_table.md$' -e '^logs.tgz$' | xargs -r rm -f)
