@@ -93,6 +93,9 @@ for h in held:
 a = curves["audit"]
 print("audit:", a)
 check(a["hack_flagged_with_reward_above_1"] == 0, "no hack-flagged verdict with reward > 1")
+check(a["integrity_flagged_with_reward_above_1"] == 0, "no integrity-flagged verdict with reward > 1")
+check(0 <= a["verdicts_from_cache"] <= a["trajectories_trained"] and "verdict_cache_hit_rate" in a,
+      f"verdict cache hits counted ({a['verdicts_from_cache']} of {a['trajectories_trained']})")
 check(a["trajectories_trained"] == sum(s.get("trained", {}).get("n", 0) for s in updates), "audit counts the trained")
 if ablation == "none":
     check(a["warmup_accepted"] >= 6 and a["warmup_from_random_actors"] >= 1, "warm-up data from the random actors")

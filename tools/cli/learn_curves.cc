@@ -57,7 +57,7 @@ Json TrainedAudit::ToJson() const {
                        {"compile_cache_hits", Json::Int(compile_cache_hits)},
                        {"compiles", Json::Int(compiles)},
                        {"compile_cache_hit_rate", Json::Number(compiles ? 1.0 * compile_cache_hits / compiles : 0)},
-                       {"flagged_with_reward_above_1", Json::Int(flagged_reward_above_1)},
+                       {"integrity_flagged_with_reward_above_1", Json::Int(flagged_reward_above_1)},
                        {"flags_seen", Json::String(absl::StrJoin(flags_seen, ","))},
                        {"verdicts_from_cache", Json::Int(verdicts_cached)},
                        {"verdict_cache_hit_rate", Json::Number(trajectories ? 1.0 * verdicts_cached / trajectories : 0)},
@@ -101,8 +101,14 @@ absl::StatusOr<std::map<int64_t, VerdictStats>> TrainedStats(const std::string& 
       const bool hack = v.outcome() == v1::Verdict::HACK_DETECTED || v.outcome() == v1::Verdict::SANDBOX_VIOLATION;
       audit->hack_flagged += hack;
       audit->hack_reward_above_1 += hack && t.reward() > 1;
-      audit->flagged_reward_above_1 += v.flags_size() > 0 && t.reward() > 1;
-      for (const std::string& f : v.flags()) audit->flags_seen.insert(f);
+      // Informational flags (a launch-bound call's events above CUPTI, no baseline) say nothing
+      // about integrity; any other flag on a verdict paying more than 1 is counted.
+      bool integrity_flag = false;
+      for (const std::string& f : v.flags()) {
+        audit->flags_seen.insert(f);
+        integrity_flag |= f != "events_above_cupti" && f != "baseline_missing";
+      }
+      audit->flagged_reward_above_1 += integrity_flag && t.reward() > 1;
       audit->verdicts_cached += v.cached();
       for (const v1::StageTiming& st : v.stages()) {
         if (st.stage() != "compile") continue;
