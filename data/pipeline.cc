@@ -259,12 +259,14 @@ CandidateRecord Pipeline::RunCandidate(PythonWorker& w, int64_t index) {
   po.rtol = fc.rtol();
   po.lock_path = (fs::path(state_dir_) / "gpu.lock").string();
   absl::StatusOr<ProbeFacts> facts;
+  const double probe_t0 = Now();
   for (int attempt = 0;; ++attempt) {
     rec.set_attempt(attempt);
     facts = RequestProbe(w, path, po, config_.request_timeout_s());
     if (!facts.ok() || facts->error_stage() != "oom" || attempt >= fc.oom_retries()) break;
     std::this_thread::sleep_for(std::chrono::seconds(1));  // Let the other workers' tasks finish.
   }
+  rec.set_probe_seconds(Now() - probe_t0);
   if (!facts.ok()) return fail("eager", absl::StrCat("worker: ", facts.status().message()));
   *rec.mutable_facts() = *facts;
   if (auto r = JudgeProbe(*facts, fc)) return fail(r->filter, r->detail);
@@ -275,7 +277,9 @@ CandidateRecord Pipeline::RunCandidate(PythonWorker& w, int64_t index) {
   to.min_samples = fc.timing_min_samples();
   to.max_samples = fc.timing_max_samples();
   to.lock_path = po.lock_path;
+  const double timing_t0 = Now();
   auto bm = RequestTiming(w, task->id, path, to, config_.request_timeout_s());
+  rec.set_timing_seconds(Now() - timing_t0);
   if (!bm.ok()) return fail("timing", std::string(bm.status().message()));
   static const ProfilerConfig* profiler = new ProfilerConfig(WithProfilerDefaults(ProfilerConfig()));
   Baseline b = BuildBaseline(*bm, *profiler);
@@ -381,6 +385,7 @@ absl::Status Pipeline::Run() {
   journal_.reset();
   RunStats run;
   run.seconds = Now() - started_;
+  run.workers = config_.workers();
   {
     absl::MutexLock l(&mu_);
     run.decided = run_done_;

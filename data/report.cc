@@ -73,6 +73,30 @@ DatasetRecord ToDataset(const DataConfig& config, const CandidateRecord& r) {
 
 }  // namespace
 
+// Where the workers' time went: probe and timing requests, summed over candidates (the timing
+// request includes waiting for the exclusive GPU lock), against this process's wall time x workers.
+static std::string TimeSection(const std::vector<CandidateRecord>& records, const RunStats& run) {
+  double probe = 0, timing = 0;
+  int64_t probed = 0, timed = 0;
+  for (const CandidateRecord& r : records) {
+    if (r.probe_seconds() > 0) probe += r.probe_seconds(), ++probed;
+    if (r.timing_seconds() > 0) timing += r.timing_seconds(), ++timed;
+  }
+  if (probed == 0) return "";
+  std::string out = "\n\n## Where the time goes\n\n| Request | Candidates | Worker seconds | Mean s |\n|---|---|---|---|\n";
+  absl::StrAppendFormat(&out, "| probe (eager, compile, output checks) | %d | %.0f | %.2f |\n", probed, probe,
+                        probe / probed);
+  if (timed > 0) {
+    absl::StrAppendFormat(&out, "| timing (GPU lock wait included) | %d | %.0f | %.2f |\n", timed, timing,
+                          timing / timed);
+  }
+  if (run.seconds > 0 && run.workers > 0) {
+    absl::StrAppendFormat(&out, "\nWorker capacity of this process: %d workers x %.0f s = %.0f worker-seconds.",
+                          run.workers, run.seconds, run.workers * run.seconds);
+  }
+  return out;
+}
+
 std::string ReportText(const DataConfig& config, const OpCatalogue& cat, const std::vector<CandidateRecord>& records,
                        const RunStats& run) {
   std::vector<const CandidateRecord*> accepted;
@@ -97,6 +121,7 @@ std::string ReportText(const DataConfig& config, const OpCatalogue& cat, const s
                                 "%.1f accepted tasks/min",
                           run.decided, run.accepted, run.seconds, 60.0 * run.decided / run.seconds,
                           60.0 * run.accepted / run.seconds);
+  out += TimeSection(records, run);
   out += "\n\n## Composition (layout of Table 3, CUDA-Agent-Ops-6K)\n\n| Category | Count | Share | Paper |\n|---|---|---|---|\n";
   int64_t counts[6] = {0, 0, 0, 0, 0, 0};
   for (const auto* r : accepted) counts[Category(*r)]++;

@@ -31,6 +31,7 @@ struct RunStats {
   double seconds = 0;       // Wall time of this process.
   long long decided = 0;    // Candidates decided by this process.
   long long accepted = 0;
+  int workers = 0;          // Worker processes of this process (0: unknown).
 };
 
 absl::Status WriteOutputs(const DataConfig& config, const OpCatalogue& catalogue, const std::string& state_dir,
