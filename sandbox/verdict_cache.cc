@@ -9,7 +9,7 @@ namespace {
 
 constexpr int kDefaultMaxUses = 16;
 
-// Map fields (workspace files) serialize in a fixed order only when asked to.
+// Map fields (Task.metadata) serialize in a fixed order only when asked to.
 void AppendDeterministic(const google::protobuf::MessageLite& m, std::string* out) {
   google::protobuf::io::StringOutputStream stream(out);
   google::protobuf::io::CodedOutputStream coded(&stream);
