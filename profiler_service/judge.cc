@@ -186,6 +186,7 @@ Baseline BuildBaseline(const BaselineMeasurement& bm, const ProfilerConfig& conf
   b.set_input_policy_hash(bm.input_policy_hash());
   b.set_measured_at(bm.measured_at());
   b.set_error(bm.error());
+  b.set_timing_path(bm.timing_path());
   if (bm.eager().samples_size() > 0 || !bm.eager().error().empty()) {
     *b.mutable_eager() = AnalyzeTimingRun(bm.eager(), config);
   }

@@ -27,6 +27,7 @@
 #include "sandbox/contain/contain.h"
 #include "sandbox/contain/echo.h"
 #include "profiler_service/profiler_defaults.h"
+#include "profiler_service/task_key.h"
 #include "sandbox/verify_outcome.h"
 #include "sandbox/workspace.h"
 
@@ -306,7 +307,69 @@ Verdict Evaluator::Evaluate(const EvaluateRequest& request, const ProgressFn& pr
   return v;
 }
 
-Verdict Evaluator::Run(const EvaluateRequest& request, const ProgressFn& progress, v1::RawTimingRun* timing) {
+v1::BaselineMeasurement Evaluator::MeasureBaseline(const Task& task) {
+  v1::BaselineMeasurement bm;
+  bm.set_task_id(task.id());
+  bm.set_timing_path("executor");
+  bm.set_measured_at(NowRfc3339());
+  const bool cpu = config_.backend() == "cpu";
+  std::string gpu_model = "cpu";
+  if (!cpu) {
+    absl::MutexLock l(&gpu_mu_);
+    gpu_model = gpu_model_;
+  }
+  // The key the profile stage will look this task up by, from the same facts.
+  const BaselineKey key = BaselineKeyFor(task, cpu ? "cpu" : "cuda", gpu_model, torch_version_);
+  bm.set_task_hash(key.task_hash);
+  bm.set_input_policy_hash(key.input_policy_hash);
+  v1::DeviceInfo& device = *bm.mutable_device();
+  device.set_gpu_model(gpu_model);
+  device.set_torch_version(torch_version_);
+  device.set_backend(cpu ? "cpu" : "cuda");
+  if (!config_.enable_profiling() || !profiler_error_.empty()) {
+    bm.set_error(absl::StrCat("profiling off on this worker", profiler_error_.empty() ? "" : ": " + profiler_error_));
+    return bm;
+  }
+  EvaluateRequest request;
+  *request.mutable_task() = task;
+  for (const std::string kind : {"eager", "compiled"}) {
+    request.set_request_id(absl::StrCat("baseline-", kind));
+    v1::ProfileMeasurement m;
+    const Verdict v = Run(request, nullptr, nullptr, kind, &m);
+    v1::RawTimingRun& run = kind == "eager" ? *bm.mutable_eager() : *bm.mutable_compiled();
+    if (v.outcome() == Verdict::OK && m.has_candidate()) {
+      run = m.candidate();
+      if (!run.error().empty()) run.set_error(absl::StrCat(kind, ": ", run.error()));
+    } else {
+      run.set_error(absl::StrCat(kind, ": ", Verdict::Outcome_Name(v.outcome()), ": ", v.summary().substr(0, 400)));
+    }
+    run.set_label(kind);
+    run.set_backend(device.backend());
+    // Both jobs' anchors: the drift reference a candidate's anchor is compared with.
+    if (bm.anchor().samples_size() == 0) {
+      *bm.mutable_anchor() = m.anchor();
+    } else {
+      for (const v1::CallSample& sample : m.anchor().samples()) *bm.mutable_anchor()->add_samples() = sample;
+    }
+    if (kind == "eager") {
+      if (m.has_work()) *bm.mutable_work() = m.work();  // measured on the reference process's Model
+      device.set_l2_bytes(m.device().l2_bytes());
+      device.set_sm_count(m.device().sm_count());
+      if (!run.error().empty()) {
+        bm.set_error(run.error());  // no eager time: the task has no baseline; compiling it is moot
+        return bm;
+      }
+    } else {
+      for (const StageTiming& st : v.stages()) {
+        if (st.stage() == "verify") bm.set_compile_wall_s(st.wall_ms() / 1e3);  // includes the first compile
+      }
+    }
+  }
+  return bm;
+}
+
+Verdict Evaluator::Run(const EvaluateRequest& request, const ProgressFn& progress, v1::RawTimingRun* timing,
+                       const std::string& baseline, v1::ProfileMeasurement* measured) {
   Verdict v;
   const uint64_t id = job_counter_.fetch_add(1);
   const std::string job_dir = absl::StrCat(config_.work_root(), "/job-", getpid(), "-", id);
@@ -323,44 +386,53 @@ Verdict Evaluator::Run(const EvaluateRequest& request, const ProgressFn& progres
   };
   if (!serving_.load()) return finish(Verdict::INFRA_ERROR, "worker is not serving (GPU health probe failed)");
 
-  // 1. Validate.
-  note("validate", false);
+  // 1. Validate (a baseline job has no workspace: its executor runs the task's Model).
   double t = MonotonicMs();
   ValidatedWorkspace ws;
-  WorkspaceRejection rejection;
-  const bool valid = ValidateWorkspace(request.workspace(), config_.workspace(), config_.backend(), &ws, &rejection);
-  AddStage(v, "validate", MonotonicMs() - t);
-  note("validate", true, valid ? Workspace::Layout_Name(ws.layout) : rejection.reason);
-  if (!valid) return finish(rejection.outcome, rejection.reason);
+  if (baseline.empty()) {
+    note("validate", false);
+    WorkspaceRejection rejection;
+    const bool valid = ValidateWorkspace(request.workspace(), config_.workspace(), config_.backend(), &ws, &rejection);
+    AddStage(v, "validate", MonotonicMs() - t);
+    note("validate", true, valid ? Workspace::Layout_Name(ws.layout) : rejection.reason);
+    if (!valid) return finish(rejection.outcome, rejection.reason);
+  }
   if (request.task().reference_source().empty()) return finish(Verdict::INFRA_ERROR, "task has no reference source");
   mkdir(job_dir.c_str(), 0700);
   for (const char* sub : {"/public", "/trusted", "/exchange", "/scratch"}) mkdir((job_dir + sub).c_str(), 0700);
-  if (absl::Status s = MaterializeWorkspace(ws, job_dir + "/ws"); !s.ok()) {
+  if (!baseline.empty()) {
+    mkdir((job_dir + "/ws").c_str(), 0700);
+  } else if (absl::Status s = MaterializeWorkspace(ws, job_dir + "/ws"); !s.ok()) {
     return finish(Verdict::INFRA_ERROR, std::string(s.message()));
   }
   std::ofstream(job_dir + "/public/model.py") << request.task().reference_source();
   std::ofstream(job_dir + "/trusted/model.py") << request.task().reference_source();
 
   // 2. Compile (CPU; parallel; cached).
-  note("compile", false);
-  absl::StatusOr<CompileResult> built = compile_->Compile(ws, job_dir + "/ws");
-  if (!built.ok()) return finish(Verdict::INFRA_ERROR, "compile stage: " + std::string(built.status().message()));
-  AddStage(v, "compile", built->wall_ms, built->cpu_ms, built->cache_hit);
-  for (const CompileDiagnostic& d : built->diagnostics) *v.add_diagnostics() = d;
-  if (!built->log.empty()) (*v.mutable_logs())["compile"] = Tail(built->log, config_.log_tail_bytes());
-  note("compile", true, absl::StrCat(built->diagnostics.size(), " diagnostics"));
-  if (!built->ok) return finish(built->failure, built->summary);
+  std::string layout = "BASELINE", artifact_dir = job_dir + "/ws";
+  if (baseline.empty()) {
+    note("compile", false);
+    absl::StatusOr<CompileResult> built = compile_->Compile(ws, job_dir + "/ws");
+    if (!built.ok()) return finish(Verdict::INFRA_ERROR, "compile stage: " + std::string(built.status().message()));
+    AddStage(v, "compile", built->wall_ms, built->cpu_ms, built->cache_hit);
+    for (const CompileDiagnostic& d : built->diagnostics) *v.add_diagnostics() = d;
+    if (!built->log.empty()) (*v.mutable_logs())["compile"] = Tail(built->log, config_.log_tail_bytes());
+    note("compile", true, absl::StrCat(built->diagnostics.size(), " diagnostics"));
+    if (!built->ok) return finish(built->failure, built->summary);
+    layout = Workspace::Layout_Name(ws.layout);
+    artifact_dir = built->artifact_dir;
+  }
 
   // 3. Verify (GPU; exclusive).
   HarnessJob job;
   job.set_kind("verify");
   job.set_job_id(absl::StrCat(config_.worker_id(), "#", id, request.request_id().empty() ? "" : "/" + request.request_id()));
   job.set_device(config_.backend() == "cpu" ? "cpu" : "cuda");
-  job.set_layout(Workspace::Layout_Name(ws.layout));
+  job.set_layout(layout);
   job.set_public_model(job_dir + "/public/model.py");
   job.set_reference_model(job_dir + "/trusted/model.py");
   job.set_workspace_dir(job_dir + "/ws");
-  job.set_artifact_dir(built->artifact_dir);
+  job.set_artifact_dir(artifact_dir);
   job.set_exchange_dir(job_dir + "/exchange");
   job.set_scratch_dir(job_dir + "/scratch");
   job.set_trusted_dir(job_dir + "/trusted");
@@ -380,7 +452,7 @@ Verdict Evaluator::Run(const EvaluateRequest& request, const ProgressFn& progres
   const VerifyLimits& lim = config_.verify();
   job.set_wall_seconds(lim.wall_seconds());
   job.set_host_memory_bytes(lim.host_memory_bytes());
-  if (lim.resident_memory_bytes() > 0) {
+  if (lim.resident_memory_bytes() > 0 && baseline.empty()) {  // a baseline executor runs trusted code
     job.set_resident_memory_bytes(lim.resident_memory_bytes());
     job.set_cgroup_memory_bytes(lim.resident_memory_bytes() + lim.exchange_bytes());
   }
@@ -388,7 +460,8 @@ Verdict Evaluator::Run(const EvaluateRequest& request, const ProgressFn& progres
   job.set_scratch_bytes(lim.scratch_bytes());
   job.set_exchange_bytes(lim.exchange_bytes());
   job.set_log_tail_bytes(config_.log_tail_bytes());
-  job.set_profile(config_.enable_profiling() && !request.skip_profile());
+  job.set_profile(config_.enable_profiling() && (!request.skip_profile() || !baseline.empty()));
+  job.set_baseline(baseline);
   if (job.profile()) {
     job.set_kprof_lib(config_.kprof_lib());
     job.set_task_id(request.task().id());
@@ -398,6 +471,13 @@ Verdict Evaluator::Run(const EvaluateRequest& request, const ProgressFn& progres
   auto& iso = *job.mutable_isolation();
   for (const char* k : {"user_ns", "pid_ns", "net_ns", "mount_ns", "ipc_ns", "readonly_root", "mount_proc", "seccomp"}) {
     iso[k] = true;
+  }
+  if (!baseline.empty()) {
+    // The task's own code and torch.compile, which runs compilers and writes
+    // its caches: no isolation step (the old in-process precompute had none
+    // either). The call path and the timing are the candidate's.
+    for (const char* k : {"identity", "new_root", "data_limit"}) iso[k] = true;
+    for (auto& step : iso) step.second = false;
   }
   verify_waiting_.fetch_add(1);
   note("verify", false, absl::StrCat("queue position ", verify_waiting_.load()));
@@ -439,7 +519,16 @@ Verdict Evaluator::Run(const EvaluateRequest& request, const ProgressFn& progres
   note("profile", false);
   const bool cpu = config_.backend() == "cpu";
   const bool cupti = !cpu && kprof_ok_ && profiler_error_.empty() && !config_.kprof_lib().empty();
-  profile_->Judge(*r, request.task(), {cpu ? "cpu" : "cuda", cpu ? "cpu" : gpu_model_, torch_version_, cupti}, v);
+  const DeviceFacts facts{cpu ? "cpu" : "cuda", cpu ? "cpu" : gpu_model_, torch_version_, cupti};
+  if (!baseline.empty()) {
+    // A baseline is measured, not judged: the caller stores it.
+    AddStage(v, "profile", r->profile().wall_ms());
+    absl::StatusOr<v1::ProfileMeasurement> m = profile_->Measurement(*r, facts);
+    if (!m.ok()) return finish(Verdict::INFRA_ERROR, absl::StrCat("profile: ", m.status().message()));
+    if (measured != nullptr) *measured = *std::move(m);
+    return finish(Verdict::OK, summary);
+  }
+  profile_->Judge(*r, request.task(), facts, v);
   if (timing != nullptr) {
     if (absl::StatusOr<v1::RawTimingRun> run = profile_->CandidateRun(*r); run.ok()) *timing = *std::move(run);
   }

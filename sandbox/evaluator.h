@@ -55,6 +55,16 @@ class Evaluator {
 
   Verdict Evaluate(const EvaluateRequest& request, const ProgressFn& progress = nullptr);
 
+  // Baselines through the candidate path (docs/HARNESS.md, "Baselines"): the
+  // task's own Model (eager), then torch.compile(Model), each run as a verify
+  // + profile job whose executor process runs it in place of ModelNew, timed
+  // by the same reference-process protocol (input sets, flush, CUPTI window,
+  // outside clock, drift anchor). Returns what the precompute importer
+  // (profiler_service:precompute_baselines) stores, keyed with this worker's
+  // own device facts, timing_path "executor"; failures are recorded in it.
+  // Needs enable_profiling.
+  v1::BaselineMeasurement MeasureBaseline(const Task& task);
+
   bool serving() const { return serving_.load(); }
   EvaluatorInfo Info() const;
   const SandboxConfig& config() const { return config_; }
@@ -62,7 +72,10 @@ class Evaluator {
  private:
   Evaluator(SandboxConfig config, int caps);
   // `timing` (may be null) receives the candidate's timing run of a profiled OK job.
-  Verdict Run(const EvaluateRequest& request, const ProgressFn& progress, v1::RawTimingRun* timing = nullptr);
+  // `baseline` "eager"/"compiled": a baseline job (no workspace; the executor
+  // runs the task's Model); its measurement goes to `measured`, not to the judge.
+  Verdict Run(const EvaluateRequest& request, const ProgressFn& progress, v1::RawTimingRun* timing = nullptr,
+              const std::string& baseline = "", v1::ProfileMeasurement* measured = nullptr);
   // Times the configured honest candidate (SandboxConfig.outside_calibration)
   // and sets the judge's outside-clock overhead from it; keeps the configured
   // value, and says why, where it cannot.

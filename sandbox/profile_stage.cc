@@ -48,6 +48,23 @@ absl::StatusOr<v1::RawTimingRun> ProfileStage::CandidateRun(const v1::sandbox::H
   return m->candidate();
 }
 
+absl::StatusOr<v1::ProfileMeasurement> ProfileStage::Measurement(const v1::sandbox::HarnessResult& result,
+                                                                  const DeviceFacts& facts) const {
+  const v1::sandbox::HarnessProfile& p = result.profile();
+  if (!p.started()) return absl::FailedPreconditionError("profile phase did not start");
+  absl::StatusOr<v1::ProfileMeasurement> m = ReadMeasurement(p.measurement_file());
+  if (!m.ok()) {
+    return absl::Status(m.status().code(), absl::StrCat(m.status().message(), " ", p.error(), " ", p.detail()));
+  }
+  m->mutable_device()->set_gpu_model(facts.gpu_model);
+  m->mutable_device()->set_torch_version(facts.torch_version);
+  m->mutable_device()->set_backend(facts.device);
+  m->mutable_candidate()->set_backend(facts.device);
+  m->mutable_anchor()->set_backend(facts.device);
+  if (!facts.cupti_injected) m->mutable_candidate()->set_cupti_active(false);
+  return m;
+}
+
 ProfileStage::ProfileStage(const v1::ProfilerConfig& config, std::string baseline_dir)
     : config_(WithProfilerDefaults(config)), baseline_dir_(std::move(baseline_dir)) {}
 
@@ -102,11 +119,15 @@ void ProfileStage::Judge(const v1::sandbox::HarnessResult& result, const Task& t
   if (const OutsideBound b = BoundByOutsideClock(m->candidate(), config_); b.measured) {
     (*v.mutable_logs())["profile"] = absl::StrFormat(
         "outside clock: first quartile %.1f us per call; bound %.1f us (overhead %.0f us, hand-over %.0f bytes); "
-        "in-process median %.1f us; %d calls, %d re-checked; drift anchor %.1f us now, %.1f us at baseline",
+        "in-process median %.1f us; %d calls, %d re-checked; drift anchor %.1f us now, %.1f us at baseline; "
+        "baseline timed %s",
         b.median_outside_us, b.bound_us, config_.outside_overhead_us(), m->candidate().handover_bytes(),
         j.candidate_time_us(), m->candidate().samples_size(), p.rechecks(),
         m->anchor().samples_size() > 0 ? AnalyzeTimingRun(m->anchor(), config_).median_us() : 0.0,
-        baseline.ok() ? baseline->anchor_median_us() : 0.0);
+        baseline.ok() ? baseline->anchor_median_us() : 0.0,
+        !baseline.ok() ? "(none)"
+        : baseline->timing_path().empty() ? "in its own process (older path)"
+                                          : ("through the " + baseline->timing_path() + " path").c_str());
   }
 
   v.set_candidate_time_us(j.candidate_time_us());

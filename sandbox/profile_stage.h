@@ -65,6 +65,11 @@ class ProfileStage {
   // The candidate's timing run as the reference process recorded it (the
   // worker's outside-clock calibration reads its own honest runs with it).
   absl::StatusOr<v1::RawTimingRun> CandidateRun(const v1::sandbox::HarnessResult& result) const;
+  // The whole measurement of a profile phase that ran (a baseline job's:
+  // Evaluator::MeasureBaseline), with the device identity and backend the
+  // worker's facts, as Judge sets them.
+  absl::StatusOr<v1::ProfileMeasurement> Measurement(const v1::sandbox::HarnessResult& result,
+                                                     const DeviceFacts& facts) const;
   // Set once at start, before any Judge (Evaluator::Create).
   void set_outside_overhead_us(double us) { config_.set_outside_overhead_us(us); }
   double outside_overhead_us() const { return config_.outside_overhead_us(); }

@@ -14,6 +14,14 @@ and the in-process timing figures (evidence the trusted side bounds with its
 own clock). Which calls exist, their inputs, which are timed or re-checked,
 how many there are and when to stop are decided by the reference process
 (sandbox/harness/reference.py), which never tells.
+
+Baseline jobs (job["baseline"] "eager" or "compiled", set by the worker
+only, Evaluator::MeasureBaseline): the same executor with the task's own
+Model, or torch.compile(Model), in place of ModelNew, so baselines are timed
+through exactly this call path. Only the candidate policing is off there (the
+torch-op, thread, audit and patch guards: the reference is all torch ops and
+torch.compile starts compilers); the window, the exchange and the replies
+are the same code.
 """
 import os
 import sys
@@ -70,6 +78,8 @@ def poison_allocator(device, nbytes):
 def run(job, cont, to_ref, from_ref, xsock=-1):
     clock = protocol.Timeline(job.get("t0_mono"))  # diagnostics only: the candidate could lie
     device = job["device"]
+    baseline = job.get("baseline") or ""  # "", "eager" or "compiled" (the worker's job, never the candidate's)
+    policing = not baseline
     flags = set()
     guard = audit = threads = None
     send = lambda m: protocol.send(to_ref, m)  # noqa: E731
@@ -98,13 +108,15 @@ def run(job, cont, to_ref, from_ref, xsock=-1):
         clock.mark("task_model")
         loader.prepare_artifacts(job["layout"], job["artifact_dir"])
         audit = guards.AuditGuard([job["scratch_dir"], job["exchange_dir"]])
-        audit.install()
+        if policing:
+            audit.install()
         if job["isolation"].get("seccomp"):
             pol = contain.make_policy({}, seccomp_profile=contain.KR_SECCOMP_CANDIDATE)
             _, log = cont.phase(pol, 3)
             send({"type": "log", "contain": log})
         threads = guards.ThreadGuard()
-        threads.install()
+        if policing:
+            threads.install()
         snapshot = guards.PatchSnapshot(extra_modules=[kernelrl, guards, inputs_lib, protocol, loader, profiling,
                                                        verify_cuda, wire] + profiling.timing_modules(job))
         threads_base = guards.thread_count()
@@ -113,16 +125,25 @@ def run(job, cont, to_ref, from_ref, xsock=-1):
         stage = "import"
         audit.armed = True
         sys.path.insert(0, job["workspace_dir"])
-        mod = loader.load_module(os.path.join(job["workspace_dir"], "model_new.py"), "model_new")
+        if baseline:
+            model_class = ref_mod.Model  # the task's own: the eager / torch.compile baseline
+        else:
+            model_class = loader.load_module(os.path.join(job["workspace_dir"], "model_new.py"), "model_new").ModelNew
         torch.manual_seed(job["init_seed"])
-        model = mod.ModelNew(*init)
+        model = model_class(*init)
         missing, unexpected = model.load_state_dict(state, strict=False)
         if missing or unexpected:
             send({"type": "log", "text": f"load_state_dict: missing={list(missing)[:8]} unexpected={list(unexpected)[:8]}"})
         model = model.to(device).eval()
+        if baseline == "compiled":
+            # Default mode, compiled on the first call (a verify call), in this
+            # process (no compile worker pool); the cache is the zygote's
+            # (contain.candidate_env), so a task compiled before is not compiled again.
+            os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
+            model = torch.compile(model)
         if device == "cuda":
             torch.cuda.synchronize()
-        patched = snapshot.changed()
+        patched = snapshot.changed() if policing else []
         if patched:
             flags.add("monkey_patch")
             send({"type": "flags", "flags": sorted(flags), "detail": "patched: " + ", ".join(patched[:5])})
@@ -140,7 +161,7 @@ def run(job, cont, to_ref, from_ref, xsock=-1):
             xs = wire.materialise_inputs(msg.get("inputs"), slots, job["exchange_dir"], device)
             tensors = [x for x in xs if isinstance(x, torch.Tensor)]
             clock.mark("inputs")
-            guard = guards.TorchOpGuard()
+            guard = guards.TorchOpGuard() if policing else guards.NoGuard()
             t0 = timer.begin()
             with torch.no_grad():
                 guard.__enter__()
@@ -180,9 +201,9 @@ def run(job, cont, to_ref, from_ref, xsock=-1):
             # the slower checks (their flags travel with the next message) and
             # the allocator poison.
             del out, flat, xs, tensors
-            if guards.thread_count() > threads_base + allowance or threads.attempts:
+            if policing and (guards.thread_count() > threads_base + allowance or threads.attempts):
                 flags.add("threads_spawned")
-            patched = snapshot.changed()
+            patched = snapshot.changed() if policing else []
             if patched and "monkey_patch" not in flags:
                 flags.add("monkey_patch")
                 send({"type": "flags", "flags": sorted(flags), "detail": "patched: " + ", ".join(patched[:5])})

@@ -181,8 +181,16 @@ def candidate_env(job):
     there (the one path CUDA writes besides its device nodes and, during
     cuInit, its threads' names in /proc/<pid>/task/<tid>/comm)."""
     scratch = job["scratch_dir"]
-    return {"TMPDIR": scratch, "HOME": scratch, "CUDA_CACHE_DISABLE": "1",
-            "CUDA_CACHE_PATH": os.path.join(scratch, ".nv", "ComputeCache")}
+    env = {"TMPDIR": scratch, "HOME": scratch, "CUDA_CACHE_DISABLE": "1",
+           "CUDA_CACHE_PATH": os.path.join(scratch, ".nv", "ComputeCache")}
+    if job.get("baseline") == "compiled" and not os.environ.get("TORCHINDUCTOR_CACHE_DIR"):
+        # A baseline executor (trusted code, no isolation) keeps torch.compile's
+        # cache where this user's is, not in the fresh scratch: a task compiled
+        # before is not compiled again.
+        import getpass
+        import tempfile
+        env["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(tempfile.gettempdir(), "torchinductor_" + getpass.getuser())
+    return env
 
 _PYTHON_VIEW = None
 

@@ -282,6 +282,14 @@ def run_profile(job, task_module, model, driver, profile_seed, atol, rtol, resul
         measurement = {"candidate": run, "anchor": anchor, "device": backend.device_info(),
                        "candidate_symbols": symbols.kernel_symbols(artifact_paths(job["artifact_dir"])),
                        "input_policy_hash": tasks.input_policy_hash(device)}
+        if job.get("baseline"):
+            # What one call must move and compute, on our own Model and a set
+            # of our own: the baseline's speed-of-light floor (trusted).
+            from profiler_service.harness import work
+            with torch.no_grad():
+                xs = inputs_lib.make_inputs(task_module, timing_seed(profile_seed, 0), "task", device)
+            measurement["work"] = work.estimate(model, xs)
+            del xs
         path = os.path.join(job["trusted_dir"], MEASUREMENT_FILE)
         with open(path, "w") as f:
             json.dump(measurement, f)

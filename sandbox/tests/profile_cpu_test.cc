@@ -1,7 +1,10 @@
 // verify -> profile -> judge -> reward, end to end on the CPU backend (the
 // profiler's wall-clock backend), against a baseline this test measures itself
-// with the profiler's precompute path (harness precompute + the
-// precompute_baselines importer) into a fresh cache:
+// through the candidate path (//sandbox:measure_baselines: the task's Model and
+// torch.compile(Model) in the executor, timed by the reference process; then
+// the precompute_baselines importer) into a fresh cache:
+//  * the baseline carries the executor path's marks (outside clock around
+//    every call, hand-over bytes, re-checks, the anchor, timing_path);
 //  * an honest solution earns MilestoneReward of its measured speed-ups;
 //  * an honest solution ~50x slower than eager earns exactly 1;
 //  * exploits still earn -1, including one that is only wrong after verify
@@ -17,6 +20,9 @@
 #include <sstream>
 #include <string>
 
+#include "common/file.h"
+#include "google/protobuf/text_format.h"
+#include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
 #include "profiler_service/baseline_cache.h"
 #include "profiler_service/reward.h"
@@ -74,17 +80,6 @@ class ProfileCpuTest : public ::testing::Test {
     root_ = new std::string(std::string(tmp ? tmp : "/tmp") + "/profile-e2e-" + std::to_string(getpid()));
     const std::string tasks = *root_ + "/tasks/level1";
     ASSERT_EQ(std::system(("mkdir -p " + tasks + " && cp " + kRelu + " " + tasks + "/relu.py").c_str()), 0);
-    // The baseline: eager and torch.compile timed by the profiler's own
-    // precompute on the CPU backend (one thread, like the candidate), then
-    // imported into the cache by its importer.
-    const std::string jsonl = *root_ + "/baselines.jsonl";
-    precompute_log_ = new std::string(
-        Shell("cd " + Cwd() + " && PYTHONPATH=" + Cwd() + " OMP_NUM_THREADS=1 PYTHONDONTWRITEBYTECODE=1 " + *python_ +
-            " -m profiler_service.harness.precompute --tasks_root " + *root_ + "/tasks --levels level1 --out " +
-            jsonl + " --device cpu --workers 1 --threads 1 --budget_s 0.4 --flush_multiple " +
-            std::to_string(kFlushMultiple)));
-    *precompute_log_ += Shell(Cwd() + "/profiler_service/precompute_baselines --measurements=" + jsonl +
-                            " --set=baseline_cache_dir=" + *root_ + "/baselines");
     SandboxConfig c = testing::CpuConfig(*python_);
     c.set_enable_profiling(true);
     c.set_baseline_dir(*root_ + "/baselines");
@@ -107,6 +102,22 @@ class ProfileCpuTest : public ::testing::Test {
     p.set_outside_calibration_margin(2.0);
     p.set_handover_bytes_per_s(1e10);  // a memcpy through tmpfs, roughly
     c.mutable_outside_calibration()->set_runs(2);
+    // The baseline: eager and torch.compile timed through the executor path
+    // by a worker configured like this one (its own work root, no outside
+    // calibration: a baseline is not judged), then imported into the cache.
+    SandboxConfig bc = c;
+    bc.set_work_root(c.work_root() + "-baselines");
+    bc.mutable_outside_calibration()->set_runs(-1);
+    std::string text;
+    google::protobuf::TextFormat::PrintToString(bc, &text);
+    const std::string config_file = *root_ + "/baseline_worker.textproto";
+    std::ofstream(config_file) << text;
+    *jsonl_ = *root_ + "/baselines.jsonl";
+    precompute_log_ = new std::string(Shell("cd " + Cwd() + " && " + Cwd() + "/sandbox/measure_baselines --config=" +
+                                            config_file + " --tasks_root=" + *root_ + "/tasks --levels=level1 --out=" +
+                                            *jsonl_));
+    *precompute_log_ += Shell(Cwd() + "/profiler_service/precompute_baselines --measurements=" + *jsonl_ +
+                              " --set=baseline_cache_dir=" + *root_ + "/baselines");
     auto e = Evaluator::Create(c);
     ASSERT_TRUE(e.ok()) << e.status();
     evaluator_ = e->release();
@@ -131,11 +142,13 @@ class ProfileCpuTest : public ::testing::Test {
   }
   static std::string* python_;
   static std::string* root_;
+  static std::string* jsonl_;
   static std::string* precompute_log_;
   static Evaluator* evaluator_;
 };
 std::string* ProfileCpuTest::python_ = nullptr;
 std::string* ProfileCpuTest::root_ = nullptr;
+std::string* ProfileCpuTest::jsonl_ = new std::string;
 std::string* ProfileCpuTest::precompute_log_ = nullptr;
 Evaluator* ProfileCpuTest::evaluator_ = nullptr;
 
@@ -155,6 +168,46 @@ TEST_F(ProfileCpuTest, TaskKeyAgreesWithThePythonHarness) {
             TaskHash(src.str(), "cuda", ""));
 }
 
+// The baseline came through the executor path, not a process timing itself:
+// only the reference process driving an executor records an outside clock
+// around each call (spanning the executor's own window), the output bytes
+// handed over and re-checks; the key is the worker's own.
+TEST_F(ProfileCpuTest, BaselineIsTimedThroughTheExecutorPath) {
+  absl::StatusOr<std::string> text = ReadFileToString(*jsonl_);
+  ASSERT_TRUE(text.ok()) << text.status() << "\nprecompute:\n" << *precompute_log_;
+  v1::BaselineMeasurement bm;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(text->substr(0, text->find('\n')), &bm).ok()) << *text;
+  EXPECT_EQ(bm.task_id(), "level1/relu");
+  EXPECT_EQ(bm.timing_path(), "executor");
+  EXPECT_TRUE(bm.error().empty()) << bm.error();
+  const BaselineKey key = BaselineKeyFor(testing::Request(kRelu, "sandbox/solutions/cpu/relu").task(), "cpu", "cpu",
+                                         TorchVersion());
+  EXPECT_EQ(bm.task_hash(), key.task_hash);
+  EXPECT_EQ(bm.input_policy_hash(), key.input_policy_hash);
+  EXPECT_EQ(bm.device().backend(), "cpu");
+  EXPECT_EQ(bm.work().output_bytes(), 64 * 1024 * 4) << bm.work().DebugString();  // from the reference's Model
+  for (const v1::RawTimingRun* run : {&bm.eager(), &bm.compiled()}) {
+    SCOPED_TRACE(run->label());
+    EXPECT_TRUE(run->error().empty()) << run->error();
+    EXPECT_EQ(run->backend(), "cpu");
+    ASSERT_GE(run->samples_size(), 10);
+    EXPECT_EQ(run->handover_bytes(), 64 * 1024 * 4);
+    EXPECT_GT(run->rechecks(), 0);  // recheck_fraction 1.0 in this worker's config
+    EXPECT_EQ(run->recheck_failures(), 0);
+    for (const v1::CallSample& s : run->samples()) {
+      EXPECT_GT(s.wall_us(), 0);
+      EXPECT_GE(s.outside_us(), s.wall_us()) << "the outside clock spans the executor's window";
+    }
+  }
+  EXPECT_EQ(bm.eager().label(), "eager");
+  EXPECT_EQ(bm.compiled().label(), "compiled");
+  EXPECT_GE(bm.anchor().samples_size(), 2);  // the reference process's anchor, from both jobs
+  absl::StatusOr<v1::Baseline> b = ReluBaseline();
+  ASSERT_TRUE(b.ok()) << b.status() << "\nprecompute:\n" << *precompute_log_;
+  EXPECT_EQ(b->timing_path(), "executor");
+  EXPECT_GT(b->anchor_median_us(), 0);
+}
+
 TEST_F(ProfileCpuTest, HonestSolutionGetsItsMeasuredReward) {
   absl::StatusOr<v1::Baseline> b = ReluBaseline();
   ASSERT_TRUE(b.ok()) << b.status() << "\nprecompute:\n" << *precompute_log_;
@@ -169,6 +222,10 @@ TEST_F(ProfileCpuTest, HonestSolutionGetsItsMeasuredReward) {
   EXPECT_DOUBLE_EQ(v.eager_time_us(), b->eager().median_us());
   EXPECT_DOUBLE_EQ(v.compile_time_us(), b->compiled().median_us());
   EXPECT_NEAR(v.speedup_vs_eager(), b->eager().median_us() / v.candidate_time_us(), 1e-9);
+  // Both sides through one call path: a plain C++ ReLU is within a wide band
+  // of torch's (a sanity range on 2 loaded cores, not a speed target).
+  EXPECT_GT(v.speedup_vs_eager(), 0.05) << Describe(v);
+  EXPECT_LT(v.speedup_vs_eager(), 20) << Describe(v);
   EXPECT_GT(v.speedup_vs_compile(), 0);
   const double milestone = MilestoneReward(true, v.speedup_vs_eager(), v.speedup_vs_compile());
   EXPECT_EQ(v.reward(), v.quarantined() ? std::min(milestone, 1.0) : milestone) << Describe(v);
