@@ -80,6 +80,13 @@ std::string ReportJson(const std::vector<TaskResult>& results, const std::vector
   root.Set("levels", std::move(lv));
   Json tasks = Json::Array();
   for (const TaskResult& r : results) {
+    Json finals = Json::Array();
+    for (const v1::Verdict& v : r.finals) {
+      finals.Push(Json::Object({{"outcome", Json::String(v1::Verdict::Outcome_Name(v.outcome()))},
+                                {"reward", Json::Number(v.reward())},
+                                {"speedup_vs_eager", Json::Number(v.speedup_vs_eager())},
+                                {"speedup_vs_compile", Json::Number(v.speedup_vs_compile())}}));
+    }
     tasks.Push(Json::Object({{"task_id", Json::String(r.task_id)},
                              {"level", Json::Int(r.level)},
                              {"outcome", Json::String(v1::Verdict::Outcome_Name(r.best.outcome()))},
@@ -88,6 +95,7 @@ std::string ReportJson(const std::vector<TaskResult>& results, const std::vector
                              {"speedup_vs_compile", Json::Number(r.best.speedup_vs_compile())},
                              {"reward", Json::Number(r.best.reward())},
                              {"rollouts", Json::Int(r.rollouts)},
+                             {"rollout_finals", std::move(finals)},
                              {"turns", Json::Int(r.turns)},
                              {"stop_reason", Json::String(r.stop_reason)},
                              {"wall_seconds", Json::Number(r.wall_seconds)}}));

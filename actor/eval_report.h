@@ -7,7 +7,10 @@
 //   faster than eager    correct and speedup_vs_eager > 1 (no 5% margin,
 //   faster than compile  as in the paper's metric; the reward has the margin)
 //   geomean speed-ups    over correct, profiled solutions only
-// plus the outcome breakdown. Rendered as JSON and Markdown.
+// plus the outcome breakdown. Rendered as JSON and Markdown. The JSON also
+// lists, per task, every rollout's final verdict (what the policy earned on
+// that rollout, the RL reward): with several sampled rollouts per task their
+// mean is the policy's expected reward, which best-of-rollouts overstates.
 #ifndef KERNELRL_ACTOR_EVAL_REPORT_H_
 #define KERNELRL_ACTOR_EVAL_REPORT_H_
 
@@ -23,6 +26,7 @@ struct TaskResult {
   std::string task_id;
   int level = 0;
   v1::Verdict best;
+  std::vector<v1::Verdict> finals;  // Per rollout, its trajectory's final verdict (reward -1 if it failed).
   int rollouts = 0;
   double wall_seconds = 0;
   int turns = 0;

@@ -55,6 +55,10 @@ class PolicyClient {
     (void)task;
     return agent::ParseToolCalls(reply);
   }
+  // Whether the system prompt lists the tools' JSON schemas. A policy whose
+  // replies are not JSON tool calls gains nothing from them (with a tiny
+  // tokenizer they were ~4,700 of a trajectory's ~6,000 tokens).
+  virtual bool ToolSchemasInPrompt() const { return true; }
 };
 
 // The backend named by config.kind ("grpc", "openai_completions",

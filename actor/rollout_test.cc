@@ -3,6 +3,7 @@
 #include "actor/rollout.h"
 
 #include <filesystem>
+#include <mutex>
 #include <random>
 
 #include "absl/strings/match.h"
@@ -21,7 +22,9 @@ using testing::Kit;
 // A policy from a function of the request (for malformed replies and failures).
 class FnPolicy final : public PolicyClient {
  public:
-  explicit FnPolicy(std::function<absl::StatusOr<std::string>(const PolicyRequest&)> fn) : fn_(std::move(fn)) {}
+  explicit FnPolicy(std::function<absl::StatusOr<std::string>(const PolicyRequest&)> fn, bool tool_schemas = true)
+      : fn_(std::move(fn)), tool_schemas_(tool_schemas) {}
+  bool ToolSchemasInPrompt() const override { return tool_schemas_; }
   absl::StatusOr<PolicyResponse> Generate(const PolicyRequest& r) override {
     absl::StatusOr<std::string> text = fn_(r);
     if (!text.ok()) return text.status();
@@ -35,6 +38,7 @@ class FnPolicy final : public PolicyClient {
 
  private:
   std::function<absl::StatusOr<std::string>(const PolicyRequest&)> fn_;
+  bool tool_schemas_;
 };
 
 v1::Task CpuTask() {
@@ -142,6 +146,32 @@ TEST(RolloutTest, MalformedRepliesBecomeErrorObservationsUntilMaxTurns) {
   EXPECT_TRUE(absl::StrContains(errors[2], "\"path\" must be a string")) << errors[2];
   EXPECT_TRUE(absl::StrContains(errors[3], "without an opening")) << errors[3];
   EXPECT_TRUE(eval.requests().empty());
+}
+
+TEST(RolloutTest, APolicyWithoutToolSchemasGetsThePlainSystemPrompt) {
+  FakeEvaluator eval([](const v1::EvaluateRequest&) { return v1::Verdict(); });
+  std::vector<std::vector<int32_t>> prompts;
+  std::mutex mu;
+  auto record = [&](const PolicyRequest& r) -> absl::StatusOr<std::string> {
+    std::lock_guard<std::mutex> l(mu);
+    prompts.push_back(r.prompt_ids);
+    return std::string("done");
+  };
+  FnPolicy with(record, true), without(record, false);
+  v1::RolloutConfig config = testing::TestRolloutConfig("rollout_schemas");
+  config.set_max_turns(1);
+  config.set_final_evaluation(false);
+  for (FnPolicy* p : {&with, &without}) {
+    RolloutRunner runner(Deps(p, &eval), config, "");
+    ASSERT_TRUE(runner.Run(CpuTask(), RolloutOptions{false, "t-schemas", "", 0}).ok());
+  }
+  ASSERT_EQ(prompts.size(), 2u);
+  const std::string a = Kit().tokenizer->Decode(prompts[0]), b = Kit().tokenizer->Decode(prompts[1]);
+  // Same system text and task either way; only the tool schemas differ.
+  EXPECT_TRUE(absl::StrContains(a, "\"name\": \"Write\"")) << a.substr(0, 400);
+  EXPECT_FALSE(absl::StrContains(b, "\"name\": \"Write\"")) << b.substr(0, 400);
+  EXPECT_LT(prompts[1].size(), prompts[0].size());
+  EXPECT_TRUE(absl::StrContains(b, "cpu/relu"));
 }
 
 TEST(RolloutTest, BudgetsEndTheRollout) {

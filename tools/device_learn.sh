@@ -23,7 +23,9 @@
 #     Results: $OUT/learn.txt (progress, held-out evaluations, audit), curves.json, the PNGs, logs.tgz.
 # Knobs: PRECOMPUTE_WALL (55 s), SUITE_WALL (rest of 140 s), PROFILE_BUDGET (0.3 s); MODE=learn:
 # LEARN_WALL (85 s for the job; cut there, then the final held-out eval), AGENTIC_STEPS (4), ABLATION (none),
-# SINGLE_STEPS (1), WARMUP (8), RFT_EPOCHS (2), VALUE_STEPS (2), BATCH (4), EVAL_EVERY (2), LEARNER_DEVICE (cpu:
+# SINGLE_STEPS (1), WARMUP (8), RFT_EPOCHS (2), VALUE_STEPS (2), BATCH (4), EVAL_EVERY (2), ACTORS (2),
+# MAX_TURNS (the agentic stage's turns, also the held-out evaluations'; 3), EVAL_ROLLOUTS (1) and EVAL_TEMP (0 =
+# greedy; 1 samples like the actors, so EVAL_ROLLOUTS repeats give the held-out figures a spread), LEARNER_DEVICE (cpu:
 # the learner's kernels on the sandbox's GPU inflate the outside clock; on the H100 that flagged an honest
 # 1.6 ms softmax timing_below_outside_clock).
 # Results under $OUT: table.txt, verdicts.jsonl, baselines.tsv, logs.
@@ -124,8 +126,9 @@ if [ "${MODE:-}" = learn ]; then  # (b) on the device.
   # evaluation still runs on the last policy (kernelrl learn), so leave ~60 s for it.
   timeout $(( ${LEARN_WALL:-85} + 90 )) "$C/bin/tools/cli/kernelrl" learn --bin_dir="$C/bin" --base_checkpoint="$RUN/qs/model" \
     --family_dir="$L/small" --backend=cuda --learner_device=${LEARNER_DEVICE:-cpu} --run_dir="$RUN/run" \
-    --actors=2 --random_actors=2 --concurrent_rollouts=4 \
-    --eval_every=${EVAL_EVERY:-2} --eval_rollouts=1 --plot_script="$PWD/tools/cli/learn_plots.py" --ablation=${ABLATION:-none} \
+    --actors=${ACTORS:-2} --random_actors=${ACTORS:-2} --concurrent_rollouts=4 --eval_every=${EVAL_EVERY:-2} \
+    --eval_rollouts=${EVAL_ROLLOUTS:-1} --eval_temperature=${EVAL_TEMP:-0} --job_set=recipe.agentic_ppo.max_turns=${MAX_TURNS:-3} \
+    --plot_script="$PWD/tools/cli/learn_plots.py" --ablation=${ABLATION:-none} \
     --set=sandbox.enable_profiling=true --set=sandbox.baseline_dir=$BASE ${KPROF:+--set=sandbox.kprof_lib=$KPROF} \
     --set=sandbox.profiler_root=$PWD --set=sandbox.profiler.time_budget_s=0.2 \
     --job_set=recipe.single_turn_ppo.steps=${SINGLE_STEPS:-1} --job_set=recipe.agent_warmup.steps=${WARMUP:-8} \

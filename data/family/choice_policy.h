@@ -40,6 +40,8 @@ class ChoicePolicy final : public actor::PolicyClient {
 
   absl::StatusOr<actor::PolicyResponse> Generate(const actor::PolicyRequest& request) override;
   absl::StatusOr<std::vector<agent::ToolCall>> ToolCalls(const v1::Task& task, const std::string& reply) const override;
+  // Replies are choices, not JSON calls: the prompt carries SKILL.md's vocabulary instead.
+  bool ToolSchemasInPrompt() const override { return false; }
 
   // The choice a reply stands for; false when it submits.
   static bool ReplyChoice(const std::string& reply, const std::vector<Slot>& slots, Choice* choice);

@@ -175,9 +175,11 @@ int EvalMain(int argc, char** argv) {
         ++r.rollouts;
         if (!out.ok()) {
           KLOG(ERROR) << task.id() << ": " << out.status();
-          r.stop_reason = "error";
+          r.stop_reason = "error";  // No trajectory, so no entry in r.finals.
           continue;
         }
+        r.finals.push_back(out->trajectory.has_final_verdict() ? out->trajectory.final_verdict() : v1::Verdict());
+        if (!out->trajectory.has_final_verdict()) r.finals.back().set_reward(out->trajectory.reward());
         r.wall_seconds += out->wall_seconds;
         r.turns = out->trajectory.stats().num_turns();
         r.stop_reason = out->trajectory.stats().stop_reason();

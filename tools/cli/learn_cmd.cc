@@ -18,11 +18,13 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
+#include "common/config.h"
 #include "common/file.h"
 #include "common/json.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/grpc/health/v1/health.grpc.pb.h"
 #include "proto/learner.grpc.pb.h"
+#include "proto/learner_config.pb.h"
 #include "tools/cli/learn_curves.h"
 #include "tools/cli/up_supervisor.h"
 
@@ -36,7 +38,7 @@ constexpr char kUsage[] =
     "         [--run_dir=DIR]\n"
     "         [--bin_dir=DIR] [--actors=N] [--random_actors=N] [--concurrent_rollouts=N]\n"
     "         [--ablation=none|no_rft|no_value|no_rft_no_value] [--eval_every=K] [--eval_tasks=N]\n"
-    "         [--eval_rollouts=R] [--job_set=FIELD=VALUE ...] [--set=SERVICE.FIELD=VALUE ...]\n"
+    "         [--eval_rollouts=R] [--eval_temperature=T] [--job_set=FIELD=VALUE ...] [--set=SERVICE.FIELD=VALUE ...]\n"
     "         [--job_timeout_s=S] [--stall_timeout_s=S] [--python=PY] [--plot_script=FILE]\n"
     "The recipe on the task family as one job (tools/cli/learn_cmd.h, docs/LEARNING.md).\n";
 
@@ -55,7 +57,7 @@ constexpr char kJobDefaults[] = R"pb(
     single_turn_ppo { steps: 4 max_turns: 1 }
     agent_warmup { steps: 32 max_turns: 3 }
     rft { epochs: 20 lr: 5e-3 max_repeated_calls: 3 }
-    value_pretrain { steps: 4 }
+    value_pretrain { steps: 16 }
     agentic_ppo { steps: 20 max_turns: 3 }
   }
   ppo { tis_threshold: 2.0 }
@@ -90,6 +92,10 @@ struct Options {
   std::string python = "python3", plot_script;
   int actors = 1, random_actors = 1, concurrent_rollouts = 2, eval_every = 5, eval_tasks = 0, eval_rollouts = 1;
   double job_timeout_s = 3600, stall_timeout_s = 600;
+  // Held-out evaluations: 0 = greedy (kernelrl eval's default); > 0 samples like the training
+  // actors, so --eval_rollouts repeats measure the policy's expected reward with a spread.
+  double eval_temperature = 0;
+  int eval_max_turns = 3;  // The job's agentic_ppo.max_turns once the job's hyperparameters are read.
   std::vector<std::string> job_sets;
   std::map<std::string, std::vector<std::string>> sets;  // service -> --set=...
 };
@@ -120,7 +126,8 @@ absl::StatusOr<Options> ParseFlags(int argc, char** argv) {
         value("--plot_script=", &o.plot_script) || number("--actors=", &o.actors) ||
         number("--random_actors=", &o.random_actors) || number("--concurrent_rollouts=", &o.concurrent_rollouts) ||
         number("--eval_every=", &o.eval_every) || number("--eval_tasks=", &o.eval_tasks) ||
-        number("--eval_rollouts=", &o.eval_rollouts) || number("--job_timeout_s=", &o.job_timeout_s) ||
+        number("--eval_rollouts=", &o.eval_rollouts) || number("--eval_temperature=", &o.eval_temperature) ||
+        number("--job_timeout_s=", &o.job_timeout_s) ||
         number("--stall_timeout_s=", &o.stall_timeout_s)) {
       continue;
     }
@@ -331,7 +338,9 @@ absl::StatusOr<Json> HeldOutEval(const Options& o, const Cluster& c, const std::
       "--set=plot_script=", "--set=actor.tokenizer_path=" + o.base_checkpoint + "/tokenizer.json",
       "--set=actor.sandbox.target=ipv4:" + c.sandbox_, "--set=actor.policy.kind=choice" + suffix,
       "--set=actor.policy.address=" + c.learner_, "--set=actor.rollout.skill_path=" + c.SkillPath(),
-      std::string("--set=actor.rollout.system_prompt=") + kSystemPrompt, "--set=actor.rollout.eval_max_turns=3",
+      std::string("--set=actor.rollout.system_prompt=") + kSystemPrompt,
+      absl::StrCat("--set=actor.rollout.eval_max_turns=", o.eval_max_turns),
+      absl::StrCat("--set=actor.rollout.temperature=", o.eval_temperature),
       absl::StrCat("--set=actor.rollout.max_new_tokens_per_turn=", kReplyTokens), "--set=actor.rollout.context_tokens=16384",
       "--set=actor.rollout.workspace_root=" + out_dir + "-ws", absl::StrCat("--set=actor.concurrent_rollouts=", o.concurrent_rollouts)};
   std::error_code ec;
@@ -344,6 +353,17 @@ absl::StatusOr<Json> HeldOutEval(const Options& o, const Cluster& c, const std::
 }
 
 std::string F(double v) { return absl::StrFormat("%.3g", v); }
+
+// "; rollouts: reward m +- sem (n), ..." when the evaluation sampled more than one rollout per task.
+std::string RolloutLine(const Json& heldout) {
+  const Json* r = heldout.Find("rollouts");
+  const Json* tasks = heldout.Find("n");
+  if (r == nullptr || tasks == nullptr || r->Find("n")->number() <= tasks->number()) return "";
+  return absl::StrCat("; per rollout (n ", F(r->Find("n")->number()), "): reward ", F(r->Find("reward_mean")->number()),
+                      " +- ", F(r->Find("reward_sem")->number()), ", pass ", F(r->Find("pass_rate")->number()),
+                      ", >eager ", F(r->Find("faster_than_eager_rate")->number()), ", >compile ",
+                      F(r->Find("faster_than_compile_rate")->number()));
+}
 
 }  // namespace
 
@@ -380,6 +400,13 @@ int LearnMain(int argc, char** argv) {
   }
   if (o.ablation == "no_rft_no_value") absl::StrAppend(&hp, " recipe { agent_warmup { skip: true } }\n");
   for (const std::string& s : o.job_sets) absl::StrAppend(&hp, TextField(s), "\n");
+  {  // Held-out evaluations give the policy the turns it trains with.
+    v1::LearnerJobConfig job_config;
+    if (absl::Status s = MergeTextConfig(hp, "the job's hyperparameters", &job_config); !s.ok()) {
+      return std::fprintf(stderr, "kernelrl learn: %s\n", std::string(s.message()).c_str()), 2;
+    }
+    if (job_config.recipe().agentic_ppo().max_turns() > 0) o.eval_max_turns = job_config.recipe().agentic_ppo().max_turns();
+  }
   v1::JobSpec spec;
   spec.set_name(absl::StrCat("learn-family-", o.ablation));
   spec.set_base_checkpoint(o.base_checkpoint);
@@ -451,7 +478,7 @@ int LearnMain(int argc, char** argv) {
                                   F(r->Find("reward_mean")->number()), " +- ", F(r->Find("reward_sem")->number()),
                                   ", pass ", F(r->Find("pass_rate")->number()), ", >eager ",
                                   F(r->Find("faster_than_eager_rate")->number()), ", >compile ",
-                                  F(r->Find("faster_than_compile_rate")->number())));
+                                  F(r->Find("faster_than_compile_rate")->number()), RolloutLine(*r)));
         heldout.Push(std::move(*r));
       } else {
         console.Line("held-out eval " + label + " failed: " + std::string(r.status().message()));

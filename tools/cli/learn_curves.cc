@@ -127,10 +127,19 @@ absl::StatusOr<Json> HeldOutFromReport(const std::string& report_json_path) {
   if (!report.ok()) return report.status();
   const Json* tasks = report->Find("tasks");
   if (tasks == nullptr || !tasks->is_array()) return absl::DataLossError(report_json_path + ": no tasks");
-  VerdictStats s;
+  VerdictStats s, sampled;
   double log_e = 0, log_c = 0;
   int profiled = 0;
   for (const Json& t : tasks->items()) {
+    if (const Json* finals = t.Find("rollout_finals"); finals != nullptr && finals->is_array()) {
+      for (const Json& f : finals->items()) {
+        const Json* xe = f.Find("speedup_vs_eager");
+        const Json* xc = f.Find("speedup_vs_compile");
+        const Json* rew = f.Find("reward");
+        Add(&sampled, rew ? rew->number() : -1, StrField(f, "outcome") == "OK", xe ? xe->number() : 0,
+            xc ? xc->number() : 0);
+      }
+    }
     const Json* rew = t.Find("reward");
     const Json* xe = t.Find("speedup_vs_eager");
     const Json* xc = t.Find("speedup_vs_compile");
@@ -142,6 +151,7 @@ absl::StatusOr<Json> HeldOutFromReport(const std::string& report_json_path) {
   Json out = s.ToJson();
   out.Set("geomean_speedup_vs_eager", Json::Number(profiled ? std::exp(log_e / profiled) : 0));
   out.Set("geomean_speedup_vs_compile", Json::Number(profiled ? std::exp(log_c / profiled) : 0));
+  out.Set("rollouts", sampled.ToJson());
   return out;
 }
 

@@ -38,6 +38,11 @@ def trained(name):
     return lambda s: s.get("trained", {}).get(name) if s.get("trained", {}).get("n") else None
 
 
+def sampled(held):
+    """True when every held-out evaluation ran more than one rollout per task."""
+    return bool(held) and all(h.get("rollouts", {}).get("n", 0) > h.get("n", 0) for h in held)
+
+
 def main():
     curves = json.load(open(sys.argv[1]))
     out = sys.argv[2]
@@ -55,7 +60,11 @@ def main():
             ax.plot(xs, ys, "o-", color=color, label=f"trained batch ({stage})", ms=3)
     if held:
         ax.errorbar(hx, [h["reward_mean"] for h in held], yerr=[h["reward_sem"] for h in held], fmt="s-",
-                    color="tab:red", capsize=3, label="held-out (kernelrl eval, +- s.e.m. over tasks)")
+                    color="tab:red", capsize=3, label="held-out, best of rollouts per task (+- s.e.m. over tasks)")
+    if sampled(held):
+        ax.errorbar(hx, [h["rollouts"]["reward_mean"] for h in held], yerr=[h["rollouts"]["reward_sem"] for h in held],
+                    fmt="D-", color="tab:purple", capsize=3,
+                    label="held-out, every rollout's final verdict (+- s.e.m. over rollouts)")
     ax.set_xlabel("update (policy version)")
     ax.set_ylabel("mean reward")
     ax.set_title(title)
@@ -70,7 +79,9 @@ def main():
         xs, ys = series(steps, trained(key))
         ax.plot(xs, ys, "o-", ms=3, label="trained batches")
         if held:
-            ax.plot(hx, [h[key] for h in held], "s-", color="tab:red", label="held-out")
+            ax.plot(hx, [h[key] for h in held], "s-", color="tab:red", label="held-out (best of rollouts)")
+        if sampled(held):
+            ax.plot(hx, [h["rollouts"][key] for h in held], "D-", color="tab:purple", label="held-out (per rollout)")
         ax.set_title(name)
         ax.set_xlabel("update")
         ax.set_ylim(-0.05, 1.05)
