@@ -7,14 +7,19 @@
 # 1. builds the CUPTI recorder (libkprof.so, g++ like tools/device_profiler.sh;
 #    falls back to the carried Bazel build);
 # 2. measures eager + torch.compile baselines of the reference solutions' tasks
-#    with the profiler's precompute and imports them into a baseline cache;
+#    through the candidate's executor path (sandbox measure_baselines: the
+#    task's Model and torch.compile(Model) in an executor process, timed by the
+#    reference process's protocol, docs/HARNESS.md "Baselines"; torch.compile's
+#    caches are filled in parallel first by the precompute's --warm_only, in the
+#    background from the start) and imports them into a baseline cache;
 # 3. runs the reference solutions (KernelBench level 1 and 2) and the CUDA
 #    exploit suite through the real worker core (sandbox_cli: compile ->
 #    isolated verify -> profile -> judge) with profiling on;
 # 4. prints a table: outcome, reward, speed-ups, times per task.
 # Every step has a wall cap and the summary runs whatever happened before it;
-# knobs (seconds): PRECOMPUTE_WALL (90), SUITE_WALL (200), WALL (45, per
-# verify+profile), PROFILE_BUDGET (0.5, timing per candidate), SKIP_BENCH (1:
+# knobs (seconds): PRECOMPUTE_WALL (150, the executor-path baselines), SUITE_WALL
+# (200), WALL (45, per verify+profile), PROFILE_BUDGET (0.5, timing per candidate),
+# BASELINE_BUDGET (0.3, timing per baseline job), SKIP_BENCH (1:
 # the compile benchmark is off unless SKIP_BENCH=0), PROFILE (1), EXPLOITS (1),
 # SUITE_FILTER (regex on suite labels), PRECOMPUTE_ONLY (task ids, comma-separated).
 set -u
@@ -24,15 +29,15 @@ SOLUTIONS="sandbox/solutions"
 if [ "${1:-}" = "--prepare" ]; then
   set -e
   SHARED=${KERNELRL_SHARED_DIR:-$(cd "$(dirname "$0")/../.." && pwd)/shared}
-  bazel build //sandbox:sandbox_cli //sandbox/contain:libkernelrl_contain.so \
+  bazel build //sandbox:sandbox_cli //sandbox:measure_baselines //sandbox/contain:libkernelrl_contain.so \
     //profiler_service:precompute_baselines //profiler_service:libkprof.so \
     //sandbox/harness/cuda:libkernelrl_verify_cuda.so
   rm -rf "$CARRY" && mkdir -p "$CARRY/lib" "$CARRY/kernelbench/level1" "$CARRY/kernelbench/level2"
-  cp bazel-bin/sandbox/sandbox_cli bazel-bin/sandbox/contain/libkernelrl_contain.so \
+  cp bazel-bin/sandbox/sandbox_cli bazel-bin/sandbox/measure_baselines bazel-bin/sandbox/contain/libkernelrl_contain.so \
     bazel-bin/profiler_service/precompute_baselines "$CARRY/"
   cp bazel-bin/profiler_service/libkprof.so "$CARRY/libkprof_bazel.so"
   cp bazel-bin/sandbox/harness/cuda/libkernelrl_verify_cuda.so "$CARRY/"
-  for b in sandbox_cli precompute_baselines; do
+  for b in sandbox_cli measure_baselines precompute_baselines; do
     ldd "$CARRY/$b" | awk '/=> \// {print $3}' |
       grep -vE '/(libc|libm|libgcc_s|libstdc\+\+|ld-linux-x86-64|libpthread|libdl|librt|libcuda|libcupti)\.so' |
       xargs -I{} cp -nL {} "$CARRY/lib/"
@@ -58,6 +63,18 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv,noheader
 $PY -c 'import torch, sys; print("torch", torch.__version__, "python", sys.version.split()[0])'
 PROFILE=${PROFILE:-1}
+# torch.compile's caches, shared by the warm-up below and the baseline executors.
+export TORCHINDUCTOR_CACHE_DIR=/tmp/kr_inductor TORCHINDUCTOR_COMPILE_THREADS=1
+
+# 0. torch.compile of every task, in parallel and untimed, while steps 1-1b run:
+#    the baseline executors of step 2 then load their compiled code.
+WARM=""
+if [ "$PROFILE" = 1 ]; then
+  ( PYTHONPATH=$PWD timeout "${WARM_WALL:-100}" $PY -m profiler_service.harness.precompute \
+      --tasks_root "$CARRY/kernelbench" --out "$OUT/compile_warm.jsonl" --workers "${PRECOMPUTE_WORKERS:-6}" \
+      --warm_only ${PRECOMPUTE_ONLY:+--only $PRECOMPUTE_ONLY} > "$OUT/compile_warm.log" 2>&1 ) &
+  WARM=$!
+fi
 
 # 1. CUPTI recorder for the candidate process (CUDA_INJECTION64_PATH).
 KPROF=/tmp/kr_kprof/libkprof.so; mkdir -p /tmp/kr_kprof
@@ -76,19 +93,28 @@ if [ -n "${KERNELRL_VERIFY_CUDA_LIB:-}" ]; then
   echo "verify_cuda_test rc=$?: $(grep -c '^PASS' "$OUT/verify_cuda_test.log") passed, $(grep '^FAIL\|SKIPPED\|Error' "$OUT/verify_cuda_test.log" | head -5)"
 fi
 
-# 2. Baselines of the solutions' tasks: eager + torch.compile, profiler precompute,
-#    imported into the cache the worker reads. Tasks not reached get no baseline
-#    (their verdicts say baseline_missing, reward 1).
+# The worker's settings (SandboxConfig fields, as for sandbox_main), shared by
+# the baseline measurement (step 2) and the suite (step 4).
+WORKER="--set=backend=cuda --set=python=$PY --set=harness_dir=$PWD/sandbox/harness \
+  --set=contain_lib=$PWD/$CARRY/libkernelrl_contain.so \
+  ${KERNELRL_VERIFY_CUDA_LIB:+--set=verify_cuda_lib=$KERNELRL_VERIFY_CUDA_LIB}"
+[ "$PROFILE" = 1 ] && WORKER="$WORKER --set=enable_profiling=true --set=kprof_lib=$KPROF --set=profiler_root=$PWD"
+
+# 2. Baselines of the solutions' tasks: eager + torch.compile through the
+#    executor path (the same CUPTI window, flush, inputs and outside clock as a
+#    candidate), imported into the cache the worker reads. Tasks not reached
+#    get no baseline (their verdicts say baseline_missing, reward 1).
 BASE=/tmp/kr_baselines; rm -rf $BASE; mkdir -p $BASE
 if [ "$PROFILE" = 1 ]; then
-  # Same clock as the candidate: CUPTI kernel sums (the judge quarantines a
-  # CUPTI candidate compared against event-timed baselines).
-  CUDA_INJECTION64_PATH=$KPROF PYTHONPATH=$PWD TORCHINDUCTOR_COMPILE_THREADS=1 timeout "${PRECOMPUTE_WALL:-90}" \
-    $PY -m profiler_service.harness.precompute --tasks_root "$CARRY/kernelbench" --out "$OUT/baselines.jsonl" \
-      --workers "${PRECOMPUTE_WORKERS:-6}" --budget_s 0.3 --deadline_s $(( ${PRECOMPUTE_WALL:-90} - 25 )) \
-      ${PRECOMPUTE_ONLY:+--only $PRECOMPUTE_ONLY} \
-      > "$OUT/precompute.log" 2>&1
-  echo "precompute rc=$? at $(elapsed) s: $(wc -l < "$OUT/baselines.jsonl" 2>/dev/null || echo 0) tasks written"
+  [ -n "$WARM" ] && wait $WARM
+  echo "compile warm-up done at $(elapsed) s: $(grep -c 'warm_only' "$OUT/compile_warm.log" 2>/dev/null) tasks compiled"
+  timeout -k 10 "${PRECOMPUTE_WALL:-150}" "$CARRY/measure_baselines" $WORKER --set=work_root=/tmp/kr_baseline_work \
+    --set=verify.wall_seconds=120 --set=profiler.time_budget_s="${BASELINE_BUDGET:-0.3}" \
+    --tasks_root="$CARRY/kernelbench" --levels=level2,level1 --out="$OUT/baselines.jsonl" \
+    ${PRECOMPUTE_ONLY:+--only=$PRECOMPUTE_ONLY} \
+    > "$OUT/precompute.log" 2>&1
+  echo "measure_baselines rc=$? at $(elapsed) s: $(wc -l < "$OUT/baselines.jsonl" 2>/dev/null || echo 0) tasks written"
+  grep -E "^\[|measure_baselines:" "$OUT/precompute.log" | cut -c1-160
   "$CARRY/precompute_baselines" --measurements="$OUT/baselines.jsonl" --set=baseline_cache_dir=$BASE --table="$OUT/baselines.tsv" \
     2>&1 | tail -4
 fi
@@ -136,12 +162,8 @@ if [ -n "${SUITE_FILTER:-}" ]; then
   mv "$SUITE.kept" "$SUITE"
 fi
 PROFILE_FLAGS=""
-# Worker settings are SandboxConfig fields (--set), as for sandbox_main.
-[ "$PROFILE" = 1 ] && PROFILE_FLAGS="--set=enable_profiling=true --set=baseline_dir=$BASE --set=kprof_lib=$KPROF \
-  --set=profiler_root=$PWD --set=profiler.time_budget_s=${PROFILE_BUDGET:-0.5}"
-CLI="$CARRY/sandbox_cli --set=backend=cuda --set=python=$PY --set=harness_dir=$PWD/sandbox/harness \
-  --set=contain_lib=$PWD/$CARRY/libkernelrl_contain.so \
-  ${KERNELRL_VERIFY_CUDA_LIB:+--set=verify_cuda_lib=$KERNELRL_VERIFY_CUDA_LIB} $PROFILE_FLAGS"
+[ "$PROFILE" = 1 ] && PROFILE_FLAGS="--set=baseline_dir=$BASE --set=profiler.time_budget_s=${PROFILE_BUDGET:-0.5}"
+CLI="$CARRY/sandbox_cli $WORKER $PROFILE_FLAGS"
 ( sleep 30; cp /tmp/kr_suite/zygote.log "$OUT/zygote.log" 2>/dev/null ) &
 echo "suite starts at $(elapsed) s"
 timeout "${SUITE_WALL:-200}" $CLI --suite="$SUITE" --json_out="$OUT/verdicts.jsonl" --set=work_root=/tmp/kr_suite \
@@ -193,6 +215,8 @@ if rewards:
     print(f"profiled with a baseline: {sum(1 for r in sol if ok(r) and r['verdict'].get('eager_time_us', 0) > 0)}/{len(rewards)}; "
           f"quarantined: {sum(1 for r in sol if r['verdict'].get('quarantined'))}; "
           f"cupti_inactive: {sum(1 for r in sol if 'cupti_inactive' in r['verdict'].get('flags', []))}")
+via = sum(1 for r in sol if "through the executor path" in r["verdict"].get("logs", {}).get("profile", ""))
+print(f"solutions judged against baselines timed through the executor path: {via}/{len(sol)}")
 print(f"exploits with the expected verdict: {sum(map(ok, exp))}/{len(exp)}")
 tim = [r for r in rows if r["label"].startswith("timing/")]
 if tim:

@@ -5,6 +5,12 @@ per task (failures recorded, never dropped).
     python3 -m profiler_service.harness.precompute --tasks_root DIR --out FILE.jsonl \
         [--levels level1,level2] [--workers N] [--budget_s S] [--deadline_s S] [--device cuda] [--threads N]
 
+The reward's baselines are timed through the sandbox's executor path instead
+(//sandbox:measure_baselines, docs/HARNESS.md "Baselines"); this in-process
+path remains for the data pipeline's eager filter (data/harness/worker.py) and
+the profiler service, and --warm_only fills torch.compile's caches in
+parallel ahead of measure_baselines.
+
 Workers (spawned processes) load and torch.compile tasks in parallel; a
 readers-writer file lock (GpuLock) keeps every timed block alone on the GPU:
 set-up (model, inputs, torch.compile and its first runs) holds it shared,
@@ -116,6 +122,12 @@ def measure_task(task_id, path, args, backend, lock_path):
         del x
         if args.device == "cuda":
             torch.cuda.synchronize()
+    if getattr(args, "warm_only", False):
+        # torch.compile's caches are filled, nothing is timed: the baselines
+        # are then timed through the sandbox's executor path
+        # (//sandbox:measure_baselines), whose compiles mostly load from them.
+        rec["error"] = "warm_only: compiled, not timed"
+        return rec
     cfg = protocol.ProtocolConfig(target_rse=args.target_rse, time_budget_s=args.budget_s,
                                   min_samples=args.min_samples, max_samples=args.max_samples, warmup_calls=2,
                                   recheck_fraction=0.0, min_rechecks=0, block_calls=5)
@@ -218,6 +230,8 @@ def main(argv=None):
     p.add_argument("--flush_multiple", type=float, default=2.0, help="cache flush size / L2 (or LLC) size")
     p.add_argument("--threads", type=int, default=0, help="torch intra-op threads per worker (0 = torch default)")
     p.add_argument("--no_compile", dest="compile", action="store_false", help="eager only (CI)")
+    p.add_argument("--warm_only", action="store_true",
+                   help="compile and run once, time nothing (fills torch.compile's caches for measure_baselines)")
     args = p.parse_args(argv)
 
     from profiler_service.harness import tasks
