@@ -185,7 +185,7 @@ def run(job, cont, to_ref, from_ref, xsock=-1):
             for o in flat:
                 if isinstance(o, torch.Tensor) and type(o) is not torch.Tensor:
                     flags.add("output_tensor_subclass")
-            ranges = [storage_range(x) for x in tensors]
+            ranges = [storage_range(x) for x in tensors] if policing else []  # a task's Model may return a view
             for o in flat:
                 if type(o) is torch.Tensor:
                     lo, hi = storage_range(o)
