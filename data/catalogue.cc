@@ -140,7 +140,9 @@ absl::StatusOr<OpCatalogue> Crawl(const OpRules& rules, const Inventory& inv, Wo
     std::string name;
     if (j < op_jobs) {
       const OpSpec& op = *to_probe[j / 2];
-      name = absl::StrCat(ShortName(op.name()), "_", j % 2);
+      // The job index in the name: rules may share a short name (ReLU, F.relu, torch.relu -> "relu") and
+      // their probes run at the same time on different workers.
+      name = absl::StrCat(ShortName(op.name()), "_", j);
       task = composer.ComposeSequence(j, {op.name()}, &rng, ProbeSizing());
     } else {
       const TransformersModule& m = tf_modules[j - op_jobs];

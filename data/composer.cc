@@ -217,9 +217,15 @@ absl::StatusOr<ComposedTask> Composer::ComposeSequence(int64_t index, const std:
       continue;
     }
     double fixed_bytes = 0, unit_bytes = 0, unit_flops = 0, max_act = 0;
+    double unit_inputs = 0, fixed_inputs = 0;  // Memory of get_inputs() (per batch unit / fixed).
     for (size_t i = 0; i < chain.inputs.size(); ++i) {
       const double b = 4.0 * NumElements(chain.inputs[i]);
-      if (BatchScales(specs[0]->rule(), i)) max_act = std::max(max_act, b);
+      if (BatchScales(specs[0]->rule(), i)) {
+        max_act = std::max(max_act, b);
+        unit_inputs += b;
+      } else {
+        fixed_inputs += b;
+      }
     }
     for (const OpStep& st : *unit) {
       fixed_bytes += st.param_bytes;
@@ -237,12 +243,18 @@ absl::StatusOr<ComposedTask> Composer::ComposeSequence(int64_t index, const std:
         ms += EstimateMs(st.param_bytes + (st.bytes - st.param_bytes) * b, st.flops * b);
       return ms;
     };
+    // The probe's footprint (worker.py): parameters and inputs, the reference
+    // output, a second output and the forward pass's working set beside them.
+    const double fixed_peak = fixed_bytes + fixed_inputs, unit_peak = unit_inputs + 3 * max_act;
     int64_t batch = 1;
     if (sizing.size_batch) {
       const double lo = std::max(1e-3, sampler_.min_target_ms()), hi = std::max(lo, sampler_.max_target_ms());
       const double target = lo * std::pow(hi / lo, rng->Uniform());
       const double cap = sampler_.max_tensor_bytes() > 0 ? static_cast<double>(sampler_.max_tensor_bytes()) : 1e18;
-      const int64_t max_batch = static_cast<int64_t>(std::min(1e7, std::floor(cap / std::max(1.0, max_act))));
+      double max_b = std::min(1e7, std::floor(cap / std::max(1.0, max_act)));
+      if (sampler_.max_task_bytes() > 0)
+        max_b = std::min(max_b, std::floor((sampler_.max_task_bytes() - fixed_peak) / std::max(1.0, unit_peak)));
+      const int64_t max_batch = static_cast<int64_t>(std::max(0.0, max_b));
       if (max_batch < 1 || estimate(1) > hi) {
         last = absl::ResourceExhaustedError(absl::StrFormat("batch 1 already estimated at %.2f ms", estimate(1)));
         continue;
@@ -267,6 +279,7 @@ absl::StatusOr<ComposedTask> Composer::ComposeSequence(int64_t index, const std:
     ComposedTask task;
     task.index = index;
     task.estimated_ms = estimate(batch);
+    task.estimated_peak_bytes = static_cast<int64_t>(fixed_peak + unit_peak * batch);
     task.input_shape = chain.inputs[0];
     task.input_shape[0] = batch;
     task.output_shape = steps->back().out;
@@ -333,7 +346,10 @@ absl::StatusOr<ComposedTask> Composer::ComposeTransformers(int64_t index, const 
     const double target = lo * std::pow(hi / lo, rng->Uniform());
     const double cap = sampler_.max_tensor_bytes() > 0 ? static_cast<double>(sampler_.max_tensor_bytes()) : 1e18;
     const double act = 4.0 * seq * std::max(hidden, inter);
-    const int64_t max_batch = static_cast<int64_t>(std::min(1e6, std::floor(cap / act)));
+    double max_b = std::min(1e6, std::floor(cap / act));
+    if (sampler_.max_task_bytes() > 0)
+      max_b = std::min(max_b, std::floor((sampler_.max_task_bytes() - 4.0 * params) / (4.0 * seq * hidden + 3 * act)));
+    const int64_t max_batch = static_cast<int64_t>(std::max(0.0, max_b));
     if (max_batch < 1) return absl::ResourceExhaustedError("transformers module above the memory cap");
     const double per = EstimateMs(unit_bytes, unit_flops), fixed = EstimateMs(4.0 * params, 0);
     batch = std::clamp<int64_t>(static_cast<int64_t>((target - fixed) / std::max(1e-9, per)), 1, max_batch);
@@ -347,6 +363,8 @@ absl::StatusOr<ComposedTask> Composer::ComposeTransformers(int64_t index, const 
   task.input_shape = {batch, seq, hidden};
   task.output_shape = task.input_shape;
   task.estimated_ms = EstimateMs(4.0 * params + unit_bytes * batch, unit_flops * batch);
+  task.estimated_peak_bytes =
+      static_cast<int64_t>(4.0 * params + batch * (4.0 * seq * hidden + 3 * 4.0 * seq * std::max(hidden, inter)));
   std::string imports = absl::StrCat("from ", m.module_path(), " import ", m.class_name(), "\n");
   std::string build;
   if (m.construct() == "hidden_size") {

@@ -41,6 +41,9 @@ struct ComposedTask {
   bool transformers = false;
   std::string composer = "rule";
   double estimated_ms = 0;
+  // Device memory of the probe, estimated: parameters, inputs and three times
+  // the largest activation (SamplerConfig.max_task_bytes caps it).
+  int64_t estimated_peak_bytes = 0;
   Shape input_shape;                   // First get_inputs() tensor.
   Shape output_shape;                  // Predicted; the crawl checks it against torch.
 };

@@ -8,8 +8,8 @@ namespace kernelrl {
 
 const std::vector<std::string>& FilterOrder() {
   static const std::vector<std::string> order = {
-      "llm",        "compose",    "duplicate", "contaminated",      "eager",     "oom",       "stochastic", "compile",
-      "non_finite", "constant",  "indistinguishable", "near_zero", "near_mean", "timing",  "runtime"};
+      "llm",      "compose",           "duplicate", "contaminated", "eager",   "oom",    "stochastic", "non_finite",
+      "constant", "indistinguishable", "near_zero", "near_mean",    "compile", "timing", "runtime"};
   return order;
 }
 
@@ -27,10 +27,11 @@ FilterConfig WithFilterDefaults(FilterConfig c) {
   if (c.timing_budget_s() <= 0) c.set_timing_budget_s(0.05);
   if (c.timing_min_samples() <= 0) c.set_timing_min_samples(3);
   if (c.timing_max_samples() <= 0) c.set_timing_max_samples(20);
+  if (c.oom_retries() <= 0) c.set_oom_retries(2);
   return c;
 }
 
-std::optional<Rejection> JudgeProbe(const ProbeFacts& f, const FilterConfig& c) {
+std::optional<Rejection> JudgeEager(const ProbeFacts& f, const FilterConfig& c) {
   const std::string& stage = f.error_stage();
   if (stage == "oom") return Rejection{"oom", f.error()};
   if (!stage.empty() && stage != "compile") return Rejection{"eager", absl::StrFormat("%s: %s", stage, f.error())};
@@ -39,10 +40,6 @@ std::optional<Rejection> JudgeProbe(const ProbeFacts& f, const FilterConfig& c) 
   if (f.repeat_max_abs_diff() > c.max_repeat_rel_diff() * scale)
     return Rejection{"stochastic", absl::StrFormat("same inputs, outputs differ by %.3g (mean |y| %.3g)",
                                                    f.repeat_max_abs_diff(), f.output_abs_mean())};
-  if (stage == "compile") return Rejection{"compile", f.error()};
-  if (!c.compile_backend().empty() && f.compile_max_abs_diff() > c.max_compile_rel_diff() * std::max(scale, c.atol()))
-    return Rejection{"compile", absl::StrFormat("compiled output differs by %.3g (mean |y| %.3g)",
-                                                f.compile_max_abs_diff(), f.output_abs_mean())};
   if (f.non_finite()) return Rejection{"non_finite", "NaN or Inf in the output"};
   if (f.numel() > 1 && f.output_std() <= 1e-6 * std::max(1.0, f.output_abs_mean()))
     return Rejection{"constant", absl::StrFormat("output std %.3g over %d elements", f.output_std(), f.numel())};
@@ -57,6 +54,21 @@ std::optional<Rejection> JudgeProbe(const ProbeFacts& f, const FilterConfig& c) 
     return Rejection{"near_mean", absl::StrFormat("%.1f%% of outputs within tolerance of their mean",
                                                   100 * f.near_mean_fraction())};
   return std::nullopt;
+}
+
+std::optional<Rejection> JudgeCompile(const ProbeFacts& f, const FilterConfig& c) {
+  if (f.error_stage() == "oom") return Rejection{"oom", f.error()};
+  if (f.error_stage() == "compile") return Rejection{"compile", f.error()};
+  const double scale = std::max(f.output_abs_mean(), 1e-12);
+  if (!c.compile_backend().empty() && f.compile_max_abs_diff() > c.max_compile_rel_diff() * std::max(scale, c.atol()))
+    return Rejection{"compile", absl::StrFormat("compiled output differs by %.3g (mean |y| %.3g)",
+                                                f.compile_max_abs_diff(), f.output_abs_mean())};
+  return std::nullopt;
+}
+
+std::optional<Rejection> JudgeProbe(const ProbeFacts& f, const FilterConfig& c) {
+  if (auto r = JudgeEager(f, c)) return r;
+  return JudgeCompile(f, c);
 }
 
 std::optional<Rejection> JudgeRuntime(const Baseline& b, const FilterConfig& c) {

@@ -6,10 +6,11 @@
 //   duplicate      normalised-AST hash already accepted or in flight
 //   contaminated   AST similarity to a KernelBench program > max_similarity
 //   eager          loading, building, inputs or the eager call failed
-//   oom            out of memory after the configured retries
-//   stochastic     same inputs twice gave different outputs (judged before
-//                  compile: a random operator also makes compiled outputs differ)
-//   compile        torch.compile (compile_backend) failed or disagrees with eager
+//   oom            out of memory even with the whole GPU budget (data/memory_budget.h):
+//                  a task short of memory only because other workers ran beside it
+//                  is run again with a larger grant, never rejected
+//   stochastic     same inputs twice gave different outputs (before compile: a
+//                  random operator also makes compiled outputs differ)
 //   non_finite     NaN or Inf in the output
 //   constant       the output does not vary over its elements
 //   indistinguishable  outputs for two different inputs agree within the
@@ -17,6 +18,9 @@
 //                  return a constant and pass)
 //   near_zero      most outputs within atol of 0
 //   near_mean      most outputs within tolerance of their mean
+//   compile        torch.compile (compile_backend) failed or disagrees with eager
+//                  (after the eager rules: compiling is the probe's costly part,
+//                  so the pipeline compiles only what they kept)
 //   timing         the profiler could not time the eager run
 //   runtime        eager median outside [min_eager_ms, max_eager_ms]
 #ifndef KERNELRL_DATA_FILTERS_H_
@@ -45,6 +49,10 @@ const std::vector<std::string>& FilterOrder();
 // Fills what proto3 cannot default (0 means "use the default").
 FilterConfig WithFilterDefaults(FilterConfig c);
 
+// The rules over the eager facts (eager .. near_mean), then those over the
+// compiled run (compile); JudgeProbe is both, in FilterOrder.
+std::optional<Rejection> JudgeEager(const ProbeFacts& facts, const FilterConfig& config);
+std::optional<Rejection> JudgeCompile(const ProbeFacts& facts, const FilterConfig& config);
 std::optional<Rejection> JudgeProbe(const ProbeFacts& facts, const FilterConfig& config);
 std::optional<Rejection> JudgeRuntime(const Baseline& eager_baseline, const FilterConfig& config);
 

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/match.h"
 #include "common/file.h"
 #include "actor/policy.h"
 #include "common/log.h"
@@ -211,6 +212,68 @@ void Pipeline::ReleaseHash(const std::string& hash) {
   if (it != hashes_.end() && !it->second) hashes_.erase(it);
 }
 
+std::optional<Rejection> Pipeline::Execute(PythonWorker& w, const ComposedTask& task, const std::string& path,
+                                           int64_t memory_limit_bytes, CandidateRecord* rec) {
+  const FilterConfig& fc = config_.filters();
+  const double timeout = config_.request_timeout_s();
+  ProbeOptions po;
+  po.device = config_.target().device();
+  po.compile_backend = fc.compile_backend();
+  po.atol = fc.atol();
+  po.rtol = fc.rtol();
+  po.lock_path = (fs::path(state_dir_) / "gpu.lock").string();
+  po.memory_limit_bytes = memory_limit_bytes;
+  po.defer_compile = !po.compile_backend.empty();  // Compiled only if the eager rules keep it.
+  const double probe_t0 = Now();
+  auto add_probe_time = [&] { rec->set_probe_seconds(rec->probe_seconds() + Now() - probe_t0); };
+  auto facts = RequestProbe(w, path, po, timeout);
+  if (!facts.ok()) {
+    add_probe_time();
+    return Rejection{"eager", absl::StrCat("worker: ", facts.status().message())};
+  }
+  std::optional<Rejection> r = JudgeEager(*facts, fc);
+  if (po.defer_compile && facts->error_stage().empty()) {
+    auto compiled = RequestCompile(w, path, /*drop=*/r.has_value(), timeout);
+    if (!compiled.ok() && !r) r = Rejection{"compile", absl::StrCat("worker: ", compiled.status().message())};
+    if (compiled.ok() && !r) {
+      facts->set_compile_max_abs_diff(compiled->compile_max_abs_diff());
+      facts->set_compile_s(compiled->compile_s());
+      facts->set_peak_bytes(std::max(facts->peak_bytes(), compiled->peak_bytes()));
+      if (!compiled->error_stage().empty()) {
+        facts->set_error_stage(compiled->error_stage());
+        facts->set_error(compiled->error());
+      }
+    }
+  }
+  if (!r) r = JudgeCompile(*facts, fc);
+  add_probe_time();
+  *rec->mutable_facts() = *facts;
+  if (r) return r;
+
+  TimingOptions to;
+  to.device = po.device;
+  to.budget_s = fc.timing_budget_s();
+  to.min_samples = fc.timing_min_samples();
+  to.max_samples = fc.timing_max_samples();
+  to.lock_path = po.lock_path;
+  to.memory_limit_bytes = memory_limit_bytes;
+  const double timing_t0 = Now();
+  auto bm = RequestTiming(w, task.id, path, to, timeout, rec->mutable_timing());
+  rec->set_timing_seconds(rec->timing_seconds() + Now() - timing_t0);
+  if (!bm.ok()) return Rejection{"timing", std::string(bm.status().message())};
+  static const ProfilerConfig* profiler = new ProfilerConfig(WithProfilerDefaults(ProfilerConfig()));
+  Baseline b = BuildBaseline(*bm, *profiler);
+  if (b.error().empty() && !bm->error().empty()) b.set_error(bm->error());
+  if (b.error().empty() && !bm->eager().error().empty()) b.set_error(bm->eager().error());
+  rec->set_eager_us(b.eager().median_us());
+  rec->set_eager_rse(b.eager().rel_std_error());
+  rec->set_eager_samples(b.eager().samples());
+  rec->set_gpu_model(bm->device().gpu_model());
+  if (b.error().rfind("oom", 0) == 0 || absl::StrContains(b.error(), "OutOfMemoryError"))
+    return Rejection{"oom", b.error()};
+  return JudgeRuntime(b, fc);
+}
+
 CandidateRecord Pipeline::RunCandidate(PythonWorker& w, int64_t index) {
   const double t0 = Now();
   CandidateRecord rec;
@@ -231,6 +294,7 @@ CandidateRecord Pipeline::RunCandidate(PythonWorker& w, int64_t index) {
   rec.set_transformers(task->transformers);
   rec.set_composer(task->composer);
   rec.set_estimated_ms(task->estimated_ms);
+  rec.set_estimated_peak_bytes(task->estimated_peak_bytes);
   for (int64_t d : task->input_shape) rec.add_input_shape(d);
   const std::string path = (fs::path(state_dir_) / "tasks" / (task->id + ".py")).string();
   if (auto st = WriteFile(path, task->source); !st.ok()) return reject("compose", std::string(st.message()));
@@ -252,45 +316,19 @@ CandidateRecord Pipeline::RunCandidate(PythonWorker& w, int64_t index) {
   if (near.similarity > config_.decontamination().max_similarity())
     return fail("contaminated", absl::StrFormat("similarity %.3f to %s", near.similarity, near.name));
 
-  ProbeOptions po;
-  po.device = config_.target().device();
-  po.compile_backend = fc.compile_backend();
-  po.atol = fc.atol();
-  po.rtol = fc.rtol();
-  po.lock_path = (fs::path(state_dir_) / "gpu.lock").string();
-  absl::StatusOr<ProbeFacts> facts;
-  const double probe_t0 = Now();
+  // Within a memory grant; out of memory, again with a larger one, so only a
+  // task that does not fit the whole budget (alone on the device) is "oom".
+  std::optional<Rejection> verdict;
   for (int attempt = 0;; ++attempt) {
+    const double wait_t0 = Now();
+    MemoryBudget::Grant grant = budget_->Acquire(budget_->UnitsForAttempt(attempt, fc.oom_retries()));
+    rec.set_grant_wait_seconds(rec.grant_wait_seconds() + Now() - wait_t0);
     rec.set_attempt(attempt);
-    facts = RequestProbe(w, path, po, config_.request_timeout_s());
-    if (!facts.ok() || facts->error_stage() != "oom" || attempt >= fc.oom_retries()) break;
-    std::this_thread::sleep_for(std::chrono::seconds(1));  // Let the other workers' tasks finish.
+    rec.set_memory_units(grant.units());
+    verdict = Execute(w, *task, path, grant.bytes(), &rec);
+    if (!verdict || verdict->filter != "oom" || grant.units() >= budget_->total_units()) break;
   }
-  rec.set_probe_seconds(Now() - probe_t0);
-  if (!facts.ok()) return fail("eager", absl::StrCat("worker: ", facts.status().message()));
-  *rec.mutable_facts() = *facts;
-  if (auto r = JudgeProbe(*facts, fc)) return fail(r->filter, r->detail);
-
-  TimingOptions to;
-  to.device = po.device;
-  to.budget_s = fc.timing_budget_s();
-  to.min_samples = fc.timing_min_samples();
-  to.max_samples = fc.timing_max_samples();
-  to.lock_path = po.lock_path;
-  const double timing_t0 = Now();
-  auto bm = RequestTiming(w, task->id, path, to, config_.request_timeout_s());
-  rec.set_timing_seconds(Now() - timing_t0);
-  if (!bm.ok()) return fail("timing", std::string(bm.status().message()));
-  static const ProfilerConfig* profiler = new ProfilerConfig(WithProfilerDefaults(ProfilerConfig()));
-  Baseline b = BuildBaseline(*bm, *profiler);
-  if (b.error().empty() && !bm->error().empty()) b.set_error(bm->error());
-  if (b.error().empty() && !bm->eager().error().empty()) b.set_error(bm->eager().error());
-  rec.set_eager_us(b.eager().median_us());
-  rec.set_eager_rse(b.eager().rel_std_error());
-  rec.set_eager_samples(b.eager().samples());
-  rec.set_gpu_model(bm->device().gpu_model());
-  if (b.error().rfind("oom", 0) == 0) return fail("oom", b.error());
-  if (auto r = JudgeRuntime(b, fc)) return fail(r->filter, r->detail);
+  if (verdict) return fail(verdict->filter, verdict->detail);
 
   {
     absl::MutexLock l(&mu_);
@@ -338,6 +376,7 @@ absl::Status Pipeline::Run() {
   wo.threads = config_.worker_threads();
   wo.log_path = (fs::path(state_dir_) / "worker.log").string();
   WorkerPool pool(wo, config_.workers());
+  budget_ = std::make_unique<MemoryBudget>(config_.workers(), config_.target().memory_budget_bytes());
 
   auto cat = LoadOrCrawl(pool);
   if (!cat.ok()) return cat.status();

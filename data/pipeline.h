@@ -23,6 +23,8 @@
 
 #include <atomic>
 #include <map>
+#include <memory>
+#include <optional>
 #include <set>
 #include <string>
 
@@ -33,7 +35,9 @@
 #include "data/composer.h"
 #include "data/data.pb.h"
 #include "data/journal.h"
+#include "data/filters.h"
 #include "data/llm_composer.h"
+#include "data/memory_budget.h"
 #include "data/python_worker.h"
 
 namespace kernelrl {
@@ -64,6 +68,10 @@ class Pipeline {
   int64_t Claim() ABSL_LOCKS_EXCLUDED(mu_);
   void Finish(const CandidateRecord& record) ABSL_LOCKS_EXCLUDED(mu_);
   CandidateRecord RunCandidate(PythonWorker& w, int64_t index);
+  // Probe, compile check, timing and their rules within one memory grant
+  // (0: no cap); the rejection, or nullopt for an accepted task.
+  std::optional<Rejection> Execute(PythonWorker& w, const ComposedTask& task, const std::string& path,
+                                   int64_t memory_limit_bytes, CandidateRecord* rec);
   // Dedup: true if the hash was free and is now held by this candidate.
   bool ClaimHash(const std::string& hash) ABSL_LOCKS_EXCLUDED(mu_);
   void ReleaseHash(const std::string& hash) ABSL_LOCKS_EXCLUDED(mu_);
@@ -77,6 +85,7 @@ class Pipeline {
   std::unique_ptr<LlmComposer> llm_composer_;        // composer "llm" only.
   ReferenceSet references_;
   std::unique_ptr<Journal> journal_;
+  std::unique_ptr<MemoryBudget> budget_;            // One unit per worker (data/memory_budget.h).
   std::atomic<bool> stop_{false};
   double started_ = 0;
 

@@ -232,7 +232,9 @@ absl::StatusOr<ProbeFacts> RequestProbe(PythonWorker& w, const std::string& path
   auto facts = Parse<ProbeFacts>(
       w.Call(absl::StrCat("{\"op\":\"probe\",\"path\":", Quoted(path), ",\"device\":", Quoted(o.device),
                           ",\"compile_backend\":", Quoted(o.compile_backend), ",\"atol\":", o.atol,
-                          ",\"rtol\":", o.rtol, ",\"lock\":", Quoted(o.lock_path), "}"),
+                          ",\"rtol\":", o.rtol, ",\"lock\":", Quoted(o.lock_path),
+                          ",\"memory_limit_bytes\":", o.memory_limit_bytes,
+                          ",\"defer_compile\":", o.defer_compile ? "true" : "false", "}"),
              timeout_s),
       "probe");
   if (facts.ok() && !facts->error().empty() && facts->error_stage().empty())
@@ -240,16 +242,30 @@ absl::StatusOr<ProbeFacts> RequestProbe(PythonWorker& w, const std::string& path
   return facts;
 }
 
+absl::StatusOr<ProbeFacts> RequestCompile(PythonWorker& w, const std::string& path, bool drop, double timeout_s) {
+  auto facts = Parse<ProbeFacts>(w.Call(absl::StrCat("{\"op\":\"compile\",\"path\":", Quoted(path),
+                                                     ",\"drop\":", drop ? "true" : "false", "}"),
+                                        timeout_s),
+                                 "compile");
+  if (facts.ok() && !facts->error().empty() && facts->error_stage().empty())
+    return absl::InternalError(facts->error());
+  return facts;
+}
+
 absl::StatusOr<BaselineMeasurement> RequestTiming(PythonWorker& w, const std::string& task_id,
                                                   const std::string& path, const TimingOptions& o,
-                                                  double timeout_s) {
-  return Parse<BaselineMeasurement>(
+                                                  double timeout_s, ::kernelrl::v1::TimingDiagnostics* diagnostics) {
+  const auto line =
       w.Call(absl::StrCat("{\"op\":\"time\",\"id\":", Quoted(task_id), ",\"path\":", Quoted(path),
                           ",\"device\":", Quoted(o.device), ",\"budget_s\":", o.budget_s,
                           ",\"min_samples\":", o.min_samples, ",\"max_samples\":", o.max_samples,
-                          ",\"lock\":", Quoted(o.lock_path), "}"),
-             timeout_s),
-      "time");
+                          ",\"lock\":", Quoted(o.lock_path), ",\"memory_limit_bytes\":", o.memory_limit_bytes, "}"),
+             timeout_s);
+  if (diagnostics != nullptr) {  // The same line: its lock_wait_s, exclusive_s, peak_bytes.
+    auto d = Parse<::kernelrl::v1::TimingDiagnostics>(line, "time");
+    if (d.ok()) *diagnostics = *std::move(d);
+  }
+  return Parse<BaselineMeasurement>(line, "time");
 }
 
 }  // namespace kernelrl

@@ -95,18 +95,27 @@ struct ProbeOptions {
   std::string compile_backend;  // Empty: no compiled run (crawl probes).
   double atol = 1e-2, rtol = 1e-2;
   std::string lock_path;
+  int64_t memory_limit_bytes = 0;  // The candidate's grant (data/memory_budget.h); 0: no cap.
+  // Eager facts only; the worker keeps the model for RequestCompile, which
+  // must follow (to compile, or with drop to release it).
+  bool defer_compile = false;
 };
 absl::StatusOr<ProbeFacts> RequestProbe(PythonWorker& w, const std::string& path, const ProbeOptions& options,
                                         double timeout_s);
+// Completes a deferred probe of `path`: its compile facts (compile_max_abs_diff,
+// or error_stage "compile"/"oom"), compile_s, peak_bytes; drop: only releases it.
+absl::StatusOr<ProbeFacts> RequestCompile(PythonWorker& w, const std::string& path, bool drop, double timeout_s);
 struct TimingOptions {
   std::string device = "cpu";
   double budget_s = 0.05;
   int min_samples = 3, max_samples = 20;
   std::string lock_path;
+  int64_t memory_limit_bytes = 0;
 };
 absl::StatusOr<BaselineMeasurement> RequestTiming(PythonWorker& w, const std::string& task_id,
                                                   const std::string& path, const TimingOptions& options,
-                                                  double timeout_s);
+                                                  double timeout_s,
+                                                  ::kernelrl::v1::TimingDiagnostics* diagnostics = nullptr);
 
 }  // namespace kernelrl
 

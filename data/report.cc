@@ -73,27 +73,63 @@ DatasetRecord ToDataset(const DataConfig& config, const CandidateRecord& r) {
 
 }  // namespace
 
-// Where the workers' time went: probe and timing requests, summed over candidates (the timing
-// request includes waiting for the exclusive GPU lock), against this process's wall time x workers.
+// Where the workers' time went, summed over candidates (waits for the memory
+// grant and the GPU locks apart), against this process's wall time x workers;
+// then how the memory grants went (data/memory_budget.h).
 static std::string TimeSection(const std::vector<CandidateRecord>& records, const RunStats& run) {
-  double probe = 0, timing = 0;
-  int64_t probed = 0, timed = 0;
+  double total = 0, grant = 0, p_lock = 0, p_eager = 0, p_compile = 0, probe = 0, t_lock = 0, t_excl = 0, timing = 0;
+  int64_t n = 0, larger = 0, larger_accepted = 0, oom_alone = 0;
+  std::vector<double> ratio;
   for (const CandidateRecord& r : records) {
-    if (r.probe_seconds() > 0) probe += r.probe_seconds(), ++probed;
-    if (r.timing_seconds() > 0) timing += r.timing_seconds(), ++timed;
+    if (r.seconds() <= 0) continue;
+    ++n;
+    total += r.seconds();
+    grant += r.grant_wait_seconds();
+    probe += r.probe_seconds();
+    p_lock += r.facts().lock_wait_s();
+    p_eager += r.facts().eager_s();
+    p_compile += r.facts().compile_s();
+    timing += r.timing_seconds();
+    t_lock += r.timing().lock_wait_s();
+    t_excl += r.timing().exclusive_s();
+    if (r.attempt() > 0) {
+      ++larger;
+      if (r.verdict() == "accepted") ++larger_accepted;
+    }
+    if (r.verdict() == "oom") ++oom_alone;
+    if (r.facts().peak_bytes() > 0 && r.estimated_peak_bytes() > 0)
+      ratio.push_back(static_cast<double>(r.facts().peak_bytes()) / r.estimated_peak_bytes());
   }
-  if (probed == 0) return "";
-  std::string out = "\n\n## Where the time goes\n\n| Request | Candidates | Worker seconds | Mean s |\n|---|---|---|---|\n";
-  absl::StrAppendFormat(&out, "| probe (eager, compile, output checks) | %d | %.0f | %.2f |\n", probed, probe,
-                        probe / probed);
-  if (timed > 0) {
-    absl::StrAppendFormat(&out, "| timing (GPU lock wait included) | %d | %.0f | %.2f |\n", timed, timing,
-                          timing / timed);
-  }
+  if (n == 0) return "";
+  std::string out =
+      "\n\n## Where the time goes\n\nWorker seconds summed over the candidates (attempts with a larger memory grant "
+      "included).\n\n| Part | Worker s | Per candidate s |\n|---|---|---|\n";
+  auto row = [&](const char* name, double v) { absl::StrAppendFormat(&out, "| %s | %.0f | %.3f |\n", name, v, v / n); };
+  row("waiting for a memory grant", grant);
+  row("probe: waiting for the shared GPU lock", p_lock);
+  row("probe: eager runs and output checks (under the lock)", p_eager);
+  row("probe: torch.compile check", p_compile);
+  row("probe: the rest (load, clean-up, requests)", std::max(0.0, probe - p_lock - p_eager - p_compile));
+  row("timing: waiting for the GPU lock", t_lock);
+  row("timing: timed section (GPU held alone)", t_excl);
+  row("timing: the rest (set-up, clean-up)", std::max(0.0, timing - t_lock - t_excl));
+  row("compose, AST, dedup, journal", std::max(0.0, total - grant - probe - timing));
+  row("total", total);
   if (run.seconds > 0 && run.workers > 0) {
-    absl::StrAppendFormat(&out, "\nWorker capacity of this process: %d workers x %.0f s = %.0f worker-seconds.",
+    absl::StrAppendFormat(&out, "\nWorker capacity of this process: %d workers x %.0f s = %.0f worker-seconds.\n",
                           run.workers, run.seconds, run.workers * run.seconds);
   }
+  absl::StrAppendFormat(&out,
+                        "\nMemory: %d candidates ran again with a larger grant after running out of memory (%d of them "
+                        "accepted); %d ran out of memory with the whole budget.",
+                        larger, larger_accepted, oom_alone);
+  if (!ratio.empty()) {
+    std::sort(ratio.begin(), ratio.end());
+    absl::StrAppendFormat(&out, " Probe peak / composer estimate over %d tasks: median %.2f, 90th percentile %.2f, "
+                                "max %.2f.",
+                          ratio.size(), ratio[ratio.size() / 2], ratio[ratio.size() * 9 / 10], ratio.back());
+  }
+  out += "\n";
   return out;
 }
 

@@ -174,11 +174,42 @@ def ast_dump(req):
 
 # --- Execution facts.
 
+class _TimedLock:
+    """The profiler's GpuLock, with the seconds spent waiting for it counted
+    (the report's "Where the time goes"); measure_task builds its own, so
+    precompute.GpuLock is this class in the worker (set in main)."""
+    waits = {"shared": 0.0, "exclusive": 0.0, "held_exclusive": 0.0}
+    base = None
+
+    def __init__(self, path):
+        if _TimedLock.base is None:  # Imported, not started by main().
+            from profiler_service.harness import precompute
+            _TimedLock.base = precompute.GpuLock
+        self._lock = _TimedLock.base(path)
+
+    @contextlib.contextmanager
+    def _timed(self, cm, kind):
+        t0 = time.perf_counter()
+        with cm:
+            t1 = time.perf_counter()
+            _TimedLock.waits[kind] += t1 - t0
+            try:
+                yield
+            finally:
+                if kind == "exclusive":
+                    _TimedLock.waits["held_exclusive"] += time.perf_counter() - t1
+
+    def shared(self):
+        return self._timed(self._lock.shared(), "shared")
+
+    def exclusive(self):
+        return self._timed(self._lock.exclusive(), "exclusive")
+
+
 def _lock(path, shared=True):
     if not path:
         return contextlib.nullcontext()
-    from profiler_service.harness.precompute import GpuLock
-    lock = GpuLock(path)
+    lock = _TimedLock(path)
     return lock.shared() if shared else lock.exclusive()
 
 
@@ -198,15 +229,141 @@ def _is_oom(e):
     return isinstance(e, MemoryError) or "out of memory" in str(e).lower()
 
 
+class _MemoryCap:
+    """The memory one request may use: the driver grants each candidate a share
+    of the GPU (data/memory_budget.h), so a task is only ever short of memory
+    because of itself, never because of the other workers.
+    cuda: the caching allocator's per-process limit (what this worker already
+    holds, e.g. the timing backend's flush and anchor buffers, plus the
+    grant); the peak is max_memory_reserved. cpu: no allocator limit exists, so
+    the peak resident-set growth (VmHWM after /proc/self/clear_refs) is
+    checked against the grant at check() and reported, which lets the
+    escalation be tested without a GPU."""
+
+    def __init__(self, dev, limit):
+        import torch
+        self.dev, self.limit, self.base = dev, int(limit or 0), 0
+        self.cpu_hwm = False
+        if dev == "cuda":
+            total = torch.cuda.get_device_properties(0).total_memory
+            self.base = torch.cuda.memory_reserved()
+            frac = 1.0 if not self.limit else min(1.0, (self.base + self.limit) / total)
+            torch.cuda.set_per_process_memory_fraction(frac)
+            torch.cuda.reset_peak_memory_stats()
+        else:
+            try:
+                with open("/proc/self/clear_refs", "w") as f:
+                    f.write("5")  # Resets VmHWM to the current resident set.
+                self.base = _proc_kb("VmRSS") * 1024
+                self.cpu_hwm = True
+            except OSError:
+                pass
+
+    def peak(self):
+        import torch
+        if self.dev == "cuda":
+            return max(0, torch.cuda.max_memory_reserved() - self.base)
+        return max(0, _proc_kb("VmHWM") * 1024 - self.base) if self.cpu_hwm else 0
+
+    def check(self):
+        if self.dev != "cuda" and self.limit and self.peak() > self.limit:
+            raise MemoryError(f"out of memory: peak {self.peak() >> 20} MiB above the grant of "
+                              f"{self.limit >> 20} MiB (cpu: resident-set growth)")
+
+
+def _proc_kb(key):
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(key + ":"):
+                return int(line.split()[1])
+    return 0
+
+
+# Outputs are reduced in chunks: the checks' temporaries stay a few MB however
+# large the output (the probe's memory is the task's, see _MemoryCap).
+_CHUNK = 1 << 22
+
+
+def _chunks(*ts):
+    flats = [t.reshape(-1) for t in ts]
+    for i in range(0, flats[0].numel(), _CHUNK):
+        yield [_finite(f[i:i + _CHUNK]) for f in flats]
+
+
+def _finite(t):
+    import torch
+    return torch.nan_to_num(t.double(), nan=0.0, posinf=0.0, neginf=0.0)
+
+
+def _max_abs_diff(y, ref):
+    """max |y - ref| over finite-mapped values (NaN/Inf read as 0); inf if the shapes differ."""
+    import torch
+    if y.shape != ref.shape:
+        return float("inf")
+    m = torch.zeros((), dtype=torch.float64, device=ref.device)
+    for a, b in _chunks(y, ref):
+        m = torch.maximum(m, (a - b).abs().max())
+    return m.item()
+
+
+def _output_facts(ya, atol, rtol, facts):
+    import torch
+    n = ya.numel()
+    z = lambda: torch.zeros((), dtype=torch.float64, device=ya.device)  # noqa: E731
+    bad, total, total_abs, near_zero = z(), z(), z(), z()
+    for c in ya.reshape(-1).split(_CHUNK):  # Raw values: _chunks maps NaN/Inf to 0.
+        bad += (~torch.isfinite(c)).sum()
+    for (c,) in _chunks(ya):
+        total += c.sum()
+        total_abs += c.abs().sum()
+        near_zero += (c.abs() <= atol).sum()
+    mean = total / max(n, 1)
+    sq, near_mean = z(), z()
+    for (c,) in _chunks(ya):
+        d = c - mean
+        sq += (d * d).sum()
+        near_mean += (d.abs() <= atol + rtol * mean.abs()).sum()
+    facts["non_finite"] = bool(bad.item() > 0)
+    facts["output_abs_mean"] = (total_abs / max(n, 1)).item()
+    facts["output_std"] = (sq / (n - 1)).sqrt().item() if n > 1 else 0.0
+    facts["near_zero_fraction"] = (near_zero / max(n, 1)).item()
+    facts["near_mean_fraction"] = (near_mean / max(n, 1)).item()
+
+
+def _indistinguishable(ya, yb, atol, rtol):
+    import torch
+    if yb.shape != ya.shape:
+        return 0.0
+    close = torch.zeros((), dtype=torch.float64, device=ya.device)
+    for a, b in _chunks(ya, yb):
+        close += ((a - b).abs() <= atol + rtol * b.abs()).sum()
+    return (close / max(ya.numel(), 1)).item()
+
+
+# A probe whose compile check the driver asked to defer (it judges the eager
+# facts first and only compiles a task they did not reject): model, reference
+# output and input maker, held until the "compile" request or the next probe.
+_KEPT = {}
+
+
 def probe(req):
+    """Eager facts (under the shared GPU lock), then torch.compile's (outside
+    it), unless defer_compile: then the "compile" request completes the probe."""
     import torch
     from profiler_service.harness import tasks
+    _drop_kept()
     dev, atol, rtol = req.get("device", "cpu"), float(req.get("atol", 1e-2)), float(req.get("rtol", 1e-2))
     facts = {}
     stage = "load"
     mod = None
+    kept = False
+    cap = _MemoryCap(dev, req.get("memory_limit_bytes", 0))
+    facts["memory_limit_bytes"] = cap.limit
+    t0 = time.perf_counter()
+    waited = _TimedLock.waits["shared"]
     try:
         with _lock(req.get("lock")):
+            t_in = time.perf_counter()
             mod = tasks.load_module(req["path"])
             stage = "init"
             torch.manual_seed(1234)
@@ -221,64 +378,109 @@ def probe(req):
                 return [x.to(dev) if isinstance(x, torch.Tensor) else x for x in raw]
 
             stage = "inputs"
-            xa, xb = inputs(101), inputs(202)
+            xa = inputs(101)
             stage = "eager"
             with torch.no_grad():
-                t0 = time.perf_counter()
+                t1 = time.perf_counter()
                 ya = _first_tensor(model(*xa))
                 if dev == "cuda":
                     torch.cuda.synchronize()
-                facts["eager_wall_ms"] = (time.perf_counter() - t0) * 1e3
+                facts["eager_wall_ms"] = (time.perf_counter() - t1) * 1e3
                 if ya is None:
                     raise TypeError("forward returned no tensor")
+                ya = ya.detach()
+                # One output alive next to ya at a time; the inputs of b made after a's are gone.
                 ya2 = _first_tensor(model(*xa))  # No reseed: a stochastic operator draws again.
+                facts["repeat_max_abs_diff"] = _max_abs_diff(ya2, ya)
+                del ya2, xa
+                cap.check()
+                xb = inputs(202)
                 yb = _first_tensor(model(*xb))
-            ya = ya.detach()
+                del xb
+                facts["indistinguishable_fraction"] = _indistinguishable(ya, yb, atol, rtol)
+                del yb
             facts["output_shape"] = list(ya.shape)
             facts["output_dtype"] = str(ya.dtype).replace("torch.", "")
             facts["numel"] = ya.numel()
-            fa = ya.double() if ya.numel() < (1 << 24) else ya.float()
-            facts["non_finite"] = bool((~torch.isfinite(fa)).any().item())
-            finite = torch.nan_to_num(fa, nan=0.0, posinf=0.0, neginf=0.0)
-            facts["output_abs_mean"] = finite.abs().mean().item()
-            facts["output_std"] = finite.std().item() if finite.numel() > 1 else 0.0
-            mean = finite.mean()
-            facts["near_zero_fraction"] = (finite.abs() <= atol).float().mean().item()
-            facts["near_mean_fraction"] = ((finite - mean).abs() <= atol + rtol * mean.abs()).float().mean().item()
-            if ya2.shape == ya.shape:
-                facts["repeat_max_abs_diff"] = (torch.nan_to_num(ya2.to(fa.dtype)) - finite).abs().max().item()
-            else:
-                facts["repeat_max_abs_diff"] = float("inf")
-            if yb.shape == ya.shape:
-                fb = torch.nan_to_num(yb.to(fa.dtype), nan=0.0, posinf=0.0, neginf=0.0)
-                facts["indistinguishable_fraction"] = \
-                    ((finite - fb).abs() <= atol + rtol * fb.abs()).float().mean().item()
-            else:
-                facts["indistinguishable_fraction"] = 0.0
-            del ya2, yb, fa
+            _output_facts(ya, atol, rtol, facts)
             if dev == "cuda":
                 torch.cuda.synchronize()
-        # Outside the lock: tracing and compiling are CPU work; holding the shared
-        # lock through them would stall every timer behind the slowest compile.
-        # The compiled call's own GPU time may overlap a timed block of another
-        # worker (one call against a median of several).
+            cap.check()
+            facts["eager_s"] = time.perf_counter() - t_in
         backend = req.get("compile_backend", "")
         if backend:
-            stage = "compile"
-            torch._dynamo.reset()
-            compiled = torch.compile(model, backend=backend)
-            with torch.no_grad():
-                yc = _first_tensor(compiled(*xa))
-            if yc is None or yc.shape != ya.shape:
-                raise RuntimeError("compiled output shape differs from eager")
-            facts["compile_max_abs_diff"] = (torch.nan_to_num(yc.to(finite.dtype)) - finite).abs().max().item()
-            del yc, compiled
+            state = {"model": model, "ya": ya, "inputs": inputs, "mod": mod, "dev": dev, "cap": cap,
+                     "backend": backend}
+            if req.get("defer_compile"):
+                _KEPT.update(state)
+                kept = True
+            else:
+                stage = "compile"
+                facts.update(_compile_facts(state))
     except Exception as e:  # noqa: BLE001 - a failing task is a fact, not a worker failure
         facts["error_stage"] = "oom" if _is_oom(e) else stage
         facts["error"] = f"{type(e).__name__}: {e}"[:600]
     finally:
-        _cleanup(mod, dev)
+        facts["lock_wait_s"] = _TimedLock.waits["shared"] - waited
+        facts["probe_s"] = time.perf_counter() - t0
+        facts["peak_bytes"] = cap.peak()
+        if not kept:
+            _cleanup(mod, dev)
     return _json_safe(facts)
+
+
+def _compile_facts(state):
+    """Outside the GPU lock: tracing and compiling are CPU work; holding the
+    shared lock through them would stall every timer behind the slowest
+    compile. The compiled call's own GPU time may overlap a timed block of
+    another worker (one call against a median of several)."""
+    import torch
+    facts = {}
+    t0 = time.perf_counter()
+    try:
+        torch._dynamo.reset()
+        compiled = torch.compile(state["model"], backend=state["backend"])
+        xa = state["inputs"](101)  # The same inputs as the eager reference (same seed).
+        with torch.no_grad():
+            yc = _first_tensor(compiled(*xa))
+        del xa
+        if yc is None or yc.shape != state["ya"].shape:
+            raise RuntimeError("compiled output shape differs from eager")
+        facts["compile_max_abs_diff"] = _max_abs_diff(yc, state["ya"])
+        del yc, compiled
+        state["cap"].check()
+    except Exception as e:  # noqa: BLE001
+        facts["error_stage"] = "oom" if _is_oom(e) else "compile"
+        facts["error"] = f"{type(e).__name__}: {e}"[:600]
+    facts["compile_s"] = time.perf_counter() - t0
+    return facts
+
+
+def compile_check(req):
+    """Completes a deferred probe (same path), or with drop only releases it."""
+    if req.get("drop") or _KEPT.get("mod") is None:
+        missing = _KEPT.get("mod") is None and not req.get("drop")
+        _drop_kept()
+        return {"error": "worker: no deferred probe to compile"} if missing else {}
+    state = dict(_KEPT)
+    _KEPT.clear()
+    try:
+        if os.path.realpath(state["mod"].__file__) != os.path.realpath(req["path"]):
+            return {"error": f"worker: the deferred probe is {state['mod'].__file__}, not {req['path']}"}
+        facts = _compile_facts(state)
+        facts["peak_bytes"] = state["cap"].peak()
+        return _json_safe(facts)
+    finally:
+        mod, dev = state["mod"], state["dev"]
+        state.clear()
+        _cleanup(mod, dev)
+
+
+def _drop_kept():
+    if _KEPT:
+        mod, dev = _KEPT.get("mod"), _KEPT.get("dev", "cpu")
+        _KEPT.clear()
+        _cleanup(mod, dev)
 
 
 _BACKENDS = {}
@@ -298,22 +500,34 @@ class _Args(types.SimpleNamespace):
 
 
 def time_task(req):
-    """Eager baseline through the profiler's precompute.measure_task (same protocol as candidates)."""
+    """Eager baseline through the profiler's precompute.measure_task (same
+    protocol as candidates), within the request's memory grant. Next to the
+    BaselineMeasurement fields: lock_wait_s (both locks), exclusive_s (the
+    timed section, GPU held alone) and peak_bytes."""
     import torch
     from profiler_service.harness import backends, precompute
     dev = req.get("device", "cpu")
     if dev not in _BACKENDS:
-        _BACKENDS[dev] = backends.make_backend(dev)
+        with _lock(req.get("lock")):
+            _BACKENDS[dev] = backends.make_backend(dev)
+            if dev == "cuda":
+                _BACKENDS[dev].anchor()  # Its buffers now: the worker's own memory, outside every grant.
     args = _Args(device=dev, compile=False, budget_s=float(req.get("budget_s", 0.05)),
-                                 min_samples=int(req.get("min_samples", 3)),
-                                 max_samples=int(req.get("max_samples", 20)))
+                 min_samples=int(req.get("min_samples", 3)), max_samples=int(req.get("max_samples", 20)))
+    w0 = dict(_TimedLock.waits)
+    cap = _MemoryCap(dev, req.get("memory_limit_bytes", 0))
     try:
         rec = precompute.measure_task(req["id"], req["path"], args, _BACKENDS[dev], req.get("lock") or None)
         rec.pop("compiled", None)  # "compile disabled": computed lazily by the profiler.
+        cap.check()
     except Exception as e:  # noqa: BLE001
         rec = {"task_id": req["id"], "error": ("oom: " if _is_oom(e) else "") + f"{type(e).__name__}: {e}"[:500]}
     finally:
+        rec["peak_bytes"] = cap.peak()
         _cleanup(None, dev)
+    w = _TimedLock.waits
+    rec["lock_wait_s"] = w["shared"] + w["exclusive"] - w0["shared"] - w0["exclusive"]
+    rec["exclusive_s"] = w["held_exclusive"] - w0["held_exclusive"]
     return rec
 
 
@@ -322,7 +536,10 @@ def _cleanup(mod, dev):
     if mod is not None:
         sys.modules.pop(mod.__name__, None)
     torch._dynamo.reset()
+    # A task module is a reference cycle: collected here. What survives is the
+    # worker's own (imports, caches): frozen, so the next collections skip it.
     gc.collect()
+    gc.freeze()
     if dev == "cuda":
         torch.cuda.empty_cache()
 
@@ -336,7 +553,7 @@ def _json_safe(d):
     return out
 
 
-HANDLERS = {"inventory": inventory, "ast": ast_dump, "probe": probe, "time": time_task}
+HANDLERS = {"inventory": inventory, "ast": ast_dump, "probe": probe, "compile": compile_check, "time": time_task}
 
 
 def main():
@@ -345,9 +562,17 @@ def main():
     sys.stdout = sys.stderr
     os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
     threads = int(sys.argv[sys.argv.index("--threads") + 1]) if "--threads" in sys.argv else 0
+    import torch
+    import torch._dynamo  # noqa: F401 - imported now, so the freeze below covers it
+    from profiler_service.harness import backends, precompute, protocol, tasks  # noqa: F401
+    _TimedLock.base = precompute.GpuLock
+    precompute.GpuLock = _TimedLock  # measure_task's locks report their waits too.
     if threads:  # torch intra-op threads: the driver splits the machine's cores between workers.
-        import torch
         torch.set_num_threads(threads)
+    # Every request ends in gc.collect() (a task module is a reference cycle);
+    # with torch's start-up heap frozen it scans only what requests created.
+    gc.collect()
+    gc.freeze()
     for line in sys.stdin:
         if not line.strip():
             continue
