@@ -18,7 +18,6 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -36,7 +35,7 @@
 
 ABSL_FLAG(std::string, tasks_root, "", "KernelBench-layout root (level1/, level2/ of task .py files)");
 ABSL_FLAG(std::string, levels, "level1,level2", "comma-separated level directories under --tasks_root");
-ABSL_FLAG(std::string, only, "", "comma-separated task ids (level1/19_ReLU) to keep");
+ABSL_FLAG(std::string, only, "", "comma-separated task ids (level1/19_ReLU) to measure, in this order");
 ABSL_FLAG(int, limit, 0, "at most this many tasks (0 = all)");
 ABSL_FLAG(std::string, out, "", "BaselineMeasurement JSON lines, one per task");
 
@@ -75,10 +74,15 @@ int Run(const SandboxConfig& config) {
   }
   auto tasks = ListTasks(absl::GetFlag(FLAGS_tasks_root), absl::GetFlag(FLAGS_levels));
   if (!absl::GetFlag(FLAGS_only).empty()) {
-    const std::vector<std::string> keep_list = absl::StrSplit(absl::GetFlag(FLAGS_only), ',', absl::SkipEmpty());
-    const std::set<std::string> keep(keep_list.begin(), keep_list.end());
-    tasks.erase(std::remove_if(tasks.begin(), tasks.end(), [&](const auto& t) { return !keep.count(t.first); }),
-                tasks.end());
+    // Those tasks, in the order given (a run cut by its wall keeps the first).
+    const std::vector<std::string> keep = absl::StrSplit(absl::GetFlag(FLAGS_only), ',', absl::SkipEmpty());
+    std::vector<std::pair<std::string, std::string>> kept;
+    for (const std::string& id : keep) {
+      for (const auto& t : tasks) {
+        if (t.first == id) kept.push_back(t);
+      }
+    }
+    tasks = std::move(kept);
   }
   if (absl::GetFlag(FLAGS_limit) > 0 && static_cast<int>(tasks.size()) > absl::GetFlag(FLAGS_limit)) {
     tasks.resize(absl::GetFlag(FLAGS_limit));

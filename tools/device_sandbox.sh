@@ -63,6 +63,8 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv,noheader
 $PY -c 'import torch, sys; print("torch", torch.__version__, "python", sys.version.split()[0])'
 PROFILE=${PROFILE:-1}
+# The 6.4 GB-output elementwise tasks: measured and run last.
+BIG="19_ReLU 21_Sigmoid 22_Tanh 25_Swish 32_HardTanh"
 # torch.compile's caches, shared by the warm-up below and the baseline executors.
 export TORCHINDUCTOR_CACHE_DIR=/tmp/kr_inductor TORCHINDUCTOR_COMPILE_THREADS=1
 
@@ -72,7 +74,8 @@ WARM=""
 if [ "$PROFILE" = 1 ]; then
   ( PYTHONPATH=$PWD timeout "${WARM_WALL:-100}" $PY -m profiler_service.harness.precompute \
       --tasks_root "$CARRY/kernelbench" --out "$OUT/compile_warm.jsonl" --workers "${PRECOMPUTE_WORKERS:-6}" \
-      --warm_only ${PRECOMPUTE_ONLY:+--only $PRECOMPUTE_ONLY} > "$OUT/compile_warm.log" 2>&1 ) &
+      --warm_only --deadline_s $(( ${WARM_WALL:-100} - 15 )) ${PRECOMPUTE_ONLY:+--only $PRECOMPUTE_ONLY} \
+      > "$OUT/compile_warm.log" 2>&1 ) &
   WARM=$!
 fi
 
@@ -107,11 +110,15 @@ WORKER="--set=backend=cuda --set=python=$PY --set=harness_dir=$PWD/sandbox/harne
 BASE=/tmp/kr_baselines; rm -rf $BASE; mkdir -p $BASE
 if [ "$PROFILE" = 1 ]; then
   [ -n "$WARM" ] && wait $WARM
-  echo "compile warm-up done at $(elapsed) s: $(grep -c 'warm_only' "$OUT/compile_warm.log" 2>/dev/null) tasks compiled"
+  echo "compile warm-up done at $(elapsed) s: $(grep -c 'warm_only: compiled' "$OUT/compile_warm.log" 2>/dev/null) tasks compiled"
+  # The suite's order: level 2, level 1, the 6.4 GB elementwise tasks last (a cut run keeps the first).
+  ORDER=$(for d in $SOLUTIONS/level2/* $SOLUTIONS/level1/*; do
+            case " $BIG " in *" $(basename "$d") "*) ;; *) echo "$(basename "$(dirname "$d")")/$(basename "$d")" ;; esac
+          done; for b in $BIG; do echo "level1/$b"; done)
   timeout -k 10 "${PRECOMPUTE_WALL:-150}" "$CARRY/measure_baselines" $WORKER --set=work_root=/tmp/kr_baseline_work \
     --set=verify.wall_seconds=120 --set=profiler.time_budget_s="${BASELINE_BUDGET:-0.3}" \
-    --tasks_root="$CARRY/kernelbench" --levels=level2,level1 --out="$OUT/baselines.jsonl" \
-    ${PRECOMPUTE_ONLY:+--only=$PRECOMPUTE_ONLY} \
+    --tasks_root="$CARRY/kernelbench" --out="$OUT/baselines.jsonl" \
+    --only="${PRECOMPUTE_ONLY:-$(echo $ORDER | tr ' ' ',')}" \
     > "$OUT/precompute.log" 2>&1
   echo "measure_baselines rc=$? at $(elapsed) s: $(wc -l < "$OUT/baselines.jsonl" 2>/dev/null || echo 0) tasks written"
   grep -E "^\[|measure_baselines:" "$OUT/precompute.log" | cut -c1-160
@@ -136,7 +143,6 @@ SUITE=$OUT/suite.txt
 for i in 1 2 3; do
   echo "overhead/relu_64x1024_$i sandbox/testdata/cpu_tasks/relu.py $SOLUTIONS/level1/19_ReLU OK" >> "$SUITE"
 done
-BIG="19_ReLU 21_Sigmoid 22_Tanh 25_Swish 32_HardTanh"
 for d in $SOLUTIONS/level2/* $SOLUTIONS/level1/*; do
   case " $BIG " in *" $(basename "$d") "*) continue ;; esac
   lvl=$(basename "$(dirname "$d")")

@@ -126,7 +126,8 @@ def measure_task(task_id, path, args, backend, lock_path):
         # torch.compile's caches are filled, nothing is timed: the baselines
         # are then timed through the sandbox's executor path
         # (//sandbox:measure_baselines), whose compiles mostly load from them.
-        rec["error"] = "warm_only: compiled, not timed"
+        failed = rec.get("compiled", {}).get("error")
+        rec["error"] = f"warm_only: {failed}" if failed else "warm_only: compiled, not timed"
         return rec
     cfg = protocol.ProtocolConfig(target_rse=args.target_rse, time_budget_s=args.budget_s,
                                   min_samples=args.min_samples, max_samples=args.max_samples, warmup_calls=2,
