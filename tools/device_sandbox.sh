@@ -21,7 +21,9 @@
 # (200), WALL (45, per verify+profile), PROFILE_BUDGET (0.5, timing per candidate),
 # BASELINE_BUDGET (0.3, timing per baseline job), SKIP_BENCH (1:
 # the compile benchmark is off unless SKIP_BENCH=0), PROFILE (1), EXPLOITS (1),
-# SUITE_FILTER (regex on suite labels), PRECOMPUTE_ONLY (task ids, comma-separated).
+# SUITE_FILTER (regex on suite labels), PRECOMPUTE_ONLY (task ids, comma-separated),
+# BASELINES (1; 0 skips step 2: every solution then says baseline_missing, for
+# an exploit-only run), WARM_WALL (100, the torch.compile warm-up).
 set -u
 CARRY=.devcarry/sandbox
 SOLUTIONS="sandbox/solutions"
@@ -71,7 +73,9 @@ export TORCHINDUCTOR_CACHE_DIR=/tmp/kr_inductor TORCHINDUCTOR_COMPILE_THREADS=1
 # 0. torch.compile of every task, in parallel and untimed, while steps 1-1b run:
 #    the baseline executors of step 2 then load their compiled code.
 WARM=""
-if [ "$PROFILE" = 1 ]; then
+BASELINES=${BASELINES:-1}
+[ "$PROFILE" = 1 ] || BASELINES=0
+if [ "$BASELINES" = 1 ]; then
   ( PYTHONPATH=$PWD timeout "${WARM_WALL:-100}" $PY -m profiler_service.harness.precompute \
       --tasks_root "$CARRY/kernelbench" --out "$OUT/compile_warm.jsonl" --workers "${PRECOMPUTE_WORKERS:-6}" \
       --warm_only --deadline_s $(( ${WARM_WALL:-100} - 15 )) ${PRECOMPUTE_ONLY:+--only $PRECOMPUTE_ONLY} \
@@ -108,7 +112,7 @@ WORKER="--set=backend=cuda --set=python=$PY --set=harness_dir=$PWD/sandbox/harne
 #    candidate), imported into the cache the worker reads. Tasks not reached
 #    get no baseline (their verdicts say baseline_missing, reward 1).
 BASE=/tmp/kr_baselines; rm -rf $BASE; mkdir -p $BASE
-if [ "$PROFILE" = 1 ]; then
+if [ "$BASELINES" = 1 ]; then
   [ -n "$WARM" ] && wait $WARM
   echo "compile warm-up done at $(elapsed) s: $(grep -c 'warm_only: compiled' "$OUT/compile_warm.log" 2>/dev/null) tasks compiled"
   # The suite's order: level 2, level 1, the 6.4 GB elementwise tasks last (a cut run keeps the first).
