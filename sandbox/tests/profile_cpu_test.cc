@@ -20,6 +20,7 @@
 #include <sstream>
 #include <string>
 
+#include "absl/strings/str_split.h"
 #include "common/file.h"
 #include "google/protobuf/text_format.h"
 #include "google/protobuf/util/json_util.h"
@@ -35,6 +36,7 @@ namespace {
 using testing::Cwd;
 
 constexpr char kRelu[] = "sandbox/testdata/cpu_tasks/relu.py";
+constexpr char kNondeterministic[] = "sandbox/tests/testdata/baseline_nondeterministic.py";
 constexpr double kFlushMultiple = 0.125;  // of the LLC: a few MB per flush on CI machines
 
 std::string Shell(const std::string& cmd) {
@@ -79,7 +81,9 @@ class ProfileCpuTest : public ::testing::Test {
     const char* tmp = std::getenv("TEST_TMPDIR");
     root_ = new std::string(std::string(tmp ? tmp : "/tmp") + "/profile-e2e-" + std::to_string(getpid()));
     const std::string tasks = *root_ + "/tasks/level1";
-    ASSERT_EQ(std::system(("mkdir -p " + tasks + " && cp " + kRelu + " " + tasks + "/relu.py").c_str()), 0);
+    ASSERT_EQ(std::system(("mkdir -p " + tasks + " && cp " + kRelu + " " + tasks + "/relu.py && cp " +
+                           kNondeterministic + " " + tasks + "/nondeterministic.py").c_str()),
+              0);
     SandboxConfig c = testing::CpuConfig(*python_);
     c.set_enable_profiling(true);
     c.set_baseline_dir(*root_ + "/baselines");
@@ -135,6 +139,19 @@ class ProfileCpuTest : public ::testing::Test {
     EvaluateRequest req = testing::Request(kRelu, "sandbox/solutions/cpu/relu");
     return BaselineCache(*root_ + "/baselines").Get(BaselineKeyFor(req.task(), "cpu", "cpu", TorchVersion()));
   }
+  // The line measure_baselines wrote for `task_id`.
+  static absl::StatusOr<v1::BaselineMeasurement> MeasurementLine(const std::string& task_id) {
+    absl::StatusOr<std::string> text = ReadFileToString(*jsonl_);
+    if (!text.ok()) return text.status();
+    for (absl::string_view line : absl::StrSplit(*text, '\n', absl::SkipEmpty())) {
+      v1::BaselineMeasurement bm;
+      if (!google::protobuf::util::JsonStringToMessage(std::string(line), &bm).ok()) {
+        return absl::InvalidArgumentError("unparsable line: " + std::string(line.substr(0, 200)));
+      }
+      if (bm.task_id() == task_id) return bm;
+    }
+    return absl::NotFoundError("no line for " + task_id + " in " + *jsonl_);
+  }
   static std::string TorchVersion() {
     std::string v = Shell(*python_ + " -c 'import torch; print(torch.__version__)'");
     while (!v.empty() && (v.back() == '\n' || v.back() == ' ')) v.pop_back();
@@ -173,11 +190,9 @@ TEST_F(ProfileCpuTest, TaskKeyAgreesWithThePythonHarness) {
 // around each call (spanning the executor's own window), the output bytes
 // handed over and re-checks; the key is the worker's own.
 TEST_F(ProfileCpuTest, BaselineIsTimedThroughTheExecutorPath) {
-  absl::StatusOr<std::string> text = ReadFileToString(*jsonl_);
-  ASSERT_TRUE(text.ok()) << text.status() << "\nprecompute:\n" << *precompute_log_;
-  v1::BaselineMeasurement bm;
-  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(text->substr(0, text->find('\n')), &bm).ok()) << *text;
-  EXPECT_EQ(bm.task_id(), "level1/relu");
+  absl::StatusOr<v1::BaselineMeasurement> line = MeasurementLine("level1/relu");
+  ASSERT_TRUE(line.ok()) << line.status() << "\nprecompute:\n" << *precompute_log_;
+  const v1::BaselineMeasurement& bm = *line;
   EXPECT_EQ(bm.timing_path(), "executor");
   EXPECT_TRUE(bm.error().empty()) << bm.error();
   const BaselineKey key = BaselineKeyFor(testing::Request(kRelu, "sandbox/solutions/cpu/relu").task(), "cpu", "cpu",
@@ -206,6 +221,25 @@ TEST_F(ProfileCpuTest, BaselineIsTimedThroughTheExecutorPath) {
   ASSERT_TRUE(b.ok()) << b.status() << "\nprecompute:\n" << *precompute_log_;
   EXPECT_EQ(b->timing_path(), "executor");
   EXPECT_GT(b->anchor_median_us(), 0);
+}
+
+// A reference the executor cannot reproduce fails its baseline's verify: the
+// line says why, carries no time, and the cache entry is an error (the
+// profile stage's "baseline recorded an error": correct, not benchmarked).
+TEST_F(ProfileCpuTest, BaselineThatFailsVerifyIsRecordedWithoutATime) {
+  absl::StatusOr<v1::BaselineMeasurement> bm = MeasurementLine("level1/nondeterministic");
+  ASSERT_TRUE(bm.ok()) << bm.status() << "\nprecompute:\n" << *precompute_log_;
+  EXPECT_EQ(bm->timing_path(), "executor");
+  EXPECT_EQ(bm->error().rfind("eager: WRONG_ANSWER", 0), 0u) << bm->error();
+  EXPECT_EQ(bm->eager().samples_size(), 0);
+  EXPECT_EQ(bm->compiled().samples_size(), 0);  // not attempted without an eager time
+  EXPECT_TRUE(bm->compiled().error().empty()) << bm->compiled().error();
+  EvaluateRequest req = testing::Request(kNondeterministic, "sandbox/solutions/cpu/relu");
+  absl::StatusOr<v1::Baseline> b =
+      BaselineCache(*root_ + "/baselines").Get(BaselineKeyFor(req.task(), "cpu", "cpu", TorchVersion()));
+  ASSERT_TRUE(b.ok()) << b.status() << "\nprecompute:\n" << *precompute_log_;
+  EXPECT_FALSE(b->error().empty());
+  EXPECT_EQ(b->eager().median_us(), 0);
 }
 
 TEST_F(ProfileCpuTest, HonestSolutionGetsItsMeasuredReward) {
