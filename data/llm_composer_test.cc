@@ -2,8 +2,13 @@
 // answers canned text through the real ChatML tokenizer): valid answers pass
 // the real pipeline's filters and are accepted as composer "llm"; a syntax
 // error, an answer in the wrong format and a failed request are rejected
-// with verdict "llm" and their reason, and the run goes on.
+// with verdict "llm" and their reason, and the run goes on. The same scripted
+// route feeds the pipeline tasks of chosen sizes for the memory grants
+// (data/memory_budget.h): a task that runs out of memory within one worker's
+// grant runs again with a larger one and is kept; only one that does not fit
+// the whole budget is rejected as "oom".
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <random>
@@ -196,6 +201,84 @@ TEST(LlmComposerTest, PipelineJudgesAnswersWithTheSameFilters) {
   auto report = ReadFileToString(out + "/report.md");
   ASSERT_TRUE(report.ok());
   EXPECT_NE(report->find("| llm | 5 | 3 |"), std::string::npos) << *report;
+}
+
+// Memory on the CPU is the worker's resident-set growth (VmHWM after
+// /proc/self/clear_refs, data/harness/worker.py): sizes far apart from the grants.
+TEST(LlmComposerTest, OutOfMemoryWithinAGrantRunsAgainWithALargerOne) {
+  if (!(std::ofstream("/proc/self/clear_refs") << "5")) GTEST_SKIP() << "/proc/self/clear_refs not writable here";
+  auto tok = ChatTokenizer();
+  ASSERT_NE(tok, nullptr);
+  std::mt19937 gen(std::random_device{}());
+  const int64_t unit = int64_t{448} << 20;  // Two workers: the budget is two of these.
+  const int hidden = 768 + 128 * static_cast<int>(gen() % 5);
+  // 128 MiB input: the probe holds ~4x that (input, output, a second output and the forward's
+  // temporary), above one grant, well inside two.
+  const std::string fits_two = Program("        pass", "        return torch.tanh(x) * 2.0", 4096, 8192);
+  // 64 MiB input, 384 MiB output: ~1.2 GiB, above the whole budget.
+  const std::string fits_none = Program("        pass", "        return torch.tanh(x.repeat(6, 1))", 2048, 8192);
+  const std::string small = Program("        self.fc = nn.Linear(hidden, hidden)", "        return F.gelu(self.fc(x))",
+                                    256 + 32 * static_cast<int>(gen() % 4), hidden);
+  const std::map<int64_t, std::string> answers = {{0, "```python\n" + fits_two + "```"},
+                                                  {1, "```python\n" + fits_none + "```"},
+                                                  {2, "```python\n" + small + "```"}};
+  const std::string out = (fs::path(::testing::TempDir()) / "llm_synth_memory").string();
+  fs::remove_all(out);
+  v1::DataConfig c;
+  ASSERT_TRUE(google::protobuf::TextFormat::ParseFromString(
+      absl::StrCat(R"pb(
+        composer: "llm"
+        ops_file: "data/testdata/ops_small.textproto"
+        target_accepted: 2
+        max_candidates: 3
+        workers: 2
+        worker_threads: 1
+        request_timeout_s: 300
+        id_prefix: "mem_"
+        sampler { op_count_weights: [ 1 ] min_target_ms: 2 max_target_ms: 10 }
+        filters { compile_backend: "aot_eager" max_eager_ms: 5000 oom_retries: 2 }
+      )pb", "target { device: \"cpu\" memory_budget_bytes: ", 2 * unit, " }", "seed: ", gen() % 100000,
+                   " out_dir: \"", out, "\" harness_root: \"", fs::current_path().string(), "\""),
+      &c));
+  auto full = WithDataDefaults(c);
+  ASSERT_TRUE(full.ok()) << full.status();
+  Pipeline pipeline(*full);
+  auto policy = std::make_unique<ScriptedAnswers>(answers, tok.get());  // Before tok is moved.
+  pipeline.SetPolicy(std::move(policy), std::move(tok));
+  const auto st = pipeline.Run();
+  ASSERT_TRUE(st.ok()) << st;
+
+  std::map<int64_t, v1::CandidateRecord> by_index;
+  auto journal = ReadFileToString(out + "/state/journal.jsonl");
+  ASSERT_TRUE(journal.ok()) << journal.status();
+  for (absl::string_view line : absl::StrSplit(*journal, '\n', absl::SkipEmpty())) {
+    v1::CandidateRecord r;
+    ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(std::string(line), &r).ok()) << line;
+    by_index[r.index()] = r;
+  }
+  ASSERT_EQ(by_index.size(), 3u);
+  const v1::CandidateRecord& two = by_index[0];
+  EXPECT_EQ(two.verdict(), "accepted") << two.detail();
+  EXPECT_EQ(two.attempt(), 1);
+  EXPECT_EQ(two.memory_units(), 2);
+  EXPECT_EQ(two.facts().memory_limit_bytes(), 2 * unit);
+  EXPECT_GT(two.facts().peak_bytes(), unit) << "it did need more than one grant";
+  EXPECT_GT(two.eager_us(), 0);
+  const v1::CandidateRecord& none = by_index[1];
+  EXPECT_EQ(none.verdict(), "oom") << none.detail();
+  EXPECT_EQ(none.memory_units(), 2) << "rejected before it had the whole budget";
+  EXPECT_NE(none.detail().find("grant"), std::string::npos) << none.detail();
+  const v1::CandidateRecord& one = by_index[2];
+  EXPECT_EQ(one.verdict(), "accepted") << one.detail();
+  EXPECT_EQ(one.attempt(), 0);
+  EXPECT_EQ(one.memory_units(), 1);
+  EXPECT_EQ(one.facts().memory_limit_bytes(), unit);
+  auto report = ReadFileToString(out + "/report.md");
+  ASSERT_TRUE(report.ok());
+  EXPECT_NE(report->find("2 candidates ran again with a larger grant after running out of memory (1 of them "
+                         "accepted); 1 ran out of memory with the whole budget"),
+            std::string::npos)
+      << *report;
 }
 
 }  // namespace
