@@ -25,7 +25,8 @@
 # LEARN_WALL (85 s for the job; cut there, then the final held-out eval), AGENTIC_STEPS (4), ABLATION (none),
 # SINGLE_STEPS (1), WARMUP (8), RFT_EPOCHS (2), VALUE_STEPS (2), BATCH (4), EVAL_EVERY (2), ACTORS (2),
 # MAX_TURNS (the agentic stage's turns, also the held-out evaluations'; 3), EVAL_ROLLOUTS (1) and EVAL_TEMP (0 =
-# greedy; 1 samples like the actors, so EVAL_ROLLOUTS repeats give the held-out figures a spread), LEARNER_DEVICE (cpu:
+# greedy; 1 samples like the actors, so EVAL_ROLLOUTS repeats give the held-out figures a spread), LEARN_ARGS
+# (more `kernelrl learn` flags, e.g. "--job_set=actor_optimizer.lr=2e-3"), LEARNER_DEVICE (cpu:
 # the learner's kernels on the sandbox's GPU inflate the outside clock; on the H100 that flagged an honest
 # 1.6 ms softmax timing_below_outside_clock).
 # Results under $OUT: table.txt, verdicts.jsonl, baselines.tsv, logs.
@@ -134,7 +135,7 @@ if [ "${MODE:-}" = learn ]; then  # (b) on the device.
     --job_set=recipe.single_turn_ppo.steps=${SINGLE_STEPS:-1} --job_set=recipe.agent_warmup.steps=${WARMUP:-8} \
     --job_set=recipe.rft.epochs=${RFT_EPOCHS:-2} --job_set=recipe.value_pretrain.steps=${VALUE_STEPS:-2} \
     --job_set=recipe.agentic_ppo.steps=${AGENTIC_STEPS:-4} --job_set=batch.trajectories_per_step=${BATCH:-4} \
-    --job_timeout_s=${LEARN_WALL:-85} --stall_timeout_s=90 2>&1 | tee "$OUT/learn.txt"
+    --job_timeout_s=${LEARN_WALL:-85} --stall_timeout_s=90 ${LEARN_ARGS:-} 2>&1 | tee "$OUT/learn.txt"
   # At most 8 files come back: the curves and plots, the rest as one archive.
   CUR=$(ls -d "$RUN"/run/learner-state/jobs/*/curves 2>/dev/null | head -1)
   [ -n "$CUR" ] && cp "$CUR"/curves.json "$CUR"/*.png "$OUT/" 2>/dev/null

@@ -52,6 +52,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> MakeJobTrainer(const v1::LearnerJobConf
   to.lambda = config.ppo().lambda();
   to.temperature = config.ppo().temperature();
   to.entropy_metric = config.ppo().entropy_metric();
+  to.normalize_advantages = config.ppo().normalize_advantages();
   to.max_tokens_per_row = config.batch().max_tokens_per_row();
   to.actor = Optimizer(config.actor_optimizer());
   to.critic = Optimizer(config.critic_optimizer());

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <tuple>
 
 #include <ATen/core/grad_mode.h>
 #include <cmath>
@@ -66,6 +67,18 @@ double RowFlops(const ModelConfig& c, const PackedRow& row, int64_t head_rows, b
   for (int64_t n : row.lengths) flops += 6.0 * c.num_layers * q * static_cast<double>(n) * n;  // QK^T and PV, causal
   if (lm_head) flops += 6.0 * H * c.vocab_size * head_rows;
   return flops;
+}
+
+// GAE per trajectory segment of a row on the detached values v (outcome
+// reward on each segment's last token), appended to adv and ret.
+void RowGae(const RowTokens& rt, const std::vector<Sample>& batch, const float* v, double gamma, double lambda,
+            std::vector<float>* adv, std::vector<float>* ret) {
+  for (size_t j = 0; j < rt.sample.size(); ++j) {
+    std::vector<float> seg(v + rt.begin[j], v + rt.end[j]);
+    GaeResult g = Gae(OutcomeRewards(static_cast<int>(seg.size()), batch[rt.sample[j]].reward), seg, gamma, lambda);
+    adv->insert(adv->end(), g.advantages.begin(), g.advantages.end());
+    ret->insert(ret->end(), g.returns.begin(), g.returns.end());
+  }
 }
 
 double Seconds(std::chrono::steady_clock::time_point since) {
@@ -252,6 +265,35 @@ absl::StatusOr<StepMetrics> Trainer::ValueStep(const std::vector<Sample>& batch,
   return Step(batch, global_trajectories, Objective::kValue);
 }
 
+absl::StatusOr<std::pair<double, double>> Trainer::AdvantageMoments(const std::vector<Sample>& batch,
+                                                                     const std::vector<PackedRow>& rows,
+                                                                     at::Device device) {
+  at::NoGradGuard no_grad;
+  double sum = 0, sq = 0, n = 0;
+  for (const PackedRow& row : rows) {
+    const RowTokens rt = GatherRow(batch, row, 1.0);
+    const at::Tensor ids = RowIds(batch, row).to(device);
+    const at::Tensor state = ToDevice(rt.state, at::kLong, device);
+    at::Tensor v_cpu = critic_->Values(critic_->Hidden(ids, row.lengths)[0].index_select(0, state))
+                           .to(at::kCPU, at::kFloat)
+                           .contiguous();
+    std::vector<float> adv, ret;
+    RowGae(rt, batch, v_cpu.data_ptr<float>(), options_.gamma, options_.lambda, &adv, &ret);
+    for (float a : adv) sum += a, sq += static_cast<double>(a) * a, n += 1;
+  }
+  if (collectives_ != nullptr) {
+    std::vector<at::Tensor> t = {at::tensor(std::vector<double>{sum, sq, n}, at::kDouble).to(device)};
+    if (auto s = collectives_->AllReduceSum(t); !s.ok()) return s;
+    const at::Tensor c = t[0].to(at::kCPU);
+    sum = c[0].item<double>(), sq = c[1].item<double>(), n = c[2].item<double>();
+  }
+  if (n == 0) return std::make_pair(0.0, 1.0);
+  const double mean = sum / n;
+  // A batch whose advantages are all equal carries no preference: unit scale, zero after centring.
+  const double std = std::sqrt(std::max(0.0, sq / n - mean * mean));
+  return std::make_pair(mean, std > 1e-6 ? std : 1.0);
+}
+
 absl::StatusOr<StepMetrics> Trainer::Step(const std::vector<Sample>& batch, int64_t global_trajectories,
                                           Objective objective) {
   const bool train_actor = objective != Objective::kValue;
@@ -275,6 +317,18 @@ absl::StatusOr<StepMetrics> Trainer::Step(const std::vector<Sample>& batch, int6
 
   // 1. Sequence packing: trajectories share rows of <= max_tokens_per_row tokens.
   const std::vector<PackedRow> rows = PackRows(batch, options_.max_tokens_per_row);
+
+  // 1b. PPO with normalised advantages: their mean and standard deviation over
+  //     every rank's model tokens first, from a critic pass without gradients
+  //     (step 3 recomputes the same values with them).
+  const bool normalize = objective == Objective::kPpo && options_.normalize_advantages;
+  double adv_mean = 0, adv_std = 1;
+  if (normalize) {
+    auto moments = AdvantageMoments(batch, rows, device);
+    if (!moments.ok()) return moments.status();
+    std::tie(adv_mean, adv_std) = *moments;
+    m["advantage_raw_mean"] = adv_mean, m["advantage_raw_std"] = adv_std;
+  }
   for (const PackedRow& row : rows) {
     // 2. The row's model tokens: state positions, targets, rollout log-probs, weights 1/(T_i N).
     const RowTokens rt = GatherRow(batch, row, n_global);
@@ -295,14 +349,11 @@ absl::StatusOr<StepMetrics> Trainer::Step(const std::vector<Sample>& batch, int6
       at::Tensor v_cpu = values.detach().to(at::kCPU).contiguous();
       const float* v = v_cpu.data_ptr<float>();
       std::vector<float> adv, ret;
-      for (size_t j = 0; j < rt.sample.size(); ++j) {
-        std::vector<float> seg(v + rt.begin[j], v + rt.end[j]);
-        GaeResult g = Gae(OutcomeRewards(static_cast<int>(seg.size()), batch[rt.sample[j]].reward), seg,
-                          options_.gamma, options_.lambda);
-        adv.insert(adv.end(), g.advantages.begin(), g.advantages.end());
-        ret.insert(ret.end(), g.returns.begin(), g.returns.end());
-        all_values.insert(all_values.end(), seg.begin(), seg.end());
-        all_returns.insert(all_returns.end(), g.returns.begin(), g.returns.end());
+      RowGae(rt, batch, v, options_.gamma, options_.lambda, &adv, &ret);
+      all_values.insert(all_values.end(), v, v + v_cpu.numel());
+      all_returns.insert(all_returns.end(), ret.begin(), ret.end());
+      if (normalize) {
+        for (float& a : adv) a = static_cast<float>((a - adv_mean) / adv_std);
       }
       advantages = ToDevice(adv, at::kFloat, device);
       returns = ToDevice(ret, at::kFloat, device);

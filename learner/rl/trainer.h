@@ -74,6 +74,7 @@ struct TrainerOptions {
   double gamma = 1.0, lambda = 0.95;
   double temperature = 1.0;
   bool entropy_metric = true;
+  bool normalize_advantages = false;  // PpoConfig.normalize_advantages.
   int64_t max_tokens_per_row = 32768;
   AdamWParams actor, critic;
 };
@@ -112,6 +113,9 @@ class Trainer {
  private:
   enum class Objective { kPpo, kSft, kValue };
   absl::StatusOr<StepMetrics> Step(const std::vector<Sample>& batch, int64_t global_trajectories, Objective objective);
+  // Mean and standard deviation of the batch's advantages over every rank's model tokens.
+  absl::StatusOr<std::pair<double, double>> AdvantageMoments(const std::vector<Sample>& batch,
+                                                             const std::vector<PackedRow>& rows, at::Device device);
 
   std::unique_ptr<Transformer> policy_, critic_;
   std::unique_ptr<AdamW> actor_opt_, critic_opt_;

@@ -203,6 +203,39 @@ TEST(TrainerTest, PpoIgnoresTheRolloutLogprobsOfNonModelTokens) {
   EXPECT_GT(first["critic_grad_norm"], 0);
 }
 
+// With gamma = lambda = 1 every model token's advantage is R - V(s): a reward
+// shift moves all of them by the same constant. Normalised advantages do not
+// see it (the same actor update); raw ones do.
+TEST(TrainerTest, NormalizedAdvantagesIgnoreARewardShift) {
+  std::vector<Sample> batch = {RandomSample("a", kMaskA, 31), RandomSample("b", kMaskB, 32)};
+  batch[0].reward = 1.0, batch[1].reward = -1.0;
+  std::vector<Sample> shifted = batch;
+  for (Sample& s : shifted) s.reward += 2.0;
+  for (bool normalize : {true, false}) {
+    TrainerOptions o;
+    o.gamma = 1.0, o.lambda = 1.0;
+    o.normalize_advantages = normalize;
+    o.actor.max_grad_norm = 0;
+    std::vector<StepMetrics> m;
+    for (auto* b : {&batch, &shifted}) {
+      Trainer t(Tiny(Head::kLanguageModel, 5), Tiny(Head::kValue, 6), o);
+      auto r = t.PpoStep(*b);
+      ASSERT_TRUE(r.ok()) << r.status();
+      m.push_back(*r);
+    }
+    if (normalize) {
+      EXPECT_NEAR(m[0]["policy_loss"], m[1]["policy_loss"], 1e-6);
+      EXPECT_NEAR(m[0]["actor_grad_norm"], m[1]["actor_grad_norm"], 1e-6 * m[0]["actor_grad_norm"]);
+      EXPECT_NEAR(m[0]["advantage_mean"], m[1]["advantage_mean"], 1e-6);
+      EXPECT_NEAR(m[1]["advantage_raw_mean"] - m[0]["advantage_raw_mean"], 2.0, 1e-5);
+      EXPECT_GT(m[0]["advantage_raw_std"], 0.5);  // Rewards +1 and -1 differ.
+    } else {
+      EXPECT_GT(std::abs(m[0]["policy_loss"] - m[1]["policy_loss"]), 0.5);
+      EXPECT_EQ(m[0].count("advantage_raw_mean"), 0u);
+    }
+  }
+}
+
 TEST(TrainerTest, ActivationCheckpointingGivesTheSameStep) {
   std::vector<Sample> batch = {RandomSample("a", kMaskA, 31), RandomSample("b", kMaskB, 32)};
   StepMetrics m[2];
