@@ -68,7 +68,7 @@ constexpr char kJobDefaults[] = R"pb(
   actor_optimizer { lr: 1e-3 }
   critic_optimizer { lr: 1e-3 }
   batch { trajectories_per_step: 8 max_tokens_per_row: 32768 activation_checkpointing: false }
-  ingest { max_policy_lag: 4 lease_timeout_seconds: 300 }
+  ingest { max_policy_lag: 4 lease_timeout_seconds: 120 }
 )pb";
 
 // Tokens per reply: the action is the reply's first 4 characters.
@@ -295,12 +295,14 @@ class Cluster {
   }
 
   // Runs `n` actors of the pool ("actor" sampling the model or "random") and stops the other pool.
+  // The old pool drains in the background: an actor told to stop finishes its
+  // in-flight rollouts and pushes them (a rollout killed mid-way holds its lease
+  // until the lease times out, and a stage waiting for that trajectory stalls).
   void UsePool(const std::string& pool, int64_t version) {
     if (pool == pool_) return;
-    std::vector<std::string> stop;
-    for (const std::string& n : running_) stop.push_back(n);
-    if (!stop.empty()) sup_.Stop(stop, absl::Seconds(20));
+    std::vector<std::string> stop = running_;
     running_.clear();
+    if (!stop.empty()) draining_.emplace_back([this, stop] { sup_.Stop(stop, absl::Seconds(180)); });
     const int n = pool == "random" ? o_.random_actors : o_.actors;
     for (int i = 0; i < n; ++i) {
       const std::string name = absl::StrCat(pool, "-", i, "-g", ++generation_);
@@ -316,9 +318,14 @@ class Cluster {
   }
 
   std::string SkillPath() const { return o_.run_dir + "/FAMILY_SKILL.md"; }
+  ~Cluster() {
+    for (std::thread& t : draining_) t.join();
+  }
   void StopAll() {
     if (!running_.empty()) sup_.Stop(running_, absl::Seconds(20));
     sup_.StopAll(absl::Seconds(30));
+    for (std::thread& t : draining_) t.join();
+    draining_.clear();
   }
 
   std::string learner_, sandbox_;
@@ -330,6 +337,7 @@ class Cluster {
   up::Supervisor sup_;
   std::string pool_;
   std::vector<std::string> running_;
+  std::vector<std::thread> draining_;  // Stopping the previous pools.
   int generation_ = 0;
 };
 
