@@ -98,6 +98,30 @@ TEST(ComposerTest, TasksAreKernelBenchShapedAndSizedForTheTarget) {
   EXPECT_GT(counts[2], counts[5]);
 }
 
+// max_task_bytes caps the probe's estimated footprint (parameters, inputs, 3x the largest
+// activation) without pushing tasks out of the target window.
+TEST(ComposerTest, TaskFootprintStaysUnderMaxTaskBytes) {
+  const uint64_t seed = std::random_device()();
+  SamplerConfig s = Sampler();
+  const int64_t cap = (int64_t{3} << 30) + static_cast<int64_t>(seed % (int64_t{1} << 29));
+  s.set_max_task_bytes(cap);
+  Composer capped(AllRules(), s, H100(), seed, "synth_");
+  Composer free(AllRules(), Sampler(), H100(), seed, "synth_");
+  int n = 300, in_range = 0, above_cap_uncapped = 0;
+  for (int i = 0; i < n; ++i) {
+    auto t = capped.Compose(i);
+    ASSERT_TRUE(t.ok()) << t.status();
+    EXPECT_GT(t->estimated_peak_bytes, 4 * NumElements(t->input_shape)) << t->source;
+    EXPECT_LE(t->estimated_peak_bytes, cap) << t->source;
+    in_range += t->estimated_ms >= 0.9 && t->estimated_ms <= 20.01;
+    auto u = free.Compose(i);
+    ASSERT_TRUE(u.ok());
+    above_cap_uncapped += u->estimated_peak_bytes > cap;
+  }
+  EXPECT_GT(in_range, n * 8 / 10);
+  EXPECT_GT(above_cap_uncapped, 0) << "the cap never bound: the test does not exercise it";
+}
+
 // Every rule is drawn (an unset weight means 1), and chains go beyond one family.
 TEST(ComposerTest, EveryOperatorGetsDrawn) {
   Composer composer(AllRules(), Sampler(), H100(), std::random_device()(), "t");
