@@ -8,12 +8,16 @@ Requests ({"op": ...}) and their answers (proto3 JSON of data/data.proto):
   inventory  {families}                  -> Inventory: torch.nn modules, functional and torch
                                             callables with signatures; transformers candidates
   ast        {path}                      -> AstDump of the Model class, normalised
-  probe      {path, device, compile_backend, atol, rtol, lock}
+  probe      {path, device, compile_backend, atol, rtol, lock, memory_limit_bytes, defer_compile}
                                          -> ProbeFacts: eager and compiled runs, repeat and
-                                            cross-input comparisons, output statistics
-  time       {id, path, device, budget_s, min_samples, max_samples, lock}
+                                            cross-input comparisons, output statistics, peak
+                                            memory, where the time went
+  compile    {path, drop}                -> ProbeFacts (compile fields): completes a probe sent
+                                            with defer_compile (drop: releases it)
+  time       {id, path, device, budget_s, min_samples, max_samples, lock, memory_limit_bytes}
                                          -> BaselineMeasurement from the profiler's own
-                                            precompute.measure_task (eager only)
+                                            precompute.measure_task (eager only), with the
+                                            TimingDiagnostics fields beside it
 The answer goes to the original stdout; anything else the task prints goes to stderr.
 """
 import ast
@@ -362,9 +366,9 @@ def probe(req):
     t0 = time.perf_counter()
     waited = _TimedLock.waits["shared"]
     try:
+        mod = tasks.load_module(req["path"])  # Python only (a transformers import can take seconds): no lock.
         with _lock(req.get("lock")):
             t_in = time.perf_counter()
-            mod = tasks.load_module(req["path"])
             stage = "init"
             torch.manual_seed(1234)
             with torch.device(dev):
