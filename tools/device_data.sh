@@ -71,6 +71,7 @@ if [ -n "${DRY_RUN:-}" ]; then
 else
   W=${WORKERS:-14}
   TOTAL_MIB=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1 | tr -dc 0-9)
+  [ -n "$TOTAL_MIB" ] || TOTAL_MIB=$($PY -c 'import torch; print(torch.cuda.get_device_properties(0).total_memory >> 20)')
   BUDGET_MIB=$(( TOTAL_MIB - W * ${PER_WORKER_MIB:-1536} - 3072 ))
   TASK_BYTES=$(( BUDGET_MIB / W * 8 / 10 * 1048576 ))
   say "== memory: ${TOTAL_MIB} MiB GPU, budget ${BUDGET_MIB} MiB = $W grants of $(( BUDGET_MIB / W )) MiB; tasks sized to $(( TASK_BYTES >> 20 )) MiB"
