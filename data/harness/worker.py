@@ -252,8 +252,11 @@ class _MemoryCap:
             total = torch.cuda.get_device_properties(0).total_memory
             self.base = torch.cuda.memory_reserved()
             frac = 1.0 if not self.limit else min(1.0, (self.base + self.limit) / total)
-            torch.cuda.set_per_process_memory_fraction(frac)
-            torch.cuda.reset_peak_memory_stats()
+            try:
+                torch.cuda.set_per_process_memory_fraction(float(frac))
+                torch.cuda.reset_peak_memory_stats()
+            except Exception as e:  # noqa: BLE001 - uncapped is the old behaviour, not a failed task
+                print(f"worker: memory cap not set: {type(e).__name__}: {e}", file=sys.stderr)
         else:
             try:
                 with open("/proc/self/clear_refs", "w") as f:
