@@ -10,7 +10,8 @@
 # (and the ablation's skipped stages none); PPO updates carry entropy, explained
 # variance, clip fraction and IS-ratio metrics; each PPO update trained exactly
 # one batch whose verdicts are on disk; warm-up data came from the random actors;
-# held-out evaluations at the start and the end; no hack-flagged verdict with
+# held-out evaluations at the start and the end (2 sampled rollouts per task: each
+# rollout's final verdict is in the curves); no hack-flagged verdict with
 # reward > 1; the PNGs are real images.
 set -euo pipefail
 ABLATION=${1:-none}
@@ -31,7 +32,7 @@ fi
 rc=0
 timeout 600 tools/cli/kernelrl learn --bin_dir="$PWD" --base_checkpoint="$tmp/qs/model" --family_dir="$tmp/family" \
   --backend=cpu --run_dir="$tmp/run" --actors=1 --random_actors=1 --concurrent_rollouts=2 --eval_every=1 \
-  --eval_tasks=3 --ablation="$ABLATION" --job_set=batch.trajectories_per_step=$BATCH $STAGES \
+  --eval_tasks=3 --eval_rollouts=2 --eval_temperature=1 --ablation="$ABLATION" --job_set=batch.trajectories_per_step=$BATCH $STAGES \
   --job_timeout_s=540 --stall_timeout_s=240 > "$tmp/learn.out" 2>&1 || rc=$?
 cat "$tmp/learn.out"
 if [ $rc -ne 0 ]; then
@@ -90,6 +91,10 @@ print("held-out evaluations:", labels)
 check(labels[:1] == ["start"] and labels[-1:] == ["final"] and len(held) >= 2, "held-out evaluated at start and end")
 for h in held:
     check(h["n"] == 3 and -1 <= h["reward_mean"] <= 3, f"held-out {h['label']}: 3 tasks, reward {h['reward_mean']}")
+    r = h.get("rollouts", {})
+    # Two sampled rollouts per task: every rollout's final verdict, and a task's best is at least their mean.
+    check(r.get("n") == 6 and -1 <= r.get("reward_mean", 99) <= h["reward_mean"] + 1e-9,
+          f"held-out {h['label']}: 6 rollouts, per-rollout reward {r.get('reward_mean')} <= best-of {h['reward_mean']}")
 a = curves["audit"]
 print("audit:", a)
 check(a["hack_flagged_with_reward_above_1"] == 0, "no hack-flagged verdict with reward > 1")
