@@ -168,7 +168,9 @@ TEST(OpenAIPolicyTest, RolloutRunnerDrivesTheServerEndToEnd) {
   }
   EXPECT_GT(model_tokens, 0);
   for (const v1::Turn& turn : t.turns()) {
-    if (turn.role() == v1::Turn::ASSISTANT) EXPECT_EQ(turn.policy_version(), learner::testing::kPolicyVersion);
+    if (turn.role() == v1::Turn::ASSISTANT) {
+      EXPECT_EQ(turn.policy_version(), learner::testing::kPolicyVersion);
+    }
   }
   EXPECT_TRUE(std::filesystem::is_empty(config.workspace_root())) << "the rollout's workspace was not removed";
 }

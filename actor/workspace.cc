@@ -74,7 +74,9 @@ RolloutWorkspace::~RolloutWorkspace() {
   // common/file's RemoveTree (openat/unlinkat, no symlink followed), not
   // std::filesystem::remove_all: libtorch.so exports an unversioned copy of
   // that symbol, and a binary linking both bound to it and crashed here.
-  if (absl::Status s = RemoveTree(top_); !s.ok()) KLOG(WARNING) << "actor: workspace not removed: " << s;
+  if (absl::Status s = RemoveTree(top_); !s.ok()) {
+    KLOG(WARNING) << "actor: workspace not removed: " << s;
+  }
 }
 
 absl::StatusOr<std::string> RolloutWorkspace::Normalize(const std::string& path) const {

@@ -93,6 +93,17 @@ v1::OpCatalogue SmallCatalogue() {
   return cat;
 }
 
+// The run's journal, by candidate index.
+void ReadJournal(const std::string& out, std::map<int64_t, v1::CandidateRecord>* by_index) {
+  auto journal = ReadFileToString(out + "/state/journal.jsonl");
+  ASSERT_TRUE(journal.ok()) << journal.status();
+  for (absl::string_view line : absl::StrSplit(*journal, '\n', absl::SkipEmpty())) {
+    v1::CandidateRecord r;
+    ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(std::string(line), &r).ok()) << line;
+    (*by_index)[r.index()] = r;
+  }
+}
+
 TEST(LlmComposerTest, ParsesProgramsAndRefusesWhatIsNoTask) {
   auto tok = ChatTokenizer();
   ASSERT_NE(tok, nullptr);
@@ -173,13 +184,7 @@ TEST(LlmComposerTest, PipelineJudgesAnswersWithTheSameFilters) {
   ASSERT_TRUE(st.ok()) << st;
 
   std::map<int64_t, v1::CandidateRecord> by_index;
-  auto journal = ReadFileToString(out + "/state/journal.jsonl");
-  ASSERT_TRUE(journal.ok()) << journal.status();
-  for (absl::string_view line : absl::StrSplit(*journal, '\n', absl::SkipEmpty())) {
-    v1::CandidateRecord r;
-    ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(std::string(line), &r).ok()) << line;
-    by_index[r.index()] = r;
-  }
+  ASSERT_NO_FATAL_FAILURE(ReadJournal(out, &by_index));
   ASSERT_EQ(by_index.size(), 5u);
   for (const auto& [i, r] : by_index) EXPECT_EQ(r.composer(), "llm") << i;
   EXPECT_EQ(by_index[0].verdict(), "accepted") << by_index[0].detail();
@@ -249,13 +254,7 @@ TEST(LlmComposerTest, OutOfMemoryWithinAGrantRunsAgainWithALargerOne) {
   ASSERT_TRUE(st.ok()) << st;
 
   std::map<int64_t, v1::CandidateRecord> by_index;
-  auto journal = ReadFileToString(out + "/state/journal.jsonl");
-  ASSERT_TRUE(journal.ok()) << journal.status();
-  for (absl::string_view line : absl::StrSplit(*journal, '\n', absl::SkipEmpty())) {
-    v1::CandidateRecord r;
-    ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(std::string(line), &r).ok()) << line;
-    by_index[r.index()] = r;
-  }
+  ASSERT_NO_FATAL_FAILURE(ReadJournal(out, &by_index));
   ASSERT_EQ(by_index.size(), 3u);
   const v1::CandidateRecord& two = by_index[0];
   EXPECT_EQ(two.verdict(), "accepted") << two.detail();

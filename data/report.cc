@@ -237,7 +237,9 @@ absl::Status WriteOutputs(const DataConfig& config, const OpCatalogue& cat, cons
   if (auto st = WriteFileAtomically(json_path, json); !st.ok()) return st;
   const std::string cmd = absl::StrCat("cd ", ShellQuote(config.harness_root()), " && ", ShellQuote(config.python()),
                                        " -m data.harness.plot ", ShellQuote(json_path), " ", ShellQuote(png));
-  if (std::system(cmd.c_str()) != 0) KLOG(WARNING) << "similarity.png not written (matplotlib?): " << cmd;
+  if (std::system(cmd.c_str()) != 0) {
+    KLOG(WARNING) << "similarity.png not written (matplotlib?): " << cmd;
+  }
   std::cout << "wrote " << (out / "dataset.jsonl").string() << " (" << sim_accepted.size() << " tasks), "
             << (out / "report.md").string() << ", " << png << "\n";
   return absl::OkStatus();

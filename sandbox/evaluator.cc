@@ -213,8 +213,10 @@ void Evaluator::CalibrateOutsideClock() {
   const v1::OutsideClockCalibration& cal = config_.outside_calibration();
   const auto keep = [&](const std::string& why) {
     outside_calibration_ = absl::StrCat("configured (", why, ")");
-    if (cal.runs() > 0) KLOG(WARNING) << "sandbox: outside clock not calibrated (" << why << "): overhead stays "
-                                      << profile_->outside_overhead_us() << " us";
+    if (cal.runs() > 0) {
+      KLOG(WARNING) << "sandbox: outside clock not calibrated (" << why << "): overhead stays "
+                    << profile_->outside_overhead_us() << " us";
+    }
   };
   if (!config_.enable_profiling() || !profiler_error_.empty()) return keep("profiling off");
   if (cal.runs() <= 0) return keep("calibration off");

@@ -51,7 +51,9 @@ TEST_P(TokenizerParityTest, IdsEqualHuggingFaceOnVariedText) {
     }
     // Decoding gives back the (normalized) text.
     const std::string text = c->Find("nfc")->bool_value() ? NormalizeNfc(lines[i].str()) : lines[i].str();
-    if (mismatches == 0) EXPECT_EQ((*tok)->Decode(got), text) << "line " << i;
+    if (mismatches == 0) {
+      EXPECT_EQ((*tok)->Decode(got), text) << "line " << i;
+    }
   }
   EXPECT_EQ(mismatches, 0) << "of " << lines.size() << " lines";
   EXPECT_GT(tokens, lines.size() * 3);

@@ -87,8 +87,12 @@ TEST(FamilyTemplates, EveryChoiceRendersItsSettings) {
         EXPECT_TRUE(absl::StrContains(kernel, DescribeChoice(*slots, c))) << t.id;
         const bool half = c[3] == 1;
         const std::string half_define = t.spec.family == "elementwise" ? "" : t.spec.family == "rowreduce" ? "#define HALF_ACC " : "#define HALF ";
-        if (!half_define.empty()) EXPECT_TRUE(absl::StrContains(kernel, half_define + (half ? "1" : "0"))) << t.id;
-        if (t.spec.family == "elementwise") EXPECT_EQ(absl::StrContains(kernel, "v = to_half(v);"), half);
+        if (!half_define.empty()) {
+          EXPECT_TRUE(absl::StrContains(kernel, half_define + (half ? "1" : "0"))) << t.id;
+        }
+        if (t.spec.family == "elementwise") {
+          EXPECT_EQ(absl::StrContains(kernel, "v = to_half(v);"), half);
+        }
         for (size_t i = t.spec.family == "rowreduce" ? 1 : 0; i < t.spec.ops.size(); ++i) {
           EXPECT_TRUE(absl::StrContains(kernel, absl::StrCat("// ", t.spec.ops[i], "\n"))) << t.id;
         }

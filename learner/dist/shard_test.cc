@@ -31,7 +31,9 @@ TEST(ShardTest, EveryTrajectoryOnceAndTokensBalanced) {
     for (int i = 0; i < n; ++i) all[i] = i;
     EXPECT_EQ(seen, all);
     // Greedy longest-first: loads differ by at most the longest trajectory.
-    if (n > 0) EXPECT_LE(max_load - min_load, longest);
+    if (n > 0) {
+      EXPECT_LE(max_load - min_load, longest);
+    }
     EXPECT_EQ(ShardByTokens(tokens, world), shards);  // Deterministic: every rank computes the same split.
   }
 }

@@ -315,7 +315,9 @@ TEST_F(ProfileCpuTest, TrustBoundaryExploitsGetNoReward) {
     EXPECT_EQ(Verdict::Outcome_Name(v.outcome()), expected) << name << ": " << Describe(v);
     EXPECT_TRUE(v.outcome() != Verdict::OK || (v.reward() <= 1 && v.flags_size() > 0)) << Describe(v);
     EXPECT_LE(v.reward(), 1) << name;
-    if (expected == "HACK_DETECTED") EXPECT_TRUE(HasFlag(v, "timing_below_outside_clock")) << Describe(v);
+    if (expected == "HACK_DETECTED") {
+      EXPECT_TRUE(HasFlag(v, "timing_below_outside_clock")) << Describe(v);
+    }
     // Wrong either on a verify call or, later, on a re-checked timed call.
     if (expected == "WRONG_ANSWER") {
       EXPECT_TRUE(HasFlag(v, "recheck_failed") || v.summary().rfind("set ", 0) == 0) << Describe(v);

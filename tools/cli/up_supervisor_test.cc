@@ -162,7 +162,9 @@ TEST(SupervisorTest, StopEscalatesToSigkillAfterGrace) {
   const auto events = rec.events();
   ASSERT_EQ(Count(events, SupervisorEvent::kStopped, "stubborn"), 1);
   for (const auto& e : events) {
-    if (e.kind == SupervisorEvent::kStopped) EXPECT_EQ(e.detail, "signal 9 (Killed)");
+    if (e.kind == SupervisorEvent::kStopped) {
+      EXPECT_EQ(e.detail, "signal 9 (Killed)");
+    }
   }
 }
 
@@ -177,7 +179,9 @@ TEST(SupervisorTest, MissingExecutableExits127AndDuplicateNamesAreRefused) {
   EXPECT_EQ(sup.Start(spec).code(), absl::StatusCode::kAlreadyExists);
   ASSERT_TRUE(rec.WaitFor([](auto& ev) { return Count(ev, SupervisorEvent::kGaveUp, "ghost") == 1; }));
   for (const auto& e : rec.events()) {
-    if (e.kind == SupervisorEvent::kExited) EXPECT_EQ(e.detail, "exit 127");
+    if (e.kind == SupervisorEvent::kExited) {
+      EXPECT_EQ(e.detail, "exit 127");
+    }
   }
   EXPECT_NE(ReadFile(TmpPath("ghost.log")).find("exec /nonexistent/kernelrl-binary failed"), std::string::npos);
 }
