@@ -184,6 +184,8 @@ absl::StatusOr<RolloutResult> RolloutRunner::Run(const v1::Task& task, const Rol
   t.mutable_stats()->set_stop_reason(stop_reason);
   result.wall_seconds = Since(start);
   t.mutable_stats()->set_wall_seconds(result.wall_seconds);
+  t.mutable_stats()->set_policy_seconds(result.policy_seconds);
+  t.mutable_stats()->set_sandbox_seconds(result.sandbox_seconds);
   result.best_verdict = final_verdict;
   for (const v1::Verdict& v : verdicts) {
     if (Better(v, result.best_verdict)) result.best_verdict = v;

@@ -85,6 +85,9 @@ for s in by_stage.get("single_turn_ppo", []) + by_stage.get("agentic_ppo", []):
     check(abs(t.get("reward_mean", 99) - m.get("reward_mean", -99)) < 1e-9,
           f"update {s['step']}: reward from the verdicts on disk = the learner's reward_mean")
     check(0 <= t.get("pass_rate", -1) <= 1, f"update {s['step']}: pass rate in [0, 1]")
+    w, ps, ss = t.get("rollout_wall_s_mean", 0), t.get("rollout_policy_s_mean", -1), t.get("rollout_sandbox_s_mean", -1)
+    check(w > 0 and ps > 0 and ss > 0 and ps + ss <= w * 1.001,
+          f"update {s['step']}: rollout {w:.2f} s = policy {ps:.2f} s + sandbox {ss:.2f} s + the rest")
 held = curves["heldout"]
 labels = [h["label"] for h in held]
 print("held-out evaluations:", labels)

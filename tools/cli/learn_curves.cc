@@ -42,12 +42,18 @@ void Add(VerdictStats* s, double reward, bool ok, double x_eager, double x_compi
 Json VerdictStats::ToJson() const {
   const double mean = n ? reward_sum / n : 0;
   const double var = n > 1 ? std::max(0.0, (reward_sq_sum - n * mean * mean) / (n - 1)) : 0;
-  return Json::Object({{"n", Json::Int(n)},
-                       {"reward_mean", Json::Number(mean)},
-                       {"reward_sem", Json::Number(n ? std::sqrt(var / n) : 0)},
-                       {"pass_rate", Json::Number(n ? 1.0 * passed / n : 0)},
-                       {"faster_than_eager_rate", Json::Number(n ? 1.0 * faster_eager / n : 0)},
-                       {"faster_than_compile_rate", Json::Number(n ? 1.0 * faster_compile / n : 0)}});
+  Json out = Json::Object({{"n", Json::Int(n)},
+                           {"reward_mean", Json::Number(mean)},
+                           {"reward_sem", Json::Number(n ? std::sqrt(var / n) : 0)},
+                           {"pass_rate", Json::Number(n ? 1.0 * passed / n : 0)},
+                           {"faster_than_eager_rate", Json::Number(n ? 1.0 * faster_eager / n : 0)},
+                           {"faster_than_compile_rate", Json::Number(n ? 1.0 * faster_compile / n : 0)}});
+  if (n > 0 && wall_s > 0) {  // Trained trajectories (held-out figures come from a report without them).
+    out.Set("rollout_wall_s_mean", Json::Number(wall_s / n));
+    out.Set("rollout_policy_s_mean", Json::Number(policy_s / n));
+    out.Set("rollout_sandbox_s_mean", Json::Number(sandbox_s / n));
+  }
+  return out;
 }
 
 Json TrainedAudit::ToJson() const {
@@ -95,7 +101,10 @@ absl::StatusOr<std::map<int64_t, VerdictStats>> TrainedStats(const std::string& 
     v1::Trajectory t;
     if (!bytes.ok() || !t.ParseFromString(*bytes)) continue;
     const v1::Verdict& v = t.final_verdict();
-    Add(&out[step], t.reward(), v.outcome() == v1::Verdict::OK, v.speedup_vs_eager(), v.speedup_vs_compile());
+    VerdictStats& st = out[step];
+    Add(&st, t.reward(), v.outcome() == v1::Verdict::OK, v.speedup_vs_eager(), v.speedup_vs_compile());
+    st.wall_s += t.stats().wall_seconds(), st.policy_s += t.stats().policy_seconds();
+    st.sandbox_s += t.stats().sandbox_seconds();
     if (audit != nullptr) {
       ++audit->trajectories;
       const bool hack = v.outcome() == v1::Verdict::HACK_DETECTED || v.outcome() == v1::Verdict::SANDBOX_VIOLATION;

@@ -22,6 +22,8 @@ struct VerdictStats {
   int n = 0;
   double reward_sum = 0, reward_sq_sum = 0;
   int passed = 0, faster_eager = 0, faster_compile = 0;
+  // Rollout seconds summed (trained trajectories: wall, waiting for the policy, for the sandbox).
+  double wall_s = 0, policy_s = 0, sandbox_s = 0;
   // Mean, standard error of the mean, rates (0 when n == 0).
   Json ToJson() const;
 };
