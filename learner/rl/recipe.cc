@@ -123,6 +123,12 @@ absl::Status RecipeRunner::Setup(JobContext* ctx) {
   if (!ingest.ok()) return ingest.status();
   ingest_ = std::move(*ingest);
   ingest_->SetPolicyVersion(version_);
+  // A resumed job: the policy server still holds the weights it started with
+  // (the base checkpoint, version 0), and actors would sample from them and
+  // tag their trajectories with that version, which ingest drops as stale.
+  if (engine_ != nullptr && latest.ok()) {
+    if (auto s = engine_->SwapWeightsFrom(latest->policy_dir, version_); !s.ok()) return s;
+  }
   KLOG(INFO) << "job " << ctx->job_id() << ": step " << step_ << ", policy version " << version_ << ", stage "
              << kStages[std::min<int64_t>(stage_, kNumStages - 1)].name << " step " << stage_step_ << " on "
              << device;

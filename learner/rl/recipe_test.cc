@@ -4,7 +4,9 @@
 // the actor service. The learner runs in a child process (this binary with
 // --role=learner) that the test kills with SIGKILL when the job reaches
 // agent_warmup, value_pretrain and agentic_ppo, then starts again: each
-// incarnation resumes from the last checkpoint and the ledger.
+// incarnation resumes from the last checkpoint and the ledger, and loads that
+// checkpoint into its policy engine (the fake actor tags its trajectories with
+// the engine's version, as a real actor sampling from it does).
 //
 // Checked at the end: the job SUCCEEDED; every stage left its output (PPO
 // steps in both PPO stages, warm-up trajectories, RFT steps that move the
@@ -39,6 +41,7 @@
 #include "gtest/gtest.h"
 #include "learner/checkpoint.h"
 #include "learner/model.h"
+#include "learner/policy/engine.h"
 #include "learner/rl/jobs.h"
 #include "learner/rl/learner_metrics.h"
 #include "learner/test_util.h"
@@ -59,7 +62,9 @@ const char kHyperparameters[] = R"pb(
     agentic_ppo { steps: 3 max_turns: 8 }
   }
   batch { trajectories_per_step: 4 max_tokens_per_row: 64 max_trajectory_tokens: 256 activation_checkpointing: false }
-  ingest { max_policy_lag: 1000 lease_timeout_seconds: 5 max_infra_reruns: 2 }
+  # Lag 2: a restarted learner whose policy server kept the base weights (version 0) gets only stale
+  # trajectories from the fake actor, which tags them with the server's version, and stalls.
+  ingest { max_policy_lag: 2 lease_timeout_seconds: 5 max_infra_reruns: 2 }
   actor_optimizer { lr: 1e-3 }
   critic_optimizer { lr: 1e-3 }
   device { device: "cpu" dtype: "float32" peak_tflops: 0.1 }
@@ -79,12 +84,12 @@ std::string Call(const std::string& cmd) {
 // One rollout for a lease: random tokens (a prompt, then assistant and tool
 // turns), rollout log-probs on the model tokens, a reward; one in eight is a
 // redundant loop, one in ten an infra error.
-v1::Trajectory FakeRollout(const v1::TaskLease& lease, std::mt19937_64& rng) {
+v1::Trajectory FakeRollout(const v1::TaskLease& lease, int64_t version, std::mt19937_64& rng) {
   v1::Trajectory t;
   t.set_id(absl::StrCat(lease.lease_id(), "-", rng() % 1000000007));
   t.set_task_id(lease.task().id());
   t.set_job_id(lease.job_id());
-  t.set_policy_version(lease.policy_version());
+  t.set_policy_version(version);
   int max_turns = 1;
   if (auto it = lease.task().metadata().find("max_turns"); it != lease.task().metadata().end()) {
     (void)absl::SimpleAtoi(it->second, &max_turns);
@@ -101,7 +106,7 @@ v1::Trajectory FakeRollout(const v1::TaskLease& lease, std::mt19937_64& rng) {
     a->set_content(loop ? Call("python verify.py") + Call("python verify.py") + Call("python verify.py") +
                               Call("python verify.py")
                         : Call(absl::StrCat("nvcc k", k, ".cu")));
-    a->set_policy_version(lease.policy_version());
+    a->set_policy_version(version);
     const int n = 2 + static_cast<int>(rng() % 6);
     for (int i = 0; i < n; ++i) {
       t.add_token_ids(static_cast<int32_t>(rng() % kVocab));
@@ -124,7 +129,9 @@ v1::Trajectory FakeRollout(const v1::TaskLease& lease, std::mt19937_64& rng) {
   return t;
 }
 
-void FakeActor(JobManager* m, const std::string& actor_id, std::atomic<bool>* stop) {
+// Samples "with" the policy server's weights, as a real actor does: its
+// trajectories carry the engine's version, not the one the lease names.
+void FakeActor(JobManager* m, PolicyEngine* engine, const std::string& actor_id, std::atomic<bool>* stop) {
   std::mt19937_64 rng(std::random_device{}());
   while (!stop->load()) {
     v1::LeaseTasksRequest req;
@@ -143,7 +150,7 @@ void FakeActor(JobManager* m, const std::string& actor_id, std::atomic<bool>* st
       }
       v1::PushTrajectoriesRequest push;
       push.set_lease_id(lease.lease_id());
-      *push.mutable_trajectory() = FakeRollout(lease, rng);
+      *push.mutable_trajectory() = FakeRollout(lease, engine->GetInfo().policy_version, rng);
       (void)m->Push(push);
     }
   }
@@ -156,8 +163,12 @@ void FakeActor(JobManager* m, const std::string& actor_id, std::atomic<bool>* st
 int LearnerMain(const std::string& root) {
   MetricsRegistry registry;
   LearnerMetrics metrics(&registry);
+  // The policy server the job swaps weights into; it starts on the base checkpoint, as after any restart.
+  auto engine = PolicyEngine::Load(root + "/base", "cpu", "float32", 0, EngineOptions{});
+  if (!engine.ok()) return std::fprintf(stderr, "engine: %s\n", engine.status().ToString().c_str()), 1;
+  PolicyEngine* e = engine->get();
   auto m = JobManager::Open(
-      root + "/state", [&metrics] { return MakeRecipeRunner(nullptr, &metrics); }, &metrics);
+      root + "/state", [&metrics, e] { return MakeRecipeRunner(e, &metrics); }, &metrics);
   if (!m.ok()) return std::fprintf(stderr, "open: %s\n", m.status().ToString().c_str()), 1;
   auto list = (*m)->List(10, "");
   if (!list.ok()) return 1;
@@ -176,7 +187,7 @@ int LearnerMain(const std::string& root) {
     id = list->jobs(0).id();
   }
   std::atomic<bool> stop{false};
-  std::thread actor(FakeActor, m->get(), absl::StrCat("fake-", ::getpid()), &stop);
+  std::thread actor(FakeActor, m->get(), e, absl::StrCat("fake-", ::getpid()), &stop);
   // A scrape after every step this process commits (that it sees: a watcher
   // may skip revisions), named by the step's stage and number.
   int64_t rev = -1, scraped_step = -1;
