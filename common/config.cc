@@ -1,7 +1,9 @@
 #include "common/config.h"
 
+#include <cstdio>
 #include <vector>
 
+#include "absl/flags/parse.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -157,6 +159,28 @@ absl::Status ValidateServerConfig(ServerConfig* server) {
                                                    "' is not one of debug, info, warning, error"));
   }
   return absl::OkStatus();
+}
+
+std::optional<int> StartTool(int argc, char** argv, absl::string_view name, absl::string_view defaults_text,
+                             absl::string_view run_flags, google::protobuf::Message* config,
+                             const std::function<std::string()>& effective_text) {
+  std::vector<char*> run_args;
+  absl::StatusOr<ConfigRequest> request = LoadConfigKeepingRest(argc, argv, defaults_text, config, &run_args);
+  if (!request.ok()) {
+    KLOG(ERROR) << name << ": bad configuration: " << request.status().message();
+    return 2;
+  }
+  if (request->help) {
+    std::printf("%s  Run flags: %s\n", ConfigUsage(name, config->GetDescriptor()->full_name()).c_str(),
+                std::string(run_flags).c_str());
+    return 0;
+  }
+  if (request->print_config) {
+    std::printf("%s", effective_text().c_str());
+    return 0;
+  }
+  absl::ParseCommandLine(static_cast<int>(run_args.size()), run_args.data());
+  return std::nullopt;
 }
 
 std::string ConfigUsage(absl::string_view binary, absl::string_view config_type) {

@@ -11,6 +11,8 @@
 #ifndef KERNELRL_COMMON_CONFIG_H_
 #define KERNELRL_COMMON_CONFIG_H_
 
+#include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -42,6 +44,16 @@ absl::StatusOr<ConfigRequest> LoadConfig(int argc, char** argv, absl::string_vie
 // arguments never restate config fields; those go through --set.
 absl::StatusOr<ConfigRequest> LoadConfigKeepingRest(int argc, char** argv, absl::string_view defaults_text,
                                                     google::protobuf::Message* config, std::vector<char*>* rest);
+
+// The start of a command-line tool's main: LoadConfigKeepingRest, then the
+// tool's own absl flags from the rest. Bad configuration: logged, returns 2.
+// --help prints the usage and `run_flags`, --print_config prints
+// `effective_text()` (the config with the tool's defaults applied); both
+// return 0. Otherwise the rest goes to absl::ParseCommandLine and the tool
+// runs (std::nullopt).
+std::optional<int> StartTool(int argc, char** argv, absl::string_view name, absl::string_view defaults_text,
+                             absl::string_view run_flags, google::protobuf::Message* config,
+                             const std::function<std::string()>& effective_text);
 
 // Parses protobuf text into `message` (merging), errors name `source` and line:column.
 absl::Status MergeTextConfig(absl::string_view text, absl::string_view source, google::protobuf::Message* message);

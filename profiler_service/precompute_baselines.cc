@@ -25,7 +25,6 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -159,25 +158,14 @@ int Run(const ProfilerConfig& config) {
 
 int main(int argc, char** argv) {
   kernelrl::ProfilerConfig config;
-  std::vector<char*> run_args;
-  absl::StatusOr<kernelrl::ConfigRequest> request =
-      kernelrl::LoadConfigKeepingRest(argc, argv, "", &config, &run_args);
-  if (!request.ok()) {
-    KLOG(ERROR) << "precompute_baselines: bad configuration: " << request.status().message();
-    return 2;
+  if (std::optional<int> exit_code = kernelrl::StartTool(
+          argc, argv, "precompute_baselines", "", "--measurements, --table, --run_harness, --tasks_root, --workers, --device.",
+          &config, [&config] {
+            std::string text;
+            google::protobuf::TextFormat::PrintToString(kernelrl::WithProfilerDefaults(config), &text);
+            return text;
+          })) {
+    return *exit_code;
   }
-  config = kernelrl::WithProfilerDefaults(config);
-  if (request->help) {
-    std::cout << kernelrl::ConfigUsage("precompute_baselines", "kernelrl.v1.ProfilerConfig")
-              << "  Run flags: --measurements, --table, --run_harness, --tasks_root, --workers, --device.\n";
-    return 0;
-  }
-  if (request->print_config) {
-    std::string text;
-    google::protobuf::TextFormat::PrintToString(config, &text);
-    std::cout << text;
-    return 0;
-  }
-  absl::ParseCommandLine(static_cast<int>(run_args.size()), run_args.data());
-  return kernelrl::Run(config);
+  return kernelrl::Run(kernelrl::WithProfilerDefaults(config));
 }

@@ -23,7 +23,6 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/strings/str_split.h"
 #include "common/clock.h"
 #include "common/config.h"
@@ -134,24 +133,14 @@ int Run(const SandboxConfig& config) {
 int main(int argc, char** argv) {
   using namespace kernelrl;
   sandbox::SandboxConfig config;
-  std::vector<char*> run_args;
-  absl::StatusOr<ConfigRequest> request =
-      LoadConfigKeepingRest(argc, argv, sandbox::kDefaults, &config, &run_args);
-  if (!request.ok()) {
-    KLOG(ERROR) << "measure_baselines: bad configuration: " << request.status().message();
-    return 2;
+  if (std::optional<int> exit_code = StartTool(argc, argv, "measure_baselines", sandbox::kDefaults,
+                                               "--tasks_root --out [--levels --only --limit].", &config, [&config] {
+                                                 std::string text;
+                                                 google::protobuf::TextFormat::PrintToString(
+                                                     sandbox::WithDefaults(config), &text);
+                                                 return text;
+                                               })) {
+    return *exit_code;
   }
-  if (request->help) {
-    std::printf("%s  Run flags: --tasks_root --out [--levels --only --limit].\n",
-                ConfigUsage("measure_baselines", "kernelrl.v1.SandboxConfig").c_str());
-    return 0;
-  }
-  if (request->print_config) {
-    std::string text;
-    google::protobuf::TextFormat::PrintToString(sandbox::WithDefaults(config), &text);
-    std::printf("%s", text.c_str());
-    return 0;
-  }
-  absl::ParseCommandLine(static_cast<int>(run_args.size()), run_args.data());
   return sandbox::Run(config);
 }

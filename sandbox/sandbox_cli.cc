@@ -19,7 +19,6 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/config.h"
@@ -49,24 +48,15 @@ int main(int argc, char** argv) {
   using namespace kernelrl;
   using namespace kernelrl::sandbox;
   SandboxConfig config;
-  std::vector<char*> run_args;
-  absl::StatusOr<ConfigRequest> request = LoadConfigKeepingRest(argc, argv, "", &config, &run_args);
-  if (!request.ok()) {
-    KLOG(ERROR) << "sandbox_cli: bad configuration: " << request.status().message();
-    return 2;
+  if (std::optional<int> exit_code =
+          StartTool(argc, argv, "sandbox_cli", "", "--task --workspace --expect | --suite; --json_out, --repeat.",
+                    &config, [&config] {
+                      std::string text;
+                      google::protobuf::TextFormat::PrintToString(WithDefaults(config), &text);
+                      return text;
+                    })) {
+    return *exit_code;
   }
-  if (request->help) {
-    std::printf("%s  Run flags: --task --workspace --expect | --suite; --json_out, --repeat.\n",
-                ConfigUsage("sandbox_cli", "kernelrl.v1.SandboxConfig").c_str());
-    return 0;
-  }
-  if (request->print_config) {
-    std::string text;
-    google::protobuf::TextFormat::PrintToString(WithDefaults(config), &text);
-    std::printf("%s", text.c_str());
-    return 0;
-  }
-  absl::ParseCommandLine(static_cast<int>(run_args.size()), run_args.data());
   std::vector<Entry> entries;
   if (!absl::GetFlag(FLAGS_suite).empty()) {
     absl::StatusOr<std::string> suite = ReadFileToString(absl::GetFlag(FLAGS_suite));
