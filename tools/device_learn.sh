@@ -26,9 +26,7 @@
 # SINGLE_STEPS (1), WARMUP (8), RFT_EPOCHS (2), VALUE_STEPS (2), BATCH (4), EVAL_EVERY (2), ACTORS (2),
 # MAX_TURNS (the agentic stage's turns, also the held-out evaluations'; 3), EVAL_ROLLOUTS (1) and EVAL_TEMP (0 =
 # greedy; 1 samples like the actors, so EVAL_ROLLOUTS repeats give the held-out figures a spread), LEARN_ARGS
-# (more `kernelrl learn` flags, e.g. "--job_set=actor_optimizer.lr=2e-3"), SITTING (first: pause the job at
-# LEARN_WALL; next: a later call on the same warm machine resumes it and pauses again; the job's own
-# settings stay those of the first sitting), LEARNER_DEVICE (cpu:
+# (more `kernelrl learn` flags, e.g. "--job_set=actor_optimizer.lr=2e-3"), LEARNER_DEVICE (cpu:
 # the learner's kernels on the sandbox's GPU inflate the outside clock; on the H100 that flagged an honest
 # 1.6 ms softmax timing_below_outside_clock).
 # Results under $OUT: table.txt, verdicts.jsonl, baselines.tsv, logs.
@@ -113,28 +111,18 @@ if [ "${MODE:-}" = learn ]; then  # (b) on the device.
   CUPTI_SO=$(dirname "$(find $CUDA/ -name 'libcupti.so*' 2>/dev/null | head -1)")
   g++ -std=c++17 -O2 -fPIC -shared -I. -I$CUDA/include -I$CUPTI_H profiler_service/cupti/kprof.cc -o $KPROF \
     -L$CUPTI_SO -Wl,-rpath,$CUPTI_SO -L$CUDA/lib64/stubs -lcupti -lcuda > "$OUT/kprof_build.log" 2>&1 || KPROF=""
-  RUN=/tmp/kernelrl-learn-run; BASE=/tmp/kr_learn_baselines
-  # SITTING: "" one job in one call (cancelled at LEARN_WALL); "first" pauses it at LEARN_WALL;
-  # "next" (a later call on the same warm machine) resumes it with the same run dir and baselines.
-  SIT_ARGS=""
-  [ "${SITTING:-}" = first ] && SIT_ARGS="--pause_at_timeout"
-  if [ "${SITTING:-}" = next ]; then
-    [ -d "$RUN/run/learner-state" ] && [ -d "$BASE" ] || { echo "SITTING=next: no earlier sitting on this machine"; exit 2; }
-    SIT_ARGS="--resume --pause_at_timeout"
-  else
-    rm -rf "$RUN"; mkdir -p "$RUN"
-    $PY tools/cli/up_quickstart.py "$RUN/qs" "$PWD" > "$OUT/assets.log" 2>&1 &
-    ASSETS=$!
-    rm -rf $BASE; mkdir -p $BASE
-    PW=${PRECOMPUTE_WALL:-50}
-    env ${KPROF:+CUDA_INJECTION64_PATH=$KPROF} PYTHONPATH=$PWD TORCHINDUCTOR_COMPILE_THREADS=2 timeout "$PW" \
-      $PY -m profiler_service.harness.precompute --tasks_root "$L/tasks" --levels family --out "$OUT/baselines.jsonl" \
-      --workers 8 --budget_s 0.3 --deadline_s $(( PW - 8 )) > "$OUT/precompute.log" 2>&1
-    echo "precompute rc=$? at $(elapsed) s: $(wc -l < "$OUT/baselines.jsonl" 2>/dev/null || echo 0)/12 tasks"
-    "$L/precompute_baselines" --measurements="$OUT/baselines.jsonl" --set=baseline_cache_dir=$BASE --table="$OUT/baselines.tsv" \
-      > "$OUT/import.log" 2>&1 || echo "baseline import failed (import.log): rewards stay at 1 (baseline_missing)"
-    wait $ASSETS || { cat "$OUT/assets.log"; exit 1; }
-  fi
+  RUN=/tmp/kernelrl-learn-run; rm -rf "$RUN"; mkdir -p "$RUN"
+  $PY tools/cli/up_quickstart.py "$RUN/qs" "$PWD" > "$OUT/assets.log" 2>&1 &
+  ASSETS=$!
+  BASE=/tmp/kr_learn_baselines; rm -rf $BASE; mkdir -p $BASE
+  PW=${PRECOMPUTE_WALL:-50}
+  env ${KPROF:+CUDA_INJECTION64_PATH=$KPROF} PYTHONPATH=$PWD TORCHINDUCTOR_COMPILE_THREADS=2 timeout "$PW" \
+    $PY -m profiler_service.harness.precompute --tasks_root "$L/tasks" --levels family --out "$OUT/baselines.jsonl" \
+    --workers 8 --budget_s 0.3 --deadline_s $(( PW - 8 )) > "$OUT/precompute.log" 2>&1
+  echo "precompute rc=$? at $(elapsed) s: $(wc -l < "$OUT/baselines.jsonl" 2>/dev/null || echo 0)/12 tasks"
+  "$L/precompute_baselines" --measurements="$OUT/baselines.jsonl" --set=baseline_cache_dir=$BASE --table="$OUT/baselines.tsv" \
+    > "$OUT/import.log" 2>&1 || echo "baseline import failed (import.log): rewards stay at 1 (baseline_missing)"
+  wait $ASSETS || { cat "$OUT/assets.log"; exit 1; }
   # The job is cut at LEARN_WALL (CANCELLED) if AGENTIC_STEPS do not fit; the final held-out
   # evaluation still runs on the last policy (kernelrl learn), so leave ~60 s for it.
   timeout $(( ${LEARN_WALL:-85} + 90 )) "$C/bin/tools/cli/kernelrl" learn --bin_dir="$C/bin" --base_checkpoint="$RUN/qs/model" \
@@ -147,7 +135,7 @@ if [ "${MODE:-}" = learn ]; then  # (b) on the device.
     --job_set=recipe.single_turn_ppo.steps=${SINGLE_STEPS:-1} --job_set=recipe.agent_warmup.steps=${WARMUP:-8} \
     --job_set=recipe.rft.epochs=${RFT_EPOCHS:-2} --job_set=recipe.value_pretrain.steps=${VALUE_STEPS:-2} \
     --job_set=recipe.agentic_ppo.steps=${AGENTIC_STEPS:-4} --job_set=batch.trajectories_per_step=${BATCH:-4} \
-    --job_timeout_s=${LEARN_WALL:-85} --stall_timeout_s=90 $SIT_ARGS ${LEARN_ARGS:-} 2>&1 | tee "$OUT/learn.txt"
+    --job_timeout_s=${LEARN_WALL:-85} --stall_timeout_s=90 ${LEARN_ARGS:-} 2>&1 | tee "$OUT/learn.txt"
   # At most 8 files come back: the curves and plots, the rest as one archive.
   CUR=$(ls -d "$RUN"/run/learner-state/jobs/*/curves 2>/dev/null | head -1)
   [ -n "$CUR" ] && cp "$CUR"/curves.json "$CUR"/*.png "$OUT/" 2>/dev/null

@@ -39,8 +39,7 @@ constexpr char kUsage[] =
     "         [--bin_dir=DIR] [--actors=N] [--random_actors=N] [--concurrent_rollouts=N]\n"
     "         [--ablation=none|no_rft|no_value|no_rft_no_value] [--eval_every=K] [--eval_tasks=N]\n"
     "         [--eval_rollouts=R] [--eval_temperature=T] [--job_set=FIELD=VALUE ...] [--set=SERVICE.FIELD=VALUE ...]\n"
-    "         [--job_timeout_s=S] [--stall_timeout_s=S] [--pause_at_timeout] [--resume] [--python=PY]\n"
-    "         [--plot_script=FILE]\n"
+    "         [--job_timeout_s=S] [--stall_timeout_s=S] [--python=PY] [--plot_script=FILE]\n"
     "The recipe on the task family as one job (tools/cli/learn_cmd.h, docs/LEARNING.md).\n";
 
 // The recipe for a model learning the family's vocabulary from scratch: few
@@ -103,10 +102,6 @@ struct Options {
   int eval_max_turns = 3;  // The job's agentic_ppo.max_turns once the job's hyperparameters are read.
   std::vector<std::string> job_sets;
   std::map<std::string, std::vector<std::string>> sets;  // service -> --set=...
-  // A job longer than one sitting: --pause_at_timeout stops the cluster at --job_timeout_s with the
-  // job still RUNNING (the learner resumes it on its next start); --resume continues the job in
-  // --run_dir instead of submitting one, and appends to its curves.
-  bool pause_at_timeout = false, resume = false;
 };
 
 absl::StatusOr<Options> ParseFlags(int argc, char** argv) {
@@ -130,10 +125,6 @@ absl::StatusOr<Options> ParseFlags(int argc, char** argv) {
       return true;
     };
     if (a == "--help" || a == "-h") return absl::CancelledError("help");
-    if (a == "--pause_at_timeout" || a == "--resume") {
-      (a == "--resume" ? o.resume : o.pause_at_timeout) = true;
-      continue;
-    }
     if (value("--base_checkpoint=", &o.base_checkpoint) || value("--family_dir=", &o.family_dir) ||
         value("--run_dir=", &o.run_dir) || value("--bin_dir=", &o.bin_dir) || value("--python=", &o.python) ||
         value("--plot_script=", &o.plot_script) || number("--actors=", &o.actors) ||
@@ -327,14 +318,6 @@ class Cluster {
   }
 
   std::string SkillPath() const { return o_.run_dir + "/FAMILY_SKILL.md"; }
-  // Stops every actor pool (in-flight rollouts finish and push first).
-  void StopActors() {
-    if (!running_.empty()) sup_.Stop(running_, absl::Seconds(180));
-    running_.clear();
-    for (std::thread& t : draining_) t.join();
-    draining_.clear();
-    pool_.clear();
-  }
   ~Cluster() {
     for (std::thread& t : draining_) t.join();
   }
@@ -382,34 +365,6 @@ absl::StatusOr<Json> HeldOutEval(const Options& o, const Cluster& c, const std::
 }
 
 std::string F(double v) { return absl::StrFormat("%.3g", v); }
-
-absl::StatusOr<v1::Job> SubmitJob(v1::Learner::Stub& stub, const v1::JobSpec& spec) {
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
-  v1::SubmitJobRequest req;
-  *req.mutable_spec() = spec;
-  v1::Job job;
-  const grpc::Status s = stub.SubmitJob(&ctx, req, &job);
-  if (!s.ok()) return absl::UnavailableError("SubmitJob: " + s.error_message());
-  return job;
-}
-
-// The job a --resume continues: the newest one still PENDING or RUNNING (the learner resumed it
-// from its state dir), else the newest one (finished: nothing left but its report).
-absl::StatusOr<v1::Job> ResumedJob(v1::Learner::Stub& stub) {
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
-  v1::ListJobsRequest req;
-  req.set_page_size(50);
-  v1::ListJobsResponse resp;
-  const grpc::Status s = stub.ListJobs(&ctx, req, &resp);
-  if (!s.ok()) return absl::UnavailableError("ListJobs: " + s.error_message());
-  if (resp.jobs().empty()) return absl::NotFoundError("--resume: the learner state in --run_dir holds no job");
-  for (const v1::Job& j : resp.jobs()) {
-    if (j.state() == v1::Job::PENDING || j.state() == v1::Job::RUNNING) return j;
-  }
-  return resp.jobs(0);
-}
 
 // "; rollouts: reward m +- sem (n), ..." when the evaluation sampled more than one rollout per task.
 std::string RolloutLine(const Json& heldout) {
@@ -495,29 +450,27 @@ int LearnMain(int argc, char** argv) {
   cluster.sandbox_ = *sandbox;
 
   auto stub = v1::Learner::NewStub(grpc::CreateChannel(*learner, grpc::InsecureChannelCredentials()));
-  auto submitted = o.resume ? ResumedJob(*stub) : SubmitJob(*stub, spec);
-  if (!submitted.ok()) {
-    console.Line(std::string(submitted.status().message()));
-    cluster.StopAll();
-    return 1;
+  v1::Job job;
+  {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    v1::SubmitJobRequest req;
+    *req.mutable_spec() = spec;
+    const grpc::Status s = stub->SubmitJob(&ctx, req, &job);
+    if (!s.ok()) {
+      console.Line("SubmitJob: " + s.error_message());
+      cluster.StopAll();
+      return 1;
+    }
   }
-  v1::Job job = *submitted;
   const std::string job_dir = absl::StrCat(o.run_dir, "/learner-state/jobs/", job.id());
   const std::string curves_dir = job_dir + "/curves";
   fs::create_directories(curves_dir, ec);
-  // A resumed job's earlier updates and evaluations (its last curves.json) come first.
-  Json prior = Json::Object();
-  if (o.resume) {
-    auto text = ReadFileToString(curves_dir + "/curves.json");
-    auto parsed = text.ok() ? ParseJson(*text) : absl::StatusOr<Json>(text.status());
-    if (parsed.ok()) prior = *parsed;
-  }
-  console.Line(absl::StrCat("job ", job.id(), o.resume ? " resumed at update " : " submitted: ",
-                            o.resume ? std::to_string(job.step()) : o.family_dir + "/train.jsonl"));
+  console.Line(absl::StrCat("job ", job.id(), " submitted: ", o.family_dir, "/train.jsonl"));
 
   // Held-out evaluations run one at a time beside the training, in their own thread.
   std::mutex eval_mu;
-  Json heldout = prior.Find("heldout") != nullptr ? *prior.Find("heldout") : Json::Array();
+  Json heldout = Json::Array();
   std::atomic<bool> eval_busy{false};
   std::thread eval_thread;
   auto start_eval = [&](const std::string& label, int64_t version, int64_t agentic_step) {
@@ -548,17 +501,9 @@ int LearnMain(int argc, char** argv) {
   };
 
   // Follow the job: switch actor pools by stage, record every update, trigger evaluations.
-  Json steps = prior.Find("steps") != nullptr ? *prior.Find("steps") : Json::Array();
+  Json steps = Json::Array();
   int64_t last_step = -1, last_eval_agentic = -1000;
-  bool evaluated_start = o.resume, agentic_started = false, paused = false;
-  for (const Json& h : heldout.items()) {
-    const Json* label = h.Find("label");
-    if (const Json* k = h.Find("agentic_step"); k != nullptr && label != nullptr && label->str() != "start") {
-      agentic_started = true;
-      last_eval_agentic = std::max<int64_t>(last_eval_agentic, static_cast<int64_t>(k->number()));
-    }
-  }
-  if (steps.is_array() && !steps.items().empty()) last_step = static_cast<int64_t>(steps.items().back().Find("step")->number());
+  bool evaluated_start = false, agentic_started = false;
   std::string last_line;
   absl::Time last_change = absl::Now();
   v1::GetJobRequest get;
@@ -569,7 +514,7 @@ int LearnMain(int argc, char** argv) {
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
     const grpc::Status s = stub->GetJob(&ctx, get, &job);
     if (s.ok()) {
-      if (!paused) cluster.UsePool(job.stage() == "agent_warmup" ? "random" : "actor", job.policy_version());
+      cluster.UsePool(job.stage() == "agent_warmup" ? "random" : "actor", job.policy_version());
       if (!evaluated_start) evaluated_start = start_eval("start", 0, 0);
       if (job.step() != last_step) {
         Json m = Json::Object();
@@ -590,7 +535,7 @@ int LearnMain(int argc, char** argv) {
                                             job.policy_version(), ")  ", job.message());
       if (line != last_line) console.Line(line), last_change = absl::Now();
       last_line = line;
-      if (job.stage() == "agentic_ppo" && !paused) {
+      if (job.stage() == "agentic_ppo") {
         const int64_t k = job.stage_step();
         if ((!agentic_started || k - last_eval_agentic >= o.eval_every) &&
             start_eval(absl::StrCat("agentic-", k), job.policy_version(), k)) {
@@ -602,20 +547,6 @@ int LearnMain(int argc, char** argv) {
         code = job.state() == v1::Job::SUCCEEDED ? 0 : 1;
         break;
       }
-    }
-    // Pausing: no new rollouts, then the updates the job can still make (and an evaluation
-    // still running) are followed to the end; the learner stops with the job RUNNING.
-    if (o.pause_at_timeout && !paused && absl::Now() > deadline) {
-      console.Line("job paused at --job_timeout_s: it stays RUNNING; --resume continues it");
-      paused = true;
-      code = 0;  // Not a failure: the job goes on with --resume.
-      cluster.StopActors();
-      last_change = absl::Now();
-    }
-    if (paused) {
-      if (!eval_busy && absl::Now() - last_change > absl::Seconds(5)) break;
-      absl::SleepFor(absl::Milliseconds(300));
-      continue;
     }
     if (absl::Now() > deadline || absl::Now() - last_change > absl::Seconds(o.stall_timeout_s)) {
       console.Line("job timed out or stalled; cancelling");
@@ -631,8 +562,8 @@ int LearnMain(int argc, char** argv) {
   // The final evaluation (after any running one), with the last policy; also when the
   // job was cut by --job_timeout_s during agentic PPO (its state says CANCELLED).
   if (eval_thread.joinable()) eval_thread.join();
-  if ((code == 0 && !paused) || (agentic_started && job.state() != v1::Job::FAILED)) {
-    start_eval(paused ? absl::StrCat("paused-", job.stage_step()) : "final", job.policy_version(), job.stage_step());
+  if (code == 0 || (agentic_started && job.state() != v1::Job::FAILED)) {
+    start_eval("final", job.policy_version(), job.stage_step());
     if (eval_thread.joinable()) eval_thread.join();
   }
   cluster.StopAll();
@@ -653,9 +584,7 @@ int LearnMain(int argc, char** argv) {
                               {"ablation", Json::String(o.ablation)},
                               {"backend", Json::String(o.backend)},
                               {"family_dir", Json::String(o.family_dir)},
-                              {"hyperparameters_text", prior.Find("hyperparameters_text") != nullptr
-                                                           ? *prior.Find("hyperparameters_text")
-                                                           : Json::String(hp)},
+                              {"hyperparameters_text", Json::String(hp)},
                               {"steps", std::move(step_list)},
                               {"heldout", heldout},
                               {"audit", audit.ToJson()}});
