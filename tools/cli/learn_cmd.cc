@@ -318,14 +318,11 @@ class Cluster {
   }
 
   std::string SkillPath() const { return o_.run_dir + "/FAMILY_SKILL.md"; }
-  ~Cluster() {
-    for (std::thread& t : draining_) t.join();
-  }
+  ~Cluster() { JoinDraining(); }
   void StopAll() {
     if (!running_.empty()) sup_.Stop(running_, absl::Seconds(20));
     sup_.StopAll(absl::Seconds(30));
-    for (std::thread& t : draining_) t.join();
-    draining_.clear();
+    JoinDraining();
   }
 
   std::string learner_, sandbox_;
@@ -337,6 +334,10 @@ class Cluster {
   up::Supervisor sup_;
   std::string pool_;
   std::vector<std::string> running_;
+  void JoinDraining() {
+    for (std::thread& t : draining_) t.join();
+    draining_.clear();
+  }
   std::vector<std::thread> draining_;  // Stopping the previous pools.
   int generation_ = 0;
 };
