@@ -50,12 +50,16 @@ std::string RolloutRunner::SystemPrompt() const {
   return config_.system_prompt().empty() ? kDefaultSystemPrompt : config_.system_prompt();
 }
 
+// The task's own line comes last, after the general instructions and SKILL.md: it is what the
+// reply depends on, and next to the reply a model (a small one trained from scratch above all)
+// conditions on it without attending back over the whole skill text.
 std::string RolloutRunner::TaskPrompt(const v1::Task& task) const {
-  std::string p = absl::StrCat("Task ", task.id(), task.level() > 0 ? absl::StrCat(" (KernelBench level ", task.level(), ")") : "",
-                               ".\nThe workspace holds model.py (the reference Model, frozen) and SKILL.md. Write "
-                               "model_new.py with a class ModelNew computed by your own kernels, make it pass Verify, "
-                               "then make it as fast as you can (Profile).\n");
-  if (!skill_text_.empty()) absl::StrAppend(&p, "\nSKILL.md:\n", skill_text_);
+  std::string p =
+      "The workspace holds model.py (the reference Model, frozen) and SKILL.md. Write model_new.py with a class "
+      "ModelNew computed by your own kernels, make it pass Verify, then make it as fast as you can (Profile).\n";
+  if (!skill_text_.empty()) absl::StrAppend(&p, "\nSKILL.md:\n", skill_text_, "\n");
+  absl::StrAppend(&p, "Task ", task.id(), task.level() > 0 ? absl::StrCat(" (KernelBench level ", task.level(), ")") : "",
+                  ".\n");
   return p;
 }
 

@@ -174,6 +174,15 @@ TEST(RolloutTest, APolicyWithoutToolSchemasGetsThePlainSystemPrompt) {
   EXPECT_TRUE(absl::StrContains(b, "cpu/relu"));
 }
 
+TEST(RolloutTest, TheTaskLineEndsThePromptAfterTheSkill) {
+  FakeEvaluator eval([](const v1::EvaluateRequest&) { return v1::Verdict(); });
+  FnPolicy quiet([](const PolicyRequest&) -> absl::StatusOr<std::string> { return std::string(); });
+  RolloutRunner runner(Deps(&quiet, &eval), testing::TestRolloutConfig("rollout_prompt"), "# Skill\nslot list\n");
+  const std::string p = runner.TaskPrompt(CpuTask());
+  EXPECT_TRUE(absl::EndsWith(p, "Task cpu/relu.\n")) << p;
+  EXPECT_LT(p.find("slot list"), p.find("Task cpu/relu")) << p;
+}
+
 TEST(RolloutTest, BudgetsEndTheRollout) {
   FakeEvaluator eval([](const v1::EvaluateRequest&) { return v1::Verdict(); });
   FnPolicy chatty([](const PolicyRequest&) -> absl::StatusOr<std::string> {
