@@ -57,7 +57,7 @@ std::string RolloutRunner::TaskPrompt(const v1::Task& task) const {
   std::string p =
       "The workspace holds model.py (the reference Model, frozen) and SKILL.md. Write model_new.py with a class "
       "ModelNew computed by your own kernels, make it pass Verify, then make it as fast as you can (Profile).\n";
-  if (!skill_text_.empty()) absl::StrAppend(&p, "\nSKILL.md:\n", skill_text_, "\n");
+  if (!skill_text_.empty() && !config_.omit_skill_from_prompt()) absl::StrAppend(&p, "\nSKILL.md:\n", skill_text_, "\n");
   absl::StrAppend(&p, "Task ", task.id(), task.level() > 0 ? absl::StrCat(" (KernelBench level ", task.level(), ")") : "",
                   ".\n");
   return p;

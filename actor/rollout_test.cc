@@ -181,6 +181,11 @@ TEST(RolloutTest, TheTaskLineEndsThePromptAfterTheSkill) {
   const std::string p = runner.TaskPrompt(CpuTask());
   EXPECT_TRUE(absl::EndsWith(p, "Task cpu/relu.\n")) << p;
   EXPECT_LT(p.find("slot list"), p.find("Task cpu/relu")) << p;
+  v1::RolloutConfig omit = testing::TestRolloutConfig("rollout_prompt");
+  omit.set_omit_skill_from_prompt(true);
+  RolloutRunner short_prompt(Deps(&quiet, &eval), omit, "# Skill\nslot list\n");
+  EXPECT_EQ(short_prompt.TaskPrompt(CpuTask()).find("slot list"), std::string::npos);
+  EXPECT_TRUE(absl::EndsWith(short_prompt.TaskPrompt(CpuTask()), "Task cpu/relu.\n"));
 }
 
 TEST(RolloutTest, BudgetsEndTheRollout) {

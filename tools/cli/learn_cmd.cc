@@ -21,6 +21,7 @@
 #include "common/config.h"
 #include "common/file.h"
 #include "common/json.h"
+#include "common/text.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/grpc/health/v1/health.grpc.pb.h"
 #include "proto/learner.grpc.pb.h"
@@ -74,9 +75,11 @@ constexpr char kJobDefaults[] = R"pb(
 // Tokens per reply: the action is the reply's first 4 characters.
 constexpr int kReplyTokens = 4;
 
+// Short, and SKILL.md is left out of the prompt (rollout.omit_skill_from_prompt): the model
+// learns from scratch and cannot read either, and the shorter the prompt, the larger the share
+// of the task line it has to condition its choice on.
 constexpr char kSystemPrompt[] =
-    "You choose the design of a kernel for the task. Reply with four digits, one option per design slot "
-    "(SKILL.md lists them); the kernel is then written, compiled, verified and profiled for you. Reply '.' when done.";
+    "Reply with four digits, the design of the task's kernel (SKILL.md lists the slots), or '.' when done.";
 
 constexpr char kSkill[] = R"(# Skill: the family's design vocabulary
 Your reply's first four characters pick one option per slot (character code mod the slot's option count;
@@ -283,7 +286,8 @@ class Cluster {
              absl::StrCat("--set=policy.scripted_policy_version=", version), "--set=actor_id=" + name,
              absl::StrCat("--set=concurrent_rollouts=", o_.concurrent_rollouts),
              "--set=tokenizer_path=" + o_.base_checkpoint + "/tokenizer.json", "--set=rollout.skill_path=" + SkillPath(),
-             std::string("--set=rollout.system_prompt=") + kSystemPrompt, "--set=rollout.max_turns=3",
+             std::string("--set=rollout.system_prompt=") + kSystemPrompt, "--set=rollout.omit_skill_from_prompt=true",
+             "--set=rollout.max_turns=3",
              absl::StrCat("--set=rollout.max_new_tokens_per_turn=", kReplyTokens), "--set=rollout.temperature=1.0",
              "--set=rollout.final_evaluation=true", "--set=rollout.context_tokens=16384",
              absl::StrCat("--set=rollout.workspace_root=", o_.run_dir, "/", name, "-ws")}) {
@@ -351,7 +355,7 @@ absl::StatusOr<Json> HeldOutEval(const Options& o, const Cluster& c, const std::
       "--set=plot_script=", "--set=actor.tokenizer_path=" + o.base_checkpoint + "/tokenizer.json",
       "--set=actor.sandbox.target=ipv4:" + c.sandbox_, "--set=actor.policy.kind=choice" + suffix,
       "--set=actor.policy.address=" + c.learner_, "--set=actor.rollout.skill_path=" + c.SkillPath(),
-      std::string("--set=actor.rollout.system_prompt=") + kSystemPrompt,
+      std::string("--set=actor.rollout.system_prompt=") + kSystemPrompt, "--set=actor.rollout.omit_skill_from_prompt=true",
       absl::StrCat("--set=actor.rollout.eval_max_turns=", o.eval_max_turns),
       absl::StrCat("--set=actor.rollout.temperature=", o.eval_temperature),
       absl::StrCat("--set=actor.rollout.max_new_tokens_per_turn=", kReplyTokens), "--set=actor.rollout.context_tokens=16384",
@@ -359,8 +363,8 @@ absl::StatusOr<Json> HeldOutEval(const Options& o, const Cluster& c, const std::
   std::error_code ec;
   fs::create_directories(out_dir + "-ws", ec);
   std::string cmd;
-  for (const std::string& a : args) absl::StrAppend(&cmd, "'", a, "' ");
-  absl::StrAppend(&cmd, "> '", out_dir, ".log' 2>&1");
+  for (const std::string& a : args) absl::StrAppend(&cmd, ShellQuote(a), " ");
+  absl::StrAppend(&cmd, "> ", ShellQuote(out_dir + ".log"), " 2>&1");
   if (std::system(cmd.c_str()) != 0) return absl::InternalError("kernelrl eval failed; see " + out_dir + ".log");
   return HeldOutFromReport(out_dir + "/report.json");
 }
@@ -592,8 +596,9 @@ int LearnMain(int argc, char** argv) {
   if (!WriteFileAtomically(curves_dir + "/curves.json", curves.Dump(1) + "\n").ok()) code = 1;
   console.Line(absl::StrCat("audit: ", audit.ToJson().Dump()));
   if (!o.plot_script.empty()) {
-    const std::string cmd = absl::StrCat(o.python, " '", o.plot_script, "' '", curves_dir, "/curves.json' '", curves_dir,
-                                         "' > '", curves_dir, "/plots.log' 2>&1");
+    const std::string cmd = absl::StrCat(ShellQuote(o.python), " ", ShellQuote(o.plot_script), " ",
+                                         ShellQuote(curves_dir + "/curves.json"), " ", ShellQuote(curves_dir), " > ",
+                                         ShellQuote(curves_dir + "/plots.log"), " 2>&1");
     if (std::system(cmd.c_str()) != 0) console.Line("plots failed; see " + curves_dir + "/plots.log");
   }
   console.Line(absl::StrCat("job ", job.id(), " ", v1::Job::State_Name(job.state()), "; curves in ", curves_dir));
