@@ -109,7 +109,7 @@ absl::Status Ingest::Replay(const std::vector<v1::LedgerRecord>& records, int64_
           it = it->second > r.step() ? trained_.erase(it) : std::next(it);
         }
         break;
-      default:
+      default:  // COMMITTED, UPDATE: nothing to rebuild.
         break;
     }
   }
@@ -370,6 +370,17 @@ absl::Status Ingest::MarkTrained(const std::vector<std::string>& ids, int64_t st
 absl::Status Ingest::Commit(int64_t step) {
   v1::LedgerRecord r = Record(v1::LedgerRecord::COMMITTED);
   r.set_step(step);
+  return ledger_->Append({r});
+}
+
+absl::Status Ingest::RecordUpdate(int64_t step, const std::string& stage, int64_t stage_step, int64_t policy_version,
+                                  const std::map<std::string, double>& metrics) {
+  v1::LedgerRecord r = Record(v1::LedgerRecord::UPDATE);
+  r.set_step(step);
+  r.set_stage(stage);
+  r.set_stage_step(stage_step);
+  r.set_policy_version(policy_version);
+  r.mutable_metrics()->insert(metrics.begin(), metrics.end());
   return ledger_->Append({r});
 }
 

@@ -82,6 +82,11 @@ class Ingest {
   absl::Status MarkTrained(const std::vector<std::string>& trajectory_ids, int64_t step) ABSL_LOCKS_EXCLUDED(mu_);
   // The checkpoint of `step` is durable.
   absl::Status Commit(int64_t step) ABSL_LOCKS_EXCLUDED(mu_);
+  // The figures of the committed update `step` (an UPDATE record): the durable
+  // record `kernelrl learn` draws its curves from, since polling the job misses
+  // fast updates. Replay ignores these records.
+  absl::Status RecordUpdate(int64_t step, const std::string& stage, int64_t stage_step, int64_t policy_version,
+                            const std::map<std::string, double>& metrics) ABSL_LOCKS_EXCLUDED(mu_);
   // Every trajectory accepted in `stage` (the warm-up set RFT and value
   // pretraining read), in acceptance order.
   absl::StatusOr<std::vector<v1::Trajectory>> AcceptedIn(const std::string& stage) ABSL_LOCKS_EXCLUDED(mu_);

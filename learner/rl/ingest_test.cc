@@ -184,6 +184,40 @@ TEST(IngestTest, TornLedgerLineIsCutOnOpen) {
   EXPECT_EQ(Ledger::Read(dir + "/ledger.jsonl")->size(), 2u);
 }
 
+TEST(IngestTest, RecordUpdateIsReadBackAndIgnoredByReplay) {
+  const std::string dir = TempDir();
+  std::mt19937 rng(8);
+  {
+    auto in = Ingest::Open(dir, "job1", {}, 0);
+    ASSERT_TRUE(in.ok()) << in.status();
+    (*in)->SetStage("agentic_ppo", Tasks(2), 1, -1);
+    auto l = (*in)->Lease("a", 2);
+    ASSERT_TRUE((*in)->Push((*l)[0].lease_id(), Traj((*l)[0], "t0", &rng)).accepted());
+    ASSERT_TRUE((*in)->Push((*l)[1].lease_id(), Traj((*l)[1], "t1", &rng)).accepted());
+    ASSERT_TRUE((*in)->MarkTrained({"t0"}, 1).ok());
+    ASSERT_TRUE((*in)->Commit(1).ok());
+    ASSERT_TRUE((*in)->RecordUpdate(1, "agentic_ppo", 1, 1, {{"reward_mean", 0.25}, {"entropy", 3.5}}).ok());
+  }
+  auto records = Ledger::Read(dir + "/ledger.jsonl");
+  ASSERT_TRUE(records.ok()) << records.status();
+  const v1::LedgerRecord& u = records->back();
+  EXPECT_EQ(u.kind(), v1::LedgerRecord::UPDATE);
+  EXPECT_GT(u.unix_ms(), 0);
+  EXPECT_EQ(u.step(), 1);
+  EXPECT_EQ(u.stage(), "agentic_ppo");
+  EXPECT_EQ(u.stage_step(), 1);
+  EXPECT_EQ(u.policy_version(), 1);
+  EXPECT_EQ(u.metrics().size(), 2u);
+  EXPECT_EQ(u.metrics().at("reward_mean"), 0.25);
+  EXPECT_EQ(u.metrics().at("entropy"), 3.5);
+  // Reopened at the committed step: the UPDATE record changes nothing (t1 still buffered, t0 trained).
+  auto in = Ingest::Open(dir, "job1", {}, 1);
+  ASSERT_TRUE(in.ok()) << in.status();
+  EXPECT_EQ((*in)->Info().buffer_depth, 1);
+  EXPECT_EQ((*in)->Info().trained, 1);
+  EXPECT_EQ(Ledger::Read(dir + "/ledger.jsonl")->size(), records->size());  // No ROLLBACK written.
+}
+
 // The test oracle: trajectory id -> times trained, net of rollbacks.
 std::map<std::string, int> TrainedCounts(const std::vector<v1::LedgerRecord>& records) {
   std::vector<std::pair<std::string, int64_t>> trained;

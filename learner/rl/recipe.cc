@@ -232,6 +232,8 @@ absl::Status RecipeRunner::Commit(JobContext* ctx, int stage, const std::vector<
     for (const Sample& s : samples) rewards.push_back(s.reward);
     metrics_->RecordStep(m, rewards, version_, peak_flops_);
   }
+  // The durable record of this update's figures, before the job shows the step.
+  if (auto s = ingest_->RecordUpdate(step_, kStages[stage].name, stage_step_, version_, m); !s.ok()) return s;
   return ctx->Update([&](v1::Job* j) {
     j->set_step(step_);
     j->set_policy_version(version_);

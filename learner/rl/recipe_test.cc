@@ -11,9 +11,10 @@
 // Checked at the end: the job SUCCEEDED; every stage left its output (PPO
 // steps in both PPO stages, warm-up trajectories, RFT steps that move the
 // policy and not the critic, value steps that move the critic and not the
-// policy); the ledger shows every trained trajectory trained exactly once and
-// no infra-error trajectory trained; the last incarnation's /metrics scrape
-// has the learner's metrics with plausible values.
+// policy); the ledger shows every trained trajectory trained exactly once,
+// no infra-error trajectory trained and each committed update's UPDATE record
+// (but for one a kill cut between its checkpoint and that record); the last
+// incarnation's /metrics scrape has the learner's metrics with plausible values.
 #include "learner/rl/recipe.h"
 
 #include <dirent.h>
@@ -22,6 +23,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -331,6 +333,7 @@ TEST(RecipeTest, AllStagesThroughTheJobApiSurviveKillsBetweenStages) {
   // Kill -9 the learner once the job is at (or past) each of these stages.
   std::vector<std::string> kill_at = {"agent_warmup", "value_pretrain", "agentic_ppo"};
   int incarnations = 0, kills = 0;
+  std::vector<int64_t> killed_at;  // The job's step when the test killed the learner.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(240);
   bool done = false;
   while (!done && std::chrono::steady_clock::now() < deadline) {
@@ -352,6 +355,7 @@ TEST(RecipeTest, AllStagesThroughTheJobApiSurviveKillsBetweenStages) {
         ::kill(pid, SIGKILL);
         ::waitpid(pid, &status, 0);
         ++kills;
+        killed_at.push_back(job.step());
         while (!kill_at.empty() && StageIndex(job.stage()) >= StageIndex(kill_at.front())) kill_at.erase(kill_at.begin());
         break;
       }
@@ -375,6 +379,7 @@ TEST(RecipeTest, AllStagesThroughTheJobApiSurviveKillsBetweenStages) {
   const std::vector<std::string> ckpts = CheckpointDirs(root);
   ASSERT_EQ(static_cast<int64_t>(ckpts.size()), job.step());
   std::map<int, std::vector<std::string>> by_stage;
+  std::map<int64_t, int> stage_of_step;  // Committed step -> its recipe stage.
   int last_stage = 0;
   for (const std::string& dir : ckpts) {
     auto c = LoadCheckpoint(dir, /*restore_rng=*/false);
@@ -383,6 +388,7 @@ TEST(RecipeTest, AllStagesThroughTheJobApiSurviveKillsBetweenStages) {
     EXPECT_GE(stage, last_stage) << dir;
     last_stage = stage;
     by_stage[stage].push_back(dir);
+    stage_of_step[c->step] = stage;
   }
   EXPECT_EQ(by_stage[0].size(), static_cast<size_t>(kSingleTurnSteps));
   EXPECT_EQ(by_stage.count(1), 0u);  // Warm-up collects, it does not step.
@@ -398,11 +404,14 @@ TEST(RecipeTest, AllStagesThroughTheJobApiSurviveKillsBetweenStages) {
 
   // The ledger: warm-up trajectories collected; every trained trajectory
   // trained exactly once (TRAINED records voided by a later ROLLBACK do not
-  // count); infra errors never trained.
+  // count); infra errors never trained; one UPDATE record per committed step,
+  // naming the step's stage, except an update a kill -9 cut between its
+  // checkpoint and its UPDATE record: that step is committed without one.
   auto ledger = ReadFileToString(root + "/state/jobs/" + job.id() + "/ledger.jsonl");
   ASSERT_TRUE(ledger.ok());
   std::map<std::string, int64_t> trained;  // id -> step
   std::set<std::string> infra;
+  std::map<int64_t, std::vector<v1::LedgerRecord>> updates;  // step -> its UPDATE records
   int warmup_accepted = 0;
   for (absl::string_view line : absl::StrSplit(*ledger, '\n', absl::SkipEmpty())) {
     v1::LedgerRecord r;
@@ -416,7 +425,32 @@ TEST(RecipeTest, AllStagesThroughTheJobApiSurviveKillsBetweenStages) {
       EXPECT_EQ(trained.count(r.trajectory_id()), 0u) << r.trajectory_id() << " trained twice";
       trained[r.trajectory_id()] = r.step();
     }
+    if (r.kind() == v1::LedgerRecord::UPDATE) updates[r.step()].push_back(r);
   }
+  const char* stage_names[] = {"single_turn_ppo", "agent_warmup", "rft", "value_pretrain", "agentic_ppo"};
+  for (const auto& [step, records] : updates) {
+    EXPECT_TRUE(stage_of_step.count(step)) << "UPDATE record of step " << step << ", never committed";
+  }
+  int missing = 0;
+  for (const auto& [step, stage] : stage_of_step) {
+    if (updates[step].empty()) {
+      // The update in flight when the test killed the learner (it may have finished one more first).
+      const bool cut =
+          std::any_of(killed_at.begin(), killed_at.end(), [&](int64_t k) { return k < step && step <= k + 2; });
+      EXPECT_TRUE(cut) << "committed step " << step << " has no UPDATE record and no kill cut it";
+      std::printf("step %ld: no UPDATE record (cut by a kill)\n", static_cast<long>(step));
+      ++missing;
+      continue;
+    }
+    ASSERT_EQ(updates[step].size(), 1u) << "UPDATE records of step " << step;
+    const v1::LedgerRecord& u = updates[step][0];
+    EXPECT_EQ(u.stage(), stage_names[stage]) << "step " << step;
+    EXPECT_EQ(u.policy_version(), step);
+    EXPECT_GE(u.stage_step(), 1);
+    EXPECT_TRUE(u.metrics().count("checkpoint_seconds")) << "step " << step;
+    EXPECT_EQ(u.metrics().at("policy_version"), step);
+  }
+  EXPECT_LE(missing, kills);
   EXPECT_GE(warmup_accepted, kWarmup);
   EXPECT_EQ(trained.size(), static_cast<size_t>((kSingleTurnSteps + kAgenticSteps) * kPerStep));
   for (const auto& [id, step] : trained) EXPECT_EQ(infra.count(id), 0u) << id;

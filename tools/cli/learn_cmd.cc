@@ -11,7 +11,6 @@
 #include <sstream>
 #include <thread>
 
-#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -214,6 +213,7 @@ class Console {
     log_ << line << std::flush;
   }
   double Seconds() const { return absl::ToDoubleSeconds(absl::Now() - start_); }
+  int64_t StartUnixMs() const { return absl::ToUnixMillis(start_); }
 
  private:
   std::mutex mu_;
@@ -505,9 +505,9 @@ int LearnMain(int argc, char** argv) {
     return true;
   };
 
-  // Follow the job: switch actor pools by stage, record every update, trigger evaluations.
-  Json steps = Json::Array();
-  int64_t last_step = -1, last_eval_agentic = -1000;
+  // Follow the job: switch actor pools by stage, show progress, trigger evaluations. The updates
+  // themselves come from the ledger afterwards: a poll every 300 ms misses fast ones.
+  int64_t last_eval_agentic = -1000;
   bool evaluated_start = false, agentic_started = false;
   std::string last_line;
   absl::Time last_change = absl::Now();
@@ -521,20 +521,6 @@ int LearnMain(int argc, char** argv) {
     if (s.ok()) {
       cluster.UsePool(job.stage() == "agent_warmup" ? "random" : "actor", job.policy_version());
       if (!evaluated_start) evaluated_start = start_eval("start", 0, 0);
-      if (job.step() != last_step) {
-        Json m = Json::Object();
-        for (const auto& [k, v] : job.metrics()) m.Set(k, Json::Number(v));
-        // The update's own stage is in its commit message ("rft step 1: ..."); job.stage() may have moved on.
-        std::string stage = job.message().substr(0, job.message().find(' '));
-        if (!absl::StartsWith(absl::string_view(job.message()).substr(stage.size()), " step ")) stage = job.stage();
-        steps.Push(Json::Object({{"step", Json::Int(job.step())},
-                                 {"stage", Json::String(stage)},
-                                 {"stage_step", Json::Int(job.stage_step())},
-                                 {"policy_version", Json::Int(job.policy_version())},
-                                 {"wall_s", Json::Number(console.Seconds())},
-                                 {"metrics", std::move(m)}}));
-        last_step = job.step();
-      }
       const std::string line = absl::StrCat(v1::Job::State_Name(job.state()), " ", job.stage(), " step ",
                                             job.stage_step(), " (update ", job.step(), ", policy v",
                                             job.policy_version(), ")  ", job.message());
@@ -573,11 +559,17 @@ int LearnMain(int argc, char** argv) {
   }
   cluster.StopAll();
 
+  // Every committed update, as the learner recorded it.
+  auto steps = UpdatesFromLedger(job_dir, console.StartUnixMs());
+  if (!steps.ok()) {
+    console.Line("no curves: the job's ledger cannot be read: " + std::string(steps.status().message()));
+    return 1;
+  }
   // Per update: the verdicts of the trajectories it trained on.
   TrainedAudit audit;
   auto trained = TrainedStats(job_dir, &audit);
   Json step_list = Json::Array();
-  for (const Json& s : steps.items()) {
+  for (const Json& s : steps->items()) {
     Json copy = s;
     const int64_t step = static_cast<int64_t>(s.Find("step")->number());
     if (trained.ok() && trained->count(step)) copy.Set("trained", trained->at(step).ToJson());

@@ -71,6 +71,40 @@ Json TrainedAudit::ToJson() const {
                        {"warmup_from_random_actors", Json::Int(warmup_from_random)}});
 }
 
+absl::StatusOr<Json> UpdatesFromLedger(const std::string& job_dir, int64_t start_unix_ms) {
+  auto ledger = ReadFileToString(job_dir + "/ledger.jsonl");
+  if (!ledger.ok()) return ledger.status();
+  std::map<int64_t, Json> updates;  // step -> its point
+  for (absl::string_view line : absl::StrSplit(*ledger, '\n', absl::SkipEmpty())) {
+    auto r = ParseJson(line);
+    if (!r.ok()) continue;  // A torn last line after a crash.
+    const std::string kind = StrField(*r, "kind");
+    if (kind == "UPDATE") {
+      Json m = Json::Object();
+      if (const Json* metrics = r->Find("metrics"); metrics != nullptr && metrics->is_object()) {
+        for (const auto& [k, v] : metrics->members()) {
+          // proto3 JSON writes NaN and infinities as the strings "NaN", "Infinity", "-Infinity".
+          double x = v.number();
+          if (v.is_string() && !absl::SimpleAtod(v.str(), &x)) continue;
+          m.Set(k, Json::Number(x));
+        }
+      }
+      const int64_t step = IntField(*r, "step");
+      updates[step] = Json::Object({{"step", Json::Int(step)},
+                                    {"stage", Json::String(StrField(*r, "stage"))},
+                                    {"stage_step", Json::Int(IntField(*r, "stage_step"))},
+                                    {"policy_version", Json::Int(IntField(*r, "policy_version"))},
+                                    {"wall_s", Json::Number((IntField(*r, "unix_ms") - start_unix_ms) / 1000.0)},
+                                    {"metrics", std::move(m)}});
+    } else if (kind == "ROLLBACK") {
+      updates.erase(updates.upper_bound(IntField(*r, "step")), updates.end());
+    }
+  }
+  Json out = Json::Array();
+  for (auto& [step, point] : updates) out.Push(std::move(point));
+  return out;
+}
+
 absl::StatusOr<std::map<int64_t, VerdictStats>> TrainedStats(const std::string& job_dir, TrainedAudit* audit) {
   auto ledger = ReadFileToString(job_dir + "/ledger.jsonl");
   if (!ledger.ok()) return ledger.status();

@@ -1,5 +1,7 @@
 // The figures `kernelrl learn` draws its curves from, read back from what the
 // services left on disk (no second bookkeeping):
+//  * UpdatesFromLedger: every committed update's figures (the ledger's UPDATE
+//    records), which polling the job would miss when updates are fast.
 //  * TrainedStats: per update step, the verdicts of the trajectories it trained
 //    on (the job's ledger.jsonl TRAINED records — ROLLBACKs void later ones —
 //    and the trajectory files <job>/trajectories/<hex id>.pb), plus an audit of
@@ -43,6 +45,11 @@ struct TrainedAudit {
   int warmup_accepted = 0, warmup_from_random = 0;
   Json ToJson() const;
 };
+
+// [{"step", "stage", "stage_step", "policy_version", "wall_s", "metrics"}] in step order, from the
+// job's ledger.jsonl UPDATE records: the last record of a step wins (a redone update), a ROLLBACK to
+// step s voids those of later steps. wall_s: seconds from start_unix_ms to the record.
+absl::StatusOr<Json> UpdatesFromLedger(const std::string& job_dir, int64_t start_unix_ms);
 
 // step -> stats of that step's trained trajectories.
 absl::StatusOr<std::map<int64_t, VerdictStats>> TrainedStats(const std::string& job_dir, TrainedAudit* audit);

@@ -1,0 +1,100 @@
+// UpdatesFromLedger on a ledger written by the learner's own Ledger (so the
+// JSON is what protobuf prints: int64 as strings, NaN as "NaN").
+#include "tools/cli/learn_curves.h"
+
+#include <stdlib.h>
+
+#include <cmath>
+#include <fstream>
+
+#include "gtest/gtest.h"
+#include "learner/rl/ledger.h"
+
+namespace kernelrl::cli {
+namespace {
+
+namespace rl = learner::rl;
+using Kind = v1::LedgerRecord::Kind;
+
+constexpr int64_t kStart = 1'700'000'000'000;
+
+v1::LedgerRecord Update(int64_t step, const std::string& stage, int64_t stage_step, double reward, int64_t ms) {
+  v1::LedgerRecord r;
+  r.set_kind(v1::LedgerRecord::UPDATE);
+  r.set_unix_ms(ms);
+  r.set_step(step);
+  r.set_stage(stage);
+  r.set_stage_step(stage_step);
+  r.set_policy_version(step);
+  (*r.mutable_metrics())["reward_mean"] = reward;
+  return r;
+}
+
+v1::LedgerRecord Other(Kind kind, int64_t step) {
+  v1::LedgerRecord r;
+  r.set_kind(kind);
+  r.set_step(step);
+  return r;
+}
+
+std::string JobDir(std::vector<v1::LedgerRecord> records) {
+  char tmpl[] = "/tmp/learn_curves_test_XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  auto ledger = rl::Ledger::Open(dir + "/ledger.jsonl", nullptr);
+  EXPECT_TRUE(ledger.ok()) << ledger.status();
+  if (ledger.ok()) {
+    EXPECT_TRUE((*ledger)->Append(std::move(records)).ok());
+  }
+  return dir;
+}
+
+TEST(UpdatesFromLedgerTest, OnePointPerStepInOrderWithItsFigures) {
+  v1::LedgerRecord rft = Update(2, "rft", 1, 0.5, kStart + 2500);
+  (*rft.mutable_metrics())["explained_variance"] = std::nan("");
+  (*rft.mutable_metrics())["zero"] = 0;
+  const std::string dir = JobDir({Other(v1::LedgerRecord::COMMITTED, 1),
+                                  Update(1, "single_turn_ppo", 1, -1, kStart + 1000),
+                                  Other(v1::LedgerRecord::COMMITTED, 2), rft});
+  { std::ofstream(dir + "/ledger.jsonl", std::ios::app) << R"({"kind":"UPDATE","step":"3)"; }  // Torn.
+  auto points = UpdatesFromLedger(dir, kStart);
+  ASSERT_TRUE(points.ok()) << points.status();
+  ASSERT_EQ(points->items().size(), 2u) << points->Dump();
+  const Json& a = points->items()[0];
+  EXPECT_EQ(a.Find("step")->number(), 1);
+  EXPECT_EQ(a.Find("stage")->str(), "single_turn_ppo");
+  EXPECT_EQ(a.Find("stage_step")->number(), 1);
+  EXPECT_EQ(a.Find("policy_version")->number(), 1);
+  EXPECT_DOUBLE_EQ(a.Find("wall_s")->number(), 1.0);
+  EXPECT_EQ(a.Find("metrics")->Find("reward_mean")->number(), -1);
+  const Json& b = points->items()[1];
+  EXPECT_EQ(b.Find("stage")->str(), "rft");
+  EXPECT_DOUBLE_EQ(b.Find("wall_s")->number(), 2.5);
+  EXPECT_EQ(b.Find("metrics")->Find("reward_mean")->number(), 0.5);
+  EXPECT_TRUE(std::isnan(b.Find("metrics")->Find("explained_variance")->number()));
+  ASSERT_NE(b.Find("metrics")->Find("zero"), nullptr);  // Map entries are printed even when 0.
+}
+
+TEST(UpdatesFromLedgerTest, RedoneStepKeepsTheLastRollbackVoidsLaterSteps) {
+  const std::string dir = JobDir({Update(1, "value_pretrain", 1, 0, kStart), Update(2, "value_pretrain", 2, 0, kStart),
+                                  Update(2, "value_pretrain", 2, 7, kStart),  // Step 2 again: the last one counts.
+                                  Update(3, "agentic_ppo", 1, 0, kStart),
+                                  Other(v1::LedgerRecord::ROLLBACK, 2),  // Resumed from checkpoint 2.
+                                  Update(3, "agentic_ppo", 1, 3, kStart), Update(4, "agentic_ppo", 2, 4, kStart),
+                                  Other(v1::LedgerRecord::ROLLBACK, 3),  // Step 4 voided, never redone.
+                                  Other(v1::LedgerRecord::TRAINED, 9)});
+  auto points = UpdatesFromLedger(dir, kStart);
+  ASSERT_TRUE(points.ok()) << points.status();
+  std::vector<std::pair<int64_t, double>> got;
+  for (const Json& p : points->items()) {
+    got.push_back({static_cast<int64_t>(p.Find("step")->number()), p.Find("metrics")->Find("reward_mean")->number()});
+  }
+  EXPECT_EQ(got, (std::vector<std::pair<int64_t, double>>{{1, 0}, {2, 7}, {3, 3}}));
+}
+
+TEST(UpdatesFromLedgerTest, NoLedgerIsAnError) {
+  char tmpl[] = "/tmp/learn_curves_test_XXXXXX";
+  EXPECT_FALSE(UpdatesFromLedger(mkdtemp(tmpl), kStart).ok());
+}
+
+}  // namespace
+}  // namespace kernelrl::cli
