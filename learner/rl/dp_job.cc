@@ -92,17 +92,19 @@ absl::StatusOr<std::vector<Sample>> DpLeader::Step(StepKind kind, const std::vec
   std::vector<int64_t> tokens;
   for (const Sample& s : batch) tokens.push_back(static_cast<int64_t>(s.ids.size()));
   const std::vector<std::vector<int>> shards = dist::ShardByTokens(tokens, dp_->world_size());
-  Json list = Json::Array();
+  Json list = Json::Array(), baselines = Json::Array();
   for (const auto& shard : shards) {
-    Json ids = Json::Array();
-    for (int i : shard) ids.Push(Json::String(batch[i].id));
+    Json ids = Json::Array(), b = Json::Array();
+    for (int i : shard) ids.Push(Json::String(batch[i].id)), b.Push(Json::Number(batch[i].baseline));
     list.Push(std::move(ids));
+    baselines.Push(std::move(b));
   }
   Json cmd = Json::Object({{"op", Json::String("step")},
                            {"objective", Json::String(KindName(kind))},
                            {"n", Json::Int(static_cast<int64_t>(batch.size()))},
                            {"actor_lr", Json::Number(actor_lr)},
-                           {"shards", std::move(list)}});
+                           {"shards", std::move(list)},
+                           {"baselines", std::move(baselines)}});
   if (auto s = Send(cmd.Dump()); !s.ok()) return s;
   std::vector<Sample> mine;
   for (int i : shards[0]) mine.push_back(batch[i]);
@@ -165,14 +167,22 @@ absl::Status RunDpFollower(dist::DataParallel* dp) {
     if (shards == nullptr || !shards->is_array() || static_cast<int>(shards->items().size()) <= rank) {
       return absl::InternalError(absl::StrCat("rank ", rank, ": step without a shard for it"));
     }
+    const Json* baselines = cmd->Find("baselines");
+    const auto& ids = shards->items()[rank].items();
+    if (baselines == nullptr || !baselines->is_array() || static_cast<int>(baselines->items().size()) <= rank ||
+        baselines->items()[rank].items().size() != ids.size()) {
+      return absl::InternalError(absl::StrCat("rank ", rank, ": step without a baseline per trajectory"));
+    }
     std::vector<Sample> batch;
-    for (const Json& id : shards->items()[rank].items()) {
+    for (size_t k = 0; k < ids.size(); ++k) {
+      const Json& id = ids[k];
       auto bytes = ReadFileToString(Ingest::TrajectoryFile(job_dir, id.str()));
       if (!bytes.ok()) return bytes.status();
       v1::Trajectory t;
       if (!t.ParseFromString(*bytes)) return absl::DataLossError(absl::StrCat("trajectory ", id.str(), " does not parse"));
       auto s = SampleFromTrajectory(t, trainer->policy().config().vocab_size, config.batch().max_trajectory_tokens());
       if (!s.ok()) return s.status();
+      s->baseline = baselines->items()[rank].items()[k].number();
       batch.push_back(std::move(*s));
     }
     const std::string objective = Str(*cmd, "objective").value_or("");

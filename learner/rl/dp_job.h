@@ -8,8 +8,10 @@
 //   setup  {job_dir, device, policy_dir, critic_dir, checkpoint_dir, hyperparameters}
 //          every rank builds the job's trainer from the same files, loads
 //          the same optimizer state, then rank 0's weights are broadcast
-//   step   {objective, n, actor_lr, shards: [[ids of rank 0], [rank 1], ...]}
-//          a rank reads its trajectories from <job_dir>/trajectories/
+//   step   {objective, n, actor_lr, shards: [[ids of rank 0], [rank 1], ...],
+//           baselines: [[per id of rank 0], ...]}
+//          a rank reads its trajectories from <job_dir>/trajectories/ and
+//          takes rank 0's baselines (computed on the global batch)
 //   end    the job's runner is done: ranks drop the trainer
 //   exit   the learner is shutting down
 //

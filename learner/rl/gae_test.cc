@@ -81,6 +81,54 @@ TEST(SampleTest, ConvertsAndChecks) {
   expect_error(MakeTrajectory({1, 2, 3}, {0, 1, 1}, {0, -1, -1}), "max_trajectory_tokens 2", 10, 2);
 }
 
+Sample Rollout(const std::string& task, double reward) {
+  Sample s;
+  s.task_id = task, s.reward = reward;
+  return s;
+}
+
+TEST(SampleTest, TheTaskIdComesFromTheTrajectory) {
+  v1::Trajectory t = MakeTrajectory({1, 2}, {0, 1}, {0, -1});
+  t.set_task_id("level1/19_ReLU");
+  auto s = SampleFromTrajectory(t, 10, 0);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->task_id, "level1/19_ReLU");
+  EXPECT_EQ(s->baseline, 0.0);
+}
+
+TEST(SampleTest, TaskBaselinesLeaveTheSampleOut) {
+  // Task a: 1, 3, 8; task b: 2, 0; task c alone; one without a task id.
+  std::vector<Sample> b = {Rollout("a", 1), Rollout("b", 2), Rollout("a", 3), Rollout("c", 5),
+                           Rollout("b", 0), Rollout("a", 8), Rollout("", 4)};
+  SetTaskBaselines(&b);
+  EXPECT_DOUBLE_EQ(b[0].baseline, (3 + 8) / 2.0);
+  EXPECT_DOUBLE_EQ(b[2].baseline, (1 + 8) / 2.0);
+  EXPECT_DOUBLE_EQ(b[5].baseline, (1 + 3) / 2.0);
+  EXPECT_DOUBLE_EQ(b[1].baseline, 0.0);
+  EXPECT_DOUBLE_EQ(b[4].baseline, 2.0);
+  // Alone in its task, or no task: the mean of every other sample.
+  const double sum = 1 + 2 + 3 + 5 + 0 + 8 + 4;
+  EXPECT_DOUBLE_EQ(b[3].baseline, (sum - 5) / 6);
+  EXPECT_DOUBLE_EQ(b[6].baseline, (sum - 4) / 6);
+
+  std::vector<Sample> one = {Rollout("a", 7)};
+  SetTaskBaselines(&one);
+  EXPECT_EQ(one[0].baseline, 0.0);
+}
+
+TEST(SampleTest, ATaskThatPaysMoreMovesNoCentredReward) {
+  std::vector<Sample> b = {Rollout("gemm", 3), Rollout("relu", 1), Rollout("gemm", 1), Rollout("relu", 0)};
+  std::vector<Sample> richer = b;
+  for (Sample& s : richer) s.reward += s.task_id == "gemm" ? 10.0 : -4.0;
+  SetTaskBaselines(&b);
+  SetTaskBaselines(&richer);
+  for (size_t i = 0; i < b.size(); ++i) {
+    EXPECT_DOUBLE_EQ(b[i].reward - b[i].baseline, richer[i].reward - richer[i].baseline) << i;
+  }
+  EXPECT_DOUBLE_EQ(b[0].reward - b[0].baseline, 2.0);   // Beat the other GEMM rollout by 2.
+  EXPECT_DOUBLE_EQ(b[3].reward - b[3].baseline, -1.0);  // Lost to the other relu rollout by 1.
+}
+
 TEST(SampleTest, PacksFirstFitDecreasingWithinTheBound) {
   std::vector<Sample> samples(6);
   const int lengths[] = {5, 9, 3, 12, 4, 6};

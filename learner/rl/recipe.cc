@@ -161,7 +161,10 @@ std::vector<Sample> RecipeRunner::ToSamples(const std::vector<v1::Trajectory>& t
   return out;
 }
 
-absl::StatusOr<StepMetrics> RecipeRunner::Train(StepKind kind, const std::vector<Sample>& batch) {
+absl::StatusOr<StepMetrics> RecipeRunner::Train(StepKind kind, const std::vector<Sample>& global) {
+  // Baselines over the global batch, before sharding: every rank gets the same ones.
+  std::vector<Sample> batch = global;
+  if (config_.ppo().task_baseline() && kind != StepKind::kSft) SetTaskBaselines(&batch);
   std::vector<Sample> mine;
   int64_t n = 0;
   if (dp_ != nullptr) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
@@ -22,6 +23,7 @@ absl::StatusOr<Sample> SampleFromTrajectory(const v1::Trajectory& t, int64_t voc
   if (!std::isfinite(t.reward())) return bad("reward is not finite");
   Sample s;
   s.id = t.id();
+  s.task_id = t.task_id();
   s.reward = t.reward();
   s.policy_version = t.policy_version();
   const std::string& stop = t.stats().stop_reason();
@@ -45,6 +47,27 @@ absl::StatusOr<Sample> SampleFromTrajectory(const v1::Trajectory& t, int64_t voc
   }
   if (model == 0) return bad("no model tokens (loss_mask all 0)");
   return s;
+}
+
+void SetTaskBaselines(std::vector<Sample>* batch) {
+  std::map<std::string, std::pair<double, int>> by_task;  // Sum and count of rewards.
+  double sum = 0;
+  for (const Sample& s : *batch) {
+    sum += s.reward;
+    if (!s.task_id.empty()) {
+      auto& [task_sum, count] = by_task[s.task_id];
+      task_sum += s.reward, count += 1;
+    }
+  }
+  const int n = static_cast<int>(batch->size());
+  for (Sample& s : *batch) {
+    const auto it = s.task_id.empty() ? by_task.end() : by_task.find(s.task_id);
+    if (it != by_task.end() && it->second.second > 1) {
+      s.baseline = (it->second.first - s.reward) / (it->second.second - 1);
+    } else {
+      s.baseline = n > 1 ? (sum - s.reward) / (n - 1) : 0.0;
+    }
+  }
 }
 
 std::vector<PackedRow> PackRows(const std::vector<Sample>& samples, int64_t max_tokens_per_row) {

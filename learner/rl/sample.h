@@ -19,10 +19,12 @@ namespace kernelrl::learner::rl {
 
 struct Sample {
   std::string id;
+  std::string task_id;                   // The task it is a rollout of ("" = unknown).
   std::vector<int32_t> ids;
   std::vector<uint8_t> loss_mask;        // 1 = model token: trained on.
   std::vector<float> rollout_logprobs;   // Per token; 0 where loss_mask is 0.
   double reward = 0;                     // Outcome reward, on the last model token.
+  double baseline = 0;                   // Subtracted from the reward before GAE (SetTaskBaselines).
   int64_t policy_version = 0;            // Version that sampled it.
   bool length_clipped = false;           // Cut at the token or turn limit.
   int64_t model_tokens() const;
@@ -34,6 +36,16 @@ struct Sample {
 // positive log-probs, more than max_tokens tokens (max_tokens > 0).
 absl::StatusOr<Sample> SampleFromTrajectory(const v1::Trajectory& trajectory, int64_t vocab_size,
                                             int64_t max_tokens);
+
+// Per-task baselines (PpoConfig.task_baseline), leave-one-out: each
+// sample's baseline is the mean reward of the batch's other rollouts of its
+// task; a task with one rollout in the batch falls back to the mean of every
+// other sample (the batch baseline); a batch of one gets 0. A baseline never
+// depends on the sample's own reward, so the policy gradient stays unbiased,
+// and adding a constant to every reward of a task (of two or more rollouts)
+// leaves reward - baseline unchanged: what one task pays more than another
+// no longer reaches the gradient, only how a rollout did against its task.
+void SetTaskBaselines(std::vector<Sample>* batch);
 
 // A row of packed samples: their indices, in order, and lengths.
 struct PackedRow {

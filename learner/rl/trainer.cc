@@ -70,12 +70,14 @@ double RowFlops(const ModelConfig& c, const PackedRow& row, int64_t head_rows, b
 }
 
 // GAE per trajectory segment of a row on the detached values v (outcome
-// reward on each segment's last token), appended to adv and ret.
+// reward less the sample's baseline on each segment's last token), appended
+// to adv and ret.
 void RowGae(const RowTokens& rt, const std::vector<Sample>& batch, const float* v, double gamma, double lambda,
             std::vector<float>* adv, std::vector<float>* ret) {
   for (size_t j = 0; j < rt.sample.size(); ++j) {
     std::vector<float> seg(v + rt.begin[j], v + rt.end[j]);
-    GaeResult g = Gae(OutcomeRewards(static_cast<int>(seg.size()), batch[rt.sample[j]].reward), seg, gamma, lambda);
+    const Sample& s = batch[rt.sample[j]];
+    GaeResult g = Gae(OutcomeRewards(static_cast<int>(seg.size()), s.reward - s.baseline), seg, gamma, lambda);
     adv->insert(adv->end(), g.advantages.begin(), g.advantages.end());
     ret->insert(ret->end(), g.returns.begin(), g.returns.end());
   }

@@ -236,6 +236,32 @@ TEST(TrainerTest, NormalizedAdvantagesIgnoreARewardShift) {
   }
 }
 
+// A sample's baseline is subtracted from its reward before GAE: the update
+// equals the one on reward - baseline; the reported rewards stay raw.
+TEST(TrainerTest, ABaselineTrainsLikeTheCentredReward) {
+  std::vector<Sample> batch = {RandomSample("a", kMaskA, 31), RandomSample("b", kMaskB, 32)};
+  batch[0].reward = 3.0, batch[1].reward = 0.5;
+  std::vector<Sample> with_baseline = batch, centred = batch;
+  with_baseline[0].baseline = 2.5, with_baseline[1].baseline = 1.0;
+  centred[0].reward = 0.5, centred[1].reward = -0.5;
+  TrainerOptions o;
+  o.actor.max_grad_norm = 0, o.critic.max_grad_norm = 0;
+  std::vector<StepMetrics> m;
+  for (auto* b : {&batch, &with_baseline, &centred}) {
+    Trainer t(Tiny(Head::kLanguageModel, 5), Tiny(Head::kValue, 6), o);
+    auto r = t.PpoStep(*b);
+    ASSERT_TRUE(r.ok()) << r.status();
+    m.push_back(*r);
+  }
+  for (const char* k : {"policy_loss", "value_loss", "actor_grad_norm", "critic_grad_norm", "advantage_mean",
+                        "explained_variance"}) {
+    EXPECT_NEAR(m[1][k], m[2][k], 1e-6 * (1 + std::abs(m[2][k]))) << k;
+  }
+  EXPECT_GT(std::abs(m[0]["policy_loss"] - m[1]["policy_loss"]), 0.1);  // The baseline changed the update.
+  EXPECT_DOUBLE_EQ(m[1]["reward_mean"], m[0]["reward_mean"]);
+  EXPECT_DOUBLE_EQ(m[1]["reward_mean"], 1.75);
+}
+
 TEST(TrainerTest, ActivationCheckpointingGivesTheSameStep) {
   std::vector<Sample> batch = {RandomSample("a", kMaskA, 31), RandomSample("b", kMaskB, 32)};
   StepMetrics m[2];

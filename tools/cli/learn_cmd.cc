@@ -38,7 +38,7 @@ constexpr char kUsage[] =
     "         [--run_dir=DIR]\n"
     "         [--bin_dir=DIR] [--actors=N] [--random_actors=N] [--concurrent_rollouts=N]\n"
     "         [--ablation=none|no_rft|no_value|no_rft_no_value] [--eval_every=K] [--eval_tasks=N]\n"
-    "         [--eval_rollouts=R] [--eval_temperature=T] [--job_set=FIELD=VALUE ...] [--set=SERVICE.FIELD=VALUE ...]\n"
+    "         [--eval_rollouts=R] [--eval_temperature=T] [--rollouts_per_task=G] [--job_set=FIELD=VALUE ...] [--set=SERVICE.FIELD=VALUE ...]\n"
     "         [--job_timeout_s=S] [--stall_timeout_s=S] [--python=PY] [--plot_script=FILE]\n"
     "The recipe on the task family as one job (tools/cli/learn_cmd.h, docs/LEARNING.md).\n";
 
@@ -55,7 +55,11 @@ constexpr char kUsage[] =
 // critic explained ~0 of the return, so advantages R - V were mostly positive and
 // pushed every sampled token up: advantages are normalised over the batch. Stale
 // trajectories (lag 3 at max_policy_lag 2) were 12% of the agentic rollouts: lag 4,
-// which the truncated importance weights correct.
+// which the truncated importance weights correct. Four H100 runs later the policy still
+// gave one reply to every task: the critic told tasks apart no better than the batch mean,
+// so the tasks that pay more (GEMMs: 3 for the library path) set every task's reply. Each
+// task now comes in groups of --rollouts_per_task and its rollouts are centred on the mean
+// of its others (ppo.task_baseline).
 constexpr char kJobDefaults[] = R"pb(
   recipe {
     single_turn_ppo { steps: 4 max_turns: 1 }
@@ -64,7 +68,7 @@ constexpr char kJobDefaults[] = R"pb(
     value_pretrain { steps: 16 }
     agentic_ppo { steps: 20 max_turns: 3 }
   }
-  ppo { tis_threshold: 2.0 normalize_advantages: true }
+  ppo { tis_threshold: 2.0 normalize_advantages: true task_baseline: true }
   actor_optimizer { lr: 1e-3 }
   critic_optimizer { lr: 1e-3 }
   batch { trajectories_per_step: 8 max_tokens_per_row: 32768 activation_checkpointing: false }
@@ -97,6 +101,7 @@ struct Options {
   std::string learner_device;
   std::string python = "python3", plot_script;
   int actors = 1, random_actors = 1, concurrent_rollouts = 2, eval_every = 5, eval_tasks = 0, eval_rollouts = 1;
+  int rollouts_per_task = 4;  // A task's group in a batch, for the per-task baseline.
   double job_timeout_s = 3600, stall_timeout_s = 600;
   // Held-out evaluations: 0 = greedy (kernelrl eval's default); > 0 samples like the training
   // actors, so --eval_rollouts repeats measure the policy's expected reward with a spread.
@@ -133,6 +138,7 @@ absl::StatusOr<Options> ParseFlags(int argc, char** argv) {
         number("--random_actors=", &o.random_actors) || number("--concurrent_rollouts=", &o.concurrent_rollouts) ||
         number("--eval_every=", &o.eval_every) || number("--eval_tasks=", &o.eval_tasks) ||
         number("--eval_rollouts=", &o.eval_rollouts) || number("--eval_temperature=", &o.eval_temperature) ||
+        number("--rollouts_per_task=", &o.rollouts_per_task) ||
         number("--job_timeout_s=", &o.job_timeout_s) ||
         number("--stall_timeout_s=", &o.stall_timeout_s)) {
       continue;
@@ -163,6 +169,7 @@ absl::StatusOr<Options> ParseFlags(int argc, char** argv) {
     }
   }
   if (!bad_number.empty()) return absl::InvalidArgumentError("not a number: " + bad_number);
+  if (o.rollouts_per_task < 1) return absl::InvalidArgumentError("--rollouts_per_task: at least 1");
   if (o.base_checkpoint.empty() || o.family_dir.empty()) {
     return absl::InvalidArgumentError("--base_checkpoint and --family_dir are required");
   }
@@ -428,7 +435,7 @@ int LearnMain(int argc, char** argv) {
   spec.set_name(absl::StrCat("learn-family-", o.ablation));
   spec.set_base_checkpoint(o.base_checkpoint);
   spec.set_task_set(o.family_dir + "/train.jsonl");
-  spec.set_rollouts_per_task(1);
+  spec.set_rollouts_per_task(o.rollouts_per_task);
   spec.set_hyperparameters_text(hp);
 
   const absl::Time deadline = absl::Now() + absl::Seconds(o.job_timeout_s);
