@@ -3,25 +3,17 @@
 #include <cmath>
 #include <set>
 
-#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/str_split.h"
 #include "common/file.h"
+#include "learner/rl/ingest.h"
+#include "learner/rl/ledger.h"
 #include "proto/trajectory.pb.h"
 
 namespace kernelrl::cli {
 namespace {
 
-// proto3 JSON writes int64 as a string.
-int64_t IntField(const Json& j, absl::string_view key) {
-  const Json* v = j.Find(key);
-  int64_t out = 0;
-  if (v == nullptr) return 0;
-  if (v->is_number()) return static_cast<int64_t>(v->number());
-  return absl::SimpleAtoi(v->str(), &out) ? out : 0;
-}
+namespace rl = learner::rl;
 
 std::string StrField(const Json& j, absl::string_view key) {
   const Json* v = j.Find(key);
@@ -72,32 +64,21 @@ Json TrainedAudit::ToJson() const {
 }
 
 absl::StatusOr<Json> UpdatesFromLedger(const std::string& job_dir, int64_t start_unix_ms) {
-  auto ledger = ReadFileToString(job_dir + "/ledger.jsonl");
+  auto ledger = rl::Ledger::Read(job_dir + "/ledger.jsonl");
   if (!ledger.ok()) return ledger.status();
   std::map<int64_t, Json> updates;  // step -> its point
-  for (absl::string_view line : absl::StrSplit(*ledger, '\n', absl::SkipEmpty())) {
-    auto r = ParseJson(line);
-    if (!r.ok()) continue;  // A torn last line after a crash.
-    const std::string kind = StrField(*r, "kind");
-    if (kind == "UPDATE") {
+  for (const v1::LedgerRecord& r : *ledger) {
+    if (r.kind() == v1::LedgerRecord::UPDATE) {
       Json m = Json::Object();
-      if (const Json* metrics = r->Find("metrics"); metrics != nullptr && metrics->is_object()) {
-        for (const auto& [k, v] : metrics->members()) {
-          // proto3 JSON writes NaN and infinities as the strings "NaN", "Infinity", "-Infinity".
-          double x = v.number();
-          if (v.is_string() && !absl::SimpleAtod(v.str(), &x)) continue;
-          m.Set(k, Json::Number(x));
-        }
-      }
-      const int64_t step = IntField(*r, "step");
-      updates[step] = Json::Object({{"step", Json::Int(step)},
-                                    {"stage", Json::String(StrField(*r, "stage"))},
-                                    {"stage_step", Json::Int(IntField(*r, "stage_step"))},
-                                    {"policy_version", Json::Int(IntField(*r, "policy_version"))},
-                                    {"wall_s", Json::Number((IntField(*r, "unix_ms") - start_unix_ms) / 1000.0)},
-                                    {"metrics", std::move(m)}});
-    } else if (kind == "ROLLBACK") {
-      updates.erase(updates.upper_bound(IntField(*r, "step")), updates.end());
+      for (const auto& [k, v] : r.metrics()) m.Set(k, Json::Number(v));
+      updates[r.step()] = Json::Object({{"step", Json::Int(r.step())},
+                                        {"stage", Json::String(r.stage())},
+                                        {"stage_step", Json::Int(r.stage_step())},
+                                        {"policy_version", Json::Int(r.policy_version())},
+                                        {"wall_s", Json::Number((r.unix_ms() - start_unix_ms) / 1000.0)},
+                                        {"metrics", std::move(m)}});
+    } else if (r.kind() == v1::LedgerRecord::ROLLBACK) {
+      updates.erase(updates.upper_bound(r.step()), updates.end());
     }
   }
   Json out = Json::Array();
@@ -106,32 +87,30 @@ absl::StatusOr<Json> UpdatesFromLedger(const std::string& job_dir, int64_t start
 }
 
 absl::StatusOr<std::map<int64_t, VerdictStats>> TrainedStats(const std::string& job_dir, TrainedAudit* audit) {
-  auto ledger = ReadFileToString(job_dir + "/ledger.jsonl");
+  auto ledger = rl::Ledger::Read(job_dir + "/ledger.jsonl");
   if (!ledger.ok()) return ledger.status();
   std::map<std::string, int64_t> trained;  // trajectory id -> step (valid records)
   std::map<std::string, std::pair<std::string, std::string>> leases;  // lease id -> (actor, stage)
-  for (absl::string_view line : absl::StrSplit(*ledger, '\n', absl::SkipEmpty())) {
-    auto r = ParseJson(line);
-    if (!r.ok()) continue;  // A torn last line after a crash.
-    const std::string kind = StrField(*r, "kind");
-    if (kind == "LEASED") {
-      leases[StrField(*r, "lease_id")] = {StrField(*r, "actor_id"), StrField(*r, "stage")};
-    } else if (kind == "ACCEPTED" && audit != nullptr) {
-      const auto& [actor, stage] = leases[StrField(*r, "lease_id")];
+  for (const v1::LedgerRecord& r : *ledger) {
+    if (r.kind() == v1::LedgerRecord::LEASED) {
+      leases[r.lease_id()] = {r.actor_id(), r.stage()};
+    } else if (r.kind() == v1::LedgerRecord::ACCEPTED && audit != nullptr) {
+      const auto& [actor, stage] = leases[r.lease_id()];
       if (stage == "agent_warmup") {
         ++audit->warmup_accepted;
         audit->warmup_from_random += absl::StartsWith(actor, "random-");
       }
-    } else if (kind == "TRAINED") {
-      trained[StrField(*r, "trajectory_id")] = IntField(*r, "step");
-    } else if (kind == "ROLLBACK") {
-      const int64_t s = IntField(*r, "step");
-      for (auto it = trained.begin(); it != trained.end();) it = it->second > s ? trained.erase(it) : std::next(it);
+    } else if (r.kind() == v1::LedgerRecord::TRAINED) {
+      trained[r.trajectory_id()] = r.step();
+    } else if (r.kind() == v1::LedgerRecord::ROLLBACK) {
+      for (auto it = trained.begin(); it != trained.end();) {
+        it = it->second > r.step() ? trained.erase(it) : std::next(it);
+      }
     }
   }
   std::map<int64_t, VerdictStats> out;
   for (const auto& [id, step] : trained) {
-    auto bytes = ReadFileToString(job_dir + "/trajectories/" + absl::BytesToHexString(id) + ".pb");
+    auto bytes = ReadFileToString(rl::Ingest::TrajectoryFile(job_dir, id));
     v1::Trajectory t;
     if (!bytes.ok() || !t.ParseFromString(*bytes)) continue;
     const v1::Verdict& v = t.final_verdict();
