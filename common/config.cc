@@ -183,6 +183,12 @@ std::optional<int> StartTool(int argc, char** argv, absl::string_view name, absl
   return std::nullopt;
 }
 
+std::string TextProto(const google::protobuf::Message& message) {
+  std::string text;
+  google::protobuf::TextFormat::PrintToString(message, &text);
+  return text;
+}
+
 std::string ConfigUsage(absl::string_view binary, absl::string_view config_type) {
   return absl::StrCat("usage: ", binary, " [--config=FILE] [--config_text=TEXT] [--set=field.path=VALUE]...",
                       " [--print_config]\n  FILE and TEXT are protobuf text format of ", config_type,

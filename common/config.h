@@ -55,6 +55,18 @@ std::optional<int> StartTool(int argc, char** argv, absl::string_view name, absl
                              absl::string_view run_flags, google::protobuf::Message* config,
                              const std::function<std::string()>& effective_text);
 
+// `message` in protobuf text format.
+std::string TextProto(const google::protobuf::Message& message);
+
+// StartTool where the effective config is `with_defaults(*config)`.
+template <typename Config>
+std::optional<int> StartTool(int argc, char** argv, absl::string_view name, absl::string_view defaults_text,
+                             absl::string_view run_flags, Config* config, Config (*with_defaults)(Config)) {
+  return StartTool(argc, argv, name, defaults_text, run_flags, config,
+                   [config, with_defaults] { return TextProto(with_defaults(*config)); });
+}
+
+
 // Parses protobuf text into `message` (merging), errors name `source` and line:column.
 absl::Status MergeTextConfig(absl::string_view text, absl::string_view source, google::protobuf::Message* message);
 

@@ -33,7 +33,6 @@
 #include "common/file.h"
 #include "common/log.h"
 #include "common/text.h"
-#include "google/protobuf/text_format.h"
 #include "google/protobuf/util/json_util.h"
 #include "profiler_service/baseline_cache.h"
 #include "profiler_service/judge.h"
@@ -160,11 +159,7 @@ int main(int argc, char** argv) {
   kernelrl::ProfilerConfig config;
   if (std::optional<int> exit_code = kernelrl::StartTool(
           argc, argv, "precompute_baselines", "", "--measurements, --table, --run_harness, --tasks_root, --workers, --device.",
-          &config, [&config] {
-            std::string text;
-            google::protobuf::TextFormat::PrintToString(kernelrl::WithProfilerDefaults(config), &text);
-            return text;
-          })) {
+          &config, &kernelrl::WithProfilerDefaults)) {
     return *exit_code;
   }
   return kernelrl::Run(kernelrl::WithProfilerDefaults(config));

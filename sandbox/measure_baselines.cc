@@ -27,7 +27,6 @@
 #include "common/clock.h"
 #include "common/config.h"
 #include "common/log.h"
-#include "google/protobuf/text_format.h"
 #include "google/protobuf/util/json_util.h"
 #include "sandbox/evaluator.h"
 #include "sandbox/workspace_files.h"
@@ -134,12 +133,8 @@ int main(int argc, char** argv) {
   using namespace kernelrl;
   sandbox::SandboxConfig config;
   if (std::optional<int> exit_code = StartTool(argc, argv, "measure_baselines", sandbox::kDefaults,
-                                               "--tasks_root --out [--levels --only --limit].", &config, [&config] {
-                                                 std::string text;
-                                                 google::protobuf::TextFormat::PrintToString(
-                                                     sandbox::WithDefaults(config), &text);
-                                                 return text;
-                                               })) {
+                                               "--tasks_root --out [--levels --only --limit].", &config,
+                                               &sandbox::WithDefaults)) {
     return *exit_code;
   }
   return sandbox::Run(config);

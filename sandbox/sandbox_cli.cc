@@ -24,7 +24,6 @@
 #include "common/config.h"
 #include "common/file.h"
 #include "common/log.h"
-#include "google/protobuf/text_format.h"
 #include "google/protobuf/util/json_util.h"
 #include "sandbox/evaluator.h"
 #include "sandbox/workspace_files.h"
@@ -48,13 +47,9 @@ int main(int argc, char** argv) {
   using namespace kernelrl;
   using namespace kernelrl::sandbox;
   SandboxConfig config;
-  if (std::optional<int> exit_code =
-          StartTool(argc, argv, "sandbox_cli", "", "--task --workspace --expect | --suite; --json_out, --repeat.",
-                    &config, [&config] {
-                      std::string text;
-                      google::protobuf::TextFormat::PrintToString(WithDefaults(config), &text);
-                      return text;
-                    })) {
+  if (std::optional<int> exit_code = StartTool(argc, argv, "sandbox_cli", "",
+                                               "--task --workspace --expect | --suite; --json_out, --repeat.", &config,
+                                               &WithDefaults)) {
     return *exit_code;
   }
   std::vector<Entry> entries;

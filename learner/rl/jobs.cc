@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/clock.h"
+#include "common/config.h"
 #include "common/file.h"
 #include "common/log.h"
 #include "google/protobuf/text_format.h"
@@ -85,10 +86,8 @@ JobManager::~JobManager() {
 
 absl::Status JobManager::PersistLocked(Entry* e) {
   e->job.set_updated_at(NowRfc3339());
-  std::string text;
-  google::protobuf::TextFormat::PrintToString(e->job, &text);
   ::mkdir(JobDir(e->job.id()).c_str(), 0755);
-  auto s = WriteFileAtomically(JobDir(e->job.id()) + "/job.textproto", text);
+  auto s = WriteFileAtomically(JobDir(e->job.id()) + "/job.textproto", TextProto(e->job));
   ++e->revision;
   changed_.SignalAll();
   return s;

@@ -10,7 +10,6 @@
 #include "absl/strings/str_join.h"
 #include "common/config.h"
 #include "common/file.h"
-#include "google/protobuf/text_format.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/learner.grpc.pb.h"
 #include "proto/learner_config.pb.h"
@@ -24,11 +23,7 @@ int Fail(const grpc::Status& s) {
   return 1;
 }
 
-void PrintJob(const v1::Job& job) {
-  std::string text;
-  google::protobuf::TextFormat::PrintToString(job, &text);
-  std::fputs(text.c_str(), stdout);
-}
+void PrintJob(const v1::Job& job) { std::fputs(TextProto(job).c_str(), stdout); }
 
 std::string Summary(const v1::Job& j) {
   std::vector<std::string> metrics;
