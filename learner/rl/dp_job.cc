@@ -173,6 +173,7 @@ absl::Status RunDpFollower(dist::DataParallel* dp) {
         baselines->items()[rank].items().size() != ids.size()) {
       return absl::InternalError(absl::StrCat("rank ", rank, ": step without a baseline per trajectory"));
     }
+    const auto& my_baselines = baselines->items()[rank].items();
     std::vector<Sample> batch;
     for (size_t k = 0; k < ids.size(); ++k) {
       const Json& id = ids[k];
@@ -182,7 +183,7 @@ absl::Status RunDpFollower(dist::DataParallel* dp) {
       if (!t.ParseFromString(*bytes)) return absl::DataLossError(absl::StrCat("trajectory ", id.str(), " does not parse"));
       auto s = SampleFromTrajectory(t, trainer->policy().config().vocab_size, config.batch().max_trajectory_tokens());
       if (!s.ok()) return s.status();
-      s->baseline = baselines->items()[rank].items()[k].number();
+      s->baseline = my_baselines[k].number();
       batch.push_back(std::move(*s));
     }
     const std::string objective = Str(*cmd, "objective").value_or("");
