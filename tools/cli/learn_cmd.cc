@@ -84,6 +84,14 @@ constexpr int kReplyTokens = 4;
 constexpr char kSystemPrompt[] =
     "Reply with four digits, the design of the task's kernel (SKILL.md lists the slots), or '.' when done.";
 
+// The rollout settings that make the prompt and the reply: the training actors and the held-out
+// evaluations must see the same ones. prefix: "--set=rollout." or "--set=actor.rollout.".
+std::vector<std::string> PromptFlags(const std::string& prefix, const std::string& skill_path) {
+  return {prefix + "skill_path=" + skill_path, prefix + "system_prompt=" + kSystemPrompt,
+          prefix + "omit_skill_from_prompt=true", absl::StrCat(prefix, "max_new_tokens_per_turn=", kReplyTokens),
+          prefix + "context_tokens=16384"};
+}
+
 constexpr char kSkill[] = R"(# Skill: the family's design vocabulary
 Your reply's first four characters pick one option per slot (character code mod the slot's option count;
 digits 0-5 read as themselves). The template for the task's family is rendered with your choice, written to
@@ -292,14 +300,12 @@ class Cluster {
              "--set=policy.kind=" + kind + suffix, "--set=policy.address=" + learner_,
              absl::StrCat("--set=policy.scripted_policy_version=", version), "--set=actor_id=" + name,
              absl::StrCat("--set=concurrent_rollouts=", o_.concurrent_rollouts),
-             "--set=tokenizer_path=" + o_.base_checkpoint + "/tokenizer.json", "--set=rollout.skill_path=" + SkillPath(),
-             std::string("--set=rollout.system_prompt=") + kSystemPrompt, "--set=rollout.omit_skill_from_prompt=true",
-             "--set=rollout.max_turns=3",
-             absl::StrCat("--set=rollout.max_new_tokens_per_turn=", kReplyTokens), "--set=rollout.temperature=1.0",
-             "--set=rollout.final_evaluation=true", "--set=rollout.context_tokens=16384",
+             "--set=tokenizer_path=" + o_.base_checkpoint + "/tokenizer.json", "--set=rollout.max_turns=3",
+             "--set=rollout.temperature=1.0", "--set=rollout.final_evaluation=true",
              absl::StrCat("--set=rollout.workspace_root=", o_.run_dir, "/", name, "-ws")}) {
       argv.push_back(a);
     }
+    for (const std::string& a : PromptFlags("--set=rollout.", SkillPath())) argv.push_back(a);
     auto sets = o_.sets.find("actor");
     if (sets != o_.sets.end()) argv.insert(argv.end(), sets->second.begin(), sets->second.end());
     return argv;
@@ -361,12 +367,10 @@ absl::StatusOr<Json> HeldOutEval(const Options& o, const Cluster& c, const std::
       absl::StrCat("--set=max_tasks_per_level=", o.eval_tasks), absl::StrCat("--set=rollouts_per_task=", o.eval_rollouts),
       "--set=plot_script=", "--set=actor.tokenizer_path=" + o.base_checkpoint + "/tokenizer.json",
       "--set=actor.sandbox.target=ipv4:" + c.sandbox_, "--set=actor.policy.kind=choice" + suffix,
-      "--set=actor.policy.address=" + c.learner_, "--set=actor.rollout.skill_path=" + c.SkillPath(),
-      std::string("--set=actor.rollout.system_prompt=") + kSystemPrompt, "--set=actor.rollout.omit_skill_from_prompt=true",
-      absl::StrCat("--set=actor.rollout.eval_max_turns=", o.eval_max_turns),
+      "--set=actor.policy.address=" + c.learner_, absl::StrCat("--set=actor.rollout.eval_max_turns=", o.eval_max_turns),
       absl::StrCat("--set=actor.rollout.temperature=", o.eval_temperature),
-      absl::StrCat("--set=actor.rollout.max_new_tokens_per_turn=", kReplyTokens), "--set=actor.rollout.context_tokens=16384",
       "--set=actor.rollout.workspace_root=" + out_dir + "-ws", absl::StrCat("--set=actor.concurrent_rollouts=", o.concurrent_rollouts)};
+  for (const std::string& a : PromptFlags("--set=actor.rollout.", c.SkillPath())) args.push_back(a);
   std::error_code ec;
   fs::create_directories(out_dir + "-ws", ec);
   std::string cmd;
