@@ -92,6 +92,9 @@ held = curves["heldout"]
 labels = [h["label"] for h in held]
 print("held-out evaluations:", labels)
 check(labels[:1] == ["start"] and labels[-1:] == ["final"] and len(held) >= 2, "held-out evaluated at start and end")
+start_end = held[0]["wall_s"] + held[0]["eval_seconds"]
+check(held[0]["policy_version"] == 0 and updates and start_end <= updates[0]["wall_s"],
+      f"the start evaluation ({start_end:.1f} s) ended before the first update ({updates[0]['wall_s'] if updates else '-'} s): all of it policy v0")
 for h in held:
     check(h["n"] == 3 and -1 <= h["reward_mean"] <= 3, f"held-out {h['label']}: 3 tasks, reward {h['reward_mean']}")
     r = h.get("rollouts", {})

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <filesystem>
@@ -369,7 +370,10 @@ absl::StatusOr<Json> HeldOutEval(const Options& o, const Cluster& c, const std::
       "--set=actor.sandbox.target=ipv4:" + c.sandbox_, "--set=actor.policy.kind=choice" + suffix,
       "--set=actor.policy.address=" + c.learner_, absl::StrCat("--set=actor.rollout.eval_max_turns=", o.eval_max_turns),
       absl::StrCat("--set=actor.rollout.temperature=", o.eval_temperature),
-      "--set=actor.rollout.workspace_root=" + out_dir + "-ws", absl::StrCat("--set=actor.concurrent_rollouts=", o.concurrent_rollouts)};
+      // As many rollouts at once as all the training actors run: an evaluation beside training gets
+      // half the sandbox instead of 1 / (actors + 1) of it, so it ends near the policy it started with.
+      "--set=actor.rollout.workspace_root=" + out_dir + "-ws",
+      absl::StrCat("--set=actor.concurrent_rollouts=", std::max(1, o.actors) * o.concurrent_rollouts)};
   for (const std::string& a : PromptFlags("--set=actor.rollout.", c.SkillPath())) args.push_back(a);
   std::error_code ec;
   fs::create_directories(out_dir + "-ws", ec);
@@ -516,10 +520,15 @@ int LearnMain(int argc, char** argv) {
     return true;
   };
 
+  // The start evaluation runs before any actor does: the job cannot update the policy without
+  // trajectories, so every one of its rollouts is policy v0's, and it has the sandbox to itself.
+  start_eval("start", 0, 0);
+  eval_thread.join();
+
   // Follow the job: switch actor pools by stage, show progress, trigger evaluations. The updates
   // themselves come from the ledger afterwards: a poll every 300 ms misses fast ones.
   int64_t last_eval_agentic = -1000;
-  bool evaluated_start = false, agentic_started = false;
+  bool reached_agentic = false, evaluated_agentic = false;
   std::string last_line;
   absl::Time last_change = absl::Now();
   v1::GetJobRequest get;
@@ -531,7 +540,6 @@ int LearnMain(int argc, char** argv) {
     const grpc::Status s = stub->GetJob(&ctx, get, &job);
     if (s.ok()) {
       cluster.UsePool(job.stage() == "agent_warmup" ? "random" : "actor", job.policy_version());
-      if (!evaluated_start) evaluated_start = start_eval("start", 0, 0);
       const std::string line = absl::StrCat(v1::Job::State_Name(job.state()), " ", job.stage(), " step ",
                                             job.stage_step(), " (update ", job.step(), ", policy v",
                                             job.policy_version(), ")  ", job.message());
@@ -539,9 +547,10 @@ int LearnMain(int argc, char** argv) {
       last_line = line;
       if (job.stage() == "agentic_ppo") {
         const int64_t k = job.stage_step();
-        if ((!agentic_started || k - last_eval_agentic >= o.eval_every) &&
+        reached_agentic = true;
+        if ((!evaluated_agentic || k - last_eval_agentic >= o.eval_every) &&
             start_eval(absl::StrCat("agentic-", k), job.policy_version(), k)) {
-          agentic_started = true;
+          evaluated_agentic = true;
           last_eval_agentic = k;
         }
       }
@@ -564,7 +573,7 @@ int LearnMain(int argc, char** argv) {
   // The final evaluation (after any running one), with the last policy; also when the
   // job was cut by --job_timeout_s during agentic PPO (its state says CANCELLED).
   if (eval_thread.joinable()) eval_thread.join();
-  if (code == 0 || (agentic_started && job.state() != v1::Job::FAILED)) {
+  if (code == 0 || (reached_agentic && job.state() != v1::Job::FAILED)) {
     start_eval("final", job.policy_version(), job.stage_step());
     if (eval_thread.joinable()) eval_thread.join();
   }
