@@ -1,0 +1,297 @@
+// CPU benchmark of the recipe's trainer on a task-conditioned bandit shaped
+// like the learning run's family tasks (docs/LEARNING.md): can the small model
+// from scratch learn a *different* best design per task family, and in how
+// many PPO updates at a given actor learning rate?
+//
+// On the H100 (issue 17) the policy improved the trained reward but gave about
+// the same replies to every family. The GPU run cannot say why: it has ~60
+// PPO updates and a noisy held-out figure. This bench runs the same Trainer
+// (PPO with per-task baselines and normalised advantages, RFT as SFT on the
+// R > 0 warm-up samples, value pretraining) with the run's model shape and
+// prompt length on a reward it can compute exactly, so every figure below is
+// an expectation under the policy, not a sample.
+//
+//   bandit_bench [--lrs=3e-4,1e-3,2e-3] [--updates=300] [--every=20] [--seed=1]
+//
+// The task: a fixed ~250-token prompt (the system and user turns), then a
+// family token and a shape token (the task line), then the assistant header;
+// the policy answers one token y, whose design is y mod 6 (the choice policy
+// reads a reply's bytes mod the slot's options). Each family pays a
+// different design 3, one design pays 2 in every family (the compromise a
+// policy that ignores the task settles on), others 1 or -1 (wrong). Training
+// tasks: 3 families x 2 shapes; held-out: each family with a shape token never
+// trained on. One JSON line per evaluation: stage, update, actor lr, expected
+// reward on the training and held-out tasks, P(the family's best design),
+// I(family; design) in bits (log2 3 = 1.58 when every family gets its own),
+// and the policy entropy over the vocabulary.
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Parallel.h>
+#include <ATen/core/grad_mode.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "learner/model.h"
+#include "learner/rl/sample.h"
+#include "learner/rl/trainer.h"
+
+namespace kernelrl::learner::rl {
+namespace {
+
+constexpr int kVocab = 1190, kPrefix = 250, kFamilies = 3, kSlots = 4, kEvalSamples = 256;
+// Token ids: the task line's family and shape tokens, the assistant header, the end of turn.
+constexpr int32_t kFamilyTok = 900, kShapeTok = 910, kHeader[] = {1100, 1101, 1102}, kImEnd = 1189;
+constexpr int32_t kDigitTok = 300;  // '0'..'5': what the random warm-up actors answer.
+
+// --reply=token: one token, design = id mod 6; each family pays its own design 3, design 1 pays 2
+// everywhere (the compromise), the rest 1 or -1.
+constexpr double kTokenReward[kFamilies][6] = {{3, 2, 1, 1, -1, -1}, {1, 2, 3, -1, 1, -1}, {-1, 2, 1, 3, 1, 1}};
+// --reply=slots: four tokens, slot i = id mod the family's option count (data/family/family.h), and
+// the H100 verdict classes of docs/LEARNING.md (a): elementwise fp16 wrong, uncoalesced work slower,
+// float4 faster than compile, else faster than eager; rowreduce fp16 wrong, thread/block per row
+// slower, warp per row with scalar loads faster than compile, vec4 faster than eager; GEMM tiled
+// slower, cuBLAS fast-fp16 faster than compile, cuBLAS fp32 faster than eager. A reply like 1000
+// pays 2, 3 and 1: what a policy that ignores the family can settle on.
+constexpr int kOptions[kFamilies][kSlots] = {{3, 3, 3, 2}, {3, 3, 2, 2}, {3, 2, 3, 2}};
+
+bool g_slots = false;
+
+int ReplyTokens() { return g_slots ? kSlots : 1; }
+
+double Reward(int family, const std::vector<int32_t>& reply) {
+  if (!g_slots) return kTokenReward[family][reply[0] % 6];
+  int s[kSlots];
+  for (int i = 0; i < kSlots; ++i) s[i] = reply[i] % kOptions[family][i];
+  switch (family) {
+    case 0: return s[3] == 1 ? -1 : s[2] == 2 ? 1 : s[0] == 2 ? 3 : 2;  // elementwise
+    case 1: return s[3] == 1 ? -1 : s[0] != 1 ? 1 : s[2] == 0 ? 3 : 2;  // rowreduce
+    default: return s[0] != 0 ? 1 : s[3] == 1 ? 3 : 2;                  // gemm_epilogue
+  }
+}
+
+// The design slot a family's best reply is told apart by: the first (vector width / strategy / GEMM).
+int FirstSlot(int family, const std::vector<int32_t>& reply) {
+  return reply[0] % (g_slots ? kOptions[family][0] : 6);
+}
+
+struct Task {
+  int family, shape;  // shape 0, 1: trained; 2: held out.
+  std::string id() const { return std::to_string(family) + "/" + std::to_string(shape); }
+};
+
+std::vector<int32_t> Prompt(const Task& t) {
+  static const std::vector<int32_t> prefix = [] {
+    at::Generator g = at::detail::createCPUGenerator(7);
+    at::Tensor ids = at::randint(0, 800, {kPrefix}, g, at::kLong);
+    return std::vector<int32_t>(ids.data_ptr<int64_t>(), ids.data_ptr<int64_t>() + kPrefix);
+  }();
+  std::vector<int32_t> p = prefix;
+  p.push_back(kFamilyTok + t.family);
+  p.push_back(kShapeTok + t.family * 3 + t.shape);
+  for (int32_t h : kHeader) p.push_back(h);
+  return p;
+}
+
+Sample MakeSample(const Task& t, const std::vector<int32_t>& reply, const std::vector<float>& logp, int64_t n) {
+  Sample s;
+  s.id = t.id() + "#" + std::to_string(n);
+  s.task_id = t.id();
+  s.ids = Prompt(t);
+  s.loss_mask.assign(s.ids.size(), 0);
+  s.rollout_logprobs.assign(s.ids.size(), 0.f);
+  for (size_t i = 0; i < reply.size(); ++i) {
+    s.ids.push_back(reply[i]), s.loss_mask.push_back(1), s.rollout_logprobs.push_back(logp[i]);
+  }
+  s.ids.push_back(kImEnd), s.loss_mask.push_back(0), s.rollout_logprobs.push_back(0.f);
+  s.reward = Reward(t.family, reply);
+  return s;
+}
+
+// `per_task` replies to each task, sampled token by token from the policy at temperature 1.
+struct Replies {
+  std::vector<std::vector<int32_t>> ids;  // [task * per_task + k] -> reply
+  std::vector<std::vector<float>> logp;
+};
+
+Replies SampleReplies(Transformer& policy, const std::vector<Task>& tasks, int per_task, at::Generator& g) {
+  at::NoGradGuard no_grad;
+  std::vector<at::Tensor> rows;
+  for (const Task& t : tasks) {
+    const std::vector<int32_t> prompt = Prompt(t);
+    at::Tensor row = at::tensor(std::vector<int64_t>(prompt.begin(), prompt.end()), at::kLong);
+    for (int k = 0; k < per_task; ++k) rows.push_back(row);
+  }
+  at::Tensor seq = at::stack(rows);  // [n, T]
+  const int64_t n = seq.size(0);
+  Replies out;
+  out.ids.assign(n, {});
+  out.logp.assign(n, {});
+  for (int r = 0; r < ReplyTokens(); ++r) {
+    at::Tensor logits = policy.Logits(seq);
+    at::Tensor lp = at::log_softmax(logits.select(1, logits.size(1) - 1).to(at::kFloat), -1);  // [n, V]
+    at::Tensor y = at::multinomial(lp.exp(), 1, true, g);                                     // [n, 1]
+    at::Tensor ly = lp.gather(1, y).squeeze(1);
+    for (int64_t i = 0; i < n; ++i) {
+      out.ids[i].push_back(static_cast<int32_t>(y[i][0].item<int64_t>()));
+      out.logp[i].push_back(ly[i].item<float>());
+    }
+    seq = at::cat({seq, y}, 1);
+  }
+  return out;
+}
+
+// Groups of `per_task` rollouts of `groups` training tasks (the learner leases a task in groups).
+std::vector<Sample> Rollouts(Transformer& policy, const std::vector<Task>& train, int groups, int per_task,
+                                 at::Generator& g, int64_t* counter) {
+  std::vector<Task> picked;
+  at::Tensor which = at::randperm(static_cast<int64_t>(train.size()), g, at::kLong);
+  for (int i = 0; i < groups; ++i) picked.push_back(train[which[i % train.size()].item<int64_t>()]);
+  const Replies r = SampleReplies(policy, picked, per_task, g);
+  std::vector<Sample> batch;
+  for (size_t i = 0; i < r.ids.size(); ++i) batch.push_back(MakeSample(picked[i / per_task], r.ids[i], r.logp[i], (*counter)++));
+  return batch;
+}
+
+struct Eval {
+  double reward = 0, top_rate = 0, mi_bits = 0;
+};
+
+// Over kEvalSamples sampled replies per task (families weighted equally): mean reward, the rate of
+// reward 3 (faster than compile) and I(family; first slot) in bits (log2 3 = 1.58 at most).
+Eval Evaluate(Transformer& policy, const std::vector<Task>& tasks, at::Generator& g) {
+  const Replies r = SampleReplies(policy, tasks, kEvalSamples, g);
+  Eval e;
+  std::map<std::pair<int, int>, double> joint;
+  std::map<int, double> fam, slot;
+  const double w = 1.0 / static_cast<double>(r.ids.size());
+  for (size_t i = 0; i < r.ids.size(); ++i) {
+    const int f = tasks[i / kEvalSamples].family, s0 = FirstSlot(f, r.ids[i]);
+    const double reward = Reward(f, r.ids[i]);
+    e.reward += reward * w;
+    e.top_rate += (reward == 3) * w;
+    joint[{f, s0}] += w, fam[f] += w, slot[s0] += w;
+  }
+  for (const auto& [k, p] : joint) e.mi_bits += p * std::log2(p / (fam[k.first] * slot[k.second]));
+  return e;
+}
+
+void Print(const char* stage, int update, double lr, Transformer& policy, const std::vector<Task>& train,
+           const std::vector<Task>& heldout, at::Generator& g) {
+  const Eval tr = Evaluate(policy, train, g), ho = Evaluate(policy, heldout, g);
+  std::printf(
+      "{\"reply\":\"%s\",\"stage\":\"%s\",\"update\":%d,\"actor_lr\":%g,\"train_reward\":%.3f,"
+      "\"heldout_reward\":%.3f,\"train_top_rate\":%.3f,\"heldout_top_rate\":%.3f,\"train_mi_bits\":%.3f,"
+      "\"heldout_mi_bits\":%.3f}\n",
+      g_slots ? "slots" : "token", stage, update, lr, tr.reward, ho.reward, tr.top_rate, ho.top_rate, tr.mi_bits,
+      ho.mi_bits);
+  std::fflush(stdout);
+}
+
+std::unique_ptr<Transformer> Model(Head head, uint64_t seed) {
+  ModelConfig c;  // The shape tools/cli/up_quickstart.py makes for the learning run.
+  c.model_type = "qwen2";
+  c.vocab_size = kVocab;
+  c.hidden_size = 64;
+  c.intermediate_size = 176;
+  c.num_layers = 2;
+  c.num_heads = 4;
+  c.num_kv_heads = 2;
+  c.head_dim = 16;
+  c.max_position_embeddings = 8192;
+  ModelOptions o;
+  o.trainable = true;
+  auto m = Transformer::Create(c, head, o, seed);
+  if (!m.ok()) std::fprintf(stderr, "bandit_bench: %s\n", std::string(m.status().message()).c_str()), std::exit(1);
+  return std::move(*m);
+}
+
+// The recipe on the bandit: 48 random warm-up answers, RFT (20 epochs at 5e-3 on R > 0),
+// 16 value-pretraining updates, then `updates` PPO updates at actor lr `lr`.
+void Run(double lr, int updates, int every, uint64_t seed) {
+  std::vector<Task> train, heldout;
+  for (int f = 0; f < kFamilies; ++f) {
+    train.push_back({f, 0}), train.push_back({f, 1}), heldout.push_back({f, 2});
+  }
+  at::manual_seed(seed);
+  at::Generator g = at::detail::createCPUGenerator(seed);
+  TrainerOptions o;
+  o.normalize_advantages = true;
+  o.actor.lr = 5e-3;
+  o.critic.lr = 1e-3;
+  Trainer t(Model(Head::kLanguageModel, seed), Model(Head::kValue, seed + 1), o);
+  Print("start", 0, lr, t.policy(), train, heldout, g);
+
+  std::vector<Sample> kept;
+  int64_t n = 0;
+  for (int i = 0; i < 48; ++i) {
+    const Task& task = train[i % train.size()];
+    std::vector<int32_t> reply;
+    for (int k = 0; k < ReplyTokens(); ++k) {
+      reply.push_back(kDigitTok + static_cast<int32_t>(at::randint(6, {1}, g, at::kLong).item<int64_t>()));
+    }
+    Sample s = MakeSample(task, reply, std::vector<float>(reply.size(), -std::log(6.f)), n++);
+    if (s.reward > 0) kept.push_back(std::move(s));
+  }
+  for (int epoch = 0; epoch < 20; ++epoch) {
+    for (size_t b = 0; b < kept.size(); b += 16) {
+      std::vector<Sample> batch(kept.begin() + b, kept.begin() + std::min(kept.size(), b + 16));
+      if (auto m = t.SftStep(batch); !m.ok()) std::fprintf(stderr, "%s\n", m.status().ToString().c_str()), std::exit(1);
+    }
+  }
+  Print("rft", 0, lr, t.policy(), train, heldout, g);
+  for (int i = 0; i < 16; ++i) {
+    std::vector<Sample> batch = Rollouts(t.policy(), train, 4, 4, g, &n);
+    SetTaskBaselines(&batch);
+    if (auto m = t.ValueStep(batch); !m.ok()) std::fprintf(stderr, "%s\n", m.status().ToString().c_str()), std::exit(1);
+  }
+  t.actor_optimizer().set_lr(lr);
+  for (int u = 1; u <= updates; ++u) {
+    std::vector<Sample> batch = Rollouts(t.policy(), train, 4, 4, g, &n);
+    SetTaskBaselines(&batch);
+    if (auto m = t.PpoStep(batch); !m.ok()) std::fprintf(stderr, "%s\n", m.status().ToString().c_str()), std::exit(1);
+    if (u % every == 0 || u == updates) Print("ppo", u, lr, t.policy(), train, heldout, g);
+  }
+}
+
+}  // namespace
+}  // namespace kernelrl::learner::rl
+
+int main(int argc, char** argv) {
+  std::vector<double> lrs = {3e-4, 1e-3, 2e-3};
+  int updates = 300, every = 20;
+  uint64_t seed = 1;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    const auto value = [&](const std::string& flag) { return a.rfind(flag, 0) == 0 ? a.substr(flag.size()) : ""; };
+    bool ok = true;
+    if (const std::string v = value("--lrs="); !v.empty()) {
+      lrs.clear();
+      for (absl::string_view s : absl::StrSplit(v, ',')) ok = ok && absl::SimpleAtod(s, &lrs.emplace_back());
+    } else if (const std::string v = value("--updates="); !v.empty()) {
+      ok = absl::SimpleAtoi(v, &updates) && updates > 0;
+    } else if (const std::string v = value("--every="); !v.empty()) {
+      ok = absl::SimpleAtoi(v, &every) && every > 0;
+    } else if (const std::string v = value("--reply="); !v.empty()) {
+      ok = v == "token" || v == "slots";
+      kernelrl::learner::rl::g_slots = v == "slots";
+    } else if (const std::string v = value("--seed="); !v.empty()) {
+      ok = absl::SimpleAtoi(v, &seed);
+    } else {
+      ok = false;
+    }
+    if (!ok) {
+      std::fprintf(stderr, "bandit_bench: bad flag %s\nusage: bandit_bench [--reply=token|slots] [--lrs=A,B] [--updates=N] [--every=K] [--seed=S]\n",
+                   a.c_str());
+      return 2;
+    }
+  }
+  at::set_num_threads(2);
+  for (double lr : lrs) kernelrl::learner::rl::Run(lr, updates, every, seed);
+  return 0;
+}
