@@ -6,6 +6,9 @@
 # with learner, sandbox and actors as separate processes, held-out evaluations
 # with `kernelrl eval`, curves.json and the three PNGs.
 #   learn_e2e_test.sh [ABLATION]   (none: the full recipe; no_rft_no_value: the ablation)
+# The ablation runs in two sittings: --pause_after_agentic_steps=1 stops the services with
+# the job RUNNING, then --resume on the same run dir finishes it (the learner resumes from
+# its checkpoint); the checks below then see one job, one ledger and one curves.json.
 # Oracles: the job SUCCEEDED; every stage the recipe runs produced its updates
 # (and the ablation's skipped stages none); PPO updates carry entropy, explained
 # variance, clip fraction and IS-ratio metrics; each PPO update trained exactly
@@ -27,13 +30,30 @@ BATCH=2
 if [ "$ABLATION" = none ]; then
   STAGES="--job_set=recipe.single_turn_ppo.steps=1 --job_set=recipe.agent_warmup.steps=6 --job_set=recipe.rft.epochs=1 --job_set=recipe.value_pretrain.steps=1 --job_set=recipe.agentic_ppo.steps=2"
 else
-  STAGES="--job_set=recipe.single_turn_ppo.steps=1 --job_set=recipe.agentic_ppo.steps=2"
+  # Three agentic steps, paused after the first: the rollouts in flight at the pause make at most one more.
+  STAGES="--job_set=recipe.single_turn_ppo.steps=1 --job_set=recipe.agentic_ppo.steps=3"
 fi
+learn() {
+  timeout 600 tools/cli/kernelrl learn --bin_dir="$PWD" --base_checkpoint="$tmp/qs/model" --family_dir="$tmp/family" \
+    --backend=cpu --run_dir="$tmp/run" --actors=1 --random_actors=1 --concurrent_rollouts=2 --eval_every=1 \
+    --eval_tasks=3 --eval_rollouts=2 --eval_temperature=1 --ablation="$ABLATION" --job_set=batch.trajectories_per_step=$BATCH $STAGES \
+    --job_timeout_s=540 --stall_timeout_s=240 "$@" >> "$tmp/learn.out" 2>&1
+}
 rc=0
-timeout 600 tools/cli/kernelrl learn --bin_dir="$PWD" --base_checkpoint="$tmp/qs/model" --family_dir="$tmp/family" \
-  --backend=cpu --run_dir="$tmp/run" --actors=1 --random_actors=1 --concurrent_rollouts=2 --eval_every=1 \
-  --eval_tasks=3 --eval_rollouts=2 --eval_temperature=1 --ablation="$ABLATION" --job_set=batch.trajectories_per_step=$BATCH $STAGES \
-  --job_timeout_s=540 --stall_timeout_s=240 > "$tmp/learn.out" 2>&1 || rc=$?
+if [ "$ABLATION" = none ]; then
+  learn || rc=$?
+else
+  learn --pause_after_agentic_steps=1 || rc=$?
+  if [ $rc -eq 0 ]; then
+    paused=$(ls "$tmp"/run/learner-state/jobs/*/curves/curves.json)
+    python3 -c 'import json,sys; c=json.load(open(sys.argv[1])); sys.exit(0 if c["state"] == "RUNNING" and any(h["label"].startswith("pause-") for h in c["heldout"]) else 1)' "$paused" \
+      || { echo "FAIL the first sitting did not pause with the job RUNNING and a pause evaluation"; rc=1; }
+    grep -q "pausing: the services stop" "$tmp/learn.out" || { echo "FAIL no pause line"; rc=1; }
+    say "paused after agentic step 1; resuming"
+    [ $rc -eq 0 ] && { learn --resume || rc=$?; }
+    grep -q "resumed at update" "$tmp/learn.out" || { echo "FAIL no resume line"; rc=1; }
+  fi
+fi
 cat "$tmp/learn.out"
 if [ $rc -ne 0 ]; then
   for f in "$tmp"/run/*.log; do echo "--- $f"; tail -8 "$f"; done
@@ -58,7 +78,7 @@ by_stage = {}
 for s in updates:
     by_stage.setdefault(s["stage"], []).append(s)
 print("updates by stage:", {k: len(v) for k, v in by_stage.items()})
-expect = {"single_turn_ppo": 1, "agentic_ppo": 2}
+expect = {"single_turn_ppo": 1, "agentic_ppo": 2 if ablation == "none" else 3}
 if ablation == "none":
     expect["value_pretrain"] = 1
     # RFT keeps the warm-up trajectories with R > 0: one epoch of ceil(kept / batch) updates, or

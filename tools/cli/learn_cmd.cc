@@ -40,6 +40,7 @@ constexpr char kUsage[] =
     "         [--bin_dir=DIR] [--actors=N] [--random_actors=N] [--concurrent_rollouts=N]\n"
     "         [--ablation=none|no_rft|no_value|no_rft_no_value] [--eval_every=K] [--eval_tasks=N]\n"
     "         [--eval_rollouts=R] [--eval_temperature=T] [--rollouts_per_task=G] [--job_set=FIELD=VALUE ...] [--set=SERVICE.FIELD=VALUE ...]\n"
+    "         [--pause_at_timeout] [--pause_after_agentic_steps=K] [--resume --run_dir=DIR]\n"
     "         [--job_timeout_s=S] [--stall_timeout_s=S] [--python=PY] [--plot_script=FILE]\n"
     "The recipe on the task family as one job (tools/cli/learn_cmd.h, docs/LEARNING.md).\n";
 
@@ -118,6 +119,12 @@ struct Options {
   int eval_max_turns = 3;  // The job's agentic_ppo.max_turns once the job's hyperparameters are read.
   std::vector<std::string> job_sets;
   std::map<std::string, std::vector<std::string>> sets;  // service -> --set=...
+  // A run longer than one sitting (a GPU machine lent for 10 minutes at a time): the services stop
+  // and the job stays RUNNING in --run_dir at --job_timeout_s (--pause_at_timeout) or once agentic PPO
+  // has K steps; --resume restarts them on that run dir, the learner resumes the job from its last
+  // checkpoint, and this follows it on (the curves and evaluations continue).
+  bool pause_at_timeout = false, resume = false;
+  int pause_after_agentic_steps = 0;
 };
 
 absl::StatusOr<Options> ParseFlags(int argc, char** argv) {
@@ -141,6 +148,10 @@ absl::StatusOr<Options> ParseFlags(int argc, char** argv) {
       return true;
     };
     if (a == "--help" || a == "-h") return absl::CancelledError("help");
+    if (a == "--pause_at_timeout" || a == "--resume") {
+      (a == "--resume" ? o.resume : o.pause_at_timeout) = true;
+      continue;
+    }
     if (value("--base_checkpoint=", &o.base_checkpoint) || value("--family_dir=", &o.family_dir) ||
         value("--run_dir=", &o.run_dir) || value("--bin_dir=", &o.bin_dir) || value("--python=", &o.python) ||
         value("--plot_script=", &o.plot_script) || number("--actors=", &o.actors) ||
@@ -148,6 +159,7 @@ absl::StatusOr<Options> ParseFlags(int argc, char** argv) {
         number("--eval_every=", &o.eval_every) || number("--eval_tasks=", &o.eval_tasks) ||
         number("--eval_rollouts=", &o.eval_rollouts) || number("--eval_temperature=", &o.eval_temperature) ||
         number("--rollouts_per_task=", &o.rollouts_per_task) ||
+        number("--pause_after_agentic_steps=", &o.pause_after_agentic_steps) ||
         number("--job_timeout_s=", &o.job_timeout_s) ||
         number("--stall_timeout_s=", &o.stall_timeout_s)) {
       continue;
@@ -179,6 +191,7 @@ absl::StatusOr<Options> ParseFlags(int argc, char** argv) {
   }
   if (!bad_number.empty()) return absl::InvalidArgumentError("not a number: " + bad_number);
   if (o.rollouts_per_task < 1) return absl::InvalidArgumentError("--rollouts_per_task: at least 1");
+  if (o.resume && o.run_dir.empty()) return absl::InvalidArgumentError("--resume needs the paused run's --run_dir");
   if (o.base_checkpoint.empty() || o.family_dir.empty()) {
     return absl::InvalidArgumentError("--base_checkpoint and --family_dir are required");
   }
@@ -220,7 +233,8 @@ std::string TextField(const std::string& field_eq_value) {
 
 class Console {
  public:
-  explicit Console(const std::string& path) : log_(path, std::ios::app), start_(absl::Now()) {}
+  // start: when the run began (a resumed run keeps its first start, so seconds run on across sittings).
+  Console(const std::string& path, absl::Time start) : log_(path, std::ios::app), start_(start) {}
   void Line(const std::string& text) {
     std::lock_guard<std::mutex> lock(mu_);
     const std::string line = absl::StrFormat("[learn %6.1fs] %s\n", Seconds(), text);
@@ -335,6 +349,14 @@ class Cluster {
                                 version, ")"));
   }
 
+  // Stops the running pool; its actors finish and push their rollouts in flight, so a paused job
+  // holds no lease that its resumed learner would wait out.
+  void StopActors() {
+    if (!running_.empty()) sup_.Stop(running_, absl::Seconds(60));
+    running_.clear();
+    pool_.clear();
+  }
+
   std::string SkillPath() const { return o_.run_dir + "/FAMILY_SKILL.md"; }
   ~Cluster() { JoinDraining(); }
   void StopAll() {
@@ -359,6 +381,32 @@ class Cluster {
   std::vector<std::thread> draining_;  // Stopping the previous pools.
   int generation_ = 0;
 };
+
+// What --resume continues: the run dir's one job, its held-out evaluations so far and the run's start.
+struct PausedRun {
+  std::string job_id;
+  Json heldout = Json::Array();
+  absl::Time start = absl::Now();
+};
+
+absl::StatusOr<PausedRun> ReadPausedRun(const std::string& run_dir) {
+  PausedRun r;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(run_dir + "/learner-state/jobs", ec)) {
+    if (!entry.is_directory()) continue;
+    if (!r.job_id.empty()) return absl::FailedPreconditionError(run_dir + " holds more than one job");
+    r.job_id = entry.path().filename().string();
+  }
+  if (r.job_id.empty()) return absl::NotFoundError("no job under " + run_dir + "/learner-state/jobs to resume");
+  const std::string path = absl::StrCat(run_dir, "/learner-state/jobs/", r.job_id, "/curves/curves.json");
+  auto text = ReadFileToString(path);
+  if (!text.ok()) return text.status();
+  auto curves = ParseJson(*text);
+  if (!curves.ok()) return absl::DataLossError(path + ": " + std::string(curves.status().message()));
+  if (const Json* h = curves->Find("heldout")) r.heldout = *h;
+  if (const Json* t = curves->Find("start_unix_ms")) r.start = absl::FromUnixMillis(static_cast<int64_t>(t->number()));
+  return r;
+}
 
 // One held-out evaluation with `kernelrl eval` (this binary), as a child process.
 absl::StatusOr<Json> HeldOutEval(const Options& o, const Cluster& c, const std::string& out_dir) {
@@ -419,7 +467,11 @@ int LearnMain(int argc, char** argv) {
   std::error_code ec;
   fs::create_directories(o.run_dir, ec);
   if (ec) return std::fprintf(stderr, "kernelrl learn: --run_dir: %s\n", ec.message().c_str()), 2;
-  Console console(o.run_dir + "/learn.log");
+  absl::StatusOr<PausedRun> paused_run = o.resume ? ReadPausedRun(o.run_dir) : PausedRun{};
+  if (!paused_run.ok()) {
+    return std::fprintf(stderr, "kernelrl learn: --resume: %s\n", std::string(paused_run.status().message()).c_str()), 2;
+  }
+  Console console(o.run_dir + "/learn.log", paused_run->start);
   Cluster cluster(o, *bin, &console);
   if (!WriteFileAtomically(cluster.SkillPath(), kSkill).ok()) return 1;
 
@@ -474,11 +526,22 @@ int LearnMain(int argc, char** argv) {
   {
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
-    v1::SubmitJobRequest req;
-    *req.mutable_spec() = spec;
-    const grpc::Status s = stub->SubmitJob(&ctx, req, &job);
+    grpc::Status s;
+    if (o.resume) {  // The learner resumed it on start; it must still be RUNNING.
+      v1::GetJobRequest get;
+      get.set_job_id(paused_run->job_id);
+      s = stub->GetJob(&ctx, get, &job);
+      if (s.ok() && job.state() != v1::Job::RUNNING) {
+        s = grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                         absl::StrCat("job ", job.id(), " is ", v1::Job::State_Name(job.state()), ": nothing to resume"));
+      }
+    } else {
+      v1::SubmitJobRequest req;
+      *req.mutable_spec() = spec;
+      s = stub->SubmitJob(&ctx, req, &job);
+    }
     if (!s.ok()) {
-      console.Line("SubmitJob: " + s.error_message());
+      console.Line((o.resume ? "resume: " : "SubmitJob: ") + s.error_message());
       cluster.StopAll();
       return 1;
     }
@@ -486,11 +549,12 @@ int LearnMain(int argc, char** argv) {
   const std::string job_dir = absl::StrCat(o.run_dir, "/learner-state/jobs/", job.id());
   const std::string curves_dir = job_dir + "/curves";
   fs::create_directories(curves_dir, ec);
-  console.Line(absl::StrCat("job ", job.id(), " submitted: ", o.family_dir, "/train.jsonl"));
+  console.Line(o.resume ? absl::StrCat("job ", job.id(), " resumed at update ", job.step())
+                         : absl::StrCat("job ", job.id(), " submitted: ", o.family_dir, "/train.jsonl"));
 
   // Held-out evaluations run one at a time beside the training, in their own thread.
   std::mutex eval_mu;
-  Json heldout = Json::Array();
+  Json heldout = paused_run->heldout;
   std::atomic<bool> eval_busy{false};
   std::thread eval_thread;
   auto start_eval = [&](const std::string& label, int64_t version, int64_t agentic_step) {
@@ -522,13 +586,16 @@ int LearnMain(int argc, char** argv) {
 
   // The start evaluation runs before any actor does: the job cannot update the policy without
   // trajectories, so every one of its rollouts is policy v0's, and it has the sandbox to itself.
-  start_eval("start", 0, 0);
-  eval_thread.join();
+  if (!o.resume) {
+    start_eval("start", 0, 0);
+    eval_thread.join();
+  }
 
   // Follow the job: switch actor pools by stage, show progress, trigger evaluations. The updates
   // themselves come from the ledger afterwards: a poll every 300 ms misses fast ones.
   int64_t last_eval_agentic = -1000;
-  bool reached_agentic = false, evaluated_agentic = false;
+  bool reached_agentic = false, evaluated_agentic = false, paused = false;
+  if (o.resume && job.stage() == "agentic_ppo") evaluated_agentic = true, last_eval_agentic = job.stage_step();
   std::string last_line;
   absl::Time last_change = absl::Now();
   v1::GetJobRequest get;
@@ -558,6 +625,17 @@ int LearnMain(int argc, char** argv) {
         code = job.state() == v1::Job::SUCCEEDED ? 0 : 1;
         break;
       }
+      paused = job.state() == v1::Job::RUNNING &&
+               ((o.pause_at_timeout && absl::Now() > deadline) ||
+                (o.pause_after_agentic_steps > 0 && job.stage() == "agentic_ppo" &&
+                 job.stage_step() >= o.pause_after_agentic_steps));
+      if (paused) {
+        console.Line("pausing: the services stop, the job stays RUNNING (kernelrl learn --resume --run_dir=" +
+                     o.run_dir + " goes on)");
+        cluster.StopActors();  // No more trajectories: the pause evaluation sees (about) the paused policy.
+        code = 0;
+        break;
+      }
     }
     if (absl::Now() > deadline || absl::Now() - last_change > absl::Seconds(o.stall_timeout_s)) {
       console.Line("job timed out or stalled; cancelling");
@@ -574,7 +652,7 @@ int LearnMain(int argc, char** argv) {
   // job was cut by --job_timeout_s during agentic PPO (its state says CANCELLED).
   if (eval_thread.joinable()) eval_thread.join();
   if (code == 0 || (reached_agentic && job.state() != v1::Job::FAILED)) {
-    start_eval("final", job.policy_version(), job.stage_step());
+    start_eval(paused ? absl::StrCat("pause-", job.step()) : "final", job.policy_version(), job.stage_step());
     if (eval_thread.joinable()) eval_thread.join();
   }
   cluster.StopAll();
@@ -597,6 +675,7 @@ int LearnMain(int argc, char** argv) {
   }
   std::lock_guard<std::mutex> lock(eval_mu);
   Json curves = Json::Object({{"job_id", Json::String(job.id())},
+                              {"start_unix_ms", Json::Int(console.StartUnixMs())},
                               {"state", Json::String(v1::Job::State_Name(job.state()))},
                               {"ablation", Json::String(o.ablation)},
                               {"backend", Json::String(o.backend)},
