@@ -7,6 +7,7 @@
 //                  [--eval_every=K] [--eval_tasks=N] [--eval_rollouts=R]
 //                  [--job_set=FIELD=VALUE ...] [--set=SERVICE.FIELD=VALUE ...]
 //                  [--job_timeout_s=S] [--stall_timeout_s=S]
+//                  [--pause_at_timeout] [--pause_after_agentic_steps=K] [--resume --run_dir=DIR]
 //
 // Starts the learner (job API + its policy server on the base checkpoint) and a
 // sandbox worker as supervised processes (tools/cli/up_supervisor.h), submits
@@ -29,7 +30,10 @@
 // evaluation its Table-1 figures and reward mean and spread, and an audit (hack
 // flags with reward > 1, compile-cache hits); reward.png, rates.png,
 // stability.png (tools/cli/learn_plots.py, matplotlib).
-// Exit codes: 0 job SUCCEEDED, 1 failed, 2 bad flags.
+// A run may take several sittings: a pause stops the services with the job
+// RUNNING in --run_dir, and --resume goes on from the learner's checkpoint.
+// learn_cluster.h holds the flags and the processes; this file the run.
+// Exit codes: 0 job SUCCEEDED or paused, 1 failed, 2 bad flags.
 #ifndef KERNELRL_TOOLS_CLI_LEARN_CMD_H_
 #define KERNELRL_TOOLS_CLI_LEARN_CMD_H_
 
