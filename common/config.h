@@ -66,7 +66,6 @@ std::optional<int> StartTool(int argc, char** argv, absl::string_view name, absl
                    [config, with_defaults] { return TextProto(with_defaults(*config)); });
 }
 
-
 // Parses protobuf text into `message` (merging), errors name `source` and line:column.
 absl::Status MergeTextConfig(absl::string_view text, absl::string_view source, google::protobuf::Message* message);
 

@@ -33,6 +33,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "learner/model.h"
@@ -145,7 +146,12 @@ Replies SampleReplies(Transformer& policy, const std::vector<Task>& tasks, int p
   return out;
 }
 
-// Groups of `per_task` rollouts of `groups` training tasks (the learner leases a task in groups).
+void OrDie(const absl::Status& s) {
+  if (!s.ok()) std::fprintf(stderr, "bandit_bench: %s\n", s.ToString().c_str()), std::exit(1);
+}
+
+// Groups of `per_task` rollouts of `groups` training tasks (the learner leases a task in groups),
+// with their per-task baselines set as the recipe sets them.
 std::vector<Sample> Rollouts(Transformer& policy, const std::vector<Task>& train, int groups, int per_task,
                                  at::Generator& g, int64_t* counter) {
   std::vector<Task> picked;
@@ -154,6 +160,7 @@ std::vector<Sample> Rollouts(Transformer& policy, const std::vector<Task>& train
   const Replies r = SampleReplies(policy, picked, per_task, g);
   std::vector<Sample> batch;
   for (size_t i = 0; i < r.ids.size(); ++i) batch.push_back(MakeSample(picked[i / per_task], r.ids[i], r.logp[i], (*counter)++));
+  SetTaskBaselines(&batch);
   return batch;
 }
 
@@ -199,7 +206,7 @@ std::unique_ptr<Transformer> Model(Head head, uint64_t seed) {
   ModelOptions o;
   o.trainable = true;
   auto m = Transformer::Create(c, head, o, seed);
-  if (!m.ok()) std::fprintf(stderr, "bandit_bench: %s\n", std::string(m.status().message()).c_str()), std::exit(1);
+  OrDie(m.status());
   return std::move(*m);
 }
 
@@ -233,20 +240,16 @@ void Run(double lr, int updates, int every, uint64_t seed) {
   for (int epoch = 0; epoch < 20; ++epoch) {
     for (size_t b = 0; b < kept.size(); b += 16) {
       std::vector<Sample> batch(kept.begin() + b, kept.begin() + std::min(kept.size(), b + 16));
-      if (auto m = t.SftStep(batch); !m.ok()) std::fprintf(stderr, "%s\n", m.status().ToString().c_str()), std::exit(1);
+      OrDie(t.SftStep(batch).status());
     }
   }
   Print("rft", 0, lr, t.policy(), train, heldout, g);
   for (int i = 0; i < 16; ++i) {
-    std::vector<Sample> batch = Rollouts(t.policy(), train, 4, 4, g, &n);
-    SetTaskBaselines(&batch);
-    if (auto m = t.ValueStep(batch); !m.ok()) std::fprintf(stderr, "%s\n", m.status().ToString().c_str()), std::exit(1);
+    OrDie(t.ValueStep(Rollouts(t.policy(), train, 4, 4, g, &n)).status());
   }
   t.actor_optimizer().set_lr(lr);
   for (int u = 1; u <= updates; ++u) {
-    std::vector<Sample> batch = Rollouts(t.policy(), train, 4, 4, g, &n);
-    SetTaskBaselines(&batch);
-    if (auto m = t.PpoStep(batch); !m.ok()) std::fprintf(stderr, "%s\n", m.status().ToString().c_str()), std::exit(1);
+    OrDie(t.PpoStep(Rollouts(t.policy(), train, 4, 4, g, &n)).status());
     if (u % every == 0 || u == updates) Print("ppo", u, lr, t.policy(), train, heldout, g);
   }
 }

@@ -103,9 +103,9 @@ absl::StatusOr<Json> HeldOutEval(const LearnOptions& o, const Cluster& c, const 
       "--set=actor.sandbox.target=ipv4:" + c.sandbox_, "--set=actor.policy.kind=choice" + suffix,
       "--set=actor.policy.address=" + c.learner_, absl::StrCat("--set=actor.rollout.eval_max_turns=", o.eval_max_turns),
       absl::StrCat("--set=actor.rollout.temperature=", o.eval_temperature),
+      "--set=actor.rollout.workspace_root=" + out_dir + "-ws",
       // As many rollouts at once as all the training actors run: an evaluation beside training gets
       // half the sandbox instead of 1 / (actors + 1) of it, so it ends near the policy it started with.
-      "--set=actor.rollout.workspace_root=" + out_dir + "-ws",
       absl::StrCat("--set=actor.concurrent_rollouts=", std::max(1, o.actors) * o.concurrent_rollouts)};
   for (const std::string& a : PromptFlags("--set=actor.rollout.", c.SkillPath())) args.push_back(a);
   std::error_code ec;
@@ -280,7 +280,10 @@ int LearnMain(int argc, char** argv) {
   // themselves come from the ledger afterwards: a poll every 300 ms misses fast ones.
   int64_t last_eval_agentic = -1000;
   bool reached_agentic = false, evaluated_agentic = false, paused = false;
-  if (o.resume && job.stage() == "agentic_ppo") evaluated_agentic = true, last_eval_agentic = job.stage_step();
+  if (o.resume && job.stage() == "agentic_ppo") {  // The pause evaluation stands for this sitting's first.
+    evaluated_agentic = true;
+    last_eval_agentic = job.stage_step();
+  }
   std::string last_line;
   absl::Time last_change = absl::Now();
   v1::GetJobRequest get;
