@@ -41,6 +41,22 @@ grpc::Status LearnerService::CancelJob(grpc::ServerContext*, const v1::CancelJob
   return grpc::Status::OK;
 }
 
+grpc::Status LearnerService::PauseJob(grpc::ServerContext*, const v1::PauseJobRequest* request,
+                                      v1::Job* response) {
+  auto job = jobs_->Pause(request->job_id(), request->reason());
+  if (!job.ok()) return ToGrpcStatus(job.status());
+  *response = std::move(*job);
+  return grpc::Status::OK;
+}
+
+grpc::Status LearnerService::ResumeJob(grpc::ServerContext*, const v1::ResumeJobRequest* request,
+                                       v1::Job* response) {
+  auto job = jobs_->Resume(request->job_id());
+  if (!job.ok()) return ToGrpcStatus(job.status());
+  *response = std::move(*job);
+  return grpc::Status::OK;
+}
+
 grpc::Status LearnerService::ListJobs(grpc::ServerContext*, const v1::ListJobsRequest* request,
                                       v1::ListJobsResponse* response) {
   auto list = jobs_->List(request->page_size(), request->page_token());

@@ -17,6 +17,8 @@ class LearnerService final : public v1::Learner::Service {
   grpc::Status WatchJob(grpc::ServerContext* context, const v1::GetJobRequest* request,
                         grpc::ServerWriter<v1::Job>* writer) override;
   grpc::Status CancelJob(grpc::ServerContext*, const v1::CancelJobRequest* request, v1::Job* response) override;
+  grpc::Status PauseJob(grpc::ServerContext*, const v1::PauseJobRequest* request, v1::Job* response) override;
+  grpc::Status ResumeJob(grpc::ServerContext*, const v1::ResumeJobRequest* request, v1::Job* response) override;
   grpc::Status ListJobs(grpc::ServerContext*, const v1::ListJobsRequest* request,
                         v1::ListJobsResponse* response) override;
   grpc::Status LeaseTasks(grpc::ServerContext*, const v1::LeaseTasksRequest* request,

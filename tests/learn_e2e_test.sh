@@ -6,7 +6,8 @@
 # with learner, sandbox and actors as separate processes, held-out evaluations
 # with `kernelrl eval`, curves.json and the three PNGs.
 #   learn_e2e_test.sh [ABLATION]   (none: the full recipe; no_rft_no_value: the ablation)
-# The ablation runs in two sittings: --pause_after_agentic_steps=1 stops the services with
+# The ablation runs in two sittings: --pause_after_agentic_steps=1 pauses the job (PauseJob: the
+# trainer holds at a step boundary) and stops the services with
 # the job RUNNING, then --resume on the same run dir finishes it (the learner resumes from
 # its checkpoint); the checks below then see one job, one ledger and one curves.json.
 # Oracles: the job SUCCEEDED; every stage the recipe runs produced its updates
@@ -30,8 +31,8 @@ BATCH=2
 if [ "$ABLATION" = none ]; then
   STAGES="--job_set=recipe.single_turn_ppo.steps=1 --job_set=recipe.agent_warmup.steps=6 --job_set=recipe.rft.epochs=1 --job_set=recipe.value_pretrain.steps=1 --job_set=recipe.agentic_ppo.steps=2"
 else
-  # Three agentic steps, paused after the first: the rollouts in flight at the pause make at most one more.
-  STAGES="--job_set=recipe.single_turn_ppo.steps=1 --job_set=recipe.agentic_ppo.steps=3"
+  # Four agentic steps, paused after the first: the update in progress at the pause may still land.
+  STAGES="--job_set=recipe.single_turn_ppo.steps=1 --job_set=recipe.agentic_ppo.steps=4"
 fi
 learn() {
   timeout 600 tools/cli/kernelrl learn --bin_dir="$PWD" --base_checkpoint="$tmp/qs/model" --family_dir="$tmp/family" \
@@ -49,9 +50,13 @@ else
     python3 -c 'import json,sys; c=json.load(open(sys.argv[1])); sys.exit(0 if c["state"] == "RUNNING" and any(h["label"].startswith("pause-") for h in c["heldout"]) else 1)' "$paused" \
       || { echo "FAIL the first sitting did not pause with the job RUNNING and a pause evaluation"; rc=1; }
     grep -q "pausing: the services stop" "$tmp/learn.out" || { echo "FAIL no pause line"; rc=1; }
+    grep -q "held at update" "$tmp/learn.out" || { echo "FAIL the trainer did not hold at a step boundary"; rc=1; }
+    grep -q "paused: true" "$tmp"/run/learner-state/jobs/*/job.textproto || { echo "FAIL the pause is not persisted"; rc=1; }
     say "paused after agentic step 1; resuming"
     [ $rc -eq 0 ] && { learn --resume || rc=$?; }
-    grep -q "resumed at update" "$tmp/learn.out" || { echo "FAIL no resume line"; rc=1; }
+    held=$(sed -n 's/.*held at update \([0-9]*\).*/\1/p' "$tmp/learn.out")
+    resumed=$(sed -n 's/.*resumed at update \([0-9]*\).*/\1/p' "$tmp/learn.out")
+    [ -n "$resumed" ] && [ "$resumed" = "$held" ] || { echo "FAIL resumed at update '$resumed', held at '$held'"; rc=1; }
   fi
 fi
 cat "$tmp/learn.out"
@@ -78,7 +83,7 @@ by_stage = {}
 for s in updates:
     by_stage.setdefault(s["stage"], []).append(s)
 print("updates by stage:", {k: len(v) for k, v in by_stage.items()})
-expect = {"single_turn_ppo": 1, "agentic_ppo": 2 if ablation == "none" else 3}
+expect = {"single_turn_ppo": 1, "agentic_ppo": 2 if ablation == "none" else 4}
 if ablation == "none":
     expect["value_pretrain"] = 1
     # RFT keeps the warm-up trajectories with R > 0: one epoch of ceil(kept / batch) updates, or

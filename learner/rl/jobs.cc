@@ -29,6 +29,18 @@ bool JobContext::ShouldStop() const {
   return manager_->stop_ || manager_->jobs_.at(id_).cancel_requested;
 }
 
+void JobContext::HoldWhilePaused() {
+  absl::MutexLock lock(&manager_->mu_);
+  JobManager::Entry& e = manager_->jobs_.at(id_);
+  if (!e.job.paused() || manager_->stop_ || e.cancel_requested) return;
+  e.job.set_held(true);
+  (void)manager_->PersistLocked(&e);
+  KLOG(INFO) << "job " << id_ << " held at update " << e.job.step();
+  while (e.job.paused() && !manager_->stop_ && !e.cancel_requested) manager_->changed_.Wait(&manager_->mu_);
+  e.job.set_held(false);
+  (void)manager_->PersistLocked(&e);
+}
+
 absl::Status JobContext::Update(const std::function<void(v1::Job*)>& change) {
   absl::MutexLock lock(&manager_->mu_);
   JobManager::Entry& e = manager_->jobs_.at(id_);
@@ -62,6 +74,7 @@ absl::StatusOr<std::unique_ptr<JobManager>> JobManager::Open(const std::string& 
       if (!google::protobuf::TextFormat::ParseFromString(*text, &e.job)) {
         return absl::DataLossError(absl::StrCat(m->JobDir(id), "/job.textproto does not parse"));
       }
+      e.job.set_held(false);  // No runner holds it yet; a paused one holds again when it resumes.
       m->jobs_[id] = std::move(e);
       m->counter_++;
     }
@@ -131,6 +144,38 @@ absl::StatusOr<v1::Job> JobManager::Cancel(const std::string& id, const std::str
   return e.job;
 }
 
+absl::StatusOr<JobManager::Entry*> JobManager::RunningLocked(const std::string& id, const char* what) {
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("no job ", id));
+  if (it->second.job.state() != v1::Job::RUNNING || it->second.cancel_requested) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job ", id, " is ", v1::Job::State_Name(it->second.job.state()), ": only a RUNNING job can ", what));
+  }
+  return &it->second;
+}
+
+absl::StatusOr<v1::Job> JobManager::Pause(const std::string& id, const std::string& reason) {
+  absl::MutexLock lock(&mu_);
+  auto e = RunningLocked(id, "be paused");
+  if (!e.ok()) return e.status();
+  if ((*e)->job.paused()) return (*e)->job;
+  (*e)->job.set_paused(true);
+  (*e)->job.set_message(absl::StrCat("paused: ", reason.empty() ? "by request" : reason));
+  if (auto s = PersistLocked(*e); !s.ok()) return s;
+  return (*e)->job;
+}
+
+absl::StatusOr<v1::Job> JobManager::Resume(const std::string& id) {
+  absl::MutexLock lock(&mu_);
+  auto e = RunningLocked(id, "be resumed");
+  if (!e.ok()) return e.status();
+  if (!(*e)->job.paused()) return (*e)->job;
+  (*e)->job.set_paused(false);
+  (*e)->job.set_message("resumed");
+  if (auto s = PersistLocked(*e); !s.ok()) return s;  // Wakes the held runner.
+  return (*e)->job;
+}
+
 absl::StatusOr<v1::ListJobsResponse> JobManager::List(int page_size, const std::string& page_token) const {
   if (page_size < 0) return absl::InvalidArgumentError("page_size must be >= 0");
   if (page_size == 0) page_size = 50;
@@ -171,6 +216,10 @@ absl::StatusOr<bool> JobManager::WaitForChange(const std::string& id, int64_t* r
 absl::StatusOr<v1::LeaseTasksResponse> JobManager::LeaseTasks(const v1::LeaseTasksRequest& request) {
   if (request.actor_id().empty()) return absl::InvalidArgumentError("actor_id: required");
   if (request.max_tasks() < 1) return absl::InvalidArgumentError("max_tasks: must be >= 1");
+  {
+    absl::MutexLock lock(&mu_);
+    if (!running_.empty() && jobs_.at(running_).job.paused()) return v1::LeaseTasksResponse{};  // Back off.
+  }
   absl::ReaderMutexLock lock(&ingest_mu_);
   Ingest* ingest = ingest_;
   v1::LeaseTasksResponse out;

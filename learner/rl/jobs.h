@@ -4,6 +4,10 @@
 //
 //   PENDING -> RUNNING -> SUCCEEDED | FAILED | CANCELLED
 //
+// A RUNNING job can be paused (Job.paused): its runner holds at the next step
+// boundary (Job.held) with its policy as it is, actors get no new leases but
+// their pushes are kept, until Resume. Both flags are persisted like the state.
+//
 // Contract:
 //  * Every state change is written to <state_dir>/jobs/<id>/job.textproto
 //    (atomically) before it is visible to GetJob/WatchJob; on Open() the
@@ -47,6 +51,9 @@ class JobContext {
   // Cancelled by the user, or the learner is shutting down (then the job
   // stays RUNNING and resumes on the next start).
   bool ShouldStop() const;
+  // A step boundary: while the job is paused, marks it held and blocks until
+  // Resume or ShouldStop(). Runners call it before taking each batch.
+  void HoldWhilePaused();
   // Changes the job (step, stage, metrics, message) and persists it.
   absl::Status Update(const std::function<void(v1::Job*)>& change);
   // The ingest actors talk to while this job runs (nullptr: none).
@@ -79,6 +86,9 @@ class JobManager {
   absl::StatusOr<v1::Job> Submit(const v1::JobSpec& spec) ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<v1::Job> Get(const std::string& id) const ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<v1::Job> Cancel(const std::string& id, const std::string& reason) ABSL_LOCKS_EXCLUDED(mu_);
+  // Idempotent; a job that is not RUNNING is FailedPrecondition.
+  absl::StatusOr<v1::Job> Pause(const std::string& id, const std::string& reason) ABSL_LOCKS_EXCLUDED(mu_);
+  absl::StatusOr<v1::Job> Resume(const std::string& id) ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<v1::ListJobsResponse> List(int page_size, const std::string& page_token) const
       ABSL_LOCKS_EXCLUDED(mu_);
   // Waits until the job's revision passes `*revision` (or `timeout`); fills
@@ -105,6 +115,7 @@ class JobManager {
   LearnerMetrics::Live LiveMetrics() const ABSL_LOCKS_EXCLUDED(mu_);
   void WorkerLoop();
   absl::Status PersistLocked(Entry* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<Entry*> RunningLocked(const std::string& id, const char* what) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::string JobDir(const std::string& id) const { return state_dir_ + "/jobs/" + id; }
 
   const std::string state_dir_;

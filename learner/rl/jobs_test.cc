@@ -3,9 +3,11 @@
 #include <sys/stat.h>
 
 #include <atomic>
+#include <functional>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "common/config.h"
 #include "common/file.h"
 #include "gtest/gtest.h"
 #include "learner/rl/job_config.h"
@@ -40,6 +42,7 @@ class CountingRunner : public JobRunner {
   absl::Status Run(JobContext* ctx) override {
     ++*runs_;
     while (ctx->job().step() < steps_) {
+      ctx->HoldWhilePaused();
       if (ctx->ShouldStop()) return absl::OkStatus();
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
       auto s = ctx->Update([](v1::Job* j) {
@@ -187,6 +190,66 @@ TEST(JobManagerTest, RunsWatchesCancelsListsAndSurvivesRestart) {
     WaitFor(m->get(), second, v1::Job::RUNNING);  // The next one starts.
     EXPECT_EQ((*m)->Cancel(first, "").status().code(), absl::StatusCode::kFailedPrecondition);
     EXPECT_EQ((*m)->Get("job-nope").status().code(), absl::StatusCode::kNotFound);
+  }
+}
+
+v1::Job WaitUntil(JobManager* m, const std::string& id, const std::function<bool(const v1::Job&)>& done) {
+  int64_t rev = -1;
+  v1::Job job;
+  for (int i = 0; i < 100 && !(rev >= 0 && done(job)); ++i) (void)m->WaitForChange(id, &rev, absl::Milliseconds(100), &job);
+  EXPECT_TRUE(done(job)) << TextProto(job);
+  return job;
+}
+
+// Pause holds the runner at a step boundary, survives a restart, and Resume lets it go on.
+TEST(JobManagerTest, PauseHoldsAcrossRestartAndResumeGoesOn) {
+  const std::string root = TempDir();
+  std::atomic<int> runs{0};
+  std::string id;
+  int64_t held_step = 0;
+  {
+    auto m = JobManager::Open(root + "/state", [&] { return std::make_unique<CountingRunner>(&runs, 1000000); });
+    ASSERT_TRUE(m.ok());
+    auto a = (*m)->Submit(GoodSpec(root));
+    ASSERT_TRUE(a.ok());
+    id = a->id();
+    WaitFor(m->get(), id, v1::Job::RUNNING);
+    auto waiting = (*m)->Submit(GoodSpec(root));  // PENDING behind the running one: cannot be paused.
+    ASSERT_TRUE(waiting.ok());
+    EXPECT_EQ((*m)->Pause(waiting->id(), "").status().code(), absl::StatusCode::kFailedPrecondition);
+    ASSERT_TRUE((*m)->Cancel(waiting->id(), "").ok());
+    WaitUntil(m->get(), id, [](const v1::Job& j) { return j.step() > 2; });
+    auto p = (*m)->Pause(id, "sitting over");
+    ASSERT_TRUE(p.ok()) << p.status();
+    EXPECT_TRUE(p->paused());
+    EXPECT_NE(p->message().find("sitting over"), std::string::npos);
+    held_step = WaitUntil(m->get(), id, [](const v1::Job& j) { return j.held(); }).step();
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    EXPECT_EQ((*m)->Get(id)->step(), held_step);  // Held: no step while paused.
+    EXPECT_TRUE((*m)->Pause(id, "again").ok());  // Idempotent.
+    v1::LeaseTasksRequest lease;
+    lease.set_actor_id("a");
+    lease.set_max_tasks(1);
+    auto leases = (*m)->LeaseTasks(lease);
+    ASSERT_TRUE(leases.ok());
+    EXPECT_EQ(leases->leases_size(), 0);  // Actors back off.
+  }
+  {
+    auto m = JobManager::Open(root + "/state", [&] { return std::make_unique<CountingRunner>(&runs, 1000000); });
+    ASSERT_TRUE(m.ok());
+    v1::Job back = WaitUntil(m->get(), id, [](const v1::Job& j) { return j.held(); });  // Still paused after a restart.
+    EXPECT_TRUE(back.paused());
+    EXPECT_EQ(back.step(), held_step);
+    EXPECT_EQ(runs.load(), 2);
+    auto r = (*m)->Resume(id);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_FALSE(r->paused());
+    WaitUntil(m->get(), id, [&](const v1::Job& j) { return !j.held() && j.step() > held_step + 2; });
+    EXPECT_TRUE((*m)->Resume(id).ok());  // Idempotent.
+    ASSERT_TRUE((*m)->Cancel(id, "").ok());
+    WaitFor(m->get(), id, v1::Job::CANCELLED);
+    EXPECT_EQ((*m)->Resume(id).status().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_EQ((*m)->Pause("job-nope", "").status().code(), absl::StatusCode::kNotFound);
   }
 }
 

@@ -40,7 +40,7 @@ std::string Summary(const v1::Job& j) {
 }  // namespace
 
 int JobMain(int argc, char** argv) {
-  CLI::App app{"kernelrl job: submit, watch, cancel, list and get learner jobs", "kernelrl job"};
+  CLI::App app{"kernelrl job: submit, watch, cancel, pause, resume, list and get learner jobs", "kernelrl job"};
   app.require_subcommand(1);
   app.fallthrough();  // --learner may follow the subcommand.
   std::string learner = "127.0.0.1:50051";
@@ -68,6 +68,11 @@ int JobMain(int argc, char** argv) {
   CLI::App* cancel = app.add_subcommand("cancel", "Cancel a job");
   cancel->add_option("job_id", job_id)->required();
   cancel->add_option("--reason", reason, "Recorded in the job's message");
+  CLI::App* pause = app.add_subcommand("pause", "Hold a running job at its next step boundary (kept across restarts)");
+  pause->add_option("job_id", job_id)->required();
+  pause->add_option("--reason", reason, "Recorded in the job's message");
+  CLI::App* resume = app.add_subcommand("resume", "Let a paused job go on");
+  resume->add_option("job_id", job_id)->required();
   CLI::App* list = app.add_subcommand("list", "List jobs, newest first");
   list->add_option("--page_size", page_size, "Jobs per page (0 = all, 50 at a time)");
 
@@ -111,7 +116,7 @@ int JobMain(int argc, char** argv) {
     PrintJob(job);
     return 0;
   }
-  if (get->parsed() || cancel->parsed()) {
+  if (get->parsed() || cancel->parsed() || pause->parsed() || resume->parsed()) {
     grpc::ClientContext ctx;
     v1::Job job;
     grpc::Status s;
@@ -119,6 +124,15 @@ int JobMain(int argc, char** argv) {
       v1::GetJobRequest req;
       req.set_job_id(job_id);
       s = stub->GetJob(&ctx, req, &job);
+    } else if (pause->parsed()) {
+      v1::PauseJobRequest req;
+      req.set_job_id(job_id);
+      req.set_reason(reason);
+      s = stub->PauseJob(&ctx, req, &job);
+    } else if (resume->parsed()) {
+      v1::ResumeJobRequest req;
+      req.set_job_id(job_id);
+      s = stub->ResumeJob(&ctx, req, &job);
     } else {
       v1::CancelJobRequest req;
       req.set_job_id(job_id);

@@ -117,6 +117,32 @@ absl::StatusOr<Json> HeldOutEval(const LearnOptions& o, const Cluster& c, const 
   return HeldOutFromReport(out_dir + "/report.json");
 }
 
+// Pauses the job (the learner takes no new batch and grants no lease), stops the actors (their
+// rollouts in flight are pushed and kept for the next sitting) and waits until the trainer holds:
+// from then on the job's policy is the one the pause evaluation measures. The job comes back held,
+// or ended when the update in progress was its last.
+absl::StatusOr<v1::Job> PauseAndHold(v1::Learner::Stub* stub, const std::string& job_id, Cluster* cluster) {
+  v1::Job job;
+  {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    v1::PauseJobRequest pause;
+    pause.set_job_id(job_id);
+    pause.set_reason("kernelrl learn: the sitting is over; --resume goes on");
+    if (grpc::Status s = stub->PauseJob(&ctx, pause, &job); !s.ok()) return absl::InternalError(s.error_message());
+  }
+  cluster->StopActors();
+  v1::GetJobRequest get;
+  get.set_job_id(job_id);
+  for (const absl::Time until = absl::Now() + absl::Minutes(10); absl::Now() < until; absl::SleepFor(absl::Milliseconds(200))) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    if (grpc::Status s = stub->GetJob(&ctx, get, &job); !s.ok()) return absl::InternalError(s.error_message());
+    if (job.held() || job.state() != v1::Job::RUNNING) return job;  // Or its last update ended it.
+  }
+  return absl::DeadlineExceededError("the trainer did not reach a step boundary in 10 minutes");
+}
+
 std::string F(double v) { return absl::StrFormat("%.3g", v); }
 
 // "; rollouts: reward m +- sem (n), ..." when the evaluation sampled more than one rollout per task.
@@ -220,6 +246,13 @@ int LearnMain(int argc, char** argv) {
         s = grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                          absl::StrCat("job ", job.id(), " is ", v1::Job::State_Name(job.state()), ": nothing to resume"));
       }
+      if (s.ok() && job.paused()) {  // Held since the last sitting's pause.
+        grpc::ClientContext rctx;
+        rctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+        v1::ResumeJobRequest resume;
+        resume.set_job_id(job.id());
+        s = stub->ResumeJob(&rctx, resume, &job);
+      }
     } else {
       v1::SubmitJobRequest req;
       *req.mutable_spec() = spec;
@@ -320,7 +353,18 @@ int LearnMain(int argc, char** argv) {
       if (paused) {
         console.Line("pausing: the services stop, the job stays RUNNING (kernelrl learn --resume --run_dir=" +
                      o.run_dir + " goes on)");
-        cluster.StopActors();  // No more trajectories: the pause evaluation sees (about) the paused policy.
+        auto held = PauseAndHold(stub.get(), job.id(), &cluster);
+        if (!held.ok()) {
+          console.Line("pause failed: " + std::string(held.status().message()));
+          break;
+        }
+        job = *held;
+        if (job.state() != v1::Job::RUNNING) {  // Its last update was in progress: it ended instead.
+          paused = false;
+          code = job.state() == v1::Job::SUCCEEDED ? 0 : 1;
+          break;
+        }
+        console.Line(absl::StrCat("held at update ", job.step(), " (policy v", job.policy_version(), ")"));
         code = 0;
         break;
       }
