@@ -250,7 +250,10 @@ LearnerMetrics::Live JobManager::LiveMetrics() const {
   LearnerMetrics::Live live;
   {
     absl::MutexLock lock(&mu_);
-    for (const auto& [id, e] : jobs_) ++live.jobs_by_state[v1::Job::State_Name(e.job.state())];
+    for (const auto& [id, e] : jobs_) {
+      ++live.jobs_by_state[v1::Job::State_Name(e.job.state())];
+      live.paused_jobs += e.job.state() == v1::Job::RUNNING && e.job.paused();
+    }
   }
   absl::ReaderMutexLock lock(&ingest_mu_);
   if (ingest_ != nullptr) {

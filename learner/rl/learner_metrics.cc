@@ -17,6 +17,7 @@ double Get(const std::map<std::string, double>& m, const std::string& k, double 
 LearnerMetrics::LearnerMetrics(MetricsRegistry* r)
     : registry_(r),
       jobs_(r->AddGauge("kernelrl_learner_jobs", "Jobs in each state.", {"state"})),
+      paused_jobs_(r->AddGauge("kernelrl_learner_jobs_paused", "RUNNING jobs held by PauseJob (no step expected).").Get()),
       steps_(r->AddCounter("kernelrl_learner_ppo_steps_total",
                            "Optimizer steps committed (PPO, RFT and value pretraining).")
                  .Get()),
@@ -92,6 +93,7 @@ void LearnerMetrics::Collect() {
     auto it = live.jobs_by_state.find(state);
     jobs_.Labels({state}).Set(it == live.jobs_by_state.end() ? 0 : it->second);
   }
+  paused_jobs_.Set(live.paused_jobs);
   if (live.has_ingest) {
     buffer_depth_.Set(static_cast<double>(live.buffer_depth));
     buffer_staleness_.Set(live.buffer_staleness_max);

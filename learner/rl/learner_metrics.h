@@ -37,6 +37,7 @@ class LearnerMetrics {
   // What the collect hook reads from the job manager.
   struct Live {
     std::map<std::string, int> jobs_by_state;  // Job.State name -> count.
+    int paused_jobs = 0;                       // RUNNING jobs held by PauseJob.
     bool has_ingest = false;
     int64_t buffer_depth = 0, active_leases = 0;
     double buffer_staleness_max = 0;
@@ -67,6 +68,7 @@ class LearnerMetrics {
 
   MetricsRegistry* registry_;
   Family<Gauge>& jobs_;
+  Gauge& paused_jobs_;
   Counter& steps_;
   Gauge& policy_version_;
   Family<Counter>& trajectories_;

@@ -44,6 +44,7 @@ TEST(LearnerMetricsTest, PushesStepsAndLiveGaugesInTheScrape) {
     live_called = true;
     LearnerMetrics::Live l;
     l.jobs_by_state = {{"RUNNING", 1}, {"SUCCEEDED", 2}};
+    l.paused_jobs = 1;
     l.has_ingest = true;
     l.buffer_depth = 5;
     return l;
@@ -64,6 +65,7 @@ TEST(LearnerMetricsTest, PushesStepsAndLiveGaugesInTheScrape) {
   EXPECT_TRUE(Has(text, "kernelrl_learner_reward_count 4"));
   EXPECT_TRUE(Has(text, "kernelrl_learner_reward_bucket{le=\"-1\"} 1"));
   EXPECT_TRUE(Has(text, "kernelrl_learner_jobs{state=\"SUCCEEDED\"} 2"));
+  EXPECT_TRUE(Has(text, "kernelrl_learner_jobs_paused 1"));
   EXPECT_TRUE(Has(text, "kernelrl_learner_buffer_depth 5"));
   // A state no job is in any more reads 0; without an ingest the buffer reads 0.
   metrics.SetLiveSource([] {
