@@ -20,7 +20,16 @@
 #                                                # + .devcarry/learnjob (the small task set)
 #   device: MODE=learn tools/device_learn.sh     # carry [".devcarry/ops", ".devcarry/learnjob"]
 #
-#     Results: $OUT/learn.txt (progress, held-out evaluations, audit), curves.json, the PNGs, logs.tgz.
+#     Results: curves.json, the PNGs, logs.tgz (the progress lines, held-out evaluations and audit go to stdout).
+#   A run longer than one call (each <= 10 min) goes in sittings: SITTING=first pauses the job at
+#   LEARN_WALL (kernelrl learn --pause_at_timeout: held at a step boundary, evaluated) and brings the
+#   run back as $OUT/learnrun.tgz (the last checkpoint, ledger, trajectories, the tiny checkpoint with
+#   its tokenizer, the baseline cache); then, per further call:
+#   here:   tools/device_learn.sh --carry-run /work/.device/N/learnrun.tgz   # into .devcarry/learnrun
+#   device: MODE=learn SITTING=next|last tools/device_learn.sh   # carry [".devcarry/ops", ".devcarry/learnjob",
+#                                                                #        ".devcarry/learnrun"]
+#   next resumes it and pauses again at LEARN_WALL; last resumes it and lets it finish (AGENTIC_STEPS).
+#   Keep every other knob as in the first sitting.
 # Knobs: PRECOMPUTE_WALL (55 s), SUITE_WALL (rest of 140 s), PROFILE_BUDGET (0.3 s); MODE=learn:
 # LEARN_WALL (85 s for the job; cut there, then the final held-out eval), AGENTIC_STEPS (4), ABLATION (none),
 # SINGLE_STEPS (1), WARMUP (8), RFT_EPOCHS (2), VALUE_STEPS (2), BATCH (4), EVAL_EVERY (2), ACTORS (2),
@@ -100,6 +109,17 @@ if [ "${1:-}" = "--stage-learn" ]; then  # Run HERE.
   exit 0
 fi
 
+if [ "${1:-}" = "--carry-run" ]; then  # Run HERE: the last sitting's run, for the next call.
+  set -e
+  [ -f "${2:-}" ] || { echo "usage: tools/device_learn.sh --carry-run PATH/learnrun.tgz"; exit 2; }
+  rm -rf .devcarry/learnrun && mkdir -p .devcarry/learnrun && cp "$2" .devcarry/learnrun/learnrun.tgz
+  TRACKED=$(git ls-files -z | xargs -0 du -cb 2>/dev/null | tail -1 | cut -f1)
+  CARRIED=$(du -cb .devcarry/ops .devcarry/learnjob .devcarry/learnrun | tail -1 | cut -f1)
+  echo "the call would send $(( (TRACKED + CARRIED) >> 20 )) MiB of 64 (tracked $(( TRACKED >> 20 )), carried $(( CARRIED >> 20 )))"
+  [ $(( TRACKED + CARRIED )) -lt $(( 64 << 20 )) ] || { echo "over the carry limit"; exit 1; }
+  exit 0
+fi
+
 T0=$(date +%s)
 elapsed() { echo $(( $(date +%s) - T0 )); }
 OUT=${OUT:-/tmp/learn_device_out}; mkdir -p "$OUT"
@@ -117,18 +137,35 @@ if [ "${MODE:-}" = learn ]; then  # (b) on the device.
   CUPTI_SO=$(dirname "$(find $CUDA/ -name 'libcupti.so*' 2>/dev/null | head -1)")
   g++ -std=c++17 -O2 -fPIC -shared -I. -I$CUDA/include -I$CUPTI_H profiler_service/cupti/kprof.cc -o $KPROF \
     -L$CUPTI_SO -Wl,-rpath,$CUPTI_SO -L$CUDA/lib64/stubs -lcupti -lcuda > "$OUT/kprof_build.log" 2>&1 || KPROF=""
-  RUN=/tmp/kernelrl-learn-run; rm -rf "$RUN"; mkdir -p "$RUN"
-  $PY tools/cli/up_quickstart.py "$RUN/qs" "$PWD" > "$OUT/assets.log" 2>&1 &
-  ASSETS=$!
-  BASE=/tmp/kr_learn_baselines; rm -rf $BASE; mkdir -p $BASE
-  PW=${PRECOMPUTE_WALL:-50}
-  env ${KPROF:+CUDA_INJECTION64_PATH=$KPROF} PYTHONPATH=$PWD TORCHINDUCTOR_COMPILE_THREADS=2 timeout "$PW" \
-    $PY -m profiler_service.harness.precompute --tasks_root "$L/tasks" --levels family --out "$OUT/baselines.jsonl" \
-    --workers 8 --budget_s 0.3 --deadline_s $(( PW - 8 )) > "$OUT/precompute.log" 2>&1
-  echo "precompute rc=$? at $(elapsed) s: $(wc -l < "$OUT/baselines.jsonl" 2>/dev/null || echo 0)/12 tasks"
-  "$L/precompute_baselines" --measurements="$OUT/baselines.jsonl" --set=baseline_cache_dir=$BASE --table="$OUT/baselines.tsv" \
-    > "$OUT/import.log" 2>&1 || echo "baseline import failed (import.log): rewards stay at 1 (baseline_missing)"
-  wait $ASSETS || { cat "$OUT/assets.log"; exit 1; }
+  # The run and the baseline cache live under /tmp, at the same paths in every sitting (the job's
+  # spec names its checkpoint and tasks by absolute path).
+  RUN=/tmp/kernelrl-learn-run BASE=/tmp/kr_learn_baselines
+  PAUSE="" RESUME=""
+  case "${SITTING:-}" in
+    "") ;;
+    first) PAUSE=--pause_at_timeout ;;
+    next | last)
+      [ -f .devcarry/learnrun/learnrun.tgz ] || { echo "SITTING=$SITTING: no .devcarry/learnrun (tools/device_learn.sh --carry-run here)"; exit 2; }
+      RESUME=--resume; [ "$SITTING" = next ] && PAUSE=--pause_at_timeout ;;
+    *) echo "SITTING: first, next or last"; exit 2 ;;
+  esac
+  rm -rf "$RUN" $BASE
+  if [ -n "$RESUME" ]; then  # The paused run as the last sitting left it: no baselines to measure again.
+    tar xzf .devcarry/learnrun/learnrun.tgz -C /tmp || { echo "cannot unpack .devcarry/learnrun/learnrun.tgz"; exit 1; }
+    echo "sitting $SITTING: resuming $(ls "$RUN"/run/learner-state/jobs) at $(elapsed) s"
+  else
+    mkdir -p "$RUN" $BASE
+    $PY tools/cli/up_quickstart.py "$RUN/qs" "$PWD" > "$OUT/assets.log" 2>&1 &
+    ASSETS=$!
+    PW=${PRECOMPUTE_WALL:-50}
+    env ${KPROF:+CUDA_INJECTION64_PATH=$KPROF} PYTHONPATH=$PWD TORCHINDUCTOR_COMPILE_THREADS=2 timeout "$PW" \
+      $PY -m profiler_service.harness.precompute --tasks_root "$L/tasks" --levels family --out "$OUT/baselines.jsonl" \
+      --workers 8 --budget_s 0.3 --deadline_s $(( PW - 8 )) > "$OUT/precompute.log" 2>&1
+    echo "precompute rc=$? at $(elapsed) s: $(wc -l < "$OUT/baselines.jsonl" 2>/dev/null || echo 0)/12 tasks"
+    "$L/precompute_baselines" --measurements="$OUT/baselines.jsonl" --set=baseline_cache_dir=$BASE --table="$OUT/baselines.tsv" \
+      > "$OUT/import.log" 2>&1 || echo "baseline import failed (import.log): rewards stay at 1 (baseline_missing)"
+    wait $ASSETS || { cat "$OUT/assets.log"; exit 1; }
+  fi
   # The job is cut at LEARN_WALL (CANCELLED) if AGENTIC_STEPS do not fit; the final held-out
   # evaluation still runs on the last policy (kernelrl learn), so leave ~60 s for it.
   timeout $(( ${LEARN_WALL:-85} + 90 )) "$C/bin/tools/cli/kernelrl" learn --bin_dir="$C/bin" --base_checkpoint="$RUN/qs/model" \
@@ -141,8 +178,17 @@ if [ "${MODE:-}" = learn ]; then  # (b) on the device.
     --job_set=recipe.single_turn_ppo.steps=${SINGLE_STEPS:-1} --job_set=recipe.agent_warmup.steps=${WARMUP:-8} \
     --job_set=recipe.rft.epochs=${RFT_EPOCHS:-2} --job_set=recipe.value_pretrain.steps=${VALUE_STEPS:-2} \
     --job_set=recipe.agentic_ppo.steps=${AGENTIC_STEPS:-4} --job_set=batch.trajectories_per_step=${BATCH:-4} \
-    --job_timeout_s=${LEARN_WALL:-85} --stall_timeout_s=90 ${LEARN_ARGS:-} 2>&1 | tee "$OUT/learn.txt"
-  # At most 8 files come back: the curves and plots, the rest (trajectories included) as one archive.
+    --job_timeout_s=${LEARN_WALL:-85} --stall_timeout_s=90 $PAUSE $RESUME ${LEARN_ARGS:-} 2>&1
+  # At most 8 files come back: the curves and plots, the rest (trajectories included) as one archive,
+  # and a paused run whole, without workspaces and checkpoints older than the one it resumes from.
+  if [ -n "$PAUSE" ] && grep -q "paused: true" "$RUN"/run/learner-state/jobs/*/job.textproto 2>/dev/null; then
+    for ck in "$RUN"/run/learner-state/jobs/*/checkpoints; do
+      latest=$(cat "$ck/LATEST" 2>/dev/null) || continue
+      for d in "$ck"/step-*; do [ "$(basename "$d")" = "$latest" ] || rm -rf "$d"; done
+    done
+    tar czf "$OUT/learnrun.tgz" -C /tmp --exclude='*-ws' kernelrl-learn-run kr_learn_baselines
+    echo "paused run: learnrun.tgz $(( $(stat -c%s "$OUT/learnrun.tgz") >> 10 )) KiB (tools/device_learn.sh --carry-run it here)"
+  fi
   CUR=$(ls -d "$RUN"/run/learner-state/jobs/*/curves 2>/dev/null | head -1)
   [ -n "$CUR" ] && cp "$CUR"/curves.json "$CUR"/*.png "$OUT/" 2>/dev/null
   tar czf "$OUT/logs.tgz" -C "$RUN/run" --exclude='*-ws' --exclude='checkpoints' . \
