@@ -20,12 +20,13 @@
 #                                                # + .devcarry/learnjob (the small task set)
 #   device: MODE=learn tools/device_learn.sh     # carry [".devcarry/ops", ".devcarry/learnjob"]
 #
-#     Results: curves.json, the PNGs, logs.tgz (the progress lines, held-out evaluations and audit go to stdout).
+#     Results: curves.json, the PNGs, logs.tgz (the run dir without checkpoints; the progress lines,
+#     held-out evaluations and audit go to stdout).
 #   A run longer than one call (each <= 10 min) goes in sittings: SITTING=first pauses the job at
 #   LEARN_WALL (kernelrl learn --pause_at_timeout: held at a step boundary, evaluated) and brings the
 #   run back as $OUT/learnrun.tgz (the last checkpoint, ledger, trajectories, the tiny checkpoint with
 #   its tokenizer, the baseline cache); then, per further call:
-#   here:   tools/device_learn.sh --carry-run /work/.device/N/learnrun.tgz   # into .devcarry/learnrun
+#   here:   tools/device_learn.sh --carry-run /work/.device/N/learnrun.tgz*  # into .devcarry/learnrun
 #   device: MODE=learn SITTING=next|last tools/device_learn.sh   # carry [".devcarry/ops", ".devcarry/learnjob",
 #                                                                #        ".devcarry/learnrun"]
 #   next resumes it and pauses again at LEARN_WALL; last resumes it and lets it finish (AGENTIC_STEPS).
@@ -111,8 +112,10 @@ fi
 
 if [ "${1:-}" = "--carry-run" ]; then  # Run HERE: the last sitting's run, for the next call.
   set -e
-  [ -f "${2:-}" ] || { echo "usage: tools/device_learn.sh --carry-run PATH/learnrun.tgz"; exit 2; }
-  rm -rf .devcarry/learnrun && mkdir -p .devcarry/learnrun && cp "$2" .devcarry/learnrun/learnrun.tgz
+  shift
+  [ $# -gt 0 ] && [ -f "$1" ] || { echo "usage: tools/device_learn.sh --carry-run DIR/learnrun.tgz | DIR/learnrun.tgz.part*"; exit 2; }
+  rm -rf .devcarry/learnrun && mkdir -p .devcarry/learnrun && cat "$@" > .devcarry/learnrun/learnrun.tgz
+  tar tzf .devcarry/learnrun/learnrun.tgz > /dev/null || { echo "not a whole learnrun.tgz: $*"; exit 1; }
   TRACKED=$(git ls-files -z | xargs -0 du -cb 2>/dev/null | tail -1 | cut -f1)
   CARRIED=$(du -cb .devcarry/ops .devcarry/learnjob .devcarry/learnrun | tail -1 | cut -f1)
   echo "the call would send $(( (TRACKED + CARRIED) >> 20 )) MiB of 64 (tracked $(( TRACKED >> 20 )), carried $(( CARRIED >> 20 )))"
@@ -179,20 +182,25 @@ if [ "${MODE:-}" = learn ]; then  # (b) on the device.
     --job_set=recipe.rft.epochs=${RFT_EPOCHS:-2} --job_set=recipe.value_pretrain.steps=${VALUE_STEPS:-2} \
     --job_set=recipe.agentic_ppo.steps=${AGENTIC_STEPS:-4} --job_set=batch.trajectories_per_step=${BATCH:-4} \
     --job_timeout_s=${LEARN_WALL:-85} --stall_timeout_s=90 $PAUSE $RESUME ${LEARN_ARGS:-} 2>&1
-  # At most 8 files come back: the curves and plots, the rest (trajectories included) as one archive,
-  # and a paused run whole, without workspaces and checkpoints older than the one it resumes from.
+  # At most 8 files of <= 16 MiB come back: the curves and plots, and either the run (trajectories
+  # included, checkpoints not) as logs.tgz or, paused, the whole run as learnrun.tgz (without
+  # workspaces and checkpoints older than the one it resumes from), in 15 MiB parts if it is larger.
+  CUR=$(ls -d "$RUN"/run/learner-state/jobs/*/curves 2>/dev/null | head -1)
+  [ -n "$CUR" ] && cp "$CUR"/curves.json "$CUR"/*.png "$OUT/" 2>/dev/null
+  cp "$OUT"/precompute.log "$OUT"/import.log "$OUT"/assets.log "$RUN/run/" 2>/dev/null
   if [ -n "$PAUSE" ] && grep -q "paused: true" "$RUN"/run/learner-state/jobs/*/job.textproto 2>/dev/null; then
     for ck in "$RUN"/run/learner-state/jobs/*/checkpoints; do
       latest=$(cat "$ck/LATEST" 2>/dev/null) || continue
       for d in "$ck"/step-*; do [ "$(basename "$d")" = "$latest" ] || rm -rf "$d"; done
     done
     tar czf "$OUT/learnrun.tgz" -C /tmp --exclude='*-ws' kernelrl-learn-run kr_learn_baselines
-    echo "paused run: learnrun.tgz $(( $(stat -c%s "$OUT/learnrun.tgz") >> 10 )) KiB (tools/device_learn.sh --carry-run it here)"
+    if [ "$(stat -c%s "$OUT/learnrun.tgz")" -gt $(( 15 << 20 )) ]; then
+      split -b 15M -d "$OUT/learnrun.tgz" "$OUT/learnrun.tgz.part" && rm "$OUT/learnrun.tgz"
+    fi
+    echo "paused run: $(cd "$OUT" && du -ch learnrun.tgz* | tail -1 | cut -f1) in $(cd "$OUT" && ls learnrun.tgz*) (tools/device_learn.sh --carry-run them here)"
+  else
+    tar czf "$OUT/logs.tgz" -C "$RUN/run" --exclude='*-ws' --exclude='checkpoints' .
   fi
-  CUR=$(ls -d "$RUN"/run/learner-state/jobs/*/curves 2>/dev/null | head -1)
-  [ -n "$CUR" ] && cp "$CUR"/curves.json "$CUR"/*.png "$OUT/" 2>/dev/null
-  tar czf "$OUT/logs.tgz" -C "$RUN/run" --exclude='*-ws' --exclude='checkpoints' . \
-    -C "$OUT" precompute.log import.log assets.log 2>/dev/null
   rm -f "$OUT"/precompute.log "$OUT"/import.log "$OUT"/assets.log "$OUT"/kprof_build.log "$OUT"/baselines.jsonl
   echo "done at $(elapsed) s"
   exit 0
