@@ -11,6 +11,7 @@
 // prompt length on a reward it computes itself, in seconds per update on a CPU.
 //
 //   bandit_bench [--reply=token|slots] [--lrs=3e-4,1e-3,2e-3] [--updates=300] [--every=20] [--seed=1]
+//                [--groups=4]   (tasks per PPO batch, 4 rollouts each: the run's BATCH is 4 x groups)
 //
 // The task: a fixed 250-token prompt (the system and user turns), then a
 // family token and a shape token (the task line), then the assistant header.
@@ -61,6 +62,7 @@ constexpr double kTokenReward[kFamilies][6] = {{3, 2, 1, 1, -1, -1}, {1, 2, 3, -
 constexpr int kOptions[kFamilies][kSlots] = {{3, 3, 3, 2}, {3, 3, 2, 2}, {3, 2, 3, 2}};
 
 bool g_slots = false;
+int g_groups = 4;
 
 int ReplyTokens() { return g_slots ? kSlots : 1; }
 
@@ -191,10 +193,10 @@ void Print(const char* stage, int update, double lr, Transformer& policy, const 
            const std::vector<Task>& heldout, at::Generator& g) {
   const Eval tr = Evaluate(policy, train, g), ho = Evaluate(policy, heldout, g);
   std::printf(
-      "{\"reply\":\"%s\",\"stage\":\"%s\",\"update\":%d,\"actor_lr\":%g,\"train_reward\":%.3f,"
+      "{\"reply\":\"%s\",\"stage\":\"%s\",\"update\":%d,\"batch\":%d,\"actor_lr\":%g,\"train_reward\":%.3f,"
       "\"heldout_reward\":%.3f,\"train_top_rate\":%.3f,\"heldout_top_rate\":%.3f,\"train_mi_bits\":%.3f,"
       "\"heldout_mi_bits\":%.3f}\n",
-      g_slots ? "slots" : "token", stage, update, lr, tr.reward, ho.reward, tr.top_rate, ho.top_rate, tr.mi_bits,
+      g_slots ? "slots" : "token", stage, update, 4 * g_groups, lr, tr.reward, ho.reward, tr.top_rate, ho.top_rate, tr.mi_bits,
       ho.mi_bits);
   std::fflush(stdout);
 }
@@ -249,7 +251,7 @@ void Run(double lr, int updates, int every, uint64_t seed) {
   }
   t.actor_optimizer().set_lr(lr);
   for (int u = 1; u <= updates; ++u) {
-    OrDie(t.PpoStep(Rollouts(t.policy(), train, 4, 4, g, &n)).status());
+    OrDie(t.PpoStep(Rollouts(t.policy(), train, g_groups, 4, g, &n)).status());
     if (u % every == 0 || u == updates) Print("ppo", u, lr, t.policy(), train, heldout, g);
   }
 }
@@ -275,13 +277,15 @@ int main(int argc, char** argv) {
     } else if (const std::string v = value("--reply="); !v.empty()) {
       ok = v == "token" || v == "slots";
       kernelrl::learner::rl::g_slots = v == "slots";
+    } else if (const std::string v = value("--groups="); !v.empty()) {
+      ok = absl::SimpleAtoi(v, &kernelrl::learner::rl::g_groups) && kernelrl::learner::rl::g_groups > 0;
     } else if (const std::string v = value("--seed="); !v.empty()) {
       ok = absl::SimpleAtoi(v, &seed);
     } else {
       ok = false;
     }
     if (!ok) {
-      std::fprintf(stderr, "bandit_bench: bad flag %s\nusage: bandit_bench [--reply=token|slots] [--lrs=A,B] [--updates=N] [--every=K] [--seed=S]\n",
+      std::fprintf(stderr, "bandit_bench: bad flag %s\nusage: bandit_bench [--reply=token|slots] [--lrs=A,B] [--updates=N] [--every=K] [--seed=S] [--groups=G]\n",
                    a.c_str());
       return 2;
     }
