@@ -170,8 +170,10 @@ if [ "${MODE:-}" = learn ]; then  # (b) on the device.
     wait $ASSETS || { cat "$OUT/assets.log"; exit 1; }
   fi
   # The job is cut at LEARN_WALL (CANCELLED) if AGENTIC_STEPS do not fit; the final held-out
-  # evaluation still runs on the last policy (kernelrl learn), so leave ~60 s for it.
-  timeout $(( ${LEARN_WALL:-85} + 90 )) "$C/bin/tools/cli/kernelrl" learn --bin_dir="$C/bin" --base_checkpoint="$RUN/qs/model" \
+  # evaluation still runs on the last policy (kernelrl learn), so leave ~60 s for it. A pause also
+  # waits for the actors' rollouts in flight (<= 60 s) before it evaluates: 150 s then. Killed
+  # before it writes the curves, a paused run cannot be resumed.
+  timeout $(( ${LEARN_WALL:-85} + (${#PAUSE} > 0 ? 150 : 90) )) "$C/bin/tools/cli/kernelrl" learn --bin_dir="$C/bin" --base_checkpoint="$RUN/qs/model" \
     --family_dir="$L/small" --backend=cuda --learner_device=${LEARNER_DEVICE:-cpu} --run_dir="$RUN/run" \
     --actors=${ACTORS:-2} --random_actors=${ACTORS:-2} --concurrent_rollouts=4 --eval_every=${EVAL_EVERY:-2} \
     --eval_rollouts=${EVAL_ROLLOUTS:-1} --eval_temperature=${EVAL_TEMP:-0} --job_set=recipe.agentic_ppo.max_turns=${MAX_TURNS:-3} \

@@ -72,6 +72,7 @@ struct PausedRun {
   std::string job_id;
   Json heldout = Json::Array();
   absl::Time start = absl::Now();
+  std::string note;  // Said on the console when not empty.
 };
 
 absl::StatusOr<PausedRun> ReadPausedRun(const std::string& run_dir) {
@@ -84,6 +85,10 @@ absl::StatusOr<PausedRun> ReadPausedRun(const std::string& run_dir) {
   }
   if (r.job_id.empty()) return absl::NotFoundError("no job under " + run_dir + "/learner-state/jobs to resume");
   const std::string path = absl::StrCat(run_dir, "/learner-state/jobs/", r.job_id, "/curves/curves.json");
+  if (!fs::exists(path)) {  // The last sitting was killed before it wrote them: the job itself goes on.
+    r.note = "no curves.json from the last sitting: its held-out evaluations are lost, seconds count from now";
+    return r;
+  }
   auto text = ReadFileToString(path);
   if (!text.ok()) return text.status();
   auto curves = ParseJson(*text);
@@ -183,6 +188,7 @@ int LearnMain(int argc, char** argv) {
     return std::fprintf(stderr, "kernelrl learn: --resume: %s\n", std::string(paused_run.status().message()).c_str()), 2;
   }
   Console console(o.run_dir + "/learn.log", paused_run->start);
+  if (!paused_run->note.empty()) console.Line("resume: " + paused_run->note);
   Cluster cluster(o, *bin, &console);
   if (!WriteFileAtomically(cluster.SkillPath(), kSkill).ok()) return 1;
 
