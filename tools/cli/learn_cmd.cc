@@ -67,6 +67,68 @@ std::string TextField(const std::string& field_eq_value) {
   return out;
 }
 
+// The job's LearnerJobConfig text: defaults, the ablation, then --job_set (later fields win). Held-out
+// evaluations give the policy the turns it trains with (o->eval_max_turns).
+absl::StatusOr<std::string> JobHyperparameters(LearnOptions* o) {
+  std::string hp = kJobDefaults;
+  absl::StrAppend(&hp, " device { device: \"", o->learner_device, "\" dtype: \"float32\" }\n");
+  if (o->ablation == "no_rft" || o->ablation == "no_rft_no_value") absl::StrAppend(&hp, " recipe { rft { skip: true } }\n");
+  if (o->ablation == "no_value" || o->ablation == "no_rft_no_value") {
+    absl::StrAppend(&hp, " recipe { value_pretrain { skip: true } }\n");
+  }
+  if (o->ablation == "no_rft_no_value") absl::StrAppend(&hp, " recipe { agent_warmup { skip: true } }\n");
+  for (const std::string& s : o->job_sets) absl::StrAppend(&hp, TextField(s), "\n");
+  v1::LearnerJobConfig job_config;
+  if (absl::Status s = MergeTextConfig(hp, "the job's hyperparameters", &job_config); !s.ok()) return s;
+  if (job_config.recipe().agentic_ppo().max_turns() > 0) o->eval_max_turns = job_config.recipe().agentic_ppo().max_turns();
+  return hp;
+}
+
+// The learner (job API + policy server) and the sandbox worker; their addresses go to the cluster.
+absl::Status StartServices(const LearnOptions& o, Cluster* cluster) {
+  auto learner = cluster->StartServer(
+      "learner", "learner/learner_main",
+      {"--set=state_dir=" + o.run_dir + "/learner-state", "--set=policy.enabled=true",
+       "--set=policy.model_path=" + o.base_checkpoint, "--set=policy.device=" + o.learner_device,
+       "--set=policy.dtype=float32", "--set=policy.max_seq_len=16384", "--set=policy.max_batch=16"},
+      absl::Now() + absl::Seconds(180));
+  if (!learner.ok()) return learner.status();
+  // The vocabulary repeats candidates: identical (task, workspace) bytes reuse a verdict up to 16 times
+  // (curves.json audit: verdict_cache_hit_rate). --set=sandbox.verdict_cache.max_entries=0 turns it off.
+  auto sandbox = cluster->StartServer("sandbox", "sandbox/sandbox_main",
+                                      {"--set=backend=" + o.backend, "--set=verdict_cache.max_entries=4096"},
+                                      absl::Now() + absl::Seconds(180));
+  if (!sandbox.ok()) return sandbox.status();
+  cluster->learner_ = *learner;
+  cluster->sandbox_ = *sandbox;
+  return absl::OkStatus();
+}
+
+// Submits the job, or (resume_id set) finds the one the learner resumed on start, which must still be
+// RUNNING, and resumes it if the last sitting paused it.
+grpc::Status SubmitOrResume(v1::Learner::Stub* stub, const std::string& resume_id, const v1::JobSpec& spec, v1::Job* job) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  if (resume_id.empty()) {
+    v1::SubmitJobRequest req;
+    *req.mutable_spec() = spec;
+    return stub->SubmitJob(&ctx, req, job);
+  }
+  v1::GetJobRequest get;
+  get.set_job_id(resume_id);
+  if (grpc::Status s = stub->GetJob(&ctx, get, job); !s.ok()) return s;
+  if (job->state() != v1::Job::RUNNING) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        absl::StrCat("job ", job->id(), " is ", v1::Job::State_Name(job->state()), ": nothing to resume"));
+  }
+  if (!job->paused()) return grpc::Status::OK;
+  grpc::ClientContext rctx;
+  rctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  v1::ResumeJobRequest resume;
+  resume.set_job_id(job->id());
+  return stub->ResumeJob(&rctx, resume, job);
+}
+
 // What --resume continues: the run dir's one job, its held-out evaluations so far and the run's start.
 struct PausedRun {
   std::string job_id;
@@ -161,6 +223,100 @@ std::string RolloutLine(const Json& heldout) {
                       F(r->Find("faster_than_compile_rate")->number()));
 }
 
+// Held-out evaluations, one at a time beside the training, in their own thread; each result goes
+// to the console and to the list curves.json keeps.
+class HeldOutEvaluator {
+ public:
+  HeldOutEvaluator(const LearnOptions& o, const Cluster& cluster, Console& console, std::string curves_dir, Json heldout)
+      : o_(o), cluster_(cluster), console_(console), curves_dir_(std::move(curves_dir)), heldout_(std::move(heldout)) {}
+  ~HeldOutEvaluator() { Join(); }
+
+  // False (and nothing started) while one runs.
+  bool Start(const std::string& label, int64_t version, int64_t agentic_step) {
+    if (busy_.exchange(true)) return false;
+    Join();
+    thread_ = std::thread([this, label, version, agentic_step] {
+      const double t0 = console_.Seconds();
+      auto r = HeldOutEval(o_, cluster_, curves_dir_ + "/eval-" + label);
+      std::lock_guard<std::mutex> lock(mu_);
+      if (r.ok()) {
+        r->Set("label", Json::String(label));
+        r->Set("policy_version", Json::Int(version));
+        r->Set("agentic_step", Json::Int(agentic_step));
+        r->Set("wall_s", Json::Number(t0));
+        r->Set("eval_seconds", Json::Number(console_.Seconds() - t0));
+        console_.Line(absl::StrCat("held-out eval ", label, " (policy v", version, "): reward ",
+                                   F(r->Find("reward_mean")->number()), " +- ", F(r->Find("reward_sem")->number()),
+                                   ", pass ", F(r->Find("pass_rate")->number()), ", >eager ",
+                                   F(r->Find("faster_than_eager_rate")->number()), ", >compile ",
+                                   F(r->Find("faster_than_compile_rate")->number()), RolloutLine(*r)));
+        heldout_.Push(std::move(*r));
+      } else {
+        console_.Line("held-out eval " + label + " failed: " + std::string(r.status().message()));
+      }
+      busy_ = false;
+    });
+    return true;
+  }
+  void Join() {
+    if (thread_.joinable()) thread_.join();
+  }
+  Json Heldout() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return heldout_;
+  }
+
+ private:
+  const LearnOptions& o_;
+  const Cluster& cluster_;
+  Console& console_;
+  const std::string curves_dir_;
+  std::mutex mu_;
+  Json heldout_;  // Guarded by mu_.
+  std::atomic<bool> busy_{false};
+  std::thread thread_;
+};
+
+// curves.json from the job's ledger (every committed update, as the learner recorded it, with the
+// verdicts of the trajectories it trained on) and the held-out evaluations; then the plots.
+bool WriteCurves(const LearnOptions& o, const v1::Job& job, const std::string& hp, const std::string& job_dir,
+                 Json heldout, Console& console) {
+  const std::string curves_dir = job_dir + "/curves";
+  auto steps = UpdatesFromLedger(job_dir, console.StartUnixMs());
+  if (!steps.ok()) {
+    console.Line("no curves: the job's ledger cannot be read: " + std::string(steps.status().message()));
+    return false;
+  }
+  TrainedAudit audit;
+  auto trained = TrainedStats(job_dir, &audit);
+  Json step_list = Json::Array();
+  for (const Json& s : steps->items()) {
+    Json copy = s;
+    const int64_t step = static_cast<int64_t>(s.Find("step")->number());
+    if (trained.ok() && trained->count(step)) copy.Set("trained", trained->at(step).ToJson());
+    step_list.Push(std::move(copy));
+  }
+  Json curves = Json::Object({{"job_id", Json::String(job.id())},
+                              {"start_unix_ms", Json::Int(console.StartUnixMs())},
+                              {"state", Json::String(v1::Job::State_Name(job.state()))},
+                              {"ablation", Json::String(o.ablation)},
+                              {"backend", Json::String(o.backend)},
+                              {"family_dir", Json::String(o.family_dir)},
+                              {"hyperparameters_text", Json::String(hp)},
+                              {"steps", std::move(step_list)},
+                              {"heldout", std::move(heldout)},
+                              {"audit", audit.ToJson()}});
+  const bool written = WriteFileAtomically(curves_dir + "/curves.json", curves.Dump(1) + "\n").ok();
+  console.Line(absl::StrCat("audit: ", audit.ToJson().Dump()));
+  if (!o.plot_script.empty()) {
+    const std::string cmd = absl::StrCat(ShellQuote(o.python), " ", ShellQuote(o.plot_script), " ",
+                                         ShellQuote(curves_dir + "/curves.json"), " ", ShellQuote(curves_dir), " > ",
+                                         ShellQuote(curves_dir + "/plots.log"), " 2>&1");
+    if (std::system(cmd.c_str()) != 0) console.Line("plots failed; see " + curves_dir + "/plots.log");
+  }
+  return written;
+}
+
 }  // namespace
 
 int LearnMain(int argc, char** argv) {
@@ -192,83 +348,29 @@ int LearnMain(int argc, char** argv) {
   Cluster cluster(o, *bin, &console);
   if (!WriteFileAtomically(cluster.SkillPath(), kSkill).ok()) return 1;
 
-  // The job: defaults, the ablation, then --job_set (later fields win).
-  std::string hp = kJobDefaults;
-  absl::StrAppend(&hp, " device { device: \"", o.learner_device, "\" dtype: \"float32\" }\n");
-  if (o.ablation == "no_rft" || o.ablation == "no_rft_no_value") absl::StrAppend(&hp, " recipe { rft { skip: true } }\n");
-  if (o.ablation == "no_value" || o.ablation == "no_rft_no_value") {
-    absl::StrAppend(&hp, " recipe { value_pretrain { skip: true } }\n");
-  }
-  if (o.ablation == "no_rft_no_value") absl::StrAppend(&hp, " recipe { agent_warmup { skip: true } }\n");
-  for (const std::string& s : o.job_sets) absl::StrAppend(&hp, TextField(s), "\n");
-  {  // Held-out evaluations give the policy the turns it trains with.
-    v1::LearnerJobConfig job_config;
-    if (absl::Status s = MergeTextConfig(hp, "the job's hyperparameters", &job_config); !s.ok()) {
-      return std::fprintf(stderr, "kernelrl learn: %s\n", std::string(s.message()).c_str()), 2;
-    }
-    if (job_config.recipe().agentic_ppo().max_turns() > 0) o.eval_max_turns = job_config.recipe().agentic_ppo().max_turns();
-  }
+  absl::StatusOr<std::string> hp = JobHyperparameters(&o);
+  if (!hp.ok()) return std::fprintf(stderr, "kernelrl learn: %s\n", std::string(hp.status().message()).c_str()), 2;
   v1::JobSpec spec;
   spec.set_name(absl::StrCat("learn-family-", o.ablation));
   spec.set_base_checkpoint(o.base_checkpoint);
   spec.set_task_set(o.family_dir + "/train.jsonl");
   spec.set_rollouts_per_task(o.rollouts_per_task);
-  spec.set_hyperparameters_text(hp);
+  spec.set_hyperparameters_text(*hp);
 
   const absl::Time deadline = absl::Now() + absl::Seconds(o.job_timeout_s);
   console.Line("run dir " + o.run_dir + ", backend " + o.backend + ", ablation " + o.ablation);
-  auto learner = cluster.StartServer(
-      "learner", "learner/learner_main",
-      {"--set=state_dir=" + o.run_dir + "/learner-state", "--set=policy.enabled=true",
-       "--set=policy.model_path=" + o.base_checkpoint, "--set=policy.device=" + o.learner_device,
-       "--set=policy.dtype=float32", "--set=policy.max_seq_len=16384", "--set=policy.max_batch=16"},
-      absl::Now() + absl::Seconds(180));
-  auto sandbox = learner.ok() ? cluster.StartServer("sandbox", "sandbox/sandbox_main",
-                                                    // The vocabulary repeats candidates: identical (task, workspace)
-                                                    // bytes reuse a verdict up to 16 times (curves.json audit:
-                                                    // verdict_cache_hit_rate). --set=sandbox.verdict_cache.max_entries=0 turns it off.
-                                                    {"--set=backend=" + o.backend, "--set=verdict_cache.max_entries=4096"},
-                                                    absl::Now() + absl::Seconds(180))
-                              : learner.status();
-  if (!learner.ok() || !sandbox.ok()) {
-    console.Line("FAILED to start: " + std::string((learner.ok() ? sandbox : learner).status().message()));
+  if (absl::Status started = StartServices(o, &cluster); !started.ok()) {
+    console.Line("FAILED to start: " + std::string(started.message()));
     cluster.StopAll();
     return 1;
   }
-  cluster.learner_ = *learner;
-  cluster.sandbox_ = *sandbox;
 
-  auto stub = v1::Learner::NewStub(grpc::CreateChannel(*learner, grpc::InsecureChannelCredentials()));
+  auto stub = v1::Learner::NewStub(grpc::CreateChannel(cluster.learner_, grpc::InsecureChannelCredentials()));
   v1::Job job;
-  {
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
-    grpc::Status s;
-    if (o.resume) {  // The learner resumed it on start; it must still be RUNNING.
-      v1::GetJobRequest get;
-      get.set_job_id(paused_run->job_id);
-      s = stub->GetJob(&ctx, get, &job);
-      if (s.ok() && job.state() != v1::Job::RUNNING) {
-        s = grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                         absl::StrCat("job ", job.id(), " is ", v1::Job::State_Name(job.state()), ": nothing to resume"));
-      }
-      if (s.ok() && job.paused()) {  // Held since the last sitting's pause.
-        grpc::ClientContext rctx;
-        rctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
-        v1::ResumeJobRequest resume;
-        resume.set_job_id(job.id());
-        s = stub->ResumeJob(&rctx, resume, &job);
-      }
-    } else {
-      v1::SubmitJobRequest req;
-      *req.mutable_spec() = spec;
-      s = stub->SubmitJob(&ctx, req, &job);
-    }
-    if (!s.ok()) {
-      console.Line((o.resume ? "resume: " : "SubmitJob: ") + s.error_message());
-      cluster.StopAll();
-      return 1;
-    }
+  if (grpc::Status s = SubmitOrResume(stub.get(), o.resume ? paused_run->job_id : "", spec, &job); !s.ok()) {
+    console.Line((o.resume ? "resume: " : "SubmitJob: ") + s.error_message());
+    cluster.StopAll();
+    return 1;
   }
   const std::string job_dir = absl::StrCat(o.run_dir, "/learner-state/jobs/", job.id());
   const std::string curves_dir = job_dir + "/curves";
@@ -276,43 +378,13 @@ int LearnMain(int argc, char** argv) {
   console.Line(o.resume ? absl::StrCat("job ", job.id(), " resumed at update ", job.step())
                          : absl::StrCat("job ", job.id(), " submitted: ", o.family_dir, "/train.jsonl"));
 
-  // Held-out evaluations run one at a time beside the training, in their own thread.
-  std::mutex eval_mu;
-  Json heldout = paused_run->heldout;
-  std::atomic<bool> eval_busy{false};
-  std::thread eval_thread;
-  auto start_eval = [&](const std::string& label, int64_t version, int64_t agentic_step) {
-    if (eval_busy.exchange(true)) return false;
-    if (eval_thread.joinable()) eval_thread.join();
-    eval_thread = std::thread([&, label, version, agentic_step] {
-      const double t0 = console.Seconds();
-      auto r = HeldOutEval(o, cluster, curves_dir + "/eval-" + label);
-      std::lock_guard<std::mutex> lock(eval_mu);
-      if (r.ok()) {
-        r->Set("label", Json::String(label));
-        r->Set("policy_version", Json::Int(version));
-        r->Set("agentic_step", Json::Int(agentic_step));
-        r->Set("wall_s", Json::Number(t0));
-        r->Set("eval_seconds", Json::Number(console.Seconds() - t0));
-        console.Line(absl::StrCat("held-out eval ", label, " (policy v", version, "): reward ",
-                                  F(r->Find("reward_mean")->number()), " +- ", F(r->Find("reward_sem")->number()),
-                                  ", pass ", F(r->Find("pass_rate")->number()), ", >eager ",
-                                  F(r->Find("faster_than_eager_rate")->number()), ", >compile ",
-                                  F(r->Find("faster_than_compile_rate")->number()), RolloutLine(*r)));
-        heldout.Push(std::move(*r));
-      } else {
-        console.Line("held-out eval " + label + " failed: " + std::string(r.status().message()));
-      }
-      eval_busy = false;
-    });
-    return true;
-  };
+  HeldOutEvaluator evals(o, cluster, console, curves_dir, paused_run->heldout);
 
   // The start evaluation runs before any actor does: the job cannot update the policy without
   // trajectories, so every one of its rollouts is policy v0's, and it has the sandbox to itself.
   if (!o.resume) {
-    start_eval("start", 0, 0);
-    eval_thread.join();
+    evals.Start("start", 0, 0);
+    evals.Join();
   }
 
   // Follow the job: switch actor pools by stage, show progress, trigger evaluations. The updates
@@ -343,7 +415,7 @@ int LearnMain(int argc, char** argv) {
         const int64_t k = job.stage_step();
         reached_agentic = true;
         if ((!evaluated_agentic || k - last_eval_agentic >= o.eval_every) &&
-            start_eval(absl::StrCat("agentic-", k), job.policy_version(), k)) {
+            evals.Start(absl::StrCat("agentic-", k), job.policy_version(), k)) {
           evaluated_agentic = true;
           last_eval_agentic = k;
         }
@@ -388,48 +460,14 @@ int LearnMain(int argc, char** argv) {
   }
   // The final evaluation (after any running one), with the last policy; also when the
   // job was cut by --job_timeout_s during agentic PPO (its state says CANCELLED).
-  if (eval_thread.joinable()) eval_thread.join();
+  evals.Join();
   if (code == 0 || (reached_agentic && job.state() != v1::Job::FAILED)) {
-    start_eval(paused ? absl::StrCat("pause-", job.step()) : "final", job.policy_version(), job.stage_step());
-    if (eval_thread.joinable()) eval_thread.join();
+    evals.Start(paused ? absl::StrCat("pause-", job.step()) : "final", job.policy_version(), job.stage_step());
+    evals.Join();
   }
   cluster.StopAll();
 
-  // Every committed update, as the learner recorded it.
-  auto steps = UpdatesFromLedger(job_dir, console.StartUnixMs());
-  if (!steps.ok()) {
-    console.Line("no curves: the job's ledger cannot be read: " + std::string(steps.status().message()));
-    return 1;
-  }
-  // Per update: the verdicts of the trajectories it trained on.
-  TrainedAudit audit;
-  auto trained = TrainedStats(job_dir, &audit);
-  Json step_list = Json::Array();
-  for (const Json& s : steps->items()) {
-    Json copy = s;
-    const int64_t step = static_cast<int64_t>(s.Find("step")->number());
-    if (trained.ok() && trained->count(step)) copy.Set("trained", trained->at(step).ToJson());
-    step_list.Push(std::move(copy));
-  }
-  std::lock_guard<std::mutex> lock(eval_mu);
-  Json curves = Json::Object({{"job_id", Json::String(job.id())},
-                              {"start_unix_ms", Json::Int(console.StartUnixMs())},
-                              {"state", Json::String(v1::Job::State_Name(job.state()))},
-                              {"ablation", Json::String(o.ablation)},
-                              {"backend", Json::String(o.backend)},
-                              {"family_dir", Json::String(o.family_dir)},
-                              {"hyperparameters_text", Json::String(hp)},
-                              {"steps", std::move(step_list)},
-                              {"heldout", heldout},
-                              {"audit", audit.ToJson()}});
-  if (!WriteFileAtomically(curves_dir + "/curves.json", curves.Dump(1) + "\n").ok()) code = 1;
-  console.Line(absl::StrCat("audit: ", audit.ToJson().Dump()));
-  if (!o.plot_script.empty()) {
-    const std::string cmd = absl::StrCat(ShellQuote(o.python), " ", ShellQuote(o.plot_script), " ",
-                                         ShellQuote(curves_dir + "/curves.json"), " ", ShellQuote(curves_dir), " > ",
-                                         ShellQuote(curves_dir + "/plots.log"), " 2>&1");
-    if (std::system(cmd.c_str()) != 0) console.Line("plots failed; see " + curves_dir + "/plots.log");
-  }
+  if (!WriteCurves(o, job, *hp, job_dir, evals.Heldout(), console)) code = 1;
   console.Line(absl::StrCat("job ", job.id(), " ", v1::Job::State_Name(job.state()), "; curves in ", curves_dir));
   return code;
 }
