@@ -12,6 +12,7 @@
 //
 //   bandit_bench [--reply=token|slots] [--lrs=3e-4,1e-3,2e-3] [--updates=300] [--every=20] [--seed=1]
 //                [--groups=4]   (tasks per PPO batch, 4 rollouts each: the run's BATCH is 4 x groups)
+//                [--warmup=48]  (random warm-up answers; RFT keeps those with R > 0)
 //
 // The task: a fixed 250-token prompt (the system and user turns), then a
 // family token and a shape token (the task line), then the assistant header.
@@ -63,6 +64,7 @@ constexpr int kOptions[kFamilies][kSlots] = {{3, 3, 3, 2}, {3, 3, 2, 2}, {3, 2, 
 
 bool g_slots = false;
 int g_groups = 4;
+int g_warmup = 48;
 
 int ReplyTokens() { return g_slots ? kSlots : 1; }
 
@@ -193,10 +195,10 @@ void Print(const char* stage, int update, double lr, Transformer& policy, const 
            const std::vector<Task>& heldout, at::Generator& g) {
   const Eval tr = Evaluate(policy, train, g), ho = Evaluate(policy, heldout, g);
   std::printf(
-      "{\"reply\":\"%s\",\"stage\":\"%s\",\"update\":%d,\"batch\":%d,\"actor_lr\":%g,\"train_reward\":%.3f,"
+      "{\"reply\":\"%s\",\"stage\":\"%s\",\"update\":%d,\"batch\":%d,\"warmup\":%d,\"actor_lr\":%g,\"train_reward\":%.3f,"
       "\"heldout_reward\":%.3f,\"train_top_rate\":%.3f,\"heldout_top_rate\":%.3f,\"train_mi_bits\":%.3f,"
       "\"heldout_mi_bits\":%.3f}\n",
-      g_slots ? "slots" : "token", stage, update, 4 * g_groups, lr, tr.reward, ho.reward, tr.top_rate, ho.top_rate, tr.mi_bits,
+      g_slots ? "slots" : "token", stage, update, 4 * g_groups, g_warmup, lr, tr.reward, ho.reward, tr.top_rate, ho.top_rate, tr.mi_bits,
       ho.mi_bits);
   std::fflush(stdout);
 }
@@ -212,7 +214,7 @@ std::unique_ptr<Transformer> Model(Head head, uint64_t seed) {
   return std::move(*m);
 }
 
-// The recipe on the bandit: 48 random warm-up answers, RFT (20 epochs at 5e-3 on R > 0),
+// The recipe on the bandit: g_warmup random warm-up answers, RFT (20 epochs at 5e-3 on R > 0),
 // 16 value-pretraining updates, then `updates` PPO updates at actor lr `lr`.
 void Run(double lr, int updates, int every, uint64_t seed) {
   std::vector<Task> train, heldout;
@@ -230,7 +232,7 @@ void Run(double lr, int updates, int every, uint64_t seed) {
 
   std::vector<Sample> kept;
   int64_t n = 0;
-  for (int i = 0; i < 48; ++i) {
+  for (int i = 0; i < g_warmup; ++i) {
     const Task& task = train[i % train.size()];
     std::vector<int32_t> reply;
     for (int k = 0; k < ReplyTokens(); ++k) {
@@ -279,13 +281,15 @@ int main(int argc, char** argv) {
       kernelrl::learner::rl::g_slots = v == "slots";
     } else if (const std::string v = value("--groups="); !v.empty()) {
       ok = absl::SimpleAtoi(v, &kernelrl::learner::rl::g_groups) && kernelrl::learner::rl::g_groups > 0;
+    } else if (const std::string v = value("--warmup="); !v.empty()) {
+      ok = absl::SimpleAtoi(v, &kernelrl::learner::rl::g_warmup) && kernelrl::learner::rl::g_warmup > 0;
     } else if (const std::string v = value("--seed="); !v.empty()) {
       ok = absl::SimpleAtoi(v, &seed);
     } else {
       ok = false;
     }
     if (!ok) {
-      std::fprintf(stderr, "bandit_bench: bad flag %s\nusage: bandit_bench [--reply=token|slots] [--lrs=A,B] [--updates=N] [--every=K] [--seed=S] [--groups=G]\n",
+      std::fprintf(stderr, "bandit_bench: bad flag %s\nusage: bandit_bench [--reply=token|slots] [--lrs=A,B] [--updates=N] [--every=K] [--seed=S] [--groups=G] [--warmup=W]\n",
                    a.c_str());
       return 2;
     }
