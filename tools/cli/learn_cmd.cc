@@ -184,6 +184,33 @@ absl::StatusOr<Json> HeldOutEval(const LearnOptions& o, const Cluster& c, const 
   return HeldOutFromReport(out_dir + "/report.json");
 }
 
+bool JobEnded(const v1::Job& job) {
+  return job.state() == v1::Job::SUCCEEDED || job.state() == v1::Job::FAILED || job.state() == v1::Job::CANCELLED;
+}
+
+// Cancels the job and waits (up to 60 s) for its runner to stop, so the curves say CANCELLED.
+v1::Job CancelAndWait(v1::Learner::Stub* stub, v1::Job job) {
+  {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    v1::CancelJobRequest cancel;
+    cancel.set_job_id(job.id());
+    cancel.set_reason("kernelrl learn: --job_timeout_s or --stall_timeout_s");
+    v1::Job now;
+    if (stub->CancelJob(&ctx, cancel, &now).ok()) job = now;
+  }
+  v1::GetJobRequest get;
+  get.set_job_id(job.id());
+  for (const absl::Time until = absl::Now() + absl::Seconds(60); !JobEnded(job) && absl::Now() < until;
+       absl::SleepFor(absl::Milliseconds(200))) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    v1::Job now;
+    if (stub->GetJob(&ctx, get, &now).ok()) job = now;
+  }
+  return job;
+}
+
 // Pauses the job (the learner takes no new batch and grants no lease), stops the actors (their
 // rollouts in flight are pushed and kept for the next sitting) and waits until the trainer holds:
 // from then on the job's policy is the one the pause evaluation measures. The job comes back held,
@@ -420,7 +447,7 @@ int LearnMain(int argc, char** argv) {
           last_eval_agentic = k;
         }
       }
-      if (job.state() == v1::Job::SUCCEEDED || job.state() == v1::Job::FAILED || job.state() == v1::Job::CANCELLED) {
+      if (JobEnded(job)) {
         code = job.state() == v1::Job::SUCCEEDED ? 0 : 1;
         break;
       }
@@ -449,11 +476,7 @@ int LearnMain(int argc, char** argv) {
     }
     if (absl::Now() > deadline || absl::Now() - last_change > absl::Seconds(o.stall_timeout_s)) {
       console.Line("job timed out or stalled; cancelling");
-      grpc::ClientContext cctx;
-      v1::CancelJobRequest cancel;
-      cancel.set_job_id(job.id());
-      v1::Job ignored;
-      stub->CancelJob(&cctx, cancel, &ignored);
+      job = CancelAndWait(stub.get(), job);
       break;
     }
     absl::SleepFor(absl::Milliseconds(300));
