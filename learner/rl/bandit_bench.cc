@@ -191,15 +191,16 @@ Eval Evaluate(Transformer& policy, const std::vector<Task>& tasks, at::Generator
   return e;
 }
 
+// entropy: the last PPO step's policy entropy per model token (-1 before PPO).
 void Print(const char* stage, int update, double lr, Transformer& policy, const std::vector<Task>& train,
-           const std::vector<Task>& heldout, at::Generator& g) {
+           const std::vector<Task>& heldout, at::Generator& g, double entropy = -1) {
   const Eval tr = Evaluate(policy, train, g), ho = Evaluate(policy, heldout, g);
   std::printf(
       "{\"reply\":\"%s\",\"stage\":\"%s\",\"update\":%d,\"batch\":%d,\"warmup\":%d,\"actor_lr\":%g,\"train_reward\":%.3f,"
       "\"heldout_reward\":%.3f,\"train_top_rate\":%.3f,\"heldout_top_rate\":%.3f,\"train_mi_bits\":%.3f,"
-      "\"heldout_mi_bits\":%.3f}\n",
+      "\"heldout_mi_bits\":%.3f,\"entropy\":%.3f}\n",
       g_slots ? "slots" : "token", stage, update, 4 * g_groups, g_warmup, lr, tr.reward, ho.reward, tr.top_rate, ho.top_rate, tr.mi_bits,
-      ho.mi_bits);
+      ho.mi_bits, entropy);
   std::fflush(stdout);
 }
 
@@ -253,8 +254,9 @@ void Run(double lr, int updates, int every, uint64_t seed) {
   }
   t.actor_optimizer().set_lr(lr);
   for (int u = 1; u <= updates; ++u) {
-    OrDie(t.PpoStep(Rollouts(t.policy(), train, g_groups, 4, g, &n)).status());
-    if (u % every == 0 || u == updates) Print("ppo", u, lr, t.policy(), train, heldout, g);
+    auto m = t.PpoStep(Rollouts(t.policy(), train, g_groups, 4, g, &n));
+    OrDie(m.status());
+    if (u % every == 0 || u == updates) Print("ppo", u, lr, t.policy(), train, heldout, g, (*m)["entropy"]);
   }
 }
 
