@@ -250,6 +250,14 @@ TEST(JobManagerTest, PauseHoldsAcrossRestartAndResumeGoesOn) {
     WaitFor(m->get(), id, v1::Job::CANCELLED);
     EXPECT_EQ((*m)->Resume(id).status().code(), absl::StatusCode::kFailedPrecondition);
     EXPECT_EQ((*m)->Pause("job-nope", "").status().code(), absl::StatusCode::kNotFound);
+    // A held job can be cancelled: the runner wakes and the job ends.
+    auto c = (*m)->Submit(GoodSpec(root));
+    ASSERT_TRUE(c.ok());
+    WaitUntil(m->get(), c->id(), [](const v1::Job& j) { return j.state() == v1::Job::RUNNING && j.step() > 0; });
+    ASSERT_TRUE((*m)->Pause(c->id(), "").ok());
+    WaitUntil(m->get(), c->id(), [](const v1::Job& j) { return j.held(); });
+    ASSERT_TRUE((*m)->Cancel(c->id(), "").ok());
+    WaitFor(m->get(), c->id(), v1::Job::CANCELLED);
   }
 }
 
