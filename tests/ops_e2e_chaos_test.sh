@@ -3,9 +3,10 @@
 # the scripted policy (tiny random model, CPU tasks). Stage by stage it shows
 # tasks leased, rollouts, verdicts, trajectories accepted, a PPO step and a new
 # policy version (learner ledger + job API), and the same activity in a real
-# Prometheus scraping every process. Then chaos during that job: kill -9 of an
-# actor after step 1, of the sandbox worker after step 2, of the learner after
-# step 3. The job still SUCCEEDS at step 4 / policy v4 and the ledger audit
+# Prometheus scraping every process. A pause and resume through the job API
+# (`kernelrl job pause|resume`) after step 1, then chaos during that job: kill -9
+# of an actor, of the sandbox worker after step 2, of the learner after step 3.
+# The job still SUCCEEDS at step 4 / policy v4 and the ledger audit
 # (tests/ops_ledger_audit.py) finds no trajectory lost, duplicated or phantom.
 set -euo pipefail
 command -v prometheus >/dev/null || { echo "prometheus not installed (apt-get install prometheus)"; exit 1; }
@@ -91,6 +92,23 @@ if pending:
     sys.exit(1)
 PY
 say "STAGE metrics visible in Prometheus"
+
+# --- Pause and resume through the job API: the trainer holds at a step boundary (no step while
+# held), the learner's paused-jobs gauge says so (the stall alert leaves it out), and the job goes on.
+learner_addr="127.0.0.1:$(sed -n 's/^grpc_port=//p' "$run/learner.ports")"
+job_id=$(basename "$(ls -d "$run"/learner-state/jobs/*/)")
+job() { tools/cli/kernelrl job "$@" --learner="$learner_addr"; }
+job pause "$job_id" --reason="chaos test" > "$tmp/pause.out" || fail "kernelrl job pause: $(cat "$tmp/pause.out")"
+held() { job get "$job_id" | grep -q "^held: true"; }
+wait_for 120 "the job to hold" held
+step_held=$(job get "$job_id" | sed -n 's/^step: //p')
+paused_gauge=$(python3 -c 'import sys, urllib.request; print(urllib.request.urlopen(sys.argv[1]).read().decode())' \
+  "http://127.0.0.1:$(sed -n 's/^metrics_port=//p' "$run/learner.ports")/metrics" | sed -n 's/^kernelrl_learner_jobs_paused //p')
+[ "$paused_gauge" = 1 ] || fail "kernelrl_learner_jobs_paused is '$paused_gauge' while the job is held"
+sleep 3
+[ "$(job get "$job_id" | sed -n 's/^step: //p')" = "$step_held" ] || fail "the held job took a step"
+job resume "$job_id" > /dev/null || fail "kernelrl job resume"
+say "PAUSED the job at step ${step_held:-0} (held, kernelrl_learner_jobs_paused 1, no step in 3 s), resumed"
 
 # --- Chaos during the same job.
 status_field() { awk -v n="$1" -v f="$2" '$1 == n {print $f}' "$run/up.status"; }
