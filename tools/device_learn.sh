@@ -30,7 +30,8 @@
 #   device: MODE=learn SITTING=next|last tools/device_learn.sh   # carry [".devcarry/ops", ".devcarry/learnjob",
 #                                                                #        ".devcarry/learnrun"]
 #   next resumes it and pauses again at LEARN_WALL; last resumes it and lets it finish (AGENTIC_STEPS).
-#   Keep every other knob as in the first sitting.
+#   Keep every other knob as in the first sitting. Rehearse the calls here first, on the CPU sandbox:
+#   tools/device_learn.sh --stage-learn --cpu, then MODE=learn BACKEND=cpu OUT=DIR ... (no baselines).
 # Knobs: PRECOMPUTE_WALL (55 s), SUITE_WALL (rest of 140 s), PROFILE_BUDGET (0.3 s); MODE=learn:
 # LEARN_WALL (85 s for the job; cut there, then the final held-out eval), AGENTIC_STEPS (4), ABLATION (none),
 # SINGLE_STEPS (1), WARMUP (8), RFT_EPOCHS (2), VALUE_STEPS (2), BATCH (4), EVAL_EVERY (2), ACTORS (2),
@@ -86,9 +87,18 @@ if [ "${1:-}" = "--stage-learn" ]; then  # Run HERE.
   set -e
   bash tools/device_ops.sh --stage
   bazel build //data/family:family_gen //profiler_service:precompute_baselines
-  L=.devcarry/learnjob; rm -rf "$L" && mkdir -p "$L/small/heldout" "$L/tasks/family"
+  L=.devcarry/learnjob; [ "${2:-}" = "--cpu" ] && L=.devcarry/learnjob-cpu
+  rm -rf "$L" && mkdir -p "$L/small/heldout" "$L/tasks/family"
   cp bazel-bin/profiler_service/precompute_baselines "$L/"
   G=$(mktemp -d)
+  if [ "${2:-}" = "--cpu" ]; then  # A rehearsal here (BACKEND=cpu): 2 + 2 tasks per family at CPU sizes.
+    bazel-bin/data/family/family_gen --out="$G" --device=cpu
+    for f in ew rr ge; do
+      grep -F "\"id\":\"train/${f}_" "$G/train.jsonl" | head -2 >> "$L/small/train.jsonl"
+      for t in $(ls "$G"/heldout/${f}_*.py | head -2); do cp "$t" "$L/small/heldout/"; done
+    done
+    rm -rf "$G"; wc -l "$L/small/train.jsonl"; exit 0
+  fi
   bazel-bin/data/family/family_gen --out="$G" --device=cuda
   # 2 training and 2 held-out tasks per family (held-out: one new composition, one new shape).
   # Each family's pair shares its best design with the held-out tasks, so what the pair pays
@@ -128,21 +138,28 @@ elapsed() { echo $(( $(date +%s) - T0 )); }
 OUT=${OUT:-/tmp/learn_device_out}; mkdir -p "$OUT"
 
 if [ "${MODE:-}" = learn ]; then  # (b) on the device.
-  C=.devcarry/ops; L=.devcarry/learnjob
-  [ -x "$C/bin/tools/cli/kernelrl" ] && [ -f "$L/small/train.jsonl" ] || { echo "run tools/device_learn.sh --stage-learn here"; exit 2; }
+  C=.devcarry/ops; L=.devcarry/learnjob; [ "${BACKEND:-cuda}" = cpu ] && L=.devcarry/learnjob-cpu
+  [ -x "$C/bin/tools/cli/kernelrl" ] && [ -f "$L/small/train.jsonl" ] || { echo "run tools/device_learn.sh --stage-learn [--cpu] here"; exit 2; }
   PY=${PYTHON:-python3}
   . "$(dirname "$0")/device_libs.sh"
   device_lib_path "$C" "$C/bin/learner/learner_main" --print_config
   export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
-  CUDA=${CUDA_HOME:-/usr/local/cuda}
-  KPROF=/tmp/kr_kprof/libkprof.so; mkdir -p /tmp/kr_kprof
-  CUPTI_H=$(dirname "$(find $CUDA/ $CUDA/extras -name cupti.h 2>/dev/null | head -1)")
-  CUPTI_SO=$(dirname "$(find $CUDA/ -name 'libcupti.so*' 2>/dev/null | head -1)")
-  g++ -std=c++17 -O2 -fPIC -shared -I. -I$CUDA/include -I$CUPTI_H profiler_service/cupti/kprof.cc -o $KPROF \
-    -L$CUPTI_SO -Wl,-rpath,$CUPTI_SO -L$CUDA/lib64/stubs -lcupti -lcuda > "$OUT/kprof_build.log" 2>&1 || KPROF=""
   # The run and the baseline cache live under /tmp, at the same paths in every sitting (the job's
   # spec names its checkpoint and tasks by absolute path).
   RUN=/tmp/kernelrl-learn-run BASE=/tmp/kr_learn_baselines
+  # BACKEND=cpu rehearses the call here (after --stage-learn --cpu): the CPU sandbox, no baselines
+  # (rewards stay at 1), the same sittings, archive and resume.
+  BACKEND=${BACKEND:-cuda} GPU_FLAGS=()
+  if [ "$BACKEND" = cuda ]; then
+    CUDA=${CUDA_HOME:-/usr/local/cuda}
+    KPROF=/tmp/kr_kprof/libkprof.so; mkdir -p /tmp/kr_kprof
+    CUPTI_H=$(dirname "$(find $CUDA/ $CUDA/extras -name cupti.h 2>/dev/null | head -1)")
+    CUPTI_SO=$(dirname "$(find $CUDA/ -name 'libcupti.so*' 2>/dev/null | head -1)")
+    g++ -std=c++17 -O2 -fPIC -shared -I. -I$CUDA/include -I$CUPTI_H profiler_service/cupti/kprof.cc -o $KPROF \
+      -L$CUPTI_SO -Wl,-rpath,$CUPTI_SO -L$CUDA/lib64/stubs -lcupti -lcuda > "$OUT/kprof_build.log" 2>&1 || KPROF=""
+    GPU_FLAGS=(--set=sandbox.enable_profiling=true --set=sandbox.baseline_dir=$BASE ${KPROF:+--set=sandbox.kprof_lib=$KPROF}
+               --set=sandbox.profiler_root=$PWD --set=sandbox.profiler.time_budget_s=0.2)
+  fi
   PAUSE="" RESUME=""
   case "${SITTING:-}" in
     "") ;;
@@ -156,6 +173,9 @@ if [ "${MODE:-}" = learn ]; then  # (b) on the device.
   if [ -n "$RESUME" ]; then  # The paused run as the last sitting left it: no baselines to measure again.
     tar xzf .devcarry/learnrun/learnrun.tgz -C /tmp || { echo "cannot unpack .devcarry/learnrun/learnrun.tgz"; exit 1; }
     echo "sitting $SITTING: resuming $(ls "$RUN"/run/learner-state/jobs) at $(elapsed) s"
+  elif [ "$BACKEND" = cpu ]; then
+    mkdir -p "$RUN" $BASE
+    $PY tools/cli/up_quickstart.py "$RUN/qs" "$PWD" > "$OUT/assets.log" 2>&1 || { cat "$OUT/assets.log"; exit 1; }
   else
     mkdir -p "$RUN" $BASE
     $PY tools/cli/up_quickstart.py "$RUN/qs" "$PWD" > "$OUT/assets.log" 2>&1 &
@@ -174,12 +194,11 @@ if [ "${MODE:-}" = learn ]; then  # (b) on the device.
   # waits for the actors' rollouts in flight (<= 60 s) before it evaluates: 150 s then. Killed
   # before it writes the curves, a paused run cannot be resumed.
   timeout $(( ${LEARN_WALL:-85} + (${#PAUSE} > 0 ? 150 : 90) )) "$C/bin/tools/cli/kernelrl" learn --bin_dir="$C/bin" --base_checkpoint="$RUN/qs/model" \
-    --family_dir="$L/small" --backend=cuda --learner_device=${LEARNER_DEVICE:-cpu} --run_dir="$RUN/run" \
+    --family_dir="$L/small" --backend=$BACKEND --learner_device=${LEARNER_DEVICE:-cpu} --run_dir="$RUN/run" \
     --actors=${ACTORS:-2} --random_actors=${ACTORS:-2} --concurrent_rollouts=4 --eval_every=${EVAL_EVERY:-2} \
     --eval_rollouts=${EVAL_ROLLOUTS:-1} --eval_temperature=${EVAL_TEMP:-0} --job_set=recipe.agentic_ppo.max_turns=${MAX_TURNS:-3} \
     --plot_script="$PWD/tools/cli/learn_plots.py" --ablation=${ABLATION:-none} \
-    --set=sandbox.enable_profiling=true --set=sandbox.baseline_dir=$BASE ${KPROF:+--set=sandbox.kprof_lib=$KPROF} \
-    --set=sandbox.profiler_root=$PWD --set=sandbox.profiler.time_budget_s=0.2 \
+    "${GPU_FLAGS[@]}" \
     --job_set=recipe.single_turn_ppo.steps=${SINGLE_STEPS:-1} --job_set=recipe.agent_warmup.steps=${WARMUP:-8} \
     --job_set=recipe.rft.epochs=${RFT_EPOCHS:-2} --job_set=recipe.value_pretrain.steps=${VALUE_STEPS:-2} \
     --job_set=recipe.agentic_ppo.steps=${AGENTIC_STEPS:-4} --job_set=batch.trajectories_per_step=${BATCH:-4} \
