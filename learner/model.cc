@@ -183,6 +183,59 @@ class ChunkedTokenLogprobs : public torch::autograd::Function<ChunkedTokenLogpro
   }
 };
 
+// Per-position entropy H = lse(z) - sum softmax(z) z of z = head(h) / T, in chunks of positions
+// (~512 MB of fp32 logits at most); backward recomputes each chunk's logits:
+// dH/dz = -p (log p + H).
+class ChunkedTokenEntropy : public torch::autograd::Function<ChunkedTokenEntropy> {
+ public:
+  static int64_t Chunk(const at::Tensor& weight) {
+    return std::max<int64_t>(1, (int64_t{128} << 20) / std::max<int64_t>(weight.size(0), 1));
+  }
+
+  static at::Tensor Forward(const at::Tensor& hidden, const at::Tensor& weight, double inv_temp) {
+    const int64_t n = hidden.size(0), chunk = Chunk(weight);
+    at::Tensor out = at::empty({n}, hidden.options().dtype(at::kFloat));
+    for (int64_t s = 0; s < n; s += chunk) {
+      const int64_t len = std::min(chunk, n - s);
+      at::Tensor z = ChunkedTokenLogprobs::ChunkLogits(hidden.narrow(0, s, len), weight, inv_temp).to(at::kFloat);
+      at::Tensor lse = z.logsumexp(-1, /*keepdim=*/true);
+      out.narrow(0, s, len).copy_(lse.squeeze(-1) - ((z - lse).exp() * z).sum(-1));
+    }
+    return out;
+  }
+
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& hidden, const at::Tensor& weight,
+                            double inv_temp) {
+    ctx->save_for_backward({hidden, weight});
+    ctx->saved_data["inv_temp"] = inv_temp;
+    return Forward(hidden, weight, inv_temp);
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad_out) {
+    auto saved = ctx->get_saved_variables();
+    const at::Tensor& hidden = saved[0];
+    const at::Tensor& weight = saved[1];
+    const double inv_temp = ctx->saved_data["inv_temp"].toDouble();
+    const at::Tensor g = grad_out[0].to(at::kFloat);  // [N]
+    const int64_t n = hidden.size(0), chunk = Chunk(weight);
+    at::Tensor grad_h = at::empty_like(hidden);
+    at::Tensor grad_w = at::zeros(weight.sizes(), weight.options().dtype(at::kFloat));
+    for (int64_t s = 0; s < n; s += chunk) {
+      const int64_t len = std::min(chunk, n - s);
+      at::Tensor h = hidden.narrow(0, s, len);
+      at::Tensor logp = at::log_softmax(ChunkedTokenLogprobs::ChunkLogits(h, weight, inv_temp).to(at::kFloat), -1);
+      at::Tensor p = logp.exp();
+      at::Tensor entropy = -(p * logp).sum(-1, /*keepdim=*/true);
+      at::Tensor d = -(p * (logp + entropy)) * g.narrow(0, s, len).unsqueeze(1) * inv_temp;  // d loss / d logits
+      at::Tensor dd = d.to(hidden.scalar_type());
+      grad_h.narrow(0, s, len).copy_(at::matmul(dd, weight));
+      grad_w.add_(at::matmul(dd.t(), h).to(at::kFloat));
+    }
+    return {grad_h, grad_w.to(weight.scalar_type()), at::Tensor()};
+  }
+};
+
 }  // namespace
 
 KVCache::KVCache(const ModelConfig& config, int64_t slots_in, int64_t capacity_in, at::TensorOptions options)
@@ -572,19 +625,15 @@ at::Tensor Transformer::Hidden(const at::Tensor& ids, const std::vector<int64_t>
   return Norm(x, final_norm_);
 }
 
-at::Tensor Transformer::TokenEntropy(const at::Tensor& hidden, double temperature) const {
-  at::NoGradGuard no_grad;
-  at::Tensor h = hidden.detach().reshape({-1, hidden.size(-1)});
-  const int64_t N = h.size(0), V = lm_head_.size(0);
-  // ~512 MB of fp32 logits per chunk at most.
-  const int64_t chunk = std::max<int64_t>(1, (int64_t{128} << 20) / std::max<int64_t>(V, 1));
-  std::vector<at::Tensor> parts;
-  for (int64_t b = 0; b < N; b += chunk) {
-    at::Tensor z = HeadLogits(h.narrow(0, b, std::min(chunk, N - b))) / temperature;  // [c,V] fp32
-    at::Tensor lse = z.logsumexp(-1, /*keepdim=*/true);
-    parts.push_back(lse.squeeze(-1) - ((z - lse).exp() * z).sum(-1));
+at::Tensor Transformer::TokenEntropy(const at::Tensor& hidden, double temperature, bool with_grad) const {
+  at::Tensor h = hidden.reshape({-1, hidden.size(-1)});
+  at::Tensor out;
+  if (with_grad) {
+    out = ChunkedTokenEntropy::apply(h, lm_head_, 1.0 / temperature);
+  } else {
+    at::NoGradGuard no_grad;
+    out = ChunkedTokenEntropy::Forward(h.detach(), lm_head_, 1.0 / temperature);
   }
-  at::Tensor out = parts.empty() ? at::zeros({0}, h.options().dtype(at::kFloat)) : at::cat(parts);
   return out.view(hidden.sizes().slice(0, hidden.dim() - 1));
 }
 

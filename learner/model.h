@@ -97,9 +97,10 @@ class Transformer {
   // never exist at once: the memory of a long sequence stays O(chunk x V).
   at::Tensor TokenLogprobs(const at::Tensor& hidden, const at::Tensor& targets, double temperature = 1.0) const;
   // Entropy of softmax(head(hidden)/temperature) per position, fp32 of
-  // hidden's leading shape, without gradient; chunks of positions bound
-  // the [chunk, V] logits.
-  at::Tensor TokenEntropy(const at::Tensor& hidden, double temperature = 1.0) const;
+  // hidden's leading shape; chunks of positions bound the [chunk, V] logits.
+  // with_grad: differentiable in hidden and the head (an entropy bonus; the
+  // backward recomputes each chunk's logits), else without gradient.
+  at::Tensor TokenEntropy(const at::Tensor& hidden, double temperature = 1.0, bool with_grad = false) const;
   // Value head: hidden [..., H] -> values [...] fp32. Head::kValue only.
   at::Tensor Values(const at::Tensor& hidden) const;
 

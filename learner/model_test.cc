@@ -183,6 +183,43 @@ TEST(ModelTest, ChunkedTokenLogprobsMatchFullSoftmaxAndGradients) {
   }
 }
 
+// The entropy bonus's chunked entropy: the value and its gradients match autograd through the full softmax.
+TEST(ModelTest, ChunkedTokenEntropyMatchesFullSoftmaxAndGradients) {
+  ModelOptions opt;
+  opt.trainable = true;
+  auto m = Transformer::Create(TinyConfig(), Head::kLanguageModel, opt, 4);
+  ASSERT_TRUE(m.ok());
+  at::manual_seed(13);
+  at::Tensor ids = at::randint(0, 97, {2, 9}, at::kLong);
+  const double temp = 0.8;
+  const at::Tensor w = at::rand({2, 9}, at::kFloat) + 0.5;
+
+  at::Tensor h = (*m)->Hidden(ids);
+  at::Tensor ent = (*m)->TokenEntropy(h, temp, /*with_grad=*/true);
+  (ent * w).sum().backward();
+  std::vector<at::Tensor> g1;
+  for (auto& p : (*m)->parameters()) {
+    g1.push_back(p.grad().clone());
+    p.mutable_grad().zero_();
+  }
+  at::Tensor logp = at::log_softmax((*m)->Logits(ids) / temp, -1);
+  at::Tensor ref = -(logp.exp() * logp).sum(-1);
+  (ref * w).sum().backward();
+  EXPECT_LE((ent - ref).abs().max().item<double>(), 1e-5);
+  EXPECT_GT(ref.min().item<double>(), 0.1);  // A random head: far from one-hot, the gradient is not ~0.
+  const at::Tensor no_grad = (*m)->TokenEntropy(h, temp);
+  EXPECT_FALSE(no_grad.requires_grad());
+  EXPECT_LE((no_grad - ref).abs().max().item<double>(), 1e-5);
+  auto ps = (*m)->parameters();
+  double largest = 0;
+  for (size_t i = 0; i < ps.size(); ++i) {
+    const double scale = 1.0 + ps[i].grad().abs().max().item<double>();
+    largest = std::max(largest, ps[i].grad().abs().max().item<double>());
+    EXPECT_LE((g1[i] - ps[i].grad()).abs().max().item<double>(), 1e-5 * scale) << "parameter " << i;
+  }
+  EXPECT_GT(largest, 1e-4);
+}
+
 TEST(ModelTest, ActivationCheckpointingGivesTheSameGradients) {
   ModelOptions opt;
   opt.trainable = true;

@@ -13,6 +13,7 @@
 //   bandit_bench [--reply=token|slots] [--lrs=3e-4,1e-3,2e-3] [--updates=300] [--every=20] [--seed=1]
 //                [--groups=4]   (tasks per PPO batch, 4 rollouts each: the run's BATCH is 4 x groups)
 //                [--warmup=48]  (random warm-up answers; RFT keeps those with R > 0)
+//                [--entropy_coef=0]  (PpoConfig.entropy_coef)
 //
 // The task: a fixed 250-token prompt (the system and user turns), then a
 // family token and a shape token (the task line), then the assistant header.
@@ -65,6 +66,7 @@ constexpr int kOptions[kFamilies][kSlots] = {{3, 3, 3, 2}, {3, 3, 2, 2}, {3, 2, 
 bool g_slots = false;
 int g_groups = 4;
 int g_warmup = 48;
+double g_entropy_coef = 0;
 
 int ReplyTokens() { return g_slots ? kSlots : 1; }
 
@@ -196,10 +198,10 @@ void Print(const char* stage, int update, double lr, Transformer& policy, const 
            const std::vector<Task>& heldout, at::Generator& g, double entropy = -1) {
   const Eval tr = Evaluate(policy, train, g), ho = Evaluate(policy, heldout, g);
   std::printf(
-      "{\"reply\":\"%s\",\"stage\":\"%s\",\"update\":%d,\"batch\":%d,\"warmup\":%d,\"actor_lr\":%g,\"train_reward\":%.3f,"
+      "{\"reply\":\"%s\",\"stage\":\"%s\",\"update\":%d,\"batch\":%d,\"warmup\":%d,\"entropy_coef\":%g,\"actor_lr\":%g,\"train_reward\":%.3f,"
       "\"heldout_reward\":%.3f,\"train_top_rate\":%.3f,\"heldout_top_rate\":%.3f,\"train_mi_bits\":%.3f,"
       "\"heldout_mi_bits\":%.3f,\"entropy\":%.3f}\n",
-      g_slots ? "slots" : "token", stage, update, 4 * g_groups, g_warmup, lr, tr.reward, ho.reward, tr.top_rate, ho.top_rate, tr.mi_bits,
+      g_slots ? "slots" : "token", stage, update, 4 * g_groups, g_warmup, g_entropy_coef, lr, tr.reward, ho.reward, tr.top_rate, ho.top_rate, tr.mi_bits,
       ho.mi_bits, entropy);
   std::fflush(stdout);
 }
@@ -226,6 +228,7 @@ void Run(double lr, int updates, int every, uint64_t seed) {
   at::Generator g = at::detail::createCPUGenerator(seed);
   TrainerOptions o;
   o.normalize_advantages = true;
+  o.entropy_coef = g_entropy_coef;
   o.actor.lr = 5e-3;
   o.critic.lr = 1e-3;
   Trainer t(Model(Head::kLanguageModel, seed), Model(Head::kValue, seed + 1), o);
@@ -285,13 +288,15 @@ int main(int argc, char** argv) {
       ok = absl::SimpleAtoi(v, &kernelrl::learner::rl::g_groups) && kernelrl::learner::rl::g_groups > 0;
     } else if (const std::string v = value("--warmup="); !v.empty()) {
       ok = absl::SimpleAtoi(v, &kernelrl::learner::rl::g_warmup) && kernelrl::learner::rl::g_warmup > 0;
+    } else if (const std::string v = value("--entropy_coef="); !v.empty()) {
+      ok = absl::SimpleAtod(v, &kernelrl::learner::rl::g_entropy_coef) && kernelrl::learner::rl::g_entropy_coef >= 0;
     } else if (const std::string v = value("--seed="); !v.empty()) {
       ok = absl::SimpleAtoi(v, &seed);
     } else {
       ok = false;
     }
     if (!ok) {
-      std::fprintf(stderr, "bandit_bench: bad flag %s\nusage: bandit_bench [--reply=token|slots] [--lrs=A,B] [--updates=N] [--every=K] [--seed=S] [--groups=G] [--warmup=W]\n",
+      std::fprintf(stderr, "bandit_bench: bad flag %s\nusage: bandit_bench [--reply=token|slots] [--lrs=A,B] [--updates=N] [--every=K] [--seed=S] [--groups=G] [--warmup=W] [--entropy_coef=C]\n",
                    a.c_str());
       return 2;
     }

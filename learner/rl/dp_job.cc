@@ -53,6 +53,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> MakeJobTrainer(const v1::LearnerJobConf
   to.temperature = config.ppo().temperature();
   to.entropy_metric = config.ppo().entropy_metric();
   to.normalize_advantages = config.ppo().normalize_advantages();
+  to.entropy_coef = config.ppo().entropy_coef();
   to.max_tokens_per_row = config.batch().max_tokens_per_row();
   to.actor = Optimizer(config.actor_optimizer());
   to.critic = Optimizer(config.critic_optimizer());

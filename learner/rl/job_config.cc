@@ -63,6 +63,7 @@ absl::StatusOr<v1::LearnerJobConfig> ParseJobConfig(const std::string& text) {
   if (!(p.clip_high() > 0)) return Field("ppo.clip_high", "must be > 0");
   if (!(p.gamma() > 0 && p.gamma() <= 1)) return Field("ppo.gamma", "must be in (0, 1]");
   if (!(p.lambda() >= 0 && p.lambda() <= 1)) return Field("ppo.lambda", "must be in [0, 1]");
+  if (!(p.entropy_coef() >= 0 && p.entropy_coef() < 1)) return Field("ppo.entropy_coef", "must be in [0, 1)");
   if (p.tis_threshold() < 0) return Field("ppo.tis_threshold", "must be >= 0 (0 = ratio against the rollout)");
   if (p.tis_threshold() > 0 && p.tis_threshold() < 1) return Field("ppo.tis_threshold", "must be 0 or >= 1");
   if (!(p.temperature() > 0)) return Field("ppo.temperature", "must be > 0");

@@ -88,6 +88,7 @@ TEST(JobConfigTest, BadValuesNameTheField) {
   for (const auto& [text, field] : std::vector<std::pair<std::string, std::string>>{
            {"ppo { clip_low: 1.5 }", "ppo.clip_low"},
            {"ppo { lambda: -1 }", "ppo.lambda"},
+           {"ppo { entropy_coef: -0.01 }", "ppo.entropy_coef"},
            {"critic_optimizer { lr: 0 }", "critic_optimizer.lr"},
            {"batch { trajectories_per_step: 0 }", "batch.trajectories_per_step"},
            {"ingest { buffer_capacity: 2 }", "ingest.buffer_capacity"},

@@ -364,11 +364,14 @@ absl::StatusOr<StepMetrics> Trainer::Step(const std::vector<Sample>& batch, int6
 
     // 4. Policy: log-probs of the model tokens, computed in chunks over the
     //    vocabulary (no [M, V] tensor beyond ModelOptions::keep_logits_bytes).
-    at::Tensor logp;
+    at::Tensor logp, entropy;
     if (train_actor) {
       at::Tensor hidden = policy_->Hidden(ids, row.lengths)[0].index_select(0, state);  // [M,H]
       logp = policy_->TokenLogprobs(hidden, target, options_.temperature);               // [M]
-      if (options_.entropy_metric) {
+      if (objective == Objective::kPpo && options_.entropy_coef > 0) {  // The bonus needs its gradient.
+        entropy = (weight * policy_->TokenEntropy(hidden, options_.temperature, /*with_grad=*/true)).sum();
+        m["entropy"] += entropy.item<double>();
+      } else if (options_.entropy_metric) {
         m["entropy"] += (weight * policy_->TokenEntropy(hidden, options_.temperature)).sum().item<double>();
       }
       flops += RowFlops(policy_->config(), row, static_cast<int64_t>(rt.state.size()), true);
@@ -380,6 +383,7 @@ absl::StatusOr<StepMetrics> Trainer::Step(const std::vector<Sample>& batch, int6
       PolicyLoss pl = PpoPolicyLoss({logp, rollout_logp, advantages, weight}, options_.policy_loss);
       at::Tensor vl = ValueLoss(values, returns, weight);
       loss = pl.loss + vl;
+      if (entropy.defined()) loss = loss - options_.entropy_coef * entropy;
       m["policy_loss"] += pl.loss.item<double>();
       m["value_loss"] += vl.item<double>();
       m["clip_frac"] += pl.stats.clipped;

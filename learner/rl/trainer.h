@@ -75,6 +75,7 @@ struct TrainerOptions {
   double temperature = 1.0;
   bool entropy_metric = true;
   bool normalize_advantages = false;  // PpoConfig.normalize_advantages.
+  double entropy_coef = 0;            // PpoConfig.entropy_coef.
   int64_t max_tokens_per_row = 32768;
   AdamWParams actor, critic;
 };
