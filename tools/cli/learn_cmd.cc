@@ -436,7 +436,8 @@ int LearnMain(int argc, char** argv) {
       const std::string line = absl::StrCat(v1::Job::State_Name(job.state()), " ", job.stage(), " step ",
                                             job.stage_step(), " (update ", job.step(), ", policy v",
                                             job.policy_version(), ")  ", job.message());
-      if (line != last_line) console.Line(line), last_change = absl::Now();
+      if (line != last_line) console.Line(line);
+      if (line != last_line || job.paused()) last_change = absl::Now();  // Paused (kernelrl job pause): not stalled.
       last_line = line;
       if (job.stage() == "agentic_ppo") {
         const int64_t k = job.stage_step();

@@ -139,6 +139,7 @@ absl::StatusOr<v1::Job> RunJob(const std::string& address, const v1::JobSpec& sp
       }
     }
     const grpc::Status s = reader->Finish();
+    if (job.paused()) last_change = absl::Now();  // Held by PauseJob (kernelrl job pause): waiting, not stalled.
     if (absl::Now() - last_change > stall) {
       return absl::DeadlineExceededError(absl::StrCat("job ", job.id(), " made no progress for ",
                                                       absl::FormatDuration(stall), " (are the actors leasing tasks? ",
