@@ -150,92 +150,97 @@ ModelConfig TinyConfig() {
   return testing::TinyQwen2Config(97);
 }
 
-TEST(ModelTest, ChunkedTokenLogprobsMatchFullSoftmaxAndGradients) {
+std::unique_ptr<Transformer> TrainableTiny(uint64_t seed) {
   ModelOptions opt;
   opt.trainable = true;
-  auto m = Transformer::Create(TinyConfig(), Head::kLanguageModel, opt, 3);
-  ASSERT_TRUE(m.ok());
+  auto m = Transformer::Create(TinyConfig(), Head::kLanguageModel, opt, seed);
+  EXPECT_TRUE(m.ok()) << m.status();
+  return m.ok() ? std::move(*m) : nullptr;
+}
+
+// Each parameter's gradient, taken out (the model's are zeroed for the reference pass).
+std::vector<at::Tensor> TakeGrads(Transformer& m) {
+  std::vector<at::Tensor> g;
+  for (auto& p : m.parameters()) {
+    g.push_back(p.grad().clone());
+    p.mutable_grad().zero_();
+  }
+  return g;
+}
+
+// The gradients `taken` against the model's current ones, relative to their size; returns the largest.
+double ExpectGradsMatch(const std::vector<at::Tensor>& taken, Transformer& m) {
+  auto ps = m.parameters();
+  double largest = 0;
+  for (size_t i = 0; i < ps.size(); ++i) {
+    const double size = ps[i].grad().abs().max().item<double>();
+    largest = std::max(largest, size);
+    EXPECT_LE((taken[i] - ps[i].grad()).abs().max().item<double>(), 1e-5 * (1.0 + size)) << "parameter " << i;
+  }
+  return largest;
+}
+
+TEST(ModelTest, ChunkedTokenLogprobsMatchFullSoftmaxAndGradients) {
+  auto m = TrainableTiny(3);
+  ASSERT_NE(m, nullptr);
   at::manual_seed(11);
   at::Tensor ids = at::randint(0, 97, {2, 9}, at::kLong);
   at::Tensor targets = at::randint(0, 97, {2, 9}, at::kLong);
   targets.index_put_({0, 3}, -1);  // Ignored position.
   const double temp = 0.7;
 
-  at::Tensor h = (*m)->Hidden(ids);
-  at::Tensor lp = (*m)->TokenLogprobs(h, targets, temp);
+  at::Tensor h = m->Hidden(ids);
+  at::Tensor lp = m->TokenLogprobs(h, targets, temp);
   at::Tensor loss = -(lp * at::arange(18, at::kFloat).view({2, 9})).sum();
   loss.backward();
-  std::vector<at::Tensor> g1;
-  for (auto& p : (*m)->parameters()) {
-    g1.push_back(p.grad().clone());
-    p.mutable_grad().zero_();
-  }
-  at::Tensor logits = (*m)->Logits(ids) / temp;
+  const std::vector<at::Tensor> g1 = TakeGrads(*m);
+  at::Tensor logits = m->Logits(ids) / temp;
   at::Tensor ref = at::log_softmax(logits, -1).gather(-1, targets.clamp_min(0).unsqueeze(-1)).squeeze(-1);
   ref = ref.masked_fill(targets.lt(0), 0.0);
   (-(ref * at::arange(18, at::kFloat).view({2, 9})).sum()).backward();
   EXPECT_LE((lp - ref).abs().max().item<double>(), 1e-5);
   EXPECT_EQ(lp.index({0, 3}).item<float>(), 0.0f);
-  auto ps = (*m)->parameters();
-  for (size_t i = 0; i < ps.size(); ++i) {
-    const double scale = 1.0 + ps[i].grad().abs().max().item<double>();
-    EXPECT_LE((g1[i] - ps[i].grad()).abs().max().item<double>(), 1e-5 * scale) << "parameter " << i;
-  }
+  ExpectGradsMatch(g1, *m);
 }
 
 // The entropy bonus's chunked entropy: the value and its gradients match autograd through the full softmax.
 TEST(ModelTest, ChunkedTokenEntropyMatchesFullSoftmaxAndGradients) {
-  ModelOptions opt;
-  opt.trainable = true;
-  auto m = Transformer::Create(TinyConfig(), Head::kLanguageModel, opt, 4);
-  ASSERT_TRUE(m.ok());
+  auto m = TrainableTiny(4);
+  ASSERT_NE(m, nullptr);
   at::manual_seed(13);
   at::Tensor ids = at::randint(0, 97, {2, 9}, at::kLong);
   const double temp = 0.8;
   const at::Tensor w = at::rand({2, 9}, at::kFloat) + 0.5;
 
-  at::Tensor h = (*m)->Hidden(ids);
-  at::Tensor ent = (*m)->TokenEntropy(h, temp, /*with_grad=*/true);
+  at::Tensor h = m->Hidden(ids);
+  at::Tensor ent = m->TokenEntropy(h, temp, /*with_grad=*/true);
   (ent * w).sum().backward();
-  std::vector<at::Tensor> g1;
-  for (auto& p : (*m)->parameters()) {
-    g1.push_back(p.grad().clone());
-    p.mutable_grad().zero_();
-  }
-  at::Tensor logp = at::log_softmax((*m)->Logits(ids) / temp, -1);
+  const std::vector<at::Tensor> g1 = TakeGrads(*m);
+  at::Tensor logp = at::log_softmax(m->Logits(ids) / temp, -1);
   at::Tensor ref = -(logp.exp() * logp).sum(-1);
   (ref * w).sum().backward();
   EXPECT_LE((ent - ref).abs().max().item<double>(), 1e-5);
   EXPECT_GT(ref.min().item<double>(), 0.1);  // A random head: far from one-hot, the gradient is not ~0.
-  const at::Tensor no_grad = (*m)->TokenEntropy(h, temp);
+  const at::Tensor no_grad = m->TokenEntropy(h, temp);
   EXPECT_FALSE(no_grad.requires_grad());
   EXPECT_LE((no_grad - ref).abs().max().item<double>(), 1e-5);
-  auto ps = (*m)->parameters();
-  double largest = 0;
-  for (size_t i = 0; i < ps.size(); ++i) {
-    const double scale = 1.0 + ps[i].grad().abs().max().item<double>();
-    largest = std::max(largest, ps[i].grad().abs().max().item<double>());
-    EXPECT_LE((g1[i] - ps[i].grad()).abs().max().item<double>(), 1e-5 * scale) << "parameter " << i;
-  }
-  EXPECT_GT(largest, 1e-4);
+  EXPECT_GT(ExpectGradsMatch(g1, *m), 1e-4);
 }
 
 TEST(ModelTest, ActivationCheckpointingGivesTheSameGradients) {
-  ModelOptions opt;
-  opt.trainable = true;
-  auto m = Transformer::Create(TinyConfig(), Head::kLanguageModel, opt, 5);
-  ASSERT_TRUE(m.ok());
+  auto m = TrainableTiny(5);
+  ASSERT_NE(m, nullptr);
   at::manual_seed(12);
   at::Tensor ids = at::randint(0, 97, {2, 12}, at::kLong);
   auto grads = [&](bool ckpt) {
-    (*m)->set_activation_checkpointing(ckpt);
-    for (auto& p : (*m)->parameters()) {
+    m->set_activation_checkpointing(ckpt);
+    for (auto& p : m->parameters()) {
       if (p.grad().defined()) p.mutable_grad().zero_();
     }
-    at::Tensor h = (*m)->Hidden(ids.narrow(1, 0, 11));
-    (-(*m)->TokenLogprobs(h, ids.narrow(1, 1, 11)).mean()).backward();
+    at::Tensor h = m->Hidden(ids.narrow(1, 0, 11));
+    (-m->TokenLogprobs(h, ids.narrow(1, 1, 11)).mean()).backward();
     std::vector<at::Tensor> g;
-    for (auto& p : (*m)->parameters()) g.push_back(p.grad().clone());
+    for (auto& p : m->parameters()) g.push_back(p.grad().clone());
     return g;
   };
   auto plain = grads(false);
