@@ -191,13 +191,17 @@ class ChunkedTokenEntropy : public torch::autograd::Function<ChunkedTokenEntropy
   static int64_t Chunk(const at::Tensor& weight) {
     return std::max<int64_t>(1, (int64_t{128} << 20) / std::max<int64_t>(weight.size(0), 1));
   }
+  // fp32 logits, scaled after the cast (a bf16 model's entropy is not rounded twice).
+  static at::Tensor Logits(const at::Tensor& h, const at::Tensor& weight, double inv_temp) {
+    return at::matmul(h, weight.t()).to(at::kFloat).mul_(inv_temp);
+  }
 
   static at::Tensor Forward(const at::Tensor& hidden, const at::Tensor& weight, double inv_temp) {
     const int64_t n = hidden.size(0), chunk = Chunk(weight);
     at::Tensor out = at::empty({n}, hidden.options().dtype(at::kFloat));
     for (int64_t s = 0; s < n; s += chunk) {
       const int64_t len = std::min(chunk, n - s);
-      at::Tensor z = ChunkedTokenLogprobs::ChunkLogits(hidden.narrow(0, s, len), weight, inv_temp).to(at::kFloat);
+      at::Tensor z = Logits(hidden.narrow(0, s, len), weight, inv_temp);
       at::Tensor lse = z.logsumexp(-1, /*keepdim=*/true);
       out.narrow(0, s, len).copy_(lse.squeeze(-1) - ((z - lse).exp() * z).sum(-1));
     }
@@ -224,7 +228,7 @@ class ChunkedTokenEntropy : public torch::autograd::Function<ChunkedTokenEntropy
     for (int64_t s = 0; s < n; s += chunk) {
       const int64_t len = std::min(chunk, n - s);
       at::Tensor h = hidden.narrow(0, s, len);
-      at::Tensor logp = at::log_softmax(ChunkedTokenLogprobs::ChunkLogits(h, weight, inv_temp).to(at::kFloat), -1);
+      at::Tensor logp = at::log_softmax(Logits(h, weight, inv_temp), -1);
       at::Tensor p = logp.exp();
       at::Tensor entropy = -(p * logp).sum(-1, /*keepdim=*/true);
       at::Tensor d = -(p * (logp + entropy)) * g.narrow(0, s, len).unsqueeze(1) * inv_temp;  // d loss / d logits

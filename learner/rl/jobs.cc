@@ -29,16 +29,18 @@ bool JobContext::ShouldStop() const {
   return manager_->stop_ || manager_->jobs_.at(id_).cancel_requested;
 }
 
-void JobContext::HoldWhilePaused() {
+bool JobContext::HoldWhilePaused() {
   absl::MutexLock lock(&manager_->mu_);
   JobManager::Entry& e = manager_->jobs_.at(id_);
-  if (!e.job.paused() || manager_->stop_ || e.cancel_requested) return;
+  const auto stopping = [&] { return manager_->stop_ || e.cancel_requested; };
+  if (!e.job.paused() || stopping()) return !stopping();
   e.job.set_held(true);
   (void)manager_->PersistLocked(&e);
   KLOG(INFO) << "job " << id_ << " held at update " << e.job.step();
-  while (e.job.paused() && !manager_->stop_ && !e.cancel_requested) manager_->changed_.Wait(&manager_->mu_);
+  while (e.job.paused() && !stopping()) manager_->changed_.Wait(&manager_->mu_);
   e.job.set_held(false);
   (void)manager_->PersistLocked(&e);
+  return !stopping();
 }
 
 absl::Status JobContext::Update(const std::function<void(v1::Job*)>& change) {
@@ -155,24 +157,19 @@ absl::StatusOr<JobManager::Entry*> JobManager::RunningLocked(const std::string& 
 }
 
 absl::StatusOr<v1::Job> JobManager::Pause(const std::string& id, const std::string& reason) {
-  absl::MutexLock lock(&mu_);
-  auto e = RunningLocked(id, "be paused");
-  if (!e.ok()) return e.status();
-  if ((*e)->job.paused()) return (*e)->job;
-  (*e)->job.set_paused(true);
-  (*e)->job.set_message(absl::StrCat("paused: ", reason.empty() ? "by request" : reason));
-  if (auto s = PersistLocked(*e); !s.ok()) return s;
-  return (*e)->job;
+  return SetPaused(id, true, absl::StrCat("paused: ", reason.empty() ? "by request" : reason));
 }
 
-absl::StatusOr<v1::Job> JobManager::Resume(const std::string& id) {
+absl::StatusOr<v1::Job> JobManager::Resume(const std::string& id) { return SetPaused(id, false, "resumed"); }
+
+absl::StatusOr<v1::Job> JobManager::SetPaused(const std::string& id, bool paused, const std::string& message) {
   absl::MutexLock lock(&mu_);
-  auto e = RunningLocked(id, "be resumed");
+  auto e = RunningLocked(id, paused ? "be paused" : "be resumed");
   if (!e.ok()) return e.status();
-  if (!(*e)->job.paused()) return (*e)->job;
-  (*e)->job.set_paused(false);
-  (*e)->job.set_message("resumed");
-  if (auto s = PersistLocked(*e); !s.ok()) return s;  // Wakes the held runner.
+  if ((*e)->job.paused() == paused) return (*e)->job;  // Idempotent.
+  (*e)->job.set_paused(paused);
+  (*e)->job.set_message(message);
+  if (auto s = PersistLocked(*e); !s.ok()) return s;  // Wakes a held runner.
   return (*e)->job;
 }
 

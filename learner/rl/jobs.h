@@ -52,8 +52,9 @@ class JobContext {
   // stays RUNNING and resumes on the next start).
   bool ShouldStop() const;
   // A step boundary: while the job is paused, marks it held and blocks until
-  // Resume or ShouldStop(). Runners call it before taking each batch.
-  void HoldWhilePaused();
+  // Resume or ShouldStop(). Runners call it before taking each batch; false
+  // means stop (ShouldStop()).
+  bool HoldWhilePaused();
   // Changes the job (step, stage, metrics, message) and persists it.
   absl::Status Update(const std::function<void(v1::Job*)>& change);
   // The ingest actors talk to while this job runs (nullptr: none).
@@ -116,6 +117,8 @@ class JobManager {
   void WorkerLoop();
   absl::Status PersistLocked(Entry* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<Entry*> RunningLocked(const std::string& id, const char* what) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<v1::Job> SetPaused(const std::string& id, bool paused, const std::string& message)
+      ABSL_LOCKS_EXCLUDED(mu_);
   std::string JobDir(const std::string& id) const { return state_dir_ + "/jobs/" + id; }
 
   const std::string state_dir_;

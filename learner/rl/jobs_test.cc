@@ -42,8 +42,7 @@ class CountingRunner : public JobRunner {
   absl::Status Run(JobContext* ctx) override {
     ++*runs_;
     while (ctx->job().step() < steps_) {
-      ctx->HoldWhilePaused();
-      if (ctx->ShouldStop()) return absl::OkStatus();
+      if (!ctx->HoldWhilePaused()) return absl::OkStatus();
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
       auto s = ctx->Update([](v1::Job* j) {
         j->set_step(j->step() + 1);

@@ -183,8 +183,7 @@ absl::StatusOr<StepMetrics> RecipeRunner::Train(StepKind kind, const std::vector
 
 absl::StatusOr<std::vector<v1::Trajectory>> RecipeRunner::WaitForBatch(JobContext* ctx, int n) {
   while (!ctx->ShouldStop()) {
-    ctx->HoldWhilePaused();  // Before the batch: a paused job's policy stays as it is.
-    if (ctx->ShouldStop()) break;
+    if (!ctx->HoldWhilePaused()) break;  // Before the batch: a paused job's policy stays as it is.
     if (auto s = ingest_->ExpireLeases(); !s.ok()) return s;
     auto batch = ingest_->Take(n);
     if (!batch.ok()) return batch.status();
@@ -268,8 +267,7 @@ absl::Status RecipeRunner::RunStage(JobContext* ctx, int stage) {
   if (st.kind == Kind::kCollect) {
     // Collect until `steps` trajectories were accepted (or nothing is left to lease).
     while (!ctx->ShouldStop()) {
-      ctx->HoldWhilePaused();
-      if (ctx->ShouldStop()) break;
+      if (!ctx->HoldWhilePaused()) break;
       if (auto s = ingest_->ExpireLeases(); !s.ok()) return s;
       const IngestInfo info = ingest_->Info();
       auto got = ingest_->AcceptedIn(st.name);
@@ -330,8 +328,7 @@ absl::Status RecipeRunner::RunStage(JobContext* ctx, int stage) {
   const int64_t total = st.kind == Kind::kSft ? steps * per_epoch : steps;
   if (st.kind == Kind::kSft) trainer_->actor_optimizer().set_lr(r.rft().lr());
   while (stage_step_ < total && !ctx->ShouldStop()) {
-    ctx->HoldWhilePaused();
-    if (ctx->ShouldStop()) break;
+    if (!ctx->HoldWhilePaused()) break;
     const int64_t b = (stage_step_ % per_epoch) * n;
     std::vector<Sample> batch(samples.begin() + b, samples.begin() + std::min<int64_t>(b + n, samples.size()));
     auto m = Train(st.kind == Kind::kSft ? StepKind::kSft : StepKind::kValue, batch);

@@ -18,6 +18,7 @@
 #include "common/json.h"
 #include "common/text.h"
 #include "grpcpp/grpcpp.h"
+#include "learner/rl/jobs.h"
 #include "proto/learner.grpc.pb.h"
 #include "proto/learner_config.pb.h"
 #include "tools/cli/learn_cluster.h"
@@ -184,10 +185,6 @@ absl::StatusOr<Json> HeldOutEval(const LearnOptions& o, const Cluster& c, const 
   return HeldOutFromReport(out_dir + "/report.json");
 }
 
-bool JobEnded(const v1::Job& job) {
-  return job.state() == v1::Job::SUCCEEDED || job.state() == v1::Job::FAILED || job.state() == v1::Job::CANCELLED;
-}
-
 // Cancels the job and waits (up to 60 s) for its runner to stop, so the curves say CANCELLED.
 v1::Job CancelAndWait(v1::Learner::Stub* stub, v1::Job job) {
   {
@@ -201,8 +198,8 @@ v1::Job CancelAndWait(v1::Learner::Stub* stub, v1::Job job) {
   }
   v1::GetJobRequest get;
   get.set_job_id(job.id());
-  for (const absl::Time until = absl::Now() + absl::Seconds(60); !JobEnded(job) && absl::Now() < until;
-       absl::SleepFor(absl::Milliseconds(200))) {
+  for (const absl::Time until = absl::Now() + absl::Seconds(60);
+       !learner::rl::JobManager::Finished(job.state()) && absl::Now() < until; absl::SleepFor(absl::Milliseconds(200))) {
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
     v1::Job now;
@@ -448,7 +445,7 @@ int LearnMain(int argc, char** argv) {
           last_eval_agentic = k;
         }
       }
-      if (JobEnded(job)) {
+      if (learner::rl::JobManager::Finished(job.state())) {
         code = job.state() == v1::Job::SUCCEEDED ? 0 : 1;
         break;
       }

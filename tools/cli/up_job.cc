@@ -9,6 +9,7 @@
 #include "absl/time/clock.h"
 #include "google/protobuf/text_format.h"
 #include "grpcpp/grpcpp.h"
+#include "learner/rl/jobs.h"
 #include "proto/learner.grpc.pb.h"
 
 namespace kernelrl::up {
@@ -35,10 +36,6 @@ constexpr char kQuickstartHyperparameters[] = R"pb(
   # off-policy by construction, so the staleness bound must not reject it.
   ingest { max_policy_lag: 1000 }
 )pb";
-
-bool Finished(v1::Job::State s) {
-  return s == v1::Job::SUCCEEDED || s == v1::Job::FAILED || s == v1::Job::CANCELLED;
-}
 
 std::unique_ptr<grpc::ClientContext> ContextUntil(absl::Time deadline) {
   auto ctx = std::make_unique<grpc::ClientContext>();
@@ -132,7 +129,7 @@ absl::StatusOr<v1::Job> RunJob(const std::string& address, const v1::JobSpec& sp
         last_change = absl::Now();
       }
       last_line = line;
-      if (Finished(job.state())) {
+      if (learner::rl::JobManager::Finished(job.state())) {
         ctx->TryCancel();
         reader->Finish();
         return job;
