@@ -173,26 +173,25 @@ if [ "${MODE:-}" = learn ]; then  # (b) on the device.
   if [ -n "$RESUME" ]; then  # The paused run as the last sitting left it: no baselines to measure again.
     tar xzf .devcarry/learnrun/learnrun.tgz -C /tmp || { echo "cannot unpack .devcarry/learnrun/learnrun.tgz"; exit 1; }
     echo "sitting $SITTING: resuming $(ls "$RUN"/run/learner-state/jobs) at $(elapsed) s"
-  elif [ "$BACKEND" = cpu ]; then
-    mkdir -p "$RUN" $BASE
-    $PY tools/cli/up_quickstart.py "$RUN/qs" "$PWD" > "$OUT/assets.log" 2>&1 || { cat "$OUT/assets.log"; exit 1; }
   else
     mkdir -p "$RUN" $BASE
     $PY tools/cli/up_quickstart.py "$RUN/qs" "$PWD" > "$OUT/assets.log" 2>&1 &
     ASSETS=$!
-    PW=${PRECOMPUTE_WALL:-50}
-    env ${KPROF:+CUDA_INJECTION64_PATH=$KPROF} PYTHONPATH=$PWD TORCHINDUCTOR_COMPILE_THREADS=2 timeout "$PW" \
-      $PY -m profiler_service.harness.precompute --tasks_root "$L/tasks" --levels family --out "$OUT/baselines.jsonl" \
-      --workers 8 --budget_s 0.3 --deadline_s $(( PW - 8 )) > "$OUT/precompute.log" 2>&1
-    echo "precompute rc=$? at $(elapsed) s: $(wc -l < "$OUT/baselines.jsonl" 2>/dev/null || echo 0)/12 tasks"
-    "$L/precompute_baselines" --measurements="$OUT/baselines.jsonl" --set=baseline_cache_dir=$BASE --table="$OUT/baselines.tsv" \
-      > "$OUT/import.log" 2>&1 || echo "baseline import failed (import.log): rewards stay at 1 (baseline_missing)"
+    if [ "$BACKEND" = cuda ]; then  # The tasks' eager and torch.compile baselines, while the assets are made.
+      PW=${PRECOMPUTE_WALL:-50}
+      env ${KPROF:+CUDA_INJECTION64_PATH=$KPROF} PYTHONPATH=$PWD TORCHINDUCTOR_COMPILE_THREADS=2 timeout "$PW" \
+        $PY -m profiler_service.harness.precompute --tasks_root "$L/tasks" --levels family --out "$OUT/baselines.jsonl" \
+        --workers 8 --budget_s 0.3 --deadline_s $(( PW - 8 )) > "$OUT/precompute.log" 2>&1
+      echo "precompute rc=$? at $(elapsed) s: $(wc -l < "$OUT/baselines.jsonl" 2>/dev/null || echo 0)/12 tasks"
+      "$L/precompute_baselines" --measurements="$OUT/baselines.jsonl" --set=baseline_cache_dir=$BASE --table="$OUT/baselines.tsv" \
+        > "$OUT/import.log" 2>&1 || echo "baseline import failed (import.log): rewards stay at 1 (baseline_missing)"
+    fi
     wait $ASSETS || { cat "$OUT/assets.log"; exit 1; }
   fi
   # The job is cut at LEARN_WALL (CANCELLED) if AGENTIC_STEPS do not fit; the final held-out
   # evaluation still runs on the last policy (kernelrl learn), so leave ~60 s for it. A pause also
   # waits for the actors' rollouts in flight (<= 60 s) before it evaluates: 150 s then. Killed
-  # before it writes the curves, a paused run cannot be resumed.
+  # before it writes the curves, a paused run resumes without its held-out evaluations so far.
   timeout $(( ${LEARN_WALL:-85} + (${#PAUSE} > 0 ? 150 : 90) )) "$C/bin/tools/cli/kernelrl" learn --bin_dir="$C/bin" --base_checkpoint="$RUN/qs/model" \
     --family_dir="$L/small" --backend=$BACKEND --learner_device=${LEARNER_DEVICE:-cpu} --run_dir="$RUN/run" \
     --actors=${ACTORS:-2} --random_actors=${ACTORS:-2} --concurrent_rollouts=4 --eval_every=${EVAL_EVERY:-2} \
