@@ -30,6 +30,7 @@
 #   device: MODE=learn SITTING=next|last tools/device_learn.sh   # carry [".devcarry/ops", ".devcarry/learnjob",
 #                                                                #        ".devcarry/learnrun"]
 #   next resumes it and pauses again at LEARN_WALL; last resumes it and lets it finish (AGENTIC_STEPS).
+#   RESUME_AT=N (the update --carry-run prints) makes the call refuse a run held anywhere else.
 #   Keep every other knob as in the first sitting. Rehearse the calls here first, on the CPU sandbox:
 #   tools/device_learn.sh --stage-learn --cpu, then MODE=learn BACKEND=cpu OUT=DIR ... (no baselines).
 # Knobs: PRECOMPUTE_WALL (55 s), SUITE_WALL (rest of 140 s), PROFILE_BUDGET (0.3 s); MODE=learn:
@@ -120,12 +121,16 @@ if [ "${1:-}" = "--stage-learn" ]; then  # Run HERE.
   exit 0
 fi
 
+# The update a paused run archive is held at: its latest pause evaluation (eval-pause-N).
+held_update() { tar tzf "$1" | sed -n 's|.*/curves/eval-pause-\([0-9]*\)/$|\1|p' | sort -n | tail -1; }
+
 if [ "${1:-}" = "--carry-run" ]; then  # Run HERE: the last sitting's run, for the next call.
   set -e
   shift
   [ $# -gt 0 ] && [ -f "$1" ] || { echo "usage: tools/device_learn.sh --carry-run DIR/learnrun.tgz | DIR/learnrun.tgz.part*"; exit 2; }
   rm -rf .devcarry/learnrun && mkdir -p .devcarry/learnrun && cat "$@" > .devcarry/learnrun/learnrun.tgz
   tar tzf .devcarry/learnrun/learnrun.tgz > /dev/null || { echo "not a whole learnrun.tgz: $*"; exit 1; }
+  echo "the run is held at update $(held_update .devcarry/learnrun/learnrun.tgz): call with RESUME_AT=$(held_update .devcarry/learnrun/learnrun.tgz)"
   TRACKED=$(git ls-files -z | xargs -0 du -cb 2>/dev/null | tail -1 | cut -f1)
   CARRIED=$(du -cb .devcarry/ops .devcarry/learnjob .devcarry/learnrun | tail -1 | cut -f1)
   echo "the call would send $(( (TRACKED + CARRIED) >> 20 )) MiB of 64 (tracked $(( TRACKED >> 20 )), carried $(( CARRIED >> 20 )))"
@@ -166,6 +171,9 @@ if [ "${MODE:-}" = learn ]; then  # (b) on the device.
     first) PAUSE=--pause_at_timeout ;;
     next | last)
       [ -f .devcarry/learnrun/learnrun.tgz ] || { echo "SITTING=$SITTING: no .devcarry/learnrun (tools/device_learn.sh --carry-run here)"; exit 2; }
+      # RESUME_AT (the update --carry-run printed) refuses a stale archive before any device time goes to it.
+      HELD=$(held_update .devcarry/learnrun/learnrun.tgz)
+      [ -z "${RESUME_AT:-}" ] || [ "$RESUME_AT" = "$HELD" ] || { echo "RESUME_AT=$RESUME_AT but the carried run is held at update $HELD (stale .devcarry/learnrun?)"; exit 2; }
       RESUME=--resume; [ "$SITTING" = next ] && PAUSE=--pause_at_timeout ;;
     *) echo "SITTING: first, next or last"; exit 2 ;;
   esac
