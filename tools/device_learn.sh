@@ -130,7 +130,8 @@ if [ "${1:-}" = "--carry-run" ]; then  # Run HERE: the last sitting's run, for t
   [ $# -gt 0 ] && [ -f "$1" ] || { echo "usage: tools/device_learn.sh --carry-run DIR/learnrun.tgz | DIR/learnrun.tgz.part*"; exit 2; }
   rm -rf .devcarry/learnrun && mkdir -p .devcarry/learnrun && cat "$@" > .devcarry/learnrun/learnrun.tgz
   tar tzf .devcarry/learnrun/learnrun.tgz > /dev/null || { echo "not a whole learnrun.tgz: $*"; exit 1; }
-  echo "the run is held at update $(held_update .devcarry/learnrun/learnrun.tgz): call with RESUME_AT=$(held_update .devcarry/learnrun/learnrun.tgz)"
+  HELD=$(held_update .devcarry/learnrun/learnrun.tgz)
+  echo "the run is held at update $HELD: call with RESUME_AT=$HELD"
   TRACKED=$(git ls-files -z | xargs -0 du -cb 2>/dev/null | tail -1 | cut -f1)
   CARRIED=$(du -cb .devcarry/ops .devcarry/learnjob .devcarry/learnrun | tail -1 | cut -f1)
   echo "the call would send $(( (TRACKED + CARRIED) >> 20 )) MiB of 64 (tracked $(( TRACKED >> 20 )), carried $(( CARRIED >> 20 )))"
