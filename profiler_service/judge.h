@@ -11,41 +11,22 @@
 //   kInfo   -> reported only.
 // Without hack or audit flags the reward is MilestoneReward(correct = true, ...).
 // The candidate was verified correct before profiling; this only judges speed
-// and integrity.
+// and integrity. The time judged is the trusted per-forward figure
+// (TimingStats.median_us): the reference process's own clock around blocks of
+// forwards, which the candidate's process cannot alter; its in-process figures
+// only attribute GPU time (coverage, library policy) and are compared with the
+// trusted one for the record ("in_process_below_trusted", info).
 #ifndef KERNELRL_PROFILER_SERVICE_JUDGE_H_
 #define KERNELRL_PROFILER_SERVICE_JUDGE_H_
 
 #include <string>
 
-#include <vector>
-
-#include "absl/status/statusor.h"
 #include "profiler_service/proto_types.h"
 
 namespace kernelrl {
 
 enum class FlagSeverity { kInfo, kAudit, kHack };
 FlagSeverity SeverityOf(const std::string& flag);
-
-// The outside-clock bound (docs/HARNESS.md "Trust boundary"): the least
-// per-call time the driving process's own clock allows, from the samples'
-// outside_us, the calibrated per-call overhead and the output hand-over.
-// measured is false when no sample was driven from outside.
-struct OutsideBound {
-  bool measured = false;
-  double median_outside_us = 0.0;  // first quartile, in fact (see judge.cc)
-  double bound_us = 0.0;
-};
-OutsideBound BoundByOutsideClock(const RawTimingRun& run, const ProfilerConfig& config);
-
-// The per-call overhead of the outside clock, calibrated by the trusted side
-// from runs of a known-honest candidate through the same executor path: per
-// run, q25(outside) - hand-over - in-process median (the overhead that makes
-// the bound equal that run's own figure); the largest over the runs, raised by
-// outside_calibration_margin. An error when no run was driven from outside or
-// the overhead comes out non-positive (clocks that do not add up).
-absl::StatusOr<double> CalibrateOutsideOverhead(const std::vector<RawTimingRun>& runs,
-                                                const ProfilerConfig& config);
 
 // `baseline` may be null (no baseline: speed-ups 0, flag "baseline_missing").
 // `config` must carry defaults.

@@ -5,6 +5,7 @@
 #include "gtest/gtest.h"
 #include "profiler_service/profiler_defaults.h"
 #include "profiler_service/test_util.h"
+#include "profiler_service/timing_analysis.h"
 
 namespace kernelrl {
 namespace {
@@ -149,77 +150,48 @@ TEST(Judge, BuildBaselineAnalysesBothRuns) {
   EXPECT_EQ(b.gpu_model(), "H100");
 }
 
-TEST(Judge, EventTimedBaselineAgainstCuptiCandidateIsQuarantined) {
+TEST(Judge, UntrustedBaselineAgainstTrustedCandidateIsQuarantined) {
   Baseline b = MakeBaseline(300.0, 280.0);  // The candidate looks 3x faster...
-  b.mutable_eager()->add_flags("cupti_inactive");  // ...but against launch-gap-inflated event times.
+  b.mutable_eager()->add_flags("untrusted_timing");  // ...against a figure timed inside its own process.
   const ProfileMeasurement m = Candidate(100.0);
-  ASSERT_TRUE(m.candidate().cupti_active());
   ProfileResult r = JudgeProfile(m, &b, Task(), Config());
   EXPECT_TRUE(Has(r.verdict(), "baseline_clock_mismatch"));
   EXPECT_TRUE(r.verdict().quarantined());
   EXPECT_LE(r.verdict().reward(), 1.0);
-  b.mutable_eager()->clear_flags();  // Same clock on both sides: the tier is paid.
+  b.mutable_eager()->clear_flags();  // Trusted on both sides: the tier is paid.
   r = JudgeProfile(m, &b, Task(), Config());
   EXPECT_FALSE(Has(r.verdict(), "baseline_clock_mismatch"));
   EXPECT_EQ(r.verdict().reward(), 3.0);
 }
 
-// Outside clock: each call took `overhead` + its in-process time on the
-// driving side's clock, the first calls a little slower (warm-up noise).
-RawTimingRun WithOutsideClock(RawTimingRun run, double overhead_us) {
-  for (int i = 0; i < run.samples_size(); ++i) {
-    CallSample* s = run.mutable_samples(i);
-    s->set_outside_us(s->cupti_us() + overhead_us + (i < 3 ? 500.0 : 0.0));
-  }
-  return run;
-}
-
-TEST(Judge, InProcessTimeBelowTheOutsideClockIsAHack) {
-  ProfilerConfig c = Config();
-  c.set_outside_overhead_us(400.0);
-  ProfileMeasurement m = Candidate(1000.0);
-  *m.mutable_candidate() = WithOutsideClock(m.candidate(), 450.0);
-  m.mutable_candidate()->set_handover_bytes(1e9);  // 0.8 ms at 2.5e12 B/s, read + written
-  const OutsideBound b = BoundByOutsideClock(m.candidate(), c);
-  ASSERT_TRUE(b.measured);
-  EXPECT_NEAR(b.bound_us, 1000.0 + 450.0 - 400.0 - 800.0, 30.0);
-  const Baseline base = MakeBaseline(3000.0, 2500.0);
-  EXPECT_FALSE(Has(JudgeProfile(m, &base, Task(), c).verdict(), "timing_below_outside_clock"));
-  // The same calls, the in-process figures edited to a tenth: the outside clock still says ~1 ms.
-  ProfileMeasurement forged = Candidate(100.0);
-  *forged.mutable_candidate() = WithOutsideClock(Candidate(1000.0).candidate(), 450.0);
+// The figure that pays is the trusted one: in-process figures edited to a
+// tenth change neither the time nor the reward, and are reported.
+TEST(Judge, ForgedInProcessFiguresDoNotPay) {
+  const Baseline base = MakeBaseline(1020.0, 1010.0);
+  const ProfileResult honest = JudgeProfile(Candidate(1000.0), &base, Task(), Config());
+  ProfileMeasurement forged = Candidate(1000.0);
   for (CallSample& s : *forged.mutable_candidate()->mutable_samples()) {
     s.set_cupti_us(s.cupti_us() / 10);
     s.set_event_us(s.event_us() / 10);
     s.set_wall_us(s.wall_us() / 10);
   }
-  const ProfileResult r = JudgeProfile(forged, &base, Task(), c);
-  EXPECT_TRUE(Has(r.verdict(), "timing_below_outside_clock"));
-  EXPECT_EQ(r.verdict().outcome(), Verdict::HACK_DETECTED);
-  EXPECT_LT(r.verdict().reward(), 0.0);
+  const ProfileResult r = JudgeProfile(forged, &base, Task(), Config());
+  EXPECT_EQ(r.verdict().candidate_time_us(), honest.verdict().candidate_time_us());
+  EXPECT_NEAR(r.verdict().candidate_time_us(), 1000.0, 10.0);
+  EXPECT_EQ(r.verdict().reward(), honest.verdict().reward());
+  EXPECT_EQ(r.verdict().reward(), 1.0);  // 1.02x eager is not "more than 5% faster"
+  EXPECT_TRUE(Has(r.verdict(), "in_process_below_trusted"));
+  EXPECT_FALSE(Has(honest.verdict(), "in_process_below_trusted"));
+  EXPECT_EQ(SeverityOf("in_process_below_trusted"), FlagSeverity::kInfo);
+  EXPECT_NEAR(r.candidate().in_process_median_us(), 100.0, 2.0);
 }
 
-TEST(Judge, OutsideOverheadIsCalibratedFromHonestRuns) {
-  ProfilerConfig c = Config();
-  c.set_outside_calibration_margin(0.25);
-  // Two honest runs of a 150 us kernel whose calls cost 430 and 520 us more outside.
-  const std::vector<RawTimingRun> runs = {WithOutsideClock(NoisyRun(150.0, 60, 0.01, 5), 430.0),
-                                          WithOutsideClock(NoisyRun(150.0, 60, 0.01, 6), 520.0)};
-  absl::StatusOr<double> overhead = CalibrateOutsideOverhead(runs, c);
-  ASSERT_TRUE(overhead.ok()) << overhead.status();
-  EXPECT_NEAR(*overhead, 520.0 * 1.25, 10.0);
-  // With it, the honest runs pass and a forged tenth of the time does not.
-  c.set_outside_overhead_us(*overhead);
-  for (const RawTimingRun& run : runs) {
-    const OutsideBound b = BoundByOutsideClock(run, c);
-    EXPECT_LT(b.bound_us * (1.0 - c.outside_bound_tolerance()), 150.0);
-  }
-  RawTimingRun slow = WithOutsideClock(NoisyRun(2000.0, 60, 0.01, 7), 480.0);
-  EXPECT_GT(BoundByOutsideClock(slow, c).bound_us * (1.0 - c.outside_bound_tolerance()), 200.0);
-  // Nothing timed from outside, or clocks that do not add up: an error, never a guess.
-  EXPECT_FALSE(CalibrateOutsideOverhead({NoisyRun(150.0, 60, 0.01, 5)}, c).ok());
-  EXPECT_FALSE(CalibrateOutsideOverhead({WithOutsideClock(NoisyRun(150.0, 60, 0.01, 5), -600.0)}, c).ok());
-  EXPECT_FALSE(CalibrateOutsideOverhead({}, c).ok());
+// A run recorded without trusted figures is timed by its in-process clock and says so.
+TEST(Judge, RunWithoutTrustedFiguresIsFlaggedUntrusted) {
+  RawTimingRun run = Candidate(100.0).candidate();
+  run.mutable_samples(3)->set_trusted_us(0);
+  const TimingStats st = AnalyzeTimingRun(run, Config());
+  EXPECT_NE(std::find(st.flags().begin(), st.flags().end(), "untrusted_timing"), st.flags().end());
 }
 
 }  // namespace

@@ -57,6 +57,7 @@ ProfileMeasurement Measurement(double us, int n, std::mt19937& rng) {
   for (int i = 0; i < n; ++i) {
     const double t = us * noise(rng);
     CallSample& s = *c.add_samples();
+    s.set_trusted_us(t);
     s.set_cupti_us(t);
     s.set_event_us(t * 1.05);
     s.set_wall_us(t * 1.05 + 10);

@@ -23,12 +23,9 @@ ProfilerConfig WithProfilerDefaults(ProfilerConfig c) {
   c.set_outside_window_tolerance(d(0.05, c.outside_window_tolerance()));
   c.set_milestone_margin(d(0.05, c.milestone_margin()));
   if (c.min_rechecks() == 0) c.set_min_rechecks(5);
-  c.set_outside_overhead_us(d(1000.0, c.outside_overhead_us()));
-  c.set_outside_bound_tolerance(d(0.25, c.outside_bound_tolerance()));
-  // 1.0: on the H100 (2026-11-22) one worker's per-call overhead ranged 1.4-2.9 ms across honest
-  // candidates (10-190 us kernels); 0.25 over the start-up calibration flagged honest 110 us GEMMs.
-  c.set_outside_calibration_margin(d(1.0, c.outside_calibration_margin()));
-  c.set_handover_bytes_per_s(d(2.5e12, c.handover_bytes_per_s()));
+  c.set_block_target_us(d(2000.0, c.block_target_us()));
+  if (c.max_forwards_per_block() <= 0) c.set_max_forwards_per_block(256);
+  if (c.block_memory_bytes() <= 0) c.set_block_memory_bytes(int64_t{2} << 30);
   if (c.baseline_cache_dir().empty()) c.set_baseline_cache_dir("/var/cache/kernelrl/baselines");
   if (c.harness_python().empty()) c.set_harness_python("python3");
   return c;

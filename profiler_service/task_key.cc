@@ -34,9 +34,9 @@ std::string ContentHashOf(const Task& task) {
 }
 
 BaselineKey BaselineKeyFor(const Task& task, const std::string& device, const std::string& gpu_model,
-                           const std::string& torch_version) {
+                           const std::string& torch_version, bool tf32) {
   return {TaskHash(task.reference_source(), device, task.inputs().dtype()), gpu_model, torch_version,
-          InputPolicyHash(device, task.inputs().dtype())};
+          InputPolicyHash(device, task.inputs().dtype()) + (tf32 ? ".tf32" : "")};
 }
 
 }  // namespace kernelrl

@@ -3,8 +3,9 @@
 // mirrored by profiler_service/harness/tasks.py (task_hash, input_policy_hash)
 // on the Python side; //sandbox:profile_cpu_test checks both agree.
 //
-//   InputPolicyText(device, dtype) = "generator=get_inputs-v1;device=<d>;dtype=<t|task>"
-//   InputPolicyHash(device, dtype) = "get_inputs-v1.<d>.<t|task>"      (readable key part)
+//   InputPolicyText(device, dtype) = "generator=get_inputs-v2;device=<d>;dtype=<t|task>"
+//   InputPolicyHash(device, dtype) = "get_inputs-v2.<d>.<t|task>"      (readable key part;
+//                                    ".tf32" appended for baselines timed with TF32 on)
 //   TaskHash(source, device, dtype) = sha256_hex(source + "\0" + InputPolicyText)
 //
 // A baseline and a candidate are comparable only when the same reference
@@ -19,7 +20,9 @@
 
 namespace kernelrl {
 
-inline constexpr char kInputPolicyVersion[] = "get_inputs-v1";
+// v2: timed forwards draw their inputs from the verify distributions and are
+// timed in trusted blocks (docs/HARNESS.md); v1 baselines do not compare.
+inline constexpr char kInputPolicyVersion[] = "get_inputs-v2";
 
 std::string InputPolicyText(const std::string& device, const std::string& dtype);
 std::string InputPolicyHash(const std::string& device, const std::string& dtype);
@@ -33,8 +36,10 @@ std::string ContentHashOf(const Task& task);
 // The cache key of `task` timed on `device` ("cuda" or "cpu": where it actually
 // runs, which may differ from the declared one on a CPU worker). The task hash
 // is recomputed from the source, never taken from the request.
+// `tf32`: the task is judged under the tf32 precision policy, whose baselines
+// run with TF32 on (a key of its own).
 BaselineKey BaselineKeyFor(const Task& task, const std::string& device, const std::string& gpu_model,
-                           const std::string& torch_version);
+                           const std::string& torch_version, bool tf32 = false);
 
 }  // namespace kernelrl
 

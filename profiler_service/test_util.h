@@ -9,7 +9,8 @@
 
 namespace kernelrl::testing_util {
 
-// n samples around `us` (relative noise `rel`), events = cupti * event_factor,
+// n blocks of 4 forwards around `us` per forward (relative noise `rel`): the
+// trusted figure `us`, in-process cupti = us, events = cupti * event_factor,
 // wall = events + 15 us.
 inline RawTimingRun NoisyRun(double us, int n, double rel, unsigned seed,
                              double event_factor = 1.05, const std::string& backend = "cuda") {
@@ -24,6 +25,9 @@ inline RawTimingRun NoisyRun(double us, int n, double rel, unsigned seed,
     s->set_cupti_us(backend == "cuda" ? t : 0);
     s->set_event_us(backend == "cuda" ? t * event_factor : 0);
     s->set_wall_us(backend == "cuda" ? t * event_factor + 15.0 : t);
+    s->set_trusted_us(t);
+    s->set_forwards(4);
+    s->set_block_us(4 * (t * event_factor + 20.0));
   }
   return run;
 }

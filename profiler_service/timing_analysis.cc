@@ -8,15 +8,27 @@
 namespace kernelrl {
 namespace {
 
-enum class Clock { kCupti, kEvents, kWall };
+enum class Clock { kTrusted, kCupti, kEvents, kWall };
 
-Clock PrimaryClock(const RawTimingRun& run) {
+bool TrustedTimed(const RawTimingRun& run) {
+  if (run.samples_size() == 0) return false;
+  for (const CallSample& s : run.samples()) {
+    if (!(s.trusted_us() > 0.0)) return false;
+  }
+  return true;
+}
+
+// The executor's own clock: attribution, never the figure that pays.
+Clock InProcessClock(const RawTimingRun& run) {
   if (run.backend() == "cpu") return Clock::kWall;
   return run.cupti_active() ? Clock::kCupti : Clock::kEvents;
 }
 
+Clock PrimaryClock(const RawTimingRun& run) { return TrustedTimed(run) ? Clock::kTrusted : InProcessClock(run); }
+
 double Value(const CallSample& s, Clock c) {
   switch (c) {
+    case Clock::kTrusted: return s.trusted_us();
     case Clock::kCupti: return s.cupti_us();
     case Clock::kEvents: return s.event_us();
     case Clock::kWall: return s.wall_us();
@@ -65,6 +77,8 @@ TimingStats AnalyzeTimingRun(const RawTimingRun& run, const ProfilerConfig& conf
   const double wall = Median(Column(run, Clock::kWall));
   st.set_event_median_us(events);
   st.set_wall_median_us(wall);
+  st.set_in_process_median_us(Median(Column(run, InProcessClock(run))));
+  if (!TrustedTimed(run)) st.add_flags("untrusted_timing");
 
   if (!(rse <= config.target_rel_std_error())) st.add_flags("rse_above_target");
   if (throttled > config.max_throttled_fraction() * run.samples_size()) st.add_flags("throttled");

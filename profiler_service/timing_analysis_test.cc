@@ -80,12 +80,19 @@ TEST(TimingAnalysis, CpuBackendUsesWallClock) {
   EXPECT_FALSE(HasFlag(s, "cupti_inactive"));
 }
 
-TEST(TimingAnalysis, CudaWithoutCuptiFallsBackToEvents) {
+TEST(TimingAnalysis, CudaWithoutCuptiAttributesWithEvents) {
   RawTimingRun run = NoisyRun(40.0, 50, 0.001, 15, 1.1);
   run.set_cupti_active(false);
   const TimingStats s = AnalyzeTimingRun(run, Config());
-  EXPECT_NEAR(s.median_us(), 44.0, 0.2);
+  EXPECT_NEAR(s.median_us(), 40.0, 0.2);  // the trusted figure pays, with or without CUPTI
+  EXPECT_NEAR(s.in_process_median_us(), 44.0, 0.2);
   EXPECT_TRUE(HasFlag(s, "cupti_inactive"));
+  EXPECT_FALSE(HasFlag(s, "untrusted_timing"));
+  // Without trusted figures (a run recorded before the trusted clock), events pay and it says so.
+  for (CallSample& c : *run.mutable_samples()) c.set_trusted_us(0);
+  const TimingStats u = AnalyzeTimingRun(run, Config());
+  EXPECT_NEAR(u.median_us(), 44.0, 0.2);
+  EXPECT_TRUE(HasFlag(u, "untrusted_timing"));
 }
 
 TEST(TimingAnalysis, EmptyOrFailedRuns) {

@@ -24,6 +24,7 @@
 #include "absl/strings/str_join.h"
 #include "common/file.h"
 #include "common/log.h"
+#include "google/protobuf/util/json_util.h"
 #include "sandbox/contain/contain.h"
 #include "sandbox/contain/echo.h"
 #include "profiler_service/profiler_defaults.h"
@@ -80,7 +81,63 @@ std::vector<uint32_t> FreshSeeds(int n) {
   return seeds;
 }
 
+constexpr char kProtocolFile[] = "protocol.json";  // sandbox/harness/reference.py reads it
+
+// The fields of a verify job that only the reference process may hold.
+HarnessJob ProtocolOf(const HarnessJob& job) {
+  HarnessJob p;
+  p.set_num_sets(job.num_sets());
+  *p.mutable_distributions() = job.distributions();
+  p.set_atol(job.atol());
+  p.set_rtol(job.rtol());
+  *p.mutable_atol_scaled_dists() = job.atol_scaled_dists();
+  p.set_precision(job.precision());
+  p.set_precision_ratio(job.precision_ratio());
+  p.set_precision_floor_units(job.precision_floor_units());
+  p.set_precision_max_hi_bytes(job.precision_max_hi_bytes());
+  if (job.has_profiler()) *p.mutable_profiler() = job.profiler();
+  return p;
+}
+
+HarnessJob WithoutProtocol(HarnessJob job) {
+  job.clear_num_sets();
+  job.clear_distributions();
+  job.clear_atol();
+  job.clear_rtol();
+  job.clear_atol_scaled_dists();
+  job.clear_precision();
+  job.clear_precision_ratio();
+  job.clear_precision_floor_units();
+  job.clear_precision_max_hi_bytes();
+  job.clear_profiler();
+  return job;
+}
+
+absl::Status WriteProtocol(const HarnessJob& job, const std::string& path) {
+  google::protobuf::util::JsonPrintOptions print;
+  print.preserve_proto_field_names = true;
+  print.always_print_primitive_fields = true;
+  std::string text;
+  if (!google::protobuf::util::MessageToJsonString(ProtocolOf(job), &text, print).ok()) {
+    return absl::InternalError("cannot serialise the verify protocol");
+  }
+  return WriteFileAtomically(path, text);
+}
+
+TolerancePolicy::Precision PrecisionOf(const Task& task, const SandboxConfig& config) {
+  const TolerancePolicy::Precision p = task.tolerance().precision();
+  return p != TolerancePolicy::PRECISION_UNSPECIFIED ? p : config.verify().precision();
+}
+
 }  // namespace
+
+std::string PrecisionName(TolerancePolicy::Precision precision) {
+  switch (precision) {
+    case TolerancePolicy::TF32: return "tf32";
+    case TolerancePolicy::KERNELBENCH: return "kernelbench";
+    default: return "strict";
+  }
+}
 
 SandboxConfig WithDefaults(SandboxConfig c) {
   if (c.backend().empty()) c.set_backend("cuda");
@@ -101,14 +158,13 @@ SandboxConfig WithDefaults(SandboxConfig c) {
   const std::string runfiles = exe_len > 0 ? std::string(exe, exe_len) + ".runfiles/kernelrl/" : "";
   if (c.kprof_lib().empty()) c.set_kprof_lib("profiler_service/libkprof.so");
   if (c.verify_cuda_lib().empty()) c.set_verify_cuda_lib("sandbox/harness/cuda/libkernelrl_verify_cuda.so");
-  v1::OutsideClockCalibration* cal = c.mutable_outside_calibration();
-  if (cal->runs() == 0) cal->set_runs(c.backend() == "cpu" ? -1 : 2);
-  if (cal->task_file().empty()) cal->set_task_file("sandbox/testdata/cpu_tasks/relu.py");  // 64x1024, any device
-  if (cal->workspace_dir().empty()) {
-    cal->set_workspace_dir(c.backend() == "cpu" ? "sandbox/solutions/cpu/relu" : "sandbox/solutions/level1/19_ReLU");
-  }
+  VerifyLimits& lim = *c.mutable_verify();
+  if (lim.precision() == v1::TolerancePolicy::PRECISION_UNSPECIFIED) lim.set_precision(v1::TolerancePolicy::STRICT);
+  if (lim.precision_ratio() <= 0) lim.set_precision_ratio(16);
+  if (lim.precision_floor_units() <= 0) lim.set_precision_floor_units(1024);
+  if (lim.precision_max_hi_bytes() <= 0) lim.set_precision_max_hi_bytes(int64_t{2} << 30);
   for (std::string* path : {c.mutable_harness_dir(), c.mutable_contain_lib(), c.mutable_kprof_lib(),
-                            c.mutable_verify_cuda_lib(), cal->mutable_task_file(), cal->mutable_workspace_dir()}) {
+                            c.mutable_verify_cuda_lib()}) {
     if (path->empty() || (*path)[0] == '/') continue;
     char resolved[PATH_MAX];
     if (realpath(path->c_str(), resolved) != nullptr || realpath((runfiles + *path).c_str(), resolved) != nullptr) {
@@ -205,54 +261,7 @@ absl::StatusOr<std::unique_ptr<Evaluator>> Evaluator::Create(const SandboxConfig
       return absl::UnavailableError("initial GPU health probe failed: " + scratch.logs().at("health_probe"));
     }
   }
-  e->CalibrateOutsideClock();
   return e;
-}
-
-void Evaluator::CalibrateOutsideClock() {
-  const v1::OutsideClockCalibration& cal = config_.outside_calibration();
-  const auto keep = [&](const std::string& why) {
-    outside_calibration_ = absl::StrCat("configured (", why, ")");
-    if (cal.runs() > 0) {
-      KLOG(WARNING) << "sandbox: outside clock not calibrated (" << why << "): overhead stays "
-                    << profile_->outside_overhead_us() << " us";
-    }
-  };
-  if (!config_.enable_profiling() || !profiler_error_.empty()) return keep("profiling off");
-  if (cal.runs() <= 0) return keep("calibration off");
-  absl::StatusOr<Task> task = ReadTaskFile(cal.task_file(), "outside-calibration/relu_64x1024");
-  if (!task.ok()) return keep(std::string(task.status().message()));
-  absl::StatusOr<Workspace> ws = ReadWorkspaceDir(cal.workspace_dir());
-  if (!ws.ok()) return keep(std::string(ws.status().message()));
-  std::vector<v1::RawTimingRun> runs;
-  std::string failures;
-  for (int i = 0; i < cal.runs(); ++i) {
-    EvaluateRequest request;
-    *request.mutable_task() = *task;
-    *request.mutable_workspace() = *ws;
-    request.set_request_id(absl::StrCat("outside-calibration-", i));
-    v1::RawTimingRun run;
-    const Verdict v = Run(request, nullptr, &run);
-    // `run` is filled only past a passed verify. The judge's verdict on it used
-    // the overhead being calibrated: the bound it may have failed is moot here.
-    const bool bound_only = v.outcome() == Verdict::HACK_DETECTED && v.flags_size() > 0 &&
-                            std::all_of(v.flags().begin(), v.flags().end(), [](const std::string& f) {
-                              return SeverityOf(f) != FlagSeverity::kHack || f == "timing_below_outside_clock";
-                            });
-    if ((v.outcome() == Verdict::OK || bound_only) && run.samples_size() > 0) {
-      runs.push_back(std::move(run));
-    } else {
-      failures = absl::StrCat(Verdict::Outcome_Name(v.outcome()), ": ", v.summary().substr(0, 300));
-    }
-  }
-  absl::StatusOr<double> overhead = CalibrateOutsideOverhead(runs, WithProfilerDefaults(config_.profiler()));
-  if (!overhead.ok()) {
-    return keep(absl::StrCat(overhead.status().message(), failures.empty() ? "" : "; honest candidate: " + failures));
-  }
-  profile_->set_outside_overhead_us(*overhead);
-  outside_calibration_ = absl::StrFormat("calibrated from %d of %d runs of %s", runs.size(), cal.runs(),
-                                         cal.workspace_dir());
-  KLOG(INFO) << "sandbox: outside clock overhead " << *overhead << " us per call (" << outside_calibration_ << ")";
 }
 
 Evaluator::Evaluator(SandboxConfig config, int caps)
@@ -273,8 +282,7 @@ EvaluatorInfo Evaluator::Info() const {
   info.missing_isolation = DescribeMissingCapabilities(caps_);
   info.profiling = config_.enable_profiling() && profiler_error_.empty();
   info.cupti = info.profiling && kprof_ok_;
-  info.outside_overhead_us = profile_->outside_overhead_us();
-  info.outside_calibration = outside_calibration_;
+  info.precision = PrecisionName(config_.verify().precision());
   const VerdictCache::Stats cache = verdict_cache_.stats();
   info.verdict_cache_hits = cache.hits;
   info.verdict_cache_misses = cache.misses;
@@ -321,7 +329,8 @@ v1::BaselineMeasurement Evaluator::MeasureBaseline(const Task& task) {
     gpu_model = gpu_model_;
   }
   // The key the profile stage will look this task up by, from the same facts.
-  const BaselineKey key = BaselineKeyFor(task, cpu ? "cpu" : "cuda", gpu_model, torch_version_);
+  const BaselineKey key = BaselineKeyFor(task, cpu ? "cpu" : "cuda", gpu_model, torch_version_,
+                                         PrecisionOf(task, config_) == TolerancePolicy::TF32);
   bm.set_task_hash(key.task_hash);
   bm.set_input_policy_hash(key.input_policy_hash);
   v1::DeviceInfo& device = *bm.mutable_device();
@@ -452,6 +461,13 @@ Verdict Evaluator::Run(const EvaluateRequest& request, const ProgressFn& progres
   job.set_rtol(tol.rtol() > 0 ? tol.rtol() : 1e-2);
   job.add_atol_scaled_dists("large_magnitude");  // harness_protocol.proto says why
   const VerifyLimits& lim = config_.verify();
+  const TolerancePolicy::Precision precision = PrecisionOf(request.task(), config_);
+  job.set_precision(PrecisionName(precision));
+  job.set_precision_ratio(lim.precision_ratio());
+  job.set_precision_floor_units(lim.precision_floor_units());
+  job.set_precision_max_hi_bytes(lim.precision_max_hi_bytes());
+  job.set_baseline_tf32(!baseline.empty() && precision == TolerancePolicy::TF32);
+  v.set_precision_policy(job.precision());
   job.set_wall_seconds(lim.wall_seconds());
   job.set_host_memory_bytes(lim.host_memory_bytes());
   if (lim.resident_memory_bytes() > 0 && baseline.empty()) {  // a baseline executor runs trusted code
@@ -481,13 +497,20 @@ Verdict Evaluator::Run(const EvaluateRequest& request, const ProgressFn& progres
     for (const char* k : {"identity", "new_root", "data_limit"}) iso[k] = true;
     for (auto& step : iso) step.second = false;
   }
+  // The protocol (sets, distributions, tolerances, precision, the profiler's
+  // knobs) goes to the reference process through the trusted dir, which the
+  // candidate's process cannot see; the zygote and its children get the rest.
+  if (absl::Status s = WriteProtocol(job, job_dir + "/trusted/" + kProtocolFile); !s.ok()) {
+    return finish(Verdict::INFRA_ERROR, std::string(s.message()));
+  }
+  HarnessJob sent = WithoutProtocol(job);
   verify_waiting_.fetch_add(1);
   note("verify", false, absl::StrCat("queue position ", verify_waiting_.load()));
   absl::MutexLock gpu(&gpu_mu_);
   verify_waiting_.fetch_sub(1);
   if (!serving_.load()) return finish(Verdict::INFRA_ERROR, "worker is not serving (GPU health probe failed)");
   t = MonotonicMs();
-  absl::StatusOr<HarnessResult> r = verify_->Run(job, lim.wall_seconds() + 120);
+  absl::StatusOr<HarnessResult> r = verify_->Run(sent, lim.wall_seconds() + 120);
   const double verify_ms = MonotonicMs() - t;
   if (!r.ok()) {
     AddStage(v, "verify", verify_ms);
@@ -521,7 +544,8 @@ Verdict Evaluator::Run(const EvaluateRequest& request, const ProgressFn& progres
   note("profile", false);
   const bool cpu = config_.backend() == "cpu";
   const bool cupti = !cpu && kprof_ok_ && profiler_error_.empty() && !config_.kprof_lib().empty();
-  const DeviceFacts facts{cpu ? "cpu" : "cuda", cpu ? "cpu" : gpu_model_, torch_version_, cupti};
+  const DeviceFacts facts{cpu ? "cpu" : "cuda", cpu ? "cpu" : gpu_model_, torch_version_, cupti,
+                          precision == TolerancePolicy::TF32};
   if (!baseline.empty()) {
     // A baseline is measured, not judged: the caller stores it.
     AddStage(v, "profile", r->profile().wall_ms());

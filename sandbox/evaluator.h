@@ -42,8 +42,7 @@ struct EvaluatorInfo {
   std::string missing_isolation;  // human-readable, empty when complete
   bool profiling = false;         // enable_profiling and the profiler harness imports
   bool cupti = false;             // profiled CUDA jobs get the CUPTI recorder
-  double outside_overhead_us = 0;  // the outside clock's per-call overhead the judge uses
-  std::string outside_calibration; // how it was set (calibrated from N runs, or why not)
+  std::string precision;            // the precision policy of tasks that set none
   int64_t verdict_cache_hits = 0;   // requests served from the verdict cache
   int64_t verdict_cache_misses = 0; // lookups that found nothing (0 while the cache is off)
 };
@@ -58,8 +57,8 @@ class Evaluator {
   // Baselines through the candidate path (docs/HARNESS.md, "Baselines"): the
   // task's own Model (eager), then torch.compile(Model), each run as a verify
   // + profile job whose executor process runs it in place of ModelNew, timed
-  // by the same reference-process protocol (input sets, flush, CUPTI window,
-  // outside clock, drift anchor). Returns what the precompute importer
+  // by the same reference-process protocol (input sets, flush, blocks and
+  // their trusted clock, CUPTI attribution, drift anchor). Returns what the precompute importer
   // (profiler_service:precompute_baselines) stores, keyed with this worker's
   // own device facts, timing_path "executor"; failures are recorded in it.
   // Needs enable_profiling.
@@ -76,10 +75,6 @@ class Evaluator {
   // runs the task's Model); its measurement goes to `measured`, not to the judge.
   Verdict Run(const EvaluateRequest& request, const ProgressFn& progress, v1::RawTimingRun* timing = nullptr,
               const std::string& baseline = "", v1::ProfileMeasurement* measured = nullptr);
-  // Times the configured honest candidate (SandboxConfig.outside_calibration)
-  // and sets the judge's outside-clock overhead from it; keeps the configured
-  // value, and says why, where it cannot.
-  void CalibrateOutsideClock();
   void HealthProbeLocked(Verdict& verdict) ABSL_EXCLUSIVE_LOCKS_REQUIRED(gpu_mu_);
 
   const SandboxConfig config_;
@@ -96,12 +91,14 @@ class Evaluator {
   std::string torch_version_;
   std::string dropped_for_cuda_;  // isolation steps CUDA cannot run under here
   bool kprof_ok_ = false;
-  std::string outside_calibration_;  // Info().outside_calibration
   std::string profiler_error_;    // why profile_candidate does not import ("" = it does)         // CUPTI recorder ran under the candidate seccomp profile at start
 };
 
 // Defaults applied to a config (paths, limits); exposed for tests and the CLI.
 SandboxConfig WithDefaults(SandboxConfig config);
+
+// "strict", "tf32" or "kernelbench": a policy's name in jobs, verdicts and reports.
+std::string PrecisionName(v1::TolerancePolicy::Precision precision);
 
 }  // namespace kernelrl::sandbox
 

@@ -10,9 +10,8 @@
 //       [--config=FILE] [--set=field=VALUE ...]
 //
 // The worker is configured exactly like sandbox_main and sandbox_cli
-// (SandboxConfig through common/config); here profiling is on and the
-// outside-clock calibration off unless the config says otherwise (a baseline
-// is not judged). Use the same backend, python, harness and profiler settings
+// (SandboxConfig through common/config); here profiling is on unless the
+// config says otherwise (a baseline is measured, not judged). Use the same backend, python, harness and profiler settings
 // as the workers whose candidates the baselines are for.
 #include <algorithm>
 #include <cstdio>
@@ -40,7 +39,7 @@ ABSL_FLAG(std::string, out, "", "BaselineMeasurement JSON lines, one per task");
 namespace kernelrl::sandbox {
 namespace {
 
-constexpr char kDefaults[] = "enable_profiling: true outside_calibration { runs: -1 }";
+constexpr char kDefaults[] = "enable_profiling: true";
 
 // (id, path) in harness/tasks.py's list_tasks order: numeric prefix, then name.
 std::vector<std::pair<std::string, std::string>> ListTasks(const std::string& root, const std::string& levels) {

@@ -101,7 +101,7 @@ void ProfileStage::Judge(const v1::sandbox::HarnessResult& result, const Task& t
   m->mutable_anchor()->set_backend(facts.device);
   const bool cupti_claimed = m->candidate().cupti_active();
   if (!facts.cupti_injected) m->mutable_candidate()->set_cupti_active(false);
-  const BaselineKey key = BaselineKeyFor(task, facts.device, facts.gpu_model, facts.torch_version);
+  const BaselineKey key = BaselineKeyFor(task, facts.device, facts.gpu_model, facts.torch_version, facts.tf32);
   m->set_input_policy_hash(key.input_policy_hash);
 
   const BaselineCache cache(baseline_dir_);
@@ -116,18 +116,18 @@ void ProfileStage::Judge(const v1::sandbox::HarnessResult& result, const Task& t
   }
   const v1::ProfileResult judged = JudgeProfile(*m, missing.empty() ? &*baseline : nullptr, task, config_);
   const Verdict& j = judged.verdict();
-  if (const OutsideBound b = BoundByOutsideClock(m->candidate(), config_); b.measured) {
+  {
+    const v1::CallSample* last = m->candidate().samples_size() ? &m->candidate().samples(m->candidate().samples_size() - 1)
+                                                                : nullptr;
     (*v.mutable_logs())["profile"] = absl::StrFormat(
-        "outside clock: first quartile %.1f us per call; bound %.1f us (overhead %.0f us, hand-over %.0f bytes); "
-        "in-process median %.1f us; %d calls, %d re-checked; drift anchor %.1f us now, %.1f us at baseline; "
+        "trusted: %.2f us per forward (median of %d blocks of %d forwards, copies %.2f us taken off each); "
+        "in-process (attribution): %.2f us; %d forwards compared; drift anchor %.1f us now, %.1f us at baseline; "
         "baseline timed %s",
-        b.median_outside_us, b.bound_us, config_.outside_overhead_us(), m->candidate().handover_bytes(),
-        j.candidate_time_us(), m->candidate().samples_size(), p.rechecks(),
+        j.candidate_time_us(), m->candidate().samples_size(), last ? last->forwards() : 0,
+        last ? last->copies_us() : 0.0, judged.candidate().in_process_median_us(), p.rechecks(),
         m->anchor().samples_size() > 0 ? AnalyzeTimingRun(m->anchor(), config_).median_us() : 0.0,
         baseline.ok() ? baseline->anchor_median_us() : 0.0,
-        !baseline.ok() ? "(none)"
-        : baseline->timing_path().empty() ? "in its own process (older path)"
-                                          : ("through the " + baseline->timing_path() + " path").c_str());
+        !baseline.ok() ? "(none)" : ("through the " + baseline->timing_path() + " path").c_str());
   }
 
   v.set_candidate_time_us(j.candidate_time_us());

@@ -46,6 +46,7 @@ struct DeviceFacts {
   std::string gpu_model;      // health probe's torch.cuda.get_device_name, "cpu" on the CPU backend
   std::string torch_version;  // the zygote's torch.__version__
   bool cupti_injected = false;  // the candidate process was started with the CUPTI recorder
+  bool tf32 = false;            // the task's precision policy is tf32: its baselines ran with TF32 on
 };
 
 class ProfileStage {
@@ -62,17 +63,13 @@ class ProfileStage {
 
   const std::string& baseline_dir() const { return baseline_dir_; }
 
-  // The candidate's timing run as the reference process recorded it (the
-  // worker's outside-clock calibration reads its own honest runs with it).
+  // The candidate's timing run as the reference process recorded it.
   absl::StatusOr<v1::RawTimingRun> CandidateRun(const v1::sandbox::HarnessResult& result) const;
   // The whole measurement of a profile phase that ran (a baseline job's:
   // Evaluator::MeasureBaseline), with the device identity and backend the
   // worker's facts, as Judge sets them.
   absl::StatusOr<v1::ProfileMeasurement> Measurement(const v1::sandbox::HarnessResult& result,
                                                      const DeviceFacts& facts) const;
-  // Set once at start, before any Judge (Evaluator::Create).
-  void set_outside_overhead_us(double us) { config_.set_outside_overhead_us(us); }
-  double outside_overhead_us() const { return config_.outside_overhead_us(); }
 
  private:
   v1::ProfilerConfig config_;

@@ -119,8 +119,7 @@ int main(int argc, char** argv) {
     }
   }
   auto info = (*evaluator)->Info();
-  std::printf("serving=%s missing_isolation=[%s] outside_overhead_us=%.0f (%s) mismatches=%d\n",
-              info.serving ? "yes" : "NO", info.missing_isolation.c_str(), info.outside_overhead_us,
-              info.outside_calibration.c_str(), mismatches);
+  std::printf("serving=%s missing_isolation=[%s] precision=%s mismatches=%d\n",
+              info.serving ? "yes" : "NO", info.missing_isolation.c_str(), info.precision.c_str(), mismatches);
   return mismatches == 0 && info.serving ? 0 : 1;
 }

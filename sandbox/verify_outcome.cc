@@ -159,13 +159,18 @@ VerifyOutcome DecideVerifyOutcome(const HarnessJob& job, const HarnessResult& re
   if (f.mutated() || f.profile_mutated()) {
     return out(Verdict::WRONG_ANSWER, "forward modified its inputs", {"input_mutation"});
   }
+  if (f.written_after_done()) {
+    return out(Verdict::HACK_DETECTED,
+               "outputs changed after the executor said its block was done (work deferred past the trusted clock)",
+               {"output_written_after_done"});
+  }
   for (const auto& s : f.sets()) {
     if (!s.ok()) return out(Verdict::WRONG_ANSWER, s.detail());
   }
   if (f.recheck_failures() != 0) {
     return out(Verdict::WRONG_ANSWER,
-               absl::StrCat("re-check of a timed call failed (", f.recheck_failures(), " of ", f.rechecks(),
-                            "): ", f.profile_detail()),
+               absl::StrCat("a timed forward was wrong (", f.recheck_failures(), " failing of ", f.rechecks(),
+                            " forwards compared): ", f.profile_detail()),
                {"recheck_failed"});
   }
   if (f.exit_code() != 0 && sets < n) {

@@ -15,8 +15,9 @@
 //   error "oom"                       -> CRASH, oom
 //   any other candidate error, signal -> CRASH
 //   inputs written                    -> WRONG_ANSWER, input_mutation
+//   outputs changed after "done"      -> HACK_DETECTED, output_written_after_done
 //   a set wrong                       -> WRONG_ANSWER
-//   a re-checked timed call wrong     -> WRONG_ANSWER, recheck_failed
+//   a timed forward wrong             -> WRONG_ANSWER, recheck_failed
 //   nonzero exit before every set     -> CRASH
 //   every set right and "done"        -> OK
 //   stopped early / while profiled    -> CRASH

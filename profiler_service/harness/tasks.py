@@ -4,7 +4,7 @@ import importlib.util
 import os
 import sys
 
-INPUT_POLICY_VERSION = "get_inputs-v1"
+INPUT_POLICY_VERSION = "get_inputs-v2"  # profiler_service/task_key.h says what changed
 
 
 def load_module(path, name=None):
@@ -21,10 +21,10 @@ def input_policy_text(device="cuda", dtype=""):
     return f"generator={INPUT_POLICY_VERSION};device={device};dtype={dtype or 'task'}"
 
 
-def input_policy_hash(device="cuda", dtype=""):
+def input_policy_hash(device="cuda", dtype="", tf32=False):
     """Short readable id of the input policy (the cache key component); the C++
-    ProfilerCore::KeyFor builds the same string."""
-    return f"{INPUT_POLICY_VERSION}.{device}.{dtype or 'task'}"
+    BaselineKeyFor builds the same string."""
+    return f"{INPUT_POLICY_VERSION}.{device}.{dtype or 'task'}" + (".tf32" if tf32 else "")
 
 
 def task_hash(source, device="cuda", dtype=""):

@@ -34,6 +34,7 @@ import guards
 import inputs as inputs_lib
 import kernelrl
 import loader
+import precision
 import profiling
 import protocol
 import verify_cuda
@@ -85,7 +86,7 @@ def run(job, cont, to_ref, from_ref, xsock=-1):
     send = lambda m: protocol.send(to_ref, m)  # noqa: E731
     reader = protocol.LineReader(from_ref)
     stage = "setup"
-    slots = wire.CandidateSlots(xsock)
+    exchange = wire.CandidateExchange(xsock, job["exchange_dir"], device)
     try:
         # One intra-op thread: harness-side CPU work stays on this thread, so
         # any new thread during import/forward is the candidate's.
@@ -97,6 +98,9 @@ def run(job, cont, to_ref, from_ref, xsock=-1):
             torch.cuda.synchronize()
             verify_cuda.load(job.get("verify_cuda_lib", ""))
             clock.mark("cuda_init")
+        # TF32 off unless a tf32-policy baseline asks (the worker's job, never
+        # the candidate's): PyTorch's own defaults differ for cuBLAS and cuDNN.
+        precision.set_tf32(bool(baseline) and bool(job.get("baseline_tf32")))
         timer = profiling.CallTimer(job)  # CUPTI window + events (+ the CPU cache flush on CPU)
         if job.get("profile"):
             send({"type": "log", "text": f"profile: {timer.note}"})
@@ -154,26 +158,41 @@ def run(job, cont, to_ref, from_ref, xsock=-1):
             clock.mark("wait")
             if msg is None or msg.get("type") != "call":
                 break
-            # ---- one call: the only code path forward ever runs on ----
-            note = slots.accept(msg.get("exchange"))
-            if note:
-                send({"type": "log", "text": note})
-            xs = wire.materialise_inputs(msg.get("inputs"), slots, job["exchange_dir"], device)
-            tensors = [x for x in xs if isinstance(x, torch.Tensor)]
-            clock.mark("inputs")
+            # ---- one block: the only code path forward ever runs on ----
+            # Before the reference's clock: map the area, view this block's
+            # rows (poison until the reference writes them after its clock
+            # starts), open the recorder's window, say "armed".
+            exchange.accept(msg.get("exchange"))
+            rows = [exchange.inputs(k, descs) for k, descs in enumerate(msg.get("forwards") or [])]
+            to_device = exchange.needs_device_copy()
             guard = guards.TorchOpGuard() if policing else guards.NoGuard()
-            t0 = timer.begin()
+            timer.open()
+            send({"type": "armed", "id": msg.get("id")})
+            go = reader.read()
+            if go is None or go.get("type") != "go":
+                break
+            # ---- inside the reference's clock ----
+            t0 = timer.start()
+            metas, outs = [], []
             with torch.no_grad():
                 guard.__enter__()
                 try:
-                    out = model(*xs)
+                    for k, xs in enumerate(rows):
+                        if to_device:
+                            xs = [x.to(device) if isinstance(x, torch.Tensor) else x for x in xs]
+                        flat = inputs_lib.flatten_outputs(model(*xs))
+                        metas.append(wire.export_outputs(flat, k, exchange))
+                        outs.append(flat)
                 finally:
                     still_active = guards.guard_still_active(guard)
                     if still_active:
                         guard.__exit__(None, None, None)
                     else:
                         guards.clear_dispatch_modes()
-            sample = timer.end(t0)  # device-wide sync inside
+            timer.stop(t0)  # device-wide sync: the outputs are in the reference's area
+            protocol.send(to_ref, {"type": "done", "id": msg.get("id")})
+            # ---- after the reference's clock: evidence and checks ----
+            sample = timer.close(len(rows))
             clock.mark("forward")
             detail = []
             if guard.violations:
@@ -181,26 +200,18 @@ def run(job, cont, to_ref, from_ref, xsock=-1):
                 detail.append("torch ops: " + ", ".join(sorted(set(guard.violations))[:5]))
             if not still_active:
                 flags.add("guard_removed")
-            flat = inputs_lib.flatten_outputs(out)
-            for o in flat:
-                if isinstance(o, torch.Tensor) and type(o) is not torch.Tensor:
-                    flags.add("output_tensor_subclass")
-            ranges = [storage_range(x) for x in tensors] if policing else []  # a task's Model may return a view
-            for o in flat:
-                if type(o) is torch.Tensor:
-                    lo, hi = storage_range(o)
-                    if any(lo < b and a < hi for a, b in ranges):
-                        flags.add("output_aliases_input")
-            metas = wire.export_outputs(flat, job["exchange_dir"], str(msg.get("id")), slots)
-            if device == "cuda":
-                torch.cuda.synchronize()  # the outputs are in the reference's memory before we answer
-            clock.mark("export")
+            ranges = [storage_range(x) for xs in rows for x in xs if isinstance(x, torch.Tensor)] if policing else []
+            for flat in outs:
+                for o in flat:
+                    if isinstance(o, torch.Tensor) and type(o) is not torch.Tensor:
+                        flags.add("output_tensor_subclass")
+                    if type(o) is torch.Tensor and ranges:  # a task's Model may return a view
+                        lo, hi = storage_range(o)
+                        if any(lo < b and a < hi for a, b in ranges):
+                            flags.add("output_aliases_input")
             send({"type": "result", "id": msg.get("id"), "outputs": metas, "sample": sample,
                   "flags": sorted(flags), "detail": "; ".join(detail)})
-            # After the reply (outside the caller's clock), for the next call:
-            # the slower checks (their flags travel with the next message) and
-            # the allocator poison.
-            del out, flat, xs, tensors
+            del outs, rows
             if policing and (guards.thread_count() > threads_base + allowance or threads.attempts):
                 flags.add("threads_spawned")
             patched = snapshot.changed() if policing else []
@@ -210,9 +221,9 @@ def run(job, cont, to_ref, from_ref, xsock=-1):
             if device == "cuda" and msg.get("release"):
                 torch.cuda.empty_cache()  # room for the reference's next multi-GB set
             poison_allocator(device, int(msg.get("poison_bytes") or 0))
-            send({"type": "ready", "flags": sorted(flags)})  # the next call's clock starts after this
+            send({"type": "ready", "flags": sorted(flags)})  # the next block starts after this
             clock.mark("checks")
-        send({"type": "done", "flags": sorted(flags), "timeline": clock.report(), "exchange": slots.status(),
+        send({"type": "finished", "flags": sorted(flags), "timeline": clock.report(), "exchange": exchange.status(),
               "report": timer.report()})
         return 0
     except BaseException as exc:  # noqa: BLE001 - everything the candidate raises is a verdict
@@ -226,7 +237,7 @@ def run(job, cont, to_ref, from_ref, xsock=-1):
             send({"type": "error", "kind": kind, "stage": stage, "flags": sorted(flags),
                   "audit": audit.violations[:5] if audit else [],
                   "torch_ops": sorted(set(guard.violations))[:5] if guard else [],
-                  "message": tb[-3000:], "timeline": clock.report(), "exchange": slots.status()})
+                  "message": tb[-3000:], "timeline": clock.report(), "exchange": exchange.status()})
         except OSError:
             pass
         sys.stderr.write(tb)

@@ -1,8 +1,9 @@
-"""The call exchange's bookkeeping on CPU (CI has no GPU): input and output
-slot layout, regions, inputs written by the reference and viewed by the
-candidate, the candidate's output writes, the reference's reads, poison after
-every call, input writes seen by the reference, and the fall-back to files. The device memory is faked with a host buffer; the
-real allocation, fd passing and kernels are verify_cuda_test.py's (GPU).
+"""The block exchange on CPU (CI has no GPU): the layout of rows and slots,
+inputs invisible until the reference writes them inside its clock, the
+executor's views and output writes, the reference's snapshot, the trusted
+after-checks (inputs written, outputs changed after the snapshot), poison,
+and the precision policies (precision.py). The GPU kind of the exchange
+(device memory over an fd) is verify_cuda_test.py's.
 
     python3 exchange_test.py"""
 import os
@@ -13,9 +14,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import torch  # noqa: E402
 
+import precision  # noqa: E402
 import reference  # noqa: E402
 import wire  # noqa: E402
-import verify_cuda  # noqa: E402
 
 FAILS = []
 
@@ -26,118 +27,143 @@ def check(ok, what):
         FAILS.append(what)
 
 
-class FakeExchange(verify_cuda.Exchange):
-    """Exchange over a host byte buffer; shared by both sides like the mapping."""
-    made = []
+def exchange_checks(g):
+    d = tempfile.mkdtemp()
+    rows = [[torch.randn(4, 6, generator=g), 3], [torch.randn(4, 6, generator=g), 3]]
+    outs = [[torch.randn(3, 5, generator=g), 7, torch.randint(0, 9, (100,), generator=g)] for _ in rows]
 
-    def __init__(self, nbytes):
-        super().__init__(ptr=0, nbytes=nbytes, fd=99)
-        self.buf = torch.zeros(nbytes, dtype=torch.uint8)
+    lay = wire.Layout([96, 0], [60, 0, 800], 2)
+    check((lay.in_off(0, 0), lay.in_off(1, 0), lay.in_area) == (0, 512, 1024), "input rows, 512-byte aligned")
+    check((lay.out_off(0, 0), lay.out_off(0, 2), lay.out_off(1, 2)) == (1024, 1536, 3072), "output rows after them")
 
-    @classmethod
-    def create(cls, nbytes):
-        ex = cls(nbytes)
-        ex.fill(0, ex.nbytes)
-        cls.made.append(ex)
-        return ex
+    ref = wire.RefExchange(d, "cpu")
+    ref.ensure(wire.tensor_bytes(rows[0]), wire.tensor_bytes(outs[0]), 2)
+    check(ref.kind == "file" and ref.layout.total == lay.total, f"file exchange of {ref.layout.total} bytes")
+    check(bool((ref.u8 == 0xFF).all()), "the area starts poisoned")
+    cand = wire.CandidateExchange(-1, d, "cpu")
+    cand.accept(ref.offer())
+    descs = [reference._descs(xs) for xs in rows]
+    check(descs[0][1] == {"value": 3} and "value" not in descs[0][0], "tensors travel as layout, values as values")
+    views = [cand.inputs(k, ds) for k, ds in enumerate(descs)]
 
-    def fill(self, offset, nbytes, value=0xFF):
-        self.buf[offset:offset + nbytes] = value
+    # Before the clock: the executor's views hold poison, not the inputs.
+    staging = ref.stage([xs for xs in rows])
+    check(bool(torch.isnan(views[0][0]).all()) and bool(torch.isnan(views[1][0]).all()),
+          "staged inputs are not visible to the executor before they are written")
+    ref.write_inputs(staging)
+    check(torch.equal(views[0][0], rows[0][0]) and torch.equal(views[1][0], rows[1][0]) and views[0][1] == 3,
+          "after the write each row's views hold its own inputs")
 
-    def write(self, offset, t):
-        if offset + t.nbytes > self.nbytes:
-            raise verify_cuda.VerifyCudaError("output does not fit its exchange slot")
-        self.buf[offset:offset + t.nbytes] = t.reshape(-1).view(torch.uint8)
+    # The executor writes both rows' outputs; the reference's snapshot has them.
+    metas = [wire.export_outputs(o, k, cand) for k, o in enumerate(outs)]
+    check([m.get("slot") for m in metas[0]] == [0, None, 2], f"outputs went to their slots: {metas[0]}")
+    snap = ref.snapshot(2)
+    for k in range(2):
+        got = ref.output(snap, k, 0, 15, torch.float32)
+        check(reference.compare(outs[k][0], metas[k][0], got, 1e-2, 1e-2) is None, f"row {k} output 0 matches")
+        got2 = ref.output(snap, k, 2, 100, torch.int64)
+        check(reference.compare(outs[k][2], metas[k][2], got2, 0, 0) is None, f"row {k} output 2 matches exactly")
+    check(not ref.inputs_changed(staging) and not ref.outputs_changed(snap), "nothing changed after the block")
 
-    def tensor(self, offset, numel, dtype):
-        size = torch.empty((), dtype=dtype).element_size()
-        return self.buf[offset:offset + numel * size].view(dtype)
+    # The trusted after-checks: a write to the inputs, a write after "done".
+    views[1][0].add_(1)
+    check(ref.inputs_changed(staging), "an input write is seen by the reference")
+    cand.put(0, 0, outs[0][0] * 2)
+    check(ref.outputs_changed(snap), "an output written after the snapshot is seen (deferred work)")
+    wrong = ref.output(snap, 0, 0, 15, torch.float32)
+    check(reference.compare(outs[0][0], metas[0][0], wrong, 1e-2, 1e-2) is None,
+          "the snapshot keeps what was there at 'done'")
 
-    def release(self):
-        pass
+    # Poison: nothing outlives its block; an unwritten slot fails as NaN.
+    ref.poison(2)
+    check(bool((ref.u8 == 0xFF).all()), "both areas back to poison")
+    why = reference.compare(outs[0][0], metas[0][0], ref.output(ref.snapshot(2), 0, 0, 15, torch.float32), 1e-2, 1e-2)
+    check(why is not None and "NaN" in why, f"an unwritten slot fails as NaN: {why}")
+    bad = wire.export_outputs([torch.randn(4, 5), 7, outs[0][2]], 0, cand)
+    check("slot" not in bad[0], "an output of another size gets no slot")
+    check("shape" in reference.compare(outs[0][0], bad[0], None, 1e-2, 1e-2), "and fails on its shape first")
+    check(reference.compare(outs[0][0], {**metas[0][0], "slot": None}, None, 1e-2, 1e-2)
+          == "output not written to its exchange slot", "a tensor not handed over fails")
+
+    # Sizes that change re-allocate the area; the executor remaps it.
+    gen = ref.generation
+    ref.ensure([200, 0], [60, 0, 800], 1)
+    cand.accept(ref.offer())
+    check(ref.generation == gen + 1 and cand.layout.in_sizes == [200, 0], "re-allocation is remapped")
+    ref.release()
+    check(not os.path.exists(os.path.join(d, wire.EXCHANGE_FILE)), "the exchange file is removed at release")
+
+
+class MatMul(torch.nn.Module):
+    def forward(self, a, b):
+        return a @ b
+
+
+class Exp(torch.nn.Module):
+    def forward(self, x):
+        return torch.exp(x)
+
+
+def _round_mantissa(t, bits):
+    """t rounded to `bits` explicit mantissa bits (TF32: 10, bf16: 7)."""
+    i = t.contiguous().view(torch.int32)
+    drop = 23 - bits
+    i = (i + (1 << (drop - 1))) & ~((1 << drop) - 1)
+    return i.view(torch.float32)
+
+
+def precision_checks(g):
+    a, b = torch.randn(128, 512, generator=g), torch.randn(512, 96, generator=g)
+    for name in ("strict",):
+        pol = precision.Policy(name, MatMul(), 16, 1024, 1 << 30)
+        exp = pol.expected([a, b])
+        lo, hi = exp["lo"][0], exp["hi"][0]
+        check(hi.dtype == torch.float64, f"{name}: an fp64 reference")
+        # Honest fp32 in another summation order: split the reduction in 8 and add the parts.
+        other = sum(a[:, s:s + 64] @ b[s:s + 64] for s in range(0, 512, 64))
+        check(pol.norm_check(other, lo, hi) is None, f"{name}: honest fp32 in another order passes")
+        tf32 = _round_mantissa(a, 10) @ _round_mantissa(b, 10)
+        why = pol.norm_check(tf32, lo, hi)
+        check(why is not None and "precision" in why, f"{name}: TF32-rounded inputs fail ({why})")
+        fp16 = (a.half().float() @ b.half().float()).half().float()
+        check(pol.norm_check(fp16, lo, hi) is not None, f"{name}: fp16 inputs and storage fail")
+        check(torch.allclose(fp16, lo, atol=1e-1, rtol=1e-2), f"{name}: ... which a 1e-2 tolerance lets through")
+    # tf32: the fp32 reference (and the baselines) run with TF32 on, so the
+    # bound follows TF32's own error (on a GPU; CPU matmuls have no TF32).
+    precision.Policy("tf32", MatMul(), 16, 1024, 1 << 30)
+    check(torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32, "tf32: TF32 on for cuBLAS and cuDNN")
+    precision.Policy("strict", MatMul(), 16, 1024, 1 << 30)
+    check(not torch.backends.cuda.matmul.allow_tf32 and not torch.backends.cudnn.allow_tf32,
+          "strict: TF32 off for both (PyTorch's cuDNN default is on)")
+    kb = precision.Policy("kernelbench", MatMul(), 16, 1024, 1 << 30)
+    exp = kb.expected([a, b])
+    check(exp["hi"] is None and kb.norm_check(_round_mantissa(exp["lo"][0], 10), exp["lo"][0], None) is None,
+          "kernelbench: elementwise only (no fp64 reference, no norm bound)")
+    # Elementwise: the fp32 reference is exactly rounded; fp16 storage fails, a 2-ulp exp passes.
+    x = torch.randn(4096, generator=g)
+    strict = precision.Policy("strict", Exp(), 16, 1024, 1 << 30)
+    exp = strict.expected([x])
+    lo, hi = exp["lo"][0], exp["hi"][0]
+    ulp2 = lo * (1 + 2 * torch.finfo(torch.float32).eps * torch.sign(torch.randn(4096, generator=g)))
+    check(strict.norm_check(ulp2, lo, hi) is None, "strict: exp within 2 ulp passes")
+    check(strict.norm_check(lo.half().float(), lo, hi) is not None, "strict: exp stored through fp16 fails")
+    check(strict.norm_check(lo.bfloat16().float(), lo, hi) is not None, "strict: exp stored through bf16 fails")
+    # Without an fp64 reference (too big), the fp32 one stands in with a zero error of its own.
+    small = precision.Policy("strict", Exp(), 16, 1024, 1024)
+    exp = small.expected([x])
+    check(exp["hi"] is None and "skipped" in small.note, f"above max_hi_bytes: no fp64 reference ({small.note})")
+    check(small.norm_check(lo.half().float(), exp["lo"][0], None) is not None, "  and fp16 storage still fails")
+    try:
+        precision.Policy("fast", Exp(), 16, 1024, 1 << 30)
+        check(False, "an unknown policy is refused")
+    except ValueError as e:
+        check("unknown precision policy" in str(e), f"an unknown policy is refused: {e}")
 
 
 def main():
-    verify_cuda.available = lambda: True
-    verify_cuda.Exchange.create = FakeExchange.create
-    verify_cuda.send_fd = lambda sock, fd: None
-    verify_cuda.fd_socket = lambda fd: object()
-    verify_cuda.recv_fd = lambda sock: 99
-    verify_cuda.Exchange.import_fd = classmethod(lambda cls, fd, nbytes: FakeExchange.made[-1])
-
-    d = tempfile.mkdtemp()
-    g = torch.Generator().manual_seed(5)
-    xs = [torch.randn(4, 6, generator=g), 3]
-    refs = [torch.randn(3, 5, generator=g), 7, torch.randint(0, 9, (100,), generator=g)]
-    ref = wire.RefSlots(d, "cuda", xsock=5)
-    ref.slot_device = "cpu"
-    cand = wire.CandidateSlots(5, device="cpu")
-
-    # Layout: inputs then outputs, one slot per tensor, 512-byte aligned, two regions.
-    ref.plan(xs, refs)
-    check(ref.note == "gpu" and len(ref.regions) == 2, f"slots planned ({ref.note})")
-    r0, r1 = ref.region_for(xs, refs, 0), ref.region_for(xs, refs, 1)
-    check(r0 == {"in": [[0, 96], None], "out": [[512, 60], None, [1024, 800]]}, f"region 0 {r0}")
-    check(r1["in"] == [[2048, 96], None] and r1["out"][0] == [2560, 60], f"region 1 {r1}")
-    check(FakeExchange.made[-1].nbytes == 4096, "one allocation for both regions")
-    check(bool((FakeExchange.made[-1].buf == 0xFF).all()), "allocation starts poisoned")
-
-    # The reference writes call 0's inputs; the candidate views exactly them.
-    descs = ref.write_inputs(xs, r0, 0)
-    offer = ref.offer(r0)
-    check(descs[0].get("slot") == 0 and descs[1] == {"value": 3} and not os.listdir(d), f"inputs in slots {descs}")
-    check(cand.accept(offer) == "" and cand.status() == "gpu", "candidate maps the exchange")
-    seen = wire.materialise_inputs(descs, cand, d, "cpu")
-    check(torch.equal(seen[0], xs[0]) and seen[1] == 3, "candidate sees the inputs the reference wrote")
-
-    # Candidate writes its outputs; the reference compares from the slots.
-    metas = wire.export_outputs(refs, d, "0", cand)
-    check([m.get("slot") for m in metas] == [0, None, 2] and not os.listdir(d), f"outputs went to slots: {metas}")
-    why = [reference.compare(r, m, ref, j, r0, 1e-2, 1e-2) for j, (r, m) in enumerate(zip(refs, metas))
-           if isinstance(r, torch.Tensor)]
-    check(why == [None, None], f"correct outputs pass from slots: {why}")
-
-    # A write to the inputs is visible to the reference (trusted mutation check).
-    seen[0].add_(1)
-    check(not torch.equal(ref.read_input(descs[0], r0), xs[0].reshape(-1)), "input writes are seen by the reference")
-
-    # After the call every slot is poisoned: stale bytes never pass again.
-    ref.poison(r0)
-    check(bool(torch.isnan(FakeExchange.made[-1].tensor(512, 15, torch.float32)).all()), "output slot re-poisoned")
-    check(bool(torch.isnan(FakeExchange.made[-1].tensor(0, 24, torch.float32)).all()), "input slot re-poisoned")
-    why = reference.compare(refs[0], metas[0], ref, 0, r0, 1e-2, 1e-2)
-    check(why is not None and "NaN" in why, f"an unwritten (poisoned) slot fails as NaN: {why}")
-
-    # A wrong output fails from region 1; a slot claim the reference did not make fails.
-    cand.accept(ref.offer(r1))
-    metas1 = wire.export_outputs([refs[0] + 1, 7, refs[2]], d, "1", cand)
-    why = reference.compare(refs[0], metas1[0], ref, 0, r1, 1e-2, 1e-2)
-    check(why is not None and "max abs err" in why, f"a wrong output fails from region 1: {why}")
-    check(reference.compare(refs[2], {**metas1[2], "slot": 0}, ref, 2, r1, 1e-2, 1e-2)
-          == "output slot missing or of the wrong size", "a slot index other than the output's fails")
-
-    # A call whose sizes differ gets no slots: files, both ways.
-    big = [torch.randn(5, 6, generator=g), 3]
-    check(ref.region_for(big, refs, 2) is None, "a call whose inputs differ in size gets no slots")
-    descs2 = ref.write_inputs(big, None, 2)
-    cand.accept(None)
-    seen2 = wire.materialise_inputs(descs2, cand, d, "cpu")
-    check("file" in descs2[0] and torch.equal(seen2[0], big[0]), "inputs through a file")
-    metas2 = wire.export_outputs([torch.randn(4, 5), 7, refs[2]], d, "2", cand)
-    check("file" in metas2[0] and "slot" not in metas2[0], "and the candidate then writes files")
-    seen2[0].mul_(2)
-    check(not torch.equal(ref.read_input(descs2[0], None), big[0].reshape(-1)), "a write to an input file is seen")
-    ref.drop_input_files(descs2)
-    check(not any(n.startswith("in_2_") for n in os.listdir(d)), "input files removed after the call")
-
-    # Without the library (CPU worker or load failure): files, said in the log.
-    cpu = wire.RefSlots(d, "cpu", xsock=5)
-    cpu.plan(xs, refs)
-    check(cpu.ex is None and cpu.note == "files", "CPU jobs use files")
-    verify_cuda.available = lambda: False
-    nolib = wire.RefSlots(d, "cuda", xsock=5)
-    nolib.plan(xs, refs)
-    check(nolib.ex is None and nolib.note.startswith("files ("), f"no library: {nolib.note}")
+    g = torch.Generator().manual_seed(int.from_bytes(os.urandom(4), "little"))
+    exchange_checks(g)
+    precision_checks(g)
     print(f"exchange_test: {len(FAILS)} failed")
     return 1 if FAILS else 0
 

@@ -1,38 +1,39 @@
-"""The profile stage (docs/HARNESS.md): the timing protocol runs in the
-reference process (trusted); the candidate process only executes calls.
+"""The profile stage (docs/HARNESS.md): the protocol runs in the reference
+process (trusted); the candidate process only executes blocks.
 
-Reference process (run_profile): after every verify call passed, it drives
-the profiler's protocol (profiler_service.harness.protocol.run_protocol) with
-a RemoteBackend whose "callable" is one call to the executor:
-  make_inputs  fresh set k = get_inputs() under timing_seed(secret, k), in the
-               reference's memory (kept to re-check the call), then written
-               into the call's input slots when the call starts;
-  prepare      L2 flush on the device from this process (the L2 is shared by
-               every context), then a sync;
-  call         send -> reply; the outside clock (host, this process) spans it;
-  end          the sample: the executor's in-process figures (CUPTI sum,
-               events, wall: evidence) + outside_us (trusted) + NVML (read here);
-  recheck      decided by this process's RNG after the call returned, at
-               least min_rechecks per run: Model on our copy of the inputs,
-               compared with the output slots;
-  anchor       a device copy timed by events in this process.
+Reference process (run_profile), after every verify set passed:
+  forwards     per block: enough that the block's fixed overhead (two pipe
+               wake-ups, one sync, one input copy, one snapshot) amortises
+               over `block_target_us`, within `max_forwards_per_block` and
+               `block_memory_bytes`; first estimated from the verify blocks,
+               then from the first warm-up block;
+  blocks       warm-up blocks, then timed blocks until the trusted figure's
+               relative standard error reaches the target (at least
+               min_samples), max_samples, or the time budget. Every forward
+               of every block runs on a fresh input set from the verify
+               distributions and is compared (reference.Driver.check);
+  sample       per block: the trusted figure (reference.Driver.block) beside
+               the executor's in-process figures per forward (CUPTI sum,
+               events, wall: attribution and evidence, never paid) and NVML;
+  anchor       a device copy timed by events in this process, every 5 blocks.
 The ProfileMeasurement is assembled here and written to the trusted dir; the
-C++ worker judges it (JudgeProfile), bounding every in-process figure by the
-outside clock.
+C++ worker judges it (JudgeProfile) on the trusted figure.
 
-Candidate process (CallTimer): the same window around every call: persisting
-L2 reset, sync, CUPTI window + events, forward, device-wide sync, close.
+Candidate process (CallTimer): the same window around every block: before
+the clock persisting-L2 reset, sync and the recorder's window open; inside it
+events around the forwards and a device-wide sync; after it the recorder's
+window closes and its sums are divided by the block's forwards.
 """
 import glob
 import hashlib
 import json
+import math
 import os
-import secrets
 import time
 
 import torch
 
-import inputs as inputs_lib
+import protocol
 
 MEASUREMENT_FILE = "profile_measurement.json"
 SAMPLE_FIELDS = ("cupti_us", "event_us", "wall_us", "num_activities", "gpu_busy_us")
@@ -95,28 +96,39 @@ class CallTimer:
                     self.kprof.end()
                     self.note = "recorder warm"
 
-    def begin(self):
+    def open(self):
+        """Before the reference's clock: persisting-L2 reset, sync, the
+        recorder's window opens (its cost stays outside the clock)."""
         if self.device == "cuda":
             self._libcuda.cuCtxResetPersistingL2Cache()
             torch.cuda.synchronize()
             if self.kprof:
                 from profiler_service.harness import kprof as kprof_mod
                 self.kprof.begin(kprof_mod.TAG_TIMED)
-            t0 = time.perf_counter_ns()
-            self._ev0.record()
-            return t0
-        return time.perf_counter_ns()
 
-    def end(self, t0):
-        if self.device != "cuda":
-            return {"wall_us": (time.perf_counter_ns() - t0) / 1e3}
-        self._ev1.record()
-        torch.cuda.synchronize()  # every stream of the context
-        sample = {"wall_us": (time.perf_counter_ns() - t0) / 1e3,
-                  "event_us": self._ev0.elapsed_time(self._ev1) * 1e3}
-        if self.kprof:
-            r = self.kprof.end()
-            sample.update(cupti_us=r.sum_us, gpu_busy_us=r.busy_us, num_activities=r.activities)
+    def start(self):
+        t0 = time.perf_counter_ns()
+        if self.device == "cuda":
+            self._ev0.record()
+        return t0
+
+    def stop(self, t0):
+        """The block's end: a device-wide sync (every stream of the context)."""
+        if self.device == "cuda":
+            self._ev1.record()
+            torch.cuda.synchronize()
+        self._wall_us = (time.perf_counter_ns() - t0) / 1e3
+
+    def close(self, forwards):
+        """After the reference's clock: the in-process figures per forward
+        (evidence and attribution; they never pay)."""
+        n = max(1, int(forwards))
+        sample = {"wall_us": self._wall_us / n}
+        if self.device == "cuda":
+            sample["event_us"] = self._ev0.elapsed_time(self._ev1) * 1e3 / n
+            if self.kprof:
+                r = self.kprof.end()
+                sample.update(cupti_us=r.sum_us / n, gpu_busy_us=r.busy_us / n, num_activities=r.activities)
         return sample
 
     def report(self):
@@ -138,25 +150,22 @@ def artifact_paths(artifact_dir, limit=64):
 
 
 class RemoteBackend:
-    """The protocol's backend when the callable lives in another process."""
+    """What the reference process does on the device around blocks: the L2
+    flush before each clock, the drift anchor, the device's identity."""
 
-    def __init__(self, job, driver, nvml):
+    def __init__(self, job):
         self.name = job["device"]
         self.cupti_active = bool(job.get("kprof_lib")) and self.name == "cuda"
-        self.driver = driver
-        self.nvml = nvml
-        self.last = None
         self.l2_bytes = 0
-        self.report_cache = {}
+        mult = float(job["profiler"]["l2_flush_multiple"])
         if self.name != "cuda":
             from profiler_service.harness import backends
             # The last-level cache is shared by every core: flushed from here.
-            self._cpu = backends.CpuBackend(float(job["profiler"]["l2_flush_multiple"]))
+            self._cpu = backends.CpuBackend(mult)
         else:
             props = torch.cuda.get_device_properties(0)
             self.props = props
             self.l2_bytes = int(getattr(props, "L2_cache_size", 50 << 20))
-            mult = float(job["profiler"]["l2_flush_multiple"])
             self._flush = torch.rand(int(mult * self.l2_bytes) // 4, device="cuda")
             self._flush_out = torch.empty((), device="cuda")
             self._anchor_src = torch.rand((256 << 20) // 4, device="cuda")
@@ -176,20 +185,6 @@ class RemoteBackend:
             torch.sum(self._flush, dim=0, out=self._flush_out)  # reads 2x L2: evicts every line
             torch.cuda.synchronize()
 
-    def begin(self, tag=0):
-        return 0
-
-    def end(self, _t0):
-        return self.last
-
-    def stream_ids(self):
-        return []
-
-    def report(self):
-        msg = self.driver.stop() or {}
-        self.report_cache = msg.get("report") if isinstance(msg.get("report"), dict) else {}
-        return self.report_cache
-
     def anchor(self):
         """Trusted drift anchor: a 256 MB device copy timed in this process."""
         if self.name != "cuda":
@@ -199,95 +194,150 @@ class RemoteBackend:
         return backends.event_anchor(self._anchor_src, self._anchor_dst, self._ev[0], self._ev[1])
 
 
-def run_profile(job, task_module, model, driver, profile_seed, atol, rtol, result):
-    """Times the candidate through the executor; writes the measurement into
-    the trusted dir; returns the executor's final report (evidence)."""
+class BlockConfig:
+    """The profile protocol's knobs, from the ProfilerConfig the worker wrote
+    into the trusted dir (defaults applied in C++, profiler_defaults.cc)."""
+
+    def __init__(self, pc, wall_left_s):
+        need = ("target_rel_std_error", "time_budget_s", "min_samples", "max_samples", "warmup_calls",
+                "block_target_us", "max_forwards_per_block", "block_memory_bytes")
+        missing = [k for k in need if k not in pc]
+        if missing:
+            raise ValueError(f"ProfilerConfig without {', '.join(missing)} (defaults are applied in C++)")
+        self.target_rse = float(pc["target_rel_std_error"])
+        self.time_budget_s = max(0.05, min(float(pc["time_budget_s"]), 0.5 * wall_left_s))
+        self.min_samples, self.max_samples = int(pc["min_samples"]), int(pc["max_samples"])
+        self.warmup_blocks = int(pc["warmup_calls"])
+        self.block_target_us = float(pc["block_target_us"])
+        self.max_forwards = int(pc["max_forwards_per_block"])
+        self.block_memory = int(pc["block_memory_bytes"])
+
+
+def _forwards(cfg, est_us, capacity):
+    """Forwards per block: enough that the block's own overhead amortises."""
+    want = int(math.ceil(cfg.block_target_us / max(est_us, 1e-3)))
+    return max(1, min(want, capacity))
+
+
+def _capacity(cfg, layout, exchange_bytes):
+    """Forwards a block may hold: the area, our staging, expected outputs
+    (fp32 and fp64), the snapshot, within block_memory_bytes (and, for the
+    file exchange, half the exchange directory)."""
+    per = 2 * layout.in_row + 6 * layout.out_row + 1
+    cap = cfg.block_memory // per
+    if exchange_bytes > 0:
+        cap = min(cap, (exchange_bytes // 2) // max(1, layout.in_row + layout.out_row))
+    return max(1, min(cfg.max_forwards, cap))
+
+
+def run_profile(job, task_module, model, driver, sets, backend, result):
+    """Times the executor in blocks of fresh, fully compared forwards; writes
+    the measurement into the trusted dir; returns the executor's final report."""
     from profiler_service.harness import nvml as nvml_mod
-    from profiler_service.harness import protocol as timing
     from profiler_service.harness import symbols, tasks
 
     device = job["device"]
-    pc = job["profiler"]
     prof = {"started": True, "ok": False, "error": "", "rechecks": 0, "recheck_failures": 0,
             "wall_ms": 0.0, "detail": "", "mutated": False}
     result["profile"] = prof
     t0 = time.perf_counter()
-    cfg = timing.ProtocolConfig.from_profiler_config(pc)
     wall_left = float(job["wall_seconds"]) * 0.85 - (time.monotonic() - float(job.get("t0_mono") or time.monotonic()))
-    cfg.time_budget_s = max(0.05, min(cfg.time_budget_s, 0.5 * wall_left))
+    cfg = BlockConfig(job["profiler"], wall_left)
     nvml = nvml_mod.Nvml(0) if device == "cuda" else None
-    backend = RemoteBackend(job, driver, nvml)
-    open_calls = []
-    handover_bytes = max(0, driver.poison_bytes - (1 << 20))  # the task's output bytes (set in verify)
-    counter = iter(range(1 << 40))
+    scaled = set(job.get("atol_scaled_dists") or [])
+    run = {"label": "candidate", "backend": backend.name, "samples": [], "activities": [], "stop_reason": "",
+           "warmup_calls": cfg.warmup_blocks, "rechecks": 0, "recheck_failures": 0, "error": "",
+           "cupti_active": backend.cupti_active, "budget_s": cfg.time_budget_s, "target_rse": cfg.target_rse}
+    anchor = {"label": "anchor", "backend": backend.name, "samples": [], "cupti_active": backend.cupti_active,
+              "stop_reason": "rounds"}
+    driver.capacity = _capacity(cfg, driver.ex.layout, int(job.get("exchange_bytes") or 0)
+                                if driver.ex.kind == "file" else 0)
+    est = sorted(result["forward_ms"])[len(result["forward_ms"]) // 2] * 1e3 if result["forward_ms"] else 1e3
+    forwards = _forwards(cfg, est, driver.capacity)
 
-    def close_open():
-        while open_calls:
-            call = open_calls.pop()
-            if driver.mutated(call):
-                prof["mutated"] = True
-            driver.close(call)
-
-    def make_inputs(_seed):
-        close_open()
-        k = next(counter)
-        with torch.no_grad():
-            xs = inputs_lib.make_inputs(task_module, timing_seed(profile_seed, k), "task", device)
-        return [xs]
-
-    def remote(xs):
-        try:
-            call = driver.start(xs, None)
-            open_calls.append(call)
-            reply = driver.finish(call)
-        except Exception as e:
-            raise RuntimeError(str(e)) from e
-        sample = {k: float(v) for k, v in (reply.get("sample") or {}).items()
+    def one_block(timed):
+        rows, expected, scale = [], [], set()
+        for k in range(forwards):
+            dist, xs, exp = sets.make()
+            rows.append(xs)
+            expected.append(exp)
+            if dist in scaled:
+                scale.add(k)
+        call = driver.block(rows, expected)
+        why = driver.check(call, scale)
+        mutated, late = driver.close(call)
+        run["rechecks"] += call["forwards"]
+        if mutated:
+            prof["mutated"] = True
+        if late:
+            result["written_after_done"] = True
+        if why and not mutated and not late:
+            run["recheck_failures"] += 1
+            prof["detail"] = prof["detail"] or f"timed block {call['id']} {why}"
+        sample = {k: float(v) for k, v in (call["reply"].get("sample") or {}).items()
                   if k in SAMPLE_FIELDS and isinstance(v, (int, float))}
-        sample["outside_us"] = call["outside_us"]
+        sample.update(trusted_us=call["trusted_us"], forwards=call["forwards"], block_us=call["block_us"],
+                      copies_us=call["copies_us"], rechecked=True)
         if nvml is not None:
             reasons, throttled, clock_mhz, temp = nvml.sample()
             sample.update(throttle_reasons=reasons, throttled=throttled, sm_clock_mhz=clock_mhz,
                           temperature_c=temp)
-        backend.last = sample
-        return call
-
-    def recheck(inputs, call):
-        with torch.no_grad():
-            refs = [o.detach() if isinstance(o, torch.Tensor) else o
-                    for o in inputs_lib.flatten_outputs(model(*inputs[0]))]
-        why = driver.compare(call, refs, atol, rtol)
-        del refs
-        if why and not prof["detail"]:
-            prof["detail"] = f"timed call {call['id']} {why}"
-        return not why
+        ok = not (why or mutated or late)
+        if timed and ok:
+            run["samples"].append(sample)
+        return ok, call["trusted_us"]
 
     report = {}
     try:
-        runs, anchor = timing.run_protocol([("candidate", remote)], make_inputs, backend, cfg,
-                                           secrets.randbits(62), recheck=recheck,
-                                           error_prefix={"candidate": "candidate"})
-        close_open()
-        report = backend.report_cache
-    except timing.HarnessError as e:
-        runs, anchor = None, None
-        prof["error"] = f"harness: {e}"
-    run = (runs or {}).get("candidate")
-    if run is not None:
-        run["handover_bytes"] = float(handover_bytes)
-        run["harness_stream_ids"] = [int(x) for x in report.get("harness_stream_ids", [])][:4]
-        prof["ok"] = not run["error"]
-        prof["error"] = run["error"]
-        prof["rechecks"], prof["recheck_failures"] = run["rechecks"], run["recheck_failures"]
+        deadline = time.monotonic() + cfg.time_budget_s
+        ok = True
+        for w in range(max(1, cfg.warmup_blocks)):
+            ok, per = one_block(False)
+            if not ok:
+                break
+            if w == 0:
+                forwards = _forwards(cfg, per, driver.capacity)  # re-estimated without the one-forward overhead
+        anchor["samples"].append(backend.anchor())
+        while ok:
+            ok, _ = one_block(True)
+            n = len(run["samples"])
+            if n and n % 5 == 0:
+                anchor["samples"].append(backend.anchor())
+            if n >= cfg.max_samples:
+                run["stop_reason"] = "max_samples"
+                break
+            if n >= cfg.min_samples and rel_std_error([s["trusted_us"] for s in run["samples"]]) <= cfg.target_rse:
+                run["stop_reason"] = "rse_target"
+                break
+            if time.monotonic() > deadline:
+                run["stop_reason"] = "time_budget"
+                break
+        anchor["samples"].append(backend.anchor())
+    except protocol.CandidateGone as e:
+        run["error"] = f"candidate: {e}"
+    except Exception as e:  # noqa: BLE001 - input generation or our own memory: never the candidate's
+        run["error"] = f"harness: {type(e).__name__}: {e}"
+    msg = driver.stop() or {}
+    report = msg.get("report") if isinstance(msg.get("report"), dict) else {}
+    run["activities"] = [dict((k, v) for k, v in a.items() if k != "tag")
+                         for a in report.get("activities", []) if a.get("tag") == kprof_tag_timed()]
+    run["harness_stream_ids"] = [int(x) for x in report.get("harness_stream_ids", [])][:4]
+    tids = report.get("harness_thread_ids", [])
+    run["harness_thread_id"] = int(report.get("harness_thread_id") or (tids[0] if tids else 0))
+    run["outside_window_gpu_us"] = float(report.get("escaped_us", 0.0))
+    run["dropped_records"] = int(report.get("dropped_records", 0))
+    prof["rechecks"], prof["recheck_failures"] = run["rechecks"], run["recheck_failures"]
+    prof["ok"] = not run["error"]
+    prof["error"] = run["error"]
+    if not run["error"] or run["samples"]:
         measurement = {"candidate": run, "anchor": anchor, "device": backend.device_info(),
                        "candidate_symbols": symbols.kernel_symbols(artifact_paths(job["artifact_dir"])),
-                       "input_policy_hash": tasks.input_policy_hash(device)}
+                       "input_policy_hash": tasks.input_policy_hash(device, tf32=job.get("precision") == "tf32")}
         if job.get("baseline"):
             # What one call must move and compute, on our own Model and a set
             # of our own: the baseline's speed-of-light floor (trusted).
             from profiler_service.harness import work
-            with torch.no_grad():
-                xs = inputs_lib.make_inputs(task_module, timing_seed(profile_seed, 0), "task", device)
+            _, xs, _ = sets.make("task")
             measurement["work"] = work.estimate(model, xs)
             del xs
         path = os.path.join(job["trusted_dir"], MEASUREMENT_FILE)
@@ -296,3 +346,20 @@ def run_profile(job, task_module, model, driver, profile_seed, atol, rtol, resul
         prof["measurement_file"] = path
     prof["wall_ms"] = (time.perf_counter() - t0) * 1e3
     return report
+
+
+def rel_std_error(xs):
+    """stderr / mean, as profiler_service/stats.cc computes it."""
+    n = len(xs)
+    if n < 2:
+        return math.inf
+    m = sum(xs) / n
+    if m == 0:
+        return math.inf
+    var = sum((x - m) ** 2 for x in xs) / (n - 1)
+    return math.sqrt(var) / math.sqrt(n) / abs(m)
+
+
+def kprof_tag_timed():
+    from profiler_service.harness import kprof as kprof_mod
+    return kprof_mod.TAG_TIMED

@@ -9,6 +9,10 @@ import time
 MAX_LINE = 1 << 20
 
 
+class CandidateGone(Exception):
+    """The candidate process stopped answering, or reported an error."""
+
+
 class LineReader:
     def __init__(self, fd):
         self.fd = fd

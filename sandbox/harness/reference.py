@@ -1,15 +1,29 @@
 """The reference process: trusted task code only, and the driver of every
-call the candidate process (an executor, sandbox/harness/candidate.py) makes.
+block of forwards the executor (the candidate process, candidate.py) runs.
 
-It draws the secret seeds itself (after the fork: no other process ever holds
-them), builds each input set, runs the frozen Model, writes the call's inputs
-into memory it owns just before the call, and reads the outputs right after.
-Verify calls are all compared; then, on profiled jobs, it runs the timing
-protocol (profiling.run_profile): warm-up and timed calls on fresh inputs,
-each call's re-check decided only after the call has returned, the counts,
-convergence and budget, its own clock around every call. The candidate sees
-the same message for every call and nothing else. Its result is the
-correctness half of the verdict and the trusted half of the measurement."""
+It reads the protocol from the trusted dir (the executor never sees it),
+draws the secret seeds itself (after the fork: no other process ever holds
+them), builds every input set, runs the frozen Model (and its float64 copy:
+precision.py) for the expected outputs, and drives blocks:
+
+    before the clock   stage the block's inputs in our own memory; send the
+                       call (layout only); the executor views its rows and
+                       answers "armed"; flush the L2 from here
+    the clock          t0; one copy of the staged inputs into the exchange;
+                       "go"; ... the executor runs its forwards, writes the
+                       outputs, syncs, says "done"; we copy the output area
+                       into our own memory (the snapshot); t1
+    after the clock    compare every forward's outputs (snapshot) with the
+                       expected ones; check the inputs were not written and
+                       the outputs did not change after the snapshot; poison
+
+The trusted figure of a block is (t1 - t0) / forwards, less the least time
+the copies it contains can take at the device's peak bandwidth. Verify sets
+are blocks of one forward; the profile phase (profiling.run_profile) runs
+blocks of several on fresh inputs, every one compared. The result is the
+correctness half of the verdict and the measurement the worker judges."""
+import json
+import os
 import secrets
 import time
 import traceback
@@ -18,14 +32,17 @@ import torch
 
 import inputs as inputs_lib
 import loader
+import precision
 import profiling
 import protocol
 import verify_cuda
 import wire
 
+PROTOCOL_FILE = "protocol.json"  # written by the worker into the trusted dir
 
-def compare(ref, meta, slots, j, region, atol, rtol, chunk=1 << 28):
-    """None if the candidate's output j matches, else a one-line reason."""
+
+def compare(ref, meta, got, atol, rtol, chunk=1 << 28):
+    """None if output `got` (flat, from the snapshot) matches `ref` elementwise, else a one-line reason."""
     if meta.get("type") != "Tensor":
         return f"is a {meta.get('type')}, expected a plain torch.Tensor"
     if meta.get("layout") != "torch.strided":
@@ -38,25 +55,24 @@ def compare(ref, meta, slots, j, region, atol, rtol, chunk=1 << 28):
         return f"shape {meta.get('shape')}, expected {list(ref.shape)}"
     if ref.numel() == 0:
         return None
-    got_all, why = slots.read_output(ref, meta, j, region)
-    if why:
-        return why
+    if meta.get("slot") is None:
+        return "output not written to its exchange slot"
     flat_ref = ref.reshape(-1)
     floating = ref.is_floating_point() or ref.is_complex()
     # Chunk by chunk: a 6.4 GB output compared whole with torch ops needs ~5
     # such buffers of temporaries on the GPU, which the candidate shares.
     for s in range(0, flat_ref.numel(), chunk):
         r = flat_ref[s:s + chunk]
-        got = got_all[s:s + chunk].to(ref.device)
-        if got.is_cuda and verify_cuda.available():
-            bad, _, first, _ = verify_cuda.count_mismatches(got, r, atol, rtol)
+        g = got[s:s + chunk].to(ref.device)
+        if g.is_cuda and verify_cuda.available():
+            bad, _, first, _ = verify_cuda.count_mismatches(g, r, atol, rtol)
             if not bad:
                 continue
             # The rare path: torch ops find the words for the failure.
-            why = _compare_chunk(got, r, s, ref, floating, atol, rtol)
+            why = _compare_chunk(g, r, s, ref, floating, atol, rtol)
             return why or (f"{bad} elements outside atol={atol:g} rtol={rtol:g}, first at "
-                           f"{_at(ref, s + first)} (got {got[first].item():.6g}, expected {r[first].item():.6g})")
-        why = _compare_chunk(got, r, s, ref, floating, atol, rtol)
+                           f"{_at(ref, s + first)} (got {g[first].item():.6g}, expected {r[first].item():.6g})")
+        why = _compare_chunk(g, r, s, ref, floating, atol, rtol)
         if why:
             return why
     return None
@@ -112,47 +128,39 @@ def _send(fd, msg):
         return False
 
 
-class CandidateGone(Exception):
-    """The candidate process stopped answering, or reported an error."""
+def _descs(xs):
+    """A row's argument descriptors: layout for tensors (no values), values for the rest."""
+    return [{"shape": list(x.shape), "dtype": str(x.dtype)} if isinstance(x, torch.Tensor) else {"value": x}
+            for x in xs]
+
+
+def peak_copy_bytes_per_us(device):
+    """The device's peak DRAM bandwidth (bytes/us) from its own properties, 0 if unknown."""
+    if device != "cuda":
+        return 0.0
+    props = torch.cuda.get_device_properties(0)
+    clock_khz = getattr(props, "memory_clock_rate", 0) or 0
+    bus_bits = getattr(props, "memory_bus_width", 0) or 0
+    return 2.0 * clock_khz * 1e3 * bus_bits / 8 / 1e6  # double data rate
+
+
+CandidateGone = protocol.CandidateGone
 
 
 class Driver:
-    """Sends calls to the executor and collects its replies; every call goes
-    through `call` (start + finish), whatever the caller will do with it."""
+    """Runs blocks of forwards on the executor; every forward goes through
+    `block`, whatever the caller will do with it."""
 
-    def __init__(self, job, to_cand, from_cand, slots, result):
-        self.job, self.to_cand, self.slots, self.result = job, to_cand, slots, result
+    def __init__(self, job, to_cand, from_cand, exchange, result, policy, prepare=None):
+        self.job, self.to_cand, self.ex, self.result = job, to_cand, exchange, result
+        self.policy = policy
         self.reader = protocol.LineReader(from_cand)
         self.calls = 0
         self.poison_bytes = 1 << 20
+        self.capacity = 1
+        self.prepare = prepare or (lambda: None)  # the L2 flush, before each clock
+        self.peak = peak_copy_bytes_per_us(job["device"])
         self.expect_ready = False  # the executor says "ready" once its post-call checks are done
-
-    def start(self, xs, refs):
-        """Writes a call's inputs and sends it; returns the call record. The
-        outside clock (call["outside_us"]) runs from the send to the reply; the
-        inputs reach shared memory only just before the send."""
-        if self.expect_ready:
-            self._read_until("ready")
-            self.expect_ready = False
-        j = self.calls
-        self.calls += 1
-        self.slots.plan(xs, refs)
-        region = self.slots.region_for(xs, refs, j)
-        descs = self.slots.write_inputs(xs, region, j)
-        if xs and isinstance(xs[0], torch.Tensor) and xs[0].is_cuda:
-            torch.cuda.synchronize()
-        msg = {"type": "call", "id": j, "inputs": descs, "poison_bytes": self.poison_bytes,
-               "release": self.job.get("release_each_call", False)}
-        try:
-            exchange = self.slots.offer(region)  # the first call hands over the slot fd
-        except OSError as e:  # BrokenPipeError included: it exited (at import, say)
-            raise CandidateGone(f"candidate gone ({type(e).__name__})") from e
-        if exchange:
-            msg["exchange"] = exchange
-        t_send = time.perf_counter()
-        if not _send(self.to_cand, msg):
-            raise CandidateGone("candidate gone")
-        return {"id": j, "region": region, "descs": descs, "xs": xs, "t_send": t_send}
 
     def _read_until(self, want, call_id=None):
         """The executor's next message of type `want` (logs and flags in between
@@ -181,52 +189,93 @@ class Driver:
             self.result["details"].append(f"candidate answered with {kind!r} where {want!r} was due")
             raise CandidateGone("protocol")
 
-    def finish(self, call):
-        """Waits for the call's reply; fills call["reply"], call["outside_us"]."""
-        msg = self._read_until("result", call["id"])
+    def block(self, rows, expected):
+        """Runs one block: rows[k] are forward k's arguments, expected[k] its
+        expected outputs. Returns the call record with the trusted figure."""
+        if self.expect_ready:
+            self._read_until("ready")
+            self.expect_ready = False
+        j = self.calls
+        self.calls += 1
+        los = expected[0]["lo"]
+        self.ex.ensure(wire.tensor_bytes(rows[0]), wire.tensor_bytes(los), max(self.capacity, len(rows)))
+        staging = self.ex.stage(rows)
+        msg = {"type": "call", "id": j, "forwards": [_descs(xs) for xs in rows],
+               "poison_bytes": self.poison_bytes, "release": self.job.get("release_each_call", False)}
+        try:
+            msg["exchange"] = self.ex.offer()  # the first call hands over the area's fd
+        except OSError as e:  # BrokenPipeError included: it exited (at import, say)
+            raise CandidateGone(f"candidate gone ({type(e).__name__})") from e
+        if not _send(self.to_cand, msg):
+            raise CandidateGone("candidate gone")
+        self._read_until("armed", j)
+        self.prepare()
+        cuda = self.ex.u8.is_cuda
+        t0 = time.perf_counter()
+        self.ex.write_inputs(staging)
+        if cuda:
+            torch.cuda.synchronize()
+        if not _send(self.to_cand, {"type": "go"}):
+            raise CandidateGone("candidate gone")
+        self._read_until("done", j)
+        snap = self.ex.snapshot(len(rows))
+        if cuda:
+            torch.cuda.synchronize()
+        t1 = time.perf_counter()
+        reply = self._read_until("result", j)
         self.expect_ready = True
-        call["outside_us"] = (time.perf_counter() - call["t_send"]) * 1e6
-        call["reply"] = msg
-        return msg
+        lay = self.ex.layout
+        # The copies inside the clock (inputs in; outputs out of the executor's
+        # tensors, then into our snapshot) at the device's peak bandwidth: the
+        # least they can cost, so what is left is never less than the work.
+        used_in = sum(lay.in_sizes)
+        used_out = sum(lay.out_sizes)
+        copies_us = (2 * used_in + 4 * used_out) / self.peak if self.peak > 0 else 0.0
+        n = len(rows)
+        block_us = (t1 - t0) * 1e6
+        return {"id": j, "rows": rows, "expected": expected, "staging": staging, "snap": snap, "reply": reply,
+                "forwards": n, "block_us": block_us, "trusted_us": max(block_us / n - copies_us, 1e-3),
+                "copies_us": copies_us}
 
-    def mutated(self, call):
-        """Did the candidate write to the call's inputs? (trusted: our own copy vs our memory)"""
-        for x, d in zip(call["xs"], call["descs"]):
-            if isinstance(x, torch.Tensor) and isinstance(d, dict) and ("slot" in d or "file" in d):
-                now = self.slots.read_input(d, call["region"])
-                if not torch.equal(now.to(x.device), x.detach().contiguous().reshape(-1)):
-                    return True
-        return False
-
-    def compare(self, call, refs, atol, rtol, scale_atol=False):
-        """"" when every output of the call matches refs, else the reason.
-
-        scale_atol: each output's atol is multiplied by max(1, rms of its
-        reference) (job.atol_scaled_dists: the large-magnitude set)."""
-        metas = call["reply"].get("outputs")
-        if not isinstance(metas, list) or len(metas) != len(refs):
-            return f"returned {len(metas) if isinstance(metas, list) else '?'} outputs, expected {len(refs)}"
-        for j, (ref, meta) in enumerate(zip(refs, metas)):
-            if not isinstance(ref, torch.Tensor):
-                continue
-            a = atol * max(1.0, _rms(ref)) if scale_atol else atol
-            try:
-                why = compare(ref, meta if isinstance(meta, dict) else {}, self.slots, j, call["region"], a, rtol)
-            except torch.cuda.OutOfMemoryError:
-                raise  # our memory, not the candidate's bytes: INFRA_ERROR, never a wrong answer
-            except Exception as e:  # noqa: BLE001 - bytes the candidate wrote do not load
-                why = f"unreadable output ({type(e).__name__}: {e})"[:300]
-            if why:
-                return f"output {j}: {why}"
+    def check(self, call, scale_atol_for=()):
+        """"" when every forward's outputs match, else the first reason.
+        scale_atol_for: the forwards whose atol is multiplied by max(1, rms of
+        the reference) (the large-magnitude distribution)."""
+        metas_all = call["reply"].get("outputs")
+        if not isinstance(metas_all, list) or len(metas_all) != call["forwards"]:
+            return f"answered {len(metas_all) if isinstance(metas_all, list) else '?'} forwards of {call['forwards']}"
+        atol, rtol = float(self.job["atol"]), float(self.job["rtol"])
+        for k, (metas, exp) in enumerate(zip(metas_all, call["expected"])):
+            refs = exp["lo"]
+            if not isinstance(metas, list) or len(metas) != len(refs):
+                return f"returned {len(metas) if isinstance(metas, list) else '?'} outputs, expected {len(refs)}"
+            for o, (ref, meta) in enumerate(zip(refs, metas)):
+                if not isinstance(ref, torch.Tensor):
+                    continue
+                meta = meta if isinstance(meta, dict) else {}
+                a = atol * max(1.0, _rms(ref)) if k in scale_atol_for else atol
+                try:
+                    got = self.ex.output(call["snap"], k, o, ref.numel(), ref.dtype)
+                    why = compare(ref, meta, got, a, rtol)
+                    if not why and ref.numel():
+                        hi = exp["hi"][o] if exp["hi"] is not None else None
+                        why = self.policy.norm_check(got.to(ref.device).view(ref.shape), ref, hi)
+                except torch.cuda.OutOfMemoryError:
+                    raise  # our memory, not the candidate's bytes: INFRA_ERROR, never a wrong answer
+                except Exception as e:  # noqa: BLE001 - bytes the candidate wrote do not load
+                    why = f"unreadable output ({type(e).__name__}: {e})"[:300]
+                if why:
+                    where = f"output {o}" if call["forwards"] == 1 else f"forward {k} output {o}"
+                    return f"{where}: {why}"
         return ""
 
     def close(self, call):
-        """Done with a call: its slots back to poison, its files removed."""
-        self.slots.poison(call["region"])
-        self.slots.drop_input_files(call["descs"])
-        for m in call.get("reply", {}).get("outputs") or []:
-            if isinstance(m, dict) and m.get("file"):
-                self.slots.drop_input_files([m])
+        """Done with a block: the trusted after-checks, then poison.
+        Returns (inputs written, outputs changed after the snapshot)."""
+        mutated = self.ex.inputs_changed(call["staging"])
+        late = self.ex.outputs_changed(call["snap"])
+        self.ex.poison(call["forwards"])
+        return mutated, late
 
     def stop(self):
         """Ends the executor; returns its "done" message (evidence) or None."""
@@ -240,7 +289,7 @@ class Driver:
             self.result["candidate_timeline"] = msg.get("timeline")
             self.result["candidate_exchange"] = str(msg.get("exchange", ""))[:300]
             self.result["candidate_flags"] = sorted(set(self.result["candidate_flags"]) | set(msg.get("flags", [])))
-            if msg.get("type") == "done":
+            if msg.get("type") == "finished":
                 self.result["candidate_done"] = True
             elif msg.get("type") == "error":
                 self.result["candidate_error"] = {k: msg.get(k) for k in ("kind", "stage", "message", "audit",
@@ -248,25 +297,55 @@ class Driver:
         return msg
 
 
+def load_protocol(job):
+    """The protocol's half of the job, from the trusted dir (never sent to the zygote's children)."""
+    path = os.path.join(job["trusted_dir"], PROTOCOL_FILE)
+    with open(path) as f:
+        job.update(json.load(f))
+    return job
+
+
+class InputSets:
+    """Fresh input sets and their expected outputs, drawn from the secret seeds."""
+
+    def __init__(self, mod, policy, dists, device, seed):
+        self.mod, self.policy, self.dists, self.device = mod, policy, dists, device
+        self.seed = seed
+        self.count = 0
+
+    def make(self, dist=None):
+        """(dist, xs, expected) of the next set."""
+        i = self.count
+        self.count += 1
+        dist = dist or self.dists[i % len(self.dists)]
+        seed = profiling.timing_seed(self.seed, i)
+        with torch.no_grad():
+            xs = inputs_lib.make_inputs(self.mod, seed, dist, self.device)
+            exp = self.policy.expected(xs)
+            if dist != "task" and any(isinstance(o, torch.Tensor) and o.is_floating_point()
+                                      and bool(torch.isnan(o).any()) for o in exp["lo"]):
+                # The task's math is undefined on this distribution: use its own.
+                dist = "task"
+                xs = inputs_lib.make_inputs(self.mod, seed, dist, self.device)
+                exp = self.policy.expected(xs)
+        return dist, xs, exp
+
+
 def run(job, to_cand, from_cand, result_fd, xsock=-1):
     device = job["device"]
-    atol, rtol = job["atol"], job["rtol"]
-    scaled_dists = set(job.get("atol_scaled_dists") or [])
-    n = int(job["num_sets"])
-    # Secrets are drawn here, after the fork: the zygote (whose memory the
-    # candidate process is a copy of) never holds them.
-    seeds = [secrets.randbits(32) for _ in range(n)]
-    profile_seed = secrets.randbits(63)
     result = {"sets": [], "candidate_flags": [], "candidate_error": None, "candidate_done": False,
-              "mutated": False, "ref_error": None, "details": [], "forward_ms": []}
+              "mutated": False, "written_after_done": False, "ref_error": None, "details": [], "forward_ms": [],
+              "precision": ""}
     t_start = time.perf_counter()
     clock = protocol.Timeline(job.get("t0_mono"))
-    slots = wire.RefSlots(job["exchange_dir"], device, xsock)
-    driver = Driver(job, to_cand, from_cand, slots, result)
+    exchange = wire.RefExchange(job["exchange_dir"], device, xsock)
     try:
+        load_protocol(job)
+        scaled_dists = set(job.get("atol_scaled_dists") or [])
+        n = int(job["num_sets"])
         if device == "cpu":
             # One thread: idle OpenMP workers spinning here would take the
-            # cores the executor's timed calls run on.
+            # cores the executor's forwards run on.
             torch.set_num_threads(1)
         if device == "cuda":
             torch.cuda.set_device(0)
@@ -276,59 +355,55 @@ def run(job, to_cand, from_cand, result_fd, xsock=-1):
             clock.mark("cuda_init")
         mod = loader.load_module(job["reference_model"], "kernelrl_task_model")
         model, _ = inputs_lib.make_model(mod, job["init_seed"], device)
+        policy = precision.Policy(job.get("precision") or "strict", model, job["precision_ratio"],
+                                  job["precision_floor_units"], job["precision_max_hi_bytes"])
+        result["precision"] = policy.name
         clock.mark("task_model")
-        dists = job["distributions"]
-
-        def prepare(i):
-            dist = dists[i % len(dists)]
-            with torch.no_grad():
-                xs = inputs_lib.make_inputs(mod, seeds[i], dist, device)
-                outs = inputs_lib.flatten_outputs(model(*xs))
-                if dist != "task" and any(isinstance(o, torch.Tensor) and o.is_floating_point()
-                                          and bool(torch.isnan(o).any()) for o in outs):
-                    # The task's math is undefined on this distribution: use its own.
-                    dist = "task"
-                    xs = inputs_lib.make_inputs(mod, seeds[i], dist, device)
-                    outs = inputs_lib.flatten_outputs(model(*xs))
-            refs = [o.detach() if isinstance(o, torch.Tensor) else o for o in outs]
-            driver.poison_bytes = sum(o.nbytes for o in refs if isinstance(o, torch.Tensor)) + (1 << 20)
-            clock.mark("prepare")
-            return dist, xs, refs
+        # Secrets are drawn here, after the fork: the zygote (whose memory the
+        # candidate process is a copy of) never holds them.
+        sets = InputSets(mod, policy, job["distributions"], device, secrets.randbits(63))
+        backend = profiling.RemoteBackend(job) if job.get("profile") else None
+        driver = Driver(job, to_cand, from_cand, exchange, result, policy,
+                        prepare=backend.prepare if backend else None)
 
         verified = True
         for i in range(n):
-            dist, xs, refs = prepare(i)
+            dist, xs, exp = sets.make()
+            driver.poison_bytes = sum(o.nbytes for o in exp["lo"] if isinstance(o, torch.Tensor)) + (1 << 20)
+            clock.mark("prepare")
             try:
-                call = driver.start(xs, refs)
-                t_call = time.perf_counter()
-                driver.finish(call)
+                call = driver.block([xs], [exp])
             except CandidateGone:
                 if result["candidate_error"] is None and not result["details"]:
                     result["details"].append(f"candidate stopped before set {i}")
                 verified = False
                 break
-            result["forward_ms"].append((time.perf_counter() - t_call) * 1e3)
+            result["forward_ms"].append(call["block_us"] / 1e3)
             clock.mark("wait_candidate")
             entry = {"set": i, "dist": dist, "ok": True, "detail": ""}
-            if driver.mutated(call):
+            why = driver.check(call, scale_atol_for={0} if dist in scaled_dists else ())
+            mutated, late = driver.close(call)
+            if mutated:
                 result["mutated"] = True
                 entry.update(ok=False, detail="forward modified its inputs")
-            else:
-                why = driver.compare(call, refs, atol, rtol, scale_atol=dist in scaled_dists)
-                if why:
-                    entry.update(ok=False, detail=f"set {i} ({dist}) {why}")
-            driver.close(call)
-            del call, xs, refs
+            elif late:
+                result["written_after_done"] = True
+                entry.update(ok=False, detail="outputs changed after the executor said done")
+            elif why:
+                entry.update(ok=False, detail=f"set {i} ({dist}) {why}")
+            del call
             clock.mark("compare")
             result["sets"].append(entry)
             if not entry["ok"]:
                 verified = False
                 break
+        if policy.note:
+            result["details"].append(policy.note)
         report = None
         if verified and job.get("profile"):
             if device == "cuda":
                 torch.cuda.empty_cache()  # verify-era blocks: room for the timed sets
-            report = profiling.run_profile(job, mod, model, driver, profile_seed, atol, rtol, result)
+            report = profiling.run_profile(job, mod, model, driver, sets, backend, result)
             clock.mark("profile")
         else:
             driver.stop()
@@ -338,10 +413,10 @@ def run(job, to_cand, from_cand, result_fd, xsock=-1):
         result["ref_error"] = traceback.format_exc(limit=6)[-3000:]
     _send(to_cand, {"type": "stop"})
     try:
-        slots.release()
+        exchange.release()
     except Exception:  # noqa: BLE001 - the process ends next; the verdict is decided
         pass
-    result["exchange"] = slots.note
+    result["exchange"] = exchange.note
     result["reference_ms"] = (time.perf_counter() - t_start) * 1e3
     result["timeline"] = clock.report()
     protocol.send(result_fd, result)

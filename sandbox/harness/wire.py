@@ -1,33 +1,43 @@
-"""How a call's inputs and outputs travel between the reference process and
-the candidate process (the executor).
+"""How a block's inputs and outputs travel between the reference process and
+the executor (the candidate process).
 
-On CUDA with the helper library: one exportable device allocation the
-reference process owns (verify_cuda.Exchange), mapped by the candidate once
-(its fd arrives on the exchange socket). It holds, per region, one input slot
-per tensor argument and one output slot per tensor output. The reference
-writes a call's inputs into the call's input slots just before it sends the
-call (so the candidate learns nothing of them earlier), and reads the outputs
-from the output slots right after the reply. Output slots are poisoned (0xFF)
-whenever the reference is not waiting for them. Elsewhere (CPU backend, a
-host where the import fails, sizes that differ from the first call's): files
-in the exchange directory, inputs mapped shared so the reference sees any
-write the candidate makes to them.
+One exchange area per evaluation, owned by the reference process: device
+memory it exports (verify_cuda.Exchange, mapped by the executor once through
+an fd on the exchange socket) on CUDA, a shared file in the exchange
+directory on the CPU backend (or where the helper library is missing). The
+reference lays it out at the first call: an input area, then an output area,
+each holding `capacity` rows, one row per forward of a block, one 512-byte
+aligned slot per tensor argument or output.
 
-Trust runs one way: the reference decides every offset and size; the
-candidate can only ever read bytes the reference wrote and write the bytes
-the reference will check.
+The trust rules it serves (docs/HARNESS.md):
+  * a block's inputs are written by one copy from the reference's own staging
+    tensor, only after the reference's clock has started: before that the
+    executor sees poison, so no work can start before the clock does;
+  * the executor views its rows before the clock (views cost nothing inside
+    it) and writes each forward's outputs into its row of the output area;
+  * right after the executor says "done" the reference copies the whole
+    output area into its own memory (the snapshot), still inside its clock,
+    so work deferred past "done" is either still counted or reads as wrong;
+    later it checks that the area still equals the snapshot;
+  * both areas go back to poison (0xFF: NaN for floats) between blocks.
+Trust runs one way: the reference decides every offset and size; the executor
+can only read bytes the reference wrote and write bytes the reference checks.
 """
 import os
-import sys
 
 import torch
 
 import verify_cuda
 
-PIPELINE_MAX_BYTES = 1 << 30  # above this per call, one region (no double buffering)
+ALIGN = 512
+EXCHANGE_FILE = "exchange.bin"
 
 
-def _tensor_meta(o):
+def _aligned(n):
+    return (n + ALIGN - 1) // ALIGN * ALIGN
+
+
+def tensor_meta(o):
     return {"shape": list(o.shape), "dtype": str(o.dtype), "device": o.device.type, "layout": str(o.layout)}
 
 
@@ -41,245 +51,254 @@ def dtype_of(name):
     return _DTYPES[name]
 
 
+def tensor_bytes(values):
+    """Bytes of each tensor in `values` (0 for anything else): a row's slot sizes."""
+    return [v.nbytes if isinstance(v, torch.Tensor) else 0 for v in values]
+
+
+class Layout:
+    """Offsets of every slot: row k's input j at in_off(k, j), output j at
+    out_off(k, j); the input area is [0, in_area), the output area
+    [in_area, total)."""
+
+    def __init__(self, in_sizes, out_sizes, capacity):
+        self.in_sizes, self.out_sizes, self.capacity = list(in_sizes), list(out_sizes), int(capacity)
+        self._in_pre, self._out_pre = self._prefix(self.in_sizes), self._prefix(self.out_sizes)
+        self.in_row = self._in_pre[-1]
+        self.out_row = self._out_pre[-1]
+        self.in_area = self.in_row * self.capacity
+        self.total = max(ALIGN, self.in_area + self.out_row * self.capacity)
+
+    @staticmethod
+    def _prefix(sizes):
+        pre = [0]
+        for n in sizes:
+            pre.append(pre[-1] + (_aligned(n) if n else 0))
+        return pre
+
+    def in_off(self, k, j):
+        return k * self.in_row + self._in_pre[j]
+
+    def out_off(self, k, j):
+        return self.in_area + k * self.out_row + self._out_pre[j]
+
+    def fits(self, in_sizes, out_sizes):
+        return list(in_sizes) == self.in_sizes and list(out_sizes) == self.out_sizes
+
+    def describe(self):
+        return {"in": self.in_sizes, "out": self.out_sizes, "capacity": self.capacity}
+
+
+def _u8_view(memory, device):
+    """The whole area as one flat uint8 tensor on `device`."""
+    if isinstance(memory, verify_cuda.Exchange):
+        return verify_cuda.view(memory.ptr, memory.nbytes, torch.uint8)
+    return memory
+
+
+def _map_file(path, nbytes):
+    return torch.from_file(path, shared=True, size=nbytes, dtype=torch.uint8)
+
+
+def _flat_bytes(t):
+    return t.detach().contiguous().reshape(-1).view(torch.uint8)
+
+
 # ----- reference side ---------------------------------------------------------
 
-class RefSlots:
-    """The reference process's exchange memory and its layout."""
-
-    slot_device = "cuda"  # where tensors must live to use slots (tests fake the memory on the CPU)
+class RefExchange:
+    """The reference process's exchange area, its layout and its copies."""
 
     def __init__(self, exchange_dir, device, xsock=-1):
-        self.exchange_dir = exchange_dir
-        self.device = device
-        self.xsock = xsock
-        self.ex = None
-        self.sizes = None     # (input bytes, output bytes) the allocation was laid out for
-        self.regions = []     # per region: {"in": [[off, n] | None], "out": [[off, n] | None]}
-        self.note = "files" if device != "cuda" else ""
-        self.offered = False  # the fd went out with the first call that used the slots
+        self.exchange_dir, self.device, self.xsock = exchange_dir, device, xsock
+        self.layout = None
+        self.memory = None     # verify_cuda.Exchange, or the mapped file's tensor
+        self.u8 = None         # the whole area, flat uint8, where the executor sees it
+        self.kind = ""         # "gpu" or "file"
+        self.generation = 0    # bumped at each (re)allocation; the executor remaps
+        self.note = ""
+        self._sent_generation = 0
 
-    def plan(self, xs, refs):
-        """Lays the allocation out for the first call's inputs and outputs."""
-        if self.ex is not None or self.note:
+    def ensure(self, in_sizes, out_sizes, capacity):
+        """Allocates (or re-allocates, when a set's sizes differ) the area."""
+        if self.layout is not None and self.layout.fits(in_sizes, out_sizes) and self.layout.capacity >= capacity:
             return
-        if self.xsock < 0 or not verify_cuda.available():
-            self.note = "files (" + (verify_cuda.error() or "no exchange socket") + ")"
-            return
-        ins = [x.nbytes if isinstance(x, torch.Tensor) and x.device.type == self.slot_device else 0 for x in xs]
-        outs = [o.nbytes if type(o) is torch.Tensor else 0 for o in refs]
-        regions = 1 if sum(ins) + sum(outs) > PIPELINE_MAX_BYTES else 2
-        offsets, total = verify_cuda.Exchange.layout(ins + outs, regions)
-        try:
-            self.ex = verify_cuda.Exchange.create(total)
-        except (verify_cuda.VerifyCudaError, OSError) as e:
-            self.note = f"files (exchange failed: {e})"[:300]
-            return
-        self.sizes, self.note = (ins, outs), "gpu"
-        k = len(ins)
-        for row in offsets:
-            self.regions.append({"in": [[off, n] if n else None for off, n in zip(row[:k], ins)],
-                                 "out": [[off, n] if n else None for off, n in zip(row[k:], outs)]})
+        self.release()
+        self.layout = Layout(in_sizes, out_sizes, capacity)
+        self.generation += 1
+        why = ""
+        if self.device == "cuda" and self.xsock >= 0 and verify_cuda.available():
+            try:
+                self.memory = verify_cuda.Exchange.create(self.layout.total)
+                self.kind, self.u8 = "gpu", _u8_view(self.memory, self.device)
+                self.note = "gpu"
+                return
+            except (verify_cuda.VerifyCudaError, OSError) as e:
+                why = f"exchange failed: {e}"
+        elif self.device == "cuda":
+            why = verify_cuda.error() if self.xsock >= 0 else "no exchange socket"
+        path = os.path.join(self.exchange_dir, EXCHANGE_FILE)
+        with open(path, "wb") as f:
+            f.truncate(self.layout.total)
+        # The executor runs as another uid (contain.SANDBOX_UID); only it and
+        # we reach the exchange directory.
+        os.chmod(path, 0o666)
+        self.memory = self.u8 = _map_file(path, self.layout.total)
+        self.u8.fill_(0xFF)
+        self.kind = "file"
+        self.note = "file" if not why else f"file ({why})"[:300]
 
-    def region_for(self, xs, refs, index):
-        """The region a call uses, or None (files) when its sizes differ."""
-        if self.ex is None:
-            return None
-        ins = [x.nbytes if isinstance(x, torch.Tensor) and x.device.type == self.slot_device else 0 for x in xs]
-        outs = [o.nbytes if type(o) is torch.Tensor else 0 for o in refs] if refs is not None else self.sizes[1]
-        if (ins, outs) != self.sizes:
-            return None
-        return self.regions[index % len(self.regions)]
-
-    def offer(self, region):
-        """The call message's "exchange" entry."""
-        if region is None:
-            return None
-        entry = {"bytes": self.ex.nbytes, "in": region["in"], "out": region["out"]}
-        if not self.offered:
-            verify_cuda.send_fd(self.xsock, self.ex.fd)
-            self.offered = True
+    def offer(self):
+        """The call message's "exchange" entry (the fd travels once per allocation)."""
+        entry = {"kind": self.kind, "bytes": self.layout.total, "generation": self.generation,
+                 "layout": self.layout.describe(), "file": EXCHANGE_FILE if self.kind == "file" else ""}
+        if self.kind == "gpu" and self._sent_generation != self.generation:
+            verify_cuda.send_fd(self.xsock, self.memory.fd)
+        self._sent_generation = self.generation
         return entry
 
-    def write_inputs(self, xs, region, call_id):
-        """Puts a call's inputs where the candidate will find them; returns the
-        descriptors for the call message."""
-        descs = []
-        for j, x in enumerate(xs):
-            if not isinstance(x, torch.Tensor):
-                descs.append({"value": x})
-                continue
-            d = _tensor_meta(x)
-            flat = x.detach().contiguous().reshape(-1)
-            slot = region["in"][j] if region is not None else None
-            if slot and x.device.type == self.slot_device:
-                if flat.numel():
-                    self.ex.write(slot[0], flat)
-                d["slot"] = j
-            else:
-                name = f"in_{call_id}_{j}.bin"
-                path = os.path.join(self.exchange_dir, name)
-                if flat.numel():
-                    dst = torch.from_file(path, shared=True, size=flat.numel(), dtype=flat.dtype)
-                    dst.copy_(flat.cpu())
-                    del dst
-                    # The candidate maps it shared and runs as another uid
-                    # (contain.SANDBOX_UID); only it and we reach the exchange dir.
-                    os.chmod(path, 0o666)
-                else:
-                    open(path, "wb").close()
-                d["file"] = name
-            descs.append(d)
-        return descs
+    def stage(self, rows):
+        """Our own copy of a block's input area, laid out exactly as the
+        exchange's: built before the clock, copied in once after it starts."""
+        lay = self.layout
+        staging = torch.full((lay.in_row * len(rows),), 0xFF, dtype=torch.uint8, device=self.u8.device)
+        for k, xs in enumerate(rows):
+            for j, x in enumerate(xs):
+                if isinstance(x, torch.Tensor) and x.numel():
+                    off = lay.in_off(k, j)
+                    staging[off:off + x.nbytes].copy_(_flat_bytes(x))
+        return staging
 
-    def read_input(self, desc, region):
-        """What is in input slot/file `desc` now (after the call), flat."""
-        numel = 1
-        for s in desc["shape"]:
-            numel *= s
-        dtype = dtype_of(desc["dtype"])
-        if "slot" in desc:
-            return self.ex.tensor(region["in"][desc["slot"]][0], numel, dtype)
-        path = os.path.join(self.exchange_dir, desc["file"])
-        return torch.from_file(path, shared=False, size=numel, dtype=dtype) if numel else torch.empty(0, dtype=dtype)
+    def write_inputs(self, staging):
+        """Inside the clock: one copy of the staged inputs into the area."""
+        self.u8[:staging.numel()].copy_(staging)
 
-    def drop_input_files(self, descs):
-        for d in descs:
-            if isinstance(d, dict) and "file" in d:
-                try:
-                    os.unlink(os.path.join(self.exchange_dir, d["file"]))
-                except OSError:
-                    pass
+    def snapshot(self, rows):
+        """Inside the clock: our own copy of the first `rows` rows of the output area."""
+        lay = self.layout
+        return self.u8[lay.in_area:lay.in_area + lay.out_row * rows].clone()
 
-    def read_output(self, ref, meta, j, region):
-        """The candidate's bytes for output j as a flat tensor, or (None, reason)."""
-        nbytes = ref.numel() * ref.element_size()
-        if "slot" in meta:
-            slots = region["out"] if region is not None else []
-            if meta.get("slot") != j or j >= len(slots) or not slots[j] or slots[j][1] != nbytes:
-                return None, "output slot missing or of the wrong size"
-            return self.ex.tensor(slots[j][0], ref.numel(), ref.dtype), None
-        name = meta.get("file", "")
-        path = os.path.join(self.exchange_dir, os.path.basename(name))
-        if not name or not os.path.isfile(path) or os.path.getsize(path) != nbytes:
-            return None, "output bytes missing or of the wrong size"
-        host = torch.from_file(path, shared=False, size=ref.numel(), dtype=ref.dtype)
-        os.unlink(path)
-        return host, None
+    def output(self, snap, k, j, numel, dtype):
+        """Output j of row k as it was in the snapshot."""
+        off = self.layout.out_off(k, j) - self.layout.in_area
+        size = torch.empty((), dtype=dtype).element_size()
+        return snap[off:off + numel * size].view(dtype)
 
-    def poison(self, region):
-        """Done with a call: its slots go back to poison (outputs) and the
-        inputs are overwritten too, so no value outlives its call."""
-        if region is None:
-            return
-        for slot in region["out"] + region["in"]:
-            if slot:
-                self.ex.fill(slot[0], slot[1])
+    def inputs_changed(self, staging):
+        """Did anyone write to the input area since we wrote it? (trusted: our staging copy)"""
+        return not torch.equal(self.u8[:staging.numel()], staging)
+
+    def outputs_changed(self, snap):
+        """Did the output area change after the snapshot? (work deferred past "done")"""
+        lay = self.layout
+        return not torch.equal(self.u8[lay.in_area:lay.in_area + snap.numel()], snap)
+
+    def poison(self, rows):
+        """Both areas' used rows back to poison: no value outlives its block."""
+        lay = self.layout
+        self.u8[:lay.in_row * rows].fill_(0xFF)
+        self.u8[lay.in_area:lay.in_area + lay.out_row * rows].fill_(0xFF)
 
     def release(self):
-        if self.ex is not None:
-            self.ex.release()
-            self.ex = None
+        self.u8 = None
+        if isinstance(self.memory, verify_cuda.Exchange):
+            self.memory.release()
+        self.memory = None
+        if self.kind == "file":
+            try:
+                os.unlink(os.path.join(self.exchange_dir, EXCHANGE_FILE))
+            except OSError:
+                pass
+        self.kind = ""
 
 
 # ----- candidate side ---------------------------------------------------------
 
-class CandidateSlots:
-    """The reference process's allocation, mapped here once."""
+class CandidateExchange:
+    """The reference's area, mapped here; views of its rows."""
 
-    def __init__(self, xsock, device="cuda"):
-        self.device = device  # where the exchange memory lives (tests fake it on the CPU)
+    def __init__(self, xsock, exchange_dir, device):
+        self.exchange_dir, self.device = exchange_dir, device
         # The socket object is made now, before the audit hook that forbids
         # socket creation is installed; receiving on it raises no audit event.
         try:
             self.sock = verify_cuda.fd_socket(xsock) if xsock >= 0 else None
         except OSError:
             self.sock = None
-        self.ex = None
-        self.region = None
+        self.memory = self.u8 = None
+        self.layout = None
+        self.generation = 0
         self.note = ""
 
     def accept(self, offer):
-        """Takes a call's "exchange" entry; returns a log line or ""."""
-        self.region = None
-        if not isinstance(offer, dict) or self.note.startswith("failed"):
-            return ""
-        if self.ex is None:
-            try:
-                if not verify_cuda.available():
-                    raise verify_cuda.VerifyCudaError(verify_cuda.error())
+        """Maps the area a call names (once per allocation)."""
+        if not isinstance(offer, dict):
+            raise ValueError("call without an exchange")
+        if int(offer["generation"]) != self.generation:
+            self.u8 = None
+            if isinstance(self.memory, verify_cuda.Exchange):
+                self.memory.release()
+            nbytes = int(offer["bytes"])
+            if offer["kind"] == "gpu":
                 if self.sock is None:
-                    raise verify_cuda.VerifyCudaError("no exchange socket")
-                self.ex = verify_cuda.Exchange.import_fd(verify_cuda.recv_fd(self.sock), int(offer["bytes"]))
-            except (verify_cuda.VerifyCudaError, OSError, ValueError, KeyError) as e:
-                self.note = f"failed: {e}"[:300]
-                sys.stderr.write(f"[exchange] GPU slots unavailable ({e}); outputs go through files\n")
-                return f"exchange: GPU slots unavailable ({e}); outputs go through files"
-        self.region = offer
-        return ""
+                    raise ValueError("no exchange socket")
+                self.memory = verify_cuda.Exchange.import_fd(verify_cuda.recv_fd(self.sock), nbytes)
+                self.u8 = _u8_view(self.memory, self.device)
+            else:
+                self.memory = self.u8 = _map_file(
+                    os.path.join(self.exchange_dir, os.path.basename(offer["file"])), nbytes)
+            lay = offer["layout"]
+            self.layout = Layout(lay["in"], lay["out"], lay["capacity"])
+            self.generation = int(offer["generation"])
+            self.note = offer["kind"]
 
-    def status(self):
-        return self.note or ("gpu" if self.ex is not None else "files")
+    def inputs(self, k, descs):
+        """Row k's arguments: views of the area (shape and dtype from the call),
+        and plain values as sent."""
+        xs = []
+        for j, d in enumerate(descs or []):
+            if not isinstance(d, dict):
+                raise ValueError("malformed input descriptor")
+            if "value" in d:
+                xs.append(d["value"])
+                continue
+            shape = [int(s) for s in d["shape"]]
+            dtype = dtype_of(d["dtype"])
+            numel = 1
+            for s in shape:
+                numel *= s
+            size = torch.empty((), dtype=dtype).element_size()
+            off = self.layout.in_off(k, j)
+            if numel * size > self.layout.in_sizes[j]:
+                raise ValueError(f"input {j} does not fit its slot")
+            xs.append(self.u8[off:off + numel * size].view(dtype).view(shape))
+        return xs
 
-    def input(self, j, numel, dtype):
-        slot = self.region["in"][j] if self.region and j < len(self.region.get("in") or []) else None
-        if not slot or self.ex is None:
-            raise ValueError(f"input {j}: no slot")
-        return self.ex.tensor(int(slot[0]), numel, dtype)
+    def needs_device_copy(self):
+        """The area is host memory but the task runs on the GPU (no helper library)."""
+        return self.u8 is not None and self.u8.device.type != self.device
 
-    def put(self, j, o):
-        """Writes output j into its slot; False when it has none or does not fit."""
-        outs = self.region.get("out") if self.region else None
-        slot = outs[j] if outs is not None and j < len(outs) else None
-        if not slot or self.ex is None or o.device.type != self.device or o.nbytes != slot[1]:
+    def put(self, k, j, o):
+        """Writes output j of row k into its slot; False when it has none or does not fit."""
+        if j >= len(self.layout.out_sizes) or o.nbytes != self.layout.out_sizes[j] or o.nbytes == 0:
             return False
-        self.ex.write(int(slot[0]), o.detach().contiguous())
+        off = self.layout.out_off(k, j)
+        self.u8[off:off + o.nbytes].copy_(_flat_bytes(o))
         return True
 
-
-def materialise_inputs(descs, slots, exchange_dir, device):
-    """The call's arguments: views of the reference's slots, or the files
-    mapped shared (a write to them is visible to the reference)."""
-    xs = []
-    for j, d in enumerate(descs or []):
-        if not isinstance(d, dict):
-            raise ValueError("malformed input descriptor")
-        if "value" in d:
-            xs.append(d["value"])
-            continue
-        shape = [int(s) for s in d["shape"]]
-        numel = 1
-        for s in shape:
-            numel *= s
-        dtype = dtype_of(d["dtype"])
-        if "slot" in d:
-            flat = slots.input(int(d["slot"]), numel, dtype)
-        elif numel:
-            flat = torch.from_file(os.path.join(exchange_dir, os.path.basename(d["file"])), shared=True,
-                                   size=numel, dtype=dtype).to(d.get("device") or device)
-        else:
-            flat = torch.empty(0, dtype=dtype, device=d.get("device") or device)
-        xs.append(flat.view(shape))
-    return xs
+    def status(self):
+        return self.note or "unmapped"
 
 
-def export_outputs(flat, exchange_dir, prefix, slots=None):
-    """Hands each plain strided tensor's bytes to the reference process: into
-    its device slot when it has one, else to a file in the exchange
-    directory; returns the metadata the reference checks first."""
+def export_outputs(flat, k, exchange):
+    """Hands row k's outputs to the reference process (into their slots);
+    returns the metadata the reference checks first."""
     metas = []
     for j, o in enumerate(flat):
         meta = {"type": type(o).__name__}
         if isinstance(o, torch.Tensor):
-            meta.update(_tensor_meta(o))
-            if type(o) is torch.Tensor and o.layout == torch.strided and o.numel() > 0:
-                if slots is not None and slots.put(j, o):
-                    meta["slot"] = j
-                    metas.append(meta)
-                    continue
-                name = f"out_{prefix}_{j}.bin"
-                dst = torch.from_file(os.path.join(exchange_dir, name), shared=True, size=o.numel(), dtype=o.dtype)
-                dst.copy_(o.detach().reshape(-1))
-                del dst
-                meta["file"] = name
+            meta.update(tensor_meta(o))
+            if type(o) is torch.Tensor and o.layout == torch.strided and exchange.put(k, j, o):
+                meta["slot"] = j
         metas.append(meta)
     return metas

@@ -115,12 +115,18 @@ def warm_up():
     guards.PatchSnapshot().changed()
     guards.thread_count()
     with tempfile.TemporaryDirectory() as d:
-        path = os.path.join(d, "x.bin")
-        t = torch.from_file(path, shared=True, size=16, dtype=torch.float32)
-        t.copy_(xs[0].reshape(-1))
+        ex = wire.RefExchange(d, "cpu")
+        ex.ensure(wire.tensor_bytes(xs), [64], 2)
+        staging = ex.stage([xs, xs])
+        ex.write_inputs(staging)
+        snap = ex.snapshot(2)
         reference.compare(xs[0], {"type": "Tensor", "layout": "torch.strided", "device": "cpu",
-                                  "dtype": "torch.float32", "shape": [4, 4], "file": "x.bin"},
-                          wire.RefSlots(d, "cpu"), 0, None, 1e-2, 1e-2)
+                                  "dtype": "torch.float32", "shape": [4, 4], "slot": 0},
+                          ex.output(snap, 0, 0, 16, torch.float32), 1e-2, 1e-2)
+        ex.inputs_changed(staging)
+        ex.outputs_changed(snap)
+        ex.poison(2)
+        ex.release()
     torch.isclose(xs[0], xs[0]).all()
     torch.unravel_index(torch.tensor(3), (4, 4))
     # Children initialise CUDA themselves; a zygote that did would poison them.
@@ -353,6 +359,8 @@ class Zygote:
                  "sets": [{"set": int(x["set"]), "dist": text(x["dist"]), "ok": bool(x["ok"]),
                            "detail": text(x["detail"])} for x in ref.get("sets", [])],
                  "mutated": bool(ref.get("mutated")), "candidate_done": bool(ref.get("candidate_done")),
+                 "written_after_done": bool(ref.get("written_after_done")),
+                 "precision": text(ref.get("precision")),
                  "profile_started": bool(prof.get("started")), "profile_mutated": bool(prof.get("mutated")),
                  "rechecks": int(prof.get("rechecks") or 0), "recheck_failures": int(prof.get("recheck_failures") or 0),
                  "profile_detail": text(prof.get("detail") or "")}

@@ -94,24 +94,13 @@ class ProfileCpuTest : public ::testing::Test {
     p.set_max_samples(200);
     p.set_target_rel_std_error(0.02);
     p.set_warmup_calls(2);
-    p.set_recheck_fraction(1.0);  // every timed call re-checked: the stale exploit cannot slip through
     p.set_l2_flush_multiple(kFlushMultiple);
-    // The CPU executor's per-call cost beyond forward (JSON over pipes, tensors
-    // through tmpfs files) is calibrated at start, as a GPU worker does, from
-    // two runs of the honest CPU ReLU; the margin is wide (3x the largest
-    // overhead seen) because the other tests load this 2-core machine
-    // unevenly while the suite runs. The forged timings claim 20-400x less
-    // than the outside clock says, so they are caught all the same.
-    p.set_outside_overhead_us(1);  // replaced by the calibration (asserted below)
-    p.set_outside_calibration_margin(2.0);
-    p.set_handover_bytes_per_s(1e10);  // a memcpy through tmpfs, roughly
-    c.mutable_outside_calibration()->set_runs(2);
+    p.set_block_target_us(1000);
     // The baseline: eager and torch.compile timed through the executor path
-    // by a worker configured like this one (its own work root, no outside
-    // calibration: a baseline is not judged), then imported into the cache.
+    // by a worker configured like this one (its own work root), then imported
+    // into the cache.
     SandboxConfig bc = c;
     bc.set_work_root(c.work_root() + "-baselines");
-    bc.mutable_outside_calibration()->set_runs(-1);
     std::string text;
     google::protobuf::TextFormat::PrintToString(bc, &text);
     const std::string config_file = *root_ + "/baseline_worker.textproto";
@@ -186,9 +175,9 @@ TEST_F(ProfileCpuTest, TaskKeyAgreesWithThePythonHarness) {
 }
 
 // The baseline came through the executor path, not a process timing itself:
-// only the reference process driving an executor records an outside clock
-// around each call (spanning the executor's own window), the output bytes
-// handed over and re-checks; the key is the worker's own.
+// only the reference process driving an executor records a trusted clock
+// around each block (spanning the executor's own window) and compares every
+// forward; the key is the worker's own.
 TEST_F(ProfileCpuTest, BaselineIsTimedThroughTheExecutorPath) {
   absl::StatusOr<v1::BaselineMeasurement> line = MeasurementLine("level1/relu");
   ASSERT_TRUE(line.ok()) << line.status() << "\nprecompute:\n" << *precompute_log_;
@@ -206,13 +195,16 @@ TEST_F(ProfileCpuTest, BaselineIsTimedThroughTheExecutorPath) {
     EXPECT_TRUE(run->error().empty()) << run->error();
     EXPECT_EQ(run->backend(), "cpu");
     ASSERT_GE(run->samples_size(), 10);
-    EXPECT_EQ(run->handover_bytes(), 64 * 1024 * 4);
-    EXPECT_GT(run->rechecks(), 0);  // recheck_fraction 1.0 in this worker's config
-    EXPECT_EQ(run->recheck_failures(), 0);
+    int forwards = 0;
     for (const v1::CallSample& s : run->samples()) {
       EXPECT_GT(s.wall_us(), 0);
-      EXPECT_GE(s.outside_us(), s.wall_us()) << "the outside clock spans the executor's window";
+      EXPECT_GE(s.forwards(), 1);
+      EXPECT_GT(s.trusted_us(), 0);
+      EXPECT_GE(s.block_us(), s.wall_us() * s.forwards()) << "the trusted clock spans the executor's window";
+      forwards += s.forwards();
     }
+    EXPECT_GE(run->rechecks(), forwards) << "every timed forward is compared";
+    EXPECT_EQ(run->recheck_failures(), 0);
   }
   EXPECT_EQ(bm.eager().label(), "eager");
   EXPECT_EQ(bm.compiled().label(), "compiled");
@@ -330,16 +322,6 @@ TEST_F(ProfileCpuTest, TrustBoundaryExploitsGetNoReward) {
   Verdict v = evaluator_->Evaluate(testing::Request(kRelu, "sandbox/solutions/cpu/relu"));
   EXPECT_EQ(v.outcome(), Verdict::OK) << Describe(v);
   EXPECT_FALSE(HasFlag(v, "timing_below_outside_clock")) << Describe(v);
-}
-
-// The worker timed the honest ReLU twice at start and the judge's outside
-// clock overhead comes from those runs, not from the configured 1 us.
-TEST_F(ProfileCpuTest, OutsideClockIsCalibratedAtStart) {
-  const EvaluatorInfo info = evaluator_->Info();
-  std::printf("outside clock: %.0f us per call (%s)\n", info.outside_overhead_us, info.outside_calibration.c_str());
-  EXPECT_EQ(info.outside_calibration.rfind("calibrated from 2 of 2 runs", 0), 0u) << info.outside_calibration;
-  EXPECT_GT(info.outside_overhead_us, 10.0);
-  EXPECT_LT(info.outside_overhead_us, 1e6);
 }
 
 TEST_F(ProfileCpuTest, MissingBaselineIsCorrectButNotBenchmarked) {

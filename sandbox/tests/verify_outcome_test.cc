@@ -310,7 +310,8 @@ TEST_F(VerifyOutcomeTest, FailedRecheckIsWrongAnswerWithCounts) {
   facts().set_profile_detail(why);
   const VerifyOutcome o = Decide();
   EXPECT_EQ(o.outcome, Verdict::WRONG_ANSWER);
-  EXPECT_EQ(o.summary, absl::StrCat("re-check of a timed call failed (", failed, " of ", rechecks, "): ", why));
+  EXPECT_EQ(o.summary, absl::StrCat("a timed forward was wrong (", failed, " failing of ", rechecks,
+                                    " forwards compared): ", why));
   EXPECT_EQ(o.flags, std::vector<std::string>{"recheck_failed"});
   facts().set_recheck_failures(0);
   EXPECT_EQ(Decide().outcome, Verdict::OK);

@@ -1,0 +1,119 @@
+"""Precision policies: what an output must match, in the reference process.
+
+Every output of every forward is checked the same way (verify and timed
+forwards alike):
+  1. elementwise, against the task's fp32 reference `lo`:
+     |got - lo| <= atol + rtol * |lo| (the task's TolerancePolicy; NaN where
+     lo is not NaN never passes) -- KernelBench's rule;
+  2. under "strict" and "tf32", also in norm against an fp64 reference `hi`
+     (the task's Model in float64 on the same inputs):
+         ||got - hi|| / ||hi||  <=  max(ratio * ||lo - hi|| / ||hi||,  floor_units * u)
+     where u is the unit roundoff of the output's dtype. The bound is tied to
+     the fp32 reference's own error: an honest fp32 kernel that sums in another
+     order lands within a few times of it, while TF32 (10-bit mantissa), fp16
+     or bf16 arithmetic or storage is ~2^-11 relative: thousands of u.
+
+The policies (TolerancePolicy.precision, stated in every verdict):
+  strict       the default: `lo` is computed with TF32 off everywhere (cuBLAS
+               and cuDNN), and so are the baselines;
+  tf32         `lo` and the baselines run with TF32 on; the norm bound then
+               follows TF32's own error, so fp16/bf16 still fail where they are
+               worse than it;
+  kernelbench  step 1 only, TF32 off: comparable with published KernelBench
+               tables (atol = rtol = 1e-2).
+Where the fp64 reference cannot be built (an op without float64 support, or
+outputs above `max_hi_bytes`) step 2 uses `lo` itself (its own error counted
+as 0) and the result says so."""
+import copy
+
+import torch
+
+POLICIES = ("strict", "tf32", "kernelbench")
+
+
+def set_tf32(enabled):
+    """TF32 for cuBLAS and cuDNN in this process (PyTorch's own defaults differ
+    between the two, so both are set explicitly)."""
+    torch.backends.cuda.matmul.allow_tf32 = bool(enabled)
+    torch.backends.cudnn.allow_tf32 = bool(enabled)
+
+
+def _unit_roundoff(dtype):
+    return torch.finfo(dtype).eps / 2
+
+
+def _to64(v):
+    if isinstance(v, torch.Tensor) and v.is_floating_point():
+        return v.double()
+    return v
+
+
+def _norm_diff(a, b, chunk=1 << 26):
+    """||a - b||_2 in float64 over finite pairs, chunked (no output-sized temporary)."""
+    fa, fb, total = a.reshape(-1), b.reshape(-1), 0.0
+    for s in range(0, fa.numel(), chunk):
+        x, y = fa[s:s + chunk].double(), fb[s:s + chunk].double()
+        d = torch.where(torch.isfinite(x) & torch.isfinite(y), x - y, torch.zeros_like(x))
+        total += float(torch.linalg.vector_norm(d)) ** 2
+    return total ** 0.5
+
+
+def _norm(a, chunk=1 << 26):
+    fa, total = a.reshape(-1), 0.0
+    for s in range(0, fa.numel(), chunk):
+        x = fa[s:s + chunk].double()
+        total += float(torch.linalg.vector_norm(torch.nan_to_num(x, nan=0.0, posinf=0.0, neginf=0.0))) ** 2
+    return total ** 0.5
+
+
+class Policy:
+    """One evaluation's precision policy over the task's Model."""
+
+    def __init__(self, name, model, ratio, floor_units, max_hi_bytes):
+        if name not in POLICIES:
+            raise ValueError(f"unknown precision policy {name!r} (one of {', '.join(POLICIES)})")
+        self.name, self.model = name, model
+        self.ratio, self.floor_units, self.max_hi_bytes = float(ratio), float(floor_units), int(max_hi_bytes)
+        self.model64 = None
+        self.note = ""
+        set_tf32(name == "tf32")
+        if name != "kernelbench":
+            try:
+                self.model64 = copy.deepcopy(model).double()
+            except Exception as e:  # noqa: BLE001 - a Model we cannot copy: lo stands in
+                self.note = f"fp64 reference unavailable ({type(e).__name__}: {e})"[:200]
+
+    def expected(self, xs):
+        """{"lo": outputs, "hi": fp64 outputs or None} of the task's Model on xs."""
+        import inputs as inputs_lib
+        with torch.no_grad():
+            lo = [o.detach() if isinstance(o, torch.Tensor) else o
+                  for o in inputs_lib.flatten_outputs(self.model(*xs))]
+            hi = None
+            big = sum(o.numel() * 8 for o in lo if isinstance(o, torch.Tensor)) > self.max_hi_bytes
+            if self.model64 is not None and not big:
+                try:
+                    hi = [o.detach() if isinstance(o, torch.Tensor) else o
+                          for o in inputs_lib.flatten_outputs(self.model64(*[_to64(x) for x in xs]))]
+                except Exception as e:  # noqa: BLE001 - no float64 kernel for an op: lo stands in
+                    self.model64 = None
+                    self.note = f"fp64 reference unavailable ({type(e).__name__}: {e})"[:200]
+            elif big and self.model64 is not None and not self.note:
+                self.note = "fp64 reference skipped above max_hi_bytes; the fp32 reference stands in"
+        return {"lo": lo, "hi": hi}
+
+    def norm_check(self, got, lo, hi):
+        """None, or why `got` is less precise than the policy allows (step 2)."""
+        if self.name == "kernelbench" or not lo.is_floating_point() or lo.numel() == 0:
+            return None
+        ref = hi if hi is not None else lo
+        scale = max(_norm(ref), 1e-300)
+        err = _norm_diff(got, ref) / scale
+        own = _norm_diff(lo, ref) / scale if hi is not None else 0.0
+        limit = max(self.ratio * own, self.floor_units * _unit_roundoff(lo.dtype))
+        if err <= limit:
+            return None
+        ref_name = "fp64" if hi is not None else "fp32 (fp64 unavailable)"
+        return (f"precision ({self.name}): relative error {err:.3g} against the {ref_name} reference, "
+                f"limit {limit:.3g} ({self.ratio:g}x the fp32 reference's own {own:.3g}, "
+                f"floor {self.floor_units:g} units of roundoff)")
