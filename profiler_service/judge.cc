@@ -29,9 +29,13 @@ FlagSeverity SeverityOf(const std::string& flag) {
       "forbidden_library_cublas", "forbidden_library_cudnn", "work_outside_window"};
   static const std::set<std::string> kAudit = {
       "below_speed_of_light", "speedup_above_audit_threshold", "side_stream",
-      "foreign_launch_thread", "events_below_cupti", "wall_below_events", "device_drift",
-      "throttled", "cupti_records_dropped", "baseline_clock_mismatch"};
+      "foreign_launch_thread", "events_below_cupti", "wall_below_events",
+      "cupti_records_dropped", "baseline_clock_mismatch"};
+  // The device could not be measured as the baseline was (busy with another
+  // process's kernels, or clocks throttled): no verdict on the candidate.
+  static const std::set<std::string> kDecline = {"device_drift", "throttled"};
   if (kHack.count(flag)) return FlagSeverity::kHack;
+  if (kDecline.count(flag)) return FlagSeverity::kDecline;
   if (kAudit.count(flag)) return FlagSeverity::kAudit;
   return FlagSeverity::kInfo;
 }
@@ -100,11 +104,12 @@ ProfileResult JudgeProfile(const ProfileMeasurement& m, const Baseline* baseline
   }
 
   bool hack = false, audit = false, wrong = false;
-  std::string first_hack;
+  std::string first_hack, first_decline;
   for (const std::string& f : flags) {
     v.add_flags(f);
     const FlagSeverity s = SeverityOf(f);
     if (s == FlagSeverity::kHack && first_hack.empty()) first_hack = f;
+    if (s == FlagSeverity::kDecline && first_decline.empty()) first_decline = f;
     hack |= s == FlagSeverity::kHack;
     audit |= s == FlagSeverity::kAudit;
     wrong |= f == "recheck_failed";
@@ -115,6 +120,11 @@ ProfileResult JudgeProfile(const ProfileMeasurement& m, const Baseline* baseline
     v.set_outcome(Verdict::WRONG_ANSWER);
     v.set_reward(MilestoneReward(false, 0, 0));
     v.set_summary("a re-checked timed call returned a wrong output");
+  } else if (!first_decline.empty() && !hack) {
+    v.set_outcome(Verdict::INFRA_ERROR);
+    v.set_reward(0.0);
+    v.set_summary(absl::StrFormat("not judged: %s (the device did not measure as it did for the baseline; "
+                                  "%.1f us now)", first_decline, t));
   } else if (hack) {
     v.set_outcome(Verdict::HACK_DETECTED);
     v.set_reward(-1.0);

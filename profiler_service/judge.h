@@ -8,6 +8,9 @@
 //              gives WRONG_ANSWER);
 //   kAudit  -> outcome OK, quarantined = true, reward held at min(milestone, 1)
 //              until an audit releases it;
+//   kDecline -> outcome INFRA_ERROR: the device could not be measured as the
+//              baseline was (drift anchor off, clocks throttled): the worker
+//              declines to judge rather than blame or pay the candidate;
 //   kInfo   -> reported only.
 // Without hack or audit flags the reward is MilestoneReward(correct = true, ...).
 // The candidate was verified correct before profiling; this only judges speed
@@ -25,7 +28,7 @@
 
 namespace kernelrl {
 
-enum class FlagSeverity { kInfo, kAudit, kHack };
+enum class FlagSeverity { kInfo, kAudit, kDecline, kHack };
 FlagSeverity SeverityOf(const std::string& flag);
 
 // `baseline` may be null (no baseline: speed-ups 0, flag "baseline_missing").

@@ -99,14 +99,18 @@ TEST(Judge, FailedRecheckIsAWrongAnswer) {
   EXPECT_EQ(r.verdict().reward(), -1.0);
 }
 
-TEST(Judge, AnchorDriftIsAudited) {
+// A device busy with another process's kernels (or throttled) is not judged:
+// INFRA_ERROR, neither a flag on the candidate nor a reward from a bad clock.
+TEST(Judge, AnchorDriftDeclinesToJudge) {
   Baseline b = MakeBaseline(100.0, 80.0);
   b.set_anchor_median_us(1000.0);
   ProfileMeasurement m = Candidate(60.0);
   *m.mutable_anchor() = NoisyRun(1400.0, 20, 0.001, 4);  // the device is 40% slower than at baseline
   ProfileResult r = JudgeProfile(m, &b, Task(), Config());
   EXPECT_TRUE(Has(r.verdict(), "device_drift"));
-  EXPECT_EQ(r.verdict().reward(), 1.0);
+  EXPECT_EQ(r.verdict().outcome(), Verdict::INFRA_ERROR);
+  EXPECT_EQ(r.verdict().reward(), 0.0);
+  EXPECT_EQ(r.verdict().summary().rfind("not judged: device_drift", 0), 0u) << r.verdict().summary();
   *m.mutable_anchor() = NoisyRun(880.0, 20, 0.001, 4);  // within the cross-process spread seen on the H100
   r = JudgeProfile(m, &b, Task(), Config());
   EXPECT_FALSE(Has(r.verdict(), "device_drift"));

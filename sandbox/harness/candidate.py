@@ -173,22 +173,21 @@ def run(job, cont, to_ref, from_ref, xsock=-1):
                 break
             # ---- inside the reference's clock ----
             t0 = timer.start()
-            metas, outs = [], []
+            if to_device:
+                rows = [[x.to(device) if isinstance(x, torch.Tensor) else x for x in xs] for xs in rows]
+            outs = []
             with torch.no_grad():
                 guard.__enter__()
                 try:
-                    for k, xs in enumerate(rows):
-                        if to_device:
-                            xs = [x.to(device) if isinstance(x, torch.Tensor) else x for x in xs]
-                        flat = inputs_lib.flatten_outputs(model(*xs))
-                        metas.append(wire.export_outputs(flat, k, exchange))
-                        outs.append(flat)
+                    for xs in rows:
+                        outs.append(inputs_lib.flatten_outputs(model(*xs)))
                 finally:
                     still_active = guards.guard_still_active(guard)
                     if still_active:
                         guard.__exit__(None, None, None)
                     else:
                         guards.clear_dispatch_modes()
+            metas = [wire.export_outputs(flat, k, exchange) for k, flat in enumerate(outs)]
             timer.stop(t0)  # device-wide sync: the outputs are in the reference's area
             protocol.send(to_ref, {"type": "done", "id": msg.get("id")})
             # ---- after the reference's clock: evidence and checks ----

@@ -39,6 +39,8 @@ import verify_cuda
 import wire
 
 PROTOCOL_FILE = "protocol.json"  # written by the worker into the trusted dir
+PROTOCOL_KEYS = ("num_sets", "distributions", "atol", "rtol", "atol_scaled_dists", "precision", "precision_ratio",
+                 "precision_floor_units", "precision_max_hi_bytes", "profiler")
 
 
 def compare(ref, meta, got, atol, rtol, chunk=1 << 28):
@@ -157,10 +159,11 @@ class Driver:
         self.reader = protocol.LineReader(from_cand)
         self.calls = 0
         self.poison_bytes = 1 << 20
-        self.capacity = 1
+        self.capacity = 1  # forwards a block may hold (profiling.run_profile sets it)
         self.prepare = prepare or (lambda: None)  # the L2 flush, before each clock
         self.peak = peak_copy_bytes_per_us(job["device"])
         self.expect_ready = False  # the executor says "ready" once its post-call checks are done
+        self.poisoned_rows = 0     # rows poisoned after the last block, checked once the executor is idle
 
     def _read_until(self, want, call_id=None):
         """The executor's next message of type `want` (logs and flags in between
@@ -195,10 +198,11 @@ class Driver:
         if self.expect_ready:
             self._read_until("ready")
             self.expect_ready = False
+            self._check_poison()
         j = self.calls
         self.calls += 1
         los = expected[0]["lo"]
-        self.ex.ensure(wire.tensor_bytes(rows[0]), wire.tensor_bytes(los), max(self.capacity, len(rows)))
+        self.ex.ensure(wire.tensor_bytes(rows[0]), wire.tensor_bytes(los), len(rows))
         staging = self.ex.stage(rows)
         msg = {"type": "call", "id": j, "forwards": [_descs(xs) for xs in rows],
                "poison_bytes": self.poison_bytes, "release": self.job.get("release_each_call", False)}
@@ -275,7 +279,15 @@ class Driver:
         mutated = self.ex.inputs_changed(call["staging"])
         late = self.ex.outputs_changed(call["snap"])
         self.ex.poison(call["forwards"])
+        self.poisoned_rows = call["forwards"]
         return mutated, late
+
+    def _check_poison(self):
+        """Once the executor's post-block phase is over ("ready", or its last
+        message): the area it could still write must hold our poison."""
+        if self.poisoned_rows and self.ex.u8 is not None and not self.ex.poison_intact(self.poisoned_rows):
+            self.result["written_after_done"] = True
+        self.poisoned_rows = 0
 
     def stop(self):
         """Ends the executor; returns its "done" message (evidence) or None."""
@@ -285,6 +297,7 @@ class Driver:
         msg = self.reader.read(timeout=30)
         while msg is not None and msg.get("type") in ("log", "flags", "ready"):
             msg = self.reader.read(timeout=30)
+        self._check_poison()
         if msg is not None:
             self.result["candidate_timeline"] = msg.get("timeline")
             self.result["candidate_exchange"] = str(msg.get("exchange", ""))[:300]
@@ -301,7 +314,8 @@ def load_protocol(job):
     """The protocol's half of the job, from the trusted dir (never sent to the zygote's children)."""
     path = os.path.join(job["trusted_dir"], PROTOCOL_FILE)
     with open(path) as f:
-        job.update(json.load(f))
+        protocol_half = json.load(f)
+    job.update({k: protocol_half[k] for k in PROTOCOL_KEYS if k in protocol_half})
     return job
 
 

@@ -193,6 +193,12 @@ class RefExchange:
         lay = self.layout
         return not torch.equal(self.u8[lay.in_area:lay.in_area + snap.numel()], snap)
 
+    def poison_intact(self, rows):
+        """Still poison since we poisoned it? (a write after the block: work deferred past "done")"""
+        lay = self.layout
+        return bool((self.u8[:lay.in_row * rows] == 0xFF).all()) and bool(
+            (self.u8[lay.in_area:lay.in_area + lay.out_row * rows] == 0xFF).all())
+
     def poison(self, rows):
         """Both areas' used rows back to poison: no value outlives its block."""
         lay = self.layout

@@ -159,6 +159,11 @@ class Zygote:
 
     # ----- verify -----------------------------------------------------------
     def verify(self, job):
+        # The protocol's half of the job travels through the trusted dir to the
+        # reference process alone (reference.PROTOCOL_KEYS): not even its
+        # empty fields reach the children's memory.
+        for k in reference.PROTOCOL_KEYS:
+            job.pop(k, None)
         t0 = time.perf_counter()
         job["t0_mono"] = time.monotonic()  # both children report their timelines against it
         # Asked for by the worker (on CUDA: what its calibration picked) AND

@@ -17,6 +17,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <memory>
+#include <set>
 #include <sstream>
 #include <string>
 
@@ -89,18 +90,25 @@ class ProfileCpuTest : public ::testing::Test {
     c.set_baseline_dir(*root_ + "/baselines");
     c.mutable_verify()->set_wall_seconds(60);
     v1::ProfilerConfig& p = *c.mutable_profiler();
-    p.set_time_budget_s(0.4);
+    p.set_time_budget_s(3);
     p.set_min_samples(10);
     p.set_max_samples(200);
     p.set_target_rel_std_error(0.02);
     p.set_warmup_calls(2);
     p.set_l2_flush_multiple(kFlushMultiple);
     p.set_block_target_us(1000);
+    // The CPU drift anchor (a 64 MB copy) swings several-fold while the suite
+    // loads these 2 cores; a drifted device is declined (INFRA_ERROR), which
+    // judge_test covers. Here the timing path is under test, so it is off.
+    p.set_anchor_drift_tolerance(1e9);
     // The baseline: eager and torch.compile timed through the executor path
     // by a worker configured like this one (its own work root), then imported
     // into the cache.
     SandboxConfig bc = c;
     bc.set_work_root(c.work_root() + "-baselines");
+    // torch.compile's first call (inside the compiled baseline's verify) takes
+    // 30+ s on 2 loaded cores.
+    bc.mutable_verify()->set_wall_seconds(180);
     std::string text;
     google::protobuf::TextFormat::PrintToString(bc, &text);
     const std::string config_file = *root_ + "/baseline_worker.textproto";
@@ -286,42 +294,49 @@ TEST_F(ProfileCpuTest, ExploitsStillGetMinusOne) {
   EXPECT_TRUE(evaluator_->serving());
 }
 
-// The trust-boundary exploits (issue 11): each reaches for the timing
-// protocol from inside the candidate process (frames, gc, the recorded
-// samples, native writes, stack or call-count sniffing, a timer signal).
-// Nothing of the protocol lives there now; what they forge is bounded by the
-// reference process's own clock. Each must be non-OK, or OK held at reward
-// <= 1 with a flag.
+// The trust-boundary exploits: each reaches for the timing or the verdict
+// from inside the candidate process (frames, gc, the recorded samples, native
+// writes, sniffing, a timer signal; the reply's serialisation, a patched and
+// restored send; work moved into the hand-over, before the clock, into a
+// finalizer or after "done"; precision chosen by input statistics; the
+// protocol's configuration and the next inputs). Nothing that pays is
+// computed there: each is non-OK, or OK at reward <= 1.
 TEST_F(ProfileCpuTest, TrustBoundaryExploitsGetNoReward) {
   absl::StatusOr<v1::Baseline> b = ReluBaseline();
   ASSERT_TRUE(b.ok()) << b.status() << "\nprecompute:\n" << *precompute_log_;
   const std::string root = "sandbox/exploits/cpu_timing";
+  const std::set<std::string> forgers = {"timing_edit_samples", "timing_native_write", "timing_signal",
+                                         "v3_reply_serialise", "v3_patch_restore"};
   int seen = 0;
-  for (const char* name : {"timing_frames", "timing_gc", "timing_edit_samples", "timing_native_write",
-                           "timing_sniff", "timing_signal"}) {
+  for (const char* name : {"timing_frames", "timing_gc", "timing_edit_samples", "timing_native_write", "timing_sniff",
+                           "timing_signal", "v3_reply_serialise", "v3_patch_restore", "v3_defer_handover",
+                           "v3_defer_inputs", "v3_defer_finalizer", "v3_write_after_done", "v3_precision_stats",
+                           "v3_read_protocol"}) {
     const std::string dir = root + "/" + name;
     const std::string expected = testing::ExpectedOutcome(dir);
     ASSERT_FALSE(expected.empty()) << dir;
     Verdict v = evaluator_->Evaluate(testing::Request(kRelu, dir));
     std::printf("%-22s %s\n", name, Describe(v).substr(0, 300).c_str());
     EXPECT_EQ(Verdict::Outcome_Name(v.outcome()), expected) << name << ": " << Describe(v);
-    EXPECT_TRUE(v.outcome() != Verdict::OK || (v.reward() <= 1 && v.flags_size() > 0)) << Describe(v);
     EXPECT_LE(v.reward(), 1) << name;
-    if (expected == "HACK_DETECTED") {
-      EXPECT_TRUE(HasFlag(v, "timing_below_outside_clock")) << Describe(v);
+    if (forgers.count(name) && v.outcome() == Verdict::OK) {
+      EXPECT_TRUE(HasFlag(v, "in_process_below_trusted")) << Describe(v);
+      EXPECT_GT(v.candidate_time_us(), 2 * b->eager().median_us()) << "the trusted time is the slow kernel's";
     }
-    // Wrong either on a verify call or, later, on a re-checked timed call.
-    if (expected == "WRONG_ANSWER") {
-      EXPECT_TRUE(HasFlag(v, "recheck_failed") || v.summary().rfind("set ", 0) == 0) << Describe(v);
+    if (std::string(name) == "v3_write_after_done") {
+      EXPECT_TRUE(HasFlag(v, "output_written_after_done")) << Describe(v);
     }
+    if (std::string(name) == "v3_precision_stats") {
+      EXPECT_NE(v.summary().find("precision (strict)"), std::string::npos) << Describe(v);
+    }
+    EXPECT_EQ(v.precision_policy(), "strict");
     EXPECT_TRUE(evaluator_->serving()) << "worker unhealthy after " << name;
     ++seen;
   }
-  EXPECT_EQ(seen, 6);
+  EXPECT_EQ(seen, 14);
   // Honest code keeps its measured reward after the suite.
   Verdict v = evaluator_->Evaluate(testing::Request(kRelu, "sandbox/solutions/cpu/relu"));
   EXPECT_EQ(v.outcome(), Verdict::OK) << Describe(v);
-  EXPECT_FALSE(HasFlag(v, "timing_below_outside_clock")) << Describe(v);
 }
 
 TEST_F(ProfileCpuTest, MissingBaselineIsCorrectButNotBenchmarked) {

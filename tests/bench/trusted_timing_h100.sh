@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# The trusted figure against the in-process one for honest kernels of ~10 us,
+# ~100 us, ~1 ms and ~10 ms, and the verdicts they get, on a quiet GPU and on
+# a GPU that a second process keeps busy (docs/HARNESS.md, "Tolerances").
+#
+#   here:   tools/device_sandbox.sh --prepare       # stages .devcarry/sandbox
+#   device: LOAD=0 tests/bench/trusted_timing_h100.sh   (run tool, carry .devcarry/sandbox)
+#           LOAD=1 ...                              # the same with a busy GPU
+#
+# Per size it prints: evaluations, outcomes, non-info flags, the trusted
+# per-forward figure (median), the executor's own CUPTI figure (median), their
+# ratio, forwards per block, and the verify + profile wall (p50). Knobs: REPEAT
+# (50 evaluations per size), PROFILE_BUDGET (0.3 s), LOAD (0: quiet; 1: a second
+# process runs 8192^2 GEMMs back to back the whole time), SIZES (a regex on the
+# size labels).
+set -u
+CARRY=.devcarry/sandbox
+OUT=${OUT:-/tmp/trusted_timing_out}
+mkdir -p "$OUT"
+PY=$(command -v python3)
+CUDA=${CUDA_HOME:-/usr/local/cuda}
+export LD_LIBRARY_PATH=$PWD/$CARRY/lib:${LD_LIBRARY_PATH:-}
+export PYTHONUNBUFFERED=1 TORCHINDUCTOR_CACHE_DIR=/tmp/kr_inductor TORCHINDUCTOR_COMPILE_THREADS=1
+T0=$(date +%s)
+elapsed() { echo $(( $(date +%s) - T0 )); }
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
+
+KPROF=/tmp/kr_kprof/libkprof.so; mkdir -p /tmp/kr_kprof
+CUPTI_H=$(dirname "$(find $CUDA/ $CUDA/extras -name cupti.h 2>/dev/null | head -1)")
+CUPTI_SO=$(dirname "$(find $CUDA/ -name 'libcupti.so*' 2>/dev/null | head -1)")
+g++ -std=c++17 -O2 -fPIC -shared -I. -I$CUDA/include -I$CUPTI_H profiler_service/cupti/kprof.cc -o $KPROF \
+  -L$CUPTI_SO -Wl,-rpath,$CUPTI_SO -L$CUDA/lib64/stubs -lcupti -lcuda > "$OUT/kprof_build.log" 2>&1 ||
+  KPROF=$PWD/$CARRY/libkprof_bazel.so
+WORKER="--set=backend=cuda --set=python=$PY --set=harness_dir=$PWD/sandbox/harness
+  --set=contain_lib=$PWD/$CARRY/libkernelrl_contain.so --set=verify_cuda_lib=$PWD/$CARRY/libkernelrl_verify_cuda.so
+  --set=enable_profiling=true --set=kprof_lib=$KPROF --set=profiler_root=$PWD"
+
+# The sizes: label, task, honest solution.
+SIZES_ALL="relu_10us:relu_10us.py:sandbox/solutions/level1/19_ReLU
+relu_100us:relu_100us.py:sandbox/solutions/level1/19_ReLU
+relu_1ms:relu_1ms.py:sandbox/solutions/level1/19_ReLU
+matmul_10ms:matmul_10ms.py:sandbox/testdata/gpu_solutions/matmul_cublas"
+TASKS=/tmp/kr_sizes/level1; rm -rf /tmp/kr_sizes; mkdir -p $TASKS
+SUITE=$OUT/suite.txt; : > "$SUITE"
+for row in $SIZES_ALL; do
+  IFS=: read -r label task ws <<< "$row"
+  [[ "$label" =~ ${SIZES:-.} ]] || continue
+  cp sandbox/testdata/gpu_tasks/sizes/$task $TASKS/
+  echo "$label sandbox/testdata/gpu_tasks/sizes/$task $ws OK" >> "$SUITE"
+done
+
+# Baselines through the executor path (the same blocks and trusted clock).
+BASE=/tmp/kr_size_baselines; rm -rf $BASE; mkdir -p $BASE
+timeout -k 10 "${PRECOMPUTE_WALL:-200}" "$CARRY/measure_baselines" $WORKER --set=work_root=/tmp/kr_size_bw \
+  --set=verify.wall_seconds=120 --set=profiler.time_budget_s=0.5 --tasks_root=/tmp/kr_sizes \
+  --out="$OUT/baselines.jsonl" > "$OUT/baselines.log" 2>&1
+echo "baselines rc=$? at $(elapsed) s"; grep -E "^\[" "$OUT/baselines.log" | cut -c1-200
+"$CARRY/precompute_baselines" --measurements="$OUT/baselines.jsonl" --set=baseline_cache_dir=$BASE \
+  --table="$OUT/baselines.tsv" 2>&1 | tail -2
+
+LOADPID=""
+if [ "${LOAD:-0}" = 1 ]; then
+  # A second process on the same GPU, busy the whole time (its own CUDA context).
+  $PY -c '
+import torch, time
+a = torch.randn(8192, 8192, device="cuda"); b = torch.randn(8192, 8192, device="cuda")
+print("load: running", flush=True)
+while True:
+    for _ in range(20):
+        c = a @ b
+    torch.cuda.synchronize()
+' > "$OUT/load.log" 2>&1 &
+  LOADPID=$!
+  sleep 5
+  head -1 "$OUT/load.log"
+fi
+
+echo "suite ($(wc -l < "$SUITE") sizes x ${REPEAT:-50}, load=${LOAD:-0}) starts at $(elapsed) s"
+timeout "${SUITE_WALL:-480}" "$CARRY/sandbox_cli" $WORKER --set=baseline_dir=$BASE \
+  --set=profiler.time_budget_s="${PROFILE_BUDGET:-0.3}" --set=work_root=/tmp/kr_size_suite \
+  --set=verify.wall_seconds=60 --suite="$SUITE" --repeat="${REPEAT:-50}" --json_out="$OUT/verdicts.jsonl" \
+  > "$OUT/suite_table.txt" 2> "$OUT/suite_stderr.log"
+echo "suite rc=$? at $(elapsed) s"
+[ -n "$LOADPID" ] && kill $LOADPID 2>/dev/null
+
+$PY - "$OUT" "${LOAD:-0}" <<'PYEOF'
+import json, re, statistics, sys, collections
+out, load = sys.argv[1], sys.argv[2]
+info = {"rse_above_target", "in_process_below_trusted", "events_above_cupti", "compile_baseline_missing",
+        "cupti_inactive", "wall_vs_events_mismatch"}
+rows = collections.defaultdict(list)
+for line in open(f"{out}/verdicts.jsonl"):
+    try:
+        r = json.loads(line)
+    except ValueError:
+        continue
+    rows[r["label"]].append(r["verdict"])
+print(f"\nload={load}: size | n | outcomes | non-info flags | trusted us p50 | in-process us p50 | ratio p50 | forwards | verify+profile wall s p50 | reward")
+for label, vs in rows.items():
+    outcomes = collections.Counter(v.get("outcome", "?") for v in vs)
+    flags = collections.Counter(f for v in vs for f in v.get("flags", []) if f not in info)
+    trusted, inproc, ratio, fw, walls = [], [], [], [], []
+    for v in vs:
+        prof = (v.get("logs") or {}).get("profile", "")
+        m = re.search(r"in-process \(attribution\): ([0-9.]+) us", prof)
+        f = re.search(r"blocks of (\d+) forwards", prof)
+        t = v.get("candidate_time_us") or 0
+        if t and m and float(m.group(1)) > 0:
+            trusted.append(t); inproc.append(float(m.group(1))); ratio.append(t / float(m.group(1)))
+        if f:
+            fw.append(int(f.group(1)))
+        st = {s["stage"]: s.get("wall_ms", 0) for s in v.get("stages", [])}
+        walls.append((st.get("verify", 0) + st.get("profile", 0)) / 1e3)
+    med = lambda xs: statistics.median(xs) if xs else float("nan")
+    rewards = collections.Counter(v.get("reward", 0) for v in vs)
+    print(f"{label} | {len(vs)} | {dict(outcomes)} | {dict(flags)} | {med(trusted):.2f} | {med(inproc):.2f} | "
+          f"{med(ratio):.3f} | {med(fw)} | {med(walls):.2f} | {dict(rewards)}")
+PYEOF
+echo "done at $(elapsed) s"
