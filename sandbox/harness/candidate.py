@@ -187,6 +187,10 @@ def run(job, cont, to_ref, from_ref, xsock=-1):
                         guard.__exit__(None, None, None)
                     else:
                         guards.clear_dispatch_modes()
+            if device == "cuda":
+                # Every forward's work is done, whatever stream it ran on,
+                # before its outputs are handed over (still inside the clock).
+                torch.cuda.synchronize()
             metas = [wire.export_outputs(flat, k, exchange) for k, flat in enumerate(outs)]
             timer.stop(t0)  # device-wide sync: the outputs are in the reference's area
             protocol.send(to_ref, {"type": "done", "id": msg.get("id")})

@@ -85,6 +85,23 @@ def exchange_checks(g):
     check(reference.compare(outs[0][0], {**metas[0][0], "slot": None}, None, 1e-2, 1e-2)
           == "output not written to its exchange slot", "a tensor not handed over fails")
 
+    # Many small tensors: staged in our memory, copied in at once; the same checks hold.
+    many = [[torch.randn(4, 6, generator=g), 3] for _ in range(wire.STAGE_ABOVE_TENSORS + 2)]
+    ref.ensure(wire.tensor_bytes(many[0]), wire.tensor_bytes(outs[0]), len(many))
+    cand.accept(ref.offer())
+    views = [cand.inputs(k, reference._descs(xs)) for k, xs in enumerate(many)]
+    staged = ref.stage(many)
+    check(staged["bytes"] is not None and bool(torch.isnan(views[-1][0]).all()), "a large block is staged, unseen")
+    ref.write_inputs(staged)
+    check(all(torch.equal(v[0], xs[0]) for v, xs in zip(views, many)), "one copy puts every row in place")
+    check(not ref.inputs_changed(staged), "staged inputs unchanged")
+    views[-1][0][0, 0] += 1
+    check(ref.inputs_changed(staged), "a write to a staged input is seen")
+    ref.poison(len(many))
+    check(ref.poison_intact(len(many)), "poison intact after poisoning")
+    cand.put(len(many) - 1, 0, outs[0][0])
+    check(not ref.poison_intact(len(many)), "a write after poisoning is seen (checked once the executor is idle)")
+
     # Sizes that change re-allocate the area; the executor remaps it.
     gen = ref.generation
     ref.ensure([200, 0], [60, 0, 800], 1)

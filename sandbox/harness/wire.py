@@ -31,6 +31,7 @@ import verify_cuda
 
 ALIGN = 512
 EXCHANGE_FILE = "exchange.bin"
+STAGE_ABOVE_TENSORS = 8  # blocks with more input tensors are staged and copied in once
 
 
 def _aligned(n):
@@ -150,7 +151,10 @@ class RefExchange:
 
     def offer(self):
         """The call message's "exchange" entry (the fd travels once per allocation)."""
-        entry = {"kind": self.kind, "bytes": self.layout.total, "generation": self.generation,
+        # The GPU allocation is rounded up to the driver's granularity: the
+        # importer maps exactly the size that was created.
+        nbytes = self.memory.nbytes if self.kind == "gpu" else self.layout.total
+        entry = {"kind": self.kind, "bytes": nbytes, "generation": self.generation,
                  "layout": self.layout.describe(), "file": EXCHANGE_FILE if self.kind == "file" else ""}
         if self.kind == "gpu" and self._sent_generation != self.generation:
             verify_cuda.send_fd(self.xsock, self.memory.fd)
@@ -159,19 +163,31 @@ class RefExchange:
 
     def stage(self, rows):
         """Our own copy of a block's input area, laid out exactly as the
-        exchange's: built before the clock, copied in once after it starts."""
+        exchange's, built before the clock so that one copy moves it in after
+        the clock starts. A block of few tensors is written straight from them
+        instead (the same number of copies, and no second copy of large inputs
+        in device memory)."""
         lay = self.layout
+        if sum(isinstance(x, torch.Tensor) for xs in rows for x in xs) <= STAGE_ABOVE_TENSORS:
+            return {"rows": rows, "bytes": None}
         staging = torch.full((lay.in_row * len(rows),), 0xFF, dtype=torch.uint8, device=self.u8.device)
         for k, xs in enumerate(rows):
             for j, x in enumerate(xs):
                 if isinstance(x, torch.Tensor) and x.numel():
                     off = lay.in_off(k, j)
                     staging[off:off + x.nbytes].copy_(_flat_bytes(x))
-        return staging
+        return {"rows": rows, "bytes": staging}
 
-    def write_inputs(self, staging):
-        """Inside the clock: one copy of the staged inputs into the area."""
-        self.u8[:staging.numel()].copy_(staging)
+    def write_inputs(self, staged):
+        """Inside the clock: the staged inputs into the area."""
+        if staged["bytes"] is not None:
+            self.u8[:staged["bytes"].numel()].copy_(staged["bytes"])
+            return
+        for k, xs in enumerate(staged["rows"]):
+            for j, x in enumerate(xs):
+                if isinstance(x, torch.Tensor) and x.numel():
+                    off = self.layout.in_off(k, j)
+                    self.u8[off:off + x.nbytes].copy_(_flat_bytes(x))
 
     def snapshot(self, rows):
         """Inside the clock: our own copy of the first `rows` rows of the output area."""
@@ -184,20 +200,31 @@ class RefExchange:
         size = torch.empty((), dtype=dtype).element_size()
         return snap[off:off + numel * size].view(dtype)
 
-    def inputs_changed(self, staging):
-        """Did anyone write to the input area since we wrote it? (trusted: our staging copy)"""
-        return not torch.equal(self.u8[:staging.numel()], staging)
+    def inputs_changed(self, staged):
+        """Did anyone write to the input area since we wrote it? (trusted: our own copy)"""
+        if staged["bytes"] is not None:
+            return not torch.equal(self.u8[:staged["bytes"].numel()], staged["bytes"])
+        for k, xs in enumerate(staged["rows"]):
+            for j, x in enumerate(xs):
+                if isinstance(x, torch.Tensor) and x.numel():
+                    off = self.layout.in_off(k, j)
+                    if not torch.equal(self.u8[off:off + x.nbytes], _flat_bytes(x)):
+                        return True
+        return False
 
     def outputs_changed(self, snap):
         """Did the output area change after the snapshot? (work deferred past "done")"""
         lay = self.layout
         return not torch.equal(self.u8[lay.in_area:lay.in_area + snap.numel()], snap)
 
-    def poison_intact(self, rows):
+    def poison_intact(self, rows, chunk=1 << 28):
         """Still poison since we poisoned it? (a write after the block: work deferred past "done")"""
         lay = self.layout
-        return bool((self.u8[:lay.in_row * rows] == 0xFF).all()) and bool(
-            (self.u8[lay.in_area:lay.in_area + lay.out_row * rows] == 0xFF).all())
+        for lo, hi in ((0, lay.in_row * rows), (lay.in_area, lay.in_area + lay.out_row * rows)):
+            for s in range(lo, hi, chunk):
+                if not bool((self.u8[s:min(hi, s + chunk)] == 0xFF).all()):
+                    return False
+        return True
 
     def poison(self, rows):
         """Both areas' used rows back to poison: no value outlives its block."""
