@@ -230,14 +230,14 @@ print(f"solutions judged against baselines timed through the executor path: {via
 print(f"exploits with the expected verdict: {sum(map(ok, exp))}/{len(exp)}")
 tim = [r for r in rows if r["label"].startswith("timing/")]
 if tim:
-    held = lambda v: v.get("outcome") != "OK" or (v.get("reward", 0) <= 1 and v.get("flags"))
+    held = lambda v: v.get("outcome") != "OK" or (v.get("reward", 0) <= 1 and bool(v.get("flags")))
     print(f"trust-boundary exploits with the expected verdict: {sum(map(ok, tim))}/{len(tim)}; "
           f"non-OK or held at reward <= 1 with a flag: {sum(held(r['verdict']) for r in tim)}/{len(tim)}")
     for r in tim:
         v = r["verdict"]
         print(f"  {r['label'][:30]:30s} {v.get('outcome','?'):14s} reward {v.get('reward', 0):3.0f} "
               f"{','.join(v.get('flags', []))[:60]}  {v.get('summary','')[:90]}")
-print("\n== outside clock vs in-process time (honest solutions: the bound's slack) ==")
+print("\n== trusted vs in-process time (honest solutions) ==")
 for r in sol + [r for r in rows if r["label"].startswith(("overhead/", "after/"))]:
     line = r["verdict"].get("logs", {}).get("profile", "")
     if line:
