@@ -51,8 +51,18 @@ def exchange_checks(g):
     check(bool(torch.isnan(views[0][0]).all()) and bool(torch.isnan(views[1][0]).all()),
           "staged inputs are not visible to the executor before they are written")
     ref.write_inputs(staging)
+    key = int.from_bytes(os.urandom(8), "little")
+    ref.scramble(2, key)
+    check(not any(torch.allclose(v[0], xs[0], equal_nan=True) for v, xs in zip(views, rows)),
+          "written before the clock, the inputs are scrambled: unreadable without the key")
+    wrong = wire.CandidateExchange(-1, d, "cpu")
+    wrong.accept(ref.offer())
+    wrong.unscramble(2, key ^ 1)
+    check(not torch.allclose(views[0][0], rows[0][0], equal_nan=True), "another key does not reveal them")
+    wrong.unscramble(2, key ^ 1)  # undo
+    cand.unscramble(2, key)
     check(torch.equal(views[0][0], rows[0][0]) and torch.equal(views[1][0], rows[1][0]) and views[0][1] == 3,
-          "after the write each row's views hold its own inputs")
+          "with the key (sent at the clock's start) each row's views hold its own inputs")
 
     # The executor writes both rows' outputs; the reference's snapshot has them.
     metas = [wire.export_outputs(o, k, cand) for k, o in enumerate(outs)]

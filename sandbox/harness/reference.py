@@ -204,6 +204,16 @@ class Driver:
         los = expected[0]["lo"]
         self.ex.ensure(wire.tensor_bytes(rows[0]), wire.tensor_bytes(los), len(rows))
         staging = self.ex.stage(rows)
+        key = secrets.randbits(64)
+        cuda = self.ex.u8.is_cuda
+        # Before the clock: the inputs go in scrambled, the L2 is flushed; our
+        # GPU work ends here (nothing of ours runs on the device inside the
+        # clock until the snapshot).
+        self.ex.write_inputs(staging)
+        self.ex.scramble(len(rows), key)
+        self.prepare()
+        if cuda:
+            torch.cuda.synchronize()
         msg = {"type": "call", "id": j, "forwards": [_descs(xs) for xs in rows],
                "poison_bytes": self.poison_bytes, "release": self.job.get("release_each_call", False)}
         try:
@@ -213,13 +223,8 @@ class Driver:
         if not _send(self.to_cand, msg):
             raise CandidateGone("candidate gone")
         self._read_until("armed", j)
-        self.prepare()
-        cuda = self.ex.u8.is_cuda
         t0 = time.perf_counter()
-        self.ex.write_inputs(staging)
-        if cuda:
-            torch.cuda.synchronize()
-        if not _send(self.to_cand, {"type": "go"}):
+        if not _send(self.to_cand, {"type": "go", "key": key}):
             raise CandidateGone("candidate gone")
         self._read_until("done", j)
         snap = self.ex.snapshot(len(rows))
@@ -229,9 +234,10 @@ class Driver:
         reply = self._read_until("result", j)
         self.expect_ready = True
         lay = self.ex.layout
-        # The copies inside the clock (inputs in; outputs out of the executor's
-        # tensors, then into our snapshot) at the device's peak bandwidth: the
-        # least they can cost, so what is left is never less than the work.
+        # The copies inside the clock (the inputs unscrambled in place; the
+        # outputs out of the executor's tensors, then into our snapshot) at the
+        # device's peak bandwidth: the least they can cost, so what is left is
+        # never less than the work.
         used_in = sum(lay.in_sizes)
         used_out = sum(lay.out_sizes)
         copies_us = (2 * used_in + 4 * used_out) / self.peak if self.peak > 0 else 0.0

@@ -37,6 +37,7 @@ def load(path):
                                 ctypes.c_double, ctypes.c_double, u64p]
     lib.krv_fill.argtypes = [ctypes.c_ulonglong, ctypes.c_ulonglong, ctypes.c_int]
     lib.krv_copy.argtypes = [ctypes.c_ulonglong, ctypes.c_ulonglong, ctypes.c_ulonglong]
+    lib.krv_xor_keystream.argtypes = [ctypes.c_ulonglong, ctypes.c_ulonglong, ctypes.c_ulonglong]
     lib.krv_exchange_create.argtypes = [ctypes.c_ulonglong, ctypes.POINTER(ctypes.c_int), u64p, u64p]
     lib.krv_exchange_import.argtypes = [ctypes.c_int, ctypes.c_ulonglong, u64p]
     lib.krv_exchange_release.argtypes = [ctypes.c_ulonglong, ctypes.c_ulonglong]
@@ -65,6 +66,12 @@ def digest_units(t, unit_size):
     out = (ctypes.c_ulonglong * 2)()
     _check(_LIB.krv_digest(t.data_ptr(), t.nbytes // unit_size, unit_size, out), "krv_digest")
     return int(out[0]), int(out[1])
+
+
+def xor_keystream(t, key):
+    """XORs a contiguous CUDA uint8 tensor (a multiple of 8 bytes) in place with
+    splitmix64(key + i), asynchronously on the default stream."""
+    _check(_LIB.krv_xor_keystream(t.data_ptr(), t.numel() // 8, key & (2 ** 64 - 1)), "krv_xor_keystream")
 
 
 def count_mismatches(got, ref, atol, rtol):

@@ -10,9 +10,12 @@ each holding `capacity` rows, one row per forward of a block, one 512-byte
 aligned slot per tensor argument or output.
 
 The trust rules it serves (docs/HARNESS.md):
-  * a block's inputs are written by one copy from the reference's own staging
-    tensor, only after the reference's clock has started: before that the
-    executor sees poison, so no work can start before the clock does;
+  * a block's inputs are written before the clock, scrambled (XOR a
+    splitmix64 keystream of a fresh 64-bit key); the key travels with "go" at
+    the clock's start and the executor unscrambles the rows inside it, so no
+    work on the inputs can start before the clock does, and the GPU does no
+    work of the reference's between the clock's start and the executor's
+    forwards (a switch between two processes' contexts costs ~0.3 ms on an H100);
   * the executor views its rows before the clock (views cost nothing inside
     it) and writes each forward's outputs into its row of the output area;
   * right after the executor says "done" the reference copies the whole
@@ -95,6 +98,38 @@ def _u8_view(memory, device):
     if isinstance(memory, verify_cuda.Exchange):
         return verify_cuda.view(memory.ptr, memory.nbytes, torch.uint8)
     return memory
+
+
+_M64 = (1 << 64) - 1
+
+
+def _s64(u):
+    """An unsigned 64-bit constant as the int64 torch holds it."""
+    return u - (1 << 64) if u >= (1 << 63) else u
+
+
+def _shr(z, s):
+    """Logical right shift of int64 words (torch's >> is arithmetic)."""
+    return (z >> s) & ((1 << (64 - s)) - 1)
+
+
+def xor_keystream(area, key):
+    """XORs `area` (flat uint8, a multiple of 8 bytes) in place with
+    splitmix64(key + i) over its 8-byte words: a block's inputs sit in the
+    exchange scrambled until the reference sends the key, at its clock's
+    start. On CUDA one kernel (verify_cuda); elsewhere torch ops."""
+    if area.numel() == 0:
+        return
+    key &= _M64
+    if area.is_cuda:
+        verify_cuda.xor_keystream(area, key)
+        return
+    words = area.view(torch.int64)
+    z = torch.arange(words.numel(), dtype=torch.int64) + _s64(key)
+    z = z + _s64(0x9E3779B97F4A7C15)
+    z = (z ^ _shr(z, 30)) * _s64(0xBF58476D1CE4E5B9)
+    z = (z ^ _shr(z, 27)) * _s64(0x94D049BB133111EB)
+    words ^= z ^ _shr(z, 31)
 
 
 def _map_file(path, nbytes):
@@ -188,6 +223,10 @@ class RefExchange:
                 if isinstance(x, torch.Tensor) and x.numel():
                     off = self.layout.in_off(k, j)
                     self.u8[off:off + x.nbytes].copy_(_flat_bytes(x))
+
+    def scramble(self, rows, key):
+        """Before the clock: the written inputs XOR the block's keystream."""
+        xor_keystream(self.u8[:self.layout.in_row * rows], key)
 
     def snapshot(self, rows):
         """Inside the clock: our own copy of the first `rows` rows of the output area."""
@@ -306,6 +345,10 @@ class CandidateExchange:
                 raise ValueError(f"input {j} does not fit its slot")
             xs.append(self.u8[off:off + numel * size].view(dtype).view(shape))
         return xs
+
+    def unscramble(self, rows, key):
+        """Inside the clock: the block's inputs in the clear (the key came with "go")."""
+        xor_keystream(self.u8[:self.layout.in_row * rows], key)
 
     def needs_device_copy(self):
         """The area is host memory but the task runs on the GPU (no helper library)."""

@@ -10,7 +10,7 @@
 # Per size it prints: evaluations, outcomes, non-info flags, the trusted
 # per-forward figure (median), the executor's own CUPTI figure (median), their
 # ratio, forwards per block, and the verify + profile wall (p50). Knobs: REPEAT
-# (50 evaluations per size), PROFILE_BUDGET (0.3 s), LOAD (0: quiet; 1: a second
+# (50 evaluations per size), PROFILE_BUDGET (0.3 s), CUPTI (1; 0 leaves the recorder out), LOAD (0: quiet; 1: a second
 # process runs 8192^2 GEMMs back to back the whole time), SIZES (a regex on the
 # size labels).
 set -u
@@ -31,6 +31,8 @@ CUPTI_SO=$(dirname "$(find $CUDA/ -name 'libcupti.so*' 2>/dev/null | head -1)")
 g++ -std=c++17 -O2 -fPIC -shared -I. -I$CUDA/include -I$CUPTI_H profiler_service/cupti/kprof.cc -o $KPROF \
   -L$CUPTI_SO -Wl,-rpath,$CUPTI_SO -L$CUDA/lib64/stubs -lcupti -lcuda > "$OUT/kprof_build.log" 2>&1 ||
   KPROF=$PWD/$CARRY/libkprof_bazel.so
+# CUPTI=0: no recorder in the executor (events attribute instead), to see what it costs.
+[ "${CUPTI:-1}" = 1 ] || KPROF=""
 WORKER="--set=backend=cuda --set=python=$PY --set=harness_dir=$PWD/sandbox/harness
   --set=contain_lib=$PWD/$CARRY/libkernelrl_contain.so --set=verify_cuda_lib=$PWD/$CARRY/libkernelrl_verify_cuda.so
   --set=enable_profiling=true --set=kprof_lib=$KPROF --set=profiler_root=$PWD"

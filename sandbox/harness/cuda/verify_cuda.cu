@@ -277,6 +277,32 @@ int krv_fill(unsigned long long ptr, unsigned long long bytes, int value) {
   return e != cudaSuccess ? e : cudaDeviceSynchronize();
 }
 
+// splitmix64 of (key + i): the keystream that hides a block's inputs until
+// the reference sends the key (sandbox/harness/wire.py).
+__device__ __forceinline__ unsigned long long krv_mix(unsigned long long z) {
+  z += 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+__global__ void krv_xor_kernel(unsigned long long* w, unsigned long long n, unsigned long long key) {
+  for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n;
+       i += (unsigned long long)gridDim.x * blockDim.x) {
+    w[i] ^= krv_mix(key + i);
+  }
+}
+
+// XORs `words` 8-byte words at ptr with the keystream, asynchronously on the
+// legacy default stream (ordered with torch's default stream).
+int krv_xor_keystream(unsigned long long ptr, unsigned long long words, unsigned long long key) {
+  if (words == 0) return 0;
+  unsigned long long blocks = (words + 255) / 256;
+  if (blocks > 132ull * 32) blocks = 132ull * 32;
+  krv_xor_kernel<<<(unsigned)blocks, 256>>>(reinterpret_cast<unsigned long long*>(ptr), words, key);
+  return cudaGetLastError();
+}
+
 int krv_copy(unsigned long long dst, unsigned long long src, unsigned long long bytes) {
   return cudaMemcpy(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), bytes,
                     cudaMemcpyDeviceToDevice);
