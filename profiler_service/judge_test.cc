@@ -4,6 +4,7 @@
 
 #include "gtest/gtest.h"
 #include "profiler_service/profiler_defaults.h"
+#include "profiler_service/reward.h"
 #include "profiler_service/test_util.h"
 
 namespace kernelrl {
@@ -50,15 +51,15 @@ TEST(Judge, MilestoneTiersFromMeasuredTimes) {
   Task task;
   ProfileResult r = JudgeProfile(Candidate(60.0), &b, task, Config());
   EXPECT_EQ(r.verdict().outcome(), Verdict::OK);
-  EXPECT_EQ(r.verdict().reward(), 3.0);
+  EXPECT_EQ(RewardFor(r.verdict()), 3.0);
   EXPECT_NEAR(r.verdict().speedup_vs_eager(), 100.0 / 60.0, 0.01);
   EXPECT_NEAR(r.verdict().speed_of_light_ratio(), 60.0 / 26.0, 0.05);
   EXPECT_FALSE(r.verdict().quarantined());
 
   r = JudgeProfile(Candidate(90.0), &b, task, Config());
-  EXPECT_EQ(r.verdict().reward(), 2.0);
+  EXPECT_EQ(RewardFor(r.verdict()), 2.0);
   r = JudgeProfile(Candidate(99.0), &b, task, Config());
-  EXPECT_EQ(r.verdict().reward(), 1.0);
+  EXPECT_EQ(RewardFor(r.verdict()), 1.0);
 }
 
 TEST(Judge, BelowSpeedOfLightIsQuarantinedNeverRewarded) {
@@ -66,7 +67,7 @@ TEST(Judge, BelowSpeedOfLightIsQuarantinedNeverRewarded) {
   const ProfileResult r = JudgeProfile(Candidate(10.0), &b, Task(), Config());
   EXPECT_TRUE(Has(r.verdict(), "below_speed_of_light"));
   EXPECT_TRUE(r.verdict().quarantined());
-  EXPECT_EQ(r.verdict().reward(), 1.0);
+  EXPECT_EQ(RewardFor(r.verdict()), 1.0);
   EXPECT_LT(r.verdict().speed_of_light_ratio(), 1.0);
 }
 
@@ -75,7 +76,7 @@ TEST(Judge, HugeSpeedupIsQuarantined) {
   const ProfileResult r = JudgeProfile(Candidate(100.0), &b, Task(), Config());
   EXPECT_TRUE(Has(r.verdict(), "speedup_above_audit_threshold"));
   EXPECT_TRUE(r.verdict().quarantined());
-  EXPECT_EQ(r.verdict().reward(), 1.0);
+  EXPECT_EQ(RewardFor(r.verdict()), 1.0);
 }
 
 TEST(Judge, LibraryOnlyIsAHack) {
@@ -85,7 +86,7 @@ TEST(Judge, LibraryOnlyIsAHack) {
   m.mutable_candidate()->mutable_activities(0)->set_name("nvjet_tst_128x256");
   const ProfileResult r = JudgeProfile(m, &b, Task(), Config());
   EXPECT_EQ(r.verdict().outcome(), Verdict::HACK_DETECTED);
-  EXPECT_EQ(r.verdict().reward(), -1.0);
+  EXPECT_EQ(RewardFor(r.verdict()), -1.0);
   EXPECT_TRUE(Has(r.verdict(), "library_only"));
 }
 
@@ -95,7 +96,7 @@ TEST(Judge, FailedRecheckIsAWrongAnswer) {
   m.mutable_candidate()->set_recheck_failures(1);
   const ProfileResult r = JudgeProfile(m, &b, Task(), Config());
   EXPECT_EQ(r.verdict().outcome(), Verdict::WRONG_ANSWER);
-  EXPECT_EQ(r.verdict().reward(), -1.0);
+  EXPECT_EQ(RewardFor(r.verdict()), -1.0);
 }
 
 TEST(Judge, AnchorDriftIsAudited) {
@@ -105,17 +106,17 @@ TEST(Judge, AnchorDriftIsAudited) {
   *m.mutable_anchor() = NoisyRun(1400.0, 20, 0.001, 4);  // the device is 40% slower than at baseline
   ProfileResult r = JudgeProfile(m, &b, Task(), Config());
   EXPECT_TRUE(Has(r.verdict(), "device_drift"));
-  EXPECT_EQ(r.verdict().reward(), 1.0);
+  EXPECT_EQ(RewardFor(r.verdict()), 1.0);
   *m.mutable_anchor() = NoisyRun(880.0, 20, 0.001, 4);  // within the cross-process spread seen on the H100
   r = JudgeProfile(m, &b, Task(), Config());
   EXPECT_FALSE(Has(r.verdict(), "device_drift"));
-  EXPECT_EQ(r.verdict().reward(), 3.0);
+  EXPECT_EQ(RewardFor(r.verdict()), 3.0);
 }
 
 TEST(Judge, MissingBaselineEarnsOne) {
   const ProfileResult r = JudgeProfile(Candidate(60.0), nullptr, Task(), Config());
   EXPECT_EQ(r.verdict().outcome(), Verdict::OK);
-  EXPECT_EQ(r.verdict().reward(), 1.0);
+  EXPECT_EQ(RewardFor(r.verdict()), 1.0);
   EXPECT_TRUE(Has(r.verdict(), "baseline_missing"));
 }
 
@@ -127,7 +128,7 @@ TEST(Judge, CandidateCrashVersusInfraError) {
   m.mutable_candidate()->set_error("harness: nvml unavailable");
   const ProfileResult r = JudgeProfile(m, nullptr, Task(), Config());
   EXPECT_EQ(r.verdict().outcome(), Verdict::INFRA_ERROR);
-  EXPECT_EQ(r.verdict().reward(), 0.0);
+  EXPECT_EQ(RewardFor(r.verdict()), 0.0);
 }
 
 TEST(Judge, BuildBaselineAnalysesBothRuns) {
@@ -157,11 +158,11 @@ TEST(Judge, EventTimedBaselineAgainstCuptiCandidateIsQuarantined) {
   ProfileResult r = JudgeProfile(m, &b, Task(), Config());
   EXPECT_TRUE(Has(r.verdict(), "baseline_clock_mismatch"));
   EXPECT_TRUE(r.verdict().quarantined());
-  EXPECT_LE(r.verdict().reward(), 1.0);
+  EXPECT_LE(RewardFor(r.verdict()), 1.0);
   b.mutable_eager()->clear_flags();  // Same clock on both sides: the tier is paid.
   r = JudgeProfile(m, &b, Task(), Config());
   EXPECT_FALSE(Has(r.verdict(), "baseline_clock_mismatch"));
-  EXPECT_EQ(r.verdict().reward(), 3.0);
+  EXPECT_EQ(RewardFor(r.verdict()), 3.0);
 }
 
 // Outside clock: each call took `overhead` + its in-process time on the
@@ -196,7 +197,7 @@ TEST(Judge, InProcessTimeBelowTheOutsideClockIsAHack) {
   const ProfileResult r = JudgeProfile(forged, &base, Task(), c);
   EXPECT_TRUE(Has(r.verdict(), "timing_below_outside_clock"));
   EXPECT_EQ(r.verdict().outcome(), Verdict::HACK_DETECTED);
-  EXPECT_LT(r.verdict().reward(), 0.0);
+  EXPECT_LT(RewardFor(r.verdict()), 0.0);
 }
 
 TEST(Judge, OutsideOverheadIsCalibratedFromHonestRuns) {
