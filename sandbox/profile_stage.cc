@@ -113,6 +113,10 @@ void ProfileStage::Judge(const v1::sandbox::HarnessResult& result, const Task& t
     missing = "baseline recorded an error: " + baseline->error();
   } else if (baseline->eager().median_us() <= 0) {
     missing = "baseline has no eager time";
+  } else if (baseline->timing_path() != "executor") {
+    // Timed in the precompute's own process: not the call path, clock and
+    // overheads a candidate is timed with, so its speed-ups would not compare.
+    missing = "baseline timed in its own process, not through the executor path (measure_baselines)";
   }
   const v1::ProfileResult judged = JudgeProfile(*m, missing.empty() ? &*baseline : nullptr, task, config_);
   const Verdict& j = judged.verdict();

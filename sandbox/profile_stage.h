@@ -17,7 +17,8 @@
 //    candidate process reported; the measurement's `device` identity and
 //    `work` are overwritten with trusted values before judging (the floor then
 //    comes from the baseline's speed_of_light_us).
-//  * No baseline (or one recorded with an error, or without an eager time):
+//  * No baseline (or one recorded with an error, without an eager time, or
+//    timed anywhere but the executor path: timing_path != "executor"):
 //    outcome OK (reward 1: "correct, not benchmarked"), speed-ups 0, flag
 //    "baseline_missing", and the summary names the missing key.
 //  * The run's backend is the worker's, and "cupti_active" must match whether

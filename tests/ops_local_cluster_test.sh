@@ -37,7 +37,7 @@ python3 - "$prom_port" <<'PY' || fail "Prometheus did not see the cluster"
 import json, sys, time, urllib.parse, urllib.request
 q = 'count by (service) (kernelrl_build_info{job="kernelrl"})'
 url = f"http://127.0.0.1:{sys.argv[1]}/api/v1/query?" + urllib.parse.urlencode({"query": q})
-want = {"learner": 1, "sandbox": 1, "profiler": 1, "actor": 2}
+want = {"learner": 1, "sandbox": 1, "actor": 2}
 got = None
 for _ in range(120):
     try:
