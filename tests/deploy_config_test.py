@@ -211,7 +211,7 @@ def check_monitoring(docs, overlay_docs):
     selector = monitor["spec"]["selector"]["matchLabels"]
     services = [s for s in overlay_docs if s["kind"] == "Service"]
     scraped = [s for s in services if all(s["metadata"]["labels"].get(k) == v for k, v in selector.items())]
-    assert len(scraped) == 4, f"ServiceMonitor selects {len(scraped)} Services"
+    assert len(scraped) == len(BINARIES), f"ServiceMonitor selects {len(scraped)} Services"
     port = monitor["spec"]["endpoints"][0]["port"]
     for s in scraped:
         assert port in {p["name"] for p in s["spec"]["ports"]}, f"Service {s['metadata']['name']} lacks port {port}"
