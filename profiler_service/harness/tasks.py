@@ -23,7 +23,7 @@ def input_policy_text(device="cuda", dtype=""):
 
 def input_policy_hash(device="cuda", dtype=""):
     """Short readable id of the input policy (the cache key component); the C++
-    ProfilerCore::KeyFor builds the same string."""
+    InputPolicyHash (profiler_service/task_key.cc) builds the same string."""
     return f"{INPUT_POLICY_VERSION}.{device}.{dtype or 'task'}"
 
 
