@@ -279,6 +279,7 @@ EvaluatorInfo Evaluator::Info() const {
   const VerdictCache::Stats cache = verdict_cache_.stats();
   info.verdict_cache_hits = cache.hits;
   info.verdict_cache_misses = cache.misses;
+  info.verdict_cache_nondeterministic = cache.poisoned;
   if (!dropped_for_cuda_.empty()) {
     info.missing_isolation += (info.missing_isolation.empty() ? "" : "; ") + std::string("dropped for CUDA: ") +
                               dropped_for_cuda_;
