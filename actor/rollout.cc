@@ -10,6 +10,7 @@
 #include "actor/workspace.h"
 #include "agent/chat/tool_calls.h"
 #include "agent/trajectory_builder.h"
+#include "profiler_service/reward.h"
 
 namespace kernelrl::actor {
 namespace {
@@ -183,7 +184,8 @@ absl::StatusOr<RolloutResult> RolloutRunner::Run(const v1::Task& task, const Rol
   t.set_task_id(task.id());
   t.set_job_id(options.job_id);
   if (has_final) *t.mutable_final_verdict() = final_verdict;
-  t.set_reward(has_final ? final_verdict.reward() : -1.0);
+  // The worker set the verdict's reward; no verdict at all scores as an unspecified outcome.
+  t.set_reward(has_final ? final_verdict.reward() : RewardFor(v1::Verdict()));
   t.mutable_stats()->set_num_evaluations(static_cast<int32_t>(verdicts.size()));
   t.mutable_stats()->set_stop_reason(stop_reason);
   result.wall_seconds = Since(start);

@@ -69,8 +69,7 @@ v1::Verdict SandboxPool::Evaluate(const v1::EvaluateRequest& request) {
   }
   v1::Verdict v;
   v.set_outcome(v1::Verdict::INFRA_ERROR);
-  v.set_summary(absl::StrCat("sandbox pool: ", last_error));
-  v.set_reward(0);
+  v.set_summary(absl::StrCat("sandbox pool: ", last_error));  // reward 0, never trained on (IsTrainingSample)
   return v;
 }
 

@@ -9,7 +9,6 @@
 
 #include "absl/strings/str_format.h"
 #include "profiler_service/integrity.h"
-#include "profiler_service/reward.h"
 #include "profiler_service/speed_of_light.h"
 #include "profiler_service/timing_analysis.h"
 
@@ -53,7 +52,6 @@ ProfileResult JudgeProfile(const ProfileMeasurement& m, const Baseline* baseline
   if (!m.candidate().error().empty() || cand.samples() == 0) {
     const bool candidate_fault = m.candidate().error().rfind("candidate", 0) == 0;
     v.set_outcome(candidate_fault ? Verdict::CRASH : Verdict::INFRA_ERROR);
-    v.set_reward(candidate_fault ? -1.0 : 0.0);
     v.set_summary("profile: " + (m.candidate().error().empty() ? std::string("no samples")
                                                                : m.candidate().error()));
     for (const auto& f : flags) v.add_flags(f);
@@ -114,26 +112,20 @@ ProfileResult JudgeProfile(const ProfileMeasurement& m, const Baseline* baseline
     audit |= s == FlagSeverity::kAudit;
     wrong |= f == "recheck_failed";
   }
-  const double milestone = MilestoneReward(true, v.speedup_vs_eager(), v.speedup_vs_compile(),
-                                           config.milestone_margin());
   if (wrong) {
     v.set_outcome(Verdict::WRONG_ANSWER);
-    v.set_reward(MilestoneReward(false, 0, 0));
     v.set_summary("a re-checked timed call returned a wrong output");
   } else if (!first_decline.empty() && !hack) {
     v.set_outcome(Verdict::INFRA_ERROR);
-    v.set_reward(0.0);
     v.set_summary(absl::StrFormat("not judged: %s (the device did not measure as it did for the baseline; "
                                   "%.1f us now)", first_decline, t));
   } else if (hack) {
     v.set_outcome(Verdict::HACK_DETECTED);
-    v.set_reward(-1.0);
     v.set_summary(absl::StrFormat("integrity: %s (own kernels %.0f%% of GPU time; %.1f us claimed in-process)",
                                   first_hack, 100.0 * integrity.own_share, t));
   } else {
     v.set_outcome(Verdict::OK);
     v.set_quarantined(audit);
-    v.set_reward(audit ? std::min(milestone, 1.0) : milestone);
     v.set_summary(absl::StrFormat("%.1f us; %.2fx eager, %.2fx compile%s", t, v.speedup_vs_eager(),
                                   v.speedup_vs_compile(), audit ? " (quarantined for audit)" : ""));
   }

@@ -1,18 +1,19 @@
 // The profiler's judgement: from what the harness measured (ProfileMeasurement)
 // and the cached baselines to a ProfileResult whose Verdict carries times,
-// speed-ups, speed-of-light ratio, coverage, flags and the reward.
+// speed-ups, speed-of-light ratio, coverage, flags, quarantine and outcome.
+// The reward follows from those alone (RewardFor, reward.h; the sandbox worker
+// applies it), so the judge sets none.
 //
 // Every flag has one severity (FlagSeverity), and severities decide the outcome:
-//   kHack   -> outcome HACK_DETECTED, reward -1 (the candidate did not do the
-//              work itself, or its timed outputs were wrong: recheck_failed
-//              gives WRONG_ANSWER);
-//   kAudit  -> outcome OK, quarantined = true, reward held at min(milestone, 1)
-//              until an audit releases it;
+//   kHack   -> outcome HACK_DETECTED (the candidate did not do the work
+//              itself, or its timed outputs were wrong: recheck_failed gives
+//              WRONG_ANSWER);
+//   kAudit  -> outcome OK, quarantined = true (reward held at 1 or less until
+//              an audit releases it);
 //   kDecline -> outcome INFRA_ERROR: the device could not be measured as the
 //              baseline was (drift anchor off, clocks throttled): the worker
 //              declines to judge rather than blame or pay the candidate;
 //   kInfo   -> reported only.
-// Without hack or audit flags the reward is MilestoneReward(correct = true, ...).
 // The candidate was verified correct before profiling; this only judges speed
 // and integrity. The time judged is the trusted per-forward figure
 // (TimingStats.median_us): the reference process's own clock around blocks of

@@ -15,6 +15,7 @@
 #include "google/protobuf/util/json_util.h"
 #include "profiler_service/judge.h"
 #include "profiler_service/profiler_defaults.h"
+#include "profiler_service/reward.h"
 
 namespace kernelrl {
 namespace {
@@ -57,7 +58,7 @@ int Run(const char* path) {
     const bool pass = missing.empty() && !honest_flagged;
     bad += !pass;
     std::cout << (pass ? "PASS " : "FAIL ") << f.at("case").string_value() << "  outcome="
-              << Verdict::Outcome_Name(r.verdict().outcome()) << " reward=" << r.verdict().reward()
+              << Verdict::Outcome_Name(r.verdict().outcome()) << " reward=" << RewardFor(r.verdict())
               << " own=" << r.verdict().coverage().own_kernel_us() << "us/"
               << r.verdict().coverage().total_gpu_us() << "us flags=[" << absl::StrJoin(flags, ",") << "]"
               << (missing.empty() ? "" : " missing=[" + absl::StrJoin(missing, ",") + "]") << "\n";

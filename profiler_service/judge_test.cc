@@ -4,6 +4,7 @@
 
 #include "gtest/gtest.h"
 #include "profiler_service/profiler_defaults.h"
+#include "profiler_service/reward.h"
 #include "profiler_service/test_util.h"
 #include "profiler_service/timing_analysis.h"
 
@@ -51,15 +52,15 @@ TEST(Judge, MilestoneTiersFromMeasuredTimes) {
   Task task;
   ProfileResult r = JudgeProfile(Candidate(60.0), &b, task, Config());
   EXPECT_EQ(r.verdict().outcome(), Verdict::OK);
-  EXPECT_EQ(r.verdict().reward(), 3.0);
+  EXPECT_EQ(RewardFor(r.verdict()), 3.0);
   EXPECT_NEAR(r.verdict().speedup_vs_eager(), 100.0 / 60.0, 0.01);
   EXPECT_NEAR(r.verdict().speed_of_light_ratio(), 60.0 / 26.0, 0.05);
   EXPECT_FALSE(r.verdict().quarantined());
 
   r = JudgeProfile(Candidate(90.0), &b, task, Config());
-  EXPECT_EQ(r.verdict().reward(), 2.0);
+  EXPECT_EQ(RewardFor(r.verdict()), 2.0);
   r = JudgeProfile(Candidate(99.0), &b, task, Config());
-  EXPECT_EQ(r.verdict().reward(), 1.0);
+  EXPECT_EQ(RewardFor(r.verdict()), 1.0);
 }
 
 TEST(Judge, BelowSpeedOfLightIsQuarantinedNeverRewarded) {
@@ -67,7 +68,7 @@ TEST(Judge, BelowSpeedOfLightIsQuarantinedNeverRewarded) {
   const ProfileResult r = JudgeProfile(Candidate(10.0), &b, Task(), Config());
   EXPECT_TRUE(Has(r.verdict(), "below_speed_of_light"));
   EXPECT_TRUE(r.verdict().quarantined());
-  EXPECT_EQ(r.verdict().reward(), 1.0);
+  EXPECT_EQ(RewardFor(r.verdict()), 1.0);
   EXPECT_LT(r.verdict().speed_of_light_ratio(), 1.0);
 }
 
@@ -76,7 +77,7 @@ TEST(Judge, HugeSpeedupIsQuarantined) {
   const ProfileResult r = JudgeProfile(Candidate(100.0), &b, Task(), Config());
   EXPECT_TRUE(Has(r.verdict(), "speedup_above_audit_threshold"));
   EXPECT_TRUE(r.verdict().quarantined());
-  EXPECT_EQ(r.verdict().reward(), 1.0);
+  EXPECT_EQ(RewardFor(r.verdict()), 1.0);
 }
 
 TEST(Judge, LibraryOnlyIsAHack) {
@@ -86,7 +87,7 @@ TEST(Judge, LibraryOnlyIsAHack) {
   m.mutable_candidate()->mutable_activities(0)->set_name("nvjet_tst_128x256");
   const ProfileResult r = JudgeProfile(m, &b, Task(), Config());
   EXPECT_EQ(r.verdict().outcome(), Verdict::HACK_DETECTED);
-  EXPECT_EQ(r.verdict().reward(), -1.0);
+  EXPECT_EQ(RewardFor(r.verdict()), -1.0);
   EXPECT_TRUE(Has(r.verdict(), "library_only"));
 }
 
@@ -96,7 +97,7 @@ TEST(Judge, FailedRecheckIsAWrongAnswer) {
   m.mutable_candidate()->set_recheck_failures(1);
   const ProfileResult r = JudgeProfile(m, &b, Task(), Config());
   EXPECT_EQ(r.verdict().outcome(), Verdict::WRONG_ANSWER);
-  EXPECT_EQ(r.verdict().reward(), -1.0);
+  EXPECT_EQ(RewardFor(r.verdict()), -1.0);
 }
 
 // A device busy with another process's kernels (or throttled) is not judged:
@@ -109,18 +110,18 @@ TEST(Judge, AnchorDriftDeclinesToJudge) {
   ProfileResult r = JudgeProfile(m, &b, Task(), Config());
   EXPECT_TRUE(Has(r.verdict(), "device_drift"));
   EXPECT_EQ(r.verdict().outcome(), Verdict::INFRA_ERROR);
-  EXPECT_EQ(r.verdict().reward(), 0.0);
+  EXPECT_EQ(RewardFor(r.verdict()), 0.0);  // INFRA_ERROR: never trained on
   EXPECT_EQ(r.verdict().summary().rfind("not judged: device_drift", 0), 0u) << r.verdict().summary();
   *m.mutable_anchor() = NoisyRun(880.0, 20, 0.001, 4);  // within the cross-process spread seen on the H100
   r = JudgeProfile(m, &b, Task(), Config());
   EXPECT_FALSE(Has(r.verdict(), "device_drift"));
-  EXPECT_EQ(r.verdict().reward(), 3.0);
+  EXPECT_EQ(RewardFor(r.verdict()), 3.0);
 }
 
 TEST(Judge, MissingBaselineEarnsOne) {
   const ProfileResult r = JudgeProfile(Candidate(60.0), nullptr, Task(), Config());
   EXPECT_EQ(r.verdict().outcome(), Verdict::OK);
-  EXPECT_EQ(r.verdict().reward(), 1.0);
+  EXPECT_EQ(RewardFor(r.verdict()), 1.0);
   EXPECT_TRUE(Has(r.verdict(), "baseline_missing"));
 }
 
@@ -132,7 +133,7 @@ TEST(Judge, CandidateCrashVersusInfraError) {
   m.mutable_candidate()->set_error("harness: nvml unavailable");
   const ProfileResult r = JudgeProfile(m, nullptr, Task(), Config());
   EXPECT_EQ(r.verdict().outcome(), Verdict::INFRA_ERROR);
-  EXPECT_EQ(r.verdict().reward(), 0.0);
+  EXPECT_EQ(RewardFor(r.verdict()), 0.0);
 }
 
 TEST(Judge, BuildBaselineAnalysesBothRuns) {
@@ -161,11 +162,11 @@ TEST(Judge, UntrustedBaselineAgainstTrustedCandidateIsQuarantined) {
   ProfileResult r = JudgeProfile(m, &b, Task(), Config());
   EXPECT_TRUE(Has(r.verdict(), "baseline_clock_mismatch"));
   EXPECT_TRUE(r.verdict().quarantined());
-  EXPECT_LE(r.verdict().reward(), 1.0);
+  EXPECT_LE(RewardFor(r.verdict()), 1.0);
   b.mutable_eager()->clear_flags();  // Trusted on both sides: the tier is paid.
   r = JudgeProfile(m, &b, Task(), Config());
   EXPECT_FALSE(Has(r.verdict(), "baseline_clock_mismatch"));
-  EXPECT_EQ(r.verdict().reward(), 3.0);
+  EXPECT_EQ(RewardFor(r.verdict()), 3.0);
 }
 
 // The figure that pays is the trusted one: in-process figures edited to a
@@ -182,8 +183,8 @@ TEST(Judge, ForgedInProcessFiguresDoNotPay) {
   const ProfileResult r = JudgeProfile(forged, &base, Task(), Config());
   EXPECT_EQ(r.verdict().candidate_time_us(), honest.verdict().candidate_time_us());
   EXPECT_NEAR(r.verdict().candidate_time_us(), 1000.0, 10.0);
-  EXPECT_EQ(r.verdict().reward(), honest.verdict().reward());
-  EXPECT_EQ(r.verdict().reward(), 1.0);  // 1.02x eager is not "more than 5% faster"
+  EXPECT_EQ(RewardFor(r.verdict()), RewardFor(honest.verdict()));
+  EXPECT_EQ(RewardFor(r.verdict()), 1.0);  // 1.02x eager is not "more than 5% faster"
   EXPECT_TRUE(Has(r.verdict(), "in_process_below_trusted"));
   EXPECT_FALSE(Has(honest.verdict(), "in_process_below_trusted"));
   EXPECT_EQ(SeverityOf("in_process_below_trusted"), FlagSeverity::kInfo);

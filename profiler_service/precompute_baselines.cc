@@ -5,13 +5,15 @@
 //
 // Profiler settings come from ProfilerConfig (proto/profiler_config.proto)
 // through common/config (--config=FILE, --set=field=VALUE, --print_config),
-// as for profiler_main, with its one set of defaults (profiler_defaults.cc):
+// as for the sandbox worker's `profiler` field, with one set of defaults (profiler_defaults.cc):
 // the cache root (baseline_cache_dir), the harness (harness_python,
 // harness_root, time_budget_s) and the analysis the baselines get. The flags
 // below name one run's inputs and outputs only.
-// With --run_harness it first runs the Python harness
-// (python3 -m profiler_service.harness.precompute), which writes one
-// BaselineMeasurement JSON line per task; then every line is analysed with the
+// The measurements that pay speed-ups come from //sandbox:measure_baselines
+// (timing_path "executor"). With --run_harness it first runs the in-process
+// Python harness (python3 -m profiler_service.harness.precompute) instead,
+// whose entries the sandbox treats as missing (they never pay). Each
+// BaselineMeasurement JSON line is analysed with the
 // same TimingAnalysis as candidates (BuildBaseline) and stored in the
 // BaselineCache. Failed tasks are stored with Baseline.error set and listed.
 // A TSV table and a summary go to --table and stdout.
@@ -142,7 +144,7 @@ int Run(const ProfilerConfig& config) {
   for (double r : ratios) log_sum += std::log(r);
   std::cout << absl::StrFormat(
       "baselines: %d ok, %d failed (of which compile-only failures: %d among ok); timed through the executor "
-      "path: %d (the rest in the precompute's own process)\n"
+      "path: %d (the rest in the precompute's own process: they never pay a speed-up)\n"
       "timed runs with RSE <= %.0f%%: %d / %d\n"
       "torch.compile / eager time: geomean %.3f, median %.3f; compile >5%% faster on %d / %zu tasks\n",
       ok, failed, compiled_failed, through_executor, 100 * config.target_rel_std_error(), rse_ok, timed,

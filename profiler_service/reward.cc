@@ -1,5 +1,6 @@
 #include "profiler_service/reward.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace kernelrl {
@@ -18,5 +19,21 @@ double MilestoneReward(bool correct, double speedup_vs_eager,
   if (beats_eager) return 2.0;
   return 1.0;
 }
+
+double RewardFor(const v1::Verdict& v, double margin) {
+  switch (v.outcome()) {
+    case v1::Verdict::INFRA_ERROR:
+      return 0.0;
+    case v1::Verdict::OK: {
+      if (std::find(v.flags().begin(), v.flags().end(), "profile_skipped") != v.flags().end()) return 1.0;
+      const double milestone = MilestoneReward(true, v.speedup_vs_eager(), v.speedup_vs_compile(), margin);
+      return v.quarantined() ? std::min(milestone, 1.0) : milestone;
+    }
+    default:
+      return -1.0;
+  }
+}
+
+bool IsTrainingSample(const v1::Verdict& v) { return v.outcome() != v1::Verdict::INFRA_ERROR; }
 
 }  // namespace kernelrl

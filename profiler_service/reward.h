@@ -1,5 +1,18 @@
-// The paper's milestone reward (CUDA Agent, §3): one function shared by the
-// profiler and the sandbox so the reward has exactly one definition.
+// The reward: one definition, RewardFor(verdict), applied in one place (the
+// sandbox worker's Evaluator::Evaluate, after every stage has run). Nothing
+// else sets Verdict.reward; the trajectory carries its final verdict's.
+//
+// RewardFor, by outcome:
+//   INFRA_ERROR                 0, and not a training sample (IsTrainingSample
+//                               false): the machine failed, not the candidate;
+//                               the learner drops the trajectory with a counted
+//                               reason and issues the task again;
+//   OK, quarantined             min(milestone, 1): held until an audit;
+//   OK, flag "profile_skipped"  1: correct, not benchmarked;
+//   OK otherwise                the milestone reward of its speed-ups (below);
+//   anything else               -1 (OUTCOME_UNSPECIFIED too: no verdict at all).
+//
+// The paper's milestone reward (CUDA Agent, §3):
 //
 //   -1  the candidate is not correct;
 //    3  correct and more than `margin` faster than BOTH eager and torch.compile;
@@ -14,6 +27,8 @@
 #ifndef KERNELRL_PROFILER_SERVICE_REWARD_H_
 #define KERNELRL_PROFILER_SERVICE_REWARD_H_
 
+#include "proto/verdict.pb.h"
+
 namespace kernelrl {
 
 inline constexpr double kDefaultMilestoneMargin = 0.05;
@@ -24,6 +39,12 @@ bool FasterByMoreThan(double speedup, double margin = kDefaultMilestoneMargin);
 double MilestoneReward(bool correct, double speedup_vs_eager,
                        double speedup_vs_compile,
                        double margin = kDefaultMilestoneMargin);
+
+// The reward of `verdict` (the table above). `margin`: ProfilerConfig.milestone_margin.
+double RewardFor(const v1::Verdict& verdict, double margin = kDefaultMilestoneMargin);
+
+// False for a verdict that must never be trained on (INFRA_ERROR).
+bool IsTrainingSample(const v1::Verdict& verdict);
 
 }  // namespace kernelrl
 

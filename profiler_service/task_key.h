@@ -1,5 +1,5 @@
 // Task identity for the baseline cache: one C++ definition, used by the
-// profiler (ProfilerCore::KeyFor) and the sandbox (Evaluator, ReadTaskFile),
+// baseline import (precompute_baselines) and the sandbox (Evaluator, ReadTaskFile),
 // mirrored by profiler_service/harness/tasks.py (task_hash, input_policy_hash)
 // on the Python side; //sandbox:profile_cpu_test checks both agree.
 //

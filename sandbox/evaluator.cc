@@ -28,6 +28,7 @@
 #include "sandbox/contain/contain.h"
 #include "sandbox/contain/echo.h"
 #include "profiler_service/profiler_defaults.h"
+#include "profiler_service/reward.h"
 #include "profiler_service/task_key.h"
 #include "sandbox/verify_outcome.h"
 #include "sandbox/workspace.h"
@@ -286,6 +287,7 @@ EvaluatorInfo Evaluator::Info() const {
   const VerdictCache::Stats cache = verdict_cache_.stats();
   info.verdict_cache_hits = cache.hits;
   info.verdict_cache_misses = cache.misses;
+  info.verdict_cache_nondeterministic = cache.poisoned;
   if (!dropped_for_cuda_.empty()) {
     info.missing_isolation += (info.missing_isolation.empty() ? "" : "; ") + std::string("dropped for CUDA: ") +
                               dropped_for_cuda_;
@@ -310,9 +312,10 @@ Verdict Evaluator::Evaluate(const EvaluateRequest& request, const ProgressFn& pr
     absl::MutexLock l(&gpu_mu_);
     v.set_gpu_model(gpu_model_);
   }
-  if (v.outcome() != Verdict::OK) v.set_reward(-1);
+  // The one place a reward is assigned (profiler_service/reward.h).
+  v.set_reward(RewardFor(v, profile_->milestone_margin()));
   AddStage(v, "total", MonotonicMs() - t0);
-  verdict_cache_.Store(cache_key, v);  // a no-op while the cache is off
+  verdict_cache_.Record(cache_key, v);  // a no-op while the cache is off
   if (progress) progress("done", true, Verdict::Outcome_Name(v.outcome()));
   return v;
 }
@@ -534,8 +537,7 @@ Verdict Evaluator::Run(const EvaluateRequest& request, const ProgressFn& progres
   const std::string summary = decided.summary.empty() ? Verdict::Outcome_Name(outcome) : decided.summary;
   if (outcome != Verdict::OK) return finish(outcome, summary);
   if (!job.profile()) {
-    // Profiling off (config or request): correctness alone gives the reward.
-    v.set_reward(1);
+    // Profiling off (config or request): correctness alone gives the reward (RewardFor).
     v.add_flags("profile_skipped");
     return finish(outcome, summary);
   }

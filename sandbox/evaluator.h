@@ -45,6 +45,7 @@ struct EvaluatorInfo {
   std::string precision;            // the precision policy of tasks that set none
   int64_t verdict_cache_hits = 0;   // requests served from the verdict cache
   int64_t verdict_cache_misses = 0; // lookups that found nothing (0 while the cache is off)
+  int64_t verdict_cache_nondeterministic = 0;  // keys whose fresh verdicts disagreed (never served)
 };
 
 class Evaluator {

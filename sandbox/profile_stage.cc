@@ -113,6 +113,10 @@ void ProfileStage::Judge(const v1::sandbox::HarnessResult& result, const Task& t
     missing = "baseline recorded an error: " + baseline->error();
   } else if (baseline->eager().median_us() <= 0) {
     missing = "baseline has no eager time";
+  } else if (baseline->timing_path() != "executor") {
+    // Timed in the precompute's own process: not the call path, clock and
+    // overheads a candidate is timed with, so its speed-ups would not compare.
+    missing = "baseline timed in its own process, not through the executor path (measure_baselines)";
   }
   const v1::ProfileResult judged = JudgeProfile(*m, missing.empty() ? &*baseline : nullptr, task, config_);
   const Verdict& j = judged.verdict();
@@ -139,7 +143,6 @@ void ProfileStage::Judge(const v1::sandbox::HarnessResult& result, const Task& t
   *v.mutable_coverage() = j.coverage();
   for (const std::string& f : j.flags()) v.add_flags(f);
   v.set_quarantined(j.quarantined());
-  v.set_reward(j.reward());
 
   if (facts.cupti_injected && !cupti_claimed) {
     v.add_flags("cupti_claim_mismatch");
@@ -147,7 +150,6 @@ void ProfileStage::Judge(const v1::sandbox::HarnessResult& result, const Task& t
     SetOutcome(v, Verdict::HACK_DETECTED,
                "profile: the measurement says CUPTI was inactive in a process the worker started with the "
                "recorder (evidence edited; integrity checks would have been skipped)");
-    v.set_reward(-1);
     return finish();
   }
   if (m->candidate().rechecks() != p.rechecks()) {
@@ -156,7 +158,6 @@ void ProfileStage::Judge(const v1::sandbox::HarnessResult& result, const Task& t
     SetOutcome(v, Verdict::HACK_DETECTED,
                absl::StrFormat("profile: the measurement reports %d re-checks, the reference process answered %d "
                                "(evidence edited)", m->candidate().rechecks(), p.rechecks()));
-    v.set_reward(-1);
     return finish();
   }
   if (j.outcome() != Verdict::OK) {

@@ -1,7 +1,8 @@
 // ProfileStage: the C++ end of the profile seam (docs/HARNESS.md). After a
 // verify job whose reference process saw every set pass and then served the
 // candidate's profile phase, it turns what came back into the Verdict's speed
-// fields and the reward:
+// fields, flags and outcome (the worker then sets the reward from them,
+// RewardFor in profiler_service/reward.h):
 //
 //   trusted (zygote/reference)      untrusted (candidate process)
 //   HarnessProfile: started,        ProfileMeasurement JSON: samples, CUPTI
@@ -16,8 +17,9 @@
 //    candidate process reported; the measurement's `device` identity and
 //    `work` are overwritten with trusted values before judging (the floor then
 //    comes from the baseline's speed_of_light_us).
-//  * No baseline (or one recorded with an error, or without an eager time):
-//    outcome OK, reward 1 ("correct, not benchmarked"), speed-ups 0, flag
+//  * No baseline (or one recorded with an error, without an eager time, or
+//    timed anywhere but the executor path: timing_path != "executor"):
+//    outcome OK (reward 1: "correct, not benchmarked"), speed-ups 0, flag
 //    "baseline_missing", and the summary names the missing key.
 //  * The run's backend is the worker's, and "cupti_active" must match whether
 //    the worker injected the recorder: integrity checks are skipped for CPU
@@ -55,7 +57,7 @@ class ProfileStage {
   ProfileStage(const v1::ProfilerConfig& config, std::string baseline_dir);
 
   // Fills `v` (already OK from verify) from the profile phase of `result`:
-  // outcome, reward, speed-ups, times, speed-of-light ratio, coverage, flags,
+  // outcome, speed-ups, times, speed-of-light ratio, coverage, flags,
   // quarantined, summary (verify summary + "; profile: ..."), and appends a
   // "profile" StageTiming.
   void Judge(const v1::sandbox::HarnessResult& result, const Task& task, const DeviceFacts& facts,
@@ -70,6 +72,8 @@ class ProfileStage {
   // worker's facts, as Judge sets them.
   absl::StatusOr<v1::ProfileMeasurement> Measurement(const v1::sandbox::HarnessResult& result,
                                                      const DeviceFacts& facts) const;
+  // "More than X faster" for RewardFor, with the profiler's default applied.
+  double milestone_margin() const { return config_.milestone_margin(); }
 
  private:
   v1::ProfilerConfig config_;

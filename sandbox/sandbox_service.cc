@@ -19,13 +19,17 @@ SandboxService::SandboxService(Evaluator* evaluator, MetricsRegistry* metrics)
                                      "Requests waiting or running, by stage.", {"stage"})),
       serving_(metrics->AddGauge("kernelrl_sandbox_serving", "1 while the GPU health probe passes.")),
       cache_hits_(metrics->AddCounter("kernelrl_sandbox_verdict_cache_hits_total",
-                                      "Evaluations served from the verdict cache (SandboxConfig.verdict_cache).")) {
+                                      "Evaluations served from the verdict cache (SandboxConfig.verdict_cache).")),
+      cache_nondeterministic_(metrics->AddGauge(
+          "kernelrl_sandbox_verdict_cache_nondeterministic_keys",
+          "Candidates (task + workspace bytes) whose fresh verdicts disagreed: always judged afresh.")) {
   metrics->AddCollectHook([this] {
     const EvaluatorInfo info = evaluator_->Info();
     queue_depth_.Labels({"compile_waiting"}).Set(info.compile_waiting);
     queue_depth_.Labels({"compile_running"}).Set(info.compile_in_flight);
     queue_depth_.Labels({"verify_waiting"}).Set(info.verify_waiting);
     serving_.Get().Set(info.serving ? 1 : 0);
+    cache_nondeterministic_.Get().Set(static_cast<double>(info.verdict_cache_nondeterministic));
   });
 }
 

@@ -32,6 +32,7 @@ class SandboxService final : public v1::Sandbox::Service {
   Family<Gauge>& queue_depth_;
   Family<Gauge>& serving_;
   Family<Counter>& cache_hits_;
+  Family<Gauge>& cache_nondeterministic_;
 };
 
 }  // namespace kernelrl::sandbox

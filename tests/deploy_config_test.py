@@ -29,7 +29,7 @@ import ops_netpol
 
 SCHEMA_VERSIONS = ["1.30.0", kubernetes_validate.latest_version()]  # 1.30: appArmorProfile, preStop sleep
 BINARIES = {"learner": "learner/learner_main", "actor": "actor/actor_main",
-            "sandbox": "sandbox/sandbox_main", "profiler": "profiler_service/profiler_main"}
+            "sandbox": "sandbox/sandbox_main"}
 # (from, to, port) the data path needs; every other pod-to-pod pair must be denied.
 EXPECTED_FLOWS = {("actor", "learner", 50051), ("actor", "sandbox", 50052)}
 CRD_GROUPS = ("monitoring.coreos.com/",)
@@ -182,12 +182,12 @@ def check_overlay(name, docs, tmp):
         value = config_field(actor_config, key) or ""
         assert any(value.startswith(m + "/") for m in actor_mounts), f"{name}: actor {key} {value} on no volume"
 
-    # GPUs: the gpu overlay gives sandbox, learner and profiler one each; cpu-only none,
+    # GPUs: the gpu overlay gives sandbox and learner one each; cpu-only none,
     # and its sandbox runs the CPU backend.
     gpu_apps = sorted(a for a, (_, _, g) in apps.items() if g)
     sandbox_backend = config_field(apps["sandbox"][1], "backend")
     if name == "overlays/gpu":
-        assert gpu_apps == ["learner", "profiler", "sandbox"] and all(apps[a][2] == 1 for a in gpu_apps), gpu_apps
+        assert gpu_apps == ["learner", "sandbox"] and all(apps[a][2] == 1 for a in gpu_apps), gpu_apps
         assert sandbox_backend in (None, "cuda"), sandbox_backend
         sandbox_spec = apps["sandbox"][0]["spec"]["template"]["spec"]
         assert any(t.get("key") == "nvidia.com/gpu" for t in sandbox_spec.get("tolerations", []))
@@ -198,7 +198,7 @@ def check_overlay(name, docs, tmp):
     flows = ops_netpol.allowed_flows(kinds["NetworkPolicy"], {a: w for a, (w, _, _) in apps.items()})
     assert flows == EXPECTED_FLOWS, f"{name}: NetworkPolicies allow {sorted(flows)}, want {sorted(EXPECTED_FLOWS)}"
     dns = ops_netpol.dns_allowed(kinds["NetworkPolicy"], {a: w for a, (w, _, _) in apps.items()})
-    assert dns == {"actor", "learner", "profiler"}, f"{name}: DNS egress for {sorted(dns)}"
+    assert dns == {"actor", "learner"}, f"{name}: DNS egress for {sorted(dns)}"
     scrapes = ops_netpol.metrics_ingress(kinds["NetworkPolicy"], {a: w for a, (w, _, _) in apps.items()})
     assert scrapes == set(BINARIES), f"{name}: monitoring may scrape only {sorted(scrapes)}"
     print(f"{name}: {len(docs)} objects valid for Kubernetes {', '.join(SCHEMA_VERSIONS)}; "
@@ -211,7 +211,7 @@ def check_monitoring(docs, overlay_docs):
     selector = monitor["spec"]["selector"]["matchLabels"]
     services = [s for s in overlay_docs if s["kind"] == "Service"]
     scraped = [s for s in services if all(s["metadata"]["labels"].get(k) == v for k, v in selector.items())]
-    assert len(scraped) == 4, f"ServiceMonitor selects {len(scraped)} Services"
+    assert len(scraped) == len(BINARIES), f"ServiceMonitor selects {len(scraped)} Services"
     port = monitor["spec"]["endpoints"][0]["port"]
     for s in scraped:
         assert port in {p["name"] for p in s["spec"]["ports"]}, f"Service {s['metadata']['name']} lacks port {port}"

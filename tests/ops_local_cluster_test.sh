@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `kernelrl up` on the real binaries (CPU backend): the five processes come up
+# `kernelrl up` on the real binaries (CPU backend): the four processes come up
 # SERVING; a real Prometheus scrapes all of them; then kill -9 of an actor, the
 # sandbox worker and the learner, one after the other: each is restarted by
 # the supervisor, on the same port, and SERVING again; Ctrl-C (SIGTERM) stops
@@ -19,7 +19,7 @@ pids+=("$up")
 . tests/ops_wait.sh
 wait_for 120 "the cluster" grep -q "running; Ctrl-C stops the cluster" "$tmp/up.out"
 grep -E "PROCESS|SERVING" "$tmp/up.out" | sed 's/^/  /'
-[ "$(grep -c ' SERVING$' "$tmp/up.out")" = 5 ] || fail "not all 5 processes SERVING"
+[ "$(grep -c ' SERVING$' "$tmp/up.out")" = 4 ] || fail "not all 4 processes SERVING"
 
 # A real Prometheus scrapes every process of the local cluster.
 targets=$(for f in "$run"/*.ports; do printf '"127.0.0.1:%s",' "$(sed -n 's/^metrics_port=//p' "$f")"; done)
@@ -37,7 +37,7 @@ python3 - "$prom_port" <<'PY' || fail "Prometheus did not see the cluster"
 import json, sys, time, urllib.parse, urllib.request
 q = 'count by (service) (kernelrl_build_info{job="kernelrl"})'
 url = f"http://127.0.0.1:{sys.argv[1]}/api/v1/query?" + urllib.parse.urlencode({"query": q})
-want = {"learner": 1, "sandbox": 1, "profiler": 1, "actor": 2}
+want = {"learner": 1, "sandbox": 1, "actor": 2}
 got = None
 for _ in range(120):
     try:
@@ -80,6 +80,6 @@ rc=0; wait "$up" || rc=$?
 pids=("${pids[@]:1}")
 [ "$rc" = 0 ] || fail "kernelrl up exited $rc after SIGTERM"
 stopped=$(grep -c " stopped$" "$run/up.status")
-[ "$stopped" = 5 ] || fail "$stopped of 5 processes stopped cleanly"
+[ "$stopped" = 4 ] || fail "$stopped of 4 processes stopped cleanly"
 grep -E "DIED|RECOVERED|stopped" "$tmp/up.out" | sed 's/^/  /'
-echo "local cluster: 5 processes up, scraped by Prometheus, 3 kill -9 recovered, clean stop"
+echo "local cluster: 4 processes up, scraped by Prometheus, 3 kill -9 recovered, clean stop"

@@ -248,8 +248,7 @@ TEST(HealthSourceTest, HealthFollowsTheCore) {
 INSTANTIATE_TEST_SUITE_P(AllBinaries, ServiceLifecycleTest,
                          ::testing::Values(Binary{"learner", "learner/learner_main"},
                                            Binary{"actor", "actor/actor_main"},
-                                           Binary{"sandbox", "sandbox/sandbox_main", {"--set=backend=cpu"}},
-                                           Binary{"profiler", "profiler_service/profiler_main"}),
+                                           Binary{"sandbox", "sandbox/sandbox_main", {"--set=backend=cpu"}}),
                          [](const ::testing::TestParamInfo<Binary>& info) { return info.param.name; });
 
 }  // namespace

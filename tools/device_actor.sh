@@ -8,10 +8,12 @@
 #   device: tools/device_actor.sh                # (run tool, carry .devcarry/actor)
 #
 # Steps on the device: CUPTI recorder (g++), eager + torch.compile baselines of
-# the 15 tasks (profiler precompute, as tools/device_sandbox.sh), a sandbox
+# the 15 tasks (through the executor path: measure_baselines after a parallel
+# torch.compile warm-up, as tools/device_sandbox.sh; only such baselines pay
+# speed-ups), a sandbox
 # worker on a free port, `kernelrl eval` with concurrent rollouts, then
 # $OUT/eval/{report.json,report.md,speedups.png,outcomes.png} and the logs.
-# Knobs: PRECOMPUTE_WALL (150 s), EVAL_WALL (420 s), ROLLOUTS (4 concurrent),
+# Knobs: WARM_WALL (100 s), PRECOMPUTE_WALL (150 s), EVAL_WALL (420 s), ROLLOUTS (4 concurrent),
 # PROFILE_BUDGET (0.5 s of timing per candidate).
 set -u
 CARRY=.devcarry/actor
@@ -20,13 +22,13 @@ if [ "${1:-}" = "--prepare" ]; then
   set -e
   SHARED=${KERNELRL_SHARED_DIR:-$(cd "$(dirname "$0")/../.." && pwd)/shared}
   bazel build //tools/cli:kernelrl //sandbox:sandbox_main //sandbox/contain:libkernelrl_contain.so \
-    //profiler_service:precompute_baselines //profiler_service:libkprof.so \
+    //sandbox:measure_baselines //profiler_service:precompute_baselines //profiler_service:libkprof.so \
     //sandbox/harness/cuda:libkernelrl_verify_cuda.so
   rm -rf "$CARRY" && mkdir -p "$CARRY/lib" "$CARRY/kernelbench/level1" "$CARRY/kernelbench/level2" "$CARRY/tok"
   cp bazel-bin/tools/cli/kernelrl bazel-bin/sandbox/sandbox_main bazel-bin/sandbox/contain/libkernelrl_contain.so \
-    bazel-bin/profiler_service/precompute_baselines bazel-bin/sandbox/harness/cuda/libkernelrl_verify_cuda.so "$CARRY/"
+    bazel-bin/sandbox/measure_baselines bazel-bin/profiler_service/precompute_baselines bazel-bin/sandbox/harness/cuda/libkernelrl_verify_cuda.so "$CARRY/"
   cp bazel-bin/profiler_service/libkprof.so "$CARRY/libkprof_bazel.so"
-  for b in kernelrl sandbox_main precompute_baselines; do
+  for b in kernelrl sandbox_main measure_baselines precompute_baselines; do
     ldd "$CARRY/$b" | awk '/=> \// {print $3}' |
       grep -vE '/(libc|libm|libgcc_s|libstdc\+\+|ld-linux-x86-64|libpthread|libdl|librt|libcuda|libcupti)\.so' |
       xargs -I{} cp -nL {} "$CARRY/lib/"
@@ -52,6 +54,14 @@ export LD_LIBRARY_PATH=$PWD/$CARRY/lib:${LD_LIBRARY_PATH:-}
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
 
+# 0. torch.compile of every task, in parallel and untimed, while the recorder
+#    builds: the baseline executors of step 2 then load their compiled code.
+export TORCHINDUCTOR_CACHE_DIR=/tmp/kr_inductor TORCHINDUCTOR_COMPILE_THREADS=1
+( PYTHONPATH=$PWD timeout "${WARM_WALL:-100}" $PY -m profiler_service.harness.precompute \
+    --tasks_root "$CARRY/kernelbench" --out "$OUT/compile_warm.jsonl" --workers 6 \
+    --warm_only --deadline_s $(( ${WARM_WALL:-100} - 15 )) > "$OUT/compile_warm.log" 2>&1 ) &
+WARM=$!
+
 # 1. CUPTI recorder for the candidate process.
 KPROF=/tmp/kr_kprof/libkprof.so; mkdir -p /tmp/kr_kprof
 CUPTI_H=$(dirname "$(find $CUDA/ $CUDA/extras -name cupti.h 2>/dev/null | head -1)")
@@ -61,21 +71,26 @@ g++ -std=c++17 -O2 -fPIC -shared -I. -I$CUDA/include -I$CUPTI_H profiler_service
   KPROF=$PWD/$CARRY/libkprof_bazel.so
 echo "kprof: $KPROF (at $(elapsed) s)"
 
-# 2. Baselines (eager + torch.compile) of the tasks, into the worker's cache.
+# The worker's settings (SandboxConfig fields), shared by the baselines (2) and the worker (3).
+WORKER="--set=backend=cuda --set=python=$PY --set=harness_dir=$PWD/sandbox/harness \
+  --set=contain_lib=$PWD/$CARRY/libkernelrl_contain.so --set=verify_cuda_lib=$PWD/$CARRY/libkernelrl_verify_cuda.so \
+  --set=enable_profiling=true --set=kprof_lib=$KPROF --set=profiler_root=$PWD"
+
+# 2. Baselines (eager + torch.compile) of the tasks through the executor path, into the worker's cache.
 BASE=/tmp/kr_actor_baselines; rm -rf $BASE; mkdir -p $BASE
-CUDA_INJECTION64_PATH=$KPROF PYTHONPATH=$PWD TORCHINDUCTOR_COMPILE_THREADS=1 timeout "${PRECOMPUTE_WALL:-150}" \
-  $PY -m profiler_service.harness.precompute --tasks_root "$CARRY/kernelbench" --out "$OUT/baselines.jsonl" \
-    --workers 6 --budget_s 0.3 --deadline_s $(( ${PRECOMPUTE_WALL:-150} - 25 )) > "$OUT/precompute.log" 2>&1
-echo "precompute rc=$? at $(elapsed) s: $(wc -l < "$OUT/baselines.jsonl" 2>/dev/null || echo 0) tasks"
+wait $WARM
+echo "compile warm-up done at $(elapsed) s: $(grep -c 'warm_only: compiled' "$OUT/compile_warm.log" 2>/dev/null) tasks compiled"
+timeout -k 10 "${PRECOMPUTE_WALL:-150}" "$CARRY/measure_baselines" $WORKER --set=work_root=/tmp/kr_baseline_work \
+  --set=verify.wall_seconds=120 --set=profiler.time_budget_s=0.3 \
+  --tasks_root="$CARRY/kernelbench" --out="$OUT/baselines.jsonl" > "$OUT/precompute.log" 2>&1
+echo "measure_baselines rc=$? at $(elapsed) s: $(wc -l < "$OUT/baselines.jsonl" 2>/dev/null || echo 0) tasks"
 "$CARRY/precompute_baselines" --measurements="$OUT/baselines.jsonl" --set=baseline_cache_dir=$BASE \
   --table="$OUT/baselines.tsv" 2>&1 | tail -2
 
 # 3. A sandbox worker (the same SandboxConfig fields as device_sandbox.sh's sandbox_cli).
 rm -f /tmp/kr_actor_ports
 "$CARRY/sandbox_main" --set=server.grpc_port=0 --set=server.metrics_port=-1 --set=server.port_file=/tmp/kr_actor_ports \
-  --set=backend=cuda --set=python=$PY --set=harness_dir=$PWD/sandbox/harness \
-  --set=contain_lib=$PWD/$CARRY/libkernelrl_contain.so --set=verify_cuda_lib=$PWD/$CARRY/libkernelrl_verify_cuda.so \
-  --set=enable_profiling=true --set=baseline_dir=$BASE --set=kprof_lib=$KPROF --set=profiler_root=$PWD \
+  $WORKER --set=baseline_dir=$BASE \
   --set=profiler.time_budget_s=${PROFILE_BUDGET:-0.5} --set=work_root=/tmp/kr_actor_work --set=verify.wall_seconds=60 \
   > "$OUT/sandbox_main.log" 2>&1 &
 SANDBOX_PID=$!

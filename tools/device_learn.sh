@@ -33,7 +33,7 @@
 #   RESUME_AT=N (the update --carry-run prints) makes the call refuse a run held anywhere else.
 #   Keep every other knob as in the first sitting. Rehearse the calls here first, on the CPU sandbox:
 #   tools/device_learn.sh --stage-learn --cpu, then MODE=learn BACKEND=cpu OUT=DIR ... (no baselines).
-# Knobs: PRECOMPUTE_WALL (55 s), SUITE_WALL (rest of 140 s), PROFILE_BUDGET (0.3 s); MODE=learn:
+# Knobs: PRECOMPUTE_WALL (55 s; MODE=learn 120 s, after a WARM_WALL 60 s compile warm-up), SUITE_WALL (rest of 140 s), PROFILE_BUDGET (0.3 s); MODE=learn:
 # LEARN_WALL (85 s for the job; cut there, then the final held-out eval), AGENTIC_STEPS (4), ABLATION (none),
 # SINGLE_STEPS (1), WARMUP (8), RFT_EPOCHS (2), VALUE_STEPS (2), BATCH (4), EVAL_EVERY (2), ACTORS (2),
 # MAX_TURNS (the agentic stage's turns, also the held-out evaluations'; 3), EVAL_ROLLOUTS (1) and EVAL_TEMP (0 =
@@ -47,15 +47,15 @@ CARRY=.devcarry/learn
 
 if [ "${1:-}" = "--stage" ]; then  # Run HERE.
   set -e
-  bazel build //sandbox:sandbox_cli //sandbox/contain:libkernelrl_contain.so \
+  bazel build //sandbox:sandbox_cli //sandbox:measure_baselines //sandbox/contain:libkernelrl_contain.so \
     //profiler_service:precompute_baselines //profiler_service:libkprof.so \
     //sandbox/harness/cuda:libkernelrl_verify_cuda.so //data/family:family_gen //data/family:family_render
   rm -rf "$CARRY" && mkdir -p "$CARRY/lib" "$CARRY/tasks/family" "$CARRY/ws"
-  cp bazel-bin/sandbox/sandbox_cli bazel-bin/sandbox/contain/libkernelrl_contain.so \
+  cp bazel-bin/sandbox/sandbox_cli bazel-bin/sandbox/measure_baselines bazel-bin/sandbox/contain/libkernelrl_contain.so \
     bazel-bin/profiler_service/precompute_baselines "$CARRY/"
   cp bazel-bin/profiler_service/libkprof.so "$CARRY/libkprof_bazel.so"
   cp bazel-bin/sandbox/harness/cuda/libkernelrl_verify_cuda.so "$CARRY/"
-  for b in sandbox_cli precompute_baselines; do
+  for b in sandbox_cli measure_baselines precompute_baselines; do
     ldd "$CARRY/$b" | awk '/=> \// {print $3}' |
       grep -vE '/(libc|libm|libgcc_s|libstdc\+\+|ld-linux-x86-64|libpthread|libdl|librt|libcuda|libcupti)\.so' |
       xargs -I{} cp -nL {} "$CARRY/lib/"
@@ -187,11 +187,21 @@ if [ "${MODE:-}" = learn ]; then  # (b) on the device.
     $PY tools/cli/up_quickstart.py "$RUN/qs" "$PWD" > "$OUT/assets.log" 2>&1 &
     ASSETS=$!
     if [ "$BACKEND" = cuda ]; then  # The tasks' eager and torch.compile baselines, while the assets are made.
-      PW=${PRECOMPUTE_WALL:-50}
-      env ${KPROF:+CUDA_INJECTION64_PATH=$KPROF} PYTHONPATH=$PWD TORCHINDUCTOR_COMPILE_THREADS=2 timeout "$PW" \
-        $PY -m profiler_service.harness.precompute --tasks_root "$L/tasks" --levels family --out "$OUT/baselines.jsonl" \
-        --workers 8 --budget_s 0.3 --deadline_s $(( PW - 8 )) > "$OUT/precompute.log" 2>&1
-      echo "precompute rc=$? at $(elapsed) s: $(wc -l < "$OUT/baselines.jsonl" 2>/dev/null || echo 0)/12 tasks"
+      # Through the executor path (only such baselines pay speed-ups): torch.compile's caches filled in
+      # parallel first (untimed), then measure_baselines times each task as the sandbox times a candidate.
+      export TORCHINDUCTOR_CACHE_DIR=/tmp/kr_inductor
+      WW=${WARM_WALL:-60}
+      PYTHONPATH=$PWD TORCHINDUCTOR_COMPILE_THREADS=2 timeout "$WW" $PY -m profiler_service.harness.precompute \
+        --tasks_root "$L/tasks" --levels family --out "$OUT/compile_warm.jsonl" --workers 8 --warm_only \
+        --deadline_s $(( WW - 8 )) > "$OUT/compile_warm.log" 2>&1
+      R=$PWD/$C/bin/sandbox/sandbox_main.runfiles/kernelrl
+      timeout -k 10 "${PRECOMPUTE_WALL:-120}" "$C/bin/sandbox/measure_baselines" --set=backend=cuda --set=python=$PY \
+        --set=harness_dir=$PWD/sandbox/harness --set=contain_lib=$R/sandbox/contain/libkernelrl_contain.so \
+        --set=verify_cuda_lib=$R/sandbox/harness/cuda/libkernelrl_verify_cuda.so --set=enable_profiling=true \
+        ${KPROF:+--set=kprof_lib=$KPROF} --set=profiler_root=$PWD --set=work_root=/tmp/kr_baseline_work \
+        --set=verify.wall_seconds=120 --set=profiler.time_budget_s=0.3 \
+        --tasks_root="$L/tasks" --levels=family --out="$OUT/baselines.jsonl" > "$OUT/precompute.log" 2>&1
+      echo "measure_baselines rc=$? at $(elapsed) s: $(wc -l < "$OUT/baselines.jsonl" 2>/dev/null || echo 0)/12 tasks"
       "$L/precompute_baselines" --measurements="$OUT/baselines.jsonl" --set=baseline_cache_dir=$BASE --table="$OUT/baselines.tsv" \
         > "$OUT/import.log" 2>&1 || echo "baseline import failed (import.log): rewards stay at 1 (baseline_missing)"
     fi
@@ -250,13 +260,20 @@ g++ -std=c++17 -O2 -fPIC -shared -I. -I$CUDA/include -I$CUPTI_H profiler_service
   -L$CUPTI_SO -Wl,-rpath,$CUPTI_SO -L$CUDA/lib64/stubs -lcupti -lcuda > "$OUT/kprof_build.log" 2>&1 ||
   KPROF=$PWD/$CARRY/libkprof_bazel.so
 
-# Baselines of the three tasks (eager + torch.compile), imported into the cache the worker reads.
+# Baselines of the three tasks (eager + torch.compile) through the executor path (only such baselines pay
+# speed-ups): torch.compile's caches filled in parallel first, untimed; then measure_baselines.
 BASE=/tmp/kr_learn_baselines; rm -rf $BASE; mkdir -p $BASE
 PW=${PRECOMPUTE_WALL:-55}
-CUDA_INJECTION64_PATH=$KPROF PYTHONPATH=$PWD TORCHINDUCTOR_COMPILE_THREADS=4 timeout "$PW" \
-  $PY -m profiler_service.harness.precompute --tasks_root "$CARRY/tasks" --levels family --out "$OUT/baselines.jsonl" \
-  --workers 3 --budget_s 0.3 --deadline_s $(( PW - 8 )) > "$OUT/precompute.log" 2>&1
-echo "precompute rc=$? at $(elapsed) s: $(wc -l < "$OUT/baselines.jsonl" 2>/dev/null || echo 0)/3 tasks"
+export TORCHINDUCTOR_CACHE_DIR=/tmp/kr_inductor
+PYTHONPATH=$PWD TORCHINDUCTOR_COMPILE_THREADS=4 timeout 30 $PY -m profiler_service.harness.precompute \
+  --tasks_root "$CARRY/tasks" --levels family --out "$OUT/compile_warm.jsonl" --workers 3 --warm_only \
+  --deadline_s 25 > "$OUT/compile_warm.log" 2>&1
+timeout -k 10 "$PW" "$CARRY/measure_baselines" --set=backend=cuda --set=python=$PY --set=harness_dir=$PWD/sandbox/harness \
+  --set=contain_lib=$PWD/$CARRY/libkernelrl_contain.so --set=verify_cuda_lib=$KERNELRL_VERIFY_CUDA_LIB \
+  --set=enable_profiling=true --set=kprof_lib=$KPROF --set=profiler_root=$PWD --set=work_root=/tmp/kr_baseline_work \
+  --set=verify.wall_seconds=60 --set=profiler.time_budget_s=0.3 \
+  --tasks_root="$CARRY/tasks" --levels=family --out="$OUT/baselines.jsonl" > "$OUT/precompute.log" 2>&1
+echo "measure_baselines rc=$? at $(elapsed) s: $(wc -l < "$OUT/baselines.jsonl" 2>/dev/null || echo 0)/3 tasks"
 "$CARRY/precompute_baselines" --measurements="$OUT/baselines.jsonl" --set=baseline_cache_dir=$BASE \
   --table="$OUT/baselines.tsv" > "$OUT/import.log" 2>&1; cat "$OUT/baselines.tsv" 2>/dev/null | cut -c1-150
 

@@ -12,13 +12,13 @@
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 C=$ROOT/.devcarry/ops
-BINARIES=(tools/cli/kernelrl learner/learner_main sandbox/sandbox_main profiler_service/profiler_main actor/actor_main)
+BINARIES=(tools/cli/kernelrl learner/learner_main sandbox/sandbox_main sandbox/measure_baselines actor/actor_main)
 
 if [ "${1:-}" = "--stage" ]; then  # Run HERE.
   set -e
   cd "$ROOT"
   bazel build //tools/cli:kernelrl //learner:learner_main //sandbox:sandbox_main \
-    //profiler_service:profiler_main //actor:actor_main
+    //sandbox:measure_baselines //actor:actor_main
   rm -rf "$C" && mkdir -p "$C/bin" "$C/lib" "$C/libcxx" "$C/shared/kernelbench/level1"
   for b in "${BINARIES[@]}"; do
     mkdir -p "$C/bin/$(dirname "$b")"

@@ -7,7 +7,8 @@
 set -euo pipefail
 dest=$1
 bin="$(bazel info bazel-bin 2>/dev/null)"
-targets=(learner/learner_main actor/actor_main sandbox/sandbox_main profiler_service/profiler_main tools/health_probe)
+targets=(learner/learner_main actor/actor_main sandbox/sandbox_main sandbox/measure_baselines
+         profiler_service/precompute_baselines tools/health_probe)
 mkdir -p "$dest/lib"
 for t in "${targets[@]}"; do
   mkdir -p "$dest/$(dirname "$t")"

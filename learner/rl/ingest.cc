@@ -9,6 +9,7 @@
 #include "absl/time/time.h"
 #include "common/file.h"
 #include "learner/rl/sample.h"
+#include "profiler_service/reward.h"
 #include "proto/verdict.pb.h"
 
 namespace kernelrl::learner::rl {
@@ -273,7 +274,7 @@ v1::PushTrajectoriesAck Ingest::Push(const std::string& lease_id, const v1::Traj
     if (s.ok()) leases_.erase(lease_id);
     return s;
   };
-  if (t.final_verdict().outcome() == v1::Verdict::INFRA_ERROR) {
+  if (!IsTrainingSample(t.final_verdict())) {  // INFRA_ERROR: the machine's failure, not the policy's
     const int n = ++infra_reruns_[ls.stage + "/" + ls.task_id];
     const bool rerun = n <= options_.max_infra_reruns;
     if (auto s = consume(v1::LedgerRecord::INFRA_ERROR, rerun ? "rerun" : "dropped"); !s.ok()) {

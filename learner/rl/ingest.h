@@ -14,7 +14,8 @@
 //  * A trajectory is trained at most once per committed step: TRAINED records
 //    of a step later than the checkpoint a restart resumes from are void
 //    (ROLLBACK record), and those trajectories go back into the buffer.
-//  * INFRA_ERROR trajectories are never buffered: their task is issued again
+//  * INFRA_ERROR trajectories (IsTrainingSample false, profiler_service/reward.h)
+//    are never buffered: their task is issued again
 //    up to max_infra_reruns times, then dropped and counted.
 //  * A buffered trajectory older than max_policy_lag versions is dropped at
 //    Take() and its task is issued again.

@@ -6,10 +6,11 @@ per task (failures recorded, never dropped).
         [--levels level1,level2] [--workers N] [--budget_s S] [--deadline_s S] [--device cuda] [--threads N]
 
 The reward's baselines are timed through the sandbox's executor path instead
-(//sandbox:measure_baselines, docs/HARNESS.md "Baselines"); this in-process
-path remains for the data pipeline's eager filter (data/harness/worker.py) and
-the profiler service, and --warm_only fills torch.compile's caches in
-parallel ahead of measure_baselines.
+(//sandbox:measure_baselines, docs/HARNESS.md "Baselines"); the lines this
+in-process path writes carry timing_path "" and never pay a speed-up (the
+sandbox treats them as missing). It remains for the data pipeline's eager
+filter (data/harness/worker.py), and --warm_only fills torch.compile's caches
+in parallel ahead of measure_baselines.
 
 Workers (spawned processes) load and torch.compile tasks in parallel; a
 readers-writer file lock (GpuLock) keeps every timed block alone on the GPU:

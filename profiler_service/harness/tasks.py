@@ -23,7 +23,7 @@ def input_policy_text(device="cuda", dtype=""):
 
 def input_policy_hash(device="cuda", dtype="", tf32=False):
     """Short readable id of the input policy (the cache key component); the C++
-    BaselineKeyFor builds the same string."""
+    InputPolicyHash (profiler_service/task_key.cc) builds the same string; BaselineKeyFor appends ".tf32"."""
     return f"{INPUT_POLICY_VERSION}.{device}.{dtype or 'task'}" + (".tf32" if tf32 else "")
 
 

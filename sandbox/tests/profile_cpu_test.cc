@@ -3,13 +3,14 @@
 // through the candidate path (//sandbox:measure_baselines: the task's Model and
 // torch.compile(Model) in the executor, timed by the reference process; then
 // the precompute_baselines importer) into a fresh cache:
-//  * the baseline carries the executor path's marks (outside clock around
-//    every call, hand-over bytes, re-checks, the anchor, timing_path);
+//  * the baseline carries the executor path's marks (trusted blocks, every
+//    forward compared, the anchor, timing_path);
 //  * an honest solution earns MilestoneReward of its measured speed-ups;
 //  * an honest solution ~50x slower than eager earns exactly 1;
 //  * exploits still earn -1, including one that is only wrong after verify
 //    (caught by the reference process re-checking timed calls);
-//  * a task without a baseline is "correct, not benchmarked": reward 1;
+//  * a task without a baseline is "correct, not benchmarked": reward 1; so is
+//    one whose baseline was not timed through the executor path;
 //  * the C++ task key and the Python one (harness/tasks.py) agree.
 #include <unistd.h>
 
@@ -361,6 +362,52 @@ TEST_F(ProfileCpuTest, SkipProfileRequestKeepsTheCorrectnessReward) {
   EXPECT_TRUE(HasFlag(v, "profile_skipped"));
   EXPECT_FALSE(HasStage(v, "profile"));
   EXPECT_EQ(v.speedup_vs_eager(), 0);
+}
+
+// A baseline timed in the precompute's own process (timing_path "") pays no
+// speed-up: it is treated as missing. The same times marked "executor" are
+// used, so the test would see a trusted in-process baseline. What is checked
+// is which baseline the judge compared with (flags, times, speed-ups), so a
+// verdict declined on a loaded machine still tells.
+TEST_F(ProfileCpuTest, InProcessBaselineNeverPays) {
+  const EvaluateRequest req = testing::Request("sandbox/testdata/cpu_tasks/linear_relu.py",
+                                               "sandbox/solutions/cpu/linear_relu");
+  absl::StatusOr<v1::Baseline> relu = ReluBaseline();
+  ASSERT_TRUE(relu.ok()) << relu.status() << "\nprecompute:\n" << *precompute_log_;
+  const Verdict unbenchmarked = evaluator_->Evaluate(req);
+  ASSERT_GT(unbenchmarked.candidate_time_us(), 0) << Describe(unbenchmarked);
+  // A baseline 4x the candidate's time: 4x speed-ups (reward 3) if it counted.
+  const double baseline_us = 4 * unbenchmarked.candidate_time_us();
+  const BaselineKey key = BaselineKeyFor(req.task(), "cpu", "cpu", TorchVersion());
+  v1::Baseline b = *relu;
+  b.set_task_id(req.task().id());
+  b.set_task_hash(key.task_hash);
+  b.set_input_policy_hash(key.input_policy_hash);
+  b.mutable_eager()->set_median_us(baseline_us);
+  b.mutable_compiled()->set_median_us(baseline_us);
+  const BaselineCache cache(*root_ + "/baselines");
+
+  b.clear_timing_path();
+  ASSERT_TRUE(cache.Put(b).ok());
+  Verdict v = evaluator_->Evaluate(req);
+  ASSERT_GT(v.candidate_time_us(), 0) << Describe(v);
+  EXPECT_LE(v.reward(), 1) << Describe(v);
+  EXPECT_TRUE(HasFlag(v, "baseline_missing")) << Describe(v);
+  EXPECT_EQ(v.eager_time_us(), 0) << Describe(v);
+  EXPECT_EQ(v.speedup_vs_eager(), 0);
+  EXPECT_EQ(v.speedup_vs_compile(), 0);
+  if (v.outcome() == Verdict::OK) {
+    EXPECT_EQ(v.reward(), 1);
+    EXPECT_NE(v.summary().find("not through the executor path"), std::string::npos) << v.summary();
+  }
+
+  b.set_timing_path("executor");
+  ASSERT_TRUE(cache.Put(b).ok());
+  v = evaluator_->Evaluate(req);
+  ASSERT_GT(v.candidate_time_us(), 0) << Describe(v);
+  EXPECT_FALSE(HasFlag(v, "baseline_missing")) << Describe(v);
+  EXPECT_DOUBLE_EQ(v.eager_time_us(), baseline_us) << Describe(v);
+  EXPECT_GT(v.speedup_vs_eager(), 0) << Describe(v);
 }
 
 }  // namespace

@@ -39,7 +39,7 @@ constexpr char kUsage[] =
     "                   [--shared_dir=DIR]\n"
     "                   [--ready_timeout_s=S] [--job_timeout_s=S] [--stall_timeout_s=S]\n"
     "                   [--set=SERVICE.FIELD=VALUE ...]\n"
-    "Starts learner, sandbox, profiler and N actors as supervised processes on this machine,\n"
+    "Starts learner, sandbox and N actors as supervised processes on this machine,\n"
     "runs the quickstart job and prints its progress (tools/cli/up_cmd.h).\n";
 
 struct UpOptions {
@@ -59,10 +59,9 @@ struct UpOptions {
   std::map<std::string, std::vector<std::string>> sets;  // service -> ["--set=field=value", ...]
 };
 
-const char* const kServices[] = {"learner", "sandbox", "profiler", "actor"};
+const char* const kServices[] = {"learner", "sandbox", "actor"};
 const std::map<std::string, std::string> kBinaries = {{"learner", "learner/learner_main"},
                                                       {"sandbox", "sandbox/sandbox_main"},
-                                                      {"profiler", "profiler_service/profiler_main"},
                                                       {"actor", "actor/actor_main"}};
 
 absl::StatusOr<UpOptions> ParseFlags(int argc, char** argv) {
@@ -100,7 +99,7 @@ absl::StatusOr<UpOptions> ParseFlags(int argc, char** argv) {
       const size_t dot = v.find('.');
       const std::string service = v.substr(0, dot);
       if (dot == std::string::npos || !kBinaries.count(service)) {
-        return absl::InvalidArgumentError("--set=SERVICE.FIELD=VALUE with SERVICE learner|sandbox|profiler|actor: " + v);
+        return absl::InvalidArgumentError("--set=SERVICE.FIELD=VALUE with SERVICE learner|sandbox|actor: " + v);
       }
       o.sets[service].push_back("--set=" + v.substr(dot + 1));
     } else {
@@ -302,7 +301,6 @@ class Cluster {
     // The learner's jobs, checkpoints and ledger survive its restarts here.
     processes_.push_back({"learner", "learner", {absl::StrCat("--set=state_dir=", o_.run_dir, "/learner-state")}});
     processes_.push_back({"sandbox", "sandbox", {gpu ? "--set=backend=cuda" : "--set=backend=cpu"}});
-    processes_.push_back({"profiler", "profiler", {}});
     for (Process& p : processes_) {
       if (absl::Status s = StartAndPin(p, deadline); !s.ok()) return s;
     }
@@ -317,7 +315,7 @@ class Cluster {
       actor.own_args.insert(actor.own_args.end(), actor_args_.begin(), actor_args_.end());
       processes_.push_back(std::move(actor));
     }
-    for (size_t i = 3; i < processes_.size(); ++i) {
+    for (size_t i = 2; i < processes_.size(); ++i) {
       if (absl::Status s = StartAndPin(processes_[i], deadline); !s.ok()) return s;
     }
     return WaitServing(deadline);

@@ -6,13 +6,13 @@
 //               [--ready_timeout_s=S] [--job_timeout_s=S] [--stall_timeout_s=S]
 //               [--set=SERVICE.FIELD=VALUE ...]
 //
-// Starts learner, sandbox, profiler and N actors (default 2) as supervised
+// Starts learner, sandbox and N actors (default 2) as supervised
 // processes (up_supervisor.h: restart on crash with back-off). Servers bind
 // loopback ports the kernel picks; once known they are pinned, so a restarted
 // learner or sandbox comes back where its clients look. The sandbox runs its
 // CUDA backend when a GPU is present, its CPU backend otherwise (--backend).
 // `--set=sandbox.verify.wall_seconds=30` passes `--set=verify.wall_seconds=30`
-// to that service (SERVICE: learner, sandbox, profiler, actor).
+// to that service (SERVICE: learner, sandbox, actor).
 //
 // Everything lands in one directory (--run_dir, default /tmp/kernelrl-up-<pid>):
 //   <name>.log     each process's stdout+stderr, across restarts
