@@ -40,11 +40,18 @@ IntegrityReport AnalyzeIntegrity(const ProfileMeasurement& m, const LibraryPolic
 
   KernelCoverage& cov = r.coverage;
   double total = 0.0;
-  for (const auto& [origin, us] : by_origin) total += us;
+  // The window also holds the block's hand-over (the executor copies each
+  // output into the exchange: memcpy) and the unscrambling of its inputs
+  // (harness kernels): neither is the candidate's work nor a library's, and
+  // neither counts toward the share. A candidate's own memcpys are left out
+  // with them: its outputs are compared whatever moved them.
+  for (const auto& [origin, us] : by_origin) {
+    if (origin != "copy" && origin != "harness") total += us;
+  }
   cov.set_total_gpu_us(total);
   cov.set_own_kernel_us(by_origin["candidate"]);
   cov.set_library_kernel_us(by_origin["cublas"] + by_origin["cudnn"]);
-  cov.set_other_kernel_us(by_origin["torch"] + by_origin["other"]);
+  cov.set_other_kernel_us(by_origin["torch"] + by_origin["other"] + by_origin["harness"]);
   cov.set_memcpy_us(by_origin["copy"]);
   cov.set_num_streams(static_cast<int>(streams.size()));
   std::vector<KernelRecord> top;

@@ -104,11 +104,11 @@ class CallTimer:
         costs ~0.3 ms on an H100 and would otherwise land inside it)."""
         if self.device == "cuda":
             self._libcuda.cuCtxResetPersistingL2Cache()
+            self._switch.add_(1)
+            torch.cuda.synchronize()
             if self.kprof:
                 from profiler_service.harness import kprof as kprof_mod
                 self.kprof.begin(kprof_mod.TAG_TIMED)
-            self._switch.add_(1)
-            torch.cuda.synchronize()
 
     def start(self):
         t0 = time.perf_counter_ns()
