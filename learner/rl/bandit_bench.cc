@@ -15,6 +15,7 @@
 //                [--warmup=48]  (random warm-up answers; RFT keeps those with R > 0)
 //                [--entropy_coef=0]  (PpoConfig.entropy_coef)
 //                [--estimator=critic|baseline]  (PpoConfig.task_baseline: the critic's GAE or the per-task baseline)
+//                [--eval_samples=256]  (sampled replies per task at each evaluation)
 //                [--value_cap=16] [--min_ev=0.3]  (value pretraining: fresh rollouts of the RFT policy until the
 //                                                  explained variance before an update reaches min_ev, or the cap)
 //
@@ -53,7 +54,7 @@
 namespace kernelrl::learner::rl {
 namespace {
 
-constexpr int kVocab = 1190, kPrefix = 250, kFamilies = 3, kSlots = 4, kEvalSamples = 256;
+constexpr int kVocab = 1190, kPrefix = 250, kFamilies = 3, kSlots = 4;
 // Token ids: the task line's family and shape tokens, the assistant header, the end of turn.
 constexpr int32_t kFamilyTok = 900, kShapeTok = 910, kHeader[] = {1100, 1101, 1102}, kImEnd = 1189;
 constexpr int32_t kDigitTok = 300;  // '0'..'5': what the random warm-up actors answer.
@@ -70,6 +71,7 @@ constexpr double kTokenReward[kFamilies][6] = {{3, 2, 1, 1, -1, -1}, {1, 2, 3, -
 constexpr int kOptions[kFamilies][kSlots] = {{3, 3, 3, 2}, {3, 3, 2, 2}, {3, 2, 3, 2}};
 
 bool g_slots = false;
+int g_eval_samples = 256;  // --eval_samples: sampled replies per task at each evaluation.
 bool g_baseline = false;  // --estimator=baseline
 int g_value_cap = 16;
 double g_min_ev = 0.3;
@@ -183,16 +185,16 @@ struct Eval {
   double reward = 0, top_rate = 0, mi_bits = 0;
 };
 
-// Over kEvalSamples sampled replies per task (families weighted equally): mean reward, the rate of
+// Over g_eval_samples sampled replies per task (families weighted equally): mean reward, the rate of
 // reward 3 (faster than compile) and I(family; first slot) in bits (log2 3 = 1.58 at most).
 Eval Evaluate(Transformer& policy, const std::vector<Task>& tasks, at::Generator& g) {
-  const Replies r = SampleReplies(policy, tasks, kEvalSamples, g);
+  const Replies r = SampleReplies(policy, tasks, g_eval_samples, g);
   Eval e;
   std::map<std::pair<int, int>, double> joint;
   std::map<int, double> fam, slot;
   const double w = 1.0 / static_cast<double>(r.ids.size());
   for (size_t i = 0; i < r.ids.size(); ++i) {
-    const int f = tasks[i / kEvalSamples].family, s0 = FirstSlot(f, r.ids[i]);
+    const int f = tasks[i / g_eval_samples].family, s0 = FirstSlot(f, r.ids[i]);
     const double reward = Reward(f, r.ids[i]);
     e.reward += reward * w;
     e.top_rate += (reward == 3) * w;
@@ -321,13 +323,15 @@ int main(int argc, char** argv) {
       ok = absl::SimpleAtoi(v, &kernelrl::learner::rl::g_value_cap) && kernelrl::learner::rl::g_value_cap > 0;
     } else if (const std::string v = value("--min_ev="); !v.empty()) {
       ok = absl::SimpleAtod(v, &kernelrl::learner::rl::g_min_ev);
+    } else if (const std::string v = value("--eval_samples="); !v.empty()) {
+      ok = absl::SimpleAtoi(v, &kernelrl::learner::rl::g_eval_samples) && kernelrl::learner::rl::g_eval_samples > 0;
     } else if (const std::string v = value("--seed="); !v.empty()) {
       ok = absl::SimpleAtoi(v, &seed);
     } else {
       ok = false;
     }
     if (!ok) {
-      std::fprintf(stderr, "bandit_bench: bad flag %s\nusage: bandit_bench [--reply=token|slots] [--lrs=A,B] [--updates=N] [--every=K] [--seed=S] [--groups=G] [--warmup=W] [--entropy_coef=C] [--estimator=critic|baseline] [--value_cap=N] [--min_ev=X]\n",
+      std::fprintf(stderr, "bandit_bench: bad flag %s\nusage: bandit_bench [--reply=token|slots] [--lrs=A,B] [--updates=N] [--every=K] [--seed=S] [--groups=G] [--warmup=W] [--entropy_coef=C] [--estimator=critic|baseline] [--value_cap=N] [--min_ev=X] [--eval_samples=N]\n",
                    a.c_str());
       return 2;
     }
