@@ -103,7 +103,7 @@ check([s["step"] for s in updates] == list(range(1, len(updates) + 1)), "every u
 for s in by_stage.get("single_turn_ppo", []) + by_stage.get("agentic_ppo", []):
     m = s["metrics"]
     for k in ("reward_mean", "entropy", "explained_variance", "clip_frac", "is_weight_mean", "is_weight_max",
-              "is_truncated_frac", "policy_version"):
+              "mask_frac", "dual_clip_frac", "policy_version"):
         check(k in m, f"update {s['step']} ({s['stage']}) has metric {k}")
     t = s.get("trained", {})
     check(t.get("n") == batch, f"update {s['step']} trained {batch} trajectories with verdicts on disk ({t.get('n')})")

@@ -6,7 +6,7 @@
 // On the H100 (issue 17) the policy improved the trained reward but gave about
 // the same replies to every family. The GPU run cannot say why: it has ~60
 // PPO updates and a noisy held-out figure. This bench runs the same Trainer
-// (PPO with per-task baselines and normalised advantages, RFT as SFT on the
+// (PPO with the critic or per-task baselines and normalised advantages, RFT as SFT on the
 // R > 0 warm-up samples, value pretraining) with the run's model shape and
 // prompt length on a reward it computes itself, in seconds per update on a CPU.
 //
@@ -14,6 +14,10 @@
 //                [--groups=4]   (tasks per PPO batch, 4 rollouts each: the run's BATCH is 4 x groups)
 //                [--warmup=48]  (random warm-up answers; RFT keeps those with R > 0)
 //                [--entropy_coef=0]  (PpoConfig.entropy_coef)
+//                [--estimator=critic|baseline]  (PpoConfig.task_baseline: the critic's GAE or the per-task baseline)
+//                [--eval_samples=256]  (sampled replies per task at each evaluation)
+//                [--value_cap=16] [--min_ev=0.3]  (value pretraining: fresh rollouts of the RFT policy until the
+//                                                  explained variance before an update reaches min_ev, or the cap)
 //
 // The task: a fixed 250-token prompt (the system and user turns), then a
 // family token and a shape token (the task line), then the assistant header.
@@ -24,7 +28,10 @@
 // token never trained on. One JSON line per evaluation (256 sampled replies
 // per task): stage, update, actor lr, mean reward on the training and
 // held-out tasks, the rate of reward 3 (faster than torch.compile) and
-// I(family; first slot) in bits (log2 3 = 1.58 when each family gets its own).
+// I(family; first slot) in bits (log2 3 = 1.58 when each family gets its own),
+// and the critic's explained variance on the last PPO batch (before its
+// update). One line per value-pretraining update: its explained variance on
+// the fresh batch, and on the last, what ended it ("ev" or "cap").
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Parallel.h>
 #include <ATen/core/grad_mode.h>
@@ -47,7 +54,7 @@
 namespace kernelrl::learner::rl {
 namespace {
 
-constexpr int kVocab = 1190, kPrefix = 250, kFamilies = 3, kSlots = 4, kEvalSamples = 256;
+constexpr int kVocab = 1190, kPrefix = 250, kFamilies = 3, kSlots = 4;
 // Token ids: the task line's family and shape tokens, the assistant header, the end of turn.
 constexpr int32_t kFamilyTok = 900, kShapeTok = 910, kHeader[] = {1100, 1101, 1102}, kImEnd = 1189;
 constexpr int32_t kDigitTok = 300;  // '0'..'5': what the random warm-up actors answer.
@@ -64,6 +71,10 @@ constexpr double kTokenReward[kFamilies][6] = {{3, 2, 1, 1, -1, -1}, {1, 2, 3, -
 constexpr int kOptions[kFamilies][kSlots] = {{3, 3, 3, 2}, {3, 3, 2, 2}, {3, 2, 3, 2}};
 
 bool g_slots = false;
+int g_eval_samples = 256;  // --eval_samples: sampled replies per task at each evaluation.
+bool g_baseline = false;  // --estimator=baseline
+int g_value_cap = 16;
+double g_min_ev = 0.3;
 int g_groups = 4;
 int g_warmup = 48;
 double g_entropy_coef = 0;
@@ -157,7 +168,7 @@ void OrDie(const absl::Status& s) {
 }
 
 // Groups of `per_task` rollouts of `groups` training tasks (the learner leases a task in groups),
-// with their per-task baselines set as the recipe sets them.
+// with their per-task baselines set as the recipe sets them when that is the estimator.
 std::vector<Sample> Rollouts(Transformer& policy, const std::vector<Task>& train, int groups, int per_task,
                                  at::Generator& g, int64_t* counter) {
   std::vector<Task> picked;
@@ -166,7 +177,7 @@ std::vector<Sample> Rollouts(Transformer& policy, const std::vector<Task>& train
   const Replies r = SampleReplies(policy, picked, per_task, g);
   std::vector<Sample> batch;
   for (size_t i = 0; i < r.ids.size(); ++i) batch.push_back(MakeSample(picked[i / per_task], r.ids[i], r.logp[i], (*counter)++));
-  SetTaskBaselines(&batch);
+  if (g_baseline) SetTaskBaselines(&batch);
   return batch;
 }
 
@@ -174,16 +185,16 @@ struct Eval {
   double reward = 0, top_rate = 0, mi_bits = 0;
 };
 
-// Over kEvalSamples sampled replies per task (families weighted equally): mean reward, the rate of
+// Over g_eval_samples sampled replies per task (families weighted equally): mean reward, the rate of
 // reward 3 (faster than compile) and I(family; first slot) in bits (log2 3 = 1.58 at most).
 Eval Evaluate(Transformer& policy, const std::vector<Task>& tasks, at::Generator& g) {
-  const Replies r = SampleReplies(policy, tasks, kEvalSamples, g);
+  const Replies r = SampleReplies(policy, tasks, g_eval_samples, g);
   Eval e;
   std::map<std::pair<int, int>, double> joint;
   std::map<int, double> fam, slot;
   const double w = 1.0 / static_cast<double>(r.ids.size());
   for (size_t i = 0; i < r.ids.size(); ++i) {
-    const int f = tasks[i / kEvalSamples].family, s0 = FirstSlot(f, r.ids[i]);
+    const int f = tasks[i / g_eval_samples].family, s0 = FirstSlot(f, r.ids[i]);
     const double reward = Reward(f, r.ids[i]);
     e.reward += reward * w;
     e.top_rate += (reward == 3) * w;
@@ -194,15 +205,18 @@ Eval Evaluate(Transformer& policy, const std::vector<Task>& tasks, at::Generator
 }
 
 // entropy: the last PPO step's policy entropy per model token (-1 before PPO).
+// m: the last PPO step's metrics (entropy, explained variance, trust-region fractions); empty before PPO.
 void Print(const char* stage, int update, double lr, Transformer& policy, const std::vector<Task>& train,
-           const std::vector<Task>& heldout, at::Generator& g, double entropy = -1) {
+           const std::vector<Task>& heldout, at::Generator& g, StepMetrics m = {}) {
   const Eval tr = Evaluate(policy, train, g), ho = Evaluate(policy, heldout, g);
+  auto get = [&](const char* k) { return m.count(k) ? m[k] : -1.0; };
   std::printf(
-      "{\"reply\":\"%s\",\"stage\":\"%s\",\"update\":%d,\"batch\":%d,\"warmup\":%d,\"entropy_coef\":%g,\"actor_lr\":%g,\"train_reward\":%.3f,"
+      "{\"reply\":\"%s\",\"estimator\":\"%s\",\"stage\":\"%s\",\"update\":%d,\"batch\":%d,\"warmup\":%d,\"entropy_coef\":%g,\"actor_lr\":%g,\"train_reward\":%.3f,"
       "\"heldout_reward\":%.3f,\"train_top_rate\":%.3f,\"heldout_top_rate\":%.3f,\"train_mi_bits\":%.3f,"
-      "\"heldout_mi_bits\":%.3f,\"entropy\":%.3f}\n",
-      g_slots ? "slots" : "token", stage, update, 4 * g_groups, g_warmup, g_entropy_coef, lr, tr.reward, ho.reward, tr.top_rate, ho.top_rate, tr.mi_bits,
-      ho.mi_bits, entropy);
+      "\"heldout_mi_bits\":%.3f,\"entropy\":%.3f,\"explained_variance\":%.3f,\"clip_frac\":%.3f,\"mask_frac\":%.3f}\n",
+      g_slots ? "slots" : "token", g_baseline ? "baseline" : "critic", stage, update, 4 * g_groups, g_warmup,
+      g_entropy_coef, lr, tr.reward, ho.reward, tr.top_rate, ho.top_rate, tr.mi_bits, ho.mi_bits, get("entropy"),
+      get("explained_variance"), get("clip_frac"), get("mask_frac"));
   std::fflush(stdout);
 }
 
@@ -218,7 +232,8 @@ std::unique_ptr<Transformer> Model(Head head, uint64_t seed) {
 }
 
 // The recipe on the bandit: g_warmup random warm-up answers, RFT (20 epochs at 5e-3 on R > 0),
-// 16 value-pretraining updates, then `updates` PPO updates at actor lr `lr`.
+// value pretraining (up to g_value_cap updates on the RFT policy's rollouts, until the explained
+// variance on a fresh batch reaches g_min_ev), then `updates` PPO updates at actor lr `lr`.
 void Run(double lr, int updates, int every, uint64_t seed) {
   std::vector<Task> train, heldout;
   for (int f = 0; f < kFamilies; ++f) {
@@ -226,7 +241,10 @@ void Run(double lr, int updates, int every, uint64_t seed) {
   }
   at::manual_seed(seed);
   at::Generator g = at::detail::createCPUGenerator(seed);
-  TrainerOptions o;
+  TrainerOptions o;  // The job defaults (learner/rl/job_config.cc) where they differ from the struct's.
+  o.advantage = g_baseline ? AdvantageEstimator::kTaskBaseline : AdvantageEstimator::kCritic;
+  o.lambda_length_alpha = 0.05;
+  o.critic.head_lr_scale = 10;
   o.normalize_advantages = true;
   o.entropy_coef = g_entropy_coef;
   o.actor.lr = 5e-3;
@@ -252,14 +270,22 @@ void Run(double lr, int updates, int every, uint64_t seed) {
     }
   }
   Print("rft", 0, lr, t.policy(), train, heldout, g);
-  for (int i = 0; i < 16; ++i) {
-    OrDie(t.ValueStep(Rollouts(t.policy(), train, 4, 4, g, &n)).status());
+  for (int i = 1; i <= g_value_cap; ++i) {
+    auto m = t.ValueStep(Rollouts(t.policy(), train, 4, 4, g, &n));
+    OrDie(m.status());
+    const double ev = (*m)["explained_variance"];  // On the values before this update: a fresh batch.
+    const bool done = ev >= g_min_ev || i == g_value_cap;
+    std::printf("{\"estimator\":\"%s\",\"stage\":\"value_pretrain\",\"update\":%d,\"explained_variance\":%.3f%s}\n",
+                g_baseline ? "baseline" : "critic", i, ev,
+                !done ? "" : ev >= g_min_ev ? ",\"ended_by\":\"ev\"" : ",\"ended_by\":\"cap\"");
+    std::fflush(stdout);
+    if (done) break;
   }
   t.actor_optimizer().set_lr(lr);
   for (int u = 1; u <= updates; ++u) {
     auto m = t.PpoStep(Rollouts(t.policy(), train, g_groups, 4, g, &n));
     OrDie(m.status());
-    if (u % every == 0 || u == updates) Print("ppo", u, lr, t.policy(), train, heldout, g, (*m)["entropy"]);
+    if (u % every == 0 || u == updates) Print("ppo", u, lr, t.policy(), train, heldout, g, *m);
   }
 }
 
@@ -290,13 +316,22 @@ int main(int argc, char** argv) {
       ok = absl::SimpleAtoi(v, &kernelrl::learner::rl::g_warmup) && kernelrl::learner::rl::g_warmup > 0;
     } else if (const std::string v = value("--entropy_coef="); !v.empty()) {
       ok = absl::SimpleAtod(v, &kernelrl::learner::rl::g_entropy_coef) && kernelrl::learner::rl::g_entropy_coef >= 0;
+    } else if (const std::string v = value("--estimator="); !v.empty()) {
+      ok = v == "critic" || v == "baseline";
+      kernelrl::learner::rl::g_baseline = v == "baseline";
+    } else if (const std::string v = value("--value_cap="); !v.empty()) {
+      ok = absl::SimpleAtoi(v, &kernelrl::learner::rl::g_value_cap) && kernelrl::learner::rl::g_value_cap > 0;
+    } else if (const std::string v = value("--min_ev="); !v.empty()) {
+      ok = absl::SimpleAtod(v, &kernelrl::learner::rl::g_min_ev);
+    } else if (const std::string v = value("--eval_samples="); !v.empty()) {
+      ok = absl::SimpleAtoi(v, &kernelrl::learner::rl::g_eval_samples) && kernelrl::learner::rl::g_eval_samples > 0;
     } else if (const std::string v = value("--seed="); !v.empty()) {
       ok = absl::SimpleAtoi(v, &seed);
     } else {
       ok = false;
     }
     if (!ok) {
-      std::fprintf(stderr, "bandit_bench: bad flag %s\nusage: bandit_bench [--reply=token|slots] [--lrs=A,B] [--updates=N] [--every=K] [--seed=S] [--groups=G] [--warmup=W] [--entropy_coef=C]\n",
+      std::fprintf(stderr, "bandit_bench: bad flag %s\nusage: bandit_bench [--reply=token|slots] [--lrs=A,B] [--updates=N] [--every=K] [--seed=S] [--groups=G] [--warmup=W] [--entropy_coef=C] [--estimator=critic|baseline] [--value_cap=N] [--min_ev=X] [--eval_samples=N]\n",
                    a.c_str());
       return 2;
     }

@@ -9,13 +9,10 @@
 #include "learner/dist/shard.h"
 #include "learner/rl/ingest.h"
 #include "learner/rl/job_config.h"
+#include "learner/rl/trainer_options.h"
 
 namespace kernelrl::learner::rl {
 namespace {
-
-AdamWParams Optimizer(const v1::OptimizerConfig& o) {
-  return {o.lr(), o.beta1(), o.beta2(), o.eps(), o.weight_decay(), o.max_grad_norm()};
-}
 
 const char* KindName(StepKind k) { return k == StepKind::kPpo ? "ppo" : k == StepKind::kSft ? "sft" : "value"; }
 
@@ -46,21 +43,12 @@ absl::StatusOr<std::unique_ptr<Trainer>> MakeJobTrainer(const v1::LearnerJobConf
   if (!policy.ok()) return policy.status();
   auto critic = Transformer::Load(critic_dir, Head::kValue, mo);
   if (!critic.ok()) return critic.status();
-  TrainerOptions to;
-  to.policy_loss = {config.ppo().clip_low(), config.ppo().clip_high(), config.ppo().tis_threshold()};
-  to.gamma = config.ppo().gamma();
-  to.lambda = config.ppo().lambda();
-  to.temperature = config.ppo().temperature();
-  to.entropy_metric = config.ppo().entropy_metric();
-  to.normalize_advantages = config.ppo().normalize_advantages();
-  to.entropy_coef = config.ppo().entropy_coef();
-  to.max_tokens_per_row = config.batch().max_tokens_per_row();
-  to.actor = Optimizer(config.actor_optimizer());
-  to.critic = Optimizer(config.critic_optimizer());
+  const TrainerOptions to = TrainerOptionsFromConfig(config);
   auto trainer = std::make_unique<Trainer>(std::move(*policy), std::move(*critic), to);
   if (!optimizer.empty()) {
     if (auto s = trainer->actor_optimizer().LoadState(optimizer, "actor/"); !s.ok()) return s;
     if (auto s = trainer->critic_optimizer()->LoadState(optimizer, "critic/"); !s.ok()) return s;
+    trainer->LoadState(optimizer);
   }
   return trainer;
 }

@@ -87,6 +87,7 @@ TEST(DpJobTest, LeaderAndFollowerTrainLikeOneRank) {
   // weight difference of ~2e-6 after three steps (seed 177635929: lm_head row 45).
   const std::string hyper = R"pb(device { device: "cpu" dtype: "float32" }
                                  batch { max_tokens_per_row: 32 activation_checkpointing: false }
+                                 ppo { task_baseline: true }
                                  actor_optimizer { lr: 1e-3 eps: 1e-6 } critic_optimizer { lr: 1e-3 eps: 1e-6 })pb";
   auto config = ParseJobConfig(hyper);
   ASSERT_TRUE(config.ok()) << config.status();

@@ -18,6 +18,12 @@ GaeResult Gae(const std::vector<float>& rewards, const std::vector<float>& value
   return out;
 }
 
+double LengthAdaptiveLambda(int64_t n, double alpha) {
+  if (n <= 0 || alpha <= 0) return 1.0;
+  const double l = 1.0 - 1.0 / (alpha * static_cast<double>(n));
+  return l < 0 ? 0.0 : l;
+}
+
 std::vector<float> OutcomeRewards(int n, double reward) {
   std::vector<float> r(n, 0.0f);
   if (n > 0) r[n - 1] = static_cast<float>(reward);

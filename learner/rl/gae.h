@@ -12,6 +12,7 @@
 #ifndef KERNELRL_LEARNER_RL_GAE_H_
 #define KERNELRL_LEARNER_RL_GAE_H_
 
+#include <cstdint>
 #include <vector>
 
 namespace kernelrl::learner::rl {
@@ -23,6 +24,11 @@ struct GaeResult {
 
 // rewards.size() == values.size().
 GaeResult Gae(const std::vector<float>& rewards, const std::vector<float>& values, double gamma, double lambda);
+
+// VAPO's length-adaptive lambda for a trajectory of n steps: 1 - 1 / (alpha n),
+// so that the reward's weight at the first step, lambda^n, stays near
+// e^(-1/alpha) whatever the length (clamped to [0, 1]).
+double LengthAdaptiveLambda(int64_t n, double alpha);
 
 // Outcome reward: `reward` on the last of n steps, 0 before.
 std::vector<float> OutcomeRewards(int n, double reward);

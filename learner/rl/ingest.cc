@@ -3,6 +3,8 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cmath>
+#include <set>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
@@ -27,8 +29,11 @@ std::string Rfc3339(int64_t unix_ms) {
   return absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", absl::FromUnixMillis(unix_ms), absl::UTCTimeZone());
 }
 
-void EraseFirst(std::deque<std::string>* q, const std::string& v) {
-  auto it = std::find(q->begin(), q->end(), v);
+constexpr char kZeroVariance[] = "zero reward variance";
+
+template <typename Q>
+void EraseFirst(Q* q, const std::string& task_id, int64_t group) {
+  auto it = std::find_if(q->begin(), q->end(), [&](const auto& r) { return r.task_id == task_id && r.group == group; });
   if (it != q->end()) q->erase(it);
 }
 
@@ -60,9 +65,10 @@ absl::Status Ingest::Replay(const std::vector<v1::LedgerRecord>& records, int64_
   for (const v1::LedgerRecord& r : records) {
     switch (r.kind()) {
       case v1::LedgerRecord::LEASED:
-        leases_[r.lease_id()] = {r.task_id(), r.actor_id(), r.stage(), r.expires_unix_ms(), r.policy_version()};
+        leases_[r.lease_id()] = {r.task_id(),       r.actor_id(),         r.stage(),
+                                 r.expires_unix_ms(), r.policy_version(), r.group()};
         if (r.reason() == "retry") {
-          EraseFirst(&retry_[r.stage()], r.task_id());
+          EraseFirst(&retry_[r.stage()], r.task_id(), r.group());
         } else {
           ++cursor_[r.stage()];
         }
@@ -70,36 +76,43 @@ absl::Status Ingest::Replay(const std::vector<v1::LedgerRecord>& records, int64_
         break;
       case v1::LedgerRecord::LEASE_EXPIRED:
         leases_.erase(r.lease_id());
-        retry_[r.stage()].push_back(r.task_id());
+        Requeue(r.stage(), r.task_id(), r.group());
         ++counters_.expired_leases;
         break;
       case v1::LedgerRecord::ACCEPTED:
         leases_.erase(r.lease_id());
-        accepted.push_back({r.trajectory_id(), r.task_id(), r.stage(), r.policy_version()});
+        accepted.push_back({r.trajectory_id(), r.task_id(), r.stage(), r.policy_version(), r.group(), r.reward()});
         known_.insert(r.trajectory_id());
         accepted_in_[r.stage()].push_back(r.trajectory_id());
         ++counters_.accepted;
         break;
       case v1::LedgerRecord::REJECTED:
         ++counters_.rejected;
+        if (r.reason().rfind("sampling mismatch", 0) == 0) ++counters_.sampling_mismatch;
+        if (r.reason().rfind("non-model policy", 0) == 0) ++counters_.non_model_rejected;
         if (!r.task_id().empty()) {
           leases_.erase(r.lease_id());
-          retry_[r.stage()].push_back(r.task_id());
+          Requeue(r.stage(), r.task_id(), r.group());
         }
         break;
       case v1::LedgerRecord::INFRA_ERROR:
         leases_.erase(r.lease_id());
         ++infra_reruns_[r.stage() + "/" + r.task_id()];
         if (r.reason() == "rerun") {
-          retry_[r.stage()].push_back(r.task_id());
+          Requeue(r.stage(), r.task_id(), r.group());
           ++counters_.infra_reruns;
         } else {
+          ++lost_[GroupKey(r.stage(), r.group())];
           ++counters_.infra_dropped;
         }
         break;
       case v1::LedgerRecord::DROPPED:
         dropped.insert(r.trajectory_id());
-        if (!r.task_id().empty()) retry_[r.stage()].push_back(r.task_id());
+        if (r.reason().rfind(kZeroVariance, 0) == 0) {
+          if (r.reason() == kZeroVariance) ++counters_.zero_variance_groups_dropped;  // The group's first rollout.
+          break;
+        }
+        if (!r.task_id().empty()) Requeue(r.stage(), r.task_id(), r.group());
         ++counters_.stale_dropped;
         break;
       case v1::LedgerRecord::TRAINED:
@@ -137,10 +150,15 @@ absl::Status Ingest::Replay(const std::vector<v1::LedgerRecord>& records, int64_
   return absl::OkStatus();
 }
 
+void Ingest::Requeue(const std::string& stage, const std::string& task_id, int64_t group) {
+  retry_[stage].push_back({task_id, group});
+}
+
 void Ingest::SetStage(const std::string& stage, std::vector<v1::Task> tasks, int rollouts_per_task,
-                      int64_t max_fresh_issues) {
+                      int64_t max_fresh_issues, bool model_only) {
   absl::MutexLock lock(&mu_);
   stage_ = stage;
+  model_only_ = model_only;
   tasks_ = std::move(tasks);
   rollouts_per_task_ = std::max(1, rollouts_per_task);
   max_fresh_ = max_fresh_issues;
@@ -170,7 +188,8 @@ absl::Status Ingest::ExpireLocked(std::vector<v1::LedgerRecord>* out) {
     r.set_task_id(it->second.task_id);
     r.set_actor_id(it->second.actor_id);
     r.set_stage(it->second.stage);
-    retry_[it->second.stage].push_back(it->second.task_id);
+    r.set_group(it->second.group);
+    Requeue(it->second.stage, it->second.task_id, it->second.group);
     ++counters_.expired_leases;
     out->push_back(std::move(r));
     it = leases_.erase(it);
@@ -191,18 +210,21 @@ absl::StatusOr<std::vector<v1::TaskLease>> Ingest::Lease(const std::string& acto
   if (auto s = ExpireLocked(&records); !s.ok()) return s;
   std::vector<v1::TaskLease> leases;
   const int64_t expires = UnixMs() + static_cast<int64_t>(options_.lease_timeout_seconds * 1000);
-  std::deque<std::string>& retry = retry_[stage_];
+  std::deque<Retry>& retry = retry_[stage_];
   while (!stage_.empty() && !tasks_.empty() && static_cast<int>(leases.size()) < max_tasks &&
          static_cast<int64_t>(buffer_.size() + leases_.size()) < options_.buffer_capacity) {
     const v1::Task* task = nullptr;
     std::string reason;
+    int64_t group = 0;
     if (!retry.empty()) {
-      task = FindTask(retry.front());
+      task = FindTask(retry.front().task_id);
+      group = retry.front().group;
       retry.pop_front();
       reason = "retry";
       if (task == nullptr) continue;  // A task no longer in the set.
     } else if (max_fresh_ < 0 || cursor_[stage_] < max_fresh_) {
       task = &tasks_[(cursor_[stage_] / rollouts_per_task_) % tasks_.size()];
+      group = cursor_[stage_] / rollouts_per_task_ + 1;  // From 1: 0 marks records from before groups.
       ++cursor_[stage_];
       reason = "new";
     } else {
@@ -214,7 +236,7 @@ absl::StatusOr<std::vector<v1::TaskLease>> Ingest::Lease(const std::string& acto
     *lease.mutable_task() = *task;
     lease.set_policy_version(version_);
     lease.set_expires_at(Rfc3339(expires));
-    leases_[lease.lease_id()] = {task->id(), actor_id, stage_, expires, version_};
+    leases_[lease.lease_id()] = {task->id(), actor_id, stage_, expires, version_, group};
     v1::LedgerRecord r = Record(v1::LedgerRecord::LEASED);
     r.set_lease_id(lease.lease_id());
     r.set_task_id(task->id());
@@ -223,6 +245,7 @@ absl::StatusOr<std::vector<v1::TaskLease>> Ingest::Lease(const std::string& acto
     r.set_policy_version(version_);
     r.set_stage(stage_);
     r.set_reason(reason);
+    r.set_group(group);
     records.push_back(std::move(r));
     leases.push_back(std::move(lease));
   }
@@ -267,6 +290,7 @@ v1::PushTrajectoriesAck Ingest::Push(const std::string& lease_id, const v1::Traj
   r.set_stage(ls.stage);
   r.set_policy_version(t.policy_version());
   r.set_reward(t.reward());
+  r.set_group(ls.group);
   auto consume = [&](Kind kind, const std::string& reason) -> absl::Status {
     r.set_kind(kind);
     r.set_reason(reason);
@@ -281,16 +305,30 @@ v1::PushTrajectoriesAck Ingest::Push(const std::string& lease_id, const v1::Traj
       return reject(std::string(s.message()));
     }
     if (rerun) {
-      retry_[ls.stage].push_back(ls.task_id);
+      Requeue(ls.stage, ls.task_id, ls.group);
       ++counters_.infra_reruns;
     } else {
+      ++lost_[GroupKey(ls.stage, ls.group)];
       ++counters_.infra_dropped;
     }
     return reject(rerun ? "infra error: the task is issued again, never trained as a reward"
                         : "infra error: reruns exhausted, task dropped");
   }
   std::string problem;
-  if (t.task_id() != ls.task_id) {
+  const std::string& policy = t.sampling().policy();
+  const bool model = policy.empty() || policy == "model";
+  if (model_only_ && ls.stage == stage_ && !model) {
+    problem = absl::StrCat("non-model policy ", policy,
+                           ": this stage weights every token by pi / pi_rollout, which such a trajectory cannot have");
+    ++counters_.non_model_rejected;
+  } else if (model && t.has_sampling() && options_.temperature > 0 &&
+             (std::abs(t.sampling().temperature() - options_.temperature) > 1e-6 ||
+              (t.sampling().top_p() > 0 && t.sampling().top_p() < 1))) {
+    problem = absl::StrCat("sampling mismatch: temperature ", t.sampling().temperature(), " top_p ",
+                           t.sampling().top_p(), " (the job trains on temperature ", options_.temperature,
+                           ", no nucleus cut)");
+    ++counters_.sampling_mismatch;
+  } else if (t.task_id() != ls.task_id) {
     problem = absl::StrCat("malformed: task_id ", t.task_id(), " is not the leased task ", ls.task_id);
   } else if (auto s = SampleFromTrajectory(t, options_.vocab_size, options_.max_trajectory_tokens); !s.ok()) {
     problem = absl::StrCat("malformed: ", s.status().message());
@@ -300,7 +338,7 @@ v1::PushTrajectoriesAck Ingest::Push(const std::string& lease_id, const v1::Traj
   }
   if (!problem.empty()) {
     ++counters_.rejected;
-    if (auto s = consume(v1::LedgerRecord::REJECTED, problem); s.ok()) retry_[ls.stage].push_back(ls.task_id);
+    if (auto s = consume(v1::LedgerRecord::REJECTED, problem); s.ok()) Requeue(ls.stage, ls.task_id, ls.group);
     return reject(problem);
   }
   if (static_cast<int64_t>(buffer_.size()) >= options_.buffer_capacity) return reject("buffer full: retry later");
@@ -310,43 +348,92 @@ v1::PushTrajectoriesAck Ingest::Push(const std::string& lease_id, const v1::Traj
   if (auto s = consume(v1::LedgerRecord::ACCEPTED, ""); !s.ok()) return reject(absl::StrCat("not stored: ", s.message()));
   known_.insert(t.id());
   accepted_in_[ls.stage].push_back(t.id());
-  buffer_.push_back({t.id(), ls.task_id, ls.stage, t.policy_version()});
+  buffer_.push_back({t.id(), ls.task_id, ls.stage, t.policy_version(), ls.group, t.reward()});
   ++counters_.accepted;
   ack.set_accepted(true);
   return ack;
 }
 
-absl::StatusOr<std::vector<v1::Trajectory>> Ingest::Take(int n) {
+absl::StatusOr<std::vector<v1::Trajectory>> Ingest::Take(int n, bool drop_zero_variance, int* groups_taken) {
   absl::MutexLock lock(&mu_);
+  // The buffer's groups, in order of their first rollout. Group 0: one per trajectory.
+  std::vector<std::string> order;
+  std::map<std::string, std::vector<const Buffered*>> groups;
+  for (const Buffered& b : buffer_) {
+    const std::string key = b.group == 0 ? "id:" + b.id : GroupKey(b.stage, b.group);
+    auto [it, fresh] = groups.try_emplace(key);
+    if (fresh) order.push_back(key);
+    it->second.push_back(&b);
+  }
+  // Stale groups, and (dynamic sampling) complete groups of equal rewards, leave the buffer.
   std::vector<v1::LedgerRecord> records;
-  for (auto it = buffer_.begin(); it != buffer_.end();) {
-    if (version_ - it->policy_version <= options_.max_policy_lag) {
-      ++it;
-      continue;
+  std::set<std::string> gone;
+  auto complete = [&](const std::string& key, const std::vector<const Buffered*>& members) {
+    if (members.front()->group == 0) return true;
+    auto lost = lost_.find(key);
+    return static_cast<int>(members.size()) + (lost == lost_.end() ? 0 : lost->second) >= rollouts_per_task_;
+  };
+  for (const std::string& key : order) {
+    const std::vector<const Buffered*>& members = groups[key];
+    bool stale = false, equal = true;
+    for (const Buffered* b : members) {
+      stale |= version_ - b->policy_version > options_.max_policy_lag;
+      equal &= b->reward == members.front()->reward;
     }
-    v1::LedgerRecord r = Record(v1::LedgerRecord::DROPPED);
-    r.set_trajectory_id(it->id);
-    r.set_task_id(it->task_id);
-    r.set_stage(it->stage);
-    r.set_policy_version(it->policy_version);
-    r.set_reason(absl::StrCat("stale: version ", it->policy_version, ", current ", version_));
-    retry_[it->stage].push_back(it->task_id);
-    ++counters_.stale_dropped;
-    records.push_back(std::move(r));
-    it = buffer_.erase(it);
+    const bool zero_variance = !stale && drop_zero_variance && members.front()->stage == stage_ &&
+                               members.size() > 1 && equal && complete(key, members);
+    if (!stale && !zero_variance) continue;
+    for (const Buffered* b : members) {
+      v1::LedgerRecord r = Record(v1::LedgerRecord::DROPPED);
+      r.set_trajectory_id(b->id);
+      r.set_task_id(b->task_id);
+      r.set_stage(b->stage);
+      r.set_policy_version(b->policy_version);
+      r.set_group(b->group);
+      if (zero_variance) {  // Not issued again: the cursor leases other tasks instead.
+        r.set_reason(b == members.front() ? kZeroVariance : std::string(kZeroVariance) + " (same group)");
+      } else {
+        r.set_reason(absl::StrCat("stale: version ", b->policy_version, ", current ", version_,
+                                  b->policy_version + options_.max_policy_lag < version_ ? "" : " (its group is)"));
+        Requeue(b->stage, b->task_id, b->group);
+        ++counters_.stale_dropped;
+      }
+      gone.insert(b->id);
+      records.push_back(std::move(r));
+    }
+    if (zero_variance) ++counters_.zero_variance_groups_dropped;
   }
   if (!records.empty()) {
     if (auto s = ledger_->Append(std::move(records)); !s.ok()) return s;
   }
+  // Whole complete groups of this stage, oldest first.
+  const int want = std::max(1, n / rollouts_per_task_);  // GroupsPerBatch, under the lock held here.
+  std::vector<const Buffered*> picked;
+  int taken = 0;
+  for (const std::string& key : order) {
+    if (taken >= want) break;
+    const std::vector<const Buffered*>& members = groups[key];
+    if (gone.count(members.front()->id) || members.front()->stage != stage_ || !complete(key, members)) continue;
+    picked.insert(picked.end(), members.begin(), members.end());
+    ++taken;
+  }
   std::vector<v1::Trajectory> out;
-  for (const Buffered& b : buffer_) {
-    if (static_cast<int>(out.size()) >= n) break;
-    if (b.stage != stage_) continue;
-    auto bytes = ReadFileToString(TrajectoryPath(b.id));
+  if (groups_taken != nullptr) *groups_taken = taken;
+  for (const Buffered* b : picked) {
+    auto bytes = ReadFileToString(TrajectoryPath(b->id));
     if (!bytes.ok()) return bytes.status();
-    if (!out.emplace_back().ParseFromString(*bytes)) return absl::DataLossError("unreadable trajectory " + b.id);
+    if (!out.emplace_back().ParseFromString(*bytes)) return absl::DataLossError("unreadable trajectory " + b->id);
+  }
+  if (!gone.empty()) {
+    buffer_.erase(std::remove_if(buffer_.begin(), buffer_.end(), [&](const Buffered& b) { return gone.count(b.id); }),
+                  buffer_.end());
   }
   return out;
+}
+
+int Ingest::GroupsPerBatch(int n) const {
+  absl::MutexLock lock(&mu_);
+  return std::max(1, n / rollouts_per_task_);
 }
 
 absl::Status Ingest::MarkTrained(const std::vector<std::string>& ids, int64_t step) {

@@ -2,11 +2,12 @@
 // of pushed trajectories, and the ledger that makes both survive a restart.
 //
 // Flow: Lease() hands out the current stage's tasks (a data cursor over the
-// task list, each task `rollouts_per_task` times; tasks whose lease expired,
-// whose trajectory was stale or hit INFRA_ERROR come first). Push() checks a
-// trajectory against its lease, stores it (file + ACCEPTED record, fsynced)
-// and only then acks. The trainer takes batches with Take(), records them
-// with MarkTrained(step) before it checkpoints that step.
+// task list, each task `rollouts_per_task` times in a row: those leases are
+// one group; tasks whose lease expired, whose trajectory was stale or hit
+// INFRA_ERROR come first, in their group). Push() checks a trajectory
+// against its lease, stores it (file + ACCEPTED record, fsynced) and only
+// then acks. The trainer takes batches of whole groups with Take(), records
+// them with MarkTrained(step) before it checkpoints that step.
 //
 // Invariants (what a restart relies on):
 //  * A trajectory id is accepted at most once; a repeated push is acked as a
@@ -18,7 +19,16 @@
 //    are never buffered: their task is issued again
 //    up to max_infra_reruns times, then dropped and counted.
 //  * A buffered trajectory older than max_policy_lag versions is dropped at
-//    Take() and its task is issued again.
+//    Take() with the rest of its group's buffered rollouts, and their tasks
+//    are issued again in that group.
+//  * A group is taken whole or not at all: it is never split across steps
+//    (the per-task baseline is its rollouts' leave-one-out mean). A group is
+//    complete when every one of its rollouts is buffered or lost for good
+//    (INFRA_ERROR past its reruns).
+//  * A model-sampled trajectory whose SamplingInfo differs from the job's
+//    sampling parameters is rejected ("sampling mismatch", counted); in a
+//    stage that trains with importance ratios (SetStage model_only) a
+//    trajectory from a non-model policy is rejected ("non-model policy", counted).
 // Thread-safe: actors' RPCs and the trainer thread call in concurrently.
 #ifndef KERNELRL_LEARNER_RL_INGEST_H_
 #define KERNELRL_LEARNER_RL_INGEST_H_
@@ -47,6 +57,8 @@ struct IngestOptions {
   int max_infra_reruns = 2;
   int64_t vocab_size = 0;             // > 0: token ids are checked at push.
   int64_t max_trajectory_tokens = 0;  // > 0: longer trajectories are rejected.
+  // The job's sampling temperature (PpoConfig.temperature); 0 = not checked.
+  double temperature = 0;
 };
 
 struct IngestInfo {
@@ -56,6 +68,8 @@ struct IngestInfo {
   int64_t cursor = 0;  // Fresh issues in the current stage.
   int64_t accepted = 0, rejected = 0, duplicates = 0, stale_dropped = 0, expired_leases = 0;
   int64_t infra_reruns = 0, infra_dropped = 0, trained = 0;
+  int64_t sampling_mismatch = 0, non_model_rejected = 0;  // Of `rejected`, by reason.
+  int64_t zero_variance_groups_dropped = 0;            // Dynamic sampling.
   double max_staleness = 0;  // Policy versions behind, over the buffer.
 };
 
@@ -68,8 +82,10 @@ class Ingest {
 
   // The work of a stage. The cursor and retry queue of `stage` come from the
   // ledger, so calling this after a restart continues where it stopped.
+  // model_only: the stage trains with importance ratios, so it takes only
+  // trajectories sampled by the model.
   void SetStage(const std::string& stage, std::vector<v1::Task> tasks, int rollouts_per_task,
-                int64_t max_fresh_issues) ABSL_LOCKS_EXCLUDED(mu_);
+                int64_t max_fresh_issues, bool model_only = false) ABSL_LOCKS_EXCLUDED(mu_);
   void SetPolicyVersion(int64_t version) ABSL_LOCKS_EXCLUDED(mu_);
 
   absl::StatusOr<std::vector<v1::TaskLease>> Lease(const std::string& actor_id, int max_tasks)
@@ -77,9 +93,16 @@ class Ingest {
   v1::PushTrajectoriesAck Push(const std::string& lease_id, const v1::Trajectory& trajectory)
       ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Up to n trainable trajectories of the current stage, oldest first; they
-  // stay buffered until MarkTrained. Stale ones are dropped first.
-  absl::StatusOr<std::vector<v1::Trajectory>> Take(int n) ABSL_LOCKS_EXCLUDED(mu_);
+  // Whole complete groups of the current stage, oldest first: up to max(1,
+  // n / rollouts_per_task) of them (how many in *groups_taken; a batch is
+  // ready when that is the maximum). They stay buffered until MarkTrained.
+  // Stale groups are dropped first; with drop_zero_variance, so are complete
+  // groups whose rewards are all equal (dynamic sampling: the cursor leases
+  // more tasks in their place).
+  absl::StatusOr<std::vector<v1::Trajectory>> Take(int n, bool drop_zero_variance = false,
+                                                   int* groups_taken = nullptr) ABSL_LOCKS_EXCLUDED(mu_);
+  // Groups a batch of n trajectories holds: max(1, n / rollouts_per_task).
+  int GroupsPerBatch(int n) const ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status MarkTrained(const std::vector<std::string>& trajectory_ids, int64_t step) ABSL_LOCKS_EXCLUDED(mu_);
   // The checkpoint of `step` is durable.
   absl::Status Commit(int64_t step) ABSL_LOCKS_EXCLUDED(mu_);
@@ -104,12 +127,20 @@ class Ingest {
  private:
   struct LeaseState {
     std::string task_id, actor_id, stage;
-    int64_t expires_ms = 0, policy_version = 0;
+    int64_t expires_ms = 0, policy_version = 0, group = 0;
   };
   struct Buffered {
     std::string id, task_id, stage;
-    int64_t policy_version = 0;
+    int64_t policy_version = 0, group = 0;
+    double reward = 0;
   };
+  struct Retry {
+    std::string task_id;
+    int64_t group = 0;
+  };
+  // "stage/group"; group 0 (ledgers from before groups): each trajectory its own.
+  static std::string GroupKey(const std::string& stage, int64_t group) { return stage + "/" + std::to_string(group); }
+  void Requeue(const std::string& stage, const std::string& task_id, int64_t group) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Ingest(std::string dir, std::string job_id, IngestOptions options)
       : dir_(std::move(dir)), job_id_(std::move(job_id)), options_(options) {}
   absl::Status Replay(const std::vector<v1::LedgerRecord>& records, int64_t committed_step);
@@ -129,7 +160,9 @@ class Ingest {
   int64_t version_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t lease_counter_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<std::string, int64_t> cursor_ ABSL_GUARDED_BY(mu_);           // Per stage.
-  std::map<std::string, std::deque<std::string>> retry_ ABSL_GUARDED_BY(mu_);  // Per stage: task ids.
+  bool model_only_ ABSL_GUARDED_BY(mu_) = false;
+  std::map<std::string, std::deque<Retry>> retry_ ABSL_GUARDED_BY(mu_);  // Per stage.
+  std::map<std::string, int> lost_ ABSL_GUARDED_BY(mu_);  // Per group key: rollouts lost for good.
   std::map<std::string, int> infra_reruns_ ABSL_GUARDED_BY(mu_);        // Per stage/task.
   std::map<std::string, LeaseState> leases_ ABSL_GUARDED_BY(mu_);
   std::deque<Buffered> buffer_ ABSL_GUARDED_BY(mu_);

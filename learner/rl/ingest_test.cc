@@ -4,7 +4,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <map>
 #include <fstream>
 #include <random>
 #include <thread>
@@ -71,16 +73,138 @@ TEST(IngestTest, LeasePushAckIdempotentTake) {
   wrong.set_task_id("level1/0_Op");
   EXPECT_FALSE((*in)->Push((*leases)[2].lease_id(), wrong).accepted());
   EXPECT_FALSE((*in)->Push("nope", Traj((*leases)[1], "traj-x", &rng)).accepted());
+  // Task 0's group has one of its two rollouts: nothing to take yet.
   auto batch = (*in)->Take(10);
   ASSERT_TRUE(batch.ok());
-  ASSERT_EQ(batch->size(), 1u);
-  EXPECT_EQ((*batch)[0].token_ids_size(), t.token_ids_size());
+  EXPECT_TRUE(batch->empty());
   IngestInfo info = (*in)->Info();
   EXPECT_EQ(info.accepted, 1);
   EXPECT_EQ(info.duplicates, 1);
   EXPECT_EQ(info.rejected, 2);
   EXPECT_EQ(info.buffer_depth, 1);
   EXPECT_EQ(info.active_leases, 1);  // Lease 1; lease 2 was consumed by the rejected push.
+  ASSERT_TRUE((*in)->Push((*leases)[1].lease_id(), Traj((*leases)[1], "traj-1", &rng)).accepted());
+  batch = (*in)->Take(10);
+  ASSERT_TRUE(batch.ok());
+  ASSERT_EQ(batch->size(), 2u);  // The whole group.
+  EXPECT_EQ((*batch)[0].token_ids_size(), t.token_ids_size());
+}
+
+// Groups of 3 rollouts, batches of 6 (two groups), rollouts pushed in a
+// shuffled order by several actors, some leases expiring on the way: every
+// batch holds whole groups, and no group's rollouts are trained at two steps.
+TEST(IngestTest, AGroupIsNeverSplitAcrossSteps) {
+  std::mt19937 rng(7);
+  IngestOptions o;
+  o.lease_timeout_seconds = 3600;
+  o.max_policy_lag = 100;
+  auto in = Ingest::Open(TempDir(), "job-g", o, 0);
+  ASSERT_TRUE(in.ok()) << in.status();
+  (*in)->SetStage("agentic_ppo", Tasks(5), 3, -1);
+  std::map<std::string, int64_t> step_of_task_issue;  // "task#issue" -> step.
+  std::vector<v1::TaskLease> open;
+  int pushed = 0, steps = 0, id = 0;
+  for (int round = 0; round < 40; ++round) {
+    auto leases = (*in)->Lease("actor-" + std::to_string(round % 3), 1 + rng() % 4);
+    ASSERT_TRUE(leases.ok());
+    open.insert(open.end(), leases->begin(), leases->end());
+    std::shuffle(open.begin(), open.end(), rng);
+    // Push a random part of the open leases (the rest finish in later rounds).
+    const size_t k = open.empty() ? 0 : rng() % (open.size() + 1);
+    for (size_t i = 0; i < k; ++i) {
+      v1::Trajectory t = Traj(open.back(), "t" + std::to_string(id++), &rng);
+      ASSERT_TRUE((*in)->Push(open.back().lease_id(), t).accepted());
+      open.pop_back();
+      ++pushed;
+    }
+    int groups = 0;
+    auto batch = (*in)->Take(6, false, &groups);
+    ASSERT_TRUE(batch.ok());
+    EXPECT_EQ(batch->size() % 3, 0u) << "a batch of whole groups of 3";
+    EXPECT_EQ(static_cast<int>(batch->size()), 3 * groups);
+    if (groups < 2) continue;
+    std::map<std::string, int> per_task;
+    std::vector<std::string> ids;
+    for (const v1::Trajectory& t : *batch) ++per_task[t.task_id()], ids.push_back(t.id());
+    for (const auto& [task, count] : per_task) EXPECT_EQ(count % 3, 0) << task << " split";
+    ASSERT_TRUE((*in)->MarkTrained(ids, ++steps).ok());
+  }
+  EXPECT_GE(steps, 3);
+  std::printf("groups of 3, batches of 2 groups: %d pushes, %d steps\n", pushed, steps);
+}
+
+// Dynamic sampling: a complete group whose rewards are all equal is dropped
+// (counted, not issued again); a group with a spread is kept.
+TEST(IngestTest, ZeroVarianceGroupsAreDroppedWhenAsked) {
+  std::mt19937 rng(3);
+  std::string dir = TempDir();
+  auto in = Ingest::Open(dir, "job-z", {}, 0);
+  ASSERT_TRUE(in.ok()) << in.status();
+  (*in)->SetStage("agentic_ppo", Tasks(2), 2, -1);
+  auto leases = (*in)->Lease("a", 4);
+  ASSERT_TRUE(leases.ok());
+  ASSERT_EQ(leases->size(), 4u);
+  const double rewards[] = {1, 1, 1, -1};  // Task 0's group: all 1; task 1's: 1 and -1.
+  for (int i = 0; i < 4; ++i) {
+    v1::Trajectory t = Traj((*leases)[i], "z" + std::to_string(i), &rng);
+    t.set_reward(rewards[i]);
+    ASSERT_TRUE((*in)->Push((*leases)[i].lease_id(), t).accepted());
+  }
+  auto batch = (*in)->Take(4, /*drop_zero_variance=*/true);
+  ASSERT_TRUE(batch.ok());
+  ASSERT_EQ(batch->size(), 2u);
+  EXPECT_EQ((*batch)[0].task_id(), "level1/1_Op");
+  EXPECT_EQ((*in)->Info().zero_variance_groups_dropped, 1);
+  EXPECT_EQ((*in)->Info().retry_queue, 0);  // Not issued again: fresh tasks take its place.
+  // The count survives a restart.
+  auto again = Ingest::Open(dir, "job-z", {}, 0);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ((*again)->Info().zero_variance_groups_dropped, 1);
+  EXPECT_EQ((*again)->Info().buffer_depth, 2);
+}
+
+// A model trajectory sampled at another temperature (or with a nucleus cut)
+// is rejected and counted; a scripted trajectory is refused where PPO
+// trains, and taken in a stage that does not weight by pi / pi_rollout.
+TEST(IngestTest, SamplingMismatchAndNonModelTrajectoriesAreRejectedWithAReason) {
+  std::mt19937 rng(5);
+  IngestOptions o;
+  o.temperature = 1.0;
+  auto in = Ingest::Open(TempDir(), "job-s", o, 0);
+  ASSERT_TRUE(in.ok()) << in.status();
+  (*in)->SetStage("agentic_ppo", Tasks(4), 1, -1, /*model_only=*/true);
+  auto leases = (*in)->Lease("a", 4);
+  ASSERT_TRUE(leases.ok());
+  v1::Trajectory hot = Traj((*leases)[0], "hot", &rng);
+  hot.mutable_sampling()->set_temperature(0.7);
+  auto ack = (*in)->Push((*leases)[0].lease_id(), hot);
+  EXPECT_FALSE(ack.accepted());
+  EXPECT_NE(ack.reason().find("sampling mismatch"), std::string::npos) << ack.reason();
+  v1::Trajectory nucleus = Traj((*leases)[1], "nucleus", &rng);
+  nucleus.mutable_sampling()->set_temperature(1.0);
+  nucleus.mutable_sampling()->set_top_p(0.9);
+  EXPECT_FALSE((*in)->Push((*leases)[1].lease_id(), nucleus).accepted());
+  v1::Trajectory scripted = Traj((*leases)[2], "scripted", &rng);
+  scripted.mutable_sampling()->set_policy("scripted");
+  ack = (*in)->Push((*leases)[2].lease_id(), scripted);
+  EXPECT_FALSE(ack.accepted());
+  EXPECT_NE(ack.reason().find("non-model policy"), std::string::npos) << ack.reason();
+  v1::Trajectory ok = Traj((*leases)[3], "ok", &rng);
+  ok.mutable_sampling()->set_temperature(1.0);
+  ok.mutable_sampling()->set_top_p(1.0);
+  EXPECT_TRUE((*in)->Push((*leases)[3].lease_id(), ok).accepted());
+  IngestInfo info = (*in)->Info();
+  EXPECT_EQ(info.sampling_mismatch, 2);
+  EXPECT_EQ(info.non_model_rejected, 1);
+  EXPECT_EQ(info.rejected, 3);
+  // The warm-up stage (RFT / value pretraining data) takes scripted trajectories.
+  (*in)->SetStage("agent_warmup", Tasks(2), 1, -1, /*model_only=*/false);
+  leases = (*in)->Lease("a", 1);
+  ASSERT_TRUE(leases.ok());
+  ASSERT_FALSE(leases->empty());
+  scripted = Traj((*leases)[0], "scripted-warmup", &rng);
+  scripted.mutable_sampling()->set_policy("scripted");
+  EXPECT_TRUE((*in)->Push((*leases)[0].lease_id(), scripted).accepted());
 }
 
 TEST(IngestTest, ExpiredLeaseIsIssuedAgain) {

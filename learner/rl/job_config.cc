@@ -13,16 +13,26 @@
 namespace kernelrl::learner::rl {
 
 const char kJobConfigDefaults[] = R"pb(
-  ppo { clip_low: 0.2 clip_high: 0.28 gamma: 1.0 lambda: 0.95 tis_threshold: 2.0 temperature: 1.0 entropy_metric: true }
-  actor_optimizer { lr: 3e-6 beta1: 0.9 beta2: 0.999 eps: 1e-8 weight_decay: 0.01 max_grad_norm: 1.0 }
-  critic_optimizer { lr: 6e-6 beta1: 0.9 beta2: 0.999 eps: 1e-8 weight_decay: 0.01 max_grad_norm: 1.0 }
+  ppo {
+    clip_low: 0.2 clip_high: 0.28 gamma: 1.0 lambda: 0.95 temperature: 1.0 entropy_metric: true
+    lambda_critic: 1.0 lambda_length_alpha: 0.05 dual_clip: 3.0
+    mismatch_low: 0.5 mismatch_high: 2.0 mismatch_mask: TOKEN aggregation: TRAJECTORY_MEAN epochs: 1 minibatches: 1
+  }
+  actor_optimizer {
+    lr: 3e-6 beta1: 0.9 beta2: 0.999 eps: 1e-8 weight_decay: 0.01 max_grad_norm: 1.0
+    warmup_steps: 0 decay_steps: 0 min_lr_ratio: 0.1 head_lr_scale: 1
+  }
+  critic_optimizer {
+    lr: 6e-6 beta1: 0.9 beta2: 0.999 eps: 1e-8 weight_decay: 0.01 max_grad_norm: 1.0
+    warmup_steps: 0 decay_steps: 0 min_lr_ratio: 0.1 head_lr_scale: 10
+  }
   batch { trajectories_per_step: 64 max_tokens_per_row: 32768 max_trajectory_tokens: 131072 activation_checkpointing: true }
   ingest { max_policy_lag: 1 buffer_capacity: 4096 lease_timeout_seconds: 1800 max_infra_reruns: 2 }
   recipe {
     single_turn_ppo { steps: 50 max_turns: 1 }
     agent_warmup { steps: 1024 max_turns: 150 }
     rft { epochs: 1 max_repeated_calls: 3 lr: 1e-5 }
-    value_pretrain { steps: 50 }
+    value_pretrain { steps: 50 min_explained_variance: 0.3 }
     agentic_ppo { steps: 150 max_turns: 150 }
   }
   checkpoint { keep_last: 3 }
@@ -47,6 +57,10 @@ absl::Status CheckOptimizer(const std::string& name, const v1::OptimizerConfig& 
   if (!(o.eps() > 0)) return Field(name + ".eps", "must be > 0");
   if (o.weight_decay() < 0) return Field(name + ".weight_decay", "must be >= 0");
   if (o.max_grad_norm() < 0) return Field(name + ".max_grad_norm", "must be >= 0");
+  if (o.warmup_steps() < 0) return Field(name + ".warmup_steps", "must be >= 0");
+  if (o.decay_steps() < 0) return Field(name + ".decay_steps", "must be >= 0");
+  if (!(o.min_lr_ratio() >= 0 && o.min_lr_ratio() <= 1)) return Field(name + ".min_lr_ratio", "must be in [0, 1]");
+  if (!(o.head_lr_scale() > 0)) return Field(name + ".head_lr_scale", "must be > 0");
   return absl::OkStatus();
 }
 
@@ -64,8 +78,16 @@ absl::StatusOr<v1::LearnerJobConfig> ParseJobConfig(const std::string& text) {
   if (!(p.gamma() > 0 && p.gamma() <= 1)) return Field("ppo.gamma", "must be in (0, 1]");
   if (!(p.lambda() >= 0 && p.lambda() <= 1)) return Field("ppo.lambda", "must be in [0, 1]");
   if (!(p.entropy_coef() >= 0 && p.entropy_coef() < 1)) return Field("ppo.entropy_coef", "must be in [0, 1)");
-  if (p.tis_threshold() < 0) return Field("ppo.tis_threshold", "must be >= 0 (0 = ratio against the rollout)");
-  if (p.tis_threshold() > 0 && p.tis_threshold() < 1) return Field("ppo.tis_threshold", "must be 0 or >= 1");
+  if (!(p.lambda_critic() >= 0 && p.lambda_critic() <= 1)) return Field("ppo.lambda_critic", "must be in [0, 1]");
+  if (p.lambda_length_alpha() < 0) return Field("ppo.lambda_length_alpha", "must be >= 0 (0 = the fixed lambda)");
+  if (p.dual_clip() != 0 && !(p.dual_clip() > 1)) return Field("ppo.dual_clip", "must be 0 (off) or > 1");
+  if (!(p.mismatch_low() >= 0 && p.mismatch_low() < 1)) return Field("ppo.mismatch_low", "must be in [0, 1)");
+  if (!(p.mismatch_high() > 1)) return Field("ppo.mismatch_high", "must be > 1");
+  if (p.epochs() < 1) return Field("ppo.epochs", "must be >= 1");
+  if (p.minibatches() < 1) return Field("ppo.minibatches", "must be >= 1");
+  if (p.minibatches() > c.batch().trajectories_per_step()) {
+    return Field("ppo.minibatches", "must be <= batch.trajectories_per_step");
+  }
   if (!(p.temperature() > 0)) return Field("ppo.temperature", "must be > 0");
   if (auto s = CheckOptimizer("actor_optimizer", c.actor_optimizer()); !s.ok()) return s;
   if (auto s = CheckOptimizer("critic_optimizer", c.critic_optimizer()); !s.ok()) return s;
@@ -83,7 +105,6 @@ absl::StatusOr<v1::LearnerJobConfig> ParseJobConfig(const std::string& text) {
   const auto& r = c.recipe();
   for (const auto& [name, stage] : {std::pair{"single_turn_ppo", &r.single_turn_ppo()},
                                     {"agent_warmup", &r.agent_warmup()},
-                                    {"value_pretrain", &r.value_pretrain()},
                                     {"agentic_ppo", &r.agentic_ppo()}}) {
     if (stage->steps() < 0) return Field(absl::StrCat("recipe.", name, ".steps"), "must be >= 0");
     if (stage->max_turns() < 0) return Field(absl::StrCat("recipe.", name, ".max_turns"), "must be >= 0");
@@ -94,8 +115,12 @@ absl::StatusOr<v1::LearnerJobConfig> ParseJobConfig(const std::string& text) {
   if (!r.rft().skip() && r.agent_warmup().skip()) {
     return Field("recipe.rft.skip", "RFT needs the agent_warmup trajectories (skip both or neither)");
   }
-  if (!r.value_pretrain().skip() && r.agent_warmup().skip()) {
-    return Field("recipe.value_pretrain.skip", "value pretraining needs the agent_warmup trajectories");
+  const auto& vp = r.value_pretrain();
+  if (vp.steps() < 0) return Field("recipe.value_pretrain.steps", "must be >= 0");
+  if (vp.max_turns() < 0) return Field("recipe.value_pretrain.max_turns", "must be >= 0");
+  if (vp.min_explained_variance() > 1) return Field("recipe.value_pretrain.min_explained_variance", "must be <= 1");
+  if (!vp.skip() && vp.use_warmup_trajectories() && r.agent_warmup().skip()) {
+    return Field("recipe.value_pretrain.skip", "value pretraining on warm-up trajectories needs agent_warmup");
   }
   const std::string& dev = c.device().device();
   if (!dev.empty() && dev != "cpu" && dev != "cuda" && dev.rfind("cuda:", 0) != 0) {

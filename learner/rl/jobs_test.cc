@@ -72,7 +72,7 @@ v1::Job WaitFor(JobManager* m, const std::string& id, v1::Job::State state) {
 }
 
 TEST(JobConfigTest, DefaultsAreThePapersAndTextOverrides) {
-  auto c = ParseJobConfig("actor_optimizer { lr: 1e-6 } ppo { tis_threshold: 0 }");
+  auto c = ParseJobConfig("actor_optimizer { lr: 1e-6 } ppo { dual_clip: 0 }");
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->ppo().clip_low(), 0.2);
   EXPECT_EQ(c->ppo().clip_high(), 0.28);
@@ -80,7 +80,11 @@ TEST(JobConfigTest, DefaultsAreThePapersAndTextOverrides) {
   EXPECT_EQ(c->ppo().lambda(), 0.95);
   EXPECT_EQ(c->critic_optimizer().lr(), 6e-6);
   EXPECT_EQ(c->actor_optimizer().lr(), 1e-6);
-  EXPECT_EQ(c->ppo().tis_threshold(), 0.0);  // Explicit 0 wins over the default.
+  EXPECT_EQ(c->ppo().dual_clip(), 0.0);  // Explicit 0 wins over the default.
+  EXPECT_EQ(c->ppo().lambda_critic(), 1.0);
+  EXPECT_EQ(c->ppo().mismatch_mask(), v1::PpoConfig::TOKEN);
+  EXPECT_EQ(c->critic_optimizer().head_lr_scale(), 10);
+  EXPECT_EQ(c->recipe().value_pretrain().min_explained_variance(), 0.3);
 }
 
 TEST(JobConfigTest, BadValuesNameTheField) {
@@ -94,6 +98,11 @@ TEST(JobConfigTest, BadValuesNameTheField) {
            {"recipe { agent_warmup { skip: true } }", "recipe.rft.skip"},
            {"device { dtype: \"int8\" }", "device.dtype"},
            {"ppo { no_such_field: 1 }", "no_such_field"},
+           {"ppo { tis_threshold: 2 }", "tis_threshold"},  // Removed: the ratio is against the rollout.
+           {"ppo { dual_clip: 0.5 }", "ppo.dual_clip"},
+           {"ppo { mismatch_high: 0.9 }", "ppo.mismatch_high"},
+           {"ppo { epochs: 0 }", "ppo.epochs"},
+           {"actor_optimizer { min_lr_ratio: 2 }", "actor_optimizer.min_lr_ratio"},
        }) {
     auto c = ParseJobConfig(text);
     ASSERT_FALSE(c.ok()) << text;

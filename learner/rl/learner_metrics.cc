@@ -46,9 +46,12 @@ LearnerMetrics::LearnerMetrics(MetricsRegistry* r)
       explained_variance_(
           r->AddGauge("kernelrl_learner_explained_variance", "Critic explained variance, last step.").Get()),
       clip_fraction_(r->AddGauge("kernelrl_learner_clip_fraction", "Fraction of tokens clipped, last step.").Get()),
-      is_truncated_(r->AddGauge("kernelrl_learner_is_truncated_fraction",
-                                "Fraction of tokens whose IS weight hit the threshold, last step.")
-                        .Get()),
+      mask_fraction_(r->AddGauge("kernelrl_learner_mask_fraction",
+                                 "Fraction of tokens the rollout/trainer mismatch mask removed, last step.")
+                         .Get()),
+      dual_clip_fraction_(r->AddGauge("kernelrl_learner_dual_clip_fraction",
+                                      "Fraction of tokens held by the dual-clip, last step.")
+                              .Get()),
       kl_(r->AddGauge("kernelrl_learner_rollout_kl", "k3 KL(rollout || trainer), last step.").Get()),
       length_clipped_(r->AddGauge("kernelrl_learner_response_length_clipped_ratio",
                                   "Trajectories cut at the token or turn limit, last step.")
@@ -142,7 +145,8 @@ void LearnerMetrics::RecordStep(const std::map<std::string, double>& m, const st
     is_ratio_.Labels({"max"}).Set(Get(m, "is_weight_max"));
     is_ratio_.Labels({"min"}).Set(Get(m, "is_weight_min"));
     clip_fraction_.Set(Get(m, "clip_frac"));
-    is_truncated_.Set(Get(m, "is_truncated_frac"));
+    mask_fraction_.Set(Get(m, "mask_frac"));
+    dual_clip_fraction_.Set(Get(m, "dual_clip_frac"));
     kl_.Set(Get(m, "kl_rollout"));
   }
   reward_mean_.Set(Get(m, "reward_mean"));

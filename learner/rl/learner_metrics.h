@@ -79,7 +79,7 @@ class LearnerMetrics {
   Family<Gauge>& grad_norm_;
   Family<Gauge>& is_ratio_;
   Family<Gauge>& reward_stat_;
-  Gauge &entropy_, &explained_variance_, &clip_fraction_, &is_truncated_, &kl_, &length_clipped_;
+  Gauge &entropy_, &explained_variance_, &clip_fraction_, &mask_fraction_, &dual_clip_fraction_, &kl_, &length_clipped_;
   Gauge& reward_mean_;
   Gauge &tokens_per_second_, &mfu_, &flops_per_second_, &buffer_depth_, &buffer_staleness_, &leases_;
   Counter &tokens_trained_, &trajectories_trained_;

@@ -1,10 +1,12 @@
 // The losses of the RL recipe on flat tensors of model tokens, with the
-// per-trajectory weighting that makes them compose over packed rows and
-// data-parallel ranks: token t of trajectory i carries weight
-// w_t = 1 / (T_i * N), T_i = model tokens of trajectory i, N = trajectories
-// in the global batch. sum_t w_t * loss_t is then "mean over tokens within a
-// trajectory, mean over trajectories" (the paper's 1/T sum_t), however the
-// tokens are split into rows and ranks.
+// weighting that makes them compose over packed rows and data-parallel
+// ranks: token t carries a weight w_t, and the loss is sum_t w_t * loss_t.
+//  * Trajectory mean (the paper's 1/T sum_t): w_t = 1 / (T_i * N), T_i the
+//    model tokens of trajectory i, N the trajectories of the global batch.
+//  * Token mean (DAPO): w_t = 1 / (model tokens of the global batch).
+// Either way the weights of a global batch sum to 1, however the tokens are
+// split into rows and ranks, and a weighted sum of a 0/1 indicator is a
+// fraction.
 #ifndef KERNELRL_LEARNER_RL_PPO_LOSS_H_
 #define KERNELRL_LEARNER_RL_PPO_LOSS_H_
 
@@ -12,26 +14,33 @@
 
 namespace kernelrl::learner::rl {
 
+enum class MismatchMask { kToken, kSequence, kOff };
+
 struct PolicyLossParams {
   double clip_low = 0.2;
   double clip_high = 0.28;
-  // > 0: truncated importance sampling (see LearnerJobConfig.ppo.tis_threshold).
-  double tis_threshold = 2.0;
+  double dual_clip = 3.0;  // 0 = off; else > 1.
+  // Tokens (or sequences) whose exp(logp_trainer - logp_rollout) leaves
+  // [mismatch_low, mismatch_high] are masked (PpoConfig.mismatch_*).
+  MismatchMask mismatch_mask = MismatchMask::kToken;
+  double mismatch_low = 0.5, mismatch_high = 2.0;
 };
 
-// All [N] fp32, one entry per model token.
+// All [N], one entry per model token.
 struct PolicyLossInput {
-  at::Tensor logp;          // Trainer log-probs (differentiable).
-  at::Tensor rollout_logp;  // What the inference engine reported.
-  at::Tensor advantages;
-  at::Tensor weight;        // 1 / (T_i * N).
+  at::Tensor logp;          // Trainer log-probs (differentiable), fp32.
+  at::Tensor rollout_logp;  // What the inference engine reported, fp32.
+  at::Tensor advantages;    // fp32.
+  at::Tensor weight;        // fp32, as above.
+  at::Tensor sequence;      // int64: the token's trajectory, 0..S-1 (for the sequence mask).
 };
 
 // Sums over tokens (weighted the same way as the loss) for the step's metrics.
 struct PolicyLossStats {
   double clipped = 0;        // Tokens whose clipped term is the active one.
-  double is_weight = 0;      // exp(logp_trainer - logp_rollout) before truncation.
-  double truncated = 0;      // Tokens whose IS weight hit the threshold.
+  double dual_clipped = 0;   // Tokens held at dual_clip * A (A < 0, ratio > dual_clip).
+  double masked = 0;         // Tokens the mismatch mask removed.
+  double is_weight = 0;      // exp(logp_trainer - logp_rollout).
   double abs_logp_diff = 0;  // |logp_trainer - logp_rollout|.
   double kl = 0;             // k3 estimate of KL(rollout || trainer).
   double is_weight_max = 0;  // Unweighted max / min over the tokens.
@@ -43,12 +52,17 @@ struct PolicyLoss {
   PolicyLossStats stats;
 };
 
-// Clipped surrogate with the asymmetric clip:
-//   ratio_t = exp(logp_t - old_t)
-//   loss_t  = -c_t * min(ratio_t * A_t, clip(ratio_t, 1 - clip_low, 1 + clip_high) * A_t)
-// tis_threshold > 0: old_t = logp_t detached (one update per batch, so the
-// pre-update policy is the trainer's own), c_t = min(exp(old_t - rollout_t),
-// tis_threshold) detached. tis_threshold == 0: old_t = rollout_t, c_t = 1.
+// Clipped surrogate against the rollout policy, asymmetric clip, dual-clip,
+// mismatch mask:
+//   r_t    = exp(logp_t - rollout_t)
+//   s_t    = min(r_t A_t, clip(r_t, 1 - clip_low, 1 + clip_high) A_t)
+//   s_t    = max(s_t, dual_clip A_t)                  where A_t < 0
+//   keep_t = 0 if the mismatch ratio exp(logp_t - rollout_t) (detached; per
+//            token, or the geometric mean over the token's trajectory) leaves
+//            [mismatch_low, mismatch_high], else 1
+//   loss   = -sum_t w_t keep_t s_t
+// The loss is bounded: |s_t| <= max(1 + clip_high, dual_clip) |A_t| and a
+// masked token contributes nothing.
 PolicyLoss PpoPolicyLoss(const PolicyLossInput& in, const PolicyLossParams& p);
 
 // 1/2 * sum_t w_t (values_t - returns_t)^2.

@@ -11,6 +11,7 @@
 #include "learner/checkpoint.h"
 #include "learner/policy/engine.h"
 #include "learner/rl/dp_job.h"
+#include "learner/rl/gae.h"
 #include "learner/rl/job_config.h"
 #include "learner/rl/rft_filter.h"
 #include "learner/rl/trainer.h"
@@ -42,8 +43,10 @@ class RecipeRunner : public JobRunner {
   // Steps in a stage (0 = skip it) and whether it is switched off.
   int64_t StageSteps(int stage) const;
   absl::Status RunStage(JobContext* ctx, int stage);
-  // Waits for n trainable trajectories; empty when the job should stop.
-  absl::StatusOr<std::vector<v1::Trajectory>> WaitForBatch(JobContext* ctx, int n);
+  // Waits for a batch of whole groups (n trajectories); empty when the job should stop.
+  absl::StatusOr<std::vector<v1::Trajectory>> WaitForBatch(JobContext* ctx, int n, bool drop_zero_variance);
+  // Value pretraining; ends at the explained-variance level or the step cap.
+  absl::Status RunValuePretrain(JobContext* ctx, int stage);
   // rewards: of the trajectories the step trained on (the reward histogram).
   absl::Status Commit(JobContext* ctx, int stage, const std::vector<std::string>& trained, StepMetrics metrics,
                       const std::vector<Sample>& samples);
@@ -119,6 +122,7 @@ absl::Status RecipeRunner::Setup(JobContext* ctx) {
   io.max_infra_reruns = config_.ingest().max_infra_reruns();
   io.vocab_size = trainer_->policy().config().vocab_size;
   io.max_trajectory_tokens = config_.batch().max_trajectory_tokens();
+  io.temperature = config_.ppo().temperature();
   auto ingest = Ingest::Open(ctx->dir(), ctx->job_id(), io, step_);
   if (!ingest.ok()) return ingest.status();
   ingest_ = std::move(*ingest);
@@ -162,9 +166,11 @@ std::vector<Sample> RecipeRunner::ToSamples(const std::vector<v1::Trajectory>& t
 }
 
 absl::StatusOr<StepMetrics> RecipeRunner::Train(StepKind kind, const std::vector<Sample>& global) {
-  // Baselines over the global batch, before sharding: every rank gets the same ones.
+  // Baselines over the global batch, before sharding: every rank gets the same
+  // ones. Only for the per-task-baseline estimator's PPO: the critic's
+  // targets are the raw reward.
   std::vector<Sample> batch = global;
-  if (config_.ppo().task_baseline() && kind != StepKind::kSft) SetTaskBaselines(&batch);
+  if (config_.ppo().task_baseline() && kind == StepKind::kPpo) SetTaskBaselines(&batch);
   std::vector<Sample> mine;
   int64_t n = 0;
   if (dp_ != nullptr) {
@@ -181,13 +187,15 @@ absl::StatusOr<StepMetrics> RecipeRunner::Train(StepKind kind, const std::vector
   }
 }
 
-absl::StatusOr<std::vector<v1::Trajectory>> RecipeRunner::WaitForBatch(JobContext* ctx, int n) {
+absl::StatusOr<std::vector<v1::Trajectory>> RecipeRunner::WaitForBatch(JobContext* ctx, int n,
+                                                                        bool drop_zero_variance) {
   while (!ctx->ShouldStop()) {
     if (!ctx->HoldWhilePaused()) break;  // Before the batch: a paused job's policy stays as it is.
     if (auto s = ingest_->ExpireLeases(); !s.ok()) return s;
-    auto batch = ingest_->Take(n);
+    int groups = 0;
+    auto batch = ingest_->Take(n, drop_zero_variance, &groups);
     if (!batch.ok()) return batch.status();
-    if (static_cast<int>(batch->size()) >= n) return batch;
+    if (groups >= ingest_->GroupsPerBatch(n)) return batch;
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   return std::vector<v1::Trajectory>{};
@@ -207,6 +215,7 @@ absl::Status RecipeRunner::Commit(JobContext* ctx, int stage, const std::vector<
   ck.critic = trainer_->critic();
   ck.optimizer = trainer_->actor_optimizer().State("actor/");
   for (auto& [k, v] : trainer_->critic_optimizer()->State("critic/")) ck.optimizer[k] = v;
+  for (auto& [k, v] : trainer_->State()) ck.optimizer[k] = v;
   ck.optimizer["recipe/stage"] = at::tensor({static_cast<int64_t>(stage)}, at::kLong);
   ck.optimizer["recipe/stage_step"] = at::tensor({stage_step_ + 1}, at::kLong);
   ck.keep_last = config_.checkpoint().keep_last();
@@ -229,6 +238,9 @@ absl::Status RecipeRunner::Commit(JobContext* ctx, int stage, const std::vector<
   m["stale_dropped_total"] = info.stale_dropped;
   m["infra_reruns_total"] = info.infra_reruns;
   m["infra_dropped_total"] = info.infra_dropped;
+  m["sampling_mismatch_total"] = info.sampling_mismatch;
+  m["non_model_rejected_total"] = info.non_model_rejected;
+  m["zero_variance_groups_dropped_total"] = info.zero_variance_groups_dropped;
   m["policy_version"] = version_;
   if (peak_flops_ > 0 && m["step_seconds"] > 0) m["mfu"] = m["train_flops"] / m["step_seconds"] / peak_flops_;
   if (metrics_ != nullptr) {
@@ -254,16 +266,23 @@ absl::Status RecipeRunner::RunStage(JobContext* ctx, int stage) {
   const int64_t steps = StageSteps(stage);
   const auto& r = config_.recipe();
   const int n = config_.batch().trajectories_per_step();
-  if (st.kind == Kind::kPpo || st.kind == Kind::kCollect) {
-    const v1::StageConfig& sc = stage == 0 ? r.single_turn_ppo() : stage == 1 ? r.agent_warmup() : r.agentic_ppo();
+  const bool fresh_values = st.kind == Kind::kValue && !r.value_pretrain().use_warmup_trajectories();
+  if (st.kind == Kind::kPpo || st.kind == Kind::kCollect || fresh_values) {
+    const int max_turns = stage == 0   ? r.single_turn_ppo().max_turns()
+                          : stage == 1 ? r.agent_warmup().max_turns()
+                          : stage == 3 ? r.value_pretrain().max_turns()
+                                       : r.agentic_ppo().max_turns();
     std::vector<v1::Task> tasks = tasks_;
     for (v1::Task& t : tasks) {
-      if (sc.max_turns() > 0) (*t.mutable_metadata())["max_turns"] = std::to_string(sc.max_turns());
+      if (max_turns > 0) (*t.mutable_metadata())["max_turns"] = std::to_string(max_turns);
       (*t.mutable_metadata())["stage"] = st.name;  // actors may pick a policy per stage
     }
+    // PPO weights every token by pi / pi_rollout and value pretraining learns
+    // the model's own returns: only the model's samples. The warm-up takes any.
     ingest_->SetStage(st.name, std::move(tasks), std::max(1, spec_.rollouts_per_task()),
-                      st.kind == Kind::kCollect ? steps : -1);
+                      st.kind == Kind::kCollect ? steps : -1, /*model_only=*/st.kind != Kind::kCollect);
   }
+  if (st.kind == Kind::kValue) return RunValuePretrain(ctx, stage);
   if (st.kind == Kind::kCollect) {
     // Collect until `steps` trajectories were accepted (or nothing is left to lease).
     while (!ctx->ShouldStop()) {
@@ -287,7 +306,7 @@ absl::Status RecipeRunner::RunStage(JobContext* ctx, int stage) {
   }
   if (st.kind == Kind::kPpo) {
     while (stage_step_ < steps && !ctx->ShouldStop()) {
-      auto batch = WaitForBatch(ctx, n);
+      auto batch = WaitForBatch(ctx, n, config_.ppo().drop_zero_variance_groups());
       if (!batch.ok()) return batch.status();
       if (batch->empty()) break;
       StepMetrics bad;
@@ -301,7 +320,7 @@ absl::Status RecipeRunner::RunStage(JobContext* ctx, int stage) {
     }
     return absl::OkStatus();
   }
-  // RFT and value pretraining read the warm-up set.
+  // RFT reads the warm-up set.
   auto warmup = ingest_->AcceptedIn("agent_warmup");
   if (!warmup.ok()) return warmup.status();
   std::vector<v1::Trajectory> data;
@@ -325,18 +344,83 @@ absl::Status RecipeRunner::RunStage(JobContext* ctx, int stage) {
     return absl::OkStatus();
   }
   const int64_t per_epoch = (static_cast<int64_t>(samples.size()) + n - 1) / n;
-  const int64_t total = st.kind == Kind::kSft ? steps * per_epoch : steps;
-  if (st.kind == Kind::kSft) trainer_->actor_optimizer().set_lr(r.rft().lr());
+  const int64_t total = steps * per_epoch;
+  trainer_->actor_optimizer().set_lr(r.rft().lr());
   while (stage_step_ < total && !ctx->ShouldStop()) {
     if (!ctx->HoldWhilePaused()) break;
     const int64_t b = (stage_step_ % per_epoch) * n;
     std::vector<Sample> batch(samples.begin() + b, samples.begin() + std::min<int64_t>(b + n, samples.size()));
-    auto m = Train(st.kind == Kind::kSft ? StepKind::kSft : StepKind::kValue, batch);
+    auto m = Train(StepKind::kSft, batch);
     if (!m.ok()) return m.status();
     for (auto& [k, v] : filter) (*m)[k] = v;
     if (auto s = Commit(ctx, stage, {}, *m, batch); !s.ok()) return s;
   }
   trainer_->actor_optimizer().set_lr(config_.actor_optimizer().lr());
+  return absl::OkStatus();
+}
+
+absl::Status RecipeRunner::RunValuePretrain(JobContext* ctx, int stage) {
+  const v1::ValuePretrainConfig& vp = config_.recipe().value_pretrain();
+  const int64_t cap = StageSteps(stage);
+  const int n = config_.batch().trajectories_per_step();
+  // Warm-up mode: the last quarter of the set is held out (never trained on);
+  // fresh mode: each batch is new to the critic, its explained variance is
+  // taken on the values before it trains them.
+  std::vector<Sample> train, held_out;
+  StepMetrics extra;
+  if (vp.use_warmup_trajectories()) {
+    auto warmup = ingest_->AcceptedIn("agent_warmup");
+    if (!warmup.ok()) return warmup.status();
+    std::vector<Sample> all = ToSamples(*warmup, &extra);
+    const size_t h = all.size() >= 4 ? all.size() / 4 : 0;
+    train.assign(all.begin(), all.end() - h);
+    held_out.assign(all.end() - h, all.end());
+    if (train.empty()) {
+      KLOG(WARNING) << "job " << ctx->job_id() << ": value_pretrain has no warm-up trajectories; skipped";
+      return absl::OkStatus();
+    }
+  }
+  const int64_t per_epoch = std::max<int64_t>(1, (static_cast<int64_t>(train.size()) + n - 1) / n);
+  while (stage_step_ < cap && !ctx->ShouldStop()) {
+    if (!ctx->HoldWhilePaused()) break;
+    std::vector<Sample> batch;
+    std::vector<std::string> ids;
+    StepMetrics bad = extra;
+    if (vp.use_warmup_trajectories()) {
+      const int64_t b = (stage_step_ % per_epoch) * n;
+      batch.assign(train.begin() + b, train.begin() + std::min<int64_t>(b + n, train.size()));
+    } else {
+      auto got = WaitForBatch(ctx, n, /*drop_zero_variance=*/false);
+      if (!got.ok()) return got.status();
+      if (got->empty()) break;
+      batch = ToSamples(*got, &bad);
+      for (const auto& t : *got) ids.push_back(t.id());
+    }
+    auto m = Train(StepKind::kValue, batch);
+    if (!m.ok()) return m.status();
+    double ev = (*m)["explained_variance"];  // Fresh batch: the values before this update.
+    if (!held_out.empty()) {
+      auto values = trainer_->CriticValues(held_out);
+      if (!values.ok()) return values.status();
+      std::vector<float> v, ret;
+      for (size_t i = 0; i < held_out.size(); ++i) {
+        v.insert(v.end(), (*values)[i].begin(), (*values)[i].end());
+        ret.insert(ret.end(), (*values)[i].size(), static_cast<float>(held_out[i].reward));
+      }
+      ev = ExplainedVariance(v, ret);
+    }
+    (*m)["value_pretrain_heldout_ev"] = ev;
+    for (auto& [k, v] : bad) (*m)[k] = v;
+    const bool reached = ev >= vp.min_explained_variance();
+    if (reached || stage_step_ + 1 >= cap) {
+      (*m)[reached ? "value_pretrain_end_ev" : "value_pretrain_end_cap"] = 1;
+      KLOG(INFO) << "job " << ctx->job_id() << ": value pretraining ends at step " << stage_step_ + 1
+                 << (reached ? ": explained variance " : ": step cap, explained variance ") << ev << " (level "
+                 << vp.min_explained_variance() << ")";
+    }
+    if (auto s = Commit(ctx, stage, ids, *m, batch); !s.ok()) return s;
+    if (reached) break;
+  }
   return absl::OkStatus();
 }
 

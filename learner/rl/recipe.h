@@ -8,7 +8,10 @@
 //  * agent_warmup: actors collect `steps` trajectories; no update.
 //  * rft: SFT on the warm-up trajectories that pass RftRejection (R > 0, no
 //    loops, schema-valid tool calls), `epochs` passes, actor lr rft.lr.
-//  * value_pretrain: the critic on all warm-up trajectories (GAE targets).
+//  * value_pretrain: the critic on fresh rollouts of the RFT policy (or the
+//    warm-up set), until its explained variance on a fresh (or held-out)
+//    batch reaches min_explained_variance or `steps` updates; the last
+//    update's metrics say which ended it.
 // Every update is committed as: TRAINED records -> checkpoint (weights,
 // AdamW state, RNG, policy version, stage cursor) -> COMMITTED record ->
 // weight sync to the policy server -> job record. A restart resumes from the

@@ -60,7 +60,8 @@ const char kHyperparameters[] = R"pb(
     single_turn_ppo { steps: 3 max_turns: 1 }
     agent_warmup { steps: 12 max_turns: 8 }
     rft { epochs: 2 max_repeated_calls: 3 lr: 1e-3 }
-    value_pretrain { steps: 3 }
+    # The fake actor's rewards are noise: the critic cannot reach the level; the cap ends the stage.
+    value_pretrain { steps: 3 min_explained_variance: 1 }
     agentic_ppo { steps: 3 max_turns: 8 }
   }
   batch { trajectories_per_step: 4 max_tokens_per_row: 64 max_trajectory_tokens: 256 activation_checkpointing: false }
@@ -112,7 +113,8 @@ v1::Trajectory FakeRollout(const v1::TaskLease& lease, int64_t version, std::mt1
     const int n = 2 + static_cast<int>(rng() % 6);
     for (int i = 0; i < n; ++i) {
       t.add_token_ids(static_cast<int32_t>(rng() % kVocab));
-      t.add_logprobs(-0.05f - static_cast<float>(rng() % 3000) / 1000.0f);
+      // About what the tiny random policy gives a token (1/kVocab), within the mismatch band.
+      t.add_logprobs(-std::log(static_cast<float>(kVocab)) + static_cast<float>(rng() % 1000) / 1000.0f - 0.5f);
       t.add_loss_mask(1);
     }
     if (k + 1 < turns) {
@@ -456,7 +458,8 @@ TEST(RecipeTest, AllStagesThroughTheJobApiSurviveKillsBetweenStages) {
   }
   EXPECT_LE(missing, kills);
   EXPECT_GE(warmup_accepted + warmup_dropped, kWarmup) << warmup_dropped << " warm-up task(s) dropped";
-  EXPECT_EQ(trained.size(), static_cast<size_t>((kSingleTurnSteps + kAgenticSteps) * kPerStep));
+  // PPO and value pretraining (fresh rollouts of the RFT policy) train on the buffer's trajectories.
+  EXPECT_EQ(trained.size(), static_cast<size_t>((kSingleTurnSteps + kValueSteps + kAgenticSteps) * kPerStep));
   for (const auto& [id, step] : trained) EXPECT_EQ(infra.count(id), 0u) << id;
 
   // The scrape after the latest PPO step a learner process saw itself commit.
@@ -491,8 +494,10 @@ TEST(RecipeTest, AllStagesThroughTheJobApiSurviveKillsBetweenStages) {
   const double is_min = at("kernelrl_learner_is_ratio{stat=\"min\"}"), is_max = at("kernelrl_learner_is_ratio{stat=\"max\"}");
   const double is_mean = at("kernelrl_learner_is_ratio{stat=\"mean\"}");
   EXPECT_TRUE(is_min > 0 && is_min <= is_mean && is_mean <= is_max) << is_min << " " << is_mean << " " << is_max;
-  const double truncated = at("kernelrl_learner_is_truncated_fraction");
-  EXPECT_TRUE(truncated >= 0 && truncated <= 1) << truncated;
+  const double masked = at("kernelrl_learner_mask_fraction");
+  EXPECT_TRUE(masked >= 0 && masked <= 1) << masked;
+  const double dual = at("kernelrl_learner_dual_clip_fraction");
+  EXPECT_TRUE(dual >= 0 && dual <= 1) << dual;
   const double clipped_len = at("kernelrl_learner_response_length_clipped_ratio");
   EXPECT_TRUE(clipped_len >= 0 && clipped_len <= 1) << clipped_len;
   EXPECT_GT(at("kernelrl_learner_tokens_per_second"), 0);

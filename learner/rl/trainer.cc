@@ -1,11 +1,13 @@
 #include "learner/rl/trainer.h"
 
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/core/grad_mode.h>
+
 #include <algorithm>
 #include <chrono>
-#include <tuple>
-
-#include <ATen/core/grad_mode.h>
 #include <cmath>
+#include <set>
+#include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "learner/rl/gae.h"
@@ -23,12 +25,13 @@ struct RowTokens {
   std::vector<int64_t> begin, end;     // Per segment: [begin, end) into the flat arrays.
 };
 
-RowTokens GatherRow(const std::vector<Sample>& batch, const PackedRow& row, double n_global) {
+// weight[i]: the loss weight of each model token of sample i (ppo_loss.h).
+RowTokens GatherRow(const std::vector<Sample>& batch, const PackedRow& row, const std::vector<double>& weight) {
   RowTokens rt;
   int64_t offset = 0;
   for (int i : row.samples) {
     const Sample& s = batch[i];
-    const double w = 1.0 / (static_cast<double>(s.model_tokens()) * n_global);
+    const double w = weight[i];
     rt.sample.push_back(i);
     rt.begin.push_back(static_cast<int64_t>(rt.state.size()));
     for (size_t p = 1; p < s.ids.size(); ++p) {
@@ -69,18 +72,13 @@ double RowFlops(const ModelConfig& c, const PackedRow& row, int64_t head_rows, b
   return flops;
 }
 
-// GAE per trajectory segment of a row on the detached values v (outcome
-// reward less the sample's baseline on each segment's last token), appended
-// to adv and ret.
-void RowGae(const RowTokens& rt, const std::vector<Sample>& batch, const float* v, double gamma, double lambda,
-            std::vector<float>* adv, std::vector<float>* ret) {
-  for (size_t j = 0; j < rt.sample.size(); ++j) {
-    std::vector<float> seg(v + rt.begin[j], v + rt.end[j]);
-    const Sample& s = batch[rt.sample[j]];
-    GaeResult g = Gae(OutcomeRewards(static_cast<int>(seg.size()), s.reward - s.baseline), seg, gamma, lambda);
-    adv->insert(adv->end(), g.advantages.begin(), g.advantages.end());
-    ret->insert(ret->end(), g.returns.begin(), g.returns.end());
+// Position of each flat token in its row's segment list (the sequence mask).
+std::vector<int64_t> SegmentIndex(const RowTokens& rt) {
+  std::vector<int64_t> seq(rt.state.size());
+  for (size_t j = 0; j < rt.begin.size(); ++j) {
+    for (int64_t k = rt.begin[j]; k < rt.end[j]; ++k) seq[k] = static_cast<int64_t>(j);
   }
+  return seq;
 }
 
 double Seconds(std::chrono::steady_clock::time_point since) {
@@ -91,7 +89,7 @@ double Seconds(std::chrono::steady_clock::time_point since) {
 // already weighted by 1/(T_i N)), and those reduced by maximum ("-x" holds
 // -x so that a maximum gives the minimum).
 constexpr const char* kSummedMetrics[] = {
-    "policy_loss", "value_loss", "sft_loss", "entropy", "clip_frac", "is_weight_mean", "is_truncated_frac",
+    "policy_loss", "value_loss", "sft_loss", "entropy", "clip_frac", "dual_clip_frac", "mask_frac", "is_weight_mean",
     "logp_abs_diff", "kl_rollout", "advantage_mean", "trajectories", "tokens", "model_tokens", "rows",
     "train_flops", "reward_sum", "reward_sq", "reward_positive", "length_clipped", "ev_n", "ev_r", "ev_r2",
     "ev_d", "ev_d2"};
@@ -131,7 +129,7 @@ void FinishMetrics(bool ppo, bool critic, StepMetrics* mp) {
   if (ppo) {
     m["is_weight_min"] = -m["-is_weight_min"];
   } else {
-    for (const char* k : {"policy_loss", "clip_frac", "is_weight_mean", "is_truncated_frac", "logp_abs_diff",
+    for (const char* k : {"policy_loss", "clip_frac", "dual_clip_frac", "mask_frac", "is_weight_mean", "logp_abs_diff",
                           "kl_rollout", "advantage_mean", "is_weight_max"}) {
       m.erase(k);
     }
@@ -150,15 +148,20 @@ void FinishMetrics(bool ppo, bool critic, StepMetrics* mp) {
 
 // ---- AdamW ----
 
-AdamW::AdamW(std::vector<at::Tensor> params, AdamWParams p) : p_(p), params_(std::move(params)) {
+AdamW::AdamW(std::vector<at::Tensor> params, AdamWParams p, std::vector<bool> decay, std::vector<bool> head)
+    : p_(p), params_(std::move(params)), decay_(std::move(decay)), head_(std::move(head)) {
   at::NoGradGuard no_grad;
   separate_master_ = !params_.empty() && params_[0].scalar_type() != at::kFloat;
+  if (decay_.size() != params_.size()) {  // Default: matrices decay, vectors (norms, biases) do not.
+    decay_.clear();
+    for (const at::Tensor& w : params_) decay_.push_back(w.dim() >= 2);
+  }
+  head_.resize(params_.size(), false);
   for (const at::Tensor& w : params_) {
     master_.push_back(separate_master_ ? w.detach().to(at::kFloat).clone() : w.detach());
     exp_avg_.push_back(at::zeros_like(master_.back()));
     exp_avg_sq_.push_back(at::zeros_like(master_.back()));
     steps_.push_back(at::zeros({}, master_.back().options()));
-    decay_.push_back(w.dim() >= 2);
   }
 }
 
@@ -172,6 +175,22 @@ void AdamW::ZeroGrad() {
   for (at::Tensor& w : params_) w.mutable_grad() = at::Tensor();
 }
 
+void AdamW::Reset() {
+  at::NoGradGuard no_grad;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    exp_avg_[i].zero_(), exp_avg_sq_[i].zero_(), steps_[i].zero_();
+  }
+  step_count_ = 0;
+}
+
+double AdamW::ScheduleFactor() const {
+  const double t = static_cast<double>(step_count_ + 1);  // The step about to be taken, from 1.
+  if (p_.warmup_steps > 0 && t <= p_.warmup_steps) return t / static_cast<double>(p_.warmup_steps);
+  if (p_.decay_steps <= 0) return 1.0;
+  const double progress = std::min(1.0, (t - std::max<int64_t>(p_.warmup_steps, 0)) / p_.decay_steps);
+  return p_.min_lr_ratio + (1.0 - p_.min_lr_ratio) * 0.5 * (1.0 + std::cos(M_PI * progress));
+}
+
 double AdamW::Step() {
   at::NoGradGuard no_grad;
   std::vector<at::Tensor> grads;  // fp32
@@ -180,21 +199,25 @@ double AdamW::Step() {
   }
   const double norm = at::stack(at::_foreach_norm(grads)).norm().item<double>();
   if (p_.max_grad_norm > 0 && norm > p_.max_grad_norm) at::_foreach_mul_(grads, p_.max_grad_norm / (norm + 1e-6));
+  const double lr = p_.lr * ScheduleFactor();
   at::_foreach_add_(steps_, 1.0);
   for (bool decay : {true, false}) {
-    std::vector<at::Tensor> m, g, a, s, st;
-    for (size_t i = 0; i < params_.size(); ++i) {
-      if (decay_[i] != decay) continue;
-      m.push_back(master_[i]), g.push_back(grads[i]), a.push_back(exp_avg_[i]), s.push_back(exp_avg_sq_[i]);
-      st.push_back(steps_[i]);
+    for (bool head : {false, true}) {
+      std::vector<at::Tensor> m, g, a, s, st;
+      for (size_t i = 0; i < params_.size(); ++i) {
+        if (decay_[i] != decay || head_[i] != head) continue;
+        m.push_back(master_[i]), g.push_back(grads[i]), a.push_back(exp_avg_[i]), s.push_back(exp_avg_sq_[i]);
+        st.push_back(steps_[i]);
+      }
+      if (m.empty()) continue;
+      at::_fused_adamw_(m, g, a, s, {}, st, head ? lr * p_.head_lr_scale : lr, p_.beta1, p_.beta2,
+                        decay ? p_.weight_decay : 0.0, p_.eps, /*amsgrad=*/false, /*maximize=*/false);
     }
-    if (m.empty()) continue;
-    at::_fused_adamw_(m, g, a, s, {}, st, p_.lr, p_.beta1, p_.beta2, decay ? p_.weight_decay : 0.0, p_.eps,
-                      /*amsgrad=*/false, /*maximize=*/false);
   }
   if (separate_master_) {
     for (size_t i = 0; i < params_.size(); ++i) params_[i].detach().copy_(master_[i]);
   }
+  ++step_count_;
   ZeroGrad();
   return norm;
 }
@@ -229,10 +252,32 @@ absl::Status AdamW::LoadState(const std::map<std::string, at::Tensor>& state, co
     }
     if (separate_master_) params_[i].detach().copy_(master_[i]);
   }
+  step_count_ = steps_.empty() ? 0 : static_cast<int64_t>(steps_[0].item<double>());
   return absl::OkStatus();
 }
 
 // ---- Trainer ----
+
+namespace {
+
+// Weight decay and the head's learning rate per parameter of a model
+// (Transformer::parameters() order: the embedding first, the value head
+// last). No decay on the embedding, norms, biases and the value head; the
+// value head ([1,H] weight, [1] bias) is the `head`.
+AdamW MakeAdamW(const Transformer& model, const AdamWParams& p) {
+  std::vector<at::Tensor> params = model.parameters();
+  std::vector<bool> decay, head;
+  for (size_t i = 0; i < params.size(); ++i) {
+    const at::Tensor& w = params[i];
+    const bool value_head = model.head() == Head::kValue && i + 2 >= params.size() && w.size(0) == 1 &&
+                            (w.dim() == 1 || w.dim() == 2);
+    head.push_back(value_head);
+    decay.push_back(i != 0 && w.dim() >= 2 && !value_head);
+  }
+  return AdamW(std::move(params), p, std::move(decay), std::move(head));
+}
+
+}  // namespace
 
 absl::Status Trainer::BroadcastParameters() {
   if (collectives_ == nullptr) return absl::OkStatus();
@@ -253,13 +298,22 @@ absl::Status Trainer::BroadcastParameters() {
 
 Trainer::Trainer(std::unique_ptr<Transformer> policy, std::unique_ptr<Transformer> critic, TrainerOptions options)
     : policy_(std::move(policy)), critic_(std::move(critic)), options_(options) {
-  actor_opt_ = std::make_unique<AdamW>(policy_->parameters(), options_.actor);
-  if (critic_) critic_opt_ = std::make_unique<AdamW>(critic_->parameters(), options_.critic);
+  actor_opt_ = std::make_unique<AdamW>(MakeAdamW(*policy_, options_.actor));
+  if (critic_) critic_opt_ = std::make_unique<AdamW>(MakeAdamW(*critic_, options_.critic));
 }
 
-absl::StatusOr<StepMetrics> Trainer::PpoStep(const std::vector<Sample>& batch, int64_t global_trajectories) {
-  return Step(batch, global_trajectories, Objective::kPpo);
+std::map<std::string, at::Tensor> Trainer::State() const {
+  return {{"trainer/objective", at::tensor({static_cast<int64_t>(last_objective_)}, at::kLong)},
+          {"trainer/critic_head_ready", at::tensor({static_cast<int64_t>(critic_head_ready_)}, at::kLong)}};
 }
+
+void Trainer::LoadState(const std::map<std::string, at::Tensor>& state) {
+  auto it = state.find("trainer/objective");
+  if (it != state.end()) last_objective_ = static_cast<int>(it->second.item<int64_t>());
+  it = state.find("trainer/critic_head_ready");
+  critic_head_ready_ = it == state.end() || it->second.item<int64_t>() != 0;
+}
+
 absl::StatusOr<StepMetrics> Trainer::SftStep(const std::vector<Sample>& batch, int64_t global_trajectories) {
   return Step(batch, global_trajectories, Objective::kSft);
 }
@@ -267,20 +321,121 @@ absl::StatusOr<StepMetrics> Trainer::ValueStep(const std::vector<Sample>& batch,
   return Step(batch, global_trajectories, Objective::kValue);
 }
 
+absl::StatusOr<StepMetrics> Trainer::Step(const std::vector<Sample>& batch, int64_t global_trajectories,
+                                          Objective objective) {
+  const double n = global_trajectories > 0 ? global_trajectories : static_cast<double>(batch.size());
+  auto m = Update(batch, n, objective);
+  if (!m.ok()) return m.status();
+  FinishMetrics(objective == Objective::kPpo, m->count("ev_n") > 0 && objective != Objective::kSft, &*m);
+  return m;
+}
+
+// epochs x minibatches updates. The batch's figures (rewards, tokens, losses,
+// fractions) are the mean over epochs of the summed mini-batch figures;
+// explained variance comes from the first epoch (values before any update
+// on this batch); grad norms and learning rates are means over the updates.
+absl::StatusOr<StepMetrics> Trainer::PpoStep(const std::vector<Sample>& batch, int64_t global_trajectories) {
+  const bool data_parallel = collectives_ != nullptr && collectives_->world_size() > 1;
+  const int epochs = std::max(1, options_.epochs);
+  // Every rank runs the same number of updates (collectives pair up); one rank never makes an empty one.
+  const int mbs = data_parallel ? std::max(1, options_.minibatches)
+                                : std::max(1, std::min<int>(options_.minibatches, static_cast<int>(batch.size())));
+  const double n = (global_trajectories > 0 ? global_trajectories : static_cast<double>(batch.size())) / mbs;
+  std::set<std::string> summed(std::begin(kSummedMetrics), std::end(kSummedMetrics));
+  std::set<std::string> maxed(std::begin(kMaxedMetrics), std::end(kMaxedMetrics));
+  StepMetrics acc;
+  std::map<std::string, int> counts;
+  for (int e = 0; e < epochs; ++e) {
+    for (int k = 0; k < mbs; ++k) {
+      const size_t b = batch.size() * k / mbs, end = batch.size() * (k + 1) / mbs;
+      std::vector<Sample> mb(batch.begin() + b, batch.begin() + end);
+      auto m = Update(mb, n, Objective::kPpo);
+      if (!m.ok()) return m.status();
+      for (const auto& [key, v] : *m) {
+        const bool ev = key.rfind("ev_", 0) == 0;
+        if (ev && e > 0) continue;
+        if (key == "step_seconds" || key == "train_flops" || ev) {
+          acc[key] += v;
+        } else if (summed.count(key)) {
+          acc[key] += v / epochs;
+        } else if (maxed.count(key)) {
+          acc[key] = counts[key]++ == 0 ? v : std::max(acc[key], v);
+        } else {
+          acc[key] += v, counts[key] += 1;
+        }
+      }
+    }
+  }
+  for (const auto& [key, c] : counts) {
+    if (!maxed.count(key) && c > 0) acc[key] /= c;
+  }
+  acc["updates"] = static_cast<double>(epochs * mbs);
+  FinishMetrics(/*ppo=*/true, acc.count("ev_n") > 0, &acc);
+  return acc;
+}
+
+void Trainer::RowTargets(const std::vector<int>& samples, const std::vector<int64_t>& begin,
+                         const std::vector<int64_t>& end, const std::vector<Sample>& batch, const float* v,
+                         std::vector<float>* adv, std::vector<float>* ret) const {
+  for (size_t j = 0; j < samples.size(); ++j) {
+    const Sample& s = batch[samples[j]];
+    const int n = static_cast<int>(end[j] - begin[j]);
+    const std::vector<float> rewards = OutcomeRewards(n, s.reward);
+    std::vector<float> seg = v != nullptr ? std::vector<float>(v + begin[j], v + end[j]) : std::vector<float>(n, 0);
+    if (v != nullptr) {  // The critic's targets: its own lambda, on the raw reward.
+      GaeResult c = Gae(rewards, seg, options_.gamma, options_.lambda_critic);
+      ret->insert(ret->end(), c.returns.begin(), c.returns.end());
+    }
+    if (options_.advantage == AdvantageEstimator::kTaskBaseline) {
+      adv->insert(adv->end(), n, static_cast<float>(s.reward - s.baseline));
+    } else {
+      const double lambda =
+          options_.lambda_length_alpha > 0 ? LengthAdaptiveLambda(n, options_.lambda_length_alpha) : options_.lambda;
+      GaeResult a = Gae(rewards, seg, options_.gamma, lambda);
+      adv->insert(adv->end(), a.advantages.begin(), a.advantages.end());
+    }
+  }
+}
+
+absl::StatusOr<std::vector<std::vector<float>>> Trainer::CriticValues(const std::vector<Sample>& batch) {
+  if (!critic_) return absl::FailedPreconditionError("no critic");
+  at::NoGradGuard no_grad;
+  const at::Device device = critic_->options().device;
+  std::vector<std::vector<float>> out(batch.size());
+  const std::vector<double> unit(batch.size(), 1.0);
+  for (const PackedRow& row : PackRows(batch, options_.max_tokens_per_row)) {
+    const RowTokens rt = GatherRow(batch, row, unit);
+    const at::Tensor ids = RowIds(batch, row).to(device);
+    const at::Tensor state = ToDevice(rt.state, at::kLong, device);
+    at::Tensor v = critic_->Values(critic_->Hidden(ids, row.lengths)[0].index_select(0, state))
+                       .to(at::kCPU, at::kFloat)
+                       .contiguous();
+    for (size_t j = 0; j < rt.sample.size(); ++j) {
+      out[rt.sample[j]].assign(v.data_ptr<float>() + rt.begin[j], v.data_ptr<float>() + rt.end[j]);
+    }
+  }
+  return out;
+}
+
 absl::StatusOr<std::pair<double, double>> Trainer::AdvantageMoments(const std::vector<Sample>& batch,
                                                                      const std::vector<PackedRow>& rows,
                                                                      at::Device device) {
   at::NoGradGuard no_grad;
+  const bool need_values = options_.advantage == AdvantageEstimator::kCritic;
   double sum = 0, sq = 0, n = 0;
+  const std::vector<double> unit(batch.size(), 1.0);
   for (const PackedRow& row : rows) {
-    const RowTokens rt = GatherRow(batch, row, 1.0);
-    const at::Tensor ids = RowIds(batch, row).to(device);
-    const at::Tensor state = ToDevice(rt.state, at::kLong, device);
-    at::Tensor v_cpu = critic_->Values(critic_->Hidden(ids, row.lengths)[0].index_select(0, state))
-                           .to(at::kCPU, at::kFloat)
-                           .contiguous();
+    const RowTokens rt = GatherRow(batch, row, unit);
+    at::Tensor v_cpu;
+    if (need_values) {
+      const at::Tensor ids = RowIds(batch, row).to(device);
+      const at::Tensor state = ToDevice(rt.state, at::kLong, device);
+      v_cpu = critic_->Values(critic_->Hidden(ids, row.lengths)[0].index_select(0, state))
+                  .to(at::kCPU, at::kFloat)
+                  .contiguous();
+    }
     std::vector<float> adv, ret;
-    RowGae(rt, batch, v_cpu.data_ptr<float>(), options_.gamma, options_.lambda, &adv, &ret);
+    RowTargets(rt.sample, rt.begin, rt.end, batch, need_values ? v_cpu.data_ptr<float>() : nullptr, &adv, &ret);
     for (float a : adv) sum += a, sq += static_cast<double>(a) * a, n += 1;
   }
   if (collectives_ != nullptr) {
@@ -296,33 +451,91 @@ absl::StatusOr<std::pair<double, double>> Trainer::AdvantageMoments(const std::v
   return std::make_pair(mean, std > 1e-6 ? std : 1.0);
 }
 
-absl::StatusOr<StepMetrics> Trainer::Step(const std::vector<Sample>& batch, int64_t global_trajectories,
-                                          Objective objective) {
+absl::Status Trainer::InitValueHead(const std::vector<Sample>& batch, at::Device device) {
+  double sum = 0, n = static_cast<double>(batch.size());
+  for (const Sample& s : batch) sum += s.reward;
+  if (collectives_ != nullptr) {
+    std::vector<at::Tensor> t = {at::tensor(std::vector<double>{sum, n}, at::kDouble).to(device)};
+    if (auto s = collectives_->AllReduceSum(t); !s.ok()) return s;
+    const at::Tensor c = t[0].to(at::kCPU);
+    sum = c[0].item<double>(), n = c[1].item<double>();
+  }
+  std::vector<at::Tensor> params = critic_->parameters();
+  at::Tensor w = params.size() >= 2 && params.back().dim() == 1 ? params[params.size() - 2] : params.back();
+  at::Tensor b = params.back().dim() == 1 ? params.back() : at::Tensor();
+  at::NoGradGuard no_grad;
+  // The same draw on every rank: a fixed generator, not the global RNG.
+  at::Generator gen = at::detail::createCPUGenerator(0x5eed);
+  w.detach().copy_(at::normal(0.0, options_.value_head_init_std, w.sizes(), gen, at::TensorOptions(at::kFloat)));
+  if (b.defined()) b.detach().fill_(n > 0 ? sum / n : 0.0);
+  critic_opt_->SyncMasterFromParams();
+  critic_head_ready_ = true;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<StepMetrics> Trainer::Update(const std::vector<Sample>& batch, double n_global, Objective objective) {
   const bool train_actor = objective != Objective::kValue;
-  const bool use_critic = objective != Objective::kSft;
+  const bool baseline = options_.advantage == AdvantageEstimator::kTaskBaseline;
+  // The critic trains in value pretraining and PPO; with the per-task baseline it is optional.
+  const bool use_critic = objective == Objective::kValue || (objective == Objective::kPpo && critic_ != nullptr);
   const bool data_parallel = collectives_ != nullptr && collectives_->world_size() > 1;
   if (batch.empty() && !data_parallel) return absl::InvalidArgumentError("empty batch");
   if (use_critic && !critic_) return absl::FailedPreconditionError("this step needs a critic");
+  if (objective == Objective::kPpo && !baseline && !critic_) {
+    return absl::FailedPreconditionError("PPO with the critic estimator needs a critic");
+  }
   const auto start = std::chrono::steady_clock::now();
-  const double n_global = global_trajectories > 0 ? global_trajectories : static_cast<double>(batch.size());
   const at::Device device = policy_->options().device;
   const int64_t vocab = policy_->config().vocab_size;
   for (const Sample& s : batch) {
     for (int32_t id : s.ids) {
       if (id < 0 || id >= vocab) return absl::InvalidArgumentError(absl::StrCat(s.id, ": token id ", id, " >= vocab"));
     }
+    if (objective == Objective::kPpo && !baseline && s.baseline != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          s.id, ": a per-task baseline with the critic estimator (the two are alternatives, never stacked)"));
+    }
   }
   StepMetrics m;
+  // A new objective is a new stage: its optimizers start from zero moments and their own schedule.
+  if (last_objective_ >= 0 && last_objective_ != static_cast<int>(objective)) {
+    actor_opt_->Reset();
+    if (critic_opt_) critic_opt_->Reset();
+    m["optimizer_reset"] = 1;
+  }
+  last_objective_ = static_cast<int>(objective);
+  if (use_critic && !critic_head_ready_) {
+    if (options_.value_head_init) {
+      if (auto s = InitValueHead(batch, device); !s.ok()) return s;
+      m["value_head_init"] = 1;
+    }
+    critic_head_ready_ = true;
+  }
   std::vector<float> all_values, all_returns;  // For explained variance.
   double flops = 0, is_max = 0, is_min = HUGE_VAL;
   int64_t tokens = 0, model_tokens = 0;
 
-  // 1. Sequence packing: trajectories share rows of <= max_tokens_per_row tokens.
+  // 1. Loss weights per sample (ppo_loss.h): 1/(T_i N), or 1/(model tokens of the global batch).
+  std::vector<double> weight(batch.size());
+  double total_model = 0;
+  for (const Sample& s : batch) total_model += static_cast<double>(s.model_tokens());
+  if (options_.aggregation == LossAggregation::kTokenMean && collectives_ != nullptr) {
+    std::vector<at::Tensor> t = {at::tensor(std::vector<double>{total_model}, at::kDouble).to(device)};
+    if (auto s = collectives_->AllReduceSum(t); !s.ok()) return s;
+    total_model = t[0].to(at::kCPU)[0].item<double>();
+  }
+  for (size_t i = 0; i < batch.size(); ++i) {
+    weight[i] = options_.aggregation == LossAggregation::kTokenMean && objective != Objective::kSft
+                    ? 1.0 / std::max(1.0, total_model)
+                    : 1.0 / (static_cast<double>(batch[i].model_tokens()) * n_global);
+  }
+
+  // 2. Sequence packing: trajectories share rows of <= max_tokens_per_row tokens.
   const std::vector<PackedRow> rows = PackRows(batch, options_.max_tokens_per_row);
 
-  // 1b. PPO with normalised advantages: their mean and standard deviation over
+  // 2b. PPO with normalised advantages: their mean and standard deviation over
   //     every rank's model tokens first, from a critic pass without gradients
-  //     (step 3 recomputes the same values with them).
+  //     (step 4 recomputes the same values with them).
   const bool normalize = objective == Objective::kPpo && options_.normalize_advantages;
   double adv_mean = 0, adv_std = 1;
   if (normalize) {
@@ -332,87 +545,98 @@ absl::StatusOr<StepMetrics> Trainer::Step(const std::vector<Sample>& batch, int6
     m["advantage_raw_mean"] = adv_mean, m["advantage_raw_std"] = adv_std;
   }
   for (const PackedRow& row : rows) {
-    // 2. The row's model tokens: state positions, targets, rollout log-probs, weights 1/(T_i N).
-    const RowTokens rt = GatherRow(batch, row, n_global);
+    // 3. The row's model tokens: state positions, targets, rollout log-probs, weights.
+    const RowTokens rt = GatherRow(batch, row, weight);
     const at::Tensor ids = RowIds(batch, row).to(device);                        // [1,T]
     const at::Tensor state = ToDevice(rt.state, at::kLong, device);              // [M]
     const at::Tensor target = ToDevice(rt.target, at::kLong, device);            // [M]
     const at::Tensor rollout_logp = ToDevice(rt.rollout_logp, at::kFloat, device);  // [M]
-    const at::Tensor weight = ToDevice(rt.weight, at::kFloat, device);           // [M]
+    const at::Tensor w = ToDevice(rt.weight, at::kFloat, device);                // [M]
     tokens += row.tokens;
     model_tokens += static_cast<int64_t>(rt.state.size());
 
-    // 3. Critic: V(state) per model token (differentiable), then GAE per
-    //    trajectory on the detached values: outcome reward on the last token.
+    // 4. Critic: V(state) per model token (differentiable); on the detached
+    //    values, per trajectory: the critic's targets (lambda_critic, raw
+    //    reward) and the actor's advantages (GAE with the actor's lambda, or
+    //    reward - baseline).
     at::Tensor values, advantages, returns;
+    std::vector<float> adv, ret;
     if (use_critic) {
       at::Tensor hidden = critic_->Hidden(ids, row.lengths)[0];   // [T,H]
       values = critic_->Values(hidden.index_select(0, state));    // [M]
-      at::Tensor v_cpu = values.detach().to(at::kCPU).contiguous();
+      at::Tensor v_cpu = values.detach().to(at::kCPU, at::kFloat).contiguous();
       const float* v = v_cpu.data_ptr<float>();
-      std::vector<float> adv, ret;
-      RowGae(rt, batch, v, options_.gamma, options_.lambda, &adv, &ret);
+      RowTargets(rt.sample, rt.begin, rt.end, batch, v, &adv, &ret);
       all_values.insert(all_values.end(), v, v + v_cpu.numel());
       all_returns.insert(all_returns.end(), ret.begin(), ret.end());
+      returns = ToDevice(ret, at::kFloat, device);
+      flops += RowFlops(critic_->config(), row, 0, false);
+    } else if (objective == Objective::kPpo) {
+      RowTargets(rt.sample, rt.begin, rt.end, batch, nullptr, &adv, &ret);
+    }
+    if (objective == Objective::kPpo) {
       if (normalize) {
         for (float& a : adv) a = static_cast<float>((a - adv_mean) / adv_std);
       }
       advantages = ToDevice(adv, at::kFloat, device);
-      returns = ToDevice(ret, at::kFloat, device);
-      flops += RowFlops(critic_->config(), row, 0, false);
     }
 
-    // 4. Policy: log-probs of the model tokens, computed in chunks over the
+    // 5. Policy: log-probs of the model tokens, computed in chunks over the
     //    vocabulary (no [M, V] tensor beyond ModelOptions::keep_logits_bytes).
     at::Tensor logp, entropy;
     if (train_actor) {
       at::Tensor hidden = policy_->Hidden(ids, row.lengths)[0].index_select(0, state);  // [M,H]
       logp = policy_->TokenLogprobs(hidden, target, options_.temperature);               // [M]
       if (objective == Objective::kPpo && options_.entropy_coef > 0) {  // The bonus needs its gradient.
-        entropy = (weight * policy_->TokenEntropy(hidden, options_.temperature, /*with_grad=*/true)).sum();
+        entropy = (w * policy_->TokenEntropy(hidden, options_.temperature, /*with_grad=*/true)).sum();
         m["entropy"] += entropy.item<double>();
       } else if (options_.entropy_metric) {
-        m["entropy"] += (weight * policy_->TokenEntropy(hidden, options_.temperature)).sum().item<double>();
+        m["entropy"] += (w * policy_->TokenEntropy(hidden, options_.temperature)).sum().item<double>();
       }
       flops += RowFlops(policy_->config(), row, static_cast<int64_t>(rt.state.size()), true);
     }
 
-    // 5. Losses, each a weighted sum over this row's model tokens.
+    // 6. Losses, each a weighted sum over this row's model tokens.
     at::Tensor loss;
     if (objective == Objective::kPpo) {
-      PolicyLoss pl = PpoPolicyLoss({logp, rollout_logp, advantages, weight}, options_.policy_loss);
-      at::Tensor vl = ValueLoss(values, returns, weight);
-      loss = pl.loss + vl;
+      const at::Tensor sequence = ToDevice(SegmentIndex(rt), at::kLong, device);  // [M]
+      PolicyLoss pl = PpoPolicyLoss({logp, rollout_logp, advantages, w, sequence}, options_.policy_loss);
+      loss = pl.loss;
+      if (use_critic) {
+        at::Tensor vl = ValueLoss(values, returns, w);
+        loss = loss + vl;
+        m["value_loss"] += vl.item<double>();
+      }
       if (entropy.defined()) loss = loss - options_.entropy_coef * entropy;
       m["policy_loss"] += pl.loss.item<double>();
-      m["value_loss"] += vl.item<double>();
       m["clip_frac"] += pl.stats.clipped;
+      m["dual_clip_frac"] += pl.stats.dual_clipped;
+      m["mask_frac"] += pl.stats.masked;
       m["is_weight_mean"] += pl.stats.is_weight;
-      m["is_truncated_frac"] += pl.stats.truncated;
       m["logp_abs_diff"] += pl.stats.abs_logp_diff;
       m["kl_rollout"] += pl.stats.kl;
       is_max = std::max(is_max, pl.stats.is_weight_max);
       is_min = std::min(is_min, pl.stats.is_weight_min);
-      m["advantage_mean"] += (weight * advantages).sum().item<double>();
+      m["advantage_mean"] += (w * advantages).sum().item<double>();
     } else if (objective == Objective::kSft) {
-      loss = SftLoss(logp, weight);
+      loss = SftLoss(logp, w);
       m["sft_loss"] += loss.item<double>();
     } else {
-      loss = ValueLoss(values, returns, weight);
+      loss = ValueLoss(values, returns, w);
       m["value_loss"] += loss.item<double>();
     }
 
-    // 6. Backward: gradients accumulate over rows; this row's activations go.
+    // 7. Backward: gradients accumulate over rows; this row's activations go.
     loss.backward();
   }
 
-  // 7. Data-parallel: sum gradients over ranks (loss weights already use the global N).
+  // 8. Data-parallel: sum gradients over ranks (loss weights already use the global N).
   for (AdamW* opt : {train_actor ? actor_opt_.get() : nullptr, use_critic ? critic_opt_.get() : nullptr}) {
     if (opt == nullptr || (collectives_ == nullptr && !grad_observer_)) continue;
     std::vector<at::Tensor> grads;
-    for (at::Tensor& w : opt->params()) {
-      if (!w.grad().defined()) w.mutable_grad() = at::zeros_like(w);
-      grads.push_back(w.grad());
+    for (at::Tensor& p : opt->params()) {
+      if (!p.grad().defined()) p.mutable_grad() = at::zeros_like(p);
+      grads.push_back(p.grad());
     }
     if (collectives_ != nullptr) {
       if (auto s = collectives_->AllReduceSum(grads); !s.ok()) return s;
@@ -420,12 +644,18 @@ absl::StatusOr<StepMetrics> Trainer::Step(const std::vector<Sample>& batch, int6
     if (grad_observer_) grad_observer_(opt == actor_opt_.get() ? "actor" : "critic", grads);
   }
 
-  // 8. Clip and step: one AdamW update per model.
-  if (train_actor) m["actor_grad_norm"] = actor_opt_->Step();
-  if (use_critic) m["critic_grad_norm"] = critic_opt_->Step();
+  // 9. Clip and step: one AdamW update per model, at the scheduled learning rate.
+  if (train_actor) {
+    m["actor_lr"] = actor_opt_->lr() * actor_opt_->ScheduleFactor();
+    m["actor_grad_norm"] = actor_opt_->Step();
+  }
+  if (use_critic) {
+    m["critic_lr"] = critic_opt_->lr() * critic_opt_->ScheduleFactor();
+    m["critic_grad_norm"] = critic_opt_->Step();
+  }
 
-  // 9. Batch metrics: sums and maxima over this rank's trajectories and
-  //    tokens, reduced over ranks, then the global batch's figures.
+  // 10. Batch metrics: sums and maxima over this rank's trajectories and
+  //     tokens, reduced over ranks, then the global batch's figures.
   double r_max = -HUGE_VAL, r_min = HUGE_VAL;
   for (const Sample& s : batch) {
     m["reward_sum"] += s.reward, m["reward_sq"] += s.reward * s.reward;
@@ -437,6 +667,9 @@ absl::StatusOr<StepMetrics> Trainer::Step(const std::vector<Sample>& batch, int6
     m["ev_n"] += 1, m["ev_r"] += all_returns[i], m["ev_r2"] += all_returns[i] * all_returns[i];
     m["ev_d"] += d, m["ev_d2"] += d * d;
   }
+  if (!use_critic) {
+    for (const char* k : {"ev_n", "ev_r", "ev_r2", "ev_d", "ev_d2"}) m.erase(k);
+  }
   m["trajectories"] = static_cast<double>(batch.size());
   m["tokens"] = static_cast<double>(tokens);
   m["model_tokens"] = static_cast<double>(model_tokens);
@@ -447,8 +680,10 @@ absl::StatusOr<StepMetrics> Trainer::Step(const std::vector<Sample>& batch, int6
   m["step_seconds"] = Seconds(start);
   if (collectives_ != nullptr) {
     if (auto s = ReduceMetrics(*collectives_, device, &m); !s.ok()) return s;
+    if (!use_critic) {
+      for (const char* k : {"ev_n", "ev_r", "ev_r2", "ev_d", "ev_d2"}) m.erase(k);
+    }
   }
-  FinishMetrics(objective == Objective::kPpo, use_critic, &m);
   return m;
 }
 

@@ -13,7 +13,8 @@
 // shard (fewer trajectories than ranks): it contributes zeros.
 //
 // Contract:
-//  * One optimizer step per model per call (global batch = mini-batch).
+//  * SftStep, ValueStep: one optimizer step per call; PpoStep: epochs x
+//    minibatches steps. A change of objective (stage) resets both optimizers.
 //  * Weights on the device in the model dtype; AdamW keeps fp32 master
 //    weights and moments (a bf16 weight cannot absorb a 3e-6 update), and
 //    copies the result back into the model after each step.
@@ -41,22 +42,32 @@ namespace kernelrl::learner::rl {
 struct AdamWParams {
   double lr = 3e-6, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.01;
   double max_grad_norm = 1.0;  // 0 = no clipping.
+  // Schedule over this optimizer's steps since its last Reset(): linear
+  // warm-up, then cosine decay to min_lr_ratio x lr over decay_steps (0 = constant).
+  int64_t warmup_steps = 0, decay_steps = 0;
+  double min_lr_ratio = 0.1;
+  double head_lr_scale = 1.0;  // Learning rate x this on the parameters marked `head`.
 };
 
 // AdamW (at::_fused_adamw_) over a model's parameters with fp32 master
-// weights and moments. Weight decay applies to matrices only (not norms,
-// biases, the value head's bias).
+// weights and moments. decay[i]: whether parameter i takes weight decay;
+// head[i]: whether it learns at head_lr_scale x lr (empty = no / no).
 class AdamW {
  public:
-  AdamW(std::vector<at::Tensor> params, AdamWParams p);
-  // Clips the gradients to max_grad_norm, steps, zeroes the gradients.
+  AdamW(std::vector<at::Tensor> params, AdamWParams p, std::vector<bool> decay = {}, std::vector<bool> head = {});
+  // Clips the gradients to max_grad_norm, steps at lr(), zeroes the gradients.
   // Returns the gradient norm before clipping.
   double Step();
   void ZeroGrad();
+  // Moments and step counts to zero (a new stage starts its own schedule).
+  void Reset();
   // The fp32 master copies take the model's current weights.
   void SyncMasterFromParams();
   void set_lr(double lr) { p_.lr = lr; }
+  // The base learning rate; the next step uses lr() x ScheduleFactor().
   double lr() const { return p_.lr; }
+  double ScheduleFactor() const;
+  int64_t steps() const { return step_count_; }
   std::vector<at::Tensor>& params() { return params_; }
   // "<prefix><i>/{exp_avg,exp_avg_sq,step,master}" for checkpoints.
   std::map<std::string, at::Tensor> State(const std::string& prefix) const;
@@ -65,13 +76,33 @@ class AdamW {
  private:
   AdamWParams p_;
   std::vector<at::Tensor> params_, master_, exp_avg_, exp_avg_sq_, steps_;
-  std::vector<bool> decay_;
+  std::vector<bool> decay_, head_;
   bool separate_master_;
+  int64_t step_count_ = 0;
 };
+
+// Where the actor's advantages come from (PpoConfig.task_baseline): one or
+// the other, never both.
+enum class AdvantageEstimator {
+  kCritic,        // GAE on the raw reward with the critic's values; Sample.baseline must be 0.
+  kTaskBaseline,  // reward - Sample.baseline on every model token; the critic's values unused.
+};
+enum class LossAggregation { kTrajectoryMean, kTokenMean };  // ppo_loss.h.
 
 struct TrainerOptions {
   PolicyLossParams policy_loss;
-  double gamma = 1.0, lambda = 0.95;
+  AdvantageEstimator advantage = AdvantageEstimator::kCritic;
+  // The actor's GAE: the fixed lambda, or with lambda_length_alpha > 0 the
+  // length-adaptive 1 - 1 / (alpha T) per trajectory. The critic's targets
+  // use lambda_critic (1 = Monte-Carlo returns).
+  double gamma = 1.0, lambda = 0.95, lambda_length_alpha = 0, lambda_critic = 1.0;
+  LossAggregation aggregation = LossAggregation::kTrajectoryMean;
+  int epochs = 1, minibatches = 1;  // PPO: epochs x minibatches optimizer steps per PpoStep.
+  // A critic that has never trained starts its value head at small random
+  // weights (std value_head_init_std) and a bias at the mean reward of the
+  // first batch it trains on (the warm-up return), not at 0.
+  bool value_head_init = true;
+  double value_head_init_std = 1e-3;
   double temperature = 1.0;
   bool entropy_metric = true;
   bool normalize_advantages = false;  // PpoConfig.normalize_advantages.
@@ -89,16 +120,22 @@ using StepMetrics = std::map<std::string, double>;
 
 class Trainer {
  public:
-  // critic may be null for stages that train only the actor (RFT).
+  // critic may be null for stages that train only the actor (RFT) and for
+  // PPO with the per-task baseline.
   Trainer(std::unique_ptr<Transformer> policy, std::unique_ptr<Transformer> critic, TrainerOptions options);
 
-  // One PPO update of actor and critic on `batch`. global_trajectories: the
-  // N of the loss weights (all ranks' trajectories); 0 = batch.size().
+  // One PPO update of actor and critic on `batch`: epochs x minibatches
+  // optimizer steps. global_trajectories: the N of the loss weights (all
+  // ranks' trajectories); 0 = batch.size(). The metrics describe the batch
+  // (explained variance on the values before the update; the trust-region
+  // fractions averaged over the optimizer steps).
   absl::StatusOr<StepMetrics> PpoStep(const std::vector<Sample>& batch, int64_t global_trajectories = 0);
   // RFT: one actor update minimizing the NLL of the model tokens.
   absl::StatusOr<StepMetrics> SftStep(const std::vector<Sample>& batch, int64_t global_trajectories = 0);
-  // Value pretraining: one critic update towards GAE targets (V + A).
+  // Value pretraining: one critic update towards the critic's targets.
   absl::StatusOr<StepMetrics> ValueStep(const std::vector<Sample>& batch, int64_t global_trajectories = 0);
+  // The critic's values per model token of each sample, without gradient (one rank).
+  absl::StatusOr<std::vector<std::vector<float>>> CriticValues(const std::vector<Sample>& batch);
 
   // Data-parallel: not owned, outlives the trainer; null = one rank.
   void set_collectives(Collectives* c) { collectives_ = c; }
@@ -110,19 +147,35 @@ class Trainer {
   AdamW& actor_optimizer() { return *actor_opt_; }
   AdamW* critic_optimizer() { return critic_opt_.get(); }
   const TrainerOptions& options() const { return options_; }
+  // What a checkpoint must carry besides the optimizers ("trainer/..."): the
+  // last objective (a change of objective is a stage change: both optimizers
+  // reset) and whether the value head was initialised. A state without these
+  // keys (an older checkpoint) counts as an initialised head.
+  std::map<std::string, at::Tensor> State() const;
+  void LoadState(const std::map<std::string, at::Tensor>& state);
 
  private:
-  enum class Objective { kPpo, kSft, kValue };
+  enum class Objective { kPpo = 0, kSft = 1, kValue = 2 };
+  // One optimizer step on `batch`; raw (unreduced-to-figures) metrics.
+  absl::StatusOr<StepMetrics> Update(const std::vector<Sample>& batch, double n_global, Objective objective);
   absl::StatusOr<StepMetrics> Step(const std::vector<Sample>& batch, int64_t global_trajectories, Objective objective);
   // Mean and standard deviation of the batch's advantages over every rank's model tokens.
   absl::StatusOr<std::pair<double, double>> AdvantageMoments(const std::vector<Sample>& batch,
                                                              const std::vector<PackedRow>& rows, at::Device device);
+  // Value head: small weights, bias at the global batch's mean reward.
+  absl::Status InitValueHead(const std::vector<Sample>& batch, at::Device device);
+  // Per model token of a row's segments: actor advantages and critic targets.
+  void RowTargets(const std::vector<int>& samples, const std::vector<int64_t>& begin,
+                  const std::vector<int64_t>& end, const std::vector<Sample>& batch, const float* v,
+                  std::vector<float>* adv, std::vector<float>* ret) const;
 
   std::unique_ptr<Transformer> policy_, critic_;
   std::unique_ptr<AdamW> actor_opt_, critic_opt_;
   TrainerOptions options_;
   Collectives* collectives_ = nullptr;
   GradObserver grad_observer_;
+  int last_objective_ = -1;  // None yet.
+  bool critic_head_ready_ = false;
 };
 
 }  // namespace kernelrl::learner::rl

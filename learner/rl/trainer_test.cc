@@ -32,7 +32,8 @@ TEST(PpoLossTest, ClippedSurrogateAgainstRolloutByHand) {
   at::Tensor rollout = F({-1.2f, -0.9f, -1.5f, -1.1f});
   at::Tensor adv = F({1.0f, 2.0f, -1.0f, -1.0f});
   at::Tensor w = F({0.25f, 0.25f, 0.25f, 0.25f});
-  PolicyLoss pl = PpoPolicyLoss({logp, rollout, adv, w}, {0.2, 0.28, /*tis_threshold=*/0.0});
+  at::Tensor seq = at::tensor(std::vector<int64_t>{0, 0, 1, 1}, at::kLong);
+  PolicyLoss pl = PpoPolicyLoss({logp, rollout, adv, w, seq}, {0.2, 0.28});
   // ratios: e^0.2 = 1.2214 (inside), e^0.4 = 1.4918 (> 1.28, A > 0: clipped
   // to 1.28), e^-0.5 = 0.6065 (< 0.8, A < 0: clipped to 0.8), e^0.1 = 1.1052
   // (A < 0, the unclipped term is the smaller: kept).
@@ -53,27 +54,50 @@ TEST(PpoLossTest, ClippedSurrogateAgainstRolloutByHand) {
   EXPECT_NEAR(pl.stats.abs_logp_diff, 0.25 * (0.2 + 0.4 + 0.5 + 0.1), 1e-5);
 }
 
-TEST(PpoLossTest, TruncatedImportanceSamplingByHand) {
-  // Trajectory A: 1 token, trajectory B: 2 tokens, N = 2: weights 1/2, 1/4, 1/4.
-  at::Tensor logp = F({-0.1f, -2.0f, -0.7f}).requires_grad_(true);
-  at::Tensor rollout = F({-1.0f, -1.6f, -0.7f});
-  at::Tensor adv = F({0.5f, -2.0f, 3.0f});
-  at::Tensor w = F({0.5f, 0.25f, 0.25f});
-  PolicyLoss pl = PpoPolicyLoss({logp, rollout, adv, w}, {0.2, 0.28, /*tis_threshold=*/2.0});
-  // The ratio is 1 (old = the trainer's own log-probs): loss = -sum w c A,
-  // c = min(exp(logp - rollout), 2): e^0.9 = 2.46 -> 2; e^-0.4 = 0.670; 1.
-  const double c1 = std::exp(-0.4);
-  EXPECT_NEAR(pl.loss.item<double>(), -(0.5 * 2.0 * 0.5 + 0.25 * c1 * -2.0 + 0.25 * 1.0 * 3.0), 1e-5);
-  pl.loss.backward();
-  at::Tensor g = logp.grad();  // d ratio / d logp = 1; c is a constant.
-  EXPECT_NEAR(g[0].item<double>(), -0.5 * 2.0 * 0.5, 1e-5);
-  EXPECT_NEAR(g[1].item<double>(), -0.25 * c1 * -2.0, 1e-5);
-  EXPECT_NEAR(g[2].item<double>(), -0.25 * 3.0, 1e-5);
-  EXPECT_NEAR(pl.stats.truncated, 0.5, 1e-6);
-  EXPECT_EQ(pl.stats.clipped, 0.0);
+// Dual-clip and the mismatch mask, by hand. Trajectory A: tokens 0-1,
+// trajectory B: tokens 2-3; weights 1/4.
+TEST(PpoLossTest, DualClipAndMismatchMaskByHand) {
+  at::Tensor rollout = F({-1.0f, -1.0f, -1.0f, -1.0f});
+  at::Tensor adv = F({-2.0f, 1.0f, -1.0f, 1.0f});
+  at::Tensor w = F({0.25f, 0.25f, 0.25f, 0.25f});
+  at::Tensor seq = at::tensor(std::vector<int64_t>{0, 0, 1, 1}, at::kLong);
+  // log-ratios: 1.5 (r = 4.48 > dual_clip 3, A < 0), 0.1, -0.1, 0.1.
+  const std::vector<float> lp = {0.5f, -0.9f, -1.1f, -0.9f};
+  {  // No mask: token 0 is held at dual_clip * A = -6 (no gradient); the rest as the plain clip says.
+    PolicyLossParams p{0.2, 0.28, 3.0, MismatchMask::kOff};
+    at::Tensor logp = F(lp).requires_grad_(true);
+    PolicyLoss pl = PpoPolicyLoss({logp, rollout, adv, w, seq}, p);
+    const double r1 = std::exp(0.1), r2 = std::exp(-0.1);
+    EXPECT_NEAR(pl.loss.item<double>(), -0.25 * (3.0 * -2.0 + r1 * 1.0 + r2 * -1.0 + r1 * 1.0), 1e-5);
+    pl.loss.backward();
+    EXPECT_EQ(logp.grad()[0].item<double>(), 0.0);
+    EXPECT_NEAR(pl.stats.dual_clipped, 0.25, 1e-6);
+    EXPECT_EQ(pl.stats.masked, 0.0);
+    // Without dual-clip the same token's loss grows with the ratio: 2 x 4.48 instead of 2 x 3.
+    PolicyLoss open = PpoPolicyLoss({F(lp), rollout, adv, w, seq}, {0.2, 0.28, 0.0, MismatchMask::kOff});
+    EXPECT_NEAR(open.loss.item<double>() - pl.loss.item<double>(), 0.25 * 2.0 * (std::exp(1.5) - 3.0), 1e-4);
+  }
+  {  // Token mask [0.5, 2]: token 0 (ratio 4.48) is masked, no gradient, out of the loss.
+    at::Tensor logp = F(lp).requires_grad_(true);
+    PolicyLoss pl = PpoPolicyLoss({logp, rollout, adv, w, seq}, {0.2, 0.28, 3.0, MismatchMask::kToken, 0.5, 2.0});
+    const double r1 = std::exp(0.1), r2 = std::exp(-0.1);
+    EXPECT_NEAR(pl.loss.item<double>(), -0.25 * (r1 * 1.0 + r2 * -1.0 + r1 * 1.0), 1e-5);
+    EXPECT_NEAR(pl.stats.masked, 0.25, 1e-6);
+    EXPECT_EQ(pl.stats.dual_clipped, 0.0);  // Counted only where the token is trained.
+    pl.loss.backward();
+    EXPECT_EQ(logp.grad()[0].item<double>(), 0.0);
+    EXPECT_NE(logp.grad()[1].item<double>(), 0.0);
+  }
+  {  // Sequence mask: A's geometric-mean log-ratio (1.5 + 0.1) / 2 = 0.8 > log 2: both its tokens go; B stays.
+    PolicyLoss pl =
+        PpoPolicyLoss({F(lp), rollout, adv, w, seq}, {0.2, 0.28, 3.0, MismatchMask::kSequence, 0.5, 2.0});
+    EXPECT_NEAR(pl.stats.masked, 0.5, 1e-6);
+    EXPECT_NEAR(pl.loss.item<double>(), -0.25 * (std::exp(-0.1) * -1.0 + std::exp(0.1) * 1.0), 1e-5);
+  }
   // k3 KL: sum w (e^-d - 1 + d), d = logp - rollout.
+  PolicyLoss pl = PpoPolicyLoss({F(lp), rollout, adv, w, seq}, {});
   auto k3 = [](double d) { return std::exp(-d) - 1 + d; };
-  EXPECT_NEAR(pl.stats.kl, 0.5 * k3(0.9) + 0.25 * k3(-0.4) + 0.25 * k3(0.0), 1e-5);
+  EXPECT_NEAR(pl.stats.kl, 0.25 * (k3(1.5) + k3(0.1) + k3(-0.1) + k3(0.1)), 1e-5);
 }
 
 TEST(PpoLossTest, ValueAndSftLossesByHand) {
@@ -181,7 +205,6 @@ TEST(TrainerTest, SftTrainsOnlyModelTokensAndPackingDoesNotChangeTheLoss) {
 
 TEST(TrainerTest, PpoIgnoresTheRolloutLogprobsOfNonModelTokens) {
   TrainerOptions o;
-  o.policy_loss.tis_threshold = 0;
   std::vector<Sample> batch = {RandomSample("a", kMaskA, 21), RandomSample("b", kMaskB, 22)};
   std::vector<Sample> noisy = batch;
   for (Sample& s : noisy) {
@@ -214,6 +237,8 @@ TEST(TrainerTest, NormalizedAdvantagesIgnoreARewardShift) {
   for (bool normalize : {true, false}) {
     TrainerOptions o;
     o.gamma = 1.0, o.lambda = 1.0;
+    o.value_head_init = false;  // The head's bias would follow the shift (the batch's mean reward).
+    o.policy_loss.mismatch_mask = MismatchMask::kOff;  // RandomSample's rollout log-probs are far off.
     o.normalize_advantages = normalize;
     o.actor.max_grad_norm = 0;
     std::vector<StepMetrics> m;
@@ -236,9 +261,11 @@ TEST(TrainerTest, NormalizedAdvantagesIgnoreARewardShift) {
   }
 }
 
-// A sample's baseline is subtracted from its reward before GAE: the update
-// equals the one on reward - baseline; the reported rewards stay raw.
-TEST(TrainerTest, ABaselineTrainsLikeTheCentredReward) {
+// The per-task baseline is an estimator of its own: every model token's
+// advantage is reward - baseline (the update equals the one on the centred
+// reward), while the critic trains on the raw reward. With the critic
+// estimator a baseline is refused: the two are never stacked.
+TEST(TrainerTest, TaskBaselineIsAnAlternativeToTheCritic) {
   std::vector<Sample> batch = {RandomSample("a", kMaskA, 31), RandomSample("b", kMaskB, 32)};
   batch[0].reward = 3.0, batch[1].reward = 0.5;
   std::vector<Sample> with_baseline = batch, centred = batch;
@@ -246,20 +273,156 @@ TEST(TrainerTest, ABaselineTrainsLikeTheCentredReward) {
   centred[0].reward = 0.5, centred[1].reward = -0.5;
   TrainerOptions o;
   o.actor.max_grad_norm = 0, o.critic.max_grad_norm = 0;
-  std::vector<StepMetrics> m;
-  for (auto* b : {&batch, &with_baseline, &centred}) {
+  {
     Trainer t(Tiny(Head::kLanguageModel, 5), Tiny(Head::kValue, 6), o);
+    auto r = t.PpoStep(with_baseline);
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << r.status();
+  }
+  o.advantage = AdvantageEstimator::kTaskBaseline;
+  std::vector<StepMetrics> m;
+  for (auto* b : {&with_baseline, &centred}) {
+    Trainer t(Tiny(Head::kLanguageModel, 5), nullptr, o);  // The baseline needs no critic.
     auto r = t.PpoStep(*b);
     ASSERT_TRUE(r.ok()) << r.status();
     m.push_back(*r);
   }
-  for (const char* k : {"policy_loss", "value_loss", "actor_grad_norm", "critic_grad_norm", "advantage_mean",
-                        "explained_variance"}) {
-    EXPECT_NEAR(m[1][k], m[2][k], 1e-6 * (1 + std::abs(m[2][k]))) << k;
+  for (const char* k : {"policy_loss", "actor_grad_norm", "advantage_mean"}) {
+    EXPECT_NEAR(m[0][k], m[1][k], 1e-6 * (1 + std::abs(m[1][k]))) << k;
   }
-  EXPECT_GT(std::abs(m[0]["policy_loss"] - m[1]["policy_loss"]), 0.1);  // The baseline changed the update.
-  EXPECT_DOUBLE_EQ(m[1]["reward_mean"], m[0]["reward_mean"]);
-  EXPECT_DOUBLE_EQ(m[1]["reward_mean"], 1.75);
+  EXPECT_GT(m[0]["actor_grad_norm"], 0);
+  EXPECT_EQ(m[0].count("value_loss"), 0u);
+  EXPECT_DOUBLE_EQ(m[0]["reward_mean"], 1.75);  // Reported rewards stay raw.
+  // With a critic alongside, it learns the raw return (its targets ignore the baseline).
+  Trainer t(Tiny(Head::kLanguageModel, 5), Tiny(Head::kValue, 6), o);
+  auto r = t.PpoStep(with_baseline);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_NEAR((*r)["policy_loss"], m[0]["policy_loss"], 1e-6);
+  EXPECT_GT((*r)["value_loss"], 0);
+  EXPECT_TRUE(r->count("explained_variance"));
+}
+
+// An off-policy batch (rollout log-probs far from the trainer's, as after
+// several policy versions or an engine mismatch): the ratio is taken against
+// the rollout, so the clip binds and the mismatch mask fires, and the update
+// stays bounded: |policy loss| <= max(1 + clip_high, dual_clip) max |A|.
+TEST(TrainerTest, OffPolicyBatchClipsMasksAndStaysBounded) {
+  std::vector<Sample> batch;
+  for (int i = 0; i < 8; ++i) {
+    batch.push_back(RandomSample("s" + std::to_string(i), i % 2 ? kMaskA : kMaskB, 50 + i));
+    batch.back().reward = i % 2 ? 1.0 : -1.0;
+    // The tiny random policy gives about 1/16 to every token: the rollout's
+    // log-probs are that, moved by up to +-1.5 (ratios e^-1.5 .. e^1.5).
+    at::Tensor noise = at::rand({static_cast<int64_t>(batch.back().ids.size())}) * 3.0 - 1.5;
+    for (size_t k = 0; k < batch.back().ids.size(); ++k) {
+      if (batch.back().loss_mask[k]) batch.back().rollout_logprobs[k] = -std::log(16.0f) + noise[k].item<float>();
+    }
+  }
+  TrainerOptions o;
+  o.actor.lr = 1e-3;
+  Trainer t(Tiny(Head::kLanguageModel, 5), Tiny(Head::kValue, 6), o);
+  auto m = t.PpoStep(batch);
+  ASSERT_TRUE(m.ok()) << m.status();
+  std::printf("off-policy batch: clip %.3f, dual-clip %.3f, masked %.3f, IS weight %.3f..%.3f, policy loss %.4f\n",
+              (*m)["clip_frac"], (*m)["dual_clip_frac"], (*m)["mask_frac"], (*m)["is_weight_min"],
+              (*m)["is_weight_max"], (*m)["policy_loss"]);
+  EXPECT_GT((*m)["clip_frac"], 0);
+  EXPECT_GT((*m)["mask_frac"], 0);
+  EXPECT_LT((*m)["mask_frac"], 1);
+  EXPECT_GT((*m)["is_weight_max"], 2.0);  // Indeed off-policy.
+  EXPECT_TRUE(std::isfinite((*m)["policy_loss"]));
+  EXPECT_LE(std::abs((*m)["policy_loss"]), 3.0 * 1.1);  // |A| <= ~1: the critic starts near the mean reward.
+  EXPECT_TRUE(std::isfinite((*m)["actor_grad_norm"]));
+}
+
+// A change of objective is a stage change: both optimizers restart (zero
+// moments, their own warm-up); the same objective again keeps them.
+TEST(TrainerTest, OptimizersResetWhenTheObjectiveChanges) {
+  std::vector<Sample> batch = {RandomSample("a", kMaskA, 61), RandomSample("b", kMaskB, 62)};
+  TrainerOptions o;
+  o.actor.warmup_steps = 4;
+  Trainer t(Tiny(Head::kLanguageModel, 5), Tiny(Head::kValue, 6), o);
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(t.SftStep(batch).ok());
+  EXPECT_EQ(t.actor_optimizer().steps(), 3);
+  auto m = t.PpoStep(batch);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ((*m)["optimizer_reset"], 1);
+  EXPECT_EQ(t.actor_optimizer().steps(), 1);
+  EXPECT_NEAR((*m)["actor_lr"], o.actor.lr * 0.25, 1e-12);  // Warm-up step 1 of 4 again.
+  m = t.PpoStep(batch);
+  ASSERT_TRUE(m.ok());
+  EXPECT_EQ(m->count("optimizer_reset"), 0u);
+  EXPECT_EQ(t.actor_optimizer().steps(), 2);
+  // The objective survives a checkpoint: a trainer restored from this state resets at a change too.
+  Trainer u(Tiny(Head::kLanguageModel, 5), Tiny(Head::kValue, 6), o);
+  u.LoadState(t.State());
+  m = u.SftStep(batch);
+  ASSERT_TRUE(m.ok());
+  EXPECT_EQ((*m)["optimizer_reset"], 1);
+}
+
+TEST(TrainerTest, PpoEpochsAndMinibatchesStepPerMinibatch) {
+  std::vector<Sample> batch;
+  for (int i = 0; i < 4; ++i) batch.push_back(RandomSample("s" + std::to_string(i), kMaskA, 70 + i));
+  TrainerOptions o;
+  o.epochs = 2, o.minibatches = 2;
+  Trainer t(Tiny(Head::kLanguageModel, 5), Tiny(Head::kValue, 6), o);
+  auto m = t.PpoStep(batch);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ((*m)["updates"], 4);
+  EXPECT_EQ(t.actor_optimizer().steps(), 4);
+  EXPECT_EQ(t.critic_optimizer()->steps(), 4);
+  EXPECT_EQ((*m)["trajectories"], 4);  // The batch's figures, not four times them.
+  EXPECT_EQ((*m)["model_tokens"], 4 * 5);
+}
+
+// Token mean: every model token of the batch weighs the same, so a long
+// trajectory outweighs a short one; the trajectory mean weighs them alike.
+TEST(TrainerTest, TokenMeanAndTrajectoryMeanAggregation) {
+  std::vector<Sample> batch = {RandomSample("a", kMaskA, 81), RandomSample("b", kMaskB, 82)};
+  std::vector<double> sft;
+  for (LossAggregation agg : {LossAggregation::kTrajectoryMean, LossAggregation::kTokenMean}) {
+    TrainerOptions o;
+    o.aggregation = agg;
+    Trainer t(Tiny(Head::kLanguageModel, 5), Tiny(Head::kValue, 6), o);
+    auto m = t.PpoStep(batch);
+    ASSERT_TRUE(m.ok()) << m.status();
+    sft.push_back((*m)["policy_loss"]);
+  }
+  EXPECT_GT(std::abs(sft[0] - sft[1]), 1e-4);
+}
+
+TEST(AdamWTest, WarmupThenCosineScheduleAndDecayExclusions) {
+  AdamWParams p;
+  p.lr = 1.0, p.warmup_steps = 4, p.decay_steps = 4, p.min_lr_ratio = 0.1;
+  at::Tensor x = at::zeros({2, 2}).requires_grad_(true);
+  AdamW opt({x}, p);
+  std::vector<double> f;
+  for (int i = 0; i < 10; ++i) {
+    f.push_back(opt.ScheduleFactor());
+    opt.Step();
+  }
+  EXPECT_NEAR(f[0], 0.25, 1e-12);
+  EXPECT_NEAR(f[3], 1.0, 1e-12);
+  EXPECT_NEAR(f[5], 0.1 + 0.9 * 0.5 * (1 + std::cos(M_PI * 0.5)), 1e-12);
+  EXPECT_NEAR(f[7], 0.1, 1e-12);
+  EXPECT_NEAR(f[9], 0.1, 1e-12);
+  opt.Reset();
+  EXPECT_NEAR(opt.ScheduleFactor(), 0.25, 1e-12);
+
+  // No decay on the embedding, norms and the value head; matrices decay.
+  // With no gradient AdamW's only move is the decay.
+  TrainerOptions o;
+  o.critic.lr = 0.1, o.critic.weight_decay = 0.5;
+  Trainer t(Tiny(Head::kLanguageModel, 5), Tiny(Head::kValue, 6), o);
+  std::vector<at::Tensor> before;
+  for (const at::Tensor& w : t.critic()->parameters()) before.push_back(w.detach().clone());
+  t.critic_optimizer()->Step();
+  std::vector<at::Tensor> after = t.critic()->parameters();
+  EXPECT_TRUE(at::equal(before[0], after[0].detach()));          // Embedding.
+  EXPECT_TRUE(at::equal(before.back(), after.back().detach()));  // Value head bias.
+  EXPECT_TRUE(at::equal(before[before.size() - 2], after[after.size() - 2].detach()));  // Value head weight.
+  EXPECT_TRUE(at::equal(before[1], after[1].detach()));          // First layer's input norm.
+  EXPECT_FALSE(at::equal(before[2], after[2].detach()));         // First layer's qkv matrix.
 }
 
 // PpoConfig.entropy_coef: from a policy made peaked by SFT, the bonus raises the entropy on the

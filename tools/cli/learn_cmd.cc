@@ -37,7 +37,7 @@ constexpr char kJobDefaults[] = R"pb(
     value_pretrain { steps: 16 }
     agentic_ppo { steps: 20 max_turns: 3 }
   }
-  ppo { tis_threshold: 2.0 normalize_advantages: true task_baseline: true }
+  ppo { normalize_advantages: true task_baseline: true }
   actor_optimizer { lr: 1e-3 }
   critic_optimizer { lr: 1e-3 }
   batch { trajectories_per_step: 8 max_tokens_per_row: 32768 activation_checkpointing: false }

@@ -96,7 +96,7 @@ def main():
     panels = [("entropy", ["entropy"]), ("explained variance", ["explained_variance"]),
               ("clip fraction", ["clip_frac"]),
               ("IS ratio (rollout vs trainer)", ["is_weight_mean", "is_weight_min", "is_weight_max",
-                                                 "is_truncated_frac"])]
+                                                 "mask_frac"])]
     for ax, (name, keys) in zip(axes.flat, panels):
         for k in keys:
             xs, ys = series(ppo, metric(k))
