@@ -30,10 +30,11 @@ CommandLine::CommandLine(std::string command, std::string about, google::protobu
       app_(std::make_unique<CLI::App>(about, "kernelrl " + command_)) {
   const std::string type = config->GetDescriptor()->full_name();
   app_->add_option("--config", config_files_, "A " + type + " in protobuf text format (repeatable, in order)");
+  app_->add_option("--config_text", config_texts_, "Protobuf text of " + type + ", merged after --config");
   app_->add_option("--preset", presets_, "configs/" + command_ + "/NAME.textproto, merged after --config");
   app_->add_option("--set", sets_, "path.to.field=VALUE of " + type + " (repeatable; after every other flag)");
   app_->add_flag("--print_config", print_config_, "Print the effective " + type + " and exit");
-  app_->footer("Precedence: built-in defaults < --config < --preset < the flags above < --set.\n");
+  app_->footer("Precedence: built-in defaults < --config < --config_text < --preset < the flags above < --set.\n");
 }
 
 CommandLine::~CommandLine() = default;
@@ -71,17 +72,23 @@ int CommandLine::Fail(const std::string& message) const {
 
 absl::Status CommandLine::Merge(const std::string& defaults_text) {
   if (absl::Status s = MergeTextConfig(defaults_text, "built-in defaults", config_); !s.ok()) return s;
-  std::vector<std::string> files = config_files_, presets = presets_;
-  if (files.empty() && presets.empty() && !default_preset_.empty()) presets.push_back(default_preset_);
+  auto merge_file = [this](const std::string& file) -> absl::Status {
+    absl::StatusOr<std::string> text = ReadFileToString(file);
+    if (!text.ok()) return absl::InvalidArgumentError(absl::StrCat("--config ", file, ": ", text.status().message()));
+    return MergeTextConfig(*text, file, config_);
+  };
+  for (const std::string& file : config_files_) {
+    if (absl::Status s = merge_file(file); !s.ok()) return s;
+  }
+  for (const std::string& text : config_texts_) {
+    if (absl::Status s = MergeTextConfig(text, "--config_text", config_); !s.ok()) return s;
+  }
+  std::vector<std::string> presets = presets_;
+  if (config_files_.empty() && presets.empty() && !default_preset_.empty()) presets.push_back(default_preset_);
   for (const std::string& name : presets) {
     absl::StatusOr<std::string> path = PresetPath(command_, name);
     if (!path.ok()) return path.status();
-    files.push_back(*path);
-  }
-  for (const std::string& file : files) {
-    absl::StatusOr<std::string> text = ReadFileToString(file);
-    if (!text.ok()) return absl::InvalidArgumentError(absl::StrCat("--config ", file, ": ", text.status().message()));
-    if (absl::Status s = MergeTextConfig(*text, file, config_); !s.ok()) return s;
+    if (absl::Status s = merge_file(*path); !s.ok()) return s;
   }
   for (const auto& h : humans_) {
     if (h->option->count() == 0) continue;

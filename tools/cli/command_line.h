@@ -2,6 +2,7 @@
 // message (proto/cli_config.proto, EvalConfig), filled in this order:
 //   1. the subcommand's built-in defaults (protobuf text),
 //   2. --config=FILE                 protobuf text, repeatable, in order,
+//      --config_text=TEXT            protobuf text, repeatable,
 //   3. --preset=NAME                 configs/<subcommand>/NAME.textproto, repeatable,
 //   4. its human flags               each maps onto fields (e.g. --actors=3 sets `actors`),
 //   5. --set=path.to.field=VALUE     repeatable.
@@ -49,7 +50,7 @@ class CommandLine {
   void Switch(const std::string& name, const std::string& field, const std::string& help);
 
   // configs/<command>/<name>.textproto is merged when neither --config nor
-  // --preset is given (the subcommand's default experiment).
+  // --preset is given (--config_text may be) (the subcommand's default experiment).
   void DefaultPreset(const std::string& name) { default_preset_ = name; }
 
   // Merges defaults and argv into the config. nullopt: go on and run. A code:
@@ -73,7 +74,7 @@ class CommandLine {
   google::protobuf::Message* const config_;
   std::unique_ptr<CLI::App> app_;
   std::vector<std::unique_ptr<Human>> humans_;
-  std::vector<std::string> config_files_, presets_, sets_;
+  std::vector<std::string> config_files_, config_texts_, presets_, sets_;
   std::string default_preset_;
   bool print_config_ = false;
 };
