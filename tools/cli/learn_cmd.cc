@@ -23,6 +23,7 @@
 #include "proto/learner_config.pb.h"
 #include "tools/cli/learn_cluster.h"
 #include "tools/cli/learn_curves.h"
+#include "tools/cli/learn_report.h"
 
 namespace kernelrl::cli {
 namespace {
@@ -353,6 +354,7 @@ int LearnMain(int argc, char** argv) {
     last_eval_agentic = job.stage_step();
   }
   std::string last_line;
+  StageProgress progress(o.job());
   absl::Time last_change = absl::Now();
   v1::GetJobRequest get;
   get.set_job_id(job.id());
@@ -366,7 +368,7 @@ int LearnMain(int argc, char** argv) {
       const std::string line = absl::StrCat(v1::Job::State_Name(job.state()), " ", job.stage(), " step ",
                                             job.stage_step(), " (update ", job.step(), ", policy v",
                                             job.policy_version(), ")  ", job.message());
-      if (line != last_line) console.Line(line);
+      if (const std::string bar = progress.Update(job); !bar.empty()) console.Line(bar);
       if (line != last_line || job.paused()) last_change = absl::Now();  // Paused (kernelrl job pause): not stalled.
       last_line = line;
       if (job.stage() == "agentic_ppo") {
@@ -379,6 +381,8 @@ int LearnMain(int argc, char** argv) {
         }
       }
       if (learner::rl::JobManager::Finished(job.state())) {
+        console.Line(absl::StrCat("job ", v1::Job::State_Name(job.state()), job.message().empty() ? "" : ": ",
+                                  job.message()));
         code = job.state() == v1::Job::SUCCEEDED ? 0 : 1;
         break;
       }
@@ -422,7 +426,14 @@ int LearnMain(int argc, char** argv) {
   cluster.StopAll();
 
   if (!WriteCurves(o, job, hp, job_dir, evals.Heldout(), console)) code = 1;
-  console.Line(absl::StrCat("job ", job.id(), " ", v1::Job::State_Name(job.state()), "; curves in ", curves_dir));
+  LearnRun run{&o, job, evals.Heldout(), 0, console.Seconds(), curves_dir, LatestPolicyCheckpoint(job_dir)};
+  if (auto tasks = ReadFileToString(o.family_dir() + "/train.jsonl"); tasks.ok()) {
+    run.train_tasks = static_cast<int>(std::count(tasks->begin(), tasks->end(), '\n'));
+  }
+  const std::string report = LearnReport(run);
+  if (!WriteFileAtomically(curves_dir + "/report.txt", report).ok()) code = 1;
+  std::fputs(report.c_str(), stdout);
+  std::fflush(stdout);
   return code;
 }
 

@@ -44,7 +44,7 @@ namespace fs = std::filesystem;
 
 constexpr char kDefaults[] = R"pb(
   actors: 2
-  job: "quickstart"
+  job: "smoke"
   backend: "auto"
   ready_timeout_s: 180
   job_timeout_s: 1800
@@ -59,7 +59,7 @@ const std::map<std::string, std::string> kBinaries = {{"learner", "learner/learn
 void AddFlags(CommandLine& cl) {
   cl.Flag("--actors", "actors", "Actor processes");
   cl.Switch("--check", "check", "Report every process's health, then stop");
-  cl.Flag("--job", "job", "quickstart (the scripted-policy plumbing job), none (run until Ctrl-C) or spec");
+  cl.Flag("--job", "job", "smoke (the scripted-policy plumbing job), none (run until Ctrl-C) or spec");
   cl.Flag(
       "--job_spec",
       [&cl](const std::string& file) -> absl::StatusOr<std::string> {
@@ -80,8 +80,8 @@ void AddFlags(CommandLine& cl) {
 
 absl::Status Validate(const v1::UpConfig& o) {
   if (o.actors() < 0) return absl::InvalidArgumentError("actors: at least 0");
-  if (o.job() != "quickstart" && o.job() != "none" && o.job() != "spec") {
-    return absl::InvalidArgumentError("job: quickstart, none or spec");
+  if (o.job() != "smoke" && o.job() != "none" && o.job() != "spec") {
+    return absl::InvalidArgumentError("job: smoke, none or spec");
   }
   if (o.job() == "spec" && o.job_spec_file().empty()) return absl::InvalidArgumentError("job: spec needs job_spec_file");
   if (o.backend() != "auto" && o.backend() != "cpu" && o.backend() != "cuda") {
