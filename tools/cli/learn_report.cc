@@ -48,8 +48,9 @@ std::string StageProgress::Bar(const std::string& stage, int64_t step, int64_t s
 std::string StageProgress::Update(const v1::Job& job) {
   if (job.stage().empty()) return "";
   const int64_t steps = StepsOf(job.stage());
+  // No total (RFT: its updates follow from the kept trajectories): a line every 5 updates.
   const int cells = steps > 0 ? static_cast<int>(std::min<int64_t>(kCells, job.stage_step() * kCells / steps))
-                              : static_cast<int>(job.stage_step());
+                              : static_cast<int>(job.stage_step() / 5);
   if (job.stage() == stage_ && cells == cells_) return "";
   stage_ = job.stage();
   cells_ = cells;
@@ -107,7 +108,7 @@ std::string LearnReport(const LearnRun& run) {
     absl::StrAppendFormat(&out, "             %-22s %-16s %s\n", "reward per rollout",
                           absl::StrFormat("%.2f +- %.2f", Num(b, "reward_mean"), Num(b, "reward_sem")),
                           absl::StrFormat("%.2f +- %.2f", Num(a, "reward_mean"), Num(a, "reward_sem")));
-    for (auto [label, key] : {std::pair<const char*, const char*>{"pass rate", "pass_rate"},
+    for (auto [label, key] : {std::pair<const char*, const char*>{"pass rate (per rollout)", "pass_rate"},
                               {"faster than eager", "faster_than_eager_rate"},
                               {"faster than compile", "faster_than_compile_rate"}}) {
       absl::StrAppendFormat(&out, "             %-22s %-16s %s\n", label, Pct(Num(b, key)), Pct(Num(a, key)));

@@ -68,6 +68,7 @@ TEST(LearnReport, BeforeAfterFromTheFirstAndLastEvaluation) {
   EXPECT_NE(report.find(absl::StrFormat("%.2f +- 0.10", r1)), std::string::npos) << report;
   EXPECT_NE(report.find("before (v0)"), std::string::npos) << report;
   EXPECT_NE(report.find("after (v9)"), std::string::npos) << report;
+  EXPECT_NE(report.find("pass rate (per rollout)"), std::string::npos) << report;
   EXPECT_NE(report.find("50%"), std::string::npos) << report;
   EXPECT_NE(report.find("75%"), std::string::npos) << report;
   EXPECT_EQ(report.find("single-turn"), std::string::npos) << report;  // Skipped stages are not listed.
