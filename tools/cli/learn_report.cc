@@ -103,15 +103,15 @@ std::string LearnReport(const LearnRun& run) {
                           static_cast<int>(Num(&before, "n")), std::max(1, o.eval_rollouts()),
                           o.eval_temperature() > 0 ? absl::StrFormat("sampled at temperature %g", o.eval_temperature())
                                                    : std::string("greedy"));
-    absl::StrAppendFormat(&out, "             %-22s %-16s %s\n", "", absl::StrCat("before (v", Num(&before, "policy_version"), ")"),
+    absl::StrAppendFormat(&out, "             %-24s %-16s %s\n", "", absl::StrCat("before (v", Num(&before, "policy_version"), ")"),
                           absl::StrCat("after (v", Num(&after, "policy_version"), ")"));
-    absl::StrAppendFormat(&out, "             %-22s %-16s %s\n", "reward per rollout",
+    absl::StrAppendFormat(&out, "             %-24s %-16s %s\n", "reward per rollout",
                           absl::StrFormat("%.2f +- %.2f", Num(b, "reward_mean"), Num(b, "reward_sem")),
                           absl::StrFormat("%.2f +- %.2f", Num(a, "reward_mean"), Num(a, "reward_sem")));
     for (auto [label, key] : {std::pair<const char*, const char*>{"pass rate (per rollout)", "pass_rate"},
                               {"faster than eager", "faster_than_eager_rate"},
                               {"faster than compile", "faster_than_compile_rate"}}) {
-      absl::StrAppendFormat(&out, "             %-22s %-16s %s\n", label, Pct(Num(b, key)), Pct(Num(a, key)));
+      absl::StrAppendFormat(&out, "             %-24s %-16s %s\n", label, Pct(Num(b, key)), Pct(Num(a, key)));
     }
     if (o.backend() == "cpu") {
       absl::StrAppend(&out, "             (CPU sandbox: no eager / torch.compile baselines, so no speed-ups;\n"
