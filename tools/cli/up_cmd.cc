@@ -195,7 +195,7 @@ struct Process {
 };
 
 // The cluster of `kernelrl up` on the shared launcher (local_cluster.h):
-// learner, sandbox, profiler, then the actors, every one a server.
+// learner, sandbox, then the actors, every one a server.
 class Cluster {
  public:
   Cluster(const v1::UpConfig& o, const std::vector<std::string>& sets, std::vector<std::string> actor_args,
