@@ -28,11 +28,8 @@ if [ "${1:-}" = "--prepare" ]; then
   cp bazel-bin/tools/cli/kernelrl bazel-bin/sandbox/sandbox_main bazel-bin/sandbox/contain/libkernelrl_contain.so \
     bazel-bin/sandbox/measure_baselines bazel-bin/profiler_service/precompute_baselines bazel-bin/sandbox/harness/cuda/libkernelrl_verify_cuda.so "$CARRY/"
   cp bazel-bin/profiler_service/libkprof.so "$CARRY/libkprof_bazel.so"
-  for b in kernelrl sandbox_main measure_baselines precompute_baselines; do
-    ldd "$CARRY/$b" | awk '/=> \// {print $3}' |
-      grep -vE '/(libc|libm|libgcc_s|libstdc\+\+|ld-linux-x86-64|libpthread|libdl|librt|libcuda|libcupti)\.so' |
-      xargs -I{} cp -nL {} "$CARRY/lib/"
-  done
+  . tools/device_libs.sh
+  device_stage_libs "$CARRY" "$CARRY/kernelrl" "$CARRY/sandbox_main" "$CARRY/measure_baselines" "$CARRY/precompute_baselines"
   # Only tasks with a reference solution (the scripted policy has nothing else to replay).
   for d in sandbox/solutions/level1/* sandbox/solutions/level2/*; do
     lvl=$(basename "$(dirname "$d")")

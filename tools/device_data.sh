@@ -29,10 +29,8 @@ if [ "${1:-}" = "--stage" ]; then  # Run HERE, after `bazel build //data:data_sy
   set -e
   rm -rf "$C" && mkdir -p "$C/bin" "$C/lib" "$C/libcxx" "$C/kernelbench"
   cp "$ROOT/bazel-bin/data/data_synth" "$C/bin/"
-  ldd "$C/bin/data_synth" | awk '/=> \// {print $3}' |
-    grep -v -E '/libc\.so|/libm\.so|libgcc_s|libpthread|libdl\.|librt\.|libutil' | sort -u | while read -r so; do
-    case "$so" in *libstdc++*) cp -L "$so" "$C/libcxx/";; *) cp -L "$so" "$C/lib/";; esac
-  done
+  . "$ROOT/tools/device_libs.sh"
+  device_stage_libs --libcxx "$C" "$C/bin/data_synth"
   SHARED=${KERNELRL_SHARED_DIR:-$(cd "$ROOT/.." && pwd)/shared}
   for l in level1 level2 level3; do
     [ -d "$SHARED/kernelbench/$l" ] && cp -r "$SHARED/kernelbench/$l" "$C/kernelbench/"

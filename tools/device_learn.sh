@@ -55,11 +55,8 @@ if [ "${1:-}" = "--stage" ]; then  # Run HERE.
     bazel-bin/profiler_service/precompute_baselines "$CARRY/"
   cp bazel-bin/profiler_service/libkprof.so "$CARRY/libkprof_bazel.so"
   cp bazel-bin/sandbox/harness/cuda/libkernelrl_verify_cuda.so "$CARRY/"
-  for b in sandbox_cli measure_baselines precompute_baselines; do
-    ldd "$CARRY/$b" | awk '/=> \// {print $3}' |
-      grep -vE '/(libc|libm|libgcc_s|libstdc\+\+|ld-linux-x86-64|libpthread|libdl|librt|libcuda|libcupti)\.so' |
-      xargs -I{} cp -nL {} "$CARRY/lib/"
-  done
+  . tools/device_libs.sh
+  device_stage_libs "$CARRY" "$CARRY/sandbox_cli" "$CARRY/measure_baselines" "$CARRY/precompute_baselines"
   G=$(mktemp -d)
   bazel-bin/data/family/family_gen --out="$G" --device=cuda
   # One training task per family and the choices worth seeing (digits = option per slot, family.h).

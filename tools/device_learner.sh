@@ -20,11 +20,8 @@ if [ "${1:-}" = "--stage" ]; then  # Run HERE, after `bazel build`.
   for b in learner/bench/learner_bench learner/model_test learner/fused_ops_test agent/tokenizer/tokenizer_test; do
     cp "$ROOT/bazel-bin/$b" "$C/bin/"
   done
-  for b in "$C"/bin/*; do
-    ldd "$b" | awk '/=> \// {print $3}' | grep -v -E 'torch|c10|libcuda|libnv|libcudart|libcublas|libcudnn|/libc\.so|/libm\.so|libgcc_s|libpthread|libdl\.|librt\.|libutil' || true
-  done | sort -u | while read -r so; do
-    case "$so" in *libstdc++*) cp -L "$so" "$C/libcxx/";; *) cp -L "$so" "$C/lib/";; esac
-  done
+  . "$ROOT/tools/device_libs.sh"
+  device_stage_libs --without-torch --libcxx "$C" "$C"/bin/*
   du -sh "$C"
   exit 0
 fi

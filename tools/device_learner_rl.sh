@@ -26,11 +26,8 @@ if [ "${1:-}" = "--stage" ]; then
   set -e
   rm -rf "$C" && mkdir -p "$C/bin" "$C/lib" "$C/libcxx"
   cp "$ROOT/bazel-bin/learner/rl/ppo_bench" "$ROOT/bazel-bin/learner/dist/data_parallel_test" "$C/bin/"
-  ldd "$C/bin/ppo_bench" "$C/bin/data_parallel_test" | awk '/=> \// {print $3}' |
-    grep -v -E 'torch|c10|libcuda|libnv|libcudart|libcublas|libcudnn|/libc\.so|/libm\.so|libgcc_s|libpthread|libdl\.|librt\.|libutil' |
-    sort -u | while read -r so; do
-      case "$so" in *libstdc++*) cp -L "$so" "$C/libcxx/";; *) cp -L "$so" "$C/lib/";; esac
-    done
+  . "$ROOT/tools/device_libs.sh"
+  device_stage_libs --without-torch --libcxx "$C" "$C/bin/ppo_bench" "$C/bin/data_parallel_test"
   du -sh "$C"
   exit 0
 fi

@@ -1,6 +1,38 @@
-# Sourced by the tools/device_*.sh scripts whose Bazel binaries link LibTorch.
+# Sourced by the tools/device_*.sh scripts: the one staging of shared libraries
+# (here) and the one library path (on the device).
 #
-#   device_lib_path CARRY PROBE_COMMAND...
+#   device_stage_libs [--without-torch] [--libcxx] CARRY BINARY...     (here)
+#
+# Copies the shared libraries the BINARYs link (ldd) into CARRY/lib, leaving out
+# the C runtime, libstdc++ and the driver's (libcuda, libcupti), which the device
+# has. --without-torch also leaves out LibTorch and the CUDA runtime libraries
+# (the device's torch wheel has them: device_lib_path finds them); --libcxx puts
+# libstdc++ in CARRY/libcxx instead of leaving it out (device_lib_path uses it
+# when the device's is older).
+device_stage_libs() {
+  local torch=1 libcxx=0
+  while [ $# -gt 0 ]; do
+    case "$1" in
+      --without-torch) torch=0; shift ;;
+      --libcxx) libcxx=1; shift ;;
+      *) break ;;
+    esac
+  done
+  local carry=$1; shift
+  local skip='/(libc|libm|libgcc_s|ld-linux-x86-64|libpthread|libdl|librt|libutil|libcuda|libcupti)\.so'
+  [ $torch = 1 ] || skip="$skip|torch|c10|libnv|libcudart|libcublas|libcudnn"
+  mkdir -p "$carry/lib"
+  if [ $libcxx = 1 ]; then mkdir -p "$carry/libcxx"; fi
+  local so
+  ldd "$@" | awk '/=> \// {print $3}' | grep -vE "$skip" | sort -u | while read -r so; do
+    case "$so" in
+      *libstdc++*) if [ $libcxx = 1 ]; then cp -L "$so" "$carry/libcxx/"; fi ;;
+      *) cp -nL "$so" "$carry/lib/" ;;
+    esac
+  done
+}
+
+#   device_lib_path CARRY PROBE_COMMAND...                              (on the device)
 #
 # Puts the carried .so files (CARRY/lib), the torch wheel's lib dir and the
 # CUDA runtime libraries of its nvidia-* packages on LD_LIBRARY_PATH; when

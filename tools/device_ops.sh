@@ -29,11 +29,9 @@ if [ "${1:-}" = "--stage" ]; then  # Run HERE.
     if [ -d "bazel-bin/$b.runfiles" ]; then  # The harnesses; without the binary's own copy (carry cap).
       cp -rL "bazel-bin/$b.runfiles" "$C/bin/$b.runfiles" && rm -f "$C/bin/$b.runfiles/kernelrl/$b"
     fi
-    ldd "bazel-bin/$b" | awk '/=> \// {print $3}'
-  done | grep -v -E 'torch|c10|libcuda|libnv|libcudart|libcublas|libcudnn|libcupti|/libc\.so|/libm\.so|libgcc_s|libpthread|libdl\.|librt\.|libutil' |
-    sort -u | while read -r so; do
-      case "$so" in *libstdc++*) cp -L "$so" "$C/libcxx/";; *) cp -L "$so" "$C/lib/";; esac
-    done
+  done
+  . "$ROOT/tools/device_libs.sh"
+  device_stage_libs --without-torch --libcxx "$C" "${BINARIES[@]/#/bazel-bin/}"
   SHARED=${KERNELRL_SHARED_DIR:-$(cd "$ROOT/.." && pwd)/shared}
   for d in sandbox/solutions/level1/*/; do
     cp "$SHARED/kernelbench/level1/$(basename "$d").py" "$C/shared/kernelbench/level1/"

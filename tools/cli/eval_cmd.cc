@@ -1,6 +1,10 @@
 #include "tools/cli/eval_cmd.h"
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <atomic>
+#include <memory>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -18,7 +22,13 @@
 #include "common/file.h"
 #include "common/log.h"
 #include "common/text.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "common/gpu_presence.h"
 #include "proto/actor_config.pb.h"
+#include "proto/cli_config.pb.h"
+#include "tools/cli/command_line.h"
+#include "tools/cli/local_cluster.h"
 #include "sandbox/workspace_files.h"
 
 namespace kernelrl::cli {
@@ -50,13 +60,86 @@ constexpr char kDefaults[] = R"pb(
       isolation { contain: true tmp_bytes: 268435456 data_bytes: 8589934592 file_bytes: 268435456 cpu_seconds: 3600 max_open_files: 1024 }
     }
     policy { kind: "scripted" scripted_solutions_dir: "sandbox/solutions" timeout_seconds: 600 max_retries: 2 }
-    sandbox { target: "ipv4:127.0.0.1:50052" health_check: true deadline_seconds: 900 retries: 1 }
+    sandbox { target: "" health_check: true deadline_seconds: 900 retries: 1 }
   }
   rollouts_per_task: 1
   output_dir: "eval_out"
   plot_script: "tools/cli/eval_plots.py"
   python: "python3"
+  kernelbench_dir: "../shared/kernelbench"
+  sandbox_backend: "auto"
+  checkpoint_device: "cpu"
 )pb";
+
+// The flags of `kernelrl eval`, each onto fields of kernelrl.v1.EvalConfig.
+void AddFlags(CommandLine& cl) {
+  cl.Flag(
+      "--policy",
+      [&cl](const std::string& v) -> absl::StatusOr<std::string> {
+        const size_t colon = v.find(':');
+        const std::string kind = v.substr(0, colon), arg = colon == std::string::npos ? "" : v.substr(colon + 1);
+        if (kind == "openai" && arg.empty()) {
+          // Any OpenAI-compatible server: chat messages, replies re-tokenized (evaluation only).
+          return std::string("actor { policy { kind: \"openai_chat\" allow_retokenize: true } }");
+        }
+        if (kind == "checkpoint" && !arg.empty()) {
+          auto text = cl.Assign("checkpoint", arg);
+          if (!text.ok()) return text;
+          auto tok = cl.Assign("actor.tokenizer_path", arg + "/tokenizer.json");
+          if (!tok.ok()) return tok;
+          return absl::StrCat(*text, " ", *tok, " actor { policy { kind: \"grpc\" } }");
+        }
+        if (kind == "scripted" && !arg.empty()) {
+          auto text = cl.Assign("actor.policy.scripted_solutions_dir", arg);
+          if (!text.ok()) return text;
+          return *text + " actor { policy { kind: \"scripted\" } }";
+        }
+        if (kind == "grpc" && !arg.empty()) {
+          auto text = cl.Assign("actor.policy.address", arg);
+          if (!text.ok()) return text;
+          return *text + " actor { policy { kind: \"grpc\" } }";
+        }
+        return absl::InvalidArgumentError("openai, checkpoint:DIR, scripted:DIR or grpc:ADDRESS");
+      },
+      "openai (with --endpoint, --model), checkpoint:DIR (served here), scripted:DIR (reference solutions) or "
+      "grpc:ADDRESS (a kernelrl.v1.Policy server) [actor.policy, checkpoint]");
+  cl.Flag("--endpoint", "actor.policy.address", "Base URL of the OpenAI-compatible server (http://host:port)");
+  cl.Flag("--model", "actor.policy.model", "The OpenAI \"model\" field");
+  cl.Flag("--api_key_file", "actor.policy.api_key_file", "File holding the bearer token");
+  cl.Flag("--tokenizer", "actor.tokenizer_path", "tokenizer.json of the policy's model (the chat format's tokens)");
+  cl.Flag(
+      "--tasks",
+      [&cl](const std::string& v) -> absl::StatusOr<std::string> {
+        const std::vector<std::string> parts = absl::StrSplit(v, absl::MaxSplits(':', 2));
+        if (parts[0] != "kernelbench" || parts.size() < 2 || !absl::StartsWith(parts[1], "level")) {
+          auto text = cl.Assign("task_dirs", v);  // A directory of tasks.
+          return text;
+        }
+        auto text = cl.Assign("task_dirs", "kernelbench:" + parts[1]);
+        if (!text.ok() || parts.size() < 3) return text;
+        std::string out = *text;
+        for (absl::string_view id : absl::StrSplit(parts[2], ',', absl::SkipEmpty())) {
+          auto one = cl.Assign("task_ids", absl::StrCat(parts[1], "/", id));
+          if (!one.ok()) return one;
+          absl::StrAppend(&out, " ", *one);
+        }
+        return out;
+      },
+      "kernelbench:levelN[:ID,ID,...] (IDs: the task's number or file name) or a directory of tasks "
+      "[task_dirs, task_ids]");
+  cl.Flag("--kernelbench_dir", "kernelbench_dir", "The KernelBench checkout (level1/, ...)");
+  cl.Flag("--max_tasks", "max_tasks_per_level", "At most this many tasks per level (0 = all)");
+  cl.Flag("--rollouts", "rollouts_per_task", "Rollouts per task (the best one is scored)");
+  cl.Flag("--out", "output_dir", "report.json, report.md and the plots go here");
+  cl.Flag("--sandbox", "actor.sandbox.target", "gRPC target of sandbox workers (\"\": start one here)");
+  cl.Flag("--sandbox_backend", "sandbox_backend", "The started sandbox's backend: auto, cpu or cuda");
+  cl.Flag("--concurrency", "actor.concurrent_rollouts", "Rollouts at once");
+  cl.Flag("--max_turns", "actor.rollout.eval_max_turns", "Assistant turns per rollout");
+  cl.Flag("--max_new_tokens", "actor.rollout.max_new_tokens_per_turn", "Tokens per assistant turn");
+  cl.Flag("--temperature", "actor.rollout.temperature", "0 = greedy");
+  cl.Flag("--run_dir", "paths.run_dir", "Logs of the services started here");
+  cl.Flag("--bin_dir", "paths.bin_dir", "Service binaries (bazel-bin)");
+}
 
 struct EvalTask {
   v1::Task task;
@@ -64,7 +147,8 @@ struct EvalTask {
 
 absl::StatusOr<std::vector<EvalTask>> LoadTasks(const v1::EvalConfig& config) {
   std::vector<EvalTask> out;
-  for (const std::string& dir : config.task_dirs()) {
+  for (std::string dir : config.task_dirs()) {
+    if (absl::StartsWith(dir, "kernelbench:")) dir = config.kernelbench_dir() + "/" + dir.substr(12);
     const std::string level_name = std::filesystem::path(dir).filename().string();
     int level = 0;
     if (absl::StartsWith(level_name, "level")) level = std::atoi(level_name.c_str() + 5);
@@ -81,8 +165,9 @@ absl::StatusOr<std::vector<EvalTask>> LoadTasks(const v1::EvalConfig& config) {
     int taken = 0;
     for (const std::string& f : files) {
       const std::string id = absl::StrCat(level_name, "/", std::filesystem::path(f).stem().string());
-      if (!config.task_ids().empty() &&
-          std::find(config.task_ids().begin(), config.task_ids().end(), id) == config.task_ids().end()) {
+      // "level1/19" names "level1/19_ReLU": the number is KernelBench's id.
+      auto wanted = [&id](const std::string& want) { return id == want || absl::StartsWith(id, want + "_"); };
+      if (!config.task_ids().empty() && std::none_of(config.task_ids().begin(), config.task_ids().end(), wanted)) {
         continue;
       }
       if (config.max_tasks_per_level() > 0 && taken >= config.max_tasks_per_level()) break;
@@ -93,33 +178,79 @@ absl::StatusOr<std::vector<EvalTask>> LoadTasks(const v1::EvalConfig& config) {
       ++taken;
     }
   }
-  if (out.empty()) return absl::InvalidArgumentError("no tasks: set task_dirs (and task_ids)");
+  if (out.empty()) return absl::InvalidArgumentError("no tasks: set --tasks (task_dirs, task_ids)");
   return out;
+}
+
+
+// The sandbox (when actor.sandbox.target is "") and the checkpoint's policy server (when
+// checkpoint is set) on this machine, through the shared launcher; their addresses go into the
+// actor's config.
+absl::Status StartLocalServices(v1::EvalConfig* config, std::unique_ptr<LocalCluster>* local) {
+  const bool need_sandbox = config->actor().sandbox().target().empty();
+  if (!need_sandbox && config->checkpoint().empty()) return absl::OkStatus();
+  if (absl::Status s = ResolvePaths("eval", config->mutable_paths()); !s.ok()) return s;
+  *local = std::make_unique<LocalCluster>(config->paths().bin_dir(), config->paths().run_dir(),
+                                          [](const up::SupervisorEvent& e) {
+                                            if (e.kind == up::SupervisorEvent::kGaveUp) KLOG(ERROR) << e.name << ": " << e.detail;
+                                          });
+  const absl::Time deadline = absl::Now() + absl::Seconds(180);
+  if (need_sandbox) {
+    const std::string backend = config->sandbox_backend() == "auto" ? (GpuDevicePresent() ? "cuda" : "cpu")
+                                                                    : config->sandbox_backend();
+    auto ports = (*local)->StartServer("sandbox", "sandbox/sandbox_main", {"--set=backend=" + backend}, deadline);
+    if (!ports.ok()) return ports.status();
+    if (!LocalCluster::WaitServing(ports->Address(), deadline)) return absl::UnavailableError("the sandbox is not serving");
+    config->mutable_actor()->mutable_sandbox()->set_target("ipv4:" + ports->Address());
+    std::fprintf(stderr, "kernelrl eval: a %s sandbox at %s (log: %s/sandbox.log)\n", backend.c_str(),
+                 ports->Address().c_str(), config->paths().run_dir().c_str());
+  }
+  if (!config->checkpoint().empty()) {
+    auto ports = (*local)->StartServer(
+        "policy", "learner/learner_main",
+        {"--set=state_dir=" + config->paths().run_dir() + "/policy-state", "--set=policy.enabled=true",
+         "--set=policy.model_path=" + config->checkpoint(), "--set=policy.device=" + config->checkpoint_device()},
+        deadline);
+    if (!ports.ok()) return ports.status();
+    if (!LocalCluster::WaitServing(ports->Address(), deadline)) return absl::UnavailableError("the policy server is not serving");
+    config->mutable_actor()->mutable_policy()->set_address(ports->Address());
+    std::fprintf(stderr, "kernelrl eval: policy server on %s at %s\n", config->checkpoint().c_str(),
+                 ports->Address().c_str());
+  }
+  return absl::OkStatus();
+}
+
+// A file of the source tree (plot_script, rollout.skill_path) as given when it exists, else under
+// this binary's runfiles or paths.repo_dir.
+std::string FindRepoFile(const v1::EvalConfig& config, const std::string& p) {
+  if (p.empty() || p[0] == '/' || access(p.c_str(), R_OK) == 0) return p;
+  for (const std::string& root : {SelfExe() + ".runfiles/kernelrl", config.paths().repo_dir()}) {
+    if (!root.empty() && access((root + "/" + p).c_str(), R_OK) == 0) return root + "/" + p;
+  }
+  return p;
 }
 
 }  // namespace
 
 int EvalMain(int argc, char** argv) {
   v1::EvalConfig config;
-  absl::StatusOr<ConfigRequest> req = LoadConfig(argc, argv, kDefaults, &config);
-  if (!req.ok()) {
-    std::fprintf(stderr, "kernelrl eval: %s\n", std::string(req.status().message()).c_str());
-    return 2;
-  }
-  if (req->help) {
-    std::printf("%s", ConfigUsage("kernelrl eval", "kernelrl.v1.EvalConfig").c_str());
-    return 0;
-  }
-  if (req->print_config) {
-    std::printf("%s", config.DebugString().c_str());
-    return 0;
+  CommandLine cl("eval", "Run a policy over a task set; Table-1 report (report.json, report.md, plots).", &config);
+  AddFlags(cl);
+  if (std::optional<int> code = cl.Parse(argc, argv, kDefaults)) return *code;
+  std::unique_ptr<LocalCluster> local;
+  struct StopOnExit {
+    std::unique_ptr<LocalCluster>* local;
+    ~StopOnExit() {
+      if (*local) (*local)->StopAll(absl::Seconds(20));
+    }
+  } stop_on_exit{&local};
+  auto tasks = LoadTasks(config);
+  if (!tasks.ok()) return cl.Fail(std::string(tasks.status().message()));
+  if (absl::Status s = StartLocalServices(&config, &local); !s.ok()) {
+    std::fprintf(stderr, "kernelrl eval: %s\n", std::string(s.message()).c_str());
+    return 1;
   }
   const v1::ActorConfig& actor = config.actor();
-  auto tasks = LoadTasks(config);
-  if (!tasks.ok()) {
-    std::fprintf(stderr, "kernelrl eval: %s\n", std::string(tasks.status().message()).c_str());
-    return 2;
-  }
   auto tokenizer = agent::Tokenizer::Load(actor.tokenizer_path());
   if (!tokenizer.ok()) {
     std::fprintf(stderr, "kernelrl eval: actor.tokenizer_path: %s\n", std::string(tokenizer.status().message()).c_str());
@@ -139,7 +270,7 @@ int EvalMain(int argc, char** argv) {
   }
   std::string skill;
   if (!actor.rollout().skill_path().empty()) {
-    auto s = ReadFileToString(actor.rollout().skill_path());
+    auto s = ReadFileToString(FindRepoFile(config, actor.rollout().skill_path()));
     if (!s.ok()) {
       std::fprintf(stderr, "kernelrl eval: rollout.skill_path: %s\n", std::string(s.status().message()).c_str());
       return 2;
@@ -212,8 +343,8 @@ int EvalMain(int argc, char** argv) {
     return 1;
   }
   std::printf("%s", md.c_str());
-  if (!config.plot_script().empty()) {
-    const std::string cmd = absl::StrCat(config.python(), " ", ShellQuote(config.plot_script()), " ",
+  if (const std::string plots = FindRepoFile(config, config.plot_script()); !plots.empty()) {
+    const std::string cmd = absl::StrCat(config.python(), " ", ShellQuote(plots), " ",
                                          ShellQuote(json_path), " ", ShellQuote(config.output_dir()));
     if (std::system(cmd.c_str()) != 0) std::fprintf(stderr, "kernelrl eval: plots failed (%s)\n", cmd.c_str());
   }

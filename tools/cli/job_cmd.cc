@@ -2,6 +2,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include <chrono>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -12,7 +13,9 @@
 #include "common/file.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/learner.grpc.pb.h"
+#include "proto/cli_config.pb.h"
 #include "proto/learner_config.pb.h"
+#include "tools/cli/command_line.h"
 
 namespace kernelrl::cli {
 namespace {
@@ -37,28 +40,64 @@ std::string Summary(const v1::Job& j) {
                       absl::StrJoin(metrics, " "), j.message().empty() ? "" : " | " + j.message());
 }
 
+constexpr char kSubmitDefaults[] = R"pb(learner: "127.0.0.1:50051")pb";
+
+// `kernelrl job submit`: a kernelrl.v1.JobSubmitConfig from --config/--preset files
+// (configs/job/*.textproto) and flags.
+int SubmitMain(int argc, char** argv) {
+  v1::JobSubmitConfig config;
+  CommandLine cl("job", "kernelrl job submit: submit one job to a learner; prints it.", &config);
+  cl.Flag("--learner", "learner", "Learner gRPC address");
+  cl.Flag("--name", "spec.name", "Human-readable name");
+  cl.Flag("--base_checkpoint", "spec.base_checkpoint", "Hugging Face checkpoint directory");
+  cl.Flag("--task_set", "spec.task_set", "JSON-lines file of kernelrl.v1.Task");
+  cl.Flag("--max_steps", "spec.max_steps", "Agentic PPO steps (0 = the recipe's)");
+  cl.Flag("--rollouts_per_task", "spec.rollouts_per_task", "Rollouts per task (0 = 1)");
+  cl.Flag(
+      "--hyperparameters",
+      [](const std::string& file) -> absl::StatusOr<std::string> {
+        auto text = ReadFileToString(file);
+        if (!text.ok()) return text.status();
+        return "hyperparameters { " + *text + "\n}";
+      },
+      "A LearnerJobConfig text file [hyperparameters]");
+  cl.Flag(
+      "--job_set",
+      [&cl](const std::string& a) -> absl::StatusOr<std::string> {
+        const size_t eq = a.find('=');
+        if (eq == std::string::npos) return absl::InvalidArgumentError("expected FIELD=VALUE");
+        return cl.Assign("hyperparameters." + a.substr(0, eq), a.substr(eq + 1));
+      },
+      "FIELD=VALUE of the job's LearnerJobConfig (same as --set=hyperparameters.FIELD=VALUE)");
+  if (std::optional<int> code = cl.Parse(argc, argv, kSubmitDefaults)) return *code;
+  if (config.spec().base_checkpoint().empty() || config.spec().task_set().empty()) {
+    return cl.Fail("spec.base_checkpoint and spec.task_set are required (--base_checkpoint, --task_set)");
+  }
+  v1::SubmitJobRequest req;
+  *req.mutable_spec() = config.spec();
+  if (config.has_hyperparameters()) req.mutable_spec()->set_hyperparameters_text(TextProto(config.hyperparameters()));
+  auto stub = v1::Learner::NewStub(grpc::CreateChannel(config.learner(), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+  v1::Job job;
+  if (auto s = stub->SubmitJob(&ctx, req, &job); !s.ok()) return Fail(s);
+  PrintJob(job);
+  return 0;
+}
+
 }  // namespace
 
 int JobMain(int argc, char** argv) {
-  CLI::App app{"kernelrl job: submit, watch, cancel, pause, resume, list and get learner jobs", "kernelrl job"};
+  if (argc >= 2 && std::string(argv[1]) == "submit") return SubmitMain(argc - 1, argv + 1);
+  CLI::App app{"kernelrl job: submit, watch, cancel, pause, resume, list and get learner jobs "
+               "(kernelrl job submit --help)", "kernelrl job"};
   app.require_subcommand(1);
   app.fallthrough();  // --learner may follow the subcommand.
   std::string learner = "127.0.0.1:50051";
   app.add_option("--learner", learner, "Learner gRPC address")->capture_default_str();
 
-  v1::JobSpec spec;
-  std::string name, base, task_set, hp_file;
-  int max_steps = 0, rollouts = 0;
-  std::vector<std::string> sets;
-  CLI::App* submit = app.add_subcommand("submit", "Submit a job; prints it");
-  submit->add_option("--name", name, "Human-readable name");
-  submit->add_option("--base_checkpoint", base, "Hugging Face checkpoint directory")->required();
-  submit->add_option("--task_set", task_set, "JSON-lines file of kernelrl.v1.Task")->required();
-  submit->add_option("--max_steps", max_steps, "Agentic PPO steps (0 = the recipe's)");
-  submit->add_option("--rollouts_per_task", rollouts, "Rollouts per task (0 = 1)");
-  submit->add_option("--hyperparameters", hp_file, "LearnerJobConfig text file");
-  submit->add_option("--set", sets, "Override a LearnerJobConfig field: path.to.field=VALUE (repeatable)");
-
+  // Listed for --help; `kernelrl job submit` is dispatched above (its own config, kernelrl.v1.JobSubmitConfig).
+  app.add_subcommand("submit", "Submit a job from --config=job.textproto and flags (kernelrl job submit --help)");
   std::string job_id, reason;
   int page_size = 0;
   CLI::App* get = app.add_subcommand("get", "Print a job");
@@ -84,38 +123,6 @@ int JobMain(int argc, char** argv) {
   }
 
   auto stub = v1::Learner::NewStub(grpc::CreateChannel(learner, grpc::InsecureChannelCredentials()));
-  if (submit->parsed()) {
-    std::string hp;
-    if (!hp_file.empty()) {
-      auto text = ReadFileToString(hp_file);
-      if (!text.ok()) {
-        std::fprintf(stderr, "kernelrl job submit: --hyperparameters: %s\n", std::string(text.status().message()).c_str());
-        return 2;
-      }
-      hp = *text;
-    }
-    for (const std::string& s : sets) {
-      auto text = DottedAssignmentToText(s, v1::LearnerJobConfig::descriptor());
-      if (!text.ok()) {
-        std::fprintf(stderr, "kernelrl job submit: --set=%s: %s\n", s.c_str(), std::string(text.status().message()).c_str());
-        return 2;
-      }
-      absl::StrAppend(&hp, "\n", *text);
-    }
-    v1::SubmitJobRequest req;
-    v1::JobSpec* sp = req.mutable_spec();
-    sp->set_name(name);
-    sp->set_base_checkpoint(base);
-    sp->set_task_set(task_set);
-    sp->set_max_steps(max_steps);
-    sp->set_rollouts_per_task(rollouts);
-    sp->set_hyperparameters_text(hp);
-    grpc::ClientContext ctx;
-    v1::Job job;
-    if (auto s = stub->SubmitJob(&ctx, req, &job); !s.ok()) return Fail(s);
-    PrintJob(job);
-    return 0;
-  }
   if (get->parsed() || cancel->parsed() || pause->parsed() || resume->parsed()) {
     grpc::ClientContext ctx;
     v1::Job job;

@@ -7,6 +7,7 @@
 #include "tools/cli/eval_cmd.h"
 #include "tools/cli/job_cmd.h"
 #include "tools/cli/learn_cmd.h"
+#include "tools/cli/report_cmd.h"
 #include "tools/cli/up_cmd.h"
 
 namespace {
@@ -20,6 +21,7 @@ struct Subcommand {
 constexpr Subcommand kSubcommands[] = {
     {"job", kernelrl::cli::JobMain, "submit | get | watch | cancel | list learner jobs"},
     {"eval", kernelrl::cli::EvalMain, "run a policy over a task set; Table-1 report (JSON, Markdown, PNG)"},
+    {"report", kernelrl::cli::ReportMain, "re-render an evaluation's Table 1 and plots: kernelrl report DIR"},
     {"learn", kernelrl::cli::LearnMain, "the recipe end to end on the task family (data/family); curves + plots"},
     {"up", kernelrl::up::UpMain, "the embedded cluster on this machine; runs the quickstart job (--check, --job=none)"},
 };

@@ -1,157 +1,152 @@
 #include "tools/cli/learn_cluster.h"
 
-#include <filesystem>
-
-#include "absl/strings/numbers.h"
-#include "absl/strings/strip.h"
-#include "grpcpp/grpcpp.h"
-#include "proto/grpc/health/v1/health.grpc.pb.h"
+#include "absl/strings/str_cat.h"
+#include "common/config.h"
+#include "common/file.h"
 
 namespace kernelrl::cli {
 
-namespace fs = std::filesystem;
+const char kLearnDefaults[] = R"pb(
+  backend: "cpu"
+  actors: 1
+  random_actors: 1
+  concurrent_rollouts: 2
+  rollouts_per_task: 4
+  eval_every: 5
+  eval_rollouts: 1
+  job_timeout_s: 3600
+  stall_timeout_s: 600
+  python: "python3"
+)pb";
 
-const char kLearnUsage[] =
-    "usage: kernelrl learn --base_checkpoint=DIR --family_dir=DIR [--backend=cpu|cuda] [--learner_device=cpu|cuda]\n"
-    "         [--run_dir=DIR]\n"
-    "         [--bin_dir=DIR] [--actors=N] [--random_actors=N] [--concurrent_rollouts=N]\n"
-    "         [--ablation=none|no_rft|no_value|no_rft_no_value] [--eval_every=K] [--eval_tasks=N]\n"
-    "         [--eval_rollouts=R] [--eval_temperature=T] [--rollouts_per_task=G] [--job_set=FIELD=VALUE ...] [--set=SERVICE.FIELD=VALUE ...]\n"
-    "         [--pause_at_timeout] [--pause_after_agentic_steps=K] [--resume --run_dir=DIR]\n"
-    "         [--job_timeout_s=S] [--stall_timeout_s=S] [--python=PY] [--plot_script=FILE]\n"
-    "The recipe on the task family as one job (tools/cli/learn_cmd.h, docs/LEARNING.md).\n";
-
-// The recipe for a model learning the family's vocabulary from scratch: few
-// turns, 4-token replies (only a reply's first 4 characters act), learning
-// rates far above fine-tuning's 3e-6. Measured on the CPU backend: at actor lr
-// 1e-4 and RFT 3e-4 x 2 epochs the policy stayed uniform over the 1,190-token
-// vocabulary (entropy 7.081 -> 7.080 in 30 updates); Adam moves each weight by
-// about lr per update, so a from-scratch head needs ~1e-3 to move in tens of steps.
-// RFT must concentrate the policy on the vocabulary's characters before PPO: each
-// token's logit learns alone, so PPO over a 1,190-way spread barely moves. CPU:
-// RFT 16 updates at 3e-3 left entropy at ~5; 40 updates at 5e-3 (20 epochs of 32
-// trajectories, batch 16) reached 1.5. On the H100 (31 PPO updates of 16) the
-// critic explained ~0 of the return, so advantages R - V were mostly positive and
-// pushed every sampled token up: advantages are normalised over the batch. Stale
-// trajectories (lag 3 at max_policy_lag 2) were 12% of the agentic rollouts: lag 4,
-// which the truncated importance weights correct. Four H100 runs later the policy still
-// gave one reply to every task: the critic told tasks apart no better than the batch mean,
-// so the tasks that pay more (GEMMs: 3 for the library path) set every task's reply. Each
-// task now comes in groups of --rollouts_per_task and its rollouts are centred on the mean
-// of its others (ppo.task_baseline).
-
-constexpr int kReplyTokens = 4;
-
-// Short, and SKILL.md is left out of the prompt (rollout.omit_skill_from_prompt): the model
-// learns from scratch and cannot read either, and the shorter the prompt, the larger the share
-// of the task line it has to condition its choice on.
-constexpr char kSystemPrompt[] =
-    "Reply with four digits, the design of the task's kernel (SKILL.md lists the slots), or '.' when done.";
-
-std::vector<std::string> PromptFlags(const std::string& prefix, const std::string& skill_path) {
-  return {prefix + "skill_path=" + skill_path, prefix + "system_prompt=" + kSystemPrompt,
-          prefix + "omit_skill_from_prompt=true", absl::StrCat(prefix, "max_new_tokens_per_turn=", kReplyTokens),
-          prefix + "context_tokens=16384"};
+void AddLearnFlags(CommandLine& cl) {
+  cl.Flag("--base_checkpoint", "base_checkpoint", "HF-format checkpoint the job starts from");
+  cl.Flag("--family_dir", "family_dir", "family_gen's output (train.jsonl, heldout/)");
+  cl.Flag("--backend", "backend", "The sandbox's backend: cpu or cuda");
+  cl.Flag("--learner_device", "learner_device", "Where the learner trains: cpu or cuda (default: the backend)");
+  cl.Flag("--run_dir", "paths.run_dir", "Logs, learner state, curves");
+  cl.Flag("--bin_dir", "paths.bin_dir", "Service binaries (bazel-bin)");
+  cl.Flag("--actors", "actors", "Actors sampling the model");
+  cl.Flag("--random_actors", "random_actors", "Random-choice actors (the warm-up's data)");
+  cl.Flag("--concurrent_rollouts", "concurrent_rollouts", "Rollouts at once per actor");
+  cl.Flag("--rollouts_per_task", "rollouts_per_task", "A task's group in a batch");
+  cl.Flag("--eval_every", "eval_every", "Held-out evaluation every K agentic PPO steps");
+  cl.Flag("--eval_tasks", "eval_tasks", "Held-out tasks evaluated (0 = all)");
+  cl.Flag("--eval_rollouts", "eval_rollouts", "Rollouts per held-out task");
+  cl.Flag("--eval_temperature", "eval_temperature", "0 = greedy held-out evaluations");
+  cl.Flag("--job_timeout_s", "job_timeout_s", "Seconds for the job");
+  cl.Flag("--stall_timeout_s", "stall_timeout_s", "Seconds without a change to the job before cancelling");
+  cl.Switch("--pause_at_timeout", "pause_at_timeout", "At job_timeout_s pause the job instead of cancelling it");
+  cl.Flag("--pause_after_agentic_steps", "pause_after_agentic_steps", "Pause once agentic PPO has K steps");
+  cl.Switch("--resume", "resume", "Go on with the paused run in --run_dir");
+  cl.Flag("--python", "python", "Runs the plot script");
+  cl.Flag("--plot_script", "plot_script", "Curves' plots (default tools/cli/learn_plots.py)");
+  cl.Flag(
+      "--ablation",
+      [](const std::string& name) -> absl::StatusOr<std::string> {
+        if (name == "none") return std::string("ablation: \"none\"");
+        absl::StatusOr<std::string> path = PresetPath("learn", "ablation_" + name);
+        if (!path.ok()) return absl::NotFoundError("no such ablation (configs/learn/ablation_*.textproto)");
+        return ReadFileToString(*path);
+      },
+      "none, or a preset configs/learn/ablation_NAME.textproto (no_rft, no_value, no_rft_no_value)");
+  cl.Flag(
+      "--job_set", [&cl](const std::string& a) -> absl::StatusOr<std::string> {
+        const size_t eq = a.find('=');
+        if (eq == std::string::npos) return absl::InvalidArgumentError("expected FIELD=VALUE");
+        return cl.Assign("job." + a.substr(0, eq), a.substr(eq + 1));
+      },
+      "FIELD=VALUE of the job's LearnerJobConfig (same as --set=job.FIELD=VALUE)");
 }
 
-absl::StatusOr<LearnOptions> ParseLearnFlags(int argc, char** argv) {
-  LearnOptions o;
-  std::string bad_number;
-  for (int i = 1; i < argc; ++i) {
-    absl::string_view a = argv[i];
-    std::string v;
-    auto value = [&](absl::string_view flag, std::string* out) {
-      absl::string_view rest = a;
-      if (!absl::ConsumePrefix(&rest, flag)) return false;
-      *out = std::string(rest);
-      return true;
-    };
-    auto number = [&](absl::string_view flag, auto* out) {
-      std::string text;
-      if (!value(flag, &text)) return false;
-      double d = 0;
-      if (!absl::SimpleAtod(text, &d)) bad_number = std::string(a);
-      *out = static_cast<std::remove_pointer_t<decltype(out)>>(d);
-      return true;
-    };
-    if (a == "--help" || a == "-h") return absl::CancelledError("help");
-    if (a == "--pause_at_timeout" || a == "--resume") {
-      (a == "--resume" ? o.resume : o.pause_at_timeout) = true;
-      continue;
-    }
-    if (value("--base_checkpoint=", &o.base_checkpoint) || value("--family_dir=", &o.family_dir) ||
-        value("--run_dir=", &o.run_dir) || value("--bin_dir=", &o.bin_dir) || value("--python=", &o.python) ||
-        value("--plot_script=", &o.plot_script) || number("--actors=", &o.actors) ||
-        number("--random_actors=", &o.random_actors) || number("--concurrent_rollouts=", &o.concurrent_rollouts) ||
-        number("--eval_every=", &o.eval_every) || number("--eval_tasks=", &o.eval_tasks) ||
-        number("--eval_rollouts=", &o.eval_rollouts) || number("--eval_temperature=", &o.eval_temperature) ||
-        number("--rollouts_per_task=", &o.rollouts_per_task) ||
-        number("--pause_after_agentic_steps=", &o.pause_after_agentic_steps) ||
-        number("--job_timeout_s=", &o.job_timeout_s) ||
-        number("--stall_timeout_s=", &o.stall_timeout_s)) {
-      continue;
-    }
-    if (value("--learner_device=", &o.learner_device)) {
-      if (o.learner_device != "cpu" && o.learner_device != "cuda") {
-        return absl::InvalidArgumentError("--learner_device: cpu or cuda");
-      }
-    } else if (value("--backend=", &o.backend)) {
-      if (o.backend != "cpu" && o.backend != "cuda") return absl::InvalidArgumentError("--backend: cpu or cuda");
-    } else if (value("--ablation=", &o.ablation)) {
-      if (o.ablation != "none" && o.ablation != "no_rft" && o.ablation != "no_value" && o.ablation != "no_rft_no_value") {
-        return absl::InvalidArgumentError("--ablation: none, no_rft, no_value or no_rft_no_value");
-      }
-    } else if (value("--job_set=", &v)) {
-      const size_t eq = v.find('=');
-      if (eq == std::string::npos) return absl::InvalidArgumentError("--job_set=FIELD=VALUE: " + v);
-      o.job_sets.push_back(v);
-    } else if (value("--set=", &v)) {
-      const size_t dot = v.find('.');
-      const std::string service = v.substr(0, dot);
-      if (dot == std::string::npos || (service != "learner" && service != "sandbox" && service != "actor")) {
-        return absl::InvalidArgumentError("--set=SERVICE.FIELD=VALUE with SERVICE learner|sandbox|actor: " + v);
-      }
-      o.sets[service].push_back("--set=" + v.substr(dot + 1));
-    } else {
-      return absl::InvalidArgumentError(absl::StrCat("unknown flag ", a));
-    }
+absl::Status ValidateLearnConfig(v1::LearnConfig* o) {
+  if (o->base_checkpoint().empty() || o->family_dir().empty()) {
+    return absl::InvalidArgumentError("base_checkpoint and family_dir are required (--base_checkpoint, --family_dir)");
   }
-  if (!bad_number.empty()) return absl::InvalidArgumentError("not a number: " + bad_number);
-  if (o.rollouts_per_task < 1) return absl::InvalidArgumentError("--rollouts_per_task: at least 1");
-  if (o.resume && o.run_dir.empty()) return absl::InvalidArgumentError("--resume needs the paused run's --run_dir");
-  if (o.base_checkpoint.empty() || o.family_dir.empty()) {
-    return absl::InvalidArgumentError("--base_checkpoint and --family_dir are required");
+  if (o->backend() != "cpu" && o->backend() != "cuda") return absl::InvalidArgumentError("backend: cpu or cuda");
+  if (o->learner_device().empty()) o->set_learner_device(o->backend());
+  if (o->learner_device() != "cpu" && o->learner_device() != "cuda") {
+    return absl::InvalidArgumentError("learner_device: cpu or cuda");
   }
-  return o;
+  if (o->rollouts_per_task() < 1) return absl::InvalidArgumentError("rollouts_per_task: at least 1");
+  if (o->resume() && o->paths().run_dir().empty()) {
+    return absl::InvalidArgumentError("resume needs the paused run's run_dir (--run_dir)");
+  }
+  if (!o->has_job() || o->skill_text().empty()) {
+    return absl::InvalidArgumentError("no experiment: the preset sets job, rollout and skill_text (--preset=family)");
+  }
+  v1::TrainerDeviceConfig* device = o->mutable_job()->mutable_device();
+  if (device->device().empty()) device->set_device(o->learner_device());
+  if (device->dtype().empty()) device->set_dtype("float32");
+  return absl::OkStatus();
 }
 
-std::string SelfExe() {
-  std::error_code ec;
-  return fs::read_symlink("/proc/self/exe", ec).string();
+int EvalMaxTurns(const v1::LearnConfig& o) {
+  const int turns = o.job().recipe().agentic_ppo().max_turns();
+  return turns > 0 ? turns : 3;
 }
 
-absl::StatusOr<std::string> FindBinDir(const std::string& flag) {
-  std::vector<std::string> candidates;
-  if (!flag.empty()) candidates.push_back(flag);
-  const fs::path self = SelfExe();
-  candidates.push_back(self.string() + ".runfiles/kernelrl");
-  candidates.push_back(self.parent_path().parent_path().parent_path().string());
-  if (const char* rf = getenv("RUNFILES_DIR")) candidates.push_back(std::string(rf) + "/kernelrl");
-  for (const std::string& c : candidates) {
-    if (access((c + "/learner/learner_main").c_str(), X_OK) == 0 && access((c + "/actor/actor_main").c_str(), X_OK) == 0) {
-      return c;
+absl::StatusOr<std::string> Cluster::StartServer(const std::string& name, const std::string& binary,
+                                                 std::vector<std::string> args, absl::Time deadline) {
+  for (const std::string& a : ServiceArgs(o_, sets_, name)) args.push_back(a);
+  absl::StatusOr<ServerPorts> ports = local_.StartServer(name, binary, args, deadline);
+  if (!ports.ok()) return ports.status();
+  LocalCluster::WaitServing(ports->Address(), deadline);
+  return ports->Address();
+}
+
+std::vector<std::string> Cluster::ActorArgs(const std::string& name, const std::string& kind, int64_t version) const {
+  const std::string suffix = o_.backend() == "cpu" ? "_cpu" : "";
+  std::vector<std::string> args = {"--config_text=rollout { " + TextProto(o_.rollout()) + " }",
+                                   "--set=learner_address=" + learner_,
+                                   "--set=sandbox.target=ipv4:" + sandbox_,
+                                   "--set=policy.kind=" + kind + suffix,
+                                   "--set=policy.address=" + learner_,
+                                   absl::StrCat("--set=policy.scripted_policy_version=", version),
+                                   "--set=actor_id=" + name,
+                                   absl::StrCat("--set=concurrent_rollouts=", o_.concurrent_rollouts()),
+                                   "--set=tokenizer_path=" + o_.base_checkpoint() + "/tokenizer.json",
+                                   "--set=rollout.skill_path=" + SkillPath(),
+                                   absl::StrCat("--set=rollout.workspace_root=", o_.paths().run_dir(), "/", name, "-ws")};
+  for (const std::string& a : ServiceArgs(o_, sets_, "actor")) args.push_back(a);
+  return args;
+}
+
+void Cluster::UsePool(const std::string& pool, int64_t version) {
+  if (pool == pool_) return;
+  std::vector<std::string> stop = running_;
+  running_.clear();
+  if (!stop.empty()) draining_.emplace_back([this, stop] { local_.Stop(stop, absl::Seconds(180)); });
+  const int n = pool == "random" ? o_.random_actors() : o_.actors();
+  for (int i = 0; i < n; ++i) {
+    const std::string name = absl::StrCat(pool, "-", i, "-g", ++generation_);
+    // An actor is nobody's server: its ports stay the kernel's pick across restarts.
+    if (auto s = local_.StartProcess(name, "actor/actor_main", ActorArgs(name, pool == "random" ? "choice_random" : "choice", version));
+        !s.ok()) {
+      console_->Line("cannot start " + name + ": " + std::string(s.message()));
     }
+    running_.push_back(name);
   }
-  return absl::NotFoundError("service binaries not found (build them, or pass --bin_dir=bazel-bin)");
+  pool_ = pool;
+  console_->Line(absl::StrCat(n, " ", pool == "random" ? "random-choice" : "model", " actor(s) running (policy v",
+                              version, ")"));
 }
 
-bool Serving(const std::string& address) {
-  auto stub = grpc::health::v1::Health::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
-  grpc::health::v1::HealthCheckResponse response;
-  return stub->Check(&ctx, grpc::health::v1::HealthCheckRequest(), &response).ok() &&
-         response.status() == grpc::health::v1::HealthCheckResponse::SERVING;
+void Cluster::StopActors() {
+  if (!running_.empty()) local_.Stop(running_, absl::Seconds(60));
+  running_.clear();
+  pool_.clear();
+}
+
+void Cluster::StopAll() {
+  if (!running_.empty()) local_.Stop(running_, absl::Seconds(20));
+  local_.StopAll(absl::Seconds(30));
+  JoinDraining();
+}
+
+void Cluster::JoinDraining() {
+  for (std::thread& t : draining_) t.join();
+  draining_.clear();
 }
 
 }  // namespace kernelrl::cli

@@ -23,81 +23,23 @@
 #include "proto/learner_config.pb.h"
 #include "tools/cli/learn_cluster.h"
 #include "tools/cli/learn_curves.h"
+#include "tools/cli/learn_report.h"
 
 namespace kernelrl::cli {
 namespace {
 
 namespace fs = std::filesystem;
 
-constexpr char kJobDefaults[] = R"pb(
-  recipe {
-    single_turn_ppo { steps: 4 max_turns: 1 }
-    agent_warmup { steps: 32 max_turns: 3 }
-    rft { epochs: 20 lr: 5e-3 max_repeated_calls: 3 }
-    value_pretrain { steps: 16 }
-    agentic_ppo { steps: 20 max_turns: 3 }
-  }
-  ppo { normalize_advantages: true task_baseline: true }
-  actor_optimizer { lr: 1e-3 }
-  critic_optimizer { lr: 1e-3 }
-  batch { trajectories_per_step: 8 max_tokens_per_row: 32768 activation_checkpointing: false }
-  ingest { max_policy_lag: 4 lease_timeout_seconds: 120 }
-)pb";
-
-// Tokens per reply: the action is the reply's first 4 characters.
-
-constexpr char kSkill[] = R"(# Skill: the family's design vocabulary
-Your reply's first four characters pick one option per slot (character code mod the slot's option count;
-digits 0-5 read as themselves). The template for the task's family is rendered with your choice, written to
-kernels/ and model_new.py, and profiled; the observation is the verdict. Reply '.' to finish.
-- elementwise:   vec 1|2|4, block 64|256|1024, work 1|4|4c (4c: adjacent, uncoalesced), precision fp32|fp16
-- rowreduce:     strategy thread|warp|block per row, block 64|256|1024, vec 1|4, precision fp32|fp16
-- gemm_epilogue: gemm cublas|tiled16|tiled32x2, epilogue separate|fused, block 128|256|512, precision fp32|fp16
-fp16 overflows on inputs of magnitude 1e5 unless the op saturates first.
-)";
-
-// "recipe.rft.skip=true" -> "recipe { rft { skip: true } }" (protobuf text).
-std::string TextField(const std::string& field_eq_value) {
-  const size_t eq = field_eq_value.find('=');
-  std::vector<std::string> path = absl::StrSplit(field_eq_value.substr(0, eq), '.');
-  std::string value = field_eq_value.substr(eq + 1);
-  std::string out;
-  for (size_t i = 0; i + 1 < path.size(); ++i) absl::StrAppend(&out, path[i], " { ");
-  absl::StrAppend(&out, path.back(), ": ", value);
-  for (size_t i = 0; i + 1 < path.size(); ++i) absl::StrAppend(&out, " }");
-  return out;
-}
-
-// The job's LearnerJobConfig text: defaults, the ablation, then --job_set (later fields win). Held-out
-// evaluations give the policy the turns it trains with (o->eval_max_turns).
-absl::StatusOr<std::string> JobHyperparameters(LearnOptions* o) {
-  std::string hp = kJobDefaults;
-  absl::StrAppend(&hp, " device { device: \"", o->learner_device, "\" dtype: \"float32\" }\n");
-  if (o->ablation == "no_rft" || o->ablation == "no_rft_no_value") absl::StrAppend(&hp, " recipe { rft { skip: true } }\n");
-  if (o->ablation == "no_value" || o->ablation == "no_rft_no_value") {
-    absl::StrAppend(&hp, " recipe { value_pretrain { skip: true } }\n");
-  }
-  if (o->ablation == "no_rft_no_value") absl::StrAppend(&hp, " recipe { agent_warmup { skip: true } }\n");
-  for (const std::string& s : o->job_sets) absl::StrAppend(&hp, TextField(s), "\n");
-  v1::LearnerJobConfig job_config;
-  if (absl::Status s = MergeTextConfig(hp, "the job's hyperparameters", &job_config); !s.ok()) return s;
-  if (job_config.recipe().agentic_ppo().max_turns() > 0) o->eval_max_turns = job_config.recipe().agentic_ppo().max_turns();
-  return hp;
-}
-
 // The learner (job API + policy server) and the sandbox worker; their addresses go to the cluster.
-absl::Status StartServices(const LearnOptions& o, Cluster* cluster) {
+absl::Status StartServices(const v1::LearnConfig& o, Cluster* cluster) {
   auto learner = cluster->StartServer(
       "learner", "learner/learner_main",
-      {"--set=state_dir=" + o.run_dir + "/learner-state", "--set=policy.enabled=true",
-       "--set=policy.model_path=" + o.base_checkpoint, "--set=policy.device=" + o.learner_device,
+      {"--set=state_dir=" + o.paths().run_dir() + "/learner-state", "--set=policy.enabled=true",
+       "--set=policy.model_path=" + o.base_checkpoint(), "--set=policy.device=" + o.learner_device(),
        "--set=policy.dtype=float32", "--set=policy.max_seq_len=16384", "--set=policy.max_batch=16"},
       absl::Now() + absl::Seconds(180));
   if (!learner.ok()) return learner.status();
-  // The vocabulary repeats candidates: identical (task, workspace) bytes reuse a verdict up to 16 times
-  // (curves.json audit: verdict_cache_hit_rate). --set=sandbox.verdict_cache.max_entries=0 turns it off.
-  auto sandbox = cluster->StartServer("sandbox", "sandbox/sandbox_main",
-                                      {"--set=backend=" + o.backend, "--set=verdict_cache.max_entries=4096"},
+  auto sandbox = cluster->StartServer("sandbox", "sandbox/sandbox_main", {"--set=backend=" + o.backend()},
                                       absl::Now() + absl::Seconds(180));
   if (!sandbox.ok()) return sandbox.status();
   cluster->learner_ = *learner;
@@ -162,20 +104,21 @@ absl::StatusOr<PausedRun> ReadPausedRun(const std::string& run_dir) {
 }
 
 // One held-out evaluation with `kernelrl eval` (this binary), as a child process.
-absl::StatusOr<Json> HeldOutEval(const LearnOptions& o, const Cluster& c, const std::string& out_dir) {
-  const std::string suffix = o.backend == "cpu" ? "_cpu" : "";
+absl::StatusOr<Json> HeldOutEval(const v1::LearnConfig& o, const Cluster& c, const std::string& out_dir) {
+  const std::string suffix = o.backend() == "cpu" ? "_cpu" : "";
   std::vector<std::string> args = {
-      SelfExe(), "eval", "--set=task_dirs=" + o.family_dir + "/heldout", "--set=output_dir=" + out_dir,
-      absl::StrCat("--set=max_tasks_per_level=", o.eval_tasks), absl::StrCat("--set=rollouts_per_task=", o.eval_rollouts),
-      "--set=plot_script=", "--set=actor.tokenizer_path=" + o.base_checkpoint + "/tokenizer.json",
+      SelfExe(), "eval", "--config_text=actor { rollout { " + TextProto(o.rollout()) + " } }",
+      "--set=task_dirs=" + o.family_dir() + "/heldout", "--set=output_dir=" + out_dir,
+      absl::StrCat("--set=max_tasks_per_level=", o.eval_tasks()),
+      absl::StrCat("--set=rollouts_per_task=", o.eval_rollouts()), "--set=plot_script=",
+      "--set=actor.tokenizer_path=" + o.base_checkpoint() + "/tokenizer.json",
       "--set=actor.sandbox.target=ipv4:" + c.sandbox_, "--set=actor.policy.kind=choice" + suffix,
-      "--set=actor.policy.address=" + c.learner_, absl::StrCat("--set=actor.rollout.eval_max_turns=", o.eval_max_turns),
-      absl::StrCat("--set=actor.rollout.temperature=", o.eval_temperature),
-      "--set=actor.rollout.workspace_root=" + out_dir + "-ws",
+      "--set=actor.policy.address=" + c.learner_, absl::StrCat("--set=actor.rollout.eval_max_turns=", EvalMaxTurns(o)),
+      absl::StrCat("--set=actor.rollout.temperature=", o.eval_temperature()),
+      "--set=actor.rollout.skill_path=" + c.SkillPath(), "--set=actor.rollout.workspace_root=" + out_dir + "-ws",
       // As many rollouts at once as all the training actors run: an evaluation beside training gets
       // half the sandbox instead of 1 / (actors + 1) of it, so it ends near the policy it started with.
-      absl::StrCat("--set=actor.concurrent_rollouts=", std::max(1, o.actors) * o.concurrent_rollouts)};
-  for (const std::string& a : PromptFlags("--set=actor.rollout.", c.SkillPath())) args.push_back(a);
+      absl::StrCat("--set=actor.concurrent_rollouts=", std::max(1, o.actors()) * o.concurrent_rollouts())};
   std::error_code ec;
   fs::create_directories(out_dir + "-ws", ec);
   std::string cmd;
@@ -251,7 +194,7 @@ std::string RolloutLine(const Json& heldout) {
 // to the console and to the list curves.json keeps.
 class HeldOutEvaluator {
  public:
-  HeldOutEvaluator(const LearnOptions& o, const Cluster& cluster, Console& console, std::string curves_dir, Json heldout)
+  HeldOutEvaluator(const v1::LearnConfig& o, const Cluster& cluster, Console& console, std::string curves_dir, Json heldout)
       : o_(o), cluster_(cluster), console_(console), curves_dir_(std::move(curves_dir)), heldout_(std::move(heldout)) {}
   ~HeldOutEvaluator() { Join(); }
 
@@ -291,7 +234,7 @@ class HeldOutEvaluator {
   }
 
  private:
-  const LearnOptions& o_;
+  const v1::LearnConfig& o_;
   const Cluster& cluster_;
   Console& console_;
   const std::string curves_dir_;
@@ -303,7 +246,7 @@ class HeldOutEvaluator {
 
 // curves.json from the job's ledger (every committed update, as the learner recorded it, with the
 // verdicts of the trajectories it trained on) and the held-out evaluations; then the plots.
-bool WriteCurves(const LearnOptions& o, const v1::Job& job, const std::string& hp, const std::string& job_dir,
+bool WriteCurves(const v1::LearnConfig& o, const v1::Job& job, const std::string& hp, const std::string& job_dir,
                  Json heldout, Console& console) {
   const std::string curves_dir = job_dir + "/curves";
   auto steps = UpdatesFromLedger(job_dir, console.StartUnixMs());
@@ -323,17 +266,17 @@ bool WriteCurves(const LearnOptions& o, const v1::Job& job, const std::string& h
   Json curves = Json::Object({{"job_id", Json::String(job.id())},
                               {"start_unix_ms", Json::Int(console.StartUnixMs())},
                               {"state", Json::String(v1::Job::State_Name(job.state()))},
-                              {"ablation", Json::String(o.ablation)},
-                              {"backend", Json::String(o.backend)},
-                              {"family_dir", Json::String(o.family_dir)},
+                              {"ablation", Json::String(o.ablation())},
+                              {"backend", Json::String(o.backend())},
+                              {"family_dir", Json::String(o.family_dir())},
                               {"hyperparameters_text", Json::String(hp)},
                               {"steps", std::move(step_list)},
                               {"heldout", std::move(heldout)},
                               {"audit", audit.ToJson()}});
   const bool written = WriteFileAtomically(curves_dir + "/curves.json", curves.Dump(1) + "\n").ok();
   console.Line(absl::StrCat("audit: ", audit.ToJson().Dump()));
-  if (!o.plot_script.empty()) {
-    const std::string cmd = absl::StrCat(ShellQuote(o.python), " ", ShellQuote(o.plot_script), " ",
+  if (!o.plot_script().empty()) {
+    const std::string cmd = absl::StrCat(ShellQuote(o.python()), " ", ShellQuote(o.plot_script()), " ",
                                          ShellQuote(curves_dir + "/curves.json"), " ", ShellQuote(curves_dir), " > ",
                                          ShellQuote(curves_dir + "/plots.log"), " 2>&1");
     if (std::system(cmd.c_str()) != 0) console.Line("plots failed; see " + curves_dir + "/plots.log");
@@ -344,45 +287,35 @@ bool WriteCurves(const LearnOptions& o, const v1::Job& job, const std::string& h
 }  // namespace
 
 int LearnMain(int argc, char** argv) {
-  absl::StatusOr<LearnOptions> parsed = ParseLearnFlags(argc, argv);
-  if (absl::IsCancelled(parsed.status())) return std::printf("%s", kLearnUsage), 0;
-  if (!parsed.ok()) {
-    std::fprintf(stderr, "kernelrl learn: %s\n%s", std::string(parsed.status().message()).c_str(), kLearnUsage);
-    return 2;
-  }
-  LearnOptions o = *parsed;
-  if (o.learner_device.empty()) o.learner_device = o.backend;
-  auto bin = FindBinDir(o.bin_dir);
-  if (!bin.ok()) return std::fprintf(stderr, "kernelrl learn: %s\n", std::string(bin.status().message()).c_str()), 2;
-  if (o.run_dir.empty()) o.run_dir = absl::StrCat("/tmp/kernelrl-learn-", getpid());
-  if (o.plot_script.empty()) {
-    for (const std::string& c : {*bin + "/tools/cli/learn_plots.py", std::string("tools/cli/learn_plots.py")}) {
-      if (access(c.c_str(), R_OK) == 0) o.plot_script = c;
+  v1::LearnConfig o;
+  CommandLine cl("learn", "The recipe on the task family as one job (tools/cli/learn_cmd.h, docs/LEARNING.md).", &o);
+  cl.DefaultPreset(kLearnDefaultPreset);
+  AddLearnFlags(cl);
+  if (std::optional<int> code = cl.Parse(argc, argv, kLearnDefaults)) return *code;
+  if (absl::Status s = ValidateLearnConfig(&o); !s.ok()) return cl.Fail(std::string(s.message()));
+  if (absl::Status s = ResolvePaths("learn", o.mutable_paths()); !s.ok()) return cl.Fail(std::string(s.message()));
+  if (o.plot_script().empty()) {
+    for (const std::string& c : {o.paths().bin_dir() + "/tools/cli/learn_plots.py", o.paths().repo_dir() + "/tools/cli/learn_plots.py"}) {
+      if (access(c.c_str(), R_OK) == 0) o.set_plot_script(c);
     }
   }
-  std::error_code ec;
-  fs::create_directories(o.run_dir, ec);
-  if (ec) return std::fprintf(stderr, "kernelrl learn: --run_dir: %s\n", ec.message().c_str()), 2;
-  absl::StatusOr<PausedRun> paused_run = o.resume ? ReadPausedRun(o.run_dir) : PausedRun{};
-  if (!paused_run.ok()) {
-    return std::fprintf(stderr, "kernelrl learn: --resume: %s\n", std::string(paused_run.status().message()).c_str()), 2;
-  }
-  Console console(o.run_dir + "/learn.log", paused_run->start);
+  absl::StatusOr<PausedRun> paused_run = o.resume() ? ReadPausedRun(o.paths().run_dir()) : PausedRun{};
+  if (!paused_run.ok()) return cl.Fail("resume: " + std::string(paused_run.status().message()));
+  Console console(o.paths().run_dir() + "/learn.log", paused_run->start);
   if (!paused_run->note.empty()) console.Line("resume: " + paused_run->note);
-  Cluster cluster(o, *bin, &console);
-  if (!WriteFileAtomically(cluster.SkillPath(), kSkill).ok()) return 1;
+  Cluster cluster(o, cl.sets(), &console);
+  if (!WriteFileAtomically(cluster.SkillPath(), o.skill_text()).ok()) return 1;
 
-  absl::StatusOr<std::string> hp = JobHyperparameters(&o);
-  if (!hp.ok()) return std::fprintf(stderr, "kernelrl learn: %s\n", std::string(hp.status().message()).c_str()), 2;
+  const std::string hp = TextProto(o.job());
   v1::JobSpec spec;
-  spec.set_name(absl::StrCat("learn-family-", o.ablation));
-  spec.set_base_checkpoint(o.base_checkpoint);
-  spec.set_task_set(o.family_dir + "/train.jsonl");
-  spec.set_rollouts_per_task(o.rollouts_per_task);
-  spec.set_hyperparameters_text(*hp);
+  spec.set_name(absl::StrCat("learn-family-", o.ablation()));
+  spec.set_base_checkpoint(o.base_checkpoint());
+  spec.set_task_set(o.family_dir() + "/train.jsonl");
+  spec.set_rollouts_per_task(o.rollouts_per_task());
+  spec.set_hyperparameters_text(hp);
 
-  const absl::Time deadline = absl::Now() + absl::Seconds(o.job_timeout_s);
-  console.Line("run dir " + o.run_dir + ", backend " + o.backend + ", ablation " + o.ablation);
+  const absl::Time deadline = absl::Now() + absl::Seconds(o.job_timeout_s());
+  console.Line("run dir " + o.paths().run_dir() + ", backend " + o.backend() + ", ablation " + o.ablation());
   if (absl::Status started = StartServices(o, &cluster); !started.ok()) {
     console.Line("FAILED to start: " + std::string(started.message()));
     cluster.StopAll();
@@ -391,22 +324,23 @@ int LearnMain(int argc, char** argv) {
 
   auto stub = v1::Learner::NewStub(grpc::CreateChannel(cluster.learner_, grpc::InsecureChannelCredentials()));
   v1::Job job;
-  if (grpc::Status s = SubmitOrResume(stub.get(), o.resume ? paused_run->job_id : "", spec, &job); !s.ok()) {
-    console.Line((o.resume ? "resume: " : "SubmitJob: ") + s.error_message());
+  if (grpc::Status s = SubmitOrResume(stub.get(), o.resume() ? paused_run->job_id : "", spec, &job); !s.ok()) {
+    console.Line((o.resume() ? "resume: " : "SubmitJob: ") + s.error_message());
     cluster.StopAll();
     return 1;
   }
-  const std::string job_dir = absl::StrCat(o.run_dir, "/learner-state/jobs/", job.id());
+  const std::string job_dir = absl::StrCat(o.paths().run_dir(), "/learner-state/jobs/", job.id());
   const std::string curves_dir = job_dir + "/curves";
+  std::error_code ec;
   fs::create_directories(curves_dir, ec);
-  console.Line(o.resume ? absl::StrCat("job ", job.id(), " resumed at update ", job.step())
-                         : absl::StrCat("job ", job.id(), " submitted: ", o.family_dir, "/train.jsonl"));
+  console.Line(o.resume() ? absl::StrCat("job ", job.id(), " resumed at update ", job.step())
+                         : absl::StrCat("job ", job.id(), " submitted: ", o.family_dir(), "/train.jsonl"));
 
   HeldOutEvaluator evals(o, cluster, console, curves_dir, paused_run->heldout);
 
   // The start evaluation runs before any actor does: the job cannot update the policy without
   // trajectories, so every one of its rollouts is policy v0's, and it has the sandbox to itself.
-  if (!o.resume) {
+  if (!o.resume()) {
     evals.Start("start", 0, 0);
     evals.Join();
   }
@@ -415,11 +349,12 @@ int LearnMain(int argc, char** argv) {
   // themselves come from the ledger afterwards: a poll every 300 ms misses fast ones.
   int64_t last_eval_agentic = -1000;
   bool reached_agentic = false, evaluated_agentic = false, paused = false;
-  if (o.resume && job.stage() == "agentic_ppo") {  // The pause evaluation stands for this sitting's first.
+  if (o.resume() && job.stage() == "agentic_ppo") {  // The pause evaluation stands for this sitting's first.
     evaluated_agentic = true;
     last_eval_agentic = job.stage_step();
   }
   std::string last_line;
+  StageProgress progress(o.job());
   absl::Time last_change = absl::Now();
   v1::GetJobRequest get;
   get.set_job_id(job.id());
@@ -433,29 +368,31 @@ int LearnMain(int argc, char** argv) {
       const std::string line = absl::StrCat(v1::Job::State_Name(job.state()), " ", job.stage(), " step ",
                                             job.stage_step(), " (update ", job.step(), ", policy v",
                                             job.policy_version(), ")  ", job.message());
-      if (line != last_line) console.Line(line);
+      if (const std::string bar = progress.Update(job); !bar.empty()) console.Line(bar);
       if (line != last_line || job.paused()) last_change = absl::Now();  // Paused (kernelrl job pause): not stalled.
       last_line = line;
       if (job.stage() == "agentic_ppo") {
         const int64_t k = job.stage_step();
         reached_agentic = true;
-        if ((!evaluated_agentic || k - last_eval_agentic >= o.eval_every) &&
+        if ((!evaluated_agentic || k - last_eval_agentic >= o.eval_every()) &&
             evals.Start(absl::StrCat("agentic-", k), job.policy_version(), k)) {
           evaluated_agentic = true;
           last_eval_agentic = k;
         }
       }
       if (learner::rl::JobManager::Finished(job.state())) {
+        console.Line(absl::StrCat("job ", v1::Job::State_Name(job.state()), job.message().empty() ? "" : ": ",
+                                  job.message()));
         code = job.state() == v1::Job::SUCCEEDED ? 0 : 1;
         break;
       }
       paused = job.state() == v1::Job::RUNNING &&
-               ((o.pause_at_timeout && absl::Now() > deadline) ||
-                (o.pause_after_agentic_steps > 0 && job.stage() == "agentic_ppo" &&
-                 job.stage_step() >= o.pause_after_agentic_steps));
+               ((o.pause_at_timeout() && absl::Now() > deadline) ||
+                (o.pause_after_agentic_steps() > 0 && job.stage() == "agentic_ppo" &&
+                 job.stage_step() >= o.pause_after_agentic_steps()));
       if (paused) {
         console.Line("pausing: the services stop, the job stays RUNNING (kernelrl learn --resume --run_dir=" +
-                     o.run_dir + " goes on)");
+                     o.paths().run_dir() + " goes on)");
         auto held = PauseAndHold(stub.get(), job.id(), &cluster);
         if (!held.ok()) {
           console.Line("pause failed: " + std::string(held.status().message()));
@@ -472,7 +409,7 @@ int LearnMain(int argc, char** argv) {
         break;
       }
     }
-    if (absl::Now() > deadline || absl::Now() - last_change > absl::Seconds(o.stall_timeout_s)) {
+    if (absl::Now() > deadline || absl::Now() - last_change > absl::Seconds(o.stall_timeout_s())) {
       console.Line("job timed out or stalled; cancelling");
       job = CancelAndWait(stub.get(), job);
       break;
@@ -488,8 +425,15 @@ int LearnMain(int argc, char** argv) {
   }
   cluster.StopAll();
 
-  if (!WriteCurves(o, job, *hp, job_dir, evals.Heldout(), console)) code = 1;
-  console.Line(absl::StrCat("job ", job.id(), " ", v1::Job::State_Name(job.state()), "; curves in ", curves_dir));
+  if (!WriteCurves(o, job, hp, job_dir, evals.Heldout(), console)) code = 1;
+  LearnRun run{&o, job, evals.Heldout(), 0, console.Seconds(), curves_dir, LatestPolicyCheckpoint(job_dir)};
+  if (auto tasks = ReadFileToString(o.family_dir() + "/train.jsonl"); tasks.ok()) {
+    run.train_tasks = static_cast<int>(std::count(tasks->begin(), tasks->end(), '\n'));
+  }
+  const std::string report = LearnReport(run);
+  if (!WriteFileAtomically(curves_dir + "/report.txt", report).ok()) code = 1;
+  std::fputs(report.c_str(), stdout);
+  std::fflush(stdout);
   return code;
 }
 

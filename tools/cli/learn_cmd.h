@@ -1,13 +1,15 @@
 // `kernelrl learn`: the CUDA-Agent recipe end to end on the learnable task
 // family (data/family, docs/LEARNING.md), as one job through the job API.
 //
-//   kernelrl learn --base_checkpoint=DIR --family_dir=DIR [--backend=cpu|cuda]
-//                  [--run_dir=DIR] [--bin_dir=DIR] [--actors=N] [--random_actors=N]
-//                  [--concurrent_rollouts=N] [--ablation=none|no_rft|no_value|no_rft_no_value]
-//                  [--eval_every=K] [--eval_tasks=N] [--eval_rollouts=R]
-//                  [--job_set=FIELD=VALUE ...] [--set=SERVICE.FIELD=VALUE ...]
-//                  [--job_timeout_s=S] [--stall_timeout_s=S]
-//                  [--pause_at_timeout] [--pause_after_agentic_steps=K] [--resume --run_dir=DIR]
+//   kernelrl learn --base_checkpoint=DIR --family_dir=DIR [--preset=NAME ...] [--ablation=NAME]
+//                  [--backend=cpu|cuda] [--run_dir=DIR] [--actors=N] [--eval_every=K] ...
+//                  [--job_set=FIELD=VALUE ...] [--set=FIELD=VALUE ...]   (kernelrl learn --help)
+//
+// Config: kernelrl.v1.LearnConfig (tools/cli/command_line.h). The experiment
+// (the recipe's hyper-parameters, the prompt and reply settings, the skill) is
+// a preset, configs/learn/family.textproto unless --config or --preset names
+// others; --ablation=NAME merges configs/learn/ablation_NAME.textproto after it;
+// tools/run_local.sh adds configs/learn/quick_cpu.textproto (a few minutes on a CPU).
 //
 // Starts the learner (job API + its policy server on the base checkpoint) and a
 // sandbox worker as supervised processes (tools/cli/up_supervisor.h), submits
@@ -20,8 +22,9 @@
 // Policy service) in every other stage. Held-out tasks (DIR/heldout/*.py) are
 // evaluated with `kernelrl eval` (this binary, the same choice policy, greedy)
 // at the start (policy version 0), when agentic PPO starts, every K agentic PPO
-// steps and at the end. The job's hyper-parameters are the defaults below,
-// overridden by --job_set (LearnerJobConfig fields); --ablation skips stages.
+// steps and at the end. A progress bar per stage while the job runs; at the end a
+// report (learn_report.h: what was trained on what, held-out figures before -> after,
+// where the curves, logs and checkpoint are), also in curves/report.txt.
 //
 // Output, in <state_dir>/jobs/<id>/curves/ (and printed): curves.json — per
 // update the job's metrics (reward, entropy, explained variance, clip

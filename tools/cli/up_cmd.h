@@ -1,10 +1,11 @@
-// `kernelrl up`: the embedded single-machine cluster (README's first command).
+// `kernelrl up`: the embedded single-machine cluster and its plumbing job
+// (tools/run_local.sh --job=smoke).
 //
-//   kernelrl up [--actors=N] [--check] [--job=quickstart|none] [--job_spec=FILE]
+//   kernelrl up [--actors=N] [--check] [--job=smoke|none] [--job_spec=FILE]
 //               [--backend=auto|cpu|cuda] [--run_dir=DIR] [--bin_dir=DIR] [--repo_dir=DIR]
 //               [--shared_dir=DIR]
 //               [--ready_timeout_s=S] [--job_timeout_s=S] [--stall_timeout_s=S]
-//               [--set=SERVICE.FIELD=VALUE ...]
+//               [--set=SERVICE.FIELD=VALUE ...]   (kernelrl up --help; kernelrl.v1.UpConfig)
 //
 // Starts learner, sandbox and N actors (default 2) as supervised
 // processes (up_supervisor.h: restart on crash with back-off). Servers bind
@@ -21,13 +22,13 @@
 //   up.status      one line per process: name pid restarts state (rewritten on
 //                  every event; tests read pids from it)
 //   learner-state/ the learner's state_dir (jobs, ledgers, checkpoints)
-//   quickstart/    the quickstart job's tiny random model and task set
+//   quickstart/    the smoke job's tiny random model and task set
 //
 // Then: --check reports every service's grpc.health.v1 status and stops (exit 0
 // only if all are SERVING). Otherwise it submits a job to the learner and
 // prints its progress (state, step, policy version, the job's metrics) as it
 // changes, a final report and the restarts, then stops the cluster. The job is
-// --job_spec (a kernelrl.v1.JobSpec in text format) or the quickstart: a tiny
+// --job_spec (a kernelrl.v1.JobSpec in text format) or the smoke job: a tiny
 // random model and tasks with scripted solutions (tools/cli/up_quickstart.py,
 // from --repo_dir: default the runfiles or the working directory), two PPO
 // updates, actors running the scripted policy. Without a GPU: the CPU-sized

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Every preset and example job under configs/ parses as its subcommand's config
+# (kernelrl <cmd> --print_config), and the presets say what they claim: the
+# default learn experiment carries the recipe, the prompt and the skill; each
+# ablation skips its stages on top of it.
+set -euo pipefail
+K=tools/cli/kernelrl
+REQ=(--base_checkpoint=/ckpt --family_dir=/family)
+fail() { echo "FAIL: $*"; exit 1; }
+n=0
+for f in configs/learn/*.textproto; do
+  "$K" learn "${REQ[@]}" --config="$f" --print_config > /dev/null || fail "$f"
+  n=$((n + 1))
+done
+for f in configs/job/*.textproto; do
+  "$K" job submit --config="$f" --print_config > /dev/null || fail "$f"
+  n=$((n + 1))
+done
+[ $n -ge 6 ] || fail "only $n config files found"
+echo "ok   $n config files parse"
+
+default=$("$K" learn "${REQ[@]}" --print_config)
+for want in 'agentic_ppo {' 'skill_text: ' 'system_prompt: ' 'max_new_tokens_per_turn: 4' 'ablation: "none"'; do
+  grep -qF "$want" <<< "$default" || fail "the default experiment has no '$want'"
+done
+grep -q "skip: true" <<< "$default" && fail "the default experiment skips a stage"
+for ablation in no_rft no_value no_rft_no_value; do
+  out=$("$K" learn "${REQ[@]}" --ablation=$ablation --print_config)
+  grep -qF "ablation: \"$ablation\"" <<< "$out" || fail "$ablation: label"
+  grep -qF 'skill_text: ' <<< "$out" || fail "$ablation: the experiment was dropped"
+  skips=$(grep -c "skip: true" <<< "$out")
+  want=$([ $ablation = no_rft_no_value ] && echo 3 || echo 1)
+  [ "$skips" = "$want" ] || fail "$ablation: $skips stages skipped, want $want"
+done
+echo "ok   the default learn experiment and its ablations"
+echo PASS

@@ -1,0 +1,130 @@
+#include "tools/cli/learn_report.h"
+
+#include <algorithm>
+#include <filesystem>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace kernelrl::cli {
+namespace {
+
+constexpr int kCells = 24;
+
+double Num(const Json* j, const char* key) {
+  const Json* v = j == nullptr ? nullptr : j->Find(key);
+  return v != nullptr && v->is_number() ? v->number() : 0;
+}
+
+// A held-out evaluation's per-rollout figures (every sampled rollout's final verdict), else its
+// per-task ones (the best of each task's rollouts).
+const Json* PerRollout(const Json& eval) {
+  const Json* r = eval.Find("rollouts");
+  return r != nullptr && Num(r, "n") > 0 ? r : &eval;
+}
+
+std::string Pct(double x) { return absl::StrFormat("%.0f%%", 100 * x); }
+
+}  // namespace
+
+int64_t StageProgress::StepsOf(const std::string& stage) const {
+  const v1::RecipeConfig& r = job_.recipe();
+  if (stage == "single_turn_ppo") return r.single_turn_ppo().steps();
+  if (stage == "agent_warmup") return r.agent_warmup().steps();
+  if (stage == "value_pretrain") return r.value_pretrain().steps();
+  if (stage == "agentic_ppo") return r.agentic_ppo().steps();
+  return 0;  // rft: its updates follow from the kept trajectories.
+}
+
+std::string StageProgress::Bar(const std::string& stage, int64_t step, int64_t steps, int64_t version) {
+  const char* unit = stage == "agent_warmup" ? "trajectories" : "updates";
+  if (steps <= 0) return absl::StrFormat("%-16s %d %s (policy v%d)", stage, step, unit, version);
+  const int filled = static_cast<int>(std::min<int64_t>(kCells, step * kCells / steps));
+  return absl::StrFormat("%-16s [%s%s] %3d/%d %s (policy v%d)", stage, std::string(filled, '#'),
+                         std::string(kCells - filled, '.'), step, steps, unit, version);
+}
+
+std::string StageProgress::Update(const v1::Job& job) {
+  if (job.stage().empty()) return "";
+  const int64_t steps = StepsOf(job.stage());
+  // No total (RFT: its updates follow from the kept trajectories): a line every 5 updates.
+  const int cells = steps > 0 ? static_cast<int>(std::min<int64_t>(kCells, job.stage_step() * kCells / steps))
+                              : static_cast<int>(job.stage_step() / 5);
+  if (job.stage() == stage_ && cells == cells_) return "";
+  stage_ = job.stage();
+  cells_ = cells;
+  return Bar(job.stage(), job.stage_step(), steps, job.policy_version());
+}
+
+std::string LatestPolicyCheckpoint(const std::string& job_dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  int64_t best = -1;
+  std::string out;
+  for (const auto& e : fs::directory_iterator(job_dir + "/checkpoints", ec)) {
+    const std::string name = e.path().filename().string();
+    int64_t n = 0;
+    if (name.rfind("step-", 0) == 0 && absl::SimpleAtoi(name.substr(5), &n) && n > best &&
+        fs::exists(e.path() / "policy")) {
+      best = n;
+      out = (e.path() / "policy").string();
+    }
+  }
+  return out;
+}
+
+std::string LearnReport(const LearnRun& run) {
+  const v1::LearnConfig& o = *run.config;
+  const v1::RecipeConfig& r = o.job().recipe();
+  std::string out = "\n=== kernelrl learn: report ===\n";
+  absl::StrAppendFormat(&out, "job        %s %s after %.0f s (%d updates, policy v%d)\n", run.job.id(),
+                        v1::Job::State_Name(run.job.state()), run.seconds, run.job.step(), run.job.policy_version());
+  absl::StrAppendFormat(&out, "trained    %s\n           on %d tasks of the task family (%s/train.jsonl), %s sandbox\n",
+                        o.base_checkpoint(), run.train_tasks, o.family_dir(), o.backend() == "cpu" ? "CPU" : "CUDA");
+  std::string recipe;
+  auto stage = [&recipe](const v1::StageConfig& s, const std::string& text) {
+    if (!s.skip()) absl::StrAppend(&recipe, recipe.empty() ? "" : " -> ", text);
+  };
+  stage(r.single_turn_ppo(), absl::StrCat("single-turn PPO ", r.single_turn_ppo().steps()));
+  stage(r.agent_warmup(), absl::StrCat("warm-up ", r.agent_warmup().steps(), " random-choice trajectories"));
+  if (!r.rft().skip()) absl::StrAppend(&recipe, recipe.empty() ? "" : " -> ", "RFT ", r.rft().epochs(), " epochs");
+  stage(r.value_pretrain(), absl::StrCat("value pretraining ", r.value_pretrain().steps()));
+  stage(r.agentic_ppo(), absl::StrCat("agentic PPO ", r.agentic_ppo().steps()));
+  absl::StrAppend(&out, "recipe     ", recipe, " (", o.ablation(), ")\n");
+
+  const auto& evals = run.heldout.items();
+  if (evals.size() >= 2) {
+    const Json& before = evals.front();
+    const Json& after = evals.back();
+    const Json* b = PerRollout(before);
+    const Json* a = PerRollout(after);
+    absl::StrAppendFormat(&out, "held-out   %d tasks never trained on, %d rollouts each (%s)\n",
+                          static_cast<int>(Num(&before, "n")), std::max(1, o.eval_rollouts()),
+                          o.eval_temperature() > 0 ? absl::StrFormat("sampled at temperature %g", o.eval_temperature())
+                                                   : std::string("greedy"));
+    absl::StrAppendFormat(&out, "             %-24s %-16s %s\n", "", absl::StrCat("before (v", Num(&before, "policy_version"), ")"),
+                          absl::StrCat("after (v", Num(&after, "policy_version"), ")"));
+    absl::StrAppendFormat(&out, "             %-24s %-16s %s\n", "reward per rollout",
+                          absl::StrFormat("%.2f +- %.2f", Num(b, "reward_mean"), Num(b, "reward_sem")),
+                          absl::StrFormat("%.2f +- %.2f", Num(a, "reward_mean"), Num(a, "reward_sem")));
+    for (auto [label, key] : {std::pair<const char*, const char*>{"pass rate (per rollout)", "pass_rate"},
+                              {"faster than eager", "faster_than_eager_rate"},
+                              {"faster than compile", "faster_than_compile_rate"}}) {
+      absl::StrAppendFormat(&out, "             %-24s %-16s %s\n", label, Pct(Num(b, key)), Pct(Num(a, key)));
+    }
+    if (o.backend() == "cpu") {
+      absl::StrAppend(&out, "             (CPU sandbox: no eager / torch.compile baselines, so no speed-ups;\n"
+                            "              a correct kernel earns 1, a wrong one -1)\n");
+    }
+  } else {
+    absl::StrAppend(&out, "held-out   fewer than two evaluations ran: no before -> after (see learn.log)\n");
+  }
+  absl::StrAppend(&out, "curves     ", run.curves_dir, "/reward.png, rates.png, stability.png\n");
+  absl::StrAppend(&out, "data       ", run.curves_dir, "/curves.json (every update and evaluation)\n");
+  absl::StrAppend(&out, "checkpoint ", run.checkpoint.empty() ? "(none committed)" : run.checkpoint, "\n");
+  absl::StrAppend(&out, "logs       ", o.paths().run_dir(), "/learn.log and one <process>.log each\n");
+  return out;
+}
+
+}  // namespace kernelrl::cli

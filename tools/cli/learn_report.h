@@ -1,0 +1,50 @@
+// What `kernelrl learn` tells a person: a progress bar per recipe stage while
+// the job runs, and at the end a report of what was trained on what, the
+// held-out figures before -> after, and where the curves, logs and checkpoint are.
+#ifndef KERNELRL_TOOLS_CLI_LEARN_REPORT_H_
+#define KERNELRL_TOOLS_CLI_LEARN_REPORT_H_
+
+#include <cstdint>
+#include <string>
+
+#include "common/json.h"
+#include "proto/cli_config.pb.h"
+#include "proto/learner.pb.h"
+
+namespace kernelrl::cli {
+
+// One bar per stage of the job's recipe: "agent_warmup  [#####.....]  12/24 trajectories".
+class StageProgress {
+ public:
+  explicit StageProgress(const v1::LearnerJobConfig& job) : job_(job) {}
+  // The bar when the job entered a stage or its bar grew by a cell; "" otherwise.
+  std::string Update(const v1::Job& job);
+  // The bar of `stage` at `step` (steps <= 0: no total known, a count only).
+  static std::string Bar(const std::string& stage, int64_t step, int64_t steps, int64_t version);
+
+ private:
+  int64_t StepsOf(const std::string& stage) const;
+  const v1::LearnerJobConfig job_;
+  std::string stage_;
+  int cells_ = -1;
+};
+
+struct LearnRun {
+  const v1::LearnConfig* config;
+  v1::Job job;
+  Json heldout;             // The held-out evaluations, in order (curves.json "heldout").
+  int train_tasks = 0;      // Lines of family_dir/train.jsonl.
+  double seconds = 0;       // The run's wall time.
+  std::string curves_dir;   // curves.json and the PNGs.
+  std::string checkpoint;   // The last committed policy ("" if none).
+};
+
+// The final report, plain text, one screen.
+std::string LearnReport(const LearnRun& run);
+
+// The newest checkpoints/step-N/policy directory under job_dir ("" if none).
+std::string LatestPolicyCheckpoint(const std::string& job_dir);
+
+}  // namespace kernelrl::cli
+
+#endif  // KERNELRL_TOOLS_CLI_LEARN_REPORT_H_

@@ -1,0 +1,82 @@
+// The progress bars and the final report of `kernelrl learn`, from made-up jobs
+// and held-out evaluations.
+#include "tools/cli/learn_report.h"
+
+#include <random>
+
+#include "absl/strings/str_format.h"
+#include "gtest/gtest.h"
+
+namespace kernelrl::cli {
+namespace {
+
+v1::Job JobAt(const std::string& stage, int64_t step, int64_t version) {
+  v1::Job job;
+  job.set_stage(stage);
+  job.set_stage_step(step);
+  job.set_policy_version(version);
+  return job;
+}
+
+TEST(StageProgress, ABarPerStageThatGrowsByCells) {
+  v1::LearnerJobConfig job;
+  const int steps = 24 + std::random_device{}() % 100;
+  job.mutable_recipe()->mutable_agent_warmup()->set_steps(steps);
+  job.mutable_recipe()->mutable_agentic_ppo()->set_steps(4);
+  StageProgress p(job);
+  std::string first = p.Update(JobAt("agent_warmup", 0, 0));
+  EXPECT_NE(first.find(absl::StrFormat("  0/%d trajectories", steps)), std::string::npos) << first;
+  EXPECT_EQ(p.Update(JobAt("agent_warmup", 0, 0)), "");  // Nothing moved.
+  int lines = 0;
+  for (int s = 1; s <= steps; ++s) lines += !p.Update(JobAt("agent_warmup", s, 0)).empty();
+  EXPECT_EQ(lines, 24);  // One line per cell of the bar, however many steps.
+  const std::string full = StageProgress::Bar("agent_warmup", steps, steps, 0);
+  EXPECT_NE(full.find("[########################]"), std::string::npos) << full;
+  EXPECT_NE(p.Update(JobAt("rft", 1, 1)).find("rft"), std::string::npos);  // A stage without a total: a count.
+  EXPECT_NE(p.Update(JobAt("agentic_ppo", 0, 9)).find("0/4 updates (policy v9)"), std::string::npos);
+}
+
+Json Eval(int64_t version, double reward, double pass) {
+  Json rollouts = Json::Object({{"n", Json::Int(16)}, {"reward_mean", Json::Number(reward)},
+                                {"reward_sem", Json::Number(0.1)}, {"pass_rate", Json::Number(pass)},
+                                {"faster_than_eager_rate", Json::Number(0)},
+                                {"faster_than_compile_rate", Json::Number(0)}});
+  return Json::Object({{"n", Json::Int(8)}, {"policy_version", Json::Int(version)}, {"reward_mean", Json::Number(1)},
+                       {"rollouts", std::move(rollouts)}});
+}
+
+TEST(LearnReport, BeforeAfterFromTheFirstAndLastEvaluation) {
+  std::mt19937 rng(std::random_device{}());
+  const double r0 = std::uniform_real_distribution<>(-1, 0)(rng), r1 = std::uniform_real_distribution<>(0, 1)(rng);
+  v1::LearnConfig o;
+  o.set_base_checkpoint("/ckpt/tiny");
+  o.set_family_dir("/fam");
+  o.set_backend("cpu");
+  o.set_eval_rollouts(2);
+  o.set_eval_temperature(1);
+  o.set_ablation("quick_cpu");
+  o.mutable_paths()->set_run_dir("/run");
+  o.mutable_job()->mutable_recipe()->mutable_rft()->set_epochs(20);
+  o.mutable_job()->mutable_recipe()->mutable_single_turn_ppo()->set_skip(true);
+  LearnRun run{&o, v1::Job(), Json::Array(), 57, 240, "/run/curves", "/run/ckpt/step-9/policy"};
+  run.job.set_state(v1::Job::SUCCEEDED);
+  run.heldout.Push(Eval(0, r0, 0.5));
+  run.heldout.Push(Eval(5, 0, 0.6));
+  run.heldout.Push(Eval(9, r1, 0.75));
+  const std::string report = LearnReport(run);
+  EXPECT_NE(report.find(absl::StrFormat("%.2f +- 0.10", r0)), std::string::npos) << report;
+  EXPECT_NE(report.find(absl::StrFormat("%.2f +- 0.10", r1)), std::string::npos) << report;
+  EXPECT_NE(report.find("before (v0)"), std::string::npos) << report;
+  EXPECT_NE(report.find("after (v9)"), std::string::npos) << report;
+  EXPECT_NE(report.find("pass rate (per rollout)"), std::string::npos) << report;
+  EXPECT_NE(report.find("50%"), std::string::npos) << report;
+  EXPECT_NE(report.find("75%"), std::string::npos) << report;
+  EXPECT_EQ(report.find("single-turn"), std::string::npos) << report;  // Skipped stages are not listed.
+  EXPECT_NE(report.find("RFT 20 epochs"), std::string::npos) << report;
+  EXPECT_NE(report.find("57 tasks"), std::string::npos) << report;
+  EXPECT_NE(report.find("/run/ckpt/step-9/policy"), std::string::npos) << report;
+  EXPECT_NE(report.find("/run/curves/reward.png"), std::string::npos) << report;
+}
+
+}  // namespace
+}  // namespace kernelrl::cli
