@@ -89,7 +89,9 @@ std::string LearnReport(const LearnRun& run) {
   stage(r.single_turn_ppo(), absl::StrCat("single-turn PPO ", r.single_turn_ppo().steps()));
   stage(r.agent_warmup(), absl::StrCat("warm-up ", r.agent_warmup().steps(), " random-choice trajectories"));
   if (!r.rft().skip()) absl::StrAppend(&recipe, recipe.empty() ? "" : " -> ", "RFT ", r.rft().epochs(), " epochs");
-  stage(r.value_pretrain(), absl::StrCat("value pretraining ", r.value_pretrain().steps()));
+  if (!r.value_pretrain().skip()) {
+    absl::StrAppend(&recipe, recipe.empty() ? "" : " -> ", "value pretraining <= ", r.value_pretrain().steps());
+  }
   stage(r.agentic_ppo(), absl::StrCat("agentic PPO ", r.agentic_ppo().steps()));
   absl::StrAppend(&out, "recipe     ", recipe, " (", o.ablation(), ")\n");
 
