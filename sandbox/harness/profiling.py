@@ -239,6 +239,7 @@ def run_profile(job, task_module, model, driver, sets, backend, result):
     the measurement into the trusted dir; returns the executor's final report."""
     from profiler_service.harness import nvml as nvml_mod
     from profiler_service.harness import symbols, tasks
+    from profiler_service.harness.protocol import rel_std_error
 
     device = job["device"]
     prof = {"started": True, "ok": False, "error": "", "rechecks": 0, "recheck_failures": 0,
@@ -354,18 +355,6 @@ def run_profile(job, task_module, model, driver, sets, backend, result):
         prof["measurement_file"] = path
     prof["wall_ms"] = (time.perf_counter() - t0) * 1e3
     return report
-
-
-def rel_std_error(xs):
-    """stderr / mean, as profiler_service/stats.cc computes it."""
-    n = len(xs)
-    if n < 2:
-        return math.inf
-    m = sum(xs) / n
-    if m == 0:
-        return math.inf
-    var = sum((x - m) ** 2 for x in xs) / (n - 1)
-    return math.sqrt(var) / math.sqrt(n) / abs(m)
 
 
 def kprof_tag_timed():
