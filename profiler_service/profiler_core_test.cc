@@ -7,6 +7,7 @@
 #include <fstream>
 #include <random>
 
+#include "common/testing/testing.h"
 #include "gtest/gtest.h"
 #include "profiler_service/judge.h"
 #include "profiler_service/profiler_defaults.h"
@@ -15,13 +16,7 @@
 namespace kernelrl {
 namespace {
 
-std::string TempDir(const std::string& name) {
-  const char* t = std::getenv("TEST_TMPDIR");
-  const std::string d = std::string(t ? t : "/tmp") + "/" + name;
-  std::filesystem::remove_all(d);
-  std::filesystem::create_directories(d);
-  return d;
-}
+using ::kernelrl::testing::NewTempDir;
 
 // A task with a fresh random reference source (so its hash is fresh too).
 Task RandomTask(std::mt19937& rng) {
@@ -81,7 +76,7 @@ ProfileMeasurement Measurement(double us, int n, std::mt19937& rng) {
 TEST(ProfilerCore, ServesTheBaselineTheProfileStageReads) {
   std::mt19937 rng(std::random_device{}());
   ProfilerConfig config;
-  config.set_baseline_cache_dir(TempDir("core_cache"));
+  config.set_baseline_cache_dir(NewTempDir("core_cache_"));
   MetricsRegistry metrics;
   ProfilerCore core(config, "H100", "2.11.0+cu130", &metrics);
   const Task task = RandomTask(rng);
@@ -123,7 +118,7 @@ TEST(ProfilerCore, ServesTheBaselineTheProfileStageReads) {
 // one BaselineMeasurement line to --out) and caches the entry under the key.
 TEST(ProfilerCore, MeasuresAMissAndCachesIt) {
   std::mt19937 rng(std::random_device{}());
-  const std::string dir = TempDir("core_measure");
+  const std::string dir = NewTempDir("core_measure_");
   const double eager_us = 50 + rng() % 50;
   std::string samples;
   for (int i = 0; i < 20; ++i) {
@@ -161,7 +156,7 @@ TEST(ProfilerCore, MeasuresAMissAndCachesIt) {
 TEST(ProfilerCore, TaskWithoutSourceIsMissing) {
   std::mt19937 rng(std::random_device{}());
   ProfilerConfig config;
-  config.set_baseline_cache_dir(TempDir("core_cache2"));
+  config.set_baseline_cache_dir(NewTempDir("core_cache2_"));
   MetricsRegistry metrics;
   ProfilerCore core(config, "H100", "2.11.0+cu130", &metrics);
   v1::BaselinesRequest breq;

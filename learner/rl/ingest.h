@@ -33,6 +33,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "common/clock.h"
 #include "learner/rl/ledger.h"
 #include "proto/learner.pb.h"
 #include "proto/trajectory.pb.h"
@@ -46,6 +47,7 @@ struct IngestOptions {
   int max_infra_reruns = 2;
   int64_t vocab_size = 0;             // > 0: token ids are checked at push.
   int64_t max_trajectory_tokens = 0;  // > 0: longer trajectories are rejected.
+  Clock* clock = RealClock();         // Lease expiry reads it; tests move a FakeClock.
 };
 
 struct IngestInfo {
