@@ -3,7 +3,8 @@
 # then build everything and run every test. GPU tests skip only on machines
 # without a GPU and say why; a target that skipped any case is counted as
 # skipped, not passed, and listed with its reasons (tools/test_summary.py).
-# Ends with one "N passed, N failed, N skipped (names)" line.
+# Then clang's thread-safety analysis over the lock-annotated code
+# (tools/thread_safety.sh). The summary line comes before its result.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tools/setup.sh
@@ -14,4 +15,8 @@ rc=${PIPESTATUS[0]}
 set -e
 testlogs=bazel-testlogs; [ -d "$testlogs" ] || testlogs="$(bazel info bazel-testlogs 2>/dev/null)"
 python3 tools/test_summary.py "$log" "$testlogs"
-exit "$rc"
+# gcc ignores the Abseil lock annotations; clang's analysis checks them.
+ts_rc=0
+bash tools/thread_safety.sh || ts_rc=$?
+[ "$rc" -ne 0 ] && exit "$rc"
+exit "$ts_rc"

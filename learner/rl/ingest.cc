@@ -270,6 +270,7 @@ v1::PushTrajectoriesAck Ingest::Push(const std::string& lease_id, const v1::Traj
     r.set_kind(kind);
     r.set_reason(reason);
     auto s = ledger_->Append({r});
+    mu_.AssertHeld();  // Called only below, under Push's lock; tells the analysis so.
     if (s.ok()) leases_.erase(lease_id);
     return s;
   };

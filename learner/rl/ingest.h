@@ -113,7 +113,8 @@ class Ingest {
   };
   Ingest(std::string dir, std::string job_id, IngestOptions options)
       : dir_(std::move(dir)), job_id_(std::move(job_id)), options_(options) {}
-  absl::Status Replay(const std::vector<v1::LedgerRecord>& records, int64_t committed_step);
+  absl::Status Replay(const std::vector<v1::LedgerRecord>& records, int64_t committed_step)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::string TrajectoryPath(const std::string& id) const;
   absl::Status ExpireLocked(std::vector<v1::LedgerRecord>* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   const v1::Task* FindTask(const std::string& id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
