@@ -1,4 +1,4 @@
-// The optional LLM composer (issue 15, item 2; DataConfig.composer = "llm"):
+// The optional LLM composer (DataConfig.composer = "llm"):
 // candidate i asks a policy backend — the agent's PolicyClient, so vLLM, the
 // learner's built-in /v1/chat/completions server, a hosted API or gRPC — for
 // a KernelBench-format program stacking the number of catalogue operators the

@@ -293,7 +293,7 @@ TEST_F(ProfileCpuTest, ExploitsStillGetMinusOne) {
   EXPECT_TRUE(evaluator_->serving());
 }
 
-// The trust-boundary exploits (issue 11): each reaches for the timing
+// The trust-boundary exploits: each reaches for the timing
 // protocol from inside the candidate process (frames, gc, the recorded
 // samples, native writes, stack or call-count sniffing, a timer signal).
 // Nothing of the protocol lives there now; what they forge is bounded by the
