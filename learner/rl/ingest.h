@@ -34,6 +34,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "common/clock.h"
 #include "learner/rl/ledger.h"
 #include "proto/learner.pb.h"
 #include "proto/trajectory.pb.h"
@@ -47,6 +48,7 @@ struct IngestOptions {
   int max_infra_reruns = 2;
   int64_t vocab_size = 0;             // > 0: token ids are checked at push.
   int64_t max_trajectory_tokens = 0;  // > 0: longer trajectories are rejected.
+  Clock* clock = RealClock();         // Lease expiry reads it; tests move a FakeClock.
 };
 
 struct IngestInfo {
@@ -112,7 +114,8 @@ class Ingest {
   };
   Ingest(std::string dir, std::string job_id, IngestOptions options)
       : dir_(std::move(dir)), job_id_(std::move(job_id)), options_(options) {}
-  absl::Status Replay(const std::vector<v1::LedgerRecord>& records, int64_t committed_step);
+  absl::Status Replay(const std::vector<v1::LedgerRecord>& records, int64_t committed_step)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::string TrajectoryPath(const std::string& id) const;
   absl::Status ExpireLocked(std::vector<v1::LedgerRecord>* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   const v1::Task* FindTask(const std::string& id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
