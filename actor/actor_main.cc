@@ -5,7 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "actor/actor.h"
-#include "actor/policy.h"
+#include "agent/policy/policy_factory.h"
 #include "actor/sandbox_pool.h"
 #include "agent/chat/tools.h"
 #include "common/file.h"
@@ -42,7 +42,7 @@ int main(int argc, char** argv) {
   v1::ActorConfig config;
   std::unique_ptr<agent::Tokenizer> tokenizer;
   std::optional<agent::ChatFormat> with_tools, plain;
-  std::unique_ptr<actor::PolicyClient> policy;
+  std::unique_ptr<agent::PolicyClient> policy;
   std::unique_ptr<actor::SandboxPool> pool;
   std::unique_ptr<actor::RolloutRunner> runner;
   std::unique_ptr<actor::LearnerClient> learner;
@@ -63,7 +63,7 @@ int main(int argc, char** argv) {
                           if (!pl.ok()) return pl.status();
                           with_tools.emplace(*std::move(wt));
                           plain.emplace(*std::move(pl));
-                          auto p = actor::MakePolicyClient(config.policy(), tokenizer.get(), plain->im_end_id());
+                          auto p = agent::MakePolicyClient(config.policy(), tokenizer.get(), plain->im_end_id());
                           if (!p.ok()) return p.status();
                           policy = *std::move(p);
                           auto s = actor::SandboxPool::Create(config.sandbox());

@@ -96,7 +96,7 @@ absl::StatusOr<RolloutResult> RolloutRunner::Run(const v1::Task& task, const Rol
       stop_reason = "max_tokens";
       break;
     }
-    PolicyRequest req;
+    agent::PolicyRequest req;
     req.prompt_ids = builder.PromptIds();
     req.max_new_tokens = static_cast<int32_t>(std::min<int64_t>(room, config_.max_new_tokens_per_turn()));
     req.temperature = config_.temperature();
@@ -108,7 +108,7 @@ absl::StatusOr<RolloutResult> RolloutRunner::Run(const v1::Task& task, const Rol
     req.turn = turn;
     req.history = &builder.history();
     const auto t0 = Clock::now();
-    absl::StatusOr<PolicyResponse> sample = deps_.policy->Generate(req);
+    absl::StatusOr<agent::PolicyResponse> sample = deps_.policy->Generate(req);
     result.policy_seconds += Since(t0);
     if (!sample.ok()) {
       stop_reason = "error";

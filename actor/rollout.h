@@ -24,7 +24,7 @@
 
 #include "absl/status/statusor.h"
 #include "actor/evaluation.h"
-#include "actor/policy.h"
+#include "agent/policy/policy.h"
 #include "agent/chat/chat_format.h"
 #include "agent/tokenizer/tokenizer.h"
 #include "proto/actor_config.pb.h"
@@ -34,7 +34,7 @@
 namespace kernelrl::actor {
 
 struct RolloutDeps {
-  PolicyClient* policy = nullptr;
+  agent::PolicyClient* policy = nullptr;
   EvaluationClient* evaluator = nullptr;
   const agent::Tokenizer* tokenizer = nullptr;
   const agent::ChatFormat* with_tools = nullptr;  // Announces ToolSchemas().

@@ -20,15 +20,15 @@ using testing::FakeEvaluator;
 using testing::Kit;
 
 // A policy from a function of the request (for malformed replies and failures).
-class FnPolicy final : public PolicyClient {
+class FnPolicy final : public agent::PolicyClient {
  public:
-  explicit FnPolicy(std::function<absl::StatusOr<std::string>(const PolicyRequest&)> fn, bool tool_schemas = true)
+  explicit FnPolicy(std::function<absl::StatusOr<std::string>(const agent::PolicyRequest&)> fn, bool tool_schemas = true)
       : fn_(std::move(fn)), tool_schemas_(tool_schemas) {}
   bool ToolSchemasInPrompt() const override { return tool_schemas_; }
-  absl::StatusOr<PolicyResponse> Generate(const PolicyRequest& r) override {
+  absl::StatusOr<agent::PolicyResponse> Generate(const agent::PolicyRequest& r) override {
     absl::StatusOr<std::string> text = fn_(r);
     if (!text.ok()) return text.status();
-    PolicyResponse out;
+    agent::PolicyResponse out;
     out.ids = Kit().tokenizer->Encode(*text);
     out.ids.push_back(Kit().plain->im_end_id());
     out.logprobs.assign(out.ids.size(), -0.25f);
@@ -37,7 +37,7 @@ class FnPolicy final : public PolicyClient {
   }
 
  private:
-  std::function<absl::StatusOr<std::string>(const PolicyRequest&)> fn_;
+  std::function<absl::StatusOr<std::string>(const agent::PolicyRequest&)> fn_;
   bool tool_schemas_;
 };
 
@@ -48,7 +48,7 @@ v1::Task CpuTask() {
   return t;
 }
 
-RolloutDeps Deps(PolicyClient* p, EvaluationClient* e) {
+RolloutDeps Deps(agent::PolicyClient* p, EvaluationClient* e) {
   return RolloutDeps{p, e, Kit().tokenizer.get(), &*Kit().with_tools, &*Kit().plain};
 }
 
@@ -65,7 +65,7 @@ TEST(RolloutTest, ScriptedPolicyWritesCompilesVerifiesProfilesAndSubmits) {
     }
     return v;
   });
-  ScriptedPolicy policy("sandbox/solutions", 42, Kit().tokenizer.get(), Kit().plain->im_end_id());
+  agent::ScriptedPolicy policy("sandbox/solutions", 42, Kit().tokenizer.get(), Kit().plain->im_end_id());
   const std::string skill = *ReadFileToString("sandbox/SKILL.md");
   v1::RolloutConfig config = testing::TestRolloutConfig("rollout_scripted");
   RolloutRunner runner(Deps(&policy, &eval), config, skill);
@@ -126,7 +126,7 @@ TEST(RolloutTest, MalformedRepliesBecomeErrorObservationsUntilMaxTurns) {
       "<tool_call>{\"name\": \"Edit\", \"arguments\": {\"path\": 1}}</tool_call>",  // mistyped
       "</tool_call>",                                                              // stray close
   };
-  FnPolicy policy([&](const PolicyRequest& r) -> absl::StatusOr<std::string> { return bad[r.turn % bad.size()]; });
+  FnPolicy policy([&](const agent::PolicyRequest& r) -> absl::StatusOr<std::string> { return bad[r.turn % bad.size()]; });
   v1::RolloutConfig config = testing::TestRolloutConfig("rollout_malformed");
   config.set_max_turns(6);
   config.set_final_evaluation(false);
@@ -152,7 +152,7 @@ TEST(RolloutTest, APolicyWithoutToolSchemasGetsThePlainSystemPrompt) {
   FakeEvaluator eval([](const v1::EvaluateRequest&) { return v1::Verdict(); });
   std::vector<std::vector<int32_t>> prompts;
   std::mutex mu;
-  auto record = [&](const PolicyRequest& r) -> absl::StatusOr<std::string> {
+  auto record = [&](const agent::PolicyRequest& r) -> absl::StatusOr<std::string> {
     std::lock_guard<std::mutex> l(mu);
     prompts.push_back(r.prompt_ids);
     return std::string("done");
@@ -176,7 +176,7 @@ TEST(RolloutTest, APolicyWithoutToolSchemasGetsThePlainSystemPrompt) {
 
 TEST(RolloutTest, TheTaskLineEndsThePromptAfterTheSkill) {
   FakeEvaluator eval([](const v1::EvaluateRequest&) { return v1::Verdict(); });
-  FnPolicy quiet([](const PolicyRequest&) -> absl::StatusOr<std::string> { return std::string(); });
+  FnPolicy quiet([](const agent::PolicyRequest&) -> absl::StatusOr<std::string> { return std::string(); });
   RolloutRunner runner(Deps(&quiet, &eval), testing::TestRolloutConfig("rollout_prompt"), "# Skill\nslot list\n");
   const std::string p = runner.TaskPrompt(CpuTask());
   EXPECT_TRUE(absl::EndsWith(p, "Task cpu/relu.\n")) << p;
@@ -190,7 +190,7 @@ TEST(RolloutTest, TheTaskLineEndsThePromptAfterTheSkill) {
 
 TEST(RolloutTest, BudgetsEndTheRollout) {
   FakeEvaluator eval([](const v1::EvaluateRequest&) { return v1::Verdict(); });
-  FnPolicy chatty([](const PolicyRequest&) -> absl::StatusOr<std::string> {
+  FnPolicy chatty([](const agent::PolicyRequest&) -> absl::StatusOr<std::string> {
     return agent::FormatToolCall("TodoWrite", *ParseJson(R"({"todos": [{"content": "think", "status": "pending"}]})"));
   });
   {  // Context: room for the prompt and about two rounds.
@@ -222,7 +222,7 @@ TEST(RolloutTest, BudgetsEndTheRollout) {
     v1::RolloutConfig config = testing::TestRolloutConfig("rollout_budget");
     config.set_wall_seconds(0.3);
     config.set_final_evaluation(false);
-    FnPolicy slow([](const PolicyRequest&) -> absl::StatusOr<std::string> {
+    FnPolicy slow([](const agent::PolicyRequest&) -> absl::StatusOr<std::string> {
       return agent::FormatToolCall("Bash", *ParseJson(R"({"command": "sleep 0.2"})"));
     });
     RolloutRunner runner(Deps(&slow, &eval), config, "");
@@ -231,7 +231,7 @@ TEST(RolloutTest, BudgetsEndTheRollout) {
     EXPECT_EQ(r->trajectory.stats().stop_reason(), "wall_time");
   }
   {  // A policy failure.
-    FnPolicy down([](const PolicyRequest&) -> absl::StatusOr<std::string> {
+    FnPolicy down([](const agent::PolicyRequest&) -> absl::StatusOr<std::string> {
       return absl::UnavailableError("policy server gone");
     });
     RolloutRunner runner(Deps(&down, &eval), testing::TestRolloutConfig("rollout_budget"), "");

@@ -8,6 +8,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/testing/testing.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "gtest/gtest.h"
 
@@ -67,6 +68,15 @@ v1::EvaluateRequest Req(int i) {
   return r;
 }
 
+// Whether `n` requests in a row avoid `worker`: with round-robin over 3
+// workers, 3 or more in a row avoid one only once the pool routes around it.
+bool RoutedAround(SandboxPool* pool, const std::string& worker, int n, int* next_id) {
+  for (int i = 0; i < n; ++i) {
+    if (pool->Evaluate(Req((*next_id)++)).worker_id() == worker) return false;
+  }
+  return true;
+}
+
 TEST(SandboxPoolTest, RoundRobinSpreadsAndSkipsNotServingWorkers) {
   Fleet fleet(3);
   auto pool = SandboxPool::Create(fleet.Config());
@@ -74,8 +84,10 @@ TEST(SandboxPoolTest, RoundRobinSpreadsAndSkipsNotServingWorkers) {
   for (int i = 0; i < 30; ++i) ASSERT_EQ((*pool)->Evaluate(Req(i)).outcome(), v1::Verdict::OK);
   for (auto& w : fleet.workers) EXPECT_GE(w->calls.load(), 5) << "uneven spread";
   // Worker 1 drains: health NOT_SERVING. After the watch notices, it gets nothing.
+  // Waits for the pool's health watch to see it (an event, not a fixed time).
   fleet.servers[1]->GetHealthCheckService()->SetServingStatus(false);
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  int id = 1000;
+  ASSERT_TRUE(::kernelrl::testing::WaitFor([&] { return RoutedAround(pool->get(), "w1", 6, &id); }, absl::Seconds(60)));
   const int before = fleet.workers[1]->calls.load();
   for (int i = 0; i < 30; ++i) {
     v1::Verdict v = (*pool)->Evaluate(Req(100 + i));
@@ -84,9 +96,12 @@ TEST(SandboxPoolTest, RoundRobinSpreadsAndSkipsNotServingWorkers) {
   }
   EXPECT_EQ(fleet.workers[1]->calls.load(), before);
   fleet.servers[1]->GetHealthCheckService()->SetServingStatus(true);
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  for (int i = 0; i < 30; ++i) (*pool)->Evaluate(Req(200 + i));
-  EXPECT_GT(fleet.workers[1]->calls.load(), before);
+  EXPECT_TRUE(::kernelrl::testing::WaitFor(
+      [&] {
+        (*pool)->Evaluate(Req(id++));
+        return fleet.workers[1]->calls.load() > before;
+      },
+      absl::Seconds(60)));
 }
 
 TEST(SandboxPoolTest, InfrastructureFailuresRetryElsewhereOnceThenInfraError) {

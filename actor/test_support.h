@@ -11,7 +11,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "actor/rollout.h"
-#include "actor/scripted_policy.h"
+#include "agent/policy/scripted_policy.h"
 #include "agent/chat/tools.h"
 #include "agent/test_util.h"
 

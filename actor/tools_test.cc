@@ -8,15 +8,11 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/testing/testing.h"
 #include "gtest/gtest.h"
 
 namespace kernelrl::actor {
 namespace {
-
-std::string Tmp() {
-  const char* t = std::getenv("TEST_TMPDIR");
-  return t != nullptr ? t : "/tmp";
-}
 
 Json J(const std::string& text) {
   auto j = ParseJson(text);
@@ -47,7 +43,7 @@ class ToolsTest : public ::testing::Test {
     limits_.set_max_background_jobs(2);
     task_.set_id("t/1");
     task_.set_reference_source("import torch\nclass Model: pass\n");
-    auto ws = RolloutWorkspace::Create(Tmp() + "/tools_ws", task_.reference_source(), "skill text\n");
+    auto ws = RolloutWorkspace::Create(::kernelrl::testing::TempDir() + "/tools_ws", task_.reference_source(), "skill text\n");
     ASSERT_TRUE(ws.ok()) << ws.status();
     ws_ = *std::move(ws);
     v1::WorkspaceIsolation iso;

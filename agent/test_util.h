@@ -6,19 +6,17 @@
 #include <cstdlib>
 #include <string>
 
+#include "common/testing/testing.h"
+
 namespace kernelrl::agent::testing {
 
-inline std::string TempDir() {
-  const char* t = std::getenv("TEST_TMPDIR");
-  return t != nullptr ? t : "/tmp";
-}
+using ::kernelrl::testing::TempDir;
 
 // Runs `python3 SCRIPT OUT [EXTRA]` ($KERNELRL_PYTHON overrides python3)
 // with its output in OUT.log. Returns the exit status (0 = ok).
 inline int RunFixtureScript(const std::string& script, const std::string& out, const std::string& extra = "") {
-  const char* py = std::getenv("KERNELRL_PYTHON");
-  std::string cmd = std::string(py != nullptr ? py : "python3") + " " + script + " '" + out + "' " + extra +
-                    " > '" + out + ".log' 2>&1";
+  std::string cmd = ::kernelrl::testing::Python() + " " + script + " '" + out + "' " + extra + " > '" + out +
+                    ".log' 2>&1";
   return std::system(cmd.c_str());
 }
 

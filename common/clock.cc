@@ -13,4 +13,19 @@ std::string NowRfc3339() {
   return buf;
 }
 
+namespace {
+
+class SystemClock final : public Clock {
+ public:
+  absl::Time Now() const override { return absl::Now(); }
+  void SleepFor(absl::Duration d) override { absl::SleepFor(d); }
+};
+
+}  // namespace
+
+Clock* RealClock() {
+  static SystemClock* const clock = new SystemClock;
+  return clock;
+}
+
 }  // namespace kernelrl

@@ -18,18 +18,6 @@ absl::Status Errno(absl::string_view what, const std::string& path) {
   return absl::InternalError(absl::StrCat(what, " ", path, ": ", std::strerror(errno)));
 }
 
-absl::Status WriteAll(int fd, absl::string_view data, const std::string& path) {
-  while (!data.empty()) {
-    ssize_t w = ::write(fd, data.data(), data.size());
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      return Errno("write", path);
-    }
-    data.remove_prefix(static_cast<size_t>(w));
-  }
-  return absl::OkStatus();
-}
-
 std::string Dirname(const std::string& path) {
   size_t slash = path.rfind('/');
   if (slash == std::string::npos) return ".";
@@ -66,6 +54,18 @@ absl::Status RemoveAt(int parent_fd, const char* name, const std::string& path) 
 }
 
 }  // namespace
+
+absl::Status WriteAll(int fd, absl::string_view data, const std::string& path) {
+  while (!data.empty()) {
+    ssize_t w = ::write(fd, data.data(), data.size());
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      return Errno("write", path);
+    }
+    data.remove_prefix(static_cast<size_t>(w));
+  }
+  return absl::OkStatus();
+}
 
 absl::Status RemoveTree(const std::string& path) {
   if (path.size() < 8 || path.find_first_not_of('/') == std::string::npos) {

@@ -25,6 +25,9 @@ absl::Status FsyncDir(const std::string& dir);
 // mis-built path.
 absl::Status RemoveTree(const std::string& path);
 
+// Writes all of `data` to `fd` (retrying short writes and EINTR); `path` names it in errors.
+absl::Status WriteAll(int fd, absl::string_view data, const std::string& path);
+
 }  // namespace kernelrl
 
 #endif  // KERNELRL_COMMON_FILE_H_

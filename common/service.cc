@@ -1,6 +1,7 @@
 #include "common/service.h"
 
 #include <signal.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -17,6 +18,7 @@
 #include "common/log.h"
 #include "common/status_util.h"
 #include "grpcpp/health_check_service_interface.h"
+#include "httplib.h"
 
 namespace kernelrl {
 
@@ -60,8 +62,7 @@ absl::Status ServiceRunner::Start() {
                                                " (port in use, or address not local)"));
   }
   if (config_.metrics_port() >= 0) {
-    http_ = std::make_unique<MetricsHttpServer>([this] { return metrics_->Expose(); }, [this] { return serving(); });
-    absl::StatusOr<int> port = http_->Start(config_.listen_address(), config_.metrics_port());
+    absl::StatusOr<int> port = StartHttp();
     if (!port.ok()) {
       server_->Shutdown(std::chrono::system_clock::now());
       return port.status();
@@ -73,6 +74,36 @@ absl::Status ServiceRunner::Start() {
   KLOG(INFO) << name_ << " serving gRPC on " << config_.listen_address() << ":" << grpc_port_
              << ", metrics on " << (metrics_port_ >= 0 ? absl::StrCat(metrics_port_) : "(disabled)");
   return absl::OkStatus();
+}
+
+absl::StatusOr<int> ServiceRunner::StartHttp() {
+  http_ = std::make_unique<httplib::Server>();
+  // httplib's default adds SO_REUSEPORT, which would let a second process share
+  // a metrics port silently; a port in use must be a start error instead.
+  http_->set_socket_options([](socket_t sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+  });
+  http_->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    res.set_content(metrics_->Expose(), "text/plain; version=0.0.4; charset=utf-8");
+  });
+  http_->Get("/healthz", [this](const httplib::Request&, httplib::Response& res) {
+    res.status = serving() ? 200 : 503;
+    res.set_content(serving() ? "ok\n" : "not serving\n", "text/plain");
+  });
+  const std::string& host = config_.listen_address();
+  int port = config_.metrics_port();
+  if (port == 0) {
+    port = http_->bind_to_any_port(host);
+  } else if (!http_->bind_to_port(host, port)) {
+    port = -1;
+  }
+  if (port <= 0) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot serve /metrics on ", host, ":", config_.metrics_port(), " (port in use, or address not local)"));
+  }
+  http_thread_ = std::thread([this] { http_->listen_after_bind(); });
+  return port;
 }
 
 void ServiceRunner::SetServing(bool serving) {
@@ -105,7 +136,10 @@ void ServiceRunner::Shutdown() {
                         std::chrono::milliseconds(static_cast<int64_t>(config_.grace_seconds() * 1000));
   server_->Shutdown(deadline);
   server_->Wait();
-  if (http_ != nullptr) http_->Stop();
+  if (http_ != nullptr) {
+    http_->stop();
+    if (http_thread_.joinable()) http_thread_.join();
+  }
   KLOG(INFO) << name_ << ": stopped";
 }
 

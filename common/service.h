@@ -2,7 +2,8 @@
 //
 //   Start():    gRPC server on server.grpc_port with the given services, the
 //               standard grpc.health.v1 service (SERVING), kernelrl.v1.Diagnostics,
-//               Prometheus /metrics + /healthz over HTTP, and the port file.
+//               Prometheus /metrics and /healthz over HTTP (cpp-httplib, the
+//               tree's one HTTP server library), and the port file.
 //   Shutdown(): the graceful sequence, in order —
 //               1. health → NOT_SERVING (load balancers stop sending),
 //               2. keep serving for drain_seconds (in-flight and late calls finish),
@@ -16,15 +17,20 @@
 #define KERNELRL_COMMON_SERVICE_H_
 
 #include <memory>
+#include <thread>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "common/http_server.h"
 #include "common/metrics.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/server_config.pb.h"
+
+namespace httplib {
+class Server;
+}  // namespace httplib
 
 namespace kernelrl {
 
@@ -52,6 +58,8 @@ class ServiceRunner {
 
  private:
   absl::Status WritePortFile() const;
+  // Serves /metrics and /healthz on listen_address:metrics_port (0 picks one); returns the port.
+  absl::StatusOr<int> StartHttp();
 
   const std::string name_;
   const ServerConfig config_;
@@ -59,7 +67,8 @@ class ServiceRunner {
   MetricsRegistry* metrics_;
   std::unique_ptr<grpc::Service> diagnostics_;
   std::unique_ptr<grpc::Server> server_;
-  std::unique_ptr<MetricsHttpServer> http_;
+  std::unique_ptr<httplib::Server> http_;
+  std::thread http_thread_;
   std::atomic<bool> serving_{false};
   std::atomic<bool> shut_down_{false};
   int grpc_port_ = 0;

@@ -37,7 +37,7 @@ std::string ExtractCode(const std::string& answer) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<LlmComposer>> LlmComposer::Create(const Composer* rules,
-                                                                 std::unique_ptr<actor::PolicyClient> policy,
+                                                                 std::unique_ptr<agent::PolicyClient> policy,
                                                                  std::unique_ptr<agent::Tokenizer> tokenizer,
                                                                  LlmComposerConfig config, uint64_t seed,
                                                                  std::string id_prefix) {
@@ -53,7 +53,7 @@ absl::StatusOr<std::unique_ptr<LlmComposer>> LlmComposer::Create(const Composer*
                                                       std::move(id_prefix)));
 }
 
-LlmComposer::LlmComposer(const Composer* rules, std::unique_ptr<actor::PolicyClient> policy,
+LlmComposer::LlmComposer(const Composer* rules, std::unique_ptr<agent::PolicyClient> policy,
                          std::unique_ptr<agent::Tokenizer> tokenizer, agent::ChatFormat format,
                          LlmComposerConfig config, uint64_t seed, std::string id_prefix)
     : rules_(rules),
@@ -126,7 +126,7 @@ absl::StatusOr<ComposedTask> LlmComposer::Compose(int64_t index) const {
   turns[1].content = Prompt(count);
   auto rendered = format_.Render(turns, /*add_generation_prompt=*/true);
   if (!rendered.ok()) return rendered.status();
-  actor::PolicyRequest req;
+  agent::PolicyRequest req;
   req.prompt_ids = rendered->ids;
   req.max_new_tokens = config_.max_new_tokens();
   req.temperature = static_cast<float>(config_.temperature());

@@ -1,5 +1,5 @@
-// The optional LLM composer (issue 15, item 2; DataConfig.composer = "llm"):
-// candidate i asks a policy backend — the actor's PolicyClient, so vLLM, the
+// The optional LLM composer (DataConfig.composer = "llm"):
+// candidate i asks a policy backend — the agent's PolicyClient, so vLLM, the
 // learner's built-in /v1/chat/completions server, a hosted API or gRPC — for
 // a KernelBench-format program stacking the number of catalogue operators the
 // rule sampler would draw for i (Composer::DrawOperatorCount, so the Table-3
@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "actor/policy.h"
+#include "agent/policy/policy.h"
 #include "agent/chat/chat_format.h"
 #include "agent/tokenizer/tokenizer.h"
 #include "data/composer.h"
@@ -38,7 +38,7 @@ class LlmComposer {
   // `rules` (the run's rule composer) must outlive this; the policy and
   // tokenizer are owned. Fails when the tokenizer has no ChatML tokens.
   static absl::StatusOr<std::unique_ptr<LlmComposer>> Create(const Composer* rules,
-                                                             std::unique_ptr<actor::PolicyClient> policy,
+                                                             std::unique_ptr<agent::PolicyClient> policy,
                                                              std::unique_ptr<agent::Tokenizer> tokenizer,
                                                              LlmComposerConfig config, uint64_t seed,
                                                              std::string id_prefix);
@@ -52,12 +52,12 @@ class LlmComposer {
   absl::StatusOr<ComposedTask> ParseAnswer(int64_t index, const std::string& answer) const;
 
  private:
-  LlmComposer(const Composer* rules, std::unique_ptr<actor::PolicyClient> policy,
+  LlmComposer(const Composer* rules, std::unique_ptr<agent::PolicyClient> policy,
               std::unique_ptr<agent::Tokenizer> tokenizer, agent::ChatFormat format, LlmComposerConfig config,
               uint64_t seed, std::string id_prefix);
 
   const Composer* const rules_;
-  const std::unique_ptr<actor::PolicyClient> policy_;
+  const std::unique_ptr<agent::PolicyClient> policy_;
   const std::unique_ptr<agent::Tokenizer> tokenizer_;
   const agent::ChatFormat format_;
   const LlmComposerConfig config_;

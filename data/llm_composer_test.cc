@@ -33,11 +33,11 @@ namespace {
 namespace fs = std::filesystem;
 
 // Answers by candidate: the request id ends with "-<index>"; an empty answer is a failed request.
-class ScriptedAnswers final : public actor::PolicyClient {
+class ScriptedAnswers final : public agent::PolicyClient {
  public:
   ScriptedAnswers(std::map<int64_t, std::string> answers, const agent::Tokenizer* tok)
       : answers_(std::move(answers)), tok_(tok) {}
-  absl::StatusOr<actor::PolicyResponse> Generate(const actor::PolicyRequest& r) override {
+  absl::StatusOr<agent::PolicyResponse> Generate(const agent::PolicyRequest& r) override {
     const int64_t index = std::stoll(r.request_id.substr(r.request_id.rfind('-') + 1));
     {
       absl::MutexLock l(&mu_);
@@ -46,7 +46,7 @@ class ScriptedAnswers final : public actor::PolicyClient {
     }
     auto it = answers_.find(index);
     if (it == answers_.end() || it->second.empty()) return absl::UnavailableError("backend down (scripted)");
-    actor::PolicyResponse out;
+    agent::PolicyResponse out;
     out.ids = tok_->Encode(it->second + "<|im_end|>");
     out.logprobs.assign(out.ids.size(), -0.5f);
     out.finish_reason = "stop";

@@ -14,7 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/match.h"
 #include "common/file.h"
-#include "actor/policy.h"
+#include "agent/policy/policy_factory.h"
 #include "common/log.h"
 #include "data/catalogue.h"
 #include "data/filters.h"
@@ -386,7 +386,7 @@ absl::Status Pipeline::Run() {
     if (!policy_) {
       auto tok = agent::Tokenizer::Load(config_.llm().tokenizer_json());
       if (!tok.ok()) return absl::InvalidArgumentError(absl::StrCat("llm.tokenizer_json: ", tok.status().message()));
-      auto client = actor::MakePolicyClient(config_.llm().policy(), tok->get(), (*tok)->TokenId("<|im_end|>"));
+      auto client = agent::MakePolicyClient(config_.llm().policy(), tok->get(), (*tok)->TokenId("<|im_end|>"));
       if (!client.ok()) return absl::InvalidArgumentError(absl::StrCat("llm.policy: ", client.status().message()));
       SetPolicy(*std::move(client), *std::move(tok));
     }

@@ -51,8 +51,8 @@ class Pipeline {
  public:
   explicit Pipeline(DataConfig config);  // Defaults already applied.
   // composer "llm": the backend and its tokenizer (else Run builds them from
-  // DataConfig.llm through actor::MakePolicyClient; tests hand in a fake).
-  void SetPolicy(std::unique_ptr<actor::PolicyClient> policy, std::unique_ptr<agent::Tokenizer> tokenizer) {
+  // DataConfig.llm through agent::MakePolicyClient; tests hand in a fake).
+  void SetPolicy(std::unique_ptr<agent::PolicyClient> policy, std::unique_ptr<agent::Tokenizer> tokenizer) {
     policy_ = std::move(policy);
     tokenizer_ = std::move(tokenizer);
   }
@@ -80,7 +80,7 @@ class Pipeline {
   DataConfig config_;
   std::string state_dir_;
   std::unique_ptr<Composer> composer_;
-  std::unique_ptr<actor::PolicyClient> policy_;      // Until Run hands them to llm_composer_.
+  std::unique_ptr<agent::PolicyClient> policy_;      // Until Run hands them to llm_composer_.
   std::unique_ptr<agent::Tokenizer> tokenizer_;
   std::unique_ptr<LlmComposer> llm_composer_;        // composer "llm" only.
   ReferenceSet references_;

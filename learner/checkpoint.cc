@@ -16,6 +16,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
+#include "common/file.h"
+#include "common/log.h"
 #include "learner/safetensors.h"
 
 namespace kernelrl::learner {
@@ -32,17 +34,6 @@ std::vector<std::string> ListDir(const std::string& dir) {
   }
   std::sort(names.begin(), names.end());
   return names;
-}
-
-void RemoveTree(const std::string& path) {
-  struct stat st;
-  if (::lstat(path.c_str(), &st) != 0) return;
-  if (S_ISDIR(st.st_mode)) {
-    for (const std::string& n : ListDir(path)) RemoveTree(path + "/" + n);
-    ::rmdir(path.c_str());
-  } else {
-    ::unlink(path.c_str());
-  }
 }
 
 absl::Status MakeDir(const std::string& path) {
@@ -113,7 +104,8 @@ absl::StatusOr<std::string> SaveCheckpoint(const std::string& root, const Checkp
   const std::string tmp = absl::StrCat(root, "/.tmp-", name, "-", ::getpid());
   // Leftovers of crashed saves.
   for (const std::string& n : ListDir(root)) {
-    if (absl::StartsWith(n, ".tmp-")) RemoveTree(root + "/" + n);
+    if (!absl::StartsWith(n, ".tmp-")) continue;
+    if (auto s = RemoveTree(root + "/" + n); !s.ok()) return s;
   }
   if (auto s = MakeDir(tmp); !s.ok()) return s;
   absl::Status s = MakeDir(tmp + "/policy");
@@ -137,8 +129,8 @@ absl::StatusOr<std::string> SaveCheckpoint(const std::string& root, const Checkp
     m.Set("files", std::move(files));
     s = WriteFileAtomically(tmp + "/manifest.json", m.Dump(2));
   }
+  if (s.ok()) s = RemoveTree(final_dir);  // A re-save of the same step replaces it.
   if (s.ok()) {
-    RemoveTree(final_dir);  // A re-save of the same step replaces it.
     if (::rename(tmp.c_str(), final_dir.c_str()) != 0) {
       s = absl::InternalError(absl::StrCat("rename ", tmp, " -> ", final_dir, ": ", std::strerror(errno)));
     }
@@ -146,7 +138,7 @@ absl::StatusOr<std::string> SaveCheckpoint(const std::string& root, const Checkp
   if (s.ok()) s = FsyncDir(root);
   if (s.ok()) s = WriteFileAtomically(root + "/LATEST", name + "\n");
   if (!s.ok()) {
-    RemoveTree(tmp);
+    if (auto r = RemoveTree(tmp); !r.ok()) KLOG(WARNING) << "checkpoint: leaving " << tmp << ": " << r;
     return s;
   }
   // Retention: keep the newest keep_last step-* directories.
@@ -155,7 +147,9 @@ absl::StatusOr<std::string> SaveCheckpoint(const std::string& root, const Checkp
     if (absl::StartsWith(n, "step-")) steps.push_back(n);
   }
   for (size_t i = 0; c.keep_last > 0 && i + c.keep_last < steps.size(); ++i) {
-    if (steps[i] != name) RemoveTree(root + "/" + steps[i]);
+    if (steps[i] == name) continue;
+    // The new checkpoint is saved; an old one that will not go is worth a warning, not a failed save.
+    if (auto r = RemoveTree(root + "/" + steps[i]); !r.ok()) KLOG(WARNING) << "checkpoint retention: " << r;
   }
   return final_dir;
 }

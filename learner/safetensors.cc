@@ -11,7 +11,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/file.h"
 #include "common/json.h"
+#include "common/status_util.h"
 
 namespace kernelrl::learner {
 namespace {
@@ -19,21 +21,7 @@ namespace {
 constexpr uint64_t kMaxHeaderBytes = 100 << 20;  // The reference implementation's cap.
 
 absl::Status Errno(absl::string_view what, const std::string& path) {
-  return absl::InternalError(absl::StrCat(what, " ", path, ": ", std::strerror(errno)));
-}
-
-absl::Status WriteAll(int fd, const void* data, size_t n, const std::string& path) {
-  const char* p = static_cast<const char*>(data);
-  while (n > 0) {
-    ssize_t w = ::write(fd, p, n);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      return Errno("write", path);
-    }
-    p += w;
-    n -= static_cast<size_t>(w);
-  }
-  return absl::OkStatus();
+  return ErrnoToStatus(errno, absl::StrCat(what, " ", path));
 }
 
 }  // namespace
@@ -286,10 +274,10 @@ absl::Status WriteSafetensors(const std::string& path, const std::vector<TensorT
   const std::string tmp = absl::StrCat(path, ".tmp.", ::getpid());
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return Errno("create", tmp);
-  absl::Status s = WriteAll(fd, len, 8, tmp);
-  if (s.ok()) s = WriteAll(fd, h.data(), h.size(), tmp);
+  absl::Status s = WriteAll(fd, absl::string_view(reinterpret_cast<const char*>(len), 8), tmp);
+  if (s.ok()) s = WriteAll(fd, h, tmp);
   for (const TensorToWrite& t : tensors) {
-    if (s.ok()) s = WriteAll(fd, t.data, t.nbytes, tmp);
+    if (s.ok()) s = WriteAll(fd, absl::string_view(static_cast<const char*>(t.data), t.nbytes), tmp);
   }
   if (s.ok() && ::fsync(fd) != 0) s = Errno("fsync", tmp);
   ::close(fd);

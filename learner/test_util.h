@@ -7,21 +7,18 @@
 #include <cstdlib>
 #include <string>
 
+#include "common/testing/testing.h"
 #include "learner/model_config.h"
 
 namespace kernelrl::learner::testing {
 
-inline std::string TempDir() {
-  const char* t = std::getenv("TEST_TMPDIR");
-  return t != nullptr ? t : "/tmp";
-}
+using ::kernelrl::testing::TempDir;
 
 // Runs learner/testdata/make_fixtures.py MODE OUT with $KERNELRL_PYTHON (or
 // python3). Returns the exit status (0 = ok).
 inline int RunFixtureScript(const std::string& mode, const std::string& out) {
-  const char* py = std::getenv("KERNELRL_PYTHON");
-  std::string cmd = std::string(py != nullptr ? py : "python3") + " learner/testdata/make_fixtures.py " + mode + " '" +
-                    out + "' > '" + out + "." + mode + ".log' 2>&1";
+  std::string cmd = ::kernelrl::testing::Python() + " learner/testdata/make_fixtures.py " + mode + " '" + out +
+                    "' > '" + out + "." + mode + ".log' 2>&1";
   return std::system(cmd.c_str());
 }
 

@@ -4,14 +4,14 @@
 #include <filesystem>
 #include <fstream>
 
+#include "common/testing/testing.h"
 #include "gtest/gtest.h"
 
 namespace kernelrl {
 namespace {
 
 std::string TempRoot(const char* name) {
-  const char* t = std::getenv("TEST_TMPDIR");
-  std::string root = std::string(t ? t : "/tmp") + "/" + name;
+  std::string root = ::kernelrl::testing::TempDir() + "/" + name;
   std::filesystem::remove_all(root);
   return root;
 }

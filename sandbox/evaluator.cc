@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <climits>
+#include <cstring>
 #include <cstdlib>
 
 #include <dirent.h>
@@ -130,6 +131,30 @@ TolerancePolicy::Precision PrecisionOf(const Task& task, const SandboxConfig& co
   return p != TolerancePolicy::PRECISION_UNSPECIFIED ? p : config.verify().precision();
 }
 
+// mkdir that accepts an existing directory; any other failure names the path.
+absl::Status MakeDir(const std::string& path) {
+  if (::mkdir(path.c_str(), 0700) != 0 && errno != EEXIST) {
+    return absl::InternalError(absl::StrCat("mkdir ", path, ": ", std::strerror(errno)));
+  }
+  return absl::OkStatus();
+}
+
+// A job's directories and the reference copies its stages read. A failure
+// here is the worker's (full disk, bad work_root), so the verdict is INFRA_ERROR.
+absl::Status PrepareJobDir(const std::string& job_dir, const std::string& reference_source, bool baseline) {
+  for (const std::string& d : {job_dir, job_dir + "/public", job_dir + "/trusted", job_dir + "/exchange",
+                               job_dir + "/scratch"}) {
+    if (absl::Status s = MakeDir(d); !s.ok()) return s;
+  }
+  if (baseline) {
+    if (absl::Status s = MakeDir(job_dir + "/ws"); !s.ok()) return s;
+  }
+  for (const char* copy : {"/public/model.py", "/trusted/model.py"}) {
+    if (absl::Status s = WriteFileAtomically(job_dir + copy, reference_source); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 std::string PrecisionName(TolerancePolicy::Precision precision) {
@@ -206,7 +231,7 @@ SandboxConfig WithDefaults(SandboxConfig c) {
 
 absl::StatusOr<std::unique_ptr<Evaluator>> Evaluator::Create(const SandboxConfig& raw) {
   SandboxConfig config = WithDefaults(raw);
-  mkdir(config.work_root().c_str(), 0700);
+  if (absl::Status s = MakeDir(config.work_root()); !s.ok()) return s;
   RemoveStaleJobDirs(config.work_root());
   const int caps = ProbeHostCapabilities();
   const std::string missing = DescribeMissingCapabilities(caps);
@@ -412,15 +437,14 @@ Verdict Evaluator::Run(const EvaluateRequest& request, const ProgressFn& progres
     if (!valid) return finish(rejection.outcome, rejection.reason);
   }
   if (request.task().reference_source().empty()) return finish(Verdict::INFRA_ERROR, "task has no reference source");
-  mkdir(job_dir.c_str(), 0700);
-  for (const char* sub : {"/public", "/trusted", "/exchange", "/scratch"}) mkdir((job_dir + sub).c_str(), 0700);
-  if (!baseline.empty()) {
-    mkdir((job_dir + "/ws").c_str(), 0700);
-  } else if (absl::Status s = MaterializeWorkspace(ws, job_dir + "/ws"); !s.ok()) {
+  if (absl::Status s = PrepareJobDir(job_dir, request.task().reference_source(), !baseline.empty()); !s.ok()) {
     return finish(Verdict::INFRA_ERROR, std::string(s.message()));
   }
-  std::ofstream(job_dir + "/public/model.py") << request.task().reference_source();
-  std::ofstream(job_dir + "/trusted/model.py") << request.task().reference_source();
+  if (baseline.empty()) {
+    if (absl::Status s = MaterializeWorkspace(ws, job_dir + "/ws"); !s.ok()) {
+      return finish(Verdict::INFRA_ERROR, std::string(s.message()));
+    }
+  }
 
   // 2. Compile (CPU; parallel; cached).
   std::string layout = "BASELINE", artifact_dir = job_dir + "/ws";

@@ -131,6 +131,7 @@ absl::Status VerifyStage::CalibrateLocked() {
     job.set_kprof_lib(kprof_lib);
     for (const auto& [step, on] : iso) (*job.mutable_isolation())[step] = on;
     v1::sandbox::HarnessResult r;
+    mu_.AssertHeld();  // The probes run under the caller's lock; tells the analysis so.
     if (lost.ok()) {
       absl::StatusOr<v1::sandbox::HarnessResult> got = ExchangeLocked(job, kProbeTimeoutS);
       if (got.ok()) r = *got;

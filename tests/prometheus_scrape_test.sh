@@ -10,7 +10,8 @@ trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done' EXIT
 learner/learner_main --set=server.grpc_port=0 --set=server.metrics_port=0 --set=state_dir="$tmp/learner-state" \
   --set=server.port_file="$tmp/ports" --set=server.drain_seconds=0 2> "$tmp/learner.log" &
 pids+=($!)
-for _ in $(seq 100); do [ -s "$tmp/ports" ] && break; sleep 0.1; done
+# The port file appears once the worker serves (seconds on a loaded machine); 60 s bounds a failure.
+for _ in $(seq 600); do [ -s "$tmp/ports" ] && break; sleep 0.1; done
 metrics_port=$(sed -n 's/^metrics_port=//p' "$tmp/ports")
 [ -n "$metrics_port" ] || { cat "$tmp/learner.log"; exit 1; }
 

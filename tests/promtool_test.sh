@@ -15,7 +15,8 @@ sandbox/sandbox_main --set=backend=cpu --set=server.grpc_port=0 --set=server.met
   --set=server.port_file="$tmp/ports" --set=server.drain_seconds=0 2> "$tmp/sandbox.log" &
 pid=$!
 trap 'kill $pid 2>/dev/null || true' EXIT
-for _ in $(seq 100); do [ -s "$tmp/ports" ] && break; sleep 0.1; done
+# The port file appears once the worker serves (seconds on a loaded machine); 60 s bounds a failure.
+for _ in $(seq 600); do [ -s "$tmp/ports" ] && break; sleep 0.1; done
 metrics_port=$(sed -n 's/^metrics_port=//p' "$tmp/ports")
 python3 - "$metrics_port" > "$tmp/live.prom" <<'PY'
 import sys, urllib.request

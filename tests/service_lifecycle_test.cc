@@ -181,7 +181,7 @@ TEST_P(ServiceLifecycleTest, PortInUseFailsWithExit1) {
   args.push_back("--set=server.grpc_port=" + std::to_string(grpc_port));
   Subprocess second(GetParam().path, args,
                     TempDir() + "/" + GetParam().name + "_clash.log");
-  ASSERT_TRUE(second.Wait(10));
+  ASSERT_TRUE(second.Wait(60));  // A bound for a failure: a sandbox worker sets up for seconds before it binds.
   EXPECT_EQ(second.exit_code(), 1);
   EXPECT_NE(second.Log().find("cannot start: cannot listen for gRPC"), std::string::npos) << second.Log();
 }

@@ -68,24 +68,18 @@ std::string Subprocess::Log() const {
 }
 
 bool ReadPortFile(const std::string& path, double timeout_s, int* grpc_port, int* metrics_port) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
-  while (std::chrono::steady_clock::now() < deadline) {
-    std::ifstream in(path);
-    std::string line;
-    int found = 0;
-    while (std::getline(in, line)) {
-      if (line.rfind("grpc_port=", 0) == 0) *grpc_port = std::atoi(line.c_str() + 10), ++found;
-      if (line.rfind("metrics_port=", 0) == 0) *metrics_port = std::atoi(line.c_str() + 13), ++found;
-    }
-    if (found == 2) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  return false;
-}
-
-std::string TempDir() {
-  const char* dir = std::getenv("TEST_TMPDIR");
-  return dir ? dir : "/tmp";
+  return WaitFor(
+      [&] {
+        std::ifstream in(path);
+        std::string line;
+        int found = 0;
+        while (std::getline(in, line)) {
+          if (line.rfind("grpc_port=", 0) == 0) *grpc_port = std::atoi(line.c_str() + 10), ++found;
+          if (line.rfind("metrics_port=", 0) == 0) *metrics_port = std::atoi(line.c_str() + 13), ++found;
+        }
+        return found == 2;
+      },
+      absl::Seconds(timeout_s), RealClock(), absl::Milliseconds(20));
 }
 
 }  // namespace kernelrl::testing

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "common/testing/testing.h"  // TempDir, WaitFor: the tests using Subprocess use them.
+
 namespace kernelrl::testing {
 
 class Subprocess {
@@ -34,9 +36,6 @@ class Subprocess {
 
 // Reads "key=value" lines from a port file, waiting up to `timeout_s` for it to appear.
 bool ReadPortFile(const std::string& path, double timeout_s, int* grpc_port, int* metrics_port);
-
-// $TEST_TMPDIR or /tmp.
-std::string TempDir();
 
 }  // namespace kernelrl::testing
 

@@ -48,6 +48,9 @@ cc_library(name = "benchmark", linkopts = ["-lbenchmark", "-pthread"])
 cc_library(name = "benchmark_main", linkopts = ["-lbenchmark_main", "-lbenchmark", "-pthread"])
 # OpenSSL's libcrypto (common/sha256).
 cc_library(name = "crypto", linkopts = [{crypto}])
+# Debian's prometheus-cpp-dev: the registry and text serializer (core).
+# common/service.cc serves the text with cpp-httplib, the tree's one HTTP server.
+cc_library(name = "prometheus", linkopts = ["-lprometheus-cpp-core", "-pthread"])
 # Debian's libcpp-httplib-dev (compiled, split build): its header needs the
 # library's own feature defines or the class layouts differ (actor, OpenAI API).
 cc_library(

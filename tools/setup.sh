@@ -16,8 +16,13 @@ APT_PACKAGES=(
 )
 # libcrypto (OpenSSL) for common/sha256.
 APT_PACKAGES+=(libssl-dev)
-# HTTP client and server of the OpenAI-compatible policy API (actor, learner).
+# HTTP client and server: the OpenAI-compatible policy API (actor, learner) and
+# every service's /metrics and /healthz.
 APT_PACKAGES+=(libcpp-httplib-dev)
+# Prometheus metrics: registry and text exposition (common/metrics).
+APT_PACKAGES+=(prometheus-cpp-dev)
+# Clang's thread-safety analysis of the Abseil lock annotations (tools/thread_safety.sh).
+APT_PACKAGES+=(clang)
 PIP_PACKAGES=(torch==2.11.0 transformers==5.23.0 tokenizers==0.23.3 safetensors numpy nvidia-nvml-dev==13.0.87 kubernetes-validate==1.37.0 yamllint==1.38.0)
 # data_synth's similarity histogram (data/harness/plot.py).
 PIP_PACKAGES+=(matplotlib)

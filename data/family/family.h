@@ -1,50 +1,20 @@
-// A task family an RL agent can learn (issue 17), and the kernel templates
-// whose choices it learns.
-//
-// Three op families in the KernelBench format (Model, get_inputs,
-// get_init_inputs):
-//   elementwise    a chain of 2-3 pointwise ops on x[rows, cols]
-//   rowreduce      softmax / log_softmax / layernorm / rmsnorm over dim 1,
-//                  then an optional pointwise epilogue
-//   gemm_epilogue  nn.Linear(K, N) on x[M, K], then 1-2 pointwise ops
-// Each task's source opens with one header line the templates read,
-//   # kernelrl-family: <family> ops=<op>,<op>,...
-// and nothing else about the task is needed to render a kernel: shapes are
-// read at run time from the tensors.
-//
-// Every family has the same action space: kNumSlots design slots, each with
-// 2-3 options (slot names and meanings differ per family). A choice vector
-// picks one option per slot; Render() turns (task, choice, device) into the
-// files an agent writes: model_new.py and kernels/<name>.cu (CUDA) or
-// kernels/<name>.cc (the sandbox's CPU backend). The options are real design
-// decisions (vector width, block size, work per thread, reduction strategy,
-// GEMM implementation, epilogue fusion, precision); "fp16" computes or
-// accumulates in half precision, which overflows on the sandbox's
-// large-magnitude input set (|x| ~ 1e5) and so is usually a wrong answer.
+// A task family an RL agent can learn: KernelBench-format tasks of three op
+// families (agent/family/templates.h says what they are and how a choice
+// renders a kernel for them), split into training and held-out tasks.
 #ifndef KERNELRL_DATA_FAMILY_FAMILY_H_
 #define KERNELRL_DATA_FAMILY_FAMILY_H_
 
-#include <array>
 #include <cstdint>
-#include <map>
 #include <string>
 #include <vector>
 
-#include "absl/status/statusor.h"
+#include "agent/family/templates.h"
 
 namespace kernelrl::data::family {
 
-inline constexpr int kNumSlots = 4;
-
-// What a task is, as far as the templates care (parsed from the header line).
-struct TaskSpec {
-  std::string family;            // "elementwise", "rowreduce", "gemm_epilogue"
-  std::vector<std::string> ops;  // rowreduce: ops[0] is the reduction, the rest its epilogue
-};
-
 // One generated task of the family.
 struct FamilyTask {
-  TaskSpec spec;
+  agent::family::TaskSpec spec;
   std::vector<int64_t> shape;  // {rows, cols} or, for gemm_epilogue, {M, K, N}
   bool held_out = false;
   std::string split_reason;    // "composition", "shape" or "" (training)
@@ -52,48 +22,10 @@ struct FamilyTask {
   std::string source;          // The KernelBench Python file.
 };
 
-struct Slot {
-  std::string name;
-  std::vector<std::string> options;
-};
-
-using Choice = std::array<int, kNumSlots>;
-
-// The slots of a family (kNumSlots of them).
-absl::StatusOr<std::vector<Slot>> Slots(const std::string& family);
-// "vec=4 block=256 work=4 precision=fp32".
-std::string DescribeChoice(const std::vector<Slot>& slots, const Choice& choice);
-// Every choice of a family, in lexicographic order of option indices.
-std::vector<Choice> AllChoices(const std::vector<Slot>& slots);
-// "2103" <-> {2,1,0,3}.
-std::string ChoiceDigits(const Choice& choice);
-
-// The header line of a task source; NotFound when there is none (not a family task).
-absl::StatusOr<TaskSpec> ParseTaskSpec(const std::string& source);
-
 // The family's tasks at GPU ("cuda") or CPU ("cpu") sizes, training tasks
 // first. Held-out tasks differ from every training task by composition (an
 // op combination never trained on) or by shape (a size never trained on).
 std::vector<FamilyTask> MakeTasks(const std::string& device);
-
-// The candidate files for `spec` built with `choice`, for device "cuda" or "cpu".
-absl::StatusOr<std::map<std::string, std::string>> Render(const TaskSpec& spec, const Choice& choice,
-                                                          const std::string& device);
-
-// Implementation pieces (render_cuda.cc, render_cpu.cc, tasks.cc).
-struct PointwiseOp {
-  const char* name;
-  const char* torch_line;  // Python statement on x.
-  const char* c_expr;      // C expression of float v (math.h functions).
-};
-const PointwiseOp* FindOp(const std::string& name);
-// model_new.py of the family (the same for every choice and both devices).
-std::string ModelNewSource(const TaskSpec& spec);
-absl::StatusOr<std::map<std::string, std::string>> RenderCuda(const TaskSpec& spec, const Choice& choice);
-absl::StatusOr<std::map<std::string, std::string>> RenderCpu(const TaskSpec& spec, const Choice& choice);
-// "v = f(v);\n" lines for the pointwise ops (epilogue or chain); `round` wraps
-// each result (half-precision emulation) when not empty.
-std::string PointwiseBody(const std::vector<std::string>& ops, const std::string& round, const std::string& indent);
 
 }  // namespace kernelrl::data::family
 

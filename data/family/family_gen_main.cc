@@ -58,7 +58,7 @@ int main(int argc, char** argv) {
     md["shape"] = absl::StrJoin(ft.shape, "x");
     md["split"] = ft.held_out ? "heldout" : "train";
     md["split_reason"] = ft.split_reason;
-    md["source"] = "data/family (kernelrl issue 17)";
+    md["source"] = "data/family";
     std::string line;
     google::protobuf::util::JsonPrintOptions opts;
     opts.preserve_proto_field_names = false;

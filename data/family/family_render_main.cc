@@ -14,7 +14,7 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
 #include "common/file.h"
-#include "data/family/family.h"
+#include "agent/family/templates.h"
 
 ABSL_FLAG(std::string, task, "", "family task file (.py)");
 ABSL_FLAG(std::string, choice, "", "one choice as digits, e.g. 2103");
@@ -22,7 +22,7 @@ ABSL_FLAG(std::string, choices, "", "sweep or all");
 ABSL_FLAG(std::string, device, "cuda", "cuda or cpu");
 ABSL_FLAG(std::string, out, "", "output directory");
 
-namespace fam = kernelrl::data::family;
+namespace fam = kernelrl::agent::family;
 
 namespace {
 

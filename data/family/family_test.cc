@@ -16,6 +16,16 @@
 namespace kernelrl::data::family {
 namespace {
 
+using agent::family::AllChoices;
+using agent::family::Choice;
+using agent::family::ChoiceDigits;
+using agent::family::DescribeChoice;
+using agent::family::kNumSlots;
+using agent::family::ParseTaskSpec;
+using agent::family::Render;
+using agent::family::Slot;
+using agent::family::Slots;
+
 std::string Key(const FamilyTask& t) { return absl::StrCat(t.spec.family, ":", absl::StrJoin(t.spec.ops, ",")); }
 
 TEST(FamilyTasks, HeldOutDiffersFromTrainingByCompositionOrShape) {

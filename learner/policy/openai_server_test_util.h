@@ -14,6 +14,7 @@
 #include "agent/tokenizer/tokenizer.h"
 #include "common/file.h"
 #include "common/json.h"
+#include "common/testing/testing.h"
 #include "learner/policy/engine.h"
 #include "learner/policy/openai_server.h"
 
@@ -37,11 +38,9 @@ inline constexpr int64_t kMaxSeqLen = 8192;
 inline OpenAIFixture& Fixture() {
   static OpenAIFixture* fx = [] {
     auto* f = new OpenAIFixture;
-    const char* tmp = std::getenv("TEST_TMPDIR");
-    f->dir = std::string(tmp != nullptr ? tmp : "/tmp") + "/openai_fixture";
-    const char* py = std::getenv("KERNELRL_PYTHON");
-    const std::string cmd = std::string(py != nullptr ? py : "python3") +
-                            " learner/policy/openai_server_fixture.py '" + f->dir + "' > '" + f->dir + ".log' 2>&1";
+    f->dir = ::kernelrl::testing::TempDir() + "/openai_fixture";
+    const std::string cmd = ::kernelrl::testing::Python() + " learner/policy/openai_server_fixture.py '" + f->dir +
+                            "' > '" + f->dir + ".log' 2>&1";
     if (std::system(cmd.c_str()) != 0) {
       std::fprintf(stderr, "fixture failed: see %s.log\n", f->dir.c_str());
       std::abort();

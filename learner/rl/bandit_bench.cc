@@ -3,7 +3,7 @@
 // from scratch learn a *different* best design per task family, and in how
 // many PPO updates at a given actor learning rate?
 //
-// On the H100 (issue 17) the policy improved the trained reward but gave about
+// On the H100 (the learning run, docs/LEARNING.md) the policy improved the trained reward but gave about
 // the same replies to every family. The GPU run cannot say why: it has ~60
 // PPO updates and a noisy held-out figure. This bench runs the same Trainer
 // (PPO with the critic or per-task baselines and normalised advantages, RFT as SFT on the

@@ -177,7 +177,7 @@ const v1::Task* Ingest::FindTask(const std::string& id) const {
 }
 
 absl::Status Ingest::ExpireLocked(std::vector<v1::LedgerRecord>* out) {
-  const int64_t now = UnixMs();
+  const int64_t now = absl::ToUnixMillis(options_.clock->Now());
   for (auto it = leases_.begin(); it != leases_.end();) {
     if (it->second.expires_ms > now) {
       ++it;
@@ -209,7 +209,7 @@ absl::StatusOr<std::vector<v1::TaskLease>> Ingest::Lease(const std::string& acto
   std::vector<v1::LedgerRecord> records;
   if (auto s = ExpireLocked(&records); !s.ok()) return s;
   std::vector<v1::TaskLease> leases;
-  const int64_t expires = UnixMs() + static_cast<int64_t>(options_.lease_timeout_seconds * 1000);
+  const int64_t expires = absl::ToUnixMillis(options_.clock->Now()) + static_cast<int64_t>(options_.lease_timeout_seconds * 1000);
   std::deque<Retry>& retry = retry_[stage_];
   while (!stage_.empty() && !tasks_.empty() && static_cast<int>(leases.size()) < max_tasks &&
          static_cast<int64_t>(buffer_.size() + leases_.size()) < options_.buffer_capacity) {
@@ -295,6 +295,7 @@ v1::PushTrajectoriesAck Ingest::Push(const std::string& lease_id, const v1::Traj
     r.set_kind(kind);
     r.set_reason(reason);
     auto s = ledger_->Append({r});
+    mu_.AssertHeld();  // Called only below, under Push's lock; tells the analysis so.
     if (s.ok()) leases_.erase(lease_id);
     return s;
   };

@@ -44,6 +44,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "common/clock.h"
 #include "learner/rl/ledger.h"
 #include "proto/learner.pb.h"
 #include "proto/trajectory.pb.h"
@@ -59,6 +60,7 @@ struct IngestOptions {
   int64_t max_trajectory_tokens = 0;  // > 0: longer trajectories are rejected.
   // The job's sampling temperature (PpoConfig.temperature); 0 = not checked.
   double temperature = 0;
+  Clock* clock = RealClock();         // Lease expiry reads it; tests move a FakeClock.
 };
 
 struct IngestInfo {
@@ -143,7 +145,8 @@ class Ingest {
   void Requeue(const std::string& stage, const std::string& task_id, int64_t group) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Ingest(std::string dir, std::string job_id, IngestOptions options)
       : dir_(std::move(dir)), job_id_(std::move(job_id)), options_(options) {}
-  absl::Status Replay(const std::vector<v1::LedgerRecord>& records, int64_t committed_step);
+  absl::Status Replay(const std::vector<v1::LedgerRecord>& records, int64_t committed_step)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::string TrajectoryPath(const std::string& id) const;
   absl::Status ExpireLocked(std::vector<v1::LedgerRecord>* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   const v1::Task* FindTask(const std::string& id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

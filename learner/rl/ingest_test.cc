@@ -13,16 +13,14 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/file.h"
+#include "common/testing/testing.h"
 #include "gtest/gtest.h"
 #include "proto/verdict.pb.h"
 
 namespace kernelrl::learner::rl {
 namespace {
 
-std::string TempDir() {
-  char tmpl[] = "/tmp/ingest_test_XXXXXX";
-  return mkdtemp(tmpl);
-}
+using ::kernelrl::testing::NewTempDir;
 
 std::vector<v1::Task> Tasks(int n) {
   std::vector<v1::Task> tasks(n);
@@ -52,7 +50,7 @@ v1::Trajectory Traj(const v1::TaskLease& lease, const std::string& id, std::mt19
 
 TEST(IngestTest, LeasePushAckIdempotentTake) {
   std::mt19937 rng(1);
-  auto in = Ingest::Open(TempDir(), "job1", {}, 0);
+  auto in = Ingest::Open(NewTempDir("ingest_test_"), "job1", {}, 0);
   ASSERT_TRUE(in.ok()) << in.status();
   (*in)->SetStage("agentic_ppo", Tasks(3), 2, -1);
   auto leases = (*in)->Lease("actor-a", 3);
@@ -209,14 +207,21 @@ TEST(IngestTest, SamplingMismatchAndNonModelTrajectoriesAreRejectedWithAReason) 
 
 TEST(IngestTest, ExpiredLeaseIsIssuedAgain) {
   std::mt19937 rng(2);
+  ::kernelrl::testing::FakeClock clock;
   IngestOptions o;
-  o.lease_timeout_seconds = 0.05;
-  auto in = Ingest::Open(TempDir(), "job1", o, 0);
+  o.lease_timeout_seconds = 30;
+  o.clock = &clock;
+  auto in = Ingest::Open(NewTempDir("ingest_test_"), "job1", o, 0);
   ASSERT_TRUE(in.ok());
   (*in)->SetStage("s", Tasks(5), 1, -1);
   auto dead = (*in)->Lease("dead-actor", 1);
   ASSERT_TRUE(dead.ok() && dead->size() == 1);
-  std::this_thread::sleep_for(std::chrono::milliseconds(120));
+  clock.Advance(absl::Seconds(29));
+  auto early = (*in)->Lease("early-actor", 1);  // Not expired yet: fresh work.
+  ASSERT_TRUE(early.ok() && early->size() == 1);
+  EXPECT_NE((*early)[0].task().id(), (*dead)[0].task().id());
+  EXPECT_EQ((*in)->Info().expired_leases, 0);
+  clock.Advance(absl::Seconds(2));
   auto next = (*in)->Lease("live-actor", 1);
   ASSERT_TRUE(next.ok() && next->size() == 1);
   EXPECT_EQ((*next)[0].task().id(), (*dead)[0].task().id());  // Re-issued before new work.
@@ -229,7 +234,7 @@ TEST(IngestTest, InfraErrorsAreRerunThenDroppedNeverTrained) {
   std::mt19937 rng(3);
   IngestOptions o;
   o.max_infra_reruns = 2;
-  auto in = Ingest::Open(TempDir(), "job1", o, 0);
+  auto in = Ingest::Open(NewTempDir("ingest_test_"), "job1", o, 0);
   ASSERT_TRUE(in.ok());
   (*in)->SetStage("s", Tasks(1), 1, 1);  // One fresh issue only: what follows are reruns.
   for (int attempt = 0; attempt < 3; ++attempt) {
@@ -255,7 +260,7 @@ TEST(IngestTest, StalenessBoundAtPushAndInTheBuffer) {
   std::mt19937 rng(4);
   IngestOptions o;
   o.max_policy_lag = 1;
-  auto in = Ingest::Open(TempDir(), "job1", o, 0);
+  auto in = Ingest::Open(NewTempDir("ingest_test_"), "job1", o, 0);
   ASSERT_TRUE(in.ok());
   (*in)->SetStage("s", Tasks(4), 1, -1);
   auto l = (*in)->Lease("a", 3);
@@ -278,7 +283,7 @@ TEST(IngestTest, BoundedBuffer) {
   std::mt19937 rng(5);
   IngestOptions o;
   o.buffer_capacity = 2;
-  auto in = Ingest::Open(TempDir(), "job1", o, 0);
+  auto in = Ingest::Open(NewTempDir("ingest_test_"), "job1", o, 0);
   ASSERT_TRUE(in.ok());
   (*in)->SetStage("s", Tasks(4), 1, -1);
   auto l = (*in)->Lease("a", 5);
@@ -293,7 +298,7 @@ TEST(IngestTest, BoundedBuffer) {
 }
 
 TEST(IngestTest, TornLedgerLineIsCutOnOpen) {
-  const std::string dir = TempDir();
+  const std::string dir = NewTempDir("ingest_test_");
   std::mt19937 rng(6);
   {
     auto in = Ingest::Open(dir, "job1", {}, 0);
@@ -309,7 +314,7 @@ TEST(IngestTest, TornLedgerLineIsCutOnOpen) {
 }
 
 TEST(IngestTest, RecordUpdateIsReadBackAndIgnoredByReplay) {
-  const std::string dir = TempDir();
+  const std::string dir = NewTempDir("ingest_test_");
   std::mt19937 rng(8);
   {
     auto in = Ingest::Open(dir, "job1", {}, 0);
@@ -393,7 +398,7 @@ void TrainLoop(const std::string& dir, int total_steps, int seed) {
 }
 
 TEST(IngestTest, KillNineMidJobTrainsEveryTrajectoryExactlyOnce) {
-  const std::string dir = TempDir();
+  const std::string dir = NewTempDir("ingest_test_");
   std::mt19937 rng(7);
   const int kSteps = 60;
   int kills = 0;

@@ -32,7 +32,10 @@ bool JobContext::ShouldStop() const {
 bool JobContext::HoldWhilePaused() {
   absl::MutexLock lock(&manager_->mu_);
   JobManager::Entry& e = manager_->jobs_.at(id_);
-  const auto stopping = [&] { return manager_->stop_ || e.cancel_requested; };
+  const auto stopping = [&] {
+    manager_->mu_.AssertHeld();  // Called only below, under the lock; tells the analysis so.
+    return manager_->stop_ || e.cancel_requested;
+  };
   if (!e.job.paused() || stopping()) return !stopping();
   e.job.set_held(true);
   (void)manager_->PersistLocked(&e);

@@ -4,21 +4,20 @@
 
 #include <atomic>
 #include <functional>
+#include <limits>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "common/config.h"
 #include "common/file.h"
+#include "common/testing/testing.h"
 #include "gtest/gtest.h"
 #include "learner/rl/job_config.h"
 
 namespace kernelrl::learner::rl {
 namespace {
 
-std::string TempDir() {
-  char tmpl[] = "/tmp/jobs_test_XXXXXX";
-  return mkdtemp(tmpl);
-}
+using ::kernelrl::testing::NewTempDir;
 
 // A spec whose paths exist: a checkpoint dir with a config.json, a task set.
 v1::JobSpec GoodSpec(const std::string& root) {
@@ -35,16 +34,26 @@ v1::JobSpec GoodSpec(const std::string& root) {
   return spec;
 }
 
-// Runs `steps` steps (one per 5 ms), each recorded in the job; stops when asked.
+// Where a paused job was seen held, and how many steps a runner took on a
+// paused job from there on (none, if holding holds). Read under the
+// manager's lock (inside Update), so no step can slip past unseen.
+struct HoldWatch {
+  std::atomic<int64_t> held_step{std::numeric_limits<int64_t>::max()};
+  std::atomic<int> steps_while_paused{0};
+};
+
+// Runs `steps` steps (one per 5 ms of work), each recorded in the job; stops when asked.
 class CountingRunner : public JobRunner {
  public:
-  explicit CountingRunner(std::atomic<int>* runs, int steps) : runs_(runs), steps_(steps) {}
+  CountingRunner(std::atomic<int>* runs, int steps, HoldWatch* watch = nullptr)
+      : runs_(runs), steps_(steps), watch_(watch) {}
   absl::Status Run(JobContext* ctx) override {
     ++*runs_;
     while (ctx->job().step() < steps_) {
       if (!ctx->HoldWhilePaused()) return absl::OkStatus();
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-      auto s = ctx->Update([](v1::Job* j) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));  // The step's work, not synchronisation.
+      auto s = ctx->Update([this](v1::Job* j) {
+        if (watch_ != nullptr && j->paused() && j->step() >= watch_->held_step.load()) ++watch_->steps_while_paused;
         j->set_step(j->step() + 1);
         (*j->mutable_metrics())["reward_mean"] = j->step() * 0.1;
       });
@@ -56,6 +65,7 @@ class CountingRunner : public JobRunner {
  private:
   std::atomic<int>* runs_;
   int steps_;
+  HoldWatch* watch_;
 };
 
 v1::Job WaitFor(JobManager* m, const std::string& id, v1::Job::State state) {
@@ -112,7 +122,7 @@ TEST(JobConfigTest, BadValuesNameTheField) {
 }
 
 TEST(JobManagerTest, BadSpecIsInvalidArgumentNamingTheField) {
-  const std::string root = TempDir();
+  const std::string root = NewTempDir("jobs_test_");
   std::atomic<int> runs{0};
   auto m = JobManager::Open(root + "/state", [&] { return std::make_unique<CountingRunner>(&runs, 1); });
   ASSERT_TRUE(m.ok());
@@ -144,7 +154,7 @@ TEST(JobManagerTest, BadSpecIsInvalidArgumentNamingTheField) {
 }
 
 TEST(JobManagerTest, RunsWatchesCancelsListsAndSurvivesRestart) {
-  const std::string root = TempDir();
+  const std::string root = NewTempDir("jobs_test_");
   std::atomic<int> runs{0};
   std::string first, second;
   {
@@ -189,7 +199,7 @@ TEST(JobManagerTest, RunsWatchesCancelsListsAndSurvivesRestart) {
     auto job = (*m)->Get(first);
     ASSERT_TRUE(job.ok());
     EXPECT_GT(job->step(), 0);  // Its progress came back.
-    for (int i = 0; i < 500 && runs.load() < 2; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    EXPECT_TRUE(::kernelrl::testing::WaitFor([&] { return runs.load() >= 2; }, absl::Seconds(60)));
     EXPECT_EQ(runs.load(), 2);  // Resumed by a runner.
     EXPECT_EQ((*m)->Get(first)->state(), v1::Job::RUNNING);
     auto c = (*m)->Cancel(first, "ablation done");
@@ -212,12 +222,13 @@ v1::Job WaitUntil(JobManager* m, const std::string& id, const std::function<bool
 
 // Pause holds the runner at a step boundary, survives a restart, and Resume lets it go on.
 TEST(JobManagerTest, PauseHoldsAcrossRestartAndResumeGoesOn) {
-  const std::string root = TempDir();
+  const std::string root = NewTempDir("jobs_test_");
   std::atomic<int> runs{0};
+  HoldWatch watch;
   std::string id;
   int64_t held_step = 0;
   {
-    auto m = JobManager::Open(root + "/state", [&] { return std::make_unique<CountingRunner>(&runs, 1000000); });
+    auto m = JobManager::Open(root + "/state", [&] { return std::make_unique<CountingRunner>(&runs, 1000000, &watch); });
     ASSERT_TRUE(m.ok());
     auto a = (*m)->Submit(GoodSpec(root));
     ASSERT_TRUE(a.ok());
@@ -233,8 +244,7 @@ TEST(JobManagerTest, PauseHoldsAcrossRestartAndResumeGoesOn) {
     EXPECT_TRUE(p->paused());
     EXPECT_NE(p->message().find("sitting over"), std::string::npos);
     held_step = WaitUntil(m->get(), id, [](const v1::Job& j) { return j.held(); }).step();
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    EXPECT_EQ((*m)->Get(id)->step(), held_step);  // Held: no step while paused.
+    watch.held_step = held_step;  // From here until Resume, a step is a failure to hold.
     EXPECT_TRUE((*m)->Pause(id, "again").ok());  // Idempotent.
     v1::LeaseTasksRequest lease;
     lease.set_actor_id("a");
@@ -244,16 +254,19 @@ TEST(JobManagerTest, PauseHoldsAcrossRestartAndResumeGoesOn) {
     EXPECT_EQ(leases->leases_size(), 0);  // Actors back off.
   }
   {
-    auto m = JobManager::Open(root + "/state", [&] { return std::make_unique<CountingRunner>(&runs, 1000000); });
+    auto m = JobManager::Open(root + "/state", [&] { return std::make_unique<CountingRunner>(&runs, 1000000, &watch); });
     ASSERT_TRUE(m.ok());
     v1::Job back = WaitUntil(m->get(), id, [](const v1::Job& j) { return j.held(); });  // Still paused after a restart.
     EXPECT_TRUE(back.paused());
     EXPECT_EQ(back.step(), held_step);
     EXPECT_EQ(runs.load(), 2);
+    EXPECT_EQ(watch.steps_while_paused.load(), 0);  // Held across the restart: no step while paused.
     auto r = (*m)->Resume(id);
     ASSERT_TRUE(r.ok()) << r.status();
     EXPECT_FALSE(r->paused());
     WaitUntil(m->get(), id, [&](const v1::Job& j) { return !j.held() && j.step() > held_step + 2; });
+    EXPECT_EQ(watch.steps_while_paused.load(), 0);
+    watch.held_step = std::numeric_limits<int64_t>::max();  // The next job pauses with a step in flight.
     EXPECT_TRUE((*m)->Resume(id).ok());  // Idempotent.
     ASSERT_TRUE((*m)->Cancel(id, "").ok());
     WaitFor(m->get(), id, v1::Job::CANCELLED);
@@ -271,7 +284,7 @@ TEST(JobManagerTest, PauseHoldsAcrossRestartAndResumeGoesOn) {
 }
 
 TEST(JobManagerTest, FinishedAndFailedJobs) {
-  const std::string root = TempDir();
+  const std::string root = NewTempDir("jobs_test_");
   std::atomic<int> runs{0};
   class Failing : public JobRunner {
     absl::Status Run(JobContext*) override { return absl::DataLossError("checkpoint truncated"); }

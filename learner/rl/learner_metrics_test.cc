@@ -1,5 +1,7 @@
 #include "learner/rl/learner_metrics.h"
 
+#include <cmath>
+#include <cstdlib>
 #include <random>
 
 #include "gtest/gtest.h"
@@ -15,6 +17,14 @@ v1::PushTrajectoriesAck Ack(bool accepted, const std::string& reason) {
 }
 
 bool Has(const std::string& text, const std::string& line) { return text.find(line + "\n") != std::string::npos; }
+
+// The value of the series exactly named `series` ("name" or "name{labels}"), NaN if absent.
+double ValueOf(const std::string& text, const std::string& series) {
+  const std::string needle = "\n" + series + " ";
+  const size_t at = text.find(needle);
+  if (at == std::string::npos) return std::nan("");
+  return std::strtod(text.c_str() + at + needle.size(), nullptr);
+}
 
 TEST(LearnerMetricsTest, PushResultsFromIngestAcks) {
   EXPECT_EQ(LearnerMetrics::PushResult(Ack(true, "")), "accepted");
@@ -59,8 +69,8 @@ TEST(LearnerMetricsTest, PushesStepsAndLiveGaugesInTheScrape) {
   EXPECT_TRUE(Has(text, "kernelrl_learner_trajectory_staleness_versions_bucket{le=\"8\"} " + std::to_string(accepted)));
   EXPECT_TRUE(Has(text, "kernelrl_learner_ppo_steps_total 1"));
   EXPECT_TRUE(Has(text, "kernelrl_learner_policy_version 7"));
-  EXPECT_TRUE(Has(text, "kernelrl_learner_entropy " + FormatMetricValue(entropy)));
-  EXPECT_TRUE(Has(text, "kernelrl_learner_mfu " + FormatMetricValue(flops / 2.0 / 1e12)));
+  EXPECT_DOUBLE_EQ(ValueOf(text, "kernelrl_learner_entropy"), entropy);
+  EXPECT_DOUBLE_EQ(ValueOf(text, "kernelrl_learner_mfu"), flops / 2.0 / 1e12);
   EXPECT_TRUE(Has(text, "kernelrl_learner_is_ratio{stat=\"min\"} 0.4"));
   EXPECT_TRUE(Has(text, "kernelrl_learner_reward_count 4"));
   EXPECT_TRUE(Has(text, "kernelrl_learner_reward_bucket{le=\"-1\"} 1"));

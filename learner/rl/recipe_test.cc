@@ -40,6 +40,7 @@
 #include "common/metrics.h"
 #include "google/protobuf/text_format.h"
 #include "google/protobuf/util/json_util.h"
+#include "common/testing/testing.h"
 #include "gtest/gtest.h"
 #include "learner/checkpoint.h"
 #include "learner/model.h"
@@ -74,10 +75,7 @@ const char kHyperparameters[] = R"pb(
   checkpoint { keep_last: 1000 }
 )pb";
 
-std::string TempDir() {
-  char tmpl[] = "/tmp/recipe_test_XXXXXX";
-  return mkdtemp(tmpl);
-}
+using ::kernelrl::testing::NewTempDir;
 
 std::string Call(const std::string& cmd) {
   return "Let me run it.\n<tool_call>\n{\"name\": \"Bash\", \"arguments\": {\"command\": \"" + cmd +
@@ -329,7 +327,7 @@ std::map<std::string, double> ParseScrape(const std::string& text) {
 }
 
 TEST(RecipeTest, AllStagesThroughTheJobApiSurviveKillsBetweenStages) {
-  const std::string root = TempDir();
+  const std::string root = NewTempDir("recipe_test_");
   WriteFixtures(root);
   if (HasFatalFailure()) return;
   // Kill -9 the learner once the job is at (or past) each of these stages.

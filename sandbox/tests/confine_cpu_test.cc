@@ -157,8 +157,7 @@ std::string ReadFile(const std::string& path) {
 // COMPILE_ERROR inside the sandbox means the constructed root stopped it.
 TEST_F(ConfineCpuTest, PastedAssemblerAttacksReadTheFileWhereItIsInView) {
   const std::string secret = Token();
-  const char* tmp = std::getenv("TEST_TMPDIR");
-  const std::string dir = std::string(tmp ? tmp : "/tmp") + "/pasted-control-" + std::to_string(getpid());
+  const std::string dir = ::kernelrl::testing::NewTempDir("pasted-control-");
   const std::string ws = dir + "/work/job-x/ws";
   Planted planted;
   ASSERT_TRUE(planted.File(dir + "/work/job-planted-other/workspace/notes.txt", secret + "\n"));
@@ -231,9 +230,7 @@ TEST_F(ConfineCpuTest, ConfiguredViewPathsReachTheCandidate) {
             std::string::npos)
       << refused.status();
   if (!(caps_ & KR_CAP_PIVOT_ROOT)) GTEST_SKIP() << "no constructed root on this host";
-  const char* tmp = std::getenv("TEST_TMPDIR");
-  const std::string extra = std::string(tmp ? tmp : "/tmp") + "/extra-view-" + Token();
-  ASSERT_EQ(mkdir(extra.c_str(), 0755), 0);
+  const std::string extra = ::kernelrl::testing::NewTempDir("extra-view-");
   char canonical[4096];
   ASSERT_NE(realpath(extra.c_str(), canonical), nullptr);
   SandboxConfig c = *config_;

@@ -10,6 +10,7 @@
 #include <sstream>
 #include <string>
 
+#include "common/testing/testing.h"
 #include "sandbox/evaluator.h"
 #include "sandbox/workspace_files.h"
 
@@ -20,17 +21,7 @@ inline std::string Cwd() {
   return getcwd(buf, sizeof(buf)) ? std::string(buf) : ".";
 }
 
-// A python3 that imports torch, or "" (the test then skips).
-inline std::string FindTorchPython() {
-  const char* env = std::getenv("KERNELRL_PYTHON");
-  for (std::string cand : {std::string(env ? env : ""), std::string("python3"), std::string("/root/.pyenv/shims/python3"),
-                           std::string("/usr/local/bin/python3"), std::string("/usr/bin/python3")}) {
-    if (cand.empty()) continue;
-    std::string cmd = cand + " -c 'import torch' >/dev/null 2>&1";
-    if (std::system(cmd.c_str()) == 0) return cand;
-  }
-  return "";
-}
+using ::kernelrl::testing::FindTorchPython;
 
 inline SandboxConfig CpuConfig(const std::string& python) {
   SandboxConfig c;
@@ -38,8 +29,7 @@ inline SandboxConfig CpuConfig(const std::string& python) {
   c.set_python(python);
   c.set_harness_dir(Cwd() + "/sandbox/harness");
   c.set_contain_lib(Cwd() + "/sandbox/contain/libkernelrl_contain.so");
-  const char* tmp = std::getenv("TEST_TMPDIR");
-  c.set_work_root(std::string(tmp ? tmp : "/tmp") + "/sandbox-e2e-" + std::to_string(getpid()));
+  c.set_work_root(::kernelrl::testing::TempDir() + "/sandbox-e2e-" + std::to_string(getpid()));
   c.mutable_verify()->set_wall_seconds(6);
   c.mutable_verify()->set_host_memory_bytes(int64_t{3} << 30);
   // Resident cap well under RLIMIT_DATA, so a hog meets the watchdog first;

@@ -11,6 +11,7 @@
 #include <random>
 #include <string>
 
+#include "common/testing/testing.h"
 #include "gtest/gtest.h"
 #include "sandbox/contain/view_defaults.h"
 
@@ -25,8 +26,7 @@ SandboxConfig Config(const std::string& backend) {
 
 std::string FreshPath() {
   std::random_device rd;
-  const char* tmp = std::getenv("TEST_TMPDIR");
-  return std::string(tmp ? tmp : "/tmp") + "/view-" + std::to_string(rd()) + std::to_string(rd());
+  return ::kernelrl::testing::TempDir() + "/view-" + std::to_string(rd()) + std::to_string(rd());
 }
 
 TEST(FilesystemViewTest, DefaultsOnCudaNothingGpuOnCpu) {

@@ -80,8 +80,7 @@ class ProfileCpuTest : public ::testing::Test {
   static void SetUpTestSuite() {
     python_ = new std::string(testing::FindTorchPython());
     if (python_->empty()) return;
-    const char* tmp = std::getenv("TEST_TMPDIR");
-    root_ = new std::string(std::string(tmp ? tmp : "/tmp") + "/profile-e2e-" + std::to_string(getpid()));
+    root_ = new std::string(::kernelrl::testing::NewTempDir("profile-e2e-"));
     const std::string tasks = *root_ + "/tasks/level1";
     ASSERT_EQ(std::system(("mkdir -p " + tasks + " && cp " + kRelu + " " + tasks + "/relu.py && cp " +
                            kNondeterministic + " " + tasks + "/nondeterministic.py").c_str()),

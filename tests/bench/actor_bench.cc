@@ -43,7 +43,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "actor/rollout.h"
-#include "actor/scripted_policy.h"
+#include "agent/policy/scripted_policy.h"
 #include "actor/shell.h"
 #include "actor/tools.h"
 #include "actor/workspace.h"
@@ -86,20 +86,20 @@ void Sleep(int ms) {
   if (ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(ms));
 }
 
-class TimedPolicy final : public PolicyClient {
+class TimedPolicy final : public agent::PolicyClient {
  public:
-  TimedPolicy(PolicyClient* inner, CallLog* log) : inner_(inner), log_(log) {}
-  absl::StatusOr<PolicyResponse> Generate(const PolicyRequest& r) override {
+  TimedPolicy(agent::PolicyClient* inner, CallLog* log) : inner_(inner), log_(log) {}
+  absl::StatusOr<agent::PolicyResponse> Generate(const agent::PolicyRequest& r) override {
     const int64_t t0 = NowNs();
     Sleep(latency_ms);
-    absl::StatusOr<PolicyResponse> out = inner_->Generate(r);
+    absl::StatusOr<agent::PolicyResponse> out = inner_->Generate(r);
     log_->Add(TrajectoryOf(r.request_id), {t0, NowNs()});
     return out;
   }
   int latency_ms = 0;
 
  private:
-  PolicyClient* inner_;
+  agent::PolicyClient* inner_;
   CallLog* log_;
 };
 
@@ -216,7 +216,7 @@ v1::RolloutConfig Config(const std::string& root) {
 }
 
 // (a) The real loop, one rollout at a time.
-TurnFigures ActorTurns(Env* env, PolicyClient* policy, EvaluationClient* sandbox, int rollouts, const std::string& tag) {
+TurnFigures ActorTurns(Env* env, agent::PolicyClient* policy, EvaluationClient* sandbox, int rollouts, const std::string& tag) {
   RolloutRunner runner({policy, sandbox, env->tokenizer.get(), &*env->with_tools, &*env->plain}, Config(env->root),
                        env->skill);
   TurnFigures f;
@@ -237,7 +237,7 @@ TurnFigures ActorTurns(Env* env, PolicyClient* policy, EvaluationClient* sandbox
 }
 
 // (a) baseline: the bare policy + parser + tools loop, no trajectory builder.
-TurnFigures BareTurns(Env* env, PolicyClient* policy, EvaluationClient* sandbox, int rollouts, const std::string& tag) {
+TurnFigures BareTurns(Env* env, agent::PolicyClient* policy, EvaluationClient* sandbox, int rollouts, const std::string& tag) {
   const v1::RolloutConfig config = Config(env->root);
   TurnFigures f;
   for (int i = 0; i < rollouts; ++i) {
@@ -251,13 +251,13 @@ TurnFigures BareTurns(Env* env, PolicyClient* policy, EvaluationClient* sandbox,
       ToolRunner tools(ws->get(), &shell, sandbox, &task, config.tools(), id);
       const std::vector<int32_t> prompt = {1, 2, 3};
       for (int turn = 0;; ++turn) {
-        PolicyRequest req;
+        agent::PolicyRequest req;
         req.prompt_ids = prompt;
         req.max_new_tokens = 8192;
         req.task_id = task.id();
         req.turn = turn;
         req.request_id = absl::StrCat(id, "/turn-", turn);
-        absl::StatusOr<PolicyResponse> r = policy->Generate(req);
+        absl::StatusOr<agent::PolicyResponse> r = policy->Generate(req);
         if (!r.ok()) std::exit(1);
         std::vector<int32_t> ids = r->ids;
         if (!ids.empty() && ids.back() == env->plain->im_end_id()) ids.pop_back();
@@ -278,7 +278,7 @@ struct Throughput {
   long peak_kb = 0;
 };
 
-Throughput Concurrent(Env* env, PolicyClient* policy, EvaluationClient* sandbox, int threads, int per_thread,
+Throughput Concurrent(Env* env, agent::PolicyClient* policy, EvaluationClient* sandbox, int threads, int per_thread,
                       const std::string& tag) {
   RolloutRunner runner({policy, sandbox, env->tokenizer.get(), &*env->with_tools, &*env->plain}, Config(env->root),
                        env->skill);
@@ -360,7 +360,7 @@ int Main(const Flags& flags) {
   }
   env.root += "/rollouts";
 
-  ScriptedPolicy scripted(env.solutions, 1, env.tokenizer.get(), env.plain->im_end_id());
+  agent::ScriptedPolicy scripted(env.solutions, 1, env.tokenizer.get(), env.plain->im_end_id());
   TimedPolicy policy(&scripted, &env.log);
   FakeSandbox sandbox(&env.log);
   std::printf("actor_bench: %zu CPU tasks, scripted policy (6 turns: Read, Write, Compile, Verify, Profile, done), "

@@ -14,7 +14,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "actor/eval_report.h"
-#include "actor/policy.h"
+#include "agent/policy/policy_factory.h"
 #include "actor/rollout.h"
 #include "actor/sandbox_pool.h"
 #include "agent/chat/tools.h"
@@ -262,7 +262,7 @@ int EvalMain(int argc, char** argv) {
     std::fprintf(stderr, "kernelrl eval: %s\n", with_tools.status().ToString().c_str());
     return 2;
   }
-  auto policy = actor::MakePolicyClient(actor.policy(), tokenizer->get(), plain->im_end_id());
+  auto policy = agent::MakePolicyClient(actor.policy(), tokenizer->get(), plain->im_end_id());
   auto pool = actor::SandboxPool::Create(actor.sandbox());
   if (!policy.ok() || !pool.ok()) {
     std::fprintf(stderr, "kernelrl eval: %s %s\n", policy.status().ToString().c_str(), pool.status().ToString().c_str());

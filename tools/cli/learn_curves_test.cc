@@ -7,6 +7,7 @@
 #include <cmath>
 #include <fstream>
 
+#include "common/testing/testing.h"
 #include "gtest/gtest.h"
 #include "learner/rl/ledger.h"
 
@@ -38,8 +39,7 @@ v1::LedgerRecord Other(Kind kind, int64_t step) {
 }
 
 std::string JobDir(std::vector<v1::LedgerRecord> records) {
-  char tmpl[] = "/tmp/learn_curves_test_XXXXXX";
-  const std::string dir = mkdtemp(tmpl);
+  const std::string dir = ::kernelrl::testing::NewTempDir("learn_curves_test_");
   auto ledger = rl::Ledger::Open(dir + "/ledger.jsonl", nullptr);
   EXPECT_TRUE(ledger.ok()) << ledger.status();
   if (ledger.ok()) {
@@ -92,8 +92,7 @@ TEST(UpdatesFromLedgerTest, RedoneStepKeepsTheLastRollbackVoidsLaterSteps) {
 }
 
 TEST(UpdatesFromLedgerTest, NoLedgerIsAnError) {
-  char tmpl[] = "/tmp/learn_curves_test_XXXXXX";
-  EXPECT_FALSE(UpdatesFromLedger(mkdtemp(tmpl), kStart).ok());
+  EXPECT_FALSE(UpdatesFromLedger(::kernelrl::testing::NewTempDir("learn_curves_test_"), kStart).ok());
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "google/protobuf/text_format.h"
+#include "common/grpc_status.h"
 #include "grpcpp/grpcpp.h"
 #include "learner/rl/jobs.h"
 #include "proto/learner.grpc.pb.h"
@@ -97,7 +98,7 @@ absl::StatusOr<v1::Job> RunJob(const std::string& address, const v1::JobSpec& sp
       return absl::UnimplementedError("the learner does not serve the job API (Learner.SubmitJob)");
     }
     if (s.error_code() != grpc::StatusCode::UNAVAILABLE || absl::Now() >= deadline || stop) {
-      return absl::Status(static_cast<absl::StatusCode>(s.error_code()), "SubmitJob: " + s.error_message());
+      return FromGrpcStatus(s, "SubmitJob");
     }
     absl::SleepFor(absl::Milliseconds(500));
   }

@@ -172,6 +172,7 @@ void Supervisor::Loop() {
         // Wakes early when Start() asks for a spawn or the destructor says stop.
         mu_.AwaitWithTimeout(absl::Condition(
                                  +[](Supervisor* s) {
+                                   s->mu_.AssertHeld();  // Await runs its condition under the lock.
                                    if (s->done_) return true;
                                    for (auto& [n, c] : s->children_) {
                                      if (c.pid == 0 && c.restart_at == absl::InfinitePast()) return true;

@@ -8,9 +8,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
-#include "data/family/family.h"
+#include "agent/family/templates.h"
 
-namespace kernelrl::data::family {
+namespace kernelrl::agent::family {
 namespace {
 
 constexpr char kCommon[] = R"cc(#include <float.h>
@@ -212,4 +212,4 @@ absl::StatusOr<std::map<std::string, std::string>> RenderCpu(const TaskSpec& spe
       {"model_new.py", ModelNewSource(spec)}};
 }
 
-}  // namespace kernelrl::data::family
+}  // namespace kernelrl::agent::family

@@ -1,12 +1,13 @@
 // PolicyClient: one sampling call of the agent loop, whatever serves the
 // model — the learner's Policy service (gRPC), an OpenAI-compatible HTTP
 // endpoint (vLLM, SGLang, hosted, or the learner's own), or a scripted
-// replay for CI and demonstrations.
+// replay for CI and demonstrations. One file per backend beside this one;
+// policy_factory.h picks one from a PolicyBackendConfig.
 //
 // Token-in/token-out: the request carries the exact prompt ids; the response
 // the exact sampled ids, one log-prob per id and the weight version.
-#ifndef KERNELRL_ACTOR_POLICY_H_
-#define KERNELRL_ACTOR_POLICY_H_
+#ifndef KERNELRL_AGENT_POLICY_POLICY_H_
+#define KERNELRL_AGENT_POLICY_POLICY_H_
 
 #include <cstdint>
 #include <memory>
@@ -20,7 +21,7 @@
 #include "proto/actor_config.pb.h"
 #include "proto/task.pb.h"
 
-namespace kernelrl::actor {
+namespace kernelrl::agent {
 
 struct PolicyRequest {
   std::vector<int32_t> prompt_ids;
@@ -33,7 +34,7 @@ struct PolicyRequest {
   // For backends that cannot take ids (chat endpoints, the scripted replay).
   std::string task_id;
   int turn = 0;                                           // 0-based assistant turn.
-  const std::vector<agent::ChatTurn>* history = nullptr;  // What prompt_ids render.
+  const std::vector<ChatTurn>* history = nullptr;  // What prompt_ids render.
 };
 
 struct PolicyResponse {
@@ -49,11 +50,11 @@ class PolicyClient {
   // Thread-safe.
   virtual absl::StatusOr<PolicyResponse> Generate(const PolicyRequest& request) = 0;
   // The tool calls a reply stands for: the calls written in it. A policy with
-  // its own small action vocabulary (data/family/choice_policy.h) maps its
+  // its own small action vocabulary (choice_policy.h) maps its
   // reply to calls instead; the trajectory keeps the sampled ids either way.
-  virtual absl::StatusOr<std::vector<agent::ToolCall>> ToolCalls(const v1::Task& task, const std::string& reply) const {
+  virtual absl::StatusOr<std::vector<ToolCall>> ToolCalls(const v1::Task& task, const std::string& reply) const {
     (void)task;
-    return agent::ParseToolCalls(reply);
+    return ParseToolCalls(reply);
   }
   // Whether the system prompt lists the tools' JSON schemas. A policy whose
   // replies are not JSON tool calls gains nothing from them (with a tiny
@@ -61,12 +62,6 @@ class PolicyClient {
   virtual bool ToolSchemasInPrompt() const { return true; }
 };
 
-// The backend named by config.kind ("grpc", "openai_completions",
-// "openai_chat", "scripted"). The tokenizer must outlive it.
-absl::StatusOr<std::unique_ptr<PolicyClient>> MakePolicyClient(const v1::PolicyBackendConfig& config,
-                                                                const agent::Tokenizer* tokenizer,
-                                                                int32_t im_end_id);
+}  // namespace kernelrl::agent
 
-}  // namespace kernelrl::actor
-
-#endif  // KERNELRL_ACTOR_POLICY_H_
+#endif  // KERNELRL_AGENT_POLICY_POLICY_H_

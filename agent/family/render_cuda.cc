@@ -6,9 +6,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
-#include "data/family/family.h"
+#include "agent/family/templates.h"
 
-namespace kernelrl::data::family {
+namespace kernelrl::agent::family {
 namespace {
 
 constexpr char kCommon[] = R"cu(#include <cuda_runtime.h>
@@ -350,4 +350,4 @@ absl::StatusOr<std::map<std::string, std::string>> RenderCuda(const TaskSpec& sp
       {"model_new.py", ModelNewSource(spec)}};
 }
 
-}  // namespace kernelrl::data::family
+}  // namespace kernelrl::agent::family

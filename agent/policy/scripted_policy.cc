@@ -1,4 +1,4 @@
-#include "actor/scripted_policy.h"
+#include "agent/policy/scripted_policy.h"
 
 #include <filesystem>
 
@@ -6,14 +6,14 @@
 #include "agent/chat/tool_calls.h"
 #include "common/file.h"
 
-namespace kernelrl::actor {
+namespace kernelrl::agent {
 namespace {
 
 Json Args(std::vector<std::pair<std::string, Json>> members) { return Json::Object(std::move(members)); }
 
 }  // namespace
 
-ScriptedPolicy::ScriptedPolicy(std::string solutions_dir, int64_t policy_version, const agent::Tokenizer* tokenizer,
+ScriptedPolicy::ScriptedPolicy(std::string solutions_dir, int64_t policy_version, const Tokenizer* tokenizer,
                                int32_t im_end_id)
     : dir_(std::move(solutions_dir)), version_(policy_version), tokenizer_(tokenizer), im_end_id_(im_end_id) {}
 
@@ -75,4 +75,4 @@ absl::StatusOr<PolicyResponse> ScriptedPolicy::Generate(const PolicyRequest& req
   return r;
 }
 
-}  // namespace kernelrl::actor
+}  // namespace kernelrl::agent

@@ -1,4 +1,4 @@
-// The actor's OpenAI backends against the learner's real OpenAI-compatible
+// The OpenAI policy backends (agent/policy) against the learner's real OpenAI-compatible
 // server (in-process, tiny random Qwen2 on CPU): multi-turn trajectories
 // hold exactly the ids the server saw and sampled (checked against the
 // engine's own greedy generation), chat is token-exact exactly when the
@@ -8,7 +8,7 @@
 // links LibTorch for the in-process engine, whose libtorch.so exports an
 // unversioned std::filesystem::remove_all; the workspace's cleanup bound to
 // it and crashed until it moved to common/file's RemoveTree.
-#include "actor/policy_openai.h"
+#include "agent/policy/openai_policy.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -33,6 +33,11 @@
 namespace kernelrl::actor {
 namespace {
 
+using agent::ChatTurn;
+using agent::OpenAIPolicy;
+using agent::PolicyRequest;
+using agent::PolicyResponse;
+using agent::ToolSchemas;
 using learner::testing::Fixture;
 
 struct Formats {
@@ -40,7 +45,7 @@ struct Formats {
 };
 
 const Formats& Chat() {
-  static const Formats* f = new Formats{*agent::ChatFormat::Create(Fixture().tokenizer.get(), agent::ToolSchemas()),
+  static const Formats* f = new Formats{*agent::ChatFormat::Create(Fixture().tokenizer.get(), ToolSchemas()),
                                         *agent::ChatFormat::Create(Fixture().tokenizer.get(), Json::Array())};
   return *f;
 }
@@ -64,7 +69,7 @@ v1::PolicyBackendConfig Config(const std::string& kind) {
 }
 
 std::unique_ptr<OpenAIPolicy> Client(const v1::PolicyBackendConfig& c) {
-  auto p = OpenAIPolicy::Create(c, Fixture().tokenizer.get(), ImEnd(), agent::ToolSchemas());
+  auto p = OpenAIPolicy::Create(c, Fixture().tokenizer.get(), ImEnd(), ToolSchemas());
   EXPECT_TRUE(p.ok()) << p.status();
   return p.ok() ? *std::move(p) : nullptr;
 }
@@ -189,8 +194,8 @@ TEST(OpenAIPolicyTest, ChatIsTokenExactWhenTheServerRendersTheSamePrompt) {
     PolicyRequest req = Request(b, std::uniform_int_distribution<int>(4, 16)(rng), turn);
     // What the server renders from the messages: the history with each
     // assistant turn as its decoded text.
-    std::vector<agent::ChatTurn> as_text = b.history();
-    for (agent::ChatTurn& t : as_text) {
+    std::vector<ChatTurn> as_text = b.history();
+    for (ChatTurn& t : as_text) {
       if (!t.generated_ids.has_value()) continue;
       std::vector<int32_t> g = *t.generated_ids;
       if (!g.empty() && g.back() == ImEnd()) g.pop_back();

@@ -13,6 +13,10 @@
 namespace kernelrl::data::family {
 namespace {
 
+using agent::family::Choice;
+using agent::family::kNumSlots;
+using agent::family::Render;
+
 class FamilyCpuSandboxTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {

@@ -91,7 +91,7 @@ TEST(ActorEndToEndTest, ScriptedRolloutsAgainstCpuSandboxReachTheLearnerIntact) 
   pool_config.set_retries(1);
   auto pool = SandboxPool::Create(pool_config);
   ASSERT_TRUE(pool.ok());
-  ScriptedPolicy policy("sandbox/solutions", 5, testing::Kit().tokenizer.get(), testing::Kit().plain->im_end_id());
+  agent::ScriptedPolicy policy("sandbox/solutions", 5, testing::Kit().tokenizer.get(), testing::Kit().plain->im_end_id());
   RolloutRunner runner(RolloutDeps{&policy, pool->get(), testing::Kit().tokenizer.get(), &*testing::Kit().with_tools,
                                    &*testing::Kit().plain},
                        testing::TestRolloutConfig("e2e_rollouts"), *ReadFileToString("sandbox/SKILL.md"));

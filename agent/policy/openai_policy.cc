@@ -1,4 +1,4 @@
-#include "actor/policy_openai.h"
+#include "agent/policy/openai_policy.h"
 
 #include <chrono>
 #include <thread>
@@ -11,7 +11,7 @@
 #include "agent/chat/tool_calls.h"
 #include "common/file.h"
 
-namespace kernelrl::actor {
+namespace kernelrl::agent {
 namespace {
 
 constexpr char kTokenIdPrefix[] = "token_id:";
@@ -88,7 +88,7 @@ const char* RoleName(agent::ChatRole role) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<OpenAIPolicy>> OpenAIPolicy::Create(const v1::PolicyBackendConfig& config,
-                                                                   const agent::Tokenizer* tokenizer,
+                                                                   const Tokenizer* tokenizer,
                                                                    int32_t im_end_id, Json tools) {
   if (config.kind() != "openai_completions" && config.kind() != "openai_chat") {
     return absl::InvalidArgumentError(absl::StrCat("OpenAIPolicy: kind \"", config.kind(), "\""));
@@ -117,7 +117,7 @@ absl::StatusOr<std::unique_ptr<OpenAIPolicy>> OpenAIPolicy::Create(const v1::Pol
       new OpenAIPolicy(config, tokenizer, im_end_id, std::move(tools), std::move(host), std::move(prefix), std::move(key)));
 }
 
-OpenAIPolicy::OpenAIPolicy(const v1::PolicyBackendConfig& config, const agent::Tokenizer* tokenizer,
+OpenAIPolicy::OpenAIPolicy(const v1::PolicyBackendConfig& config, const Tokenizer* tokenizer,
                            int32_t im_end_id, Json tools, std::string scheme_host_port, std::string path_prefix,
                            std::string api_key)
     : config_(config),
@@ -215,14 +215,14 @@ Json OpenAIPolicy::CompletionBody(const PolicyRequest& request) const {
 absl::StatusOr<Json> OpenAIPolicy::ChatBody(const PolicyRequest& request) const {
   if (request.history == nullptr) return absl::InvalidArgumentError("openai_chat needs the chat history");
   Json messages = Json::Array();
-  for (const agent::ChatTurn& t : *request.history) {
+  for (const ChatTurn& t : *request.history) {
     std::string content = t.content;
     if (content.empty() && t.generated_ids.has_value()) {
       std::vector<int32_t> ids = *t.generated_ids;
       if (!ids.empty() && ids.back() == im_end_id_) ids.pop_back();
       content = tokenizer_->Decode(ids);
     }
-    for (const agent::ToolCallSpec& c : t.tool_calls) {
+    for (const ToolCallSpec& c : t.tool_calls) {
       absl::StrAppend(&content, content.empty() ? "" : "\n", agent::FormatToolCall(c.name, c.arguments));
     }
     messages.Push(Json::Object({{"role", Json::String(RoleName(t.role))}, {"content", Json::String(content)}}));
@@ -388,4 +388,4 @@ absl::StatusOr<PolicyResponse> OpenAIPolicy::Generate(const PolicyRequest& reque
   return ParseChat(*response, request);
 }
 
-}  // namespace kernelrl::actor
+}  // namespace kernelrl::agent

@@ -21,36 +21,36 @@
 // Kernels are rendered for the task's inputs.device ("cpu" -> the CPU
 // templates), or for `device` when set (tasks read from .py files carry none).
 // Thread-safe.
-#ifndef KERNELRL_DATA_FAMILY_CHOICE_POLICY_H_
-#define KERNELRL_DATA_FAMILY_CHOICE_POLICY_H_
+#ifndef KERNELRL_AGENT_POLICY_CHOICE_POLICY_H_
+#define KERNELRL_AGENT_POLICY_CHOICE_POLICY_H_
 
 #include <memory>
 #include <string>
 
 #include "absl/synchronization/mutex.h"
-#include "actor/policy.h"
-#include "data/family/family.h"
+#include "agent/policy/policy.h"
+#include "agent/family/templates.h"
 
-namespace kernelrl::data::family {
+namespace kernelrl::agent {
 
-class ChoicePolicy final : public actor::PolicyClient {
+class ChoicePolicy final : public PolicyClient {
  public:
-  ChoicePolicy(std::unique_ptr<actor::PolicyClient> inner, const agent::Tokenizer* tokenizer, int32_t im_end_id,
+  ChoicePolicy(std::unique_ptr<PolicyClient> inner, const Tokenizer* tokenizer, int32_t im_end_id,
                std::string device, int64_t random_policy_version);
 
-  absl::StatusOr<actor::PolicyResponse> Generate(const actor::PolicyRequest& request) override;
-  absl::StatusOr<std::vector<agent::ToolCall>> ToolCalls(const v1::Task& task, const std::string& reply) const override;
+  absl::StatusOr<PolicyResponse> Generate(const PolicyRequest& request) override;
+  absl::StatusOr<std::vector<ToolCall>> ToolCalls(const v1::Task& task, const std::string& reply) const override;
   // Replies are choices, not JSON calls: the prompt carries SKILL.md's vocabulary instead.
   bool ToolSchemasInPrompt() const override { return false; }
 
   // The choice a reply stands for; false when it submits.
-  static bool ReplyChoice(const std::string& reply, const std::vector<Slot>& slots, Choice* choice);
+  static bool ReplyChoice(const std::string& reply, const std::vector<family::Slot>& slots, family::Choice* choice);
   // The scripted random policy's reply text for a turn ("" = its choice of ending).
   std::string RandomReply(int turn, uint64_t seed) const;
 
  private:
-  const std::unique_ptr<actor::PolicyClient> inner_;
-  const agent::Tokenizer* const tokenizer_;
+  const std::unique_ptr<PolicyClient> inner_;
+  const Tokenizer* const tokenizer_;
   const int32_t im_end_id_;
   const std::string device_;
   const int64_t random_version_;
@@ -58,6 +58,6 @@ class ChoicePolicy final : public actor::PolicyClient {
   uint64_t draws_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
-}  // namespace kernelrl::data::family
+}  // namespace kernelrl::agent
 
-#endif  // KERNELRL_DATA_FAMILY_CHOICE_POLICY_H_
+#endif  // KERNELRL_AGENT_POLICY_CHOICE_POLICY_H_

@@ -23,8 +23,8 @@
 // code; the message holds the URL, the HTTP status and the server's
 // error.message. The version is the response's "policy_version" (ours) or
 // static_policy_version.
-#ifndef KERNELRL_ACTOR_POLICY_OPENAI_H_
-#define KERNELRL_ACTOR_POLICY_OPENAI_H_
+#ifndef KERNELRL_AGENT_POLICY_OPENAI_POLICY_H_
+#define KERNELRL_AGENT_POLICY_OPENAI_POLICY_H_
 
 #include <memory>
 #include <string>
@@ -32,21 +32,21 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
-#include "actor/policy.h"
+#include "agent/policy/policy.h"
 #include "common/json.h"
 
 namespace httplib {
 class Client;
 }  // namespace httplib
 
-namespace kernelrl::actor {
+namespace kernelrl::agent {
 
 class OpenAIPolicy final : public PolicyClient {
  public:
-  // `tools` is announced in chat requests (agent::ToolSchemas() for the
+  // `tools` is announced in chat requests (ToolSchemas() for the
   // actor). The tokenizer must outlive the client.
   static absl::StatusOr<std::unique_ptr<OpenAIPolicy>> Create(const v1::PolicyBackendConfig& config,
-                                                              const agent::Tokenizer* tokenizer, int32_t im_end_id,
+                                                              const Tokenizer* tokenizer, int32_t im_end_id,
                                                               Json tools);
   ~OpenAIPolicy() override;
 
@@ -59,7 +59,7 @@ class OpenAIPolicy final : public PolicyClient {
   absl::StatusOr<PolicyResponse> ParseChat(const Json& response, const PolicyRequest& request) const;
 
  private:
-  OpenAIPolicy(const v1::PolicyBackendConfig& config, const agent::Tokenizer* tokenizer, int32_t im_end_id,
+  OpenAIPolicy(const v1::PolicyBackendConfig& config, const Tokenizer* tokenizer, int32_t im_end_id,
                Json tools, std::string scheme_host_port, std::string path_prefix, std::string api_key);
   // One POST with retries; the parsed JSON body of a 200.
   absl::StatusOr<Json> Post(const std::string& path, const Json& body, const std::string& request_id);
@@ -71,7 +71,7 @@ class OpenAIPolicy final : public PolicyClient {
                                         const Json& response, const Json& choice) const;
 
   const v1::PolicyBackendConfig config_;
-  const agent::Tokenizer* const tokenizer_;
+  const Tokenizer* const tokenizer_;
   const int32_t im_end_id_;
   const Json tools_;
   const std::string scheme_host_port_, path_prefix_, api_key_;
@@ -80,6 +80,6 @@ class OpenAIPolicy final : public PolicyClient {
   std::vector<std::unique_ptr<httplib::Client>> idle_ ABSL_GUARDED_BY(mu_);  // Keep-alive connections.
 };
 
-}  // namespace kernelrl::actor
+}  // namespace kernelrl::agent
 
-#endif  // KERNELRL_ACTOR_POLICY_OPENAI_H_
+#endif  // KERNELRL_AGENT_POLICY_OPENAI_POLICY_H_

@@ -1,4 +1,4 @@
-#include "data/family/choice_policy.h"
+#include "agent/policy/choice_policy.h"
 
 #include <cmath>
 #include <random>
@@ -8,7 +8,7 @@
 #include "agent/chat/tool_calls.h"
 #include "common/json.h"
 
-namespace kernelrl::data::family {
+namespace kernelrl::agent {
 namespace {
 
 // Digits 0-5: uniform over both 2- and 3-option slots (6 is a multiple of each).
@@ -16,7 +16,7 @@ constexpr int kDigits = 6;
 
 }  // namespace
 
-ChoicePolicy::ChoicePolicy(std::unique_ptr<actor::PolicyClient> inner, const agent::Tokenizer* tokenizer,
+ChoicePolicy::ChoicePolicy(std::unique_ptr<PolicyClient> inner, const Tokenizer* tokenizer,
                            int32_t im_end_id, std::string device, int64_t random_policy_version)
     : inner_(std::move(inner)),
       tokenizer_(tokenizer),
@@ -24,14 +24,14 @@ ChoicePolicy::ChoicePolicy(std::unique_ptr<actor::PolicyClient> inner, const age
       device_(std::move(device)),
       random_version_(random_policy_version) {}
 
-bool ChoicePolicy::ReplyChoice(const std::string& reply, const std::vector<Slot>& slots, Choice* choice) {
+bool ChoicePolicy::ReplyChoice(const std::string& reply, const std::vector<family::Slot>& slots, family::Choice* choice) {
   std::string chars;
   for (char c : reply) {
     if (!absl::ascii_isspace(static_cast<unsigned char>(c))) chars += c;
-    if (chars.size() == kNumSlots) break;
+    if (chars.size() == family::kNumSlots) break;
   }
   if (chars.empty() || chars[0] == '.') return false;
-  for (int i = 0; i < kNumSlots; ++i) {
+  for (int i = 0; i < family::kNumSlots; ++i) {
     const int code = i < static_cast<int>(chars.size()) ? static_cast<unsigned char>(chars[i]) : '0';
     (*choice)[i] = code % static_cast<int>(slots[i].options.size());
   }
@@ -42,13 +42,13 @@ std::string ChoicePolicy::RandomReply(int turn, uint64_t seed) const {
   std::mt19937_64 rng(seed);
   if (turn > 0 && (turn > 1 || rng() % 3 != 0)) return ".";
   std::string digits;
-  for (int i = 0; i < kNumSlots; ++i) digits += static_cast<char>('0' + rng() % kDigits);
+  for (int i = 0; i < family::kNumSlots; ++i) digits += static_cast<char>('0' + rng() % kDigits);
   return digits;
 }
 
-absl::StatusOr<actor::PolicyResponse> ChoicePolicy::Generate(const actor::PolicyRequest& request) {
+absl::StatusOr<PolicyResponse> ChoicePolicy::Generate(const PolicyRequest& request) {
   if (inner_ != nullptr) {
-    actor::PolicyRequest r = request;
+    PolicyRequest r = request;
     // kNumSlots characters and the end of turn are all a reply needs.
     r.max_new_tokens = std::min<int32_t>(request.max_new_tokens > 0 ? request.max_new_tokens : 16, 16);
     return inner_->Generate(r);
@@ -59,7 +59,7 @@ absl::StatusOr<actor::PolicyResponse> ChoicePolicy::Generate(const actor::Policy
     seed = std::random_device{}() ^ (++draws_ * 0x9E3779B97F4A7C15ull);
   }
   const std::string text = RandomReply(request.turn, seed);
-  actor::PolicyResponse out;
+  PolicyResponse out;
   out.ids = tokenizer_->Encode(text);
   // The draw's own probability: 1/kDigits per digit (a digit is one id in the Qwen2-style
   // tokenizers); the closing "." of a candidate-free turn is scripted (log-prob 0).
@@ -77,24 +77,24 @@ absl::StatusOr<actor::PolicyResponse> ChoicePolicy::Generate(const actor::Policy
   return out;
 }
 
-absl::StatusOr<std::vector<agent::ToolCall>> ChoicePolicy::ToolCalls(const v1::Task& task,
+absl::StatusOr<std::vector<ToolCall>> ChoicePolicy::ToolCalls(const v1::Task& task,
                                                                       const std::string& reply) const {
-  auto spec = ParseTaskSpec(task.reference_source());
+  auto spec = family::ParseTaskSpec(task.reference_source());
   if (!spec.ok()) {
     return absl::FailedPreconditionError(absl::StrCat("task ", task.id(), " is not a family task: ", spec.status().message()));
   }
-  auto slots = Slots(spec->family);
+  auto slots = family::Slots(spec->family);
   if (!slots.ok()) return slots.status();
-  Choice choice{};
-  if (!ReplyChoice(reply, *slots, &choice)) return std::vector<agent::ToolCall>{};
+  family::Choice choice{};
+  if (!ReplyChoice(reply, *slots, &choice)) return std::vector<ToolCall>{};
   const std::string device = !device_.empty()                    ? device_
                              : task.inputs().device() == "cpu" ? "cpu"
                                                                : "cuda";
-  auto files = Render(*spec, choice, device);
+  auto files = family::Render(*spec, choice, device);
   if (!files.ok()) return files.status();
-  std::vector<agent::ToolCall> calls;
+  std::vector<ToolCall> calls;
   auto add = [&](const std::string& name, Json args) {
-    agent::ToolCall c;
+    ToolCall c;
     c.name = name;
     c.arguments_json = agent::PythonJsonDumps(args);
     c.arguments = std::move(args);
@@ -108,4 +108,4 @@ absl::StatusOr<std::vector<agent::ToolCall>> ChoicePolicy::ToolCalls(const v1::T
   return calls;
 }
 
-}  // namespace kernelrl::data::family
+}  // namespace kernelrl::agent

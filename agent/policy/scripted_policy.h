@@ -8,19 +8,19 @@
 // Without a solution it says so and submits at once. Replies are tokenized
 // with the model's tokenizer and end with <|im_end|>; log-probs are a fixed
 // function of position (not a model's), the version is configured.
-#ifndef KERNELRL_ACTOR_SCRIPTED_POLICY_H_
-#define KERNELRL_ACTOR_SCRIPTED_POLICY_H_
+#ifndef KERNELRL_AGENT_POLICY_SCRIPTED_POLICY_H_
+#define KERNELRL_AGENT_POLICY_SCRIPTED_POLICY_H_
 
 #include <string>
 #include <vector>
 
-#include "actor/policy.h"
+#include "agent/policy/policy.h"
 
-namespace kernelrl::actor {
+namespace kernelrl::agent {
 
 class ScriptedPolicy final : public PolicyClient {
  public:
-  ScriptedPolicy(std::string solutions_dir, int64_t policy_version, const agent::Tokenizer* tokenizer,
+  ScriptedPolicy(std::string solutions_dir, int64_t policy_version, const Tokenizer* tokenizer,
                  int32_t im_end_id);
   absl::StatusOr<PolicyResponse> Generate(const PolicyRequest& request) override;
 
@@ -30,10 +30,10 @@ class ScriptedPolicy final : public PolicyClient {
  private:
   const std::string dir_;
   const int64_t version_;
-  const agent::Tokenizer* const tokenizer_;
+  const Tokenizer* const tokenizer_;
   const int32_t im_end_id_;
 };
 
-}  // namespace kernelrl::actor
+}  // namespace kernelrl::agent
 
-#endif  // KERNELRL_ACTOR_SCRIPTED_POLICY_H_
+#endif  // KERNELRL_AGENT_POLICY_SCRIPTED_POLICY_H_

@@ -1,0 +1,24 @@
+// MakePolicyClient: the PolicyClient backend a PolicyBackendConfig names.
+#ifndef KERNELRL_AGENT_POLICY_POLICY_FACTORY_H_
+#define KERNELRL_AGENT_POLICY_POLICY_FACTORY_H_
+
+#include <cstdint>
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "agent/policy/policy.h"
+#include "agent/tokenizer/tokenizer.h"
+#include "proto/actor_config.pb.h"
+
+namespace kernelrl::agent {
+
+// The backend named by config.kind ("grpc", "openai_completions",
+// "openai_chat", "scripted", "choice", "choice_cpu",
+// "choice_random", "choice_random_cpu"). The tokenizer must outlive it.
+absl::StatusOr<std::unique_ptr<PolicyClient>> MakePolicyClient(const v1::PolicyBackendConfig& config,
+                                                                const Tokenizer* tokenizer,
+                                                                int32_t im_end_id);
+
+}  // namespace kernelrl::agent
+
+#endif  // KERNELRL_AGENT_POLICY_POLICY_FACTORY_H_
