@@ -96,7 +96,7 @@ TEST(IngestTest, AGroupIsNeverSplitAcrossSteps) {
   IngestOptions o;
   o.lease_timeout_seconds = 3600;
   o.max_policy_lag = 100;
-  auto in = Ingest::Open(TempDir(), "job-g", o, 0);
+  auto in = Ingest::Open(NewTempDir("ingest_test_"), "job-g", o, 0);
   ASSERT_TRUE(in.ok()) << in.status();
   (*in)->SetStage("agentic_ppo", Tasks(5), 3, -1);
   std::map<std::string, int64_t> step_of_task_issue;  // "task#issue" -> step.
@@ -135,7 +135,7 @@ TEST(IngestTest, AGroupIsNeverSplitAcrossSteps) {
 // (counted, not issued again); a group with a spread is kept.
 TEST(IngestTest, ZeroVarianceGroupsAreDroppedWhenAsked) {
   std::mt19937 rng(3);
-  std::string dir = TempDir();
+  std::string dir = NewTempDir("ingest_test_");
   auto in = Ingest::Open(dir, "job-z", {}, 0);
   ASSERT_TRUE(in.ok()) << in.status();
   (*in)->SetStage("agentic_ppo", Tasks(2), 2, -1);
@@ -168,7 +168,7 @@ TEST(IngestTest, SamplingMismatchAndNonModelTrajectoriesAreRejectedWithAReason) 
   std::mt19937 rng(5);
   IngestOptions o;
   o.temperature = 1.0;
-  auto in = Ingest::Open(TempDir(), "job-s", o, 0);
+  auto in = Ingest::Open(NewTempDir("ingest_test_"), "job-s", o, 0);
   ASSERT_TRUE(in.ok()) << in.status();
   (*in)->SetStage("agentic_ppo", Tasks(4), 1, -1, /*model_only=*/true);
   auto leases = (*in)->Lease("a", 4);
