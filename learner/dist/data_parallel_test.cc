@@ -94,6 +94,12 @@ std::unique_ptr<Trainer> MakeTrainer(Objective o, at::Device device) {
   TrainerOptions opt;
   opt.max_tokens_per_row = 24;  // Several rows per rank: packing and accumulation too.
   opt.actor.lr = 1e-3, opt.critic.lr = 1e-3;
+  // The replay (StepOn) applies gradients to a fresh trainer; the value head's
+  // first-batch initialisation would happen on one side only.
+  opt.value_head_init = false;
+  // The batch's rollout log-probs are random: the mismatch mask would drop
+  // every token of a one-trajectory batch (zero gradients, nothing compared).
+  opt.policy_loss.mismatch_mask = rl::MismatchMask::kOff;
   return std::make_unique<Trainer>(Tiny(Head::kLanguageModel, 5, device),
                                    o == Objective::kSft ? nullptr : Tiny(Head::kValue, 6, device), opt);
 }

@@ -369,7 +369,8 @@ absl::StatusOr<std::vector<v1::Trajectory>> Ingest::Take(int n, bool drop_zero_v
   // Stale groups, and (dynamic sampling) complete groups of equal rewards, leave the buffer.
   std::vector<v1::LedgerRecord> records;
   std::set<std::string> gone;
-  auto complete = [&](const std::string& key, const std::vector<const Buffered*>& members) {
+  auto complete = [&](const std::string& key, const std::vector<const Buffered*>& members)
+                      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (members.front()->group == 0) return true;
     auto lost = lost_.find(key);
     return static_cast<int>(members.size()) + (lost == lost_.end() ? 0 : lost->second) >= rollouts_per_task_;
