@@ -99,7 +99,11 @@ std::unique_ptr<Trainer> MakeTrainer(Objective o, at::Device device) {
   opt.value_head_init = false;
   // The batch's rollout log-probs are random: the mismatch mask would drop
   // every token of a one-trajectory batch (zero gradients, nothing compared).
+  // The ratio is taken against those random log-probs too: no clipping, or a
+  // one-trajectory batch can have every token clipped.
   opt.policy_loss.mismatch_mask = rl::MismatchMask::kOff;
+  opt.policy_loss.clip_low = opt.policy_loss.clip_high = 1e9;
+  opt.policy_loss.dual_clip = 0;
   return std::make_unique<Trainer>(Tiny(Head::kLanguageModel, 5, device),
                                    o == Objective::kSft ? nullptr : Tiny(Head::kValue, 6, device), opt);
 }
