@@ -39,8 +39,8 @@
 # MAX_TURNS (the agentic stage's turns, also the held-out evaluations'; 3), EVAL_ROLLOUTS (1) and EVAL_TEMP (0 =
 # greedy; 1 samples like the actors, so EVAL_ROLLOUTS repeats give the held-out figures a spread), LEARN_ARGS
 # (more `kernelrl learn` flags, e.g. "--job_set=actor_optimizer.lr=2e-3"), LEARNER_DEVICE (cpu:
-# the learner's kernels on the sandbox's GPU inflate the outside clock; on the H100 that flagged an honest
-# 1.6 ms softmax timing_below_outside_clock).
+# the learner's kernels on the sandbox's GPU slow the candidates' trusted figures by time-slicing, which the
+# drift anchor does not see: docs/HARNESS.md "Tolerances").
 # Results under $OUT: table.txt, verdicts.jsonl, baselines.tsv, logs.
 set -u
 CARRY=.devcarry/learn
