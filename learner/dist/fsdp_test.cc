@@ -1,0 +1,220 @@
+// Fully sharded data parallelism on the CPU: ranks are threads that meet
+// through a c10d FileStore and reduce with the store backend
+// (store_backend_for_test.h). The reference is one unsharded Trainer on the
+// whole batch; the sharded ranks each take their shard of it.
+#include "learner/dist/fsdp.h"
+
+#include <stdlib.h>
+
+#include <cstdio>
+#include <random>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "learner/dist/data_parallel.h"
+#include "learner/dist/shard.h"
+#include "learner/dist/store_backend_for_test.h"
+#include "learner/rl/trainer.h"
+#include "learner/test_util.h"
+
+namespace kernelrl::learner::dist {
+namespace {
+
+using rl::Sample;
+using rl::StepMetrics;
+using rl::Trainer;
+using rl::TrainerOptions;
+
+std::unique_ptr<Transformer> Tiny(Head head, uint64_t seed, bool checkpointing) {
+  ModelOptions o;
+  o.trainable = true;
+  o.activation_checkpointing = checkpointing;
+  auto m = Transformer::Create(learner::testing::TinyQwen2Config(32), head, o, seed);
+  EXPECT_TRUE(m.ok()) << m.status();
+  return std::move(*m);
+}
+
+// n trajectories of random length with a random mask (at least one model
+// token each), random rollout log-probs and rewards.
+std::vector<Sample> RandomBatch(int n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<Sample> out;
+  for (int i = 0; i < n; ++i) {
+    Sample s;
+    s.id = absl::StrCat("t", i);
+    const int len = 4 + static_cast<int>(rng() % 20);
+    for (int t = 0; t < len; ++t) {
+      const bool model = t > 0 && (t == len - 1 || rng() % 3 != 0);
+      s.ids.push_back(static_cast<int32_t>(rng() % 32));
+      s.loss_mask.push_back(model);
+      s.rollout_logprobs.push_back(model ? -0.05f - static_cast<float>(rng() % 3000) / 1000.0f : 0.0f);
+    }
+    s.reward = static_cast<double>(rng() % 2001) / 1000.0 - 1.0;
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+struct Variant {
+  int world;
+  bool checkpointing;  // Also: normalised advantages and an entropy bonus.
+};
+
+TrainerOptions Options(const Variant& v) {
+  TrainerOptions opt;
+  opt.max_tokens_per_row = 24;  // Several rows per rank: gradients accumulate over passes.
+  for (rl::AdamWParams* p : {&opt.actor, &opt.critic}) {
+    p->lr = 1e-3;
+    p->max_grad_norm = 0.01;  // Below the norms here: the clipping path runs.
+    // Adam's first update is lr * g / (|g| + eps): with the default 1e-8 a
+    // gradient element within rounding of 0 moves by up to 2 lr depending
+    // on the order its sum was taken in (shards reduce in a different order
+    // from one rank's accumulation). A larger eps keeps the update a smooth
+    // function of the gradient, so equal gradients give equal weights.
+    p->eps = 1e-4;
+  }
+  opt.normalize_advantages = v.checkpointing;
+  opt.entropy_coef = v.checkpointing ? 0.01 : 0.0;
+  return opt;
+}
+
+std::vector<at::Tensor> Weights(const Transformer& m) {
+  std::vector<at::Tensor> w;
+  for (const at::Tensor& p : m.parameters()) w.push_back(p.detach().to(at::kFloat).clone());
+  return w;
+}
+
+std::vector<Sample> ShardOf(const std::vector<Sample>& batch, int rank, int world) {
+  std::vector<int64_t> tokens;
+  for (const Sample& s : batch) tokens.push_back(static_cast<int64_t>(s.ids.size()));
+  const std::vector<std::vector<int>> shards = ShardByTokens(tokens, world);
+  std::vector<Sample> out;
+  for (int i : shards[rank]) out.push_back(batch[i]);
+  return out;
+}
+
+std::string TempPath(const std::string& name) {
+  char tmpl[] = "/tmp/fsdp_test_XXXXXX";
+  return std::string(mkdtemp(tmpl)) + "/" + name;
+}
+
+struct StepResult {
+  StepMetrics metrics;
+  std::vector<at::Tensor> actor, critic;  // Weights after the step.
+};
+
+void ExpectSameWeights(const std::vector<at::Tensor>& actual, const std::vector<at::Tensor>& expected,
+                       const std::string& what) {
+  ASSERT_EQ(actual.size(), expected.size()) << what;
+  for (size_t i = 0; i < expected.size(); ++i) {
+    ASSERT_EQ(actual[i].sizes(), expected[i].sizes()) << what << ": weight " << i;
+    EXPECT_TRUE(at::allclose(actual[i], expected[i], 1e-5, 1e-6))
+        << what << ": weight " << i << " max diff " << (actual[i] - expected[i]).abs().max().item<double>();
+  }
+}
+
+TEST(FsdpTest, ShardedStepsEqualUnshardedSteps) {
+  // KERNELRL_TEST_FSDP_SEED reruns one seed (printed below) of a failed run.
+  const char* seed_env = std::getenv("KERNELRL_TEST_FSDP_SEED");
+  const uint64_t seed = seed_env != nullptr ? std::strtoull(seed_env, nullptr, 10) : std::random_device{}();
+  std::printf("batch seed %llu\n", static_cast<unsigned long long>(seed));
+  for (const Variant& v : {Variant{2, false}, Variant{3, false}, Variant{2, true}, Variant{3, true}}) {
+    const std::string what = absl::StrCat(v.world, " ranks, checkpointing ", v.checkpointing);
+    // Step 2 has fewer trajectories than ranks: a rank with no rows runs empty passes.
+    const std::vector<std::vector<Sample>> batches = {RandomBatch(7, seed + v.world), RandomBatch(v.world - 1, seed + 9)};
+
+    std::vector<StepResult> expected;
+    std::vector<at::Tensor> initial_actor;
+    {
+      Trainer t(Tiny(Head::kLanguageModel, 5, false), Tiny(Head::kValue, 6, false), Options(v));
+      initial_actor = Weights(t.policy());
+      for (const auto& b : batches) {
+        auto m = t.PpoStep(b);
+        ASSERT_TRUE(m.ok()) << m.status();
+        expected.push_back({*m, Weights(t.policy()), Weights(*t.critic())});
+      }
+      ASSERT_GT(expected[0].metrics.at("actor_grad_norm"), 0.01) << "clipping did not run";
+    }
+
+    std::vector<std::vector<StepResult>> got(v.world);
+    std::vector<absl::Status> status(v.world);
+    std::vector<std::vector<int64_t>> shard_numel(v.world), unit_numel(v.world);
+    const std::string store = "file://" + TempPath("store");
+    std::vector<std::thread> ranks;
+    for (int r = 0; r < v.world; ++r) {
+      ranks.emplace_back([&, r] {
+        auto fail = [&](const absl::Status& s) { status[r] = s; };
+        auto dp = DataParallel::Connect({r, v.world, store, absl::Seconds(120)}, at::kCPU, [](auto s, int rank, int n) {
+          return c10::make_intrusive<StoreBackendForTest>(s, rank, n);
+        });
+        if (!dp.ok()) return fail(dp.status());
+        std::unique_ptr<Transformer> models[2] = {Tiny(Head::kLanguageModel, 5, v.checkpointing),
+                                                  Tiny(Head::kValue, 6, v.checkpointing)};
+        ShardedWeights* sharded[2];
+        for (int k = 0; k < 2; ++k) {
+          auto sw = ShardedWeights::Shard(*models[k], (*dp)->backend(), at::kCPU, at::kFloat);
+          if (!sw.ok()) return fail(sw.status());
+          sharded[k] = *sw;
+          for (int64_t u = 0; u < (*sw)->unit_count(); ++u) {
+            shard_numel[r].push_back((*sw)->parameters()[u].numel());
+            unit_numel[r].push_back((*sw)->unit_numel(u));
+          }
+          if (models[k]->layers()[0].qkv_w.defined()) return fail(absl::InternalError("resident weights kept"));
+        }
+        TrainerOptions opt = Options(v);
+        opt.make_optimizer = MakeOptimizer;
+        Trainer t(std::move(models[0]), std::move(models[1]), opt);
+        t.set_collectives(dp->get());
+        if (auto s = t.BroadcastParameters(); !s.ok()) return fail(s);  // A no-op for sharded models.
+        for (const auto& b : batches) {
+          auto m = t.PpoStep(ShardOf(b, r, v.world), static_cast<int64_t>(b.size()));
+          if (!m.ok()) return fail(m.status());
+          auto actor = sharded[0]->Consolidate();
+          auto critic = sharded[1]->Consolidate();
+          if (!actor.ok()) return fail(actor.status());
+          if (!critic.ok()) return fail(critic.status());
+          got[r].push_back({*m, Weights(**actor), Weights(**critic)});
+        }
+      });
+    }
+    for (auto& th : ranks) th.join();
+
+    // The units cover the models once; each rank holds ceil(N / W) elements
+    // of each, nothing more; some unit does not divide evenly (padding runs).
+    Trainer whole(Tiny(Head::kLanguageModel, 5, false), Tiny(Head::kValue, 6, false), Options(v));
+    int64_t full = 0, covered = 0;
+    bool uneven = false;
+    for (const auto& p : whole.policy().parameters()) full += p.numel();
+    for (const auto& p : whole.critic()->parameters()) full += p.numel();
+    for (int64_t n : unit_numel[0]) covered += n, uneven |= n % v.world != 0;
+    EXPECT_EQ(covered, full) << what;
+    EXPECT_TRUE(uneven) << what << ": every unit divides evenly; the test means to cover padding";
+    for (int r = 0; r < v.world; ++r) {
+      ASSERT_EQ(shard_numel[r].size(), unit_numel[0].size()) << what;
+      for (size_t u = 0; u < shard_numel[r].size(); ++u) {
+        EXPECT_EQ(shard_numel[r][u], (unit_numel[0][u] + v.world - 1) / v.world) << what << ", unit " << u;
+      }
+    }
+
+    for (int r = 0; r < v.world; ++r) {
+      ASSERT_TRUE(status[r].ok()) << what << ": rank " << r << ": " << status[r];
+      ASSERT_EQ(got[r].size(), batches.size());
+      for (size_t s = 0; s < batches.size(); ++s) {
+        const std::string at_step = absl::StrCat(what, ", rank ", r, ", step ", s + 1);
+        for (const auto& [k, x] : expected[s].metrics) {
+          if (k == "step_seconds" || k == "tokens_per_second" || k == "rows") continue;
+          ASSERT_TRUE(got[r][s].metrics.count(k)) << at_step << ": lacks metric " << k;
+          EXPECT_NEAR(got[r][s].metrics.at(k), x, 1e-5 + 1e-4 * std::abs(x)) << at_step << ": metric " << k;
+        }
+        ExpectSameWeights(got[r][s].actor, expected[s].actor, at_step + ", actor");
+        ExpectSameWeights(got[r][s].critic, expected[s].critic, at_step + ", critic");
+      }
+    }
+    // The steps moved the weights (the comparison above is not of two initial states).
+    EXPECT_GT((expected[0].actor[1] - initial_actor[1]).abs().max().item<double>(), 1e-4) << what;
+  }
+}
+
+}  // namespace
+}  // namespace kernelrl::learner::dist
