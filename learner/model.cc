@@ -268,6 +268,28 @@ Transformer::Transformer(ModelConfig config, Head head, ModelOptions options)
     at::Tensor smoothed = (1 - smooth) * scaled / rs.factor + smooth * scaled;
     at::Tensor is_medium = (wavelen >= high_wl).logical_and(wavelen <= low_wl);
     inv = at::where(is_medium, smoothed, scaled);
+  } else if (rs.type == "yarn") {
+    // YaRN: interpolated frequencies (pos / factor) for the slow dimensions,
+    // the original ones for the fast, a linear ramp between, and cos/sin
+    // scaled by the attention factor.
+    auto mscale = [](double scale, double m) { return scale <= 1 ? 1.0 : 0.1 * m * std::log(scale) + 1.0; };
+    attention_scaling_ = rs.attention_factor > 0                     ? rs.attention_factor
+                         : (rs.mscale > 0 && rs.mscale_all_dim > 0) ? mscale(rs.factor, rs.mscale) /
+                                                                          mscale(rs.factor, rs.mscale_all_dim)
+                                                                    : mscale(rs.factor, 1.0);
+    const double base = config_.rope_theta, orig = static_cast<double>(rs.original_max_position_embeddings);
+    auto correction_dim = [&](double rotations) {
+      return d * std::log(orig / (rotations * 2 * M_PI)) / (2 * std::log(base));
+    };
+    double low = correction_dim(rs.beta_fast), high = correction_dim(rs.beta_slow);
+    if (rs.truncate) low = std::floor(low), high = std::ceil(high);
+    low = std::max(low, 0.0), high = std::min(high, static_cast<double>(d - 1));
+    if (low == high) high += 0.001;  // No zero-width ramp.
+    at::Tensor pos_freqs = at::pow(base, at::arange(0, d, 2, at::kLong).to(at::kFloat) / static_cast<double>(d));
+    at::Tensor extrapolation = 1.0 / pos_freqs, interpolation = 1.0 / (rs.factor * pos_freqs);
+    at::Tensor ramp = ((at::arange(d / 2, at::kFloat) - low) / (high - low)).clamp(0, 1);
+    at::Tensor extrapolation_factor = 1 - ramp;
+    inv = interpolation * (1 - extrapolation_factor) + extrapolation * extrapolation_factor;
   }
   inv_freq_ = inv.to(options_.device);
 }
@@ -545,6 +567,9 @@ std::pair<at::Tensor, at::Tensor> Transformer::Rope(const at::Tensor& positions)
   // As transformers: freqs = pos * inv_freq in fp32, emb = [freqs, freqs].
   at::Tensor freqs = positions.to(at::kFloat).unsqueeze(-1) * inv_freq_;  // [B,T,D/2]
   at::Tensor emb = at::cat({freqs, freqs}, -1).unsqueeze(1);                // [B,1,T,D]
+  if (attention_scaling_ != 1.0) {
+    return {(emb.cos() * attention_scaling_).to(options_.dtype), (emb.sin() * attention_scaling_).to(options_.dtype)};
+  }
   return {emb.cos().to(options_.dtype), emb.sin().to(options_.dtype)};
 }
 

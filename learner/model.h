@@ -212,6 +212,7 @@ class Transformer {
   Head head_;
   ModelOptions options_;
   at::Tensor inv_freq_;  // [D/2] fp32, on device.
+  double attention_scaling_ = 1.0;  // cos/sin scale (YaRN).
   // Mutable: with a WeightProvider, each training forward points it at the
   // weights the provider gathered for that pass.
   mutable RootWeights root_;
