@@ -256,30 +256,104 @@ at::Tensor ShardedWeights::Block(const Transformer& model, int layer, const at::
   return model.BlockForward(LayerViews(unit, full), x, cos, sin, nullptr, 0, {}, nullptr, lengths);
 }
 
+Json ShardedWeights::Layout() const {
+  Json units = Json::Array();
+  for (const Unit& u : units_) {
+    Json entries = Json::Array();
+    for (const Entry& e : u.entries) {
+      if (!e.present) {
+        entries.Push(Json::Null());
+        continue;
+      }
+      Json shape = Json::Array();
+      for (int64_t d : e.shape) shape.Push(Json::Int(d));
+      entries.Push(shape);
+    }
+    units.Push(Json::Object({{"numel", Json::Int(u.numel)}, {"padded", Json::Int(u.padded)}, {"entries", entries}}));
+  }
+  return Json::Object({{"config", config_.ToJson()},
+                       {"head", Json::String(head_ == Head::kValue ? "value" : "language_model")},
+                       {"tied", Json::Bool(tied_)},
+                       {"world_size", Json::Int(world_)},
+                       {"units", units}});
+}
+
+absl::StatusOr<std::unique_ptr<Transformer>> ShardedWeights::Assemble(const Json& layout,
+                                                                      const std::vector<at::Tensor>& units,
+                                                                      const ModelOptions& options) {
+  const Json* config_json = layout.Find("config");
+  const Json* unit_list = layout.Find("units");
+  if (config_json == nullptr || unit_list == nullptr || !unit_list->is_array()) {
+    return absl::DataLossError("sharded layout lacks config or units");
+  }
+  auto config = ModelConfig::FromJson(*config_json);
+  if (!config.ok()) return config.status();
+  auto head_name = layout.GetString("head", "");
+  auto tied = layout.GetBool("tied", false);
+  if (!head_name.ok()) return head_name.status();
+  if (!tied.ok()) return tied.status();
+  if (unit_list->items().size() != units.size() ||
+      static_cast<int64_t>(units.size()) != config->num_layers + 1) {
+    return absl::DataLossError(absl::StrCat("sharded layout: ", unit_list->items().size(), " units, ", units.size(),
+                                            " buffers, ", config->num_layers, " layers"));
+  }
+  // Each field: a view of its unit's buffer at the running offset.
+  auto views = [](const Json& unit, const at::Tensor& full, std::vector<at::Tensor*> fields) -> absl::Status {
+    const Json* entries = unit.Find("entries");
+    if (entries == nullptr || entries->items().size() != fields.size()) {
+      return absl::DataLossError("sharded layout: unit entries do not match the model's fields");
+    }
+    int64_t offset = 0;
+    for (size_t i = 0; i < fields.size(); ++i) {
+      const Json& e = entries->items()[i];
+      if (e.is_null()) continue;
+      std::vector<int64_t> shape;
+      int64_t numel = 1;
+      for (const Json& d : e.items()) {
+        auto v = d.AsInt();
+        if (!v.ok()) return v.status();
+        shape.push_back(*v);
+        numel *= *v;
+      }
+      if (offset + numel > full.numel()) return absl::DataLossError("sharded layout: unit buffer too short");
+      *fields[i] = full.narrow(0, offset, numel).view(shape);
+      offset += numel;
+    }
+    return absl::OkStatus();
+  };
+  try {
+    RootWeights root;
+    if (auto s = views(unit_list->items()[0], units[0], Fields(root)); !s.ok()) return s;
+    std::vector<at::Tensor> fields;
+    for (size_t u = 1; u < units.size(); ++u) {
+      Transformer::Layer w;
+      if (auto s = views(unit_list->items()[u], units[u], Fields(w)); !s.ok()) return s;
+      for (at::Tensor* t : Fields(w)) fields.push_back(*t);
+    }
+    return Transformer::FromWeights(*config, *head_name == "value" ? Head::kValue : Head::kLanguageModel, options,
+                                    root, fields);
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("assembling a sharded model: ", e.what()));
+  }
+}
+
 absl::StatusOr<std::unique_ptr<Transformer>> ShardedWeights::Consolidate() const {
   at::NoGradGuard no_grad;
+  std::vector<at::Tensor> full;
   try {
-    std::vector<at::Tensor> full;
     for (size_t u = 0; u < units_.size(); ++u) {
       at::Tensor in = shards_[u].detach().clone();
       at::Tensor out = at::empty({units_[u].padded}, in.options());
       backend_->_allgather_base(out, in)->wait();
       full.push_back(out.to(at::kCPU));
     }
-    RootWeights root = RootViews(full[0]);
-    if (tied_) root.lm_head = at::Tensor();
-    std::vector<at::Tensor> fields;
-    for (size_t u = 1; u < units_.size(); ++u) {
-      Transformer::Layer w = LayerViews(static_cast<int64_t>(u), full[u]);
-      for (at::Tensor* t : Fields(w)) fields.push_back(*t);
-    }
-    ModelOptions o = options_;
-    o.device = at::kCPU;
-    o.dtype = at::kFloat;
-    return Transformer::FromWeights(config_, head_, o, root, fields);
   } catch (const std::exception& e) {
     return absl::InternalError(absl::StrCat("consolidating a sharded model: ", e.what()));
   }
+  ModelOptions o = options_;
+  o.device = at::kCPU;
+  o.dtype = at::kFloat;
+  return Assemble(Layout(), full, o);
 }
 
 // ---- ShardedAdamW ----

@@ -41,6 +41,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/json.h"
 #include "learner/model.h"
 #include "learner/rl/trainer.h"
 
@@ -73,6 +74,15 @@ class ShardedWeights : public WeightProvider {
   // The whole model, fp32 on the CPU (every rank calls it; all get it):
   // export to Hugging Face safetensors and tests.
   absl::StatusOr<std::unique_ptr<Transformer>> Consolidate() const;
+
+  // The unit layout as JSON (model config, head, tying, world size, each
+  // unit's sizes and field shapes): what a sharded checkpoint records, so
+  // that its shards can be consolidated without a process group.
+  Json Layout() const;
+  // A resident model from a Layout() and each unit's full flat fp32 buffer
+  // (at least the unit's numel elements): Consolidate()'s second half.
+  static absl::StatusOr<std::unique_ptr<Transformer>> Assemble(const Json& layout, const std::vector<at::Tensor>& units,
+                                                               const ModelOptions& options);
 
   int rank() const { return rank_; }
   int world_size() const { return world_; }

@@ -5,14 +5,17 @@
 #include "learner/dist/fsdp.h"
 
 #include <stdlib.h>
+#include <sys/stat.h>
 
 #include <cstdio>
+#include <functional>
 #include <random>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "learner/dist/data_parallel.h"
+#include "learner/dist/sharded_checkpoint.h"
 #include "learner/dist/shard.h"
 #include "learner/dist/store_backend_for_test.h"
 #include "learner/rl/trainer.h"
@@ -214,6 +217,132 @@ TEST(FsdpTest, ShardedStepsEqualUnshardedSteps) {
     // The steps moved the weights (the comparison above is not of two initial states).
     EXPECT_GT((expected[0].actor[1] - initial_actor[1]).abs().max().item<double>(), 1e-4) << what;
   }
+}
+
+// Runs fn(rank, collectives) on `world` threads that meet through a fresh
+// FileStore; returns each rank's status.
+std::vector<absl::Status> RunRanks(int world, const std::function<absl::Status(int, DataParallel&)>& fn) {
+  std::vector<absl::Status> status(world);
+  const std::string store = "file://" + TempPath("store");
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < world; ++r) {
+    ranks.emplace_back([&, r] {
+      auto dp = DataParallel::Connect({r, world, store, absl::Seconds(120)}, at::kCPU, [](auto s, int rank, int n) {
+        return c10::make_intrusive<StoreBackendForTest>(s, rank, n);
+      });
+      status[r] = dp.ok() ? fn(r, **dp) : dp.status();
+    });
+  }
+  for (auto& th : ranks) th.join();
+  return status;
+}
+
+// A sharded actor + critic trainer on the collectives; weights from the seeds.
+struct ShardedTrainer {
+  std::unique_ptr<Trainer> trainer;
+  ShardedWeights* actor = nullptr;
+  ShardedWeights* critic = nullptr;
+  std::vector<ShardedModelRef> refs() {
+    return {{"actor", actor, &trainer->actor_optimizer()}, {"critic", critic, trainer->critic_optimizer()}};
+  }
+};
+absl::StatusOr<ShardedTrainer> MakeSharded(DataParallel& dp, const Variant& v, uint64_t actor_seed,
+                                           uint64_t critic_seed) {
+  auto a = Tiny(Head::kLanguageModel, actor_seed, v.checkpointing);
+  auto c = Tiny(Head::kValue, critic_seed, v.checkpointing);
+  auto sa = ShardedWeights::Shard(*a, dp.backend(), at::kCPU, at::kFloat);
+  if (!sa.ok()) return sa.status();
+  auto sc = ShardedWeights::Shard(*c, dp.backend(), at::kCPU, at::kFloat);
+  if (!sc.ok()) return sc.status();
+  TrainerOptions opt = Options(v);
+  opt.make_optimizer = MakeOptimizer;
+  ShardedTrainer t;
+  t.trainer = std::make_unique<Trainer>(std::move(a), std::move(c), opt);
+  t.trainer->set_collectives(&dp);
+  t.actor = *sa, t.critic = *sc;
+  return t;
+}
+
+TEST(FsdpTest, ShardedSaveResumeGivesTheSameNextStepAndConsolidates) {
+  const uint64_t seed = std::random_device{}();
+  std::printf("batch seed %llu\n", static_cast<unsigned long long>(seed));
+  const Variant v{3, true};
+  const std::vector<Sample> first = RandomBatch(7, seed), next = RandomBatch(5, seed + 1);
+  const std::string dir = TempPath("ckpt");
+  ASSERT_EQ(::mkdir(dir.c_str(), 0755), 0);
+
+  // Uninterrupted: step, save, step again.
+  std::vector<StepResult> saved(v.world), resumed(v.world), uninterrupted(v.world);
+  auto status = RunRanks(v.world, [&](int r, DataParallel& dp) -> absl::Status {
+    auto t = MakeSharded(dp, v, 5, 6);
+    if (!t.ok()) return t.status();
+    auto m = t->trainer->PpoStep(ShardOf(first, r, v.world), static_cast<int64_t>(first.size()));
+    if (!m.ok()) return m.status();
+    if (auto s = SaveShards(dir, t->refs()); !s.ok()) return s;
+    auto a = t->actor->Consolidate();
+    if (!a.ok()) return a.status();
+    saved[r].actor = Weights(**a);
+    if (auto s = dp.Barrier(); !s.ok()) return s;  // Every rank's file is written.
+    m = t->trainer->PpoStep(ShardOf(next, r, v.world), static_cast<int64_t>(next.size()));
+    if (!m.ok()) return m.status();
+    a = t->actor->Consolidate();
+    auto c = t->critic->Consolidate();
+    if (!a.ok() || !c.ok()) return absl::InternalError("consolidate");
+    uninterrupted[r] = {*m, Weights(**a), Weights(**c)};
+    return absl::OkStatus();
+  });
+  for (int r = 0; r < v.world; ++r) ASSERT_TRUE(status[r].ok()) << "rank " << r << ": " << status[r];
+
+  // Resumed: other initial weights, then the checkpoint, then the same step.
+  status = RunRanks(v.world, [&](int r, DataParallel& dp) -> absl::Status {
+    auto t = MakeSharded(dp, v, 50, 60);
+    if (!t.ok()) return t.status();
+    if (auto s = LoadShards(dir, t->refs()); !s.ok()) return s;
+    auto m = t->trainer->PpoStep(ShardOf(next, r, v.world), static_cast<int64_t>(next.size()));
+    if (!m.ok()) return m.status();
+    auto a = t->actor->Consolidate();
+    auto c = t->critic->Consolidate();
+    if (!a.ok() || !c.ok()) return absl::InternalError("consolidate");
+    resumed[r] = {*m, Weights(**a), Weights(**c)};
+    return absl::OkStatus();
+  });
+  for (int r = 0; r < v.world; ++r) ASSERT_TRUE(status[r].ok()) << "rank " << r << ": " << status[r];
+  for (int r = 0; r < v.world; ++r) {
+    for (const auto& [k, x] : uninterrupted[r].metrics) {
+      if (k == "step_seconds" || k == "tokens_per_second") continue;
+      EXPECT_EQ(resumed[r].metrics.at(k), x) << "rank " << r << ": metric " << k;
+    }
+    for (size_t i = 0; i < uninterrupted[r].actor.size(); ++i) {
+      EXPECT_TRUE(at::equal(resumed[r].actor[i], uninterrupted[r].actor[i])) << "rank " << r << ": actor " << i;
+    }
+    for (size_t i = 0; i < uninterrupted[r].critic.size(); ++i) {
+      EXPECT_TRUE(at::equal(resumed[r].critic[i], uninterrupted[r].critic[i])) << "rank " << r << ": critic " << i;
+    }
+  }
+
+  // Consolidated without a process group: the saved weights, and a Hugging
+  // Face checkpoint that loads back equal.
+  auto actor = ConsolidateShards(dir, "actor");
+  ASSERT_TRUE(actor.ok()) << actor.status();
+  ExpectSameWeights(Weights(**actor), saved[0].actor, "consolidated actor");
+  for (size_t i = 0; i < saved[0].actor.size(); ++i) EXPECT_TRUE(at::equal(Weights(**actor)[i], saved[0].actor[i]));
+  const std::string hf = dir + "/hf_actor";
+  ASSERT_EQ(::mkdir(hf.c_str(), 0755), 0);
+  ASSERT_TRUE((*actor)->Save(hf).ok());
+  auto loaded = Transformer::Load(hf, Head::kLanguageModel, {});
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  for (size_t i = 0; i < saved[0].actor.size(); ++i) EXPECT_TRUE(at::equal(Weights(**loaded)[i], saved[0].actor[i]));
+  auto critic = ConsolidateShards(dir, "critic");
+  ASSERT_TRUE(critic.ok()) << critic.status();
+  EXPECT_EQ((*critic)->head(), Head::kValue);
+
+  // Another world size cannot resume it.
+  status = RunRanks(2, [&](int, DataParallel& dp) -> absl::Status {
+    auto t = MakeSharded(dp, v, 5, 6);
+    if (!t.ok()) return t.status();
+    return LoadShards(dir, t->refs());
+  });
+  EXPECT_EQ(status[0].code(), absl::StatusCode::kFailedPrecondition) << status[0];
 }
 
 }  // namespace
