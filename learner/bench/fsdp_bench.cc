@@ -9,6 +9,9 @@
 //       line: step time, tokens/s/GPU, MFU against 989 TFLOP/s (the trainer's
 //       FLOP count, recomputation not counted), peak allocated memory per GPU
 //       (largest over ranks) beside the plan's figure
+//   fsdp_bench smoke <ranks>
+//       the step bench's whole path on the CPU with a tiny shape (fp32, the
+//       test store backend instead of NCCL): a check before spending GPU time
 //   fsdp_bench longest <shape> <gpus> <tokens>...
 //       one trajectory of each length in turn (on one rank; the others run
 //       empty passes, as a batch of one trajectory does): the first length
@@ -30,10 +33,12 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "learner/dist/data_parallel.h"
 #include "learner/dist/fsdp.h"
 #include "learner/dist/launcher.h"
 #include "learner/dist/memory_plan.h"
+#include "learner/dist/store_backend_for_test.h"
 #include "learner/model.h"
 #include "learner/rl/trainer.h"
 
@@ -53,6 +58,9 @@ ModelConfig Shape(const std::string& name) {
   } else if (name == "qwen2.5-1.5b") {
     c.vocab_size = 151936, c.tie_word_embeddings = true;
     c.hidden_size = 1536, c.intermediate_size = 8960, c.num_layers = 28, c.num_heads = 12, c.num_kv_heads = 2;
+  } else if (name == "tiny") {  // The CPU smoke run.
+    c.vocab_size = 512, c.hidden_size = 64, c.intermediate_size = 128, c.num_layers = 2, c.num_heads = 4;
+    c.num_kv_heads = 2;
   } else {  // qwen2.5-0.5b
     c.vocab_size = 151936, c.tie_word_embeddings = true;
     c.hidden_size = 896, c.intermediate_size = 4864, c.num_layers = 24, c.num_heads = 14, c.num_kv_heads = 2;
@@ -64,13 +72,13 @@ ModelConfig Shape(const std::string& name) {
 double Now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 double GiB(double b) { return b / (1 << 30); }
 
-dist::PlanOptions PlanFor(int gpus, int64_t row_tokens, int64_t device_bytes) {
+dist::PlanOptions PlanFor(int gpus, int64_t row_tokens, int64_t device_bytes, bool cpu = false) {
   dist::PlanOptions o;
   o.world_size = gpus;
   o.tokens = row_tokens;
   o.sharded = true;
   o.activation_checkpointing = true;
-  o.cuda = true;
+  o.cuda = !cpu;
   o.device_bytes = device_bytes;
   return o;
 }
@@ -103,15 +111,21 @@ struct Rank {
   std::unique_ptr<dist::DataParallel> dp;
   std::vector<pid_t> pids;
   int rank = 0, world = 1;
+  bool cpu = false;  // The smoke run.
+  at::Device device() const { return cpu ? at::Device(at::kCPU) : at::Device(at::kCUDA, rank); }
+  void Sync() const {
+    if (!cpu) c10::cuda::device_synchronize();
+  }
 };
 
 // Rank 0 hosts the store and spawns the others with `args`.
-absl::StatusOr<Rank> Join(const std::vector<std::string>& args, int world, const dist::RankFlags& flags) {
+absl::StatusOr<Rank> Join(const std::vector<std::string>& args, int world, const dist::RankFlags& flags,
+                          bool cpu = false) {
   Rank r;
-  r.rank = flags.rank, r.world = world;
+  r.rank = flags.rank, r.world = world, r.cpu = cpu;
   std::string address = flags.rendezvous;
   if (r.rank == 0) {
-    if (c10::cuda::device_count() < world) {
+    if (!cpu && c10::cuda::device_count() < world) {
       return absl::FailedPreconditionError(
           absl::StrCat("asked for ", world, " GPUs, this machine has ", c10::cuda::device_count()));
     }
@@ -124,7 +138,11 @@ absl::StatusOr<Rank> Join(const std::vector<std::string>& args, int world, const
       r.pids = *p;
     }
   }
-  auto dp = dist::DataParallel::ConnectNccl({r.rank, world, address, absl::Minutes(3)}, r.rank);
+  auto dp = cpu ? dist::DataParallel::Connect({r.rank, world, address, absl::Minutes(3)}, at::kCPU,
+                                              [](auto s, int rank, int n) {
+                                                return c10::make_intrusive<dist::StoreBackendForTest>(s, rank, n);
+                                              })
+                : dist::DataParallel::ConnectNccl({r.rank, world, address, absl::Minutes(3)}, r.rank);
   if (!dp.ok()) return dp.status();
   r.dp = std::move(*dp);
   return r;
@@ -133,15 +151,16 @@ absl::StatusOr<Rank> Join(const std::vector<std::string>& args, int world, const
 // Actor and critic created on the CPU (bf16, to halve host memory), then
 // sharded onto this rank's GPU.
 absl::StatusOr<std::unique_ptr<rl::Trainer>> MakeTrainer(const ModelConfig& c, Rank& r, int64_t row_tokens) {
-  const at::Device gpu(at::kCUDA, static_cast<c10::DeviceIndex>(r.rank));
+  const at::Device gpu = r.device();
+  const at::ScalarType dtype = r.cpu ? at::kFloat : at::kBFloat16;
   std::unique_ptr<Transformer> models[2];
   for (int k = 0; k < 2; ++k) {
     ModelOptions o;
-    o.dtype = at::kBFloat16;
+    o.dtype = dtype;
     o.activation_checkpointing = true;
     auto m = Transformer::Create(c, k == 0 ? Head::kLanguageModel : Head::kValue, o, 1 + k);
     if (!m.ok()) return m.status();
-    auto s = dist::ShardedWeights::Shard(**m, r.dp->backend(), gpu, at::kBFloat16);
+    auto s = dist::ShardedWeights::Shard(**m, r.dp->backend(), gpu, dtype);
     if (!s.ok()) return s.status();
     models[k] = std::move(*m);
   }
@@ -159,6 +178,14 @@ double MaxOverRanks(Rank& r, double v) {
   return t[0].item<double>();
 }
 
+// Rank 0 hosts the store: it waits for the other ranks before closing it.
+int Finish(Rank& r, std::unique_ptr<rl::Trainer>& t) {
+  t.reset();
+  const bool ranks_ok = r.rank != 0 || dist::WaitRanks(r.pids).ok();
+  r.dp.reset();
+  return ranks_ok ? 0 : 1;
+}
+
 int Fail(const Rank* r, const std::string& what) {
   std::fprintf(stderr, "rank %d: %s\n", r != nullptr ? r->rank : 0, what.c_str());
   return 1;
@@ -172,17 +199,19 @@ int Plan(const std::string& shape, int64_t tokens, int gpus) {
   return 0;
 }
 
-int Step(const std::string& shape, int64_t tokens, int gpus, const dist::RankFlags& flags) {
+int Step(const std::string& shape, int64_t tokens, int gpus, const dist::RankFlags& flags, bool cpu = false) {
   const ModelConfig c = Shape(shape);
-  auto r = Join({"step", shape, std::to_string(tokens), std::to_string(gpus)}, gpus, flags);
+  auto r = cpu ? Join({"smoke", std::to_string(gpus)}, gpus, flags, true)
+               : Join({"step", shape, std::to_string(tokens), std::to_string(gpus)}, gpus, flags);
   if (!r.ok()) return Fail(nullptr, r.status().ToString());
-  const size_t total_b = at::cuda::getDeviceProperties(static_cast<c10::DeviceIndex>(r->rank))->totalGlobalMem;
+  const size_t total_b =
+      cpu ? size_t{64} << 30 : at::cuda::getDeviceProperties(static_cast<c10::DeviceIndex>(r->rank))->totalGlobalMem;
   // The longest row whose plan fits; refused before allocating when none does.
   int64_t row = tokens;
-  dist::MemoryPlan plan = dist::PlanMemory(c, &c, PlanFor(gpus, row, static_cast<int64_t>(total_b)));
+  dist::MemoryPlan plan = dist::PlanMemory(c, &c, PlanFor(gpus, row, static_cast<int64_t>(total_b), cpu));
   while (!dist::CheckFits(plan).ok() && row > 1024) {
     row /= 2;
-    plan = dist::PlanMemory(c, &c, PlanFor(gpus, row, static_cast<int64_t>(total_b)));
+    plan = dist::PlanMemory(c, &c, PlanFor(gpus, row, static_cast<int64_t>(total_b), cpu));
   }
   if (auto s = dist::CheckFits(plan); !s.ok()) return Fail(&*r, s.ToString());
   if (r->rank == 0) std::fprintf(stderr, "plan (%ld-token rows):\n%s", static_cast<long>(row), plan.Table().c_str());
@@ -197,36 +226,39 @@ int Step(const std::string& shape, int64_t tokens, int gpus, const dist::RankFla
   for (int i = 0; i <= iters; ++i) {  // Step 0 warms up (allocator, kernels).
     const std::vector<Sample> batch = Trajectories(n, row, c.vocab_size, 1000 * i + r->rank);
     global = static_cast<int64_t>(n) * gpus;
-    if (i == 1) c10::cuda::CUDACachingAllocator::resetPeakStats(r->rank);
-    c10::cuda::device_synchronize();
+    if (i == 1 && !cpu) c10::cuda::CUDACachingAllocator::resetPeakStats(r->rank);
+    r->Sync();
     const double s0 = Now();
     auto m = (*t)->PpoStep(batch, global);
-    c10::cuda::device_synchronize();
+    r->Sync();
     if (!m.ok()) return Fail(&*r, m.status().ToString());
     if (i > 0) step_s += Now() - s0, flops += (*m)["train_flops"];
   }
   step_s /= iters, flops /= iters;
-  const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(r->rank);
-  const double peak = MaxOverRanks(*r, static_cast<double>(stats.allocated_bytes[0].peak));
-  const double reserved = MaxOverRanks(*r, static_cast<double>(stats.reserved_bytes[0].peak));
+  double peak = 0, reserved = 0;  // Not measured on the CPU.
+  if (!cpu) {
+    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(r->rank);
+    peak = static_cast<double>(stats.allocated_bytes[0].peak), reserved = static_cast<double>(stats.reserved_bytes[0].peak);
+  }
+  peak = MaxOverRanks(*r, peak);
+  reserved = MaxOverRanks(*r, reserved);
   const double slowest = MaxOverRanks(*r, step_s);
   if (r->rank == 0) {
     // The plan's figure without its fixed CUDA/NCCL reserve: what the allocator counts.
-    const double planned = static_cast<double>(plan.total - PlanFor(gpus, row, 0).reserved_bytes);
+    const double planned = static_cast<double>(plan.total - (cpu ? 0 : PlanFor(gpus, row, 0).reserved_bytes));
+    const std::string ratio = peak > 0 ? absl::StrFormat("%.3f", planned / peak) : "null";  // No peak on the CPU.
     std::printf("{\"bench\": \"fsdp_ppo_step\", \"shape\": \"%s\", \"params_per_model\": %ld, \"gpus\": %d, "
                 "\"tokens_per_gpu\": %ld, \"row_tokens\": %ld, \"step_s\": %.3f, \"tokens_per_s_per_gpu\": %.0f, "
                 "\"tflops_per_gpu\": %.1f, \"mfu_vs_989\": %.3f, \"peak_allocated_gib\": %.2f, "
-                "\"peak_reserved_gib\": %.2f, \"planned_gib\": %.2f, \"plan_over_peak\": %.3f, \"setup_s\": %.1f, "
+                "\"peak_reserved_gib\": %.2f, \"planned_gib\": %.4f, \"plan_over_peak\": %s, \"setup_s\": %.1f, "
                 "\"device_gib\": %.1f}\n",
                 shape.c_str(), static_cast<long>(c.ParameterCount()), gpus, static_cast<long>(tokens),
                 static_cast<long>(row), slowest, tokens / slowest, flops / gpus / slowest / 1e12,
-                flops / gpus / slowest / 989e12, GiB(peak), GiB(reserved), GiB(planned), planned / peak, setup_s,
+                flops / gpus / slowest / 989e12, GiB(peak), GiB(reserved), GiB(planned), ratio.c_str(), setup_s,
                 GiB(static_cast<double>(total_b)));
     std::fflush(stdout);
   }
-  t->reset();
-  r->dp.reset();
-  return r->rank == 0 && !dist::WaitRanks(r->pids).ok() ? 1 : 0;
+  return Finish(*r, *t);
 }
 
 int Longest(const std::string& shape, int gpus, const std::vector<int64_t>& lengths, const dist::RankFlags& flags) {
@@ -274,9 +306,7 @@ int Longest(const std::string& shape, int gpus, const std::vector<int64_t>& leng
       std::fflush(stdout);
     }
   }
-  t->reset();
-  r->dp.reset();
-  return r->rank == 0 && !dist::WaitRanks(r->pids).ok() ? 1 : 0;
+  return Finish(*r, *t);
 }
 
 }  // namespace
@@ -289,6 +319,7 @@ int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
   if (mode == "plan" && argc == 5) return b::Plan(argv[2], std::atoll(argv[3]), std::atoi(argv[4]));
   if (mode == "step" && argc == 5) return b::Step(argv[2], std::atoll(argv[3]), std::atoi(argv[4]), *flags);
+  if (mode == "smoke" && argc == 3) return b::Step("tiny", 256, std::atoi(argv[2]), *flags, /*cpu=*/true);
   if (mode == "longest" && argc > 4) {
     std::vector<int64_t> lengths;
     for (int i = 4; i < argc; ++i) lengths.push_back(std::atoll(argv[i]));
@@ -296,6 +327,7 @@ int main(int argc, char** argv) {
   }
   std::fprintf(stderr,
                "usage: fsdp_bench plan <shape> <tokens_per_gpu> <gpus> | step <shape> <tokens_per_gpu> <gpus> | "
+               "smoke <ranks> | "
                "longest <shape> <gpus> <tokens>...\n");
   return 2;
 }
