@@ -101,12 +101,14 @@ ShardedWeights::ShardedWeights(c10::intrusive_ptr<c10d::Backend> backend, at::De
 }
 
 absl::StatusOr<ShardedWeights*> ShardedWeights::Shard(Transformer& model, c10::intrusive_ptr<c10d::Backend> backend,
-                                                       at::Device device, at::ScalarType dtype) {
+                                                       at::Device device, at::ScalarType dtype,
+                                                       c10::intrusive_ptr<c10d::Backend> replicate) {
   if (model.weight_provider() != nullptr) return absl::FailedPreconditionError("model is already sharded");
   at::NoGradGuard no_grad;
   std::unique_ptr<ShardedWeights> sw(new ShardedWeights(std::move(backend), device, dtype, model.head(),
                                                         model.config(), model.options()));
   sw->tied_ = model.head() == Head::kLanguageModel && model.config().tie_word_embeddings;
+  sw->replicate_ = std::move(replicate);
   try {
     RootWeights root = model.root_weights();
     if (sw->tied_) root.lm_head = at::Tensor();  // The embedding is the head.
@@ -196,6 +198,12 @@ void ShardedWeights::ReduceScatter(int64_t unit, const at::Tensor& grad_full) {
 void ShardedWeights::FinishReduceScatter(Pending& p) {
   at::NoGradGuard no_grad;
   p.work->wait();
+  if (replicate_) {  // Hybrid: the same shard's gradients of the other hosts.
+    std::vector<at::Tensor> v = {p.out};
+    c10d::AllreduceOptions o;
+    o.reduceOp = c10d::ReduceOp::SUM;
+    replicate_->allreduce(v, o)->wait();
+  }
   at::Tensor& g = shards_[p.unit].mutable_grad();
   if (g.defined()) {
     g.add_(p.out);

@@ -25,6 +25,12 @@
 // block's backward computes (NCCL's own stream), and each is added into
 // .grad when the next is issued or when the optimizer steps.
 //
+// Hybrid sharding (shard within a host, replicate across hosts): with a
+// replicate group, the units are sharded over the shard group only (W = its
+// size), and each reduce-scattered gradient shard is then summed over the
+// replicate group (the ranks holding the same shard on other hosts); the
+// weights and optimizer state stay equal across replicas.
+//
 // Every rank must run the same forward/backward passes in the same order:
 // each pass's gathers and reduce-scatters are collectives (the trainer pads
 // ranks with fewer rows with empty passes).
@@ -52,10 +58,12 @@ class ShardedWeights : public WeightProvider {
   // Takes `model`'s resident weights (any device and dtype; fp32 gives exact
   // masters), keeps this rank's shard of each unit as fp32 on `device` and
   // hands the model to it: the model then computes in `dtype` on `device`.
-  // Every rank must pass the same weights. Returns the provider, owned by
-  // the model.
+  // Every rank must pass the same weights. `backend`: the shard group;
+  // `replicate` (optional): the group of ranks holding the same shard
+  // (hybrid sharding). Returns the provider, owned by the model.
   static absl::StatusOr<ShardedWeights*> Shard(Transformer& model, c10::intrusive_ptr<c10d::Backend> backend,
-                                               at::Device device, at::ScalarType dtype);
+                                               at::Device device, at::ScalarType dtype,
+                                               c10::intrusive_ptr<c10d::Backend> replicate = {});
 
   RootWeights Root() override;
   at::Tensor Block(const Transformer& model, int layer, const at::Tensor& x, const at::Tensor& cos,
@@ -84,8 +92,9 @@ class ShardedWeights : public WeightProvider {
   static absl::StatusOr<std::unique_ptr<Transformer>> Assemble(const Json& layout, const std::vector<at::Tensor>& units,
                                                                const ModelOptions& options);
 
-  int rank() const { return rank_; }
-  int world_size() const { return world_; }
+  int rank() const { return rank_; }        // In the shard group.
+  int world_size() const { return world_; }  // Of the shard group.
+  int replica() const { return replicate_ ? replicate_->getRank() : 0; }
   int64_t unit_count() const { return static_cast<int64_t>(units_.size()); }
   // Unpadded elements of a unit (N above).
   int64_t unit_numel(int64_t unit) const { return units_[unit].numel; }
@@ -119,6 +128,7 @@ class ShardedWeights : public WeightProvider {
   void FinishReduceScatter(Pending& p);
 
   c10::intrusive_ptr<c10d::Backend> backend_;
+  c10::intrusive_ptr<c10d::Backend> replicate_;  // Null: no replicas.
   at::Device device_;
   at::ScalarType dtype_;
   Head head_;

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <functional>
 #include <random>
@@ -215,7 +216,11 @@ TEST(FsdpTest, ShardedStepsEqualUnshardedSteps) {
       }
     }
     // The steps moved the weights (the comparison above is not of two initial states).
-    EXPECT_GT((expected[0].actor[1] - initial_actor[1]).abs().max().item<double>(), 1e-4) << what;
+    double moved = 0;
+    for (size_t i = 0; i < initial_actor.size(); ++i) {
+      moved = std::max(moved, (expected[0].actor[i] - initial_actor[i]).abs().max().item<double>());
+    }
+    EXPECT_GT(moved, 1e-4) << what;  // lr 1e-3: Adam moves some weight by about lr.
   }
 }
 
@@ -343,6 +348,80 @@ TEST(FsdpTest, ShardedSaveResumeGivesTheSameNextStepAndConsolidates) {
     return LoadShards(dir, t->refs());
   });
   EXPECT_EQ(status[0].code(), absl::StatusCode::kFailedPrecondition) << status[0];
+}
+
+TEST(FsdpTest, HybridShardingTwoHostsOfTwoEqualsUnshardedSteps) {
+  // Ranks 0,1 are host 0 and ranks 2,3 host 1: shards within a host, replicas across.
+  const uint64_t seed = std::random_device{}();
+  std::printf("batch seed %llu\n", static_cast<unsigned long long>(seed));
+  const Variant v{4, true};
+  const std::vector<std::vector<Sample>> batches = {RandomBatch(9, seed), RandomBatch(6, seed + 1)};
+  std::vector<StepResult> expected;
+  {
+    Trainer t(Tiny(Head::kLanguageModel, 5, false), Tiny(Head::kValue, 6, false), Options(v));
+    for (const auto& b : batches) {
+      auto m = t.PpoStep(b);
+      ASSERT_TRUE(m.ok()) << m.status();
+      expected.push_back({*m, Weights(t.policy()), Weights(*t.critic())});
+    }
+  }
+  const std::string groups = TempPath("groups");
+  ASSERT_EQ(::mkdir(groups.c_str(), 0755), 0);
+  std::vector<std::vector<StepResult>> got(v.world);
+  std::vector<std::vector<at::Tensor>> shards(v.world);
+  auto status = RunRanks(v.world, [&](int r, DataParallel& dp) -> absl::Status {
+    const int host = r / 2, local = r % 2;
+    auto connect = [&](const std::string& name, int rank) {
+      return DataParallel::Connect({rank, 2, "file://" + groups + "/" + name, absl::Seconds(120)}, at::kCPU,
+                                   [](auto s, int rank, int n) {
+                                     return c10::make_intrusive<StoreBackendForTest>(s, rank, n);
+                                   });
+    };
+    auto shard_group = connect(absl::StrCat("host", host), local);
+    if (!shard_group.ok()) return shard_group.status();
+    auto replicate_group = connect(absl::StrCat("replica", local), host);
+    if (!replicate_group.ok()) return replicate_group.status();
+    std::unique_ptr<Transformer> models[2] = {Tiny(Head::kLanguageModel, 5, true), Tiny(Head::kValue, 6, true)};
+    ShardedWeights* sharded[2];
+    for (int k = 0; k < 2; ++k) {
+      auto sw = ShardedWeights::Shard(*models[k], (*shard_group)->backend(), at::kCPU, at::kFloat,
+                                      (*replicate_group)->backend());
+      if (!sw.ok()) return sw.status();
+      sharded[k] = *sw;
+    }
+    TrainerOptions opt = Options(v);
+    opt.make_optimizer = MakeOptimizer;
+    Trainer t(std::move(models[0]), std::move(models[1]), opt);
+    t.set_collectives(&dp);  // All four ranks: the batch and the metrics.
+    for (const auto& b : batches) {
+      auto m = t.PpoStep(ShardOf(b, r, v.world), static_cast<int64_t>(b.size()));
+      if (!m.ok()) return m.status();
+      auto a = sharded[0]->Consolidate();
+      auto c = sharded[1]->Consolidate();
+      if (!a.ok() || !c.ok()) return absl::InternalError("consolidate");
+      got[r].push_back({*m, Weights(**a), Weights(**c)});
+    }
+    for (const at::Tensor& p : sharded[0]->parameters()) shards[r].push_back(p.detach().clone());
+    return absl::OkStatus();
+  });
+  for (int r = 0; r < v.world; ++r) {
+    ASSERT_TRUE(status[r].ok()) << "rank " << r << ": " << status[r];
+    for (size_t s = 0; s < batches.size(); ++s) {
+      const std::string at_step = absl::StrCat("hybrid, rank ", r, ", step ", s + 1);
+      for (const auto& [k, x] : expected[s].metrics) {
+        if (k == "step_seconds" || k == "tokens_per_second" || k == "rows") continue;
+        EXPECT_NEAR(got[r][s].metrics.at(k), x, 1e-5 + 1e-4 * std::abs(x)) << at_step << ": metric " << k;
+      }
+      ExpectSameWeights(got[r][s].actor, expected[s].actor, at_step + ", actor");
+      ExpectSameWeights(got[r][s].critic, expected[s].critic, at_step + ", critic");
+    }
+  }
+  // Replicas (same local rank on the two hosts) hold the same shard, bit for bit.
+  for (int local = 0; local < 2; ++local) {
+    for (size_t u = 0; u < shards[local].size(); ++u) {
+      EXPECT_TRUE(at::equal(shards[local][u], shards[local + 2][u])) << "local rank " << local << ", unit " << u;
+    }
+  }
 }
 
 }  // namespace

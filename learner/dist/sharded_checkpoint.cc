@@ -47,6 +47,7 @@ absl::StatusOr<std::map<std::string, at::Tensor>> ReadRankFile(const std::string
 absl::Status SaveShards(const std::string& dir, const std::vector<ShardedModelRef>& models) {
   for (const ShardedModelRef& m : models) {
     const ShardedWeights& w = *m.weights;
+    if (w.replica() != 0) continue;  // Replicas hold the same shards: the first writes them.
     if (w.rank() == 0) {
       if (auto s = WriteFileAtomically(LayoutFile(dir, m.name), w.Layout().Dump(2)); !s.ok()) return s;
     }

@@ -31,7 +31,8 @@ struct ShardedModelRef {
   rl::AdamW* optimizer;       // Its ShardedAdamW; not owned.
 };
 
-// This rank's shards and optimizer state into `dir` (which must exist).
+// This rank's shards and optimizer state into `dir` (which must exist);
+// with hybrid sharding only the first replica of each shard writes.
 absl::Status SaveShards(const std::string& dir, const std::vector<ShardedModelRef>& models);
 // This rank's shards and optimizer state from `dir`; FailedPrecondition when
 // it was written by another world size or another model shape.
