@@ -4,8 +4,10 @@
 #   stage (here, after `bazel build //learner/bench:fsdp_bench`):
 #       bash tools/device_learner_scale.sh --stage      -> .devcarry/learner_scale/
 #   on four GPUs (run tool, kind nvidia-h100-x4 or nvidia-h200-x4,
-#   carry .devcarry/learner_scale), ~8-10 min; PARTS picks a subset:
-#       bash tools/device_learner_scale.sh
+#   carry .devcarry/learner_scale); PARTS picks a subset. All parts take
+#   longer than one 10-minute call, so two calls on the same warm machine:
+#       PARTS="plan 7b scaling" bash tools/device_learner_scale.sh   (~7 min)
+#       PARTS=longest bash tools/device_learner_scale.sh             (~6 min)
 #     plan     the memory plans printed (no GPU work)
 #     7b       Qwen2.5-7B-shaped actor + critic (random init), 32K tokens per GPU
 #              on 4 GPUs: step time, tokens/s/GPU, MFU vs 989 TFLOP/s, peak memory
@@ -52,7 +54,7 @@ for part in $PARTS; do
     plan)
       "$C/bin/fsdp_bench" plan qwen2.5-7b 32768 4 | tee -a "$S"
       "$C/bin/fsdp_bench" plan qwen2.5-1.5b 16384 1 | tee -a "$S";;
-    7b) run 7b_32k_4gpu 300 step qwen2.5-7b 32768 4;;
+    7b) run 7b_32k_4gpu 420 step qwen2.5-7b 32768 4;;
     scaling)
       for g in 1 2 4; do run "1.5b_16k_${g}gpu" 150 step qwen2.5-1.5b 16384 "$g"; done
       python3 - "$R" <<'PY' | tee -a "$S"
@@ -64,6 +66,6 @@ for r in rows:
     print(f"scaling 1.5b: {r['gpus']} GPU(s) {r['tokens_per_s_per_gpu']:.0f} tokens/s/GPU, efficiency {eff:.2f}, MFU {r['mfu_vs_989']:.3f}")
 PY
       ;;
-    longest) run 7b_longest_4gpu 400 longest qwen2.5-7b 4 32768 49152 65536 98304 131072;;
+    longest) run 7b_longest_4gpu 540 longest qwen2.5-7b 4 32768 49152 65536 98304 131072;;
   esac
 done
