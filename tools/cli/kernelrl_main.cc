@@ -7,6 +7,7 @@
 #include "tools/cli/eval_cmd.h"
 #include "tools/cli/job_cmd.h"
 #include "tools/cli/learn_cmd.h"
+#include "tools/cli/plan_cmd.h"
 #include "tools/cli/up_cmd.h"
 
 namespace {
@@ -21,6 +22,7 @@ constexpr Subcommand kSubcommands[] = {
     {"job", kernelrl::cli::JobMain, "submit | get | watch | cancel | list learner jobs"},
     {"eval", kernelrl::cli::EvalMain, "run a policy over a task set; Table-1 report (JSON, Markdown, PNG)"},
     {"learn", kernelrl::cli::LearnMain, "the recipe end to end on the task family (data/family); curves + plots"},
+    {"plan", kernelrl::cli::PlanMain, "per-GPU memory of a training job (model, GPUs, tokens) and whether it fits"},
     {"up", kernelrl::up::UpMain, "the embedded cluster on this machine; runs the quickstart job (--check, --job=none)"},
 };
 
