@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "common/testing/testing.h"
 #include "gtest/gtest.h"
 #include "learner/dist/data_parallel.h"
 #include "learner/dist/sharded_checkpoint.h"
@@ -99,8 +100,7 @@ std::vector<Sample> ShardOf(const std::vector<Sample>& batch, int rank, int worl
 }
 
 std::string TempPath(const std::string& name) {
-  char tmpl[] = "/tmp/fsdp_test_XXXXXX";
-  return std::string(mkdtemp(tmpl)) + "/" + name;
+  return ::kernelrl::testing::NewTempDir("fsdp_test_") + "/" + name;
 }
 
 struct StepResult {

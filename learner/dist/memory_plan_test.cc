@@ -12,6 +12,7 @@
 #include <cstring>
 #include <random>
 
+#include "common/testing/testing.h"
 #include "gtest/gtest.h"
 #include "learner/dist/data_parallel.h"
 #include "learner/dist/fsdp.h"
@@ -111,8 +112,7 @@ int64_t MeasurePeak(int64_t tokens, bool sharded, bool checkpointing) {
     rl::TrainerOptions opt;
     opt.max_tokens_per_row = tokens;
     if (sharded) {
-      char tmpl[] = "/tmp/plan_test_XXXXXX";
-      const std::string store = std::string("file://") + mkdtemp(tmpl) + "/store";
+      const std::string store = "file://" + ::kernelrl::testing::NewTempDir("plan_test_") + "/store";
       auto c = DataParallel::Connect({0, 1, store, absl::Seconds(60)}, at::kCPU, [](auto s, int rank, int n) {
         return c10::make_intrusive<StoreBackendForTest>(s, rank, n);
       });

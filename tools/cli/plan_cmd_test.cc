@@ -10,15 +10,14 @@
 #include <vector>
 
 #include "common/file.h"
+#include "common/testing/testing.h"
 #include "gtest/gtest.h"
 
 namespace kernelrl::cli {
 namespace {
 
 std::string Model(const std::string& name, int hidden, int inter, int layers, int heads, int kv, int vocab) {
-  const char* tmp = std::getenv("TEST_TMPDIR");
-  const std::string dir = std::string(tmp != nullptr ? tmp : "/tmp") + "/" + name;
-  ::mkdir(dir.c_str(), 0755);
+  const std::string dir = ::kernelrl::testing::NewTempDir(name + "_");
   const std::string json = "{\"model_type\": \"qwen2\", \"vocab_size\": " + std::to_string(vocab) +
                            ", \"hidden_size\": " + std::to_string(hidden) + ", \"intermediate_size\": " +
                            std::to_string(inter) + ", \"num_hidden_layers\": " + std::to_string(layers) +
