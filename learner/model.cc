@@ -268,6 +268,28 @@ Transformer::Transformer(ModelConfig config, Head head, ModelOptions options)
     at::Tensor smoothed = (1 - smooth) * scaled / rs.factor + smooth * scaled;
     at::Tensor is_medium = (wavelen >= high_wl).logical_and(wavelen <= low_wl);
     inv = at::where(is_medium, smoothed, scaled);
+  } else if (rs.type == "yarn") {
+    // YaRN: interpolated frequencies (pos / factor) for the slow dimensions,
+    // the original ones for the fast, a linear ramp between, and cos/sin
+    // scaled by the attention factor.
+    auto mscale = [](double scale, double m) { return scale <= 1 ? 1.0 : 0.1 * m * std::log(scale) + 1.0; };
+    attention_scaling_ = rs.attention_factor > 0                     ? rs.attention_factor
+                         : (rs.mscale > 0 && rs.mscale_all_dim > 0) ? mscale(rs.factor, rs.mscale) /
+                                                                          mscale(rs.factor, rs.mscale_all_dim)
+                                                                    : mscale(rs.factor, 1.0);
+    const double base = config_.rope_theta, orig = static_cast<double>(rs.original_max_position_embeddings);
+    auto correction_dim = [&](double rotations) {
+      return d * std::log(orig / (rotations * 2 * M_PI)) / (2 * std::log(base));
+    };
+    double low = correction_dim(rs.beta_fast), high = correction_dim(rs.beta_slow);
+    if (rs.truncate) low = std::floor(low), high = std::ceil(high);
+    low = std::max(low, 0.0), high = std::min(high, static_cast<double>(d - 1));
+    if (low == high) high += 0.001;  // No zero-width ramp.
+    at::Tensor pos_freqs = at::pow(base, at::arange(0, d, 2, at::kLong).to(at::kFloat) / static_cast<double>(d));
+    at::Tensor extrapolation = 1.0 / pos_freqs, interpolation = 1.0 / (rs.factor * pos_freqs);
+    at::Tensor ramp = ((at::arange(d / 2, at::kFloat) - low) / (high - low)).clamp(0, 1);
+    at::Tensor extrapolation_factor = 1 - ramp;
+    inv = interpolation * (1 - extrapolation_factor) + extrapolation * extrapolation_factor;
   }
   inv_freq_ = inv.to(options_.device);
 }
@@ -283,6 +305,31 @@ absl::StatusOr<std::unique_ptr<Transformer>> Transformer::Create(const ModelConf
   }
 }
 
+absl::StatusOr<std::unique_ptr<Transformer>> Transformer::FromWeights(const ModelConfig& config, Head head,
+                                                                      const ModelOptions& options, RootWeights root,
+                                                                      std::vector<at::Tensor> layer_fields) {
+  try {
+    std::unique_ptr<Transformer> m(new Transformer(config, head, options));
+    auto place = [&](const at::Tensor& t) { return t.defined() ? t.to(options.device, options.dtype) : t; };
+    m->root_ = {place(root.embed), place(root.final_norm), place(root.lm_head), place(root.score_w),
+                place(root.score_b)};
+    constexpr size_t kFields = 10;  // Layer's, in declaration order.
+    if (layer_fields.size() != kFields * static_cast<size_t>(config.num_layers)) {
+      return absl::InvalidArgumentError(absl::StrCat("FromWeights: ", layer_fields.size(), " layer fields for ",
+                                                     config.num_layers, " layers"));
+    }
+    for (int64_t l = 0; l < config.num_layers; ++l) {
+      const at::Tensor* f = &layer_fields[kFields * l];
+      m->layers_.push_back({place(f[0]), place(f[1]), place(f[2]), place(f[3]), place(f[4]), place(f[5]),
+                            place(f[6]), place(f[7]), place(f[8]), place(f[9])});
+    }
+    m->FinishParameters();
+    return m;
+  } catch (const std::exception& e) {
+    return TorchError("model from weights", e);
+  }
+}
+
 absl::Status Transformer::InitRandom(uint64_t seed) {
   at::Generator gen = at::detail::createCPUGenerator(seed);
   const auto& c = config_;
@@ -292,7 +339,7 @@ absl::Status Transformer::InitRandom(uint64_t seed) {
   };
   auto zeros = [&](int64_t n) { return at::zeros({n}, at::TensorOptions().device(options_.device).dtype(options_.dtype)); };
   auto ones = [&](int64_t n) { return at::ones({n}, at::TensorOptions().device(options_.device).dtype(options_.dtype)); };
-  embed_ = normal({c.vocab_size, c.hidden_size});
+  root_.embed = normal({c.vocab_size, c.hidden_size});
   for (int64_t l = 0; l < c.num_layers; ++l) {
     Layer w;
     w.input_norm = ones(c.hidden_size);
@@ -307,19 +354,19 @@ absl::Status Transformer::InitRandom(uint64_t seed) {
     if (c.mlp_bias) w.down_b = zeros(c.hidden_size);
     layers_.push_back(std::move(w));
   }
-  final_norm_ = ones(c.hidden_size);
+  root_.final_norm = ones(c.hidden_size);
   if (head_ == Head::kValue) {
-    score_w_ = normal({1, c.hidden_size});
-    score_b_ = zeros(1);
+    root_.score_w = normal({1, c.hidden_size});
+    root_.score_b = zeros(1);
   } else if (!c.tie_word_embeddings) {
-    lm_head_ = normal({c.vocab_size, c.hidden_size});
+    root_.lm_head = normal({c.vocab_size, c.hidden_size});
   }
   FinishParameters();
   return absl::OkStatus();
 }
 
 void Transformer::FinishParameters() {
-  if (head_ == Head::kLanguageModel && config_.tie_word_embeddings) lm_head_ = embed_;
+  if (head_ == Head::kLanguageModel && config_.tie_word_embeddings) root_.lm_head = root_.embed;
   if (options_.trainable) {
     for (at::Tensor& p : parameters()) p.requires_grad_(true);
   }
@@ -364,7 +411,7 @@ absl::Status Transformer::LoadFrom(const std::string& dir) {
   const int64_t H = c.hidden_size, Q = c.num_heads * c.head_dim, KV = c.num_kv_heads * c.head_dim;
   const int64_t I = c.intermediate_size;
   const std::string base = head_ == Head::kValue ? "model." : "model.";
-  if (auto s = get(base + "embed_tokens.weight", {c.vocab_size, H}, &embed_); !s.ok()) return s;
+  if (auto s = get(base + "embed_tokens.weight", {c.vocab_size, H}, &root_.embed); !s.ok()) return s;
   for (int64_t l = 0; l < c.num_layers; ++l) {
     const std::string p = absl::StrCat(base, "layers.", l, ".");
     Layer w;
@@ -393,19 +440,19 @@ absl::Status Transformer::LoadFrom(const std::string& dir) {
     if (c.mlp_bias) w.gate_up_b = at::cat({gb, ub}, 0);
     layers_.push_back(std::move(w));
   }
-  if (auto s = get(base + "norm.weight", {H}, &final_norm_); !s.ok()) return s;
+  if (auto s = get(base + "norm.weight", {H}, &root_.final_norm); !s.ok()) return s;
   if (head_ == Head::kValue && (*st)->Find("score.weight") == nullptr) {
     // A critic started from a language model: its trunk, a fresh value
     // head (zero, so every first value is 0).
-    score_w_ = at::zeros({1, H}, at::TensorOptions().device(options_.device).dtype(options_.dtype));
-    score_b_ = at::zeros({1}, score_w_.options());
+    root_.score_w = at::zeros({1, H}, at::TensorOptions().device(options_.device).dtype(options_.dtype));
+    root_.score_b = at::zeros({1}, root_.score_w.options());
   } else if (head_ == Head::kValue) {
-    if (auto s = get("score.weight", {1, H}, &score_w_); !s.ok()) return s;
+    if (auto s = get("score.weight", {1, H}, &root_.score_w); !s.ok()) return s;
     if ((*st)->Find("score.bias") != nullptr) {
-      if (auto s = get("score.bias", {1}, &score_b_); !s.ok()) return s;
+      if (auto s = get("score.bias", {1}, &root_.score_b); !s.ok()) return s;
     }
   } else if (!c.tie_word_embeddings) {
-    if (auto s = get("lm_head.weight", {c.vocab_size, H}, &lm_head_); !s.ok()) return s;
+    if (auto s = get("lm_head.weight", {c.vocab_size, H}, &root_.lm_head); !s.ok()) return s;
   }
   for (const std::string& name : (*st)->Names()) {
     if (used.count(name)) continue;
@@ -421,10 +468,11 @@ absl::Status Transformer::LoadFrom(const std::string& dir) {
 }
 
 std::vector<std::pair<std::string, at::Tensor>> Transformer::HFTensors() const {
+  TORCH_CHECK(!provider_, "HFTensors of a sharded model: consolidate it first");
   const auto& c = config_;
   const int64_t Q = c.num_heads * c.head_dim, KV = c.num_kv_heads * c.head_dim, I = c.intermediate_size;
   std::vector<std::pair<std::string, at::Tensor>> out;
-  out.emplace_back("model.embed_tokens.weight", embed_);
+  out.emplace_back("model.embed_tokens.weight", root_.embed);
   for (int64_t l = 0; l < c.num_layers; ++l) {
     const Layer& w = layers_[l];
     const std::string p = absl::StrCat("model.layers.", l, ".");
@@ -449,30 +497,41 @@ std::vector<std::pair<std::string, at::Tensor>> Transformer::HFTensors() const {
     out.emplace_back(p + "mlp.down_proj.weight", w.down_w);
     if (w.down_b.defined()) out.emplace_back(p + "mlp.down_proj.bias", w.down_b);
   }
-  out.emplace_back("model.norm.weight", final_norm_);
+  out.emplace_back("model.norm.weight", root_.final_norm);
   if (head_ == Head::kValue) {
-    out.emplace_back("score.weight", score_w_);
-    if (score_b_.defined()) out.emplace_back("score.bias", score_b_);
+    out.emplace_back("score.weight", root_.score_w);
+    if (root_.score_b.defined()) out.emplace_back("score.bias", root_.score_b);
   } else if (!c.tie_word_embeddings) {
-    out.emplace_back("lm_head.weight", lm_head_);
+    out.emplace_back("lm_head.weight", root_.lm_head);
   }
   return out;
 }
 
+void Transformer::SetWeightProvider(std::unique_ptr<WeightProvider> provider, at::Device device,
+                                    at::ScalarType dtype) {
+  provider_ = std::move(provider);
+  root_ = RootWeights();
+  for (Layer& w : layers_) w = Layer();
+  options_.device = device;
+  options_.dtype = dtype;
+  inv_freq_ = inv_freq_.to(device);
+}
+
 std::vector<at::Tensor> Transformer::parameters() const {
-  std::vector<at::Tensor> ps = {embed_};
+  if (provider_) return provider_->parameters();
+  std::vector<at::Tensor> ps = {root_.embed};
   for (const Layer& w : layers_) {
     for (const at::Tensor* t : {&w.input_norm, &w.qkv_w, &w.qkv_b, &w.o_w, &w.o_b, &w.post_norm, &w.gate_up_w,
                                 &w.gate_up_b, &w.down_w, &w.down_b}) {
       if (t->defined()) ps.push_back(*t);
     }
   }
-  ps.push_back(final_norm_);
+  ps.push_back(root_.final_norm);
   if (head_ == Head::kValue) {
-    ps.push_back(score_w_);
-    if (score_b_.defined()) ps.push_back(score_b_);
+    ps.push_back(root_.score_w);
+    if (root_.score_b.defined()) ps.push_back(root_.score_b);
   } else if (!config_.tie_word_embeddings) {
-    ps.push_back(lm_head_);
+    ps.push_back(root_.lm_head);
   }
   return ps;
 }
@@ -508,6 +567,9 @@ std::pair<at::Tensor, at::Tensor> Transformer::Rope(const at::Tensor& positions)
   // As transformers: freqs = pos * inv_freq in fp32, emb = [freqs, freqs].
   at::Tensor freqs = positions.to(at::kFloat).unsqueeze(-1) * inv_freq_;  // [B,T,D/2]
   at::Tensor emb = at::cat({freqs, freqs}, -1).unsqueeze(1);                // [B,1,T,D]
+  if (attention_scaling_ != 1.0) {
+    return {(emb.cos() * attention_scaling_).to(options_.dtype), (emb.sin() * attention_scaling_).to(options_.dtype)};
+  }
   return {emb.cos().to(options_.dtype), emb.sin().to(options_.dtype)};
 }
 
@@ -594,6 +656,7 @@ at::Tensor Transformer::BlockForward(const Layer& w, const at::Tensor& x, const 
 
 at::Tensor Transformer::Block(int layer, const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
                               const std::vector<int64_t>& lengths) const {
+  if (provider_) return provider_->Block(*this, layer, x, cos, sin, lengths);
   const Layer& w = layers_[layer];
   if (options_.activation_checkpointing && at::GradMode::is_enabled()) {
     std::vector<at::Tensor> params;
@@ -624,19 +687,20 @@ at::Tensor Transformer::Hidden(const at::Tensor& ids, const std::vector<int64_t>
     positions = at::tensor(pos, at::kLong).to(ids.device()).unsqueeze(0);
   }
   auto [cos, sin] = Rope(positions);
-  at::Tensor x = at::embedding(embed_, ids);
+  if (provider_) root_ = provider_->Root();
+  at::Tensor x = at::embedding(root_.embed, ids);
   for (int l = 0; l < config_.num_layers; ++l) x = Block(l, x, cos, sin, lengths);
-  return Norm(x, final_norm_);
+  return Norm(x, root_.final_norm);
 }
 
 at::Tensor Transformer::TokenEntropy(const at::Tensor& hidden, double temperature, bool with_grad) const {
   at::Tensor h = hidden.reshape({-1, hidden.size(-1)});
   at::Tensor out;
   if (with_grad) {
-    out = ChunkedTokenEntropy::apply(h, lm_head_, 1.0 / temperature);
+    out = ChunkedTokenEntropy::apply(h, root_.lm_head, 1.0 / temperature);
   } else {
     at::NoGradGuard no_grad;
-    out = ChunkedTokenEntropy::Forward(h.detach(), lm_head_, 1.0 / temperature);
+    out = ChunkedTokenEntropy::Forward(h.detach(), root_.lm_head, 1.0 / temperature);
   }
   return out.view(hidden.sizes().slice(0, hidden.dim() - 1));
 }
@@ -644,35 +708,37 @@ at::Tensor Transformer::TokenEntropy(const at::Tensor& hidden, double temperatur
 at::Tensor Transformer::Logits(const at::Tensor& ids) const { return HeadLogits(Hidden(ids)); }
 
 at::Tensor Transformer::HeadLogits(const at::Tensor& hidden) const {
-  return at::linear(hidden, lm_head_).to(at::kFloat);
+  return at::linear(hidden, root_.lm_head).to(at::kFloat);
 }
 
 at::Tensor Transformer::TokenLogprobs(const at::Tensor& hidden, const at::Tensor& targets, double temperature) const {
   at::Tensor h = hidden.reshape({-1, hidden.size(-1)});
   at::Tensor t = targets.reshape({-1}).to(at::kLong);
   at::Tensor out = options_.fused_kernels
-                       ? FusedTokenLogprobs(h, lm_head_, t, 1.0 / temperature, options_.keep_logits_bytes)
-                       : ChunkedTokenLogprobs::apply(h, lm_head_, t, 1.0 / temperature);
+                       ? FusedTokenLogprobs(h, root_.lm_head, t, 1.0 / temperature, options_.keep_logits_bytes)
+                       : ChunkedTokenLogprobs::apply(h, root_.lm_head, t, 1.0 / temperature);
   return out.view(targets.sizes());
 }
 
 at::Tensor Transformer::Values(const at::Tensor& hidden) const {
-  return Linear(hidden, score_w_, score_b_).squeeze(-1).to(at::kFloat);
+  return Linear(hidden, root_.score_w, root_.score_b).squeeze(-1).to(at::kFloat);
 }
 
 at::Tensor Transformer::Prefill(const at::Tensor& ids, const at::Tensor& slots, KVCache* cache) const {
+  TORCH_CHECK(!provider_, "generation needs resident weights, not a WeightProvider's");
   const int64_t B = ids.size(0), T = ids.size(1);
   at::Tensor positions = at::arange(T, ids.options().dtype(at::kLong)).unsqueeze(0).expand({B, T});
   auto [cos, sin] = Rope(positions);
-  at::Tensor x = at::embedding(embed_, ids);
+  at::Tensor x = at::embedding(root_.embed, ids);
   for (int l = 0; l < config_.num_layers; ++l) {
     x = BlockForward(layers_[l], x, cos, sin, cache, l, slots, nullptr);
   }
-  return Norm(x, final_norm_);
+  return Norm(x, root_.final_norm);
 }
 
 at::Tensor Transformer::Decode(const std::vector<int64_t>& ids, const std::vector<int64_t>& slots,
                                const std::vector<int64_t>& positions, KVCache* cache) const {
+  TORCH_CHECK(!provider_, "generation needs resident weights, not a WeightProvider's");
   const int64_t B = static_cast<int64_t>(ids.size());
   const at::Device device = options_.device;
   // One host-to-device copy for ids, slots and positions.
@@ -693,9 +759,9 @@ at::Tensor Transformer::Decode(const std::vector<int64_t>& ids, const std::vecto
                .repeat_interleave(config_.num_kv_heads, 0)
                .unsqueeze(1);  // [B*kvh,1,L]
   auto [cos, sin] = Rope(d.positions.unsqueeze(1));
-  at::Tensor x = at::embedding(embed_, dev.narrow(0, 0, B).unsqueeze(1));  // [B,1,H]
+  at::Tensor x = at::embedding(root_.embed, dev.narrow(0, 0, B).unsqueeze(1));  // [B,1,H]
   for (int l = 0; l < config_.num_layers; ++l) x = BlockForward(layers_[l], x, cos, sin, cache, l, {}, &d);
-  return HeadLogits(Norm(x, final_norm_).squeeze(1));
+  return HeadLogits(Norm(x, root_.final_norm).squeeze(1));
 }
 
 }  // namespace kernelrl::learner

@@ -56,6 +56,37 @@ struct ModelOptions {
 
 // Keys and values of every layer for `slots` independent sequences of up to
 // `capacity` positions: k[l], v[l] are [slots, kv_heads, capacity, head_dim].
+class Transformer;
+
+// The weights outside the layers: embedding, final norm and the head of the
+// model's kind (lm_head, the same tensor as embed when tied; or the value
+// head score_w [1,H], score_b [1]).
+struct RootWeights {
+  at::Tensor embed;       // [V, H]
+  at::Tensor final_norm;  // [H]
+  at::Tensor lm_head;     // [V, H]
+  at::Tensor score_w, score_b;
+};
+
+// Where a model's weights live when they are not resident on every rank
+// (fully sharded data parallelism: learner/dist/fsdp.h). The training and
+// scoring forward asks it for the root weights at the start of each pass
+// and hands it each block; the provider gathers what the pass needs and
+// routes gradients back into its own parameters(). Generation
+// (Prefill/Decode) needs resident weights.
+class WeightProvider {
+ public:
+  virtual ~WeightProvider() = default;
+  // The root weights for one forward pass, differentiable into parameters().
+  virtual RootWeights Root() = 0;
+  // Block `layer` of the forward on x [B,T,H] (checkpointed when the
+  // model's options say so).
+  virtual at::Tensor Block(const Transformer& model, int layer, const at::Tensor& x, const at::Tensor& cos,
+                           const at::Tensor& sin, const std::vector<int64_t>& lengths) = 0;
+  // The trainable leaves standing in for the weights (an optimizer's).
+  virtual std::vector<at::Tensor> parameters() const = 0;
+};
+
 struct KVCache {
   KVCache(const ModelConfig& config, int64_t slots, int64_t capacity, at::TensorOptions options);
   std::vector<at::Tensor> k, v;
@@ -75,6 +106,11 @@ class Transformer {
   // zero value head: the critic initialised from the base model.
   static absl::StatusOr<std::unique_ptr<Transformer>> Load(const std::string& dir, Head head,
                                                            const ModelOptions& options);
+  // A model on the given weights (shapes as the config implies; tied
+  // lm_head left undefined): what a sharded model consolidates into.
+  static absl::StatusOr<std::unique_ptr<Transformer>> FromWeights(const ModelConfig& config, Head head,
+                                                                  const ModelOptions& options, RootWeights root,
+                                                                  std::vector<at::Tensor> layer_fields);
   // Writes config.json and model.safetensors (sharded past 4 GiB) into an
   // existing directory; each file lands atomically.
   absl::Status Save(const std::string& dir) const;
@@ -115,7 +151,13 @@ class Transformer {
   at::Tensor Decode(const std::vector<int64_t>& ids, const std::vector<int64_t>& slots,
                     const std::vector<int64_t>& positions, KVCache* cache) const;
 
+  // The trainable tensors: the weights, or the WeightProvider's parameters.
   std::vector<at::Tensor> parameters() const;
+  // Hands the weights to `provider` (built from this model's weights): the
+  // resident copies are dropped, and from now on the forward computes in
+  // `dtype` on `device` with the weights the provider gathers.
+  void SetWeightProvider(std::unique_ptr<WeightProvider> provider, at::Device device, at::ScalarType dtype);
+  WeightProvider* weight_provider() const { return provider_.get(); }
   // Tensors under their Hugging Face names and layout (q/k/v and gate/up
   // split back out): what Save() writes.
   std::vector<std::pair<std::string, at::Tensor>> HFTensors() const;
@@ -150,6 +192,9 @@ class Transformer {
     at::Tensor gate_up_w, gate_up_b;  // [2I, H], [2I] or undefined
     at::Tensor down_w, down_b;      // [H, I], [H] or undefined
   };
+  // The resident weights (before SetWeightProvider): root and blocks.
+  const RootWeights& root_weights() const { return root_; }
+  const std::vector<Layer>& layers() const { return layers_; }
 
  private:
   Transformer(ModelConfig config, Head head, ModelOptions options);
@@ -167,11 +212,12 @@ class Transformer {
   Head head_;
   ModelOptions options_;
   at::Tensor inv_freq_;  // [D/2] fp32, on device.
-  at::Tensor embed_;     // [V, H]
-  std::vector<Layer> layers_;
-  at::Tensor final_norm_;  // [H]
-  at::Tensor lm_head_;     // [V, H]; same tensor as embed_ when tied.
-  at::Tensor score_w_, score_b_;  // [1, H], [1] (value head)
+  double attention_scaling_ = 1.0;  // cos/sin scale (YaRN).
+  // Mutable: with a WeightProvider, each training forward points it at the
+  // weights the provider gathered for that pass.
+  mutable RootWeights root_;
+  std::vector<Layer> layers_;  // Empty tensors when a WeightProvider holds them.
+  std::unique_ptr<WeightProvider> provider_;
 };
 
 }  // namespace kernelrl::learner

@@ -1,5 +1,7 @@
 #include "learner/model_config.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "learner/safetensors.h"
 
@@ -30,15 +32,32 @@ absl::Status ParseRope(const Json& j, ModelConfig* c) {
   std::string type;
   ASSIGN_OR_RETURN_CFG(type, s->GetString("rope_type", ""));
   if (type.empty()) ASSIGN_OR_RETURN_CFG(type, s->GetString("type", "default"));
-  if (type != "default" && type != "linear" && type != "llama3") {
-    return absl::UnimplementedError(absl::StrCat("RoPE scaling \"", type, "\" is not supported (default, linear, llama3 are)"));
+  if (type != "default" && type != "linear" && type != "llama3" && type != "yarn") {
+    return absl::UnimplementedError(
+        absl::StrCat("RoPE scaling \"", type, "\" is not supported (default, linear, llama3, yarn are)"));
   }
   RopeScaling& r = c->rope_scaling;
   r.type = type;
   ASSIGN_OR_RETURN_CFG(r.factor, s->GetDouble("factor", 1.0));
   ASSIGN_OR_RETURN_CFG(r.low_freq_factor, s->GetDouble("low_freq_factor", 1.0));
   ASSIGN_OR_RETURN_CFG(r.high_freq_factor, s->GetDouble("high_freq_factor", 4.0));
-  ASSIGN_OR_RETURN_CFG(r.original_max_position_embeddings, s->GetInt("original_max_position_embeddings", 8192));
+  ASSIGN_OR_RETURN_CFG(r.original_max_position_embeddings,
+                       s->GetInt("original_max_position_embeddings", type == "yarn" ? c->max_position_embeddings : 8192));
+  if (type == "yarn") {
+    ASSIGN_OR_RETURN_CFG(r.beta_fast, s->GetDouble("beta_fast", r.beta_fast));
+    ASSIGN_OR_RETURN_CFG(r.beta_slow, s->GetDouble("beta_slow", r.beta_slow));
+    ASSIGN_OR_RETURN_CFG(r.attention_factor, s->GetDouble("attention_factor", 0.0));
+    ASSIGN_OR_RETURN_CFG(r.mscale, s->GetDouble("mscale", 0.0));
+    ASSIGN_OR_RETURN_CFG(r.mscale_all_dim, s->GetDouble("mscale_all_dim", 0.0));
+    // No factor: the ratio of the context lengths (transformers' rule).
+    const double ratio = static_cast<double>(c->max_position_embeddings) /
+                         static_cast<double>(std::max<int64_t>(1, r.original_max_position_embeddings));
+    ASSIGN_OR_RETURN_CFG(r.factor, s->GetDouble("factor", ratio));
+    ASSIGN_OR_RETURN_CFG(r.truncate, s->GetBool("truncate", true));
+    if (r.original_max_position_embeddings <= 0) {
+      return absl::InvalidArgumentError("yarn RoPE needs a positive original_max_position_embeddings");
+    }
+  }
   if (r.factor <= 0) return absl::InvalidArgumentError("RoPE scaling factor must be positive");
   return absl::OkStatus();
 }
@@ -140,10 +159,20 @@ Json ModelConfig::ToJson() const {
   rope.Set("rope_theta", Json::Number(rope_theta));
   if (rope_scaling.type != "default") {
     rope.Set("factor", Json::Number(rope_scaling.factor));
+    if (rope_scaling.type == "llama3" || rope_scaling.type == "yarn") {
+      rope.Set("original_max_position_embeddings", Json::Int(rope_scaling.original_max_position_embeddings));
+    }
+    if (rope_scaling.type == "yarn") {
+      rope.Set("beta_fast", Json::Number(rope_scaling.beta_fast));
+      rope.Set("beta_slow", Json::Number(rope_scaling.beta_slow));
+      rope.Set("truncate", Json::Bool(rope_scaling.truncate));
+      if (rope_scaling.attention_factor > 0) rope.Set("attention_factor", Json::Number(rope_scaling.attention_factor));
+      if (rope_scaling.mscale > 0) rope.Set("mscale", Json::Number(rope_scaling.mscale));
+      if (rope_scaling.mscale_all_dim > 0) rope.Set("mscale_all_dim", Json::Number(rope_scaling.mscale_all_dim));
+    }
     if (rope_scaling.type == "llama3") {
       rope.Set("low_freq_factor", Json::Number(rope_scaling.low_freq_factor));
       rope.Set("high_freq_factor", Json::Number(rope_scaling.high_freq_factor));
-      rope.Set("original_max_position_embeddings", Json::Int(rope_scaling.original_max_position_embeddings));
     }
   }
   j.Set("rope_parameters", rope);

@@ -20,11 +20,20 @@
 namespace kernelrl::learner {
 
 struct RopeScaling {
-  std::string type = "default";  // "default", "linear", "llama3".
+  std::string type = "default";  // "default", "linear", "llama3", "yarn".
   double factor = 1.0;
   double low_freq_factor = 1.0;   // llama3 only.
   double high_freq_factor = 4.0;  // llama3 only.
-  int64_t original_max_position_embeddings = 8192;  // llama3 only.
+  // llama3 and yarn (yarn's default: max_position_embeddings).
+  int64_t original_max_position_embeddings = 8192;
+  // yarn only (transformers' defaults): the rotation counts bounding the
+  // ramp between interpolated and extrapolated frequencies, whether its
+  // bounds are rounded outwards, and the cos/sin scale (0 = from factor,
+  // mscale and mscale_all_dim as the YaRN paper suggests).
+  double beta_fast = 32.0, beta_slow = 1.0;
+  bool truncate = true;
+  double attention_factor = 0.0;
+  double mscale = 0.0, mscale_all_dim = 0.0;
 };
 
 struct ModelConfig {

@@ -144,7 +144,33 @@ TEST_P(ModelParityTest, SavedCheckpointLoadsInTransformers) {
   EXPECT_LE((ours - theirs).abs().max().item<double>(), 1e-4);
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, ModelParityTest, ::testing::Values("qwen2", "llama"));
+INSTANTIATE_TEST_SUITE_P(Families, ModelParityTest, ::testing::Values("qwen2", "llama", "qwen2_yarn"));
+
+// Qwen2.5's 128K configs state YaRN in the transformers 4.x spelling.
+TEST(ModelConfigTest, Qwen25YarnConfigLoads) {
+  auto j = ParseJson(R"({"model_type": "qwen2", "vocab_size": 152064, "hidden_size": 3584,
+      "intermediate_size": 18944, "num_hidden_layers": 28, "num_attention_heads": 28, "num_key_value_heads": 4,
+      "max_position_embeddings": 32768, "rope_theta": 1000000.0,
+      "rope_scaling": {"factor": 4.0, "original_max_position_embeddings": 32768, "type": "yarn"}})");
+  ASSERT_TRUE(j.ok()) << j.status();
+  auto c = ModelConfig::FromJson(*j);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->rope_scaling.type, "yarn");
+  EXPECT_EQ(c->rope_scaling.factor, 4.0);
+  EXPECT_EQ(c->rope_scaling.original_max_position_embeddings, 32768);
+  EXPECT_EQ(c->rope_scaling.beta_fast, 32.0);
+  // And it writes back in a form it reads again the same way.
+  auto again = ModelConfig::FromJson(c->ToJson());
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->rope_scaling.type, "yarn");
+  EXPECT_EQ(again->rope_scaling.factor, 4.0);
+  EXPECT_EQ(again->rope_scaling.original_max_position_embeddings, 32768);
+  // Still refused: scalings the model does not compute.
+  auto dynamic = ParseJson(R"({"model_type": "qwen2", "vocab_size": 8, "hidden_size": 8, "intermediate_size": 8,
+      "num_hidden_layers": 1, "num_attention_heads": 2, "rope_scaling": {"type": "dynamic", "factor": 2.0}})");
+  ASSERT_TRUE(dynamic.ok());
+  EXPECT_FALSE(ModelConfig::FromJson(*dynamic).ok());
+}
 
 ModelConfig TinyConfig() {
   return testing::TinyQwen2Config(97);

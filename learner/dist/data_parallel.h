@@ -72,6 +72,9 @@ class DataParallel : public rl::Collectives {
   absl::StatusOr<std::string> StoreGet(const std::string& key, absl::Duration timeout);
 
   void set_bucket_bytes(int64_t bytes) { bucket_bytes_ = bytes; }
+  // The process group, shared with sharded models (learner/dist/fsdp.h):
+  // both issue collectives in the one order every rank follows.
+  c10::intrusive_ptr<c10d::Backend> backend() const { return backend_; }
   // The device collectives run on (cuda:<rank> for NCCL).
   at::Device device() const { return device_; }
 

@@ -1,5 +1,5 @@
-// A c10d::Backend for CPU tests of data-parallel code: allreduce (SUM, MAX)
-// and broadcast of CPU tensors through the rendezvous store (each rank posts
+// A c10d::Backend for CPU tests of data-parallel code: allreduce (SUM, MAX),
+// broadcast, all-gather into one buffer and reduce-scatter (SUM) of tensors through the rendezvous store (each rank posts
 // its tensor under a per-call key, reads everyone's, and combines them in
 // rank order, so every rank gets bit-identical results). Test-only: the
 // wheel's gloo backend, the real CPU one, ships without headers, and CI has no
@@ -36,6 +36,33 @@ class StoreBackendForTest : public c10d::Backend {
       }
       t.copy_(acc);
     }
+    return c10::make_intrusive<DoneWork>();
+  }
+
+  // output [W * n] = every rank's input [n], in rank order.
+  c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
+                                                 const c10d::AllgatherOptions& /*opts*/) override {
+    TORCH_CHECK(output.numel() == input.numel() * size_, "allgather: output is not world_size x input");
+    const std::string key = NextKey();
+    Post(key, input);
+    at::Tensor flat = output.view({size_, input.numel()});
+    for (int r = 0; r < size_; ++r) flat[r].copy_(Read(key, r, input).reshape({-1}));
+    return c10::make_intrusive<DoneWork>();
+  }
+
+  // output [n] = slice `rank` of the sum over ranks of input [W * n].
+  c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(at::Tensor& output, at::Tensor& input,
+                                                      const c10d::ReduceScatterOptions& opts) override {
+    TORCH_CHECK(opts.reduceOp == c10d::ReduceOp::SUM, "SUM only");
+    TORCH_CHECK(input.numel() == output.numel() * size_, "reduce_scatter: input is not world_size x output");
+    const std::string key = NextKey();
+    Post(key, input);
+    at::Tensor acc;
+    for (int r = 0; r < size_; ++r) {
+      at::Tensor x = Read(key, r, input).reshape({size_, output.numel()})[rank_];
+      acc = acc.defined() ? acc + x : x;
+    }
+    output.copy_(acc.view(output.sizes()));
     return c10::make_intrusive<DoneWork>();
   }
 

@@ -1,11 +1,15 @@
 #include "learner/rl/dp_job.h"
 
+#include <ATen/cuda/CUDAContext.h>
+#include <unistd.h>
+
 #include "absl/strings/str_cat.h"
 #include "common/file.h"
 #include "common/json.h"
 #include "common/log.h"
 #include "learner/checkpoint.h"
 #include "learner/dist/launcher.h"
+#include "learner/dist/memory_plan.h"
 #include "learner/dist/shard.h"
 #include "learner/rl/ingest.h"
 #include "learner/rl/job_config.h"
@@ -28,10 +32,33 @@ absl::StatusOr<std::string> Str(const Json& j, const char* key) { return j.GetSt
 
 }  // namespace
 
+// The job's memory plan (learner/dist/memory_plan.h) against the device:
+// ResourceExhausted before any weight is read when it does not fit.
+absl::Status CheckJobFits(const v1::LearnerJobConfig& config, const std::string& policy_dir,
+                          const std::string& critic_dir, at::Device device) {
+  auto actor = ModelConfig::Load(policy_dir + "/config.json");
+  if (!actor.ok()) return actor.status();
+  auto critic = ModelConfig::Load(critic_dir + "/config.json");
+  if (!critic.ok()) return critic.status();
+  dist::PlanOptions o;
+  o.sharded = false;  // Every rank of a job holds whole models.
+  o.tokens = config.batch().max_tokens_per_row();
+  o.activation_checkpointing = config.batch().activation_checkpointing();
+  o.cuda = device.is_cuda();
+  o.device_bytes = device.is_cuda() ? static_cast<int64_t>(at::cuda::getDeviceProperties(device.index())->totalGlobalMem)
+                                    : static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE);
+  const dist::MemoryPlan plan = dist::PlanMemory(*actor, &*critic, o);
+  if (auto s = dist::CheckFits(plan); !s.ok()) {
+    return absl::ResourceExhaustedError(absl::StrCat(s.message(), "\n", plan.Table()));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::unique_ptr<Trainer>> MakeJobTrainer(const v1::LearnerJobConfig& config,
                                                         const std::string& policy_dir, const std::string& critic_dir,
                                                         const std::map<std::string, at::Tensor>& optimizer,
                                                         at::Device device) {
+  if (auto s = CheckJobFits(config, policy_dir, critic_dir, device); !s.ok()) return s;
   ModelOptions mo;
   mo.device = device;
   mo.dtype = config.device().dtype() == "float32" || (config.device().dtype().empty() && device.is_cpu())

@@ -37,7 +37,9 @@ namespace kernelrl::learner::rl {
 
 // The trainer of a job (rank 0 and followers build it the same way):
 // policy and critic loaded from their directories on `device`, dtype and
-// checkpointing from the config, optimizer state if any.
+// checkpointing from the config, optimizer state if any. A job whose memory
+// plan does not fit the device is refused (ResourceExhausted, the plan in
+// the message) before any weight is read.
 absl::StatusOr<std::unique_ptr<Trainer>> MakeJobTrainer(const v1::LearnerJobConfig& config,
                                                         const std::string& policy_dir, const std::string& critic_dir,
                                                         const std::map<std::string, at::Tensor>& optimizer,

@@ -146,5 +146,26 @@ TEST(DpJobTest, LeaderAndFollowerTrainLikeOneRank) {
   }
 }
 
+// A job that cannot fit is refused before its weights are read: the
+// checkpoint directory holds only a config.json (a Qwen2.5-7B shape, ~240 GB
+// of fp32 weights, masters, gradients and moments for actor + critic), so
+// anything but the plan's refusal would fail on the missing weights instead.
+TEST(DpJobTest, AJobThatCannotFitIsRefusedBeforeLoading) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string dir = std::string(tmp != nullptr ? tmp : "/tmp") + "/qwen7b_config_only";
+  ::mkdir(dir.c_str(), 0755);
+  ASSERT_TRUE(WriteFileAtomically(dir + "/config.json",
+                                  R"({"model_type": "qwen2", "vocab_size": 152064, "hidden_size": 3584,
+                                      "intermediate_size": 18944, "num_hidden_layers": 28,
+                                      "num_attention_heads": 28, "num_key_value_heads": 4})")
+                  .ok());
+  auto config = ParseJobConfig(R"pb(device { device: "cpu" dtype: "float32" } batch { max_tokens_per_row: 4096 })pb");
+  ASSERT_TRUE(config.ok()) << config.status();
+  auto trainer = MakeJobTrainer(*config, dir, dir, {}, at::kCPU);
+  ASSERT_FALSE(trainer.ok());
+  EXPECT_EQ(trainer.status().code(), absl::StatusCode::kResourceExhausted) << trainer.status();
+  EXPECT_NE(trainer.status().message().find("GiB per GPU"), std::string::npos) << trainer.status();
+}
+
 }  // namespace
 }  // namespace kernelrl::learner::rl

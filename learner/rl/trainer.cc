@@ -282,8 +282,9 @@ AdamW MakeAdamW(const Transformer& model, const AdamWParams& p) {
 absl::Status Trainer::BroadcastParameters() {
   if (collectives_ == nullptr) return absl::OkStatus();
   at::NoGradGuard no_grad;
-  std::vector<at::Tensor> params = policy_->parameters();
-  if (critic_) {
+  std::vector<at::Tensor> params;  // A sharded model's ranks each hold a different part.
+  if (!actor_opt_->sharded()) params = policy_->parameters();
+  if (critic_ && !critic_opt_->sharded()) {
     for (const at::Tensor& p : critic_->parameters()) params.push_back(p);
   }
   std::vector<at::Tensor> detached;
@@ -298,8 +299,12 @@ absl::Status Trainer::BroadcastParameters() {
 
 Trainer::Trainer(std::unique_ptr<Transformer> policy, std::unique_ptr<Transformer> critic, TrainerOptions options)
     : policy_(std::move(policy)), critic_(std::move(critic)), options_(options) {
-  actor_opt_ = std::make_unique<AdamW>(MakeAdamW(*policy_, options_.actor));
-  if (critic_) critic_opt_ = std::make_unique<AdamW>(MakeAdamW(*critic_, options_.critic));
+  auto make = [this](Transformer& model, const AdamWParams& p) -> std::unique_ptr<AdamW> {
+    if (options_.make_optimizer) return options_.make_optimizer(model, p);
+    return std::make_unique<AdamW>(MakeAdamW(model, p));
+  };
+  actor_opt_ = make(*policy_, options_.actor);
+  if (critic_) critic_opt_ = make(*critic_, options_.critic);
 }
 
 std::map<std::string, at::Tensor> Trainer::State() const {
@@ -417,6 +422,22 @@ absl::StatusOr<std::vector<std::vector<float>>> Trainer::CriticValues(const std:
   return out;
 }
 
+absl::StatusOr<int64_t> Trainer::Passes(size_t rows, bool actor, bool critic, at::Device device) {
+  const bool sharded = (actor && actor_opt_->sharded()) || (critic && critic_opt_ && critic_opt_->sharded());
+  if (!sharded || collectives_ == nullptr) return static_cast<int64_t>(rows);
+  std::vector<at::Tensor> t = {at::tensor(std::vector<double>{static_cast<double>(rows)}, at::kDouble).to(device)};
+  if (auto s = collectives_->AllReduceMax(t); !s.ok()) return s;
+  return static_cast<int64_t>(t[0].item<double>());
+}
+
+void Trainer::EmptyPass(bool actor, bool critic, at::Device device) {
+  const at::Tensor ids = at::zeros({1, 1}, at::TensorOptions().dtype(at::kLong).device(device));
+  at::Tensor loss = at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(device));
+  if (critic) loss = loss + critic_->Values(critic_->Hidden(ids)[0]).sum();
+  if (actor) loss = loss + policy_->TokenLogprobs(policy_->Hidden(ids)[0], ids[0]).sum();
+  if (loss.requires_grad()) loss.mul(0.0).backward();
+}
+
 absl::StatusOr<std::pair<double, double>> Trainer::AdvantageMoments(const std::vector<Sample>& batch,
                                                                      const std::vector<PackedRow>& rows,
                                                                      at::Device device) {
@@ -424,6 +445,11 @@ absl::StatusOr<std::pair<double, double>> Trainer::AdvantageMoments(const std::v
   const bool need_values = options_.advantage == AdvantageEstimator::kCritic;
   double sum = 0, sq = 0, n = 0;
   const std::vector<double> unit(batch.size(), 1.0);
+  auto passes = Passes(rows.size(), false, true, device);
+  if (!passes.ok()) return passes.status();
+  for (int64_t pass = static_cast<int64_t>(rows.size()); pass < *passes; ++pass) {
+    EmptyPass(false, true, device);
+  }
   for (const PackedRow& row : rows) {
     const RowTokens rt = GatherRow(batch, row, unit);
     at::Tensor v_cpu;
@@ -544,6 +570,14 @@ absl::StatusOr<StepMetrics> Trainer::Update(const std::vector<Sample>& batch, do
     std::tie(adv_mean, adv_std) = *moments;
     m["advantage_raw_mean"] = adv_mean, m["advantage_raw_std"] = adv_std;
   }
+  // 1c. Sharded models gather their weights in every forward and backward,
+  //     collectives all ranks must join: every rank runs as many passes as
+  //     the rank with the most rows, the extra ones empty (zero loss).
+  auto passes = Passes(rows.size(), train_actor, use_critic, device);
+  if (!passes.ok()) return passes.status();
+  for (int64_t pass = static_cast<int64_t>(rows.size()); pass < *passes; ++pass) {
+    EmptyPass(train_actor, use_critic, device);
+  }
   for (const PackedRow& row : rows) {
     // 3. The row's model tokens: state positions, targets, rollout log-probs, weights.
     const RowTokens rt = GatherRow(batch, row, weight);
@@ -632,7 +666,7 @@ absl::StatusOr<StepMetrics> Trainer::Update(const std::vector<Sample>& batch, do
 
   // 8. Data-parallel: sum gradients over ranks (loss weights already use the global N).
   for (AdamW* opt : {train_actor ? actor_opt_.get() : nullptr, use_critic ? critic_opt_.get() : nullptr}) {
-    if (opt == nullptr || (collectives_ == nullptr && !grad_observer_)) continue;
+    if (opt == nullptr || opt->sharded() || (collectives_ == nullptr && !grad_observer_)) continue;
     std::vector<at::Tensor> grads;
     for (at::Tensor& p : opt->params()) {
       if (!p.grad().defined()) p.mutable_grad() = at::zeros_like(p);

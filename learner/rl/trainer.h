@@ -55,14 +55,15 @@ struct AdamWParams {
 class AdamW {
  public:
   AdamW(std::vector<at::Tensor> params, AdamWParams p, std::vector<bool> decay = {}, std::vector<bool> head = {});
-  // Clips the gradients to max_grad_norm, steps at lr(), zeroes the gradients.
-  // Returns the gradient norm before clipping.
-  double Step();
-  void ZeroGrad();
+  virtual ~AdamW() = default;
+  // Clips the gradients to max_grad_norm, steps at lr() x ScheduleFactor(),
+  // zeroes the gradients. Returns the gradient norm before clipping.
+  virtual double Step();
+  virtual void ZeroGrad();
   // Moments and step counts to zero (a new stage starts its own schedule).
-  void Reset();
+  virtual void Reset();
   // The fp32 master copies take the model's current weights.
-  void SyncMasterFromParams();
+  virtual void SyncMasterFromParams();
   void set_lr(double lr) { p_.lr = lr; }
   // The base learning rate; the next step uses lr() x ScheduleFactor().
   double lr() const { return p_.lr; }
@@ -70,14 +71,20 @@ class AdamW {
   int64_t steps() const { return step_count_; }
   std::vector<at::Tensor>& params() { return params_; }
   // "<prefix><i>/{exp_avg,exp_avg_sq,step,master}" for checkpoints.
-  std::map<std::string, at::Tensor> State(const std::string& prefix) const;
-  absl::Status LoadState(const std::map<std::string, at::Tensor>& state, const std::string& prefix);
+  virtual std::map<std::string, at::Tensor> State(const std::string& prefix) const;
+  virtual absl::Status LoadState(const std::map<std::string, at::Tensor>& state, const std::string& prefix);
+  // Whether the gradients reach Step() already reduced over data-parallel
+  // ranks (a sharded optimizer's are reduce-scattered during backward); the
+  // trainer then neither all-reduces them nor broadcasts the parameters.
+  virtual bool sharded() const { return false; }
 
- private:
+ protected:
+  explicit AdamW(AdamWParams p) : p_(p) {}  // For sharded optimizers (learner/dist/fsdp.h).
+
   AdamWParams p_;
   std::vector<at::Tensor> params_, master_, exp_avg_, exp_avg_sq_, steps_;
   std::vector<bool> decay_, head_;
-  bool separate_master_;
+  bool separate_master_ = false;
   int64_t step_count_ = 0;
 };
 
@@ -109,6 +116,9 @@ struct TrainerOptions {
   double entropy_coef = 0;            // PpoConfig.entropy_coef.
   int64_t max_tokens_per_row = 32768;
   AdamWParams actor, critic;
+  // Makes each model's optimizer; null = AdamW over model.parameters().
+  // Sharded models take a sharded one (learner/dist/fsdp.h).
+  std::function<std::unique_ptr<AdamW>(Transformer& model, const AdamWParams& p)> make_optimizer;
 };
 
 // Sees the gradients of one model ("actor" or "critic") after the
@@ -168,6 +178,12 @@ class Trainer {
   void RowTargets(const std::vector<int>& samples, const std::vector<int64_t>& begin,
                   const std::vector<int64_t>& end, const std::vector<Sample>& batch, const float* v,
                   std::vector<float>* adv, std::vector<float>* ret) const;
+
+  // Forward/backward passes this rank runs for `rows` packed rows: as many as
+  // the rank with the most when a model taking part is sharded.
+  absl::StatusOr<int64_t> Passes(size_t rows, bool actor, bool critic, at::Device device);
+  // A one-token pass with zero loss through the models taking part.
+  void EmptyPass(bool actor, bool critic, at::Device device);
 
   std::unique_ptr<Transformer> policy_, critic_;
   std::unique_ptr<AdamW> actor_opt_, critic_opt_;

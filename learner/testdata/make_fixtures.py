@@ -1,6 +1,6 @@
 """Writes reference fixtures for the learner's C++ tests, from HF libraries.
 
-  make_fixtures.py model OUT_DIR      tiny random Qwen2 and Llama checkpoints,
+  make_fixtures.py model OUT_DIR      tiny random Qwen2 (one with YaRN RoPE) and Llama checkpoints,
                                       logits on random ids, 64 greedy tokens
   (the tokenizer fixtures: agent/tokenizer/testdata/make_tokenizer_fixtures.py)
 
@@ -37,6 +37,13 @@ def make_model(out):
             rope_theta=500000.0, tie_word_embeddings=True, initializer_range=0.1,
             rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
                           "high_freq_factor": 4.0, "original_max_position_embeddings": 64}), None),
+        # Qwen2.5's long-context form: YaRN scaling, written as the 128K configs
+        # do (rope_scaling type yarn); 48-token inputs pass the original 32.
+        "qwen2_yarn": (Qwen2ForCausalLM, Qwen2Config(
+            vocab_size=384, hidden_size=64, intermediate_size=176, num_hidden_layers=2,
+            num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+            rope_theta=10000.0, rms_norm_eps=1e-6, tie_word_embeddings=False, initializer_range=0.1,
+            rope_scaling={"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32}), None),
     }
     index = {}
     for name, (cls, cfg, shard) in cases.items():

@@ -8,6 +8,7 @@
 #include "tools/cli/job_cmd.h"
 #include "tools/cli/learn_cmd.h"
 #include "tools/cli/report_cmd.h"
+#include "tools/cli/plan_cmd.h"
 #include "tools/cli/up_cmd.h"
 
 namespace {
@@ -23,6 +24,7 @@ constexpr Subcommand kSubcommands[] = {
     {"eval", kernelrl::cli::EvalMain, "run a policy over a task set; Table-1 report (JSON, Markdown, PNG)"},
     {"report", kernelrl::cli::ReportMain, "re-render an evaluation's Table 1 and plots: kernelrl report DIR"},
     {"learn", kernelrl::cli::LearnMain, "the recipe end to end on the task family (data/family); curves + plots"},
+    {"plan", kernelrl::cli::PlanMain, "per-GPU memory of a training job (model, GPUs, tokens) and whether it fits"},
     {"up", kernelrl::up::UpMain, "the embedded cluster on this machine; runs the quickstart job (--check, --job=none)"},
 };
 

@@ -1,0 +1,409 @@
+#include "learner/dist/fsdp.h"
+
+#include <ATen/core/grad_mode.h>
+#include <torch/csrc/autograd/autograd.h>
+#include <torch/csrc/autograd/custom_function.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+
+namespace kernelrl::learner::dist {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// The fields of a block in Layer's declaration order (the flat layout).
+std::vector<at::Tensor*> Fields(Transformer::Layer& w) {
+  return {&w.input_norm, &w.qkv_w, &w.qkv_b, &w.o_w, &w.o_b, &w.post_norm, &w.gate_up_w, &w.gate_up_b, &w.down_w,
+          &w.down_b};
+}
+std::vector<at::Tensor*> Fields(RootWeights& r) {
+  return {&r.embed, &r.final_norm, &r.lm_head, &r.score_w, &r.score_b};
+}
+
+ShardedWeights* Get(AutogradContext* ctx) {
+  return reinterpret_cast<ShardedWeights*>(ctx->saved_data["weights"].toInt());
+}
+
+// The gathered buffer of a unit as a differentiable function of its master
+// shard: backward reduce-scatters the buffer's gradient into the shard's
+// .grad itself (asynchronously), so autograd gets no gradient for it.
+class GatherUnit : public torch::autograd::Function<GatherUnit> {
+ public:
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& shard, ShardedWeights* weights, int64_t unit) {
+    (void)shard;
+    ctx->saved_data["weights"] = reinterpret_cast<int64_t>(weights);
+    ctx->saved_data["unit"] = unit;
+    return weights->Gather(unit);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grad) {
+    Get(ctx)->ReduceScatter(ctx->saved_data["unit"].toInt(), grad[0]);
+    return {at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
+// A block whose weights are gathered for its forward, dropped, and gathered
+// again for the recomputation in backward (activation checkpointing).
+class ShardedBlock : public torch::autograd::Function<ShardedBlock> {
+ public:
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
+                            const at::Tensor& shard, ShardedWeights* weights, const Transformer* model, int64_t layer,
+                            std::vector<int64_t> lengths) {
+    (void)shard;
+    ctx->saved_data["weights"] = reinterpret_cast<int64_t>(weights);
+    ctx->saved_data["model"] = reinterpret_cast<int64_t>(model);
+    ctx->saved_data["layer"] = layer;
+    ctx->saved_data["lengths"] = lengths;
+    ctx->save_for_backward({x, cos, sin});
+    const at::Tensor full = weights->Gather(layer + 1);
+    weights->Prefetch(layer + 2);
+    return model->BlockForward(weights->LayerViews(layer + 1, full), x, cos, sin, nullptr, 0, {}, nullptr, lengths);
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grad_out) {
+    ShardedWeights* weights = Get(ctx);
+    const auto* model = reinterpret_cast<const Transformer*>(ctx->saved_data["model"].toInt());
+    const int64_t unit = ctx->saved_data["layer"].toInt() + 1;
+    auto saved = ctx->get_saved_variables();
+    at::Tensor full = weights->Gather(unit).detach().requires_grad_(true);
+    if (unit > 1) weights->Prefetch(unit - 1);  // The block backward reaches next.
+    at::Tensor x = saved[0].detach().requires_grad_(true);
+    at::Tensor y;
+    {
+      at::AutoGradMode grad_on(true);
+      y = model->BlockForward(weights->LayerViews(unit, full), x, saved[1], saved[2], nullptr, 0, {}, nullptr,
+                              ctx->saved_data["lengths"].toIntVector());
+    }
+    auto grads = torch::autograd::grad({y}, {x, full}, {grad_out[0]}, /*retain_graph=*/false,
+                                       /*create_graph=*/false, /*allow_unused=*/true);
+    weights->ReduceScatter(unit, grads[1]);
+    // One per forward input: x, cos, sin, shard, weights, model, layer, lengths.
+    return {grads[0], at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(),
+            at::Tensor()};
+  }
+};
+
+}  // namespace
+
+ShardedWeights::ShardedWeights(c10::intrusive_ptr<c10d::Backend> backend, at::Device device, at::ScalarType dtype,
+                               Head head, ModelConfig config, ModelOptions options)
+    : backend_(std::move(backend)),
+      device_(device),
+      dtype_(dtype),
+      head_(head),
+      config_(std::move(config)),
+      options_(options) {
+  rank_ = backend_->getRank();
+  world_ = backend_->getSize();
+}
+
+absl::StatusOr<ShardedWeights*> ShardedWeights::Shard(Transformer& model, c10::intrusive_ptr<c10d::Backend> backend,
+                                                       at::Device device, at::ScalarType dtype,
+                                                       c10::intrusive_ptr<c10d::Backend> replicate) {
+  if (model.weight_provider() != nullptr) return absl::FailedPreconditionError("model is already sharded");
+  at::NoGradGuard no_grad;
+  std::unique_ptr<ShardedWeights> sw(new ShardedWeights(std::move(backend), device, dtype, model.head(),
+                                                        model.config(), model.options()));
+  sw->tied_ = model.head() == Head::kLanguageModel && model.config().tie_word_embeddings;
+  sw->replicate_ = std::move(replicate);
+  try {
+    RootWeights root = model.root_weights();
+    if (sw->tied_) root.lm_head = at::Tensor();  // The embedding is the head.
+    std::vector<std::vector<at::Tensor*>> fields = {Fields(root)};
+    std::vector<Transformer::Layer> layers = model.layers();
+    for (Transformer::Layer& w : layers) fields.push_back(Fields(w));
+    for (const std::vector<at::Tensor*>& unit_fields : fields) {
+      Unit u;
+      std::vector<at::Tensor> flat;
+      std::vector<std::pair<int64_t, int64_t>> decay;  // Unit coordinates.
+      for (const at::Tensor* t : unit_fields) {
+        Entry e;
+        e.present = t->defined();
+        if (e.present) {
+          e.shape = t->sizes().vec();
+          e.offset = u.numel;
+          e.numel = t->numel();
+          u.numel += e.numel;
+          flat.push_back(t->detach().reshape({-1}).to(at::kCPU, at::kFloat));
+          if (t->dim() >= 2) decay.emplace_back(e.offset, e.offset + e.numel);
+        }
+        u.entries.push_back(e);
+      }
+      const int64_t shard = (u.numel + sw->world_ - 1) / sw->world_;
+      u.padded = shard * sw->world_;
+      at::Tensor all = at::cat(flat);
+      all = at::constant_pad_nd(all, {0, u.padded - u.numel});
+      const int64_t begin = shard * sw->rank_;
+      sw->shards_.push_back(all.narrow(0, begin, shard).to(device).clone().requires_grad_(true));
+      std::vector<std::pair<int64_t, int64_t>> local;  // Shard coordinates.
+      for (auto [a, b] : decay) {
+        const int64_t lo = std::max(a, begin), hi = std::min(b, begin + shard);
+        if (lo < hi) local.emplace_back(lo - begin, hi - begin);
+      }
+      sw->decay_ranges_.push_back(std::move(local));
+      sw->units_.push_back(std::move(u));
+    }
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("sharding the model: ", e.what()));
+  }
+  sw->gathers_.resize(sw->units_.size());
+  ShardedWeights* out = sw.get();
+  model.SetWeightProvider(std::move(sw), device, dtype);
+  return out;
+}
+
+ShardedWeights::Pending ShardedWeights::StartGather(int64_t unit) {
+  Pending p;
+  p.unit = unit;
+  p.in = shards_[unit].detach().to(dtype_, /*non_blocking=*/false, /*copy=*/true);  // [P/W]
+  p.out = at::empty({units_[unit].padded}, p.in.options());                           // [P]
+  p.work = backend_->_allgather_base(p.out, p.in);
+  return p;
+}
+
+void ShardedWeights::Prefetch(int64_t unit) {
+  if (unit < 0 || unit >= unit_count() || gathers_[unit].work) return;
+  gathers_[unit] = StartGather(unit);
+}
+
+at::Tensor ShardedWeights::Gather(int64_t unit) {
+  Pending p = gathers_[unit].work ? std::move(gathers_[unit]) : StartGather(unit);
+  gathers_[unit] = Pending();
+  p.work->wait();
+  return p.out;
+}
+
+void ShardedWeights::ReduceScatter(int64_t unit, const at::Tensor& grad_full) {
+  // One reduce-scatter in flight: the previous one is added into .grad
+  // now, while this one overlaps the next block's backward.
+  while (!reduce_scatters_.empty()) {
+    FinishReduceScatter(reduce_scatters_.front());
+    reduce_scatters_.pop_front();
+  }
+  Pending p;
+  p.unit = unit;
+  // Summed in fp32: the sum of W ranks' bf16 gradients rounds once.
+  p.in = grad_full.defined() ? grad_full.detach().to(at::kFloat).contiguous()
+                             : at::zeros({units_[unit].padded}, shards_[unit].options());
+  p.out = at::empty({units_[unit].padded / world_}, shards_[unit].options());
+  c10d::ReduceScatterOptions o;
+  o.reduceOp = c10d::ReduceOp::SUM;
+  p.work = backend_->_reduce_scatter_base(p.out, p.in, o);
+  reduce_scatters_.push_back(std::move(p));
+}
+
+void ShardedWeights::FinishReduceScatter(Pending& p) {
+  at::NoGradGuard no_grad;
+  p.work->wait();
+  if (replicate_) {  // Hybrid: the same shard's gradients of the other hosts.
+    std::vector<at::Tensor> v = {p.out};
+    c10d::AllreduceOptions o;
+    o.reduceOp = c10d::ReduceOp::SUM;
+    replicate_->allreduce(v, o)->wait();
+  }
+  at::Tensor& g = shards_[p.unit].mutable_grad();
+  if (g.defined()) {
+    g.add_(p.out);
+  } else {
+    g = p.out;
+  }
+}
+
+void ShardedWeights::FinishGradients() {
+  for (Pending& p : reduce_scatters_) FinishReduceScatter(p);
+  reduce_scatters_.clear();
+  for (Pending& p : gathers_) {
+    if (p.work) p.work->wait();
+    p = Pending();
+  }
+}
+
+void ShardedWeights::AllReduceSum(at::Tensor& t) {
+  std::vector<at::Tensor> v = {t};
+  c10d::AllreduceOptions o;
+  o.reduceOp = c10d::ReduceOp::SUM;
+  backend_->allreduce(v, o)->wait();
+}
+
+Transformer::Layer ShardedWeights::LayerViews(int64_t unit, const at::Tensor& full) const {
+  Transformer::Layer w;
+  std::vector<at::Tensor*> f = Fields(w);
+  const Unit& u = units_[unit];
+  for (size_t i = 0; i < f.size(); ++i) {
+    const Entry& e = u.entries[i];
+    if (e.present) *f[i] = full.narrow(0, e.offset, e.numel).view(e.shape);
+  }
+  return w;
+}
+
+RootWeights ShardedWeights::RootViews(const at::Tensor& full) const {
+  RootWeights r;
+  std::vector<at::Tensor*> f = Fields(r);
+  const Unit& u = units_[0];
+  for (size_t i = 0; i < f.size(); ++i) {
+    const Entry& e = u.entries[i];
+    if (e.present) *f[i] = full.narrow(0, e.offset, e.numel).view(e.shape);
+  }
+  if (tied_) r.lm_head = r.embed;
+  return r;
+}
+
+RootWeights ShardedWeights::Root() { return RootViews(GatherUnit::apply(shards_[0], this, 0)); }
+
+at::Tensor ShardedWeights::Block(const Transformer& model, int layer, const at::Tensor& x, const at::Tensor& cos,
+                                 const at::Tensor& sin, const std::vector<int64_t>& lengths) {
+  const int64_t unit = layer + 1;
+  if (model.options().activation_checkpointing && at::GradMode::is_enabled()) {
+    return ShardedBlock::apply(x, cos, sin, shards_[unit], this, &model, static_cast<int64_t>(layer), lengths);
+  }
+  at::Tensor full = GatherUnit::apply(shards_[unit], this, unit);
+  Prefetch(unit + 1);
+  return model.BlockForward(LayerViews(unit, full), x, cos, sin, nullptr, 0, {}, nullptr, lengths);
+}
+
+Json ShardedWeights::Layout() const {
+  Json units = Json::Array();
+  for (const Unit& u : units_) {
+    Json entries = Json::Array();
+    for (const Entry& e : u.entries) {
+      if (!e.present) {
+        entries.Push(Json::Null());
+        continue;
+      }
+      Json shape = Json::Array();
+      for (int64_t d : e.shape) shape.Push(Json::Int(d));
+      entries.Push(shape);
+    }
+    units.Push(Json::Object({{"numel", Json::Int(u.numel)}, {"padded", Json::Int(u.padded)}, {"entries", entries}}));
+  }
+  return Json::Object({{"config", config_.ToJson()},
+                       {"head", Json::String(head_ == Head::kValue ? "value" : "language_model")},
+                       {"tied", Json::Bool(tied_)},
+                       {"world_size", Json::Int(world_)},
+                       {"units", units}});
+}
+
+absl::StatusOr<std::unique_ptr<Transformer>> ShardedWeights::Assemble(const Json& layout,
+                                                                      const std::vector<at::Tensor>& units,
+                                                                      const ModelOptions& options) {
+  const Json* config_json = layout.Find("config");
+  const Json* unit_list = layout.Find("units");
+  if (config_json == nullptr || unit_list == nullptr || !unit_list->is_array()) {
+    return absl::DataLossError("sharded layout lacks config or units");
+  }
+  auto config = ModelConfig::FromJson(*config_json);
+  if (!config.ok()) return config.status();
+  auto head_name = layout.GetString("head", "");
+  auto tied = layout.GetBool("tied", false);
+  if (!head_name.ok()) return head_name.status();
+  if (!tied.ok()) return tied.status();
+  if (unit_list->items().size() != units.size() ||
+      static_cast<int64_t>(units.size()) != config->num_layers + 1) {
+    return absl::DataLossError(absl::StrCat("sharded layout: ", unit_list->items().size(), " units, ", units.size(),
+                                            " buffers, ", config->num_layers, " layers"));
+  }
+  // Each field: a view of its unit's buffer at the running offset.
+  auto views = [](const Json& unit, const at::Tensor& full, std::vector<at::Tensor*> fields) -> absl::Status {
+    const Json* entries = unit.Find("entries");
+    if (entries == nullptr || entries->items().size() != fields.size()) {
+      return absl::DataLossError("sharded layout: unit entries do not match the model's fields");
+    }
+    int64_t offset = 0;
+    for (size_t i = 0; i < fields.size(); ++i) {
+      const Json& e = entries->items()[i];
+      if (e.is_null()) continue;
+      std::vector<int64_t> shape;
+      int64_t numel = 1;
+      for (const Json& d : e.items()) {
+        auto v = d.AsInt();
+        if (!v.ok()) return v.status();
+        shape.push_back(*v);
+        numel *= *v;
+      }
+      if (offset + numel > full.numel()) return absl::DataLossError("sharded layout: unit buffer too short");
+      *fields[i] = full.narrow(0, offset, numel).view(shape);
+      offset += numel;
+    }
+    return absl::OkStatus();
+  };
+  try {
+    RootWeights root;
+    if (auto s = views(unit_list->items()[0], units[0], Fields(root)); !s.ok()) return s;
+    std::vector<at::Tensor> fields;
+    for (size_t u = 1; u < units.size(); ++u) {
+      Transformer::Layer w;
+      if (auto s = views(unit_list->items()[u], units[u], Fields(w)); !s.ok()) return s;
+      for (at::Tensor* t : Fields(w)) fields.push_back(*t);
+    }
+    return Transformer::FromWeights(*config, *head_name == "value" ? Head::kValue : Head::kLanguageModel, options,
+                                    root, fields);
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("assembling a sharded model: ", e.what()));
+  }
+}
+
+absl::StatusOr<std::unique_ptr<Transformer>> ShardedWeights::Consolidate() const {
+  at::NoGradGuard no_grad;
+  std::vector<at::Tensor> full;
+  try {
+    for (size_t u = 0; u < units_.size(); ++u) {
+      at::Tensor in = shards_[u].detach().clone();
+      at::Tensor out = at::empty({units_[u].padded}, in.options());
+      backend_->_allgather_base(out, in)->wait();
+      full.push_back(out.to(at::kCPU));
+    }
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("consolidating a sharded model: ", e.what()));
+  }
+  ModelOptions o = options_;
+  o.device = at::kCPU;
+  o.dtype = at::kFloat;
+  return Assemble(Layout(), full, o);
+}
+
+// ---- ShardedAdamW ----
+
+ShardedAdamW::ShardedAdamW(ShardedWeights* weights, rl::AdamWParams p) : rl::AdamW(p), weights_(weights) {
+  at::NoGradGuard no_grad;
+  params_ = weights->parameters();
+  for (const at::Tensor& w : params_) {
+    master_.push_back(w.detach());
+    exp_avg_.push_back(at::zeros_like(w));
+    exp_avg_sq_.push_back(at::zeros_like(w));
+    steps_.push_back(at::zeros({}, w.options()));
+    decay_.push_back(false);  // Per element: weights->decay_ranges().
+  }
+}
+
+double ShardedAdamW::Step() {
+  weights_->FinishGradients();
+  at::NoGradGuard no_grad;
+  std::vector<at::Tensor> grads;  // fp32 shards
+  for (at::Tensor& w : params_) grads.push_back(w.grad().defined() ? w.grad() : at::zeros_like(w));
+  // The global norm: squares summed over every rank's shard (padding is zero).
+  at::Tensor sq = at::stack(at::_foreach_norm(grads)).to(at::kDouble).pow(2).sum().reshape({1});
+  weights_->AllReduceSum(sq);
+  const double norm = std::sqrt(sq.item<double>());
+  if (p_.max_grad_norm > 0 && norm > p_.max_grad_norm) at::_foreach_mul_(grads, p_.max_grad_norm / (norm + 1e-6));
+  // Decoupled weight decay on the matrices' elements, then the Adam update
+  // (AdamW's order: the decay uses the weights before the update).
+  const auto& ranges = weights_->decay_ranges();
+  for (size_t u = 0; u < params_.size(); ++u) {
+    for (auto [a, b] : ranges[u]) master_[u].narrow(0, a, b - a).mul_(1.0 - p_.lr * p_.weight_decay);
+  }
+  at::_foreach_add_(steps_, 1.0);
+  at::_fused_adamw_(master_, grads, exp_avg_, exp_avg_sq_, {}, steps_, p_.lr, p_.beta1, p_.beta2, 0.0, p_.eps,
+                    /*amsgrad=*/false, /*maximize=*/false);
+  ZeroGrad();
+  return norm;
+}
+
+std::unique_ptr<rl::AdamW> MakeOptimizer(Transformer& model, const rl::AdamWParams& p) {
+  if (auto* sw = dynamic_cast<ShardedWeights*>(model.weight_provider())) return std::make_unique<ShardedAdamW>(sw, p);
+  return std::make_unique<rl::AdamW>(model.parameters(), p);
+}
+
+}  // namespace kernelrl::learner::dist
