@@ -93,11 +93,9 @@ class Layout:
         return {"in": self.in_sizes, "out": self.out_sizes, "capacity": self.capacity}
 
 
-def _u8_view(memory, device):
-    """The whole area as one flat uint8 tensor on `device`."""
-    if isinstance(memory, verify_cuda.Exchange):
-        return verify_cuda.view(memory.ptr, memory.nbytes, torch.uint8)
-    return memory
+def _u8_view(exchange):
+    """A GPU exchange allocation as one flat uint8 CUDA tensor."""
+    return verify_cuda.view(exchange.ptr, exchange.nbytes, torch.uint8)
 
 
 _M64 = (1 << 64) - 1
@@ -166,7 +164,7 @@ class RefExchange:
         if self.device == "cuda" and self.xsock >= 0 and verify_cuda.available():
             try:
                 self.memory = verify_cuda.Exchange.create(self.layout.total)
-                self.kind, self.u8 = "gpu", _u8_view(self.memory, self.device)
+                self.kind, self.u8 = "gpu", _u8_view(self.memory)
                 self.note = "gpu"
                 return
             except (verify_cuda.VerifyCudaError, OSError) as e:
@@ -315,7 +313,7 @@ class CandidateExchange:
                 if self.sock is None:
                     raise ValueError("no exchange socket")
                 self.memory = verify_cuda.Exchange.import_fd(verify_cuda.recv_fd(self.sock), nbytes)
-                self.u8 = _u8_view(self.memory, self.device)
+                self.u8 = _u8_view(self.memory)
             else:
                 self.memory = self.u8 = _map_file(
                     os.path.join(self.exchange_dir, os.path.basename(offer["file"])), nbytes)
