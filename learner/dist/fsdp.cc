@@ -115,11 +115,14 @@ absl::StatusOr<ShardedWeights*> ShardedWeights::Shard(Transformer& model, c10::i
     std::vector<std::vector<at::Tensor*>> fields = {Fields(root)};
     std::vector<Transformer::Layer> layers = model.layers();
     for (Transformer::Layer& w : layers) fields.push_back(Fields(w));
-    for (const std::vector<at::Tensor*>& unit_fields : fields) {
+    for (size_t unit = 0; unit < fields.size(); ++unit) {
       Unit u;
       std::vector<at::Tensor> flat;
-      std::vector<std::pair<int64_t, int64_t>> decay;  // Unit coordinates.
-      for (const at::Tensor* t : unit_fields) {
+      std::vector<std::pair<int64_t, int64_t>> decay, head;  // Unit coordinates.
+      for (size_t f = 0; f < fields[unit].size(); ++f) {
+        const at::Tensor* t = fields[unit][f];
+        // Root fields (Fields(RootWeights&)): 0 the embedding, 3-4 the value head.
+        const bool embedding = unit == 0 && f == 0, value_head = unit == 0 && f >= 3;
         Entry e;
         e.present = t->defined();
         if (e.present) {
@@ -128,7 +131,8 @@ absl::StatusOr<ShardedWeights*> ShardedWeights::Shard(Transformer& model, c10::i
           e.numel = t->numel();
           u.numel += e.numel;
           flat.push_back(t->detach().reshape({-1}).to(at::kCPU, at::kFloat));
-          if (t->dim() >= 2) decay.emplace_back(e.offset, e.offset + e.numel);
+          if (t->dim() >= 2 && !embedding && !value_head) decay.emplace_back(e.offset, e.offset + e.numel);
+          if (value_head) head.emplace_back(e.offset, e.offset + e.numel);
         }
         u.entries.push_back(e);
       }
@@ -138,12 +142,16 @@ absl::StatusOr<ShardedWeights*> ShardedWeights::Shard(Transformer& model, c10::i
       all = at::constant_pad_nd(all, {0, u.padded - u.numel});
       const int64_t begin = shard * sw->rank_;
       sw->shards_.push_back(all.narrow(0, begin, shard).to(device).clone().requires_grad_(true));
-      std::vector<std::pair<int64_t, int64_t>> local;  // Shard coordinates.
-      for (auto [a, b] : decay) {
-        const int64_t lo = std::max(a, begin), hi = std::min(b, begin + shard);
-        if (lo < hi) local.emplace_back(lo - begin, hi - begin);
-      }
-      sw->decay_ranges_.push_back(std::move(local));
+      auto local = [&](const std::vector<std::pair<int64_t, int64_t>>& ranges) {  // Shard coordinates.
+        std::vector<std::pair<int64_t, int64_t>> out;
+        for (auto [a, b] : ranges) {
+          const int64_t lo = std::max(a, begin), hi = std::min(b, begin + shard);
+          if (lo < hi) out.emplace_back(lo - begin, hi - begin);
+        }
+        return out;
+      };
+      sw->decay_ranges_.push_back(local(decay));
+      sw->head_ranges_.push_back(local(head));
       sw->units_.push_back(std::move(u));
     }
   } catch (const std::exception& e) {
@@ -390,13 +398,26 @@ double ShardedAdamW::Step() {
   if (p_.max_grad_norm > 0 && norm > p_.max_grad_norm) at::_foreach_mul_(grads, p_.max_grad_norm / (norm + 1e-6));
   // Decoupled weight decay on the matrices' elements, then the Adam update
   // (AdamW's order: the decay uses the weights before the update).
-  const auto& ranges = weights_->decay_ranges();
+  const double lr = p_.lr * ScheduleFactor();
   for (size_t u = 0; u < params_.size(); ++u) {
-    for (auto [a, b] : ranges[u]) master_[u].narrow(0, a, b - a).mul_(1.0 - p_.lr * p_.weight_decay);
+    for (auto [a, b] : weights_->decay_ranges()[u]) master_[u].narrow(0, a, b - a).mul_(1.0 - lr * p_.weight_decay);
+  }
+  // The head's elements share their shard with others: Adam's step without
+  // decay is linear in the learning rate, so their step is scaled after.
+  std::vector<std::pair<at::Tensor, at::Tensor>> head_before;  // (slice, its weights before)
+  if (p_.head_lr_scale != 1.0) {
+    for (size_t u = 0; u < params_.size(); ++u) {
+      for (auto [a, b] : weights_->head_ranges()[u]) {
+        at::Tensor slice = master_[u].narrow(0, a, b - a);
+        head_before.emplace_back(slice, slice.clone());
+      }
+    }
   }
   at::_foreach_add_(steps_, 1.0);
-  at::_fused_adamw_(master_, grads, exp_avg_, exp_avg_sq_, {}, steps_, p_.lr, p_.beta1, p_.beta2, 0.0, p_.eps,
+  at::_fused_adamw_(master_, grads, exp_avg_, exp_avg_sq_, {}, steps_, lr, p_.beta1, p_.beta2, 0.0, p_.eps,
                     /*amsgrad=*/false, /*maximize=*/false);
+  for (auto& [slice, before] : head_before) slice.copy_(before + (slice - before) * p_.head_lr_scale);
+  ++step_count_;
   ZeroGrad();
   return norm;
 }

@@ -76,8 +76,12 @@ class ShardedWeights : public WeightProvider {
   void FinishGradients();
   // Sum over ranks, in place (the optimizer's gradient norm).
   void AllReduceSum(at::Tensor& t);
-  // Per unit, the shard ranges [begin, end) of matrices (weight decay).
-  const std::vector<std::vector<std::pair<int64_t, int64_t>>>& decay_ranges() const { return decay_ranges_; }
+  // Per unit, shard ranges [begin, end): the weights that take weight decay
+  // (matrices other than the embedding and the value head) and the value
+  // head's (it learns at head_lr_scale x lr): the rule of the resident AdamW.
+  using Ranges = std::vector<std::vector<std::pair<int64_t, int64_t>>>;
+  const Ranges& decay_ranges() const { return decay_ranges_; }
+  const Ranges& head_ranges() const { return head_ranges_; }
 
   // The whole model, fp32 on the CPU (every rank calls it; all get it):
   // export to Hugging Face safetensors and tests.
@@ -138,7 +142,7 @@ class ShardedWeights : public WeightProvider {
   int rank_ = 0, world_ = 1;
   std::vector<Unit> units_;  // 0: root; 1 + l: block l.
   std::vector<at::Tensor> shards_;
-  std::vector<std::vector<std::pair<int64_t, int64_t>>> decay_ranges_;
+  Ranges decay_ranges_, head_ranges_;
   std::vector<Pending> gathers_;        // By unit; work null when none.
   std::deque<Pending> reduce_scatters_;  // In flight, oldest first.
 };

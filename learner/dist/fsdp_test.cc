@@ -78,7 +78,19 @@ TrainerOptions Options(const Variant& v) {
     // from one rank's accumulation). A larger eps keeps the update a smooth
     // function of the gradient, so equal gradients give equal weights.
     p->eps = 1e-4;
+    // The schedule and the value head's own rate must match the resident optimizer's.
+    p->warmup_steps = 2;
+    p->decay_steps = 6;
+    p->head_lr_scale = 4.0;
   }
+  // The batch's rollout log-probs are random: clipping or masking against
+  // them would zero most gradients, and the value head's first-batch
+  // initialisation would differ per rank's batch. Compared here: the sharded
+  // arithmetic against the resident one.
+  opt.value_head_init = false;
+  opt.policy_loss.mismatch_mask = rl::MismatchMask::kOff;
+  opt.policy_loss.clip_low = opt.policy_loss.clip_high = 1e9;
+  opt.policy_loss.dual_clip = 0;
   opt.normalize_advantages = v.checkpointing;
   opt.entropy_coef = v.checkpointing ? 0.01 : 0.0;
   return opt;
