@@ -16,11 +16,13 @@
 //       one trajectory of each length in turn (on one rank; the others run
 //       empty passes, as a batch of one trajectory does): the first length
 //       that fails (out of memory) ends the run; one JSON line per length
+//       (AdamW moments in host memory: AdamWParams::offload_moments)
 //
 // Shapes: qwen2.5-7b, qwen2.5-1.5b, qwen2.5-0.5b (Qwen2.5's published sizes).
 // Rows are the trajectories: a job whose plan does not fit the GPU with one
 // row of tokens_per_gpu splits the GPU's tokens into more trajectories
-// (halving the row) until it does, and says so ("row_tokens").
+// (halving the row) until it does, and says so ("row_tokens"); before
+// halving, the AdamW moments move to host memory ("offload_moments").
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
@@ -72,8 +74,10 @@ ModelConfig Shape(const std::string& name) {
 double Now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 double GiB(double b) { return b / (1 << 30); }
 
-dist::PlanOptions PlanFor(int gpus, int64_t row_tokens, int64_t device_bytes, bool cpu = false) {
+dist::PlanOptions PlanFor(int gpus, int64_t row_tokens, int64_t device_bytes, bool cpu = false,
+                          bool offload = false) {
   dist::PlanOptions o;
+  o.offload_moments = offload;
   o.world_size = gpus;
   o.tokens = row_tokens;
   o.sharded = true;
@@ -150,7 +154,8 @@ absl::StatusOr<Rank> Join(const std::vector<std::string>& args, int world, const
 
 // Actor and critic created on the CPU (bf16, to halve host memory), then
 // sharded onto this rank's GPU.
-absl::StatusOr<std::unique_ptr<rl::Trainer>> MakeTrainer(const ModelConfig& c, Rank& r, int64_t row_tokens) {
+absl::StatusOr<std::unique_ptr<rl::Trainer>> MakeTrainer(const ModelConfig& c, Rank& r, int64_t row_tokens,
+                                                         bool offload) {
   const at::Device gpu = r.device();
   const at::ScalarType dtype = r.cpu ? at::kFloat : at::kBFloat16;
   std::unique_ptr<Transformer> models[2];
@@ -167,6 +172,7 @@ absl::StatusOr<std::unique_ptr<rl::Trainer>> MakeTrainer(const ModelConfig& c, R
   rl::TrainerOptions opt;
   opt.max_tokens_per_row = row_tokens;
   opt.make_optimizer = dist::MakeOptimizer;
+  opt.actor.offload_moments = opt.critic.offload_moments = offload;
   auto t = std::make_unique<rl::Trainer>(std::move(models[0]), std::move(models[1]), opt);
   t->set_collectives(r.dp.get());
   return t;
@@ -181,9 +187,10 @@ double MaxOverRanks(Rank& r, double v) {
 // Rank 0 hosts the store: it waits for the other ranks before closing it.
 int Finish(Rank& r, std::unique_ptr<rl::Trainer>& t) {
   t.reset();
-  const bool ranks_ok = r.rank != 0 || dist::WaitRanks(r.pids).ok();
+  const absl::Status ranks = r.rank != 0 ? absl::OkStatus() : dist::WaitRanks(r.pids);
+  if (!ranks.ok()) std::fprintf(stderr, "rank 0: %s\n", ranks.ToString().c_str());
   r.dp.reset();
-  return ranks_ok ? 0 : 1;
+  return ranks.ok() ? 0 : 1;
 }
 
 int Fail(const Rank* r, const std::string& what) {
@@ -206,17 +213,24 @@ int Step(const std::string& shape, int64_t tokens, int gpus, const dist::RankFla
   if (!r.ok()) return Fail(nullptr, r.status().ToString());
   const size_t total_b =
       cpu ? size_t{64} << 30 : at::cuda::getDeviceProperties(static_cast<c10::DeviceIndex>(r->rank))->totalGlobalMem;
-  // The longest row whose plan fits; refused before allocating when none does.
+  // The longest row whose plan fits, with the moments on the GPU if they
+  // fit there and in host memory if not; refused before allocating when none does.
   int64_t row = tokens;
-  dist::MemoryPlan plan = dist::PlanMemory(c, &c, PlanFor(gpus, row, static_cast<int64_t>(total_b), cpu));
+  bool offload = false;
+  auto plan_for = [&] { return dist::PlanMemory(c, &c, PlanFor(gpus, row, static_cast<int64_t>(total_b), cpu, offload)); };
+  dist::MemoryPlan plan = plan_for();
+  if (!dist::CheckFits(plan).ok() && !cpu) offload = true, plan = plan_for();
   while (!dist::CheckFits(plan).ok() && row > 1024) {
     row /= 2;
-    plan = dist::PlanMemory(c, &c, PlanFor(gpus, row, static_cast<int64_t>(total_b), cpu));
+    plan = plan_for();
   }
   if (auto s = dist::CheckFits(plan); !s.ok()) return Fail(&*r, s.ToString());
-  if (r->rank == 0) std::fprintf(stderr, "plan (%ld-token rows):\n%s", static_cast<long>(row), plan.Table().c_str());
+  if (r->rank == 0) {
+    std::fprintf(stderr, "plan (%ld-token rows%s):\n%s", static_cast<long>(row), offload ? ", host moments" : "",
+                 plan.Table().c_str());
+  }
   const double t0 = Now();
-  auto t = MakeTrainer(c, *r, row);
+  auto t = MakeTrainer(c, *r, row, offload);
   if (!t.ok()) return Fail(&*r, t.status().ToString());
   const double setup_s = Now() - t0;
   const int n = static_cast<int>(tokens / row);
@@ -251,11 +265,11 @@ int Step(const std::string& shape, int64_t tokens, int gpus, const dist::RankFla
                 "\"tokens_per_gpu\": %ld, \"row_tokens\": %ld, \"step_s\": %.3f, \"tokens_per_s_per_gpu\": %.0f, "
                 "\"tflops_per_gpu\": %.1f, \"mfu_vs_989\": %.3f, \"peak_allocated_gib\": %.2f, "
                 "\"peak_reserved_gib\": %.2f, \"planned_gib\": %.4f, \"plan_over_peak\": %s, \"setup_s\": %.1f, "
-                "\"device_gib\": %.1f}\n",
+                "\"device_gib\": %.1f, \"offload_moments\": %s}\n",
                 shape.c_str(), static_cast<long>(c.ParameterCount()), gpus, static_cast<long>(tokens),
                 static_cast<long>(row), slowest, tokens / slowest, flops / gpus / slowest / 1e12,
                 flops / gpus / slowest / 989e12, GiB(peak), GiB(reserved), GiB(planned), ratio.c_str(), setup_s,
-                GiB(static_cast<double>(total_b)));
+                GiB(static_cast<double>(total_b)), offload ? "true" : "false");
     std::fflush(stdout);
   }
   return Finish(*r, *t);
@@ -269,10 +283,11 @@ int Longest(const std::string& shape, int gpus, const std::vector<int64_t>& leng
   if (!r.ok()) return Fail(nullptr, r.status().ToString());
   const size_t total_b = at::cuda::getDeviceProperties(static_cast<c10::DeviceIndex>(r->rank))->totalGlobalMem;
   const int64_t longest = *std::max_element(lengths.begin(), lengths.end());
-  auto t = MakeTrainer(c, *r, longest);
+  auto t = MakeTrainer(c, *r, longest, /*offload=*/true);  // The most room for activations.
   if (!t.ok()) return Fail(&*r, t.status().ToString());
   for (int64_t len : lengths) {
-    const dist::MemoryPlan plan = dist::PlanMemory(c, &c, PlanFor(gpus, len, static_cast<int64_t>(total_b)));
+    const dist::MemoryPlan plan =
+        dist::PlanMemory(c, &c, PlanFor(gpus, len, static_cast<int64_t>(total_b), false, /*offload=*/true));
     // One trajectory in the whole batch: rank 0 trains on it, the others run empty passes.
     std::vector<Sample> batch;
     if (r->rank == 0) batch = Trajectories(1, len, c.vocab_size, 7);

@@ -379,8 +379,11 @@ ShardedAdamW::ShardedAdamW(ShardedWeights* weights, rl::AdamWParams p) : rl::Ada
   params_ = weights->parameters();
   for (const at::Tensor& w : params_) {
     master_.push_back(w.detach());
-    exp_avg_.push_back(at::zeros_like(w));
-    exp_avg_sq_.push_back(at::zeros_like(w));
+    const bool offload = p.offload_moments && w.is_cuda();
+    const at::TensorOptions moments =
+        offload ? w.options().device(at::kCPU).pinned_memory(true).requires_grad(false) : w.options().requires_grad(false);
+    exp_avg_.push_back(at::zeros(w.sizes(), moments));
+    exp_avg_sq_.push_back(at::zeros(w.sizes(), moments));
     steps_.push_back(at::zeros({}, w.options()));
     decay_.push_back(false);  // Per element: weights->decay_ranges().
   }
@@ -414,8 +417,24 @@ double ShardedAdamW::Step() {
     }
   }
   at::_foreach_add_(steps_, 1.0);
-  at::_fused_adamw_(master_, grads, exp_avg_, exp_avg_sq_, {}, steps_, lr, p_.beta1, p_.beta2, 0.0, p_.eps,
-                    /*amsgrad=*/false, /*maximize=*/false);
+  if (p_.offload_moments) {
+    // Host moments: one unit's at a time on the GPU, copied back on the same
+    // stream (the allocator reuses a freed block only after work queued before it).
+    for (size_t u = 0; u < params_.size(); ++u) {
+      at::Tensor m = exp_avg_[u].to(master_[u].device(), /*non_blocking=*/true);
+      at::Tensor v = exp_avg_sq_[u].to(master_[u].device(), /*non_blocking=*/true);
+      at::_fused_adamw_({master_[u]}, {grads[u]}, {m}, {v}, {}, {steps_[u]}, lr, p_.beta1, p_.beta2, 0.0, p_.eps,
+                        /*amsgrad=*/false, /*maximize=*/false);
+      // The last copy blocks: a device-to-host copy waits for the stream, so
+      // every host moment is whole when Step() returns.
+      const bool last = u + 1 == params_.size();
+      exp_avg_[u].copy_(m, /*non_blocking=*/true);
+      exp_avg_sq_[u].copy_(v, /*non_blocking=*/!last);
+    }
+  } else {
+    at::_fused_adamw_(master_, grads, exp_avg_, exp_avg_sq_, {}, steps_, lr, p_.beta1, p_.beta2, 0.0, p_.eps,
+                      /*amsgrad=*/false, /*maximize=*/false);
+  }
   for (auto& [slice, before] : head_before) slice.copy_(before + (slice - before) * p_.head_lr_scale);
   ++step_count_;
   ZeroGrad();

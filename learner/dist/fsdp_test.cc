@@ -63,7 +63,7 @@ std::vector<Sample> RandomBatch(int n, uint64_t seed) {
 
 struct Variant {
   int world;
-  bool checkpointing;  // Also: normalised advantages and an entropy bonus.
+  bool checkpointing;  // Also: normalised advantages, an entropy bonus and (sharded) host moments.
 };
 
 TrainerOptions Options(const Variant& v) {
@@ -180,6 +180,7 @@ TEST(FsdpTest, ShardedStepsEqualUnshardedSteps) {
         }
         TrainerOptions opt = Options(v);
         opt.make_optimizer = MakeOptimizer;
+        opt.actor.offload_moments = opt.critic.offload_moments = v.checkpointing;  // Stepped one unit at a time.
         Trainer t(std::move(models[0]), std::move(models[1]), opt);
         t.set_collectives(dp->get());
         if (auto s = t.BroadcastParameters(); !s.ok()) return fail(s);  // A no-op for sharded models.

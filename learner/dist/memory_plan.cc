@@ -69,7 +69,13 @@ ModelPlan PlanModel(const std::string& name, const ModelConfig& c, bool value_he
   const int64_t block = BlockActivationPerToken(c, o.cuda) * T * b;
   if (o.sharded) {
     const int64_t S = CeilDiv(R, W) + L * CeilDiv(B, W);
-    add("fp32 master shards + AdamW moments", 12 * S, &p.persistent);
+    if (o.offload_moments && o.cuda) {
+      add("fp32 master shards (AdamW moments in host memory)", 4 * S, &p.persistent);
+      // Step: one unit's moments on the GPU at a time.
+      p.step_extra = 8 * std::max(CeilDiv(R, W), CeilDiv(B, W));
+    } else {
+      add("fp32 master shards + AdamW moments", 12 * S, &p.persistent);
+    }
     add("fp32 gradient shards", 4 * S, &p.grads);
     add("gathered root (embedding, norm, head)", b * R, &p.persistent);
     if (!o.activation_checkpointing) add("gathered blocks (all, kept for backward)", L * b * B, &p.saved);

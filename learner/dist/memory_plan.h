@@ -38,6 +38,7 @@ struct PlanOptions {
   bool sharded = true;
   bool activation_checkpointing = true;
   bool cuda = true;  // bf16 with the fused kernels; false: fp32 on the CPU (eager ops).
+  bool offload_moments = false;  // Sharded on CUDA: AdamWParams::offload_moments (host moments).
   int64_t keep_logits_bytes = int64_t{4} << 30;  // ModelOptions::keep_logits_bytes.
   int64_t reserved_bytes = int64_t{3} << 30;     // CUDA context, workspaces, NCCL.
   int64_t device_bytes = int64_t{80} << 30;      // What one GPU has.

@@ -175,8 +175,19 @@ TEST(MemoryPlanTest, ShardingDividesTheStatesAndAJobThatCannotFitIsRefused) {
   const MemoryPlan sharded = PlanMemory(qwen7b, &qwen7b, four);
   EXPECT_LT(sharded.total, whole.total / 2);
   EXPECT_TRUE(CheckFits(sharded).ok()) << sharded.Table();
-  std::printf("7B actor + critic, 32K tokens:\n unsharded, 1 GPU:\n%s sharded, 4 GPUs:\n%s", whole.Table().c_str(),
-              sharded.Table().c_str());
+  // Host moments take 8 bytes of each parameter shard off every GPU: a 7B
+  // actor + critic at 32K then fits four 80 GB cards.
+  PlanOptions offload = four;
+  offload.device_bytes = int64_t{80} << 30;
+  offload.offload_moments = true;
+  const MemoryPlan host = PlanMemory(qwen7b, &qwen7b, offload);
+  // Actor + critic parameters: the critic has a value head, not the LM head.
+  const int64_t shard = (2 * qwen7b.ParameterCount() - qwen7b.vocab_size * qwen7b.hidden_size + 3) / 4;
+  EXPECT_NEAR(static_cast<double>(sharded.total - host.total), 8.0 * shard, 0.01 * 8.0 * shard);
+  EXPECT_TRUE(CheckFits(host).ok()) << host.Table();
+  std::printf("7B actor + critic, 32K tokens:\n unsharded, 1 GPU:\n%s sharded, 4 GPUs:\n%s sharded, 4 GPUs, host "
+              "moments:\n%s",
+              whole.Table().c_str(), sharded.Table().c_str(), host.Table().c_str());
 }
 
 }  // namespace

@@ -47,6 +47,11 @@ struct AdamWParams {
   int64_t warmup_steps = 0, decay_steps = 0;
   double min_lr_ratio = 0.1;
   double head_lr_scale = 1.0;  // Learning rate x this on the parameters marked `head`.
+  // Sharded optimizers only: the moments live in (pinned) host memory and
+  // visit the device one unit at a time during Step() (ZeRO-Offload's
+  // placement with the update kept on the GPU): 8 bytes per parameter shard
+  // leave the GPU for two host copies of them per step.
+  bool offload_moments = false;
 };
 
 // AdamW (at::_fused_adamw_) over a model's parameters with fp32 master

@@ -50,12 +50,13 @@ int PlanMain(int argc, char** argv) {
   o.tokens = config.tokens();
   o.sharded = config.sharded();
   o.activation_checkpointing = config.activation_checkpointing();
+  o.offload_moments = config.offload_moments();
   o.device_bytes = static_cast<int64_t>(config.gpu_gib() * (1 << 30));
   const learner::dist::MemoryPlan plan = learner::dist::PlanMemory(*actor, with_critic ? &critic : nullptr, o);
-  std::printf("%s (%ld parameters)%s, %d GPU(s)%s, %ld-token rows, activation checkpointing %s:\n%s",
+  std::printf("%s (%ld parameters)%s, %d GPU(s)%s%s, %ld-token rows, activation checkpointing %s:\n%s",
               config.model().c_str(), static_cast<long>(actor->ParameterCount()), with_critic ? " + critic" : "",
               config.gpus(), config.sharded() ? " fully sharded" : " (each holding whole models)",
-              static_cast<long>(config.tokens()), config.activation_checkpointing() ? "on" : "off",
+              config.offload_moments() ? ", AdamW moments in host memory" : "", static_cast<long>(config.tokens()), config.activation_checkpointing() ? "on" : "off",
               plan.Table().c_str());
   if (absl::Status s = learner::dist::CheckFits(plan); !s.ok()) {
     std::fprintf(stderr, "kernelrl plan: %s\n", std::string(s.message()).c_str());
