@@ -16,6 +16,7 @@
 #              and the efficiency against 1 GPU
 #     longest  one 7B trajectory on 4 GPUs at 32K, 48K, 64K, 96K, 128K tokens
 #              until one fails: the longest that runs, its peak beside the plan
+#   Knobs: LENGTHS (longest's token counts), LONGEST_WALL (its cap, s).
 #   Results: one JSON line per bench in $OUT/results.jsonl, a table in $OUT/summary.txt.
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -66,6 +67,6 @@ for r in rows:
     print(f"scaling 1.5b: {r['gpus']} GPU(s) {r['tokens_per_s_per_gpu']:.0f} tokens/s/GPU, efficiency {eff:.2f}, MFU {r['mfu_vs_989']:.3f}")
 PY
       ;;
-    longest) run 7b_longest_4gpu 540 longest qwen2.5-7b 4 32768 49152 65536 98304 131072;;
+    longest) run 7b_longest_4gpu "${LONGEST_WALL:-540}" longest qwen2.5-7b 4 ${LENGTHS:-32768 49152 65536 98304 131072};;
   esac
 done
