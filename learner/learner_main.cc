@@ -7,6 +7,8 @@
 #include "learner/learner_service.h"
 #include "learner/policy/openai_server.h"
 #include "learner/policy_service.h"
+#include "learner/sync/external_weight_sync.h"
+#include "learner/sync/weight_sink.h"
 #include "learner/rl/dp_job.h"
 #include "learner/rl/jobs.h"
 #include "learner/rl/recipe.h"
@@ -34,6 +36,9 @@ int main(int argc, char** argv) {
   std::unique_ptr<kernelrl::learner::PolicyEngine> engine;
   std::unique_ptr<kernelrl::learner::PolicyService> policy_service;
   std::unique_ptr<kernelrl::learner::OpenAIServer> openai_server;  // Stopped before the engine goes.
+  // Where each committed version goes: external servers when configured,
+  // else the built-in engine (if any).
+  std::unique_ptr<kernelrl::learner::WeightSink> weight_sink;
   std::unique_ptr<kernelrl::learner::rl::LearnerMetrics> learner_metrics;  // Outlives the jobs.
   std::unique_ptr<kernelrl::learner::rl::JobManager> jobs;
   std::unique_ptr<kernelrl::learner::LearnerService> learner_service;
@@ -54,13 +59,20 @@ int main(int argc, char** argv) {
             openai_server = std::move(*o);
           }
         }
-        auto* engine_ptr = engine.get();
+        if (!config.policy().external().addresses().empty()) {
+          auto x = kernelrl::learner::ExternalWeightSync::Create(config.policy().external());
+          if (!x.ok()) return x.status();
+          weight_sink = std::move(*x);
+        } else if (engine != nullptr) {
+          weight_sink = std::make_unique<kernelrl::learner::EngineWeightSink>(engine.get());
+        }
+        auto* sink_ptr = weight_sink.get();
         learner_metrics = std::make_unique<kernelrl::learner::rl::LearnerMetrics>(&kernelrl::DefaultRegistry());
         auto* metrics_ptr = learner_metrics.get();
         auto m = kernelrl::learner::rl::JobManager::Open(
             config.state_dir(),
-            [engine_ptr, metrics_ptr, leader = dp_leader.get()] {
-              return kernelrl::learner::rl::MakeRecipeRunner(engine_ptr, metrics_ptr, leader);
+            [sink_ptr, metrics_ptr, leader = dp_leader.get()] {
+              return kernelrl::learner::rl::MakeRecipeRunner(sink_ptr, metrics_ptr, leader);
             },
             metrics_ptr);
         if (!m.ok()) return m.status();
