@@ -3,7 +3,8 @@
 // given both addresses: gRPC's round_robin spreads the calls over the two,
 // and every reply carries the version of the replica that served it (the
 // replicas hold different versions, so the stamp tells them apart; each
-// replica's own count of completed requests must match).
+// replica's own count of completed requests must match). A committed
+// version published to both then stamps every reply.
 #include <map>
 #include <memory>
 #include <random>
@@ -13,6 +14,7 @@
 #include "agent/policy/grpc_policy.h"
 #include "grpcpp/grpcpp.h"
 #include "learner/policy_service.h"
+#include "learner/sync/weight_sink.h"
 #include "learner/test_util.h"
 
 namespace kernelrl {
@@ -91,6 +93,23 @@ TEST(PolicyReplicasTest, RoundRobinOverReplicasEachStampsItsOwnVersion) {
   // requests stamped with its version.
   EXPECT_EQ(a.engine->GetInfo().requests_completed, served[va]);
   EXPECT_EQ(b.engine->GetInfo().requests_completed, served[vb]);
+
+  // A committed version reaches every replica (the learner's EngineWeightSink):
+  // every later reply, whichever replica serves it, carries it.
+  const int64_t vc = vb + 1 + rng() % 50;
+  learner::EngineWeightSink sink({a.engine.get(), b.engine.get()});
+  ASSERT_TRUE(sink.Publish(dir + "/qwen2", vc).ok());
+  for (int i = 0; i < 6; ++i) {
+    agent::PolicyRequest req;
+    req.prompt_ids = {1 + static_cast<int32_t>(rng() % 60), 3, 5};
+    req.max_new_tokens = 2;
+    req.seed = rng() | 1;
+    auto r = policy.Generate(req);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->policy_version, vc);
+  }
+  EXPECT_EQ(a.engine->GetInfo().policy_version, vc);
+  EXPECT_EQ(b.engine->GetInfo().policy_version, vc);
   a.server->Shutdown();
   b.server->Shutdown();
 }

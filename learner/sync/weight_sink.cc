@@ -5,7 +5,10 @@
 namespace kernelrl::learner {
 
 absl::Status EngineWeightSink::Publish(const std::string& hf_dir, int64_t version) {
-  return engine_->SwapWeightsFrom(hf_dir, version);
+  for (PolicyEngine* e : engines_) {
+    if (auto s = e->SwapWeightsFrom(hf_dir, version); !s.ok()) return s;
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace kernelrl::learner

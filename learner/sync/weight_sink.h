@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 
@@ -29,15 +30,17 @@ class WeightSink {
   virtual absl::Status Publish(const std::string& hf_dir, int64_t version) = 0;
 };
 
-// The built-in engine: loads `hf_dir` on the caller's thread, then swaps it
-// in between batches (PolicyEngine::SwapWeightsFrom).
+// The built-in engines (the learner's replicas): each loads `hf_dir` onto
+// its own device on the caller's thread, then swaps it in between batches
+// (PolicyEngine::SwapWeightsFrom).
 class EngineWeightSink final : public WeightSink {
  public:
-  explicit EngineWeightSink(PolicyEngine* engine) : engine_(engine) {}
+  explicit EngineWeightSink(std::vector<PolicyEngine*> engines) : engines_(std::move(engines)) {}
+  explicit EngineWeightSink(PolicyEngine* engine) : engines_{engine} {}
   absl::Status Publish(const std::string& hf_dir, int64_t version) override;
 
  private:
-  PolicyEngine* const engine_;
+  const std::vector<PolicyEngine*> engines_;
 };
 
 }  // namespace kernelrl::learner
