@@ -48,6 +48,7 @@ class FakeServer {
         r.set_content(R"({"success": true, "message": "Succeeded to update model weights."})", "application/json");
       });
       server_.Get("/get_weight_version", [this](const httplib::Request&, httplib::Response& r) { Version(r); });
+      server_.Post("/update_weight_version", [this](const httplib::Request& q, httplib::Response& r) { Label(q, r); });
     } else {
       server_.Post("/init_weight_transfer_engine", [this](const httplib::Request&, httplib::Response& r) {
         absl::MutexLock l(&mu_);
@@ -91,6 +92,7 @@ class FakeServer {
         r.set_content(R"({"status": "resumed"})", "application/json");
       });
       server_.Get("/weight_info", [this](const httplib::Request&, httplib::Response& r) { Version(r); });
+      server_.Post("/update_weight_version", [this](const httplib::Request& q, httplib::Response& r) { Label(q, r); });
     }
     // bind_to_any_port also listens: connections queue until the loop accepts them.
     port_ = server_.bind_to_any_port("127.0.0.1");
@@ -115,9 +117,20 @@ class FakeServer {
     r.status = 400;
     r.set_content(Json::Object({{"error", Json::Object({{"message", Json::String(why)}})}}).Dump(), "application/json");
   }
+  // No version until one is set (vLLM before its first update): null.
   void Version(httplib::Response& r) {
     absl::MutexLock l(&mu_);
-    r.set_content(Json::Object({{"weight_version", Json::String(version_)}}).Dump(), "application/json");
+    r.set_content(Json::Object({{"weight_version", version_.empty() ? Json::Null() : Json::String(version_)}}).Dump(),
+                  "application/json");
+  }
+  void Label(const httplib::Request& q, httplib::Response& r) {
+    absl::MutexLock l(&mu_);
+    auto body = ParseJson(q.body);
+    const std::string v = body.ok() ? body->GetString("new_version", "").value_or("") : "";
+    if (v.empty()) return Fail(r, "update_weight_version without new_version");
+    version_ = v;
+    r.set_content(Json::Object({{"success", Json::Bool(true)}, {"new_version", Json::String(v)}}).Dump(),
+                  "application/json");
   }
   void Complete(const httplib::Request& q, httplib::Response& r) {
     absl::MutexLock l(&mu_);
@@ -151,7 +164,7 @@ class FakeServer {
   int port_ = 0;
   absl::Mutex mu_;
   std::mt19937 rng_ ABSL_GUARDED_BY(mu_);
-  std::string version_ ABSL_GUARDED_BY(mu_) = "0";
+  std::string version_ ABSL_GUARDED_BY(mu_);  // "": none yet.
   std::string model_path_ ABSL_GUARDED_BY(mu_);
   bool ready_ ABSL_GUARDED_BY(mu_) = false, paused_ ABSL_GUARDED_BY(mu_) = false,
        updating_ ABSL_GUARDED_BY(mu_) = false;
@@ -255,10 +268,20 @@ TEST_P(ExternalVersionStampTest, AfterAReloadTheNextTurnCarriesTheNewVersionAndI
   tasks[1].set_id("level1/2_Op");
   (*ingest)->SetStage("agentic_ppo", tasks, 1, -1, /*model_only=*/true);
 
-  // Before any update: version 0.
+  // Before any update the server reports no version; the sync labels its
+  // base weights 0, and a turn sampled now carries 0.
   auto first = (*sync)->ServedVersion(0);
   ASSERT_TRUE(first.ok()) << first.status();
   EXPECT_EQ(*first, 0);
+  {
+    agent::PolicyRequest req;
+    req.prompt_ids = c.tokenizer->Encode("warm up");
+    req.max_new_tokens = 4;
+    req.stop_ids = {c.plain->im_end_id()};
+    auto r = (*policy)->Generate(req);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->policy_version, 0);
+  }
 
   // The learner commits versions 1..k and publishes each, as the recipe does.
   const std::string root = testing::NewTempDir("ckpt_");
@@ -330,6 +353,10 @@ TEST(ExternalVersionStampTest, WeightVersionParsing) {
 TEST(ExternalVersionStampTest, VllmRawLogprobsAtTemperatureAreRefused) {
   const Chat& c = Fixture();
   FakeServer server("vllm", c.tokenizer->Encode("kernel warp"), c.plain->im_end_id(), 1);
+  v1::ExternalPolicyServers xc;  // Labels the base weights 0.
+  xc.set_server("vllm");
+  xc.add_addresses(server.url());
+  ASSERT_TRUE(learner::ExternalWeightSync::Create(xc).ok());
   v1::PolicyBackendConfig pc;
   pc.set_kind("openai_completions");
   pc.set_address(server.url());

@@ -36,6 +36,12 @@ absl::StatusOr<std::unique_ptr<ExternalWeightSync>> ExternalWeightSync::Create(
     }
     sync->servers_.push_back(Server{a});
   }
+  for (size_t i = 0; i < sync->servers_.size(); ++i) {
+    if (auto s = sync->LabelBase(i); !s.ok()) {
+      KLOG(WARNING) << sync->servers_[i].base_url << ": no version label yet (" << s
+                    << "); actors stamping from it fail until the learner's first update";
+    }
+  }
   return sync;
 }
 
@@ -68,6 +74,17 @@ absl::StatusOr<int64_t> ExternalWeightSync::ServedVersion(size_t i) const {
   absl::StatusOr<Json> j = Call(s, "GET", path, nullptr);
   if (!j.ok()) return j.status();
   return ParseVersion(j->Find("weight_version"), s.base_url + path);
+}
+
+absl::Status ExternalWeightSync::LabelBase(size_t i) {
+  const Server& s = servers_[i];
+  const std::string path = config_.server() == "sglang" ? "/get_weight_version" : "/weight_info";
+  absl::StatusOr<Json> j = Call(s, "GET", path, nullptr);
+  if (!j.ok()) return j.status();
+  const Json* v = j->Find("weight_version");
+  if (v != nullptr && !v->is_null()) return absl::OkStatus();  // Labelled already (a resumed job relabels).
+  const Json body = Json::Object({{"new_version", Json::String("0")}, {"abort_all_requests", Json::Bool(false)}});
+  return Call(s, "POST", "/update_weight_version", &body).status();
 }
 
 absl::Status ExternalWeightSync::PublishSglang(Server* s, const std::string& dir, int64_t version) {

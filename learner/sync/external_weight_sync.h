@@ -12,6 +12,10 @@
 //           then per version /pause?mode=wait, /start_weight_update,
 //           /update_weights {update_info: {path}}, /finish_weight_update
 //           {weight_version}, /resume; then GET /weight_info.
+// A server that reports no version yet (vLLM before its first update,
+// SGLang started without --weight-version) serves the base checkpoint, which
+// is version 0: Create labels it so (POST /update_weight_version; a server
+// not up yet is logged and left to the first Publish).
 // docs/AGENT.md says what each server needs. Publish returns OK only when
 // every server reports the new version; a server that fails is named in the
 // error, and the next Publish tries it again. Not thread-safe.
@@ -43,6 +47,8 @@ class ExternalWeightSync final : public WeightSink {
     bool transfer_ready = false;  // vLLM: init_weight_transfer_engine done.
   };
   explicit ExternalWeightSync(v1::ExternalPolicyServers config);
+  // Labels server i "0" when it reports no version.
+  absl::Status LabelBase(size_t i);
   absl::StatusOr<Json> Call(const Server& s, const std::string& method, const std::string& path,
                             const Json* body) const;
   absl::Status PublishSglang(Server* s, const std::string& dir, int64_t version);
