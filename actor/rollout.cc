@@ -116,7 +116,8 @@ absl::StatusOr<RolloutResult> RolloutRunner::Run(const v1::Task& task, const Rol
       break;
     }
     absl::StatusOr<std::string> text =
-        builder.AddAssistant({std::move(sample->ids), std::move(sample->logprobs), sample->policy_version});
+        builder.AddAssistant(
+        {std::move(sample->ids), std::move(sample->logprobs), sample->policy_version, std::move(sample->sampling)});
     if (!text.ok()) {
       stop_reason = "error";
       result.error = absl::StrCat("policy reply: ", text.status().ToString());

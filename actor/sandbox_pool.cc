@@ -4,6 +4,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "common/grpc_channel.h"
 #include "common/log.h"
 
 namespace kernelrl::actor {
@@ -29,13 +30,7 @@ bool Retryable(grpc::StatusCode c) {
 absl::StatusOr<std::unique_ptr<SandboxPool>> SandboxPool::Create(const v1::SandboxPoolConfig& config) {
   if (config.target().empty()) return absl::InvalidArgumentError("sandbox.target is empty");
   if (config.deadline_seconds() <= 0) return absl::InvalidArgumentError("sandbox.deadline_seconds must be > 0");
-  grpc::ChannelArguments args;
-  args.SetServiceConfigJSON(config.health_check()
-                                ? R"({"loadBalancingConfig": [{"round_robin": {}}], "healthCheckConfig": {"serviceName": ""}})"
-                                : R"({"loadBalancingConfig": [{"round_robin": {}}]})");
-  args.SetMaxReceiveMessageSize(64 << 20);
-  args.SetMaxSendMessageSize(64 << 20);
-  auto channel = grpc::CreateCustomChannel(config.target(), grpc::InsecureChannelCredentials(), args);
+  auto channel = RoundRobinChannel(config.target(), config.health_check());
   return std::unique_ptr<SandboxPool>(new SandboxPool(config, std::move(channel)));
 }
 

@@ -60,6 +60,11 @@ absl::StatusOr<std::string> TrajectoryBuilder::AddAssistant(const SampledTurn& s
   for (const Codepoint& c : DecodeUtf8(turn.content)) AppendUtf8(c.cp, &valid);
   proto.set_content(valid);
   proto.set_policy_version(sample.policy_version);
+  if (num_assistant_ == 0) {
+    sampling_ = sample.sampling;
+  } else if (sample.sampling.SerializeAsString() != sampling_.SerializeAsString()) {
+    sampling_.set_policy("mixed");
+  }
   std::string text = turn.content;
   if (absl::Status s = Append(turn, *plain_, std::move(proto), &sample.logprobs); !s.ok()) return s;
   ++num_assistant_;
@@ -129,6 +134,7 @@ v1::Trajectory TrajectoryBuilder::Build() const {
     }
   }
   t.set_policy_version(std::max<int64_t>(oldest, 0));
+  if (num_assistant_ > 0) *t.mutable_sampling() = sampling_;
   t.mutable_token_ids()->Add(ids_.begin(), ids_.end());
   t.mutable_loss_mask()->Add(mask_.begin(), mask_.end());
   t.mutable_logprobs()->Add(logprobs_.begin(), logprobs_.end());

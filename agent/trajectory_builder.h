@@ -13,6 +13,9 @@
 //    log-probs at those positions, in order, and 0 elsewhere.
 //  * Turn.policy_version is the version that sampled that turn;
 //    Trajectory.policy_version is the oldest of them.
+//  * Trajectory.sampling is the assistant turns' SamplingInfo; turns that
+//    disagree make it policy "mixed" (no single distribution the learner
+//    could weight them by).
 // Tool results are rendered with "<|" neutralized ("<\u200b|"), so a file
 // holding "<|im_end|>" cannot forge a turn boundary.
 // Not thread-safe: one builder per rollout.
@@ -35,6 +38,7 @@ struct SampledTurn {
   std::vector<int32_t> ids;     // Sampled ids (incl. <|im_end|> if it was sampled).
   std::vector<float> logprobs;  // One per id.
   int64_t policy_version = 0;
+  v1::SamplingInfo sampling;    // As the policy reported it (PolicyResponse::sampling).
 };
 
 // "<|" -> "<\u200b|": tool output can never contain a ChatML special token.
@@ -88,6 +92,7 @@ class TrajectoryBuilder {
   std::vector<float> logprobs_;
   std::vector<v1::Turn> turns_;
   int num_assistant_ = 0;
+  v1::SamplingInfo sampling_;  // The first assistant turn's; policy "mixed" once turns disagree.
   int64_t num_generated_ = 0;
 };
 

@@ -3,10 +3,15 @@
 // engine over the OpenAI-compatible HTTP API), plus health,
 // diagnostics and /metrics (common/service.h). Configuration:
 // proto/learner_config.proto.
+#include "absl/strings/str_cat.h"
+#include "common/log.h"
 #include "common/service.h"
+#include "grpcpp/grpcpp.h"
 #include "learner/learner_service.h"
 #include "learner/policy/openai_server.h"
 #include "learner/policy_service.h"
+#include "learner/sync/external_weight_sync.h"
+#include "learner/sync/weight_sink.h"
 #include "learner/rl/dp_job.h"
 #include "learner/rl/jobs.h"
 #include "learner/rl/recipe.h"
@@ -34,6 +39,13 @@ int main(int argc, char** argv) {
   std::unique_ptr<kernelrl::learner::PolicyEngine> engine;
   std::unique_ptr<kernelrl::learner::PolicyService> policy_service;
   std::unique_ptr<kernelrl::learner::OpenAIServer> openai_server;  // Stopped before the engine goes.
+  // policy.replica_devices: one engine and one kernelrl.v1.Policy server each.
+  std::vector<std::unique_ptr<kernelrl::learner::PolicyEngine>> replica_engines;
+  std::vector<std::unique_ptr<kernelrl::learner::PolicyService>> replica_services;
+  std::vector<std::unique_ptr<grpc::Server>> replica_servers;  // Shut down before the engines go.
+  // Where each committed version goes: external servers when configured,
+  // else the built-in engine (if any).
+  std::unique_ptr<kernelrl::learner::WeightSink> weight_sink;
   std::unique_ptr<kernelrl::learner::rl::LearnerMetrics> learner_metrics;  // Outlives the jobs.
   std::unique_ptr<kernelrl::learner::rl::JobManager> jobs;
   std::unique_ptr<kernelrl::learner::LearnerService> learner_service;
@@ -54,13 +66,42 @@ int main(int argc, char** argv) {
             openai_server = std::move(*o);
           }
         }
-        auto* engine_ptr = engine.get();
+        for (int i = 0; engine != nullptr && i < config.policy().replica_devices_size(); ++i) {
+          kernelrl::v1::PolicyServerConfig rc = config.policy();
+          rc.set_device(config.policy().replica_devices(i));
+          auto e = kernelrl::learner::MakePolicyEngine(rc);
+          if (!e.ok()) return e.status();
+          replica_engines.push_back(std::move(*e));
+          replica_services.push_back(std::make_unique<kernelrl::learner::PolicyService>(replica_engines.back().get()));
+          const int want = i < config.policy().replica_ports_size() ? config.policy().replica_ports(i) : 0;
+          int port = 0;
+          grpc::ServerBuilder b;
+          b.AddListeningPort(absl::StrCat(config.server().listen_address(), ":", want),
+                             grpc::InsecureServerCredentials(), &port);
+          b.RegisterService(replica_services.back().get());
+          replica_servers.push_back(b.BuildAndStart());
+          if (replica_servers.back() == nullptr || port == 0) {
+            return absl::UnavailableError(absl::StrCat("policy replica ", i + 1, ": cannot serve on port ", want));
+          }
+          KLOG(INFO) << "policy replica " << i + 1 << " on " << rc.device() << " serving kernelrl.v1.Policy on "
+                     << config.server().listen_address() << ":" << port;
+        }
+        if (!config.policy().external().addresses().empty()) {
+          auto x = kernelrl::learner::ExternalWeightSync::Create(config.policy().external());
+          if (!x.ok()) return x.status();
+          weight_sink = std::move(*x);
+        } else if (engine != nullptr) {
+          std::vector<kernelrl::learner::PolicyEngine*> all = {engine.get()};
+          for (auto& r : replica_engines) all.push_back(r.get());
+          weight_sink = std::make_unique<kernelrl::learner::EngineWeightSink>(std::move(all));
+        }
+        auto* sink_ptr = weight_sink.get();
         learner_metrics = std::make_unique<kernelrl::learner::rl::LearnerMetrics>(&kernelrl::DefaultRegistry());
         auto* metrics_ptr = learner_metrics.get();
         auto m = kernelrl::learner::rl::JobManager::Open(
             config.state_dir(),
-            [engine_ptr, metrics_ptr, leader = dp_leader.get()] {
-              return kernelrl::learner::rl::MakeRecipeRunner(engine_ptr, metrics_ptr, leader);
+            [sink_ptr, metrics_ptr, leader = dp_leader.get()] {
+              return kernelrl::learner::rl::MakeRecipeRunner(sink_ptr, metrics_ptr, leader);
             },
             metrics_ptr);
         if (!m.ok()) return m.status();
@@ -69,6 +110,7 @@ int main(int argc, char** argv) {
         services.push_back(learner_service.get());
         return services;
       });
+  for (auto& s : replica_servers) s->Shutdown();
   jobs.reset();  // The running job stops and releases the ranks' trainers.
   kernelrl::learner::rl::StopDataParallelLearner(dp_leader.get(), dp_ranks);
   return rc;

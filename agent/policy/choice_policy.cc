@@ -74,6 +74,7 @@ absl::StatusOr<PolicyResponse> ChoicePolicy::Generate(const PolicyRequest& reque
   out.logprobs.push_back(0.f);
   out.policy_version = random_version_;
   out.finish_reason = "stop";
+  out.sampling.set_policy("choice_random");  // Uniform draws, not the model's: never importance-weighted.
   return out;
 }
 

@@ -3,13 +3,14 @@
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
+#include "common/grpc_channel.h"
 #include "grpcpp/grpcpp.h"
 
 namespace kernelrl::agent {
 
 GrpcPolicy::GrpcPolicy(const v1::PolicyBackendConfig& config)
     : config_(config),
-      stub_(v1::Policy::NewStub(grpc::CreateChannel(config.address(), grpc::InsecureChannelCredentials()))) {}
+      stub_(v1::Policy::NewStub(RoundRobinChannel(config.address(), /*health_check=*/false))) {}
 
 absl::StatusOr<PolicyResponse> GrpcPolicy::Generate(const PolicyRequest& request) {
   v1::GenerateRequest req;
@@ -41,6 +42,7 @@ absl::StatusOr<PolicyResponse> GrpcPolicy::Generate(const PolicyRequest& request
   out.logprobs.assign(resp.logprobs().begin(), resp.logprobs().end());
   out.policy_version = resp.policy_version();
   out.finish_reason = resp.finish_reason();
+  out.sampling = ModelSampling(request);  // The engine's log-probs are of softmax(logits / T).
   return out;
 }
 

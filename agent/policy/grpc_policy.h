@@ -1,5 +1,8 @@
 // GrpcPolicy: the learner's kernelrl.v1.Policy service (proto/policy.proto):
-// ids in, ids + log-probs out. UNAVAILABLE is retried up to
+// ids in, ids + log-probs out. policy.address may name several engine
+// replicas ("ipv4:h1:p1,h2:p2" or a DNS name with several records): gRPC's
+// round_robin balances the calls over them (common/grpc_channel.h), and each
+// reply carries the version of the replica that served it. UNAVAILABLE is retried up to
 // config.max_retries times; each attempt waits for the channel to be ready
 // until config.timeout_seconds. Thread-safe (the stub is).
 #ifndef KERNELRL_AGENT_POLICY_GRPC_POLICY_H_

@@ -1,6 +1,8 @@
 #include "agent/policy/openai_policy.h"
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <thread>
 
 #include "httplib.h"
@@ -92,6 +94,9 @@ absl::StatusOr<std::unique_ptr<OpenAIPolicy>> OpenAIPolicy::Create(const v1::Pol
                                                                    int32_t im_end_id, Json tools) {
   if (config.kind() != "openai_completions" && config.kind() != "openai_chat") {
     return absl::InvalidArgumentError(absl::StrCat("OpenAIPolicy: kind \"", config.kind(), "\""));
+  }
+  if (const std::string& s = config.server(); !s.empty() && s != "kernelrl" && s != "sglang" && s != "vllm") {
+    return absl::InvalidArgumentError(absl::StrCat("policy.server \"", s, "\": \"\", kernelrl, sglang or vllm"));
   }
   const std::string& address = config.address();
   const size_t scheme_end = address.find("://");
@@ -188,6 +193,48 @@ absl::StatusOr<Json> OpenAIPolicy::Post(const std::string& path, const Json& bod
   return last;
 }
 
+absl::StatusOr<Json> OpenAIPolicy::Get(const std::string& path) {
+  const std::string url = absl::StrCat(scheme_host_port_, path);
+  httplib::Headers headers;
+  if (!api_key_.empty()) headers.emplace("Authorization", absl::StrCat("Bearer ", api_key_));
+  std::unique_ptr<httplib::Client> client = TakeClient();
+  httplib::Result res = client->Get(path, headers);
+  if (!res) return absl::UnavailableError(absl::StrCat("GET ", url, ": ", httplib::to_string(res.error())));
+  ReturnClient(std::move(client));
+  if (res->status != 200) {
+    return absl::Status(CodeForHttp(res->status), absl::StrCat("GET ", url, ": HTTP ", res->status, ": ",
+                                                               ServerMessage(res->body)));
+  }
+  absl::StatusOr<Json> j = ParseJson(res->body);
+  if (!j.ok() || !j->is_object()) return absl::DataLossError(absl::StrCat("GET ", url, ": not a JSON object"));
+  return j;
+}
+
+absl::StatusOr<int64_t> OpenAIPolicy::ParseWeightVersion(const Json* version) {
+  if (version == nullptr || version->is_null()) {
+    return absl::FailedPreconditionError(
+        "the server reports no weight_version: start it with one (SGLang --weight-version 0) and let the learner "
+        "update it (policy.external in the learner's config)");
+  }
+  int64_t v = -1;
+  if (version->is_string()) {
+    if (!absl::SimpleAtoi(version->str(), &v)) v = -1;
+  } else if (absl::StatusOr<int64_t> i = version->AsInt(); i.ok()) {
+    v = *i;
+  }
+  if (v < 0) {
+    return absl::FailedPreconditionError(absl::StrCat("weight_version ", version->Dump(),
+                                                      " is not a policy version (a non-negative integer)"));
+  }
+  return v;
+}
+
+absl::StatusOr<int64_t> OpenAIPolicy::ServedVersion() {
+  absl::StatusOr<Json> info = Get("/weight_info");
+  if (!info.ok()) return info.status();
+  return ParseWeightVersion(info->Find("weight_version"));
+}
+
 Json OpenAIPolicy::CompletionBody(const PolicyRequest& request) const {
   Json body = Json::Object({{"prompt", IdArray(request.prompt_ids)}});
   if (!config_.model().empty()) body.Set("model", Json::String(config_.model()));
@@ -244,9 +291,17 @@ absl::StatusOr<PolicyResponse> OpenAIPolicy::Finish(const Json* token_ids, std::
                                                     const Json& response, const Json& choice) const {
   PolicyResponse out;
   out.finish_reason = choice.GetString("finish_reason", "").value_or("");
-  const Json* version = response.Find("policy_version");
-  absl::StatusOr<int64_t> v = version != nullptr ? version->AsInt() : absl::StatusOr<int64_t>(absl::NotFoundError(""));
-  out.policy_version = v.ok() ? *v : config_.static_policy_version();
+  if (config_.server() == "sglang") {
+    const Json* metadata = response.Find("metadata");
+    absl::StatusOr<int64_t> v =
+        ParseWeightVersion(metadata != nullptr && metadata->is_object() ? metadata->Find("weight_version") : nullptr);
+    if (!v.ok()) return v.status();
+    out.policy_version = *v;
+  } else {  // vLLM's is set by Generate.
+    const Json* version = response.Find("policy_version");
+    absl::StatusOr<int64_t> v = version != nullptr ? version->AsInt() : absl::StatusOr<int64_t>(absl::NotFoundError(""));
+    out.policy_version = v.ok() ? *v : config_.static_policy_version();
+  }
 
   bool exact = false;
   if (token_ids != nullptr && token_ids->is_array()) {
@@ -282,6 +337,8 @@ absl::StatusOr<PolicyResponse> OpenAIPolicy::Finish(const Json* token_ids, std::
         "honours return_token_ids or return_tokens_as_token_ids (vLLM >= 0.10.2, or `vllm serve "
         "--return-tokens-as-token-ids`), or set policy.allow_retokenize (evaluation only)");
   }
+  // Not the server's sampled ids and log-probs: nothing the learner may weight by.
+  out.sampling.set_policy("retokenized");
   if (!exact) {
     out.ids = tokenizer_->Encode(text);
     if (out.finish_reason == "stop") out.ids.push_back(im_end_id_);
@@ -376,16 +433,42 @@ absl::StatusOr<PolicyResponse> OpenAIPolicy::ParseChat(const Json& response, con
 }
 
 absl::StatusOr<PolicyResponse> OpenAIPolicy::Generate(const PolicyRequest& request) {
+  const bool vllm = config_.server() == "vllm";
+  if (vllm && request.temperature > 0 && std::abs(request.temperature - 1.0f) > 1e-6f &&
+      !config_.vllm_processed_logprobs()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "temperature ", request.temperature, " on vLLM: its default log-probs are raw (before temperature), so "
+        "importance weights would be wrong; start it with --logprobs-mode processed_logprobs and set "
+        "policy.vllm_processed_logprobs"));
+  }
+  int64_t before = 0;
+  if (vllm) {
+    absl::StatusOr<int64_t> v = ServedVersion();
+    if (!v.ok()) return v.status();
+    before = *v;
+  }
+  absl::StatusOr<PolicyResponse> out;
   if (config_.kind() == "openai_completions") {
     absl::StatusOr<Json> response = Post("/completions", CompletionBody(request), request.request_id);
     if (!response.ok()) return response.status();
-    return ParseCompletion(*response, request);
+    out = ParseCompletion(*response, request);
+  } else {
+    absl::StatusOr<Json> body = ChatBody(request);
+    if (!body.ok()) return body.status();
+    absl::StatusOr<Json> response = Post("/chat/completions", *body, request.request_id);
+    if (!response.ok()) return response.status();
+    out = ParseChat(*response, request);
   }
-  absl::StatusOr<Json> body = ChatBody(request);
-  if (!body.ok()) return body.status();
-  absl::StatusOr<Json> response = Post("/chat/completions", *body, request.request_id);
-  if (!response.ok()) return response.status();
-  return ParseChat(*response, request);
+  if (!out.ok()) return out;
+  if (vllm) {
+    absl::StatusOr<int64_t> after = ServedVersion();
+    if (!after.ok()) return after.status();
+    out->policy_version = std::min(before, *after);
+  }
+  const std::string policy = out->sampling.policy();
+  out->sampling = ModelSampling(request);
+  if (!policy.empty()) out->sampling.set_policy(policy);
+  return out;
 }
 
 }  // namespace kernelrl::agent

@@ -21,8 +21,17 @@
 // X-Request-Id. Errors: transport failures and HTTP 5xx are Unavailable
 // (retried max_retries times with backoff), 4xx map to the matching absl
 // code; the message holds the URL, the HTTP status and the server's
-// error.message. The version is the response's "policy_version" (ours) or
-// static_policy_version.
+// error.message.
+//
+// The version stamp (policy.server): ours puts "policy_version" in every
+// response; SGLang puts the weight_version that served the request in the
+// response's metadata; vLLM reports only the current one (GET /weight_info),
+// asked before and after the request, the older of the two stamped (a
+// request that straddles an update is counted as the older weights', so the
+// learner's staleness bound errs on the safe side). Other servers:
+// static_policy_version. Every response's SamplingInfo is the model's at
+// the request's temperature and top-p; vLLM must be serving processed
+// log-probs for that to hold at temperature != 1 (vllm_processed_logprobs).
 #ifndef KERNELRL_AGENT_POLICY_OPENAI_POLICY_H_
 #define KERNELRL_AGENT_POLICY_OPENAI_POLICY_H_
 
@@ -52,6 +61,10 @@ class OpenAIPolicy final : public PolicyClient {
 
   absl::StatusOr<PolicyResponse> Generate(const PolicyRequest& request) override;
 
+  // A weight_version as SGLang or vLLM report it (a string or a number),
+  // set by the learner to the policy version; anything else is an error.
+  static absl::StatusOr<int64_t> ParseWeightVersion(const Json* version);
+
   // The pieces, exposed for tests.
   Json CompletionBody(const PolicyRequest& request) const;
   absl::StatusOr<Json> ChatBody(const PolicyRequest& request) const;
@@ -63,6 +76,10 @@ class OpenAIPolicy final : public PolicyClient {
                Json tools, std::string scheme_host_port, std::string path_prefix, std::string api_key);
   // One POST with retries; the parsed JSON body of a 200.
   absl::StatusOr<Json> Post(const std::string& path, const Json& body, const std::string& request_id);
+  // GET {scheme_host_port}{path} (no /v1 prefix: the servers' own endpoints).
+  absl::StatusOr<Json> Get(const std::string& path);
+  // vLLM: the weight version it serves now.
+  absl::StatusOr<int64_t> ServedVersion();
   std::unique_ptr<httplib::Client> TakeClient();
   void ReturnClient(std::unique_ptr<httplib::Client> client);
   // Fills ids/logprobs from the response pieces both endpoints share.

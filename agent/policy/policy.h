@@ -20,6 +20,7 @@
 #include "agent/tokenizer/tokenizer.h"
 #include "proto/actor_config.pb.h"
 #include "proto/task.pb.h"
+#include "proto/trajectory.pb.h"
 
 namespace kernelrl::agent {
 
@@ -42,7 +43,20 @@ struct PolicyResponse {
   std::vector<float> logprobs;
   int64_t policy_version = 0;
   std::string finish_reason;  // "stop", "length", ...
+  // Who produced the ids and under which parameters the log-probs hold;
+  // every backend fills it, the trajectory carries it to the learner.
+  v1::SamplingInfo sampling;
 };
+
+// The SamplingInfo of ids sampled by the model itself under `request`'s
+// parameters (log-probs of softmax(logits / T)).
+inline v1::SamplingInfo ModelSampling(const PolicyRequest& request) {
+  v1::SamplingInfo s;
+  s.set_policy("model");
+  s.set_temperature(request.temperature);
+  s.set_top_p(request.top_p);
+  return s;
+}
 
 class PolicyClient {
  public:

@@ -72,6 +72,7 @@ absl::StatusOr<PolicyResponse> ScriptedPolicy::Generate(const PolicyRequest& req
   r.logprobs.resize(r.ids.size());
   for (size_t i = 0; i < r.ids.size(); ++i) r.logprobs[i] = -0.01f * static_cast<float>(1 + (i + request.turn) % 7);
   r.policy_version = version_;
+  r.sampling.set_policy("scripted");  // Its log-probs are placeholders, not a model's.
   return r;
 }
 

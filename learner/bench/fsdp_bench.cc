@@ -41,6 +41,7 @@
 #include "learner/dist/launcher.h"
 #include "learner/dist/memory_plan.h"
 #include "learner/dist/store_backend_for_test.h"
+#include "learner/bench/shapes.h"
 #include "learner/model.h"
 #include "learner/rl/trainer.h"
 
@@ -48,28 +49,6 @@ namespace kernelrl::learner::bench {
 namespace {
 
 using rl::Sample;
-
-ModelConfig Shape(const std::string& name) {
-  ModelConfig c;
-  c.model_type = "qwen2";
-  c.vocab_size = 152064;
-  c.max_position_embeddings = 131072;
-  c.rope_theta = 1000000.0;
-  if (name == "qwen2.5-7b") {
-    c.hidden_size = 3584, c.intermediate_size = 18944, c.num_layers = 28, c.num_heads = 28, c.num_kv_heads = 4;
-  } else if (name == "qwen2.5-1.5b") {
-    c.vocab_size = 151936, c.tie_word_embeddings = true;
-    c.hidden_size = 1536, c.intermediate_size = 8960, c.num_layers = 28, c.num_heads = 12, c.num_kv_heads = 2;
-  } else if (name == "tiny") {  // The CPU smoke run.
-    c.vocab_size = 512, c.hidden_size = 64, c.intermediate_size = 128, c.num_layers = 2, c.num_heads = 4;
-    c.num_kv_heads = 2;
-  } else {  // qwen2.5-0.5b
-    c.vocab_size = 151936, c.tie_word_embeddings = true;
-    c.hidden_size = 896, c.intermediate_size = 4864, c.num_layers = 24, c.num_heads = 14, c.num_kv_heads = 2;
-  }
-  c.head_dim = c.hidden_size / c.num_heads;
-  return c;
-}
 
 double Now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 double GiB(double b) { return b / (1 << 30); }

@@ -9,7 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
 #include "learner/checkpoint.h"
-#include "learner/policy/engine.h"
+#include "learner/sync/weight_sink.h"
 #include "learner/rl/dp_job.h"
 #include "learner/rl/gae.h"
 #include "learner/rl/job_config.h"
@@ -33,8 +33,8 @@ constexpr int kNumStages = 5;
 
 class RecipeRunner : public JobRunner {
  public:
-  RecipeRunner(PolicyEngine* engine, LearnerMetrics* metrics, DpLeader* dp)
-      : engine_(engine), metrics_(metrics), dp_(dp) {}
+  RecipeRunner(WeightSink* sink, LearnerMetrics* metrics, DpLeader* dp)
+      : sink_(sink), metrics_(metrics), dp_(dp) {}
   absl::Status Run(JobContext* ctx) override;
   absl::Status RunStages(JobContext* ctx);
 
@@ -54,7 +54,7 @@ class RecipeRunner : public JobRunner {
   // One update on the global batch: this rank's shard when data-parallel.
   absl::StatusOr<StepMetrics> Train(StepKind kind, const std::vector<Sample>& batch);
 
-  PolicyEngine* engine_;
+  WeightSink* sink_;  // Where each committed version is served from (may be null).
   LearnerMetrics* metrics_;
   DpLeader* dp_;  // Null: one rank.
   bool dp_setup_ = false;
@@ -130,8 +130,8 @@ absl::Status RecipeRunner::Setup(JobContext* ctx) {
   // A resumed job: the policy server still holds the weights it started with
   // (the base checkpoint, version 0), and actors would sample from them and
   // tag their trajectories with that version, which ingest drops as stale.
-  if (engine_ != nullptr && latest.ok()) {
-    if (auto s = engine_->SwapWeightsFrom(latest->policy_dir, version_); !s.ok()) return s;
+  if (sink_ != nullptr && latest.ok()) {
+    if (auto s = sink_->Publish(latest->policy_dir, version_); !s.ok()) return s;
   }
   KLOG(INFO) << "job " << ctx->job_id() << ": step " << step_ << ", policy version " << version_ << ", stage "
              << kStages[std::min<int64_t>(stage_, kNumStages - 1)].name << " step " << stage_step_ << " on "
@@ -226,9 +226,9 @@ absl::Status RecipeRunner::Commit(JobContext* ctx, int stage, const std::vector<
   if (auto s = ingest_->Commit(step); !s.ok()) return s;
   step_ = step, ++version_, ++stage_step_;
   ingest_->SetPolicyVersion(version_);
-  if (engine_ != nullptr) {
+  if (sink_ != nullptr) {
     t0 = std::chrono::steady_clock::now();
-    if (auto s = engine_->SwapWeightsFrom(*dir + "/policy", version_); !s.ok()) return s;
+    if (auto s = sink_->Publish(*dir + "/policy", version_); !s.ok()) return s;
     m["weight_sync_seconds"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
   const IngestInfo info = ingest_->Info();
@@ -448,8 +448,8 @@ absl::Status RecipeRunner::RunStages(JobContext* ctx) {
 
 }  // namespace
 
-std::unique_ptr<JobRunner> MakeRecipeRunner(PolicyEngine* engine, LearnerMetrics* metrics, DpLeader* dp) {
-  return std::make_unique<RecipeRunner>(engine, metrics, dp);
+std::unique_ptr<JobRunner> MakeRecipeRunner(WeightSink* sink, LearnerMetrics* metrics, DpLeader* dp) {
+  return std::make_unique<RecipeRunner>(sink, metrics, dp);
 }
 
 }  // namespace kernelrl::learner::rl

@@ -14,7 +14,7 @@
 //    update's metrics say which ended it.
 // Every update is committed as: TRAINED records -> checkpoint (weights,
 // AdamW state, RNG, policy version, stage cursor) -> COMMITTED record ->
-// weight sync to the policy server -> job record. A restart resumes from the
+// weight sync to the policy servers (a WeightSink) -> job record. A restart resumes from the
 // last checkpoint; the ledger voids anything trained after it. Stages with
 // `skip: true` are passed over (ablations).
 #ifndef KERNELRL_LEARNER_RL_RECIPE_H_
@@ -25,19 +25,19 @@
 #include "learner/rl/jobs.h"
 
 namespace kernelrl::learner {
-class PolicyEngine;
+class WeightSink;
 }
 
 namespace kernelrl::learner::rl {
 
 class DpLeader;
 
-// engine: the built-in policy server to hot-swap each new version into (may
-// be null). metrics: where each committed step is recorded (may be null).
+// sink: where each new version is published (learner/sync/weight_sink.h:
+// the built-in engine or external servers; may be null). metrics: where each committed step is recorded (may be null).
 // dp: data-parallel training over the ranks it drives (learner/rl/dp_job.h;
 // null = one device). Only this process (rank 0) writes checkpoints, the
 // ledger and policy versions.
-std::unique_ptr<JobRunner> MakeRecipeRunner(PolicyEngine* engine, LearnerMetrics* metrics = nullptr,
+std::unique_ptr<JobRunner> MakeRecipeRunner(WeightSink* sink, LearnerMetrics* metrics = nullptr,
                                             DpLeader* dp = nullptr);
 
 }  // namespace kernelrl::learner::rl

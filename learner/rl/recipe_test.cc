@@ -45,6 +45,7 @@
 #include "learner/checkpoint.h"
 #include "learner/model.h"
 #include "learner/policy/engine.h"
+#include "learner/sync/weight_sink.h"
 #include "learner/rl/jobs.h"
 #include "learner/rl/learner_metrics.h"
 #include "learner/test_util.h"
@@ -169,8 +170,9 @@ int LearnerMain(const std::string& root) {
   auto engine = PolicyEngine::Load(root + "/base", "cpu", "float32", 0, EngineOptions{});
   if (!engine.ok()) return std::fprintf(stderr, "engine: %s\n", engine.status().ToString().c_str()), 1;
   PolicyEngine* e = engine->get();
+  EngineWeightSink sink(e);
   auto m = JobManager::Open(
-      root + "/state", [&metrics, e] { return MakeRecipeRunner(e, &metrics); }, &metrics);
+      root + "/state", [&metrics, &sink] { return MakeRecipeRunner(&sink, &metrics); }, &metrics);
   if (!m.ok()) return std::fprintf(stderr, "open: %s\n", m.status().ToString().c_str()), 1;
   auto list = (*m)->List(10, "");
   if (!list.ok()) return 1;

@@ -1,0 +1,99 @@
+#include "learner/sync/collective_weight_sync.h"
+
+#include <ATen/ATen.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/json.h"
+#include "learner/policy/engine.h"
+
+namespace kernelrl::learner {
+namespace {
+
+constexpr int kRoot = 0;
+
+void Broadcast(c10d::Backend& sync, at::Tensor& t) {
+  std::vector<at::Tensor> v{t};
+  c10d::BroadcastOptions o;
+  o.rootRank = kRoot;
+  sync.broadcast(v, o)->wait();
+}
+
+}  // namespace
+
+absl::Status SendWeights(dist::ShardedWeights& weights, c10d::Backend* sync, int64_t policy_version) {
+  at::NoGradGuard no_grad;
+  try {
+    weights.FinishGradients();  // Prefetched gathers hold the weights before the last step.
+    const at::Device device = weights.parameters().front().device();
+    const int64_t units = weights.unit_count();
+    at::ScalarType dtype = at::kFloat;
+    for (int64_t u = 0; u < units; ++u) {
+      at::Tensor full = weights.Gather(u);  // Collective over the shard group.
+      weights.Prefetch(u + 1);              // Gathered while this unit is sent.
+      if (sync == nullptr) continue;
+      if (u == 0) {  // The header goes first; the dtype is the gathered buffers'.
+        dtype = full.scalar_type();
+        const std::string layout = weights.Layout().Dump();
+        at::Tensor header =
+            at::tensor({policy_version, static_cast<int64_t>(layout.size()), static_cast<int64_t>(dtype)}, at::kLong)
+                .to(device);
+        Broadcast(*sync, header);
+        at::Tensor bytes = at::empty({static_cast<int64_t>(layout.size())}, at::kByte);
+        std::memcpy(bytes.data_ptr(), layout.data(), layout.size());
+        bytes = bytes.to(device);
+        Broadcast(*sync, bytes);
+      }
+      at::Tensor part = full.narrow(0, 0, weights.unit_numel(u)).contiguous();
+      Broadcast(*sync, part);
+    }
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("weight sync (send) of version ", policy_version, ": ", e.what()));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ReceivedWeights> ReceiveWeights(c10d::Backend& sync, const ModelOptions& options) {
+  at::NoGradGuard no_grad;
+  try {
+    const at::Device device = options.device;
+    at::Tensor header = at::empty({3}, at::TensorOptions().dtype(at::kLong).device(device));
+    Broadcast(sync, header);
+    header = header.to(at::kCPU);
+    const int64_t version = header[0].item<int64_t>(), length = header[1].item<int64_t>();
+    const auto dtype = static_cast<at::ScalarType>(header[2].item<int64_t>());
+    at::Tensor bytes = at::empty({length}, at::TensorOptions().dtype(at::kByte).device(device));
+    Broadcast(sync, bytes);
+    bytes = bytes.to(at::kCPU);
+    auto layout = ParseJson(std::string(static_cast<const char*>(bytes.data_ptr()), static_cast<size_t>(length)));
+    if (!layout.ok() || layout->Find("units") == nullptr) {
+      return absl::DataLossError("weight sync: the layout is not the sender's JSON");
+    }
+    std::vector<at::Tensor> units;
+    for (const Json& u : layout->Find("units")->items()) {
+      const Json* n = u.Find("numel");
+      absl::StatusOr<int64_t> numel = n != nullptr ? n->AsInt() : absl::StatusOr<int64_t>(absl::DataLossError("numel"));
+      if (!numel.ok()) return absl::DataLossError("weight sync: a unit of the layout has no numel");
+      units.push_back(at::empty({*numel}, at::TensorOptions().dtype(dtype).device(device)));
+      Broadcast(sync, units.back());
+    }
+    auto model = dist::ShardedWeights::Assemble(*layout, units, options);
+    if (!model.ok()) return model.status();
+    return ReceivedWeights{std::move(*model), version};
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("weight sync (receive): ", e.what()));
+  }
+}
+
+absl::StatusOr<int64_t> ReceiveIntoEngine(c10d::Backend& sync, const ModelOptions& options, PolicyEngine* engine) {
+  auto got = ReceiveWeights(sync, options);
+  if (!got.ok()) return got.status();
+  const int64_t version = got->policy_version;
+  engine->SwapWeights(std::move(got->model), version, absl::StrCat("c10d:version-", version));
+  return version;
+}
+
+}  // namespace kernelrl::learner

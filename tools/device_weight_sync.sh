@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Weight sync without disk on four GPUs: a Qwen2.5-7B-shaped policy (random
+# init) sharded over 4 learner ranks, sent to 3 engine replicas (GPUs 1..3)
+# over ProcessGroupNCCL (learner/bench/weight_sync_bench.cc; goal <= 2 s per
+# version). Then 1 replica, to see the broadcast's cost per replica.
+#   stage (here, after `bazel build //learner/bench:weight_sync_bench`):
+#       bash tools/device_weight_sync.sh --stage      -> .devcarry/weight_sync/
+#   on four GPUs (run tool, kind nvidia-h100-x4 or nvidia-h200-x4, carry
+#   .devcarry/weight_sync):
+#       bash tools/device_weight_sync.sh                (~4 min: model setup dominates)
+#   Results: one JSON line per round in $OUT/results.jsonl, a table in $OUT/summary.txt.
+set -u
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+C=$ROOT/.devcarry/weight_sync
+. "$(dirname "$0")/device_libs.sh"
+
+if [ "${1:-}" = "--stage" ]; then
+  set -e
+  rm -rf "$C" && mkdir -p "$C/bin"
+  cp "$ROOT/bazel-bin/learner/bench/weight_sync_bench" "$C/bin/"
+  device_stage_libs --without-torch --libcxx "$C" "$C/bin/weight_sync_bench"
+  du -sh "$C"
+  exit 0
+fi
+
+OUT=${OUT:-/tmp/weight_sync_out}; mkdir -p "$OUT"
+R=$OUT/results.jsonl; : > "$R"
+S=$OUT/summary.txt; : > "$S"
+device_lib_path "$C" "$C/bin/weight_sync_bench"
+# NVLink multicast stays off (shared hosts; .library/device/KINDS.md); ranks inherit this environment.
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+echo "== device: $(nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | head -1) x $(nvidia-smi -L | wc -l)" | tee -a "$S"
+run() {  # name, timeout, args...
+  local name=$1 limit=$2; shift 2
+  echo "== $name: weight_sync_bench $*" | tee -a "$S"
+  timeout "$limit" "$C/bin/weight_sync_bench" "$@" 2>"$OUT/$name.err" | tee -a "$R" "$S"
+  [ "${PIPESTATUS[0]}" = 0 ] || echo "FAILED or stopped ($name): $(tail -3 "$OUT/$name.err")" | tee -a "$S"
+}
+run 7b_4x3 300 run qwen2.5-7b 4 3 4
+run 7b_4x1 240 run qwen2.5-7b 4 1 3
+python3 - "$R" <<'PY' | tee -a "$S"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+for n in sorted({r["replicas"] for r in rows}):
+    rs = [r for r in rows if r["replicas"] == n and r["round"] > 1]  # Round 1 sets NCCL up.
+    if rs:
+        best = min(max(r["send_s"], r["replica_max_s"]) for r in rs)
+        print(f"7B ({rs[0]['gib']:.1f} GiB bf16) from 4 learner ranks to {n} replica(s): best {best:.2f} s "
+              f"({'meets' if best <= 2 else 'misses'} the 2 s goal)")
+PY
