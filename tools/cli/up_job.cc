@@ -33,9 +33,10 @@ constexpr char kQuickstartHyperparameters[] = R"pb(
     agentic_ppo { steps: 2 max_turns: 8 }
   }
   batch { trajectories_per_step: 2 }
-  # The scripted policy samples with one fixed version: every trajectory is
-  # off-policy by construction, so the staleness bound must not reject it.
-  ingest { max_policy_lag: 1000 }
+  # The scripted policy samples with one fixed version and placeholder
+  # log-probs: every trajectory is off-policy by construction, so neither the
+  # staleness bound nor the model-only rule may reject it (a plumbing job).
+  ingest { max_policy_lag: 1000 accept_non_model_policies: true }
 )pb";
 
 std::unique_ptr<grpc::ClientContext> ContextUntil(absl::Time deadline) {
