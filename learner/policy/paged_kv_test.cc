@@ -1,0 +1,164 @@
+// Paged attention against the contiguous paths on a tiny random model (CPU,
+// fp32): several sequences of different lengths, two sharing a prompt
+// prefix whose blocks the second one reuses (prefilling only its own
+// tokens), one prefilled in two chunks, then many decode steps in one
+// batch. Every step's logits equal a full forward of the whole sequence and
+// the contiguous KV cache's Prefill/Decode.
+#include <c10/core/GradMode.h>
+
+#include <random>
+
+#include "gtest/gtest.h"
+#include "learner/model.h"
+#include "learner/policy/kv_blocks.h"
+#include "learner/test_util.h"
+
+namespace kernelrl::learner {
+namespace {
+
+constexpr int kVocab = 97;
+constexpr int kBlock = 4;
+
+std::unique_ptr<Transformer> TinyModel(uint64_t seed) {
+  ModelConfig c = learner::testing::TinyQwen2Config(kVocab);
+  c.max_position_embeddings = 256;
+  auto m = Transformer::Create(c, Head::kLanguageModel, {}, seed);
+  EXPECT_TRUE(m.ok());
+  c10::AutoGradMode no_grad(false);
+  for (at::Tensor& p : (*m)->parameters()) {
+    if (p.dim() == 2) p.mul_(8.0);  // Larger than HF's init: logits far from uniform.
+  }
+  return std::move(*m);
+}
+
+std::vector<int32_t> Random(std::mt19937* rng, int n) {
+  std::vector<int32_t> t(n);
+  for (auto& x : t) x = std::uniform_int_distribution<int>(0, kVocab - 1)(*rng);
+  return t;
+}
+
+// Logits at the last position of a full, cache-free forward.
+at::Tensor FullLast(const Transformer& m, const std::vector<int32_t>& seq) {
+  at::Tensor ids = at::tensor(std::vector<int64_t>(seq.begin(), seq.end()), at::kLong).view({1, -1});
+  return m.Logits(ids)[0][-1];
+}
+
+struct Seq {
+  std::vector<int32_t> tokens;
+  int64_t cached = 0;
+  std::vector<int32_t> blocks;
+  uint64_t key = KVBlockManager::kRootKey;
+  int64_t registered = 0;
+};
+
+void Grow(KVBlockManager* m, Seq* s, int64_t positions) {
+  while (static_cast<int64_t>(s->blocks.size()) * kBlock < positions) {
+    auto b = m->Allocate();
+    ASSERT_TRUE(b.has_value());
+    s->blocks.push_back(*b);
+  }
+}
+
+void RegisterFull(KVBlockManager* m, Seq* s) {
+  for (; (s->registered + 1) * kBlock <= s->cached; ++s->registered) {
+    auto ids = absl::MakeConstSpan(s->tokens).subspan(s->registered * kBlock, kBlock);
+    s->key = m->Register(s->blocks[s->registered], s->key, ids);
+  }
+}
+
+// One PagedForward over seqs[i] with n[i] new tokens each; returns logits.
+at::Tensor Step(const Transformer& model, PagedKVCache* cache, KVBlockManager* m, std::vector<Seq*> seqs,
+                std::vector<int64_t> n) {
+  PagedBatch batch;
+  std::vector<int64_t> ids;
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    Seq* s = seqs[i];
+    Grow(m, s, s->cached + n[i]);
+    batch.starts.push_back(s->cached);
+    batch.lengths.push_back(n[i]);
+    batch.block_tables.push_back(s->blocks);
+    ids.insert(ids.end(), s->tokens.begin() + s->cached, s->tokens.begin() + s->cached + n[i]);
+  }
+  at::Tensor logits = model.PagedForward(ids, batch, cache);
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    seqs[i]->cached += n[i];
+    RegisterFull(m, seqs[i]);
+  }
+  return logits;
+}
+
+void ExpectClose(const at::Tensor& got, const at::Tensor& want, const std::string& what) {
+  const double diff = (got - want).abs().max().item<double>();
+  EXPECT_LT(diff, 2e-4 * std::max(1.0, want.abs().max().item<double>())) << what << ": max |diff| " << diff;
+}
+
+TEST(PagedKVTest, PagedLogitsEqualContiguousWithSharedPrefixesChunksAndDecode) {
+  c10::AutoGradMode no_grad(false);
+  std::mt19937 rng(std::random_device{}());
+  auto model = TinyModel(rng());
+  PagedKVCache cache(model->config(), 64, kBlock, at::TensorOptions().dtype(at::kFloat));
+  KVBlockManager blocks(64, kBlock, /*prefix_caching=*/true);
+
+  const std::vector<int32_t> prompt = Random(&rng, 10);  // Shared by a and b: 2 full blocks.
+  Seq a, b, c, d;
+  a.tokens = prompt;
+  for (int32_t t : Random(&rng, 3)) a.tokens.push_back(t);
+  b.tokens = prompt;
+  for (int32_t t : Random(&rng, 7)) b.tokens.push_back(t);
+  c.tokens = Random(&rng, 6);
+  d.tokens = Random(&rng, 21);
+
+  // a alone, in two chunks (6 tokens, then 7 on top of the cached 6).
+  Step(*model, &cache, &blocks, {&a}, {6});
+  at::Tensor la = Step(*model, &cache, &blocks, {&a}, {7});
+  ExpectClose(la[0], FullLast(*model, a.tokens), "a after chunked prefill");
+
+  // b reuses a's two full prompt blocks and prefills only its other 9
+  // tokens, packed with c and d (no prefix) in one call.
+  b.blocks = blocks.Match(b.tokens, (static_cast<int>(b.tokens.size()) - 1) / kBlock);
+  ASSERT_EQ(b.blocks.size(), 2u);
+  EXPECT_EQ(b.blocks[0], a.blocks[0]);
+  b.cached = 8;
+  b.registered = 2;
+  b.key = KVBlockManager::ChainKey(KVBlockManager::ChainKey(KVBlockManager::kRootKey,
+                                                            absl::MakeConstSpan(prompt).subspan(0, 4)),
+                                   absl::MakeConstSpan(prompt).subspan(4, 4));
+  at::Tensor lbcd = Step(*model, &cache, &blocks, {&b, &c, &d}, {9, 6, 21});
+  ExpectClose(lbcd[0], FullLast(*model, b.tokens), "b after prefix reuse");
+  ExpectClose(lbcd[1], FullLast(*model, c.tokens), "c");
+  ExpectClose(lbcd[2], FullLast(*model, d.tokens), "d");
+
+  // The contiguous cache, prefilled with the same sequences (one row each).
+  KVCache contiguous(model->config(), 4, 64, at::TensorOptions().dtype(at::kFloat));
+  std::vector<Seq*> all = {&a, &b, &c, &d};
+  for (int64_t r = 0; r < 4; ++r) {
+    const auto& t = all[r]->tokens;
+    model->Prefill(at::tensor(std::vector<int64_t>(t.begin(), t.end()), at::kLong).view({1, -1}),
+                   at::tensor(std::vector<int64_t>{r}, at::kLong), &contiguous);
+  }
+  at::Tensor next = at::stack({la[0], lbcd[0], lbcd[1], lbcd[2]}).argmax(-1);
+  for (int step = 0; step < 20; ++step) {
+    std::vector<int64_t> ids, rows, positions;
+    for (int64_t r = 0; r < 4; ++r) {
+      all[r]->tokens.push_back(static_cast<int32_t>(next[r].item<int64_t>()));
+      ids.push_back(all[r]->tokens.back());
+      rows.push_back(r);
+      positions.push_back(static_cast<int64_t>(all[r]->tokens.size()) - 1);
+    }
+    at::Tensor paged = Step(*model, &cache, &blocks, all, {1, 1, 1, 1});
+    at::Tensor dense = model->Decode(ids, rows, positions, &contiguous);
+    for (int64_t r = 0; r < 4; ++r) {
+      const std::string what = "decode step " + std::to_string(step) + " sequence " + std::to_string(r);
+      ExpectClose(paged[r], dense[r], what + " vs contiguous cache");
+      if (step % 5 == 4) ExpectClose(paged[r], FullLast(*model, all[r]->tokens), what + " vs full forward");
+    }
+    next = paged.argmax(-1);
+  }
+  // a and b still share their two prompt blocks; nothing else is shared.
+  EXPECT_EQ(a.blocks[0], b.blocks[0]);
+  EXPECT_EQ(a.blocks[1], b.blocks[1]);
+  EXPECT_NE(a.blocks[2], b.blocks[2]);
+}
+
+}  // namespace
+}  // namespace kernelrl::learner
