@@ -75,10 +75,11 @@ bool KVBlockManager::Contains(uint64_t parent_key, absl::Span<const int32_t> tok
   return b.parent_key == parent_key && std::equal(tokens.begin(), tokens.end(), b.tokens.begin(), b.tokens.end());
 }
 
-std::vector<int> KVBlockManager::Match(absl::Span<const int32_t> tokens, int max_blocks) {
+std::vector<int> KVBlockManager::Match(absl::Span<const int32_t> tokens, int max_blocks, uint64_t* key_out) {
   std::vector<int> out;
-  if (!prefix_caching_) return out;
   uint64_t key = kRootKey;
+  if (key_out != nullptr) *key_out = key;
+  if (!prefix_caching_) return out;
   const int n = std::min<int>(max_blocks, static_cast<int>(tokens.size()) / block_size_);
   for (int i = 0; i < n; ++i) {
     absl::Span<const int32_t> ids = tokens.subspan(static_cast<size_t>(i) * block_size_, block_size_);
@@ -89,6 +90,7 @@ std::vector<int> KVBlockManager::Match(absl::Span<const int32_t> tokens, int max
     if (b.ref++ == 0) lru_.erase(b.lru);  // Cached -> referenced.
     out.push_back(id);
   }
+  if (key_out != nullptr) *key_out = key;
   return out;
 }
 

@@ -57,8 +57,9 @@ class KVBlockManager {
   static constexpr uint64_t kRootKey = 0x6b65726e656c726cULL;
 
   // The longest chain of registered blocks holding tokens[0, n * block_size)
-  // for n <= max_blocks, each taken (ref + 1). Returns their ids in order.
-  std::vector<int> Match(absl::Span<const int32_t> tokens, int max_blocks);
+  // for n <= max_blocks, each taken (ref + 1). Returns their ids in order;
+  // *key (if set) becomes the last matched block's key (kRootKey if none).
+  std::vector<int> Match(absl::Span<const int32_t> tokens, int max_blocks, uint64_t* key = nullptr);
   // Whether the block after `parent_key` with these ids is registered.
   bool Contains(uint64_t parent_key, absl::Span<const int32_t> tokens) const;
   // Registers `block` (referenced by the caller, now full) as the block
