@@ -5,6 +5,7 @@
 // proto/learner_config.proto.
 #include "common/service.h"
 #include "learner/learner_service.h"
+#include "learner/policy/engine_metrics.h"
 #include "learner/policy/openai_server.h"
 #include "learner/policy_service.h"
 #include "learner/rl/dp_job.h"
@@ -32,6 +33,7 @@ int main(int argc, char** argv) {
   // kernelrl.v1.Policy, when `policy { enabled: true model_path: ... }`;
   // each committed policy version is hot-swapped into it.
   std::unique_ptr<kernelrl::learner::PolicyEngine> engine;
+  std::unique_ptr<kernelrl::learner::EngineMetrics> engine_metrics;  // Detached before the engine goes.
   std::unique_ptr<kernelrl::learner::PolicyService> policy_service;
   std::unique_ptr<kernelrl::learner::OpenAIServer> openai_server;  // Stopped before the engine goes.
   std::unique_ptr<kernelrl::learner::rl::LearnerMetrics> learner_metrics;  // Outlives the jobs.
@@ -45,6 +47,7 @@ int main(int argc, char** argv) {
           auto e = kernelrl::learner::MakePolicyEngine(config.policy());
           if (!e.ok()) return e.status();
           engine = std::move(*e);
+          engine_metrics = std::make_unique<kernelrl::learner::EngineMetrics>(engine.get(), &kernelrl::DefaultRegistry());
           policy_service = std::make_unique<kernelrl::learner::PolicyService>(engine.get());
           services.push_back(policy_service.get());
           if (config.policy().openai_enabled()) {  // The same engine over OpenAI's HTTP API.

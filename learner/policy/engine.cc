@@ -42,6 +42,7 @@ struct PolicyEngine::Sequence {
   uint64_t key = KVBlockManager::kRootKey;  // The last of those blocks' key.
   int32_t max_new = 0;
   bool finished = false;
+  bool prefilling = false;  // Admitted, its first token since admission not yet sampled.
   std::mt19937_64 rng;
 
   int64_t uncached() const { return static_cast<int64_t>(tokens.size()) - cached; }
@@ -313,6 +314,7 @@ void PolicyEngine::Admit() {
     }
     stats_.prompt_tokens += n;
     stats_.prefix_hit_tokens += s.cached;
+    s.prefilling = true;
     running_.push_back(std::move(waiting_.front()));
     waiting_.pop_front();
   }
@@ -336,6 +338,7 @@ void PolicyEngine::Prefill() {
   }
   if (seqs.empty()) return;
   at::Tensor logits = model_->PagedForward(ids, batch, cache_.get());  // [S,V]
+  stats_.prefill_tokens += static_cast<int64_t>(ids.size());
   std::vector<int64_t> rows;
   for (size_t i = 0; i < seqs.size(); ++i) {
     seqs[i]->cached += batch.lengths[i];
@@ -345,7 +348,6 @@ void PolicyEngine::Prefill() {
       sample.push_back(seqs[i]);
     }
   }
-  stats_.prefill_tokens += static_cast<int64_t>(ids.size());
   if (sample.empty()) return;
   if (sample.size() != seqs.size()) logits = logits.index_select(0, at::tensor(rows, at::kLong).to(logits.device()));
   SampleRows(logits, sample);
@@ -405,6 +407,7 @@ void PolicyEngine::Decode() {
   at::Tensor logits = model_->PagedForward(ids, batch, cache_.get());
   for (Sequence* s : seqs) {
     ++s->cached;
+    if (s->prefilling) ++stats_.prefill_tokens;  // Its prompt's last token (the rest was cached).
     RegisterFullBlocks(s);
   }
   SampleRows(logits, seqs);
@@ -426,7 +429,8 @@ void PolicyEngine::ReleaseBlocks(Sequence* s) {
 
 void PolicyEngine::PublishLocked() {
   published_ = stats_;
-  running_count_ = static_cast<int>(running_.size());
+  running_count_ = static_cast<int>(
+      std::count_if(running_.begin(), running_.end(), [](const auto& s) { return !s->finished; }));
   blocks_used_ = blocks_->referenced();
   blocks_cached_ = blocks_->cached();
 }
@@ -484,6 +488,7 @@ void PolicyEngine::SampleRows(const at::Tensor& logits, const std::vector<Sequen
 }
 
 void PolicyEngine::Accept(Sequence* s, int32_t token, float logprob) {
+  s->prefilling = false;
   s->tokens.push_back(token);
   s->result.output_ids.push_back(token);
   s->result.logprobs.push_back(logprob);
