@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # The policy engine on one GPU (docs/LEARNER.md "Policy engine"), one run:
-#   0. stage (here, after `bazel build //learner/bench:engine_bench`):
+#   0. stage (here, after `bazel build //learner/bench:engine_bench
+#      //learner/policy:paged_kv_test`):
 #      `tools/device_engine.sh --stage` fills .devcarry/engine/ with the
 #      binary and the Debian .so files it links; LibTorch is the device's own
 #      torch (same 2.11.0).
-#   1. decode throughput, engine_bench vs HF generate() (hf_bench.py), same
+#   1. paged attention vs the contiguous cache and a full forward on CUDA
+#      (paged_kv_test, fp32);
+#   2. decode throughput, engine_bench vs HF generate() (hf_bench.py), same
 #      GPU, one after the other: batch 32/128/256, 128-token prompts, 256 new
 #      tokens, greedy, Qwen2.5-0.5B and Qwen2.5-7B shapes (random bf16);
-#   2. a 20-turn agentic trajectory (8 rollouts of one task at once) with
+#   3. a 20-turn agentic trajectory (8 rollouts of one task at once) with
 #      prefix caching on and off: prompt/prefilled tokens and wall.
 # Knobs: ENGINE_SHAPES (default "0.5b 7b"), ENGINE_BATCHES (32,128,256),
 # ENGINE_NEW (256), ENGINE_TURNS (20), ENGINE_ROLLOUTS (8).
@@ -19,7 +22,7 @@ C=$ROOT/.devcarry/engine
 if [ "${1:-}" = "--stage" ]; then
   set -e
   rm -rf "$C" && mkdir -p "$C/bin"
-  cp "$ROOT/bazel-bin/learner/bench/engine_bench" "$C/bin/"
+  cp "$ROOT/bazel-bin/learner/bench/engine_bench" "$ROOT/bazel-bin/learner/policy/paged_kv_test" "$C/bin/"
   . "$ROOT/tools/device_libs.sh"
   device_stage_libs --without-torch --libcxx "$C" "$C"/bin/*
   du -sh "$C"
@@ -37,6 +40,10 @@ device_lib_path "$C" "$C/bin/engine_bench"
 say "== device: $(nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader)"
 say "== torch $($PY -c 'import torch,transformers;print(torch.__version__, transformers.__version__)')"
 cd "$ROOT"
+export TEST_TMPDIR=/tmp/engine_test; mkdir -p $TEST_TMPDIR
+KERNELRL_TEST_DEVICE=cuda timeout 60 "$C/bin/paged_kv_test" > "$OUT/paged_kv_test_cuda.log" 2>&1
+say "== paged vs contiguous on CUDA fp32: rc=$? ($(grep -c '\[       OK' "$OUT/paged_kv_test_cuda.log") OK, $(grep -c '\[  FAILED' "$OUT/paged_kv_test_cuda.log") failed)"
+grep -E "Failure|max \|diff" "$OUT/paged_kv_test_cuda.log" | head -6 | tee -a "$S"
 B=$OUT/bench.jsonl; : > "$B"
 run() { timeout "$1" "${@:2}" >> "$B" 2>> "$OUT/bench.err" || echo "{\"failed\": \"${*:2}\", \"rc\": $?}" >> "$B"; }
 BATCHES=${ENGINE_BATCHES:-32,128,256}

@@ -3,9 +3,11 @@
 // prefix whose blocks the second one reuses (prefilling only its own
 // tokens), one prefilled in two chunks, then many decode steps in one
 // batch. Every step's logits equal a full forward of the whole sequence and
-// the contiguous KV cache's Prefill/Decode.
+// the contiguous KV cache's Prefill/Decode. KERNELRL_TEST_DEVICE=cuda runs
+// it on the GPU (fp32), as tools/device_engine.sh does; CI runs it on the CPU.
 #include <c10/core/GradMode.h>
 
+#include <cstdlib>
 #include <random>
 
 #include "gtest/gtest.h"
@@ -19,10 +21,17 @@ namespace {
 constexpr int kVocab = 97;
 constexpr int kBlock = 4;
 
+ModelOptions TestOptions() {
+  ModelOptions o;
+  const char* d = std::getenv("KERNELRL_TEST_DEVICE");
+  if (d != nullptr && std::string(d) == "cuda") o.device = at::Device(at::kCUDA, 0);
+  return o;
+}
+
 std::unique_ptr<Transformer> TinyModel(uint64_t seed) {
   ModelConfig c = learner::testing::TinyQwen2Config(kVocab);
   c.max_position_embeddings = 256;
-  auto m = Transformer::Create(c, Head::kLanguageModel, {}, seed);
+  auto m = Transformer::Create(c, Head::kLanguageModel, TestOptions(), seed);
   EXPECT_TRUE(m.ok());
   c10::AutoGradMode no_grad(false);
   for (at::Tensor& p : (*m)->parameters()) {
@@ -40,7 +49,7 @@ std::vector<int32_t> Random(std::mt19937* rng, int n) {
 // Logits at the last position of a full, cache-free forward.
 at::Tensor FullLast(const Transformer& m, const std::vector<int32_t>& seq) {
   at::Tensor ids = at::tensor(std::vector<int64_t>(seq.begin(), seq.end()), at::kLong).view({1, -1});
-  return m.Logits(ids)[0][-1];
+  return m.Logits(ids.to(m.options().device))[0][-1];
 }
 
 struct Seq {
@@ -96,7 +105,8 @@ TEST(PagedKVTest, PagedLogitsEqualContiguousWithSharedPrefixesChunksAndDecode) {
   c10::AutoGradMode no_grad(false);
   std::mt19937 rng(std::random_device{}());
   auto model = TinyModel(rng());
-  PagedKVCache cache(model->config(), 64, kBlock, at::TensorOptions().dtype(at::kFloat));
+  const at::TensorOptions opts = at::TensorOptions().dtype(at::kFloat).device(model->options().device);
+  PagedKVCache cache(model->config(), 64, kBlock, opts);
   KVBlockManager blocks(64, kBlock, /*prefix_caching=*/true);
 
   const std::vector<int32_t> prompt = Random(&rng, 10);  // Shared by a and b: 2 full blocks.
@@ -129,14 +139,14 @@ TEST(PagedKVTest, PagedLogitsEqualContiguousWithSharedPrefixesChunksAndDecode) {
   ExpectClose(lbcd[2], FullLast(*model, d.tokens), "d");
 
   // The contiguous cache, prefilled with the same sequences (one row each).
-  KVCache contiguous(model->config(), 4, 64, at::TensorOptions().dtype(at::kFloat));
+  KVCache contiguous(model->config(), 4, 64, opts);
   std::vector<Seq*> all = {&a, &b, &c, &d};
   for (int64_t r = 0; r < 4; ++r) {
     const auto& t = all[r]->tokens;
-    model->Prefill(at::tensor(std::vector<int64_t>(t.begin(), t.end()), at::kLong).view({1, -1}),
-                   at::tensor(std::vector<int64_t>{r}, at::kLong), &contiguous);
+    model->Prefill(at::tensor(std::vector<int64_t>(t.begin(), t.end()), at::kLong).view({1, -1}).to(opts.device()),
+                   at::tensor(std::vector<int64_t>{r}, at::kLong).to(opts.device()), &contiguous);
   }
-  at::Tensor next = at::stack({la[0], lbcd[0], lbcd[1], lbcd[2]}).argmax(-1);
+  at::Tensor next = at::stack({la[0], lbcd[0], lbcd[1], lbcd[2]}).argmax(-1).cpu();
   for (int step = 0; step < 20; ++step) {
     std::vector<int64_t> ids, rows, positions;
     for (int64_t r = 0; r < 4; ++r) {
@@ -152,7 +162,7 @@ TEST(PagedKVTest, PagedLogitsEqualContiguousWithSharedPrefixesChunksAndDecode) {
       ExpectClose(paged[r], dense[r], what + " vs contiguous cache");
       if (step % 5 == 4) ExpectClose(paged[r], FullLast(*model, all[r]->tokens), what + " vs full forward");
     }
-    next = paged.argmax(-1);
+    next = paged.argmax(-1).cpu();
   }
   // a and b still share their two prompt blocks; nothing else is shared.
   EXPECT_EQ(a.blocks[0], b.blocks[0]);
