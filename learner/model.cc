@@ -800,16 +800,28 @@ at::Tensor Transformer::PagedAttention(const at::Tensor& q, const at::Tensor& k,
     at::Tensor o = at::bmm(at::_softmax(scores, -1, false), vg);                    // [kvh*S,G,D]
     return o.view({kvh, S, G, D}).permute({1, 0, 2, 3}).reshape({S, 1, Q});
   }
-  // Prefill: q [1,nh,N,D], one attention per sequence.
+  // Prefill: q [1,nh,N,D], one attention per sequence, or per run of
+  // neighbours with nothing cached and equal lengths (a batch of fresh
+  // prompts of one length: one call).
   std::vector<at::Tensor> parts;
   int64_t off = 0;
-  for (int64_t i = 0; i < S; ++i) {
+  for (int64_t i = 0; i < S;) {
     const int64_t s = st.starts[i], n = st.lengths[i];
-    at::Tensor qi = q.narrow(2, off, n);
     if (s == 0) {  // Nothing cached before: plain causal attention on the new keys.
-      parts.push_back(at::scaled_dot_product_attention(qi, k.narrow(2, off, n), v.narrow(2, off, n), {}, 0.0,
-                                                       /*is_causal=*/true, scale, /*enable_gqa=*/kvh != nh));
-    } else {
+      int64_t g = 1;
+      while (i + g < S && st.starts[i + g] == 0 && st.lengths[i + g] == n) ++g;
+      auto rows = [&](const at::Tensor& t) {  // [1,h,g*n,D] -> [g,h,n,D]
+        return t.narrow(2, off, g * n).reshape({t.size(1), g, n, D}).transpose(0, 1);
+      };
+      at::Tensor o = at::scaled_dot_product_attention(rows(q), rows(k), rows(v), {}, 0.0, /*is_causal=*/true, scale,
+                                                      /*enable_gqa=*/kvh != nh);  // [g,nh,n,D]
+      parts.push_back(o.transpose(0, 1).reshape({1, nh, g * n, D}));
+      off += g * n;
+      i += g;
+      continue;
+    }
+    {
+      at::Tensor qi = q.narrow(2, off, n);
       const int64_t nb = (s + n + bs - 1) / bs;
       at::Tensor blocks = st.table[i].narrow(0, 0, nb);
       // [kvh, s+n, D] -> query heads' copies [1, nh, s+n, D] (a masked SDPA
@@ -821,6 +833,7 @@ at::Tensor Transformer::PagedAttention(const at::Tensor& q, const at::Tensor& k,
       parts.push_back(at::scaled_dot_product_attention(qi, ki, vi, st.masks[i], 0.0, /*is_causal=*/false, scale));
     }
     off += n;
+    ++i;
   }
   at::Tensor a = parts.size() == 1 ? parts[0] : at::cat(parts, 2);  // [1,nh,N,D]
   return a.transpose(1, 2).reshape({B, T, Q});

@@ -291,7 +291,9 @@ void PolicyEngine::Admit() {
       break;
     }
     const int need = static_cast<int>((n + bs - 1) / bs) - matched;
-    if (need > blocks_->available()) {
+    // Headroom of one block per running sequence, so that a request just
+    // admitted is not preempted again at the next step.
+    if (need + static_cast<int>(running_.size()) > blocks_->available()) {
       for (int b : hit) blocks_->Release(b);
       if (!running_.empty()) break;  // Waits for blocks to come free.
       // Alone it still does not fit (a preempted sequence that had grown

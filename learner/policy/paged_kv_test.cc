@@ -1,5 +1,5 @@
 // Paged attention against the contiguous paths on a tiny random model (CPU,
-// fp32): several sequences of different lengths, two sharing a prompt
+// fp32): several sequences of different (and two of equal) lengths, two sharing a prompt
 // prefix whose blocks the second one reuses (prefilling only its own
 // tokens), one prefilled in two chunks, then many decode steps in one
 // batch. Every step's logits equal a full forward of the whole sequence and
@@ -110,13 +110,14 @@ TEST(PagedKVTest, PagedLogitsEqualContiguousWithSharedPrefixesChunksAndDecode) {
   KVBlockManager blocks(64, kBlock, /*prefix_caching=*/true);
 
   const std::vector<int32_t> prompt = Random(&rng, 10);  // Shared by a and b: 2 full blocks.
-  Seq a, b, c, d;
+  Seq a, b, c, d, e;
   a.tokens = prompt;
   for (int32_t t : Random(&rng, 3)) a.tokens.push_back(t);
   b.tokens = prompt;
   for (int32_t t : Random(&rng, 7)) b.tokens.push_back(t);
   c.tokens = Random(&rng, 6);
   d.tokens = Random(&rng, 21);
+  e.tokens = Random(&rng, 6);  // c's length: c and e attend in one call.
 
   // a alone, in two chunks (6 tokens, then 7 on top of the cached 6).
   Step(*model, &cache, &blocks, {&a}, {6});
@@ -133,31 +134,32 @@ TEST(PagedKVTest, PagedLogitsEqualContiguousWithSharedPrefixesChunksAndDecode) {
   b.key = KVBlockManager::ChainKey(KVBlockManager::ChainKey(KVBlockManager::kRootKey,
                                                             absl::MakeConstSpan(prompt).subspan(0, 4)),
                                    absl::MakeConstSpan(prompt).subspan(4, 4));
-  at::Tensor lbcd = Step(*model, &cache, &blocks, {&b, &c, &d}, {9, 6, 21});
+  at::Tensor lbcd = Step(*model, &cache, &blocks, {&b, &c, &e, &d}, {9, 6, 6, 21});
   ExpectClose(lbcd[0], FullLast(*model, b.tokens), "b after prefix reuse");
   ExpectClose(lbcd[1], FullLast(*model, c.tokens), "c");
-  ExpectClose(lbcd[2], FullLast(*model, d.tokens), "d");
+  ExpectClose(lbcd[2], FullLast(*model, e.tokens), "e");
+  ExpectClose(lbcd[3], FullLast(*model, d.tokens), "d");
 
   // The contiguous cache, prefilled with the same sequences (one row each).
-  KVCache contiguous(model->config(), 4, 64, opts);
-  std::vector<Seq*> all = {&a, &b, &c, &d};
-  for (int64_t r = 0; r < 4; ++r) {
+  KVCache contiguous(model->config(), 5, 64, opts);
+  std::vector<Seq*> all = {&a, &b, &c, &e, &d};
+  for (int64_t r = 0; r < 5; ++r) {
     const auto& t = all[r]->tokens;
     model->Prefill(at::tensor(std::vector<int64_t>(t.begin(), t.end()), at::kLong).view({1, -1}).to(opts.device()),
                    at::tensor(std::vector<int64_t>{r}, at::kLong).to(opts.device()), &contiguous);
   }
-  at::Tensor next = at::stack({la[0], lbcd[0], lbcd[1], lbcd[2]}).argmax(-1).cpu();
+  at::Tensor next = at::stack({la[0], lbcd[0], lbcd[1], lbcd[2], lbcd[3]}).argmax(-1).cpu();
   for (int step = 0; step < 20; ++step) {
     std::vector<int64_t> ids, rows, positions;
-    for (int64_t r = 0; r < 4; ++r) {
+    for (int64_t r = 0; r < 5; ++r) {
       all[r]->tokens.push_back(static_cast<int32_t>(next[r].item<int64_t>()));
       ids.push_back(all[r]->tokens.back());
       rows.push_back(r);
       positions.push_back(static_cast<int64_t>(all[r]->tokens.size()) - 1);
     }
-    at::Tensor paged = Step(*model, &cache, &blocks, all, {1, 1, 1, 1});
+    at::Tensor paged = Step(*model, &cache, &blocks, all, {1, 1, 1, 1, 1});
     at::Tensor dense = model->Decode(ids, rows, positions, &contiguous);
-    for (int64_t r = 0; r < 4; ++r) {
+    for (int64_t r = 0; r < 5; ++r) {
       const std::string what = "decode step " + std::to_string(step) + " sequence " + std::to_string(r);
       ExpectClose(paged[r], dense[r], what + " vs contiguous cache");
       if (step % 5 == 4) ExpectClose(paged[r], FullLast(*model, all[r]->tokens), what + " vs full forward");
