@@ -839,6 +839,33 @@ at::Tensor Transformer::PagedAttention(const at::Tensor& q, const at::Tensor& k,
   return a.transpose(1, 2).reshape({B, T, Q});
 }
 
+at::Tensor Transformer::PagedDecodeHidden(const at::Tensor& ids, const at::Tensor& positions, const at::Tensor& write,
+                                         const at::Tensor& table, PagedKVCache* cache) const {
+  TORCH_CHECK(!provider_, "generation needs resident weights, not a WeightProvider's");
+  const int64_t S = ids.size(0), bs = cache->block_size;
+  PagedState st;
+  st.cache = cache;
+  st.decode = true;
+  st.write = write;
+  st.table = table;
+  st.max_blocks = table.size(1);
+  st.starts.assign(S, 0);  // Unused by decode; sizes S.
+  st.lengths.assign(S, 1);
+  // Keys at or past each sequence's length are padding: -inf.
+  at::Tensor len = positions.unsqueeze(1) + 1;                                                      // [S,1]
+  at::Tensor pad = at::arange(st.max_blocks * bs, positions.options()).unsqueeze(0).ge(len);     // [S,L]
+  st.bias = at::zeros(pad.sizes(), positions.options().dtype(options_.dtype))
+                .masked_fill_(pad, -std::numeric_limits<float>::infinity())
+                .repeat({config_.num_kv_heads, 1})
+                .unsqueeze(1);  // [kvh*S,1,L]
+  auto [cos, sin] = Rope(positions.unsqueeze(1));       // [S,1,1,D]
+  at::Tensor x = at::embedding(root_.embed, ids.unsqueeze(1));  // [S,1,H]
+  for (int l = 0; l < config_.num_layers; ++l) {
+    x = BlockForward(layers_[l], x, cos, sin, nullptr, l, {}, nullptr, {}, &st);
+  }
+  return Norm(x.squeeze(1), root_.final_norm);  // [S,H]
+}
+
 at::Tensor Transformer::PagedForward(const std::vector<int64_t>& ids, const PagedBatch& batch,
                                      PagedKVCache* cache) const {
   TORCH_CHECK(!provider_, "generation needs resident weights, not a WeightProvider's");
@@ -887,15 +914,7 @@ at::Tensor Transformer::PagedForward(const std::vector<int64_t>& ids, const Page
   at::Tensor last = dev.narrow(0, 3 * N + S * st.max_blocks, S);
   at::Tensor x, cos, sin;
   if (st.decode) {
-    // Keys at or past each sequence's length are padding: -inf.
-    at::Tensor len = pos.unsqueeze(1) + 1;  // [S,1]
-    at::Tensor pad = at::arange(st.max_blocks * bs, dev.options()).unsqueeze(0).ge(len);  // [S,L]
-    st.bias = at::zeros(pad.sizes(), dev.options().dtype(options_.dtype))
-                  .masked_fill_(pad, -std::numeric_limits<float>::infinity())
-                  .repeat({config_.num_kv_heads, 1})
-                  .unsqueeze(1);  // [kvh*S,1,L]
-    std::tie(cos, sin) = Rope(pos.unsqueeze(1));            // [S,1,1,D]
-    x = at::embedding(root_.embed, id_t.unsqueeze(1));      // [S,1,H]
+    return HeadLogits(PagedDecodeHidden(id_t, pos, st.write, st.table, cache));  // Rows are the sequences.
   } else {
     st.masks.resize(S);
     for (int64_t i = 0; i < S; ++i) {

@@ -184,6 +184,12 @@ class Transformer {
   // lengths 1 is a decode step (batched GEMMs over the gathered blocks);
   // otherwise a prefill (attention per sequence).
   at::Tensor PagedForward(const std::vector<int64_t>& ids, const PagedBatch& batch, PagedKVCache* cache) const;
+  // PagedForward's decode step on device tensors only, fixed shapes and no
+  // host synchronisation (what a CUDA graph captures): ids, positions,
+  // write slots (block * block_size + offset) [S] int64, block table
+  // [S, max_blocks] int64. Returns the final-normed hidden states [S,H].
+  at::Tensor PagedDecodeHidden(const at::Tensor& ids, const at::Tensor& positions, const at::Tensor& write,
+                               const at::Tensor& table, PagedKVCache* cache) const;
 
   // The trainable tensors: the weights, or the WeightProvider's parameters.
   std::vector<at::Tensor> parameters() const;

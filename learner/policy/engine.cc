@@ -12,6 +12,7 @@
 #include "absl/strings/match.h"
 #include "absl/synchronization/notification.h"
 #include "learner/model.h"
+#include "learner/policy/decode_graphs.h"
 #include "learner/policy/kv_blocks.h"
 
 namespace kernelrl::learner {
@@ -153,6 +154,7 @@ PolicyEngine::Info PolicyEngine::GetInfo() const {
   info.prefix_hit_tokens = published_.prefix_hit_tokens;
   info.prefill_tokens = published_.prefill_tokens;
   info.preemptions = published_.preemptions;
+  info.decode_graphs = decode_graphs_;
   return info;
 }
 
@@ -163,6 +165,7 @@ int64_t PolicyEngine::NumBlocks() const {
 }
 
 void PolicyEngine::ApplySwap() {
+  graphs_.reset();  // Captured with the old weights and cache.
   model_ = std::move(next_model_);
   cache_.reset();  // Rebuilt for the new model's shape on first use.
   blocks_.reset();  // Cached prefixes hold the old weights' keys/values.
@@ -190,9 +193,15 @@ void PolicyEngine::Loop() {
     }
     if (cache_ == nullptr) {
       const ModelConfig& cfg = model_->config();
+      // One block more than the manager hands out: the scratch block that
+      // padding rows of a fixed-shape (graph) decode step write into.
       cache_ = std::make_unique<PagedKVCache>(
-          cfg, NumBlocks(), options_.block_size,
+          cfg, NumBlocks() + 1, options_.block_size,
           at::TensorOptions().device(model_->options().device).dtype(model_->options().dtype));
+      if (options_.cuda_graphs) {
+        const int64_t per_sequence = (options_.max_seq_len + options_.block_size - 1) / options_.block_size;
+        graphs_ = std::make_unique<DecodeGraphs>(model_.get(), cache_.get(), NumBlocks(), per_sequence);
+      }
       blocks_ = std::make_unique<KVBlockManager>(static_cast<int>(NumBlocks()), options_.block_size,
                                                  options_.prefix_caching);
       eos_ids_ = options_.eos_ids;
@@ -406,7 +415,9 @@ void PolicyEngine::Decode() {
     batch.block_tables.push_back(s->blocks);
   }
   if (seqs.empty()) return;
-  at::Tensor logits = model_->PagedForward(ids, batch, cache_.get());
+  std::optional<at::Tensor> graphed;
+  if (graphs_ != nullptr) graphed = graphs_->Decode(ids, batch.starts, batch.block_tables);
+  at::Tensor logits = graphed ? *graphed : model_->PagedForward(ids, batch, cache_.get());
   for (Sequence* s : seqs) {
     ++s->cached;
     if (s->prefilling) ++stats_.prefill_tokens;  // Its prompt's last token (the rest was cached).
@@ -435,6 +446,7 @@ void PolicyEngine::PublishLocked() {
       std::count_if(running_.begin(), running_.end(), [](const auto& s) { return !s->finished; }));
   blocks_used_ = blocks_->referenced();
   blocks_cached_ = blocks_->cached();
+  decode_graphs_ = graphs_ != nullptr && !graphs_->failed() ? graphs_->captured() : 0;
 }
 
 void PolicyEngine::RemoveFinished() {

@@ -82,6 +82,7 @@ namespace kernelrl::learner {
 class Transformer;
 struct PagedKVCache;
 class KVBlockManager;
+class DecodeGraphs;
 
 struct SamplingOptions {
   float temperature = 1.0f;  // 0 = greedy.
@@ -120,6 +121,9 @@ struct EngineOptions {
   // of max_seq_len.
   int64_t kv_blocks = 0;
   bool prefix_caching = true;
+  // Decode steps from CUDA graphs (decode_graphs.h) on a CUDA model; a
+  // capture that fails turns them off and decoding stays eager.
+  bool cuda_graphs = false;
 };
 
 class PolicyEngine {
@@ -163,6 +167,7 @@ class PolicyEngine {
     int64_t prefix_hit_tokens;  // Of those, found in the prefix cache.
     int64_t prefill_tokens;    // Of those, computed.
     int64_t preemptions;
+    int decode_graphs;  // CUDA graphs captured (cuda_graphs; 0 when off or failed).
   };
   Info GetInfo() const ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -202,6 +207,7 @@ class PolicyEngine {
   std::string device_, dtype_;  // As loaded (for SwapWeightsFrom).
   std::unique_ptr<PagedKVCache> cache_;
   std::unique_ptr<KVBlockManager> blocks_;
+  std::unique_ptr<DecodeGraphs> graphs_;  // Holds cache_ and model_ by address.
   std::deque<std::unique_ptr<Sequence>> waiting_;   // Valid, not running; preempted ones first.
   std::vector<std::unique_ptr<Sequence>> running_;  // In admission order.
   std::vector<int32_t> eos_ids_;
@@ -225,6 +231,7 @@ class PolicyEngine {
   Stats published_ ABSL_GUARDED_BY(mu_);
   int running_count_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t blocks_used_ ABSL_GUARDED_BY(mu_) = 0, blocks_cached_ ABSL_GUARDED_BY(mu_) = 0;
+  int decode_graphs_ ABSL_GUARDED_BY(mu_) = 0;
 
   std::thread thread_;
 };

@@ -94,6 +94,34 @@ TEST(PolicyEngineTest, ConcurrentGreedyRequestsEqualReferenceDecoding) {
   EXPECT_EQ(engine.GetInfo().requests_completed, 10);
 }
 
+// The fixed-shape decode step (cuda_graphs: captured on a GPU, uncaptured
+// here) through the whole engine: batch sizes 1..4 padded to their buckets.
+TEST(PolicyEngineTest, FixedShapeDecodeEqualsReferenceDecoding) {
+  auto model = TinyModel(12);
+  const Transformer* ref = model.get();
+  EngineOptions o = Options(4);
+  o.block_size = 4;
+  o.cuda_graphs = true;
+  PolicyEngine engine(std::move(model), 1, "", o);
+  std::mt19937 rng(std::random_device{}());
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<std::future<absl::StatusOr<GenerationResult>>> futures;
+  for (int i = 0; i < 7; ++i) {
+    prompts.push_back(RandomPrompt(&rng, 2 + 3 * i));
+    GenerationRequest r;
+    r.prompt = prompts[i];
+    r.sampling.temperature = 0;
+    r.sampling.max_new_tokens = 6 + 2 * i;
+    futures.push_back(std::async(std::launch::async, [&engine, r] { return engine.Generate(r); }));
+  }
+  for (int i = 0; i < 7; ++i) {
+    auto res = futures[i].get();
+    ASSERT_TRUE(res.ok()) << res.status();
+    EXPECT_EQ(res->output_ids, ReferenceGreedy(*ref, prompts[i], 6 + 2 * i)) << "request " << i;
+  }
+  EXPECT_EQ(engine.GetInfo().decode_graphs, 0);  // Nothing is captured on a CPU.
+}
+
 TEST(PolicyEngineTest, SampledLogprobsMatchFullForwardAndSeedsReproduce) {
   auto model = TinyModel(2);
   const Transformer* ref = model.get();

@@ -8,10 +8,12 @@
 #include <c10/core/GradMode.h>
 
 #include <cstdlib>
+#include <optional>
 #include <random>
 
 #include "gtest/gtest.h"
 #include "learner/model.h"
+#include "learner/policy/decode_graphs.h"
 #include "learner/policy/kv_blocks.h"
 #include "learner/test_util.h"
 
@@ -170,6 +172,50 @@ TEST(PagedKVTest, PagedLogitsEqualContiguousWithSharedPrefixesChunksAndDecode) {
   EXPECT_EQ(a.blocks[0], b.blocks[0]);
   EXPECT_EQ(a.blocks[1], b.blocks[1]);
   EXPECT_NE(a.blocks[2], b.blocks[2]);
+}
+
+
+// The fixed-shape decode step (CUDA graphs on the GPU, the same step
+// uncaptured on the CPU) equals the eager one: 3 sequences (a batch bucket
+// of 4, one padding row) of different lengths crossing block and bucket
+// boundaries over 24 steps, the graph's cache writes included (each path
+// runs on its own copy of the cache).
+TEST(PagedKVTest, FixedShapeDecodeEqualsEager) {
+  c10::AutoGradMode no_grad(false);
+  std::mt19937 rng(std::random_device{}());
+  auto model = TinyModel(rng());
+  const at::TensorOptions opts = at::TensorOptions().dtype(at::kFloat).device(model->options().device);
+  PagedKVCache eager(model->config(), 33, kBlock, opts), graphed(model->config(), 33, kBlock, opts);
+  KVBlockManager blocks(32, kBlock, /*prefix_caching=*/false);  // Block 32: the graphs' scratch.
+  DecodeGraphs graphs(model.get(), &graphed, /*trash_block=*/32, /*max_blocks=*/16);
+  Seq a, b, c;
+  a.tokens = Random(&rng, 3);
+  b.tokens = Random(&rng, 9);
+  c.tokens = Random(&rng, 14);
+  std::vector<Seq*> all = {&a, &b, &c};
+  Step(*model, &eager, &blocks, all, {3, 9, 14});
+  for (int l = 0; l < model->config().num_layers; ++l) {
+    graphed.k[l].copy_(eager.k[l]);
+    graphed.v[l].copy_(eager.v[l]);
+  }
+  for (Seq* s : all) s->tokens.push_back(Random(&rng, 1)[0]);
+  for (int step = 0; step < 24; ++step) {
+    std::vector<int64_t> ids, positions;
+    std::vector<std::vector<int32_t>> tables;
+    for (Seq* s : all) {
+      Grow(&blocks, s, s->cached + 1);
+      ids.push_back(s->tokens.back());
+      positions.push_back(s->cached);
+      tables.push_back(s->blocks);
+    }
+    std::optional<at::Tensor> fixed = graphs.Decode(ids, positions, tables);
+    ASSERT_TRUE(fixed.has_value()) << "the fixed-shape step turned itself off";
+    at::Tensor want = Step(*model, &eager, &blocks, all, {1, 1, 1});
+    ExpectClose(*fixed, want, "decode step " + std::to_string(step));
+    at::Tensor next = want.argmax(-1).cpu();
+    for (int64_t r = 0; r < 3; ++r) all[r]->tokens.push_back(static_cast<int32_t>(next[r].item<int64_t>()));
+  }
+  if (model->options().device.is_cuda()) EXPECT_GT(graphs.captured(), 1);
 }
 
 }  // namespace
