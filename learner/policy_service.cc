@@ -45,6 +45,7 @@ absl::StatusOr<std::unique_ptr<PolicyEngine>> MakePolicyEngine(const v1::PolicyS
   if (config.kv_block_size() > 0) eo.block_size = config.kv_block_size();
   if (config.kv_blocks() > 0) eo.kv_blocks = config.kv_blocks();
   eo.prefix_caching = !config.disable_prefix_caching();
+  eo.cuda_graphs = config.cuda_graph_decode();
   return PolicyEngine::Load(config.model_path(), config.device().empty() ? "cuda" : config.device(), config.dtype(),
                             config.initial_policy_version(), std::move(eo));
 }

@@ -7,11 +7,13 @@
 #      torch (same 2.11.0).
 #   1. paged attention vs the contiguous cache and a full forward on CUDA
 #      (paged_kv_test, fp32);
-#   2. decode throughput, engine_bench vs HF generate() (hf_bench.py), same
-#      GPU, one after the other: batch 32/128/256, 128-token prompts, 256 new
-#      tokens, greedy, Qwen2.5-0.5B and Qwen2.5-7B shapes (random bf16);
+#   2. decode throughput, engine_bench (eager decode steps, then CUDA-graph
+#      ones) vs HF generate() (hf_bench.py), same GPU, one after the other:
+#      batch 32/128/256, 128-token prompts, 256 new tokens, greedy,
+#      Qwen2.5-0.5B and Qwen2.5-7B shapes (random bf16);
 #   3. a 20-turn agentic trajectory (8 rollouts of one task at once) with
-#      prefix caching on and off: prompt/prefilled tokens and wall.
+#      prefix caching on and off (CUDA-graph decode in both): prompt and
+#      prefilled tokens, wall.
 # Knobs: ENGINE_SHAPES (default "0.5b 7b"), ENGINE_BATCHES (32,128,256),
 # ENGINE_NEW (256), ENGINE_TURNS (20), ENGINE_ROLLOUTS (8).
 # Results: $OUT/bench.jsonl, $OUT/summary.txt (a table and ratios last).
@@ -49,7 +51,8 @@ run() { timeout "$1" "${@:2}" >> "$B" 2>> "$OUT/bench.err" || echo "{\"failed\":
 BATCHES=${ENGINE_BATCHES:-32,128,256}
 NEW=${ENGINE_NEW:-256}
 for shape in ${ENGINE_SHAPES:-0.5b 7b}; do
-  run 150 "$C/bin/engine_bench" decode "$shape" "$BATCHES" 128 "$NEW"
+  run 150 "$C/bin/engine_bench" decode "$shape" "$BATCHES" 128 "$NEW" eager
+  run 150 "$C/bin/engine_bench" decode "$shape" "$BATCHES" 128 "$NEW" graphs
   say "== $shape engine decode done at $(( $(date +%s) - T0 ))s"
   run 200 $PY learner/bench/hf_bench.py decode "$BATCHES" 128 "$NEW" "$shape"
   say "== $shape HF decode done at $(( $(date +%s) - T0 ))s"
@@ -70,12 +73,14 @@ def get(**kw):
         if all(r.get(k) == v for k, v in kw.items()):
             return r
     return {}
-print("%-28s %12s %12s %8s" % ("decode tokens/s (P128)", "kernelrl", "HF", "ratio"))
+print("%-22s %12s %12s %12s %8s %8s" % ("decode tokens/s (P128)", "eager", "graphs", "HF", "eager/HF", "graph/HF"))
+ratio = lambda a, h: "%.1fx" % (a / h) if a and h else "-"
 for shape in ("0.5b", "7b"):
     for b in sorted({r["batch"] for r in rows if r.get("bench") == "decode" and r.get("shape") == shape}):
-        a = get(impl="kernelrl", bench="decode", shape=shape, batch=b).get("tokens_per_s")
+        e = get(impl="kernelrl", bench="decode", shape=shape, batch=b, graphs=False).get("tokens_per_s")
+        g = get(impl="kernelrl", bench="decode", shape=shape, batch=b, graphs=True).get("tokens_per_s")
         h = get(impl="hf", bench="decode", shape=shape, batch=b).get("tokens_per_s")
-        print("%-28s %12s %12s %8s" % ("%s batch %d" % (shape, b), a, h, "%.1fx" % (a / h) if a and h else "-"))
+        print("%-22s %12s %12s %12s %8s %8s" % ("%s batch %d" % (shape, b), e, g, h, ratio(e, h), ratio(g, h)))
 print("%-28s %14s %14s %10s %8s" % ("agentic (prefix cache)", "prefill tok", "prompt tok", "wall s", ""))
 for shape in ("0.5b", "7b"):
     on = get(bench="agentic", shape=shape, prefix_caching=True)

@@ -2,10 +2,11 @@
 // prints the HF generate() lines beside them; tools/device_engine.sh runs
 // both and prints the ratios).
 //
-//   engine_bench decode SHAPE B1,B2,... P N
+//   engine_bench decode SHAPE B1,B2,... P N eager|graphs
 //       B requests of P random tokens, N new tokens each (greedy, no EOS),
-//       all submitted at once: tokens generated / wall, per batch size.
-//   engine_bench agentic SHAPE R TURNS on|off
+//       all submitted at once: tokens generated / wall, per batch size;
+//       decode steps eager or replayed from CUDA graphs.
+//   engine_bench agentic SHAPE R TURNS on|off   (CUDA-graph decode)
 //       R rollouts of one task at once, each TURNS turns: turn t's prompt is
 //       the whole history (a 512-token system+task prompt, then per earlier
 //       turn 64 generated and 128 "tool result" tokens); prefix caching on
@@ -145,7 +146,8 @@ double PeakGiB() {
   return stats.allocated_bytes[0].peak / double(1 << 30);
 }
 
-int Decode(const std::string& shape, const std::vector<int>& batches, int prompt_len, int new_tokens) {
+int Decode(const std::string& shape, const std::vector<int>& batches, int prompt_len, int new_tokens,
+           bool graphs) {
   const ModelConfig c = Shape(shape);
   int max_b = 0;
   for (int b : batches) max_b = std::max(max_b, b);
@@ -153,6 +155,7 @@ int Decode(const std::string& shape, const std::vector<int>& batches, int prompt
   o.max_batch = max_b;
   o.max_seq_len = prompt_len + new_tokens + 8;
   o.eos_ids = {-1};  // No EOS: every request runs to N tokens, like HF's min_new_tokens.
+  o.cuda_graphs = graphs;
   PolicyEngine engine(MakeModel(c), 1, "random", o);
   std::mt19937 rng(std::random_device{}());
   auto requests = [&](int batch, int n_new) {
@@ -164,7 +167,8 @@ int Decode(const std::string& shape, const std::vector<int>& batches, int prompt
     }
     return rs;
   };
-  RunAll(&engine, requests(max_b, 8));  // Warm-up: allocator, kernels.
+  // Warm-up: allocator, kernels, and the graphs of every batch bucket.
+  for (int batch : batches) RunAll(&engine, requests(batch, 8));
   for (int batch : batches) {
     auto rs = requests(batch, new_tokens);
     Sync();
@@ -173,9 +177,11 @@ int Decode(const std::string& shape, const std::vector<int>& batches, int prompt
     const double dt = Now() - t0;
     int64_t tokens = 0;
     for (const auto& r : results) tokens += static_cast<int64_t>(r.output_ids.size());
-    std::printf("{\"impl\": \"kernelrl\", \"bench\": \"decode\", \"shape\": \"%s\", \"batch\": %d, \"prompt\": %d, "
-                "\"new\": %d, \"tokens\": %ld, \"seconds\": %.3f, \"tokens_per_s\": %.1f, \"peak_gib\": %.2f}\n",
-                shape.c_str(), batch, prompt_len, new_tokens, static_cast<long>(tokens), dt, tokens / dt, PeakGiB());
+    std::printf("{\"impl\": \"kernelrl\", \"bench\": \"decode\", \"shape\": \"%s\", \"graphs\": %s, "
+                "\"graphs_captured\": %d, \"batch\": %d, \"prompt\": %d, \"new\": %d, \"tokens\": %ld, "
+                "\"seconds\": %.3f, \"tokens_per_s\": %.1f, \"peak_gib\": %.2f}\n",
+                shape.c_str(), graphs ? "true" : "false", engine.GetInfo().decode_graphs, batch, prompt_len,
+                new_tokens, static_cast<long>(tokens), dt, tokens / dt, PeakGiB());
     std::fflush(stdout);
   }
   return 0;
@@ -189,6 +195,7 @@ int Agentic(const std::string& shape, int rollouts, int turns, bool prefix_cachi
   o.max_seq_len = kTask + turns * (kOut + kTool) + 16;
   o.eos_ids = {-1};
   o.prefix_caching = prefix_caching;
+  o.cuda_graphs = true;
   PolicyEngine engine(MakeModel(c), 1, "random", o);
   std::mt19937 rng(std::random_device{}());
   const int vocab = static_cast<int>(c.vocab_size);
@@ -234,18 +241,18 @@ int Agentic(const std::string& shape, int rollouts, int turns, bool prefix_cachi
   const PolicyEngine::Info after = engine.GetInfo();
   std::printf("{\"impl\": \"kernelrl\", \"bench\": \"agentic\", \"shape\": \"%s\", \"rollouts\": %d, \"turns\": %d, "
               "\"prefix_caching\": %s, \"prompt_tokens\": %ld, \"prefill_tokens\": %ld, \"prefix_hit_tokens\": %ld, "
-              "\"generated\": %ld, \"preemptions\": %ld, \"seconds\": %.3f}\n",
+              "\"generated\": %ld, \"preemptions\": %ld, \"graphs_captured\": %d, \"seconds\": %.3f}\n",
               shape.c_str(), rollouts, turns, prefix_caching ? "true" : "false",
               static_cast<long>(after.prompt_tokens - before.prompt_tokens),
               static_cast<long>(after.prefill_tokens - before.prefill_tokens),
               static_cast<long>(after.prefix_hit_tokens - before.prefix_hit_tokens), static_cast<long>(generated),
-              static_cast<long>(after.preemptions - before.preemptions), dt);
+              static_cast<long>(after.preemptions - before.preemptions), after.decode_graphs, dt);
   return 0;
 }
 
 int Usage() {
   std::fprintf(stderr,
-               "usage: engine_bench decode 0.5b|7b B1,B2,... P N\n"
+               "usage: engine_bench decode 0.5b|7b B1,B2,... P N eager|graphs\n"
                "       engine_bench agentic 0.5b|7b ROLLOUTS TURNS on|off\n");
   return 2;
 }
@@ -260,14 +267,14 @@ int main(int argc, char** argv) {
     return 1;
   }
   const std::string mode = argc > 1 ? argv[1] : "";
-  if (mode == "decode" && argc == 6) {
+  if (mode == "decode" && argc == 7) {
     std::vector<int> batches;
     for (absl::string_view b : absl::StrSplit(argv[3], ',')) {
       int v = 0;
       if (!absl::SimpleAtoi(b, &v) || v <= 0) return Usage();
       batches.push_back(v);
     }
-    return Decode(argv[2], batches, std::atoi(argv[4]), std::atoi(argv[5]));
+    return Decode(argv[2], batches, std::atoi(argv[4]), std::atoi(argv[5]), std::string(argv[6]) == "graphs");
   }
   if (mode == "agentic" && argc == 6) {
     return Agentic(argv[2], std::atoi(argv[3]), std::atoi(argv[4]), std::string(argv[5]) == "on");
