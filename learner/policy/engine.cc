@@ -221,16 +221,12 @@ void PolicyEngine::Loop() {
   }
   // Shutdown: fail everything still queued, waiting or running.
   absl::MutexLock lock(&mu_);
-  for (auto* list : {&running_}) {
-    for (auto& s : *list) {
-      s->pending->result = absl::UnavailableError("policy engine shut down during generation");
-      s->pending->done.Notify();
-    }
-  }
-  for (auto& s : waiting_) {
-    s->pending->result = absl::UnavailableError("policy engine shut down during generation");
-    s->pending->done.Notify();
-  }
+  auto fail = [](Sequence& s) {
+    s.pending->result = absl::UnavailableError("policy engine shut down during generation");
+    s.pending->done.Notify();
+  };
+  for (auto& s : running_) fail(*s);
+  for (auto& s : waiting_) fail(*s);
   running_.clear();
   waiting_.clear();
   for (auto& p : queue_) {
