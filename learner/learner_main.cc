@@ -8,6 +8,7 @@
 #include "common/service.h"
 #include "grpcpp/grpcpp.h"
 #include "learner/learner_service.h"
+#include "learner/policy/engine_metrics.h"
 #include "learner/policy/openai_server.h"
 #include "learner/policy_service.h"
 #include "learner/sync/external_weight_sync.h"
@@ -37,6 +38,7 @@ int main(int argc, char** argv) {
   // kernelrl.v1.Policy, when `policy { enabled: true model_path: ... }`;
   // each committed policy version is hot-swapped into it.
   std::unique_ptr<kernelrl::learner::PolicyEngine> engine;
+  std::unique_ptr<kernelrl::learner::EngineMetrics> engine_metrics;  // Detached before the engine goes.
   std::unique_ptr<kernelrl::learner::PolicyService> policy_service;
   std::unique_ptr<kernelrl::learner::OpenAIServer> openai_server;  // Stopped before the engine goes.
   // policy.replica_devices: one engine and one kernelrl.v1.Policy server each.
@@ -57,6 +59,7 @@ int main(int argc, char** argv) {
           auto e = kernelrl::learner::MakePolicyEngine(config.policy());
           if (!e.ok()) return e.status();
           engine = std::move(*e);
+          engine_metrics = std::make_unique<kernelrl::learner::EngineMetrics>(engine.get(), &kernelrl::DefaultRegistry());
           policy_service = std::make_unique<kernelrl::learner::PolicyService>(engine.get());
           services.push_back(policy_service.get());
           if (config.policy().openai_enabled()) {  // The same engine over OpenAI's HTTP API.

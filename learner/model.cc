@@ -250,6 +250,15 @@ KVCache::KVCache(const ModelConfig& config, int64_t slots_in, int64_t capacity_i
   }
 }
 
+PagedKVCache::PagedKVCache(const ModelConfig& config, int64_t num_blocks_in, int64_t block_size_in,
+                           at::TensorOptions options)
+    : num_blocks(num_blocks_in), block_size(block_size_in) {
+  for (int64_t l = 0; l < config.num_layers; ++l) {
+    k.push_back(at::zeros({config.num_kv_heads, num_blocks, block_size, config.head_dim}, options));
+    v.push_back(at::zeros({config.num_kv_heads, num_blocks, block_size, config.head_dim}, options));
+  }
+}
+
 Transformer::Transformer(ModelConfig config, Head head, ModelOptions options)
     : config_(std::move(config)), head_(head), options_(options) {
   // inv_freq exactly as transformers computes it (fp32), then the scaling rule.
@@ -583,7 +592,8 @@ at::Tensor Transformer::Norm(const at::Tensor& x, const at::Tensor& w) const {
 
 at::Tensor Transformer::BlockForward(const Layer& w, const at::Tensor& x, const at::Tensor& cos,
                                      const at::Tensor& sin, KVCache* cache, int layer, const at::Tensor& slots,
-                                     const DecodeState* decode, const std::vector<int64_t>& lengths) const {
+                                     const DecodeState* decode, const std::vector<int64_t>& lengths,
+                                     const PagedState* paged) const {
   const auto& c = config_;
   const int64_t B = x.size(0), T = x.size(1);
   const int64_t nh = c.num_heads, kvh = c.num_kv_heads, D = c.head_dim, Q = nh * D, KV = kvh * D;
@@ -604,7 +614,9 @@ at::Tensor Transformer::BlockForward(const Layer& w, const at::Tensor& x, const 
     q = q_k[0], k = q_k[1];
   }
   at::Tensor a;
-  if (decode != nullptr) {
+  if (paged != nullptr) {
+    a = PagedAttention(q, k, v, layer, *paged);
+  } else if (decode != nullptr) {
     // T == 1: write this position, then attend over [0, max_len) of the
     // row; later positions carry a -inf bias. GQA without copying K/V:
     // query heads grouped under their KV head, scale and bias fused into
@@ -762,6 +774,164 @@ at::Tensor Transformer::Decode(const std::vector<int64_t>& ids, const std::vecto
   at::Tensor x = at::embedding(root_.embed, dev.narrow(0, 0, B).unsqueeze(1));  // [B,1,H]
   for (int l = 0; l < config_.num_layers; ++l) x = BlockForward(layers_[l], x, cos, sin, cache, l, {}, &d);
   return HeadLogits(Norm(x, root_.final_norm).squeeze(1));
+}
+
+at::Tensor Transformer::PagedAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int layer,
+                                      const PagedState& st) const {
+  const auto& c = config_;
+  const int64_t B = q.size(0), T = q.size(2);
+  const int64_t nh = c.num_heads, kvh = c.num_kv_heads, D = c.head_dim, G = nh / kvh, Q = nh * D;
+  const int64_t S = static_cast<int64_t>(st.starts.size()), bs = st.cache->block_size;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(D));
+  at::Tensor& kc = st.cache->k[layer];
+  at::Tensor& vc = st.cache->v[layer];
+  // New tokens in packed order (row-major over [B,T]) into their slots.
+  kc.view({kvh, -1, D}).index_copy_(1, st.write, k.transpose(0, 1).reshape({kvh, B * T, D}));
+  vc.view({kvh, -1, D}).index_copy_(1, st.write, v.transpose(0, 1).reshape({kvh, B * T, D}));
+  if (st.decode) {
+    // q [S,nh,1,D]; each sequence's blocks gathered into [kvh*S, L, D]
+    // (heads leading, as stored), query heads grouped under their KV head.
+    const int64_t L = st.max_blocks * bs;
+    at::Tensor idx = st.table.reshape({-1});
+    at::Tensor kg = kc.index_select(1, idx).view({kvh * S, L, D});
+    at::Tensor vg = vc.index_select(1, idx).view({kvh * S, L, D});
+    at::Tensor qg = q.reshape({S, kvh, G, D}).transpose(0, 1).reshape({kvh * S, G, D});
+    at::Tensor scores = at::baddbmm(st.bias, qg, kg.transpose(1, 2), 1.0, scale);  // [kvh*S,G,L]
+    at::Tensor o = at::bmm(at::_softmax(scores, -1, false), vg);                    // [kvh*S,G,D]
+    return o.view({kvh, S, G, D}).permute({1, 0, 2, 3}).reshape({S, 1, Q});
+  }
+  // Prefill: q [1,nh,N,D], one attention per sequence, or per run of
+  // neighbours with nothing cached and equal lengths (a batch of fresh
+  // prompts of one length: one call).
+  std::vector<at::Tensor> parts;
+  int64_t off = 0;
+  for (int64_t i = 0; i < S;) {
+    const int64_t s = st.starts[i], n = st.lengths[i];
+    if (s == 0) {  // Nothing cached before: plain causal attention on the new keys.
+      int64_t g = 1;
+      while (i + g < S && st.starts[i + g] == 0 && st.lengths[i + g] == n) ++g;
+      auto rows = [&](const at::Tensor& t) {  // [1,h,g*n,D] -> [g,h,n,D]
+        return t.narrow(2, off, g * n).reshape({t.size(1), g, n, D}).transpose(0, 1);
+      };
+      at::Tensor o = at::scaled_dot_product_attention(rows(q), rows(k), rows(v), {}, 0.0, /*is_causal=*/true, scale,
+                                                      /*enable_gqa=*/kvh != nh);  // [g,nh,n,D]
+      parts.push_back(o.transpose(0, 1).reshape({1, nh, g * n, D}));
+      off += g * n;
+      i += g;
+      continue;
+    }
+    {
+      at::Tensor qi = q.narrow(2, off, n);
+      const int64_t nb = (s + n + bs - 1) / bs;
+      at::Tensor blocks = st.table[i].narrow(0, 0, nb);
+      // [kvh, s+n, D] -> query heads' copies [1, nh, s+n, D] (a masked SDPA
+      // with GQA has no fused kernel on every backend; the copy does).
+      at::Tensor ki = kc.index_select(1, blocks).view({kvh, nb * bs, D}).narrow(1, 0, s + n);
+      at::Tensor vi = vc.index_select(1, blocks).view({kvh, nb * bs, D}).narrow(1, 0, s + n);
+      ki = ki.repeat_interleave(G, 0).unsqueeze(0);
+      vi = vi.repeat_interleave(G, 0).unsqueeze(0);
+      parts.push_back(at::scaled_dot_product_attention(qi, ki, vi, st.masks[i], 0.0, /*is_causal=*/false, scale));
+    }
+    off += n;
+    ++i;
+  }
+  at::Tensor a = parts.size() == 1 ? parts[0] : at::cat(parts, 2);  // [1,nh,N,D]
+  return a.transpose(1, 2).reshape({B, T, Q});
+}
+
+at::Tensor Transformer::PagedDecodeHidden(const at::Tensor& ids, const at::Tensor& positions, const at::Tensor& write,
+                                         const at::Tensor& table, PagedKVCache* cache) const {
+  TORCH_CHECK(!provider_, "generation needs resident weights, not a WeightProvider's");
+  const int64_t S = ids.size(0), bs = cache->block_size;
+  PagedState st;
+  st.cache = cache;
+  st.decode = true;
+  st.write = write;
+  st.table = table;
+  st.max_blocks = table.size(1);
+  st.starts.assign(S, 0);  // Unused by decode; sizes S.
+  st.lengths.assign(S, 1);
+  // Keys at or past each sequence's length are padding: -inf.
+  at::Tensor len = positions.unsqueeze(1) + 1;                                                      // [S,1]
+  at::Tensor pad = at::arange(st.max_blocks * bs, positions.options()).unsqueeze(0).ge(len);     // [S,L]
+  st.bias = at::zeros(pad.sizes(), positions.options().dtype(options_.dtype))
+                .masked_fill_(pad, -std::numeric_limits<float>::infinity())
+                .repeat({config_.num_kv_heads, 1})
+                .unsqueeze(1);  // [kvh*S,1,L]
+  auto [cos, sin] = Rope(positions.unsqueeze(1));       // [S,1,1,D]
+  at::Tensor x = at::embedding(root_.embed, ids.unsqueeze(1));  // [S,1,H]
+  for (int l = 0; l < config_.num_layers; ++l) {
+    x = BlockForward(layers_[l], x, cos, sin, nullptr, l, {}, nullptr, {}, &st);
+  }
+  return Norm(x.squeeze(1), root_.final_norm);  // [S,H]
+}
+
+at::Tensor Transformer::PagedForward(const std::vector<int64_t>& ids, const PagedBatch& batch,
+                                     PagedKVCache* cache) const {
+  TORCH_CHECK(!provider_, "generation needs resident weights, not a WeightProvider's");
+  const int64_t S = static_cast<int64_t>(batch.starts.size()), N = static_cast<int64_t>(ids.size());
+  const int64_t bs = cache->block_size;
+  TORCH_CHECK(S > 0 && batch.lengths.size() == static_cast<size_t>(S) &&
+                  batch.block_tables.size() == static_cast<size_t>(S),
+              "PagedForward: starts, lengths and block tables must have one entry per sequence");
+  PagedState st;
+  st.cache = cache;
+  st.starts = batch.starts;
+  st.lengths = batch.lengths;
+  st.decode = true;
+  int64_t total = 0;
+  for (int64_t i = 0; i < S; ++i) {
+    const int64_t end = batch.starts[i] + batch.lengths[i];
+    TORCH_CHECK(batch.lengths[i] > 0, "PagedForward: sequence ", i, " has no new tokens");
+    TORCH_CHECK(static_cast<int64_t>(batch.block_tables[i].size()) * bs >= end, "PagedForward: sequence ", i,
+                "'s block table covers fewer than ", end, " positions");
+    st.decode &= batch.lengths[i] == 1;
+    st.max_blocks = std::max(st.max_blocks, (end + bs - 1) / bs);
+    total += batch.lengths[i];
+  }
+  TORCH_CHECK(total == N, "PagedForward: ", N, " ids for ", total, " new tokens");
+  // Host-side index arithmetic, then one copy to the device:
+  // [ids N | positions N | write slots N | table S*max_blocks | last S].
+  std::vector<int64_t> packed(ids);
+  packed.resize(3 * N + S * st.max_blocks + S, 0);
+  int64_t t = 0;
+  for (int64_t i = 0; i < S; ++i) {
+    const auto& table = batch.block_tables[i];
+    for (int64_t j = 0; j < batch.lengths[i]; ++j, ++t) {
+      const int64_t p = batch.starts[i] + j;
+      packed[N + t] = p;
+      packed[2 * N + t] = table[p / bs] * bs + p % bs;
+    }
+    const int64_t used = std::min<int64_t>(static_cast<int64_t>(table.size()), st.max_blocks);
+    for (int64_t j = 0; j < used; ++j) packed[3 * N + i * st.max_blocks + j] = table[j];
+    packed[3 * N + S * st.max_blocks + i] = t - 1;
+  }
+  const at::Device device = options_.device;
+  at::Tensor dev = at::tensor(packed, at::kLong).to(device);
+  at::Tensor id_t = dev.narrow(0, 0, N), pos = dev.narrow(0, N, N);
+  st.write = dev.narrow(0, 2 * N, N);
+  st.table = dev.narrow(0, 3 * N, S * st.max_blocks).view({S, st.max_blocks});
+  at::Tensor last = dev.narrow(0, 3 * N + S * st.max_blocks, S);
+  at::Tensor x, cos, sin;
+  if (st.decode) {
+    return HeadLogits(PagedDecodeHidden(id_t, pos, st.write, st.table, cache));  // Rows are the sequences.
+  } else {
+    st.masks.resize(S);
+    for (int64_t i = 0; i < S; ++i) {
+      const int64_t s = batch.starts[i], n = batch.lengths[i];
+      if (s == 0) continue;
+      at::Tensor key = at::arange(s + n, dev.options()).unsqueeze(0);     // [1,s+n]
+      at::Tensor query = at::arange(s, s + n, dev.options()).unsqueeze(1);  // [n,1]
+      st.masks[i] = key.le(query);                                         // [n,s+n]
+    }
+    std::tie(cos, sin) = Rope(pos.unsqueeze(0));            // [1,1,N,D]
+    x = at::embedding(root_.embed, id_t.unsqueeze(0));      // [1,N,H]
+  }
+  for (int l = 0; l < config_.num_layers; ++l) {
+    x = BlockForward(layers_[l], x, cos, sin, nullptr, l, {}, nullptr, {}, &st);
+  }
+  at::Tensor final = x.reshape({N, x.size(-1)}).index_select(0, last);  // [S,H]
+  return HeadLogits(Norm(final, root_.final_norm));
 }
 
 }  // namespace kernelrl::learner

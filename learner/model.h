@@ -94,6 +94,30 @@ struct KVCache {
   int64_t capacity;
 };
 
+// Paged keys and values (the policy engine's cache): k[l], v[l] are
+// [kv_heads, num_blocks, block_size, head_dim]. Position p of a sequence
+// lives in block table[p / block_size] at offset p % block_size; which
+// blocks a sequence owns is the caller's bookkeeping
+// (learner/policy/kv_blocks.h). Heads lead so that gathering a sequence's
+// blocks is one index_select whose result is already the [kv_heads, L, D]
+// the attention GEMMs read.
+struct PagedKVCache {
+  PagedKVCache(const ModelConfig& config, int64_t num_blocks, int64_t block_size, at::TensorOptions options);
+  std::vector<at::Tensor> k, v;
+  int64_t num_blocks;
+  int64_t block_size;
+};
+
+// One forward over a PagedKVCache: sequence i has starts[i] positions in
+// the cache already and brings lengths[i] new tokens, which land at
+// positions [starts[i], starts[i] + lengths[i]); block_tables[i] covers at
+// least starts[i] + lengths[i] positions.
+struct PagedBatch {
+  std::vector<int64_t> starts;
+  std::vector<int64_t> lengths;
+  std::vector<std::vector<int32_t>> block_tables;
+};
+
 class Transformer {
  public:
   // Fresh weights drawn like transformers' _init_weights (normal(0, 0.02),
@@ -151,6 +175,22 @@ class Transformer {
   at::Tensor Decode(const std::vector<int64_t>& ids, const std::vector<int64_t>& slots,
                     const std::vector<int64_t>& positions, KVCache* cache) const;
 
+  // Paged generation: ids holds the new tokens of every sequence of
+  // `batch`, back to back (sum of lengths). Writes their keys/values into
+  // `cache` and returns the logits [S,V] fp32 of each sequence's last new
+  // token. Each new token attends to its sequence's cached positions and
+  // the new ones before it, so a sequence whose prefix is cached (shared
+  // prefix blocks, an earlier chunk) computes only its new tokens. All
+  // lengths 1 is a decode step (batched GEMMs over the gathered blocks);
+  // otherwise a prefill (attention per sequence).
+  at::Tensor PagedForward(const std::vector<int64_t>& ids, const PagedBatch& batch, PagedKVCache* cache) const;
+  // PagedForward's decode step on device tensors only, fixed shapes and no
+  // host synchronisation (what a CUDA graph captures): ids, positions,
+  // write slots (block * block_size + offset) [S] int64, block table
+  // [S, max_blocks] int64. Returns the final-normed hidden states [S,H].
+  at::Tensor PagedDecodeHidden(const at::Tensor& ids, const at::Tensor& positions, const at::Tensor& write,
+                               const at::Tensor& table, PagedKVCache* cache) const;
+
   // The trainable tensors: the weights, or the WeightProvider's parameters.
   std::vector<at::Tensor> parameters() const;
   // Hands the weights to `provider` (built from this model's weights): the
@@ -179,10 +219,22 @@ class Transformer {
     int64_t max_len = 0;
     bool slots_are_prefix = false;  // slots == 0..B-1: read the cache without a gather.
   };
+  // A PagedForward's per-call state, shared by every layer.
+  struct PagedState {
+    PagedKVCache* cache = nullptr;
+    at::Tensor write;   // [N] int64: block * block_size + offset of each new token.
+    at::Tensor table;   // [S, max_blocks] int64 block ids (padding: block 0, masked).
+    int64_t max_blocks = 0;
+    bool decode = false;
+    at::Tensor bias;    // Decode: [kv_heads*S, 1, max_blocks*block_size], 0 or -inf (heads leading).
+    std::vector<int64_t> starts, lengths;
+    std::vector<at::Tensor> masks;  // Prefill with a cached prefix: [n, start+n] bool, else undefined.
+  };
   // `lengths`: packed sequences in the row (attention within each); empty = one.
   at::Tensor BlockForward(const Layer& w, const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
                           KVCache* cache = nullptr, int layer = 0, const at::Tensor& slots = {},
-                          const DecodeState* decode = nullptr, const std::vector<int64_t>& lengths = {}) const;
+                          const DecodeState* decode = nullptr, const std::vector<int64_t>& lengths = {},
+                          const PagedState* paged = nullptr) const;
 
   struct Layer {
     at::Tensor input_norm;          // [H]
@@ -204,6 +256,10 @@ class Transformer {
   // cos, sin [B,1,T,D] in the model dtype for positions [B,T].
   std::pair<at::Tensor, at::Tensor> Rope(const at::Tensor& positions) const;
   at::Tensor Norm(const at::Tensor& x, const at::Tensor& w) const;
+  // Attention of q [B,nh,T,D] over the paged cache after writing k, v
+  // [B,kvh,T,D] into it; returns [B,T,Q].
+  at::Tensor PagedAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int layer,
+                            const PagedState& st) const;
   // Block `layer` of the training/scoring forward, checkpointed if asked.
   at::Tensor Block(int layer, const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
                    const std::vector<int64_t>& lengths) const;

@@ -42,6 +42,10 @@ absl::StatusOr<std::unique_ptr<PolicyEngine>> MakePolicyEngine(const v1::PolicyS
   if (config.max_batch() > 0) eo.max_batch = config.max_batch();
   if (config.max_seq_len() > 0) eo.max_seq_len = config.max_seq_len();
   if (config.max_prefill_tokens() > 0) eo.max_prefill_tokens = config.max_prefill_tokens();
+  if (config.kv_block_size() > 0) eo.block_size = config.kv_block_size();
+  if (config.kv_blocks() > 0) eo.kv_blocks = config.kv_blocks();
+  eo.prefix_caching = !config.disable_prefix_caching();
+  eo.cuda_graphs = config.cuda_graph_decode();
   return PolicyEngine::Load(config.model_path(), config.device().empty() ? "cuda" : config.device(), config.dtype(),
                             config.initial_policy_version(), std::move(eo));
 }

@@ -2,8 +2,11 @@
 
   hf_bench.py train SEQ     fwd+bwd tokens/s (Qwen2-0.5B shape, bf16, sdpa)
   hf_bench.py memory SEQ    peak GPU memory of one fwd+bwd step
-  hf_bench.py decode B P N  generate(): B prompts of P random tokens, N new (greedy)
-Prints one JSON line, like learner_bench.
+  hf_bench.py decode B P N [SHAPE]
+                            generate(): B prompts of P random tokens, N new (greedy);
+                            B may list sizes (32,128,256: one line each); SHAPE
+                            0.5b (default: Qwen2-0.5B) or 7b (Qwen2.5-7B)
+Prints one JSON line per figure, like learner_bench and engine_bench.
 """
 import json
 import sys
@@ -13,16 +16,22 @@ import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
 
-def config():
+def config(shape="0.5b"):
+    if shape == "7b":
+        return Qwen2Config(vocab_size=152064, hidden_size=3584, intermediate_size=18944, num_hidden_layers=28,
+                           num_attention_heads=28, num_key_value_heads=4, max_position_embeddings=32768,
+                           rope_theta=1000000.0, rms_norm_eps=1e-6, tie_word_embeddings=False,
+                           bos_token_id=None, eos_token_id=None, pad_token_id=None)
     return Qwen2Config(vocab_size=151936, hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
                        num_attention_heads=14, num_key_value_heads=2, max_position_embeddings=32768,
                        rope_theta=1000000.0, rms_norm_eps=1e-6, tie_word_embeddings=True,
                        bos_token_id=None, eos_token_id=None, pad_token_id=None)
 
 
-def model(train):
+def model(train, shape="0.5b"):
     torch.manual_seed(0)
-    m = Qwen2ForCausalLM._from_config(config(), attn_implementation="sdpa", dtype=torch.bfloat16).cuda()
+    with torch.device("cuda"):  # Weights drawn on the GPU (a 7B on the CPU takes minutes).
+        m = Qwen2ForCausalLM._from_config(config(shape), attn_implementation="sdpa", dtype=torch.bfloat16)
     m.train(train)
     return m
 
@@ -75,25 +84,30 @@ def memory(T):
 
 
 @torch.no_grad()
-def decode(B, P, N):
-    m = model(False)
-    ids = torch.randint(0, 151936, (B, P), device="cuda")
-    mask = torch.ones_like(ids)
-    m.generate(input_ids=ids, attention_mask=mask, max_new_tokens=8, min_new_tokens=8, do_sample=False,
-               pad_token_id=0)
-    torch.cuda.synchronize()
-    ids = torch.randint(0, 151936, (B, P), device="cuda")
-    t0 = time.perf_counter()
-    out = m.generate(input_ids=ids, attention_mask=mask, max_new_tokens=N, min_new_tokens=N, do_sample=False,
-                     pad_token_id=0)
-    torch.cuda.synchronize()
-    dt = time.perf_counter() - t0
-    tokens = (out.shape[1] - P) * B
-    print(json.dumps({"impl": "hf", "bench": "decode", "batch": B, "prompt": P, "new": N, "tokens": tokens,
-                      "seconds": round(dt, 3), "tokens_per_s": round(tokens / dt, 1)}))
+def decode(batches, P, N, shape="0.5b"):
+    m = model(False, shape)
+    V = m.config.vocab_size
+    for B in [int(b) for b in str(batches).split(",")]:
+        ids = torch.randint(0, V, (B, P), device="cuda")
+        mask = torch.ones_like(ids)
+        m.generate(input_ids=ids, attention_mask=mask, max_new_tokens=8, min_new_tokens=8, do_sample=False,
+                   pad_token_id=0)
+        torch.cuda.synchronize()
+        ids = torch.randint(0, V, (B, P), device="cuda")
+        t0 = time.perf_counter()
+        out = m.generate(input_ids=ids, attention_mask=mask, max_new_tokens=N, min_new_tokens=N, do_sample=False,
+                         pad_token_id=0)
+        torch.cuda.synchronize()
+        dt = time.perf_counter() - t0
+        tokens = (out.shape[1] - P) * B
+        print(json.dumps({"impl": "hf", "bench": "decode", "shape": shape, "batch": B, "prompt": P, "new": N,
+                          "tokens": tokens, "seconds": round(dt, 3), "tokens_per_s": round(tokens / dt, 1),
+                          "peak_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2)}), flush=True)
 
 
 if __name__ == "__main__":
     mode = sys.argv[1]
-    args = [int(a) for a in sys.argv[2:]]
-    {"train": train, "memory": memory, "decode": decode}[mode](*args)
+    if mode == "decode":
+        decode(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), *sys.argv[5:6])
+    else:
+        {"train": train, "memory": memory}[mode](*[int(a) for a in sys.argv[2:]])

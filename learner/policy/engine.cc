@@ -7,10 +7,13 @@
 #include <ctime>
 #include <random>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/match.h"
 #include "absl/synchronization/notification.h"
 #include "learner/model.h"
+#include "learner/policy/decode_graphs.h"
+#include "learner/policy/kv_blocks.h"
 
 namespace kernelrl::learner {
 namespace {
@@ -28,13 +31,22 @@ struct PolicyEngine::Pending {
   absl::Notification done;
 };
 
-struct PolicyEngine::Slot {
-  std::shared_ptr<Pending> pending;  // Null when the slot is free.
+struct PolicyEngine::Sequence {
+  std::shared_ptr<Pending> pending;
   GenerationResult result;
-  int64_t len = 0;      // Positions whose keys/values are in the cache.
-  int32_t last = 0;     // Last sampled token (input of the next decode step).
+  // Prompt + output. Positions [0, cached) have keys/values in the cache;
+  // the rest are the next forward's input (one token when decoding).
+  std::vector<int32_t> tokens;
+  int64_t cached = 0;
+  std::vector<int32_t> blocks;  // Block table.
+  int registered = 0;           // Leading blocks registered in (or taken from) the prefix cache.
+  uint64_t key = KVBlockManager::kRootKey;  // The last of those blocks' key.
   int32_t max_new = 0;
+  bool finished = false;
+  bool prefilling = false;  // Admitted, its first token since admission not yet sampled.
   std::mt19937_64 rng;
+
+  int64_t uncached() const { return static_cast<int64_t>(tokens.size()) - cached; }
 };
 
 PolicyEngine::PolicyEngine(std::unique_ptr<Transformer> model, int64_t policy_version, std::string checkpoint_path,
@@ -46,7 +58,6 @@ PolicyEngine::PolicyEngine(std::unique_ptr<Transformer> model, int64_t policy_ve
   checkpoint_path_ = std::move(checkpoint_path);
   loaded_at_ = NowRfc3339();
   seed_counter_ = std::random_device{}();
-  for (int i = 0; i < options_.max_batch; ++i) slots_.push_back(std::make_unique<Slot>());
   thread_ = std::thread([this] { Loop(); });
 }
 
@@ -126,13 +137,38 @@ void PolicyEngine::SwapWeights(std::unique_ptr<Transformer> model, int64_t polic
 
 PolicyEngine::Info PolicyEngine::GetInfo() const {
   absl::MutexLock lock(&mu_);
-  return Info{version_, checkpoint_path_, loaded_at_, completed_, tokens_, active_,
-              static_cast<int>(queue_.size()), next_model_ != nullptr};
+  Info info;
+  info.policy_version = version_;
+  info.checkpoint_path = checkpoint_path_;
+  info.loaded_at = loaded_at_;
+  info.requests_completed = completed_;
+  info.tokens_generated = tokens_;
+  info.active = active_;
+  info.queued = static_cast<int>(queue_.size());
+  info.swap_pending = next_model_ != nullptr;
+  info.running = running_count_;
+  info.kv_blocks_total = NumBlocks();
+  info.kv_blocks_used = blocks_used_;
+  info.kv_blocks_cached = blocks_cached_;
+  info.prompt_tokens = published_.prompt_tokens;
+  info.prefix_hit_tokens = published_.prefix_hit_tokens;
+  info.prefill_tokens = published_.prefill_tokens;
+  info.preemptions = published_.preemptions;
+  info.decode_graphs = decode_graphs_;
+  return info;
+}
+
+int64_t PolicyEngine::NumBlocks() const {
+  if (options_.kv_blocks > 0) return options_.kv_blocks;
+  const int64_t per_sequence = (options_.max_seq_len + options_.block_size - 1) / options_.block_size;
+  return options_.max_batch * per_sequence;
 }
 
 void PolicyEngine::ApplySwap() {
+  graphs_.reset();  // Captured with the old weights and cache.
   model_ = std::move(next_model_);
   cache_.reset();  // Rebuilt for the new model's shape on first use.
+  blocks_.reset();  // Cached prefixes hold the old weights' keys/values.
   version_ = next_version_;
   checkpoint_path_ = next_path_;
   loaded_at_ = NowRfc3339();
@@ -141,33 +177,58 @@ void PolicyEngine::ApplySwap() {
 void PolicyEngine::Loop() {
   c10::InferenceMode inference;
   while (true) {
-    std::vector<std::shared_ptr<Pending>> admit;
+    std::vector<std::shared_ptr<Pending>> intake;
+    int64_t version;
     {
       absl::MutexLock lock(&mu_);
       while (!stop_ && queue_.empty() && active_ == 0 && next_model_ == nullptr) work_.Wait(&mu_);
       if (stop_) break;
       if (next_model_ != nullptr && active_ == 0) ApplySwap();
       if (next_model_ == nullptr) {
-        while (active_ + static_cast<int>(admit.size()) < options_.max_batch && !queue_.empty()) {
-          admit.push_back(std::move(queue_.front()));
-          queue_.pop_front();
-        }
-        active_ += static_cast<int>(admit.size());
+        intake.assign(std::make_move_iterator(queue_.begin()), std::make_move_iterator(queue_.end()));
+        queue_.clear();
+        active_ += static_cast<int>(intake.size());
+      }
+      version = version_;
+    }
+    if (cache_ == nullptr) {
+      const ModelConfig& cfg = model_->config();
+      // One block more than the manager hands out: the scratch block that
+      // padding rows of a fixed-shape (graph) decode step write into.
+      cache_ = std::make_unique<PagedKVCache>(
+          cfg, NumBlocks() + 1, options_.block_size,
+          at::TensorOptions().device(model_->options().device).dtype(model_->options().dtype));
+      if (options_.cuda_graphs) {
+        const int64_t per_sequence = (options_.max_seq_len + options_.block_size - 1) / options_.block_size;
+        graphs_ = std::make_unique<DecodeGraphs>(model_.get(), cache_.get(), NumBlocks(), per_sequence);
+      }
+      blocks_ = std::make_unique<KVBlockManager>(static_cast<int>(NumBlocks()), options_.block_size,
+                                                 options_.prefix_caching);
+      eos_ids_ = options_.eos_ids;
+      if (eos_ids_.empty()) {
+        for (int64_t e : cfg.eos_token_ids) eos_ids_.push_back(static_cast<int32_t>(e));
       }
     }
-    if (!admit.empty()) Admit(std::move(admit));
-    bool any = std::any_of(slots_.begin(), slots_.end(), [](const auto& s) { return s->pending != nullptr; });
-    if (any) DecodeStep();
+    if (!intake.empty()) Intake(std::move(intake), version);
+    Admit();
+    Prefill();
+    RemoveFinished();
+    ReserveDecodeBlocks();
+    Decode();
+    RemoveFinished();
+    absl::MutexLock lock(&mu_);
+    PublishLocked();
   }
-  // Shutdown: fail everything still queued or running.
+  // Shutdown: fail everything still queued, waiting or running.
   absl::MutexLock lock(&mu_);
-  for (auto& s : slots_) {
-    if (s->pending) {
-      s->pending->result = absl::UnavailableError("policy engine shut down during generation");
-      s->pending->done.Notify();
-      s->pending.reset();
-    }
-  }
+  auto fail = [](Sequence& s) {
+    s.pending->result = absl::UnavailableError("policy engine shut down during generation");
+    s.pending->done.Notify();
+  };
+  for (auto& s : running_) fail(*s);
+  for (auto& s : waiting_) fail(*s);
+  running_.clear();
+  waiting_.clear();
   for (auto& p : queue_) {
     p->result = absl::UnavailableError("policy engine shut down");
     p->done.Notify();
@@ -175,22 +236,8 @@ void PolicyEngine::Loop() {
   queue_.clear();
 }
 
-void PolicyEngine::Admit(std::vector<std::shared_ptr<Pending>> batch) {
+void PolicyEngine::Intake(std::vector<std::shared_ptr<Pending>> batch, int64_t version) {
   const ModelConfig& cfg = model_->config();
-  if (cache_ == nullptr) {
-    cache_ = std::make_unique<KVCache>(cfg, options_.max_batch, options_.max_seq_len,
-                                       at::TensorOptions().device(model_->options().device).dtype(model_->options().dtype));
-    eos_ids_ = options_.eos_ids;
-    if (eos_ids_.empty()) {
-      for (int64_t e : cfg.eos_token_ids) eos_ids_.push_back(static_cast<int32_t>(e));
-    }
-  }
-  int64_t version;
-  {
-    absl::MutexLock lock(&mu_);
-    version = version_;
-  }
-  std::vector<int> placed;
   for (auto& p : batch) {
     const auto& prompt = p->request.prompt;
     absl::Status bad;
@@ -198,6 +245,9 @@ void PolicyEngine::Admit(std::vector<std::shared_ptr<Pending>> batch) {
     if (static_cast<int64_t>(prompt.size()) >= options_.max_seq_len) {
       bad = absl::InvalidArgumentError(absl::StrCat("prompt of ", prompt.size(), " tokens leaves no room in the ",
                                                     options_.max_seq_len, "-token context"));
+    } else if (static_cast<int64_t>(prompt.size()) + 1 > NumBlocks() * options_.block_size) {
+      bad = absl::ResourceExhaustedError(absl::StrCat("prompt of ", prompt.size(), " tokens does not fit the ",
+                                                      NumBlocks() * options_.block_size, "-position KV cache"));
     }
     for (int32_t id : prompt) {
       if (id < 0 || id >= cfg.vocab_size) {
@@ -216,79 +266,205 @@ void PolicyEngine::Admit(std::vector<std::shared_ptr<Pending>> batch) {
       --active_;
       continue;
     }
-    int s = 0;
-    while (slots_[s]->pending != nullptr) ++s;  // A free slot exists: admission respects max_batch.
-    Slot& slot = *slots_[s];
-    slot.pending = p;
-    slot.result = GenerationResult();
-    slot.result.policy_version = version;
-    slot.len = static_cast<int64_t>(prompt.size());
-    const int64_t room = options_.max_seq_len - slot.len;
-    slot.max_new = static_cast<int32_t>(sp.max_new_tokens > 0 ? std::min<int64_t>(sp.max_new_tokens, room) : room);
-    slot.rng.seed(sp.seed);
-    placed.push_back(s);
-  }
-  // Batched prefill, right-padded, in chunks bounded by max_prefill_tokens.
-  const at::Device device = model_->options().device;
-  size_t i = 0;
-  while (i < placed.size()) {
-    size_t j = i;
-    int64_t longest = 0;
-    while (j < placed.size()) {
-      const int64_t len = slots_[placed[j]]->len;
-      if (j > i && std::max(longest, len) * static_cast<int64_t>(j - i + 1) > options_.max_prefill_tokens) break;
-      longest = std::max(longest, len);
-      ++j;
-    }
-    const int64_t n = static_cast<int64_t>(j - i);
-    std::vector<int64_t> ids(n * longest, 0), rows, last;
-    for (int64_t r = 0; r < n; ++r) {
-      const Slot& slot = *slots_[placed[i + r]];
-      std::copy(slot.pending->request.prompt.begin(), slot.pending->request.prompt.end(), ids.begin() + r * longest);
-      rows.push_back(placed[i + r]);
-      last.push_back(slot.len - 1);
-    }
-    at::Tensor ids_t = at::tensor(ids, at::kLong).view({n, longest}).to(device);
-    at::Tensor slots_t = at::tensor(rows, at::kLong).to(device);
-    at::Tensor hidden = model_->Prefill(ids_t, slots_t, cache_.get());  // [n, P, H]
-    at::Tensor last_t = at::tensor(last, at::kLong).to(device);
-    at::Tensor final = hidden.index({at::arange(n, at::TensorOptions().dtype(at::kLong).device(device)), last_t});
-    SampleRows(model_->HeadLogits(final), std::vector<int>(placed.begin() + i, placed.begin() + j));
-    i = j;
+    auto s = std::make_unique<Sequence>();
+    s->pending = p;
+    s->result.policy_version = version;
+    s->tokens = prompt;
+    const int64_t room = options_.max_seq_len - static_cast<int64_t>(prompt.size());
+    s->max_new = static_cast<int32_t>(sp.max_new_tokens > 0 ? std::min<int64_t>(sp.max_new_tokens, room) : room);
+    s->rng.seed(sp.seed);
+    waiting_.push_back(std::move(s));
   }
 }
 
-void PolicyEngine::DecodeStep() {
-  std::vector<int> active;
-  std::vector<int64_t> ids, rows, positions;
-  for (int s = 0; s < static_cast<int>(slots_.size()); ++s) {
-    Slot& slot = *slots_[s];
-    if (slot.pending == nullptr) continue;
-    active.push_back(s);
-    ids.push_back(slot.last);
-    rows.push_back(s);
-    positions.push_back(slot.len);
+void PolicyEngine::Admit() {
+  const int bs = options_.block_size;
+  // Keys of the full prompt blocks that sequences admitted in this
+  // iteration will compute: a request whose next block is among them waits
+  // one iteration and then shares it instead of computing it again.
+  absl::flat_hash_set<uint64_t> computing;
+  while (!waiting_.empty() && static_cast<int>(running_.size()) < options_.max_batch) {
+    Sequence& s = *waiting_.front();
+    const int64_t n = static_cast<int64_t>(s.tokens.size());
+    const int full = static_cast<int>((n - 1) / bs);  // Full blocks that may come from the cache.
+    uint64_t key;
+    std::vector<int> hit = blocks_->Match(s.tokens, full, &key);
+    const int matched = static_cast<int>(hit.size());
+    if (options_.prefix_caching && matched < full &&
+        computing.contains(KVBlockManager::ChainKey(key, absl::MakeConstSpan(s.tokens).subspan(matched * bs, bs)))) {
+      for (int b : hit) blocks_->Release(b);
+      break;
+    }
+    const int need = static_cast<int>((n + bs - 1) / bs) - matched;
+    // Headroom of one block per running sequence, so that a request just
+    // admitted is not preempted again at the next step.
+    if (need + static_cast<int>(running_.size()) > blocks_->available()) {
+      for (int b : hit) blocks_->Release(b);
+      if (!running_.empty()) break;  // Waits for blocks to come free.
+      // Alone it still does not fit (a preempted sequence that had grown
+      // to the whole cache): the cache is its context.
+      std::unique_ptr<Sequence> lone = std::move(waiting_.front());
+      waiting_.pop_front();
+      Finish(lone.get(), "context_length");
+      continue;
+    }
+    s.blocks.assign(hit.begin(), hit.end());
+    for (int i = 0; i < need; ++i) s.blocks.push_back(*blocks_->Allocate());
+    s.cached = static_cast<int64_t>(matched) * bs;
+    s.registered = matched;
+    s.key = key;
+    if (options_.prefix_caching) {
+      for (int i = matched; i < full; ++i) {
+        key = KVBlockManager::ChainKey(key, absl::MakeConstSpan(s.tokens).subspan(i * bs, bs));
+        computing.insert(key);
+      }
+    }
+    stats_.prompt_tokens += n;
+    stats_.prefix_hit_tokens += s.cached;
+    s.prefilling = true;
+    running_.push_back(std::move(waiting_.front()));
+    waiting_.pop_front();
   }
-  at::Tensor logits = model_->Decode(ids, rows, positions, cache_.get());
-  for (int s : active) ++slots_[s]->len;
-  SampleRows(logits, active);
 }
 
-void PolicyEngine::SampleRows(const at::Tensor& logits, const std::vector<int>& rows) {
+void PolicyEngine::Prefill() {
+  PagedBatch batch;
+  std::vector<int64_t> ids;
+  std::vector<Sequence*> seqs, sample;
+  int64_t budget = std::max<int64_t>(options_.max_prefill_tokens, 1);
+  for (auto& p : running_) {
+    Sequence* s = p.get();
+    if (s->uncached() <= 1 || budget == 0) continue;  // Decoding (or budget spent).
+    const int64_t n = std::min(s->uncached(), budget);
+    budget -= n;
+    batch.starts.push_back(s->cached);
+    batch.lengths.push_back(n);
+    batch.block_tables.push_back(s->blocks);
+    ids.insert(ids.end(), s->tokens.begin() + s->cached, s->tokens.begin() + s->cached + n);
+    seqs.push_back(s);
+  }
+  if (seqs.empty()) return;
+  at::Tensor logits = model_->PagedForward(ids, batch, cache_.get());  // [S,V]
+  stats_.prefill_tokens += static_cast<int64_t>(ids.size());
+  std::vector<int64_t> rows;
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    seqs[i]->cached += batch.lengths[i];
+    RegisterFullBlocks(seqs[i]);
+    if (seqs[i]->uncached() == 0) {  // The whole prompt is in: its last logits sample.
+      rows.push_back(static_cast<int64_t>(i));
+      sample.push_back(seqs[i]);
+    }
+  }
+  if (sample.empty()) return;
+  if (sample.size() != seqs.size()) logits = logits.index_select(0, at::tensor(rows, at::kLong).to(logits.device()));
+  SampleRows(logits, sample);
+}
+
+void PolicyEngine::ReserveDecodeBlocks() {
+  const int64_t bs = options_.block_size;
+  for (size_t i = 0; i < running_.size();) {
+    Sequence* s = running_[i].get();
+    if (s->uncached() != 1 || static_cast<int64_t>(s->blocks.size()) * bs > s->cached) {
+      ++i;
+      continue;
+    }
+    std::optional<int> b;
+    while (!(b = blocks_->Allocate()) && running_.size() > 1 && i < running_.size() - 1) {
+      Preempt(running_.size() - 1);  // The youngest other sequence.
+    }
+    if (!b && running_.size() > 1) {  // s is the youngest: it yields.
+      Preempt(i);
+      continue;
+    }
+    if (!b) {  // Alone and the cache is full: the cache is its context.
+      Finish(s, "context_length");
+      ++i;
+      continue;
+    }
+    s->blocks.push_back(*b);
+    ++i;
+  }
+}
+
+void PolicyEngine::Preempt(size_t index) {
+  std::unique_ptr<Sequence> s = std::move(running_[index]);
+  running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(index));
+  ReleaseBlocks(s.get());  // Registered ones stay cached: the recomputation may find them.
+  s->cached = 0;
+  s->registered = 0;
+  s->key = KVBlockManager::kRootKey;
+  ++stats_.preemptions;
+  waiting_.push_front(std::move(s));
+}
+
+void PolicyEngine::Decode() {
+  std::vector<Sequence*> seqs;
+  PagedBatch batch;
+  std::vector<int64_t> ids;
+  for (auto& p : running_) {
+    Sequence* s = p.get();
+    if (s->finished || s->uncached() != 1) continue;
+    seqs.push_back(s);
+    ids.push_back(s->tokens.back());
+    batch.starts.push_back(s->cached);
+    batch.lengths.push_back(1);
+    batch.block_tables.push_back(s->blocks);
+  }
+  if (seqs.empty()) return;
+  std::optional<at::Tensor> graphed;
+  if (graphs_ != nullptr) graphed = graphs_->Decode(ids, batch.starts, batch.block_tables);
+  at::Tensor logits = graphed ? *graphed : model_->PagedForward(ids, batch, cache_.get());
+  for (Sequence* s : seqs) {
+    ++s->cached;
+    if (s->prefilling) ++stats_.prefill_tokens;  // Its prompt's last token (the rest was cached).
+    RegisterFullBlocks(s);
+  }
+  SampleRows(logits, seqs);
+}
+
+void PolicyEngine::RegisterFullBlocks(Sequence* s) {
+  if (!options_.prefix_caching) return;
+  const int bs = options_.block_size;
+  for (; static_cast<int64_t>(s->registered + 1) * bs <= s->cached; ++s->registered) {
+    s->key = blocks_->Register(s->blocks[s->registered], s->key,
+                               absl::MakeConstSpan(s->tokens).subspan(static_cast<size_t>(s->registered) * bs, bs));
+  }
+}
+
+void PolicyEngine::ReleaseBlocks(Sequence* s) {
+  for (int b : s->blocks) blocks_->Release(b);
+  s->blocks.clear();
+}
+
+void PolicyEngine::PublishLocked() {
+  published_ = stats_;
+  running_count_ = static_cast<int>(
+      std::count_if(running_.begin(), running_.end(), [](const auto& s) { return !s->finished; }));
+  blocks_used_ = blocks_->referenced();
+  blocks_cached_ = blocks_->cached();
+  decode_graphs_ = graphs_ != nullptr && !graphs_->failed() ? graphs_->captured() : 0;
+}
+
+void PolicyEngine::RemoveFinished() {
+  running_.erase(std::remove_if(running_.begin(), running_.end(), [](const auto& s) { return s->finished; }),
+                 running_.end());
+}
+
+void PolicyEngine::SampleRows(const at::Tensor& logits, const std::vector<Sequence*>& rows) {
   const int64_t n = logits.size(0);
   const at::Device device = logits.device();
   std::vector<float> inv_temp(n), top_p(n), u(n);
   std::vector<uint8_t> greedy(n);
   bool any_top_p = false, any_sampled = false;
   for (int64_t r = 0; r < n; ++r) {
-    const SamplingOptions& sp = slots_[rows[r]]->pending->request.sampling;
+    const SamplingOptions& sp = rows[r]->pending->request.sampling;
     greedy[r] = sp.temperature <= 0;
     any_sampled |= !greedy[r];
     inv_temp[r] = greedy[r] ? 1.0f : 1.0f / sp.temperature;
     const bool cut = !greedy[r] && sp.top_p > 0 && sp.top_p < 1;
     top_p[r] = cut ? sp.top_p : 2.0f;
     any_top_p |= cut;
-    u[r] = static_cast<float>(std::uniform_real_distribution<double>(0.0, 1.0)(slots_[rows[r]]->rng));
+    u[r] = static_cast<float>(std::uniform_real_distribution<double>(0.0, 1.0)(rows[r]->rng));
   }
   auto opts = at::TensorOptions().device(device);
   at::Tensor scaled = logits * at::tensor(inv_temp, at::kFloat).to(device).unsqueeze(1);
@@ -321,37 +497,37 @@ void PolicyEngine::SampleRows(const at::Tensor& logits, const std::vector<int>& 
   for (int64_t r = 0; r < n; ++r) Accept(rows[r], static_cast<int32_t>(v[r]), static_cast<float>(v[n + r]));
 }
 
-void PolicyEngine::Accept(int s, int32_t token, float logprob) {
-  Slot& slot = *slots_[s];
-  slot.result.output_ids.push_back(token);
-  slot.result.logprobs.push_back(logprob);
-  slot.last = token;
-  const TokenCallback& on_token = slot.pending->request.on_token;
-  if (on_token) on_token(token, logprob, slot.result.policy_version);
+void PolicyEngine::Accept(Sequence* s, int32_t token, float logprob) {
+  s->prefilling = false;
+  s->tokens.push_back(token);
+  s->result.output_ids.push_back(token);
+  s->result.logprobs.push_back(logprob);
+  const TokenCallback& on_token = s->pending->request.on_token;
+  if (on_token) on_token(token, logprob, s->result.policy_version);
   if (std::find(eos_ids_.begin(), eos_ids_.end(), token) != eos_ids_.end()) return Finish(s, "eos");
-  for (const auto& stop : slot.pending->request.sampling.stop_sequences) {
-    if (EndsWith(slot.result.output_ids, stop)) return Finish(s, "stop_sequence");
+  for (const auto& stop : s->pending->request.sampling.stop_sequences) {
+    if (EndsWith(s->result.output_ids, stop)) return Finish(s, "stop_sequence");
   }
-  if (static_cast<int32_t>(slot.result.output_ids.size()) >= slot.max_new) {
-    const bool asked = slot.pending->request.sampling.max_new_tokens > 0 &&
-                       static_cast<int32_t>(slot.result.output_ids.size()) >= slot.pending->request.sampling.max_new_tokens;
-    return Finish(s, asked ? "max_new_tokens" : "context_length");
+  if (static_cast<int32_t>(s->result.output_ids.size()) >= s->max_new) {
+    const int32_t asked = s->pending->request.sampling.max_new_tokens;
+    const bool by_request = asked > 0 && static_cast<int32_t>(s->result.output_ids.size()) >= asked;
+    return Finish(s, by_request ? "max_new_tokens" : "context_length");
   }
-  if (slot.len >= options_.max_seq_len) return Finish(s, "context_length");
 }
 
-void PolicyEngine::Finish(int s, const std::string& reason) {
-  Slot& slot = *slots_[s];
-  slot.result.finish_reason = reason;
-  std::shared_ptr<Pending> p = std::move(slot.pending);
-  slot.pending.reset();
-  const int64_t produced = static_cast<int64_t>(slot.result.output_ids.size());
-  p->result = std::move(slot.result);
+void PolicyEngine::Finish(Sequence* s, const std::string& reason) {
+  s->result.finish_reason = reason;
+  s->finished = true;
+  ReleaseBlocks(s);
+  std::shared_ptr<Pending> p = std::move(s->pending);
+  const int64_t produced = static_cast<int64_t>(s->result.output_ids.size());
+  p->result = std::move(s->result);
   {
     absl::MutexLock lock(&mu_);
     --active_;
     ++completed_;
     tokens_ += produced;
+    PublishLocked();  // A caller reading GetInfo() after its result sees its work counted.
   }
   p->done.Notify();
 }

@@ -1,15 +1,21 @@
 // The policy engine on CPU with a tiny random model: batched/continuous
 // generation equals one-at-a-time greedy decoding, logprobs equal a full
 // forward pass, seeds reproduce, top-p/stop/eos/max-tokens/context limits,
-// and a weight swap mid-traffic drops nothing and stamps versions right.
+// a weight swap mid-traffic drops nothing and stamps versions right, a tiny
+// KV budget preempts and recomputes without losing a request (log-probs
+// still the trainer's), and the prefix cache makes a second turn prefill
+// only its new tokens and rollouts of one prompt share its blocks.
 #include "learner/policy/engine.h"
 
 #include <c10/core/GradMode.h>
 
+#include <atomic>
 #include <future>
 #include <random>
 #include <thread>
 
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
 #include "gtest/gtest.h"
 #include "learner/model.h"
 #include "learner/test_util.h"
@@ -86,6 +92,34 @@ TEST(PolicyEngineTest, ConcurrentGreedyRequestsEqualReferenceDecoding) {
     EXPECT_EQ(res->logprobs.size(), res->output_ids.size());
   }
   EXPECT_EQ(engine.GetInfo().requests_completed, 10);
+}
+
+// The fixed-shape decode step (cuda_graphs: captured on a GPU, uncaptured
+// here) through the whole engine: batch sizes 1..4 padded to their buckets.
+TEST(PolicyEngineTest, FixedShapeDecodeEqualsReferenceDecoding) {
+  auto model = TinyModel(12);
+  const Transformer* ref = model.get();
+  EngineOptions o = Options(4);
+  o.block_size = 4;
+  o.cuda_graphs = true;
+  PolicyEngine engine(std::move(model), 1, "", o);
+  std::mt19937 rng(std::random_device{}());
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<std::future<absl::StatusOr<GenerationResult>>> futures;
+  for (int i = 0; i < 7; ++i) {
+    prompts.push_back(RandomPrompt(&rng, 2 + 3 * i));
+    GenerationRequest r;
+    r.prompt = prompts[i];
+    r.sampling.temperature = 0;
+    r.sampling.max_new_tokens = 6 + 2 * i;
+    futures.push_back(std::async(std::launch::async, [&engine, r] { return engine.Generate(r); }));
+  }
+  for (int i = 0; i < 7; ++i) {
+    auto res = futures[i].get();
+    ASSERT_TRUE(res.ok()) << res.status();
+    EXPECT_EQ(res->output_ids, ReferenceGreedy(*ref, prompts[i], 6 + 2 * i)) << "request " << i;
+  }
+  EXPECT_EQ(engine.GetInfo().decode_graphs, 0);  // Nothing is captured on a CPU.
 }
 
 TEST(PolicyEngineTest, SampledLogprobsMatchFullForwardAndSeedsReproduce) {
@@ -273,6 +307,190 @@ TEST(PolicyEngineTest, WeightSwapUnderLoadDropsNothingAndStampsVersions) {
   EXPECT_GT(v2, 0);
   EXPECT_EQ(engine.GetInfo().policy_version, 2);
   EXPECT_EQ(engine.GetInfo().checkpoint_path, "v2");
+}
+
+
+// Holds the engine thread inside request 0's first token until `queued`
+// more requests wait in the queue, so the engine takes them all in one
+// iteration: admission, sharing and preemption then do not depend on how
+// fast the test's threads start.
+class Gate {
+ public:
+  Gate(PolicyEngine* engine, int queued) : engine_(engine), queued_(queued) {}
+  // The blocking request (its prompt differs from the others').
+  std::future<absl::StatusOr<GenerationResult>> Hold(std::vector<int32_t> prompt) {
+    GenerationRequest r;
+    r.prompt = std::move(prompt);
+    r.sampling.temperature = 0;
+    r.sampling.max_new_tokens = 2;
+    r.on_token = [this](int32_t, float, int64_t) {
+      if (!first_.exchange(true)) open_.WaitForNotification();
+    };
+    auto f = std::async(std::launch::async, [this, r] { return engine_->Generate(r); });
+    EXPECT_TRUE(::kernelrl::testing::WaitFor([this] { return first_.load(); }, absl::Seconds(120)));
+    return f;
+  }
+  void OpenWhenQueued() {
+    EXPECT_TRUE(::kernelrl::testing::WaitFor([this] { return engine_->GetInfo().queued >= queued_; },
+                                             absl::Seconds(120)));
+    open_.Notify();
+  }
+
+ private:
+  PolicyEngine* engine_;
+  const int queued_;
+  std::atomic<bool> first_{false};
+  absl::Notification open_;
+};
+
+// The trainer's log-prob of each output token (Transformer::TokenLogprobs,
+// as learner/rl/trainer.cc computes it for the PPO ratio).
+std::vector<float> TrainerLogprobs(const Transformer& m, const std::vector<int32_t>& prompt,
+                                   const std::vector<int32_t>& output, double temperature) {
+  c10::AutoGradMode no_grad(false);
+  std::vector<int64_t> seq(prompt.begin(), prompt.end());
+  seq.insert(seq.end(), output.begin(), output.end());
+  const int64_t n = static_cast<int64_t>(seq.size());
+  at::Tensor ids = at::tensor(seq, at::kLong).view({1, n});
+  std::vector<int64_t> targets(n, -1);
+  for (size_t i = 0; i < output.size(); ++i) targets[prompt.size() - 1 + i] = output[i];
+  at::Tensor lp = m.TokenLogprobs(m.Hidden(ids)[0], at::tensor(targets, at::kLong), temperature);
+  std::vector<float> out;
+  for (size_t i = 0; i < output.size(); ++i) out.push_back(lp[prompt.size() - 1 + i].item<float>());
+  return out;
+}
+
+TEST(PolicyEngineTest, TinyKVBudgetPreemptsAndRecomputesWithoutLosingRequests) {
+  auto model = TinyModel(31);
+  const Transformer* ref = model.get();
+  EngineOptions o = Options(8);
+  o.block_size = 4;
+  o.kv_blocks = 12;  // 48 positions for 8 requests of up to 34 tokens each.
+  PolicyEngine engine(std::move(model), 3, "", o);
+  std::mt19937 rng(std::random_device{}());
+  Gate gate(&engine, 8);
+  auto held = gate.Hold(RandomPrompt(&rng, 5));
+  std::vector<GenerationRequest> requests;
+  std::vector<std::future<absl::StatusOr<GenerationResult>>> futures;
+  for (int i = 0; i < 8; ++i) {
+    GenerationRequest r;
+    r.prompt = RandomPrompt(&rng, 4 + i);
+    r.sampling.temperature = i % 2 ? 0.7f : 1.0f;
+    r.sampling.top_p = i % 3 == 0 ? 0.9f : 1.0f;
+    r.sampling.max_new_tokens = 20 + i;
+    r.sampling.seed = 100 + i;
+    requests.push_back(r);
+    futures.push_back(std::async(std::launch::async, [&engine, r] { return engine.Generate(r); }));
+  }
+  gate.OpenWhenQueued();
+  ASSERT_TRUE(held.get().ok());
+  for (int i = 0; i < 8; ++i) {
+    auto res = futures[i].get();
+    ASSERT_TRUE(res.ok()) << "request " << i << ": " << res.status();
+    EXPECT_EQ(res->finish_reason, "max_new_tokens") << i;
+    ASSERT_EQ(res->output_ids.size(), static_cast<size_t>(20 + i)) << i;
+    EXPECT_EQ(res->policy_version, 3);
+    std::vector<float> want = TrainerLogprobs(*ref, requests[i].prompt, res->output_ids,
+                                              requests[i].sampling.temperature);
+    for (size_t t = 0; t < want.size(); ++t) {
+      EXPECT_NEAR(res->logprobs[t], want[t], 1e-4) << "request " << i << " token " << t;
+    }
+  }
+  PolicyEngine::Info info = engine.GetInfo();
+  EXPECT_GT(info.preemptions, 0);
+  EXPECT_EQ(info.requests_completed, 9);
+  EXPECT_EQ(info.active, 0);
+  EXPECT_EQ(info.kv_blocks_total, 12);
+  EXPECT_EQ(info.kv_blocks_used, 0);
+  // Recomputation prefilled more tokens than the prompts hold.
+  int64_t prompts = 5;
+  for (const auto& r : requests) prompts += static_cast<int64_t>(r.prompt.size());
+  EXPECT_GT(info.prompt_tokens, prompts);
+}
+
+TEST(PolicyEngineTest, PromptLargerThanTheKVCacheFails) {
+  EngineOptions o = Options(2);
+  o.block_size = 4;
+  o.kv_blocks = 3;
+  PolicyEngine engine(TinyModel(2), 1, "", o);
+  std::mt19937 rng(std::random_device{}());
+  GenerationRequest r;
+  r.prompt = RandomPrompt(&rng, 12);  // 12 + 1 positions > 12.
+  EXPECT_EQ(engine.Generate(r).status().code(), absl::StatusCode::kResourceExhausted);
+  r.prompt.resize(11);
+  r.sampling.temperature = 0;
+  r.sampling.max_new_tokens = 5;
+  auto res = engine.Generate(r);  // Fits, then fills the cache: its context.
+  ASSERT_TRUE(res.ok()) << res.status();
+  EXPECT_EQ(res->finish_reason, "context_length");
+  EXPECT_EQ(res->output_ids.size(), 2u);
+}
+
+TEST(PolicyEngineTest, SecondTurnPrefillsOnlyItsNewTokens) {
+  auto model = TinyModel(41);
+  const Transformer* ref = model.get();
+  EngineOptions o = Options(4);
+  o.block_size = 4;
+  PolicyEngine engine(std::move(model), 1, "", o);
+  std::mt19937 rng(std::random_device{}());
+  // Turn 1: a 23-token prompt, 10 tokens out.
+  GenerationRequest r;
+  r.prompt = RandomPrompt(&rng, 23);
+  r.sampling.temperature = 0;
+  r.sampling.max_new_tokens = 10;
+  auto t1 = engine.Generate(r);
+  ASSERT_TRUE(t1.ok());
+  const PolicyEngine::Info before = engine.GetInfo();
+  EXPECT_EQ(before.prefill_tokens, 23);
+  EXPECT_EQ(before.prefix_hit_tokens, 0);
+  // Turn 2: the whole history plus 7 new tokens (a tool result).
+  GenerationRequest r2 = r;
+  r2.prompt.insert(r2.prompt.end(), t1->output_ids.begin(), t1->output_ids.end());
+  for (int32_t t : RandomPrompt(&rng, 7)) r2.prompt.push_back(t);
+  auto t2 = engine.Generate(r2);
+  ASSERT_TRUE(t2.ok());
+  const PolicyEngine::Info after = engine.GetInfo();
+  // Turn 1 left its keys/values for positions [0, 32) (the last output token
+  // was never fed back): 8 full blocks of 4. Turn 2 (40 tokens) prefills
+  // the 8 after them: its 7 new tokens and turn 1's last output token.
+  EXPECT_EQ(after.prefix_hit_tokens - before.prefix_hit_tokens, 32);
+  EXPECT_EQ(after.prefill_tokens - before.prefill_tokens, 8);
+  EXPECT_EQ(t2->output_ids, ReferenceGreedy(*ref, r2.prompt, 10));
+  EXPECT_GT(after.kv_blocks_cached, 0);
+}
+
+TEST(PolicyEngineTest, RolloutsOfOnePromptShareItsBlocks) {
+  auto model = TinyModel(51);
+  const Transformer* ref = model.get();
+  EngineOptions o = Options(8);
+  o.block_size = 4;
+  PolicyEngine engine(std::move(model), 1, "", o);
+  std::mt19937 rng(std::random_device{}());
+  const std::vector<int32_t> prompt = RandomPrompt(&rng, 18);  // 4 full blocks + 2.
+  Gate gate(&engine, 4);
+  auto held = gate.Hold(RandomPrompt(&rng, 3));
+  std::vector<std::future<absl::StatusOr<GenerationResult>>> futures;
+  for (int i = 0; i < 4; ++i) {
+    GenerationRequest r;
+    r.prompt = prompt;
+    r.sampling.temperature = 0.9f;
+    r.sampling.max_new_tokens = 6;
+    r.sampling.seed = 7 + i;
+    futures.push_back(std::async(std::launch::async, [&engine, r] { return engine.Generate(r); }));
+  }
+  gate.OpenWhenQueued();
+  ASSERT_TRUE(held.get().ok());
+  for (auto& f : futures) {
+    auto res = f.get();
+    ASSERT_TRUE(res.ok()) << res.status();
+    std::vector<float> want = TrainerLogprobs(*ref, prompt, res->output_ids, 0.9);
+    for (size_t t = 0; t < want.size(); ++t) EXPECT_NEAR(res->logprobs[t], want[t], 1e-4) << t;
+  }
+  // One rollout computes the prompt; the other three reuse its 4 full
+  // blocks and compute only the last 2 tokens (3: the gate's prompt).
+  const PolicyEngine::Info info = engine.GetInfo();
+  EXPECT_EQ(info.prefill_tokens, 3 + 18 + 3 * 2);
+  EXPECT_EQ(info.prefix_hit_tokens, 3 * 16);
 }
 
 }  // namespace

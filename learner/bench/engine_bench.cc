@@ -1,0 +1,283 @@
+// The policy engine on one GPU, each figure one JSON line (hf_bench.py
+// prints the HF generate() lines beside them; tools/device_engine.sh runs
+// both and prints the ratios).
+//
+//   engine_bench decode SHAPE B1,B2,... P N eager|graphs
+//       B requests of P random tokens, N new tokens each (greedy, no EOS),
+//       all submitted at once: tokens generated / wall, per batch size;
+//       decode steps eager or replayed from CUDA graphs.
+//   engine_bench agentic SHAPE R TURNS on|off   (CUDA-graph decode)
+//       R rollouts of one task at once, each TURNS turns: turn t's prompt is
+//       the whole history (a 512-token system+task prompt, then per earlier
+//       turn 64 generated and 128 "tool result" tokens); prefix caching on
+//       or off: prompt tokens admitted, tokens prefilled, prefix hits, wall.
+// SHAPE: 0.5b (Qwen2.5-0.5B) or 7b (Qwen2.5-7B). Weights random (normal
+// 0.02, made on the GPU), bf16. SHAPE tiny (2 layers, hidden 64) runs on the
+// CPU in fp32: a smoke run of the benchmark's own code where no GPU is.
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/core/InferenceMode.h>
+#include <c10/cuda/CUDAFunctions.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <future>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "learner/model.h"
+#include "learner/policy/engine.h"
+
+namespace kernelrl::learner {
+namespace {
+
+ModelConfig Shape(const std::string& name) {
+  ModelConfig c;
+  c.model_type = "qwen2";
+  c.max_position_embeddings = 32768;
+  c.rope_theta = 1000000.0;
+  c.rms_norm_eps = 1e-6;
+  if (name == "tiny") {
+    c.vocab_size = 512;
+    c.hidden_size = 64;
+    c.intermediate_size = 128;
+    c.num_layers = 2;
+    c.num_heads = 4;
+    c.num_kv_heads = 2;
+    c.head_dim = 16;
+    c.tie_word_embeddings = true;
+  } else if (name == "7b") {
+    c.vocab_size = 152064;
+    c.hidden_size = 3584;
+    c.intermediate_size = 18944;
+    c.num_layers = 28;
+    c.num_heads = 28;
+    c.num_kv_heads = 4;
+    c.head_dim = 128;
+    c.tie_word_embeddings = false;
+  } else {
+    c.vocab_size = 151936;
+    c.hidden_size = 896;
+    c.intermediate_size = 4864;
+    c.num_layers = 24;
+    c.num_heads = 14;
+    c.num_kv_heads = 2;
+    c.head_dim = 64;
+    c.tie_word_embeddings = true;
+  }
+  return c;
+}
+
+double Now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Random weights drawn on the GPU (a 7B drawn on the CPU takes minutes).
+std::unique_ptr<Transformer> MakeModel(const ModelConfig& c) {
+  c10::InferenceMode inference;
+  ModelOptions o;
+  if (c.num_layers > 2) {
+    o.device = at::Device(at::kCUDA, 0);
+    o.dtype = at::kBFloat16;
+  }
+  auto opts = at::TensorOptions().device(o.device).dtype(o.dtype);
+  auto normal = [&](std::vector<int64_t> shape) { return at::randn(shape, opts) * 0.02; };
+  const int64_t q = c.num_heads * c.head_dim, kv = c.num_kv_heads * c.head_dim, i = c.intermediate_size;
+  RootWeights root;
+  root.embed = normal({c.vocab_size, c.hidden_size});
+  root.final_norm = at::ones({c.hidden_size}, opts);
+  if (!c.tie_word_embeddings) root.lm_head = normal({c.vocab_size, c.hidden_size});
+  std::vector<at::Tensor> fields;
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    // input_norm, qkv_w, qkv_b, o_w, o_b, post_norm, gate_up_w, gate_up_b, down_w, down_b
+    fields.push_back(at::ones({c.hidden_size}, opts));
+    fields.push_back(normal({q + 2 * kv, c.hidden_size}));
+    fields.push_back(at::zeros({q + 2 * kv}, opts));
+    fields.push_back(normal({c.hidden_size, q}));
+    fields.push_back(at::Tensor());
+    fields.push_back(at::ones({c.hidden_size}, opts));
+    fields.push_back(normal({2 * i, c.hidden_size}));
+    fields.push_back(at::Tensor());
+    fields.push_back(normal({c.hidden_size, i}));
+    fields.push_back(at::Tensor());
+  }
+  auto m = Transformer::FromWeights(c, Head::kLanguageModel, o, std::move(root), std::move(fields));
+  if (!m.ok()) {
+    std::fprintf(stderr, "model: %s\n", m.status().ToString().c_str());
+    std::exit(1);
+  }
+  return std::move(*m);
+}
+
+std::vector<int32_t> RandomTokens(std::mt19937* rng, int n, int vocab) {
+  std::vector<int32_t> t(n);
+  for (auto& x : t) x = std::uniform_int_distribution<int>(0, vocab - 1)(*rng);
+  return t;
+}
+
+// Runs the requests concurrently; returns the results in order.
+std::vector<GenerationResult> RunAll(PolicyEngine* engine, const std::vector<GenerationRequest>& requests) {
+  std::vector<std::future<absl::StatusOr<GenerationResult>>> fs;
+  for (const auto& r : requests) {
+    fs.push_back(std::async(std::launch::async, [engine, r] { return engine->Generate(r); }));
+  }
+  std::vector<GenerationResult> out;
+  for (auto& f : fs) {
+    auto res = f.get();
+    if (!res.ok()) {
+      std::fprintf(stderr, "generate: %s\n", res.status().ToString().c_str());
+      std::exit(1);
+    }
+    out.push_back(std::move(*res));
+  }
+  return out;
+}
+
+void Sync() {
+  if (at::hasCUDA()) c10::cuda::device_synchronize();
+}
+
+double PeakGiB() {
+  if (!at::hasCUDA()) return 0;
+  auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(0);
+  return stats.allocated_bytes[0].peak / double(1 << 30);
+}
+
+int Decode(const std::string& shape, const std::vector<int>& batches, int prompt_len, int new_tokens,
+           bool graphs) {
+  const ModelConfig c = Shape(shape);
+  int max_b = 0;
+  for (int b : batches) max_b = std::max(max_b, b);
+  EngineOptions o;
+  o.max_batch = max_b;
+  o.max_seq_len = prompt_len + new_tokens + 8;
+  o.eos_ids = {-1};  // No EOS: every request runs to N tokens, like HF's min_new_tokens.
+  o.cuda_graphs = graphs;
+  PolicyEngine engine(MakeModel(c), 1, "random", o);
+  std::mt19937 rng(std::random_device{}());
+  auto requests = [&](int batch, int n_new) {
+    std::vector<GenerationRequest> rs(batch);
+    for (auto& r : rs) {
+      r.prompt = RandomTokens(&rng, prompt_len, static_cast<int>(c.vocab_size));
+      r.sampling.temperature = 0;
+      r.sampling.max_new_tokens = n_new;
+    }
+    return rs;
+  };
+  // Warm-up: allocator, kernels, and the graphs of every batch bucket.
+  for (int batch : batches) RunAll(&engine, requests(batch, 8));
+  for (int batch : batches) {
+    auto rs = requests(batch, new_tokens);
+    Sync();
+    const double t0 = Now();
+    auto results = RunAll(&engine, rs);
+    const double dt = Now() - t0;
+    int64_t tokens = 0;
+    for (const auto& r : results) tokens += static_cast<int64_t>(r.output_ids.size());
+    std::printf("{\"impl\": \"kernelrl\", \"bench\": \"decode\", \"shape\": \"%s\", \"graphs\": %s, "
+                "\"graphs_captured\": %d, \"batch\": %d, \"prompt\": %d, \"new\": %d, \"tokens\": %ld, "
+                "\"seconds\": %.3f, \"tokens_per_s\": %.1f, \"peak_gib\": %.2f}\n",
+                shape.c_str(), graphs ? "true" : "false", engine.GetInfo().decode_graphs, batch, prompt_len,
+                new_tokens, static_cast<long>(tokens), dt, tokens / dt, PeakGiB());
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
+int Agentic(const std::string& shape, int rollouts, int turns, bool prefix_caching) {
+  constexpr int kTask = 512, kOut = 64, kTool = 128;
+  const ModelConfig c = Shape(shape);
+  EngineOptions o;
+  o.max_batch = std::max(rollouts, 1);
+  o.max_seq_len = kTask + turns * (kOut + kTool) + 16;
+  o.eos_ids = {-1};
+  o.prefix_caching = prefix_caching;
+  o.cuda_graphs = true;
+  PolicyEngine engine(MakeModel(c), 1, "random", o);
+  std::mt19937 rng(std::random_device{}());
+  const int vocab = static_cast<int>(c.vocab_size);
+  {  // Warm-up on another prompt (shares no block with the task).
+    GenerationRequest r;
+    r.prompt = RandomTokens(&rng, 300, vocab);
+    r.sampling.max_new_tokens = 8;
+    RunAll(&engine, {r});
+  }
+  const PolicyEngine::Info before = engine.GetInfo();
+  const std::vector<int32_t> task = RandomTokens(&rng, kTask, vocab);
+  Sync();
+  const double t0 = Now();
+  // Each rollout's turns run one after another; the rollouts run together.
+  std::vector<std::future<int64_t>> fs;
+  for (int r = 0; r < rollouts; ++r) {
+    fs.push_back(std::async(std::launch::async, [&, r] {
+      std::mt19937 own(static_cast<uint32_t>(rng() + r));
+      std::vector<int32_t> history = task;
+      int64_t generated = 0;
+      for (int t = 0; t < turns; ++t) {
+        GenerationRequest q;
+        q.prompt = history;
+        q.sampling.temperature = 1.0f;
+        q.sampling.max_new_tokens = kOut;
+        q.sampling.seed = 1000 * (r + 1) + t;
+        auto res = engine.Generate(q);
+        if (!res.ok()) {
+          std::fprintf(stderr, "generate: %s\n", res.status().ToString().c_str());
+          std::exit(1);
+        }
+        generated += static_cast<int64_t>(res->output_ids.size());
+        history.insert(history.end(), res->output_ids.begin(), res->output_ids.end());
+        auto tool = RandomTokens(&own, kTool, vocab);
+        history.insert(history.end(), tool.begin(), tool.end());
+      }
+      return generated;
+    }));
+  }
+  int64_t generated = 0;
+  for (auto& f : fs) generated += f.get();
+  const double dt = Now() - t0;
+  const PolicyEngine::Info after = engine.GetInfo();
+  std::printf("{\"impl\": \"kernelrl\", \"bench\": \"agentic\", \"shape\": \"%s\", \"rollouts\": %d, \"turns\": %d, "
+              "\"prefix_caching\": %s, \"prompt_tokens\": %ld, \"prefill_tokens\": %ld, \"prefix_hit_tokens\": %ld, "
+              "\"generated\": %ld, \"preemptions\": %ld, \"graphs_captured\": %d, \"seconds\": %.3f}\n",
+              shape.c_str(), rollouts, turns, prefix_caching ? "true" : "false",
+              static_cast<long>(after.prompt_tokens - before.prompt_tokens),
+              static_cast<long>(after.prefill_tokens - before.prefill_tokens),
+              static_cast<long>(after.prefix_hit_tokens - before.prefix_hit_tokens), static_cast<long>(generated),
+              static_cast<long>(after.preemptions - before.preemptions), after.decode_graphs, dt);
+  return 0;
+}
+
+int Usage() {
+  std::fprintf(stderr,
+               "usage: engine_bench decode 0.5b|7b B1,B2,... P N eager|graphs\n"
+               "       engine_bench agentic 0.5b|7b ROLLOUTS TURNS on|off\n");
+  return 2;
+}
+
+}  // namespace
+}  // namespace kernelrl::learner
+
+int main(int argc, char** argv) {
+  using namespace kernelrl::learner;
+  if (!at::hasCUDA() && (argc < 3 || std::string(argv[2]) != "tiny")) {
+    std::fprintf(stderr, "engine_bench needs a CUDA device (or SHAPE tiny)\n");
+    return 1;
+  }
+  const std::string mode = argc > 1 ? argv[1] : "";
+  if (mode == "decode" && argc == 7) {
+    std::vector<int> batches;
+    for (absl::string_view b : absl::StrSplit(argv[3], ',')) {
+      int v = 0;
+      if (!absl::SimpleAtoi(b, &v) || v <= 0) return Usage();
+      batches.push_back(v);
+    }
+    return Decode(argv[2], batches, std::atoi(argv[4]), std::atoi(argv[5]), std::string(argv[6]) == "graphs");
+  }
+  if (mode == "agentic" && argc == 6) {
+    return Agentic(argv[2], std::atoi(argv[3]), std::atoi(argv[4]), std::string(argv[5]) == "on");
+  }
+  return Usage();
+}
