@@ -67,7 +67,7 @@ absl::Status Run(const v1::LearnConfig& config) {
   if (!tasks.ok()) return tasks.status();
   std::filesystem::create_directories(out + "/ws");
 
-  CorpusAgentOptions o;
+  agent::EngineerPolicyOptions o;
   o.fault_rate = absl::GetFlag(FLAGS_fault_rate);
   o.fp16_rate = absl::GetFlag(FLAGS_fp16_rate);
   o.revisions = absl::GetFlag(FLAGS_revisions);

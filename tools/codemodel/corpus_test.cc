@@ -116,7 +116,7 @@ TEST(CorpusTest, DesignModelFailsFp16AndRowreduceBestDependsOnRowLength) {
 }
 
 TEST(CorpusTest, EpisodesAreMultiTurnJsonToolCallsThatFixWhatTheyBreak) {
-  CorpusAgentOptions o;
+  agent::EngineerPolicyOptions o;
   o.fault_rate = 1.0;  // Every episode's first kernel is broken...
   o.fp16_rate = 0.5;
   o.revisions = 2;
