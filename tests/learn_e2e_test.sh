@@ -135,7 +135,7 @@ check(0 <= a["verdicts_from_cache"] <= a["trajectories_trained"] and "verdict_ca
       f"verdict cache hits counted ({a['verdicts_from_cache']} of {a['trajectories_trained']})")
 check(a["trajectories_trained"] == sum(s.get("trained", {}).get("n", 0) for s in updates), "audit counts the trained")
 if ablation == "none":
-    check(a["warmup_accepted"] >= 6 and a["warmup_from_random_actors"] >= 1, "warm-up data from the random actors")
+    check(a["warmup_accepted"] >= 6 and a["warmup_from_engineer_actors"] >= 1, "warm-up data from the scripted-engineer actors")
 for png in ("reward.png", "rates.png", "stability.png"):
     p = os.path.join(out, png)
     ok = os.path.exists(p) and os.path.getsize(p) > 5000 and open(p, "rb").read(8) == b"\x89PNG\r\n\x1a\n"

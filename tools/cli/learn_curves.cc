@@ -60,7 +60,7 @@ Json TrainedAudit::ToJson() const {
                        {"verdicts_from_cache", Json::Int(verdicts_cached)},
                        {"verdict_cache_hit_rate", Json::Number(trajectories ? 1.0 * verdicts_cached / trajectories : 0)},
                        {"warmup_accepted", Json::Int(warmup_accepted)},
-                       {"warmup_from_random_actors", Json::Int(warmup_from_random)}});
+                       {"warmup_from_engineer_actors", Json::Int(warmup_from_engineer)}});
 }
 
 absl::StatusOr<Json> UpdatesFromLedger(const std::string& job_dir, int64_t start_unix_ms) {
@@ -98,7 +98,7 @@ absl::StatusOr<std::map<int64_t, VerdictStats>> TrainedStats(const std::string& 
       const auto& [actor, stage] = leases[r.lease_id()];
       if (stage == "agent_warmup") {
         ++audit->warmup_accepted;
-        audit->warmup_from_random += absl::StartsWith(actor, "random-");
+        audit->warmup_from_engineer += absl::StartsWith(actor, "engineer-");
       }
     } else if (r.kind() == v1::LedgerRecord::TRAINED) {
       trained[r.trajectory_id()] = r.step();

@@ -40,9 +40,9 @@ struct TrainedAudit {
   // from the sandbox's verdict cache.
   int flagged_reward_above_1 = 0, verdicts_cached = 0;
   std::set<std::string> flags_seen;
-  // Warm-up trajectories accepted, and those leased by a random-choice actor ("random-*"): the
+  // Warm-up trajectories accepted, and those leased by a scripted-engineer actor ("engineer-*"): the
   // rest were leased by a model actor just before the pools switched.
-  int warmup_accepted = 0, warmup_from_random = 0;
+  int warmup_accepted = 0, warmup_from_engineer = 0;
   Json ToJson() const;
 };
 
