@@ -217,6 +217,7 @@ absl::StatusOr<Corpus> MakeCorpus(const std::vector<v1::Task>& tasks, int per_ta
                                                 r->trajectory.stats().stop_reason(), " ", r->error));
       }
       c.records.push_back(CorpusRecord(r->trajectory, family->family));
+      c.trajectories.push_back(r->trajectory);
       for (const auto& [name, n] : r->tool_calls) c.tool_calls[name] += n;
       for (const auto& [name, n] : r->tool_errors) c.failed_evaluations += name == "Compile" || name == "Verify" ? n : 0;
       for (const v1::Turn& t : r->trajectory.turns()) c.assistant_turns += t.role() == v1::Turn::ASSISTANT;

@@ -72,6 +72,7 @@ Json CorpusRecord(const v1::Trajectory& trajectory, const std::string& family);
 // workspaces live under workspace_root), and what the episodes did.
 struct Corpus {
   std::vector<Json> records;
+  std::vector<v1::Trajectory> trajectories;  // The same episodes as the actor built them.
   std::map<std::string, int64_t> tool_calls;  // By tool name.
   int64_t failed_evaluations = 0;            // Compile / Verify errors the episodes then fixed.
   int64_t final_ok = 0;                      // Final verdicts OK.
