@@ -40,11 +40,12 @@ if [ "${1:-}" = "--stage" ]; then  # Run HERE.
   bazel build //tools/codemodel:corpus_gen //tools/codemodel:pretrain //tools/codemodel:design_report //data/family:family_gen \
     //profiler_service:precompute_baselines
   [ "${2:-}" = "--cpu" ] && M=.devcarry/codemodel-cpu
-  rm -rf "$M" && mkdir -p "$M/bin" "$M/small/heldout" "$M/tasks/family"
+  rm -rf "$M" && mkdir -p "$M/bin" "$M/small/heldout" "$M/tasks/family"  # (after device_ops.sh --stage)
   for b in corpus_gen pretrain design_report; do cp -L "bazel-bin/tools/codemodel/$b" "$M/bin/" && strip -s "$M/bin/$b"; done
   cp -L bazel-bin/profiler_service/precompute_baselines "$M/bin/" && strip -s "$M/bin/precompute_baselines"
   . tools/device_libs.sh
-  device_stage_libs --without-torch "$M" "$M/bin/corpus_gen" "$M/bin/pretrain" "$M/bin/design_report" "$M/bin/precompute_baselines"
+  # Their shared libraries go beside the services' in .devcarry/ops/lib (most are the same: not carried twice).
+  device_stage_libs --without-torch "$C" "$M/bin/corpus_gen" "$M/bin/pretrain" "$M/bin/design_report" "$M/bin/precompute_baselines"
   G=$(mktemp -d)
   DEV=cuda; [ "${2:-}" = "--cpu" ] && DEV=cpu
   bazel-bin/data/family/family_gen --out="$G" --device=$DEV > /dev/null
@@ -79,7 +80,6 @@ BACKEND=${BACKEND:-cuda}
 PY=${PYTHON:-python3}
 . "$(dirname "$0")/device_libs.sh"
 device_lib_path "$C" "$C/bin/learner/learner_main" --print_config
-export LD_LIBRARY_PATH=$PWD/$M/lib:$LD_LIBRARY_PATH
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 SEED=${SEED:-1}
 RUN=/tmp/kernelrl-codemodel BASE=/tmp/kr_codemodel_baselines

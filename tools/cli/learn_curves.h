@@ -56,8 +56,9 @@ absl::StatusOr<std::map<int64_t, VerdictStats>> TrainedStats(const std::string& 
 
 // {"tasks", "pass_rate", "faster_than_eager_rate", "faster_than_compile_rate", "reward_mean",
 //  "reward_sem", "geomean_speedup_vs_eager", "geomean_speedup_vs_compile"} over every task of the report
-// (its best verdict over rollouts and turns), and "rollouts": the same rates, reward mean and s.e.m.
-// over every rollout's final verdict (the policy's reward; tasks x repeats).
+// (its best verdict over rollouts and turns: best-of-k), and "rollouts": the same rates, reward mean and
+// s.e.m. over every rollout's final verdict (the policy's reward; tasks x repeats), with the geometric
+// means over the final kernels that are correct and profiled.
 absl::StatusOr<Json> HeldOutFromReport(const std::string& report_json_path);
 
 }  // namespace kernelrl::cli
