@@ -154,12 +154,13 @@ rep = json.loads(subprocess.run(["tools/codemodel/design_report", "--trajectorie
                                  "--tasks=" + sys.argv[5] + "/train.jsonl," + sys.argv[5] + "/heldout.jsonl",
                                  "--per_trajectory"], check=True, capture_output=True, text=True).stdout)
 per = rep["per_trajectory"]
-print("trajectories on disk:", rep["trajectories"], "mean tool calls", rep["mean_tool_calls"], "parse errors", rep["parse_errors"])
+print("trajectories on disk:", rep["trajectories"], "by source", rep["by_source"])
 check(rep["reward_is_verdict_reward"] == rep["trajectories"] and rep["trajectories"] > 0,
       "every trajectory's reward is its final sandbox verdict's")
 if ablation == "none":
-    rich = [t for t in per if t["tool_calls"] >= 3]
-    check(len(rich) >= 6, f"{len(rich)} trajectories with >= 3 tool calls parsed from JSON (the warm-up's)")
+    rich = [t for t in per if t["tool_calls"] >= 3 and t["source"] == "engineer"]
+    check(len(rich) >= 6, f"{len(rich)} engineer trajectories with >= 3 tool calls parsed from JSON (the warm-up's)")
+    check(rep["by_source"].get("model", {}).get("trajectories", 0) > 0, "the model's trajectories went through the same parser")
     check(any(t["design"] not in ("none", "other") and t["outcome"] == "OK" for t in per),
           "a trajectory ends in a recognised design with an OK verdict")
 latest = open(os.path.join(job_dir, "checkpoints", "LATEST")).read().strip()

@@ -41,6 +41,7 @@ void Apply(const agent::ToolCall& call, std::map<std::string, std::string>* file
 TrajectoryFacts Facts(const v1::Trajectory& t, const std::string& reference_source, const std::string& device) {
   TrajectoryFacts f;
   f.id = t.id();
+  f.source = absl::StrContains(t.id(), "/engineer-") ? "engineer" : "model";
   f.task_id = t.task_id();
   f.policy_version = t.policy_version();
   f.reward = t.reward();
@@ -82,19 +83,35 @@ TrajectoryFacts Facts(const v1::Trajectory& t, const std::string& reference_sour
 
 Json Summarise(const std::vector<TrajectoryFacts>& facts, int64_t bucket) {
   bucket = std::max<int64_t>(1, bucket);
-  int64_t calls = 0, turns = 0, tokens = 0, errors = 0, reward_matches = 0, with_kernel = 0;
-  // family -> bucket start -> design -> count.
+  struct Totals {
+    int64_t n = 0, calls = 0, turns = 0, tokens = 0, errors = 0, reward_matches = 0, with_kernel = 0;
+  };
+  std::map<std::string, Totals> by_source;
+  // family -> bucket start -> design -> count (the model's trajectories).
   std::map<std::string, std::map<int64_t, std::map<std::string, int64_t>>> designs;
+  int64_t reward_matches = 0, errors = 0;
   for (const TrajectoryFacts& f : facts) {
-    calls += f.tool_calls;
-    turns += f.assistant_turns;
-    tokens += f.model_tokens;
-    errors += f.parse_errors;
+    Totals& t = by_source[f.source];
+    ++t.n;
+    t.calls += f.tool_calls;
+    t.turns += f.assistant_turns;
+    t.tokens += f.model_tokens;
+    t.errors += f.parse_errors;
+    t.with_kernel += f.design != "none";
     reward_matches += f.reward == f.verdict_reward;
-    with_kernel += f.design != "none";
-    ++designs[f.family.empty() ? "unknown" : f.family][f.policy_version / bucket * bucket][f.design];
+    errors += f.parse_errors;
+    if (f.source == "model") ++designs[f.family.empty() ? "unknown" : f.family][f.policy_version / bucket * bucket][f.design];
   }
-  const double n = std::max<size_t>(1, facts.size());
+  Json sources = Json::Object();
+  for (const auto& [source, t] : by_source) {
+    const double n = std::max<int64_t>(1, t.n);
+    sources.Set(source, Json::Object({{"trajectories", Json::Int(t.n)},
+                                      {"mean_tool_calls", Json::Number(t.calls / n)},
+                                      {"mean_assistant_turns", Json::Number(t.turns / n)},
+                                      {"mean_model_tokens", Json::Number(t.tokens / n)},
+                                      {"parse_errors", Json::Int(t.errors)},
+                                      {"with_kernel", Json::Int(t.with_kernel)}}));
+  }
   Json by_family = Json::Object();
   for (const auto& [family, buckets] : designs) {
     Json rows = Json::Array();
@@ -107,12 +124,9 @@ Json Summarise(const std::vector<TrajectoryFacts>& facts, int64_t bucket) {
     by_family.Set(family, std::move(rows));
   }
   return Json::Object({{"trajectories", Json::Int(static_cast<int64_t>(facts.size()))},
-                       {"mean_tool_calls", Json::Number(calls / n)},
-                       {"mean_assistant_turns", Json::Number(turns / n)},
-                       {"mean_model_tokens", Json::Number(tokens / n)},
                        {"parse_errors", Json::Int(errors)},
                        {"reward_is_verdict_reward", Json::Int(reward_matches)},
-                       {"with_kernel", Json::Int(with_kernel)},
+                       {"by_source", std::move(sources)},
                        {"designs_by_family", std::move(by_family)}});
 }
 

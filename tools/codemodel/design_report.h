@@ -18,6 +18,9 @@ namespace kernelrl::codemodel {
 
 struct TrajectoryFacts {
   std::string id, task_id, family;
+  // "engineer" when a scripted-engineer actor leased it (its id names the actor: "<lease>/engineer-..."),
+  // else "model".
+  std::string source;
   int64_t policy_version = 0;
   int assistant_turns = 0;
   int tool_calls = 0;        // Parsed from the assistant turns' JSON.
@@ -32,8 +35,9 @@ struct TrajectoryFacts {
 // `reference_source` of the task (its kernelrl-family line) decides the family; "" = unknown.
 TrajectoryFacts Facts(const v1::Trajectory& t, const std::string& reference_source, const std::string& device);
 
-// Summary of many: counts, means, and per family the design histogram by
-// policy-version bucket of `bucket` versions.
+// Summary of many: counts and means per source ("model", "engineer"), and per
+// family the design histogram of the model's trajectories by policy-version
+// bucket of `bucket` versions.
 Json Summarise(const std::vector<TrajectoryFacts>& facts, int64_t bucket);
 
 }  // namespace kernelrl::codemodel

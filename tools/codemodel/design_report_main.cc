@@ -4,8 +4,9 @@
 //
 // DIR holds kernelrl.v1.Trajectory files (*.pb: a job's learner-state/jobs/<id>/trajectories);
 // the task files (family_gen's train.jsonl, heldout.jsonl) give each task's source and device.
-// Prints JSON: counts, mean tool calls / turns / model tokens, and per family the
-// final-kernel design histogram per policy-version bucket.
+// Prints JSON: counts, mean tool calls / turns / model tokens per source (the model's or the
+// scripted engineer's), and per family the model's final-kernel design histogram per
+// policy-version bucket.
 #include <cstdio>
 #include <filesystem>
 #include <map>
@@ -64,6 +65,7 @@ int main(int argc, char** argv) {
       list.Push(Json::Object({{"id", Json::String(f.id)},
                               {"task_id", Json::String(f.task_id)},
                               {"family", Json::String(f.family)},
+                              {"source", Json::String(f.source)},
                               {"policy_version", Json::Int(f.policy_version)},
                               {"assistant_turns", Json::Int(f.assistant_turns)},
                               {"tool_calls", Json::Int(f.tool_calls)},

@@ -53,6 +53,11 @@ TEST(DesignReportTest, EngineerEpisodesParseAndEndInTheirDesign) {
   for (const auto& f : facts) counted += f.tool_calls;
   EXPECT_EQ(counted, total);
 
+  v1::Trajectory leased = corpus->trajectories[0];
+  leased.set_id("lease-7/engineer-0-g1/0-3");
+  EXPECT_EQ(Facts(leased, sources.at(leased.task_id()), "cpu").source, "engineer");
+  EXPECT_EQ(facts[0].source, "model");
+
   // A model's reply that is no JSON tool call: a parse error, no kernel.
   v1::Trajectory bad = corpus->trajectories[0];
   bad.clear_turns();
@@ -66,7 +71,9 @@ TEST(DesignReportTest, EngineerEpisodesParseAndEndInTheirDesign) {
   const Json s = Summarise(facts, 10);
   EXPECT_EQ(s.Find("trajectories")->number(), static_cast<double>(facts.size()));
   EXPECT_EQ(s.Find("parse_errors")->number(), 1);
+  // Ids without an engineer actor count as the model's: all of these, so every family has designs.
   EXPECT_EQ(s.Find("designs_by_family")->members().size(), 3u);
+  EXPECT_EQ(s.Find("by_source")->Find("model")->Find("trajectories")->number(), static_cast<double>(facts.size()));
 }
 
 }  // namespace
