@@ -20,7 +20,7 @@
 # held-out evaluations at the start and the end (2 sampled rollouts per task: each
 # rollout's final verdict is in the curves); no hack-flagged verdict with
 # reward > 1; the PNGs are real images; the trajectories on disk (design_report)
-# hold tool calls parsed from their JSON, >= 3 per warm-up trajectory, and every
+# hold tool calls parsed from their JSON (>= 4 turns and >= 3 calls per engineer trajectory), and every
 # reward is its final sandbox verdict's; the job's last policy differs from the
 # base weights.
 set -euo pipefail
@@ -158,8 +158,11 @@ print("trajectories on disk:", rep["trajectories"], "by source", rep["by_source"
 check(rep["reward_is_verdict_reward"] == rep["trajectories"] and rep["trajectories"] > 0,
       "every trajectory's reward is its final sandbox verdict's")
 if ablation == "none":
-    rich = [t for t in per if t["tool_calls"] >= 3 and t["source"] == "engineer"]
-    check(len(rich) >= 6, f"{len(rich)} engineer trajectories with >= 3 tool calls parsed from JSON (the warm-up's)")
+    # Warm-up trajectories leased by model actors just before the pools switch are the model's (known limit).
+    eng = [t for t in per if t["source"] == "engineer"]
+    check(len(eng) >= 1 and all(t["tool_calls"] >= 3 and t["assistant_turns"] >= 4 and t["parse_errors"] == 0 for t in eng),
+          f"{len(eng)} engineer trajectories, each >= 4 turns and >= 3 tool calls parsed from JSON "
+          f"({[t['tool_calls'] for t in eng]})")
     check(rep["by_source"].get("model", {}).get("trajectories", 0) > 0, "the model's trajectories went through the same parser")
     check(any(t["design"] not in ("none", "other") and t["outcome"] == "OK" for t in per),
           "a trajectory ends in a recognised design with an OK verdict")
