@@ -126,6 +126,7 @@ std::string KernelPathOf(const std::map<std::string, std::string>& files) { retu
 
 struct EngineerPolicy::Episode {
   std::mt19937_64 rng;
+  uint64_t last_use = 0;  // EngineerPolicy::uses_ at its latest reply.
   bool have_task = false;
   fam::TaskSpec spec;
   std::vector<fam::Slot> slots;
@@ -271,7 +272,14 @@ absl::StatusOr<PolicyResponse> EngineerPolicy::Generate(const PolicyRequest& req
       slot = std::make_shared<Episode>();
       slot->rng.seed(rng_());
     }
+    slot->last_use = ++uses_;
     e = slot;
+    // Episodes cut short (turn or wall budget) never close: forget those idle for a long while.
+    if (episodes_.size() > kMaxIdleEpisodes) {
+      for (auto it = episodes_.begin(); it != episodes_.end();) {
+        it = uses_ - it->second->last_use > kMaxIdleEpisodes ? episodes_.erase(it) : std::next(it);
+      }
+    }
   }
   // What the tools said since this agent's last reply.
   std::string observation;

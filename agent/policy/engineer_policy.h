@@ -77,6 +77,8 @@ class EngineerPolicy final : public PolicyClient {
   absl::Mutex mu_;
   std::mt19937_64 rng_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::shared_ptr<Episode>> episodes_ ABSL_GUARDED_BY(mu_);
+  uint64_t uses_ ABSL_GUARDED_BY(mu_) = 0;  // Replies so far.
+  static constexpr uint64_t kMaxIdleEpisodes = 1024;
 };
 
 }  // namespace kernelrl::agent
