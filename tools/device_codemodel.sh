@@ -18,14 +18,16 @@
 #     evaluations at the start (the SFT model), at PPO start (the RFT policy) and at the end, EVAL_ROLLOUTS
 #     sampled rollouts per task; cut at LEARN_WALL, the final evaluation still runs;
 #  4. design_report over the job's trajectories (tool calls parsed, final designs per family over policy
-#     versions) and designs.png; the job's last policy with the tokenizer as final_policy.tgz, its SHA-256
-#     printed (score it anywhere: kernelrl eval --policy=checkpoint:DIR --tasks=...).
-# Seeds are separate calls (SEED=1, 2, 3: each its own corpus, initialisation and job); so are the
-# ablations (ABLATION=no_rft, no_value). Results under $OUT: curves.json, reward.png, rates.png,
-# stability.png, designs.png, design_report.json, pretrain.json, baselines.tsv, final_policy.tgz,
-# logs.tgz (the run without checkpoints, trajectories included). Rehearse here on the CPU sandbox:
+#     versions) and designs.png; the job's last policy with the tokenizer as final_policy-<seed>-<ablation>.tgz,
+#     its SHA-256 printed (score it anywhere: kernelrl eval --policy=checkpoint:DIR --tasks=...).
+# SEED seeds the corpus, the initialisation and the job. JOBS="1:none 2:none 1:no_rft" runs several jobs
+# on the same base one after another (SEED:ABLATION each, LEARN_WALL each: mind the 600 s); separate calls
+# give independent seeds of the whole pipeline. Results under $OUT: results.tgz (pretrain.json,
+# baselines.tsv, corpus.log, pretrain.log and per job <seed>-<ablation>/: curves.json, report.txt,
+# design_report.json, reward.png, rates.png, stability.png, designs.png), final_policy-<seed>-<ablation>.tgz
+# per job, logs.tgz (the runs without checkpoints, trajectories included). Rehearse here on the CPU sandbox:
 # tools/device_codemodel.sh --stage --cpu, then BACKEND=cpu OUT=DIR tools/device_codemodel.sh (no baselines).
-# Knobs: SEED (1), ABLATION (none), PRECOMPUTE_WALL (150 s), WARM_WALL (45 s), PRETRAIN_STEPS (300),
+# Knobs: SEED (1), ABLATION (none), JOBS ("$SEED:$ABLATION"), PRECOMPUTE_WALL (150 s), WARM_WALL (45 s), PRETRAIN_STEPS (300),
 # PRETRAIN_ARGS ("--hidden=256 --layers=4 --heads=4 --kv_heads=2 --intermediate=704 --batch=16 --lr=2e-3"),
 # PER_TASK (8 corpus episodes per training task), LEARN_WALL (270 s), WARMUP (48), RFT_EPOCHS (4),
 # VALUE_STEPS (16), AGENTIC_STEPS (40), BATCH (16), ACTORS (4), EVAL_ROLLOUTS (4), EVAL_TEMP (1),
@@ -125,36 +127,41 @@ echo "corpus at $(elapsed) s: $(tr -d '\n ' < "$RUN/corpus/stats.json" | cut -c1
   > "$OUT/pretrain.json" 2> "$OUT/pretrain.log" || { tail -20 "$OUT/pretrain.log"; exit 1; }
 echo "pretrained at $(elapsed) s: $(cat "$OUT/pretrain.json")"
 
-# 3. The recipe's job.
-timeout $(( ${LEARN_WALL:-270} + 120 )) "$C/bin/tools/cli/kernelrl" learn --bin_dir="$C/bin" --base_checkpoint="$RUN/base" \
-  --family_dir="$M/small" --backend=$BACKEND --learner_device=${LEARNER_DEVICE:-$DEV} --run_dir="$RUN/run" \
-  --actors=${ACTORS:-4} --random_actors=${ACTORS:-4} --concurrent_rollouts=4 --eval_every=1000 \
-  --eval_rollouts=${EVAL_ROLLOUTS:-4} --eval_temperature=${EVAL_TEMP:-1} \
-  --plot_script="$PWD/tools/cli/learn_plots.py" --ablation=${ABLATION:-none} "${GPU_FLAGS[@]}" \
-  --job_set=recipe.agent_warmup.steps=${WARMUP:-48} --job_set=recipe.rft.epochs=${RFT_EPOCHS:-4} \
-  --job_set=recipe.value_pretrain.steps=${VALUE_STEPS:-16} --job_set=recipe.agentic_ppo.steps=${AGENTIC_STEPS:-40} \
-  --job_set=batch.trajectories_per_step=${BATCH:-16} --job_set=seed=$SEED \
-  --job_timeout_s=${LEARN_WALL:-270} --stall_timeout_s=120 ${LEARN_ARGS:-} 2>&1 | tail -60
-
-# 4. What the trajectories did; the final policy. At most 8 files come back: the PNGs, results.tgz
-# (curves.json, report.txt, design_report.json, pretrain.json, baselines.tsv, the step logs),
-# final_policy.tgz and logs.tgz.
-JOB=$(ls -d "$RUN"/run/learner-state/jobs/* 2>/dev/null | head -1)
-if [ -n "$JOB" ]; then
-  cp "$JOB"/curves/curves.json "$JOB"/curves/*.png "$JOB"/curves/report.txt "$OUT/" 2>/dev/null
+# 3-4. The recipe's jobs on the same base, one after the other (JOBS: SEED:ABLATION pairs); per job its
+# curves, report, design report and designs.png in $OUT/<seed>-<ablation>/, its final policy with the
+# tokenizer as final_policy-<seed>-<ablation>.tgz. Few files come back (at most 8): the per-job
+# directories and the shared logs go into results.tgz, every job's run (trajectories included,
+# checkpoints not) into logs.tgz.
+for J in ${JOBS:-$SEED:${ABLATION:-none}}; do
+  S=${J%%:*} A=${J#*:} NAME=${J/:/-}
+  echo "job $NAME at $(elapsed) s"
+  timeout $(( ${LEARN_WALL:-270} + 120 )) "$C/bin/tools/cli/kernelrl" learn --bin_dir="$C/bin" --base_checkpoint="$RUN/base" \
+    --family_dir="$M/small" --backend=$BACKEND --learner_device=${LEARNER_DEVICE:-$DEV} --run_dir="$RUN/run-$NAME" \
+    --actors=${ACTORS:-4} --random_actors=${ACTORS:-4} --concurrent_rollouts=4 --eval_every=1000 \
+    --eval_rollouts=${EVAL_ROLLOUTS:-4} --eval_temperature=${EVAL_TEMP:-1} \
+    --plot_script="$PWD/tools/cli/learn_plots.py" --ablation=$A "${GPU_FLAGS[@]}" \
+    --job_set=recipe.agent_warmup.steps=${WARMUP:-48} --job_set=recipe.rft.epochs=${RFT_EPOCHS:-4} \
+    --job_set=recipe.value_pretrain.steps=${VALUE_STEPS:-16} --job_set=recipe.agentic_ppo.steps=${AGENTIC_STEPS:-40} \
+    --job_set=batch.trajectories_per_step=${BATCH:-16} --job_set=seed=$S \
+    --job_timeout_s=${LEARN_WALL:-270} --stall_timeout_s=120 ${LEARN_ARGS:-} 2>&1 | tail -40
+  JOB=$(ls -d "$RUN/run-$NAME"/learner-state/jobs/* 2>/dev/null | head -1)
+  [ -n "$JOB" ] || continue
+  D=$OUT/$NAME; mkdir -p "$D"
+  cp "$JOB"/curves/curves.json "$JOB"/curves/*.png "$JOB"/curves/report.txt "$D/" 2>/dev/null
   "$M/bin/design_report" --trajectories="$JOB/trajectories" --tasks="$M/small/train.jsonl,$M/small/heldout.jsonl" \
-    --bucket=10 > "$OUT/design_report.json" 2> "$OUT/design_report.log"
-  $PY tools/codemodel/design_plot.py "$OUT/design_report.json" "$OUT/designs.png" || echo "designs.png not drawn"
+    --bucket=10 > "$D/design_report.json" 2> "$D/design_report.log"
+  $PY tools/codemodel/design_plot.py "$D/design_report.json" "$D/designs.png" || echo "designs.png not drawn"
   LATEST=$(cat "$JOB/checkpoints/LATEST" 2>/dev/null)
   if [ -n "$LATEST" ]; then
-    F=$RUN/final_policy; rm -rf "$F"; cp -r "$JOB/checkpoints/$LATEST/policy" "$F"; cp "$RUN/base/tokenizer.json" "$F/"
+    F=$RUN/final_policy-$NAME; rm -rf "$F"; cp -r "$JOB/checkpoints/$LATEST/policy" "$F"; cp "$RUN/base/tokenizer.json" "$F/"
     (cd "$F" && sha256sum model*.safetensors tokenizer.json > SHA256SUMS)
-    tar czf "$OUT/final_policy.tgz" -C "$RUN" final_policy
-    echo "final policy ($LATEST): $(cat "$F/SHA256SUMS" | head -1); archive sha256 $(sha256sum "$OUT/final_policy.tgz" | cut -d' ' -f1)"
+    tar czf "$OUT/final_policy-$NAME.tgz" -C "$RUN" "final_policy-$NAME"
+    echo "final policy $NAME ($LATEST): $(head -1 "$F/SHA256SUMS"); archive sha256 $(sha256sum "$OUT/final_policy-$NAME.tgz" | cut -d' ' -f1)"
   fi
-  tar czf "$OUT/logs.tgz" -C "$RUN/run" --exclude='*-ws' --exclude='checkpoints' .
-fi
+done
+[ -n "$(ls -d "$RUN"/run-* 2>/dev/null)" ] &&
+  tar czf "$OUT/logs.tgz" -C "$RUN" --exclude='*-ws' --exclude='checkpoints' $(cd "$RUN" && ls -d run-*)
 rm -f "$OUT"/baselines.jsonl "$OUT"/compile_warm.*
-R=$(ls "$OUT"/*.json "$OUT"/*.txt "$OUT"/*.tsv "$OUT"/*.log 2>/dev/null)
-[ -n "$R" ] && tar czf "$OUT/results.tgz" -C "$OUT" $(for f in $R; do basename "$f"; done) && rm -f $R
+R=$(cd "$OUT" && ls -d *.json *.txt *.tsv *.log */ 2>/dev/null)
+[ -n "$R" ] && (cd "$OUT" && tar czf results.tgz $R && rm -rf $R)
 echo "done at $(elapsed) s; $(ls "$OUT")"
