@@ -1,5 +1,6 @@
 #include "tools/codemodel/pretrain.h"
 
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <random>
@@ -77,15 +78,23 @@ absl::StatusOr<PretrainResult> Pretrain(const PretrainOptions& o) {
   result.samples = static_cast<int64_t>(samples.size());
   result.mean_model_tokens = static_cast<double>(model_tokens) / samples.size();
   std::mt19937_64 rng(o.seed);
+  const auto t0 = std::chrono::steady_clock::now();
+  int64_t tokens = 0;
   for (int step = 0; step < o.steps; ++step) {
     std::vector<learner::rl::Sample> batch;
-    for (int b = 0; b < o.batch; ++b) batch.push_back(samples[rng() % samples.size()]);
+    for (int b = 0; b < o.batch; ++b) {
+      batch.push_back(samples[rng() % samples.size()]);
+      tokens += static_cast<int64_t>(batch.back().ids.size());
+    }
     auto m = trainer.SftStep(batch);
     if (!m.ok()) return m.status();
     result.losses.push_back(m->at("sft_loss"));
+    result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    result.tokens_per_second = tokens / std::max(1e-9, result.seconds);
     if (o.log_every > 0 && (step % o.log_every == 0 || step + 1 == o.steps)) {
-      std::fprintf(stderr, "pretrain step %d/%d sft_loss %.4f lr x%.3f\n", step + 1, o.steps, m->at("sft_loss"),
-                   trainer.actor_optimizer().ScheduleFactor());
+      std::fprintf(stderr, "pretrain step %d/%d sft_loss %.4f lr x%.3f, %.1f s, %.0f tokens/s\n", step + 1, o.steps,
+                   m->at("sft_loss"), trainer.actor_optimizer().ScheduleFactor(), result.seconds,
+                   result.tokens_per_second);
     }
   }
 

@@ -37,6 +37,8 @@ struct PretrainResult {
   int64_t samples = 0;
   double mean_model_tokens = 0;   // Per trajectory.
   std::string safetensors_sha256; // Of out_dir/model.safetensors.
+  double seconds = 0;             // Of the training steps.
+  double tokens_per_second = 0;   // Packed tokens (prompt and model) through the steps.
 };
 
 absl::StatusOr<PretrainResult> Pretrain(const PretrainOptions& options);

@@ -57,6 +57,8 @@ int main(int argc, char** argv) {
                            {"mean_model_tokens", Json::Number(r->mean_model_tokens)},
                            {"first_loss", Json::Number(r->losses.front())},
                            {"last_loss", Json::Number(r->losses.back())},
+                           {"seconds", Json::Number(r->seconds)},
+                           {"tokens_per_second", Json::Number(r->tokens_per_second)},
                            {"model_safetensors_sha256", Json::String(r->safetensors_sha256)}});
   std::printf("%s\n", out.Dump().c_str());
   return 0;
