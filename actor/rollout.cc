@@ -73,8 +73,7 @@ absl::StatusOr<RolloutResult> RolloutRunner::Run(const v1::Task& task, const Rol
   ShellSession shell((*ws)->dir(), (*ws)->control_dir(), Siblings(config_.workspace_root(), (*ws)->rollout_dir()),
                      config_.isolation(), static_cast<size_t>(config_.tools().output_cap_bytes()));
   ToolRunner tools(ws->get(), &shell, deps_.evaluator, &task, config_.tools(), options.trajectory_id);
-  agent::TrajectoryBuilder builder(deps_.policy->ToolSchemasInPrompt() ? deps_.with_tools : deps_.plain, deps_.plain,
-                                   deps_.tokenizer);
+  agent::TrajectoryBuilder builder(deps_.with_tools, deps_.plain, deps_.tokenizer);
   if (absl::Status s = builder.Start(SystemPrompt(), TaskPrompt(task)); !s.ok()) return s;
 
   std::vector<v1::Verdict> verdicts;
@@ -123,7 +122,7 @@ absl::StatusOr<RolloutResult> RolloutRunner::Run(const v1::Task& task, const Rol
       result.error = absl::StrCat("policy reply: ", text.status().ToString());
       break;
     }
-    absl::StatusOr<std::vector<agent::ToolCall>> calls = deps_.policy->ToolCalls(task, *text);
+    absl::StatusOr<std::vector<agent::ToolCall>> calls = agent::ParseToolCalls(*text);
     if (!calls.ok()) {
       ++result.tool_calls["parse"];
       ++result.tool_errors["parse"];

@@ -9,6 +9,7 @@
 #include "absl/strings/match.h"
 #include "actor/test_support.h"
 #include "agent/chat/tool_calls.h"
+#include "agent/chat/tools.h"
 #include "agent/trajectory_builder.h"
 #include "common/file.h"
 #include "gtest/gtest.h"
@@ -22,9 +23,8 @@ using testing::Kit;
 // A policy from a function of the request (for malformed replies and failures).
 class FnPolicy final : public agent::PolicyClient {
  public:
-  explicit FnPolicy(std::function<absl::StatusOr<std::string>(const agent::PolicyRequest&)> fn, bool tool_schemas = true)
-      : fn_(std::move(fn)), tool_schemas_(tool_schemas) {}
-  bool ToolSchemasInPrompt() const override { return tool_schemas_; }
+  explicit FnPolicy(std::function<absl::StatusOr<std::string>(const agent::PolicyRequest&)> fn)
+      : fn_(std::move(fn)) {}
   absl::StatusOr<agent::PolicyResponse> Generate(const agent::PolicyRequest& r) override {
     absl::StatusOr<std::string> text = fn_(r);
     if (!text.ok()) return text.status();
@@ -38,7 +38,6 @@ class FnPolicy final : public agent::PolicyClient {
 
  private:
   std::function<absl::StatusOr<std::string>(const agent::PolicyRequest&)> fn_;
-  bool tool_schemas_;
 };
 
 v1::Task CpuTask() {
@@ -148,7 +147,7 @@ TEST(RolloutTest, MalformedRepliesBecomeErrorObservationsUntilMaxTurns) {
   EXPECT_TRUE(eval.requests().empty());
 }
 
-TEST(RolloutTest, APolicyWithoutToolSchemasGetsThePlainSystemPrompt) {
+TEST(RolloutTest, TheSystemPromptAnnouncesTheToolSchemas) {
   FakeEvaluator eval([](const v1::EvaluateRequest&) { return v1::Verdict(); });
   std::vector<std::vector<int32_t>> prompts;
   std::mutex mu;
@@ -157,21 +156,18 @@ TEST(RolloutTest, APolicyWithoutToolSchemasGetsThePlainSystemPrompt) {
     prompts.push_back(r.prompt_ids);
     return std::string("done");
   };
-  FnPolicy with(record, true), without(record, false);
+  FnPolicy policy(record);
   v1::RolloutConfig config = testing::TestRolloutConfig("rollout_schemas");
   config.set_max_turns(1);
   config.set_final_evaluation(false);
-  for (FnPolicy* p : {&with, &without}) {
-    RolloutRunner runner(Deps(p, &eval), config, "");
-    ASSERT_TRUE(runner.Run(CpuTask(), RolloutOptions{false, "t-schemas", "", 0}).ok());
+  RolloutRunner runner(Deps(&policy, &eval), config, "");
+  ASSERT_TRUE(runner.Run(CpuTask(), RolloutOptions{false, "t-schemas", "", 0}).ok());
+  ASSERT_EQ(prompts.size(), 1u);
+  const std::string a = Kit().tokenizer->Decode(prompts[0]);
+  for (const std::string& tool : agent::ToolNames()) {
+    EXPECT_TRUE(absl::StrContains(a, "\"name\": \"" + tool + "\"")) << tool << "\n" << a.substr(0, 400);
   }
-  ASSERT_EQ(prompts.size(), 2u);
-  const std::string a = Kit().tokenizer->Decode(prompts[0]), b = Kit().tokenizer->Decode(prompts[1]);
-  // Same system text and task either way; only the tool schemas differ.
-  EXPECT_TRUE(absl::StrContains(a, "\"name\": \"Write\"")) << a.substr(0, 400);
-  EXPECT_FALSE(absl::StrContains(b, "\"name\": \"Write\"")) << b.substr(0, 400);
-  EXPECT_LT(prompts[1].size(), prompts[0].size());
-  EXPECT_TRUE(absl::StrContains(b, "cpu/relu"));
+  EXPECT_TRUE(absl::StrContains(a, "cpu/relu"));
 }
 
 TEST(RolloutTest, TheTaskLineEndsThePromptAfterTheSkill) {

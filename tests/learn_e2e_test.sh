@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# `kernelrl learn` end to end on the CPU backend (issue 17): a tiny random HF
-# checkpoint made here, the task family at CPU sizes (data/family), and the whole
-# recipe as one job through the job API — single-turn PPO, agent warm-up by the
-# random-choice actors, RFT, value pretraining, agentic PPO by the model actors —
-# with learner, sandbox and actors as separate processes, held-out evaluations
-# with `kernelrl eval`, curves.json and the three PNGs.
+# `kernelrl learn` end to end on the CPU backend: the code model's job on a tiny
+# model. The corpus, its tokenizer and a tiny from-scratch model pre-trained on it
+# for a few steps are made here (tools/codemodel: corpus_gen, pretrain), with the
+# task family at CPU sizes (data/family), and the whole recipe runs as one job
+# through the job API — single-turn PPO, agent warm-up by the scripted-engineer
+# actors, RFT, value pretraining, agentic PPO by the model actors — with learner,
+# sandbox and actors as separate processes, every reply parsed by the actor as
+# JSON tool calls, held-out evaluations with `kernelrl eval`, curves.json and the
+# three PNGs.
 #   learn_e2e_test.sh [ABLATION]   (none: the full recipe; no_rft_no_value: the ablation)
 # The ablation runs in two sittings: --pause_after_agentic_steps=1 pauses the job (PauseJob: the
 # trainer holds at a step boundary) and stops the services with
@@ -16,16 +19,22 @@
 # one batch whose verdicts are on disk; warm-up data came from the random actors;
 # held-out evaluations at the start and the end (2 sampled rollouts per task: each
 # rollout's final verdict is in the curves); no hack-flagged verdict with
-# reward > 1; the PNGs are real images.
+# reward > 1; the PNGs are real images; the trajectories on disk (design_report)
+# hold tool calls parsed from their JSON (>= 4 turns and >= 3 calls per engineer trajectory), and every
+# reward is its final sandbox verdict's; the job's last policy differs from the
+# base weights.
 set -euo pipefail
 ABLATION=${1:-none}
 tmp="${TEST_TMPDIR:-$(mktemp -d)}"
 T0=$SECONDS
 say() { printf '[test %4ds] %s\n' $((SECONDS - T0)) "$*"; }
 
-python3 tools/cli/up_quickstart.py "$tmp/qs" "$PWD" > "$tmp/assets.log" 2>&1 || { cat "$tmp/assets.log"; exit 1; }
-data/family/family_gen --out="$tmp/family" --device=cpu
-say "tiny random checkpoint and the CPU-sized family made"
+data/family/family_gen --out="$tmp/family" --device=cpu > /dev/null
+tools/codemodel/corpus_gen --tasks="$tmp/family/train.jsonl" --out="$tmp/corpus" --device=cpu --per_task=1 \
+  --vocab_size=1024 --config_text='rollout { omit_skill_from_prompt: true }' > "$tmp/corpus.log" 2>&1 || { cat "$tmp/corpus.log"; exit 1; }
+tools/codemodel/pretrain --corpus_dir="$tmp/corpus" --out="$tmp/model" --steps=2 --batch=2 --warmup_steps=1 \
+  --hidden=64 --layers=2 --heads=4 --kv_heads=2 --intermediate=176 > "$tmp/pretrain.log" 2>&1 || { cat "$tmp/pretrain.log"; exit 1; }
+say "CPU-sized family, engineer corpus and a tiny pre-trained code model made: $(tail -1 "$tmp/pretrain.log")"
 
 BATCH=2
 if [ "$ABLATION" = none ]; then
@@ -35,7 +44,10 @@ else
   STAGES="--job_set=recipe.single_turn_ppo.steps=1 --job_set=recipe.agentic_ppo.steps=4"
 fi
 learn() {
-  timeout 600 tools/cli/kernelrl learn --bin_dir="$PWD" --base_checkpoint="$tmp/qs/model" --family_dir="$tmp/family" \
+  # Short model replies and turns (a CPU samples slowly); the engineer's warm-up keeps its 10 turns.
+  timeout 600 tools/cli/kernelrl learn --bin_dir="$PWD" --base_checkpoint="$tmp/model" --family_dir="$tmp/family" \
+    --set=rollout.max_new_tokens_per_turn=24 --set=rollout.max_turns=10 --job_set=recipe.agentic_ppo.max_turns=2 \
+    --job_set=recipe.value_pretrain.max_turns=2 \
     --backend=cpu --run_dir="$tmp/run" --actors=1 --random_actors=1 --concurrent_rollouts=2 --eval_every=1 \
     --eval_tasks=3 --eval_rollouts=2 --eval_temperature=1 --ablation="$ABLATION" --job_set=batch.trajectories_per_step=$BATCH $STAGES \
     --job_timeout_s=540 --stall_timeout_s=240 "$@" >> "$tmp/learn.out" 2>&1
@@ -67,7 +79,7 @@ fi
 curves=$(ls "$tmp"/run/learner-state/jobs/*/curves/curves.json)
 say "job done; checking $curves"
 
-python3 - "$curves" "$ABLATION" "$BATCH" "$tmp/run/learner.log" <<'PYEOF'
+python3 - "$curves" "$ABLATION" "$BATCH" "$tmp/run/learner.log" "$tmp/family" "$tmp/model" <<'PYEOF'
 import json, math, os, sys
 curves, ablation, batch = json.load(open(sys.argv[1])), sys.argv[2], int(sys.argv[3])
 learner_log = open(sys.argv[4], errors="replace").read()
@@ -135,7 +147,31 @@ check(0 <= a["verdicts_from_cache"] <= a["trajectories_trained"] and "verdict_ca
       f"verdict cache hits counted ({a['verdicts_from_cache']} of {a['trajectories_trained']})")
 check(a["trajectories_trained"] == sum(s.get("trained", {}).get("n", 0) for s in updates), "audit counts the trained")
 if ablation == "none":
-    check(a["warmup_accepted"] >= 6 and a["warmup_from_random_actors"] >= 1, "warm-up data from the random actors")
+    check(a["warmup_accepted"] >= 6 and a["warmup_from_engineer_actors"] >= 1, "warm-up data from the scripted-engineer actors")
+job_dir = os.path.dirname(out)
+import subprocess
+rep = json.loads(subprocess.run(["tools/codemodel/design_report", "--trajectories=" + job_dir + "/trajectories",
+                                 "--tasks=" + sys.argv[5] + "/train.jsonl," + sys.argv[5] + "/heldout.jsonl",
+                                 "--per_trajectory"], check=True, capture_output=True, text=True).stdout)
+per = rep["per_trajectory"]
+print("trajectories on disk:", rep["trajectories"], "by source", rep["by_source"])
+check(rep["reward_is_verdict_reward"] == rep["trajectories"] and rep["trajectories"] > 0,
+      "every trajectory's reward is its final sandbox verdict's")
+if ablation == "none":
+    # Warm-up trajectories leased by model actors just before the pools switch are the model's (known limit).
+    eng = [t for t in per if t["source"] == "engineer"]
+    check(len(eng) >= 1 and all(t["tool_calls"] >= 3 and t["assistant_turns"] >= 4 and t["parse_errors"] == 0 for t in eng),
+          f"{len(eng)} engineer trajectories, each >= 4 turns and >= 3 tool calls parsed from JSON "
+          f"({[t['tool_calls'] for t in eng]})")
+    check(rep["by_source"].get("model", {}).get("trajectories", 0) > 0, "the model's trajectories went through the same parser")
+    check(any(t["design"] not in ("none", "other") and t["outcome"] == "OK" for t in per),
+          "a trajectory ends in a recognised design with an OK verdict")
+latest = open(os.path.join(job_dir, "checkpoints", "LATEST")).read().strip()
+from safetensors.numpy import load_file
+base = load_file(os.path.join(sys.argv[6], "model.safetensors"))
+final = load_file(os.path.join(job_dir, "checkpoints", latest, "policy", "model.safetensors"))
+moved = max(float(abs(final[k].astype("float64") - base[k].astype("float64")).max()) for k in base if k in final)
+check(moved > 0, f"the job's last policy ({latest}) moved from the base weights (max |dw| {moved:.3g})")
 for png in ("reward.png", "rates.png", "stability.png"):
     p = os.path.join(out, png)
     ok = os.path.exists(p) and os.path.getsize(p) > 5000 and open(p, "rb").read(8) == b"\x89PNG\r\n\x1a\n"

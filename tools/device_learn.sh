@@ -14,7 +14,8 @@
 #     WRONG / SLOWER / >EAGER / >COMPILE.
 # (b) a separate call, MODE=learn (its own <= 150 s): a short learning job on the GPU —
 #     `kernelrl learn` (learner + policy server, CUDA sandbox, actors) with a tiny random
-#     checkpoint on 6 training + 6 held-out tasks (2 + 2 per family) whose baselines it measures first:
+#     checkpoint on 6 training + 6 held-out tasks (2 + 2 per family) whose baselines it measures first
+#     (the plumbing; the code model's run, pre-trained base included, is tools/device_codemodel.sh):
 #
 #   here:   tools/device_learn.sh --stage-learn  # tools/device_ops.sh --stage (binaries, 48 MB)
 #                                                # + .devcarry/learnjob (the small task set)

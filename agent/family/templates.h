@@ -1,5 +1,6 @@
 // The kernel templates of the learnable task family (docs/LEARNING.md): the
-// action space the choice policy (agent/policy/choice_policy.h) learns in.
+// designs the code model writes (docs/CODEMODEL.md) and the scripted engineer
+// (agent/policy/engineer_policy.h) renders.
 // The tasks themselves (data/family/family.h) are data; these templates are
 // what an agent writes, so they sit with the agent, below every service.
 //

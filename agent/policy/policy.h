@@ -63,17 +63,6 @@ class PolicyClient {
   virtual ~PolicyClient() = default;
   // Thread-safe.
   virtual absl::StatusOr<PolicyResponse> Generate(const PolicyRequest& request) = 0;
-  // The tool calls a reply stands for: the calls written in it. A policy with
-  // its own small action vocabulary (choice_policy.h) maps its
-  // reply to calls instead; the trajectory keeps the sampled ids either way.
-  virtual absl::StatusOr<std::vector<ToolCall>> ToolCalls(const v1::Task& task, const std::string& reply) const {
-    (void)task;
-    return ParseToolCalls(reply);
-  }
-  // Whether the system prompt lists the tools' JSON schemas. A policy whose
-  // replies are not JSON tool calls gains nothing from them (with a tiny
-  // tokenizer they were ~4,700 of a trajectory's ~6,000 tokens).
-  virtual bool ToolSchemasInPrompt() const { return true; }
 };
 
 }  // namespace kernelrl::agent

@@ -1,9 +1,11 @@
 #include "agent/policy/policy_factory.h"
 
+#include <random>
+
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "agent/chat/tools.h"
-#include "agent/policy/choice_policy.h"
+#include "agent/policy/engineer_policy.h"
 #include "agent/policy/grpc_policy.h"
 #include "agent/policy/openai_policy.h"
 #include "agent/policy/scripted_policy.h"
@@ -20,17 +22,13 @@ absl::StatusOr<std::unique_ptr<PolicyClient>> MakePolicyClient(const v1::PolicyB
     return std::unique_ptr<PolicyClient>(
         new ScriptedPolicy(config.scripted_solutions_dir(), config.scripted_policy_version(), tokenizer, im_end_id));
   }
-  // The task family's choice vocabulary (docs/LEARNING.md): the model at `address`, or random; "_cpu" renders CPU kernels.
-  if (absl::StartsWith(config.kind(), "choice")) {
-    const std::string k = config.kind();
-    const bool random = absl::StartsWith(k, "choice_random");
-    if (k != "choice" && k != "choice_cpu" && k != "choice_random" && k != "choice_random_cpu") {
-      return absl::InvalidArgumentError(absl::StrCat("policy.kind \"", k, "\": choice, choice_cpu, choice_random or choice_random_cpu"));
-    }
-    if (!random && config.address().empty()) return absl::InvalidArgumentError("policy.address is empty");
-    return std::unique_ptr<PolicyClient>(new ChoicePolicy(
-        random ? nullptr : std::make_unique<GrpcPolicy>(config), tokenizer, im_end_id,
-        absl::EndsWith(k, "_cpu") ? "cpu" : "", config.scripted_policy_version()));
+  // The scripted kernel engineer of the task family (the recipe's warm-up data); "_cpu" writes CPU kernels.
+  if (config.kind() == "engineer" || config.kind() == "engineer_cpu") {
+    if (tokenizer == nullptr) return absl::InvalidArgumentError("the engineer policy needs the tokenizer");
+    EngineerPolicyOptions o;
+    o.device = config.kind() == "engineer_cpu" ? "cpu" : "cuda";
+    o.policy_version = config.scripted_policy_version();
+    return std::unique_ptr<PolicyClient>(new EngineerPolicy(tokenizer, im_end_id, o, std::random_device{}()));
   }
   if (config.kind() == "grpc") {
     if (config.address().empty()) return absl::InvalidArgumentError("policy.address is empty");
@@ -43,7 +41,7 @@ absl::StatusOr<std::unique_ptr<PolicyClient>> MakePolicyClient(const v1::PolicyB
     return std::unique_ptr<PolicyClient>(*std::move(p));
   }
   return absl::InvalidArgumentError(
-      absl::StrCat("policy.kind \"", config.kind(), "\" is not one of grpc, openai_completions, openai_chat, scripted, choice*"));
+      absl::StrCat("policy.kind \"", config.kind(), "\" is not one of grpc, openai_completions, openai_chat, scripted, engineer, engineer_cpu"));
 }
 
 }  // namespace kernelrl::agent

@@ -13,8 +13,8 @@
 namespace kernelrl::agent {
 
 // The backend named by config.kind ("grpc", "openai_completions",
-// "openai_chat", "scripted", "choice", "choice_cpu",
-// "choice_random", "choice_random_cpu"). The tokenizer must outlive it.
+// "openai_chat", "scripted", "engineer",
+// "engineer_cpu"). The tokenizer must outlive it.
 absl::StatusOr<std::unique_ptr<PolicyClient>> MakePolicyClient(const v1::PolicyBackendConfig& config,
                                                                 const Tokenizer* tokenizer,
                                                                 int32_t im_end_id);

@@ -1,7 +1,9 @@
 // The RFT data filter of the CUDA-Agent recipe (torch-free): of the agent
 // warm-up trajectories keep those with reward > 0 (outcome filter) and drop
 // those with redundant loops or tool calls that break the schema (pattern
-// filter).
+// filter). A redundant loop is one (tool, arguments) call made more than
+// max_repeated_calls times; Compile / Verify / Profile count per version of
+// the files (an edit between two Profiles makes the second a new evaluation).
 #ifndef KERNELRL_LEARNER_RL_RFT_FILTER_H_
 #define KERNELRL_LEARNER_RL_RFT_FILTER_H_
 

@@ -35,6 +35,16 @@ TEST(RftFilterTest, OutcomeAndPatternFilters) {
   EXPECT_NE(looped.find("redundant loop"), std::string::npos) << looped;
   loop.pop_back();
   EXPECT_EQ(RftRejection(With(3, loop), 3), "");  // Three times is allowed.
+  // Profile after each edit is the next evaluation; four Profiles of the same files are a loop.
+  const std::string profile = "<tool_call>\n{\"name\": \"Profile\", \"arguments\": {}}\n</tool_call>";
+  std::vector<std::string> revise;
+  for (int i = 0; i < 5; ++i) {
+    revise.push_back("<tool_call>\n{\"name\": \"Write\", \"arguments\": {\"path\": \"k.cu\", \"content\": \"v" +
+                     std::to_string(i) + "\"}}\n</tool_call>\n" + profile);
+  }
+  EXPECT_EQ(RftRejection(With(3, revise), 3), "");
+  std::vector<std::string> stuck(4, profile);
+  EXPECT_NE(RftRejection(With(3, stuck), 3).find("redundant loop: Profile"), std::string::npos);
 }
 
 }  // namespace

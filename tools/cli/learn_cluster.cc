@@ -27,7 +27,7 @@ void AddLearnFlags(CommandLine& cl) {
   cl.Flag("--run_dir", "paths.run_dir", "Logs, learner state, curves");
   cl.Flag("--bin_dir", "paths.bin_dir", "Service binaries (bazel-bin)");
   cl.Flag("--actors", "actors", "Actors sampling the model");
-  cl.Flag("--random_actors", "random_actors", "Random-choice actors (the warm-up's data)");
+  cl.Flag("--random_actors", "random_actors", "Scripted-engineer actors (the warm-up's data: policy.kind engineer)");
   cl.Flag("--concurrent_rollouts", "concurrent_rollouts", "Rollouts at once per actor");
   cl.Flag("--rollouts_per_task", "rollouts_per_task", "A task's group in a batch");
   cl.Flag("--eval_every", "eval_every", "Held-out evaluation every K agentic PPO steps");
@@ -96,7 +96,8 @@ absl::StatusOr<std::string> Cluster::StartServer(const std::string& name, const 
 }
 
 std::vector<std::string> Cluster::ActorArgs(const std::string& name, const std::string& kind, int64_t version) const {
-  const std::string suffix = o_.backend() == "cpu" ? "_cpu" : "";
+  // The engineer writes CPU kernels on the CPU backend; the model writes whatever it writes.
+  const std::string suffix = kind == "engineer" && o_.backend() == "cpu" ? "_cpu" : "";
   std::vector<std::string> args = {"--config_text=rollout { " + TextProto(o_.rollout()) + " }",
                                    "--set=learner_address=" + learner_,
                                    "--set=sandbox.target=ipv4:" + sandbox_,
@@ -117,18 +118,18 @@ void Cluster::UsePool(const std::string& pool, int64_t version) {
   std::vector<std::string> stop = running_;
   running_.clear();
   if (!stop.empty()) draining_.emplace_back([this, stop] { local_.Stop(stop, absl::Seconds(180)); });
-  const int n = pool == "random" ? o_.random_actors() : o_.actors();
+  const int n = pool == "engineer" ? o_.random_actors() : o_.actors();
   for (int i = 0; i < n; ++i) {
     const std::string name = absl::StrCat(pool, "-", i, "-g", ++generation_);
     // An actor is nobody's server: its ports stay the kernel's pick across restarts.
-    if (auto s = local_.StartProcess(name, "actor/actor_main", ActorArgs(name, pool == "random" ? "choice_random" : "choice", version));
+    if (auto s = local_.StartProcess(name, "actor/actor_main", ActorArgs(name, pool == "engineer" ? "engineer" : "grpc", version));
         !s.ok()) {
       console_->Line("cannot start " + name + ": " + std::string(s.message()));
     }
     running_.push_back(name);
   }
   pool_ = pool;
-  console_->Line(absl::StrCat(n, " ", pool == "random" ? "random-choice" : "model", " actor(s) running (policy v",
+  console_->Line(absl::StrCat(n, " ", pool == "engineer" ? "scripted-engineer" : "model", " actor(s) running (policy v",
                               version, ")"));
 }
 

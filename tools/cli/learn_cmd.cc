@@ -105,14 +105,13 @@ absl::StatusOr<PausedRun> ReadPausedRun(const std::string& run_dir) {
 
 // One held-out evaluation with `kernelrl eval` (this binary), as a child process.
 absl::StatusOr<Json> HeldOutEval(const v1::LearnConfig& o, const Cluster& c, const std::string& out_dir) {
-  const std::string suffix = o.backend() == "cpu" ? "_cpu" : "";
   std::vector<std::string> args = {
       SelfExe(), "eval", "--config_text=actor { rollout { " + TextProto(o.rollout()) + " } }",
       "--set=task_dirs=" + o.family_dir() + "/heldout", "--set=output_dir=" + out_dir,
       absl::StrCat("--set=max_tasks_per_level=", o.eval_tasks()),
       absl::StrCat("--set=rollouts_per_task=", o.eval_rollouts()), "--set=plot_script=",
       "--set=actor.tokenizer_path=" + o.base_checkpoint() + "/tokenizer.json",
-      "--set=actor.sandbox.target=ipv4:" + c.sandbox_, "--set=actor.policy.kind=choice" + suffix,
+      "--set=actor.sandbox.target=ipv4:" + c.sandbox_, "--set=actor.policy.kind=grpc",
       "--set=actor.policy.address=" + c.learner_, absl::StrCat("--set=actor.rollout.eval_max_turns=", EvalMaxTurns(o)),
       absl::StrCat("--set=actor.rollout.temperature=", o.eval_temperature()),
       "--set=actor.rollout.skill_path=" + c.SkillPath(), "--set=actor.rollout.workspace_root=" + out_dir + "-ws",
@@ -364,7 +363,7 @@ int LearnMain(int argc, char** argv) {
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
     const grpc::Status s = stub->GetJob(&ctx, get, &job);
     if (s.ok()) {
-      cluster.UsePool(job.stage() == "agent_warmup" ? "random" : "actor", job.policy_version());
+      cluster.UsePool(job.stage() == "agent_warmup" ? "engineer" : "actor", job.policy_version());
       const std::string line = absl::StrCat(v1::Job::State_Name(job.state()), " ", job.stage(), " step ",
                                             job.stage_step(), " (update ", job.step(), ", policy v",
                                             job.policy_version(), ")  ", job.message());

@@ -15,12 +15,13 @@
 // sandbox worker as supervised processes (tools/cli/up_supervisor.h), submits
 // one recipe job on DIR/train.jsonl (family_gen's output) — single-turn PPO ->
 // agent warm-up -> RFT -> value pretraining -> agentic PPO — and runs two pools
-// of actor processes against it: `--random_actors` actors with the family's
-// random scripted policy (policy.kind choice_random[_cpu]) while the job is in
-// agent_warmup (their trajectories are the RFT and value-pretraining data), and
-// `--actors` actors sampling the model (policy.kind choice[_cpu], the learner's
-// Policy service) in every other stage. Held-out tasks (DIR/heldout/*.py) are
-// evaluated with `kernelrl eval` (this binary, the same choice policy, greedy)
+// of actor processes against it: `--random_actors` actors with the scripted
+// kernel engineer (policy.kind engineer[_cpu], agent/policy/engineer_policy.h)
+// while the job is in agent_warmup (their trajectories, paid by the sandbox, are
+// the RFT and value-pretraining data), and `--actors` actors sampling the model
+// (policy.kind grpc: the learner's Policy service; its replies are JSON tool
+// calls like any model's) in every other stage. Held-out tasks (DIR/heldout/*.py) are
+// evaluated with `kernelrl eval` (this binary, the same model, greedy)
 // at the start (policy version 0), when agentic PPO starts, every K agentic PPO
 // steps and at the end. A progress bar per stage while the job runs; at the end a
 // report (learn_report.h: what was trained on what, held-out figures before -> after,

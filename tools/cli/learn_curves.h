@@ -40,9 +40,9 @@ struct TrainedAudit {
   // from the sandbox's verdict cache.
   int flagged_reward_above_1 = 0, verdicts_cached = 0;
   std::set<std::string> flags_seen;
-  // Warm-up trajectories accepted, and those leased by a random-choice actor ("random-*"): the
+  // Warm-up trajectories accepted, and those leased by a scripted-engineer actor ("engineer-*"): the
   // rest were leased by a model actor just before the pools switched.
-  int warmup_accepted = 0, warmup_from_random = 0;
+  int warmup_accepted = 0, warmup_from_engineer = 0;
   Json ToJson() const;
 };
 
@@ -56,8 +56,9 @@ absl::StatusOr<std::map<int64_t, VerdictStats>> TrainedStats(const std::string& 
 
 // {"tasks", "pass_rate", "faster_than_eager_rate", "faster_than_compile_rate", "reward_mean",
 //  "reward_sem", "geomean_speedup_vs_eager", "geomean_speedup_vs_compile"} over every task of the report
-// (its best verdict over rollouts and turns), and "rollouts": the same rates, reward mean and s.e.m.
-// over every rollout's final verdict (the policy's reward; tasks x repeats).
+// (its best verdict over rollouts and turns: best-of-k), and "rollouts": the same rates, reward mean and
+// s.e.m. over every rollout's final verdict (the policy's reward; tasks x repeats), with the geometric
+// means over the final kernels that are correct and profiled.
 absl::StatusOr<Json> HeldOutFromReport(const std::string& report_json_path);
 
 }  // namespace kernelrl::cli

@@ -95,5 +95,27 @@ TEST(UpdatesFromLedgerTest, NoLedgerIsAnError) {
   EXPECT_FALSE(UpdatesFromLedger(::kernelrl::testing::NewTempDir("learn_curves_test_"), kStart).ok());
 }
 
+TEST(HeldOutFromReportTest, BestOfRolloutsAndEachRolloutsFinalKernel) {
+  // Two tasks, two rollouts each: task a's best is 4x eager / 2x compile, its finals 4x/2x and 1x/0.5x;
+  // task b failed both times.
+  const std::string dir = ::kernelrl::testing::NewTempDir("learn_curves_report_");
+  std::ofstream(dir + "/report.json") << R"({"tasks": [
+    {"outcome": "OK", "reward": 3, "speedup_vs_eager": 4, "speedup_vs_compile": 2, "rollout_finals": [
+      {"outcome": "OK", "reward": 3, "speedup_vs_eager": 4, "speedup_vs_compile": 2},
+      {"outcome": "OK", "reward": 1, "speedup_vs_eager": 1, "speedup_vs_compile": 0.5}]},
+    {"outcome": "WRONG_ANSWER", "reward": -1, "rollout_finals": [
+      {"outcome": "WRONG_ANSWER", "reward": -1}, {"outcome": "COMPILE_ERROR", "reward": -1}]}]})";
+  auto h = HeldOutFromReport(dir + "/report.json");
+  ASSERT_TRUE(h.ok()) << h.status();
+  EXPECT_DOUBLE_EQ(h->Find("pass_rate")->number(), 0.5);
+  EXPECT_DOUBLE_EQ(h->Find("geomean_speedup_vs_eager")->number(), 4);
+  const Json* r = h->Find("rollouts");
+  ASSERT_NE(r, nullptr);
+  EXPECT_DOUBLE_EQ(r->Find("pass_rate")->number(), 0.5);
+  EXPECT_NEAR(r->Find("geomean_speedup_vs_eager")->number(), 2.0, 1e-12);  // sqrt(4 x 1)
+  EXPECT_NEAR(r->Find("geomean_speedup_vs_compile")->number(), 1.0, 1e-12);  // sqrt(2 x 0.5)
+  EXPECT_DOUBLE_EQ(r->Find("reward_mean")->number(), 0.5);  // (3 + 1 - 1 - 1) / 4
+}
+
 }  // namespace
 }  // namespace kernelrl::cli

@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <functional>
 
 #include "absl/strings/numbers.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
@@ -87,7 +89,7 @@ std::string LearnReport(const LearnRun& run) {
     if (!s.skip()) absl::StrAppend(&recipe, recipe.empty() ? "" : " -> ", text);
   };
   stage(r.single_turn_ppo(), absl::StrCat("single-turn PPO ", r.single_turn_ppo().steps()));
-  stage(r.agent_warmup(), absl::StrCat("warm-up ", r.agent_warmup().steps(), " random-choice trajectories"));
+  stage(r.agent_warmup(), absl::StrCat("warm-up ", r.agent_warmup().steps(), " scripted-engineer trajectories"));
   if (!r.rft().skip()) absl::StrAppend(&recipe, recipe.empty() ? "" : " -> ", "RFT ", r.rft().epochs(), " epochs");
   if (!r.value_pretrain().skip()) {
     absl::StrAppend(&recipe, recipe.empty() ? "" : " -> ", "value pretraining <= ", r.value_pretrain().steps());
@@ -99,22 +101,51 @@ std::string LearnReport(const LearnRun& run) {
   if (evals.size() >= 2) {
     const Json& before = evals.front();
     const Json& after = evals.back();
-    const Json* b = PerRollout(before);
-    const Json* a = PerRollout(after);
+    // Columns: the start (the base model), the first evaluation of agentic PPO (the RFT policy,
+    // when one ran) and the last.
+    std::vector<std::pair<std::string, const Json*>> cols = {
+        {absl::StrCat("before (v", Num(&before, "policy_version"), ")"), &before}};
+    for (size_t i = 1; i + 1 < evals.size(); ++i) {
+      const Json* label = evals[i].Find("label");
+      if (label != nullptr && label->is_string() && absl::StartsWith(label->str(), "agentic-")) {
+        cols.emplace_back(absl::StrCat("PPO start (v", Num(&evals[i], "policy_version"), ")"), &evals[i]);
+        break;
+      }
+    }
+    cols.emplace_back(absl::StrCat("after (v", Num(&after, "policy_version"), ")"), &after);
     absl::StrAppendFormat(&out, "held-out   %d tasks never trained on, %d rollouts each (%s)\n",
                           static_cast<int>(Num(&before, "n")), std::max(1, o.eval_rollouts()),
                           o.eval_temperature() > 0 ? absl::StrFormat("sampled at temperature %g", o.eval_temperature())
                                                    : std::string("greedy"));
-    absl::StrAppendFormat(&out, "             %-24s %-16s %s\n", "", absl::StrCat("before (v", Num(&before, "policy_version"), ")"),
-                          absl::StrCat("after (v", Num(&after, "policy_version"), ")"));
-    absl::StrAppendFormat(&out, "             %-24s %-16s %s\n", "reward per rollout",
-                          absl::StrFormat("%.2f +- %.2f", Num(b, "reward_mean"), Num(b, "reward_sem")),
-                          absl::StrFormat("%.2f +- %.2f", Num(a, "reward_mean"), Num(a, "reward_sem")));
+    auto row = [&](const std::string& label, const std::function<std::string(const Json&)>& cell) {
+      absl::StrAppendFormat(&out, "             %-28s", label);
+      for (const auto& c : cols) absl::StrAppendFormat(&out, " %-18s", cell(*c.second));
+      absl::StrAppend(&out, "\n");
+    };
+    row("", [&](const Json& e) {
+      for (const auto& c : cols) {
+        if (c.second == &e) return c.first;
+      }
+      return std::string();
+    });
+    row("reward per rollout", [](const Json& e) {
+      return absl::StrFormat("%.2f +- %.2f", Num(PerRollout(e), "reward_mean"), Num(PerRollout(e), "reward_sem"));
+    });
     for (auto [label, key] : {std::pair<const char*, const char*>{"pass rate (per rollout)", "pass_rate"},
                               {"faster than eager", "faster_than_eager_rate"},
                               {"faster than compile", "faster_than_compile_rate"}}) {
-      absl::StrAppendFormat(&out, "             %-24s %-16s %s\n", label, Pct(Num(b, key)), Pct(Num(a, key)));
+      row(label, [key = key](const Json& e) { return Pct(Num(PerRollout(e), key)); });
     }
+    row("geomean x eager (final)", [](const Json& e) {
+      return absl::StrFormat("%.2fx", Num(PerRollout(e), "geomean_speedup_vs_eager"));
+    });
+    row("geomean x compile (final)", [](const Json& e) {
+      return absl::StrFormat("%.2fx", Num(PerRollout(e), "geomean_speedup_vs_compile"));
+    });
+    row("best-of-k > compile", [](const Json& e) { return Pct(Num(&e, "faster_than_compile_rate")); });
+    row("best-of-k geomean x compile", [](const Json& e) {
+      return absl::StrFormat("%.2fx", Num(&e, "geomean_speedup_vs_compile"));
+    });
     if (o.backend() == "cpu") {
       absl::StrAppend(&out, "             (CPU sandbox: no eager / torch.compile baselines, so no speed-ups;\n"
                             "              a correct kernel earns 1, a wrong one -1)\n");

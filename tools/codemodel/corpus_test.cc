@@ -1,0 +1,161 @@
+// The corpus: planted faults are recognised at their line, the design model
+// fails fp16 and prefers a different rowreduce design by row length, and whole
+// episodes through the actor's rollout loop are >= 4 JSON tool-call turns that
+// end in a correct kernel after fixing what they broke.
+#include "tools/codemodel/corpus.h"
+
+#include <random>
+#include <set>
+
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "agent/chat/tool_calls.h"
+#include "common/testing/testing.h"
+#include "data/family/family.h"
+#include "gtest/gtest.h"
+
+namespace kernelrl::codemodel {
+namespace {
+
+namespace fam = agent::family;
+
+v1::Task ToTask(const data::family::FamilyTask& ft, const std::string& device) {
+  v1::Task t;
+  t.set_id(ft.id);
+  t.set_reference_source(ft.source);
+  t.mutable_inputs()->set_device(device);
+  (*t.mutable_metadata())["shape"] = absl::StrJoin(ft.shape, "x");
+  (*t.mutable_metadata())["split"] = ft.held_out ? "heldout" : "train";
+  return t;
+}
+
+// One training task per family.
+std::vector<v1::Task> OnePerFamily(const std::string& device) {
+  std::vector<v1::Task> out;
+  std::set<std::string> seen;
+  for (const auto& ft : data::family::MakeTasks(device)) {
+    if (!ft.held_out && seen.insert(ft.spec.family).second) out.push_back(ToTask(ft, device));
+  }
+  return out;
+}
+
+TEST(CorpusTest, RecognisesRenderingsAndPlantedFaults) {
+  std::mt19937_64 rng(std::random_device{}());
+  for (const std::string device : {"cuda", "cpu"}) {
+    for (const v1::Task& task : OnePerFamily(device)) {
+      auto spec = fam::ParseTaskSpec(task.reference_source());
+      ASSERT_TRUE(spec.ok());
+      auto slots = fam::Slots(spec->family);
+      const std::vector<fam::Choice> all = fam::AllChoices(*slots);
+      const fam::Choice c = all[rng() % all.size()];
+      auto files = fam::Render(*spec, c, device);
+      ASSERT_TRUE(files.ok());
+      std::string path, kernel;
+      for (const auto& [p, text] : *files) {
+        if (absl::StartsWith(p, "kernels/")) path = p, kernel = text;
+      }
+      auto r = RecogniseKernel(*spec, device, kernel);
+      ASSERT_TRUE(r.ok()) << r.status();
+      EXPECT_EQ(r->choice, c);
+      EXPECT_FALSE(r->faulty);
+      // A statement without its ';' on a random line that has one.
+      std::vector<std::string> lines = absl::StrSplit(kernel, '\n');
+      std::vector<size_t> at;
+      for (size_t i = 0; i < lines.size(); ++i) {
+        if (absl::EndsWith(lines[i], ");") && !absl::StartsWith(absl::StripLeadingAsciiWhitespace(lines[i]), "//")) {
+          at.push_back(i);
+        }
+      }
+      ASSERT_FALSE(at.empty());
+      const size_t i = at[rng() % at.size()];
+      lines[i].pop_back();
+      auto broken = RecogniseKernel(*spec, device, absl::StrJoin(lines, "\n"));
+      ASSERT_TRUE(broken.ok()) << broken.status();
+      EXPECT_TRUE(broken->faulty);
+      EXPECT_EQ(broken->fault.line, static_cast<int>(i) + 1);
+      EXPECT_EQ(broken->choice, c);
+      EXPECT_FALSE(RecogniseKernel(*spec, device, kernel + "\nint stray;").ok());
+    }
+  }
+}
+
+TEST(CorpusTest, DesignModelFailsFp16AndRowreduceBestDependsOnRowLength) {
+  fam::TaskSpec rr{"rowreduce", {"softmax"}};
+  auto best = [&](std::vector<int64_t> shape) {
+    double top = -1;
+    int strategy = -1;
+    for (const fam::Choice& c : fam::AllChoices(*fam::Slots("rowreduce"))) {
+      if (c[3] == 0 && ModelledSpeedup(rr, c, shape) > top) top = ModelledSpeedup(rr, c, shape), strategy = c[0];
+    }
+    return strategy;
+  };
+  EXPECT_NE(best({4096, 1024}), best({1024, 8192}));
+
+  const v1::Task task = OnePerFamily("cuda")[0];
+  auto spec = fam::ParseTaskSpec(task.reference_source());
+  for (int precision : {0, 1}) {
+    auto files = fam::Render(*spec, {2, 1, 0, precision}, "cuda");
+    ASSERT_TRUE(files.ok());
+    v1::EvaluateRequest req;
+    *req.mutable_task() = task;
+    for (const auto& [p, text] : *files) {
+      auto* f = req.mutable_workspace()->add_files();
+      f->set_path(p);
+      f->set_content(text);
+    }
+    DesignEvaluator ev;
+    const v1::Verdict v = ev.Evaluate(req);
+    EXPECT_EQ(v.outcome(), precision == 1 ? v1::Verdict::WRONG_ANSWER : v1::Verdict::OK) << v.summary();
+    if (precision == 0) EXPECT_GT(v.speedup_vs_eager(), 0);
+    EXPECT_EQ(v.reward(), precision == 1 ? -1 : v.reward());
+  }
+}
+
+TEST(CorpusTest, EpisodesAreMultiTurnJsonToolCallsThatFixWhatTheyBreak) {
+  agent::EngineerPolicyOptions o;
+  o.fault_rate = 1.0;  // Every episode's first kernel is broken...
+  o.fp16_rate = 0.5;
+  o.revisions = 2;
+  o.device = "cpu";
+  const std::vector<v1::Task> tasks = OnePerFamily("cpu");
+  ASSERT_EQ(tasks.size(), 3u);
+  auto corpus = MakeCorpus(tasks, 3, v1::RolloutConfig(), "skill", o, std::random_device{}(),
+                           kernelrl::testing::NewTempDir("corpus"));
+  ASSERT_TRUE(corpus.ok()) << corpus.status();
+  ASSERT_EQ(corpus->records.size(), 9u);
+  EXPECT_GE(corpus->failed_evaluations, 9);  // ...and fixed: every final verdict is OK.
+  EXPECT_EQ(corpus->final_ok, 9);
+  for (const Json& rec : corpus->records) {
+    const auto& msgs = rec.Find("messages")->items();
+    int assistant = 0, with_calls = 0;
+    std::string last_assistant;
+    bool saw_error = false, fixed_after_error = false;
+    for (const Json& m : msgs) {
+      const std::string& role = m.Find("role")->str();
+      const std::string& content = m.Find("content")->str();
+      if (role == "tool" && absl::StrContains(content, "COMPILE_ERROR")) saw_error = true;
+      if (role != "assistant") continue;
+      ++assistant;
+      last_assistant = content;
+      auto calls = agent::ParseToolCalls(content);
+      ASSERT_TRUE(calls.ok()) << calls.status() << "\n" << content;
+      with_calls += !calls->empty();
+      if (saw_error && !fixed_after_error) {
+        ASSERT_FALSE(calls->empty());
+        EXPECT_TRUE((*calls)[0].name == "Edit" || (*calls)[0].name == "MultiEdit" || (*calls)[0].name == "Write");
+        fixed_after_error = true;
+      }
+    }
+    EXPECT_GE(assistant, 4);
+    EXPECT_EQ(with_calls, assistant - 1);  // Every turn but the closing one calls tools.
+    EXPECT_TRUE(saw_error && fixed_after_error);
+    EXPECT_TRUE(absl::StartsWith(last_assistant, "Done. Final design:")) << last_assistant;
+  }
+}
+
+}  // namespace
+}  // namespace kernelrl::codemodel

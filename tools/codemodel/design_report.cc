@@ -1,0 +1,133 @@
+#include "tools/codemodel/design_report.h"
+
+#include <map>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "agent/chat/tool_calls.h"
+#include "agent/family/templates.h"
+#include "tools/codemodel/corpus.h"
+
+namespace kernelrl::codemodel {
+namespace {
+
+std::string Str(const Json& args, const char* key) {
+  const Json* v = args.Find(key);
+  return v != nullptr && v->is_string() ? v->str() : "";
+}
+
+// Applies one successful file call to `files`.
+void Apply(const agent::ToolCall& call, std::map<std::string, std::string>* files) {
+  const std::string path = Str(call.arguments, "path");
+  if (call.name == "Write") {
+    (*files)[path] = Str(call.arguments, "content");
+    return;
+  }
+  auto replace = [&](const std::string& from, const std::string& to) {
+    std::string& text = (*files)[path];
+    const size_t p = text.find(from);
+    if (!from.empty() && p != std::string::npos) text.replace(p, from.size(), to);
+  };
+  if (call.name == "Edit") replace(Str(call.arguments, "old_string"), Str(call.arguments, "new_string"));
+  if (call.name == "MultiEdit") {
+    if (const Json* edits = call.arguments.Find("edits"); edits != nullptr && edits->is_array()) {
+      for (const Json& e : edits->items()) replace(Str(e, "old_string"), Str(e, "new_string"));
+    }
+  }
+}
+
+}  // namespace
+
+TrajectoryFacts Facts(const v1::Trajectory& t, const std::string& reference_source, const std::string& device) {
+  TrajectoryFacts f;
+  f.id = t.id();
+  f.source = absl::StrContains(t.id(), "/engineer-") ? "engineer" : "model";
+  f.task_id = t.task_id();
+  f.policy_version = t.policy_version();
+  f.reward = t.reward();
+  f.verdict_reward = t.final_verdict().reward();
+  f.outcome = v1::Verdict::Outcome_Name(t.final_verdict().outcome());
+  for (int32_t m : t.loss_mask()) f.model_tokens += m;
+  std::map<std::string, std::string> files;
+  const auto& turns = t.turns();
+  for (int i = 0; i < turns.size(); ++i) {
+    if (turns[i].role() != v1::Turn::ASSISTANT) continue;
+    ++f.assistant_turns;
+    auto calls = agent::ParseToolCalls(turns[i].content());
+    if (!calls.ok()) {
+      ++f.parse_errors;
+      continue;
+    }
+    f.tool_calls += static_cast<int>(calls->size());
+    // The tool turns that follow answer the calls in order; an "Error:" answer changed nothing.
+    for (size_t k = 0; k < calls->size(); ++k) {
+      const int j = i + 1 + static_cast<int>(k);
+      const bool failed = j < turns.size() && turns[j].role() == v1::Turn::TOOL &&
+                          absl::StartsWith(turns[j].content(), "Error");
+      if (!failed) Apply((*calls)[k], &files);
+    }
+  }
+  f.design = "none";
+  auto spec = agent::family::ParseTaskSpec(reference_source);
+  if (spec.ok()) f.family = spec->family;
+  for (const auto& [path, text] : files) {
+    if (!absl::StartsWith(path, "kernels/")) continue;
+    f.design = "other";
+    if (!spec.ok()) break;
+    auto r = RecogniseKernel(*spec, device, text);
+    if (r.ok() && !r->faulty) f.design = agent::family::ChoiceDigits(r->choice);
+    break;
+  }
+  return f;
+}
+
+Json Summarise(const std::vector<TrajectoryFacts>& facts, int64_t bucket) {
+  bucket = std::max<int64_t>(1, bucket);
+  struct Totals {
+    int64_t n = 0, calls = 0, turns = 0, tokens = 0, errors = 0, reward_matches = 0, with_kernel = 0;
+  };
+  std::map<std::string, Totals> by_source;
+  // family -> bucket start -> design -> count (the model's trajectories).
+  std::map<std::string, std::map<int64_t, std::map<std::string, int64_t>>> designs;
+  int64_t reward_matches = 0, errors = 0;
+  for (const TrajectoryFacts& f : facts) {
+    Totals& t = by_source[f.source];
+    ++t.n;
+    t.calls += f.tool_calls;
+    t.turns += f.assistant_turns;
+    t.tokens += f.model_tokens;
+    t.errors += f.parse_errors;
+    t.with_kernel += f.design != "none";
+    reward_matches += f.reward == f.verdict_reward;
+    errors += f.parse_errors;
+    if (f.source == "model") ++designs[f.family.empty() ? "unknown" : f.family][f.policy_version / bucket * bucket][f.design];
+  }
+  Json sources = Json::Object();
+  for (const auto& [source, t] : by_source) {
+    const double n = std::max<int64_t>(1, t.n);
+    sources.Set(source, Json::Object({{"trajectories", Json::Int(t.n)},
+                                      {"mean_tool_calls", Json::Number(t.calls / n)},
+                                      {"mean_assistant_turns", Json::Number(t.turns / n)},
+                                      {"mean_model_tokens", Json::Number(t.tokens / n)},
+                                      {"parse_errors", Json::Int(t.errors)},
+                                      {"with_kernel", Json::Int(t.with_kernel)}}));
+  }
+  Json by_family = Json::Object();
+  for (const auto& [family, buckets] : designs) {
+    Json rows = Json::Array();
+    for (const auto& [start, hist] : buckets) {
+      Json h = Json::Object();
+      for (const auto& [design, count] : hist) h.Set(design, Json::Int(count));
+      rows.Push(Json::Object({{"versions", Json::String(absl::StrCat(start, "-", start + bucket - 1))},
+                              {"designs", std::move(h)}}));
+    }
+    by_family.Set(family, std::move(rows));
+  }
+  return Json::Object({{"trajectories", Json::Int(static_cast<int64_t>(facts.size()))},
+                       {"parse_errors", Json::Int(errors)},
+                       {"reward_is_verdict_reward", Json::Int(reward_matches)},
+                       {"by_source", std::move(sources)},
+                       {"designs_by_family", std::move(by_family)}});
+}
+
+}  // namespace kernelrl::codemodel

@@ -1,0 +1,45 @@
+// What a run's trajectories did, read from their tokens' text: the tool calls
+// each assistant turn makes (parsed from JSON by the actor's parser), and the
+// design of the kernel each trajectory ends with, found by replaying its
+// Write / Edit / MultiEdit calls on kernels/ and recognising the result as a
+// rendering of the family's template (tools/codemodel/corpus.h). Aggregated per
+// family and policy-version bucket: the design distribution over training.
+#ifndef KERNELRL_TOOLS_CODEMODEL_DESIGN_REPORT_H_
+#define KERNELRL_TOOLS_CODEMODEL_DESIGN_REPORT_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/json.h"
+#include "proto/trajectory.pb.h"
+
+namespace kernelrl::codemodel {
+
+struct TrajectoryFacts {
+  std::string id, task_id, family;
+  // "engineer" when a scripted-engineer actor leased it (its id names the actor: "<lease>/engineer-..."),
+  // else "model".
+  std::string source;
+  int64_t policy_version = 0;
+  int assistant_turns = 0;
+  int tool_calls = 0;        // Parsed from the assistant turns' JSON.
+  int parse_errors = 0;      // Assistant turns whose calls did not parse.
+  int64_t model_tokens = 0;  // loss_mask 1.
+  double reward = 0;
+  double verdict_reward = 0;  // final_verdict.reward.
+  std::string outcome;        // final_verdict outcome name.
+  std::string design;         // Choice digits, "none" (no kernel written) or "other".
+};
+
+// `reference_source` of the task (its kernelrl-family line) decides the family; "" = unknown.
+TrajectoryFacts Facts(const v1::Trajectory& t, const std::string& reference_source, const std::string& device);
+
+// Summary of many: counts and means per source ("model", "engineer"), and per
+// family the design histogram of the model's trajectories by policy-version
+// bucket of `bucket` versions.
+Json Summarise(const std::vector<TrajectoryFacts>& facts, int64_t bucket);
+
+}  // namespace kernelrl::codemodel
+
+#endif  // KERNELRL_TOOLS_CODEMODEL_DESIGN_REPORT_H_

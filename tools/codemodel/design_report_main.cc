@@ -1,0 +1,83 @@
+// design_report: what a run's trajectories did (tools/codemodel/design_report.h).
+//
+//   design_report --trajectories=DIR --tasks=A.jsonl[,B.jsonl] [--bucket=10] [--per_trajectory]
+//
+// DIR holds kernelrl.v1.Trajectory files (*.pb: a job's learner-state/jobs/<id>/trajectories);
+// the task files (family_gen's train.jsonl, heldout.jsonl) give each task's source and device.
+// Prints JSON: counts, mean tool calls / turns / model tokens per source (the model's or the
+// scripted engineer's), and per family the model's final-kernel design histogram per
+// policy-version bucket.
+#include <cstdio>
+#include <filesystem>
+#include <map>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/str_split.h"
+#include "common/file.h"
+#include "google/protobuf/util/json_util.h"
+#include "proto/task.pb.h"
+#include "tools/codemodel/design_report.h"
+
+ABSL_FLAG(std::string, trajectories, "", "directory of Trajectory .pb files");
+ABSL_FLAG(std::string, tasks, "", "comma-separated task files (one kernelrl.v1.Task JSON a line)");
+ABSL_FLAG(int64_t, bucket, 10, "policy versions per bucket");
+ABSL_FLAG(bool, per_trajectory, false, "also list every trajectory's facts");
+
+int main(int argc, char** argv) {
+  using namespace kernelrl;
+  absl::ParseCommandLine(argc, argv);
+  std::map<std::string, v1::Task> tasks;
+  for (absl::string_view path : absl::StrSplit(absl::GetFlag(FLAGS_tasks), ',', absl::SkipEmpty())) {
+    auto text = ReadFileToString(std::string(path));
+    if (!text.ok()) {
+      std::fprintf(stderr, "design_report: %s\n", text.status().ToString().c_str());
+      return 1;
+    }
+    for (absl::string_view line : absl::StrSplit(*text, '\n', absl::SkipEmpty())) {
+      v1::Task t;
+      if (google::protobuf::util::JsonStringToMessage(std::string(line), &t).ok()) tasks[t.id()] = t;
+    }
+  }
+  std::vector<codemodel::TrajectoryFacts> facts;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(absl::GetFlag(FLAGS_trajectories), ec)) {
+    if (e.path().extension() != ".pb") continue;
+    auto bytes = ReadFileToString(e.path().string());
+    v1::Trajectory t;
+    if (!bytes.ok() || !t.ParseFromString(*bytes)) {
+      std::fprintf(stderr, "design_report: cannot read %s\n", e.path().c_str());
+      return 1;
+    }
+    auto it = tasks.find(t.task_id());
+    const std::string source = it == tasks.end() ? "" : it->second.reference_source();
+    const std::string device = it != tasks.end() && it->second.inputs().device() == "cpu" ? "cpu" : "cuda";
+    facts.push_back(codemodel::Facts(t, source, device));
+  }
+  if (ec) {
+    std::fprintf(stderr, "design_report: %s\n", ec.message().c_str());
+    return 1;
+  }
+  Json out = codemodel::Summarise(facts, absl::GetFlag(FLAGS_bucket));
+  if (absl::GetFlag(FLAGS_per_trajectory)) {
+    Json list = Json::Array();
+    for (const auto& f : facts) {
+      list.Push(Json::Object({{"id", Json::String(f.id)},
+                              {"task_id", Json::String(f.task_id)},
+                              {"family", Json::String(f.family)},
+                              {"source", Json::String(f.source)},
+                              {"policy_version", Json::Int(f.policy_version)},
+                              {"assistant_turns", Json::Int(f.assistant_turns)},
+                              {"tool_calls", Json::Int(f.tool_calls)},
+                              {"parse_errors", Json::Int(f.parse_errors)},
+                              {"model_tokens", Json::Int(f.model_tokens)},
+                              {"reward", Json::Number(f.reward)},
+                              {"verdict_reward", Json::Number(f.verdict_reward)},
+                              {"outcome", Json::String(f.outcome)},
+                              {"design", Json::String(f.design)}}));
+    }
+    out.Set("per_trajectory", std::move(list));
+  }
+  std::printf("%s\n", out.Dump(2).c_str());
+  return 0;
+}

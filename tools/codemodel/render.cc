@@ -1,0 +1,42 @@
+#include "tools/codemodel/render.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace kernelrl::codemodel {
+
+absl::StatusOr<std::vector<agent::ChatTurn>> RecordTurns(const Json& record) {
+  const Json* messages = record.Find("messages");
+  if (messages == nullptr || !messages->is_array()) return absl::InvalidArgumentError("record without messages");
+  std::vector<agent::ChatTurn> turns;
+  for (const Json& m : messages->items()) {
+    const Json* role = m.Find("role");
+    const Json* content = m.Find("content");
+    if (role == nullptr || content == nullptr) return absl::InvalidArgumentError("message without role or content");
+    agent::ChatTurn t;
+    const std::string& r = role->str();
+    t.role = r == "system" ? agent::ChatRole::kSystem
+             : r == "user" ? agent::ChatRole::kUser
+             : r == "assistant" ? agent::ChatRole::kAssistant
+                                : agent::ChatRole::kTool;
+    if (r != "system" && r != "user" && r != "assistant" && r != "tool") {
+      return absl::InvalidArgumentError(absl::StrCat("unknown role ", r));
+    }
+    t.content = content->str();
+    turns.push_back(std::move(t));
+  }
+  return turns;
+}
+
+absl::StatusOr<agent::RenderedChat> RenderRecord(const Json& record, const agent::ChatFormat& format) {
+  auto turns = RecordTurns(record);
+  if (!turns.ok()) return turns.status();
+  return format.Render(*turns, /*add_generation_prompt=*/false);
+}
+
+absl::StatusOr<std::string> RenderedText(const Json& record, const agent::ChatFormat& format) {
+  auto r = RenderRecord(record, format);
+  if (!r.ok()) return r.status();
+  return std::move(r->text);
+}
+
+}  // namespace kernelrl::codemodel

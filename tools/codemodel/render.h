@@ -1,0 +1,22 @@
+// A corpus record (tools/codemodel/corpus.h CorpusRecord) as the chat the
+// actor would render: the same ChatFormat, so SFT trains on exactly the token
+// layout the policy sees in a rollout, with the loss on assistant tokens only.
+#ifndef KERNELRL_TOOLS_CODEMODEL_RENDER_H_
+#define KERNELRL_TOOLS_CODEMODEL_RENDER_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "agent/chat/chat_format.h"
+#include "common/json.h"
+
+namespace kernelrl::codemodel {
+
+absl::StatusOr<std::vector<agent::ChatTurn>> RecordTurns(const Json& record);
+absl::StatusOr<agent::RenderedChat> RenderRecord(const Json& record, const agent::ChatFormat& format);
+absl::StatusOr<std::string> RenderedText(const Json& record, const agent::ChatFormat& format);
+
+}  // namespace kernelrl::codemodel
+
+#endif  // KERNELRL_TOOLS_CODEMODEL_RENDER_H_

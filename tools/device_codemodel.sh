@@ -1,0 +1,167 @@
+#!/usr/bin/env bash
+# The code model on the GPU (docs/CODEMODEL.md), one self-contained call of <= 600 s:
+#
+#   here:   tools/device_codemodel.sh --stage     # tools/device_ops.sh --stage (.devcarry/ops) and
+#                                                 # .devcarry/codemodel: corpus_gen, pretrain, design_report, the task set
+#   device: [SEED=1] [ABLATION=none|no_rft|no_value] tools/device_codemodel.sh
+#           # run tool, carry [".devcarry/ops", ".devcarry/codemodel"]
+#
+# On the device, in order:
+#  1. eager + torch.compile baselines of the task set (3 training + 4 held-out tasks per family:
+#     12 held-out, split by shape and by composition), through the executor path, while the
+#     engineer corpus is written on the CPU (corpus_gen --device=cuda, training tasks of the whole
+#     family, SEED) with its BPE tokenizer;
+#  2. pre-training (SFT) of the from-scratch model on the corpus, bf16 on the GPU (pretrain; Qwen2
+#     shape PRETRAIN_ARGS, PRETRAIN_STEPS steps): the base checkpoint, with its SHA-256;
+#  3. `kernelrl learn` on the small task set: warm-up by the scripted engineer against the CUDA sandbox,
+#     RFT, value pretraining, agentic PPO (the family preset: 8 turns, 1,536 tokens a turn), held-out
+#     evaluations at the start (the SFT model), at PPO start (the RFT policy) and at the end, EVAL_ROLLOUTS
+#     sampled rollouts per task; cut at LEARN_WALL, the final evaluation still runs;
+#  4. design_report over the job's trajectories (tool calls parsed, final designs per family over policy
+#     versions) and designs.png; the job's last policy with the tokenizer as final_policy-<seed>-<ablation>.tgz,
+#     its SHA-256 printed (score it anywhere: kernelrl eval --policy=checkpoint:DIR --tasks=...).
+# SEED seeds the corpus, the initialisation and the job. JOBS="1:none 2:none 1:no_rft" runs several jobs
+# on the same base one after another (SEED:ABLATION each, LEARN_WALL each: mind the 600 s); separate calls
+# give independent seeds of the whole pipeline. Results under $OUT: results.tgz (pretrain.json,
+# baselines.tsv, corpus.log, pretrain.log and per job <seed>-<ablation>/: curves.json, report.txt,
+# design_report.json, reward.png, rates.png, stability.png, designs.png), final_policy-<seed>-<ablation>.tgz
+# per job, logs.tgz (the runs without checkpoints, trajectories included). Rehearse here on the CPU sandbox:
+# tools/device_codemodel.sh --stage --cpu, then BACKEND=cpu OUT=DIR tools/device_codemodel.sh (no baselines).
+# Knobs: SEED (1), ABLATION (none), JOBS ("$SEED:$ABLATION"), PRECOMPUTE_WALL (150 s), WARM_WALL (45 s), PRETRAIN_STEPS (300),
+# PRETRAIN_ARGS ("--hidden=256 --layers=4 --heads=4 --kv_heads=2 --intermediate=704 --batch=16 --lr=2e-3"),
+# PER_TASK (8 corpus episodes per training task), LEARN_WALL (270 s), WARMUP (48), RFT_EPOCHS (4),
+# VALUE_STEPS (16), AGENTIC_STEPS (40), BATCH (16), ACTORS (4), EVAL_ROLLOUTS (4), EVAL_TEMP (1),
+# LEARNER_DEVICE (cuda), LEARN_ARGS (more `kernelrl learn` flags).
+set -u
+C=.devcarry/ops
+M=.devcarry/codemodel
+
+if [ "${1:-}" = "--stage" ]; then  # Run HERE.
+  set -e
+  bash tools/device_ops.sh --stage
+  bazel build //tools/codemodel:corpus_gen //tools/codemodel:pretrain //tools/codemodel:design_report //data/family:family_gen \
+    //profiler_service:precompute_baselines
+  [ "${2:-}" = "--cpu" ] && M=.devcarry/codemodel-cpu
+  rm -rf "$M" && mkdir -p "$M/bin" "$M/small/heldout" "$M/tasks/family"  # (after device_ops.sh --stage)
+  for b in corpus_gen pretrain design_report; do cp -L "bazel-bin/tools/codemodel/$b" "$M/bin/" && strip -s "$M/bin/$b"; done
+  cp -L bazel-bin/profiler_service/precompute_baselines "$M/bin/" && strip -s "$M/bin/precompute_baselines"
+  . tools/device_libs.sh
+  # Their shared libraries go beside the services' in .devcarry/ops/lib (most are the same: not carried twice).
+  device_stage_libs --without-torch "$C" "$M/bin/corpus_gen" "$M/bin/pretrain" "$M/bin/design_report" "$M/bin/precompute_baselines"
+  G=$(mktemp -d)
+  DEV=cuda; [ "${2:-}" = "--cpu" ] && DEV=cpu
+  bazel-bin/data/family/family_gen --out="$G" --device=$DEV > /dev/null
+  cp "$G/train.jsonl" "$M/all_train.jsonl"  # The corpus's tasks: every training task.
+  # The job's tasks: 3 training and 4 held-out tasks per family (2 by composition, 2 by shape).
+  for f in ew rr ge; do
+    grep -F "\"id\":\"train/${f}_" "$G/train.jsonl" | head -3 >> "$M/small/train.jsonl"
+    for reason in composition shape; do
+      awk -F'\t' -v f="$f" -v r="$reason" '$2 == "heldout" && $3 == r && $1 ~ ("^heldout/" f "_") {print $1}' \
+        "$G/manifest.tsv" | head -2 | while read -r id; do
+        cp "$G/$id.py" "$M/small/heldout/"
+        grep -F "\"id\":\"$id\"" "$G/heldout.jsonl" >> "$M/small/heldout.jsonl"
+        cp "$G/$id.py" "$M/tasks/family/${id#heldout/}.py"
+      done
+    done
+  done
+  for id in $(sed -n 's/.*"id":"\(train\/[^"]*\)".*/\1/p' "$M/small/train.jsonl"); do cp "$G/$id.py" "$M/tasks/family/${id#train/}.py"; done
+  rm -rf "$G"
+  echo "training tasks: $(wc -l < "$M/small/train.jsonl"), held-out: $(ls "$M/small/heldout"/*.py | wc -l)"
+  TRACKED=$(git ls-files -z | xargs -0 du -cb 2>/dev/null | tail -1 | cut -f1)
+  CARRIED=$(du -cb "$C" "$M" | tail -1 | cut -f1)
+  echo "the call would send $(( (TRACKED + CARRIED) >> 20 )) MiB of 64 (tracked $(( TRACKED >> 20 )), carried $(( CARRIED >> 20 )))"
+  exit 0
+fi
+
+T0=$(date +%s)
+elapsed() { echo $(( $(date +%s) - T0 )); }
+OUT=${OUT:-/tmp/codemodel_device_out}; mkdir -p "$OUT"
+BACKEND=${BACKEND:-cuda}
+[ "$BACKEND" = cpu ] && M=.devcarry/codemodel-cpu
+[ -x "$C/bin/tools/cli/kernelrl" ] && [ -x "$M/bin/pretrain" ] || { echo "run tools/device_codemodel.sh --stage [--cpu] here"; exit 2; }
+PY=${PYTHON:-python3}
+. "$(dirname "$0")/device_libs.sh"
+device_lib_path "$C" "$C/bin/learner/learner_main" --print_config
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
+SEED=${SEED:-1}
+RUN=/tmp/kernelrl-codemodel BASE=/tmp/kr_codemodel_baselines
+rm -rf "$RUN" "$BASE"; mkdir -p "$RUN" "$BASE"
+DEV=$([ "$BACKEND" = cuda ] && echo cuda || echo cpu)
+
+# 1. The corpus and tokenizer on the CPU, beside the baselines on the GPU.
+"$M/bin/corpus_gen" --config=configs/learn/family.textproto --tasks="$M/all_train.jsonl" --out="$RUN/corpus" \
+  --device=$DEV --per_task=${PER_TASK:-8} --seed=$SEED --vocab_size=4096 > "$OUT/corpus.log" 2>&1 &
+CORPUS=$!
+GPU_FLAGS=()
+if [ "$BACKEND" = cuda ]; then
+  CUDA=${CUDA_HOME:-/usr/local/cuda}
+  KPROF=/tmp/kr_kprof/libkprof.so; mkdir -p /tmp/kr_kprof
+  CUPTI_H=$(dirname "$(find $CUDA/ $CUDA/extras -name cupti.h 2>/dev/null | head -1)")
+  CUPTI_SO=$(dirname "$(find $CUDA/ -name 'libcupti.so*' 2>/dev/null | head -1)")
+  g++ -std=c++17 -O2 -fPIC -shared -I. -I$CUDA/include -I$CUPTI_H profiler_service/cupti/kprof.cc -o $KPROF \
+    -L$CUPTI_SO -Wl,-rpath,$CUPTI_SO -L$CUDA/lib64/stubs -lcupti -lcuda > "$OUT/kprof_build.log" 2>&1 || KPROF=""
+  GPU_FLAGS=(--set=sandbox.enable_profiling=true --set=sandbox.baseline_dir=$BASE ${KPROF:+--set=sandbox.kprof_lib=$KPROF}
+             --set=sandbox.profiler_root=$PWD --set=sandbox.profiler.time_budget_s=0.2)
+  export TORCHINDUCTOR_CACHE_DIR=/tmp/kr_inductor
+  WW=${WARM_WALL:-45}
+  PYTHONPATH=$PWD TORCHINDUCTOR_COMPILE_THREADS=2 timeout "$WW" $PY -m profiler_service.harness.precompute \
+    --tasks_root "$M/tasks" --levels family --out "$OUT/compile_warm.jsonl" --workers 8 --warm_only \
+    --deadline_s $(( WW - 8 )) > "$OUT/compile_warm.log" 2>&1
+  R=$PWD/$C/bin/sandbox/sandbox_main.runfiles/kernelrl
+  timeout -k 10 "${PRECOMPUTE_WALL:-150}" "$C/bin/sandbox/measure_baselines" --set=backend=cuda --set=python=$PY \
+    --set=harness_dir=$PWD/sandbox/harness --set=contain_lib=$R/sandbox/contain/libkernelrl_contain.so \
+    --set=verify_cuda_lib=$R/sandbox/harness/cuda/libkernelrl_verify_cuda.so --set=enable_profiling=true \
+    ${KPROF:+--set=kprof_lib=$KPROF} --set=profiler_root=$PWD --set=work_root=/tmp/kr_baseline_work \
+    --set=verify.wall_seconds=120 --set=profiler.time_budget_s=0.3 \
+    --tasks_root="$M/tasks" --levels=family --out="$OUT/baselines.jsonl" > "$OUT/precompute.log" 2>&1
+  echo "measure_baselines rc=$? at $(elapsed) s: $(wc -l < "$OUT/baselines.jsonl" 2>/dev/null || echo 0)/$(ls "$M/tasks/family" | wc -l) tasks"
+  "$M/bin/precompute_baselines" --measurements="$OUT/baselines.jsonl" --set=baseline_cache_dir=$BASE \
+    --table="$OUT/baselines.tsv" > "$OUT/import.log" 2>&1 || echo "baseline import failed (import.log): rewards stay at 1 (baseline_missing)"
+fi
+wait $CORPUS || { tail -20 "$OUT/corpus.log"; exit 1; }
+echo "corpus at $(elapsed) s: $(tr -d '\n ' < "$RUN/corpus/stats.json" | cut -c1-400)"
+
+# 2. Pre-training on the GPU.
+"$M/bin/pretrain" --corpus_dir="$RUN/corpus" --out="$RUN/base" --device=$DEV --steps=${PRETRAIN_STEPS:-300} \
+  --seed=$SEED ${PRETRAIN_ARGS:---hidden=256 --layers=4 --heads=4 --kv_heads=2 --intermediate=704 --batch=16 --lr=2e-3} \
+  > "$OUT/pretrain.json" 2> "$OUT/pretrain.log" || { tail -20 "$OUT/pretrain.log"; exit 1; }
+echo "pretrained at $(elapsed) s: $(cat "$OUT/pretrain.json")"
+
+# 3-4. The recipe's jobs on the same base, one after the other (JOBS: SEED:ABLATION pairs); per job its
+# curves, report, design report and designs.png in $OUT/<seed>-<ablation>/, its final policy with the
+# tokenizer as final_policy-<seed>-<ablation>.tgz. Few files come back (at most 8): the per-job
+# directories and the shared logs go into results.tgz, every job's run (trajectories included,
+# checkpoints not) into logs.tgz.
+for J in ${JOBS:-$SEED:${ABLATION:-none}}; do
+  S=${J%%:*} A=${J#*:} NAME=${J/:/-}
+  echo "job $NAME at $(elapsed) s"
+  timeout $(( ${LEARN_WALL:-270} + 120 )) "$C/bin/tools/cli/kernelrl" learn --bin_dir="$C/bin" --base_checkpoint="$RUN/base" \
+    --family_dir="$M/small" --backend=$BACKEND --learner_device=${LEARNER_DEVICE:-$DEV} --run_dir="$RUN/run-$NAME" \
+    --actors=${ACTORS:-4} --random_actors=${ACTORS:-4} --concurrent_rollouts=4 --eval_every=1000 \
+    --eval_rollouts=${EVAL_ROLLOUTS:-4} --eval_temperature=${EVAL_TEMP:-1} \
+    --plot_script="$PWD/tools/cli/learn_plots.py" --ablation=$A "${GPU_FLAGS[@]}" \
+    --job_set=recipe.agent_warmup.steps=${WARMUP:-48} --job_set=recipe.rft.epochs=${RFT_EPOCHS:-4} \
+    --job_set=recipe.value_pretrain.steps=${VALUE_STEPS:-16} --job_set=recipe.agentic_ppo.steps=${AGENTIC_STEPS:-40} \
+    --job_set=batch.trajectories_per_step=${BATCH:-16} --job_set=seed=$S \
+    --job_timeout_s=${LEARN_WALL:-270} --stall_timeout_s=120 ${LEARN_ARGS:-} 2>&1 | tail -40
+  JOB=$(ls -d "$RUN/run-$NAME"/learner-state/jobs/* 2>/dev/null | head -1)
+  [ -n "$JOB" ] || continue
+  D=$OUT/$NAME; mkdir -p "$D"
+  cp "$JOB"/curves/curves.json "$JOB"/curves/*.png "$JOB"/curves/report.txt "$D/" 2>/dev/null
+  "$M/bin/design_report" --trajectories="$JOB/trajectories" --tasks="$M/small/train.jsonl,$M/small/heldout.jsonl" \
+    --bucket=10 > "$D/design_report.json" 2> "$D/design_report.log"
+  $PY tools/codemodel/design_plot.py "$D/design_report.json" "$D/designs.png" || echo "designs.png not drawn"
+  LATEST=$(cat "$JOB/checkpoints/LATEST" 2>/dev/null)
+  if [ -n "$LATEST" ]; then
+    F=$RUN/final_policy-$NAME; rm -rf "$F"; cp -r "$JOB/checkpoints/$LATEST/policy" "$F"; cp "$RUN/base/tokenizer.json" "$F/"
+    (cd "$F" && sha256sum model*.safetensors tokenizer.json > SHA256SUMS)
+    tar czf "$OUT/final_policy-$NAME.tgz" -C "$RUN" "final_policy-$NAME"
+    echo "final policy $NAME ($LATEST): $(head -1 "$F/SHA256SUMS"); archive sha256 $(sha256sum "$OUT/final_policy-$NAME.tgz" | cut -d' ' -f1)"
+  fi
+done
+[ -n "$(ls -d "$RUN"/run-* 2>/dev/null)" ] &&
+  tar czf "$OUT/logs.tgz" -C "$RUN" --exclude='*-ws' --exclude='checkpoints' $(cd "$RUN" && ls -d run-*)
+rm -f "$OUT"/baselines.jsonl "$OUT"/compile_warm.*
+R=$(cd "$OUT" && ls -d *.json *.txt *.tsv *.log */ 2>/dev/null)
+[ -n "$R" ] && (cd "$OUT" && tar czf results.tgz $R && rm -rf $R)
+echo "done at $(elapsed) s; $(ls "$OUT")"
