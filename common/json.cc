@@ -1,6 +1,7 @@
 #include "common/json.h"
 
 #include <cmath>
+#include <limits>
 #include <set>
 #include <vector>
 
@@ -61,6 +62,10 @@ absl::StatusOr<int64_t> JsonInt(const Json& value) {
     return absl::InvalidArgumentError(absl::StrCat("expected an integer, got ", DumpJson(value)));
   }
   return static_cast<int64_t>(d);
+}
+
+double JsonNumber(const Json& value) {
+  return value.is_number() ? value.get<double>() : std::numeric_limits<double>::quiet_NaN();
 }
 
 namespace {

@@ -40,6 +40,11 @@ const Json* FindJson(const Json& object, absl::string_view key);
 // is not one.
 absl::StatusOr<int64_t> JsonInt(const Json& value);
 
+// The number, or NaN when value is not one: DumpJson writes NaN and the
+// infinities as null (JSON has neither), so a statistic that was NaN reads back
+// as NaN rather than as an error.
+double JsonNumber(const Json& value);
+
 // Typed members with defaults for absent or null members; error on a wrong type.
 absl::StatusOr<int64_t> GetJsonInt(const Json& object, absl::string_view key, int64_t def);
 absl::StatusOr<double> GetJsonDouble(const Json& object, absl::string_view key, double def);

@@ -102,9 +102,9 @@ absl::StatusOr<std::vector<ToolCall>> ChoicePolicy::ToolCalls(const v1::Task& ta
   };
   // Kernel first, then model_new.py (std::map orders "kernels/" before "model_new.py").
   for (const auto& [path, content] : *files) {
-    add("Write", Json::Object({{"path", Json::String(path)}, {"content", Json::String(content)}}));
+    add("Write", Json::object({{"path", Json(path)}, {"content", Json(content)}}));
   }
-  add("Profile", Json::Object());
+  add("Profile", Json::object());
   return calls;
 }
 

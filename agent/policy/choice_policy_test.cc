@@ -42,15 +42,15 @@ TEST(ChoicePolicy, ChoiceBecomesTheNormalToolCalls) {
   ASSERT_TRUE(calls.ok()) << calls.status();
   ASSERT_EQ(calls->size(), 3u);
   EXPECT_EQ((*calls)[0].name, "Write");
-  EXPECT_EQ((*calls)[0].arguments.Find("path")->str(), "kernels/rowreduce.cc");
-  EXPECT_TRUE(absl::StrContains((*calls)[0].arguments.Find("content")->str(),
+  EXPECT_EQ(FindJson((*calls)[0].arguments, "path")->get<std::string>(), "kernels/rowreduce.cc");
+  EXPECT_TRUE(absl::StrContains(FindJson((*calls)[0].arguments, "content")->get<std::string>(),
                                 "strategy=block block=256 vec=1 precision=fp16"));
   EXPECT_TRUE(absl::StrContains((*calls)[0].arguments_json, "\"path\": \"kernels/rowreduce.cc\""));
-  EXPECT_EQ((*calls)[1].arguments.Find("path")->str(), "model_new.py");
+  EXPECT_EQ(FindJson((*calls)[1].arguments, "path")->get<std::string>(), "model_new.py");
   EXPECT_EQ((*calls)[2].name, "Profile");
   // The device override renders CUDA whatever the task says; a submit is no call.
   ChoicePolicy cuda(nullptr, nullptr, 0, "cuda", 0);
-  EXPECT_EQ((*cuda.ToolCalls(task, "0000"))[0].arguments.Find("path")->str(), "kernels/rowreduce.cu");
+  EXPECT_EQ(FindJson((*cuda.ToolCalls(task, "0000"))[0].arguments, "path")->get<std::string>(), "kernels/rowreduce.cu");
   EXPECT_TRUE(policy.ToolCalls(task, ".")->empty());
   v1::Task plain = task;
   plain.set_reference_source("import torch\n");

@@ -13,14 +13,14 @@ namespace {
 constexpr int kCells = 24;
 
 double Num(const Json* j, const char* key) {
-  const Json* v = j == nullptr ? nullptr : j->Find(key);
-  return v != nullptr && v->is_number() ? v->number() : 0;
+  const Json* v = j == nullptr ? nullptr : FindJson(*j, key);
+  return v != nullptr && v->is_number() ? JsonNumber(*v) : 0;
 }
 
 // A held-out evaluation's per-rollout figures (every sampled rollout's final verdict), else its
 // per-task ones (the best of each task's rollouts).
 const Json* PerRollout(const Json& eval) {
-  const Json* r = eval.Find("rollouts");
+  const Json* r = FindJson(eval, "rollouts");
   return r != nullptr && Num(r, "n") > 0 ? r : &eval;
 }
 
@@ -95,7 +95,7 @@ std::string LearnReport(const LearnRun& run) {
   stage(r.agentic_ppo(), absl::StrCat("agentic PPO ", r.agentic_ppo().steps()));
   absl::StrAppend(&out, "recipe     ", recipe, " (", o.ablation(), ")\n");
 
-  const auto& evals = run.heldout.items();
+  const Json& evals = run.heldout;
   if (evals.size() >= 2) {
     const Json& before = evals.front();
     const Json& after = evals.back();
