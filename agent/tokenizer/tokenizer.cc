@@ -12,6 +12,9 @@
 namespace kernelrl::agent {
 namespace {
 
+// A component's "type" member, or "" when absent or not a string.
+std::string TypeOf(const Json& component) { return GetJsonString(component, "type", "").value_or(""); }
+
 // The split patterns we reproduce exactly (as written in tokenizer.json).
 constexpr absl::string_view kQwen2Pattern =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
@@ -120,13 +123,12 @@ absl::Status Tokenizer::Parse(absl::string_view text) {
   // Normalizer: none, NFC, or a sequence of NFC.
   if (const Json* norm = FindJson(j, "normalizer"); norm != nullptr && !norm->is_null()) {
     std::vector<const Json*> list = {norm};
-    if (FindJson(*norm, "type") && FindJson(*norm, "type")->get<std::string>() == "Sequence") {
+    if (TypeOf(*norm) == "Sequence") {
       list.clear();
       for (const Json& n : *FindJson(*norm, "normalizers")) list.push_back(&n);
     }
     for (const Json* n : list) {
-      const Json* type = FindJson(*n, "type");
-      if (type == nullptr || type->get<std::string>() != "NFC") {
+      if (TypeOf(*n) != "NFC") {
         return absl::UnimplementedError(absl::StrCat("normalizer ", DumpJson(*n), " is not supported (NFC is)"));
       }
       nfc_ = true;
@@ -136,15 +138,15 @@ absl::Status Tokenizer::Parse(absl::string_view text) {
   // Pre-tokenizer: Sequence[Split(Qwen2 or Llama-3 regex, Isolated), ByteLevel(use_regex=false)].
   const Json* pre = FindJson(j, "pre_tokenizer");
   bool split_ok = false, byte_level_ok = false;
-  if (pre != nullptr && pre->is_object() && FindJson(*pre, "type") && FindJson(*pre, "type")->get<std::string>() == "Sequence") {
+  if (pre != nullptr && TypeOf(*pre) == "Sequence") {
     for (const Json& p : *FindJson(*pre, "pretokenizers")) {
-      const std::string type = FindJson(p, "type") ? FindJson(p, "type")->get<std::string>() : "";
+      const std::string type = TypeOf(p);
       if (type == "Split") {
         const Json* pat = FindJson(p, "pattern");
         const Json* re = pat ? FindJson(*pat, "Regex") : nullptr;
         auto behavior = GetJsonString(p, "behavior", "");
         auto invert = GetJsonBool(p, "invert", false);
-        if (re == nullptr || !behavior.ok() || *behavior != "Isolated" || !invert.ok() || *invert) break;
+        if (re == nullptr || !re->is_string() || !behavior.ok() || *behavior != "Isolated" || !invert.ok() || *invert) break;
         if (re->get<std::string>() == kQwen2Pattern) {
           max_digits_ = 1;
         } else if (re->get<std::string>() == kLlama3Pattern) {
@@ -179,12 +181,12 @@ absl::Status Tokenizer::Parse(absl::string_view text) {
   }
 
   const Json* model = FindJson(j, "model");
-  if (model == nullptr || !FindJson(*model, "type") || FindJson(*model, "type")->get<std::string>() != "BPE") {
+  if (model == nullptr || TypeOf(*model) != "BPE") {
     return absl::UnimplementedError("model.type must be BPE");
   }
   for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
     const Json* v = FindJson(*model, key);
-    if (v != nullptr && !v->is_null() && !v->get<std::string>().empty()) {
+    if (v != nullptr && !v->is_null() && !(v->is_string() && v->get<std::string>().empty())) {
       return absl::UnimplementedError(absl::StrCat("BPE ", key, " is not supported"));
     }
   }
