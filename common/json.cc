@@ -33,7 +33,7 @@ absl::StatusOr<Json> ParseJson(absl::string_view text) {
   } catch (const Json::parse_error& e) {
     return absl::InvalidArgumentError(absl::StrCat("JSON parse error at byte ", e.byte, ": ", e.what()));
   } catch (const std::invalid_argument&) {
-    return absl::InvalidArgumentError(absl::StrCat("JSON object repeats the key \"", repeated, "\""));
+    return absl::InvalidArgumentError(absl::StrCat("JSON object key \"", repeated, "\" is given twice"));
   }
 }
 
