@@ -27,6 +27,7 @@
 #include "learner/dist/launcher.h"
 #include "learner/dist/shard.h"
 #include "learner/dist/store_backend_for_test.h"
+#include "learner/rl/test_batch.h"
 #include "learner/rl/trainer.h"
 #include "learner/test_util.h"
 
@@ -34,6 +35,7 @@ namespace kernelrl::learner::dist {
 namespace {
 
 using rl::Sample;
+using rl::testing::RandomBatch;
 using rl::StepMetrics;
 using rl::Trainer;
 using rl::TrainerOptions;
@@ -50,28 +52,6 @@ std::unique_ptr<Transformer> Tiny(Head head, uint64_t seed, at::Device device) {
   auto m = Transformer::Create(TinyConfig(), head, o, seed);
   EXPECT_TRUE(m.ok()) << m.status();
   return std::move(*m);
-}
-
-// n trajectories of random length, a random mask (position 0 never a model
-// token, at least one model token), random log-probs and rewards.
-std::vector<Sample> RandomBatch(int n, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::vector<Sample> out;
-  for (int i = 0; i < n; ++i) {
-    Sample s;
-    s.id = absl::StrCat("t", i);
-    const int len = 4 + static_cast<int>(rng() % 20);
-    for (int t = 0; t < len; ++t) {
-      const bool model = t > 0 && (t == len - 1 || rng() % 3 != 0);
-      s.ids.push_back(static_cast<int32_t>(rng() % 32));
-      s.loss_mask.push_back(model);
-      s.rollout_logprobs.push_back(model ? -0.05f - static_cast<float>(rng() % 3000) / 1000.0f : 0.0f);
-    }
-    s.reward = static_cast<double>(rng() % 2001) / 1000.0 - 1.0;
-    s.length_clipped = rng() % 4 == 0;
-    out.push_back(std::move(s));
-  }
-  return out;
 }
 
 enum class Objective { kPpo, kSft, kValue };
