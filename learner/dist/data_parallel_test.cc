@@ -36,6 +36,7 @@ namespace {
 
 using rl::Sample;
 using rl::testing::RandomBatch;
+using rl::testing::ShardOf;
 using rl::StepMetrics;
 using rl::Trainer;
 using rl::TrainerOptions;
@@ -101,15 +102,6 @@ std::vector<at::Tensor> Weights(Trainer& t) {
     for (const at::Tensor& p : t.critic()->parameters()) w.push_back(p.detach().to(at::kCPU, at::kFloat).clone());
   }
   return w;
-}
-
-std::vector<Sample> Shard(const std::vector<Sample>& batch, int rank, int world) {
-  std::vector<int64_t> tokens;
-  for (const Sample& s : batch) tokens.push_back(static_cast<int64_t>(s.ids.size()));
-  const std::vector<std::vector<int>> shards = ShardByTokens(tokens, world);
-  std::vector<Sample> out;
-  for (int i : shards[rank]) out.push_back(batch[i]);
-  return out;
 }
 
 // The weights after one optimizer step from MakeTrainer's initial state on
@@ -201,7 +193,7 @@ TEST(DataParallelTest, TwoRanksEqualOneRankOnTheGlobalBatch) {
           Trainer& t = *trainers[r];
           t.set_collectives(c->get());
           Observe(t, &dp[r]);
-          auto m = RunStep(t, o, Shard(batch, r, world), n);
+          auto m = RunStep(t, o, ShardOf(batch, r, world), n);
           if (!m.ok()) return void(status[r] = m.status());
           dp[r].metrics = *m;
           dp[r].weights = Weights(t);
@@ -324,7 +316,7 @@ absl::StatusOr<StepResult> NcclRank(const Rendezvous& r) {
   if (auto s = t->BroadcastParameters(); !s.ok()) return s;
   StepResult out;
   Observe(*t, &out);
-  auto m = t->PpoStep(Shard(GpuBatch(), r.rank, r.world_size), static_cast<int64_t>(GpuBatch().size()));
+  auto m = t->PpoStep(ShardOf(GpuBatch(), r.rank, r.world_size), static_cast<int64_t>(GpuBatch().size()));
   if (!m.ok()) return m.status();
   out.metrics = *m;
   out.weights = Weights(*t);

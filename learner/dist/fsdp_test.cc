@@ -29,6 +29,7 @@ namespace {
 
 using rl::Sample;
 using rl::testing::RandomBatch;
+using rl::testing::ShardOf;
 using rl::StepMetrics;
 using rl::Trainer;
 using rl::TrainerOptions;
@@ -81,15 +82,6 @@ std::vector<at::Tensor> Weights(const Transformer& m) {
   std::vector<at::Tensor> w;
   for (const at::Tensor& p : m.parameters()) w.push_back(p.detach().to(at::kFloat).clone());
   return w;
-}
-
-std::vector<Sample> ShardOf(const std::vector<Sample>& batch, int rank, int world) {
-  std::vector<int64_t> tokens;
-  for (const Sample& s : batch) tokens.push_back(static_cast<int64_t>(s.ids.size()));
-  const std::vector<std::vector<int>> shards = ShardByTokens(tokens, world);
-  std::vector<Sample> out;
-  for (int i : shards[rank]) out.push_back(batch[i]);
-  return out;
 }
 
 std::string TempPath(const std::string& name) {

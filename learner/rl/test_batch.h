@@ -1,4 +1,5 @@
-// Random training batches for the trainer's and the parallel backends' tests.
+// Random training batches, and how data-parallel ranks split them, for the
+// trainer's and the parallel backends' tests.
 #ifndef KERNELRL_LEARNER_RL_TEST_BATCH_H_
 #define KERNELRL_LEARNER_RL_TEST_BATCH_H_
 
@@ -8,6 +9,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "learner/dist/shard.h"
 #include "learner/rl/sample.h"
 
 namespace kernelrl::learner::rl::testing {
@@ -33,6 +35,17 @@ inline std::vector<Sample> RandomBatch(int n, uint64_t seed, int vocab = 32) {
     s.length_clipped = rng() % 4 == 0;
     out.push_back(std::move(s));
   }
+  return out;
+}
+
+// Rank `rank`'s part of `batch` when `world` ranks split it as the trainer's
+// data-parallel backends do (dist::ShardByTokens).
+inline std::vector<Sample> ShardOf(const std::vector<Sample>& batch, int rank, int world) {
+  std::vector<int64_t> tokens;
+  for (const Sample& s : batch) tokens.push_back(static_cast<int64_t>(s.ids.size()));
+  const std::vector<std::vector<int>> shards = dist::ShardByTokens(tokens, world);
+  std::vector<Sample> out;
+  for (int i : shards[rank]) out.push_back(batch[i]);
   return out;
 }
 
