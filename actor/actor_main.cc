@@ -58,7 +58,7 @@ int main(int argc, char** argv) {
                           if (!tok.ok()) return tok.status();
                           tokenizer = *std::move(tok);
                           auto wt = agent::ChatFormat::Create(tokenizer.get(), agent::ToolSchemas());
-                          auto pl = agent::ChatFormat::Create(tokenizer.get(), Json::Array());
+                          auto pl = agent::ChatFormat::Create(tokenizer.get(), Json::array());
                           if (!wt.ok()) return wt.status();
                           if (!pl.ok()) return pl.status();
                           with_tools.emplace(*std::move(wt));

@@ -57,51 +57,51 @@ std::vector<LevelSummary> Summarize(const std::vector<TaskResult>& results) {
 }
 
 std::string ReportJson(const std::vector<TaskResult>& results, const std::vector<LevelSummary>& levels) {
-  Json root = Json::Object();
-  Json lv = Json::Array();
+  Json root = Json::object();
+  Json lv = Json::array();
   for (const LevelSummary& l : levels) {
-    Json outcomes = Json::Object();
-    for (const auto& [k, n] : l.outcomes) outcomes.Set(k, Json::Int(n));
-    Json se = Json::Array(), sc = Json::Array();
-    for (double x : l.speedups_eager) se.Push(Json::Number(x));
-    for (double x : l.speedups_compile) sc.Push(Json::Number(x));
-    lv.Push(Json::Object({{"level", Json::String(l.name)},
-                          {"tasks", Json::Int(l.tasks)},
-                          {"pass_rate", Json::Number(l.tasks ? 1.0 * l.passed / l.tasks : 0)},
-                          {"faster_than_eager_rate", Json::Number(l.tasks ? 1.0 * l.faster_eager / l.tasks : 0)},
-                          {"faster_than_compile_rate", Json::Number(l.tasks ? 1.0 * l.faster_compile / l.tasks : 0)},
-                          {"geomean_speedup_vs_eager", Json::Number(l.geomean_eager)},
-                          {"geomean_speedup_vs_compile", Json::Number(l.geomean_compile)},
-                          {"profiled", Json::Int(l.profiled)},
+    Json outcomes = Json::object();
+    for (const auto& [k, n] : l.outcomes) outcomes[k] = Json(n);
+    Json se = Json::array(), sc = Json::array();
+    for (double x : l.speedups_eager) se.push_back(Json(x));
+    for (double x : l.speedups_compile) sc.push_back(Json(x));
+    lv.push_back(Json::object({{"level", Json(l.name)},
+                          {"tasks", Json(l.tasks)},
+                          {"pass_rate", Json(l.tasks ? 1.0 * l.passed / l.tasks : 0)},
+                          {"faster_than_eager_rate", Json(l.tasks ? 1.0 * l.faster_eager / l.tasks : 0)},
+                          {"faster_than_compile_rate", Json(l.tasks ? 1.0 * l.faster_compile / l.tasks : 0)},
+                          {"geomean_speedup_vs_eager", Json(l.geomean_eager)},
+                          {"geomean_speedup_vs_compile", Json(l.geomean_compile)},
+                          {"profiled", Json(l.profiled)},
                           {"outcomes", std::move(outcomes)},
                           {"speedups_vs_eager", std::move(se)},
                           {"speedups_vs_compile", std::move(sc)}}));
   }
-  root.Set("levels", std::move(lv));
-  Json tasks = Json::Array();
+  root["levels"] = std::move(lv);
+  Json tasks = Json::array();
   for (const TaskResult& r : results) {
-    Json finals = Json::Array();
+    Json finals = Json::array();
     for (const v1::Verdict& v : r.finals) {
-      finals.Push(Json::Object({{"outcome", Json::String(v1::Verdict::Outcome_Name(v.outcome()))},
-                                {"reward", Json::Number(v.reward())},
-                                {"speedup_vs_eager", Json::Number(v.speedup_vs_eager())},
-                                {"speedup_vs_compile", Json::Number(v.speedup_vs_compile())}}));
+      finals.push_back(Json::object({{"outcome", Json(v1::Verdict::Outcome_Name(v.outcome()))},
+                                {"reward", Json(v.reward())},
+                                {"speedup_vs_eager", Json(v.speedup_vs_eager())},
+                                {"speedup_vs_compile", Json(v.speedup_vs_compile())}}));
     }
-    tasks.Push(Json::Object({{"task_id", Json::String(r.task_id)},
-                             {"level", Json::Int(r.level)},
-                             {"outcome", Json::String(v1::Verdict::Outcome_Name(r.best.outcome()))},
-                             {"summary", Json::String(r.best.summary())},
-                             {"speedup_vs_eager", Json::Number(r.best.speedup_vs_eager())},
-                             {"speedup_vs_compile", Json::Number(r.best.speedup_vs_compile())},
-                             {"reward", Json::Number(r.best.reward())},
-                             {"rollouts", Json::Int(r.rollouts)},
+    tasks.push_back(Json::object({{"task_id", Json(r.task_id)},
+                             {"level", Json(r.level)},
+                             {"outcome", Json(v1::Verdict::Outcome_Name(r.best.outcome()))},
+                             {"summary", Json(r.best.summary())},
+                             {"speedup_vs_eager", Json(r.best.speedup_vs_eager())},
+                             {"speedup_vs_compile", Json(r.best.speedup_vs_compile())},
+                             {"reward", Json(r.best.reward())},
+                             {"rollouts", Json(r.rollouts)},
                              {"rollout_finals", std::move(finals)},
-                             {"turns", Json::Int(r.turns)},
-                             {"stop_reason", Json::String(r.stop_reason)},
-                             {"wall_seconds", Json::Number(r.wall_seconds)}}));
+                             {"turns", Json(r.turns)},
+                             {"stop_reason", Json(r.stop_reason)},
+                             {"wall_seconds", Json(r.wall_seconds)}}));
   }
-  root.Set("tasks", std::move(tasks));
-  return root.Dump(2) + "\n";
+  root["tasks"] = std::move(tasks);
+  return DumpJson(root, 2) + "\n";
 }
 
 std::string ReportMarkdown(const std::vector<TaskResult>& results, const std::vector<LevelSummary>& levels) {

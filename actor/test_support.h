@@ -30,7 +30,7 @@ inline const ChatKit& Kit() {
     if (!tok.ok()) std::abort();
     k->tokenizer = *std::move(tok);
     k->with_tools.emplace(*agent::ChatFormat::Create(k->tokenizer.get(), agent::ToolSchemas()));
-    k->plain.emplace(*agent::ChatFormat::Create(k->tokenizer.get(), Json::Array()));
+    k->plain.emplace(*agent::ChatFormat::Create(k->tokenizer.get(), Json::array()));
     return k;
   }();
   return *kit;

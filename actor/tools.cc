@@ -20,13 +20,13 @@ ToolResult Error(const std::string& text) { return ToolResult{"Error: " + text, 
 ToolResult Ok(const std::string& text) { return ToolResult{text, false, false, {}, 0}; }
 
 std::string Str(const Json& a, const char* key) {
-  const Json* v = a.Find(key);
-  return v != nullptr && v->is_string() ? v->str() : "";
+  const Json* v = FindJson(a, key);
+  return v != nullptr && v->is_string() ? v->get<std::string>() : "";
 }
 int64_t Int(const Json& a, const char* key, int64_t def) {
-  const Json* v = a.Find(key);
+  const Json* v = FindJson(a, key);
   if (v == nullptr || !v->is_number()) return def;
-  absl::StatusOr<int64_t> i = v->AsInt();
+  absl::StatusOr<int64_t> i = JsonInt(*v);
   return i.ok() ? *i : def;
 }
 
@@ -164,7 +164,7 @@ ToolResult ToolRunner::Bash(const Json& a) {
   if (shell_ == nullptr) return Error("the shell is not available in this rollout");
   const std::string command = Str(a, "command");
   if (absl::StripAsciiWhitespace(command).empty()) return Error("command is empty");
-  if (const Json* bg = a.Find("run_in_background"); bg != nullptr && bg->is_bool() && bg->bool_value()) {
+  if (const Json* bg = FindJson(a, "run_in_background"); bg != nullptr && bg->is_boolean() && bg->get<bool>()) {
     absl::StatusOr<std::string> id = shell_->StartBackground(command, limits_.max_background_jobs());
     if (!id.ok()) return Error(std::string(id.status().message()));
     return Ok(absl::StrCat("started background job ", *id, "; read its output with BashOutput"));
@@ -245,10 +245,10 @@ ToolResult ToolRunner::Write(const Json& a) {
 }
 
 ToolResult ToolRunner::Edit(const Json& a) {
-  Json edits = Json::Array();
-  edits.Push(Json::Object({{"old_string", Json::String(Str(a, "old_string"))},
-                           {"new_string", Json::String(Str(a, "new_string"))}}));
-  Json multi = Json::Object({{"path", Json::String(Str(a, "path"))}, {"edits", std::move(edits)}});
+  Json edits = Json::array();
+  edits.push_back(Json::object({{"old_string", Json(Str(a, "old_string"))},
+                           {"new_string", Json(Str(a, "new_string"))}}));
+  Json multi = Json::object({{"path", Json(Str(a, "path"))}, {"edits", std::move(edits)}});
   ToolResult r = MultiEdit(multi);
   if (r.is_error) absl::StrReplaceAll({{"edit 1: ", ""}}, &r.text);
   return r;
@@ -261,9 +261,9 @@ ToolResult ToolRunner::MultiEdit(const Json& a) {
   absl::StatusOr<std::string> text = workspace_->ReadFile(*rel, limits_.max_file_bytes());
   if (!text.ok()) return Error(std::string(text.status().message()));
   std::string updated = *text;
-  const Json* edits = a.Find("edits");
+  const Json* edits = FindJson(a, "edits");
   int k = 0;
-  for (const Json& e : edits->items()) {
+  for (const Json& e : *edits) {
     ++k;
     absl::Status s = ReplaceOnce(&updated, Str(e, "old_string"), Str(e, "new_string"));
     if (!s.ok()) {
@@ -324,7 +324,7 @@ ToolResult ToolRunner::Grep(const Json& a) {
 ToolResult ToolRunner::TodoWrite(const Json& a) {
   std::string out = "todo list updated:\n";
   int done = 0, n = 0;
-  for (const Json& t : a.Find("todos")->items()) {
+  for (const Json& t : *FindJson(a, "todos")) {
     const std::string status = Str(t, "status");
     done += status == "completed";
     ++n;

@@ -17,7 +17,7 @@ namespace {
 Json J(const std::string& text) {
   auto j = ParseJson(text);
   EXPECT_TRUE(j.ok()) << text;
-  return j.ok() ? *j : Json::Object();
+  return j.ok() ? *j : Json::object();
 }
 
 class CountingEvaluator final : public EvaluationClient {
@@ -86,7 +86,7 @@ TEST_F(ToolsTest, ReadWriteEditMultiEdit) {
   // Write a new file, read ranges back.
   std::string content;
   for (int i = 1; i <= 80; ++i) absl::StrAppend(&content, "line ", i, " ", token, "\n");
-  ToolResult w = tools_->Run("Write", Json::Object({{"path", Json::String("kernels/k.cu")}, {"content", Json::String(content)}}));
+  ToolResult w = tools_->Run("Write", Json::object({{"path", Json("kernels/k.cu")}, {"content", Json(content)}}));
   ASSERT_FALSE(w.is_error) << w.text;
   EXPECT_EQ(*ws_->ReadFile("kernels/k.cu", 1 << 20), content);
   ToolResult r = Run("Read", R"({"path": "kernels/k.cu", "offset": 10, "limit": 3})");

@@ -29,7 +29,7 @@ const Fx& Fixture() {
     EXPECT_TRUE(tok.ok()) << tok.status();
     f->tokenizer = *std::move(tok);
     f->with_tools.emplace(*ChatFormat::Create(f->tokenizer.get(), ToolSchemas()));
-    f->plain.emplace(*ChatFormat::Create(f->tokenizer.get(), Json::Array()));
+    f->plain.emplace(*ChatFormat::Create(f->tokenizer.get(), Json::array()));
     return f;
   }();
   return *fx;

@@ -1,83 +1,55 @@
-// A small JSON document model for the files and messages kernelrl reads and writes:
-// config.json, tokenizer.json, safetensors headers, checkpoint manifests.
+// JSON for the files and messages kernelrl reads and writes (config.json,
+// tokenizer.json, safetensors headers, checkpoint manifests, tool calls, OpenAI
+// API bodies): nlohmann's ordered_json from Debian's nlohmann-json3-dev.
 //
-// Contract: Parse() accepts RFC 8259 JSON (UTF-8, \uXXXX escapes with
-// surrogate pairs) and rejects anything else with an InvalidArgument naming
-// the byte offset. Objects keep their key order (tokenizer.json's vocab is
-// read in file order) and lookups are by linear scan or an index built on
-// first use. Numbers keep their text so 64-bit integers round-trip exactly.
+// Objects keep their key order (tokenizer.json's vocab is read in file order,
+// config.json is written back in its own order); integers are held as 64-bit
+// integers, so they round-trip exactly. The library reports errors by throwing;
+// the functions here are the tree's seam to it and turn those into absl::Status,
+// so callers never see a JSON exception.
 #ifndef KERNELRL_COMMON_JSON_H_
 #define KERNELRL_COMMON_JSON_H_
 
 #include <cstdint>
-#include <memory>
 #include <string>
-#include <utility>
-#include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 
 namespace kernelrl {
 
-class Json {
- public:
-  enum class Type { kNull, kBool, kNumber, kString, kArray, kObject };
+using Json = nlohmann::ordered_json;
 
-  Json() = default;
-  static Json Null() { return Json(); }
-  static Json Bool(bool b);
-  static Json Number(double v);
-  static Json Int(int64_t v);
-  // A number from its (already validated) JSON text, kept verbatim.
-  static Json NumberText(std::string text);
-  static Json String(std::string s);
-  static Json Array(std::vector<Json> items = {});
-  static Json Object(std::vector<std::pair<std::string, Json>> members = {});
-
-  Type type() const { return type_; }
-  bool is_null() const { return type_ == Type::kNull; }
-  bool is_bool() const { return type_ == Type::kBool; }
-  bool is_number() const { return type_ == Type::kNumber; }
-  bool is_string() const { return type_ == Type::kString; }
-  bool is_array() const { return type_ == Type::kArray; }
-  bool is_object() const { return type_ == Type::kObject; }
-
-  bool bool_value() const { return bool_; }
-  double number() const;
-  // The number as an integer; error if it is not one (or not a number).
-  absl::StatusOr<int64_t> AsInt() const;
-  const std::string& str() const { return str_; }  // string value, or number text.
-  const std::vector<Json>& items() const { return items_; }
-  const std::vector<std::pair<std::string, Json>>& members() const { return members_; }
-
-  // Object member or nullptr (also nullptr when this is not an object).
-  const Json* Find(absl::string_view key) const;
-  void Set(std::string key, Json value);  // Appends or replaces (objects only).
-  void Push(Json value) { items_.push_back(std::move(value)); }
-
-  // Typed getters with defaults for absent or null members; error on a wrong type.
-  absl::StatusOr<int64_t> GetInt(absl::string_view key, int64_t def) const;
-  absl::StatusOr<double> GetDouble(absl::string_view key, double def) const;
-  absl::StatusOr<bool> GetBool(absl::string_view key, bool def) const;
-  absl::StatusOr<std::string> GetString(absl::string_view key, std::string def) const;
-
-  // Compact (indent < 0) or pretty-printed serialization.
-  std::string Dump(int indent = -1) const;
-
- private:
-  void DumpTo(std::string* out, int indent, int depth) const;
-
-  Type type_ = Type::kNull;
-  bool bool_ = false;
-  std::string str_;
-  std::vector<Json> items_;
-  std::vector<std::pair<std::string, Json>> members_;
-};
-
+// RFC 8259 JSON. InvalidArgument names the byte offset of malformed input; an
+// object that repeats a key is rejected too (which value is meant is ambiguous).
 absl::StatusOr<Json> ParseJson(absl::string_view text);
-// Appends the JSON string literal for s (quotes included) to out.
-void AppendJsonString(absl::string_view s, std::string* out);
+
+// Compact (indent < 0) or pretty-printed. Bytes that are not UTF-8 inside
+// strings become U+FFFD instead of an exception.
+std::string DumpJson(const Json& value, int indent = -1);
+
+// The JSON string literal for s, quotes included.
+std::string JsonString(absl::string_view s);
+
+// Object member or nullptr (also nullptr when `object` is not an object).
+const Json* FindJson(const Json& object, absl::string_view key);
+
+// The number as an integer (an integral float such as 3.0 counts); error if it
+// is not one.
+absl::StatusOr<int64_t> JsonInt(const Json& value);
+
+// The number, or NaN when value is not one: DumpJson writes NaN and the
+// infinities as null (JSON has neither), so a statistic that was NaN reads back
+// as NaN rather than as an error.
+double JsonNumber(const Json& value);
+
+// Typed members with defaults for absent or null members; error on a wrong type.
+absl::StatusOr<int64_t> GetJsonInt(const Json& object, absl::string_view key, int64_t def);
+absl::StatusOr<double> GetJsonDouble(const Json& object, absl::string_view key, double def);
+absl::StatusOr<bool> GetJsonBool(const Json& object, absl::string_view key, bool def);
+absl::StatusOr<std::string> GetJsonString(const Json& object, absl::string_view key, std::string def);
 
 }  // namespace kernelrl
 

@@ -44,7 +44,7 @@ absl::StatusOr<std::unique_ptr<LlmComposer>> LlmComposer::Create(const Composer*
   if (rules == nullptr || policy == nullptr || tokenizer == nullptr) {
     return absl::InvalidArgumentError("LlmComposer: rules, policy and tokenizer are required");
   }
-  auto format = agent::ChatFormat::Create(tokenizer.get(), Json::Array());
+  auto format = agent::ChatFormat::Create(tokenizer.get(), Json::array());
   if (!format.ok()) return format.status();
   if (config.max_new_tokens() <= 0) config.set_max_new_tokens(2048);
   if (config.temperature() <= 0) config.set_temperature(0.7);

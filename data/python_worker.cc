@@ -24,12 +24,6 @@ extern char** environ;
 namespace kernelrl {
 namespace {
 
-std::string Quoted(const std::string& s) {
-  std::string out;
-  AppendJsonString(s, &out);
-  return out;
-}
-
 template <typename Message>
 absl::StatusOr<Message> Parse(const absl::StatusOr<std::string>& line, const char* what) {
   if (!line.ok()) return line.status();
@@ -215,38 +209,36 @@ void WorkerPool::OnEach(const std::function<void(PythonWorker&, int)>& fn) {
 
 absl::StatusOr<Inventory> RequestInventory(PythonWorker& w, const std::vector<std::string>& families,
                                            double timeout_s) {
-  std::string fams;
-  for (const auto& f : families) absl::StrAppend(&fams, fams.empty() ? "" : ",", Quoted(f));
-  auto inv = Parse<Inventory>(w.Call(absl::StrCat("{\"op\":\"inventory\",\"families\":[", fams, "]}"), timeout_s),
-                              "inventory");
+  const Json request = Json::object({{"op", "inventory"}, {"families", families}});
+  auto inv = Parse<Inventory>(w.Call(DumpJson(request), timeout_s), "inventory");
   if (inv.ok() && !inv->error().empty()) return absl::InternalError(inv->error());
   return inv;
 }
 
 absl::StatusOr<AstDump> RequestAst(PythonWorker& w, const std::string& path, double timeout_s) {
-  return Parse<AstDump>(w.Call(absl::StrCat("{\"op\":\"ast\",\"path\":", Quoted(path), "}"), timeout_s), "ast");
+  return Parse<AstDump>(w.Call(DumpJson(Json::object({{"op", "ast"}, {"path", path}})), timeout_s), "ast");
 }
 
 absl::StatusOr<ProbeFacts> RequestProbe(PythonWorker& w, const std::string& path, const ProbeOptions& o,
                                         double timeout_s) {
-  auto facts = Parse<ProbeFacts>(
-      w.Call(absl::StrCat("{\"op\":\"probe\",\"path\":", Quoted(path), ",\"device\":", Quoted(o.device),
-                          ",\"compile_backend\":", Quoted(o.compile_backend), ",\"atol\":", o.atol,
-                          ",\"rtol\":", o.rtol, ",\"lock\":", Quoted(o.lock_path),
-                          ",\"memory_limit_bytes\":", o.memory_limit_bytes,
-                          ",\"defer_compile\":", o.defer_compile ? "true" : "false", "}"),
-             timeout_s),
-      "probe");
+  const Json request = Json::object({{"op", "probe"},
+                                     {"path", path},
+                                     {"device", o.device},
+                                     {"compile_backend", o.compile_backend},
+                                     {"atol", o.atol},
+                                     {"rtol", o.rtol},
+                                     {"lock", o.lock_path},
+                                     {"memory_limit_bytes", o.memory_limit_bytes},
+                                     {"defer_compile", o.defer_compile}});
+  auto facts = Parse<ProbeFacts>(w.Call(DumpJson(request), timeout_s), "probe");
   if (facts.ok() && !facts->error().empty() && facts->error_stage().empty())
     return absl::InternalError(facts->error());  // The worker itself failed, not the task.
   return facts;
 }
 
 absl::StatusOr<ProbeFacts> RequestCompile(PythonWorker& w, const std::string& path, bool drop, double timeout_s) {
-  auto facts = Parse<ProbeFacts>(w.Call(absl::StrCat("{\"op\":\"compile\",\"path\":", Quoted(path),
-                                                     ",\"drop\":", drop ? "true" : "false", "}"),
-                                        timeout_s),
-                                 "compile");
+  const Json request = Json::object({{"op", "compile"}, {"path", path}, {"drop", drop}});
+  auto facts = Parse<ProbeFacts>(w.Call(DumpJson(request), timeout_s), "compile");
   if (facts.ok() && !facts->error().empty() && facts->error_stage().empty())
     return absl::InternalError(facts->error());
   return facts;
@@ -255,12 +247,16 @@ absl::StatusOr<ProbeFacts> RequestCompile(PythonWorker& w, const std::string& pa
 absl::StatusOr<BaselineMeasurement> RequestTiming(PythonWorker& w, const std::string& task_id,
                                                   const std::string& path, const TimingOptions& o,
                                                   double timeout_s, ::kernelrl::v1::TimingDiagnostics* diagnostics) {
-  const auto line =
-      w.Call(absl::StrCat("{\"op\":\"time\",\"id\":", Quoted(task_id), ",\"path\":", Quoted(path),
-                          ",\"device\":", Quoted(o.device), ",\"budget_s\":", o.budget_s,
-                          ",\"min_samples\":", o.min_samples, ",\"max_samples\":", o.max_samples,
-                          ",\"lock\":", Quoted(o.lock_path), ",\"memory_limit_bytes\":", o.memory_limit_bytes, "}"),
-             timeout_s);
+  const Json request = Json::object({{"op", "time"},
+                                     {"id", task_id},
+                                     {"path", path},
+                                     {"device", o.device},
+                                     {"budget_s", o.budget_s},
+                                     {"min_samples", o.min_samples},
+                                     {"max_samples", o.max_samples},
+                                     {"lock", o.lock_path},
+                                     {"memory_limit_bytes", o.memory_limit_bytes}});
+  const auto line = w.Call(DumpJson(request), timeout_s);
   if (diagnostics != nullptr) {  // The same line: its lock_wait_s, exclusive_s, peak_bytes.
     auto d = Parse<::kernelrl::v1::TimingDiagnostics>(line, "time");
     if (d.ok()) *diagnostics = *std::move(d);

@@ -52,7 +52,7 @@ absl::Status Inventory(const std::string& dir, const std::string& rel, Json* fil
     if (S_ISDIR(st.st_mode)) {
       if (auto s = Inventory(path, r, files); !s.ok()) return s;
     } else if (r != "manifest.json") {
-      files->Set(r, Json::Int(st.st_size));
+      (*files)[r] = Json(st.st_size);
     }
   }
   return FsyncDir(dir);
@@ -117,17 +117,17 @@ absl::StatusOr<std::string> SaveCheckpoint(const std::string& root, const Checkp
   } catch (const std::exception& e) {
     s = absl::InternalError(absl::StrCat("saving optimizer/RNG state: ", e.what()));
   }
-  Json files = Json::Object();
+  Json files = Json::object();
   if (s.ok()) s = Inventory(tmp, "", &files);
   if (s.ok()) {
-    Json m = Json::Object();
-    m.Set("format_version", Json::Int(1));
-    m.Set("policy_version", Json::Int(c.policy_version));
-    m.Set("step", Json::Int(c.step));
-    m.Set("created_at", Json::String(NowRfc3339()));
-    m.Set("has_critic", Json::Bool(c.critic != nullptr));
-    m.Set("files", std::move(files));
-    s = WriteFileAtomically(tmp + "/manifest.json", m.Dump(2));
+    Json m = Json::object();
+    m["format_version"] = Json(1);
+    m["policy_version"] = Json(c.policy_version);
+    m["step"] = Json(c.step);
+    m["created_at"] = Json(NowRfc3339());
+    m["has_critic"] = Json(c.critic != nullptr);
+    m["files"] = std::move(files);
+    s = WriteFileAtomically(tmp + "/manifest.json", DumpJson(m, 2));
   }
   if (s.ok()) s = RemoveTree(final_dir);  // A re-save of the same step replaces it.
   if (s.ok()) {
@@ -172,25 +172,25 @@ absl::StatusOr<LoadedCheckpoint> LoadCheckpoint(const std::string& dir, bool res
   auto m = ParseJson(*text);
   if (!m.ok()) return absl::DataLossError(absl::StrCat(dir, "/manifest.json: ", m.status().message()));
   out.manifest = *m;
-  auto version = m->GetInt("policy_version", -1);
-  auto step = m->GetInt("step", -1);
-  const Json* files = m->Find("files");
+  auto version = GetJsonInt(*m, "policy_version", -1);
+  auto step = GetJsonInt(*m, "step", -1);
+  const Json* files = FindJson(*m, "files");
   if (!version.ok() || *version < 0 || !step.ok() || *step < 0 || files == nullptr || !files->is_object()) {
     return absl::DataLossError(absl::StrCat(dir, "/manifest.json lacks policy_version, step or files"));
   }
   out.policy_version = *version;
   out.step = *step;
-  for (const auto& [rel, size] : files->members()) {
+  for (const auto& [rel, size] : files->items()) {
     struct stat st;
     const std::string path = dir + "/" + rel;
     if (::stat(path.c_str(), &st) != 0) return absl::DataLossError(absl::StrCat("checkpoint file missing: ", path));
-    if (st.st_size != size.AsInt().value_or(-1)) {
+    if (st.st_size != JsonInt(size).value_or(-1)) {
       return absl::DataLossError(absl::StrCat("checkpoint file ", path, " is ", st.st_size, " bytes, manifest says ",
-                                              size.str()));
+                                              DumpJson(size)));
     }
   }
   out.policy_dir = dir + "/policy";
-  if (m->GetBool("has_critic", false).value_or(false)) out.critic_dir = dir + "/critic";
+  if (GetJsonBool(*m, "has_critic", false).value_or(false)) out.critic_dir = dir + "/critic";
   auto state = SafetensorsFile::Open(dir + "/state.safetensors");
   if (!state.ok()) return state.status();
   try {

@@ -559,14 +559,14 @@ absl::Status Transformer::Save(const std::string& dir) const {
     }
     if (auto s = WriteSafetensorsDir(dir, tensors, size_t{4} << 30); !s.ok()) return s;
     Json cfg = config_.ToJson();
-    cfg.Set("torch_dtype", Json::String(HFDTypeName(options_.dtype)));
-    cfg.Set("dtype", Json::String(HFDTypeName(options_.dtype)));
+    cfg["torch_dtype"] = Json(HFDTypeName(options_.dtype));
+    cfg["dtype"] = Json(HFDTypeName(options_.dtype));
     if (head_ == Head::kValue) {
-      cfg.Set("architectures", Json::Array({Json::String(config_.model_type == "qwen2" ? "Qwen2ForTokenClassification"
-                                                                                          : "LlamaForTokenClassification")}));
-      cfg.Set("num_labels", Json::Int(1));
+      cfg["architectures"] = Json::array({Json(config_.model_type == "qwen2" ? "Qwen2ForTokenClassification"
+                                                                                          : "LlamaForTokenClassification")});
+      cfg["num_labels"] = Json(1);
     }
-    return WriteFileAtomically(dir + "/config.json", cfg.Dump(2));
+    return WriteFileAtomically(dir + "/config.json", DumpJson(cfg, 2));
   } catch (const std::exception& e) {
     return TorchError(absl::StrCat("saving model to ", dir), e);
   }

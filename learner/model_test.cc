@@ -46,15 +46,15 @@ Json Fixture(const std::string& name) {
   EXPECT_TRUE(text.ok()) << text.status();
   auto j = ParseJson(*text);
   EXPECT_TRUE(j.ok()) << j.status();
-  return *j->Find(name);
+  return *FindJson(*j, name);
 }
 
 at::Tensor IdsTensor(const Json& rows) {
   std::vector<int64_t> flat;
-  for (const Json& r : rows.items()) {
-    for (const Json& v : r.items()) flat.push_back(*v.AsInt());
+  for (const Json& r : rows) {
+    for (const Json& v : r) flat.push_back(*JsonInt(v));
   }
-  int64_t b = rows.items().size();
+  int64_t b = rows.size();
   return at::tensor(flat, at::kLong).view({b, -1});
 }
 
@@ -94,9 +94,9 @@ TEST_P(ModelParityTest, LogitsMatchTransformers) {
   Json fx = Fixture(name);
   auto m = Transformer::Load(FixtureDir() + "/" + name, Head::kLanguageModel, TestOptions());
   ASSERT_TRUE(m.ok()) << m.status();
-  at::Tensor ids = IdsTensor(*fx.Find("ids")).to(TestOptions().device);
+  at::Tensor ids = IdsTensor(*FindJson(fx, "ids")).to(TestOptions().device);
   std::vector<int64_t> shape;
-  for (const Json& d : fx.Find("logits_shape")->items()) shape.push_back(*d.AsInt());
+  for (const Json& d : *FindJson(fx, "logits_shape")) shape.push_back(*JsonInt(d));
   at::Tensor want = ReadF32(FixtureDir() + "/" + name + "/logits.f32", shape);
   c10::AutoGradMode no_grad(false);
   at::Tensor got = (*m)->Logits(ids).cpu();
@@ -111,8 +111,8 @@ TEST_P(ModelParityTest, CachedGreedyDecodingMatchesTransformersGenerate) {
   auto m = Transformer::Load(FixtureDir() + "/" + name, Head::kLanguageModel, TestOptions());
   ASSERT_TRUE(m.ok()) << m.status();
   std::vector<int64_t> prompt, want;
-  for (const Json& v : fx.Find("prompt")->items()) prompt.push_back(*v.AsInt());
-  for (const Json& v : fx.Find("greedy")->items()) want.push_back(*v.AsInt());
+  for (const Json& v : *FindJson(fx, "prompt")) prompt.push_back(*JsonInt(v));
+  for (const Json& v : *FindJson(fx, "greedy")) want.push_back(*JsonInt(v));
   ASSERT_EQ(want.size(), 64u);
   EXPECT_EQ(Greedy(**m, prompt, 64), want);
 }
@@ -135,8 +135,8 @@ TEST_P(ModelParityTest, SavedCheckpointLoadsInTransformers) {
     EXPECT_TRUE(at::equal(a[i].second, b[i].second)) << a[i].first;
   }
   // And transformers loads what we wrote and computes the same logits.
-  const Json* ids = fx.Find("ids");
-  ASSERT_TRUE(WriteFileAtomically(out + "/ids.json", ids->Dump()).ok());
+  const Json* ids = FindJson(fx, "ids");
+  ASSERT_TRUE(WriteFileAtomically(out + "/ids.json", DumpJson(*ids)).ok());
   ASSERT_EQ(RunFixtureScript("hf_logits", out), 0) << "see " << out << ".hf_logits.log";
   c10::AutoGradMode no_grad(false);
   at::Tensor ours = (*m)->Logits(IdsTensor(*ids));
@@ -305,8 +305,8 @@ TEST(ModelTest, MisshapenCheckpointIsRejectedWithTheTensorName) {
   ASSERT_TRUE((*m)->Save(dir).ok());
   auto cfg = ReadFileToString(dir + "/config.json");
   auto j = ParseJson(*cfg);
-  j->Set("intermediate_size", Json::Int(65));
-  ASSERT_TRUE(WriteFileAtomically(dir + "/config.json", j->Dump()).ok());
+  (*j)["intermediate_size"] = Json(65);
+  ASSERT_TRUE(WriteFileAtomically(dir + "/config.json", DumpJson(*j)).ok());
   auto bad = Transformer::Load(dir, Head::kLanguageModel, {});
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(std::string(bad.status().message()).find("mlp.gate_proj.weight"), std::string::npos) << bad.status();

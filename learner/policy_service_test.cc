@@ -17,7 +17,7 @@ TEST(PolicyServiceTest, ServesTransformersCheckpointGreedilyAndStampsVersion) {
   ASSERT_EQ(testing::RunFixtureScript("model", dir), 0) << "see " << dir << ".model.log";
   auto fx = ParseJson(*ReadFileToString(dir + "/fixtures.json"));
   ASSERT_TRUE(fx.ok());
-  const Json& q = *fx->Find("qwen2");
+  const Json& q = *FindJson(*fx, "qwen2");
 
   v1::PolicyServerConfig config;
   config.set_enabled(true);
@@ -31,7 +31,7 @@ TEST(PolicyServiceTest, ServesTransformersCheckpointGreedilyAndStampsVersion) {
   PolicyService service(engine->get());
 
   v1::GenerateRequest req;
-  for (const Json& v : q.Find("prompt")->items()) req.add_prompt_ids(static_cast<int32_t>(*v.AsInt()));
+  for (const Json& v : *FindJson(q, "prompt")) req.add_prompt_ids(static_cast<int32_t>(*JsonInt(v)));
   req.mutable_sampling()->set_temperature(0);
   req.mutable_sampling()->set_max_new_tokens(64);
   req.set_request_id("t1");
@@ -39,7 +39,7 @@ TEST(PolicyServiceTest, ServesTransformersCheckpointGreedilyAndStampsVersion) {
   grpc::Status s = service.Generate(nullptr, &req, &resp);
   ASSERT_TRUE(s.ok()) << s.error_message();
   std::vector<int32_t> want;
-  for (const Json& v : q.Find("greedy")->items()) want.push_back(static_cast<int32_t>(*v.AsInt()));
+  for (const Json& v : *FindJson(q, "greedy")) want.push_back(static_cast<int32_t>(*JsonInt(v)));
   EXPECT_EQ(std::vector<int32_t>(resp.output_ids().begin(), resp.output_ids().end()), want);
   EXPECT_EQ(resp.logprobs_size(), 64);
   EXPECT_EQ(resp.policy_version(), 3);
@@ -54,12 +54,12 @@ TEST(PolicyServiceTest, ServesTransformersCheckpointGreedilyAndStampsVersion) {
   // Hot swap from a checkpoint directory (here: the Llama fixture).
   ASSERT_TRUE((*engine)->SwapWeightsFrom(dir + "/llama", 4).ok());
   req.clear_prompt_ids();
-  for (const Json& v : fx->Find("llama")->Find("prompt")->items()) req.add_prompt_ids(static_cast<int32_t>(*v.AsInt()));
+  for (const Json& v : *FindJson(*FindJson(*fx, "llama"), "prompt")) req.add_prompt_ids(static_cast<int32_t>(*JsonInt(v)));
   resp.Clear();
   ASSERT_TRUE(service.Generate(nullptr, &req, &resp).ok());
   EXPECT_EQ(resp.policy_version(), 4);
   want.clear();
-  for (const Json& v : fx->Find("llama")->Find("greedy")->items()) want.push_back(static_cast<int32_t>(*v.AsInt()));
+  for (const Json& v : *FindJson(*FindJson(*fx, "llama"), "greedy")) want.push_back(static_cast<int32_t>(*JsonInt(v)));
   EXPECT_EQ(std::vector<int32_t>(resp.output_ids().begin(), resp.output_ids().end()), want);
 
   req.add_prompt_ids(1 << 20);  // Outside the vocabulary.

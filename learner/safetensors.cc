@@ -115,38 +115,38 @@ absl::Status SafetensorsFile::Parse() {
   const size_t data_size = size_ - 8 - n;
 
   std::vector<std::pair<size_t, size_t>> ranges;
-  for (const auto& [name, entry] : json->members()) {
+  for (const auto& [name, entry] : json->items()) {
     if (name == "__metadata__") {
       if (!entry.is_object()) return bad("__metadata__ is not an object");
-      for (const auto& [k, v] : entry.members()) {
+      for (const auto& [k, v] : entry.items()) {
         if (!v.is_string()) return bad(absl::StrCat("__metadata__ value of \"", k, "\" is not a string"));
-        metadata_[k] = v.str();
+        metadata_[k] = v.get<std::string>();
       }
       continue;
     }
     auto tbad = [&](absl::string_view what) { return bad(absl::StrCat("tensor \"", name, "\": ", what)); };
     if (!entry.is_object()) return tbad("entry is not an object");
-    const Json* dt = entry.Find("dtype");
-    const Json* shape = entry.Find("shape");
-    const Json* offs = entry.Find("data_offsets");
+    const Json* dt = FindJson(entry, "dtype");
+    const Json* shape = FindJson(entry, "shape");
+    const Json* offs = FindJson(entry, "data_offsets");
     if (dt == nullptr || !dt->is_string()) return tbad("missing string \"dtype\"");
     if (shape == nullptr || !shape->is_array()) return tbad("missing array \"shape\"");
-    if (offs == nullptr || !offs->is_array() || offs->items().size() != 2) return tbad("\"data_offsets\" must be [begin, end]");
+    if (offs == nullptr || !offs->is_array() || offs->size() != 2) return tbad("\"data_offsets\" must be [begin, end]");
     TensorView v;
     v.name = name;
-    auto dtype = ParseDType(dt->str());
+    auto dtype = ParseDType(dt->get<std::string>());
     if (!dtype.ok()) return tbad(dtype.status().message());
     v.dtype = *dtype;
     uint64_t numel = 1;
-    for (const Json& d : shape->items()) {
-      auto dim = d.AsInt();
+    for (const Json& d : *shape) {
+      auto dim = JsonInt(d);
       if (!dim.ok() || *dim < 0) return tbad("shape entries must be non-negative integers");
       v.shape.push_back(*dim);
       if (*dim != 0 && numel > (uint64_t{1} << 62) / static_cast<uint64_t>(*dim)) return tbad("shape overflows");
       numel *= static_cast<uint64_t>(*dim);
     }
-    auto b = offs->items()[0].AsInt();
-    auto e = offs->items()[1].AsInt();
+    auto b = JsonInt((*offs)[0]);
+    auto e = JsonInt((*offs)[1]);
     if (!b.ok() || !e.ok() || *b < 0 || *e < *b) return tbad("data_offsets must be integers with 0 <= begin <= end");
     if (static_cast<uint64_t>(*e) > data_size) {
       return tbad(absl::StrCat("data ends at byte ", *e, " but the file holds only ", data_size,
@@ -189,14 +189,14 @@ absl::StatusOr<std::unique_ptr<SafetensorsDir>> SafetensorsDir::Open(const std::
     if (!text.ok()) return text.status();
     auto idx = ParseJson(*text);
     if (!idx.ok()) return absl::DataLossError(absl::StrCat(index_path, ": ", idx.status().message()));
-    const Json* wm = idx->Find("weight_map");
+    const Json* wm = FindJson(*idx, "weight_map");
     if (wm == nullptr || !wm->is_object()) return absl::DataLossError(absl::StrCat(index_path, ": no \"weight_map\" object"));
-    for (const auto& [tensor, file] : wm->members()) {
-      if (!file.is_string() || file.str().find('/') != std::string::npos) {
+    for (const auto& [tensor, file] : wm->items()) {
+      if (!file.is_string() || file.get<std::string>().find('/') != std::string::npos) {
         return absl::DataLossError(absl::StrCat(index_path, ": bad shard name for ", tensor));
       }
-      expected_file[tensor] = file.str();
-      if (std::find(files.begin(), files.end(), file.str()) == files.end()) files.push_back(file.str());
+      expected_file[tensor] = file.get<std::string>();
+      if (std::find(files.begin(), files.end(), file.get<std::string>()) == files.end()) files.push_back(file.get<std::string>());
     }
   } else {
     files.push_back("model.safetensors");
@@ -239,34 +239,34 @@ std::vector<std::string> SafetensorsDir::Names() const {
 
 absl::Status WriteSafetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
                               const std::map<std::string, std::string>& metadata) {
-  Json header = Json::Object();
+  Json header = Json::object();
   if (!metadata.empty()) {
-    Json md = Json::Object();
-    for (const auto& [k, v] : metadata) md.Set(k, Json::String(v));
-    header.Set("__metadata__", std::move(md));
+    Json md = Json::object();
+    for (const auto& [k, v] : metadata) md[k] = Json(v);
+    header["__metadata__"] = std::move(md);
   }
   uint64_t offset = 0;
   for (const TensorToWrite& t : tensors) {
     uint64_t numel = 1;
-    Json shape = Json::Array();
+    Json shape = Json::array();
     for (int64_t d : t.shape) {
-      shape.Push(Json::Int(d));
+      shape.push_back(Json(d));
       numel *= static_cast<uint64_t>(d);
     }
     if (numel * DTypeSize(t.dtype) != t.nbytes) {
       return absl::InvalidArgumentError(absl::StrCat("tensor ", t.name, ": ", t.nbytes, " bytes given, shape needs ",
                                                      numel * DTypeSize(t.dtype)));
     }
-    Json e = Json::Object();
-    e.Set("dtype", Json::String(DTypeName(t.dtype)));
-    e.Set("shape", std::move(shape));
-    e.Set("data_offsets", Json::Array({Json::Int(static_cast<int64_t>(offset)),
-                                       Json::Int(static_cast<int64_t>(offset + t.nbytes))}));
-    if (header.Find(t.name) != nullptr) return absl::InvalidArgumentError(absl::StrCat("duplicate tensor ", t.name));
-    header.Set(t.name, std::move(e));
+    Json e = Json::object();
+    e["dtype"] = Json(DTypeName(t.dtype));
+    e["shape"] = std::move(shape);
+    e["data_offsets"] = Json::array({Json(static_cast<int64_t>(offset)),
+                                       Json(static_cast<int64_t>(offset + t.nbytes))});
+    if (FindJson(header, t.name) != nullptr) return absl::InvalidArgumentError(absl::StrCat("duplicate tensor ", t.name));
+    header[t.name] = std::move(e);
     offset += t.nbytes;
   }
-  std::string h = header.Dump();
+  std::string h = DumpJson(header);
   while ((h.size() + 8) % 8 != 0) h.push_back(' ');
   uint8_t len[8];
   for (int i = 0; i < 8; ++i) len[i] = static_cast<uint8_t>(static_cast<uint64_t>(h.size()) >> (8 * i));
@@ -302,16 +302,16 @@ absl::Status WriteSafetensorsDir(const std::string& dir, const std::vector<Tenso
     shards.back().push_back(t);
     in_shard += t.nbytes;
   }
-  Json weight_map = Json::Object();
+  Json weight_map = Json::object();
   for (size_t i = 0; i < shards.size(); ++i) {
     std::string name = absl::StrFormat("model-%05d-of-%05d.safetensors", i + 1, shards.size());
     if (auto s = WriteSafetensors(dir + "/" + name, shards[i], md); !s.ok()) return s;
-    for (const auto& t : shards[i]) weight_map.Set(t.name, Json::String(name));
+    for (const auto& t : shards[i]) weight_map[t.name] = Json(name);
   }
-  Json index = Json::Object();
-  index.Set("metadata", Json::Object({{"total_size", Json::Int(static_cast<int64_t>(total))}}));
-  index.Set("weight_map", std::move(weight_map));
-  return WriteFileAtomically(dir + "/model.safetensors.index.json", index.Dump(2));
+  Json index = Json::object();
+  index["metadata"] = Json::object({{"total_size", Json(static_cast<int64_t>(total))}});
+  index["weight_map"] = std::move(weight_map);
+  return WriteFileAtomically(dir + "/model.safetensors.index.json", DumpJson(index, 2));
 }
 
 }  // namespace kernelrl::learner

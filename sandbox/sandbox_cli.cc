@@ -23,6 +23,7 @@
 #include "absl/strings/str_split.h"
 #include "common/config.h"
 #include "common/file.h"
+#include "common/json.h"
 #include "common/log.h"
 #include "google/protobuf/util/json_util.h"
 #include "sandbox/evaluator.h"
@@ -113,7 +114,9 @@ int main(int argc, char** argv) {
         google::protobuf::util::JsonPrintOptions opts;
         opts.preserve_proto_field_names = true;
         (void)google::protobuf::util::MessageToJsonString(v, &text, opts);
-        json << "{\"label\":\"" << e.label << "\",\"expected\":\"" << e.expect << "\",\"verdict\":" << text << "}\n";
+        const Json line = Json::object(
+            {{"label", e.label}, {"expected", e.expect}, {"verdict", ParseJson(text).value_or(Json(text))}});
+        json << DumpJson(line) << "\n";
         json.flush();
       }
     }

@@ -41,10 +41,10 @@ class FakeServer {
       server_.Post("/update_weights_from_disk", [this](const httplib::Request& q, httplib::Response& r) {
         absl::MutexLock l(&mu_);
         auto body = ParseJson(q.body);
-        const std::string path = body.ok() ? body->GetString("model_path", "").value_or("") : "";
+        const std::string path = body.ok() ? GetJsonString(*body, "model_path", "").value_or("") : "";
         if (!std::filesystem::is_directory(path)) return Fail(r, "no checkpoint at " + path);
         model_path_ = path;
-        version_ = body->GetString("weight_version", version_).value_or(version_);
+        version_ = GetJsonString(*body, "weight_version", version_).value_or(version_);
         r.set_content(R"({"success": true, "message": "Succeeded to update model weights."})", "application/json");
       });
       server_.Get("/get_weight_version", [this](const httplib::Request&, httplib::Response& r) { Version(r); });
@@ -70,8 +70,8 @@ class FakeServer {
       server_.Post("/update_weights", [this](const httplib::Request& q, httplib::Response& r) {
         absl::MutexLock l(&mu_);
         auto body = ParseJson(q.body);
-        const Json* info = body.ok() ? body->Find("update_info") : nullptr;
-        const std::string path = info != nullptr ? info->GetString("path", "").value_or("") : "";
+        const Json* info = body.ok() ? FindJson(*body, "update_info") : nullptr;
+        const std::string path = info != nullptr ? GetJsonString(*info, "path", "").value_or("") : "";
         if (!updating_ || path.empty() || path[0] != '/' || !std::filesystem::is_directory(path)) {
           return Fail(r, "update_weights needs a started update and an absolute checkpoint directory: " + path);
         }
@@ -82,7 +82,7 @@ class FakeServer {
         absl::MutexLock l(&mu_);
         auto body = ParseJson(q.body);
         if (!updating_ || !body.ok()) return Fail(r, "finish_weight_update without an update");
-        version_ = body->GetString("weight_version", version_).value_or(version_);
+        version_ = GetJsonString(*body, "weight_version", version_).value_or(version_);
         updating_ = false;
         r.set_content(R"({"message": "Weight update finished"})", "application/json");
       });
@@ -115,21 +115,21 @@ class FakeServer {
  private:
   static void Fail(httplib::Response& r, const std::string& why) {
     r.status = 400;
-    r.set_content(Json::Object({{"error", Json::Object({{"message", Json::String(why)}})}}).Dump(), "application/json");
+    r.set_content(DumpJson(Json::object({{"error", Json::object({{"message", Json(why)}})}})), "application/json");
   }
   // No version until one is set (vLLM before its first update): null.
   void Version(httplib::Response& r) {
     absl::MutexLock l(&mu_);
-    r.set_content(Json::Object({{"weight_version", version_.empty() ? Json::Null() : Json::String(version_)}}).Dump(),
+    r.set_content(DumpJson(Json::object({{"weight_version", version_.empty() ? Json() : Json(version_)}})),
                   "application/json");
   }
   void Label(const httplib::Request& q, httplib::Response& r) {
     absl::MutexLock l(&mu_);
     auto body = ParseJson(q.body);
-    const std::string v = body.ok() ? body->GetString("new_version", "").value_or("") : "";
+    const std::string v = body.ok() ? GetJsonString(*body, "new_version", "").value_or("") : "";
     if (v.empty()) return Fail(r, "update_weight_version without new_version");
     version_ = v;
-    r.set_content(Json::Object({{"success", Json::Bool(true)}, {"new_version", Json::String(v)}}).Dump(),
+    r.set_content(DumpJson(Json::object({{"success", Json(true)}, {"new_version", Json(v)}})),
                   "application/json");
   }
   void Complete(const httplib::Request& q, httplib::Response& r) {
@@ -137,23 +137,23 @@ class FakeServer {
     if (paused_) return Fail(r, "paused");  // The sync resumes before it returns.
     ++completions_;
     auto body = ParseJson(q.body);
-    if (!body.ok() || body->Find("prompt") == nullptr) return Fail(r, "no prompt");
-    Json ids = Json::Array(), tokens = Json::Array(), lps = Json::Array();
+    if (!body.ok() || FindJson(*body, "prompt") == nullptr) return Fail(r, "no prompt");
+    Json ids = Json::array(), tokens = Json::array(), lps = Json::array();
     const int n = 1 + static_cast<int>(rng_() % 6);
     for (int i = 0; i <= n; ++i) {
       const int32_t id = i == n ? im_end_ : vocab_[rng_() % vocab_.size()];
-      ids.Push(Json::Int(id));
-      tokens.Push(Json::String(absl::StrCat("token_id:", id)));
-      lps.Push(Json::Number(-0.05 - 3.0 * std::uniform_real_distribution<double>(0, 1)(rng_)));
+      ids.push_back(Json(id));
+      tokens.push_back(Json(absl::StrCat("token_id:", id)));
+      lps.push_back(Json(-0.05 - 3.0 * std::uniform_real_distribution<double>(0, 1)(rng_)));
     }
-    Json choice = Json::Object({{"text", Json::String("")},
-                                {"finish_reason", Json::String("stop")},
-                                {"prompt_token_ids", *body->Find("prompt")},
+    Json choice = Json::object({{"text", Json("")},
+                                {"finish_reason", Json("stop")},
+                                {"prompt_token_ids", *FindJson(*body, "prompt")},
                                 {"token_ids", ids},
-                                {"logprobs", Json::Object({{"tokens", tokens}, {"token_logprobs", lps}})}});
-    Json out = Json::Object({{"object", Json::String("text_completion")}, {"choices", Json::Array({choice})}});
-    if (flavor_ == "sglang") out.Set("metadata", Json::Object({{"weight_version", Json::String(version_)}}));
-    r.set_content(out.Dump(), "application/json");
+                                {"logprobs", Json::object({{"tokens", tokens}, {"token_logprobs", lps}})}});
+    Json out = Json::object({{"object", Json("text_completion")}, {"choices", Json::array({choice})}});
+    if (flavor_ == "sglang") out["metadata"] = Json::object({{"weight_version", Json(version_)}});
+    r.set_content(DumpJson(out), "application/json");
   }
 
   const std::string flavor_;
@@ -185,7 +185,7 @@ const Chat& Fixture() {
     EXPECT_TRUE(tok.ok()) << tok.status();
     f->tokenizer = *std::move(tok);
     f->with_tools.emplace(*agent::ChatFormat::Create(f->tokenizer.get(), agent::ToolSchemas()));
-    f->plain.emplace(*agent::ChatFormat::Create(f->tokenizer.get(), Json::Array()));
+    f->plain.emplace(*agent::ChatFormat::Create(f->tokenizer.get(), Json::array()));
     return f;
   }();
   return *c;
@@ -337,13 +337,13 @@ INSTANTIATE_TEST_SUITE_P(Servers, ExternalVersionStampTest, ::testing::Values("s
 // without a weight_version, or a non-integer one, is an error, not a guess.
 TEST(ExternalVersionStampTest, WeightVersionParsing) {
   using agent::OpenAIPolicy;
-  Json s = Json::String("17");
+  Json s = Json("17");
   auto v = OpenAIPolicy::ParseWeightVersion(&s);
   ASSERT_TRUE(v.ok());
   EXPECT_EQ(*v, 17);
-  Json n = Json::Int(3);
+  Json n = Json(3);
   EXPECT_EQ(*OpenAIPolicy::ParseWeightVersion(&n), 3);
-  Json bad = Json::String("default");
+  Json bad = Json("default");
   EXPECT_FALSE(OpenAIPolicy::ParseWeightVersion(&bad).ok());
   EXPECT_FALSE(OpenAIPolicy::ParseWeightVersion(nullptr).ok());
 }

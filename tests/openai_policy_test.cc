@@ -46,7 +46,7 @@ struct Formats {
 
 const Formats& Chat() {
   static const Formats* f = new Formats{*agent::ChatFormat::Create(Fixture().tokenizer.get(), ToolSchemas()),
-                                        *agent::ChatFormat::Create(Fixture().tokenizer.get(), Json::Array())};
+                                        *agent::ChatFormat::Create(Fixture().tokenizer.get(), Json::array())};
   return *f;
 }
 
@@ -234,22 +234,22 @@ TEST(OpenAIPolicyTest, ParsesVllmStyleTokenIdStringsAndRefusesReplyWithoutIds) {
   req.stop_ids = {ImEnd()};
   // A reply as `vllm serve --return-tokens-as-token-ids` gives it: no token_ids field.
   Json body = policy->CompletionBody(req);
-  body.Set("return_token_ids", Json::Bool(false));
+  body["return_token_ids"] = Json(false);
   httplib::Client http("127.0.0.1", Fixture().port);
   http.set_read_timeout(120, 0);
-  httplib::Result res = http.Post("/v1/completions", body.Dump(), "application/json");
+  httplib::Result res = http.Post("/v1/completions", DumpJson(body), "application/json");
   ASSERT_TRUE(res);
   ASSERT_EQ(res->status, 200) << res->body;
   Json reply = *ParseJson(res->body);
-  ASSERT_EQ(reply.Find("choices")->items()[0].Find("token_ids"), nullptr);
+  ASSERT_EQ(FindJson(FindJson(reply, "choices")->at(0), "token_ids"), nullptr);
   absl::StatusOr<PolicyResponse> r = policy->ParseCompletion(reply, req);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->ids, learner::testing::EngineGreedy(req.prompt_ids, 10, {{ImEnd()}}).output_ids);
   EXPECT_EQ(r->logprobs.size(), r->ids.size());
 
   // A plain OpenAI reply (text only): refused for training, re-tokenized when allowed.
-  body.Set("return_tokens_as_token_ids", Json::Bool(false));
-  res = http.Post("/v1/completions", body.Dump(), "application/json");
+  body["return_tokens_as_token_ids"] = Json(false);
+  res = http.Post("/v1/completions", DumpJson(body), "application/json");
   ASSERT_TRUE(res && res->status == 200);
   reply = *ParseJson(res->body);
   r = policy->ParseCompletion(reply, req);
@@ -259,13 +259,13 @@ TEST(OpenAIPolicyTest, ParsesVllmStyleTokenIdStringsAndRefusesReplyWithoutIds) {
   loose.set_allow_retokenize(true);
   r = Client(loose)->ParseCompletion(reply, req);
   ASSERT_TRUE(r.ok()) << r.status();
-  std::vector<int32_t> want = Fixture().tokenizer->Encode(reply.Find("choices")->items()[0].GetString("text", "").value());
-  if (reply.Find("choices")->items()[0].GetString("finish_reason", "").value() == "stop") want.push_back(ImEnd());
+  std::vector<int32_t> want = Fixture().tokenizer->Encode(GetJsonString(FindJson(reply, "choices")->at(0), "text", "").value());
+  if (GetJsonString(FindJson(reply, "choices")->at(0), "finish_reason", "").value() == "stop") want.push_back(ImEnd());
   EXPECT_EQ(r->ids, want);
   // A server that changed the prompt (e.g. added BOS).
   req.prompt_ids.insert(req.prompt_ids.begin(), 1);
-  body.Set("return_token_ids", Json::Bool(true));
-  res = http.Post("/v1/completions", body.Dump(), "application/json");
+  body["return_token_ids"] = Json(true);
+  res = http.Post("/v1/completions", DumpJson(body), "application/json");
   ASSERT_TRUE(res && res->status == 200);
   r = policy->ParseCompletion(*ParseJson(res->body), req);
   EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
@@ -316,11 +316,11 @@ TEST(OpenAIPolicyTest, ErrorsAreClearStatuses) {
   EXPECT_TRUE(absl::StrContains(r.status().message(), std::to_string(closed_port))) << r.status();
 
   c.set_address("127.0.0.1:8000");
-  EXPECT_EQ(OpenAIPolicy::Create(c, Fixture().tokenizer.get(), ImEnd(), Json::Array()).status().code(),
+  EXPECT_EQ(OpenAIPolicy::Create(c, Fixture().tokenizer.get(), ImEnd(), Json::array()).status().code(),
             absl::StatusCode::kInvalidArgument);
   c.set_address(Fixture().base_url());
   c.set_api_key_file("/nonexistent/key");
-  EXPECT_EQ(OpenAIPolicy::Create(c, Fixture().tokenizer.get(), ImEnd(), Json::Array()).status().code(),
+  EXPECT_EQ(OpenAIPolicy::Create(c, Fixture().tokenizer.get(), ImEnd(), Json::array()).status().code(),
             absl::StatusCode::kInvalidArgument);
 }
 

@@ -40,17 +40,7 @@ wait_for 180 "the cluster" grep -q "submitted job" "$tmp/up.out"
 say "cluster up, job submitted: $(grep -o 'submitted job .*' "$tmp/up.out")"
 
 # A real Prometheus scrapes every process (ports are pinned across restarts).
-targets=$(for f in "$run"/*.ports; do printf '"127.0.0.1:%s",' "$(sed -n 's/^metrics_port=//p' "$f")"; done)
-prom_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-cat > "$tmp/prometheus.yml" <<YML
-global: {scrape_interval: 1s, evaluation_interval: 1s}
-scrape_configs:
-  - job_name: kernelrl
-    static_configs: [{targets: [${targets%,}]}]
-YML
-prometheus --config.file="$tmp/prometheus.yml" --storage.tsdb.path="$tmp/tsdb" \
-  --web.listen-address="127.0.0.1:${prom_port}" > "$tmp/prometheus.log" 2>&1 &
-pids+=($!)
+start_prometheus
 
 ledger() { cat "$run"/learner-state/jobs/*/ledger.jsonl 2>/dev/null || true; }
 ledger_has() { ledger | grep -q "\"kind\":\"$1\""; }

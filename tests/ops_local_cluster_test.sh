@@ -22,17 +22,7 @@ grep -E "PROCESS|SERVING" "$tmp/up.out" | sed 's/^/  /'
 [ "$(grep -c ' SERVING$' "$tmp/up.out")" = 4 ] || fail "not all 4 processes SERVING"
 
 # A real Prometheus scrapes every process of the local cluster.
-targets=$(for f in "$run"/*.ports; do printf '"127.0.0.1:%s",' "$(sed -n 's/^metrics_port=//p' "$f")"; done)
-prom_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-cat > "$tmp/prometheus.yml" <<YML
-global: {scrape_interval: 1s, evaluation_interval: 1s}
-scrape_configs:
-  - job_name: kernelrl
-    static_configs: [{targets: [${targets%,}]}]
-YML
-prometheus --config.file="$tmp/prometheus.yml" --storage.tsdb.path="$tmp/tsdb" \
-  --web.listen-address="127.0.0.1:${prom_port}" > "$tmp/prometheus.log" 2>&1 &
-pids+=($!)
+start_prometheus
 python3 - "$prom_port" <<'PY' || fail "Prometheus did not see the cluster"
 import json, sys, time, urllib.parse, urllib.request
 q = 'count by (service) (kernelrl_build_info{job="kernelrl"})'

@@ -58,6 +58,8 @@ cc_library(
     defines = ["CPPHTTPLIB_OPENSSL_SUPPORT", "CPPHTTPLIB_ZLIB_SUPPORT", "CPPHTTPLIB_BROTLI_SUPPORT"],
     linkopts = ["-lcpp-httplib", "-pthread"],
 )
+# Debian's nlohmann-json3-dev: header-only, in /usr/include (common/json).
+cc_library(name = "nlohmann_json")
 exports_files(["bin/protoc", "bin/grpc_cpp_plugin"])
 """.format(absl = _quoted(absl), grpc = _quoted(grpc), crypto = _quoted(crypto)))
 

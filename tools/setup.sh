@@ -21,6 +21,8 @@ APT_PACKAGES+=(libssl-dev)
 APT_PACKAGES+=(libcpp-httplib-dev)
 # Prometheus metrics: registry and text exposition (common/metrics).
 APT_PACKAGES+=(prometheus-cpp-dev)
+# JSON (common/json).
+APT_PACKAGES+=(nlohmann-json3-dev)
 # Clang's thread-safety analysis of the Abseil lock annotations (tools/thread_safety.sh).
 APT_PACKAGES+=(clang)
 PIP_PACKAGES=(torch==2.11.0 transformers==5.23.0 tokenizers==0.23.3 safetensors numpy nvidia-nvml-dev==13.0.87 kubernetes-validate==1.37.0 yamllint==1.38.0)

@@ -13,7 +13,7 @@ constexpr absl::string_view kImEnd = "<|im_end|>";
 // writes the same text.
 std::string ToolsSection(const Json& tools) {
   std::string lines;
-  for (const Json& t : tools.items()) absl::StrAppend(&lines, PythonJsonDumps(t), "\n");
+  for (const Json& t : tools) absl::StrAppend(&lines, PythonJsonDumps(t), "\n");
   return absl::StrCat(
       "# Tools\n\nYou can call the functions below. Each is described by one JSON object per line inside "
       "<tools></tools>:\n<tools>\n",
@@ -49,7 +49,7 @@ absl::StatusOr<ChatFormat> ChatFormat::Create(const Tokenizer* tokenizer, Json t
         "special tokens?); per-turn token ranges would be wrong");
   }
   f.generation_prompt_ids_ = tokenizer->Encode(absl::StrCat(kImStart, "assistant\n"));
-  if (!tools.items().empty()) f.tools_section_ = ToolsSection(tools);
+  if (!tools.empty()) f.tools_section_ = ToolsSection(tools);
   return f;
 }
 

@@ -26,7 +26,7 @@ const Fixture& Fx() {
   static const Fixture* fx = [] {
     const std::string dir = testing::TempDir() + "/chat_fixtures";
     EXPECT_EQ(std::system(("mkdir -p '" + dir + "'").c_str()), 0);
-    EXPECT_TRUE(WriteFileAtomically(dir + "/tools.json", ToolSchemas().Dump()).ok());
+    EXPECT_TRUE(WriteFileAtomically(dir + "/tools.json", DumpJson(ToolSchemas())).ok());
     EXPECT_EQ(testing::RunFixtureScript("agent/chat/testdata/make_chat_fixtures.py", dir), 0) << "see " << dir << ".log";
     auto* f = new Fixture;
     auto text = ReadFileToString(dir + "/chat_fixtures.json");
@@ -34,7 +34,7 @@ const Fixture& Fx() {
     auto j = ParseJson(text.ok() ? *text : "{}");
     EXPECT_TRUE(j.ok()) << j.status();
     f->data = *j;
-    auto tok = Tokenizer::Load(f->data.Find("tokenizer") ? f->data.Find("tokenizer")->str() : "");
+    auto tok = Tokenizer::Load(FindJson(f->data, "tokenizer") ? FindJson(f->data, "tokenizer")->get<std::string>() : "");
     EXPECT_TRUE(tok.ok()) << tok.status();
     if (tok.ok()) f->tokenizer = *std::move(tok);
     return f;
@@ -44,23 +44,23 @@ const Fixture& Fx() {
 
 std::vector<int32_t> Ints(const Json& arr) {
   std::vector<int32_t> v;
-  for (const Json& x : arr.items()) v.push_back(static_cast<int32_t>(*x.AsInt()));
+  for (const Json& x : arr) v.push_back(static_cast<int32_t>(*JsonInt(x)));
   return v;
 }
 
 // HF message dicts -> our turns.
 std::vector<ChatTurn> ToTurns(const Json& messages) {
   std::vector<ChatTurn> turns;
-  for (const Json& m : messages.items()) {
+  for (const Json& m : messages) {
     ChatTurn t;
-    const std::string& role = m.Find("role")->str();
+    const std::string& role = FindJson(m, "role")->get<std::string>();
     t.role = role == "system" ? ChatRole::kSystem : role == "user" ? ChatRole::kUser
              : role == "assistant"  ? ChatRole::kAssistant : ChatRole::kTool;
-    if (const Json* c = m.Find("content"); c != nullptr && c->is_string()) t.content = c->str();
-    if (const Json* calls = m.Find("tool_calls"); calls != nullptr) {
-      for (const Json& c : calls->items()) {
-        const Json* f = c.Find("function");
-        t.tool_calls.push_back({f->Find("name")->str(), *f->Find("arguments")});
+    if (const Json* c = FindJson(m, "content"); c != nullptr && c->is_string()) t.content = c->get<std::string>();
+    if (const Json* calls = FindJson(m, "tool_calls"); calls != nullptr) {
+      for (const Json& c : *calls) {
+        const Json* f = FindJson(c, "function");
+        t.tool_calls.push_back(ToolCallSpec{FindJson(*f, "name")->get<std::string>(), *FindJson(*f, "arguments")});
       }
     }
     turns.push_back(std::move(t));
@@ -69,7 +69,7 @@ std::vector<ChatTurn> ToTurns(const Json& messages) {
 }
 
 ChatFormat MakeFormat(bool tools) {
-  auto f = ChatFormat::Create(Fx().tokenizer.get(), tools ? ToolSchemas() : Json::Array());
+  auto f = ChatFormat::Create(Fx().tokenizer.get(), tools ? ToolSchemas() : Json::array());
   EXPECT_TRUE(f.ok()) << f.status();
   return *std::move(f);
 }
@@ -78,21 +78,21 @@ TEST(ChatFormatTest, EqualsHuggingFaceApplyChatTemplate) {
   const Fixture& fx = Fx();
   ASSERT_NE(fx.tokenizer, nullptr);
   const ChatFormat with_tools = MakeFormat(true), without = MakeFormat(false);
-  const auto& convs = fx.data.Find("conversations")->items();
+  const Json& convs = *FindJson(fx.data, "conversations");
   ASSERT_GE(convs.size(), 50u);
   int tool_calls = 0, mismatches = 0;
   for (size_t i = 0; i < convs.size(); ++i) {
     const Json& c = convs[i];
-    const std::vector<ChatTurn> turns = ToTurns(*c.Find("messages"));
-    const bool gen = c.Find("add_generation_prompt")->bool_value();
-    auto r = (c.Find("tools")->bool_value() ? with_tools : without).Render(turns, gen);
+    const std::vector<ChatTurn> turns = ToTurns(*FindJson(c, "messages"));
+    const bool gen = FindJson(c, "add_generation_prompt")->get<bool>();
+    auto r = (FindJson(c, "tools")->get<bool>() ? with_tools : without).Render(turns, gen);
     ASSERT_TRUE(r.ok()) << "conversation " << i << ": " << r.status();
-    const bool same = r->text == c.Find("text")->str() && r->ids == Ints(*c.Find("ids")) &&
-                      r->loss_mask == Ints(*c.Find("assistant_mask"));
+    const bool same = r->text == FindJson(c, "text")->get<std::string>() && r->ids == Ints(*FindJson(c, "ids")) &&
+                      r->loss_mask == Ints(*FindJson(c, "assistant_mask"));
     if (!same && ++mismatches <= 3) {
-      EXPECT_EQ(r->text, c.Find("text")->str()) << "conversation " << i;
-      EXPECT_EQ(r->ids, Ints(*c.Find("ids"))) << "conversation " << i;
-      EXPECT_EQ(r->loss_mask, Ints(*c.Find("assistant_mask"))) << "conversation " << i;
+      EXPECT_EQ(r->text, FindJson(c, "text")->get<std::string>()) << "conversation " << i;
+      EXPECT_EQ(r->ids, Ints(*FindJson(c, "ids"))) << "conversation " << i;
+      EXPECT_EQ(r->loss_mask, Ints(*FindJson(c, "assistant_mask"))) << "conversation " << i;
     }
     // Turn ranges: contiguous from the prelude to the generation prompt, each
     // one whole message whose tokens decode to its text.
@@ -259,7 +259,7 @@ TEST(ChatFormatTest, InvalidConversationsAreRejected) {
   a.generated_ids->insert(a.generated_ids->begin(), f.im_end_id());
   EXPECT_FALSE(f.Render({{ChatRole::kUser, "q"}, a}, false).ok());
   EXPECT_FALSE(ChatFormat::Create(nullptr, ToolSchemas()).ok());
-  EXPECT_FALSE(ChatFormat::Create(Fx().tokenizer.get(), Json::String("x")).ok());
+  EXPECT_FALSE(ChatFormat::Create(Fx().tokenizer.get(), Json("x")).ok());
 }
 
 }  // namespace

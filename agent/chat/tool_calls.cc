@@ -7,30 +7,29 @@
 namespace kernelrl::agent {
 namespace {
 
+// Python's separators (", " and ": ") are not among nlohmann's dump options, so
+// containers are walked here and every scalar is written by the library.
 void DumpPython(const Json& v, std::string* out) {
-  switch (v.type()) {
-    case Json::Type::kNull: out->append("null"); break;
-    case Json::Type::kBool: out->append(v.bool_value() ? "true" : "false"); break;
-    case Json::Type::kNumber: out->append(v.str()); break;
-    case Json::Type::kString: AppendJsonString(v.str(), out); break;
-    case Json::Type::kArray:
-      out->push_back('[');
-      for (size_t i = 0; i < v.items().size(); ++i) {
-        if (i) out->append(", ");
-        DumpPython(v.items()[i], out);
-      }
-      out->push_back(']');
-      break;
-    case Json::Type::kObject:
-      out->push_back('{');
-      for (size_t i = 0; i < v.members().size(); ++i) {
-        if (i) out->append(", ");
-        AppendJsonString(v.members()[i].first, out);
-        out->append(": ");
-        DumpPython(v.members()[i].second, out);
-      }
-      out->push_back('}');
-      break;
+  if (v.is_array()) {
+    out->push_back('[');
+    for (size_t i = 0; i < v.size(); ++i) {
+      if (i) out->append(", ");
+      DumpPython(v[i], out);
+    }
+    out->push_back(']');
+  } else if (v.is_object()) {
+    out->push_back('{');
+    bool first = true;
+    for (const auto& [key, value] : v.items()) {
+      if (!first) out->append(", ");
+      first = false;
+      out->append(JsonString(key));
+      out->append(": ");
+      DumpPython(value, out);
+    }
+    out->push_back('}');
+  } else {
+    out->append(DumpJson(v));
   }
 }
 
@@ -64,7 +63,7 @@ absl::Status ReadCall(int index, const Json& obj, ToolCall* call) {
   if (!obj.is_object()) return CallError(index, "expected a JSON object {\"name\": ..., \"arguments\": {...}}");
   const Json* name = nullptr;
   const Json* args = nullptr;
-  for (const auto& [key, value] : obj.members()) {
+  for (const auto& [key, value] : obj.items()) {
     const Json** slot = key == "name" ? &name : key == "arguments" ? &args : nullptr;
     if (slot == nullptr) {
       return CallError(index, absl::StrCat("unexpected key \"", key, "\"; a call has only \"name\" and \"arguments\""));
@@ -73,20 +72,20 @@ absl::Status ReadCall(int index, const Json& obj, ToolCall* call) {
     *slot = &value;
   }
   if (name == nullptr || !name->is_string()) return CallError(index, "\"name\" (a string) is missing");
-  if (args == nullptr) return CallError(index, absl::StrCat(name->str(), ": \"arguments\" is missing"));
+  if (args == nullptr) return CallError(index, absl::StrCat(name->get<std::string>(), ": \"arguments\" is missing"));
   Json arguments = *args;
   if (arguments.is_string()) {  // Double-encoded arguments.
-    auto inner = ParseJson(arguments.str());
+    auto inner = ParseJson(arguments.get<std::string>());
     if (!inner.ok()) {
-      return CallError(index, absl::StrCat(name->str(), ": \"arguments\" is a string that is not a JSON object (",
+      return CallError(index, absl::StrCat(name->get<std::string>(), ": \"arguments\" is a string that is not a JSON object (",
                                            inner.status().message(), ")"));
     }
     arguments = *std::move(inner);
   }
-  if (absl::Status st = ValidateToolArguments(name->str(), arguments); !st.ok()) {
+  if (absl::Status st = ValidateToolArguments(name->get<std::string>(), arguments); !st.ok()) {
     return CallError(index, st.message());
   }
-  call->name = name->str();
+  call->name = name->get<std::string>();
   call->arguments_json = PythonJsonDumps(arguments);
   call->arguments = std::move(arguments);
   return absl::OkStatus();
@@ -101,7 +100,7 @@ std::string PythonJsonDumps(const Json& value) {
 }
 
 std::string FormatToolCall(absl::string_view name, const Json& arguments) {
-  Json call = Json::Object({{"name", Json::String(std::string(name))}, {"arguments", arguments}});
+  Json call = Json::object({{"name", Json(std::string(name))}, {"arguments", arguments}});
   return absl::StrCat(kToolCallOpen, "\n", PythonJsonDumps(call), "\n", kToolCallClose);
 }
 

@@ -10,7 +10,8 @@
 // FormatToolCall() writes the canonical block: the JSON object is Python's
 // json.dumps(..., ensure_ascii=False) of {"name", "arguments"} (", " and
 // ": " separators, non-ASCII kept, key order kept), which is what the HF
-// chat template's `tojson` writes; numbers keep their JSON text.
+// chat template's `tojson` writes; numbers are written as Python writes the
+// value json.loads read (1.50 becomes 1.5).
 //
 // ParseToolCalls() never crashes and never guesses: every `<tool_call>`
 // block must hold one JSON object {"name": <known tool>, "arguments":

@@ -30,15 +30,15 @@ std::string ErrorOf(absl::string_view text) {
 TEST(ToolSchemasTest, SixToolsEachRequiredArgumentIsAProperty) {
   EXPECT_EQ(ToolNames(), (std::vector<std::string>{"Bash", "BashOutput", "KillBash", "Read", "Write", "Edit", "MultiEdit",
                                                    "Glob", "Grep", "TodoWrite", "Compile", "Verify", "Profile"}));
-  for (const Json& t : ToolSchemas().items()) {
-    EXPECT_EQ(t.Find("type")->str(), "function");
-    const Json* params = t.Find("function")->Find("parameters");
+  for (const Json& t : ToolSchemas()) {
+    EXPECT_EQ(FindJson(t, "type")->get<std::string>(), "function");
+    const Json* params = FindJson(*FindJson(t, "function"), "parameters");
     ASSERT_NE(params, nullptr);
-    EXPECT_FALSE(params->Find("additionalProperties")->bool_value());
-    for (const Json& req : params->Find("required")->items()) {
-      EXPECT_NE(params->Find("properties")->Find(req.str()), nullptr) << req.str();
+    EXPECT_FALSE(FindJson(*params, "additionalProperties")->get<bool>());
+    for (const Json& req : *FindJson(*params, "required")) {
+      EXPECT_NE(FindJson(*FindJson(*params, "properties"), req.get<std::string>()), nullptr) << req.get<std::string>();
     }
-    EXPECT_FALSE(t.Find("function")->Find("description")->str().empty());
+    EXPECT_FALSE(FindJson(*FindJson(t, "function"), "description")->get<std::string>().empty());
   }
   EXPECT_TRUE(ValidateToolArguments("Edit", Args(R"({"path": "a", "old_string": "x", "new_string": ""})")).ok());
   EXPECT_TRUE(ValidateToolArguments("Read", Args(R"({"path": "k.cu", "offset": 1, "limit": 40})")).ok());
@@ -75,11 +75,11 @@ TEST(ParseToolCallsTest, FormatRoundTripsWithTextAround) {
 
 TEST(ParseToolCallsTest, BracesTagsAndQuotesInsideStrings) {
   const std::string code = "__global__ void k() { if (x) { y = \"}\"; } }\n// </tool_call> <tool_call> {{";
-  Json args = Json::Object({{"path", Json::String("k.cu")}, {"content", Json::String(code)}});
+  Json args = Json::object({{"path", Json("k.cu")}, {"content", Json(code)}});
   auto r = ParseToolCalls("x " + FormatToolCall("Write", args) + " y");
   ASSERT_TRUE(r.ok()) << r.status();
   ASSERT_EQ(r->size(), 1u);
-  EXPECT_EQ((*r)[0].arguments.Find("content")->str(), code);
+  EXPECT_EQ(FindJson((*r)[0].arguments, "content")->get<std::string>(), code);
 }
 
 TEST(ParseToolCallsTest, UnicodeEscapesAndRawUtf8) {
@@ -88,8 +88,8 @@ TEST(ParseToolCallsTest, UnicodeEscapesAndRawUtf8) {
       "\"*.\xE6\x97\xA5\"}}</tool_call>");
   ASSERT_TRUE(r.ok()) << r.status();
   ASSERT_EQ(r->size(), 1u);
-  EXPECT_EQ((*r)[0].arguments.Find("pattern")->str(), "caf\xC3\xA9|\xF0\x9F\x98\x80");
-  EXPECT_EQ((*r)[0].arguments.Find("glob")->str(), "*.\xE6\x97\xA5");
+  EXPECT_EQ(FindJson((*r)[0].arguments, "pattern")->get<std::string>(), "caf\xC3\xA9|\xF0\x9F\x98\x80");
+  EXPECT_EQ(FindJson((*r)[0].arguments, "glob")->get<std::string>(), "*.\xE6\x97\xA5");
   // Canonical form keeps non-ASCII as UTF-8 (ensure_ascii=False).
   EXPECT_EQ((*r)[0].arguments_json, "{\"pattern\": \"caf\xC3\xA9|\xF0\x9F\x98\x80\", \"glob\": \"*.\xE6\x97\xA5\"}");
 }

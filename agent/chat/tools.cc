@@ -89,15 +89,15 @@ constexpr absl::string_view kToolSchemasJson = R"json([
 ])json";
 
 const Json* FindSchema(absl::string_view name) {
-  for (const Json& t : ToolSchemas().items()) {
-    const Json* f = t.Find("function");
-    if (f->Find("name")->str() == name) return f->Find("parameters");
+  for (const Json& t : ToolSchemas()) {
+    const Json* f = FindJson(t, "function");
+    if (FindJson(*f, "name")->get<std::string>() == name) return FindJson(*f, "parameters");
   }
   return nullptr;
 }
 
 bool IsIntegerText(const Json& v) {
-  return v.is_number() && v.str().find_first_of(".eE") == std::string::npos && v.AsInt().ok();
+  return v.is_number_integer() && JsonInt(v).ok();
 }
 
 absl::Status Bad(absl::string_view tool, const std::string& path, absl::string_view what) {
@@ -108,32 +108,32 @@ absl::Status ValidateObject(absl::string_view tool, const std::string& prefix, c
 
 // One value against its property schema; `path` names it for the model.
 absl::Status ValidateValue(absl::string_view tool, const std::string& path, const Json& prop, const Json& value) {
-  const std::string& type = prop.Find("type")->str();
+  const std::string& type = FindJson(prop, "type")->get<std::string>();
   if (type == "string") {
     if (!value.is_string()) return Bad(tool, path, "must be a string");
-    if (const Json* allowed = prop.Find("enum"); allowed != nullptr) {
+    if (const Json* allowed = FindJson(prop, "enum"); allowed != nullptr) {
       std::vector<std::string> names;
-      for (const Json& a : allowed->items()) {
-        if (a.str() == value.str()) return absl::OkStatus();
-        names.push_back(a.str());
+      for (const Json& a : *allowed) {
+        if (a == value) return absl::OkStatus();
+        names.push_back(a.is_string() ? a.get<std::string>() : DumpJson(a));
       }
       return Bad(tool, path, absl::StrCat("must be one of ", absl::StrJoin(names, ", ")));
     }
   } else if (type == "integer") {
     if (!IsIntegerText(value)) return Bad(tool, path, "must be an integer");
-    if (const Json* min = prop.Find("minimum"); min != nullptr && *value.AsInt() < *min->AsInt()) {
-      return Bad(tool, path, absl::StrCat("must be >= ", *min->AsInt(), ", got ", value.str()));
+    if (const Json* min = FindJson(prop, "minimum"); min != nullptr && *JsonInt(value) < *JsonInt(*min)) {
+      return Bad(tool, path, absl::StrCat("must be >= ", *JsonInt(*min), ", got ", DumpJson(value)));
     }
   } else if (type == "boolean") {
-    if (!value.is_bool()) return Bad(tool, path, "must be true or false");
+    if (!value.is_boolean()) return Bad(tool, path, "must be true or false");
   } else if (type == "array") {
     if (!value.is_array()) return Bad(tool, path, "must be an array");
-    if (const Json* min = prop.Find("minItems");
-        min != nullptr && static_cast<int64_t>(value.items().size()) < *min->AsInt()) {
-      return Bad(tool, path, absl::StrCat("must have at least ", *min->AsInt(), " item(s)"));
+    if (const Json* min = FindJson(prop, "minItems");
+        min != nullptr && static_cast<int64_t>(value.size()) < *JsonInt(*min)) {
+      return Bad(tool, path, absl::StrCat("must have at least ", *JsonInt(*min), " item(s)"));
     }
-    for (size_t i = 0; i < value.items().size(); ++i) {
-      absl::Status s = ValidateValue(tool, absl::StrCat(path, "[", i + 1, "]"), *prop.Find("items"), value.items()[i]);
+    for (size_t i = 0; i < value.size(); ++i) {
+      absl::Status s = ValidateValue(tool, absl::StrCat(path, "[", i + 1, "]"), *FindJson(prop, "items"), value[i]);
       if (!s.ok()) return s;
     }
   } else if (type == "object") {
@@ -145,25 +145,25 @@ absl::Status ValidateValue(absl::string_view tool, const std::string& path, cons
 
 // Keys of `value` against properties / required / additionalProperties.
 absl::Status ValidateObject(absl::string_view tool, const std::string& prefix, const Json& schema, const Json& value) {
-  const Json* props = schema.Find("properties");
+  const Json* props = FindJson(schema, "properties");
   absl::flat_hash_set<std::string> seen;
-  for (const auto& [key, v] : value.members()) {
+  for (const auto& [key, v] : value.items()) {
     const std::string path = prefix + key;
     if (!seen.insert(key).second) return Bad(tool, path, "is given twice");
-    const Json* prop = props->Find(key);
+    const Json* prop = FindJson(*props, key);
     if (prop == nullptr) {
       std::vector<std::string> allowed;
-      for (const auto& p : props->members()) allowed.push_back(p.first);
+      for (const auto& p : props->items()) allowed.push_back(p.key());
       return absl::InvalidArgumentError(absl::StrCat(tool, ": unknown argument \"", path, "\"; allowed: ",
                                                      allowed.empty() ? "none" : absl::StrJoin(allowed, ", ")));
     }
     absl::Status s = ValidateValue(tool, path, *prop, v);
     if (!s.ok()) return s;
   }
-  for (const Json& req : schema.Find("required")->items()) {
-    if (!seen.contains(req.str())) {
+  for (const Json& req : *FindJson(schema, "required")) {
+    if (!seen.contains(req.get<std::string>())) {
       return absl::InvalidArgumentError(
-          absl::StrCat(tool, ": missing required argument \"", prefix, req.str(), "\""));
+          absl::StrCat(tool, ": missing required argument \"", prefix, req.get<std::string>(), "\""));
     }
   }
   return absl::OkStatus();
@@ -183,7 +183,7 @@ const Json& ToolSchemas() {
 const std::vector<std::string>& ToolNames() {
   static const auto* names = [] {
     auto* v = new std::vector<std::string>;
-    for (const Json& t : ToolSchemas().items()) v->push_back(t.Find("function")->Find("name")->str());
+    for (const Json& t : ToolSchemas()) v->push_back(FindJson(*FindJson(t, "function"), "name")->get<std::string>());
     return v;
   }();
   return *names;

@@ -79,7 +79,7 @@ std::string Pick(std::mt19937_64& rng, const std::vector<std::string>& options) 
 }
 
 Json WriteArgs(const std::string& path, const std::string& content) {
-  return Json::Object({{"path", Json::String(path)}, {"content", Json::String(content)}});
+  return Json::object({{"path", Json(path)}, {"content", Json(content)}});
 }
 
 // The calls that turn `from` into `to` in file `path`: one Edit or MultiEdit of the
@@ -97,18 +97,18 @@ std::string EditCalls(const std::string& path, const std::string& from, const st
     return FormatToolCall("Write", WriteArgs(path, to));
   }
   if (changes.size() == 1) {
-    return FormatToolCall("Edit", Json::Object({{"path", Json::String(path)},
-                                                       {"old_string", Json::String(changes[0].first)},
-                                                       {"new_string", Json::String(changes[0].second)}}));
+    return FormatToolCall("Edit", Json::object({{"path", Json(path)},
+                                                       {"old_string", Json(changes[0].first)},
+                                                       {"new_string", Json(changes[0].second)}}));
   }
-  Json edits = Json::Array();
+  Json edits = Json::array();
   for (const auto& [o, n] : changes) {
-    edits.Push(Json::Object({{"old_string", Json::String(o)}, {"new_string", Json::String(n)}}));
+    edits.push_back(Json::object({{"old_string", Json(o)}, {"new_string", Json(n)}}));
   }
-  return FormatToolCall("MultiEdit", Json::Object({{"path", Json::String(path)}, {"edits", std::move(edits)}}));
+  return FormatToolCall("MultiEdit", Json::object({{"path", Json(path)}, {"edits", std::move(edits)}}));
 }
 
-std::string Call(const std::string& name) { return FormatToolCall(name, Json::Object()); }
+std::string Call(const std::string& name) { return FormatToolCall(name, Json::object()); }
 
 // "speed-up vs eager 1.234x" in a Profile observation.
 std::optional<double> EagerSpeedup(const std::string& observation) {
@@ -154,7 +154,7 @@ absl::StatusOr<std::string> EngineerPolicy::Next(Episode& e, const std::string& 
     if (obs.empty()) {
       return absl::StrCat(Pick(rng, {"I start by reading the reference model.", "First, the reference: model.py.",
                                      "Let me read model.py to see what the task computes."}),
-                          "\n", FormatToolCall("Read", Json::Object({{"path", Json::String("model.py")}})));
+                          "\n", FormatToolCall("Read", Json::object({{"path", Json("model.py")}})));
     }
     const size_t p = obs.find(fam::kTaskHeader);
     if (p == std::string::npos) return absl::FailedPreconditionError("model.py has no kernelrl-family line");

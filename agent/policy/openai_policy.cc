@@ -19,15 +19,15 @@ namespace {
 constexpr char kTokenIdPrefix[] = "token_id:";
 
 Json IdArray(const std::vector<int32_t>& ids) {
-  Json a = Json::Array();
-  for (int32_t id : ids) a.Push(Json::Int(id));
+  Json a = Json::array();
+  for (int32_t id : ids) a.push_back(Json(id));
   return a;
 }
 
 absl::StatusOr<std::vector<int32_t>> ReadIds(const Json& array, const char* what) {
   std::vector<int32_t> ids;
-  for (const Json& v : array.items()) {
-    absl::StatusOr<int64_t> id = v.AsInt();
+  for (const Json& v : array) {
+    absl::StatusOr<int64_t> id = JsonInt(v);
     if (!id.ok() || *id < 0 || *id > INT32_MAX) return absl::DataLossError(absl::StrCat("response ", what, " holds a non-id"));
     ids.push_back(static_cast<int32_t>(*id));
   }
@@ -59,13 +59,13 @@ absl::StatusCode CodeForHttp(int status) {
 std::string ServerMessage(const std::string& body) {
   absl::StatusOr<Json> j = ParseJson(body);
   if (j.ok() && j->is_object()) {
-    const Json* e = j->Find("error");
+    const Json* e = FindJson(*j, "error");
     const Json* holder = e != nullptr && e->is_object() ? e : &*j;
-    if (const Json* m = holder->Find("message"); m != nullptr && m->is_string()) {
-      const Json* code = holder->Find("code");
-      return code != nullptr && code->is_string() ? absl::StrCat(m->str(), " (", code->str(), ")") : m->str();
+    if (const Json* m = FindJson(*holder, "message"); m != nullptr && m->is_string()) {
+      const Json* code = FindJson(*holder, "code");
+      return code != nullptr && code->is_string() ? absl::StrCat(m->get<std::string>(), " (", code->get<std::string>(), ")") : m->get<std::string>();
     }
-    if (const Json* d = j->Find("detail"); d != nullptr) return d->is_string() ? d->str() : d->Dump();
+    if (const Json* d = FindJson(*j, "detail"); d != nullptr) return d->is_string() ? d->get<std::string>() : DumpJson(*d);
   }
   return body.size() > 300 ? absl::StrCat(body.substr(0, 300), "...") : body;
 }
@@ -164,7 +164,7 @@ absl::StatusOr<Json> OpenAIPolicy::Post(const std::string& path, const Json& bod
   httplib::Headers headers;
   if (!api_key_.empty()) headers.emplace("Authorization", absl::StrCat("Bearer ", api_key_));
   if (!request_id.empty()) headers.emplace("X-Request-Id", request_id);
-  const std::string payload = body.Dump();
+  const std::string payload = DumpJson(body);
   absl::Status last;
   for (int attempt = 0; attempt <= std::max(0, config_.max_retries()); ++attempt) {
     if (attempt > 0) {
@@ -218,12 +218,12 @@ absl::StatusOr<int64_t> OpenAIPolicy::ParseWeightVersion(const Json* version) {
   }
   int64_t v = -1;
   if (version->is_string()) {
-    if (!absl::SimpleAtoi(version->str(), &v)) v = -1;
-  } else if (absl::StatusOr<int64_t> i = version->AsInt(); i.ok()) {
+    if (!absl::SimpleAtoi(version->get<std::string>(), &v)) v = -1;
+  } else if (absl::StatusOr<int64_t> i = JsonInt(*version); i.ok()) {
     v = *i;
   }
   if (v < 0) {
-    return absl::FailedPreconditionError(absl::StrCat("weight_version ", version->Dump(),
+    return absl::FailedPreconditionError(absl::StrCat("weight_version ", DumpJson(*version),
                                                       " is not a policy version (a non-negative integer)"));
   }
   return v;
@@ -232,36 +232,36 @@ absl::StatusOr<int64_t> OpenAIPolicy::ParseWeightVersion(const Json* version) {
 absl::StatusOr<int64_t> OpenAIPolicy::ServedVersion() {
   absl::StatusOr<Json> info = Get("/weight_info");
   if (!info.ok()) return info.status();
-  return ParseWeightVersion(info->Find("weight_version"));
+  return ParseWeightVersion(FindJson(*info, "weight_version"));
 }
 
 Json OpenAIPolicy::CompletionBody(const PolicyRequest& request) const {
-  Json body = Json::Object({{"prompt", IdArray(request.prompt_ids)}});
-  if (!config_.model().empty()) body.Set("model", Json::String(config_.model()));
-  if (request.max_new_tokens > 0) body.Set("max_tokens", Json::Int(request.max_new_tokens));
-  body.Set("temperature", Json::Number(request.temperature));
-  body.Set("top_p", Json::Number(request.top_p));
-  body.Set("n", Json::Int(1));
-  body.Set("stream", Json::Bool(false));
-  body.Set("logprobs", Json::Int(0));  // Only the sampled token's.
-  if (request.seed != 0) body.Set("seed", Json::Int(static_cast<int64_t>(request.seed & INT64_MAX)));
+  Json body = Json::object({{"prompt", IdArray(request.prompt_ids)}});
+  if (!config_.model().empty()) body["model"] = Json(config_.model());
+  if (request.max_new_tokens > 0) body["max_tokens"] = Json(request.max_new_tokens);
+  body["temperature"] = Json(request.temperature);
+  body["top_p"] = Json(request.top_p);
+  body["n"] = Json(1);
+  body["stream"] = Json(false);
+  body["logprobs"] = Json(0);  // Only the sampled token's.
+  if (request.seed != 0) body["seed"] = Json(static_cast<int64_t>(request.seed & INT64_MAX));
   if (config_.openai_standard_fields_only()) {
-    Json stop = Json::Array();
-    for (int32_t id : request.stop_ids) stop.Push(Json::String(tokenizer_->Decode({id})));
-    if (!request.stop_ids.empty()) body.Set("stop", std::move(stop));
+    Json stop = Json::array();
+    for (int32_t id : request.stop_ids) stop.push_back(Json(tokenizer_->Decode({id})));
+    if (!request.stop_ids.empty()) body["stop"] = std::move(stop);
     return body;
   }
-  body.Set("stop_token_ids", IdArray(request.stop_ids));
-  body.Set("return_token_ids", Json::Bool(true));
-  body.Set("return_tokens_as_token_ids", Json::Bool(true));
-  body.Set("skip_special_tokens", Json::Bool(false));
-  body.Set("include_stop_str_in_output", Json::Bool(true));
+  body["stop_token_ids"] = IdArray(request.stop_ids);
+  body["return_token_ids"] = Json(true);
+  body["return_tokens_as_token_ids"] = Json(true);
+  body["skip_special_tokens"] = Json(false);
+  body["include_stop_str_in_output"] = Json(true);
   return body;
 }
 
 absl::StatusOr<Json> OpenAIPolicy::ChatBody(const PolicyRequest& request) const {
   if (request.history == nullptr) return absl::InvalidArgumentError("openai_chat needs the chat history");
-  Json messages = Json::Array();
+  Json messages = Json::array();
   for (const ChatTurn& t : *request.history) {
     std::string content = t.content;
     if (content.empty() && t.generated_ids.has_value()) {
@@ -272,17 +272,17 @@ absl::StatusOr<Json> OpenAIPolicy::ChatBody(const PolicyRequest& request) const 
     for (const ToolCallSpec& c : t.tool_calls) {
       absl::StrAppend(&content, content.empty() ? "" : "\n", agent::FormatToolCall(c.name, c.arguments));
     }
-    messages.Push(Json::Object({{"role", Json::String(RoleName(t.role))}, {"content", Json::String(content)}}));
+    messages.push_back(Json::object({{"role", Json(RoleName(t.role))}, {"content", Json(content)}}));
   }
   Json body = CompletionBody(request);
-  Json out = Json::Object({{"messages", std::move(messages)}});
-  for (const auto& [key, value] : body.members()) {
+  Json out = Json::object({{"messages", std::move(messages)}});
+  for (const auto& [key, value] : body.items()) {
     if (key == "prompt" || key == "logprobs") continue;
-    out.Set(key, value);
+    out[key] = value;
   }
-  if (!tools_.items().empty()) out.Set("tools", tools_);
-  out.Set("logprobs", Json::Bool(true));
-  out.Set("top_logprobs", Json::Int(0));
+  if (!tools_.empty()) out["tools"] = tools_;
+  out["logprobs"] = Json(true);
+  out["top_logprobs"] = Json(0);
   return out;
 }
 
@@ -290,16 +290,15 @@ absl::StatusOr<PolicyResponse> OpenAIPolicy::Finish(const Json* token_ids, std::
                                                     const std::vector<float>* logprobs, const std::string& text,
                                                     const Json& response, const Json& choice) const {
   PolicyResponse out;
-  out.finish_reason = choice.GetString("finish_reason", "").value_or("");
+  out.finish_reason = GetJsonString(choice, "finish_reason", "").value_or("");
   if (config_.server() == "sglang") {
-    const Json* metadata = response.Find("metadata");
-    absl::StatusOr<int64_t> v =
-        ParseWeightVersion(metadata != nullptr && metadata->is_object() ? metadata->Find("weight_version") : nullptr);
+    const Json* metadata = FindJson(response, "metadata");
+    absl::StatusOr<int64_t> v = ParseWeightVersion(metadata != nullptr ? FindJson(*metadata, "weight_version") : nullptr);
     if (!v.ok()) return v.status();
     out.policy_version = *v;
   } else {  // vLLM's is set by Generate.
-    const Json* version = response.Find("policy_version");
-    absl::StatusOr<int64_t> v = version != nullptr ? version->AsInt() : absl::StatusOr<int64_t>(absl::NotFoundError(""));
+    const Json* version = FindJson(response, "policy_version");
+    absl::StatusOr<int64_t> v = version != nullptr ? JsonInt(*version) : absl::StatusOr<int64_t>(absl::NotFoundError(""));
     out.policy_version = v.ok() ? *v : config_.static_policy_version();
   }
 
@@ -349,12 +348,12 @@ absl::StatusOr<PolicyResponse> OpenAIPolicy::Finish(const Json* token_ids, std::
 }
 
 absl::StatusOr<PolicyResponse> OpenAIPolicy::ParseCompletion(const Json& response, const PolicyRequest& request) const {
-  const Json* choices = response.Find("choices");
-  if (choices == nullptr || !choices->is_array() || choices->items().empty()) {
+  const Json* choices = FindJson(response, "choices");
+  if (choices == nullptr || !choices->is_array() || choices->empty()) {
     return absl::DataLossError("completion response has no choices");
   }
-  const Json& choice = choices->items().front();
-  if (const Json* p = choice.Find("prompt_token_ids"); p != nullptr && p->is_array()) {
+  const Json& choice = choices->front();
+  if (const Json* p = FindJson(choice, "prompt_token_ids"); p != nullptr && p->is_array()) {
     absl::StatusOr<std::vector<int32_t>> ids = ReadIds(*p, "prompt_token_ids");
     if (!ids.ok()) return ids.status();
     if (*ids != request.prompt_ids) {
@@ -366,32 +365,32 @@ absl::StatusOr<PolicyResponse> OpenAIPolicy::ParseCompletion(const Json& respons
   std::vector<std::string> tokens;
   std::vector<float> lps;
   bool have_lps = false;
-  if (const Json* lp = choice.Find("logprobs"); lp != nullptr && lp->is_object()) {
-    const Json* t = lp->Find("tokens");
-    const Json* l = lp->Find("token_logprobs");
+  if (const Json* lp = FindJson(choice, "logprobs"); lp != nullptr && lp->is_object()) {
+    const Json* t = FindJson(*lp, "tokens");
+    const Json* l = FindJson(*lp, "token_logprobs");
     if (t != nullptr && t->is_array()) {
-      for (const Json& s : t->items()) tokens.push_back(s.is_string() ? s.str() : "");
+      for (const Json& s : *t) tokens.push_back(s.is_string() ? s.get<std::string>() : "");
     }
     if (l != nullptr && l->is_array()) {
       have_lps = true;
-      for (const Json& x : l->items()) {
+      for (const Json& x : *l) {
         if (!x.is_number()) return absl::DataLossError("token_logprobs holds a non-number");
-        lps.push_back(static_cast<float>(x.number()));
+        lps.push_back(static_cast<float>(JsonNumber(x)));
       }
     }
   }
-  const std::string text = choice.GetString("text", "").value_or("");
-  return Finish(choice.Find("token_ids"), std::move(tokens), have_lps ? &lps : nullptr, text, response, choice);
+  const std::string text = GetJsonString(choice, "text", "").value_or("");
+  return Finish(FindJson(choice, "token_ids"), std::move(tokens), have_lps ? &lps : nullptr, text, response, choice);
 }
 
 absl::StatusOr<PolicyResponse> OpenAIPolicy::ParseChat(const Json& response, const PolicyRequest& request) const {
-  const Json* choices = response.Find("choices");
-  if (choices == nullptr || !choices->is_array() || choices->items().empty()) {
+  const Json* choices = FindJson(response, "choices");
+  if (choices == nullptr || !choices->is_array() || choices->empty()) {
     return absl::DataLossError("chat response has no choices");
   }
-  const Json& choice = choices->items().front();
-  const Json* prompt = response.Find("prompt_token_ids");
-  if (prompt == nullptr || !prompt->is_array()) prompt = choice.Find("prompt_token_ids");
+  const Json& choice = choices->front();
+  const Json* prompt = FindJson(response, "prompt_token_ids");
+  if (prompt == nullptr || !prompt->is_array()) prompt = FindJson(choice, "prompt_token_ids");
   if (prompt != nullptr && prompt->is_array()) {
     absl::StatusOr<std::vector<int32_t>> ids = ReadIds(*prompt, "prompt_token_ids");
     if (!ids.ok()) return ids.status();
@@ -401,35 +400,35 @@ absl::StatusOr<PolicyResponse> OpenAIPolicy::ParseChat(const Json& response, con
           request.prompt_ids.size(), "): use openai_completions for training, or set policy.allow_retokenize"));
     }
   }
-  const Json* message = choice.Find("message");
+  const Json* message = FindJson(choice, "message");
   std::string text;
   if (message != nullptr && message->is_object()) {
-    text = message->GetString("content", "").value_or("");
-    if (const Json* calls = message->Find("tool_calls"); calls != nullptr && calls->is_array()) {
-      for (const Json& c : calls->items()) {  // Servers that parse calls out of the text (vLLM auto tool choice).
-        const Json* fn = c.Find("function");
+    text = GetJsonString(*message, "content", "").value_or("");
+    if (const Json* calls = FindJson(*message, "tool_calls"); calls != nullptr && calls->is_array()) {
+      for (const Json& c : *calls) {  // Servers that parse calls out of the text (vLLM auto tool choice).
+        const Json* fn = FindJson(c, "function");
         if (fn == nullptr) continue;
-        absl::StatusOr<Json> args = ParseJson(fn->GetString("arguments", "{}").value_or("{}"));
+        absl::StatusOr<Json> args = ParseJson(GetJsonString(*fn, "arguments", "{}").value_or("{}"));
         absl::StrAppend(&text, text.empty() ? "" : "\n",
-                        agent::FormatToolCall(fn->GetString("name", "").value_or(""), args.ok() ? *args : Json::Object()));
+                        agent::FormatToolCall(GetJsonString(*fn, "name", "").value_or(""), args.ok() ? *args : Json::object()));
       }
     }
   }
   std::vector<std::string> tokens;
   std::vector<float> lps;
   bool have_lps = false;
-  if (const Json* lp = choice.Find("logprobs"); lp != nullptr && lp->is_object()) {
-    if (const Json* content = lp->Find("content"); content != nullptr && content->is_array()) {
+  if (const Json* lp = FindJson(choice, "logprobs"); lp != nullptr && lp->is_object()) {
+    if (const Json* content = FindJson(*lp, "content"); content != nullptr && content->is_array()) {
       have_lps = true;
-      for (const Json& e : content->items()) {
-        tokens.push_back(e.GetString("token", "").value_or(""));
-        const Json* l = e.Find("logprob");
+      for (const Json& e : *content) {
+        tokens.push_back(GetJsonString(e, "token", "").value_or(""));
+        const Json* l = FindJson(e, "logprob");
         if (l == nullptr || !l->is_number()) return absl::DataLossError("logprobs.content holds an entry without logprob");
-        lps.push_back(static_cast<float>(l->number()));
+        lps.push_back(static_cast<float>(JsonNumber(*l)));
       }
     }
   }
-  return Finish(choice.Find("token_ids"), std::move(tokens), have_lps ? &lps : nullptr, text, response, choice);
+  return Finish(FindJson(choice, "token_ids"), std::move(tokens), have_lps ? &lps : nullptr, text, response, choice);
 }
 
 absl::StatusOr<PolicyResponse> OpenAIPolicy::Generate(const PolicyRequest& request) {

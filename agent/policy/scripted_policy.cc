@@ -9,7 +9,11 @@
 namespace kernelrl::agent {
 namespace {
 
-Json Args(std::vector<std::pair<std::string, Json>> members) { return Json::Object(std::move(members)); }
+Json Args(std::vector<std::pair<std::string, Json>> members) {
+  Json args = Json::object();
+  for (auto& [key, value] : members) args[key] = std::move(value);
+  return args;
+}
 
 }  // namespace
 
@@ -28,7 +32,7 @@ absl::StatusOr<std::string> ScriptedPolicy::ReplyText(const std::string& task_id
   switch (turn) {
     case 0:
       return absl::StrCat("I'll read the reference model first.\n",
-                          agent::FormatToolCall("Read", Args({{"path", Json::String("model.py")}})));
+                          agent::FormatToolCall("Read", Args({{"path", Json("model.py")}})));
     case 1: {
       std::vector<std::string> files;
       for (auto it = fs::recursive_directory_iterator(solution, ec); !ec && it != fs::recursive_directory_iterator();
@@ -41,17 +45,17 @@ absl::StatusOr<std::string> ScriptedPolicy::ReplyText(const std::string& task_id
         absl::StatusOr<std::string> content = ReadFileToString(solution + "/" + f);
         if (!content.ok()) return content.status();
         absl::StrAppend(&text, "\n",
-                        agent::FormatToolCall("Write", Args({{"path", Json::String(f)},
-                                                             {"content", Json::String(*content)}})));
+                        agent::FormatToolCall("Write", Args({{"path", Json(f)},
+                                                             {"content", Json(*content)}})));
       }
       return text;
     }
     case 2:
-      return absl::StrCat("Compiling.\n", agent::FormatToolCall("Compile", Json::Object()));
+      return absl::StrCat("Compiling.\n", agent::FormatToolCall("Compile", Json::object()));
     case 3:
-      return absl::StrCat("Checking correctness.\n", agent::FormatToolCall("Verify", Json::Object()));
+      return absl::StrCat("Checking correctness.\n", agent::FormatToolCall("Verify", Json::object()));
     case 4:
-      return absl::StrCat("Timing it.\n", agent::FormatToolCall("Profile", Json::Object()));
+      return absl::StrCat("Timing it.\n", agent::FormatToolCall("Profile", Json::object()));
     default:
       return std::string("The kernel is correct and profiled; done.");
   }

@@ -44,57 +44,59 @@ std::vector<std::string> ByteAlphabet() {
 }
 
 Json PreTokenizerJson() {
-  return Json::Object(
-      {{"type", Json::String("Sequence")},
+  return Json::object(
+      {{"type", Json("Sequence")},
        {"pretokenizers",
-        Json::Array({Json::Object({{"type", Json::String("Split")},
-                                   {"pattern", Json::Object({{"Regex", Json::String(kQwen2Pattern)}})},
-                                   {"behavior", Json::String("Isolated")},
-                                   {"invert", Json::Bool(false)}}),
-                     Json::Object({{"type", Json::String("ByteLevel")},
-                                   {"add_prefix_space", Json::Bool(false)},
-                                   {"trim_offsets", Json::Bool(false)},
-                                   {"use_regex", Json::Bool(false)}})})}});
+        Json::array({Json::object({{"type", Json("Split")},
+                                   {"pattern", Json::object({{"Regex", Json(kQwen2Pattern)}})},
+                                   {"behavior", Json("Isolated")},
+                                   {"invert", Json(false)}}),
+                     Json::object({{"type", Json("ByteLevel")},
+                                   {"add_prefix_space", Json(false)},
+                                   {"trim_offsets", Json(false)},
+                                   {"use_regex", Json(false)}})})}});
 }
 
 std::string TokenizerJson(const std::vector<std::string>& tokens, const std::vector<std::pair<int, int>>& merges) {
-  std::vector<std::pair<std::string, Json>> vocab;
-  for (size_t i = 0; i < tokens.size(); ++i) vocab.emplace_back(tokens[i], Json::Int(static_cast<int64_t>(i)));
-  Json merge_list = Json::Array();
-  for (const auto& [a, b] : merges) merge_list.Push(Json::Array({Json::String(tokens[a]), Json::String(tokens[b])}));
-  Json added = Json::Array();
+  // Appended in id order without a lookup per token (the trained tokens are distinct).
+  Json::object_t vocab;
+  vocab.reserve(tokens.size());
+  for (size_t i = 0; i < tokens.size(); ++i) vocab.emplace_back(tokens[i], Json(static_cast<int64_t>(i)));
+  Json merge_list = Json::array();
+  for (const auto& [a, b] : merges) merge_list.push_back(Json::array({Json(tokens[a]), Json(tokens[b])}));
+  Json added = Json::array();
   int64_t id = static_cast<int64_t>(tokens.size());
   for (const std::string& s : ChatSpecialTokens()) {
-    added.Push(Json::Object({{"id", Json::Int(id++)},
-                             {"content", Json::String(s)},
-                             {"single_word", Json::Bool(false)},
-                             {"lstrip", Json::Bool(false)},
-                             {"rstrip", Json::Bool(false)},
-                             {"normalized", Json::Bool(false)},
-                             {"special", Json::Bool(true)}}));
+    added.push_back(Json::object({{"id", Json(id++)},
+                             {"content", Json(s)},
+                             {"single_word", Json(false)},
+                             {"lstrip", Json(false)},
+                             {"rstrip", Json(false)},
+                             {"normalized", Json(false)},
+                             {"special", Json(true)}}));
   }
-  Json j = Json::Object({{"version", Json::String("1.0")},
-                         {"truncation", Json::Null()},
-                         {"padding", Json::Null()},
+  Json j = Json::object({{"version", Json("1.0")},
+                         {"truncation", Json()},
+                         {"padding", Json()},
                          {"added_tokens", std::move(added)},
-                         {"normalizer", Json::Null()},
+                         {"normalizer", Json()},
                          {"pre_tokenizer", PreTokenizerJson()},
-                         {"post_processor", Json::Null()},
-                         {"decoder", Json::Object({{"type", Json::String("ByteLevel")},
-                                                   {"add_prefix_space", Json::Bool(true)},
-                                                   {"trim_offsets", Json::Bool(true)},
-                                                   {"use_regex", Json::Bool(true)}})},
-                         {"model", Json::Object({{"type", Json::String("BPE")},
-                                                 {"dropout", Json::Null()},
-                                                 {"unk_token", Json::Null()},
-                                                 {"continuing_subword_prefix", Json::Null()},
-                                                 {"end_of_word_suffix", Json::Null()},
-                                                 {"fuse_unk", Json::Bool(false)},
-                                                 {"byte_fallback", Json::Bool(false)},
-                                                 {"ignore_merges", Json::Bool(false)},
-                                                 {"vocab", Json::Object(std::move(vocab))},
+                         {"post_processor", Json()},
+                         {"decoder", Json::object({{"type", Json("ByteLevel")},
+                                                   {"add_prefix_space", Json(true)},
+                                                   {"trim_offsets", Json(true)},
+                                                   {"use_regex", Json(true)}})},
+                         {"model", Json::object({{"type", Json("BPE")},
+                                                 {"dropout", Json()},
+                                                 {"unk_token", Json()},
+                                                 {"continuing_subword_prefix", Json()},
+                                                 {"end_of_word_suffix", Json()},
+                                                 {"fuse_unk", Json(false)},
+                                                 {"byte_fallback", Json(false)},
+                                                 {"ignore_merges", Json(false)},
+                                                 {"vocab", Json(std::move(vocab))},
                                                  {"merges", std::move(merge_list)}})}});
-  return j.Dump();
+  return DumpJson(j);
 }
 
 uint64_t PairKey(int a, int b) { return (static_cast<uint64_t>(a) << 32) | static_cast<uint32_t>(b); }

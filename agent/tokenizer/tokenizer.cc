@@ -12,6 +12,9 @@
 namespace kernelrl::agent {
 namespace {
 
+// A component's "type" member, or "" when absent or not a string.
+std::string TypeOf(const Json& component) { return GetJsonString(component, "type", "").value_or(""); }
+
 // The split patterns we reproduce exactly (as written in tokenizer.json).
 constexpr absl::string_view kQwen2Pattern =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
@@ -118,44 +121,43 @@ absl::Status Tokenizer::Parse(absl::string_view text) {
   const Json& j = *parsed;
 
   // Normalizer: none, NFC, or a sequence of NFC.
-  if (const Json* norm = j.Find("normalizer"); norm != nullptr && !norm->is_null()) {
+  if (const Json* norm = FindJson(j, "normalizer"); norm != nullptr && !norm->is_null()) {
     std::vector<const Json*> list = {norm};
-    if (norm->Find("type") && norm->Find("type")->str() == "Sequence") {
+    if (TypeOf(*norm) == "Sequence") {
       list.clear();
-      for (const Json& n : norm->Find("normalizers")->items()) list.push_back(&n);
+      for (const Json& n : *FindJson(*norm, "normalizers")) list.push_back(&n);
     }
     for (const Json* n : list) {
-      const Json* type = n->Find("type");
-      if (type == nullptr || type->str() != "NFC") {
-        return absl::UnimplementedError(absl::StrCat("normalizer ", n->Dump(), " is not supported (NFC is)"));
+      if (TypeOf(*n) != "NFC") {
+        return absl::UnimplementedError(absl::StrCat("normalizer ", DumpJson(*n), " is not supported (NFC is)"));
       }
       nfc_ = true;
     }
   }
 
   // Pre-tokenizer: Sequence[Split(Qwen2 or Llama-3 regex, Isolated), ByteLevel(use_regex=false)].
-  const Json* pre = j.Find("pre_tokenizer");
+  const Json* pre = FindJson(j, "pre_tokenizer");
   bool split_ok = false, byte_level_ok = false;
-  if (pre != nullptr && pre->is_object() && pre->Find("type") && pre->Find("type")->str() == "Sequence") {
-    for (const Json& p : pre->Find("pretokenizers")->items()) {
-      const std::string type = p.Find("type") ? p.Find("type")->str() : "";
+  if (pre != nullptr && TypeOf(*pre) == "Sequence") {
+    for (const Json& p : *FindJson(*pre, "pretokenizers")) {
+      const std::string type = TypeOf(p);
       if (type == "Split") {
-        const Json* pat = p.Find("pattern");
-        const Json* re = pat ? pat->Find("Regex") : nullptr;
-        auto behavior = p.GetString("behavior", "");
-        auto invert = p.GetBool("invert", false);
-        if (re == nullptr || !behavior.ok() || *behavior != "Isolated" || !invert.ok() || *invert) break;
-        if (re->str() == kQwen2Pattern) {
+        const Json* pat = FindJson(p, "pattern");
+        const Json* re = pat ? FindJson(*pat, "Regex") : nullptr;
+        auto behavior = GetJsonString(p, "behavior", "");
+        auto invert = GetJsonBool(p, "invert", false);
+        if (re == nullptr || !re->is_string() || !behavior.ok() || *behavior != "Isolated" || !invert.ok() || *invert) break;
+        if (re->get<std::string>() == kQwen2Pattern) {
           max_digits_ = 1;
-        } else if (re->str() == kLlama3Pattern) {
+        } else if (re->get<std::string>() == kLlama3Pattern) {
           max_digits_ = 3;
         } else {
-          return absl::UnimplementedError(absl::StrCat("pre-tokenizer split pattern not supported: ", re->str()));
+          return absl::UnimplementedError(absl::StrCat("pre-tokenizer split pattern not supported: ", re->get<std::string>()));
         }
         split_ok = true;
       } else if (type == "ByteLevel") {
-        auto use_regex = p.GetBool("use_regex", true);
-        auto prefix = p.GetBool("add_prefix_space", false);
+        auto use_regex = GetJsonBool(p, "use_regex", true);
+        auto prefix = GetJsonBool(p, "add_prefix_space", false);
         if (!use_regex.ok() || *use_regex || !prefix.ok() || *prefix) break;
         byte_level_ok = true;
       } else {
@@ -178,26 +180,26 @@ absl::Status Tokenizer::Parse(absl::string_view text) {
     char_to_byte_[cp] = static_cast<uint8_t>(b);
   }
 
-  const Json* model = j.Find("model");
-  if (model == nullptr || !model->Find("type") || model->Find("type")->str() != "BPE") {
+  const Json* model = FindJson(j, "model");
+  if (model == nullptr || TypeOf(*model) != "BPE") {
     return absl::UnimplementedError("model.type must be BPE");
   }
   for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
-    const Json* v = model->Find(key);
-    if (v != nullptr && !v->is_null() && !v->str().empty()) {
+    const Json* v = FindJson(*model, key);
+    if (v != nullptr && !v->is_null() && !(v->is_string() && v->get<std::string>().empty())) {
       return absl::UnimplementedError(absl::StrCat("BPE ", key, " is not supported"));
     }
   }
-  if (auto bf = model->GetBool("byte_fallback", false); !bf.ok() || *bf) {
+  if (auto bf = GetJsonBool(*model, "byte_fallback", false); !bf.ok() || *bf) {
     return absl::UnimplementedError("BPE byte_fallback is not supported (byte-level BPE needs none)");
   }
-  auto ignore = model->GetBool("ignore_merges", false);
+  auto ignore = GetJsonBool(*model, "ignore_merges", false);
   if (!ignore.ok()) return ignore.status();
   ignore_merges_ = *ignore;
-  const Json* vocab = model->Find("vocab");
+  const Json* vocab = FindJson(*model, "vocab");
   if (vocab == nullptr || !vocab->is_object()) return absl::InvalidArgumentError("model.vocab missing");
-  for (const auto& [tok, idj] : vocab->members()) {
-    auto id = idj.AsInt();
+  for (const auto& [tok, idj] : vocab->items()) {
+    auto id = JsonInt(idj);
     if (!id.ok() || *id < 0 || *id > std::numeric_limits<int32_t>::max()) {
       return absl::InvalidArgumentError(absl::StrCat("bad id for token ", tok));
     }
@@ -205,19 +207,19 @@ absl::Status Tokenizer::Parse(absl::string_view text) {
     if (static_cast<size_t>(*id) >= id_to_token_.size()) id_to_token_.resize(*id + 1);
     id_to_token_[*id] = tok;
   }
-  const Json* merges = model->Find("merges");
+  const Json* merges = FindJson(*model, "merges");
   if (merges == nullptr || !merges->is_array()) return absl::InvalidArgumentError("model.merges missing");
   int32_t rank = 0;
-  for (const Json& m : merges->items()) {
+  for (const Json& m : *merges) {
     std::string a, b;
     if (m.is_string()) {
-      size_t sp = m.str().find(' ');
-      if (sp == std::string::npos) return absl::InvalidArgumentError(absl::StrCat("bad merge \"", m.str(), "\""));
-      a = m.str().substr(0, sp);
-      b = m.str().substr(sp + 1);
-    } else if (m.is_array() && m.items().size() == 2) {
-      a = m.items()[0].str();
-      b = m.items()[1].str();
+      size_t sp = m.get<std::string>().find(' ');
+      if (sp == std::string::npos) return absl::InvalidArgumentError(absl::StrCat("bad merge \"", m.get<std::string>(), "\""));
+      a = m.get<std::string>().substr(0, sp);
+      b = m.get<std::string>().substr(sp + 1);
+    } else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) {
+      a = m[0].get<std::string>();
+      b = m[1].get<std::string>();
     } else {
       return absl::InvalidArgumentError("merges entries must be \"a b\" or [a, b]");
     }
@@ -227,26 +229,26 @@ absl::Status Tokenizer::Parse(absl::string_view text) {
     }
     merges_.emplace(PairKey(ia->second, ib->second), std::make_pair(rank++, iab->second));
   }
-  if (const Json* unk = model->Find("unk_token"); unk != nullptr && unk->is_string()) {
-    auto it = vocab_.find(unk->str());
+  if (const Json* unk = FindJson(*model, "unk_token"); unk != nullptr && unk->is_string()) {
+    auto it = vocab_.find(unk->get<std::string>());
     if (it != vocab_.end()) unk_id_ = it->second;
   }
 
-  if (const Json* added = j.Find("added_tokens"); added != nullptr && added->is_array()) {
-    for (const Json& a : added->items()) {
+  if (const Json* added = FindJson(j, "added_tokens"); added != nullptr && added->is_array()) {
+    for (const Json& a : *added) {
       AddedToken t;
-      auto id = a.GetInt("id", -1);
-      auto content = a.GetString("content", "");
+      auto id = GetJsonInt(a, "id", -1);
+      auto content = GetJsonString(a, "content", "");
       if (!id.ok() || *id < 0 || !content.ok() || content->empty()) {
         return absl::InvalidArgumentError("added_tokens entries need an id and a non-empty content");
       }
       t.id = static_cast<int32_t>(*id);
       t.content = *content;
-      t.special = a.GetBool("special", false).value_or(false);
-      t.lstrip = a.GetBool("lstrip", false).value_or(false);
-      t.rstrip = a.GetBool("rstrip", false).value_or(false);
-      t.normalized = a.GetBool("normalized", !t.special).value_or(!t.special);
-      if (a.GetBool("single_word", false).value_or(false)) {
+      t.special = GetJsonBool(a, "special", false).value_or(false);
+      t.lstrip = GetJsonBool(a, "lstrip", false).value_or(false);
+      t.rstrip = GetJsonBool(a, "rstrip", false).value_or(false);
+      t.normalized = GetJsonBool(a, "normalized", !t.special).value_or(!t.special);
+      if (GetJsonBool(a, "single_word", false).value_or(false)) {
         return absl::UnimplementedError(absl::StrCat("added token ", t.content, ": single_word is not supported"));
       }
       if (static_cast<size_t>(t.id) >= id_to_token_.size()) id_to_token_.resize(t.id + 1);

@@ -31,26 +31,26 @@ class TokenizerParityTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(TokenizerParityTest, IdsEqualHuggingFaceOnVariedText) {
   const Json& fx = Fixtures();
-  const Json* c = fx.Find("cases")->Find(GetParam());
+  const Json* c = FindJson(*FindJson(fx, "cases"), GetParam());
   ASSERT_NE(c, nullptr);
-  auto tok = Tokenizer::Load(c->Find("tokenizer")->str());
+  auto tok = Tokenizer::Load(FindJson(*c, "tokenizer")->get<std::string>());
   ASSERT_TRUE(tok.ok()) << tok.status();
-  const auto& lines = fx.Find("lines")->items();
-  const auto& want = c->Find("ids")->items();
+  const Json& lines = *FindJson(fx, "lines");
+  const Json& want = *FindJson(*c, "ids");
   ASSERT_EQ(lines.size(), want.size());
   ASSERT_GE(lines.size(), 10000u);
   int mismatches = 0;
   size_t tokens = 0;
   for (size_t i = 0; i < lines.size(); ++i) {
     std::vector<int32_t> expected;
-    for (const Json& v : want[i].items()) expected.push_back(static_cast<int32_t>(*v.AsInt()));
-    std::vector<int32_t> got = (*tok)->Encode(lines[i].str());
+    for (const Json& v : want[i]) expected.push_back(static_cast<int32_t>(*JsonInt(v)));
+    std::vector<int32_t> got = (*tok)->Encode(lines[i].get<std::string>());
     tokens += got.size();
     if (got != expected && ++mismatches <= 5) {
-      ADD_FAILURE() << "line " << i << " " << Json::String(lines[i].str()).Dump() << ": ids differ from HF";
+      ADD_FAILURE() << "line " << i << " " << DumpJson(Json(lines[i].get<std::string>())) << ": ids differ from HF";
     }
     // Decoding gives back the (normalized) text.
-    const std::string text = c->Find("nfc")->bool_value() ? NormalizeNfc(lines[i].str()) : lines[i].str();
+    const std::string text = FindJson(*c, "nfc")->get<bool>() ? NormalizeNfc(lines[i].get<std::string>()) : lines[i].get<std::string>();
     if (mismatches == 0) {
       EXPECT_EQ((*tok)->Decode(got), text) << "line " << i;
     }
@@ -63,7 +63,7 @@ INSTANTIATE_TEST_SUITE_P(Styles, TokenizerParityTest, ::testing::Values("qwen2",
 
 TEST(TokenizerTest, SpecialTokensAreSplitOutAndSkippable) {
   const Json& fx = Fixtures();
-  auto tok = Tokenizer::Load(fx.Find("cases")->Find("qwen2")->Find("tokenizer")->str());
+  auto tok = Tokenizer::Load(FindJson(*FindJson(*FindJson(fx, "cases"), "qwen2"), "tokenizer")->get<std::string>());
   ASSERT_TRUE(tok.ok()) << tok.status();
   const int32_t start = (*tok)->TokenId("<|im_start|>"), end = (*tok)->TokenId("<|im_end|>");
   ASSERT_GE(start, 0);
@@ -81,7 +81,7 @@ TEST(TokenizerTest, UnsupportedOrBrokenFilesGiveClearErrors) {
   ASSERT_FALSE(no_pre.ok());
   EXPECT_NE(std::string(no_pre.status().message()).find("pre_tokenizer"), std::string::npos);
   const Json& fx = Fixtures();
-  auto text = ReadFileToString(fx.Find("cases")->Find("qwen2")->Find("tokenizer")->str());
+  auto text = ReadFileToString(FindJson(*FindJson(*FindJson(fx, "cases"), "qwen2"), "tokenizer")->get<std::string>());
   ASSERT_TRUE(text.ok());
   auto truncated = Tokenizer::FromJson(absl::string_view(*text).substr(0, text->size() / 2));
   ASSERT_FALSE(truncated.ok());

@@ -27,6 +27,7 @@
 #include "learner/dist/launcher.h"
 #include "learner/dist/shard.h"
 #include "learner/dist/store_backend_for_test.h"
+#include "learner/rl/test_batch.h"
 #include "learner/rl/trainer.h"
 #include "learner/test_util.h"
 
@@ -34,6 +35,8 @@ namespace kernelrl::learner::dist {
 namespace {
 
 using rl::Sample;
+using rl::testing::RandomBatch;
+using rl::testing::ShardOf;
 using rl::StepMetrics;
 using rl::Trainer;
 using rl::TrainerOptions;
@@ -50,28 +53,6 @@ std::unique_ptr<Transformer> Tiny(Head head, uint64_t seed, at::Device device) {
   auto m = Transformer::Create(TinyConfig(), head, o, seed);
   EXPECT_TRUE(m.ok()) << m.status();
   return std::move(*m);
-}
-
-// n trajectories of random length, a random mask (position 0 never a model
-// token, at least one model token), random log-probs and rewards.
-std::vector<Sample> RandomBatch(int n, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::vector<Sample> out;
-  for (int i = 0; i < n; ++i) {
-    Sample s;
-    s.id = absl::StrCat("t", i);
-    const int len = 4 + static_cast<int>(rng() % 20);
-    for (int t = 0; t < len; ++t) {
-      const bool model = t > 0 && (t == len - 1 || rng() % 3 != 0);
-      s.ids.push_back(static_cast<int32_t>(rng() % 32));
-      s.loss_mask.push_back(model);
-      s.rollout_logprobs.push_back(model ? -0.05f - static_cast<float>(rng() % 3000) / 1000.0f : 0.0f);
-    }
-    s.reward = static_cast<double>(rng() % 2001) / 1000.0 - 1.0;
-    s.length_clipped = rng() % 4 == 0;
-    out.push_back(std::move(s));
-  }
-  return out;
 }
 
 enum class Objective { kPpo, kSft, kValue };
@@ -121,15 +102,6 @@ std::vector<at::Tensor> Weights(Trainer& t) {
     for (const at::Tensor& p : t.critic()->parameters()) w.push_back(p.detach().to(at::kCPU, at::kFloat).clone());
   }
   return w;
-}
-
-std::vector<Sample> Shard(const std::vector<Sample>& batch, int rank, int world) {
-  std::vector<int64_t> tokens;
-  for (const Sample& s : batch) tokens.push_back(static_cast<int64_t>(s.ids.size()));
-  const std::vector<std::vector<int>> shards = ShardByTokens(tokens, world);
-  std::vector<Sample> out;
-  for (int i : shards[rank]) out.push_back(batch[i]);
-  return out;
 }
 
 // The weights after one optimizer step from MakeTrainer's initial state on
@@ -221,7 +193,7 @@ TEST(DataParallelTest, TwoRanksEqualOneRankOnTheGlobalBatch) {
           Trainer& t = *trainers[r];
           t.set_collectives(c->get());
           Observe(t, &dp[r]);
-          auto m = RunStep(t, o, Shard(batch, r, world), n);
+          auto m = RunStep(t, o, ShardOf(batch, r, world), n);
           if (!m.ok()) return void(status[r] = m.status());
           dp[r].metrics = *m;
           dp[r].weights = Weights(t);
@@ -344,7 +316,7 @@ absl::StatusOr<StepResult> NcclRank(const Rendezvous& r) {
   if (auto s = t->BroadcastParameters(); !s.ok()) return s;
   StepResult out;
   Observe(*t, &out);
-  auto m = t->PpoStep(Shard(GpuBatch(), r.rank, r.world_size), static_cast<int64_t>(GpuBatch().size()));
+  auto m = t->PpoStep(ShardOf(GpuBatch(), r.rank, r.world_size), static_cast<int64_t>(GpuBatch().size()));
   if (!m.ok()) return m.status();
   out.metrics = *m;
   out.weights = Weights(*t);

@@ -273,60 +273,60 @@ at::Tensor ShardedWeights::Block(const Transformer& model, int layer, const at::
 }
 
 Json ShardedWeights::Layout() const {
-  Json units = Json::Array();
+  Json units = Json::array();
   for (const Unit& u : units_) {
-    Json entries = Json::Array();
+    Json entries = Json::array();
     for (const Entry& e : u.entries) {
       if (!e.present) {
-        entries.Push(Json::Null());
+        entries.push_back(Json());
         continue;
       }
-      Json shape = Json::Array();
-      for (int64_t d : e.shape) shape.Push(Json::Int(d));
-      entries.Push(shape);
+      Json shape = Json::array();
+      for (int64_t d : e.shape) shape.push_back(Json(d));
+      entries.push_back(shape);
     }
-    units.Push(Json::Object({{"numel", Json::Int(u.numel)}, {"padded", Json::Int(u.padded)}, {"entries", entries}}));
+    units.push_back(Json::object({{"numel", Json(u.numel)}, {"padded", Json(u.padded)}, {"entries", entries}}));
   }
-  return Json::Object({{"config", config_.ToJson()},
-                       {"head", Json::String(head_ == Head::kValue ? "value" : "language_model")},
-                       {"tied", Json::Bool(tied_)},
-                       {"world_size", Json::Int(world_)},
+  return Json::object({{"config", config_.ToJson()},
+                       {"head", Json(head_ == Head::kValue ? "value" : "language_model")},
+                       {"tied", Json(tied_)},
+                       {"world_size", Json(world_)},
                        {"units", units}});
 }
 
 absl::StatusOr<std::unique_ptr<Transformer>> ShardedWeights::Assemble(const Json& layout,
                                                                       const std::vector<at::Tensor>& units,
                                                                       const ModelOptions& options) {
-  const Json* config_json = layout.Find("config");
-  const Json* unit_list = layout.Find("units");
+  const Json* config_json = FindJson(layout, "config");
+  const Json* unit_list = FindJson(layout, "units");
   if (config_json == nullptr || unit_list == nullptr || !unit_list->is_array()) {
     return absl::DataLossError("sharded layout lacks config or units");
   }
   auto config = ModelConfig::FromJson(*config_json);
   if (!config.ok()) return config.status();
-  auto head_name = layout.GetString("head", "");
-  auto tied = layout.GetBool("tied", false);
+  auto head_name = GetJsonString(layout, "head", "");
+  auto tied = GetJsonBool(layout, "tied", false);
   if (!head_name.ok()) return head_name.status();
   if (!tied.ok()) return tied.status();
-  if (unit_list->items().size() != units.size() ||
+  if (unit_list->size() != units.size() ||
       static_cast<int64_t>(units.size()) != config->num_layers + 1) {
-    return absl::DataLossError(absl::StrCat("sharded layout: ", unit_list->items().size(), " units, ", units.size(),
+    return absl::DataLossError(absl::StrCat("sharded layout: ", unit_list->size(), " units, ", units.size(),
                                             " buffers, ", config->num_layers, " layers"));
   }
   // Each field: a view of its unit's buffer at the running offset.
   auto views = [](const Json& unit, const at::Tensor& full, std::vector<at::Tensor*> fields) -> absl::Status {
-    const Json* entries = unit.Find("entries");
-    if (entries == nullptr || entries->items().size() != fields.size()) {
+    const Json* entries = FindJson(unit, "entries");
+    if (entries == nullptr || entries->size() != fields.size()) {
       return absl::DataLossError("sharded layout: unit entries do not match the model's fields");
     }
     int64_t offset = 0;
     for (size_t i = 0; i < fields.size(); ++i) {
-      const Json& e = entries->items()[i];
+      const Json& e = (*entries)[i];
       if (e.is_null()) continue;
       std::vector<int64_t> shape;
       int64_t numel = 1;
-      for (const Json& d : e.items()) {
-        auto v = d.AsInt();
+      for (const Json& d : e) {
+        auto v = JsonInt(d);
         if (!v.ok()) return v.status();
         shape.push_back(*v);
         numel *= *v;
@@ -339,11 +339,11 @@ absl::StatusOr<std::unique_ptr<Transformer>> ShardedWeights::Assemble(const Json
   };
   try {
     RootWeights root;
-    if (auto s = views(unit_list->items()[0], units[0], Fields(root)); !s.ok()) return s;
+    if (auto s = views((*unit_list)[0], units[0], Fields(root)); !s.ok()) return s;
     std::vector<at::Tensor> fields;
     for (size_t u = 1; u < units.size(); ++u) {
       Transformer::Layer w;
-      if (auto s = views(unit_list->items()[u], units[u], Fields(w)); !s.ok()) return s;
+      if (auto s = views((*unit_list)[u], units[u], Fields(w)); !s.ok()) return s;
       for (at::Tensor* t : Fields(w)) fields.push_back(*t);
     }
     return Transformer::FromWeights(*config, *head_name == "value" ? Head::kValue : Head::kLanguageModel, options,

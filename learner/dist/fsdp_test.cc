@@ -20,6 +20,7 @@
 #include "learner/dist/sharded_checkpoint.h"
 #include "learner/dist/shard.h"
 #include "learner/dist/store_backend_for_test.h"
+#include "learner/rl/test_batch.h"
 #include "learner/rl/trainer.h"
 #include "learner/test_util.h"
 
@@ -27,6 +28,8 @@ namespace kernelrl::learner::dist {
 namespace {
 
 using rl::Sample;
+using rl::testing::RandomBatch;
+using rl::testing::ShardOf;
 using rl::StepMetrics;
 using rl::Trainer;
 using rl::TrainerOptions;
@@ -38,27 +41,6 @@ std::unique_ptr<Transformer> Tiny(Head head, uint64_t seed, bool checkpointing) 
   auto m = Transformer::Create(learner::testing::TinyQwen2Config(32), head, o, seed);
   EXPECT_TRUE(m.ok()) << m.status();
   return std::move(*m);
-}
-
-// n trajectories of random length with a random mask (at least one model
-// token each), random rollout log-probs and rewards.
-std::vector<Sample> RandomBatch(int n, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::vector<Sample> out;
-  for (int i = 0; i < n; ++i) {
-    Sample s;
-    s.id = absl::StrCat("t", i);
-    const int len = 4 + static_cast<int>(rng() % 20);
-    for (int t = 0; t < len; ++t) {
-      const bool model = t > 0 && (t == len - 1 || rng() % 3 != 0);
-      s.ids.push_back(static_cast<int32_t>(rng() % 32));
-      s.loss_mask.push_back(model);
-      s.rollout_logprobs.push_back(model ? -0.05f - static_cast<float>(rng() % 3000) / 1000.0f : 0.0f);
-    }
-    s.reward = static_cast<double>(rng() % 2001) / 1000.0 - 1.0;
-    out.push_back(std::move(s));
-  }
-  return out;
 }
 
 struct Variant {
@@ -100,15 +82,6 @@ std::vector<at::Tensor> Weights(const Transformer& m) {
   std::vector<at::Tensor> w;
   for (const at::Tensor& p : m.parameters()) w.push_back(p.detach().to(at::kFloat).clone());
   return w;
-}
-
-std::vector<Sample> ShardOf(const std::vector<Sample>& batch, int rank, int world) {
-  std::vector<int64_t> tokens;
-  for (const Sample& s : batch) tokens.push_back(static_cast<int64_t>(s.ids.size()));
-  const std::vector<std::vector<int>> shards = ShardByTokens(tokens, world);
-  std::vector<Sample> out;
-  for (int i : shards[rank]) out.push_back(batch[i]);
-  return out;
 }
 
 std::string TempPath(const std::string& name) {

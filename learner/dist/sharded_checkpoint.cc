@@ -49,7 +49,7 @@ absl::Status SaveShards(const std::string& dir, const std::vector<ShardedModelRe
     const ShardedWeights& w = *m.weights;
     if (w.replica() != 0) continue;  // Replicas hold the same shards: the first writes them.
     if (w.rank() == 0) {
-      if (auto s = WriteFileAtomically(LayoutFile(dir, m.name), w.Layout().Dump(2)); !s.ok()) return s;
+      if (auto s = WriteFileAtomically(LayoutFile(dir, m.name), DumpJson(w.Layout(), 2)); !s.ok()) return s;
     }
     std::map<std::string, at::Tensor> tensors = m.optimizer->State("");  // "<u>/exp_avg", ... (CPU)
     const std::vector<at::Tensor> shards = w.parameters();
@@ -72,14 +72,14 @@ absl::Status LoadShards(const std::string& dir, const std::vector<ShardedModelRe
     ShardedWeights& w = *m.weights;
     auto layout = ReadLayout(dir, m.name);
     if (!layout.ok()) return layout.status();
-    auto world = layout->GetInt("world_size", 0);
+    auto world = GetJsonInt(*layout, "world_size", 0);
     if (!world.ok()) return world.status();
     if (*world != w.world_size()) {
       return absl::FailedPreconditionError(absl::StrCat(dir, ": ", m.name, " was saved by ", *world,
                                                         " ranks; this run has ", w.world_size()));
     }
-    const Json* units = layout->Find("units");
-    if (units == nullptr || units->Dump() != w.Layout().Find("units")->Dump()) {
+    const Json* units = FindJson(*layout, "units");
+    if (units == nullptr || DumpJson(*units) != DumpJson(*FindJson(w.Layout(), "units"))) {
       return absl::FailedPreconditionError(absl::StrCat(dir, ": ", m.name, " has another model shape"));
     }
     auto tensors = ReadRankFile(RankFile(dir, m.name, w.rank(), w.world_size()));
@@ -100,11 +100,11 @@ absl::Status LoadShards(const std::string& dir, const std::vector<ShardedModelRe
 absl::StatusOr<std::unique_ptr<Transformer>> ConsolidateShards(const std::string& dir, const std::string& name) {
   auto layout = ReadLayout(dir, name);
   if (!layout.ok()) return layout.status();
-  auto world = layout->GetInt("world_size", 0);
+  auto world = GetJsonInt(*layout, "world_size", 0);
   if (!world.ok()) return world.status();
-  const Json* units = layout->Find("units");
+  const Json* units = FindJson(*layout, "units");
   if (units == nullptr || *world <= 0) return absl::DataLossError(absl::StrCat(dir, ": bad layout for ", name));
-  std::vector<std::vector<at::Tensor>> parts(units->items().size());
+  std::vector<std::vector<at::Tensor>> parts(units->size());
   for (int r = 0; r < *world; ++r) {
     auto tensors = ReadRankFile(RankFile(dir, name, r, static_cast<int>(*world)));
     if (!tensors.ok()) return tensors.status();

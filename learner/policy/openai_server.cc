@@ -20,7 +20,7 @@ namespace {
 HttpReply JsonReply(int status, const Json& body) {
   HttpReply r;
   r.status = status;
-  r.body = body.Dump();
+  r.body = DumpJson(body);
   return r;
 }
 
@@ -111,7 +111,7 @@ class StreamedReply {
     ++finished_;
     if (!item.result.ok() && failed_.ok()) {
       failed_ = item.result.status();
-      out_.push_back(openai::ErrorBody(failed_).Dump());
+      out_.push_back(DumpJson(openai::ErrorBody(failed_)));
     } else if (item.result.ok()) {
       choices_[item.choice].result = *item.result;
       emit(stream.Finish(*item.result));
@@ -147,7 +147,7 @@ OpenAIServer::~OpenAIServer() { Stop(); }
 HttpReply OpenAIServer::Handle(const std::string& method, const std::string& path, const std::string& body) const {
   const bool generate = path == "/v1/completions" || path == "/v1/chat/completions";
   const bool models = path == "/v1/models" || absl::StartsWith(path, "/v1/models/");
-  if (path == "/health") return JsonReply(200, Json::Object());
+  if (path == "/health") return JsonReply(200, Json::object());
   if (!generate && !models) {
     return ErrorReply(absl::NotFoundError(absl::StrCat("Unknown route ", method, " ", path)));
   }
@@ -161,19 +161,19 @@ HttpReply OpenAIServer::Handle(const std::string& method, const std::string& pat
 
 HttpReply OpenAIServer::Models(const std::string& path) const {
   const PolicyEngine::Info info = engine_->GetInfo();
-  Json model = Json::Object({{"id", Json::String(options_.model_name)},
-                             {"object", Json::String("model")},
-                             {"created", Json::Int(UnixNow())},
-                             {"owned_by", Json::String("kernelrl")},
-                             {"root", Json::String(info.checkpoint_path)},
-                             {"max_model_len", Json::Int(options_.max_seq_len)},
-                             {"policy_version", Json::Int(info.policy_version)}});
+  Json model = Json::object({{"id", Json(options_.model_name)},
+                             {"object", Json("model")},
+                             {"created", Json(UnixNow())},
+                             {"owned_by", Json("kernelrl")},
+                             {"root", Json(info.checkpoint_path)},
+                             {"max_model_len", Json(options_.max_seq_len)},
+                             {"policy_version", Json(info.policy_version)}});
   if (path == "/v1/models") {
-    return JsonReply(200, Json::Object({{"object", Json::String("list")}, {"data", Json::Array({model})}}));
+    return JsonReply(200, Json::object({{"object", Json("list")}, {"data", Json::array({model})}}));
   }
   const std::string name = path.substr(std::string("/v1/models/").size());
   if (name != options_.model_name) {
-    absl::Status s = openai::CheckModel(Json::Object({{"model", Json::String(name)}}), options_.model_name);
+    absl::Status s = openai::CheckModel(Json::object({{"model", Json(name)}}), options_.model_name);
     return ErrorReply(s);
   }
   return JsonReply(200, model);
@@ -294,7 +294,7 @@ absl::StatusOr<int> OpenAIServer::Start(const std::string& address, int port) {
   http_->Patch(any, serve);
   http_->set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr) {
     res.status = 500;
-    res.set_content(openai::ErrorBody(absl::InternalError("internal error")).Dump(), "application/json");
+    res.set_content(DumpJson(openai::ErrorBody(absl::InternalError("internal error"))), "application/json");
   });
   const int bound = port == 0 ? http_->bind_to_any_port(address) : (http_->bind_to_port(address, port) ? port : -1);
   if (bound <= 0) {

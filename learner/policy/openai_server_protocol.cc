@@ -19,18 +19,18 @@ std::string FinishReason(const std::string& engine_reason) {
 }
 
 // -inf is not JSON; vLLM writes -9999 for it too.
-Json Logprob(float lp) { return Json::Number(std::isfinite(lp) ? lp : -9999.0); }
+Json Logprob(float lp) { return Json(std::isfinite(lp) ? lp : -9999.0); }
 
 Json IdArray(const std::vector<int32_t>& ids) {
-  Json a = Json::Array();
-  for (int32_t id : ids) a.Push(Json::Int(id));
+  Json a = Json::array();
+  for (int32_t id : ids) a.push_back(Json(id));
   return a;
 }
 
 absl::StatusOr<std::vector<int32_t>> IdsOf(const Json& array, const std::string& param) {
   std::vector<int32_t> ids;
-  for (const Json& v : array.items()) {
-    absl::StatusOr<int64_t> id = v.AsInt();
+  for (const Json& v : array) {
+    absl::StatusOr<int64_t> id = JsonInt(v);
     if (!id.ok() || *id < 0 || *id > INT32_MAX) return BadParam(param, "token ids must be non-negative integers");
     ids.push_back(static_cast<int32_t>(*id));
   }
@@ -40,14 +40,14 @@ absl::StatusOr<std::vector<int32_t>> IdsOf(const Json& array, const std::string&
 // The fields both endpoints share: sampling, n, stream, the vLLM extensions.
 absl::Status ParseCommon(const Json& body, const agent::Tokenizer& tokenizer, ApiRequest* req) {
   auto number = [&](const char* key, double def, double lo, double hi, double* out) -> absl::Status {
-    absl::StatusOr<double> v = body.GetDouble(key, def);
+    absl::StatusOr<double> v = GetJsonDouble(body, key, def);
     if (!v.ok()) return BadParam(key, absl::StrCat("'", key, "' must be a number"));
     if (!(*v >= lo && *v <= hi)) return BadParam(key, absl::StrCat("'", key, "' must be in [", lo, ", ", hi, "]"));
     *out = *v;
     return absl::OkStatus();
   };
   auto flag = [&](const char* key, bool def, bool* out) -> absl::Status {
-    absl::StatusOr<bool> v = body.GetBool(key, def);
+    absl::StatusOr<bool> v = GetJsonBool(body, key, def);
     if (!v.ok()) return BadParam(key, absl::StrCat("'", key, "' must be a boolean"));
     *out = *v;
     return absl::OkStatus();
@@ -57,10 +57,10 @@ absl::Status ParseCommon(const Json& body, const agent::Tokenizer& tokenizer, Ap
   if (absl::Status s = number("top_p", 1.0, 1e-9, 1.0, &top_p); !s.ok()) return s;
   req->sampling.temperature = static_cast<float>(temperature);
   req->sampling.top_p = static_cast<float>(top_p);
-  absl::StatusOr<int64_t> n = body.GetInt("n", 1);
+  absl::StatusOr<int64_t> n = GetJsonInt(body, "n", 1);
   if (!n.ok() || *n < 1 || *n > kMaxChoices) return BadParam("n", absl::StrCat("'n' must be an integer in [1, ", kMaxChoices, "]"));
   req->n = static_cast<int>(*n);
-  absl::StatusOr<int64_t> seed = body.GetInt("seed", 0);
+  absl::StatusOr<int64_t> seed = GetJsonInt(body, "seed", 0);
   if (!seed.ok()) return BadParam("seed", "'seed' must be an integer");
   req->sampling.seed = static_cast<uint64_t>(*seed);
   for (const char* zero_only : {"presence_penalty", "frequency_penalty"}) {
@@ -69,13 +69,13 @@ absl::Status ParseCommon(const Json& body, const agent::Tokenizer& tokenizer, Ap
       return BadParam(zero_only, absl::StrCat("'", zero_only, "' is not supported (only 0)"));
     }
   }
-  if (const Json* bias = body.Find("logit_bias"); bias != nullptr && !bias->is_null() &&
-                                                   !(bias->is_object() && bias->members().empty())) {
+  if (const Json* bias = FindJson(body, "logit_bias"); bias != nullptr && !bias->is_null() &&
+                                                   !(bias->is_object() && bias->empty())) {
     return BadParam("logit_bias", "'logit_bias' is not supported");
   }
   if (absl::Status s = flag("stream", false, &req->stream); !s.ok()) return s;
-  if (const Json* so = body.Find("stream_options"); so != nullptr && so->is_object()) {
-    absl::StatusOr<bool> usage = so->GetBool("include_usage", false);
+  if (const Json* so = FindJson(body, "stream_options"); so != nullptr && so->is_object()) {
+    absl::StatusOr<bool> usage = GetJsonBool(*so, "include_usage", false);
     if (!usage.ok()) return BadParam("stream_options", "'stream_options.include_usage' must be a boolean");
     req->include_usage = *usage;
   }
@@ -83,14 +83,14 @@ absl::Status ParseCommon(const Json& body, const agent::Tokenizer& tokenizer, Ap
   if (absl::Status s = flag("return_tokens_as_token_ids", false, &req->tokens_as_ids); !s.ok()) return s;
   if (absl::Status s = flag("skip_special_tokens", true, &req->skip_special); !s.ok()) return s;
   // stop: token-level; a string stops generation when the model emits exactly its tokens.
-  if (const Json* stop = body.Find("stop"); stop != nullptr && !stop->is_null()) {
+  if (const Json* stop = FindJson(body, "stop"); stop != nullptr && !stop->is_null()) {
     std::vector<std::string> texts;
     if (stop->is_string()) {
-      texts.push_back(stop->str());
+      texts.push_back(stop->get<std::string>());
     } else if (stop->is_array()) {
-      for (const Json& s : stop->items()) {
+      for (const Json& s : *stop) {
         if (!s.is_string()) return BadParam("stop", "'stop' must be a string or a list of strings");
-        texts.push_back(s.str());
+        texts.push_back(s.get<std::string>());
       }
     } else {
       return BadParam("stop", "'stop' must be a string or a list of strings");
@@ -101,7 +101,7 @@ absl::Status ParseCommon(const Json& body, const agent::Tokenizer& tokenizer, Ap
       req->sampling.stop_sequences.push_back(req->stop_strings.back());
     }
   }
-  if (const Json* ids = body.Find("stop_token_ids"); ids != nullptr && !ids->is_null()) {
+  if (const Json* ids = FindJson(body, "stop_token_ids"); ids != nullptr && !ids->is_null()) {
     if (!ids->is_array()) return BadParam("stop_token_ids", "'stop_token_ids' must be a list of token ids");
     absl::StatusOr<std::vector<int32_t>> v = IdsOf(*ids, "stop_token_ids");
     if (!v.ok()) return v.status();
@@ -111,8 +111,8 @@ absl::Status ParseCommon(const Json& body, const agent::Tokenizer& tokenizer, Ap
 }
 
 absl::Status ParseMaxTokens(const Json& body, const char* key, int64_t def, ApiRequest* req) {
-  absl::StatusOr<int64_t> v = body.GetInt(key, def);
-  if (!v.ok() || *v < 0 || *v > INT32_MAX || (body.Find(key) != nullptr && !body.Find(key)->is_null() && *v < 1)) {
+  absl::StatusOr<int64_t> v = GetJsonInt(body, key, def);
+  if (!v.ok() || *v < 0 || *v > INT32_MAX || (FindJson(body, key) != nullptr && !FindJson(body, key)->is_null() && *v < 1)) {
     return BadParam(key, absl::StrCat("'", key, "' must be a positive integer"));
   }
   req->sampling.max_new_tokens = static_cast<int32_t>(*v);
@@ -130,15 +130,15 @@ absl::Status CheckPrompt(const std::vector<int32_t>& prompt, int64_t max_seq_len
 
 // A message's text: a string, null, or a list of {"type": "text", "text": ...} parts.
 absl::StatusOr<std::string> MessageText(const Json& message, size_t index) {
-  const Json* c = message.Find("content");
+  const Json* c = FindJson(message, "content");
   const std::string param = absl::StrCat("messages[", index, "].content");
   if (c == nullptr || c->is_null()) return std::string();
-  if (c->is_string()) return c->str();
+  if (c->is_string()) return c->get<std::string>();
   if (!c->is_array()) return BadParam(param, "content must be a string or a list of text parts");
   std::string text;
-  for (const Json& part : c->items()) {
-    absl::StatusOr<std::string> type = part.GetString("type", "");
-    absl::StatusOr<std::string> t = part.GetString("text", "");
+  for (const Json& part : *c) {
+    absl::StatusOr<std::string> type = GetJsonString(part, "type", "");
+    absl::StatusOr<std::string> t = GetJsonString(part, "text", "");
     if (!type.ok() || *type != "text" || !t.ok()) return BadParam(param, "only text content parts are supported");
     text += *t;
   }
@@ -148,7 +148,7 @@ absl::StatusOr<std::string> MessageText(const Json& message, size_t index) {
 absl::StatusOr<agent::ChatTurn> ParseMessage(const Json& m, size_t i) {
   const std::string param = absl::StrCat("messages[", i, "]");
   if (!m.is_object()) return BadParam(param, "each message must be an object");
-  absl::StatusOr<std::string> role = m.GetString("role", "");
+  absl::StatusOr<std::string> role = GetJsonString(m, "role", "");
   if (!role.ok()) return BadParam(param + ".role", "role must be a string");
   absl::StatusOr<std::string> text = MessageText(m, i);
   if (!text.ok()) return text.status();
@@ -162,15 +162,15 @@ absl::StatusOr<agent::ChatTurn> ParseMessage(const Json& m, size_t i) {
     turn.role = agent::ChatRole::kTool;
   } else if (*role == "assistant") {
     turn.role = agent::ChatRole::kAssistant;
-    const Json* calls = m.Find("tool_calls");
+    const Json* calls = FindJson(m, "tool_calls");
     if (calls != nullptr && !calls->is_null()) {
       if (!calls->is_array()) return BadParam(param + ".tool_calls", "tool_calls must be a list");
-      for (size_t k = 0; k < calls->items().size(); ++k) {
-        const Json* fn = calls->items()[k].Find("function");
+      for (size_t k = 0; k < calls->size(); ++k) {
+        const Json* fn = FindJson((*calls)[k], "function");
         const std::string cp = absl::StrCat(param, ".tool_calls[", k, "]");
         if (fn == nullptr || !fn->is_object()) return BadParam(cp, "a tool call needs a function");
-        absl::StatusOr<std::string> name = fn->GetString("name", "");
-        absl::StatusOr<std::string> args = fn->GetString("arguments", "{}");
+        absl::StatusOr<std::string> name = GetJsonString(*fn, "name", "");
+        absl::StatusOr<std::string> args = GetJsonString(*fn, "arguments", "{}");
         if (!name.ok() || name->empty() || !args.ok()) return BadParam(cp, "function.name and function.arguments (a JSON string)");
         absl::StatusOr<Json> parsed = ParseJson(*args);
         if (!parsed.ok() || !parsed->is_object()) return BadParam(cp, "function.arguments is not a JSON object");
@@ -221,9 +221,9 @@ Json Usage(const ApiRequest& req, const std::vector<Choice>& choices) {
   int64_t prompt = 0, completion = 0;
   for (const auto& p : req.prompts) prompt += static_cast<int64_t>(p.size());
   for (const Choice& c : choices) completion += static_cast<int64_t>(c.result.output_ids.size());
-  return Json::Object({{"prompt_tokens", Json::Int(prompt)},
-                       {"completion_tokens", Json::Int(completion)},
-                       {"total_tokens", Json::Int(prompt + completion)}});
+  return Json::object({{"prompt_tokens", Json(prompt)},
+                       {"completion_tokens", Json(completion)},
+                       {"total_tokens", Json(prompt + completion)}});
 }
 
 int64_t Version(const std::vector<Choice>& choices) {
@@ -231,42 +231,42 @@ int64_t Version(const std::vector<Choice>& choices) {
 }
 
 Json Envelope(const ReplyContext& ctx, const std::string& object, int64_t version) {
-  return Json::Object({{"id", Json::String(ctx.id)},
-                       {"object", Json::String(object)},
-                       {"created", Json::Int(ctx.created)},
-                       {"model", Json::String(ctx.model)},
-                       {"system_fingerprint", Json::String(absl::StrCat("kernelrl-policy-v", version))},
-                       {"policy_version", Json::Int(version)}});
+  return Json::object({{"id", Json(ctx.id)},
+                       {"object", Json(object)},
+                       {"created", Json(ctx.created)},
+                       {"model", Json(ctx.model)},
+                       {"system_fingerprint", Json(absl::StrCat("kernelrl-policy-v", version))},
+                       {"policy_version", Json(version)}});
 }
 
 // Completions logprobs for tokens [begin, end) of a choice.
 Json CompletionLogprobs(const TokenPieces& p, const GenerationResult& r, size_t begin, size_t end, size_t offset) {
-  Json tokens = Json::Array(), lps = Json::Array(), offsets = Json::Array();
+  Json tokens = Json::array(), lps = Json::array(), offsets = Json::array();
   for (size_t i = begin; i < end; ++i) {
-    tokens.Push(Json::String(p.display[i]));
-    lps.Push(Logprob(r.logprobs[i]));
-    offsets.Push(Json::Int(static_cast<int64_t>(offset)));
+    tokens.push_back(Json(p.display[i]));
+    lps.push_back(Logprob(r.logprobs[i]));
+    offsets.push_back(Json(static_cast<int64_t>(offset)));
     offset += p.raw[i].size();
   }
-  return Json::Object({{"tokens", tokens}, {"token_logprobs", lps}, {"top_logprobs", Json::Null()},
+  return Json::object({{"tokens", tokens}, {"token_logprobs", lps}, {"top_logprobs", Json()},
                        {"text_offset", offsets}});
 }
 
 Json ChatLogprobs(const TokenPieces& p, const GenerationResult& r, size_t begin, size_t end) {
-  Json content = Json::Array();
+  Json content = Json::array();
   for (size_t i = begin; i < end; ++i) {
-    Json bytes = Json::Array();
-    for (unsigned char c : p.raw[i]) bytes.Push(Json::Int(c));
-    content.Push(Json::Object({{"token", Json::String(p.display[i])},
+    Json bytes = Json::array();
+    for (unsigned char c : p.raw[i]) bytes.push_back(Json(c));
+    content.push_back(Json::object({{"token", Json(p.display[i])},
                                {"logprob", Logprob(r.logprobs[i])},
                                {"bytes", bytes},
-                               {"top_logprobs", Json::Array()}}));
+                               {"top_logprobs", Json::array()}}));
   }
-  return Json::Object({{"content", content}});
+  return Json::object({{"content", content}});
 }
 
 Json StopReason(const GenerationResult& r) {
-  return r.finish_reason == "stop_sequence" || r.finish_reason == "eos" ? Json::Int(r.output_ids.back()) : Json::Null();
+  return r.finish_reason == "stop_sequence" || r.finish_reason == "eos" ? Json(r.output_ids.back()) : Json();
 }
 
 }  // namespace
@@ -278,10 +278,10 @@ absl::Status BadParam(const std::string& param, const std::string& message) {
 }
 
 absl::Status CheckModel(const Json& body, const std::string& served_name) {
-  const Json* m = body.Find("model");
+  const Json* m = FindJson(body, "model");
   if (m == nullptr || m->is_null()) return absl::OkStatus();
-  if (!m->is_string() || m->str() != served_name) {
-    absl::Status s = absl::NotFoundError(absl::StrCat("The model `", m->is_string() ? m->str() : m->Dump(),
+  if (!m->is_string() || m->get<std::string>() != served_name) {
+    absl::Status s = absl::NotFoundError(absl::StrCat("The model `", m->is_string() ? m->get<std::string>() : DumpJson(*m),
                                                       "` does not exist. This server serves `", served_name, "`."));
     s.SetPayload(kParamPayload, absl::Cord("model"));
     return s;
@@ -296,32 +296,32 @@ absl::StatusOr<ApiRequest> ParseCompletionRequest(const Json& body, const agent:
   req.endpoint = Endpoint::kCompletions;
   if (absl::Status s = ParseCommon(body, tokenizer, &req); !s.ok()) return s;
   if (absl::Status s = ParseMaxTokens(body, "max_tokens", 16, &req); !s.ok()) return s;
-  absl::StatusOr<int64_t> logprobs = body.GetInt("logprobs", -1);
+  absl::StatusOr<int64_t> logprobs = GetJsonInt(body, "logprobs", -1);
   if (!logprobs.ok() || *logprobs < -1 || *logprobs > 20) return BadParam("logprobs", "'logprobs' must be an integer in [0, 20]");
   if (*logprobs > 0) {
     return BadParam("logprobs", "this server returns only the sampled token's log-prob: use logprobs=0");
   }
   req.logprobs = *logprobs == 0;
-  absl::StatusOr<bool> echo = body.GetBool("echo", false);
+  absl::StatusOr<bool> echo = GetJsonBool(body, "echo", false);
   if (!echo.ok() || *echo) return BadParam("echo", "'echo' is not supported");
-  if (const Json* s = body.Find("suffix"); s != nullptr && !s->is_null()) return BadParam("suffix", "'suffix' is not supported");
-  absl::StatusOr<int64_t> best_of = body.GetInt("best_of", 1);
+  if (const Json* s = FindJson(body, "suffix"); s != nullptr && !s->is_null()) return BadParam("suffix", "'suffix' is not supported");
+  absl::StatusOr<int64_t> best_of = GetJsonInt(body, "best_of", 1);
   if (!best_of.ok() || *best_of != 1) return BadParam("best_of", "'best_of' is not supported (only 1)");
 
-  const Json* prompt = body.Find("prompt");
+  const Json* prompt = FindJson(body, "prompt");
   if (prompt == nullptr || prompt->is_null()) return BadParam("prompt", "'prompt' is required");
   if (prompt->is_string()) {
-    req.prompts.push_back(tokenizer.Encode(prompt->str()));
-  } else if (prompt->is_array() && !prompt->items().empty()) {
-    const Json& first = prompt->items().front();
+    req.prompts.push_back(tokenizer.Encode(prompt->get<std::string>()));
+  } else if (prompt->is_array() && !prompt->empty()) {
+    const Json& first = prompt->front();
     if (first.is_number()) {
       absl::StatusOr<std::vector<int32_t>> ids = IdsOf(*prompt, "prompt");
       if (!ids.ok()) return ids.status();
       req.prompts.push_back(*std::move(ids));
     } else {
-      for (const Json& p : prompt->items()) {
+      for (const Json& p : *prompt) {
         if (p.is_string()) {
-          req.prompts.push_back(tokenizer.Encode(p.str()));
+          req.prompts.push_back(tokenizer.Encode(p.get<std::string>()));
         } else if (p.is_array()) {
           absl::StatusOr<std::vector<int32_t>> ids = IdsOf(p, "prompt");
           if (!ids.ok()) return ids.status();
@@ -349,27 +349,27 @@ absl::StatusOr<ApiRequest> ParseChatRequest(const Json& body, const agent::Token
   ApiRequest req;
   req.endpoint = Endpoint::kChat;
   if (absl::Status s = ParseCommon(body, tokenizer, &req); !s.ok()) return s;
-  const char* max_key = body.Find("max_completion_tokens") != nullptr ? "max_completion_tokens" : "max_tokens";
+  const char* max_key = FindJson(body, "max_completion_tokens") != nullptr ? "max_completion_tokens" : "max_tokens";
   if (absl::Status s = ParseMaxTokens(body, max_key, 0, &req); !s.ok()) return s;
-  absl::StatusOr<bool> logprobs = body.GetBool("logprobs", false);
+  absl::StatusOr<bool> logprobs = GetJsonBool(body, "logprobs", false);
   if (!logprobs.ok()) return BadParam("logprobs", "'logprobs' must be a boolean");
   req.logprobs = *logprobs;
-  absl::StatusOr<int64_t> top = body.GetInt("top_logprobs", 0);
+  absl::StatusOr<int64_t> top = GetJsonInt(body, "top_logprobs", 0);
   if (!top.ok() || *top < 0 || *top > 20) return BadParam("top_logprobs", "'top_logprobs' must be an integer in [0, 20]");
   if (*top > 0) return BadParam("top_logprobs", "this server returns only the sampled token's log-prob: use top_logprobs=0");
 
-  const Json* messages = body.Find("messages");
-  if (messages == nullptr || !messages->is_array() || messages->items().empty()) {
+  const Json* messages = FindJson(body, "messages");
+  if (messages == nullptr || !messages->is_array() || messages->empty()) {
     return BadParam("messages", "'messages' must be a non-empty list");
   }
   std::vector<agent::ChatTurn> turns;
-  for (size_t i = 0; i < messages->items().size(); ++i) {
-    absl::StatusOr<agent::ChatTurn> t = ParseMessage(messages->items()[i], i);
+  for (size_t i = 0; i < messages->size(); ++i) {
+    absl::StatusOr<agent::ChatTurn> t = ParseMessage((*messages)[i], i);
     if (!t.ok()) return t.status();
     turns.push_back(*std::move(t));
   }
-  Json tools = Json::Array();
-  if (const Json* t = body.Find("tools"); t != nullptr && !t->is_null()) {
+  Json tools = Json::array();
+  if (const Json* t = FindJson(body, "tools"); t != nullptr && !t->is_null()) {
     if (!t->is_array()) return BadParam("tools", "'tools' must be a list");
     tools = *t;
   }
@@ -386,31 +386,31 @@ absl::StatusOr<ApiRequest> ParseChatRequest(const Json& body, const agent::Token
 Json CompletionResponse(const ReplyContext& ctx, const ApiRequest& req, const std::vector<Choice>& choices) {
   const bool chat = req.endpoint == Endpoint::kChat;
   Json out = Envelope(ctx, chat ? "chat.completion" : "text_completion", Version(choices));
-  Json list = Json::Array();
+  Json list = Json::array();
   for (size_t i = 0; i < choices.size(); ++i) {
     const GenerationResult& r = choices[i].result;
     const TokenPieces p = Pieces(ctx, req, r.output_ids);
-    Json c = Json::Object({{"index", Json::Int(static_cast<int64_t>(i))}});
+    Json c = Json::object({{"index", Json(static_cast<int64_t>(i))}});
     if (chat) {
-      c.Set("message", Json::Object({{"role", Json::String("assistant")},
-                                     {"content", Json::String(ChoiceText(ctx, req, r))},
-                                     {"tool_calls", Json::Array()}}));
-      c.Set("logprobs", req.logprobs ? ChatLogprobs(p, r, 0, r.output_ids.size()) : Json::Null());
+      c["message"] = Json::object({{"role", Json("assistant")},
+                                     {"content", Json(ChoiceText(ctx, req, r))},
+                                     {"tool_calls", Json::array()}});
+      c["logprobs"] = req.logprobs ? ChatLogprobs(p, r, 0, r.output_ids.size()) : Json();
     } else {
-      c.Set("text", Json::String(ChoiceText(ctx, req, r)));
-      c.Set("logprobs", req.logprobs ? CompletionLogprobs(p, r, 0, r.output_ids.size(), 0) : Json::Null());
+      c["text"] = Json(ChoiceText(ctx, req, r));
+      c["logprobs"] = req.logprobs ? CompletionLogprobs(p, r, 0, r.output_ids.size(), 0) : Json();
     }
-    c.Set("finish_reason", Json::String(FinishReason(r.finish_reason)));
-    c.Set("stop_reason", StopReason(r));
+    c["finish_reason"] = Json(FinishReason(r.finish_reason));
+    c["stop_reason"] = StopReason(r);
     if (req.return_token_ids) {
-      c.Set("token_ids", IdArray(r.output_ids));
-      if (!chat) c.Set("prompt_token_ids", IdArray(req.prompts[choices[i].prompt_index]));
+      c["token_ids"] = IdArray(r.output_ids);
+      if (!chat) c["prompt_token_ids"] = IdArray(req.prompts[choices[i].prompt_index]);
     }
-    list.Push(std::move(c));
+    list.push_back(std::move(c));
   }
-  out.Set("choices", std::move(list));
-  out.Set("usage", Usage(req, choices));
-  if (chat && req.return_token_ids) out.Set("prompt_token_ids", IdArray(req.prompts[0]));
+  out["choices"] = std::move(list);
+  out["usage"] = Usage(req, choices);
+  if (chat && req.return_token_ids) out["prompt_token_ids"] = IdArray(req.prompts[0]);
   return out;
 }
 
@@ -421,14 +421,14 @@ ChoiceStream::ChoiceStream(const ReplyContext& ctx, const ApiRequest& req, size_
 
 std::string ChoiceStream::Chunk(Json delta_or_text, Json logprobs, Json finish, Json token_ids) const {
   const bool chat = req_.endpoint == Endpoint::kChat;
-  Json c = Json::Object({{"index", Json::Int(static_cast<int64_t>(index_))}});
-  c.Set(chat ? "delta" : "text", std::move(delta_or_text));
-  c.Set("logprobs", std::move(logprobs));
-  c.Set("finish_reason", std::move(finish));
-  if (req_.return_token_ids) c.Set("token_ids", std::move(token_ids));
+  Json c = Json::object({{"index", Json(static_cast<int64_t>(index_))}});
+  c[chat ? "delta" : "text"] = std::move(delta_or_text);
+  c["logprobs"] = std::move(logprobs);
+  c["finish_reason"] = std::move(finish);
+  if (req_.return_token_ids) c["token_ids"] = std::move(token_ids);
   Json e = Envelope(ctx_, chat ? "chat.completion.chunk" : "text_completion", seen_.policy_version);
-  e.Set("choices", Json::Array({std::move(c)}));
-  return e.Dump();
+  e["choices"] = Json::array({std::move(c)});
+  return DumpJson(e);
 }
 
 void ChoiceStream::Start(int64_t policy_version, std::vector<std::string>* events) {
@@ -436,16 +436,16 @@ void ChoiceStream::Start(int64_t policy_version, std::vector<std::string>* event
   started_ = true;
   seen_.policy_version = policy_version;
   if (req_.endpoint != Endpoint::kChat) return;
-  Json first = Json::Object({{"index", Json::Int(static_cast<int64_t>(index_))},
-                             {"delta", Json::Object({{"role", Json::String("assistant")},
-                                                     {"content", Json::String("")}})},
-                             {"logprobs", Json::Null()},
-                             {"finish_reason", Json::Null()}});
-  if (req_.return_token_ids) first.Set("token_ids", Json::Array());
+  Json first = Json::object({{"index", Json(static_cast<int64_t>(index_))},
+                             {"delta", Json::object({{"role", Json("assistant")},
+                                                     {"content", Json("")}})},
+                             {"logprobs", Json()},
+                             {"finish_reason", Json()}});
+  if (req_.return_token_ids) first["token_ids"] = Json::array();
   Json e = Envelope(ctx_, "chat.completion.chunk", policy_version);
-  e.Set("choices", Json::Array({std::move(first)}));
-  if (req_.return_token_ids) e.Set("prompt_token_ids", IdArray(req_.prompts[0]));
-  events->push_back(e.Dump());
+  e["choices"] = Json::array({std::move(first)});
+  if (req_.return_token_ids) e["prompt_token_ids"] = IdArray(req_.prompts[0]);
+  events->push_back(DumpJson(e));
 }
 
 // Token t's chunk. Text is held back while it ends inside a UTF-8 character,
@@ -464,8 +464,8 @@ void ChoiceStream::Send(size_t t, bool shown, bool last, std::vector<std::string
     delta = SanitizeUtf8(absl::string_view(pending_).substr(0, n));
     pending_.erase(0, n);
   }
-  Json text = chat ? Json::Object({{"content", Json::String(delta)}}) : Json::String(delta);
-  Json lp = Json::Null();
+  Json text = chat ? Json::object({{"content", Json(delta)}}) : Json(delta);
+  Json lp = Json();
   if (req_.logprobs) {
     TokenPieces p;
     p.raw.push_back(raw);
@@ -476,7 +476,7 @@ void ChoiceStream::Send(size_t t, bool shown, bool last, std::vector<std::string
     lp = chat ? ChatLogprobs(p, one, 0, 1) : CompletionLogprobs(p, one, 0, 1, offset_);
   }
   offset_ += raw.size();
-  Json finish = last && !chat ? Json::String(FinishReason(seen_.finish_reason)) : Json::Null();
+  Json finish = last && !chat ? Json(FinishReason(seen_.finish_reason)) : Json();
   events->push_back(Chunk(std::move(text), std::move(lp), std::move(finish), IdArray({id})));
 }
 
@@ -504,9 +504,9 @@ std::vector<std::string> ChoiceStream::Finish(const GenerationResult& result) {
     Send(t, t < shown, t + 1 == n, &events);
   }
   if (req_.endpoint == Endpoint::kChat || n == 0) {
-    Json empty = req_.endpoint == Endpoint::kChat ? Json::Object() : Json::String("");
-    events.push_back(Chunk(std::move(empty), Json::Null(), Json::String(FinishReason(result.finish_reason)),
-                           Json::Array()));
+    Json empty = req_.endpoint == Endpoint::kChat ? Json::object() : Json("");
+    events.push_back(Chunk(std::move(empty), Json(), Json(FinishReason(result.finish_reason)),
+                           Json::array()));
   }
   return events;
 }
@@ -514,9 +514,9 @@ std::vector<std::string> ChoiceStream::Finish(const GenerationResult& result) {
 std::string UsageChunk(const ReplyContext& ctx, const ApiRequest& req, const std::vector<Choice>& choices) {
   Json e = Envelope(ctx, req.endpoint == Endpoint::kChat ? "chat.completion.chunk" : "text_completion",
                     Version(choices));
-  e.Set("choices", Json::Array());
-  e.Set("usage", Usage(req, choices));
-  return e.Dump();
+  e["choices"] = Json::array();
+  e["usage"] = Usage(req, choices);
+  return DumpJson(e);
 }
 
 std::vector<std::string> CompletionChunks(const ReplyContext& ctx, const ApiRequest& req,
@@ -574,13 +574,13 @@ Json ErrorBody(const absl::Status& status) {
                      : http >= 500 && http != 501 ? "server_error"
                                                   : "invalid_request_error";
   absl::optional<absl::Cord> param = status.GetPayload(kParamPayload);
-  Json code = Json::Null();
-  if (http == 404 && param.has_value() && std::string(*param) == "model") code = Json::String("model_not_found");
-  return Json::Object(
-      {{"error", Json::Object({{"message", Json::String(SanitizeUtf8(status.message()))},
-                               {"type", Json::String(type)},
-                               {"param", param.has_value() && !param->empty() ? Json::String(std::string(*param))
-                                                                               : Json::Null()},
+  Json code = Json();
+  if (http == 404 && param.has_value() && std::string(*param) == "model") code = Json("model_not_found");
+  return Json::object(
+      {{"error", Json::object({{"message", Json(SanitizeUtf8(status.message()))},
+                               {"type", Json(type)},
+                               {"param", param.has_value() && !param->empty() ? Json(std::string(*param))
+                                                                               : Json()},
                                {"code", code}})}});
 }
 

@@ -47,18 +47,18 @@ Reply Call(const std::string& method, const std::string& path, const std::string
   return out;
 }
 
-Reply Post(const std::string& path, const Json& body) { return Call("POST", path, body.Dump()); }
+Reply Post(const std::string& path, const Json& body) { return Call("POST", path, DumpJson(body)); }
 
 std::vector<int32_t> Ids(const Json* a) {
   std::vector<int32_t> ids;
   if (a == nullptr) return ids;
-  for (const Json& v : a->items()) ids.push_back(static_cast<int32_t>(*v.AsInt()));
+  for (const Json& v : *a) ids.push_back(static_cast<int32_t>(*JsonInt(v)));
   return ids;
 }
 
 Json IdArray(const std::vector<int32_t>& ids) {
-  Json a = Json::Array();
-  for (int32_t id : ids) a.Push(Json::Int(id));
+  Json a = Json::array();
+  for (int32_t id : ids) a.push_back(Json(id));
   return a;
 }
 
@@ -74,30 +74,30 @@ std::vector<std::string> Events(const std::string& body) {
 
 void ExpectError(const Reply& r, int status, const std::string& type, const std::string& param) {
   EXPECT_EQ(r.status, status) << r.body;
-  const Json* e = r.json.Find("error");
+  const Json* e = FindJson(r.json, "error");
   ASSERT_NE(e, nullptr) << r.body;
-  EXPECT_FALSE(e->GetString("message", "").value().empty());
-  EXPECT_EQ(e->GetString("type", "").value(), type) << r.body;
-  const Json* p = e->Find("param");
+  EXPECT_FALSE(GetJsonString(*e, "message", "").value().empty());
+  EXPECT_EQ(GetJsonString(*e, "type", "").value(), type) << r.body;
+  const Json* p = FindJson(*e, "param");
   ASSERT_NE(p, nullptr);
   if (param.empty()) {
     EXPECT_TRUE(p->is_null()) << r.body;
   } else {
-    EXPECT_EQ(p->str(), param) << r.body;
+    EXPECT_EQ(p->get<std::string>(), param) << r.body;
   }
 }
 
 TEST(OpenAIServerTest, ModelsListsTheServedModelWithItsVersion) {
   Reply r = Call("GET", "/v1/models");
   ASSERT_EQ(r.status, 200) << r.body;
-  const Json& m = r.json.Find("data")->items().at(0);
-  EXPECT_EQ(m.GetString("id", "").value(), testing::kModelName);
-  EXPECT_EQ(m.GetInt("policy_version", -1).value(), testing::kPolicyVersion);
-  EXPECT_EQ(m.GetInt("max_model_len", -1).value(), testing::kMaxSeqLen);
+  const Json& m = FindJson(r.json, "data")->at(0);
+  EXPECT_EQ(GetJsonString(m, "id", "").value(), testing::kModelName);
+  EXPECT_EQ(GetJsonInt(m, "policy_version", -1).value(), testing::kPolicyVersion);
+  EXPECT_EQ(GetJsonInt(m, "max_model_len", -1).value(), testing::kMaxSeqLen);
   EXPECT_EQ(Call("GET", std::string("/v1/models/") + testing::kModelName).status, 200);
   Reply missing = Call("GET", "/v1/models/gpt-9");
   ExpectError(missing, 404, "not_found_error", "model");
-  EXPECT_EQ(missing.json.Find("error")->GetString("code", "").value(), "model_not_found");
+  EXPECT_EQ(GetJsonString(*FindJson(missing.json, "error"), "code", "").value(), "model_not_found");
 }
 
 TEST(OpenAIServerTest, CompletionsReturnTheEnginesIdsLogprobsAndVersion) {
@@ -106,39 +106,39 @@ TEST(OpenAIServerTest, CompletionsReturnTheEnginesIdsLogprobsAndVersion) {
     const std::vector<int32_t> prompt = testing::RandomIds(&rng, 4, 60);
     const int max_tokens = std::uniform_int_distribution<int>(1, 24)(rng);
     const GenerationResult want = testing::EngineGreedy(prompt, max_tokens);
-    Json body = Json::Object({{"model", Json::String(testing::kModelName)},
+    Json body = Json::object({{"model", Json(testing::kModelName)},
                               {"prompt", IdArray(prompt)},
-                              {"max_tokens", Json::Int(max_tokens)},
-                              {"temperature", Json::Int(0)},
-                              {"logprobs", Json::Int(0)},
-                              {"return_token_ids", Json::Bool(true)},
-                              {"return_tokens_as_token_ids", Json::Bool(round % 2 == 0)}});
+                              {"max_tokens", Json(max_tokens)},
+                              {"temperature", Json(0)},
+                              {"logprobs", Json(0)},
+                              {"return_token_ids", Json(true)},
+                              {"return_tokens_as_token_ids", Json(round % 2 == 0)}});
     Reply r = Post("/v1/completions", body);
     ASSERT_EQ(r.status, 200) << r.body;
-    EXPECT_EQ(r.json.GetString("object", "").value(), "text_completion");
-    EXPECT_EQ(r.json.GetInt("policy_version", -1).value(), testing::kPolicyVersion);
-    const Json& c = r.json.Find("choices")->items().at(0);
-    EXPECT_EQ(Ids(c.Find("token_ids")), want.output_ids);
-    EXPECT_EQ(Ids(c.Find("prompt_token_ids")), prompt);
-    EXPECT_EQ(c.GetString("finish_reason", "").value(), "length");
-    EXPECT_EQ(c.GetString("text", "").value(),
+    EXPECT_EQ(GetJsonString(r.json, "object", "").value(), "text_completion");
+    EXPECT_EQ(GetJsonInt(r.json, "policy_version", -1).value(), testing::kPolicyVersion);
+    const Json& c = FindJson(r.json, "choices")->at(0);
+    EXPECT_EQ(Ids(FindJson(c, "token_ids")), want.output_ids);
+    EXPECT_EQ(Ids(FindJson(c, "prompt_token_ids")), prompt);
+    EXPECT_EQ(GetJsonString(c, "finish_reason", "").value(), "length");
+    EXPECT_EQ(GetJsonString(c, "text", "").value(),
               openai::SanitizeUtf8(Fixture().tokenizer->Decode(want.output_ids, /*skip_special=*/true)));
-    const Json* lp = c.Find("logprobs");
+    const Json* lp = FindJson(c, "logprobs");
     ASSERT_TRUE(lp != nullptr && lp->is_object()) << r.body;
-    const auto& tokens = lp->Find("tokens")->items();
-    const auto& lps = lp->Find("token_logprobs")->items();
+    const Json& tokens = *FindJson(*lp, "tokens");
+    const Json& lps = *FindJson(*lp, "token_logprobs");
     ASSERT_EQ(tokens.size(), want.output_ids.size());
     ASSERT_EQ(lps.size(), want.output_ids.size());
     for (size_t i = 0; i < lps.size(); ++i) {
-      EXPECT_NEAR(lps[i].number(), want.logprobs[i], 1e-4);
-      EXPECT_LE(lps[i].number(), 0.0);
+      EXPECT_NEAR(JsonNumber(lps[i]), want.logprobs[i], 1e-4);
+      EXPECT_LE(JsonNumber(lps[i]), 0.0);
       if (round % 2 == 0) {
-        EXPECT_EQ(tokens[i].str(), "token_id:" + std::to_string(want.output_ids[i]));
+        EXPECT_EQ(tokens[i].get<std::string>(), "token_id:" + std::to_string(want.output_ids[i]));
       }
     }
-    const Json* usage = r.json.Find("usage");
-    EXPECT_EQ(usage->GetInt("prompt_tokens", -1).value(), static_cast<int64_t>(prompt.size()));
-    EXPECT_EQ(usage->GetInt("completion_tokens", -1).value(), static_cast<int64_t>(want.output_ids.size()));
+    const Json* usage = FindJson(r.json, "usage");
+    EXPECT_EQ(GetJsonInt(*usage, "prompt_tokens", -1).value(), static_cast<int64_t>(prompt.size()));
+    EXPECT_EQ(GetJsonInt(*usage, "completion_tokens", -1).value(), static_cast<int64_t>(want.output_ids.size()));
   }
 }
 
@@ -149,18 +149,18 @@ TEST(OpenAIServerTest, TextPromptsStopStringsAndSeveralChoices) {
   const GenerationResult want = testing::EngineGreedy(prompt, 12);
   // A stop string made of the greedy output's tokens 3..4: generation ends there, the text leaves it out.
   const std::string stop = Fixture().tokenizer->Decode({want.output_ids[3], want.output_ids[4]});
-  Json body = Json::Object({{"prompt", Json::String(text)},
-                            {"max_tokens", Json::Int(12)},
-                            {"temperature", Json::Int(0)},
-                            {"n", Json::Int(2)},
-                            {"stop", Json::String(stop)},
-                            {"return_token_ids", Json::Bool(true)}});
+  Json body = Json::object({{"prompt", Json(text)},
+                            {"max_tokens", Json(12)},
+                            {"temperature", Json(0)},
+                            {"n", Json(2)},
+                            {"stop", Json(stop)},
+                            {"return_token_ids", Json(true)}});
   Reply r = Post("/v1/completions", body);
   ASSERT_EQ(r.status, 200) << r.body;
-  ASSERT_EQ(r.json.Find("choices")->items().size(), 2u);
-  for (const Json& c : r.json.Find("choices")->items()) {
-    EXPECT_EQ(Ids(c.Find("prompt_token_ids")), prompt);
-    const std::vector<int32_t> ids = Ids(c.Find("token_ids"));
+  ASSERT_EQ(FindJson(r.json, "choices")->size(), 2u);
+  for (const Json& c : *FindJson(r.json, "choices")) {
+    EXPECT_EQ(Ids(FindJson(c, "prompt_token_ids")), prompt);
+    const std::vector<int32_t> ids = Ids(FindJson(c, "token_ids"));
     ASSERT_GE(ids.size(), 2u);
     // Token-level stop: the first place the stop's ids appear in the greedy output.
     std::vector<int32_t> stop_ids = Fixture().tokenizer->Encode(stop);
@@ -168,13 +168,13 @@ TEST(OpenAIServerTest, TextPromptsStopStringsAndSeveralChoices) {
     if (at != want.output_ids.end()) {
       const std::vector<int32_t> expect(want.output_ids.begin(), at + static_cast<ptrdiff_t>(stop_ids.size()));
       EXPECT_EQ(ids, expect);
-      EXPECT_EQ(c.GetString("finish_reason", "").value(), "stop");
-      EXPECT_EQ(c.GetString("text", "").value(),
+      EXPECT_EQ(GetJsonString(c, "finish_reason", "").value(), "stop");
+      EXPECT_EQ(GetJsonString(c, "text", "").value(),
                 openai::SanitizeUtf8(Fixture().tokenizer->Decode(
                     std::vector<int32_t>(want.output_ids.begin(), at), true)));
     } else {  // The stop string re-tokenizes differently: it never matches token-wise.
       EXPECT_EQ(ids, want.output_ids);
-      EXPECT_EQ(c.GetString("finish_reason", "").value(), "length");
+      EXPECT_EQ(GetJsonString(c, "finish_reason", "").value(), "length");
     }
   }
 }
@@ -182,28 +182,28 @@ TEST(OpenAIServerTest, TextPromptsStopStringsAndSeveralChoices) {
 TEST(OpenAIServerTest, StreamedChunksAddUpToThePlainResponse) {
   std::mt19937 rng = Rng();
   for (const bool chat : {false, true}) {
-    Json body = Json::Object({{"max_tokens", Json::Int(std::uniform_int_distribution<int>(3, 20)(rng))},
-                              {"temperature", Json::Number(0.9)},
-                              {"seed", Json::Int(1 + rng() % 100000)},
-                              {"logprobs", chat ? Json::Bool(true) : Json::Int(0)},
-                              {"return_token_ids", Json::Bool(true)}});
+    Json body = Json::object({{"max_tokens", Json(std::uniform_int_distribution<int>(3, 20)(rng))},
+                              {"temperature", Json(0.9)},
+                              {"seed", Json(1 + rng() % 100000)},
+                              {"logprobs", chat ? Json(true) : Json(0)},
+                              {"return_token_ids", Json(true)}});
     if (chat) {
-      body.Set("messages", Json::Array({Json::Object({{"role", Json::String("user")},
-                                                      {"content", Json::String("Write a kernel " +
-                                                                               std::to_string(rng() % 977))}})}));
+      body["messages"] = Json::array({Json::object({{"role", Json("user")},
+                                                      {"content", Json("Write a kernel " +
+                                                                               std::to_string(rng() % 977))}})});
     } else {
-      body.Set("prompt", IdArray(testing::RandomIds(&rng, 3, 40)));
+      body["prompt"] = IdArray(testing::RandomIds(&rng, 3, 40));
     }
     const std::string path = chat ? "/v1/chat/completions" : "/v1/completions";
     Reply plain = Post(path, body);
     ASSERT_EQ(plain.status, 200) << plain.body;
-    const Json& pc = plain.json.Find("choices")->items().at(0);
-    const std::vector<int32_t> want_ids = Ids(pc.Find("token_ids"));
-    const std::string want_text = chat ? pc.Find("message")->GetString("content", "").value()
-                                       : pc.GetString("text", "").value();
+    const Json& pc = FindJson(plain.json, "choices")->at(0);
+    const std::vector<int32_t> want_ids = Ids(FindJson(pc, "token_ids"));
+    const std::string want_text = chat ? GetJsonString(*FindJson(pc, "message"), "content", "").value()
+                                       : GetJsonString(pc, "text", "").value();
 
-    body.Set("stream", Json::Bool(true));
-    body.Set("stream_options", Json::Object({{"include_usage", Json::Bool(true)}}));
+    body["stream"] = Json(true);
+    body["stream_options"] = Json::object({{"include_usage", Json(true)}});
     Reply streamed = Post(path, body);
     ASSERT_EQ(streamed.status, 200) << streamed.body;
     const std::vector<std::string> events = Events(streamed.body);
@@ -215,33 +215,33 @@ TEST(OpenAIServerTest, StreamedChunksAddUpToThePlainResponse) {
     bool usage = false, role = false;
     for (size_t i = 0; i + 1 < events.size(); ++i) {
       Json e = *ParseJson(events[i]);
-      EXPECT_EQ(e.GetString("object", "").value(), chat ? "chat.completion.chunk" : "text_completion");
-      if (e.Find("choices")->items().empty()) {
+      EXPECT_EQ(GetJsonString(e, "object", "").value(), chat ? "chat.completion.chunk" : "text_completion");
+      if (FindJson(e, "choices")->empty()) {
         usage = true;
-        EXPECT_EQ(e.Find("usage")->GetInt("completion_tokens", -1).value(), static_cast<int64_t>(want_ids.size()));
+        EXPECT_EQ(GetJsonInt(*FindJson(e, "usage"), "completion_tokens", -1).value(), static_cast<int64_t>(want_ids.size()));
         continue;
       }
-      const Json& c = e.Find("choices")->items()[0];
-      const std::vector<int32_t> step = Ids(c.Find("token_ids"));
+      const Json& c = FindJson(e, "choices")->at(0);
+      const std::vector<int32_t> step = Ids(FindJson(c, "token_ids"));
       ids.insert(ids.end(), step.begin(), step.end());
       if (chat) {
-        role |= c.Find("delta")->Find("role") != nullptr;
-        text += c.Find("delta")->GetString("content", "").value();
-        if (const Json* lp = c.Find("logprobs"); lp != nullptr && lp->is_object()) {
-          for (const Json& x : lp->Find("content")->items()) lps.push_back(x.Find("logprob")->number());
+        role |= FindJson(*FindJson(c, "delta"), "role") != nullptr;
+        text += GetJsonString(*FindJson(c, "delta"), "content", "").value();
+        if (const Json* lp = FindJson(c, "logprobs"); lp != nullptr && lp->is_object()) {
+          for (const Json& x : *FindJson(*lp, "content")) lps.push_back(JsonNumber(*FindJson(x, "logprob")));
         }
       } else {
-        text += c.GetString("text", "").value();
-        if (const Json* lp = c.Find("logprobs"); lp != nullptr && lp->is_object()) {
-          for (const Json& x : lp->Find("token_logprobs")->items()) lps.push_back(x.number());
+        text += GetJsonString(c, "text", "").value();
+        if (const Json* lp = FindJson(c, "logprobs"); lp != nullptr && lp->is_object()) {
+          for (const Json& x : *FindJson(*lp, "token_logprobs")) lps.push_back(JsonNumber(x));
         }
       }
-      if (const Json* f = c.Find("finish_reason"); f != nullptr && f->is_string()) finish = f->str();
+      if (const Json* f = FindJson(c, "finish_reason"); f != nullptr && f->is_string()) finish = f->get<std::string>();
     }
     EXPECT_EQ(ids, want_ids) << (chat ? "chat" : "completions");
     EXPECT_EQ(text, want_text);
     EXPECT_EQ(lps.size(), want_ids.size());
-    EXPECT_EQ(finish, pc.GetString("finish_reason", "").value());
+    EXPECT_EQ(finish, GetJsonString(pc, "finish_reason", "").value());
     EXPECT_TRUE(usage);
     EXPECT_EQ(role, chat);
   }
@@ -261,7 +261,7 @@ Streamed PostStreaming(const std::string& path, const Json& body) {
   httplib::Request req;
   req.method = "POST";
   req.path = path;
-  req.body = body.Dump();
+  req.body = DumpJson(body);
   req.set_header("Content-Type", "application/json");
   Streamed out;
   std::string buffer;
@@ -294,15 +294,15 @@ std::map<int64_t, StreamedChoice> Assemble(const std::vector<std::string>& event
   for (const std::string& payload : events) {
     if (payload == "[DONE]") continue;
     Json e = *ParseJson(payload);
-    for (const Json& c : e.Find("choices")->items()) {
-      StreamedChoice& sc = out[c.GetInt("index", -1).value()];
-      const std::vector<int32_t> step = Ids(c.Find("token_ids"));
+    for (const Json& c : *FindJson(e, "choices")) {
+      StreamedChoice& sc = out[GetJsonInt(c, "index", -1).value()];
+      const std::vector<int32_t> step = Ids(FindJson(c, "token_ids"));
       sc.ids.insert(sc.ids.end(), step.begin(), step.end());
-      sc.text += c.GetString("text", "").value();
-      if (const Json* lp = c.Find("logprobs"); lp != nullptr && lp->is_object()) {
-        for (const Json& x : lp->Find("token_logprobs")->items()) sc.logprobs.push_back(x.number());
+      sc.text += GetJsonString(c, "text", "").value();
+      if (const Json* lp = FindJson(c, "logprobs"); lp != nullptr && lp->is_object()) {
+        for (const Json& x : *FindJson(*lp, "token_logprobs")) sc.logprobs.push_back(JsonNumber(x));
       }
-      if (const Json* f = c.Find("finish_reason"); f != nullptr && f->is_string()) sc.finish = f->str();
+      if (const Json* f = FindJson(c, "finish_reason"); f != nullptr && f->is_string()) sc.finish = f->get<std::string>();
     }
   }
   return out;
@@ -325,18 +325,18 @@ TEST(OpenAIServerTest, StreamSendsTokensWhileTheReplyIsStillBeingGenerated) {
     }
   }
   ASSERT_GE(want.output_ids.size(), 200u) << "every greedy reply hit eos early";
-  Json body = Json::Object({{"prompt", IdArray(prompt)},
-                            {"max_tokens", Json::Int(kLong)},
-                            {"temperature", Json::Int(0)},
-                            {"logprobs", Json::Int(0)},
-                            {"return_token_ids", Json::Bool(true)},
-                            {"stream_options", Json::Object({{"include_usage", Json::Bool(true)}})}});
+  Json body = Json::object({{"prompt", IdArray(prompt)},
+                            {"max_tokens", Json(kLong)},
+                            {"temperature", Json(0)},
+                            {"logprobs", Json(0)},
+                            {"return_token_ids", Json(true)},
+                            {"stream_options", Json::object({{"include_usage", Json(true)}})}});
   Reply plain = Post("/v1/completions", body);
   ASSERT_EQ(plain.status, 200) << plain.body;
-  const Json& pc = plain.json.Find("choices")->items().at(0);
-  ASSERT_EQ(Ids(pc.Find("token_ids")), want.output_ids);
+  const Json& pc = FindJson(plain.json, "choices")->at(0);
+  ASSERT_EQ(Ids(FindJson(pc, "token_ids")), want.output_ids);
 
-  body.Set("stream", Json::Bool(true));
+  body["stream"] = Json(true);
   // This request is the engine's only one: completed moves by exactly one, at
   // its end. Whether the client reads the first chunk before that depends on
   // the scheduler of a loaded machine, so up to 3 tries; a server that sends
@@ -350,8 +350,8 @@ TEST(OpenAIServerTest, StreamSendsTokensWhileTheReplyIsStillBeingGenerated) {
     ASSERT_GE(s.events.size(), want.output_ids.size() + 2);  // A chunk per token, usage, [DONE].
     EXPECT_EQ(s.events.back(), "[DONE]");
     size_t first_token = 0;
-    while (first_token < s.events.size() && Ids(ParseJson(s.events[first_token])
-                                                    ->Find("choices")->items().at(0).Find("token_ids")).empty()) {
+    while (first_token < s.events.size() && Ids(FindJson(FindJson(*ParseJson(s.events[first_token]), "choices")->at(0),
+                                                             "token_ids")).empty()) {
       ++first_token;
     }
     ASSERT_LT(first_token, s.events.size());
@@ -366,12 +366,12 @@ TEST(OpenAIServerTest, StreamSendsTokensWhileTheReplyIsStillBeingGenerated) {
   std::map<int64_t, StreamedChoice> got = Assemble(s.events);
   ASSERT_EQ(got.size(), 1u);
   EXPECT_EQ(got[0].ids, want.output_ids);
-  EXPECT_EQ(got[0].text, pc.GetString("text", "").value());
+  EXPECT_EQ(got[0].text, GetJsonString(pc, "text", "").value());
   ASSERT_EQ(got[0].logprobs.size(), want.logprobs.size());
   for (size_t i = 0; i < want.logprobs.size(); ++i) EXPECT_NEAR(got[0].logprobs[i], want.logprobs[i], 1e-5);
-  EXPECT_EQ(got[0].finish, pc.GetString("finish_reason", "").value());
+  EXPECT_EQ(got[0].finish, GetJsonString(pc, "finish_reason", "").value());
   const Json usage = *ParseJson(s.events[s.events.size() - 2]);
-  EXPECT_EQ(usage.Find("usage")->GetInt("completion_tokens", -1).value(),
+  EXPECT_EQ(GetJsonInt(*FindJson(usage, "usage"), "completion_tokens", -1).value(),
             static_cast<int64_t>(want.output_ids.size()));
 }
 
@@ -394,27 +394,27 @@ TEST(OpenAIServerTest, StreamedStopStringsAndSeveralChoicesEqualThePlainResponse
   }
   ASSERT_FALSE(stop.empty()) << "no 3-token stretch of 20 greedy replies round-trips";
   for (const double temperature : {0.0, 0.8}) {
-    Json body = Json::Object({{"prompt", IdArray(prompt)},
-                              {"max_tokens", Json::Int(24)},
-                              {"temperature", Json::Number(temperature)},
-                              {"seed", Json::Int(1 + rng() % 100000)},
-                              {"n", Json::Int(3)},
-                              {"stop", Json::String(stop)},
-                              {"logprobs", Json::Int(0)},
-                              {"return_token_ids", Json::Bool(true)}});
+    Json body = Json::object({{"prompt", IdArray(prompt)},
+                              {"max_tokens", Json(24)},
+                              {"temperature", Json(temperature)},
+                              {"seed", Json(1 + rng() % 100000)},
+                              {"n", Json(3)},
+                              {"stop", Json(stop)},
+                              {"logprobs", Json(0)},
+                              {"return_token_ids", Json(true)}});
     Reply plain = Post("/v1/completions", body);
     ASSERT_EQ(plain.status, 200) << plain.body;
-    body.Set("stream", Json::Bool(true));
+    body["stream"] = Json(true);
     Streamed s = PostStreaming("/v1/completions", body);
     ASSERT_EQ(s.status, 200);
     EXPECT_EQ(s.events.back(), "[DONE]");
     std::map<int64_t, StreamedChoice> got = Assemble(s.events);
     ASSERT_EQ(got.size(), 3u);
-    for (const Json& c : plain.json.Find("choices")->items()) {
-      const StreamedChoice& sc = got[c.GetInt("index", -1).value()];
-      EXPECT_EQ(sc.ids, Ids(c.Find("token_ids"))) << "temperature " << temperature;
-      EXPECT_EQ(sc.text, c.GetString("text", "").value()) << "temperature " << temperature;
-      EXPECT_EQ(sc.finish, c.GetString("finish_reason", "").value());
+    for (const Json& c : *FindJson(plain.json, "choices")) {
+      const StreamedChoice& sc = got[GetJsonInt(c, "index", -1).value()];
+      EXPECT_EQ(sc.ids, Ids(FindJson(c, "token_ids"))) << "temperature " << temperature;
+      EXPECT_EQ(sc.text, GetJsonString(c, "text", "").value()) << "temperature " << temperature;
+      EXPECT_EQ(sc.finish, GetJsonString(c, "finish_reason", "").value());
       EXPECT_EQ(sc.logprobs.size(), sc.ids.size());
       if (temperature == 0) {
         EXPECT_EQ(sc.finish, "stop") << "the greedy choices end on the stop string";
@@ -426,26 +426,26 @@ TEST(OpenAIServerTest, StreamedStopStringsAndSeveralChoicesEqualThePlainResponse
 TEST(OpenAIServerTest, ChatRendersMessagesWithChatFormatAndStopsAtImEnd) {
   std::mt19937 rng = Rng();
   const std::string user = "Make model.py faster, task " + std::to_string(rng() % 10000);
-  Json messages = Json::Array(
-      {Json::Object({{"role", Json::String("system")}, {"content", Json::String("You write CUDA kernels.")}}),
-       Json::Object({{"role", Json::String("user")},
-                     {"content", Json::Array({Json::Object({{"type", Json::String("text")},
-                                                            {"text", Json::String(user)}})})}}),
-       Json::Object({{"role", Json::String("assistant")},
-                     {"content", Json::String("Reading it.")},
-                     {"tool_calls", Json::Array({Json::Object(
-                                        {{"id", Json::String("call_1")},
-                                         {"type", Json::String("function")},
-                                         {"function", Json::Object({{"name", Json::String("Read")},
-                                                                    {"arguments", Json::String(
+  Json messages = Json::array(
+      {Json::object({{"role", Json("system")}, {"content", Json("You write CUDA kernels.")}}),
+       Json::object({{"role", Json("user")},
+                     {"content", Json::array({Json::object({{"type", Json("text")},
+                                                            {"text", Json(user)}})})}}),
+       Json::object({{"role", Json("assistant")},
+                     {"content", Json("Reading it.")},
+                     {"tool_calls", Json::array({Json::object(
+                                        {{"id", Json("call_1")},
+                                         {"type", Json("function")},
+                                         {"function", Json::object({{"name", Json("Read")},
+                                                                    {"arguments", Json(
                                                                                       R"({"path": "model.py"})")}})}})})}}),
-       Json::Object({{"role", Json::String("tool")}, {"content", Json::String("class Model: ...")}})});
-  Json body = Json::Object({{"messages", messages},
+       Json::object({{"role", Json("tool")}, {"content", Json("class Model: ...")}})});
+  Json body = Json::object({{"messages", messages},
                             {"tools", agent::ToolSchemas()},
-                            {"max_tokens", Json::Int(30)},
-                            {"temperature", Json::Int(0)},
-                            {"logprobs", Json::Bool(true)},
-                            {"return_token_ids", Json::Bool(true)}});
+                            {"max_tokens", Json(30)},
+                            {"temperature", Json(0)},
+                            {"logprobs", Json(true)},
+                            {"return_token_ids", Json(true)}});
   Reply r = Post("/v1/chat/completions", body);
   ASSERT_EQ(r.status, 200) << r.body;
 
@@ -457,51 +457,51 @@ TEST(OpenAIServerTest, ChatRendersMessagesWithChatFormatAndStopsAtImEnd) {
   turns[2] = {agent::ChatRole::kAssistant, "Reading it.", {{"Read", *ParseJson(R"({"path": "model.py"})")}}, std::nullopt};
   turns[3] = {agent::ChatRole::kTool, "class Model: ...", {}, std::nullopt};
   const std::vector<int32_t> prompt = format->Render(turns, true)->ids;
-  EXPECT_EQ(Ids(r.json.Find("prompt_token_ids")), prompt);
+  EXPECT_EQ(Ids(FindJson(r.json, "prompt_token_ids")), prompt);
   const GenerationResult want = testing::EngineGreedy(prompt, 30, {{format->im_end_id()}});
-  const Json& c = r.json.Find("choices")->items().at(0);
-  EXPECT_EQ(Ids(c.Find("token_ids")), want.output_ids);
-  EXPECT_EQ(c.GetString("finish_reason", "").value(), want.finish_reason == "stop_sequence" ? "stop" : "length");
-  EXPECT_EQ(c.Find("message")->GetString("content", "").value(),
+  const Json& c = FindJson(r.json, "choices")->at(0);
+  EXPECT_EQ(Ids(FindJson(c, "token_ids")), want.output_ids);
+  EXPECT_EQ(GetJsonString(c, "finish_reason", "").value(), want.finish_reason == "stop_sequence" ? "stop" : "length");
+  EXPECT_EQ(GetJsonString(*FindJson(c, "message"), "content", "").value(),
             openai::SanitizeUtf8(Fixture().tokenizer->Decode(want.output_ids, true)));
-  EXPECT_EQ(c.Find("logprobs")->Find("content")->items().size(), want.output_ids.size());
-  EXPECT_EQ(r.json.GetString("object", "").value(), "chat.completion");
+  EXPECT_EQ(FindJson(*FindJson(c, "logprobs"), "content")->size(), want.output_ids.size());
+  EXPECT_EQ(GetJsonString(r.json, "object", "").value(), "chat.completion");
 }
 
 TEST(OpenAIServerTest, BadRequestsGetOpenAIErrorsWithTheRightStatus) {
   std::mt19937 rng = Rng();
   const Json prompt = IdArray(testing::RandomIds(&rng, 3, 10));
   auto with = [&](const char* key, Json value) {
-    Json b = Json::Object({{"prompt", prompt}, {"max_tokens", Json::Int(4)}});
-    b.Set(key, std::move(value));
+    Json b = Json::object({{"prompt", prompt}, {"max_tokens", Json(4)}});
+    b[key] = std::move(value);
     return b;
   };
   ExpectError(Call("POST", "/v1/completions", "{\"prompt\": [1, 2"), 400, "invalid_request_error", "");
-  ExpectError(Post("/v1/completions", Json::Object({{"max_tokens", Json::Int(3)}})), 400, "invalid_request_error",
+  ExpectError(Post("/v1/completions", Json::object({{"max_tokens", Json(3)}})), 400, "invalid_request_error",
               "prompt");
-  ExpectError(Post("/v1/completions", with("logprobs", Json::Int(3))), 400, "invalid_request_error", "logprobs");
-  ExpectError(Post("/v1/completions", with("temperature", Json::Number(2.5))), 400, "invalid_request_error",
+  ExpectError(Post("/v1/completions", with("logprobs", Json(3))), 400, "invalid_request_error", "logprobs");
+  ExpectError(Post("/v1/completions", with("temperature", Json(2.5))), 400, "invalid_request_error",
               "temperature");
-  ExpectError(Post("/v1/completions", with("max_tokens", Json::Int(0))), 400, "invalid_request_error", "max_tokens");
-  ExpectError(Post("/v1/completions", with("n", Json::String("two"))), 400, "invalid_request_error", "n");
-  Reply model = Post("/v1/completions", with("model", Json::String("gpt-4o")));
+  ExpectError(Post("/v1/completions", with("max_tokens", Json(0))), 400, "invalid_request_error", "max_tokens");
+  ExpectError(Post("/v1/completions", with("n", Json("two"))), 400, "invalid_request_error", "n");
+  Reply model = Post("/v1/completions", with("model", Json("gpt-4o")));
   ExpectError(model, 404, "not_found_error", "model");
-  EXPECT_NE(model.json.Find("error")->GetString("message", "").value().find("gpt-4o"), std::string::npos);
+  EXPECT_NE(GetJsonString(*FindJson(model.json, "error"), "message", "").value().find("gpt-4o"), std::string::npos);
   // An id past the model's vocabulary: the engine refuses it, reported as a bad prompt.
   ExpectError(Post("/v1/completions", with("prompt", IdArray({3, Fixture().model_vocab + 7}))), 400,
               "invalid_request_error", "prompt");
   ExpectError(Post("/v1/completions", with("prompt", IdArray(std::vector<int32_t>(testing::kMaxSeqLen, 9)))), 400,
               "invalid_request_error", "prompt");
-  ExpectError(Post("/v1/chat/completions", Json::Object({{"messages", Json::Array()}})), 400,
+  ExpectError(Post("/v1/chat/completions", Json::object({{"messages", Json::array()}})), 400,
               "invalid_request_error", "messages");
   ExpectError(Post("/v1/chat/completions",
-                   Json::Object({{"messages", Json::Array({Json::Object({{"role", Json::String("user")},
-                                                                         {"content", Json::String("hi")}})})},
-                                 {"top_logprobs", Json::Int(2)}})),
+                   Json::object({{"messages", Json::array({Json::object({{"role", Json("user")},
+                                                                         {"content", Json("hi")}})})},
+                                 {"top_logprobs", Json(2)}})),
               400, "invalid_request_error", "top_logprobs");
   ExpectError(Post("/v1/chat/completions",
-                   Json::Object({{"messages", Json::Array({Json::Object({{"role", Json::String("wizard")},
-                                                                         {"content", Json::String("hi")}})})}})),
+                   Json::object({{"messages", Json::array({Json::object({{"role", Json("wizard")},
+                                                                         {"content", Json("hi")}})})}})),
               400, "invalid_request_error", "messages[0].role");
   ExpectError(Call("GET", "/v1/completions"), 405, "invalid_request_error", "");
   ExpectError(Call("GET", "/v2/engines"), 404, "not_found_error", "");
@@ -515,21 +515,21 @@ TEST(OpenAIServerTest, ConcurrentRequestsAllComplete) {
   std::vector<std::thread> threads;
   for (size_t i = 0; i < prompts.size(); ++i) {
     threads.emplace_back([&, i] {
-      replies[i] = Post("/v1/completions", Json::Object({{"prompt", IdArray(prompts[i])},
-                                                         {"max_tokens", Json::Int(8)},
-                                                         {"temperature", Json::Int(0)},
-                                                         {"n", Json::Int(2)},
-                                                         {"return_token_ids", Json::Bool(true)}}));
+      replies[i] = Post("/v1/completions", Json::object({{"prompt", IdArray(prompts[i])},
+                                                         {"max_tokens", Json(8)},
+                                                         {"temperature", Json(0)},
+                                                         {"n", Json(2)},
+                                                         {"return_token_ids", Json(true)}}));
     });
   }
   for (auto& t : threads) t.join();
   for (size_t i = 0; i < prompts.size(); ++i) {
     ASSERT_EQ(replies[i].status, 200) << replies[i].body;
-    const auto& choices = replies[i].json.Find("choices")->items();
+    const Json& choices = *FindJson(replies[i].json, "choices");
     ASSERT_EQ(choices.size(), 2u);
     // Greedy: both choices equal the engine's own answer (batching does not change it).
     const GenerationResult want = testing::EngineGreedy(prompts[i], 8);
-    for (const Json& c : choices) EXPECT_EQ(Ids(c.Find("token_ids")), want.output_ids);
+    for (const Json& c : choices) EXPECT_EQ(Ids(FindJson(c, "token_ids")), want.output_ids);
   }
 }
 

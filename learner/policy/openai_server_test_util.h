@@ -58,8 +58,8 @@ inline OpenAIFixture& Fixture() {
     }
     f->engine = *std::move(engine);
     auto config = ParseJson(ReadFileToString(f->dir + "/config.json").value_or(""));
-    if (!config.ok() || !config->GetInt("vocab_size", 0).ok()) std::abort();
-    f->model_vocab = static_cast<int32_t>(*config->GetInt("vocab_size", 0));
+    if (!config.ok() || !GetJsonInt(*config, "vocab_size", 0).ok()) std::abort();
+    f->model_vocab = static_cast<int32_t>(*GetJsonInt(*config, "vocab_size", 0));
     OpenAIServerOptions so;
     so.model_name = kModelName;
     so.max_seq_len = kMaxSeqLen;

@@ -28,7 +28,7 @@ absl::StatusOr<StepMetrics> RunStep(Trainer& t, StepKind kind, const std::vector
   }
 }
 
-absl::StatusOr<std::string> Str(const Json& j, const char* key) { return j.GetString(key, ""); }
+absl::StatusOr<std::string> Str(const Json& j, const char* key) { return GetJsonString(j, key, ""); }
 
 }  // namespace
 
@@ -91,14 +91,14 @@ absl::Status DpLeader::Setup(const std::string& job_dir, at::Device device, cons
     return absl::FailedPreconditionError(absl::StrCat("data-parallel collectives run on ", dp_->device().str(),
                                                       " but the job trains on ", device.str()));
   }
-  Json cmd = Json::Object({{"op", Json::String("setup")},
-                           {"job_dir", Json::String(job_dir)},
-                           {"device", Json::String(device.is_cuda() ? "cuda" : "cpu")},
-                           {"policy_dir", Json::String(policy_dir)},
-                           {"critic_dir", Json::String(critic_dir)},
-                           {"checkpoint_dir", Json::String(checkpoint_dir)},
-                           {"hyperparameters", Json::String(hyperparameters_text)}});
-  if (auto s = Send(cmd.Dump()); !s.ok()) return s;
+  Json cmd = Json::object({{"op", Json("setup")},
+                           {"job_dir", Json(job_dir)},
+                           {"device", Json(device.is_cuda() ? "cuda" : "cpu")},
+                           {"policy_dir", Json(policy_dir)},
+                           {"critic_dir", Json(critic_dir)},
+                           {"checkpoint_dir", Json(checkpoint_dir)},
+                           {"hyperparameters", Json(hyperparameters_text)}});
+  if (auto s = Send(DumpJson(cmd)); !s.ok()) return s;
   trainer->set_collectives(dp_);
   return trainer->BroadcastParameters();
 }
@@ -108,20 +108,20 @@ absl::StatusOr<std::vector<Sample>> DpLeader::Step(StepKind kind, const std::vec
   std::vector<int64_t> tokens;
   for (const Sample& s : batch) tokens.push_back(static_cast<int64_t>(s.ids.size()));
   const std::vector<std::vector<int>> shards = dist::ShardByTokens(tokens, dp_->world_size());
-  Json list = Json::Array(), baselines = Json::Array();
+  Json list = Json::array(), baselines = Json::array();
   for (const auto& shard : shards) {
-    Json ids = Json::Array(), b = Json::Array();
-    for (int i : shard) ids.Push(Json::String(batch[i].id)), b.Push(Json::Number(batch[i].baseline));
-    list.Push(std::move(ids));
-    baselines.Push(std::move(b));
+    Json ids = Json::array(), b = Json::array();
+    for (int i : shard) ids.push_back(Json(batch[i].id)), b.push_back(Json(batch[i].baseline));
+    list.push_back(std::move(ids));
+    baselines.push_back(std::move(b));
   }
-  Json cmd = Json::Object({{"op", Json::String("step")},
-                           {"objective", Json::String(KindName(kind))},
-                           {"n", Json::Int(static_cast<int64_t>(batch.size()))},
-                           {"actor_lr", Json::Number(actor_lr)},
+  Json cmd = Json::object({{"op", Json("step")},
+                           {"objective", Json(KindName(kind))},
+                           {"n", Json(static_cast<int64_t>(batch.size()))},
+                           {"actor_lr", Json(actor_lr)},
                            {"shards", std::move(list)},
                            {"baselines", std::move(baselines)}});
-  if (auto s = Send(cmd.Dump()); !s.ok()) return s;
+  if (auto s = Send(DumpJson(cmd)); !s.ok()) return s;
   std::vector<Sample> mine;
   for (int i : shards[0]) mine.push_back(batch[i]);
   return mine;
@@ -179,33 +179,33 @@ absl::Status RunDpFollower(dist::DataParallel* dp) {
       continue;
     }
     if (*op != "step" || trainer == nullptr) return absl::InternalError(absl::StrCat("rank ", rank, ": bad command ", *msg));
-    const Json* shards = cmd->Find("shards");
-    if (shards == nullptr || !shards->is_array() || static_cast<int>(shards->items().size()) <= rank) {
+    const Json* shards = FindJson(*cmd, "shards");
+    if (shards == nullptr || !shards->is_array() || static_cast<int>(shards->size()) <= rank) {
       return absl::InternalError(absl::StrCat("rank ", rank, ": step without a shard for it"));
     }
-    const Json* baselines = cmd->Find("baselines");
-    const auto& ids = shards->items()[rank].items();
-    if (baselines == nullptr || !baselines->is_array() || static_cast<int>(baselines->items().size()) <= rank ||
-        baselines->items()[rank].items().size() != ids.size()) {
+    const Json* baselines = FindJson(*cmd, "baselines");
+    const Json& ids = (*shards)[rank];
+    if (baselines == nullptr || !baselines->is_array() || static_cast<int>(baselines->size()) <= rank ||
+        (*baselines)[rank].size() != ids.size()) {
       return absl::InternalError(absl::StrCat("rank ", rank, ": step without a baseline per trajectory"));
     }
-    const auto& my_baselines = baselines->items()[rank].items();
+    const Json& my_baselines = (*baselines)[rank];
     std::vector<Sample> batch;
     for (size_t k = 0; k < ids.size(); ++k) {
       const Json& id = ids[k];
-      auto bytes = ReadFileToString(Ingest::TrajectoryFile(job_dir, id.str()));
+      auto bytes = ReadFileToString(Ingest::TrajectoryFile(job_dir, id.get<std::string>()));
       if (!bytes.ok()) return bytes.status();
       v1::Trajectory t;
-      if (!t.ParseFromString(*bytes)) return absl::DataLossError(absl::StrCat("trajectory ", id.str(), " does not parse"));
+      if (!t.ParseFromString(*bytes)) return absl::DataLossError(absl::StrCat("trajectory ", id.get<std::string>(), " does not parse"));
       auto s = SampleFromTrajectory(t, trainer->policy().config().vocab_size, config.batch().max_trajectory_tokens());
       if (!s.ok()) return s.status();
-      s->baseline = my_baselines[k].number();
+      s->baseline = JsonNumber(my_baselines[k]);
       batch.push_back(std::move(*s));
     }
     const std::string objective = Str(*cmd, "objective").value_or("");
     const StepKind kind = objective == "ppo" ? StepKind::kPpo : objective == "sft" ? StepKind::kSft : StepKind::kValue;
-    trainer->actor_optimizer().set_lr(cmd->GetDouble("actor_lr", trainer->actor_optimizer().lr()).value_or(0));
-    auto m = RunStep(*trainer, kind, batch, cmd->GetInt("n", 0).value_or(0));
+    trainer->actor_optimizer().set_lr(GetJsonDouble(*cmd, "actor_lr", trainer->actor_optimizer().lr()).value_or(0));
+    auto m = RunStep(*trainer, kind, batch, GetJsonInt(*cmd, "n", 0).value_or(0));
     if (!m.ok()) return m.status();
   }
 }

@@ -37,7 +37,7 @@ absl::Status SendWeights(dist::ShardedWeights& weights, c10d::Backend* sync, int
       if (sync == nullptr) continue;
       if (u == 0) {  // The header goes first; the dtype is the gathered buffers'.
         dtype = full.scalar_type();
-        const std::string layout = weights.Layout().Dump();
+        const std::string layout = DumpJson(weights.Layout());
         at::Tensor header =
             at::tensor({policy_version, static_cast<int64_t>(layout.size()), static_cast<int64_t>(dtype)}, at::kLong)
                 .to(device);
@@ -69,13 +69,14 @@ absl::StatusOr<ReceivedWeights> ReceiveWeights(c10d::Backend& sync, const ModelO
     Broadcast(sync, bytes);
     bytes = bytes.to(at::kCPU);
     auto layout = ParseJson(std::string(static_cast<const char*>(bytes.data_ptr()), static_cast<size_t>(length)));
-    if (!layout.ok() || layout->Find("units") == nullptr) {
+    const Json* unit_list = layout.ok() ? FindJson(*layout, "units") : nullptr;
+    if (unit_list == nullptr || !unit_list->is_array()) {
       return absl::DataLossError("weight sync: the layout is not the sender's JSON");
     }
     std::vector<at::Tensor> units;
-    for (const Json& u : layout->Find("units")->items()) {
-      const Json* n = u.Find("numel");
-      absl::StatusOr<int64_t> numel = n != nullptr ? n->AsInt() : absl::StatusOr<int64_t>(absl::DataLossError("numel"));
+    for (const Json& u : *unit_list) {
+      const Json* n = FindJson(u, "numel");
+      absl::StatusOr<int64_t> numel = n != nullptr ? JsonInt(*n) : absl::StatusOr<int64_t>(absl::DataLossError("numel"));
       if (!numel.ok()) return absl::DataLossError("weight sync: a unit of the layout has no numel");
       units.push_back(at::empty({*numel}, at::TensorOptions().dtype(dtype).device(device)));
       Broadcast(sync, units.back());

@@ -15,8 +15,8 @@ namespace {
 // A weight_version as the servers report it: the decimal string we set.
 absl::StatusOr<int64_t> ParseVersion(const Json* v, const std::string& where) {
   int64_t out = -1;
-  if (v != nullptr && v->is_string() && absl::SimpleAtoi(v->str(), &out) && out >= 0) return out;
-  return absl::DataLossError(absl::StrCat(where, ": weight_version ", v == nullptr ? "absent" : v->Dump(),
+  if (v != nullptr && v->is_string() && absl::SimpleAtoi(v->get<std::string>(), &out) && out >= 0) return out;
+  return absl::DataLossError(absl::StrCat(where, ": weight_version ", v == nullptr ? "absent" : DumpJson(*v),
                                           " is not a policy version"));
 }
 
@@ -57,7 +57,7 @@ absl::StatusOr<Json> ExternalWeightSync::Call(const Server& s, const std::string
   client.set_write_timeout(us);
   const std::string what = absl::StrCat(method, " ", s.base_url, path);
   httplib::Result res = method == "GET" ? client.Get(path)
-                                        : client.Post(path, body != nullptr ? body->Dump() : "{}", "application/json");
+                                        : client.Post(path, body != nullptr ? DumpJson(*body) : "{}", "application/json");
   if (!res) return absl::UnavailableError(absl::StrCat(what, ": ", httplib::to_string(res.error())));
   if (res->status != 200) {
     return absl::Status(res->status >= 500 ? absl::StatusCode::kUnavailable : absl::StatusCode::kFailedPrecondition,
@@ -73,7 +73,7 @@ absl::StatusOr<int64_t> ExternalWeightSync::ServedVersion(size_t i) const {
   const std::string path = config_.server() == "sglang" ? "/get_weight_version" : "/weight_info";
   absl::StatusOr<Json> j = Call(s, "GET", path, nullptr);
   if (!j.ok()) return j.status();
-  return ParseVersion(j->Find("weight_version"), s.base_url + path);
+  return ParseVersion(FindJson(*j, "weight_version"), s.base_url + path);
 }
 
 absl::Status ExternalWeightSync::LabelBase(size_t i) {
@@ -81,28 +81,28 @@ absl::Status ExternalWeightSync::LabelBase(size_t i) {
   const std::string path = config_.server() == "sglang" ? "/get_weight_version" : "/weight_info";
   absl::StatusOr<Json> j = Call(s, "GET", path, nullptr);
   if (!j.ok()) return j.status();
-  const Json* v = j->Find("weight_version");
+  const Json* v = FindJson(*j, "weight_version");
   if (v != nullptr && !v->is_null()) return absl::OkStatus();  // Labelled already (a resumed job relabels).
-  const Json body = Json::Object({{"new_version", Json::String("0")}, {"abort_all_requests", Json::Bool(false)}});
+  const Json body = Json::object({{"new_version", Json("0")}, {"abort_all_requests", Json(false)}});
   return Call(s, "POST", "/update_weight_version", &body).status();
 }
 
 absl::Status ExternalWeightSync::PublishSglang(Server* s, const std::string& dir, int64_t version) {
-  const Json body = Json::Object({{"model_path", Json::String(dir)},
-                                  {"weight_version", Json::String(absl::StrCat(version))},
-                                  {"abort_all_requests", Json::Bool(false)}});
+  const Json body = Json::object({{"model_path", Json(dir)},
+                                  {"weight_version", Json(absl::StrCat(version))},
+                                  {"abort_all_requests", Json(false)}});
   absl::StatusOr<Json> j = Call(*s, "POST", "/update_weights_from_disk", &body);
   if (!j.ok()) return j.status();
-  if (const Json* ok = j->Find("success"); ok == nullptr || !ok->is_bool() || !ok->bool_value()) {
+  if (const Json* ok = FindJson(*j, "success"); ok == nullptr || !ok->is_boolean() || !ok->get<bool>()) {
     return absl::FailedPreconditionError(absl::StrCat(s->base_url, "/update_weights_from_disk refused ", dir, ": ",
-                                                      j->GetString("message", "").value_or("")));
+                                                      GetJsonString(*j, "message", "").value_or("")));
   }
   return absl::OkStatus();
 }
 
 absl::Status ExternalWeightSync::PublishVllm(Server* s, const std::string& dir, int64_t version) {
   if (!s->transfer_ready) {
-    const Json init = Json::Object({{"init_info", Json::Object()}});
+    const Json init = Json::object({{"init_info", Json::object()}});
     if (auto j = Call(*s, "POST", "/init_weight_transfer_engine", &init); !j.ok()) return j.status();
     s->transfer_ready = true;
   }
@@ -110,9 +110,9 @@ absl::Status ExternalWeightSync::PublishVllm(Server* s, const std::string& dir, 
   if (auto j = Call(*s, "POST", "/pause?mode=wait", nullptr); !j.ok()) return j.status();
   absl::Status status = [&]() -> absl::Status {
     if (auto j = Call(*s, "POST", "/start_weight_update", nullptr); !j.ok()) return j.status();
-    const Json update = Json::Object({{"update_info", Json::Object({{"path", Json::String(dir)}})}});
+    const Json update = Json::object({{"update_info", Json::object({{"path", Json(dir)}})}});
     if (auto j = Call(*s, "POST", "/update_weights", &update); !j.ok()) return j.status();
-    const Json finish = Json::Object({{"weight_version", Json::String(absl::StrCat(version))}});
+    const Json finish = Json::object({{"weight_version", Json(absl::StrCat(version))}});
     if (auto j = Call(*s, "POST", "/finish_weight_update", &finish); !j.ok()) return j.status();
     return absl::OkStatus();
   }();

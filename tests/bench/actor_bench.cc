@@ -343,7 +343,7 @@ int Main(const Flags& flags) {
   }
   env.tokenizer = *std::move(tok);
   env.with_tools.emplace(*agent::ChatFormat::Create(env.tokenizer.get(), agent::ToolSchemas()));
-  env.plain.emplace(*agent::ChatFormat::Create(env.tokenizer.get(), Json::Array()));
+  env.plain.emplace(*agent::ChatFormat::Create(env.tokenizer.get(), Json::array()));
   env.skill = ReadFileToString("sandbox/SKILL.md").value_or("");
   env.solutions = "sandbox/solutions/cpu";
   for (const auto& e : std::filesystem::directory_iterator("sandbox/testdata/cpu_tasks")) {

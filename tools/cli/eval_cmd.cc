@@ -257,7 +257,7 @@ int EvalMain(int argc, char** argv) {
     return 2;
   }
   auto with_tools = agent::ChatFormat::Create(tokenizer->get(), agent::ToolSchemas());
-  auto plain = agent::ChatFormat::Create(tokenizer->get(), Json::Array());
+  auto plain = agent::ChatFormat::Create(tokenizer->get(), Json::array());
   if (!with_tools.ok() || !plain.ok()) {
     std::fprintf(stderr, "kernelrl eval: %s\n", with_tools.status().ToString().c_str());
     return 2;

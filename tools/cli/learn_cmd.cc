@@ -75,7 +75,7 @@ grpc::Status SubmitOrResume(v1::Learner::Stub* stub, const std::string& resume_i
 // What --resume continues: the run dir's one job, its held-out evaluations so far and the run's start.
 struct PausedRun {
   std::string job_id;
-  Json heldout = Json::Array();
+  Json heldout = Json::array();
   absl::Time start = absl::Now();
   std::string note;  // Said on the console when not empty.
 };
@@ -98,8 +98,8 @@ absl::StatusOr<PausedRun> ReadPausedRun(const std::string& run_dir) {
   if (!text.ok()) return text.status();
   auto curves = ParseJson(*text);
   if (!curves.ok()) return absl::DataLossError(path + ": " + std::string(curves.status().message()));
-  if (const Json* h = curves->Find("heldout")) r.heldout = *h;
-  if (const Json* t = curves->Find("start_unix_ms")) r.start = absl::FromUnixMillis(static_cast<int64_t>(t->number()));
+  if (const Json* h = FindJson(*curves, "heldout")) r.heldout = *h;
+  if (const Json* t = FindJson(*curves, "start_unix_ms")) r.start = absl::FromUnixMillis(static_cast<int64_t>(JsonNumber(*t)));
   return r;
 }
 
@@ -180,13 +180,13 @@ std::string F(double v) { return absl::StrFormat("%.3g", v); }
 
 // "; rollouts: reward m +- sem (n), ..." when the evaluation sampled more than one rollout per task.
 std::string RolloutLine(const Json& heldout) {
-  const Json* r = heldout.Find("rollouts");
-  const Json* tasks = heldout.Find("n");
-  if (r == nullptr || tasks == nullptr || r->Find("n")->number() <= tasks->number()) return "";
-  return absl::StrCat("; per rollout (n ", F(r->Find("n")->number()), "): reward ", F(r->Find("reward_mean")->number()),
-                      " +- ", F(r->Find("reward_sem")->number()), ", pass ", F(r->Find("pass_rate")->number()),
-                      ", >eager ", F(r->Find("faster_than_eager_rate")->number()), ", >compile ",
-                      F(r->Find("faster_than_compile_rate")->number()));
+  const Json* r = FindJson(heldout, "rollouts");
+  const Json* tasks = FindJson(heldout, "n");
+  if (r == nullptr || tasks == nullptr || JsonNumber(*FindJson(*r, "n")) <= JsonNumber(*tasks)) return "";
+  return absl::StrCat("; per rollout (n ", F(JsonNumber(*FindJson(*r, "n"))), "): reward ", F(JsonNumber(*FindJson(*r, "reward_mean"))),
+                      " +- ", F(JsonNumber(*FindJson(*r, "reward_sem"))), ", pass ", F(JsonNumber(*FindJson(*r, "pass_rate"))),
+                      ", >eager ", F(JsonNumber(*FindJson(*r, "faster_than_eager_rate"))), ", >compile ",
+                      F(JsonNumber(*FindJson(*r, "faster_than_compile_rate"))));
 }
 
 // Held-out evaluations, one at a time beside the training, in their own thread; each result goes
@@ -206,17 +206,17 @@ class HeldOutEvaluator {
       auto r = HeldOutEval(o_, cluster_, curves_dir_ + "/eval-" + label);
       std::lock_guard<std::mutex> lock(mu_);
       if (r.ok()) {
-        r->Set("label", Json::String(label));
-        r->Set("policy_version", Json::Int(version));
-        r->Set("agentic_step", Json::Int(agentic_step));
-        r->Set("wall_s", Json::Number(t0));
-        r->Set("eval_seconds", Json::Number(console_.Seconds() - t0));
+        (*r)["label"] = Json(label);
+        (*r)["policy_version"] = Json(version);
+        (*r)["agentic_step"] = Json(agentic_step);
+        (*r)["wall_s"] = Json(t0);
+        (*r)["eval_seconds"] = Json(console_.Seconds() - t0);
         console_.Line(absl::StrCat("held-out eval ", label, " (policy v", version, "): reward ",
-                                   F(r->Find("reward_mean")->number()), " +- ", F(r->Find("reward_sem")->number()),
-                                   ", pass ", F(r->Find("pass_rate")->number()), ", >eager ",
-                                   F(r->Find("faster_than_eager_rate")->number()), ", >compile ",
-                                   F(r->Find("faster_than_compile_rate")->number()), RolloutLine(*r)));
-        heldout_.Push(std::move(*r));
+                                   F(JsonNumber(*FindJson(*r, "reward_mean"))), " +- ", F(JsonNumber(*FindJson(*r, "reward_sem"))),
+                                   ", pass ", F(JsonNumber(*FindJson(*r, "pass_rate"))), ", >eager ",
+                                   F(JsonNumber(*FindJson(*r, "faster_than_eager_rate"))), ", >compile ",
+                                   F(JsonNumber(*FindJson(*r, "faster_than_compile_rate"))), RolloutLine(*r)));
+        heldout_.push_back(std::move(*r));
       } else {
         console_.Line("held-out eval " + label + " failed: " + std::string(r.status().message()));
       }
@@ -255,25 +255,25 @@ bool WriteCurves(const v1::LearnConfig& o, const v1::Job& job, const std::string
   }
   TrainedAudit audit;
   auto trained = TrainedStats(job_dir, &audit);
-  Json step_list = Json::Array();
-  for (const Json& s : steps->items()) {
+  Json step_list = Json::array();
+  for (const Json& s : *steps) {
     Json copy = s;
-    const int64_t step = static_cast<int64_t>(s.Find("step")->number());
-    if (trained.ok() && trained->count(step)) copy.Set("trained", trained->at(step).ToJson());
-    step_list.Push(std::move(copy));
+    const int64_t step = static_cast<int64_t>(JsonNumber(*FindJson(s, "step")));
+    if (trained.ok() && trained->count(step)) copy["trained"] = trained->at(step).ToJson();
+    step_list.push_back(std::move(copy));
   }
-  Json curves = Json::Object({{"job_id", Json::String(job.id())},
-                              {"start_unix_ms", Json::Int(console.StartUnixMs())},
-                              {"state", Json::String(v1::Job::State_Name(job.state()))},
-                              {"ablation", Json::String(o.ablation())},
-                              {"backend", Json::String(o.backend())},
-                              {"family_dir", Json::String(o.family_dir())},
-                              {"hyperparameters_text", Json::String(hp)},
+  Json curves = Json::object({{"job_id", Json(job.id())},
+                              {"start_unix_ms", Json(console.StartUnixMs())},
+                              {"state", Json(v1::Job::State_Name(job.state()))},
+                              {"ablation", Json(o.ablation())},
+                              {"backend", Json(o.backend())},
+                              {"family_dir", Json(o.family_dir())},
+                              {"hyperparameters_text", Json(hp)},
                               {"steps", std::move(step_list)},
                               {"heldout", std::move(heldout)},
                               {"audit", audit.ToJson()}});
-  const bool written = WriteFileAtomically(curves_dir + "/curves.json", curves.Dump(1) + "\n").ok();
-  console.Line(absl::StrCat("audit: ", audit.ToJson().Dump()));
+  const bool written = WriteFileAtomically(curves_dir + "/curves.json", DumpJson(curves, 1) + "\n").ok();
+  console.Line(absl::StrCat("audit: ", DumpJson(audit.ToJson())));
   if (!o.plot_script().empty()) {
     const std::string cmd = absl::StrCat(ShellQuote(o.python()), " ", ShellQuote(o.plot_script()), " ",
                                          ShellQuote(curves_dir + "/curves.json"), " ", ShellQuote(curves_dir), " > ",

@@ -16,8 +16,8 @@ namespace {
 namespace rl = learner::rl;
 
 std::string StrField(const Json& j, absl::string_view key) {
-  const Json* v = j.Find(key);
-  return v != nullptr && v->is_string() ? v->str() : "";
+  const Json* v = FindJson(j, key);
+  return v != nullptr && v->is_string() ? v->get<std::string>() : "";
 }
 
 void Add(VerdictStats* s, double reward, bool ok, double x_eager, double x_compile) {
@@ -34,33 +34,33 @@ void Add(VerdictStats* s, double reward, bool ok, double x_eager, double x_compi
 Json VerdictStats::ToJson() const {
   const double mean = n ? reward_sum / n : 0;
   const double var = n > 1 ? std::max(0.0, (reward_sq_sum - n * mean * mean) / (n - 1)) : 0;
-  Json out = Json::Object({{"n", Json::Int(n)},
-                           {"reward_mean", Json::Number(mean)},
-                           {"reward_sem", Json::Number(n ? std::sqrt(var / n) : 0)},
-                           {"pass_rate", Json::Number(n ? 1.0 * passed / n : 0)},
-                           {"faster_than_eager_rate", Json::Number(n ? 1.0 * faster_eager / n : 0)},
-                           {"faster_than_compile_rate", Json::Number(n ? 1.0 * faster_compile / n : 0)}});
+  Json out = Json::object({{"n", Json(n)},
+                           {"reward_mean", Json(mean)},
+                           {"reward_sem", Json(n ? std::sqrt(var / n) : 0)},
+                           {"pass_rate", Json(n ? 1.0 * passed / n : 0)},
+                           {"faster_than_eager_rate", Json(n ? 1.0 * faster_eager / n : 0)},
+                           {"faster_than_compile_rate", Json(n ? 1.0 * faster_compile / n : 0)}});
   if (n > 0 && wall_s > 0) {  // Trained trajectories (held-out figures come from a report without them).
-    out.Set("rollout_wall_s_mean", Json::Number(wall_s / n));
-    out.Set("rollout_policy_s_mean", Json::Number(policy_s / n));
-    out.Set("rollout_sandbox_s_mean", Json::Number(sandbox_s / n));
+    out["rollout_wall_s_mean"] = Json(wall_s / n);
+    out["rollout_policy_s_mean"] = Json(policy_s / n);
+    out["rollout_sandbox_s_mean"] = Json(sandbox_s / n);
   }
   return out;
 }
 
 Json TrainedAudit::ToJson() const {
-  return Json::Object({{"trajectories_trained", Json::Int(trajectories)},
-                       {"hack_flagged", Json::Int(hack_flagged)},
-                       {"hack_flagged_with_reward_above_1", Json::Int(hack_reward_above_1)},
-                       {"compile_cache_hits", Json::Int(compile_cache_hits)},
-                       {"compiles", Json::Int(compiles)},
-                       {"compile_cache_hit_rate", Json::Number(compiles ? 1.0 * compile_cache_hits / compiles : 0)},
-                       {"integrity_flagged_with_reward_above_1", Json::Int(flagged_reward_above_1)},
-                       {"flags_seen", Json::String(absl::StrJoin(flags_seen, ","))},
-                       {"verdicts_from_cache", Json::Int(verdicts_cached)},
-                       {"verdict_cache_hit_rate", Json::Number(trajectories ? 1.0 * verdicts_cached / trajectories : 0)},
-                       {"warmup_accepted", Json::Int(warmup_accepted)},
-                       {"warmup_from_engineer_actors", Json::Int(warmup_from_engineer)}});
+  return Json::object({{"trajectories_trained", Json(trajectories)},
+                       {"hack_flagged", Json(hack_flagged)},
+                       {"hack_flagged_with_reward_above_1", Json(hack_reward_above_1)},
+                       {"compile_cache_hits", Json(compile_cache_hits)},
+                       {"compiles", Json(compiles)},
+                       {"compile_cache_hit_rate", Json(compiles ? 1.0 * compile_cache_hits / compiles : 0)},
+                       {"integrity_flagged_with_reward_above_1", Json(flagged_reward_above_1)},
+                       {"flags_seen", Json(absl::StrJoin(flags_seen, ","))},
+                       {"verdicts_from_cache", Json(verdicts_cached)},
+                       {"verdict_cache_hit_rate", Json(trajectories ? 1.0 * verdicts_cached / trajectories : 0)},
+                       {"warmup_accepted", Json(warmup_accepted)},
+                       {"warmup_from_engineer_actors", Json(warmup_from_engineer)}});
 }
 
 absl::StatusOr<Json> UpdatesFromLedger(const std::string& job_dir, int64_t start_unix_ms) {
@@ -69,20 +69,20 @@ absl::StatusOr<Json> UpdatesFromLedger(const std::string& job_dir, int64_t start
   std::map<int64_t, Json> updates;  // step -> its point
   for (const v1::LedgerRecord& r : *ledger) {
     if (r.kind() == v1::LedgerRecord::UPDATE) {
-      Json m = Json::Object();
-      for (const auto& [k, v] : r.metrics()) m.Set(k, Json::Number(v));
-      updates[r.step()] = Json::Object({{"step", Json::Int(r.step())},
-                                        {"stage", Json::String(r.stage())},
-                                        {"stage_step", Json::Int(r.stage_step())},
-                                        {"policy_version", Json::Int(r.policy_version())},
-                                        {"wall_s", Json::Number((r.unix_ms() - start_unix_ms) / 1000.0)},
+      Json m = Json::object();
+      for (const auto& [k, v] : r.metrics()) m[k] = Json(v);
+      updates[r.step()] = Json::object({{"step", Json(r.step())},
+                                        {"stage", Json(r.stage())},
+                                        {"stage_step", Json(r.stage_step())},
+                                        {"policy_version", Json(r.policy_version())},
+                                        {"wall_s", Json((r.unix_ms() - start_unix_ms) / 1000.0)},
                                         {"metrics", std::move(m)}});
     } else if (r.kind() == v1::LedgerRecord::ROLLBACK) {
       updates.erase(updates.upper_bound(r.step()), updates.end());
     }
   }
-  Json out = Json::Array();
-  for (auto& [step, point] : updates) out.Push(std::move(point));
+  Json out = Json::array();
+  for (auto& [step, point] : updates) out.push_back(std::move(point));
   return out;
 }
 
@@ -147,39 +147,39 @@ absl::StatusOr<Json> HeldOutFromReport(const std::string& report_json_path) {
   if (!text.ok()) return text.status();
   auto report = ParseJson(*text);
   if (!report.ok()) return report.status();
-  const Json* tasks = report->Find("tasks");
+  const Json* tasks = FindJson(*report, "tasks");
   if (tasks == nullptr || !tasks->is_array()) return absl::DataLossError(report_json_path + ": no tasks");
   VerdictStats s, sampled;
   double log_e = 0, log_c = 0, final_log_e = 0, final_log_c = 0;
   int profiled = 0, finals_profiled = 0;
-  for (const Json& t : tasks->items()) {
-    if (const Json* finals = t.Find("rollout_finals"); finals != nullptr && finals->is_array()) {
-      for (const Json& f : finals->items()) {
-        const Json* xe = f.Find("speedup_vs_eager");
-        const Json* xc = f.Find("speedup_vs_compile");
-        const Json* rew = f.Find("reward");
-        const double fe = xe ? xe->number() : 0, fc = xc ? xc->number() : 0;
+  for (const Json& t : *tasks) {
+    if (const Json* finals = FindJson(t, "rollout_finals"); finals != nullptr && finals->is_array()) {
+      for (const Json& f : *finals) {
+        const Json* xe = FindJson(f, "speedup_vs_eager");
+        const Json* xc = FindJson(f, "speedup_vs_compile");
+        const Json* rew = FindJson(f, "reward");
+        const double fe = xe ? JsonNumber(*xe) : 0, fc = xc ? JsonNumber(*xc) : 0;
         const bool fok = StrField(f, "outcome") == "OK";
-        Add(&sampled, rew ? rew->number() : -1, fok, fe, fc);
+        Add(&sampled, rew ? JsonNumber(*rew) : -1, fok, fe, fc);
         if (fok && fe > 0 && fc > 0) ++finals_profiled, final_log_e += std::log(fe), final_log_c += std::log(fc);
       }
     }
-    const Json* rew = t.Find("reward");
-    const Json* xe = t.Find("speedup_vs_eager");
-    const Json* xc = t.Find("speedup_vs_compile");
-    const double e = xe ? xe->number() : 0, c = xc ? xc->number() : 0;
+    const Json* rew = FindJson(t, "reward");
+    const Json* xe = FindJson(t, "speedup_vs_eager");
+    const Json* xc = FindJson(t, "speedup_vs_compile");
+    const double e = xe ? JsonNumber(*xe) : 0, c = xc ? JsonNumber(*xc) : 0;
     const bool ok = StrField(t, "outcome") == "OK";
-    Add(&s, rew ? rew->number() : -1, ok, e, c);
+    Add(&s, rew ? JsonNumber(*rew) : -1, ok, e, c);
     if (ok && e > 0 && c > 0) ++profiled, log_e += std::log(e), log_c += std::log(c);
   }
   Json out = s.ToJson();
-  out.Set("geomean_speedup_vs_eager", Json::Number(profiled ? std::exp(log_e / profiled) : 0));
-  out.Set("geomean_speedup_vs_compile", Json::Number(profiled ? std::exp(log_c / profiled) : 0));
+  out["geomean_speedup_vs_eager"] = Json(profiled ? std::exp(log_e / profiled) : 0);
+  out["geomean_speedup_vs_compile"] = Json(profiled ? std::exp(log_c / profiled) : 0);
   // The paper's per-task figure: each rollout's final kernel (correct and profiled ones), not the best.
   Json rollouts = sampled.ToJson();
-  rollouts.Set("geomean_speedup_vs_eager", Json::Number(finals_profiled ? std::exp(final_log_e / finals_profiled) : 0));
-  rollouts.Set("geomean_speedup_vs_compile", Json::Number(finals_profiled ? std::exp(final_log_c / finals_profiled) : 0));
-  out.Set("rollouts", std::move(rollouts));
+  rollouts["geomean_speedup_vs_eager"] = Json(finals_profiled ? std::exp(final_log_e / finals_profiled) : 0);
+  rollouts["geomean_speedup_vs_compile"] = Json(finals_profiled ? std::exp(final_log_c / finals_profiled) : 0);
+  out["rollouts"] = std::move(rollouts);
   return out;
 }
 

@@ -58,20 +58,20 @@ TEST(UpdatesFromLedgerTest, OnePointPerStepInOrderWithItsFigures) {
   { std::ofstream(dir + "/ledger.jsonl", std::ios::app) << R"({"kind":"UPDATE","step":"3)"; }  // Torn.
   auto points = UpdatesFromLedger(dir, kStart);
   ASSERT_TRUE(points.ok()) << points.status();
-  ASSERT_EQ(points->items().size(), 2u) << points->Dump();
-  const Json& a = points->items()[0];
-  EXPECT_EQ(a.Find("step")->number(), 1);
-  EXPECT_EQ(a.Find("stage")->str(), "single_turn_ppo");
-  EXPECT_EQ(a.Find("stage_step")->number(), 1);
-  EXPECT_EQ(a.Find("policy_version")->number(), 1);
-  EXPECT_DOUBLE_EQ(a.Find("wall_s")->number(), 1.0);
-  EXPECT_EQ(a.Find("metrics")->Find("reward_mean")->number(), -1);
-  const Json& b = points->items()[1];
-  EXPECT_EQ(b.Find("stage")->str(), "rft");
-  EXPECT_DOUBLE_EQ(b.Find("wall_s")->number(), 2.5);
-  EXPECT_EQ(b.Find("metrics")->Find("reward_mean")->number(), 0.5);
-  EXPECT_TRUE(std::isnan(b.Find("metrics")->Find("explained_variance")->number()));
-  ASSERT_NE(b.Find("metrics")->Find("zero"), nullptr);  // Map entries are printed even when 0.
+  ASSERT_EQ(points->size(), 2u) << DumpJson(*points);
+  const Json& a = (*points)[0];
+  EXPECT_EQ(JsonNumber(*FindJson(a, "step")), 1);
+  EXPECT_EQ(FindJson(a, "stage")->get<std::string>(), "single_turn_ppo");
+  EXPECT_EQ(JsonNumber(*FindJson(a, "stage_step")), 1);
+  EXPECT_EQ(JsonNumber(*FindJson(a, "policy_version")), 1);
+  EXPECT_DOUBLE_EQ(JsonNumber(*FindJson(a, "wall_s")), 1.0);
+  EXPECT_EQ(JsonNumber(*FindJson(*FindJson(a, "metrics"), "reward_mean")), -1);
+  const Json& b = (*points)[1];
+  EXPECT_EQ(FindJson(b, "stage")->get<std::string>(), "rft");
+  EXPECT_DOUBLE_EQ(JsonNumber(*FindJson(b, "wall_s")), 2.5);
+  EXPECT_EQ(JsonNumber(*FindJson(*FindJson(b, "metrics"), "reward_mean")), 0.5);
+  EXPECT_TRUE(std::isnan(JsonNumber(*FindJson(*FindJson(b, "metrics"), "explained_variance"))));
+  ASSERT_NE(FindJson(*FindJson(b, "metrics"), "zero"), nullptr);  // Map entries are printed even when 0.
 }
 
 TEST(UpdatesFromLedgerTest, RedoneStepKeepsTheLastRollbackVoidsLaterSteps) {
@@ -85,8 +85,8 @@ TEST(UpdatesFromLedgerTest, RedoneStepKeepsTheLastRollbackVoidsLaterSteps) {
   auto points = UpdatesFromLedger(dir, kStart);
   ASSERT_TRUE(points.ok()) << points.status();
   std::vector<std::pair<int64_t, double>> got;
-  for (const Json& p : points->items()) {
-    got.push_back({static_cast<int64_t>(p.Find("step")->number()), p.Find("metrics")->Find("reward_mean")->number()});
+  for (const Json& p : *points) {
+    got.push_back({static_cast<int64_t>(JsonNumber(*FindJson(p, "step"))), JsonNumber(*FindJson(*FindJson(p, "metrics"), "reward_mean"))});
   }
   EXPECT_EQ(got, (std::vector<std::pair<int64_t, double>>{{1, 0}, {2, 7}, {3, 3}}));
 }
@@ -107,14 +107,14 @@ TEST(HeldOutFromReportTest, BestOfRolloutsAndEachRolloutsFinalKernel) {
       {"outcome": "WRONG_ANSWER", "reward": -1}, {"outcome": "COMPILE_ERROR", "reward": -1}]}]})";
   auto h = HeldOutFromReport(dir + "/report.json");
   ASSERT_TRUE(h.ok()) << h.status();
-  EXPECT_DOUBLE_EQ(h->Find("pass_rate")->number(), 0.5);
-  EXPECT_DOUBLE_EQ(h->Find("geomean_speedup_vs_eager")->number(), 4);
-  const Json* r = h->Find("rollouts");
+  EXPECT_DOUBLE_EQ(JsonNumber(*FindJson(*h, "pass_rate")), 0.5);
+  EXPECT_DOUBLE_EQ(JsonNumber(*FindJson(*h, "geomean_speedup_vs_eager")), 4);
+  const Json* r = FindJson(*h, "rollouts");
   ASSERT_NE(r, nullptr);
-  EXPECT_DOUBLE_EQ(r->Find("pass_rate")->number(), 0.5);
-  EXPECT_NEAR(r->Find("geomean_speedup_vs_eager")->number(), 2.0, 1e-12);  // sqrt(4 x 1)
-  EXPECT_NEAR(r->Find("geomean_speedup_vs_compile")->number(), 1.0, 1e-12);  // sqrt(2 x 0.5)
-  EXPECT_DOUBLE_EQ(r->Find("reward_mean")->number(), 0.5);  // (3 + 1 - 1 - 1) / 4
+  EXPECT_DOUBLE_EQ(JsonNumber(*FindJson(*r, "pass_rate")), 0.5);
+  EXPECT_NEAR(JsonNumber(*FindJson(*r, "geomean_speedup_vs_eager")), 2.0, 1e-12);  // sqrt(4 x 1)
+  EXPECT_NEAR(JsonNumber(*FindJson(*r, "geomean_speedup_vs_compile")), 1.0, 1e-12);  // sqrt(2 x 0.5)
+  EXPECT_DOUBLE_EQ(JsonNumber(*FindJson(*r, "reward_mean")), 0.5);  // (3 + 1 - 1 - 1) / 4
 }
 
 }  // namespace

@@ -15,14 +15,14 @@ namespace {
 constexpr int kCells = 24;
 
 double Num(const Json* j, const char* key) {
-  const Json* v = j == nullptr ? nullptr : j->Find(key);
-  return v != nullptr && v->is_number() ? v->number() : 0;
+  const Json* v = j == nullptr ? nullptr : FindJson(*j, key);
+  return v != nullptr && v->is_number() ? JsonNumber(*v) : 0;
 }
 
 // A held-out evaluation's per-rollout figures (every sampled rollout's final verdict), else its
 // per-task ones (the best of each task's rollouts).
 const Json* PerRollout(const Json& eval) {
-  const Json* r = eval.Find("rollouts");
+  const Json* r = FindJson(eval, "rollouts");
   return r != nullptr && Num(r, "n") > 0 ? r : &eval;
 }
 
@@ -97,7 +97,7 @@ std::string LearnReport(const LearnRun& run) {
   stage(r.agentic_ppo(), absl::StrCat("agentic PPO ", r.agentic_ppo().steps()));
   absl::StrAppend(&out, "recipe     ", recipe, " (", o.ablation(), ")\n");
 
-  const auto& evals = run.heldout.items();
+  const Json& evals = run.heldout;
   if (evals.size() >= 2) {
     const Json& before = evals.front();
     const Json& after = evals.back();
@@ -106,8 +106,8 @@ std::string LearnReport(const LearnRun& run) {
     std::vector<std::pair<std::string, const Json*>> cols = {
         {absl::StrCat("before (v", Num(&before, "policy_version"), ")"), &before}};
     for (size_t i = 1; i + 1 < evals.size(); ++i) {
-      const Json* label = evals[i].Find("label");
-      if (label != nullptr && label->is_string() && absl::StartsWith(label->str(), "agentic-")) {
+      const Json* label = FindJson(evals[i], "label");
+      if (label != nullptr && label->is_string() && absl::StartsWith(label->get<std::string>(), "agentic-")) {
         cols.emplace_back(absl::StrCat("PPO start (v", Num(&evals[i], "policy_version"), ")"), &evals[i]);
         break;
       }

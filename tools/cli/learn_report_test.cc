@@ -37,11 +37,11 @@ TEST(StageProgress, ABarPerStageThatGrowsByCells) {
 }
 
 Json Eval(int64_t version, double reward, double pass) {
-  Json rollouts = Json::Object({{"n", Json::Int(16)}, {"reward_mean", Json::Number(reward)},
-                                {"reward_sem", Json::Number(0.1)}, {"pass_rate", Json::Number(pass)},
-                                {"faster_than_eager_rate", Json::Number(0)},
-                                {"faster_than_compile_rate", Json::Number(0)}});
-  return Json::Object({{"n", Json::Int(8)}, {"policy_version", Json::Int(version)}, {"reward_mean", Json::Number(1)},
+  Json rollouts = Json::object({{"n", Json(16)}, {"reward_mean", Json(reward)},
+                                {"reward_sem", Json(0.1)}, {"pass_rate", Json(pass)},
+                                {"faster_than_eager_rate", Json(0)},
+                                {"faster_than_compile_rate", Json(0)}});
+  return Json::object({{"n", Json(8)}, {"policy_version", Json(version)}, {"reward_mean", Json(1)},
                        {"rollouts", std::move(rollouts)}});
 }
 
@@ -58,11 +58,11 @@ TEST(LearnReport, BeforeAfterFromTheFirstAndLastEvaluation) {
   o.mutable_paths()->set_run_dir("/run");
   o.mutable_job()->mutable_recipe()->mutable_rft()->set_epochs(20);
   o.mutable_job()->mutable_recipe()->mutable_single_turn_ppo()->set_skip(true);
-  LearnRun run{&o, v1::Job(), Json::Array(), 57, 240, "/run/curves", "/run/ckpt/step-9/policy"};
+  LearnRun run{&o, v1::Job(), Json::array(), 57, 240, "/run/curves", "/run/ckpt/step-9/policy"};
   run.job.set_state(v1::Job::SUCCEEDED);
-  run.heldout.Push(Eval(0, r0, 0.5));
-  run.heldout.Push(Eval(5, 0, 0.6));
-  run.heldout.Push(Eval(9, r1, 0.75));
+  run.heldout.push_back(Eval(0, r0, 0.5));
+  run.heldout.push_back(Eval(5, 0, 0.6));
+  run.heldout.push_back(Eval(9, r1, 0.75));
   const std::string report = LearnReport(run);
   EXPECT_NE(report.find(absl::StrFormat("%.2f +- 0.10", r0)), std::string::npos) << report;
   EXPECT_NE(report.find(absl::StrFormat("%.2f +- 0.10", r1)), std::string::npos) << report;

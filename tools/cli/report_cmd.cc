@@ -22,7 +22,7 @@ constexpr char kDefaults[] = R"pb(
 
 absl::StatusOr<v1::Verdict> VerdictFromJson(const Json& j) {
   v1::Verdict v;
-  auto outcome = j.GetString("outcome", "OUTCOME_UNSPECIFIED");
+  auto outcome = GetJsonString(j, "outcome", "OUTCOME_UNSPECIFIED");
   if (!outcome.ok()) return outcome.status();
   v1::Verdict::Outcome o;
   if (!v1::Verdict::Outcome_Parse(*outcome, &o)) return absl::InvalidArgumentError("unknown outcome " + *outcome);
@@ -30,14 +30,14 @@ absl::StatusOr<v1::Verdict> VerdictFromJson(const Json& j) {
   for (auto [key, set] : std::initializer_list<std::pair<const char*, void (v1::Verdict::*)(double)>>{
            {"speedup_vs_eager", &v1::Verdict::set_speedup_vs_eager},
            {"speedup_vs_compile", &v1::Verdict::set_speedup_vs_compile}}) {
-    auto x = j.GetDouble(key, 0);
+    auto x = GetJsonDouble(j, key, 0);
     if (!x.ok()) return x.status();
     (v.*set)(*x);
   }
-  auto reward = j.GetDouble("reward", 0);
+  auto reward = GetJsonDouble(j, "reward", 0);
   if (!reward.ok()) return reward.status();
   v.set_reward(*reward);
-  auto summary = j.GetString("summary", "");
+  auto summary = GetJsonString(j, "summary", "");
   if (!summary.ok()) return summary.status();
   v.set_summary(*summary);
   return v;
@@ -48,17 +48,17 @@ absl::StatusOr<v1::Verdict> VerdictFromJson(const Json& j) {
 absl::StatusOr<std::vector<actor::TaskResult>> ResultsFromReportJson(const std::string& text) {
   auto root = ParseJson(text);
   if (!root.ok()) return root.status();
-  const Json* tasks = root->Find("tasks");
+  const Json* tasks = FindJson(*root, "tasks");
   if (tasks == nullptr || !tasks->is_array()) return absl::InvalidArgumentError("no \"tasks\" array");
   std::vector<actor::TaskResult> out;
-  for (const Json& t : tasks->items()) {
+  for (const Json& t : *tasks) {
     actor::TaskResult r;
-    auto id = t.GetString("task_id", "");
-    auto level = t.GetInt("level", 0);
-    auto rollouts = t.GetInt("rollouts", 0);
-    auto turns = t.GetInt("turns", 0);
-    auto stop = t.GetString("stop_reason", "");
-    auto wall = t.GetDouble("wall_seconds", 0);
+    auto id = GetJsonString(t, "task_id", "");
+    auto level = GetJsonInt(t, "level", 0);
+    auto rollouts = GetJsonInt(t, "rollouts", 0);
+    auto turns = GetJsonInt(t, "turns", 0);
+    auto stop = GetJsonString(t, "stop_reason", "");
+    auto wall = GetJsonDouble(t, "wall_seconds", 0);
     auto best = VerdictFromJson(t);
     for (const absl::Status& s : {id.status(), level.status(), rollouts.status(), turns.status(), stop.status(),
                                   wall.status(), best.status()}) {
@@ -71,8 +71,8 @@ absl::StatusOr<std::vector<actor::TaskResult>> ResultsFromReportJson(const std::
     r.stop_reason = *stop;
     r.wall_seconds = *wall;
     r.best = *best;
-    if (const Json* finals = t.Find("rollout_finals"); finals != nullptr) {
-      for (const Json& f : finals->items()) {
+    if (const Json* finals = FindJson(t, "rollout_finals"); finals != nullptr) {
+      for (const Json& f : *finals) {
         auto v = VerdictFromJson(f);
         if (!v.ok()) return v.status();
         r.finals.push_back(*v);

@@ -160,17 +160,17 @@ v1::Verdict DesignEvaluator::Evaluate(const v1::EvaluateRequest& request) {
 }
 
 Json CorpusRecord(const v1::Trajectory& t, const std::string& family) {
-  Json messages = Json::Array();
+  Json messages = Json::array();
   for (const v1::Turn& turn : t.turns()) {
     const char* role = turn.role() == v1::Turn::SYSTEM      ? "system"
                        : turn.role() == v1::Turn::USER      ? "user"
                        : turn.role() == v1::Turn::ASSISTANT ? "assistant"
                                                             : "tool";
-    messages.Push(Json::Object({{"role", Json::String(role)}, {"content", Json::String(turn.content())}}));
+    messages.push_back(Json::object({{"role", Json(role)}, {"content", Json(turn.content())}}));
   }
-  return Json::Object({{"task_id", Json::String(t.task_id())},
-                       {"family", Json::String(family)},
-                       {"reward", Json::Number(t.reward())},
+  return Json::object({{"task_id", Json(t.task_id())},
+                       {"family", Json(family)},
+                       {"reward", Json(t.reward())},
                        {"messages", std::move(messages)}});
 }
 
@@ -183,7 +183,7 @@ absl::StatusOr<Corpus> MakeCorpus(const std::vector<v1::Task>& tasks, int per_ta
   auto tok = agent::Tokenizer::FromJson(*bootstrap);
   if (!tok.ok()) return tok.status();
   auto with_tools = agent::ChatFormat::Create(tok->get(), agent::ToolSchemas());
-  auto plain = agent::ChatFormat::Create(tok->get(), Json::Array());
+  auto plain = agent::ChatFormat::Create(tok->get(), Json::array());
   if (!with_tools.ok()) return with_tools.status();
   if (!plain.ok()) return plain.status();
   agent::EngineerPolicy agent(tok->get(), plain->im_end_id(), options, seed);

@@ -77,16 +77,16 @@ absl::Status Run(const v1::LearnConfig& config) {
   if (!corpus.ok()) return corpus.status();
   const int64_t n = static_cast<int64_t>(corpus->records.size());
   std::string lines;
-  for (const Json& r : corpus->records) absl::StrAppend(&lines, r.Dump(), "\n");
+  for (const Json& r : corpus->records) absl::StrAppend(&lines, DumpJson(r), "\n");
   if (auto s = WriteFileAtomically(out + "/corpus.jsonl", lines); !s.ok()) return s;
-  Json stats = Json::Object({{"trajectories", Json::Int(n)},
-                             {"tasks", Json::Int(static_cast<int64_t>(tasks->size()))},
-                             {"mean_assistant_turns", Json::Number(static_cast<double>(corpus->assistant_turns) / n)},
-                             {"failed_evaluations_fixed", Json::Int(corpus->failed_evaluations)},
-                             {"final_ok", Json::Int(corpus->final_ok)}});
-  Json by_tool = Json::Object();
-  for (const auto& [name, c] : corpus->tool_calls) by_tool.Set(name, Json::Int(c));
-  stats.Set("tool_calls", std::move(by_tool));
+  Json stats = Json::object({{"trajectories", Json(n)},
+                             {"tasks", Json(static_cast<int64_t>(tasks->size()))},
+                             {"mean_assistant_turns", Json(static_cast<double>(corpus->assistant_turns) / n)},
+                             {"failed_evaluations_fixed", Json(corpus->failed_evaluations)},
+                             {"final_ok", Json(corpus->final_ok)}});
+  Json by_tool = Json::object();
+  for (const auto& [name, c] : corpus->tool_calls) by_tool[name] = Json(c);
+  stats["tool_calls"] = std::move(by_tool);
   if (const int vocab = absl::GetFlag(FLAGS_vocab_size); vocab > 0) {
     // Trained on the rendered chats (tool schemas, headers and all): what the model reads.
     auto bootstrap = agent::Tokenizer::FromJson(*agent::TrainBpe({}, agent::BpeTrainerOptions{256, 2}));
@@ -113,14 +113,14 @@ absl::Status Run(const v1::LearnConfig& config) {
       tokens += static_cast<int64_t>(rendered->ids.size());
       for (int32_t m : rendered->loss_mask) model_tokens += m;
     }
-    stats.Set("vocab_size", Json::Int((*trained)->vocab_size()));
-    stats.Set("mean_tokens", Json::Number(static_cast<double>(tokens) / n));
-    stats.Set("mean_model_tokens", Json::Number(static_cast<double>(model_tokens) / n));
+    stats["vocab_size"] = Json((*trained)->vocab_size());
+    stats["mean_tokens"] = Json(static_cast<double>(tokens) / n);
+    stats["mean_model_tokens"] = Json(static_cast<double>(model_tokens) / n);
   }
   std::error_code ec;
   std::filesystem::remove_all(out + "/ws", ec);
-  if (auto s = WriteFileAtomically(out + "/stats.json", stats.Dump(2) + "\n"); !s.ok()) return s;
-  std::printf("%s\n", stats.Dump(2).c_str());
+  if (auto s = WriteFileAtomically(out + "/stats.json", DumpJson(stats, 2) + "\n"); !s.ok()) return s;
+  std::printf("%s\n", DumpJson(stats, 2).c_str());
   return absl::OkStatus();
 }
 

@@ -130,13 +130,13 @@ TEST(CorpusTest, EpisodesAreMultiTurnJsonToolCallsThatFixWhatTheyBreak) {
   EXPECT_GE(corpus->failed_evaluations, 9);  // ...and fixed: every final verdict is OK.
   EXPECT_EQ(corpus->final_ok, 9);
   for (const Json& rec : corpus->records) {
-    const auto& msgs = rec.Find("messages")->items();
+    const Json& msgs = *FindJson(rec, "messages");
     int assistant = 0, with_calls = 0;
     std::string last_assistant;
     bool saw_error = false, fixed_after_error = false;
     for (const Json& m : msgs) {
-      const std::string& role = m.Find("role")->str();
-      const std::string& content = m.Find("content")->str();
+      const std::string role = FindJson(m, "role")->get<std::string>();
+      const std::string content = FindJson(m, "content")->get<std::string>();
       if (role == "tool" && absl::StrContains(content, "COMPILE_ERROR")) saw_error = true;
       if (role != "assistant") continue;
       ++assistant;

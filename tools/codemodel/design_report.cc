@@ -12,8 +12,8 @@ namespace kernelrl::codemodel {
 namespace {
 
 std::string Str(const Json& args, const char* key) {
-  const Json* v = args.Find(key);
-  return v != nullptr && v->is_string() ? v->str() : "";
+  const Json* v = FindJson(args, key);
+  return v != nullptr && v->is_string() ? v->get<std::string>() : "";
 }
 
 // Applies one successful file call to `files`.
@@ -30,8 +30,8 @@ void Apply(const agent::ToolCall& call, std::map<std::string, std::string>* file
   };
   if (call.name == "Edit") replace(Str(call.arguments, "old_string"), Str(call.arguments, "new_string"));
   if (call.name == "MultiEdit") {
-    if (const Json* edits = call.arguments.Find("edits"); edits != nullptr && edits->is_array()) {
-      for (const Json& e : edits->items()) replace(Str(e, "old_string"), Str(e, "new_string"));
+    if (const Json* edits = FindJson(call.arguments, "edits"); edits != nullptr && edits->is_array()) {
+      for (const Json& e : *edits) replace(Str(e, "old_string"), Str(e, "new_string"));
     }
   }
 }
@@ -102,30 +102,30 @@ Json Summarise(const std::vector<TrajectoryFacts>& facts, int64_t bucket) {
     errors += f.parse_errors;
     if (f.source == "model") ++designs[f.family.empty() ? "unknown" : f.family][f.policy_version / bucket * bucket][f.design];
   }
-  Json sources = Json::Object();
+  Json sources = Json::object();
   for (const auto& [source, t] : by_source) {
     const double n = std::max<int64_t>(1, t.n);
-    sources.Set(source, Json::Object({{"trajectories", Json::Int(t.n)},
-                                      {"mean_tool_calls", Json::Number(t.calls / n)},
-                                      {"mean_assistant_turns", Json::Number(t.turns / n)},
-                                      {"mean_model_tokens", Json::Number(t.tokens / n)},
-                                      {"parse_errors", Json::Int(t.errors)},
-                                      {"with_kernel", Json::Int(t.with_kernel)}}));
+    sources[source] = Json::object({{"trajectories", Json(t.n)},
+                                      {"mean_tool_calls", Json(t.calls / n)},
+                                      {"mean_assistant_turns", Json(t.turns / n)},
+                                      {"mean_model_tokens", Json(t.tokens / n)},
+                                      {"parse_errors", Json(t.errors)},
+                                      {"with_kernel", Json(t.with_kernel)}});
   }
-  Json by_family = Json::Object();
+  Json by_family = Json::object();
   for (const auto& [family, buckets] : designs) {
-    Json rows = Json::Array();
+    Json rows = Json::array();
     for (const auto& [start, hist] : buckets) {
-      Json h = Json::Object();
-      for (const auto& [design, count] : hist) h.Set(design, Json::Int(count));
-      rows.Push(Json::Object({{"versions", Json::String(absl::StrCat(start, "-", start + bucket - 1))},
+      Json h = Json::object();
+      for (const auto& [design, count] : hist) h[design] = Json(count);
+      rows.push_back(Json::object({{"versions", Json(absl::StrCat(start, "-", start + bucket - 1))},
                               {"designs", std::move(h)}}));
     }
-    by_family.Set(family, std::move(rows));
+    by_family[family] = std::move(rows);
   }
-  return Json::Object({{"trajectories", Json::Int(static_cast<int64_t>(facts.size()))},
-                       {"parse_errors", Json::Int(errors)},
-                       {"reward_is_verdict_reward", Json::Int(reward_matches)},
+  return Json::object({{"trajectories", Json(static_cast<int64_t>(facts.size()))},
+                       {"parse_errors", Json(errors)},
+                       {"reward_is_verdict_reward", Json(reward_matches)},
                        {"by_source", std::move(sources)},
                        {"designs_by_family", std::move(by_family)}});
 }

@@ -60,24 +60,24 @@ int main(int argc, char** argv) {
   }
   Json out = codemodel::Summarise(facts, absl::GetFlag(FLAGS_bucket));
   if (absl::GetFlag(FLAGS_per_trajectory)) {
-    Json list = Json::Array();
+    Json list = Json::array();
     for (const auto& f : facts) {
-      list.Push(Json::Object({{"id", Json::String(f.id)},
-                              {"task_id", Json::String(f.task_id)},
-                              {"family", Json::String(f.family)},
-                              {"source", Json::String(f.source)},
-                              {"policy_version", Json::Int(f.policy_version)},
-                              {"assistant_turns", Json::Int(f.assistant_turns)},
-                              {"tool_calls", Json::Int(f.tool_calls)},
-                              {"parse_errors", Json::Int(f.parse_errors)},
-                              {"model_tokens", Json::Int(f.model_tokens)},
-                              {"reward", Json::Number(f.reward)},
-                              {"verdict_reward", Json::Number(f.verdict_reward)},
-                              {"outcome", Json::String(f.outcome)},
-                              {"design", Json::String(f.design)}}));
+      list.push_back(Json::object({{"id", Json(f.id)},
+                              {"task_id", Json(f.task_id)},
+                              {"family", Json(f.family)},
+                              {"source", Json(f.source)},
+                              {"policy_version", Json(f.policy_version)},
+                              {"assistant_turns", Json(f.assistant_turns)},
+                              {"tool_calls", Json(f.tool_calls)},
+                              {"parse_errors", Json(f.parse_errors)},
+                              {"model_tokens", Json(f.model_tokens)},
+                              {"reward", Json(f.reward)},
+                              {"verdict_reward", Json(f.verdict_reward)},
+                              {"outcome", Json(f.outcome)},
+                              {"design", Json(f.design)}}));
     }
-    out.Set("per_trajectory", std::move(list));
+    out["per_trajectory"] = std::move(list);
   }
-  std::printf("%s\n", out.Dump(2).c_str());
+  std::printf("%s\n", DumpJson(out, 2).c_str());
   return 0;
 }

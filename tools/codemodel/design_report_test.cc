@@ -69,11 +69,12 @@ TEST(DesignReportTest, EngineerEpisodesParseAndEndInTheirDesign) {
   EXPECT_EQ(g.design, "none");
   facts.push_back(g);
   const Json s = Summarise(facts, 10);
-  EXPECT_EQ(s.Find("trajectories")->number(), static_cast<double>(facts.size()));
-  EXPECT_EQ(s.Find("parse_errors")->number(), 1);
+  EXPECT_EQ(JsonNumber(*FindJson(s, "trajectories")), static_cast<double>(facts.size()));
+  EXPECT_EQ(JsonNumber(*FindJson(s, "parse_errors")), 1);
   // Ids without an engineer actor count as the model's: all of these, so every family has designs.
-  EXPECT_EQ(s.Find("designs_by_family")->members().size(), 3u);
-  EXPECT_EQ(s.Find("by_source")->Find("model")->Find("trajectories")->number(), static_cast<double>(facts.size()));
+  EXPECT_EQ(FindJson(s, "designs_by_family")->size(), 3u);
+  EXPECT_EQ(JsonNumber(*FindJson(*FindJson(*FindJson(s, "by_source"), "model"), "trajectories")),
+            static_cast<double>(facts.size()));
 }
 
 }  // namespace

@@ -52,14 +52,14 @@ int main(int argc, char** argv) {
     return 1;
   }
   using kernelrl::Json;
-  Json out = Json::Object({{"parameters", Json::Int(r->parameters)},
-                           {"samples", Json::Int(r->samples)},
-                           {"mean_model_tokens", Json::Number(r->mean_model_tokens)},
-                           {"first_loss", Json::Number(r->losses.front())},
-                           {"last_loss", Json::Number(r->losses.back())},
-                           {"seconds", Json::Number(r->seconds)},
-                           {"tokens_per_second", Json::Number(r->tokens_per_second)},
-                           {"model_safetensors_sha256", Json::String(r->safetensors_sha256)}});
-  std::printf("%s\n", out.Dump().c_str());
+  Json out = Json::object({{"parameters", Json(r->parameters)},
+                           {"samples", Json(r->samples)},
+                           {"mean_model_tokens", Json(r->mean_model_tokens)},
+                           {"first_loss", Json(r->losses.front())},
+                           {"last_loss", Json(r->losses.back())},
+                           {"seconds", Json(r->seconds)},
+                           {"tokens_per_second", Json(r->tokens_per_second)},
+                           {"model_safetensors_sha256", Json(r->safetensors_sha256)}});
+  std::printf("%s\n", kernelrl::DumpJson(out).c_str());
   return 0;
 }

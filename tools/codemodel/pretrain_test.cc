@@ -43,7 +43,7 @@ TEST(PretrainTest, LossFallsAndTheCheckpointLoads) {
   ASSERT_TRUE(corpus.ok()) << corpus.status();
   const std::string dir = kernelrl::testing::NewTempDir("pretrain_corpus");
   std::string lines;
-  for (const Json& r : corpus->records) lines += r.Dump() + "\n";
+  for (const Json& r : corpus->records) lines += DumpJson(r) + "\n";
   ASSERT_TRUE(WriteFileAtomically(dir + "/corpus.jsonl", lines).ok());
   // The tokenizer on the rendered records, as corpus_gen trains it.
   auto bytes = agent::Tokenizer::FromJson(*agent::TrainBpe({}, {256, 2}));

@@ -5,15 +5,18 @@
 namespace kernelrl::codemodel {
 
 absl::StatusOr<std::vector<agent::ChatTurn>> RecordTurns(const Json& record) {
-  const Json* messages = record.Find("messages");
+  const Json* messages = FindJson(record, "messages");
   if (messages == nullptr || !messages->is_array()) return absl::InvalidArgumentError("record without messages");
   std::vector<agent::ChatTurn> turns;
-  for (const Json& m : messages->items()) {
-    const Json* role = m.Find("role");
-    const Json* content = m.Find("content");
+  for (const Json& m : *messages) {
+    const Json* role = FindJson(m, "role");
+    const Json* content = FindJson(m, "content");
     if (role == nullptr || content == nullptr) return absl::InvalidArgumentError("message without role or content");
+    if (!role->is_string() || !content->is_string()) {
+      return absl::InvalidArgumentError("message whose role or content is not a string");
+    }
     agent::ChatTurn t;
-    const std::string& r = role->str();
+    const std::string& r = role->get_ref<const std::string&>();
     t.role = r == "system" ? agent::ChatRole::kSystem
              : r == "user" ? agent::ChatRole::kUser
              : r == "assistant" ? agent::ChatRole::kAssistant
@@ -21,7 +24,7 @@ absl::StatusOr<std::vector<agent::ChatTurn>> RecordTurns(const Json& record) {
     if (r != "system" && r != "user" && r != "assistant" && r != "tool") {
       return absl::InvalidArgumentError(absl::StrCat("unknown role ", r));
     }
-    t.content = content->str();
+    t.content = content->get<std::string>();
     turns.push_back(std::move(t));
   }
   return turns;
