@@ -41,6 +41,8 @@ void Actor::Start() {
   for (int i = 0; i < std::max(1, config_.concurrent_rollouts()); ++i) threads_.emplace_back([this, i] { Work(i); });
 }
 
+void Actor::StopLeasing() { stop_ = true; }
+
 void Actor::Stop() {
   stop_ = true;
   for (std::thread& t : threads_) {

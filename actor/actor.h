@@ -27,6 +27,8 @@ class Actor {
   ~Actor();  // Stop()s.
 
   void Start();
+  // No worker takes a new lease; the current rollouts go on. Returns at once.
+  void StopLeasing();
   // Lets each worker finish (and push) its current rollout, then joins.
   void Stop();
 

@@ -84,5 +84,11 @@ int main(int argc, char** argv) {
                           workers = std::make_unique<actor::Actor>(runner.get(), learner.get(), config, &DefaultRegistry());
                           workers->Start();
                           return std::vector<grpc::Service*>{};
+                        },
+                        /*healthy=*/nullptr,
+                        // No new lease once asked to stop: a stage that starts while
+                        // this actor drains must not get its rollouts.
+                        [&] {
+                          if (workers) workers->StopLeasing();
                         });
 }

@@ -166,7 +166,7 @@ int WaitForTerminationSignal() {
 int RunServiceMain(int argc, char** argv, const std::string& name, const std::string& defaults_text,
                    google::protobuf::Message* config, ServerConfig* server_config,
                    const std::function<absl::StatusOr<std::vector<grpc::Service*>>()>& make_services,
-                   const std::function<bool()>& healthy) {
+                   const std::function<bool()>& healthy, const std::function<void()>& on_stop) {
   BlockTerminationSignals();
   absl::StatusOr<ConfigRequest> request = LoadConfig(argc, argv, defaults_text, config);
   absl::Status valid = request.ok() ? ValidateServerConfig(server_config) : request.status();
@@ -212,6 +212,7 @@ int RunServiceMain(int argc, char** argv, const std::string& name, const std::st
   }
   const int signal_number = WaitForTerminationSignal();
   KLOG(INFO) << name << ": received signal " << signal_number;
+  if (on_stop) on_stop();
   stop.store(true);
   if (health_poll.joinable()) health_poll.join();  // Before the drain sets NOT_SERVING for good.
   runner.Shutdown();

@@ -85,12 +85,15 @@ int WaitForTerminationSignal();
 // and returns the services to serve (or an error that becomes exit code 1).
 // `healthy`, if given, is polled twice a second while serving: health
 // (grpc.health.v1 and /healthz) follows it, e.g. NOT_SERVING while a sandbox
-// worker's GPU health probe fails.
+// worker's GPU health probe fails. `on_stop`, if given, runs when the stop
+// signal arrives, before the graceful sequence: a binary that pulls work
+// (an actor leasing tasks) stops pulling there, not after the drain.
 // Exit codes: 0 clean shutdown, 1 runtime error, 2 bad configuration.
 int RunServiceMain(int argc, char** argv, const std::string& name, const std::string& defaults_text,
                    google::protobuf::Message* config, ServerConfig* server_config,
                    const std::function<absl::StatusOr<std::vector<grpc::Service*>>()>& make_services,
-                   const std::function<bool()>& healthy = nullptr);
+                   const std::function<bool()>& healthy = nullptr,
+                   const std::function<void()>& on_stop = nullptr);
 
 }  // namespace kernelrl
 
