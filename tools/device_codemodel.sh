@@ -115,6 +115,8 @@ if [ "$BACKEND" = cuda ]; then
     --set=verify.wall_seconds=120 --set=profiler.time_budget_s=0.3 \
     --tasks_root="$M/tasks" --levels=family --out="$OUT/baselines.jsonl" > "$OUT/precompute.log" 2>&1
   echo "measure_baselines rc=$? at $(elapsed) s: $(wc -l < "$OUT/baselines.jsonl" 2>/dev/null || echo 0)/$(ls "$M/tasks/family" | wc -l) tasks"
+  # The worker's own logs (a zygote that did not start says why only there).
+  find /tmp/kr_baseline_work -maxdepth 3 -name '*.log' -size -2M -exec cp --backup=numbered {} "$OUT/" \; 2>/dev/null
   "$M/bin/precompute_baselines" --measurements="$OUT/baselines.jsonl" --set=baseline_cache_dir=$BASE \
     --table="$OUT/baselines.tsv" > "$OUT/import.log" 2>&1 || echo "baseline import failed (import.log): rewards stay at 1 (baseline_missing)"
 fi
