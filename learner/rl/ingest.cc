@@ -8,6 +8,7 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "common/file.h"
 #include "learner/rl/sample.h"
@@ -155,10 +156,11 @@ void Ingest::Requeue(const std::string& stage, const std::string& task_id, int64
 }
 
 void Ingest::SetStage(const std::string& stage, std::vector<v1::Task> tasks, int rollouts_per_task,
-                      int64_t max_fresh_issues, bool model_only) {
+                      int64_t max_fresh_issues, bool model_only, std::vector<std::string> take_policies) {
   absl::MutexLock lock(&mu_);
   stage_ = stage;
   model_only_ = model_only;
+  take_policies_ = std::move(take_policies);
   tasks_ = std::move(tasks);
   rollouts_per_task_ = std::max(1, rollouts_per_task);
   max_fresh_ = max_fresh_issues;
@@ -318,7 +320,12 @@ v1::PushTrajectoriesAck Ingest::Push(const std::string& lease_id, const v1::Traj
   std::string problem;
   const std::string& policy = t.sampling().policy();
   const bool model = policy.empty() || policy == "model";
-  if (model_only_ && ls.stage == stage_ && !model) {
+  const std::string label = model ? "model" : policy;
+  if (ls.stage == stage_ && !take_policies_.empty() &&
+      std::find(take_policies_.begin(), take_policies_.end(), label) == take_policies_.end()) {
+    problem = absl::StrCat("policy ", label, " not taken in stage ", stage_, " (it takes ",
+                           absl::StrJoin(take_policies_, ", "), ")");
+  } else if (model_only_ && ls.stage == stage_ && !model) {
     problem = absl::StrCat("non-model policy ", policy,
                            ": this stage weights every token by pi / pi_rollout, which such a trajectory cannot have");
     ++counters_.non_model_rejected;

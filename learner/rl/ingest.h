@@ -85,9 +85,11 @@ class Ingest {
   // The work of a stage. The cursor and retry queue of `stage` come from the
   // ledger, so calling this after a restart continues where it stopped.
   // model_only: the stage trains with importance ratios, so it takes only
-  // trajectories sampled by the model.
+  // trajectories sampled by the model. take_policies (StageConfig): when not
+  // empty, the sampling policies it takes; others are rejected, the task requeued.
   void SetStage(const std::string& stage, std::vector<v1::Task> tasks, int rollouts_per_task,
-                int64_t max_fresh_issues, bool model_only = false) ABSL_LOCKS_EXCLUDED(mu_);
+                int64_t max_fresh_issues, bool model_only = false, std::vector<std::string> take_policies = {})
+      ABSL_LOCKS_EXCLUDED(mu_);
   void SetPolicyVersion(int64_t version) ABSL_LOCKS_EXCLUDED(mu_);
 
   absl::StatusOr<std::vector<v1::TaskLease>> Lease(const std::string& actor_id, int max_tasks)
@@ -164,6 +166,7 @@ class Ingest {
   int64_t lease_counter_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<std::string, int64_t> cursor_ ABSL_GUARDED_BY(mu_);           // Per stage.
   bool model_only_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<std::string> take_policies_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::deque<Retry>> retry_ ABSL_GUARDED_BY(mu_);  // Per stage.
   std::map<std::string, int> lost_ ABSL_GUARDED_BY(mu_);  // Per group key: rollouts lost for good.
   std::map<std::string, int> infra_reruns_ ABSL_GUARDED_BY(mu_);        // Per stage/task.

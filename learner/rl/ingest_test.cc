@@ -203,6 +203,22 @@ TEST(IngestTest, SamplingMismatchAndNonModelTrajectoriesAreRejectedWithAReason) 
   scripted = Traj((*leases)[0], "scripted-warmup", &rng);
   scripted.mutable_sampling()->set_policy("scripted");
   EXPECT_TRUE((*in)->Push((*leases)[0].lease_id(), scripted).accepted());
+  // A warm-up that takes only the scripted engineer's trajectories: a model
+  // actor's is rejected and its task issued again, then taken from the engineer.
+  (*in)->SetStage("agent_warmup_engineer", Tasks(1), 1, 1, /*model_only=*/false, {"scripted"});
+  leases = (*in)->Lease("model-actor", 1);
+  ASSERT_TRUE(leases.ok());
+  ASSERT_EQ(leases->size(), 1u);
+  ack = (*in)->Push((*leases)[0].lease_id(), Traj((*leases)[0], "model-warmup", &rng));
+  EXPECT_FALSE(ack.accepted());
+  EXPECT_NE(ack.reason().find("policy model not taken"), std::string::npos) << ack.reason();
+  auto again = (*in)->Lease("engineer", 1);
+  ASSERT_TRUE(again.ok());
+  ASSERT_EQ(again->size(), 1u) << "the rejected task is issued again";
+  EXPECT_EQ((*again)[0].task().id(), (*leases)[0].task().id());
+  scripted = Traj((*again)[0], "engineer-warmup", &rng);
+  scripted.mutable_sampling()->set_policy("scripted");
+  EXPECT_TRUE((*in)->Push((*again)[0].lease_id(), scripted).accepted());
 }
 
 TEST(IngestTest, ExpiredLeaseIsIssuedAgain) {

@@ -280,7 +280,11 @@ absl::Status RecipeRunner::RunStage(JobContext* ctx, int stage) {
     // PPO weights every token by pi / pi_rollout and value pretraining learns
     // the model's own returns: only the model's samples. The warm-up takes any.
     ingest_->SetStage(st.name, std::move(tasks), std::max(1, spec_.rollouts_per_task()),
-                      st.kind == Kind::kCollect ? steps : -1, /*model_only=*/st.kind != Kind::kCollect && !config_.ingest().accept_non_model_policies());
+                      st.kind == Kind::kCollect ? steps : -1,
+                      /*model_only=*/st.kind != Kind::kCollect && !config_.ingest().accept_non_model_policies(),
+                      stage == 1 ? std::vector<std::string>(r.agent_warmup().take_policies().begin(),
+                                                            r.agent_warmup().take_policies().end())
+                                 : std::vector<std::string>{});
   }
   if (st.kind == Kind::kValue) return RunValuePretrain(ctx, stage);
   if (st.kind == Kind::kCollect) {
