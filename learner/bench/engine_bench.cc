@@ -28,48 +28,15 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "learner/bench/shapes.h"
 #include "learner/model.h"
 #include "learner/policy/engine.h"
 
 namespace kernelrl::learner {
 namespace {
 
-ModelConfig Shape(const std::string& name) {
-  ModelConfig c;
-  c.model_type = "qwen2";
-  c.max_position_embeddings = 32768;
-  c.rope_theta = 1000000.0;
-  c.rms_norm_eps = 1e-6;
-  if (name == "tiny") {
-    c.vocab_size = 512;
-    c.hidden_size = 64;
-    c.intermediate_size = 128;
-    c.num_layers = 2;
-    c.num_heads = 4;
-    c.num_kv_heads = 2;
-    c.head_dim = 16;
-    c.tie_word_embeddings = true;
-  } else if (name == "7b") {
-    c.vocab_size = 152064;
-    c.hidden_size = 3584;
-    c.intermediate_size = 18944;
-    c.num_layers = 28;
-    c.num_heads = 28;
-    c.num_kv_heads = 4;
-    c.head_dim = 128;
-    c.tie_word_embeddings = false;
-  } else {
-    c.vocab_size = 151936;
-    c.hidden_size = 896;
-    c.intermediate_size = 4864;
-    c.num_layers = 24;
-    c.num_heads = 14;
-    c.num_kv_heads = 2;
-    c.head_dim = 64;
-    c.tie_word_embeddings = true;
-  }
-  return c;
-}
+// "tiny" (CPU plumbing), "7b" or "0.5b": learner/bench/shapes.h.
+ModelConfig Shape(const std::string& name) { return bench::Shape(name == "tiny" ? name : "qwen2.5-" + name); }
 
 double Now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();

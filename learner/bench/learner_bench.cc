@@ -27,28 +27,14 @@
 #include <string>
 #include <vector>
 
+#include "learner/bench/shapes.h"
 #include "learner/model.h"
 #include "learner/policy/engine.h"
 
 namespace kernelrl::learner {
 namespace {
 
-ModelConfig Qwen2_0_5B() {
-  ModelConfig c;
-  c.model_type = "qwen2";
-  c.vocab_size = 151936;
-  c.hidden_size = 896;
-  c.intermediate_size = 4864;
-  c.num_layers = 24;
-  c.num_heads = 14;
-  c.num_kv_heads = 2;
-  c.head_dim = 64;
-  c.max_position_embeddings = 32768;
-  c.rope_theta = 1000000.0;
-  c.rms_norm_eps = 1e-6;
-  c.tie_word_embeddings = true;
-  return c;
-}
+ModelConfig Qwen2_0_5B() { return bench::Shape("qwen2.5-0.5b"); }
 
 double Now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
