@@ -28,9 +28,13 @@ std::string Or(const std::string& v, const std::string& fallback) { return v.emp
 double OrD(double v, double fallback) { return v > 0 ? v : fallback; }
 int64_t OrI(int64_t v, int64_t fallback) { return v > 0 ? v : fallback; }
 
+// SandboxConfig.cuda_home, its default applied by the evaluator (WithDefaults).
+std::string CudaHome(const SandboxConfig& c) { return c.cuda_home(); }
+
 std::string FindNvcc(const SandboxConfig& c) {
   if (!c.nvcc().empty()) return c.nvcc();
-  if (access("/usr/local/cuda/bin/nvcc", X_OK) == 0) return "/usr/local/cuda/bin/nvcc";
+  const std::string in_home = CudaHome(c) + "/bin/nvcc";
+  if (access(in_home.c_str(), X_OK) == 0) return in_home;
   return "nvcc";
 }
 
@@ -58,7 +62,7 @@ std::vector<std::string> CompileStage::Command(const ValidatedWorkspace& ws, con
       cmd = {FindNvcc(config_), "-O3", "--use_fast_math", "-arch=" + arch, "-std=c++17", "-shared",
              "-Xcompiler", "-fPIC", "-I", workspace_dir, "-o", out_dir + "/kernels.so",
              // cuBLAS is allowed for GEMM; linked only when a kernel uses it.
-             "-Xlinker", "--as-needed", "-Xlinker", "-rpath=/usr/local/cuda/lib64"};
+             "-Xlinker", "--as-needed", "-Xlinker", "-rpath=" + CudaHome(config_) + "/lib64"};
       for (const std::string& src : ws.kernel_sources) cmd.push_back(workspace_dir + "/" + src);
       cmd.push_back("-lcublas");
       return cmd;
@@ -140,7 +144,7 @@ absl::StatusOr<CompileResult> CompileStage::Build(const ValidatedWorkspace& ws, 
   SpawnOptions opts;
   opts.argv = Command(ws, workspace_dir, out_dir);
   const char* path = std::getenv("PATH");
-  opts.env = {"PATH=/usr/local/cuda/bin:" + std::string(path ? path : "/usr/bin:/bin"), "TMPDIR=" + tmp_dir,
+  opts.env = {"PATH=" + CudaHome(config_) + "/bin:" + std::string(path ? path : "/usr/bin:/bin"), "TMPDIR=" + tmp_dir,
               "HOME=" + tmp_dir, "LC_ALL=C", "CUDA_VISIBLE_DEVICES="};
   for (const char* keep : {"PYTHONPATH", "CUDA_HOME", "LD_LIBRARY_PATH"}) {
     if (const char* v = std::getenv(keep)) opts.env.push_back(std::string(keep) + "=" + v);

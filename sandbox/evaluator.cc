@@ -167,6 +167,7 @@ std::string PrecisionName(TolerancePolicy::Precision precision) {
 
 SandboxConfig WithDefaults(SandboxConfig c) {
   if (c.backend().empty()) c.set_backend("cuda");
+  if (c.cuda_home().empty()) c.set_cuda_home("/usr/local/cuda");
   if (c.worker_id().empty()) {
     char host[256] = {};
     gethostname(host, sizeof(host) - 1);
@@ -231,6 +232,11 @@ SandboxConfig WithDefaults(SandboxConfig c) {
 
 absl::StatusOr<std::unique_ptr<Evaluator>> Evaluator::Create(const SandboxConfig& raw) {
   SandboxConfig config = WithDefaults(raw);
+  if (!raw.cuda_home().empty() && config.backend() != "cpu" &&
+      access((raw.cuda_home() + "/bin/nvcc").c_str(), X_OK) != 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("SandboxConfig.cuda_home \"", raw.cuda_home(), "\" has no executable bin/nvcc"));
+  }
   if (absl::Status s = MakeDir(config.work_root()); !s.ok()) return s;
   RemoveStaleJobDirs(config.work_root());
   const int caps = ProbeHostCapabilities();
@@ -309,6 +315,7 @@ EvaluatorInfo Evaluator::Info() const {
   info.profiling = config_.enable_profiling() && profiler_error_.empty();
   info.cupti = info.profiling && kprof_ok_;
   info.precision = PrecisionName(config_.verify().precision());
+  info.cuda_home = config_.cuda_home();
   const VerdictCache::Stats cache = verdict_cache_.stats();
   info.verdict_cache_hits = cache.hits;
   info.verdict_cache_misses = cache.misses;

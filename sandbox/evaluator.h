@@ -43,6 +43,7 @@ struct EvaluatorInfo {
   bool profiling = false;         // enable_profiling and the profiler harness imports
   bool cupti = false;             // profiled CUDA jobs get the CUPTI recorder
   std::string precision;            // the precision policy of tasks that set none
+  std::string cuda_home;            // SandboxConfig.cuda_home: the compiler's CUDA toolkit
   int64_t verdict_cache_hits = 0;   // requests served from the verdict cache
   int64_t verdict_cache_misses = 0; // lookups that found nothing (0 while the cache is off)
   int64_t verdict_cache_nondeterministic = 0;  // keys whose fresh verdicts disagreed (never served)

@@ -23,6 +23,7 @@ class CompileStageTest : public ::testing::Test {
     std::system(("mkdir -p " + root_).c_str());
     config_.set_cache_dir(root_ + "/cache");
     config_.mutable_compile()->set_wall_seconds(60);
+    config_.set_cuda_home("/usr/local/cuda");  // The evaluator's default (its WithDefaults).
     caps_ = ProbeHostCapabilities();
   }
   CompileResult Build(const Workspace& ws, const std::string& backend, const std::string& name) {
@@ -94,7 +95,7 @@ TEST_F(CompileStageTest, CompilerThatRunsForeverIsStopped) {
 }
 
 TEST_F(CompileStageTest, NvccFastPathBuildsWhenInstalled) {
-  if (access("/usr/local/cuda/bin/nvcc", X_OK) != 0) GTEST_SKIP() << "nvcc not installed";
+  if (access((config_.cuda_home() + "/bin/nvcc").c_str(), X_OK) != 0) GTEST_SKIP() << "nvcc not installed";
   Workspace ws;
   auto* f = ws.add_files();
   f->set_path("model_new.py");
