@@ -28,7 +28,7 @@ base_checkpoint: "$run/quickstart/model"
 task_set: "$run/quickstart/tasks.jsonl"
 max_steps: 4
 rollouts_per_task: 1
-hyperparameters_text: "recipe { single_turn_ppo { skip: true } agent_warmup { skip: true } rft { skip: true } value_pretrain { skip: true } agentic_ppo { steps: 4 max_turns: 8 } } batch { trajectories_per_step: 2 } ingest { max_policy_lag: 1000 accept_non_model_policies: true } device { device: \"cpu\" dtype: \"float32\" }"
+hyperparameters_text: "recipe { single_turn_ppo { skip: true } agent_warmup { skip: true } rft { skip: true } value_pretrain { skip: true } agentic_ppo { steps: 4 max_turns: 8 take_policies: \"scripted\" } } batch { trajectories_per_step: 2 } ingest { max_policy_lag: 1000 } device { device: \"cpu\" dtype: \"float32\" }"
 EOF2
 
 tools/cli/kernelrl up --bin_dir="$PWD" --repo_dir="$PWD" --run_dir="$run" --job_spec="$tmp/job.textproto" \

@@ -325,7 +325,7 @@ v1::PushTrajectoriesAck Ingest::Push(const std::string& lease_id, const v1::Traj
       std::find(take_policies_.begin(), take_policies_.end(), label) == take_policies_.end()) {
     problem = absl::StrCat("policy ", label, " not taken in stage ", stage_, " (it takes ",
                            absl::StrJoin(take_policies_, ", "), ")");
-  } else if (model_only_ && ls.stage == stage_ && !model) {
+  } else if (take_policies_.empty() && model_only_ && ls.stage == stage_ && !model) {
     problem = absl::StrCat("non-model policy ", policy,
                            ": this stage weights every token by pi / pi_rollout, which such a trajectory cannot have");
     ++counters_.non_model_rejected;

@@ -86,7 +86,8 @@ class Ingest {
   // ledger, so calling this after a restart continues where it stopped.
   // model_only: the stage trains with importance ratios, so it takes only
   // trajectories sampled by the model. take_policies (StageConfig): when not
-  // empty, the sampling policies it takes; others are rejected, the task requeued.
+  // empty, exactly the sampling policies it takes (in place of model_only);
+  // others are rejected, the task requeued.
   void SetStage(const std::string& stage, std::vector<v1::Task> tasks, int rollouts_per_task,
                 int64_t max_fresh_issues, bool model_only = false, std::vector<std::string> take_policies = {})
       ABSL_LOCKS_EXCLUDED(mu_);

@@ -219,6 +219,15 @@ TEST(IngestTest, SamplingMismatchAndNonModelTrajectoriesAreRejectedWithAReason) 
   scripted = Traj((*again)[0], "engineer-warmup", &rng);
   scripted.mutable_sampling()->set_policy("scripted");
   EXPECT_TRUE((*in)->Push((*again)[0].lease_id(), scripted).accepted());
+  // take_policies replaces a PPO stage's model-only rule (a plumbing job on a scripted policy).
+  (*in)->SetStage("ppo_on_scripted", Tasks(1), 1, -1, /*model_only=*/true, {"scripted"});
+  leases = (*in)->Lease("scripted-actor", 1);
+  ASSERT_TRUE(leases.ok());
+  ASSERT_EQ(leases->size(), 1u);
+  scripted = Traj((*leases)[0], "scripted-ppo", &rng);
+  scripted.mutable_sampling()->set_policy("scripted");
+  ack = (*in)->Push((*leases)[0].lease_id(), scripted);
+  EXPECT_TRUE(ack.accepted()) << ack.reason();
 }
 
 TEST(IngestTest, ExpiredLeaseIsIssuedAgain) {

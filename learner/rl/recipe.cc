@@ -31,6 +31,15 @@ constexpr Stage kStages[] = {{"single_turn_ppo", Kind::kPpo},
                              {"agentic_ppo", Kind::kPpo}};
 constexpr int kNumStages = 5;
 
+// StageConfig.take_policies of the stages that have a StageConfig (RFT and
+// value pretraining have their own messages and the kind's rule).
+std::vector<std::string> TakePolicies(const v1::RecipeConfig& r, int stage) {
+  const v1::StageConfig* c = stage == 0 ? &r.single_turn_ppo() : stage == 1 ? &r.agent_warmup()
+                             : stage == 4 ? &r.agentic_ppo() : nullptr;
+  if (c == nullptr) return {};
+  return {c->take_policies().begin(), c->take_policies().end()};
+}
+
 class RecipeRunner : public JobRunner {
  public:
   RecipeRunner(WeightSink* sink, LearnerMetrics* metrics, DpLeader* dp)
@@ -281,10 +290,7 @@ absl::Status RecipeRunner::RunStage(JobContext* ctx, int stage) {
     // the model's own returns: only the model's samples. The warm-up takes any.
     ingest_->SetStage(st.name, std::move(tasks), std::max(1, spec_.rollouts_per_task()),
                       st.kind == Kind::kCollect ? steps : -1,
-                      /*model_only=*/st.kind != Kind::kCollect && !config_.ingest().accept_non_model_policies(),
-                      stage == 1 ? std::vector<std::string>(r.agent_warmup().take_policies().begin(),
-                                                            r.agent_warmup().take_policies().end())
-                                 : std::vector<std::string>{});
+                      /*model_only=*/st.kind != Kind::kCollect, TakePolicies(r, stage));
   }
   if (st.kind == Kind::kValue) return RunValuePretrain(ctx, stage);
   if (st.kind == Kind::kCollect) {

@@ -30,13 +30,13 @@ constexpr char kQuickstartHyperparameters[] = R"pb(
     agent_warmup { skip: true }
     rft { skip: true }
     value_pretrain { skip: true }
-    agentic_ppo { steps: 2 max_turns: 8 }
+    # The scripted policy's rollouts (placeholder log-probs): a plumbing job.
+    agentic_ppo { steps: 2 max_turns: 8 take_policies: "scripted" }
   }
   batch { trajectories_per_step: 2 }
-  # The scripted policy samples with one fixed version and placeholder
-  # log-probs: every trajectory is off-policy by construction, so neither the
-  # staleness bound nor the model-only rule may reject it (a plumbing job).
-  ingest { max_policy_lag: 1000 accept_non_model_policies: true }
+  # The scripted policy samples with one fixed version: every trajectory is
+  # off-policy by construction, so the staleness bound must not reject it.
+  ingest { max_policy_lag: 1000 }
 )pb";
 
 std::unique_ptr<grpc::ClientContext> ContextUntil(absl::Time deadline) {
