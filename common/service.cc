@@ -15,6 +15,7 @@
 #include "common/config.h"
 #include "common/diagnostics_service.h"
 #include "common/grpc_metrics.h"
+#include "common/http_listen.h"
 #include "common/log.h"
 #include "common/status_util.h"
 #include "grpcpp/health_check_service_interface.h"
@@ -102,7 +103,9 @@ absl::StatusOr<int> ServiceRunner::StartHttp() {
     return absl::UnavailableError(
         absl::StrCat("cannot serve /metrics on ", host, ":", config_.metrics_port(), " (port in use, or address not local)"));
   }
-  http_thread_ = std::thread([this] { http_->listen_after_bind(); });
+  absl::StatusOr<std::thread> loop = ListenInBackground(http_.get());
+  if (!loop.ok()) return loop.status();
+  http_thread_ = std::move(*loop);
   return port;
 }
 

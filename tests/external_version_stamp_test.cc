@@ -21,6 +21,7 @@
 #include "agent/policy/openai_policy.h"
 #include "agent/test_util.h"
 #include "agent/trajectory_builder.h"
+#include "common/http_listen.h"
 #include "common/json.h"
 #include "common/testing/testing.h"
 #include "learner/rl/ingest.h"
@@ -96,7 +97,7 @@ class FakeServer {
     }
     // bind_to_any_port also listens: connections queue until the loop accepts them.
     port_ = server_.bind_to_any_port("127.0.0.1");
-    thread_ = std::thread([this] { server_.listen_after_bind(); });
+    thread_ = std::move(ListenInBackground(&server_).value());
   }
   ~FakeServer() {
     server_.stop();

@@ -28,6 +28,7 @@
 #include "actor/test_support.h"
 #include "agent/trajectory_builder.h"
 #include "common/file.h"
+#include "common/http_listen.h"
 #include "learner/policy/openai_server_test_util.h"
 
 namespace kernelrl::actor {
@@ -344,8 +345,7 @@ TEST(OpenAIPolicyTest, RetriesServerErrorsAndSendsTheKey) {
                     "application/json");
   });
   const int port = fake.bind_to_any_port("127.0.0.1");
-  std::thread t([&] { fake.listen_after_bind(); });
-  while (!fake.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  std::thread t = std::move(ListenInBackground(&fake).value());
   const std::string key_file = std::string(std::getenv("TEST_TMPDIR")) + "/key";
   ASSERT_TRUE(WriteFileAtomically(key_file, "sk-test-123\n").ok());
   v1::PolicyBackendConfig c = Config("openai_completions");

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/file.h"
+#include "common/http_listen.h"
 #include "common/json.h"
 #include "common/log.h"
 #include "learner/policy/openai_server_protocol.h"
@@ -301,10 +302,9 @@ absl::StatusOr<int> OpenAIServer::Start(const std::string& address, int port) {
     http_.reset();
     return absl::UnavailableError(absl::StrCat("OpenAI API: cannot listen on ", address, ":", port));
   }
-  thread_ = std::thread([this] { http_->listen_after_bind(); });
-  // stop() before the accept loop runs would be lost (httplib checks
-  // is_running()), so Start returns only once it runs.
-  for (int i = 0; i < 5000 && !http_->is_running(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  absl::StatusOr<std::thread> loop = ListenInBackground(http_.get());
+  if (!loop.ok()) return loop.status();
+  thread_ = std::move(*loop);
   KLOG(INFO) << "OpenAI-compatible API on http://" << address << ":" << bound << "/v1 (model \""
              << options_.model_name << "\")";
   return bound;

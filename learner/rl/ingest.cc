@@ -98,7 +98,7 @@ absl::Status Ingest::Replay(const std::vector<v1::LedgerRecord>& records, int64_
         break;
       case v1::LedgerRecord::INFRA_ERROR:
         leases_.erase(r.lease_id());
-        ++infra_reruns_[r.stage() + "/" + r.task_id()];
+        ++infra_reruns_[RerunKey(r.stage(), r.task_id(), r.group())];
         if (r.reason() == "rerun") {
           Requeue(r.stage(), r.task_id(), r.group());
           ++counters_.infra_reruns;
@@ -302,7 +302,7 @@ v1::PushTrajectoriesAck Ingest::Push(const std::string& lease_id, const v1::Traj
     return s;
   };
   if (!IsTrainingSample(t.final_verdict())) {  // INFRA_ERROR: the machine's failure, not the policy's
-    const int n = ++infra_reruns_[ls.stage + "/" + ls.task_id];
+    const int n = ++infra_reruns_[RerunKey(ls.stage, ls.task_id, ls.group)];
     const bool rerun = n <= options_.max_infra_reruns;
     if (auto s = consume(v1::LedgerRecord::INFRA_ERROR, rerun ? "rerun" : "dropped"); !s.ok()) {
       return reject(std::string(s.message()));

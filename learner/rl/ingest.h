@@ -145,6 +145,11 @@ class Ingest {
   };
   // "stage/group"; group 0 (ledgers from before groups): each trajectory its own.
   static std::string GroupKey(const std::string& stage, int64_t group) { return stage + "/" + std::to_string(group); }
+  // The INFRA_ERROR rerun budget's owner: one group's rollouts of a task (the
+  // task alone for group 0, records from before groups).
+  static std::string RerunKey(const std::string& stage, const std::string& task_id, int64_t group) {
+    return stage + "/" + task_id + "/" + std::to_string(group);
+  }
   void Requeue(const std::string& stage, const std::string& task_id, int64_t group) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Ingest(std::string dir, std::string job_id, IngestOptions options)
       : dir_(std::move(dir)), job_id_(std::move(job_id)), options_(options) {}
@@ -170,7 +175,7 @@ class Ingest {
   std::vector<std::string> take_policies_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::deque<Retry>> retry_ ABSL_GUARDED_BY(mu_);  // Per stage.
   std::map<std::string, int> lost_ ABSL_GUARDED_BY(mu_);  // Per group key: rollouts lost for good.
-  std::map<std::string, int> infra_reruns_ ABSL_GUARDED_BY(mu_);        // Per stage/task.
+  std::map<std::string, int> infra_reruns_ ABSL_GUARDED_BY(mu_);        // Per rollout slot: RerunKey.
   std::map<std::string, LeaseState> leases_ ABSL_GUARDED_BY(mu_);
   std::deque<Buffered> buffer_ ABSL_GUARDED_BY(mu_);
   std::set<std::string> known_ ABSL_GUARDED_BY(mu_);    // Accepted (or being stored) trajectory ids.

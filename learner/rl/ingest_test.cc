@@ -281,6 +281,45 @@ TEST(IngestTest, InfraErrorsAreRerunThenDroppedNeverTrained) {
   EXPECT_EQ((*in)->Info().infra_dropped, 1);
 }
 
+// The rerun budget is a group's: a task issued in many groups of one stage
+// (one task, several fresh issues) keeps its budget per group, so errors
+// spread over its groups drop nothing; a restart rebuilds the same counts.
+TEST(IngestTest, InfraRerunBudgetIsPerGroupNotPerTask) {
+  std::mt19937 rng(5);
+  IngestOptions o;
+  o.max_infra_reruns = 2;
+  const std::string dir = NewTempDir("ingest_test_");
+  {
+    auto in = Ingest::Open(dir, "job1", o, 0);
+    ASSERT_TRUE(in.ok());
+    (*in)->SetStage("s", Tasks(1), 1, 4);  // Four groups of the one task.
+    for (int g = 0; g < 4; ++g) {
+      auto l = (*in)->Lease("a", 1);  // A fresh issue: the earlier group's rerun came back OK.
+      ASSERT_TRUE(l.ok() && l->size() == 1u) << "group " << g;
+      v1::Trajectory bad = Traj((*l)[0], absl::StrCat("infra-", g), &rng);
+      bad.set_reward(-1);
+      bad.mutable_final_verdict()->set_outcome(v1::Verdict::INFRA_ERROR);
+      auto ack = (*in)->Push((*l)[0].lease_id(), bad);
+      EXPECT_NE(ack.reason().find("issued again"), std::string::npos) << "group " << g << ": " << ack.reason();
+      auto rerun = (*in)->Lease("a", 1);
+      ASSERT_TRUE(rerun.ok() && rerun->size() == 1u);
+      EXPECT_TRUE((*in)->Push((*rerun)[0].lease_id(), Traj((*rerun)[0], absl::StrCat("ok-", g), &rng)).accepted());
+    }
+    EXPECT_EQ((*in)->Info().infra_reruns, 4);
+    EXPECT_EQ((*in)->Info().infra_dropped, 0);
+  }
+  auto again = Ingest::Open(dir, "job1", o, 0);
+  ASSERT_TRUE(again.ok());
+  (*again)->SetStage("s", Tasks(1), 1, 5);
+  auto l = (*again)->Lease("a", 1);  // The fifth group starts with its own budget.
+  ASSERT_TRUE(l.ok() && l->size() == 1u);
+  v1::Trajectory bad = Traj((*l)[0], "infra-after-restart", &rng);
+  bad.set_reward(-1);
+  bad.mutable_final_verdict()->set_outcome(v1::Verdict::INFRA_ERROR);
+  EXPECT_NE((*again)->Push((*l)[0].lease_id(), bad).reason().find("issued again"), std::string::npos);
+  EXPECT_EQ((*again)->Info().infra_dropped, 0);
+}
+
 TEST(IngestTest, StalenessBoundAtPushAndInTheBuffer) {
   std::mt19937 rng(4);
   IngestOptions o;

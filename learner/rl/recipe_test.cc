@@ -414,7 +414,7 @@ TEST(RecipeTest, AllStagesThroughTheJobApiSurviveKillsBetweenStages) {
   std::map<std::string, int64_t> trained;  // id -> step
   std::set<std::string> infra;
   std::map<int64_t, std::vector<v1::LedgerRecord>> updates;  // step -> its UPDATE records
-  int warmup_accepted = 0, warmup_dropped = 0;
+  int warmup_accepted = 0, warmup_dropped = 0, slots_dropped = 0;
   for (absl::string_view line : absl::StrSplit(*ledger, '\n', absl::SkipEmpty())) {
     v1::LedgerRecord r;
     ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(std::string(line), &r).ok()) << line;
@@ -424,6 +424,10 @@ TEST(RecipeTest, AllStagesThroughTheJobApiSurviveKillsBetweenStages) {
       ++warmup_dropped;
     }
     if (r.kind() == v1::LedgerRecord::INFRA_ERROR) infra.insert(r.trajectory_id());
+    // A slot whose reruns ran out leaves its group one member short when that group trains.
+    if (r.kind() == v1::LedgerRecord::INFRA_ERROR && r.reason() == "dropped" && r.stage() != "agent_warmup") {
+      ++slots_dropped;
+    }
     if (r.kind() == v1::LedgerRecord::ROLLBACK) {
       for (auto it = trained.begin(); it != trained.end();) it = it->second > r.step() ? trained.erase(it) : ++it;
     }
@@ -459,7 +463,9 @@ TEST(RecipeTest, AllStagesThroughTheJobApiSurviveKillsBetweenStages) {
   EXPECT_LE(missing, kills);
   EXPECT_GE(warmup_accepted + warmup_dropped, kWarmup) << warmup_dropped << " warm-up task(s) dropped";
   // PPO and value pretraining (fresh rollouts of the RFT policy) train on the buffer's trajectories.
-  EXPECT_EQ(trained.size(), static_cast<size_t>((kSingleTurnSteps + kValueSteps + kAgenticSteps) * kPerStep));
+  const int full = (kSingleTurnSteps + kValueSteps + kAgenticSteps) * kPerStep;
+  EXPECT_LE(static_cast<int>(trained.size()), full);
+  EXPECT_GE(static_cast<int>(trained.size()), full - slots_dropped) << slots_dropped << " rollout slot(s) dropped";
   for (const auto& [id, step] : trained) EXPECT_EQ(infra.count(id), 0u) << id;
 
   // The scrape after the latest PPO step a learner process saw itself commit.
