@@ -155,6 +155,41 @@ TEST(Judge, BuildBaselineAnalysesBothRuns) {
   EXPECT_EQ(b.gpu_model(), "H100");
 }
 
+// Graph-replayed blocks carry no per-forward host overhead, so they are
+// compared only with the baseline's graph-replayed blocks: a candidate with
+// graph samples against a baseline without them is judged on its eager ones.
+TEST(Judge, GraphFiguresCompareOnlyWithGraphFigures) {
+  // Eager blocks: 300 us each side (the host overhead of both); graph blocks:
+  // 100 us for the candidate, 200 us for the eager baseline's replay.
+  ProfileMeasurement m = Candidate(300.0);
+  RawTimingRun graph = NoisyRun(100.0, 50, 0.002, 11);
+  for (CallSample& s : *graph.mutable_samples()) {
+    s.set_graph(true);
+    *m.mutable_candidate()->add_samples() = s;
+  }
+  const TimingStats cand = AnalyzeTimingRun(m.candidate(), Config());
+  EXPECT_NEAR(cand.median_us(), 300.0, 2.0);  // eager blocks only
+  EXPECT_NEAR(cand.graph_median_us(), 100.0, 1.0);
+  EXPECT_EQ(cand.graph_samples(), 50);
+
+  Baseline b = MakeBaseline(300.0, 300.0);
+  b.mutable_eager()->set_graph_median_us(200.0);  // the compiled baseline has no graph figure
+  Task task;
+  ProfileResult r = JudgeProfile(m, &b, task, Config());
+  EXPECT_NEAR(r.verdict().speedup_vs_eager(), 2.0, 0.05);     // graph vs graph
+  EXPECT_NEAR(r.verdict().speedup_vs_compile(), 1.0, 0.05);  // eager vs eager, never graph vs eager
+  EXPECT_TRUE(r.verdict().speedup_vs_eager_graph());
+  EXPECT_FALSE(r.verdict().speedup_vs_compile_graph());
+  EXPECT_NEAR(r.verdict().candidate_graph_time_us(), 100.0, 1.0);
+  EXPECT_EQ(RewardFor(r.verdict()), 2.0);  // faster than eager only
+
+  // Without the baseline's graph figures the candidate's graph figures never pay.
+  const Baseline eager_only = MakeBaseline(300.0, 300.0);
+  r = JudgeProfile(m, &eager_only, task, Config());
+  EXPECT_NEAR(r.verdict().speedup_vs_eager(), 1.0, 0.05);
+  EXPECT_EQ(RewardFor(r.verdict()), 1.0);
+}
+
 TEST(Judge, UntrustedBaselineAgainstTrustedCandidateIsQuarantined) {
   Baseline b = MakeBaseline(300.0, 280.0);  // The candidate looks 3x faster...
   b.mutable_eager()->add_flags("untrusted_timing");  // ...against a figure timed inside its own process.

@@ -26,6 +26,8 @@ ProfilerConfig WithProfilerDefaults(ProfilerConfig c) {
   c.set_block_target_us(d(10000.0, c.block_target_us()));
   if (c.max_forwards_per_block() <= 0) c.set_max_forwards_per_block(256);
   if (c.block_memory_bytes() <= 0) c.set_block_memory_bytes(int64_t{8} << 30);
+  c.set_graph_below_us(d(2000.0, c.graph_below_us()));
+  if (c.max_forwards_per_graph_block() <= 0) c.set_max_forwards_per_graph_block(1024);
   if (c.baseline_cache_dir().empty()) c.set_baseline_cache_dir("/var/cache/kernelrl/baselines");
   if (c.harness_python().empty()) c.set_harness_python("python3");
   return c;

@@ -55,8 +55,29 @@ std::vector<double> PrimarySamples(const RawTimingRun& run, bool drop_throttled,
   return all;
 }
 
-TimingStats AnalyzeTimingRun(const RawTimingRun& run, const ProfilerConfig& config) {
+namespace {
+
+// The run's samples of one mode (graph-replayed blocks or eager ones).
+RawTimingRun OfMode(const RawTimingRun& run, bool graph) {
+  RawTimingRun out = run;
+  out.clear_samples();
+  for (const CallSample& s : run.samples()) {
+    if (s.graph() == graph) *out.add_samples() = s;
+  }
+  return out;
+}
+
+}  // namespace
+
+TimingStats AnalyzeTimingRun(const RawTimingRun& all, const ProfilerConfig& config) {
+  // Eager blocks give every figure below; graph-replayed ones only their own median.
+  const RawTimingRun graph = OfMode(all, true);
+  const RawTimingRun run = OfMode(all, false);
   TimingStats st;
+  if (graph.samples_size() > 0) {
+    st.set_graph_median_us(Median(PrimarySamples(graph, true, config.min_samples())));
+    st.set_graph_samples(graph.samples_size());
+  }
   if (!run.error().empty()) st.add_flags("run_error");
   if (run.samples_size() == 0) {
     st.add_flags("no_samples");

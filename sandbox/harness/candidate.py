@@ -30,6 +30,7 @@ import traceback
 import torch
 
 import contain
+import graphs
 import guards
 import inputs as inputs_lib
 import kernelrl
@@ -121,8 +122,8 @@ def run(job, cont, to_ref, from_ref, xsock=-1):
         threads = guards.ThreadGuard()
         if policing:
             threads.install()
-        snapshot = guards.PatchSnapshot(extra_modules=[kernelrl, guards, inputs_lib, protocol, loader, profiling,
-                                                       verify_cuda, wire] + profiling.timing_modules(job))
+        snapshot = guards.PatchSnapshot(extra_modules=[kernelrl, graphs, guards, inputs_lib, protocol, loader,
+                                                       profiling, verify_cuda, wire] + profiling.timing_modules(job))
         threads_base = guards.thread_count()
         allowance = int(job.get("profile_thread_allowance") or 0)  # CUPTI/NVML threads, calibrated at start
         clock.mark("guards")
@@ -153,6 +154,7 @@ def run(job, cont, to_ref, from_ref, xsock=-1):
             send({"type": "flags", "flags": sorted(flags), "detail": "patched: " + ", ".join(patched[:5])})
         clock.mark("model_new")
         stage = "forward"
+        graph_blocks = graphs.GraphBlocks()
         while True:
             msg = reader.read()
             clock.mark("wait")
@@ -166,6 +168,11 @@ def run(job, cont, to_ref, from_ref, xsock=-1):
             rows = [exchange.inputs(k, descs) for k, descs in enumerate(msg.get("forwards") or [])]
             to_device = exchange.needs_device_copy()
             guard = guards.TorchOpGuard() if policing else guards.NoGuard()
+            # A graph block (the reference asks): captured here, before the
+            # clock, on this block's rows; replayed inside it.
+            replay, still_active = None, True
+            if msg.get("graph") and device == "cuda" and not to_device:
+                replay, still_active = graph_blocks.get(exchange, msg.get("forwards"), model, rows, guard)
             timer.open()  # on CUDA it also runs a little work here: the GPU is on this context when the clock starts
             send({"type": "armed", "id": msg.get("id")})
             go = reader.read()
@@ -176,23 +183,27 @@ def run(job, cont, to_ref, from_ref, xsock=-1):
             exchange.unscramble(len(rows), int(go.get("key") or 0))
             if to_device:
                 rows = [[x.to(device) if isinstance(x, torch.Tensor) else x for x in xs] for xs in rows]
-            outs = []
-            with torch.no_grad():
-                guard.__enter__()
-                try:
-                    for xs in rows:
-                        outs.append(inputs_lib.flatten_outputs(model(*xs)))
-                finally:
-                    still_active = guards.guard_still_active(guard)
-                    if still_active:
-                        guard.__exit__(None, None, None)
-                    else:
-                        guards.clear_dispatch_modes()
-            if device == "cuda":
-                # Every forward's work is done, whatever stream it ran on,
-                # before its outputs are handed over (still inside the clock).
-                torch.cuda.synchronize()
-            metas = [wire.export_outputs(flat, k, exchange) for k, flat in enumerate(outs)]
+            if replay is not None:
+                replay.graph.replay()  # the forwards and the hand-over, as captured
+                outs, metas = replay.outs, replay.metas
+            else:
+                outs = []
+                with torch.no_grad():
+                    guard.__enter__()
+                    try:
+                        for xs in rows:
+                            outs.append(inputs_lib.flatten_outputs(model(*xs)))
+                    finally:
+                        still_active = guards.guard_still_active(guard)
+                        if still_active:
+                            guard.__exit__(None, None, None)
+                        else:
+                            guards.clear_dispatch_modes()
+                if device == "cuda":
+                    # Every forward's work is done, whatever stream it ran on,
+                    # before its outputs are handed over (still inside the clock).
+                    torch.cuda.synchronize()
+                metas = [wire.export_outputs(flat, k, exchange) for k, flat in enumerate(outs)]
             timer.stop(t0)  # device-wide sync: the outputs are in the reference's area
             protocol.send(to_ref, {"type": "done", "id": msg.get("id")})
             # ---- after the reference's clock: evidence and checks ----
@@ -214,7 +225,8 @@ def run(job, cont, to_ref, from_ref, xsock=-1):
                         if any(lo < b and a < hi for a, b in ranges):
                             flags.add("output_aliases_input")
             send({"type": "result", "id": msg.get("id"), "outputs": metas, "sample": sample,
-                  "flags": sorted(flags), "detail": "; ".join(detail)})
+                  "flags": sorted(flags), "detail": "; ".join(detail),
+                  "graph": "replayed" if replay is not None else graph_blocks.off_reason})
             del outs, rows
             if policing and (guards.thread_count() > threads_base + allowance or threads.attempts):
                 flags.add("threads_spawned")

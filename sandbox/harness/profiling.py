@@ -15,6 +15,14 @@ Reference process (run_profile), after every verify set passed:
   sample       per block: the trusted figure (reference.Driver.block) beside
                the executor's in-process figures per forward (CUPTI sum,
                events, wall: attribution and evidence, never paid) and NVML;
+  graph        forwards estimated below `graph_below_us` (GPU exchange):
+               after the warm-up, every timed eager block is followed by a
+               graph block, which the executor captures once and replays
+               (sandbox/harness/graphs.py), up to
+               `max_forwards_per_graph_block` forwards; its samples are tagged
+               `graph` and pay only against the baseline's graph samples. A
+               capture failure or a wrong replay ends graph blocks (the wrong
+               replay's samples are dropped; `graph_note` says why);
   anchor       a device copy timed by events in this process, every 5 blocks.
 The ProfileMeasurement is assembled here and written to the trusted dir; the
 C++ worker judges it (JudgeProfile) on the trusted figure.
@@ -204,7 +212,8 @@ class BlockConfig:
 
     def __init__(self, pc, wall_left_s):
         need = ("target_rel_std_error", "time_budget_s", "min_samples", "max_samples", "warmup_calls",
-                "block_target_us", "max_forwards_per_block", "block_memory_bytes")
+                "block_target_us", "max_forwards_per_block", "block_memory_bytes", "graph_below_us",
+                "max_forwards_per_graph_block")
         missing = [k for k in need if k not in pc]
         if missing:
             raise ValueError(f"ProfilerConfig without {', '.join(missing)} (defaults are applied in C++)")
@@ -215,6 +224,8 @@ class BlockConfig:
         self.block_target_us = float(pc["block_target_us"])
         self.max_forwards = int(pc["max_forwards_per_block"])
         self.block_memory = int(pc["block_memory_bytes"])
+        self.graph_below_us = float(pc["graph_below_us"])
+        self.max_graph_forwards = int(pc["max_forwards_per_graph_block"])
 
 
 def _forwards(cfg, est_us, capacity):
@@ -223,7 +234,7 @@ def _forwards(cfg, est_us, capacity):
     return max(1, min(want, capacity))
 
 
-def _capacity(cfg, layout, exchange_bytes):
+def _capacity(cfg, layout, exchange_bytes, max_forwards):
     """Forwards a block may hold: the area, our staging, expected outputs
     (fp32 and fp64), the snapshot, within block_memory_bytes (and, for the
     file exchange, half the exchange directory)."""
@@ -231,7 +242,7 @@ def _capacity(cfg, layout, exchange_bytes):
     cap = cfg.block_memory // per
     if exchange_bytes > 0:
         cap = min(cap, (exchange_bytes // 2) // max(1, layout.in_row + layout.out_row))
-    return max(1, min(cfg.max_forwards, cap))
+    return max(1, min(max_forwards, cap))
 
 
 def run_profile(job, task_module, model, driver, sets, backend, result):
@@ -255,20 +266,28 @@ def run_profile(job, task_module, model, driver, sets, backend, result):
            "cupti_active": backend.cupti_active, "budget_s": cfg.time_budget_s, "target_rse": cfg.target_rse}
     anchor = {"label": "anchor", "backend": backend.name, "samples": [], "cupti_active": backend.cupti_active,
               "stop_reason": "rounds"}
-    driver.capacity = _capacity(cfg, driver.ex.layout, int(job.get("exchange_bytes") or 0)
-                                if driver.ex.kind == "file" else 0)
+    file_bytes = int(job.get("exchange_bytes") or 0) if driver.ex.kind == "file" else 0
+    driver.capacity = _capacity(cfg, driver.ex.layout, file_bytes, cfg.max_forwards)
     est = min(result["forward_ms"]) * 1e3 if result["forward_ms"] else 1e3
     forwards = _forwards(cfg, est, driver.capacity)
+    # Graph blocks (sandbox/harness/graphs.py) for small forwards, alternating
+    # with the eager ones; on a GPU exchange only (the capture needs the rows
+    # on the device) and not where each block releases memory.
+    graph = {"on": device == "cuda" and driver.ex.kind == "gpu" and 0 < est < cfg.graph_below_us
+             and not job.get("release_each_call"),
+             "capacity": _capacity(cfg, driver.ex.layout, file_bytes, cfg.max_graph_forwards),
+             "forwards": forwards, "sized": False, "note": ""}
+    run["graph_note"] = ""
 
-    def one_block(timed):
+    def one_block(timed, as_graph=False):
         rows, expected, scale = [], [], set()
-        for k in range(forwards):
+        for k in range(graph["forwards"] if as_graph else forwards):
             dist, xs, exp = sets.make()
             rows.append(xs)
             expected.append(exp)
             if dist in scaled:
                 scale.add(k)
-        call = driver.block(rows, expected)
+        call = driver.block(rows, expected, graph=as_graph)
         why = driver.check(call, scale)
         mutated, late = driver.close(call)
         run["rechecks"] += call["forwards"]
@@ -276,13 +295,23 @@ def run_profile(job, task_module, model, driver, sets, backend, result):
             prof["mutated"] = True
         if late:
             result["written_after_done"] = True
+        if as_graph and not call["graph"]:  # the executor could not capture: eager from here on
+            graph["on"] = False
+            run["graph_note"] = "capture failed: " + str(call["reply"].get("graph") or "no reason given")[:240]
+        if why and call["graph"] and not mutated and not late:
+            # A replay that computed something else never pays: its figures
+            # go, the eager blocks carry on (they are compared as before).
+            graph["on"] = False
+            run["graph_note"] = f"graph block {call['id']} {why}"
+            run["samples"] = [s for s in run["samples"] if not s.get("graph")]
+            return True, None
         if why and not mutated and not late:
             run["recheck_failures"] += 1
             prof["detail"] = prof["detail"] or f"timed block {call['id']} {why}"
         sample = {k: float(v) for k, v in (call["reply"].get("sample") or {}).items()
                   if k in SAMPLE_FIELDS and isinstance(v, (int, float))}
         sample.update(trusted_us=call["trusted_us"], forwards=call["forwards"], block_us=call["block_us"],
-                      copies_us=call["copies_us"], rechecked=True)
+                      copies_us=call["copies_us"], rechecked=True, graph=call["graph"])
         if nvml is not None:
             reasons, throttled, clock_mhz, temp = nvml.sample()
             sample.update(throttle_reasons=reasons, throttled=throttled, sm_clock_mhz=clock_mhz,
@@ -306,16 +335,24 @@ def run_profile(job, task_module, model, driver, sets, backend, result):
                 break
             if w == 0:
                 forwards = _forwards(cfg, per, driver.capacity)  # re-estimated without the one-forward overhead
+        if ok and graph["on"]:
+            # The graph's warm-up: capture, then size graph blocks from a replay.
+            ok, per = one_block(False, as_graph=True)
+            if ok and graph["on"] and per is not None:
+                graph["forwards"] = _forwards(cfg, per, graph["capacity"])
         anchor["samples"].append(backend.anchor())
         while ok:
             ok, _ = one_block(True)
-            n = len(run["samples"])
+            if ok and graph["on"]:
+                ok, _ = one_block(True, as_graph=True)
+            n = sum(1 for s in run["samples"] if not s.get("graph"))
             if n and n % 5 == 0:
                 anchor["samples"].append(backend.anchor())
             if n >= cfg.max_samples:
                 run["stop_reason"] = "max_samples"
                 break
-            if n >= cfg.min_samples and rel_std_error([s["trusted_us"] for s in run["samples"]]) <= cfg.target_rse:
+            if n >= cfg.min_samples and rel_std_error([s["trusted_us"] for s in run["samples"]
+                                                       if not s.get("graph")]) <= cfg.target_rse:
                 run["stop_reason"] = "rse_target"
                 break
             if time.monotonic() > deadline:

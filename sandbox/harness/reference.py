@@ -192,9 +192,11 @@ class Driver:
             self.result["details"].append(f"candidate answered with {kind!r} where {want!r} was due")
             raise CandidateGone("protocol")
 
-    def block(self, rows, expected):
+    def block(self, rows, expected, graph=False):
         """Runs one block: rows[k] are forward k's arguments, expected[k] its
-        expected outputs. Returns the call record with the trusted figure."""
+        expected outputs; `graph` asks the executor to capture the block once
+        and replay it (sandbox/harness/graphs.py). Returns the call record
+        with the trusted figure."""
         if self.expect_ready:
             self._read_until("ready")
             self.expect_ready = False
@@ -215,7 +217,8 @@ class Driver:
         if cuda:
             torch.cuda.synchronize()
         msg = {"type": "call", "id": j, "forwards": [_descs(xs) for xs in rows],
-               "poison_bytes": self.poison_bytes, "release": self.job.get("release_each_call", False)}
+               "poison_bytes": self.poison_bytes, "release": self.job.get("release_each_call", False),
+               "graph": bool(graph)}
         try:
             msg["exchange"] = self.ex.offer()  # the first call hands over the area's fd
         except OSError as e:  # BrokenPipeError included: it exited (at import, say)
@@ -245,7 +248,7 @@ class Driver:
         block_us = (t1 - t0) * 1e6
         return {"id": j, "rows": rows, "expected": expected, "staging": staging, "snap": snap, "reply": reply,
                 "forwards": n, "block_us": block_us, "trusted_us": max(block_us / n - copies_us, 1e-3),
-                "copies_us": copies_us}
+                "copies_us": copies_us, "graph": bool(graph) and reply.get("graph") == "replayed"}
 
     def check(self, call, scale_atol_for=()):
         """"" when every forward's outputs match, else the first reason.

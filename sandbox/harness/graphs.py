@@ -1,0 +1,81 @@
+"""The executor's graph-replayed blocks: a block's forwards (and the hand-over
+of their outputs into the exchange) captured once as one CUDA graph, before
+the reference's clock, on the block's own input rows (scrambled then: the
+capture reads no values), and replayed inside the clock. The replay has no
+per-forward host cost (Python, the op guard, launches), so the trusted figure
+of a small kernel is its device time.
+
+Nothing here is trusted: the reference asks for graph blocks, compares every
+replayed forward's outputs with its own, and pays graph figures only against
+the baseline's graph figures. A forward that cannot be captured (work on the
+legacy default stream, a host sync) falls back to eager blocks for the rest of
+the run; a replay that computes something else fails its comparison.
+"""
+import json
+
+import torch
+
+import guards
+import inputs as inputs_lib
+import wire
+
+
+class Captured:
+    def __init__(self, key, graph, outs, metas):
+        self.key, self.graph, self.outs, self.metas = key, graph, outs, metas
+
+
+class GraphBlocks:
+    def __init__(self):
+        self.entry = None     # the one captured block kept for replay
+        self.off_reason = ""  # set once capture failed: eager from then on
+
+    @staticmethod
+    def key(exchange, descs):
+        return (exchange.generation, json.dumps(descs, sort_keys=True))
+
+    def get(self, exchange, descs, model, rows, guard):
+        """The block's graph, captured now (outside the clock) unless the same
+        rows were captured before. Returns (Captured or None, guard_active)."""
+        if self.off_reason:
+            return None, True
+        k = self.key(exchange, descs)
+        if self.entry is not None and self.entry.key == k:
+            return self.entry, True
+        self.entry = None  # frees the old graph's memory pool
+        torch.cuda.synchronize()
+        g = torch.cuda.CUDAGraph()
+        active = True
+        try:
+            with torch.no_grad(), torch.cuda.graph(g):
+                guard.__enter__()
+                try:
+                    outs = [inputs_lib.flatten_outputs(model(*xs)) for xs in rows]
+                finally:
+                    active = guards.guard_still_active(guard)
+                    if active:
+                        guard.__exit__(None, None, None)
+                    else:
+                        guards.clear_dispatch_modes()
+                metas = [wire.export_outputs(flat, i, exchange) for i, flat in enumerate(outs)]
+        except guards.TorchOpForbidden:
+            raise  # a verdict, as in an eager block
+        except Exception as e:  # noqa: BLE001 - capture is optional: eager blocks remain
+            self.off_reason = f"{type(e).__name__}: {str(e)[:200]}"
+            del g
+            _clear_launch_error()
+            return None, active
+        self.entry = Captured(k, g, outs, metas)
+        return self.entry, active
+
+
+def _clear_launch_error():
+    """A launch refused during capture leaves its error for the next launch
+    check to find; consume it here so the eager blocks start clean."""
+    for _ in range(3):
+        try:
+            torch.ones(1, device="cuda").add_(1)
+            torch.cuda.synchronize()
+            return
+        except RuntimeError:
+            continue
