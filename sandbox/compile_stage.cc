@@ -59,7 +59,12 @@ std::vector<std::string> CompileStage::Command(const ValidatedWorkspace& ws, con
   std::vector<std::string> cmd;
   switch (ws.layout) {
     case Workspace::FAST_PATH:
+      // Per-thread default stream: a launch without a stream goes to the
+      // executor's thread's own stream, which torch's ops share there and a
+      // CUDA graph can capture (graph-replayed blocks; the legacy stream 0
+      // cannot be captured).
       cmd = {FindNvcc(config_), "-O3", "--use_fast_math", "-arch=" + arch, "-std=c++17", "-shared",
+             "--default-stream", "per-thread",
              "-Xcompiler", "-fPIC", "-I", workspace_dir, "-o", out_dir + "/kernels.so",
              // cuBLAS is allowed for GEMM; linked only when a kernel uses it.
              "-Xlinker", "--as-needed", "-Xlinker", "-rpath=" + CudaHome(config_) + "/lib64"};

@@ -121,14 +121,22 @@ void ProfileStage::Judge(const v1::sandbox::HarnessResult& result, const Task& t
   const v1::ProfileResult judged = JudgeProfile(*m, missing.empty() ? &*baseline : nullptr, task, config_);
   const Verdict& j = judged.verdict();
   {
-    const v1::CallSample* last = m->candidate().samples_size() ? &m->candidate().samples(m->candidate().samples_size() - 1)
-                                                                : nullptr;
+    const v1::CallSample* eager = nullptr;
+    const v1::CallSample* graph = nullptr;
+    for (const v1::CallSample& s : m->candidate().samples()) (s.graph() ? graph : eager) = &s;
+    const int graph_blocks = judged.candidate().graph_samples();
+    std::string graph_line;
+    if (graph != nullptr) {
+      graph_line = absl::StrFormat("graph-replayed: %.2f us per forward (median of %d blocks of %d forwards); ",
+                                   j.candidate_graph_time_us(), graph_blocks, graph->forwards());
+    }
+    if (!m->candidate().graph_note().empty()) graph_line += "graph: " + m->candidate().graph_note() + "; ";
     (*v.mutable_logs())["profile"] = absl::StrFormat(
-        "trusted: %.2f us per forward (median of %d blocks of %d forwards, copies %.2f us taken off each); "
+        "trusted: %.2f us per forward (median of %d blocks of %d forwards, copies %.2f us taken off each); %s"
         "in-process (attribution): %.2f us; %d forwards compared; drift anchor %.1f us now, %.1f us at baseline; "
         "baseline timed %s",
-        j.candidate_time_us(), m->candidate().samples_size(), last ? last->forwards() : 0,
-        last ? last->copies_us() : 0.0, judged.candidate().in_process_median_us(), p.rechecks(),
+        j.candidate_time_us(), m->candidate().samples_size() - graph_blocks, eager ? eager->forwards() : 0,
+        eager ? eager->copies_us() : 0.0, graph_line, judged.candidate().in_process_median_us(), p.rechecks(),
         m->anchor().samples_size() > 0 ? AnalyzeTimingRun(m->anchor(), config_).median_us() : 0.0,
         baseline.ok() ? baseline->anchor_median_us() : 0.0,
         !baseline.ok() ? "(none)" : ("through the " + baseline->timing_path() + " path").c_str());
@@ -139,6 +147,9 @@ void ProfileStage::Judge(const v1::sandbox::HarnessResult& result, const Task& t
   v.set_compile_time_us(j.compile_time_us());
   v.set_speedup_vs_eager(j.speedup_vs_eager());
   v.set_speedup_vs_compile(j.speedup_vs_compile());
+  v.set_candidate_graph_time_us(j.candidate_graph_time_us());
+  v.set_speedup_vs_eager_graph(j.speedup_vs_eager_graph());
+  v.set_speedup_vs_compile_graph(j.speedup_vs_compile_graph());
   v.set_speed_of_light_ratio(j.speed_of_light_ratio());
   *v.mutable_coverage() = j.coverage();
   for (const std::string& f : j.flags()) v.add_flags(f);

@@ -1,5 +1,5 @@
 // CUDA templates (the sandbox's fast path: kernels/*.cu with extern "C"
-// launchers, nvcc -O3 --use_fast_math -arch=sm_90, cuBLAS linked). Each
+// launchers, nvcc -O3 --use_fast_math -arch=sm_90 --default-stream per-thread, cuBLAS linked). Each
 // template is one fixed kernel text; a choice only sets the #defines at its top
 // and the task only sets the pointwise code, so every rendering compiles the
 // same audited structure.

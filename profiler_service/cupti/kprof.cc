@@ -349,10 +349,10 @@ long kprof_take_report(char* buf, size_t cap) {
   return static_cast<long>(s.size());
 }
 
-int kprof_stream_id(uint64_t cu_stream, uint32_t* out) {
+int kprof_stream_id(uint64_t cu_stream, int per_thread, uint32_t* out) {
   CUcontext ctx = nullptr;
   if (!CuOk(cuCtxGetCurrent(&ctx), "cuCtxGetCurrent")) return -1;
-  if (!CuptiOk(cuptiGetStreamIdEx(ctx, reinterpret_cast<CUstream>(cu_stream), 0, out),
+  if (!CuptiOk(cuptiGetStreamIdEx(ctx, reinterpret_cast<CUstream>(cu_stream), per_thread ? 1 : 0, out),
                "cuptiGetStreamIdEx"))
     return -1;
   return 0;

@@ -70,9 +70,11 @@ int kprof_reset_persisting_l2(void);
 // Trusted drift anchor: a device-to-device copy of `bytes` issued through the
 // driver API on the legacy default stream (not patchable from Python).
 int kprof_anchor_copy(size_t bytes);
-// CUPTI's stream id for a CUstream handle (0 = legacy default stream) in the
-// current context; lets the harness name the stream it issued calls on.
-int kprof_stream_id(uint64_t cu_stream, uint32_t* out);
+// CUPTI's stream id for a CUstream handle (0 = legacy default stream, 2 =
+// per-thread default stream) in the current context, `per_thread` as CUPTI's
+// flag for code built with per-thread default streams; lets the harness name
+// the streams it issued calls on.
+int kprof_stream_id(uint64_t cu_stream, int per_thread, uint32_t* out);
 // OS thread id of the caller (for tests and the harness).
 uint64_t kprof_gettid(void);
 

@@ -26,7 +26,7 @@ class Kprof:
         lib.kprof_take_report.restype = ctypes.c_long
         lib.kprof_take_report.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
         lib.kprof_anchor_copy.argtypes = [ctypes.c_size_t]
-        lib.kprof_stream_id.argtypes = [ctypes.c_uint64, ctypes.POINTER(ctypes.c_uint32)]
+        lib.kprof_stream_id.argtypes = [ctypes.c_uint64, ctypes.c_int, ctypes.POINTER(ctypes.c_uint32)]
         lib.kprof_gettid.restype = ctypes.c_uint64
 
     def _check(self, rc, what):
@@ -51,10 +51,25 @@ class Kprof:
                 return json.loads(buf.value.decode())
             cap = -n + 1
 
-    def stream_id(self, cu_stream):
+    def stream_id(self, cu_stream, per_thread=False):
         out = ctypes.c_uint32()
-        self._check(self._lib.kprof_stream_id(cu_stream, ctypes.byref(out)), "stream_id")
+        self._check(self._lib.kprof_stream_id(cu_stream, int(per_thread), ctypes.byref(out)), "stream_id")
         return out.value
+
+    def default_stream_ids(self):
+        """CUPTI's ids of this thread's default streams: the per-thread one
+        (where the executor's torch ops and the candidate's launches go) and
+        the legacy one (the harness's own helper kernels), each asked for in
+        the ways CUPTI names it; a form it refuses is left out."""
+        ids = []
+        for handle, per_thread in ((2, True), (0, True), (2, False), (0, False)):
+            try:
+                sid = self.stream_id(handle, per_thread)
+            except RuntimeError:
+                continue
+            if sid not in ids:
+                ids.append(sid)
+        return ids
 
     def reset_persisting_l2(self):
         self._check(self._lib.kprof_reset_persisting_l2(), "reset_persisting_l2")

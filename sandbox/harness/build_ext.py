@@ -17,7 +17,9 @@ import sys
 
 
 def flags(arch):
-    return ["-O3", "--use_fast_math", f"-arch={arch}"]
+    # Per-thread default stream, as the fast path (compile_stage.cc): launches
+    # without a stream then share the executor's stream and graph capture.
+    return ["-O3", "--use_fast_math", f"-arch={arch}", "--default-stream", "per-thread"]
 
 
 def build_extension(ws, out, arch):

@@ -95,6 +95,10 @@ def run(job, cont, to_ref, from_ref, xsock=-1):
         if device == "cuda":
             profiling.inject_recorder(job)  # CUPTI from cuInit on (profile jobs only)
             torch.cuda.set_device(0)
+            # torch's ops on this thread's per-thread default stream, where the
+            # candidate's kernels (nvcc --default-stream per-thread) launch: one
+            # stream, which a CUDA graph can capture (graphs.py).
+            torch.cuda.set_stream(torch.cuda.ExternalStream(graphs.CUDA_STREAM_PER_THREAD))
             torch.ones(1, device="cuda").add_(1)
             torch.cuda.synchronize()
             verify_cuda.load(job.get("verify_cuda_lib", ""))

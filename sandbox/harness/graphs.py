@@ -20,6 +20,9 @@ import inputs as inputs_lib
 import wire
 
 
+CUDA_STREAM_PER_THREAD = 2  # cudaStreamPerThread: the executor's stream (candidate.py)
+
+
 class Captured:
     def __init__(self, key, graph, outs, metas):
         self.key, self.graph, self.outs, self.metas = key, graph, outs, metas
@@ -47,7 +50,9 @@ class GraphBlocks:
         g = torch.cuda.CUDAGraph()
         active = True
         try:
-            with torch.no_grad(), torch.cuda.graph(g):
+            # Captured on the current stream (the per-thread one), where the
+            # candidate's launches go; torch.cuda.graph's own side stream would miss them.
+            with torch.no_grad(), torch.cuda.graph(g, stream=torch.cuda.current_stream()):
                 guard.__enter__()
                 try:
                     outs = [inputs_lib.flatten_outputs(model(*xs)) for xs in rows]

@@ -8,7 +8,9 @@ the fast path (no torch headers in the kernels; see sandbox/SKILL.md):
 Arguments: a tensor passes its data pointer, a Python int passes int64, a
 Python float passes float32, kernelrl.f64(v)/kernelrl.i32(v) pass double/int32.
 A launcher returns an int (cudaError_t or 0); non-zero raises KernelError.
-Kernels launch on the default stream (stream 0)."""
+Kernels launch on the default stream, compiled per-thread (nvcc
+--default-stream per-thread): the executor thread's own stream, which the
+harness makes torch's current stream too (candidate.py)."""
 import ctypes
 import os
 

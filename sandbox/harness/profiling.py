@@ -149,7 +149,7 @@ class CallTimer:
             return {}
         rep = self.kprof.take_report() if self.kprof else {}
         if self.kprof:
-            rep["harness_stream_ids"] = [self.kprof.stream_id(torch.cuda.current_stream().cuda_stream)]
+            rep["harness_stream_ids"] = self.kprof.default_stream_ids()
             rep["harness_thread_id"] = self.kprof.gettid()
         return rep
 

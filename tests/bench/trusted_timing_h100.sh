@@ -97,11 +97,13 @@ for line in open(f"{out}/verdicts.jsonl"):
     except ValueError:
         continue
     rows[r["label"]].append(r["verdict"])
-print(f"\nload={load}: size | n | outcomes | non-info flags | trusted us p50 | in-process us p50 | ratio p50 | forwards | verify+profile wall s p50 | reward")
+print(f"\nload={load}: size | n | outcomes | non-info flags | trusted us p50 | in-process us p50 | ratio p50 | "
+      f"graph-replayed trusted us p50 | graph / in-process p50 | forwards | verify+profile wall s p50 | reward | speed-up modes")
 for label, vs in rows.items():
     outcomes = collections.Counter(v.get("outcome", "?") for v in vs)
     flags = collections.Counter(f for v in vs for f in v.get("flags", []) if f not in info)
-    trusted, inproc, ratio, fw, walls = [], [], [], [], []
+    trusted, inproc, ratio, fw, walls, graph, gratio = [], [], [], [], [], [], []
+    modes = collections.Counter()
     for v in vs:
         prof = (v.get("logs") or {}).get("profile", "")
         m = re.search(r"in-process \(attribution\): ([0-9.]+) us", prof)
@@ -109,6 +111,12 @@ for label, vs in rows.items():
         t = v.get("candidate_time_us") or 0
         if t and m and float(m.group(1)) > 0:
             trusted.append(t); inproc.append(float(m.group(1))); ratio.append(t / float(m.group(1)))
+        g = v.get("candidate_graph_time_us") or 0
+        if g:
+            graph.append(g)
+            if m and float(m.group(1)) > 0:
+                gratio.append(g / float(m.group(1)))
+        modes["eager:" + ("graph" if v.get("speedup_vs_eager_graph") else "eager")] += 1
         if f:
             fw.append(int(f.group(1)))
         st = {s["stage"]: s.get("wall_ms", 0) for s in v.get("stages", [])}
@@ -116,6 +124,10 @@ for label, vs in rows.items():
     med = lambda xs: statistics.median(xs) if xs else float("nan")
     rewards = collections.Counter(v.get("reward", 0) for v in vs)
     print(f"{label} | {len(vs)} | {dict(outcomes)} | {dict(flags)} | {med(trusted):.2f} | {med(inproc):.2f} | "
-          f"{med(ratio):.3f} | {med(fw)} | {med(walls):.2f} | {dict(rewards)}")
+          f"{med(ratio):.3f} | {med(graph):.2f} | {med(gratio):.3f} | {med(fw)} | {med(walls):.2f} | {dict(rewards)} | "
+          f"{dict(modes)}")
+    notes = collections.Counter(n for v in vs for n in re.findall(r"graph: ([^;\n]{0,120})", (v.get("logs") or {}).get("profile", "")))
+    if notes:
+        print(f"  {label} graph notes: {dict(notes)}")
 PYEOF
 echo "done at $(elapsed) s"
