@@ -317,14 +317,19 @@ TEST_F(ProfileCpuTest, TrustBoundaryExploitsGetNoReward) {
     ASSERT_FALSE(expected.empty()) << dir;
     Verdict v = evaluator_->Evaluate(testing::Request(kRelu, dir));
     std::printf("%-22s %s\n", name, Describe(v).substr(0, 300).c_str());
-    EXPECT_EQ(Verdict::Outcome_Name(v.outcome()), expected) << name << ": " << Describe(v);
+    if (std::string(name) == "v3_write_after_done") {
+      // Its write races the reference's snapshot: after it, the area no longer
+      // matches the snapshot (HACK_DETECTED); before it, the snapshot holds the
+      // overwritten outputs (WRONG_ANSWER). Which comes first moves with load.
+      const bool caught_after = v.outcome() == Verdict::HACK_DETECTED && HasFlag(v, "output_written_after_done");
+      EXPECT_TRUE(caught_after || v.outcome() == Verdict::WRONG_ANSWER) << Describe(v);
+    } else {
+      EXPECT_EQ(Verdict::Outcome_Name(v.outcome()), expected) << name << ": " << Describe(v);
+    }
     EXPECT_LE(v.reward(), 1) << name;
     if (forgers.count(name) && v.outcome() == Verdict::OK) {
       EXPECT_TRUE(HasFlag(v, "in_process_below_trusted")) << Describe(v);
       EXPECT_GT(v.candidate_time_us(), 2 * b->eager().median_us()) << "the trusted time is the slow kernel's";
-    }
-    if (std::string(name) == "v3_write_after_done") {
-      EXPECT_TRUE(HasFlag(v, "output_written_after_done")) << Describe(v);
     }
     if (std::string(name) == "v3_precision_stats") {
       EXPECT_NE(v.summary().find("precision (strict)"), std::string::npos) << Describe(v);
