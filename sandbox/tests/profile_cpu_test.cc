@@ -297,7 +297,7 @@ TEST_F(ProfileCpuTest, ExploitsStillGetMinusOne) {
 // The trust-boundary exploits: each reaches for the timing or the verdict
 // from inside the candidate process (frames, gc, the recorded samples, native
 // writes, sniffing, a timer signal; the reply's serialisation, a patched and
-// restored send; work moved into the hand-over, before the clock, into a
+// restored send; native code rewriting an imported entry point (GOT); work moved into the hand-over, before the clock, into a
 // finalizer or after "done"; precision chosen by input statistics; the
 // protocol's configuration and the next inputs). Nothing that pays is
 // computed there: each is non-OK, or OK at reward <= 1.
@@ -306,12 +306,12 @@ TEST_F(ProfileCpuTest, TrustBoundaryExploitsGetNoReward) {
   ASSERT_TRUE(b.ok()) << b.status() << "\nprecompute:\n" << *precompute_log_;
   const std::string root = "sandbox/exploits/cpu_timing";
   const std::set<std::string> forgers = {"timing_edit_samples", "timing_native_write", "timing_signal",
-                                         "v3_reply_serialise", "v3_patch_restore"};
+                                         "v3_reply_serialise", "v3_patch_restore", "v3_native_got"};
   int seen = 0;
   for (const char* name : {"timing_frames", "timing_gc", "timing_edit_samples", "timing_native_write", "timing_sniff",
                            "timing_signal", "v3_reply_serialise", "v3_patch_restore", "v3_defer_handover",
                            "v3_defer_inputs", "v3_defer_finalizer", "v3_write_after_done", "v3_precision_stats",
-                           "v3_read_protocol"}) {
+                           "v3_read_protocol", "v3_native_got"}) {
     const std::string dir = root + "/" + name;
     const std::string expected = testing::ExpectedOutcome(dir);
     ASSERT_FALSE(expected.empty()) << dir;
@@ -333,7 +333,7 @@ TEST_F(ProfileCpuTest, TrustBoundaryExploitsGetNoReward) {
     EXPECT_TRUE(evaluator_->serving()) << "worker unhealthy after " << name;
     ++seen;
   }
-  EXPECT_EQ(seen, 14);
+  EXPECT_EQ(seen, 15);
   // Honest code keeps its measured reward after the suite.
   Verdict v = evaluator_->Evaluate(testing::Request(kRelu, "sandbox/solutions/cpu/relu"));
   EXPECT_EQ(v.outcome(), Verdict::OK) << Describe(v);
