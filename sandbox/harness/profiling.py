@@ -15,7 +15,10 @@ Reference process (run_profile), after every verify set passed:
   sample       per block: the trusted figure (reference.Driver.block) beside
                the executor's in-process figures per forward (CUPTI sum,
                events, wall: attribution and evidence, never paid) and NVML;
-  anchor       a device copy timed by events in this process, every 5 blocks.
+  anchor       a device copy timed by events in this process, every 5 blocks;
+  sharing      the driver's per-process utilisation samples, read by this
+               process (gpu_share.py): another process's GPU work during the
+               blocks declines the verdict (device_shared).
 The ProfileMeasurement is assembled here and written to the trusted dir; the
 C++ worker judges it (JudgeProfile) on the trusted figure.
 
@@ -237,6 +240,7 @@ def _capacity(cfg, layout, exchange_bytes):
 def run_profile(job, task_module, model, driver, sets, backend, result):
     """Times the executor in blocks of fresh, fully compared forwards; writes
     the measurement into the trusted dir; returns the executor's final report."""
+    from profiler_service.harness import gpu_share
     from profiler_service.harness import nvml as nvml_mod
     from profiler_service.harness import symbols, tasks
     from profiler_service.harness.protocol import rel_std_error
@@ -249,6 +253,9 @@ def run_profile(job, task_module, model, driver, sets, backend, result):
     wall_left = float(job["wall_seconds"]) * 0.85 - (time.monotonic() - float(job.get("t0_mono") or time.monotonic()))
     cfg = BlockConfig(job["profiler"], wall_left)
     nvml = nvml_mod.Nvml(0) if device == "cuda" else None
+    # Another process's GPU work while our blocks run (this process's own NVML
+    # reads): the verdict is declined, never paid or blamed (device_shared).
+    share = gpu_share.Monitor(nvml_mod.Processes(0)) if device == "cuda" else None
     scaled = set(job.get("atol_scaled_dists") or [])
     run = {"label": "candidate", "backend": backend.name, "samples": [], "activities": [], "stop_reason": "",
            "warmup_calls": cfg.warmup_blocks, "rechecks": 0, "recheck_failures": 0, "error": "",
@@ -300,6 +307,8 @@ def run_profile(job, task_module, model, driver, sets, backend, result):
     try:
         deadline = time.monotonic() + cfg.time_budget_s
         ok = True
+        if share:
+            share.begin()
         for w in range(max(1, cfg.warmup_blocks)):
             ok, per = one_block(False)
             if not ok:
@@ -312,6 +321,8 @@ def run_profile(job, task_module, model, driver, sets, backend, result):
             n = len(run["samples"])
             if n and n % 5 == 0:
                 anchor["samples"].append(backend.anchor())
+                if share:
+                    share.poll()
             if n >= cfg.max_samples:
                 run["stop_reason"] = "max_samples"
                 break
@@ -326,6 +337,8 @@ def run_profile(job, task_module, model, driver, sets, backend, result):
         run["error"] = f"candidate: {e}"
     except Exception as e:  # noqa: BLE001 - input generation or our own memory: never the candidate's
         run["error"] = f"harness: {type(e).__name__}: {e}"
+    if share:
+        run.update(share.result())
     msg = driver.stop() or {}
     report = msg.get("report") if isinstance(msg.get("report"), dict) else {}
     run["activities"] = [dict((k, v) for k, v in a.items() if k != "tag")
