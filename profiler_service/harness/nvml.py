@@ -60,27 +60,25 @@ class Processes:
                 continue
             if rc != _SUCCESS:
                 raise OSError(f"nvmlDeviceGetComputeRunningProcesses returned {rc}")
-            return {int(infos[i].pid) for i in range(count.value)}
+            return {int(infos[i].pid) for i in range(min(count.value, cap))}
 
     def process_samples(self, since_us):
         """(pid, timestamp_us, sm_util, mem_util) of the per-process utilisation
         samples the driver recorded after `since_us` (CPU time, microseconds)."""
-        count = ctypes.c_uint(0)
-        since = ctypes.c_ulonglong(int(since_us))
-        rc = self._lib.nvmlDeviceGetProcessUtilization(self._h, None, ctypes.byref(count), since)
-        if rc == _NOT_FOUND or (rc in (_SUCCESS, _INSUFFICIENT_SIZE) and count.value == 0):
-            return []
-        if rc not in (_SUCCESS, _INSUFFICIENT_SIZE):
-            raise OSError(f"nvmlDeviceGetProcessUtilization returned {rc}")
-        buf = (_UtilSample * (count.value + 8))()
-        count = ctypes.c_uint(count.value + 8)
-        rc = self._lib.nvmlDeviceGetProcessUtilization(self._h, buf, ctypes.byref(count), since)
-        if rc == _NOT_FOUND:
-            return []
-        if rc != _SUCCESS:
-            raise OSError(f"nvmlDeviceGetProcessUtilization returned {rc}")
-        return [(int(buf[i].pid), int(buf[i].timeStamp), int(buf[i].smUtil), int(buf[i].memUtil))
-                for i in range(count.value)]
+        cap = 256
+        while True:
+            buf, count = (_UtilSample * cap)(), ctypes.c_uint(cap)
+            rc = self._lib.nvmlDeviceGetProcessUtilization(self._h, buf, ctypes.byref(count),
+                                                           ctypes.c_ulonglong(int(since_us)))
+            if rc == _NOT_FOUND:  # no sample since then
+                return []
+            if rc == _INSUFFICIENT_SIZE and count.value > cap:
+                cap = count.value + 64
+                continue
+            if rc != _SUCCESS:
+                raise OSError(f"nvmlDeviceGetProcessUtilization returned {rc}")
+            return [(int(buf[i].pid), int(buf[i].timeStamp), int(buf[i].smUtil), int(buf[i].memUtil))
+                    for i in range(min(count.value, cap))]
 
 
 class Nvml:
