@@ -181,9 +181,17 @@ class MonitorTest(unittest.TestCase):
         self.assertEqual(r["foreign_gpu_processes"], 0)
         self.assertIn("NVML_ERROR_NOT_SUPPORTED", r["gpu_share_check"])
 
+    def test_pci_bus_id_is_nvmls_format(self):
+        from profiler_service.harness import nvml
+
+        class Props:
+            pci_domain_id, pci_bus_id, pci_device_id = 0, random.randint(16, 255), random.randint(0, 31)
+        self.assertEqual(nvml.cuda_pci_bus_id(Props), f"00000000:{Props.pci_bus_id:02x}:{Props.pci_device_id:02x}.0")
+        self.assertEqual(nvml.cuda_pci_bus_id(object()), "")
+
     def test_driver_library_binding_loads_or_says_why(self):
         from profiler_service.harness import nvml
-        procs = nvml.Processes(0)
+        procs = nvml.Processes()
         if not procs.available:  # no driver here: the check reports itself unavailable
             self.assertTrue(procs.error)
             r = gpu_share.Monitor(procs).result()

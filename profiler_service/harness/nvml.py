@@ -30,7 +30,9 @@ _SUCCESS, _NOT_FOUND, _INSUFFICIENT_SIZE = 0, 6, 7
 class Processes:
     """The two process queries, on the driver's NVML library."""
 
-    def __init__(self, index=0):
+    def __init__(self, pci_bus_id=""):
+        """pci_bus_id: the CUDA device's ("domain:bus:device.0"), since NVML
+        numbers devices without regard to CUDA_VISIBLE_DEVICES; else index 0."""
         self.available = False
         self.error = ""
         try:
@@ -39,9 +41,12 @@ class Processes:
             if rc != _SUCCESS:
                 raise OSError(f"nvmlInit_v2 returned {rc}")
             self._h = ctypes.c_void_p()
-            rc = lib.nvmlDeviceGetHandleByIndex_v2(ctypes.c_uint(index), ctypes.byref(self._h))
+            if pci_bus_id:
+                rc = lib.nvmlDeviceGetHandleByPciBusId_v2(pci_bus_id.encode(), ctypes.byref(self._h))
+            else:
+                rc = lib.nvmlDeviceGetHandleByIndex_v2(ctypes.c_uint(0), ctypes.byref(self._h))
             if rc != _SUCCESS:
-                raise OSError(f"nvmlDeviceGetHandleByIndex_v2 returned {rc}")
+                raise OSError(f"NVML device handle ({pci_bus_id or 'index 0'}) returned {rc}")
             self._lib = lib
             self.available = True
         except (OSError, AttributeError) as e:
@@ -105,3 +110,11 @@ class Nvml:
         temp = int(nv.nvmlDeviceGetTemperature(self._h, nv.NVML_TEMPERATURE_GPU))
         return reasons, bool(reasons & SLOWING_REASONS), clock, temp
 
+
+
+def cuda_pci_bus_id(props):
+    """NVML's bus id string for a torch CUDA device's properties ("" if unknown)."""
+    try:
+        return f"{int(props.pci_domain_id):08x}:{int(props.pci_bus_id):02x}:{int(props.pci_device_id):02x}.0"
+    except (AttributeError, TypeError, ValueError):
+        return ""

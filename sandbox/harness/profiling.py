@@ -255,7 +255,10 @@ def run_profile(job, task_module, model, driver, sets, backend, result):
     nvml = nvml_mod.Nvml(0) if device == "cuda" else None
     # Another process's GPU work while our blocks run (this process's own NVML
     # reads): the verdict is declined, never paid or blamed (device_shared).
-    share = gpu_share.Monitor(nvml_mod.Processes(0)) if device == "cuda" else None
+    share = None
+    if device == "cuda":
+        bus = nvml_mod.cuda_pci_bus_id(torch.cuda.get_device_properties(0))
+        share = gpu_share.Monitor(nvml_mod.Processes(bus))
     scaled = set(job.get("atol_scaled_dists") or [])
     run = {"label": "candidate", "backend": backend.name, "samples": [], "activities": [], "stop_reason": "",
            "warmup_calls": cfg.warmup_blocks, "rechecks": 0, "recheck_failures": 0, "error": "",
