@@ -108,6 +108,9 @@ class ProfileCpuTest : public ::testing::Test {
     // into the cache.
     SandboxConfig bc = c;
     bc.set_work_root(c.work_root() + "-baselines");
+    // Baselines keep a longer budget than the candidates here: their median
+    // is what every speed-up divides.
+    bc.mutable_profiler()->set_time_budget_s(4);
     // torch.compile's first call (inside the compiled baseline's verify) takes
     // 30+ s on 2 loaded cores.
     bc.mutable_verify()->set_wall_seconds(180);
@@ -204,7 +207,10 @@ TEST_F(ProfileCpuTest, BaselineIsTimedThroughTheExecutorPath) {
     SCOPED_TRACE(run->label());
     EXPECT_TRUE(run->error().empty()) << run->error();
     EXPECT_EQ(run->backend(), "cpu");
-    ASSERT_GE(run->samples_size(), 10);
+    // The protocol's contract: it stops short of min_samples only when its
+    // time budget ran out (a loaded machine), and says so.
+    ASSERT_GE(run->samples_size(), 1);
+    if (run->samples_size() < 10) EXPECT_EQ(run->stop_reason(), "time_budget") << run->samples_size();
     int forwards = 0;
     for (const v1::CallSample& s : run->samples()) {
       EXPECT_GT(s.wall_us(), 0);
