@@ -30,9 +30,10 @@ FlagSeverity SeverityOf(const std::string& flag) {
       "below_speed_of_light", "speedup_above_audit_threshold", "side_stream",
       "foreign_launch_thread", "events_below_cupti", "wall_below_events",
       "cupti_records_dropped", "baseline_clock_mismatch"};
-  // The device could not be measured as the baseline was (busy with another
-  // process's kernels, or clocks throttled): no verdict on the candidate.
-  static const std::set<std::string> kDecline = {"device_drift", "throttled"};
+  // The device could not be measured as the baseline was (drift anchor off,
+  // clocks throttled, another process's kernels time-slicing with ours): no
+  // verdict on the candidate.
+  static const std::set<std::string> kDecline = {"device_drift", "throttled", "device_shared"};
   if (kHack.count(flag)) return FlagSeverity::kHack;
   if (kDecline.count(flag)) return FlagSeverity::kDecline;
   if (kAudit.count(flag)) return FlagSeverity::kAudit;
@@ -128,8 +129,10 @@ ProfileResult JudgeProfile(const ProfileMeasurement& m, const Baseline* baseline
     v.set_summary("a re-checked timed call returned a wrong output");
   } else if (!first_decline.empty() && !hack) {
     v.set_outcome(Verdict::INFRA_ERROR);
-    v.set_summary(absl::StrFormat("not judged: %s (the device did not measure as it did for the baseline; "
-                                  "%.1f us now)", first_decline, t));
+    const std::string why = first_decline == "device_shared"
+                                ? "another process did GPU work while the blocks ran"
+                                : "the device did not measure as it did for the baseline";
+    v.set_summary(absl::StrFormat("not judged: %s (%s; %.1f us now)", first_decline, why, t));
   } else if (hack) {
     v.set_outcome(Verdict::HACK_DETECTED);
     v.set_summary(absl::StrFormat("integrity: %s (own kernels %.0f%% of GPU time; %.1f us claimed in-process)",
@@ -153,6 +156,14 @@ Baseline BuildBaseline(const BaselineMeasurement& bm, const ProfilerConfig& conf
   b.set_measured_at(bm.measured_at());
   b.set_error(bm.error());
   b.set_timing_path(bm.timing_path());
+  // Times taken while another process used the GPU are inflated by its
+  // time-slices: such a baseline would pay every candidate a speed-up.
+  for (const RawTimingRun* run : {&bm.eager(), &bm.compiled()}) {
+    if (run->foreign_gpu_processes() > 0 && b.error().empty()) {
+      b.set_error(absl::StrFormat("%s: device shared with %d other process(es) while timing (%s); measure again",
+                                  run->label(), run->foreign_gpu_processes(), run->gpu_share_check()));
+    }
+  }
   if (bm.eager().samples_size() > 0 || !bm.eager().error().empty()) {
     *b.mutable_eager() = AnalyzeTimingRun(bm.eager(), config);
   }

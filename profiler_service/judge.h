@@ -11,7 +11,8 @@
 //   kAudit  -> outcome OK, quarantined = true (reward held at 1 or less until
 //              an audit releases it);
 //   kDecline -> outcome INFRA_ERROR: the device could not be measured as the
-//              baseline was (drift anchor off, clocks throttled): the worker
+//              baseline was (drift anchor off, clocks throttled, another
+//              process's GPU work time-slicing with ours): the worker
 //              declines to judge rather than blame or pay the candidate;
 //   kInfo   -> reported only.
 // The candidate was verified correct before profiling; this only judges speed

@@ -118,6 +118,52 @@ TEST(Judge, AnchorDriftDeclinesToJudge) {
   EXPECT_EQ(RewardFor(r.verdict()), 3.0);
 }
 
+// Another process did GPU work while the blocks ran (the reference process's
+// NVML reads): its time-slices inflate the trusted figure, and the drift
+// anchor, timed inside our own context, does not see them. Declined, whatever
+// the figure says: never paid (a deflated speed-up) nor blamed.
+TEST(Judge, SharedDeviceDeclinesToJudge) {
+  const Baseline b = MakeBaseline(100.0, 80.0);
+  for (const double us : {60.0, 3000.0}) {  // faster or far slower than the baseline
+    ProfileMeasurement m = Candidate(us);
+    m.mutable_candidate()->set_foreign_gpu_processes(1);
+    m.mutable_candidate()->set_gpu_share_check("pid: 9 samples, 3 polls, own [11, 12], foreign [13]");
+    const ProfileResult r = JudgeProfile(m, &b, Task(), Config());
+    EXPECT_TRUE(Has(r.verdict(), "device_shared"));
+    EXPECT_EQ(r.verdict().outcome(), Verdict::INFRA_ERROR) << us;
+    EXPECT_EQ(RewardFor(r.verdict()), 0.0);
+    EXPECT_EQ(r.verdict().summary().rfind("not judged: device_shared (another process", 0), 0u)
+        << r.verdict().summary();
+  }
+  EXPECT_EQ(SeverityOf("device_shared"), FlagSeverity::kDecline);
+  // Work no one else did: judged as usual.
+  ProfileMeasurement m = Candidate(60.0);
+  m.mutable_candidate()->set_gpu_share_check("pid: 9 samples, 3 polls, own [11, 12]");
+  const ProfileResult r = JudgeProfile(m, &b, Task(), Config());
+  EXPECT_FALSE(Has(r.verdict(), "device_shared"));
+  EXPECT_EQ(r.verdict().outcome(), Verdict::OK);
+  // A hack stays a hack on a shared device (the decline never hides one).
+  m.mutable_candidate()->set_foreign_gpu_processes(2);
+  m.mutable_candidate()->set_recheck_failures(1);
+  EXPECT_EQ(JudgeProfile(m, &b, Task(), Config()).verdict().outcome(), Verdict::WRONG_ANSWER);
+}
+
+// A baseline timed while another process used the GPU would pay every
+// candidate its inflation: it is recorded as an error, never compared with.
+TEST(Judge, BaselineTimedOnASharedDeviceIsAnError) {
+  BaselineMeasurement bm;
+  bm.set_timing_path("executor");
+  *bm.mutable_eager() = NoisyRun(2000.0, 100, 0.002, 5);
+  bm.mutable_eager()->set_label("eager");
+  *bm.mutable_compiled() = NoisyRun(150.0, 100, 0.002, 6);
+  bm.mutable_eager()->set_foreign_gpu_processes(1);
+  bm.mutable_eager()->set_gpu_share_check("count: 4 samples, 2 polls, own [5]");
+  const Baseline b = BuildBaseline(bm, Config());
+  EXPECT_NE(b.error().find("eager: device shared with 1 other process"), std::string::npos) << b.error();
+  bm.mutable_eager()->set_foreign_gpu_processes(0);
+  EXPECT_TRUE(BuildBaseline(bm, Config()).error().empty());
+}
+
 TEST(Judge, MissingBaselineEarnsOne) {
   const ProfileResult r = JudgeProfile(Candidate(60.0), nullptr, Task(), Config());
   EXPECT_EQ(r.verdict().outcome(), Verdict::OK);

@@ -104,6 +104,7 @@ TimingStats AnalyzeTimingRun(const RawTimingRun& all, const ProfilerConfig& conf
   if (!(rse <= config.target_rel_std_error())) st.add_flags("rse_above_target");
   if (throttled > config.max_throttled_fraction() * run.samples_size()) st.add_flags("throttled");
   if (run.recheck_failures() > 0) st.add_flags("recheck_failed");
+  if (run.foreign_gpu_processes() > 0) st.add_flags("device_shared");
   if (!cuda) return st;
 
   if (run.dropped_records() > 0) st.add_flags("cupti_records_dropped");

@@ -10,6 +10,7 @@
 //
 // Flags (see docs/PROFILER.md for their severity):
 //   no_samples, run_error, rse_above_target, throttled, recheck_failed,
+//   device_shared        (another process did GPU work while the blocks ran),
 //   events_below_cupti   (the harness stream's events saw less than the GPU did:
 //                         work on another stream or escaped the event range),
 //   events_above_cupti   (launch/host gaps between kernels; informational),

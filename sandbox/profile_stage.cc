@@ -140,6 +140,10 @@ void ProfileStage::Judge(const v1::sandbox::HarnessResult& result, const Task& t
         m->anchor().samples_size() > 0 ? AnalyzeTimingRun(m->anchor(), config_).median_us() : 0.0,
         baseline.ok() ? baseline->anchor_median_us() : 0.0,
         !baseline.ok() ? "(none)" : ("through the " + baseline->timing_path() + " path").c_str());
+    if (!m->candidate().gpu_share_check().empty()) {
+      absl::StrAppendFormat(&(*v.mutable_logs())["profile"], "; gpu share %s (%d other processes busy)",
+                            m->candidate().gpu_share_check(), m->candidate().foreign_gpu_processes());
+    }
   }
 
   v.set_candidate_time_us(j.candidate_time_us());

@@ -1,12 +1,89 @@
 """GPU clocks, temperature and throttle reasons through NVML (pynvml), read
 after every timed call. Without pynvml or a GPU every sample reads as "not
-throttled" and the run notes nvml_unavailable."""
+throttled" and the run notes nvml_unavailable.
+
+Processes: which pids hold a context on the GPU and the driver's per-process
+utilisation samples (gpu_share.py), through the driver's own library
+(libnvidia-ml.so.1, ctypes) so they do not depend on pynvml being installed."""
+import ctypes
 
 # Clock-event reasons that lower clocks below what was asked for
 # (nvmlClocksEventReason*): SW power cap, HW slowdown, SW thermal, HW thermal,
 # HW power brake. GPU idle (0x1), applications clocks (0x2) and sync boost
 # (0x10) do not slow a running kernel.
 SLOWING_REASONS = 0x4 | 0x8 | 0x20 | 0x40 | 0x80
+
+
+class _ProcessInfo(ctypes.Structure):  # nvmlProcessInfo_t (v2 and v3)
+    _fields_ = [("pid", ctypes.c_uint), ("usedGpuMemory", ctypes.c_ulonglong),
+                ("gpuInstanceId", ctypes.c_uint), ("computeInstanceId", ctypes.c_uint)]
+
+
+class _UtilSample(ctypes.Structure):  # nvmlProcessUtilizationSample_t
+    _fields_ = [("pid", ctypes.c_uint), ("timeStamp", ctypes.c_ulonglong), ("smUtil", ctypes.c_uint),
+                ("memUtil", ctypes.c_uint), ("encUtil", ctypes.c_uint), ("decUtil", ctypes.c_uint)]
+
+
+_SUCCESS, _NOT_FOUND, _INSUFFICIENT_SIZE = 0, 6, 7
+
+
+class Processes:
+    """The two process queries, on the driver's NVML library."""
+
+    def __init__(self, pci_bus_id=""):
+        """pci_bus_id: the CUDA device's ("domain:bus:device.0"), since NVML
+        numbers devices without regard to CUDA_VISIBLE_DEVICES; else index 0."""
+        self.available = False
+        self.error = ""
+        try:
+            lib = ctypes.CDLL("libnvidia-ml.so.1")
+            rc = lib.nvmlInit_v2()
+            if rc != _SUCCESS:
+                raise OSError(f"nvmlInit_v2 returned {rc}")
+            self._h = ctypes.c_void_p()
+            if pci_bus_id:
+                rc = lib.nvmlDeviceGetHandleByPciBusId_v2(pci_bus_id.encode(), ctypes.byref(self._h))
+            else:
+                rc = lib.nvmlDeviceGetHandleByIndex_v2(ctypes.c_uint(0), ctypes.byref(self._h))
+            if rc != _SUCCESS:
+                raise OSError(f"NVML device handle ({pci_bus_id or 'index 0'}) returned {rc}")
+            self._lib = lib
+            self.available = True
+        except (OSError, AttributeError) as e:
+            self.error = f"{type(e).__name__}: {e}"
+
+    def running_pids(self):
+        """Pids holding a compute context on this GPU (as the driver reports them to us)."""
+        fn = getattr(self._lib, "nvmlDeviceGetComputeRunningProcesses_v3", None) or \
+            self._lib.nvmlDeviceGetComputeRunningProcesses_v2
+        cap = 64
+        while True:
+            infos, count = (_ProcessInfo * cap)(), ctypes.c_uint(cap)
+            rc = fn(self._h, ctypes.byref(count), infos)
+            if rc == _INSUFFICIENT_SIZE and count.value > cap:
+                cap = count.value + 8
+                continue
+            if rc != _SUCCESS:
+                raise OSError(f"nvmlDeviceGetComputeRunningProcesses returned {rc}")
+            return {int(infos[i].pid) for i in range(min(count.value, cap))}
+
+    def process_samples(self, since_us):
+        """(pid, timestamp_us, sm_util, mem_util) of the per-process utilisation
+        samples the driver recorded after `since_us` (CPU time, microseconds)."""
+        cap = 256
+        while True:
+            buf, count = (_UtilSample * cap)(), ctypes.c_uint(cap)
+            rc = self._lib.nvmlDeviceGetProcessUtilization(self._h, buf, ctypes.byref(count),
+                                                           ctypes.c_ulonglong(int(since_us)))
+            if rc == _NOT_FOUND:  # no sample since then
+                return []
+            if rc == _INSUFFICIENT_SIZE and count.value > cap:
+                cap = count.value + 64
+                continue
+            if rc != _SUCCESS:
+                raise OSError(f"nvmlDeviceGetProcessUtilization returned {rc}")
+            return [(int(buf[i].pid), int(buf[i].timeStamp), int(buf[i].smUtil), int(buf[i].memUtil))
+                    for i in range(min(count.value, cap))]
 
 
 class Nvml:
@@ -32,3 +109,12 @@ class Nvml:
         clock = int(nv.nvmlDeviceGetClockInfo(self._h, nv.NVML_CLOCK_SM))
         temp = int(nv.nvmlDeviceGetTemperature(self._h, nv.NVML_TEMPERATURE_GPU))
         return reasons, bool(reasons & SLOWING_REASONS), clock, temp
+
+
+
+def cuda_pci_bus_id(props):
+    """NVML's bus id string for a torch CUDA device's properties ("" if unknown)."""
+    try:
+        return f"{int(props.pci_domain_id):08x}:{int(props.pci_bus_id):02x}:{int(props.pci_device_id):02x}.0"
+    except (AttributeError, TypeError, ValueError):
+        return ""

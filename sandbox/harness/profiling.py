@@ -23,7 +23,10 @@ Reference process (run_profile), after every verify set passed:
                `graph` and pay only against the baseline's graph samples. A
                capture failure or a wrong replay ends graph blocks (the wrong
                replay's samples are dropped; `graph_note` says why);
-  anchor       a device copy timed by events in this process, every 5 blocks.
+  anchor       a device copy timed by events in this process, every 5 blocks;
+  sharing      the driver's per-process utilisation samples, read by this
+               process (gpu_share.py): another process's GPU work during the
+               blocks declines the verdict (device_shared).
 The ProfileMeasurement is assembled here and written to the trusted dir; the
 C++ worker judges it (JudgeProfile) on the trusted figure.
 
@@ -248,6 +251,7 @@ def _capacity(cfg, layout, exchange_bytes, max_forwards):
 def run_profile(job, task_module, model, driver, sets, backend, result):
     """Times the executor in blocks of fresh, fully compared forwards; writes
     the measurement into the trusted dir; returns the executor's final report."""
+    from profiler_service.harness import gpu_share
     from profiler_service.harness import nvml as nvml_mod
     from profiler_service.harness import symbols, tasks
     from profiler_service.harness.protocol import rel_std_error
@@ -260,6 +264,12 @@ def run_profile(job, task_module, model, driver, sets, backend, result):
     wall_left = float(job["wall_seconds"]) * 0.85 - (time.monotonic() - float(job.get("t0_mono") or time.monotonic()))
     cfg = BlockConfig(job["profiler"], wall_left)
     nvml = nvml_mod.Nvml(0) if device == "cuda" else None
+    # Another process's GPU work while our blocks run (this process's own NVML
+    # reads): the verdict is declined, never paid or blamed (device_shared).
+    share = None
+    if device == "cuda":
+        bus = nvml_mod.cuda_pci_bus_id(torch.cuda.get_device_properties(0))
+        share = gpu_share.Monitor(nvml_mod.Processes(bus))
     scaled = set(job.get("atol_scaled_dists") or [])
     run = {"label": "candidate", "backend": backend.name, "samples": [], "activities": [], "stop_reason": "",
            "warmup_calls": cfg.warmup_blocks, "rechecks": 0, "recheck_failures": 0, "error": "",
@@ -329,6 +339,8 @@ def run_profile(job, task_module, model, driver, sets, backend, result):
     try:
         deadline = time.monotonic() + cfg.time_budget_s
         ok = True
+        if share:
+            share.begin()
         for w in range(max(1, cfg.warmup_blocks)):
             ok, per = one_block(False)
             if not ok:
@@ -348,6 +360,8 @@ def run_profile(job, task_module, model, driver, sets, backend, result):
             n = sum(1 for s in run["samples"] if not s.get("graph"))
             if n and n % 5 == 0:
                 anchor["samples"].append(backend.anchor())
+                if share:
+                    share.poll()
             if n >= cfg.max_samples:
                 run["stop_reason"] = "max_samples"
                 break
@@ -363,6 +377,8 @@ def run_profile(job, task_module, model, driver, sets, backend, result):
         run["error"] = f"candidate: {e}"
     except Exception as e:  # noqa: BLE001 - input generation or our own memory: never the candidate's
         run["error"] = f"harness: {type(e).__name__}: {e}"
+    if share:
+        run.update(share.result())
     msg = driver.stop() or {}
     report = msg.get("report") if isinstance(msg.get("report"), dict) else {}
     run["activities"] = [dict((k, v) for k, v in a.items() if k != "tag")

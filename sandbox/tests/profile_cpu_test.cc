@@ -90,7 +90,9 @@ class ProfileCpuTest : public ::testing::Test {
     c.set_baseline_dir(*root_ + "/baselines");
     c.mutable_verify()->set_wall_seconds(60);
     v1::ProfilerConfig& p = *c.mutable_profiler();
-    p.set_time_budget_s(3);
+    // Every expectation here holds at any sample count past min_samples: a
+    // short budget keeps the 15 slow trust-boundary exploits from running it out.
+    p.set_time_budget_s(1.5);
     p.set_min_samples(10);
     p.set_max_samples(200);
     p.set_target_rel_std_error(0.02);
@@ -106,6 +108,9 @@ class ProfileCpuTest : public ::testing::Test {
     // into the cache.
     SandboxConfig bc = c;
     bc.set_work_root(c.work_root() + "-baselines");
+    // Baselines keep a longer budget than the candidates here: their median
+    // is what every speed-up divides.
+    bc.mutable_profiler()->set_time_budget_s(4);
     // torch.compile's first call (inside the compiled baseline's verify) takes
     // 30+ s on 2 loaded cores.
     bc.mutable_verify()->set_wall_seconds(180);
@@ -202,7 +207,10 @@ TEST_F(ProfileCpuTest, BaselineIsTimedThroughTheExecutorPath) {
     SCOPED_TRACE(run->label());
     EXPECT_TRUE(run->error().empty()) << run->error();
     EXPECT_EQ(run->backend(), "cpu");
-    ASSERT_GE(run->samples_size(), 10);
+    // The protocol's contract: it stops short of min_samples only when its
+    // time budget ran out (a loaded machine), and says so.
+    ASSERT_GE(run->samples_size(), 1);
+    if (run->samples_size() < 10) EXPECT_EQ(run->stop_reason(), "time_budget") << run->samples_size();
     int forwards = 0;
     for (const v1::CallSample& s : run->samples()) {
       EXPECT_GT(s.wall_us(), 0);
@@ -297,7 +305,7 @@ TEST_F(ProfileCpuTest, ExploitsStillGetMinusOne) {
 // The trust-boundary exploits: each reaches for the timing or the verdict
 // from inside the candidate process (frames, gc, the recorded samples, native
 // writes, sniffing, a timer signal; the reply's serialisation, a patched and
-// restored send; work moved into the hand-over, before the clock, into a
+// restored send; native code rewriting an imported entry point (GOT); work moved into the hand-over, before the clock, into a
 // finalizer or after "done"; precision chosen by input statistics; the
 // protocol's configuration and the next inputs). Nothing that pays is
 // computed there: each is non-OK, or OK at reward <= 1.
@@ -306,12 +314,12 @@ TEST_F(ProfileCpuTest, TrustBoundaryExploitsGetNoReward) {
   ASSERT_TRUE(b.ok()) << b.status() << "\nprecompute:\n" << *precompute_log_;
   const std::string root = "sandbox/exploits/cpu_timing";
   const std::set<std::string> forgers = {"timing_edit_samples", "timing_native_write", "timing_signal",
-                                         "v3_reply_serialise", "v3_patch_restore"};
+                                         "v3_reply_serialise", "v3_patch_restore", "v3_native_got"};
   int seen = 0;
   for (const char* name : {"timing_frames", "timing_gc", "timing_edit_samples", "timing_native_write", "timing_sniff",
                            "timing_signal", "v3_reply_serialise", "v3_patch_restore", "v3_defer_handover",
                            "v3_defer_inputs", "v3_defer_finalizer", "v3_write_after_done", "v3_precision_stats",
-                           "v3_read_protocol"}) {
+                           "v3_read_protocol", "v3_native_got"}) {
     const std::string dir = root + "/" + name;
     const std::string expected = testing::ExpectedOutcome(dir);
     ASSERT_FALSE(expected.empty()) << dir;
@@ -338,7 +346,7 @@ TEST_F(ProfileCpuTest, TrustBoundaryExploitsGetNoReward) {
     EXPECT_TRUE(evaluator_->serving()) << "worker unhealthy after " << name;
     ++seen;
   }
-  EXPECT_EQ(seen, 14);
+  EXPECT_EQ(seen, 15);
   // Honest code keeps its measured reward after the suite.
   Verdict v = evaluator_->Evaluate(testing::Request(kRelu, "sandbox/solutions/cpu/relu"));
   EXPECT_EQ(v.outcome(), Verdict::OK) << Describe(v);

@@ -6,13 +6,16 @@
 #   here:   tools/device_sandbox.sh --prepare       # stages .devcarry/sandbox
 #   device: LOAD=0 tests/bench/trusted_timing_h100.sh   (run tool, carry .devcarry/sandbox)
 #           LOAD=1 ...                              # the same with a busy GPU
+#           LOAD=both ...                           # quiet, then busy (baselines once)
 #
 # Per size it prints: evaluations, outcomes, non-info flags, the trusted
 # per-forward figure (median), the executor's own CUPTI figure (median), their
 # ratio, forwards per block, and the verify + profile wall (p50). Knobs: REPEAT
 # (50 evaluations per size), PROFILE_BUDGET (0.3 s), CUPTI (1; 0 leaves the recorder out), LOAD (0: quiet; 1: a second
-# process runs 8192^2 GEMMs back to back the whole time), SIZES (a regex on the
-# size labels).
+# process runs 8192^2 GEMMs back to back the whole time; both: one then the
+# other), SIZES (a regex on the size labels). Each suite ends with the
+# device_shared check: quiet, no verdict declined for sharing; loaded, every
+# verdict declined (INFRA_ERROR, device_shared) and none blamed.
 set -u
 CARRY=.devcarry/sandbox
 OUT=${OUT:-/tmp/trusted_timing_out}
@@ -60,10 +63,13 @@ echo "baselines rc=$? at $(elapsed) s"; grep -E "^\[" "$OUT/baselines.log" | cut
 "$CARRY/precompute_baselines" --measurements="$OUT/baselines.jsonl" --set=baseline_cache_dir=$BASE \
   --table="$OUT/baselines.tsv" 2>&1 | tail -2
 
-LOADPID=""
-if [ "${LOAD:-0}" = 1 ]; then
-  # A second process on the same GPU, busy the whole time (its own CUDA context).
-  $PY -c '
+# One suite (quiet or with a second process keeping the GPU busy), then its summary.
+run_suite() {
+  local load=$1 out="$OUT/load$1" loadpid=""
+  mkdir -p "$out"
+  if [ "$load" = 1 ]; then
+    # A second process on the same GPU, busy the whole time (its own CUDA context).
+    $PY -c '
 import torch, time
 a = torch.randn(8192, 8192, device="cuda"); b = torch.randn(8192, 8192, device="cuda")
 print("load: running", flush=True)
@@ -71,21 +77,20 @@ while True:
     for _ in range(20):
         c = a @ b
     torch.cuda.synchronize()
-' > "$OUT/load.log" 2>&1 &
-  LOADPID=$!
-  sleep 5
-  head -1 "$OUT/load.log"
-fi
+' > "$out/load.log" 2>&1 &
+    loadpid=$!
+    sleep 5
+    head -1 "$out/load.log"
+  fi
+  echo "suite ($(wc -l < "$SUITE") sizes x ${REPEAT:-50}, load=$load) starts at $(elapsed) s"
+  timeout "${SUITE_WALL:-480}" "$CARRY/sandbox_cli" $WORKER --set=baseline_dir=$BASE \
+    --set=profiler.time_budget_s="${PROFILE_BUDGET:-0.3}" --set=work_root=/tmp/kr_size_suite \
+    --set=verify.wall_seconds=60 --suite="$SUITE" --repeat="${REPEAT:-50}" --json_out="$out/verdicts.jsonl" \
+    > "$out/suite_table.txt" 2> "$out/suite_stderr.log"
+  echo "suite rc=$? at $(elapsed) s"
+  [ -n "$loadpid" ] && kill "$loadpid" 2>/dev/null && wait "$loadpid" 2>/dev/null
 
-echo "suite ($(wc -l < "$SUITE") sizes x ${REPEAT:-50}, load=${LOAD:-0}) starts at $(elapsed) s"
-timeout "${SUITE_WALL:-480}" "$CARRY/sandbox_cli" $WORKER --set=baseline_dir=$BASE \
-  --set=profiler.time_budget_s="${PROFILE_BUDGET:-0.3}" --set=work_root=/tmp/kr_size_suite \
-  --set=verify.wall_seconds=60 --suite="$SUITE" --repeat="${REPEAT:-50}" --json_out="$OUT/verdicts.jsonl" \
-  > "$OUT/suite_table.txt" 2> "$OUT/suite_stderr.log"
-echo "suite rc=$? at $(elapsed) s"
-[ -n "$LOADPID" ] && kill $LOADPID 2>/dev/null
-
-$PY - "$OUT" "${LOAD:-0}" <<'PYEOF'
+  $PY - "$out" "$load" <<'PYEOF'
 import json, re, statistics, sys, collections
 out, load = sys.argv[1], sys.argv[2]
 info = {"rse_above_target", "in_process_below_trusted", "events_above_cupti", "compile_baseline_missing",
@@ -129,5 +134,32 @@ for label, vs in rows.items():
     notes = collections.Counter(n for v in vs for n in re.findall(r"graph: ([^;\n]{0,120})", (v.get("logs") or {}).get("profile", "")))
     if notes:
         print(f"  {label} graph notes: {dict(notes)}")
+# The device_shared check: with the load every honest verdict is declined
+# (INFRA_ERROR, device_shared), none is blamed (HACK_DETECTED, WRONG_ANSWER,
+# a hack or audit flag) or paid; quiet, none is declined for sharing.
+allv = [v for vs in rows.values() for v in vs]
+shared = sum("device_shared" in v.get("flags", []) for v in allv)
+declined = sum(v.get("outcome") == "INFRA_ERROR" and "device_shared" in v.get("flags", []) for v in allv)
+blamed = sum(v.get("outcome") in ("HACK_DETECTED", "WRONG_ANSWER", "CRASH") or bool(v.get("quarantined"))
+             for v in allv)
+paid = sum(v.get("outcome") == "OK" for v in allv)
+if load == "1":
+    ok = declined == len(allv) and blamed == 0
+    print(f"device_shared check (load): {declined}/{len(allv)} declined as device_shared, {paid} judged OK, "
+          f"{blamed} blamed -> {'PASS' if ok else 'FAIL'}")
+else:
+    ok = shared == 0 and blamed == 0
+    print(f"device_shared check (quiet): {shared}/{len(allv)} flagged device_shared, {blamed} blamed -> "
+          f"{'PASS' if ok else 'FAIL'}")
+checks = collections.Counter(re.sub(r"[:(].*", "", (v.get("logs") or {}).get("profile", "").split("gpu share ")[-1])
+                             for v in allv if "gpu share " in (v.get("logs") or {}).get("profile", ""))
+if checks:
+    print(f"how the share check ran: {dict(checks)}")
 PYEOF
+}
+
+case "${LOAD:-0}" in
+  both) run_suite 0; run_suite 1 ;;
+  *) run_suite "${LOAD:-0}" ;;
+esac
 echo "done at $(elapsed) s"

@@ -1,0 +1,130 @@
+"""Whether another process ran GPU work while the reference process timed
+blocks: the load signal behind the `device_shared` decline.
+
+A second process's kernels time-slice with ours: every trusted figure grows
+(2-50x measured on the H100 with 8192^2 GEMMs beside an honest ReLU), and the
+drift anchor, timed with events inside our own context, does not see it. So
+the reference process asks the driver itself, through its own NVML handle,
+at the start of the profile stage, every few blocks and at its end:
+
+  holders   the pids holding a context on the GPU at each poll
+            (nvmlDeviceGetComputeRunningProcesses; the driver reports them in
+            the caller's pid namespace where it can);
+  own       the reference process (os.getpid()) and the holders descending
+            from its parent, the zygote (the executor, under its supervisor),
+            by /proc's parent links;
+  busy      the pids in nvmlDeviceGetProcessUtilization's samples from shortly
+            before the stage on, with SM or memory utilisation >= min_util.
+
+decide() counts the foreign processes: busy, not own, and holding a context
+while the stage ran (a process that exited before it, such as the previous
+job's executor, does not count). When the two queries' pids are not comparable
+with ours (some drivers report the samples, or both lists, in the host's pid
+namespace), ours are two of the busy ones and of each poll's holders, and the
+rest count. Any foreign process declines the verdict (the judge's
+`device_shared`).
+
+Nothing here runs in the executor: it cannot add a process (no fork there),
+make another one busy, or edit what the driver tells the reference process;
+its extra contexts share its pid. Without NVML the check cannot run (`how`
+says "unavailable") and nothing is declined. Not seen: a process in a pid
+namespace the reference cannot see, on a driver that drops such pids.
+"""
+import os
+import time
+
+OWN_PROCESSES = 2  # the reference process and the executor hold contexts; the zygote never does
+
+
+def descends_from(pid, ancestor, proc="/proc", depth=8):
+    """True if `ancestor` is `pid` or one of its ancestors (by /proc/<pid>/stat's ppid)."""
+    for _ in range(depth):
+        if pid == ancestor:
+            return True
+        if pid <= 1:
+            return False
+        try:
+            with open(os.path.join(proc, str(pid), "stat")) as f:
+                stat = f.read()
+        except OSError:
+            return False
+        # "pid (comm) state ppid ...": comm may hold spaces and parentheses.
+        fields = stat[stat.rfind(")") + 2:].split()
+        pid = int(fields[1]) if len(fields) > 1 else 0
+    return False
+
+
+def decide(me, own, holders, samples, min_util=1):
+    """(count, pids, how) of foreign processes. me: our pid; own: our pids
+    (me included); holders: one set of context-holding pids per poll; samples:
+    (pid, sm_util, mem_util) tuples. `pids` names them where pids compare
+    ("pid"), else is empty ("count")."""
+    busy = {pid for pid, sm, mem in samples if sm >= min_util or mem >= min_util}
+    comparable = any(me in h for h in holders)  # the holders are in our pid namespace
+    if comparable:
+        foreign_holders = set().union(*holders) - own
+        holder_count = len(foreign_holders)
+    else:
+        foreign_holders = set()
+        holder_count = max((len(h) - OWN_PROCESSES for h in holders), default=0)
+    if comparable and len(own) >= OWN_PROCESSES and busy & own:
+        other = sorted((busy - own) & foreign_holders)
+        return len(other), other, "pid"
+    return max(0, min(len(busy) - OWN_PROCESSES, holder_count)), [], "count"
+
+
+class Monitor:
+    """Polls the driver from begin() on; result() says how many other
+    processes used the GPU meanwhile."""
+
+    def __init__(self, nvml, me=None, zygote=None, proc="/proc", clock=time.time, min_util=1, lookback_s=0.5):
+        self.nvml, self.proc, self.clock, self.min_util = nvml, proc, clock, min_util
+        self.lookback_s = lookback_s
+        self.me = os.getpid() if me is None else me
+        self.zygote = os.getppid() if zygote is None else zygote
+        self.since_us = 0
+        self.samples, self.holders = [], []
+        self.own = {self.me}
+        self.error = ""
+
+    def available(self):
+        return self.nvml is not None and getattr(self.nvml, "available", False)
+
+    def begin(self):
+        # The driver samples every few hundred ms and a stage may be shorter:
+        # samples from just before it count too (holding a context during the
+        # stage is still required, so an exited process never counts).
+        self.since_us = int((self.clock() - self.lookback_s) * 1e6)
+        self.samples, self.holders = [], []
+        self.poll()
+
+    def poll(self):
+        """Reads the holders and the samples the driver recorded since the
+        last poll (its sample buffer is finite: called between blocks)."""
+        if not self.available() or self.error:
+            return
+        try:
+            running = set(self.nvml.running_pids())
+            new = self.nvml.process_samples(self.since_us)
+        except Exception as e:  # noqa: BLE001 - an NVML without these queries: unchecked, not declined
+            self.error = f"{type(e).__name__}: {e}"[:200]
+            return
+        self.holders.append(running)
+        self.own |= {p for p in running if self.zygote > 1 and descends_from(p, self.zygote, self.proc)}
+        for pid, ts_us, sm, mem in new:
+            self.samples.append((pid, sm, mem))
+            self.since_us = max(self.since_us, int(ts_us))
+
+    def result(self):
+        """{"foreign_gpu_processes": n, "gpu_share_check": how} for the RawTimingRun."""
+        if not self.available():
+            why = getattr(self.nvml, "error", "") or "no NVML"
+            return {"foreign_gpu_processes": 0, "gpu_share_check": f"unavailable: {why}"}
+        self.poll()
+        if self.error:
+            return {"foreign_gpu_processes": 0, "gpu_share_check": f"unavailable: {self.error}"}
+        n, pids, how = decide(self.me, self.own, self.holders, self.samples, self.min_util)
+        note = f"{how}: {len(self.samples)} samples, {len(self.holders)} polls, own {sorted(self.own)}"
+        if pids:
+            note += f", foreign {pids[:8]}"
+        return {"foreign_gpu_processes": n, "gpu_share_check": note}
