@@ -131,23 +131,15 @@ TolerancePolicy::Precision PrecisionOf(const Task& task, const SandboxConfig& co
   return p != TolerancePolicy::PRECISION_UNSPECIFIED ? p : config.verify().precision();
 }
 
-// mkdir that accepts an existing directory; any other failure names the path.
-absl::Status MakeDir(const std::string& path) {
-  if (::mkdir(path.c_str(), 0700) != 0 && errno != EEXIST) {
-    return absl::InternalError(absl::StrCat("mkdir ", path, ": ", std::strerror(errno)));
-  }
-  return absl::OkStatus();
-}
-
 // A job's directories and the reference copies its stages read. A failure
 // here is the worker's (full disk, bad work_root), so the verdict is INFRA_ERROR.
 absl::Status PrepareJobDir(const std::string& job_dir, const std::string& reference_source, bool baseline) {
   for (const std::string& d : {job_dir, job_dir + "/public", job_dir + "/trusted", job_dir + "/exchange",
                                job_dir + "/scratch"}) {
-    if (absl::Status s = MakeDir(d); !s.ok()) return s;
+    if (absl::Status s = MakeDir(d, 0700); !s.ok()) return s;
   }
   if (baseline) {
-    if (absl::Status s = MakeDir(job_dir + "/ws"); !s.ok()) return s;
+    if (absl::Status s = MakeDir(job_dir + "/ws", 0700); !s.ok()) return s;
   }
   for (const char* copy : {"/public/model.py", "/trusted/model.py"}) {
     if (absl::Status s = WriteFileAtomically(job_dir + copy, reference_source); !s.ok()) return s;
@@ -237,7 +229,7 @@ absl::StatusOr<std::unique_ptr<Evaluator>> Evaluator::Create(const SandboxConfig
     return absl::FailedPreconditionError(
         absl::StrCat("SandboxConfig.cuda_home \"", raw.cuda_home(), "\" has no executable bin/nvcc"));
   }
-  if (absl::Status s = MakeDir(config.work_root()); !s.ok()) return s;
+  if (absl::Status s = MakeDir(config.work_root(), 0700); !s.ok()) return s;
   RemoveStaleJobDirs(config.work_root());
   const int caps = ProbeHostCapabilities();
   const std::string missing = DescribeMissingCapabilities(caps);
