@@ -16,12 +16,15 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/log.h"
+#include "common/toolkit.h"
 #include "sandbox/contain/spawn.h"
 
 namespace kernelrl::actor {
 namespace {
 
-constexpr char kPath[] = "/usr/local/cuda/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+// The shell's PATH after the toolkit's bin/: the system's own directories,
+// never the actor's PATH (which may name the actor's private installs).
+constexpr char kSystemPath[] = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
 double NowSeconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -128,7 +131,8 @@ ShellSession::~ShellSession() {
 absl::StatusOr<pid_t> ShellSession::Spawn(const std::vector<std::string>& argv, int* stdin_fd, int* stdout_fd) {
   sandbox::SpawnOptions opts;
   opts.argv = argv;
-  opts.env = {absl::StrCat("PATH=", kPath), "HOME=" + workspace_, "LANG=C.UTF-8", "TERM=dumb", "TMPDIR=/tmp"};
+  const std::string cuda_home = isolation_.cuda_home().empty() ? kDefaultCudaHome : isolation_.cuda_home();
+  opts.env = {absl::StrCat("PATH=", cuda_home, "/bin:", kSystemPath), "HOME=" + workspace_, "LANG=C.UTF-8", "TERM=dumb", "TMPDIR=/tmp"};
   opts.cwd = workspace_;
   const std::string writable = workspace_;
   const std::string hidden = absl::StrJoin(hidden_, ":") +

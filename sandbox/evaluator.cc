@@ -25,7 +25,9 @@
 #include "absl/strings/str_join.h"
 #include "common/file.h"
 #include "common/log.h"
+#include "common/toolkit.h"
 #include "google/protobuf/util/json_util.h"
+#include "sandbox/child_env.h"
 #include "sandbox/contain/contain.h"
 #include "sandbox/contain/echo.h"
 #include "profiler_service/profiler_defaults.h"
@@ -159,7 +161,8 @@ std::string PrecisionName(TolerancePolicy::Precision precision) {
 
 SandboxConfig WithDefaults(SandboxConfig c) {
   if (c.backend().empty()) c.set_backend("cuda");
-  if (c.cuda_home().empty()) c.set_cuda_home("/usr/local/cuda");
+  if (c.cuda_home().empty()) c.set_cuda_home(kDefaultCudaHome);
+  ApplyChildEnvironmentDefaults(c.mutable_child_env());
   if (c.worker_id().empty()) {
     char host[256] = {};
     gethostname(host, sizeof(host) - 1);
@@ -168,6 +171,11 @@ SandboxConfig WithDefaults(SandboxConfig c) {
   if (c.work_root().empty()) c.set_work_root(absl::StrCat("/tmp/kernelrl-sandbox-", getpid()));
   if (c.cache_dir().empty()) c.set_cache_dir(c.work_root() + "/cache");
   if (c.python().empty()) c.set_python("python3");
+  if (c.cxx().empty()) c.set_cxx("g++");
+  if (c.nvcc().empty()) {
+    const std::string in_home = c.cuda_home() + "/bin/nvcc";
+    c.set_nvcc(access(in_home.c_str(), X_OK) == 0 ? in_home : "nvcc");
+  }
   if (c.harness_dir().empty()) c.set_harness_dir("sandbox/harness");
   if (c.contain_lib().empty()) c.set_contain_lib("sandbox/contain/libkernelrl_contain.so");
   // Children run in other directories: relative paths are resolved now,
@@ -224,6 +232,8 @@ SandboxConfig WithDefaults(SandboxConfig c) {
 
 absl::StatusOr<std::unique_ptr<Evaluator>> Evaluator::Create(const SandboxConfig& raw) {
   SandboxConfig config = WithDefaults(raw);
+  if (absl::Status s = CheckChildEnvironment(config.child_env()); !s.ok()) return s;
+  KLOG(INFO) << "sandbox: children's environment: " << DescribeChildEnvironment(config.child_env());
   if (!raw.cuda_home().empty() && config.backend() != "cpu" &&
       access((raw.cuda_home() + "/bin/nvcc").c_str(), X_OK) != 0) {
     return absl::FailedPreconditionError(
@@ -308,6 +318,10 @@ EvaluatorInfo Evaluator::Info() const {
   info.cupti = info.profiling && kprof_ok_;
   info.precision = PrecisionName(config_.verify().precision());
   info.cuda_home = config_.cuda_home();
+  info.python = config_.python();
+  info.nvcc = config_.nvcc();
+  info.cxx = config_.cxx();
+  info.child_env = DescribeChildEnvironment(config_.child_env());
   const VerdictCache::Stats cache = verdict_cache_.stats();
   info.verdict_cache_hits = cache.hits;
   info.verdict_cache_misses = cache.misses;

@@ -14,6 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "common/log.h"
 #include "google/protobuf/util/json_util.h"
+#include "sandbox/child_env.h"
 #include "sandbox/contain/spawn.h"
 #include "sandbox/filesystem_view.h"
 
@@ -66,17 +67,16 @@ absl::Status VerifyStage::StartLocked() {
   absl::StatusOr<std::vector<std::string>> view = ZygoteViewArgs(config_);
   if (!view.ok()) return view.status();
   o.argv.insert(o.argv.end(), view->begin(), view->end());
-  const char* path = std::getenv("PATH");
-  o.env = {"PATH=" + std::string(path ? path : "/usr/bin:/bin"), "PYTHONDONTWRITEBYTECODE=1",
-           "CUDA_VISIBLE_DEVICES=" + std::to_string(config_.gpu_index()), "LC_ALL=C.UTF-8",
-           "OMP_NUM_THREADS=4", "PYTHONPATH=" + harness_dir_,
-           // torch.cuda.is_available() through NVML: the zygote must never
-           // initialise CUDA, or every forked child fails "re-initialize CUDA".
-           "PYTORCH_NVML_BASED_CUDA_CHECK=1"};
-  for (const char* keep : {"HOME", "LD_LIBRARY_PATH", "CUDA_HOME", "TORCH_HOME", "NCCL_NVLS_ENABLE",
-                           "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS"}) {
-    if (const char* v = std::getenv(keep)) o.env.push_back(std::string(keep) + "=" + v);
-  }
+  // SandboxConfig.child_env (resolved by the main), then the zygote's own.
+  o.env = ChildEnvList(config_.child_env(),
+                       {{"PYTHONDONTWRITEBYTECODE", "1"},
+                        {"CUDA_VISIBLE_DEVICES", std::to_string(config_.gpu_index())},
+                        {"LC_ALL", "C.UTF-8"},
+                        {"OMP_NUM_THREADS", "4"},
+                        {"PYTHONPATH", harness_dir_},
+                        // torch.cuda.is_available() through NVML: the zygote must never
+                        // initialise CUDA, or every forked child fails "re-initialize CUDA".
+                        {"PYTORCH_NVML_BASED_CUDA_CHECK", "1"}});
   o.cwd = config_.work_root();
   o.policy.parent_death_signal = SIGKILL;
   o.policy.new_process_group = 1;
