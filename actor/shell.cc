@@ -17,6 +17,7 @@
 #include "absl/strings/str_join.h"
 #include "common/log.h"
 #include "common/toolkit.h"
+#include "sandbox/contain/roles.h"
 #include "sandbox/contain/spawn.h"
 
 namespace kernelrl::actor {
@@ -137,13 +138,13 @@ absl::StatusOr<pid_t> ShellSession::Spawn(const std::vector<std::string>& argv, 
   const std::string writable = workspace_;
   const std::string hidden = absl::StrJoin(hidden_, ":") +
                              (isolation_.hidden_dirs().empty() ? "" : ":" + absl::StrJoin(isolation_.hidden_dirs(), ":"));
+  // The agent shell's switches from the role table (every step asked for,
+  // refusals logged); this rollout's directories and limits here.
+  sandbox::RoleInputs role;
+  role.contain = isolation_.contain();
+  opts.policy = sandbox::PolicyFor(sandbox::Role::kAgentShell, /*caps=*/0, role);
   KrPolicy& p = opts.policy;
-  p.new_process_group = 1;
-  p.parent_death_signal = SIGKILL;
   if (isolation_.contain()) {
-    p.user_ns = p.pid_ns = p.net_ns = p.mount_ns = p.ipc_ns = p.uts_ns = 1;
-    p.readonly_root = 1;
-    p.mount_proc = 1;
     p.writable_dirs = writable.c_str();
     p.hidden_dirs = hidden.c_str();
     // A private /tmp, unless the workspace itself lives there (the tmpfs would cover it).
@@ -155,9 +156,6 @@ absl::StatusOr<pid_t> ShellSession::Spawn(const std::vector<std::string>& argv, 
     p.data_bytes = isolation_.data_bytes();
     p.fsize_bytes = isolation_.file_bytes();
     p.nofile = isolation_.max_open_files();
-    p.core_bytes_plus1 = 1;
-    p.close_fds = 1;
-    p.seccomp_profile = KR_SECCOMP_COMPILER;
     opts.fail_on_degraded = isolation_.fail_on_degraded();
   }
   absl::StatusOr<sandbox::ContainedProcess> proc = sandbox::StartContained(opts, control_dir_ + "/shell.stderr");

@@ -16,6 +16,7 @@
 #include "sandbox/child_env.h"
 #include "sandbox/contain/contain.h"
 #include "sandbox/contain/echo.h"
+#include "sandbox/contain/roles.h"
 #include "sandbox/contain/root_plan.h"
 #include "sandbox/contain/spawn.h"
 #include "sandbox/diagnostics.h"
@@ -155,17 +156,10 @@ absl::StatusOr<CompileResult> CompileStage::Build(const ValidatedWorkspace& ws, 
   opts.cwd = workspace_dir;
   opts.wall_seconds = OrD(lim.wall_seconds(), 120);
   opts.max_output_bytes = 256 << 10;
+  // The compiler's switches (namespaces, root, seccomp, identity) from the
+  // role table; the paths and limits of this build below.
+  opts.policy = PolicyFor(Role::kCompiler, caps_);
   KrPolicy& p = opts.policy;
-  p.parent_death_signal = SIGKILL;
-  p.new_process_group = 1;
-  p.close_fds = 1;
-  p.user_ns = (caps_ & KR_CAP_USER_NS) != 0;
-  p.net_ns = (caps_ & KR_CAP_NET_NS) != 0;
-  p.ipc_ns = (caps_ & KR_CAP_IPC_NS) != 0;
-  p.mount_ns = (caps_ & KR_CAP_MOUNT_NS) != 0;
-  p.pid_ns = (caps_ & KR_CAP_PID_NS) != 0;
-  p.mount_proc = p.pid_ns && (caps_ & KR_CAP_PROC_MOUNT) != 0;
-  p.readonly_root = p.mount_ns && (caps_ & KR_CAP_RO_REMOUNT) != 0;
   p.writable_dirs = out_dir.c_str();
   p.cpu_seconds = static_cast<long long>(OrD(lim.cpu_seconds(), 120));
   // Python builders import torch (large mappings): RLIMIT_AS only for nvcc/g++.
@@ -175,8 +169,6 @@ absl::StatusOr<CompileResult> CompileStage::Build(const ValidatedWorkspace& ws, 
     p.data_bytes = OrI(lim.memory_bytes(), int64_t{8} << 30);
   }
   p.fsize_bytes = OrI(lim.output_bytes(), int64_t{256} << 20);
-  p.core_bytes_plus1 = 1;
-  p.seccomp_profile = (caps_ & KR_CAP_SECCOMP) ? KR_SECCOMP_COMPILER : KR_SECCOMP_NONE;
   // Constructed root (sandbox/contain/root_plan.h): the system, the tool's
   // install, the harness and the workspace, nothing else of the host; the
   // compiler runs as the sandbox identity (nobody).
@@ -190,11 +182,9 @@ absl::StatusOr<CompileResult> CompileStage::Build(const ValidatedWorkspace& ws, 
     if (std::string v = ChildEnvValue(config_.child_env(), name); !v.empty()) ro.push_back(v);
   }
   const std::string ro_paths = absl::StrJoin(ro, ":");
-  p.new_root = p.mount_ns && (caps_ & KR_CAP_PIVOT_ROOT) != 0;
   p.root_dir = root_dir.c_str();
   p.ro_paths = ro_paths.c_str();
   p.job_ro_dirs = workspace_dir.c_str();
-  if (caps_ & (KR_CAP_HOST_IDENTITY | KR_CAP_USER_NS)) p.run_as_uid = p.run_as_gid = 65534;
 
   absl::StatusOr<SpawnResult> run = RunContained(opts);
   rmdir(root_dir.c_str());  // the root was staged there (an empty dir again); not part of the artifact

@@ -15,6 +15,7 @@
 #include "common/log.h"
 #include "google/protobuf/util/json_util.h"
 #include "sandbox/child_env.h"
+#include "sandbox/contain/roles.h"
 #include "sandbox/contain/spawn.h"
 #include "sandbox/filesystem_view.h"
 
@@ -78,15 +79,11 @@ absl::Status VerifyStage::StartLocked() {
                         // initialise CUDA, or every forked child fails "re-initialize CUDA".
                         {"PYTORCH_NVML_BASED_CUDA_CHECK", "1"}});
   o.cwd = config_.work_root();
-  o.policy.parent_death_signal = SIGKILL;
-  o.policy.new_process_group = 1;
-  o.policy.close_fds = 1;
-  // The zygote's own namespaces: no network for anything it forks, and a
-  // mount table where it may mount per-job exchange tmpfs.
-  o.policy.user_ns = (caps_ & KR_CAP_USER_NS) != 0 && geteuid() != 0;
-  o.policy.net_ns = (caps_ & KR_CAP_NET_NS) != 0;
-  o.policy.ipc_ns = (caps_ & KR_CAP_IPC_NS) != 0;
-  o.policy.mount_ns = (caps_ & KR_CAP_MOUNT_NS) != 0;
+  // The zygote's own namespaces (the role table): no network for anything it
+  // forks, and a mount table where it may mount per-job exchange tmpfs.
+  RoleInputs zygote;
+  zygote.running_as_root = geteuid() == 0;
+  o.policy = PolicyFor(Role::kZygote, caps_, zygote);
   o.wall_seconds = 0;
   absl::StatusOr<ContainedProcess> proc = StartContained(o, config_.work_root() + "/zygote.log");
   if (!proc.ok()) return proc.status();

@@ -167,9 +167,8 @@ class Zygote:
         t0 = time.perf_counter()
         job["t0_mono"] = time.monotonic()  # both children report their timelines against it
         # Asked for by the worker (on CUDA: what its calibration picked) AND
-        # allowed by this host.
-        needs = {"readonly_root": "ro_remount", "mount_proc": "proc_mount", "new_root": "pivot_root"}
-        iso = {k: bool(v) and self.caps.get(needs.get(k, k), True) for k, v in job["isolation"].items()}
+        # allowed by this host (the library's step table; nothing assumed).
+        iso = self.cont.allowed_isolation(job["isolation"], self.caps)
         job["isolation"] = iso
         if job.get("profile") and self.profiler_error:
             job["kprof_lib"] = ""
