@@ -76,6 +76,25 @@ int kr_policy_offset(const char* field) {
 // How many fields KrPolicy has: a mirror that lacks one is refused too.
 int kr_policy_field_count(void) { return static_cast<int>(sizeof(kPolicyFields) / sizeof(kPolicyFields[0])); }
 
+// The role table (roles.h) for the harness: role 1 compiler, 2 zygote,
+// 3 candidate, 4 agent shell; `steps` KrStep bits (candidate), the other
+// inputs as RoleInputs. Fills *out (string fields NULL); returns 0, or -1
+// for an unknown role (out untouched).
+int kr_policy_for(int role, int caps, int steps, int running_as_root, int contain, KrPolicy* out) {
+  using kernelrl::sandbox::Role;
+  static const Role kRoles[] = {Role::kCompiler, Role::kZygote, Role::kCandidate, Role::kAgentShell};
+  if (role < 1 || role > 4 || out == nullptr) return -1;
+  kernelrl::sandbox::RoleInputs in;
+  in.steps = steps;
+  in.running_as_root = running_as_root != 0;
+  in.contain = contain != 0;
+  *out = kernelrl::sandbox::PolicyFor(kRoles[role - 1], caps, in);
+  return 0;
+}
+
+// The KrStep bit of an isolation step name, 0 when unknown.
+int kr_step_bit(const char* step) { return step == nullptr ? 0 : kernelrl::sandbox::StepBit(step); }
+
 // The name of KrCapability bit number `index`, NULL past the last: the
 // harness builds its name -> bit map from this (no copy of the list).
 const char* kr_capability_name(int index) { return kernelrl::sandbox::CapabilityName(index); }

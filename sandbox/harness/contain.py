@@ -116,6 +116,20 @@ class Contain:
         bits = sum(bit for name, bit in self.cap_bits.items() if caps.get(name, False))
         return bool(self.lib.kr_step_allowed(step.encode(), bits))
 
+    def candidate_policy(self, iso, caps, view=None, **fields):
+        """A candidate's KrPolicy: the switches (namespaces, read-only root,
+        /proc, constructed root, seccomp profile, identity) from the library's
+        role table for the steps `iso` asks and `caps` allows; then the
+        job's paths and limits (`view` from confine_fields, then `fields`)."""
+        self.lib.kr_policy_for.argtypes = [ctypes.c_int] * 5 + [ctypes.POINTER(KrPolicy)]
+        self.lib.kr_step_bit.argtypes = [ctypes.c_char_p]
+        steps = sum(self.lib.kr_step_bit(k.encode()) for k, v in iso.items() if v)
+        bits = sum(bit for name, bit in self.cap_bits.items() if caps.get(name, False))
+        p = KrPolicy()
+        if self.lib.kr_policy_for(_ROLE_CANDIDATE, bits, steps, 0, 1, ctypes.byref(p)) != 0:
+            raise LayoutError("kr_policy_for refused the candidate role")
+        return _overlay(p, {**(view or {}), **fields})
+
     def allowed_isolation(self, iso, caps):
         """The job's isolation switches with each step the host cannot apply off."""
         return {k: bool(v) and self.step_allowed(k, caps) for k, v in iso.items()}
@@ -162,14 +176,25 @@ class Contain:
         return kills, peak.value
 
 
+_ROLE_CANDIDATE = 3  # kr_policy_for's role number (c_api.cc)
+
+
 def make_policy(iso, view=None, **fields):
-    """KrPolicy from the job's isolation switches (iso: dict name -> bool) plus
-    fields; `view` (confine_fields) adds the constructed root and the identity,
-    explicit fields win. The returned object keeps the byte strings it points to alive."""
-    fields = {**(view or {}), **fields}
+    """KrPolicy for the harness's own processes (the reference, seccomp-only
+    phases): namespaces from iso (dict name -> bool) plus fields; `view`
+    (confine_fields) adds a constructed root and an identity, explicit fields
+    win. A candidate's comes from Contain.candidate_policy (the role table).
+    The returned object keeps the byte strings it points to alive."""
     p = KrPolicy()
     for ns in ("user_ns", "pid_ns", "net_ns", "mount_ns", "ipc_ns", "uts_ns"):
         setattr(p, ns, int(bool(iso.get(ns, False))))
+    return _overlay(p, {**(view or {}), **fields})
+
+
+def _overlay(p, fields):
+    """Sets `fields` on KrPolicy p (strings encoded and kept alive; keep_fds
+    as an array, which turns close_fds on)."""
+    fields = dict(fields)
     keep = fields.pop("keep_fds", None)
     p._keep_alive = []
     for key, value in fields.items():

@@ -66,6 +66,20 @@ def capability_checks(cont):
     check(not any(v for k, v in cont.allowed_isolation(iso, {}).items() if k != "data_limit"),
           "an empty probe allows no step but the rlimit")
 
+    every = {k: True for k in ("user_ns", "pid_ns", "net_ns", "mount_ns", "ipc_ns", "readonly_root", "mount_proc",
+                               "seccomp", "data_limit", "new_root", "identity")}
+    p = cont.candidate_policy(every, full, scratch_dir="/nonexistent/scratch", nofile=4096)
+    check((p.user_ns, p.pid_ns, p.net_ns, p.mount_ns, p.ipc_ns, p.readonly_root, p.mount_proc, p.new_root)
+          == (1,) * 8 and p.seccomp_profile == contain.KR_SECCOMP_CANDIDATE and p.run_as_uid == contain.SANDBOX_UID
+          and p.nofile == 4096 and p.scratch_dir == b"/nonexistent/scratch",
+          "a candidate on a full host gets every step from the library's table, and its own paths and limits")
+    p = cont.candidate_policy(every, {})
+    check((p.user_ns, p.pid_ns, p.net_ns, p.mount_ns, p.new_root, p.seccomp_profile, p.run_as_uid) == (0,) * 7,
+          "a candidate gets no step from an empty probe")
+    p = cont.candidate_policy(every, partial)
+    off = {"seccomp": p.seccomp_profile, "net_ns": p.net_ns, "pivot_root": p.new_root, "mount_ns": p.mount_ns}[missing]
+    check(off == 0, f"a candidate's {gated} is off when the probe does not name {missing}")
+
     job = {"scratch_dir": "/nonexistent/scratch", "exchange_dir": "/nonexistent/exchange",
            "workspace_dir": "/nonexistent/ws"}
     on = {"identity": True, "new_root": True, "mount_ns": True, "pid_ns": True, "mount_proc": True}
