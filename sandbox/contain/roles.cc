@@ -60,6 +60,23 @@ constexpr const char* kCapabilityNames[] = {"user_ns",    "pid_ns",  "net_ns",  
 static_assert(1 << (sizeof(kCapabilityNames) / sizeof(kCapabilityNames[0]) - 1) == KR_CAP_HOST_IDENTITY,
               "one name per KrCapability bit");
 
+// The switches of the steps in `s` (already allowed on the host) for a
+// process that gets its own view: each view step needs the mount namespace,
+// the fresh /proc the pid namespace too.
+void ApplySteps(int s, KrPolicy* p) {
+  p->close_fds = 1;
+  p->core_bytes_plus1 = 1;  // no core files in its dirs
+  p->user_ns = (s & KR_STEP_USER_NS) != 0;
+  p->pid_ns = (s & KR_STEP_PID_NS) != 0;
+  p->net_ns = (s & KR_STEP_NET_NS) != 0;
+  p->mount_ns = (s & KR_STEP_MOUNT_NS) != 0;
+  p->ipc_ns = (s & KR_STEP_IPC_NS) != 0;
+  p->readonly_root = p->mount_ns && (s & KR_STEP_READONLY_ROOT);
+  p->mount_proc = p->pid_ns && p->mount_ns && (s & KR_STEP_MOUNT_PROC);
+  p->new_root = p->mount_ns && (s & KR_STEP_NEW_ROOT);
+  if (s & KR_STEP_IDENTITY) p->run_as_uid = kSandboxUid, p->run_as_gid = kSandboxGid;
+}
+
 }  // namespace
 
 int CapabilityBit(const std::string& name) {
@@ -100,19 +117,9 @@ KrPolicy PolicyFor(Role role, int caps, const RoleInputs& in) {
   switch (role) {
     case Role::kCompiler: {
       const int s = Allowed(kAllSteps, caps);
-      p.close_fds = 1;
-      p.user_ns = (s & KR_STEP_USER_NS) != 0;
-      p.net_ns = (s & KR_STEP_NET_NS) != 0;
-      p.ipc_ns = (s & KR_STEP_IPC_NS) != 0;
-      p.mount_ns = (s & KR_STEP_MOUNT_NS) != 0;
-      p.pid_ns = (s & KR_STEP_PID_NS) != 0;
-      p.mount_proc = p.pid_ns && p.mount_ns && (s & KR_STEP_MOUNT_PROC);
-      p.readonly_root = p.mount_ns && (s & KR_STEP_READONLY_ROOT);
-      p.new_root = p.mount_ns && (s & KR_STEP_NEW_ROOT);
+      ApplySteps(s, &p);
       // Compilers fork their helper tools (cc1plus, ptxas): the compiler profile.
       p.seccomp_profile = (s & KR_STEP_SECCOMP) ? KR_SECCOMP_COMPILER : KR_SECCOMP_NONE;
-      if (s & KR_STEP_IDENTITY) p.run_as_uid = kSandboxUid, p.run_as_gid = kSandboxGid;
-      p.core_bytes_plus1 = 1;  // no core files in the artifact dir
       return p;
     }
     case Role::kZygote: {
@@ -129,19 +136,9 @@ KrPolicy PolicyFor(Role role, int caps, const RoleInputs& in) {
     }
     case Role::kCandidate: {
       const int s = Allowed(in.steps, caps);
-      p.close_fds = 1;
-      p.user_ns = (s & KR_STEP_USER_NS) != 0;
-      p.pid_ns = (s & KR_STEP_PID_NS) != 0;
-      p.net_ns = (s & KR_STEP_NET_NS) != 0;
-      p.mount_ns = (s & KR_STEP_MOUNT_NS) != 0;
-      p.ipc_ns = (s & KR_STEP_IPC_NS) != 0;
-      p.readonly_root = p.mount_ns && (s & KR_STEP_READONLY_ROOT);
-      p.mount_proc = p.pid_ns && p.mount_ns && (s & KR_STEP_MOUNT_PROC);
-      p.new_root = p.mount_ns && (s & KR_STEP_NEW_ROOT);
+      ApplySteps(s, &p);
       // Candidates get threads, not processes.
       p.seccomp_profile = (s & KR_STEP_SECCOMP) ? KR_SECCOMP_CANDIDATE : KR_SECCOMP_NONE;
-      if (s & KR_STEP_IDENTITY) p.run_as_uid = kSandboxUid, p.run_as_gid = kSandboxGid;
-      p.core_bytes_plus1 = 1;
       return p;
     }
     case Role::kAgentShell: {
