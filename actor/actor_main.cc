@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "actor/actor.h"
+#include "actor/defaults.h"
 #include "agent/policy/policy_factory.h"
 #include "actor/sandbox_pool.h"
 #include "agent/chat/tools.h"
@@ -13,27 +14,8 @@
 #include "proto/actor_config.pb.h"
 
 namespace {
-constexpr char kDefaults[] = R"pb(
+constexpr char kServerDefaults[] = R"pb(
   server { listen_address: "127.0.0.1" grpc_port: 50054 metrics_port: 9104 drain_seconds: 2 grace_seconds: 30 }
-  learner_address: "127.0.0.1:50051"
-  concurrent_rollouts: 8
-  rollout {
-    max_turns: 150
-    eval_max_turns: 200
-    context_tokens: 131072
-    wall_seconds: 7200
-    max_new_tokens_per_turn: 8192
-    temperature: 1.0
-    top_p: 1.0
-    workspace_root: "/var/tmp/kernelrl-actor"
-    skill_path: "sandbox/SKILL.md"
-    final_evaluation: true
-    tools { bash_default_timeout_s: 120 bash_max_timeout_s: 600 output_cap_bytes: 30000 read_max_lines: 2000 max_file_bytes: 1048576 max_background_jobs: 4 }
-    isolation { contain: true tmp_bytes: 268435456 data_bytes: 8589934592 file_bytes: 268435456 cpu_seconds: 3600 max_open_files: 1024 }
-  }
-  policy { kind: "grpc" address: "127.0.0.1:50051" timeout_seconds: 600 max_retries: 2 }
-  sandbox { target: "ipv4:127.0.0.1:50052" health_check: true deadline_seconds: 900 retries: 1 }
-  learner { lease_batch: 1 lease_backoff_seconds: 2 max_unacked: 1 reconnect_backoff_seconds: 1 rpc_timeout_seconds: 60 }
 )pb";
 }  // namespace
 
@@ -47,7 +29,7 @@ int main(int argc, char** argv) {
   std::unique_ptr<actor::RolloutRunner> runner;
   std::unique_ptr<actor::LearnerClient> learner;
   std::unique_ptr<actor::Actor> workers;
-  return RunServiceMain(argc, argv, "actor", kDefaults, &config, config.mutable_server(),
+  return RunServiceMain(argc, argv, "actor", absl::StrCat(kServerDefaults, actor::kActorDefaultsText), &config, config.mutable_server(),
                         [&]() -> absl::StatusOr<std::vector<grpc::Service*>> {
                           if (config.actor_id().empty()) {
                             char host[256] = {0};

@@ -16,12 +16,16 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/log.h"
+#include "common/toolkit.h"
+#include "sandbox/contain/roles.h"
 #include "sandbox/contain/spawn.h"
 
 namespace kernelrl::actor {
 namespace {
 
-constexpr char kPath[] = "/usr/local/cuda/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+// The shell's PATH after the toolkit's bin/: the system's own directories,
+// never the actor's PATH (which may name the actor's private installs).
+constexpr char kSystemPath[] = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
 double NowSeconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -128,18 +132,19 @@ ShellSession::~ShellSession() {
 absl::StatusOr<pid_t> ShellSession::Spawn(const std::vector<std::string>& argv, int* stdin_fd, int* stdout_fd) {
   sandbox::SpawnOptions opts;
   opts.argv = argv;
-  opts.env = {absl::StrCat("PATH=", kPath), "HOME=" + workspace_, "LANG=C.UTF-8", "TERM=dumb", "TMPDIR=/tmp"};
+  const std::string cuda_home = isolation_.cuda_home().empty() ? kDefaultCudaHome : isolation_.cuda_home();
+  opts.env = {absl::StrCat("PATH=", cuda_home, "/bin:", kSystemPath), "HOME=" + workspace_, "LANG=C.UTF-8", "TERM=dumb", "TMPDIR=/tmp"};
   opts.cwd = workspace_;
   const std::string writable = workspace_;
   const std::string hidden = absl::StrJoin(hidden_, ":") +
                              (isolation_.hidden_dirs().empty() ? "" : ":" + absl::StrJoin(isolation_.hidden_dirs(), ":"));
+  // The agent shell's switches from the role table (every step asked for,
+  // refusals logged); this rollout's directories and limits here.
+  sandbox::RoleInputs role;
+  role.contain = isolation_.contain();
+  opts.policy = sandbox::PolicyFor(sandbox::Role::kAgentShell, /*caps=*/0, role);
   KrPolicy& p = opts.policy;
-  p.new_process_group = 1;
-  p.parent_death_signal = SIGKILL;
   if (isolation_.contain()) {
-    p.user_ns = p.pid_ns = p.net_ns = p.mount_ns = p.ipc_ns = p.uts_ns = 1;
-    p.readonly_root = 1;
-    p.mount_proc = 1;
     p.writable_dirs = writable.c_str();
     p.hidden_dirs = hidden.c_str();
     // A private /tmp, unless the workspace itself lives there (the tmpfs would cover it).
@@ -151,9 +156,6 @@ absl::StatusOr<pid_t> ShellSession::Spawn(const std::vector<std::string>& argv, 
     p.data_bytes = isolation_.data_bytes();
     p.fsize_bytes = isolation_.file_bytes();
     p.nofile = isolation_.max_open_files();
-    p.core_bytes_plus1 = 1;
-    p.close_fds = 1;
-    p.seccomp_profile = KR_SECCOMP_COMPILER;
     opts.fail_on_degraded = isolation_.fail_on_degraded();
   }
   absl::StatusOr<sandbox::ContainedProcess> proc = sandbox::StartContained(opts, control_dir_ + "/shell.stderr");

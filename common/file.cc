@@ -10,12 +10,13 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_util.h"
 
 namespace kernelrl {
 namespace {
 
 absl::Status Errno(absl::string_view what, const std::string& path) {
-  return absl::InternalError(absl::StrCat(what, " ", path, ": ", std::strerror(errno)));
+  return ErrnoToStatus(errno, absl::StrCat(what, " ", path));
 }
 
 std::string Dirname(const std::string& path) {
@@ -54,6 +55,11 @@ absl::Status RemoveAt(int parent_fd, const char* name, const std::string& path) 
 }
 
 }  // namespace
+
+absl::Status MakeDir(const std::string& path, mode_t mode) {
+  if (::mkdir(path.c_str(), mode) != 0 && errno != EEXIST) return Errno("mkdir", path);
+  return absl::OkStatus();
+}
 
 absl::Status WriteAll(int fd, absl::string_view data, const std::string& path) {
   while (!data.empty()) {

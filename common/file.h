@@ -4,6 +4,8 @@
 #ifndef KERNELRL_COMMON_FILE_H_
 #define KERNELRL_COMMON_FILE_H_
 
+#include <sys/types.h>
+
 #include <string>
 
 #include "absl/status/status.h"
@@ -24,6 +26,10 @@ absl::Status FsyncDir(const std::string& dir);
 // Refuses "/" and paths shorter than 8 characters as a guard against a
 // mis-built path.
 absl::Status RemoveTree(const std::string& path);
+
+// mkdir that accepts an existing directory (its mode is left as it is); any
+// other failure names the path and keeps the errno's code.
+absl::Status MakeDir(const std::string& path, mode_t mode);
 
 // Writes all of `data` to `fd` (retrying short writes and EINTR); `path` names it in errors.
 absl::Status WriteAll(int fd, absl::string_view data, const std::string& path);

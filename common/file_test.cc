@@ -65,5 +65,19 @@ TEST(FileTest, RemoveTreeNeverFollowsLinksAndOpensLockedDirs) {
   EXPECT_FALSE(RemoveTree("").ok());
 }
 
+// An existing directory is fine (callers re-run over their own trees); a
+// missing parent is an error that keeps errno's meaning and names the path.
+TEST(FileTest, MakeDirAcceptsExistingAndNamesFailures) {
+  const std::string dir = FreshDir("mkdir") + "/d" + std::to_string(std::random_device{}());
+  ASSERT_TRUE(MakeDir(dir, 0700).ok());
+  struct stat st;
+  ASSERT_EQ(::stat(dir.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0700u);
+  EXPECT_TRUE(MakeDir(dir, 0755).ok());
+  const absl::Status missing = MakeDir(dir + "/no/such", 0700);
+  EXPECT_TRUE(absl::IsNotFound(missing)) << missing;
+  EXPECT_NE(missing.message().find(dir + "/no/such"), absl::string_view::npos) << missing;
+}
+
 }  // namespace
 }  // namespace kernelrl

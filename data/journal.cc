@@ -10,6 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "common/file.h"
+#include "common/status_util.h"
 #include "google/protobuf/util/json_util.h"
 
 namespace kernelrl {
@@ -42,12 +43,12 @@ absl::StatusOr<std::unique_ptr<Journal>> Journal::Open(const std::string& path,
     return text.status();
   }
   const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
-  if (fd < 0) return absl::InternalError(absl::StrCat("open ", path, ": ", std::strerror(errno)));
+  if (fd < 0) return ErrnoToStatus(errno, absl::StrCat("open ", path));
   if (ftruncate(fd, static_cast<off_t>(good)) != 0 || lseek(fd, 0, SEEK_END) < 0) {
     close(fd);
-    return absl::InternalError(absl::StrCat("truncate ", path, ": ", std::strerror(errno)));
+    return ErrnoToStatus(errno, absl::StrCat("truncate ", path));
   }
-  return std::unique_ptr<Journal>(new Journal(fd));
+  return std::unique_ptr<Journal>(new Journal(path, fd));
 }
 
 Journal::~Journal() {
@@ -63,14 +64,7 @@ absl::Status Journal::Append(const CandidateRecord& record) {
   if (!st.ok()) return absl::InternalError(st.ToString());
   line += '\n';
   absl::MutexLock l(&mu_);
-  size_t done = 0;
-  while (done < line.size()) {
-    const ssize_t n = write(fd_, line.data() + done, line.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return absl::InternalError(absl::StrCat("journal write: ", std::strerror(errno)));
-    done += static_cast<size_t>(n);
-  }
-  return absl::OkStatus();
+  return WriteAll(fd_, line, path_);
 }
 
 absl::StatusOr<std::vector<CandidateRecord>> ReadJournal(const std::string& path) {

@@ -12,6 +12,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -32,7 +33,8 @@ class Journal {
   absl::Status Append(const CandidateRecord& record) ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
-  explicit Journal(int fd) : fd_(fd) {}
+  Journal(std::string path, int fd) : path_(std::move(path)), fd_(fd) {}
+  const std::string path_;  // Names the file in errors.
   absl::Mutex mu_;
   int fd_ ABSL_GUARDED_BY(mu_);
 };

@@ -36,12 +36,6 @@ std::vector<std::string> ListDir(const std::string& dir) {
   return names;
 }
 
-absl::Status MakeDir(const std::string& path) {
-  if (::mkdir(path.c_str(), 0755) != 0 && errno != EEXIST) {
-    return absl::InternalError(absl::StrCat("mkdir ", path, ": ", std::strerror(errno)));
-  }
-  return absl::OkStatus();
-}
 
 // Every regular file under dir (relative path -> size); fsyncs directories on the way.
 absl::Status Inventory(const std::string& dir, const std::string& rel, Json* files) {
@@ -98,7 +92,7 @@ absl::Status SaveState(const std::string& path, const CheckpointToSave& c) {
 
 absl::StatusOr<std::string> SaveCheckpoint(const std::string& root, const CheckpointToSave& c) {
   if (c.policy == nullptr) return absl::InvalidArgumentError("checkpoint needs a policy model");
-  if (auto s = MakeDir(root); !s.ok()) return s;
+  if (auto s = MakeDir(root, 0755); !s.ok()) return s;
   const std::string name = absl::StrFormat("step-%08d", c.step);
   const std::string final_dir = root + "/" + name;
   const std::string tmp = absl::StrCat(root, "/.tmp-", name, "-", ::getpid());
@@ -107,10 +101,10 @@ absl::StatusOr<std::string> SaveCheckpoint(const std::string& root, const Checkp
     if (!absl::StartsWith(n, ".tmp-")) continue;
     if (auto s = RemoveTree(root + "/" + n); !s.ok()) return s;
   }
-  if (auto s = MakeDir(tmp); !s.ok()) return s;
-  absl::Status s = MakeDir(tmp + "/policy");
+  if (auto s = MakeDir(tmp, 0755); !s.ok()) return s;
+  absl::Status s = MakeDir(tmp + "/policy", 0755);
   if (s.ok()) s = c.policy->Save(tmp + "/policy");
-  if (s.ok() && c.critic != nullptr) s = MakeDir(tmp + "/critic");
+  if (s.ok() && c.critic != nullptr) s = MakeDir(tmp + "/critic", 0755);
   if (s.ok() && c.critic != nullptr) s = c.critic->Save(tmp + "/critic");
   try {
     if (s.ok()) s = SaveState(tmp + "/state.safetensors", c);

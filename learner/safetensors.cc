@@ -20,10 +20,6 @@ namespace {
 
 constexpr uint64_t kMaxHeaderBytes = 100 << 20;  // The reference implementation's cap.
 
-absl::Status Errno(absl::string_view what, const std::string& path) {
-  return ErrnoToStatus(errno, absl::StrCat(what, " ", path));
-}
-
 }  // namespace
 
 absl::StatusOr<DType> ParseDType(absl::string_view name) {
@@ -69,12 +65,12 @@ absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     return errno == ENOENT ? absl::NotFoundError(absl::StrCat("safetensors file not found: ", path))
-                           : Errno("open", path);
+                           : ErrnoToStatus(errno, absl::StrCat("open ", path));
   }
   struct stat st;
   if (::fstat(fd, &st) != 0) {
     ::close(fd);
-    return Errno("fstat", path);
+    return ErrnoToStatus(errno, absl::StrCat("fstat ", path));
   }
   f->size_ = static_cast<size_t>(st.st_size);
   if (f->size_ > 0) {
@@ -82,7 +78,7 @@ absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std
     if (f->map_ == MAP_FAILED) {
       f->map_ = nullptr;
       ::close(fd);
-      return Errno("mmap", path);
+      return ErrnoToStatus(errno, absl::StrCat("mmap ", path));
     }
   }
   ::close(fd);
@@ -273,15 +269,15 @@ absl::Status WriteSafetensors(const std::string& path, const std::vector<TensorT
 
   const std::string tmp = absl::StrCat(path, ".tmp.", ::getpid());
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return Errno("create", tmp);
+  if (fd < 0) return ErrnoToStatus(errno, absl::StrCat("create ", tmp));
   absl::Status s = WriteAll(fd, absl::string_view(reinterpret_cast<const char*>(len), 8), tmp);
   if (s.ok()) s = WriteAll(fd, h, tmp);
   for (const TensorToWrite& t : tensors) {
     if (s.ok()) s = WriteAll(fd, absl::string_view(static_cast<const char*>(t.data), t.nbytes), tmp);
   }
-  if (s.ok() && ::fsync(fd) != 0) s = Errno("fsync", tmp);
+  if (s.ok() && ::fsync(fd) != 0) s = ErrnoToStatus(errno, absl::StrCat("fsync ", tmp));
   ::close(fd);
-  if (s.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) s = Errno("rename to", path);
+  if (s.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) s = ErrnoToStatus(errno, absl::StrCat("rename to ", path));
   if (!s.ok()) ::unlink(tmp.c_str());
   return s;
 }

@@ -13,13 +13,16 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "sandbox/child_env.h"
 #include "sandbox/contain/contain.h"
 #include "sandbox/contain/echo.h"
+#include "sandbox/contain/roles.h"
 #include "sandbox/contain/root_plan.h"
 #include "sandbox/contain/spawn.h"
 #include "sandbox/diagnostics.h"
 #include "common/file.h"
 #include "common/sha256.h"
+#include "common/status_util.h"
 
 namespace kernelrl::sandbox {
 namespace {
@@ -28,15 +31,9 @@ std::string Or(const std::string& v, const std::string& fallback) { return v.emp
 double OrD(double v, double fallback) { return v > 0 ? v : fallback; }
 int64_t OrI(int64_t v, int64_t fallback) { return v > 0 ? v : fallback; }
 
-// SandboxConfig.cuda_home, its default applied by the evaluator (WithDefaults).
+// SandboxConfig.cuda_home, nvcc, cxx and python: their defaults are applied
+// once, with the others, by the evaluator's WithDefaults.
 std::string CudaHome(const SandboxConfig& c) { return c.cuda_home(); }
-
-std::string FindNvcc(const SandboxConfig& c) {
-  if (!c.nvcc().empty()) return c.nvcc();
-  const std::string in_home = CudaHome(c) + "/bin/nvcc";
-  if (access(in_home.c_str(), X_OK) == 0) return in_home;
-  return "nvcc";
-}
 
 std::string Tail(const std::string& s, size_t n) { return CapTail(s, n); }  // says when it cut
 
@@ -49,9 +46,7 @@ CompileStage::CompileStage(const SandboxConfig& config, std::string harness_dir,
       cache_dir_(config.cache_dir()),
       max_parallel_(config.compile().max_parallel() > 0
                         ? config.compile().max_parallel()
-                        : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / 2)) {
-  mkdir(cache_dir_.c_str(), 0700);
-}
+                        : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / 2)) {}
 
 std::vector<std::string> CompileStage::Command(const ValidatedWorkspace& ws, const std::string& workspace_dir,
                                                const std::string& out_dir) const {
@@ -63,7 +58,7 @@ std::vector<std::string> CompileStage::Command(const ValidatedWorkspace& ws, con
       // executor's thread's own stream, which torch's ops share there and a
       // CUDA graph can capture (graph-replayed blocks; the legacy stream 0
       // cannot be captured).
-      cmd = {FindNvcc(config_), "-O3", "--use_fast_math", "-arch=" + arch, "-std=c++17", "-shared",
+      cmd = {config_.nvcc(), "-O3", "--use_fast_math", "-arch=" + arch, "-std=c++17", "-shared",
              "--default-stream", "per-thread",
              "-Xcompiler", "-fPIC", "-I", workspace_dir, "-o", out_dir + "/kernels.so",
              // cuBLAS is allowed for GEMM; linked only when a kernel uses it.
@@ -72,11 +67,11 @@ std::vector<std::string> CompileStage::Command(const ValidatedWorkspace& ws, con
       cmd.push_back("-lcublas");
       return cmd;
     case Workspace::CPU:
-      cmd = {Or(config_.cxx(), "g++"), "-O3", "-std=c++17", "-shared", "-fPIC", "-fno-openmp",
+      cmd = {config_.cxx(), "-O3", "-std=c++17", "-shared", "-fPIC", "-fno-openmp",
              "-I", workspace_dir, "-o", out_dir + "/kernels.so"};
       break;
     default:
-      return {Or(config_.python(), "python3"), harness_dir_ + "/build_ext.py", "--layout",
+      return {config_.python(), harness_dir_ + "/build_ext.py", "--layout",
               Workspace::Layout_Name(ws.layout), "--workspace", workspace_dir, "--out", out_dir, "--arch", arch};
   }
   for (const std::string& src : ws.kernel_sources) cmd.push_back(workspace_dir + "/" + src);
@@ -85,7 +80,7 @@ std::vector<std::string> CompileStage::Command(const ValidatedWorkspace& ws, con
 
 std::string CompileStage::CacheKey(const ValidatedWorkspace& ws) const {
   return Sha256Hex(absl::StrCat(ws.content_hash, "|", Workspace::Layout_Name(ws.layout), "|",
-                                config_.compile().cuda_arch(), "|", FindNvcc(config_), "|", config_.cxx(),
+                                config_.compile().cuda_arch(), "|", config_.nvcc(), "|", config_.cxx(),
                                 "|v1"));
 }
 
@@ -138,36 +133,38 @@ absl::StatusOr<CompileResult> CompileStage::Compile(const ValidatedWorkspace& ws
 
 absl::StatusOr<CompileResult> CompileStage::Build(const ValidatedWorkspace& ws, const std::string& workspace_dir,
                                                   const std::string& final_dir) {
+  KR_RETURN_IF_ERROR(MakeDir(cache_dir_, 0700));
   char tmpl[4096];
   std::snprintf(tmpl, sizeof(tmpl), "%s/build-XXXXXX", cache_dir_.c_str());
-  if (mkdtemp(tmpl) == nullptr) return absl::InternalError(absl::StrCat("mkdtemp: ", std::strerror(errno)));
+  if (mkdtemp(tmpl) == nullptr) return ErrnoToStatus(errno, absl::StrCat("mkdtemp ", tmpl));
   const std::string out_dir = tmpl;
   const std::string tmp_dir = out_dir + "/.tmp";
-  mkdir(tmp_dir.c_str(), 0700);
+  const std::string root_dir = out_dir + "/.root";
+  for (const std::string& d : {tmp_dir, root_dir}) {
+    if (absl::Status s = MakeDir(d, 0700); !s.ok()) {
+      RemoveTree(out_dir).IgnoreError();
+      return s;
+    }
+  }
 
   const CompileLimits& lim = config_.compile();
   SpawnOptions opts;
   opts.argv = Command(ws, workspace_dir, out_dir);
-  const char* path = std::getenv("PATH");
-  opts.env = {"PATH=" + CudaHome(config_) + "/bin:" + std::string(path ? path : "/usr/bin:/bin"), "TMPDIR=" + tmp_dir,
-              "HOME=" + tmp_dir, "LC_ALL=C", "CUDA_VISIBLE_DEVICES="};
-  for (const char* keep : {"PYTHONPATH", "CUDA_HOME", "LD_LIBRARY_PATH"}) {
-    if (const char* v = std::getenv(keep)) opts.env.push_back(std::string(keep) + "=" + v);
-  }
+  // SandboxConfig.child_env (resolved by the main), then the compiler's own:
+  // the toolkit first on PATH, scratch for HOME and TMPDIR, no GPU.
+  const std::string path = ChildEnvValue(config_.child_env(), "PATH");
+  opts.env = ChildEnvList(config_.child_env(), {{"PATH", CudaHome(config_) + "/bin:" + path},
+                                                {"TMPDIR", tmp_dir},
+                                                {"HOME", tmp_dir},
+                                                {"LC_ALL", "C"},
+                                                {"CUDA_VISIBLE_DEVICES", ""}});
   opts.cwd = workspace_dir;
   opts.wall_seconds = OrD(lim.wall_seconds(), 120);
   opts.max_output_bytes = 256 << 10;
+  // The compiler's switches (namespaces, root, seccomp, identity) from the
+  // role table; the paths and limits of this build below.
+  opts.policy = PolicyFor(Role::kCompiler, caps_);
   KrPolicy& p = opts.policy;
-  p.parent_death_signal = SIGKILL;
-  p.new_process_group = 1;
-  p.close_fds = 1;
-  p.user_ns = (caps_ & KR_CAP_USER_NS) != 0;
-  p.net_ns = (caps_ & KR_CAP_NET_NS) != 0;
-  p.ipc_ns = (caps_ & KR_CAP_IPC_NS) != 0;
-  p.mount_ns = (caps_ & KR_CAP_MOUNT_NS) != 0;
-  p.pid_ns = (caps_ & KR_CAP_PID_NS) != 0;
-  p.mount_proc = p.pid_ns && (caps_ & KR_CAP_PROC_MOUNT) != 0;
-  p.readonly_root = p.mount_ns && (caps_ & KR_CAP_RO_REMOUNT) != 0;
   p.writable_dirs = out_dir.c_str();
   p.cpu_seconds = static_cast<long long>(OrD(lim.cpu_seconds(), 120));
   // Python builders import torch (large mappings): RLIMIT_AS only for nvcc/g++.
@@ -177,27 +174,22 @@ absl::StatusOr<CompileResult> CompileStage::Build(const ValidatedWorkspace& ws, 
     p.data_bytes = OrI(lim.memory_bytes(), int64_t{8} << 30);
   }
   p.fsize_bytes = OrI(lim.output_bytes(), int64_t{256} << 20);
-  p.core_bytes_plus1 = 1;
-  p.seccomp_profile = (caps_ & KR_CAP_SECCOMP) ? KR_SECCOMP_COMPILER : KR_SECCOMP_NONE;
   // Constructed root (sandbox/contain/root_plan.h): the system, the tool's
   // install, the harness and the workspace, nothing else of the host; the
   // compiler runs as the sandbox identity (nobody).
-  const std::string root_dir = out_dir + "/.root";
-  mkdir(root_dir.c_str(), 0700);
-  std::vector<std::string> ro = ToolPaths(opts.argv[0], path ? path : "/usr/bin:/bin");
+  std::vector<std::string> ro = ToolPaths(opts.argv[0], path);
   ro.push_back(harness_dir_);
   // SandboxConfig.view.extra_ro_paths (checked when the worker starts:
   // sandbox/filesystem_view.h); missing ones are left out and listed.
   ro.insert(ro.end(), config_.view().extra_ro_paths().begin(), config_.view().extra_ro_paths().end());
-  for (const char* env : {"PYTHONPATH", "CUDA_HOME", "LD_LIBRARY_PATH"}) {
-    if (const char* v = std::getenv(env)) ro.push_back(v);
+  // The search paths the compiler's environment names must exist in its root.
+  for (const char* name : {"PYTHONPATH", "CUDA_HOME", "LD_LIBRARY_PATH"}) {
+    if (std::string v = ChildEnvValue(config_.child_env(), name); !v.empty()) ro.push_back(v);
   }
   const std::string ro_paths = absl::StrJoin(ro, ":");
-  p.new_root = p.mount_ns && (caps_ & KR_CAP_PIVOT_ROOT) != 0;
   p.root_dir = root_dir.c_str();
   p.ro_paths = ro_paths.c_str();
   p.job_ro_dirs = workspace_dir.c_str();
-  if (caps_ & (KR_CAP_HOST_IDENTITY | KR_CAP_USER_NS)) p.run_as_uid = p.run_as_gid = 65534;
 
   absl::StatusOr<SpawnResult> run = RunContained(opts);
   rmdir(root_dir.c_str());  // the root was staged there (an empty dir again); not part of the artifact

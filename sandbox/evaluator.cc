@@ -25,7 +25,9 @@
 #include "absl/strings/str_join.h"
 #include "common/file.h"
 #include "common/log.h"
+#include "common/toolkit.h"
 #include "google/protobuf/util/json_util.h"
+#include "sandbox/child_env.h"
 #include "sandbox/contain/contain.h"
 #include "sandbox/contain/echo.h"
 #include "profiler_service/profiler_defaults.h"
@@ -131,23 +133,15 @@ TolerancePolicy::Precision PrecisionOf(const Task& task, const SandboxConfig& co
   return p != TolerancePolicy::PRECISION_UNSPECIFIED ? p : config.verify().precision();
 }
 
-// mkdir that accepts an existing directory; any other failure names the path.
-absl::Status MakeDir(const std::string& path) {
-  if (::mkdir(path.c_str(), 0700) != 0 && errno != EEXIST) {
-    return absl::InternalError(absl::StrCat("mkdir ", path, ": ", std::strerror(errno)));
-  }
-  return absl::OkStatus();
-}
-
 // A job's directories and the reference copies its stages read. A failure
 // here is the worker's (full disk, bad work_root), so the verdict is INFRA_ERROR.
 absl::Status PrepareJobDir(const std::string& job_dir, const std::string& reference_source, bool baseline) {
   for (const std::string& d : {job_dir, job_dir + "/public", job_dir + "/trusted", job_dir + "/exchange",
                                job_dir + "/scratch"}) {
-    if (absl::Status s = MakeDir(d); !s.ok()) return s;
+    if (absl::Status s = MakeDir(d, 0700); !s.ok()) return s;
   }
   if (baseline) {
-    if (absl::Status s = MakeDir(job_dir + "/ws"); !s.ok()) return s;
+    if (absl::Status s = MakeDir(job_dir + "/ws", 0700); !s.ok()) return s;
   }
   for (const char* copy : {"/public/model.py", "/trusted/model.py"}) {
     if (absl::Status s = WriteFileAtomically(job_dir + copy, reference_source); !s.ok()) return s;
@@ -167,7 +161,8 @@ std::string PrecisionName(TolerancePolicy::Precision precision) {
 
 SandboxConfig WithDefaults(SandboxConfig c) {
   if (c.backend().empty()) c.set_backend("cuda");
-  if (c.cuda_home().empty()) c.set_cuda_home("/usr/local/cuda");
+  if (c.cuda_home().empty()) c.set_cuda_home(kDefaultCudaHome);
+  ApplyChildEnvironmentDefaults(c.mutable_child_env());
   if (c.worker_id().empty()) {
     char host[256] = {};
     gethostname(host, sizeof(host) - 1);
@@ -176,6 +171,11 @@ SandboxConfig WithDefaults(SandboxConfig c) {
   if (c.work_root().empty()) c.set_work_root(absl::StrCat("/tmp/kernelrl-sandbox-", getpid()));
   if (c.cache_dir().empty()) c.set_cache_dir(c.work_root() + "/cache");
   if (c.python().empty()) c.set_python("python3");
+  if (c.cxx().empty()) c.set_cxx("g++");
+  if (c.nvcc().empty()) {
+    const std::string in_home = c.cuda_home() + "/bin/nvcc";
+    c.set_nvcc(access(in_home.c_str(), X_OK) == 0 ? in_home : "nvcc");
+  }
   if (c.harness_dir().empty()) c.set_harness_dir("sandbox/harness");
   if (c.contain_lib().empty()) c.set_contain_lib("sandbox/contain/libkernelrl_contain.so");
   // Children run in other directories: relative paths are resolved now,
@@ -232,12 +232,14 @@ SandboxConfig WithDefaults(SandboxConfig c) {
 
 absl::StatusOr<std::unique_ptr<Evaluator>> Evaluator::Create(const SandboxConfig& raw) {
   SandboxConfig config = WithDefaults(raw);
+  if (absl::Status s = CheckChildEnvironment(config.child_env()); !s.ok()) return s;
+  KLOG(INFO) << "sandbox: children's environment: " << DescribeChildEnvironment(config.child_env());
   if (!raw.cuda_home().empty() && config.backend() != "cpu" &&
       access((raw.cuda_home() + "/bin/nvcc").c_str(), X_OK) != 0) {
     return absl::FailedPreconditionError(
         absl::StrCat("SandboxConfig.cuda_home \"", raw.cuda_home(), "\" has no executable bin/nvcc"));
   }
-  if (absl::Status s = MakeDir(config.work_root()); !s.ok()) return s;
+  if (absl::Status s = MakeDir(config.work_root(), 0700); !s.ok()) return s;
   RemoveStaleJobDirs(config.work_root());
   const int caps = ProbeHostCapabilities();
   const std::string missing = DescribeMissingCapabilities(caps);
@@ -316,6 +318,10 @@ EvaluatorInfo Evaluator::Info() const {
   info.cupti = info.profiling && kprof_ok_;
   info.precision = PrecisionName(config_.verify().precision());
   info.cuda_home = config_.cuda_home();
+  info.python = config_.python();
+  info.nvcc = config_.nvcc();
+  info.cxx = config_.cxx();
+  info.child_env = DescribeChildEnvironment(config_.child_env());
   const VerdictCache::Stats cache = verdict_cache_.stats();
   info.verdict_cache_hits = cache.hits;
   info.verdict_cache_misses = cache.misses;

@@ -44,6 +44,8 @@ struct EvaluatorInfo {
   bool cupti = false;             // profiled CUDA jobs get the CUPTI recorder
   std::string precision;            // the precision policy of tasks that set none
   std::string cuda_home;            // SandboxConfig.cuda_home: the compiler's CUDA toolkit
+  std::string python, nvcc, cxx;    // the tools children run (SandboxConfig, defaults applied)
+  std::string child_env;            // "NAME=value, ..." every child starts from (SandboxConfig.child_env)
   int64_t verdict_cache_hits = 0;   // requests served from the verdict cache
   int64_t verdict_cache_misses = 0; // lookups that found nothing (0 while the cache is off)
   int64_t verdict_cache_nondeterministic = 0;  // keys whose fresh verdicts disagreed (never served)

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <set>
 
+#include "sandbox/contain/roles.h"
+
 namespace kernelrl::sandbox {
 namespace {
 
@@ -47,14 +49,9 @@ const IsolationPlan& DefaultIsolationPlan() {
 }
 
 IsolationMap AllowedOnHost(const IsolationMap& iso, const std::map<std::string, bool>& caps) {
-  static const std::map<std::string, std::string> kNeeds = {
-      {"readonly_root", "ro_remount"}, {"mount_proc", "proc_mount"}, {"new_root", "pivot_root"}};
+  const int bits = CapsFromNames(caps);
   IsolationMap out;
-  for (const auto& [step, on] : iso) {
-    const auto need = kNeeds.find(step);
-    const auto cap = caps.find(need == kNeeds.end() ? step : need->second);
-    out[step] = on && (cap == caps.end() || cap->second);
-  }
+  for (const auto& [step, on] : iso) out[step] = on && StepAllowed(step, bits);
   return out;
 }
 

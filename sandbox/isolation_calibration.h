@@ -33,8 +33,9 @@ struct IsolationPlan {
 const IsolationPlan& DefaultIsolationPlan();
 
 // `iso` with each step off that the host cannot do (`caps`: the zygote's
-// hello; readonly_root needs ro_remount, mount_proc proc_mount, new_root
-// pivot_root, every other step its own name; a step caps does not name is allowed).
+// hello, by capability name; what each step needs is sandbox/contain/roles.h's
+// table). A capability the hello does not name is absent, and a step the
+// table does not know is off.
 IsolationMap AllowedOnHost(const IsolationMap& iso, const std::map<std::string, bool>& caps);
 
 struct ProbeAnswer {

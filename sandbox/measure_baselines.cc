@@ -27,6 +27,7 @@
 #include "common/config.h"
 #include "common/log.h"
 #include "google/protobuf/util/json_util.h"
+#include "sandbox/child_env.h"
 #include "sandbox/evaluator.h"
 #include "sandbox/workspace_files.h"
 
@@ -136,5 +137,6 @@ int main(int argc, char** argv) {
                                                &sandbox::WithDefaults)) {
     return *exit_code;
   }
+  sandbox::ResolveChildEnvironmentFromHost(&config);
   return sandbox::Run(config);
 }

@@ -26,6 +26,7 @@
 #include "common/json.h"
 #include "common/log.h"
 #include "google/protobuf/util/json_util.h"
+#include "sandbox/child_env.h"
 #include "sandbox/evaluator.h"
 #include "sandbox/workspace_files.h"
 
@@ -69,6 +70,7 @@ int main(int argc, char** argv) {
   } else {
     entries.push_back({"candidate", absl::GetFlag(FLAGS_task), absl::GetFlag(FLAGS_workspace), absl::GetFlag(FLAGS_expect)});
   }
+  sandbox::ResolveChildEnvironmentFromHost(&config);
   auto evaluator = sandbox::Evaluator::Create(config);
   if (!evaluator.ok()) {
     KLOG(ERROR) << "sandbox_cli: " << evaluator.status().message();

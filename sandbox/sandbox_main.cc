@@ -6,6 +6,7 @@
 
 #include "common/service.h"
 #include "proto/sandbox_config.pb.h"
+#include "sandbox/child_env.h"
 #include "sandbox/evaluator.h"
 #include "sandbox/sandbox_service.h"
 
@@ -22,6 +23,7 @@ int main(int argc, char** argv) {
   return kernelrl::RunServiceMain(
       argc, argv, "sandbox", kDefaults, &config, config.mutable_server(),
       [&]() -> absl::StatusOr<std::vector<grpc::Service*>> {
+        kernelrl::sandbox::ResolveChildEnvironmentFromHost(&config);
         auto created = kernelrl::sandbox::Evaluator::Create(config);
         if (!created.ok()) return created.status();
         evaluator = std::move(created).value();

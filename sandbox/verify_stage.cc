@@ -14,6 +14,8 @@
 #include "absl/strings/str_join.h"
 #include "common/log.h"
 #include "google/protobuf/util/json_util.h"
+#include "sandbox/child_env.h"
+#include "sandbox/contain/roles.h"
 #include "sandbox/contain/spawn.h"
 #include "sandbox/filesystem_view.h"
 
@@ -66,27 +68,22 @@ absl::Status VerifyStage::StartLocked() {
   absl::StatusOr<std::vector<std::string>> view = ZygoteViewArgs(config_);
   if (!view.ok()) return view.status();
   o.argv.insert(o.argv.end(), view->begin(), view->end());
-  const char* path = std::getenv("PATH");
-  o.env = {"PATH=" + std::string(path ? path : "/usr/bin:/bin"), "PYTHONDONTWRITEBYTECODE=1",
-           "CUDA_VISIBLE_DEVICES=" + std::to_string(config_.gpu_index()), "LC_ALL=C.UTF-8",
-           "OMP_NUM_THREADS=4", "PYTHONPATH=" + harness_dir_,
-           // torch.cuda.is_available() through NVML: the zygote must never
-           // initialise CUDA, or every forked child fails "re-initialize CUDA".
-           "PYTORCH_NVML_BASED_CUDA_CHECK=1"};
-  for (const char* keep : {"HOME", "LD_LIBRARY_PATH", "CUDA_HOME", "TORCH_HOME", "NCCL_NVLS_ENABLE",
-                           "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS"}) {
-    if (const char* v = std::getenv(keep)) o.env.push_back(std::string(keep) + "=" + v);
-  }
+  // SandboxConfig.child_env (resolved by the main), then the zygote's own.
+  o.env = ChildEnvList(config_.child_env(),
+                       {{"PYTHONDONTWRITEBYTECODE", "1"},
+                        {"CUDA_VISIBLE_DEVICES", std::to_string(config_.gpu_index())},
+                        {"LC_ALL", "C.UTF-8"},
+                        {"OMP_NUM_THREADS", "4"},
+                        {"PYTHONPATH", harness_dir_},
+                        // torch.cuda.is_available() through NVML: the zygote must never
+                        // initialise CUDA, or every forked child fails "re-initialize CUDA".
+                        {"PYTORCH_NVML_BASED_CUDA_CHECK", "1"}});
   o.cwd = config_.work_root();
-  o.policy.parent_death_signal = SIGKILL;
-  o.policy.new_process_group = 1;
-  o.policy.close_fds = 1;
-  // The zygote's own namespaces: no network for anything it forks, and a
-  // mount table where it may mount per-job exchange tmpfs.
-  o.policy.user_ns = (caps_ & KR_CAP_USER_NS) != 0 && geteuid() != 0;
-  o.policy.net_ns = (caps_ & KR_CAP_NET_NS) != 0;
-  o.policy.ipc_ns = (caps_ & KR_CAP_IPC_NS) != 0;
-  o.policy.mount_ns = (caps_ & KR_CAP_MOUNT_NS) != 0;
+  // The zygote's own namespaces (the role table): no network for anything it
+  // forks, and a mount table where it may mount per-job exchange tmpfs.
+  RoleInputs zygote;
+  zygote.running_as_root = geteuid() == 0;
+  o.policy = PolicyFor(Role::kZygote, caps_, zygote);
   o.wall_seconds = 0;
   absl::StatusOr<ContainedProcess> proc = StartContained(o, config_.work_root() + "/zygote.log");
   if (!proc.ok()) return proc.status();

@@ -13,6 +13,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/strings/ascii.h"
+#include "common/file.h"
 #include "common/sha256.h"
 #include "sandbox/source_scan.h"
 
@@ -178,13 +179,12 @@ absl::Status MaterializeWorkspace(const ValidatedWorkspace& ws, const std::strin
     std::vector<std::string> parts = absl::StrSplit(f->path(), '/');
     for (size_t i = 0; i + 1 < parts.size(); ++i) {
       path += "/" + parts[i];
-      if (mkdir(path.c_str(), 0700) != 0 && errno != EEXIST) {
-        return absl::InternalError(absl::StrCat("mkdir ", path, ": ", std::strerror(errno)));
-      }
+      if (absl::Status s = MakeDir(path, 0700); !s.ok()) return s;
     }
     const std::string file = dir + "/" + f->path();
     std::ofstream out(file, std::ios::binary | std::ios::trunc);
     out.write(f->content().data(), f->content().size());
+    out.close();  // A failed flush on close is a failed write too.
     if (!out) return absl::InternalError("write " + file);
   }
   return absl::OkStatus();

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Data synthesis on one GPU (issue 15) in one call; see docs/DATA.md.
+# Data synthesis on one GPU in one call; see docs/DATA.md.
 #   here:   bazel build //data:data_synth && tools/device_data.sh --stage
 #           (fills .devcarry/data: data_synth, the Debian .so files it needs, KernelBench level1-3)
 #   device: run tool, carry [".devcarry/data"], command: bash tools/device_data.sh

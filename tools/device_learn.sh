@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The task family's templates on the GPU (issue 17, docs/LEARNING.md), in <= 150 s:
+# The task family's templates on the GPU (docs/LEARNING.md), in <= 150 s:
 #
 #   here:   tools/device_learn.sh --stage     # builds, renders the choices, fills .devcarry/learn
 #   device: tools/device_learn.sh             # run tool, carry [".devcarry/learn"]

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Learner device checks (issue 6) in one call; see docs/LEARNER.md.
+# Learner device checks in one call; see docs/LEARNER.md.
 #   0. stage: binaries built here with Bazel (learner_bench, model_test,
 #      tokenizer_test) + the Debian .so files they need, carried in
 #      .devcarry/learner/ (made by `tools/device_learner.sh --stage` here);

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Learner RL device run (issue 14) in one call; see docs/LEARNER.md "RL".
+# Learner RL device run in one call; see docs/LEARNER.md "RL".
 #   stage (here, after `bazel build //learner/rl:ppo_bench //learner/dist:data_parallel_test`):
 #       bash tools/device_learner_rl.sh --stage     -> .devcarry/learner_rl/
 #   on one H100 (run tool, default kind):

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `kernelrl up` on the GPU machine (issue 16): the embedded cluster with the
+# `kernelrl up` on the GPU machine: the embedded cluster with the
 # sandbox's CUDA backend runs the quickstart job (tiny random model on the GPU,
 # KernelBench level-1 tasks with CUDA reference solutions replayed by the
 # scripted policy, 2 PPO steps), then the ledger audit. See docs/OPERATIONS.md.

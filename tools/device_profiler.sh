@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Profiler device checks (issue 5) in one call; see docs/PROFILER.md.
+# Profiler device checks in one call; see docs/PROFILER.md.
 #   1. build libkprof.so (g++, CUPTI) and the test kernels (nvcc, sm_90);
 #   2. measure the ceilings used for speed of light (D2D copy, bf16 GEMM);
 #   3. CUPTI medians of 16 test kernels, CV of 10 repeated profiles, exploit cases;

@@ -154,7 +154,7 @@ done
   exp=$(head -1 "$d/model_new.py" | sed -n 's/.*Expected verdict: \([A-Z_]*\).*/\1/p')
   echo "exploit/$(basename "$d") sandbox/testdata/gpu_tasks/relu.py $d $exp" >> "$SUITE"
 done
-# The trust-boundary exploits (issue 11): timed through the profile stage.
+# The trust-boundary exploits (a candidate that games its own timing): timed through the profile stage.
 [ "${EXPLOITS:-1}" = 1 ] && [ "$PROFILE" = 1 ] && for d in sandbox/exploits/cuda_timing/*; do
   exp=$(head -1 "$d/model_new.py" | sed -n 's/.*Expected verdict: \([A-Z_]*\).*/\1/p')
   echo "timing/$(basename "$d") sandbox/testdata/gpu_tasks/relu.py $d $exp" >> "$SUITE"

@@ -11,12 +11,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/file.h"
+#include "common/status_util.h"
 #include "google/protobuf/util/json_util.h"
 
 namespace kernelrl::learner::rl {
 namespace {
-
-absl::Status Errno(const std::string& what) { return absl::InternalError(absl::StrCat(what, ": ", strerror(errno))); }
 
 struct Parsed {
   std::vector<v1::LedgerRecord> records;
@@ -68,10 +67,10 @@ absl::StatusOr<std::unique_ptr<Ledger>> Ledger::Open(const std::string& path, st
   auto p = Parse(text, path);
   if (!p.ok()) return p.status();
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
-  if (fd < 0) return Errno(absl::StrCat("open ", path));
+  if (fd < 0) return ErrnoToStatus(errno, absl::StrCat("open ", path));
   if (::ftruncate(fd, p->good_bytes) != 0 || ::lseek(fd, 0, SEEK_END) < 0 || ::fsync(fd) != 0) {
     ::close(fd);
-    return Errno(absl::StrCat("truncate ", path));
+    return ErrnoToStatus(errno, absl::StrCat("truncate ", path));
   }
   std::unique_ptr<Ledger> ledger(new Ledger(path, fd));
   ledger->torn_bytes_ = static_cast<int64_t>(text.size() - p->good_bytes);
@@ -97,14 +96,8 @@ absl::Status Ledger::Append(std::vector<v1::LedgerRecord> records) {
     absl::StrAppend(&out, line, "\n");
   }
   absl::MutexLock lock(&mu_);
-  size_t done = 0;
-  while (done < out.size()) {
-    const ssize_t n = ::write(fd_, out.data() + done, out.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return Errno(absl::StrCat("write ", path_));
-    done += n;
-  }
-  if (::fdatasync(fd_) != 0) return Errno(absl::StrCat("fdatasync ", path_));
+  KR_RETURN_IF_ERROR(WriteAll(fd_, out, path_));
+  if (::fdatasync(fd_) != 0) return ErrnoToStatus(errno, absl::StrCat("fdatasync ", path_));
   return absl::OkStatus();
 }
 

@@ -2,11 +2,13 @@
 // trusted Python harness (sandbox/harness/contain.py) right after it forks a
 // candidate or reference process: the isolation logic stays in C++.
 #include <algorithm>
+#include <cstddef>
 #include <cstring>
 #include <string>
 
 #include "sandbox/contain/contain.h"
 #include "sandbox/contain/host_memory.h"
+#include "sandbox/contain/roles.h"
 #include "sandbox/contain/view_defaults.h"
 
 namespace {
@@ -36,6 +38,72 @@ int kr_contain_phase(const KrPolicy* p, int phase, char* log, int log_len) {
 }
 
 int kr_probe_host(void) { return kernelrl::sandbox::ProbeHostCapabilities(); }
+
+// KrPolicy's layout as this library was built, so the harness's ctypes mirror
+// can be checked field by field when it loads (a mismatch there would make
+// the library read namespaces and limits from the wrong bytes): the struct's
+// size, and a field's offset by name (-1 for a name it does not have).
+int kr_policy_size(void) { return static_cast<int>(sizeof(KrPolicy)); }
+
+namespace {
+#define KR_FIELD(name) {#name, offsetof(KrPolicy, name)}
+const struct {
+  const char* name;
+  size_t offset;
+} kPolicyFields[] = {
+    KR_FIELD(user_ns),           KR_FIELD(pid_ns),              KR_FIELD(net_ns),
+    KR_FIELD(mount_ns),          KR_FIELD(ipc_ns),              KR_FIELD(uts_ns),
+    KR_FIELD(readonly_root),     KR_FIELD(mount_proc),          KR_FIELD(scratch_dir),
+    KR_FIELD(scratch_bytes),     KR_FIELD(writable_dirs),       KR_FIELD(hidden_dirs),
+    KR_FIELD(cpu_seconds),       KR_FIELD(data_bytes),          KR_FIELD(as_bytes),
+    KR_FIELD(fsize_bytes),       KR_FIELD(nofile),              KR_FIELD(core_bytes_plus1),
+    KR_FIELD(close_fds),         KR_FIELD(keep_fds),            KR_FIELD(num_keep_fds),
+    KR_FIELD(new_process_group), KR_FIELD(parent_death_signal), KR_FIELD(seccomp_profile),
+    KR_FIELD(new_root),          KR_FIELD(root_dir),            KR_FIELD(ro_paths),
+    KR_FIELD(job_ro_dirs),       KR_FIELD(dev_paths),           KR_FIELD(run_as_uid),
+    KR_FIELD(run_as_gid),
+};
+#undef KR_FIELD
+}  // namespace
+
+int kr_policy_offset(const char* field) {
+  for (const auto& f : kPolicyFields) {
+    if (field != nullptr && std::strcmp(field, f.name) == 0) return static_cast<int>(f.offset);
+  }
+  return -1;
+}
+
+// How many fields KrPolicy has: a mirror that lacks one is refused too.
+int kr_policy_field_count(void) { return static_cast<int>(sizeof(kPolicyFields) / sizeof(kPolicyFields[0])); }
+
+// The role table (roles.h) for the harness: role 1 compiler, 2 zygote,
+// 3 candidate, 4 agent shell; `steps` KrStep bits (candidate), the other
+// inputs as RoleInputs. Fills *out (string fields NULL); returns 0, or -1
+// for an unknown role (out untouched).
+int kr_policy_for(int role, int caps, int steps, int running_as_root, int contain, KrPolicy* out) {
+  using kernelrl::sandbox::Role;
+  static const Role kRoles[] = {Role::kCompiler, Role::kZygote, Role::kCandidate, Role::kAgentShell};
+  if (role < 1 || role > 4 || out == nullptr) return -1;
+  kernelrl::sandbox::RoleInputs in;
+  in.steps = steps;
+  in.running_as_root = running_as_root != 0;
+  in.contain = contain != 0;
+  *out = kernelrl::sandbox::PolicyFor(kRoles[role - 1], caps, in);
+  return 0;
+}
+
+// The KrStep bit of an isolation step name, 0 when unknown.
+int kr_step_bit(const char* step) { return step == nullptr ? 0 : kernelrl::sandbox::StepBit(step); }
+
+// The name of KrCapability bit number `index`, NULL past the last: the
+// harness builds its name -> bit map from this (no copy of the list).
+const char* kr_capability_name(int index) { return kernelrl::sandbox::CapabilityName(index); }
+
+// 1 when the host (kr_probe_host bits) can apply the isolation step named
+// `step` (sandbox/contain/roles.h's table); 0 otherwise, an unknown name included.
+int kr_step_allowed(const char* step, int caps) {
+  return step != nullptr && kernelrl::sandbox::StepAllowed(step, caps) ? 1 : 0;
+}
 
 // The default view lists (view_defaults.h), ':'-joined: which 0 = GPU device
 // paths, 1 = GPU read-only paths. Returns the length of the full text.

@@ -49,7 +49,8 @@ typedef struct KrPolicy {
   int parent_death_signal;  // e.g. SIGKILL (9); 0 = none.
   // Seccomp (phase 3, after no_new_privs).
   int seccomp_profile;    // KrSeccompProfile
-  // ---- Appended later (keep the order above: ctypes mirrors it). Zeroed, the
+  // ---- Appended later (the harness's ctypes mirror is checked against this
+  // layout at load: kr_policy_size/kr_policy_offset in c_api.cc). Zeroed, the
   // steps below are skipped and the process keeps the host view and identity.
   // Constructed root (phase 2, needs mount_ns; root.cc): "/" becomes a fresh
   // tmpfs holding only the system's libraries and tools (root_plan.cc), the

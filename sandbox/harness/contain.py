@@ -8,18 +8,13 @@ import sysconfig
 
 KR_SECCOMP_NONE, KR_SECCOMP_CANDIDATE, KR_SECCOMP_COMPILER = 0, 1, 2
 
-CAPS = {
-    "user_ns": 1 << 0, "pid_ns": 1 << 1, "net_ns": 1 << 2, "mount_ns": 1 << 3,
-    "ipc_ns": 1 << 4, "tmpfs": 1 << 5, "ro_remount": 1 << 6, "proc_mount": 1 << 7,
-    "seccomp": 1 << 8, "uts_ns": 1 << 9, "pivot_root": 1 << 10, "host_identity": 1 << 11,
-}
-
 # The identity candidates and compilers run as (sandbox/contain/identity.cc).
 SANDBOX_UID = SANDBOX_GID = 65534
 
 
 class KrPolicy(ctypes.Structure):
-    # Field order mirrors sandbox/contain/policy.h exactly.
+    # Mirrors sandbox/contain/policy.h; check_layout compares it with the
+    # library's own layout when Contain loads, and refuses a mismatch.
     _fields_ = [
         ("user_ns", ctypes.c_int), ("pid_ns", ctypes.c_int), ("net_ns", ctypes.c_int),
         ("mount_ns", ctypes.c_int), ("ipc_ns", ctypes.c_int), ("uts_ns", ctypes.c_int),
@@ -49,11 +44,42 @@ class KrSuperviseResult(ctypes.Structure):
     ]
 
 
+class LayoutError(RuntimeError):
+    """The ctypes mirror and the library disagree on KrPolicy's layout."""
+
+
+def check_layout(lib, struct=KrPolicy):
+    """Fails closed: the library would read namespaces, limits and paths from
+    the wrong bytes of a mirror whose size or any field offset differs."""
+    lib.kr_policy_size.restype = ctypes.c_int
+    lib.kr_policy_offset.restype = ctypes.c_int
+    lib.kr_policy_offset.argtypes = [ctypes.c_char_p]
+    if ctypes.sizeof(struct) != lib.kr_policy_size():
+        raise LayoutError(f"KrPolicy is {lib.kr_policy_size()} bytes in the library, "
+                          f"{ctypes.sizeof(struct)} in contain.py")
+    lib.kr_policy_field_count.restype = ctypes.c_int
+    if len(struct._fields_) != lib.kr_policy_field_count():
+        raise LayoutError(f"KrPolicy has {lib.kr_policy_field_count()} fields in the library, "
+                          f"{len(struct._fields_)} in contain.py")
+    for name, _ in struct._fields_:
+        theirs, ours = lib.kr_policy_offset(name.encode()), getattr(struct, name).offset
+        if theirs != ours:
+            raise LayoutError(f"KrPolicy.{name} at offset {theirs} in the library, {ours} in contain.py")
+
+
 class Contain:
     """Loads the library once (in the zygote, before any fork)."""
 
     def __init__(self, lib_path):
         self.lib = ctypes.CDLL(lib_path)
+        check_layout(self.lib)
+        # Capability names by bit, and what each isolation step needs of them:
+        # the library's table (sandbox/contain/roles.h), not a copy here.
+        self.lib.kr_capability_name.restype = ctypes.c_char_p
+        self.lib.kr_step_allowed.argtypes = [ctypes.c_char_p, ctypes.c_int]
+        self.cap_bits = {}
+        while (name := self.lib.kr_capability_name(len(self.cap_bits))) is not None:
+            self.cap_bits[name.decode()] = 1 << len(self.cap_bits)
         self.lib.kr_contain_phase.restype = ctypes.c_int
         self.lib.kr_contain_phase.argtypes = [ctypes.POINTER(KrPolicy), ctypes.c_int,
                                               ctypes.c_char_p, ctypes.c_int]
@@ -81,7 +107,32 @@ class Contain:
 
     def probe(self):
         caps = self.lib.kr_probe_host()
-        return {name: bool(caps & bit) for name, bit in CAPS.items()}
+        return {name: bool(caps & bit) for name, bit in self.cap_bits.items()}
+
+    def step_allowed(self, step, caps):
+        """Whether a host with `caps` (probe()'s dict) can apply isolation step
+        `step`. A capability the dict does not name is absent; an unknown step
+        is not allowed."""
+        bits = sum(bit for name, bit in self.cap_bits.items() if caps.get(name, False))
+        return bool(self.lib.kr_step_allowed(step.encode(), bits))
+
+    def candidate_policy(self, iso, caps, view=None, **fields):
+        """A candidate's KrPolicy: the switches (namespaces, read-only root,
+        /proc, constructed root, seccomp profile, identity) from the library's
+        role table for the steps `iso` asks and `caps` allows; then the
+        job's paths and limits (`view` from confine_fields, then `fields`)."""
+        self.lib.kr_policy_for.argtypes = [ctypes.c_int] * 5 + [ctypes.POINTER(KrPolicy)]
+        self.lib.kr_step_bit.argtypes = [ctypes.c_char_p]
+        steps = sum(self.lib.kr_step_bit(k.encode()) for k, v in iso.items() if v)
+        bits = sum(bit for name, bit in self.cap_bits.items() if caps.get(name, False))
+        p = KrPolicy()
+        if self.lib.kr_policy_for(_ROLE_CANDIDATE, bits, steps, 0, 1, ctypes.byref(p)) != 0:
+            raise LayoutError("kr_policy_for refused the candidate role")
+        return _overlay(p, {**(view or {}), **fields})
+
+    def allowed_isolation(self, iso, caps):
+        """The job's isolation switches with each step the host cannot apply off."""
+        return {k: bool(v) and self.step_allowed(k, caps) for k, v in iso.items()}
 
     def phase(self, policy, phase):
         """Runs one phase; returns (failures, step log text)."""
@@ -125,14 +176,25 @@ class Contain:
         return kills, peak.value
 
 
+_ROLE_CANDIDATE = 3  # kr_policy_for's role number (c_api.cc)
+
+
 def make_policy(iso, view=None, **fields):
-    """KrPolicy from the job's isolation switches (iso: dict name -> bool) plus
-    fields; `view` (confine_fields) adds the constructed root and the identity,
-    explicit fields win. The returned object keeps the byte strings it points to alive."""
-    fields = {**(view or {}), **fields}
+    """KrPolicy for the harness's own processes (the reference, seccomp-only
+    phases): namespaces from iso (dict name -> bool) plus fields; `view`
+    (confine_fields) adds a constructed root and an identity, explicit fields
+    win. A candidate's comes from Contain.candidate_policy (the role table).
+    The returned object keeps the byte strings it points to alive."""
     p = KrPolicy()
     for ns in ("user_ns", "pid_ns", "net_ns", "mount_ns", "ipc_ns", "uts_ns"):
         setattr(p, ns, int(bool(iso.get(ns, False))))
+    return _overlay(p, {**(view or {}), **fields})
+
+
+def _overlay(p, fields):
+    """Sets `fields` on KrPolicy p (strings encoded and kept alive; keep_fds
+    as an array, which turns close_fds on)."""
+    fields = dict(fields)
     keep = fields.pop("keep_fds", None)
     p._keep_alive = []
     for key, value in fields.items():
@@ -237,12 +299,12 @@ def confine_fields(job, iso, caps=None, device="cpu"):
     artifact dirs, the Python/torch install, the harness libraries the job
     names, on GPU jobs the driver's nodes and sysfs; the exchange dir writable,
     the scratch. Each part is off when the job's isolation says so or the
-    host's probe (caps) lacks it."""
+    host's probe (caps) lacks it; a capability caps does not name is absent."""
     caps = caps or {}
     fields = {}
-    if iso.get("identity", True) and (caps.get("host_identity", True) or caps.get("user_ns", True)):
+    if iso.get("identity", True) and (caps.get("host_identity", False) or caps.get("user_ns", False)):
         fields.update(run_as_uid=SANDBOX_UID, run_as_gid=SANDBOX_GID)
-    if not (iso.get("new_root", True) and iso.get("mount_ns", True) and caps.get("pivot_root", True)):
+    if not (iso.get("new_root", True) and iso.get("mount_ns", True) and caps.get("pivot_root", False)):
         return fields
     libs = [p for p in (job.get("kprof_lib"), job.get("verify_cuda_lib")) if p]
     extra_ro, gpu_dev, gpu_ro = view_paths()

@@ -167,9 +167,8 @@ class Zygote:
         t0 = time.perf_counter()
         job["t0_mono"] = time.monotonic()  # both children report their timelines against it
         # Asked for by the worker (on CUDA: what its calibration picked) AND
-        # allowed by this host.
-        needs = {"readonly_root": "ro_remount", "mount_proc": "proc_mount", "new_root": "pivot_root"}
-        iso = {k: bool(v) and self.caps.get(needs.get(k, k), True) for k, v in job["isolation"].items()}
+        # allowed by this host (the library's step table; nothing assumed).
+        iso = self.cont.allowed_isolation(job["isolation"], self.caps)
         job["isolation"] = iso
         if job.get("profile") and self.profiler_error:
             job["kprof_lib"] = ""
@@ -298,8 +297,7 @@ class Zygote:
                 # the candidate inherits the cgroup at fork.
                 why = self.cont.cgroup_enter(cgroup)
                 cgroup_log = f"memory_cgroup: FAILED {why} -> watchdog cap only\n" if why else ""
-            pol1 = contain.make_policy(iso, contain.confine_fields(job, iso, self.caps, self.device),
-                                       parent_death_signal=signal.SIGKILL, new_process_group=1)
+            pol1 = self.cont.candidate_policy(iso, self.caps, contain.confine_fields(job, iso, self.caps, self.device))
             # Opened before the new mount namespace exists: an fd open for
             # writing on one of its mounts would make the read-only remount EBUSY.
             log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -323,16 +321,13 @@ class Zygote:
             os.dup2(log_fd, 1)
             os.dup2(log_fd, 2)
             iso = job["isolation"]
-            pol2 = contain.make_policy(
-                iso, contain.confine_fields(job, iso, self.caps, self.device), parent_death_signal=signal.SIGKILL,
-                readonly_root=int(iso.get("readonly_root", False)),
-                mount_proc=int(iso.get("mount_proc", False) and iso.get("pid_ns", False)),
+            pol2 = self.cont.candidate_policy(
+                iso, self.caps, contain.confine_fields(job, iso, self.caps, self.device),
                 scratch_dir=job["scratch_dir"], scratch_bytes=int(job["scratch_bytes"]),
                 writable_dirs=job["exchange_dir"], hidden_dirs=job["trusted_dir"],
                 data_bytes=int(job["host_memory_bytes"]) if iso.get("data_limit", True) else 0,
                 fsize_bytes=int(job["exchange_bytes"]),
-                nofile=4096, core_bytes_plus1=1,
-                keep_fds=[to_ref, from_ref, xsock, 1, 2])
+                nofile=4096, keep_fds=[to_ref, from_ref, xsock, 1, 2])
             _, log2 = self.cont.phase(pol2, 2)
             sys.stderr.write("[contain] " + log2.replace("\n", "\n[contain] ") + "\n")
             os.environ.update(contain.candidate_env(job))
@@ -439,20 +434,17 @@ class Zygote:
             try:
                 LIBC.prctl(4, 1, 0, 0, 0)
                 view = contain.confine_fields(job, iso, self.caps, "cuda")
-                self.cont.phase(contain.make_policy(iso, view, parent_death_signal=signal.SIGKILL, new_process_group=1), 1)
+                self.cont.phase(self.cont.candidate_policy(iso, self.caps, view), 1)
                 pid = os.fork()
                 if pid == 0:
                     msg = {"ok": False, "error": ""}
                     try:
-                        pol2 = contain.make_policy(
-                            iso, view, parent_death_signal=signal.SIGKILL,
-                            readonly_root=int(iso.get("readonly_root", False) and iso.get("mount_ns", False)),
-                            mount_proc=int(iso.get("mount_proc", False) and iso.get("pid_ns", False)
-                                           and iso.get("mount_ns", False)),
+                        pol2 = self.cont.candidate_policy(
+                            iso, self.caps, view,
                             scratch_dir=job["scratch_dir"], scratch_bytes=job["scratch_bytes"],
                             writable_dirs=job["exchange_dir"], hidden_dirs=job["trusted_dir"],
                             data_bytes=job["host_memory_bytes"] if iso.get("data_limit") else 0,
-                            nofile=4096, core_bytes_plus1=1, keep_fds=[w, 2])
+                            nofile=4096, keep_fds=[w, 2])
                         fails, log2 = self.cont.phase(pol2, 2) if iso.get("mount_ns") or True else (0, "")
                         if recorder:
                             profiling.inject_recorder({"profile": True, "device": "cuda", "kprof_lib": recorder})

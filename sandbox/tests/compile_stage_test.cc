@@ -8,7 +8,9 @@
 #include <fstream>
 
 #include "gtest/gtest.h"
+#include "sandbox/child_env.h"
 #include "sandbox/contain/contain.h"
+#include "sandbox/evaluator.h"
 #include "sandbox/diagnostics.h"
 #include "sandbox/workspace.h"
 
@@ -23,7 +25,8 @@ class CompileStageTest : public ::testing::Test {
     std::system(("mkdir -p " + root_).c_str());
     config_.set_cache_dir(root_ + "/cache");
     config_.mutable_compile()->set_wall_seconds(60);
-    config_.set_cuda_home("/usr/local/cuda");  // The evaluator's default (its WithDefaults).
+    ResolveChildEnvironmentFromHost(&config_);  // What the worker's main does at start.
+    config_ = WithDefaults(config_);            // What the evaluator does before it builds its stages.
     caps_ = ProbeHostCapabilities();
   }
   CompileResult Build(const Workspace& ws, const std::string& backend, const std::string& name) {

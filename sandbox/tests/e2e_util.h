@@ -11,6 +11,7 @@
 #include <string>
 
 #include "common/testing/testing.h"
+#include "sandbox/child_env.h"
 #include "sandbox/evaluator.h"
 #include "sandbox/workspace_files.h"
 
@@ -37,6 +38,7 @@ inline SandboxConfig CpuConfig(const std::string& python) {
   c.mutable_verify()->set_resident_memory_bytes(int64_t{1} << 30);
   c.mutable_verify()->set_exchange_bytes(int64_t{256} << 20);
   c.mutable_compile()->set_max_parallel(2);
+  ResolveChildEnvironmentFromHost(&c);  // What the worker's main does at start.
   return c;
 }
 

@@ -9,6 +9,7 @@
 #include <set>
 
 #include "gtest/gtest.h"
+#include "sandbox/contain/roles.h"
 
 namespace kernelrl::sandbox {
 namespace {
@@ -36,7 +37,13 @@ struct FakeHost {
   }
 };
 
-const std::map<std::string, bool> kAllCaps = {};  // caps naming nothing: every step allowed
+// A host that reported every capability.
+std::map<std::string, bool> AllCaps() {
+  std::map<std::string, bool> caps;
+  for (int i = 0; CapabilityName(i) != nullptr; ++i) caps[CapabilityName(i)] = true;
+  return caps;
+}
+const std::map<std::string, bool> kAllCaps = AllCaps();
 
 TEST(IsolationCalibrationTest, DefaultPlanIsConsistent) {
   const IsolationPlan& p = DefaultIsolationPlan();
@@ -160,8 +167,8 @@ TEST(IsolationCalibrationTest, NothingWorksMeansNoStep) {
 }
 
 TEST(IsolationCalibrationTest, HostCapsGateEveryProbeAndTheChoice) {
-  const std::map<std::string, bool> caps = {{"ro_remount", false}, {"pivot_root", false}, {"proc_mount", true},
-                                            {"user_ns", true}};
+  std::map<std::string, bool> caps = kAllCaps;
+  caps["ro_remount"] = caps["pivot_root"] = false;
   FakeHost host;
   const IsolationCalibration c = CalibrateIsolation(DefaultIsolationPlan(), caps, host.Probe());
   for (const IsolationMap& iso : host.asked) {
@@ -175,13 +182,35 @@ TEST(IsolationCalibrationTest, HostCapsGateEveryProbeAndTheChoice) {
 TEST(IsolationCalibrationTest, AllowedOnHostMapsStepsToCaps) {
   const IsolationMap iso = {{"readonly_root", true}, {"mount_proc", true}, {"new_root", true}, {"net_ns", true},
                             {"seccomp", false}};
-  IsolationMap got = AllowedOnHost(iso, {{"ro_remount", false}, {"net_ns", false}, {"seccomp", true}});
+  std::map<std::string, bool> caps = kAllCaps;
+  caps["ro_remount"] = caps["net_ns"] = false;
+  IsolationMap got = AllowedOnHost(iso, caps);
   EXPECT_EQ(got, (IsolationMap{{"readonly_root", false}, {"mount_proc", true}, {"new_root", true}, {"net_ns", false},
                                {"seccomp", false}}));
-  got = AllowedOnHost(iso, {{"proc_mount", false}, {"pivot_root", false}, {"readonly_root", false}});
+  caps = kAllCaps;
+  caps["proc_mount"] = caps["pivot_root"] = false;
+  caps["readonly_root"] = false;  // not a capability name: changes nothing
+  got = AllowedOnHost(iso, caps);
   EXPECT_TRUE(got.at("readonly_root")) << "readonly_root is gated by ro_remount, not its own name";
   EXPECT_FALSE(got.at("mount_proc"));
   EXPECT_FALSE(got.at("new_root"));
+}
+
+// A hello that does not name a capability (an older zygote, a probe that
+// did not run) leaves the steps that need it off, and a step nobody knows is
+// off too: nothing is assumed.
+TEST(IsolationCalibrationTest, ACapabilityNotReportedIsAbsent) {
+  const IsolationMap iso = {{"new_root", true}, {"net_ns", true}, {"data_limit", true}, {"no_such_step", true},
+                            {"identity", true}};
+  std::map<std::string, bool> caps = kAllCaps;
+  caps.erase("pivot_root");
+  caps.erase("net_ns");
+  caps.erase("host_identity");
+  EXPECT_EQ(AllowedOnHost(iso, caps), (IsolationMap{{"new_root", false}, {"net_ns", false}, {"data_limit", true},
+                                                    {"no_such_step", false}, {"identity", true}}))
+      << "identity still has user_ns";
+  EXPECT_EQ(AllowedOnHost(iso, {}), (IsolationMap{{"new_root", false}, {"net_ns", false}, {"data_limit", true},
+                                                  {"no_such_step", false}, {"identity", false}}));
 }
 
 }  // namespace

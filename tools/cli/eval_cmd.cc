@@ -25,6 +25,8 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "common/gpu_presence.h"
+#include "actor/defaults.h"
+#include "google/protobuf/text_format.h"
 #include "proto/actor_config.pb.h"
 #include "proto/cli_config.pb.h"
 #include "tools/cli/command_line.h"
@@ -34,34 +36,9 @@
 namespace kernelrl::cli {
 namespace {
 
-constexpr char kDefaults[] = R"pb(
-  actor {
-    concurrent_rollouts: 4
-    tokenizer_path: ""
-    rollout {
-      max_turns: 150
-      eval_max_turns: 200
-      context_tokens: 131072
-      wall_seconds: 3600
-      max_new_tokens_per_turn: 8192
-      temperature: 0.0
-      top_p: 1.0
-      workspace_root: "/var/tmp/kernelrl-eval"
-      skill_path: "sandbox/SKILL.md"
-      final_evaluation: true
-      tools {
-        bash_default_timeout_s: 120
-        bash_max_timeout_s: 600
-        output_cap_bytes: 30000
-        read_max_lines: 2000
-        max_file_bytes: 1048576
-        max_background_jobs: 4
-      }
-      isolation { contain: true tmp_bytes: 268435456 data_bytes: 8589934592 file_bytes: 268435456 cpu_seconds: 3600 max_open_files: 1024 }
-    }
-    policy { kind: "scripted" scripted_solutions_dir: "sandbox/solutions" timeout_seconds: 600 max_retries: 2 }
-    sandbox { target: "" health_check: true deadline_seconds: 900 retries: 1 }
-  }
+// `kernelrl eval`'s own fields; its actor starts from the actor's defaults
+// (actor/defaults.h) and changes only what evaluation does differently.
+constexpr char kEvalDefaults[] = R"pb(
   rollouts_per_task: 1
   output_dir: "eval_out"
   plot_script: "tools/cli/eval_plots.py"
@@ -70,6 +47,31 @@ constexpr char kDefaults[] = R"pb(
   sandbox_backend: "auto"
   checkpoint_device: "cpu"
 )pb";
+
+std::string EvalDefaultsText() {
+  v1::EvalConfig config;
+  google::protobuf::TextFormat::ParseFromString(kEvalDefaults, &config);
+  v1::ActorConfig& a = *config.mutable_actor() = actor::ActorDefaults();
+  a.clear_learner_address();  // Evaluation reports to no learner.
+  a.clear_learner();
+  a.set_concurrent_rollouts(4);  // One machine shares its cores with the local sandbox.
+  a.set_tokenizer_path("");
+  v1::RolloutConfig& r = *a.mutable_rollout();
+  r.set_wall_seconds(3600);
+  r.set_temperature(0.0);  // Greedy: a report is reproducible.
+  r.set_workspace_root("/var/tmp/kernelrl-eval");
+  // The scripted policy replays the repository's reference solutions;
+  // --policy picks another.
+  a.clear_policy();
+  a.mutable_policy()->set_kind("scripted");
+  a.mutable_policy()->set_scripted_solutions_dir("sandbox/solutions");
+  a.mutable_policy()->set_timeout_seconds(600);
+  a.mutable_policy()->set_max_retries(2);
+  a.mutable_sandbox()->set_target("");  // "": start a local sandbox worker.
+  std::string text;
+  google::protobuf::TextFormat::PrintToString(config, &text);
+  return text;
+}
 
 // The flags of `kernelrl eval`, each onto fields of kernelrl.v1.EvalConfig.
 void AddFlags(CommandLine& cl) {
@@ -236,7 +238,7 @@ int EvalMain(int argc, char** argv) {
   v1::EvalConfig config;
   CommandLine cl("eval", "Run a policy over a task set; Table-1 report (report.json, report.md, plots).", &config);
   AddFlags(cl);
-  if (std::optional<int> code = cl.Parse(argc, argv, kDefaults)) return *code;
+  if (std::optional<int> code = cl.Parse(argc, argv, EvalDefaultsText())) return *code;
   std::unique_ptr<LocalCluster> local;
   struct StopOnExit {
     std::unique_ptr<LocalCluster>* local;
