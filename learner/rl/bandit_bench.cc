@@ -37,10 +37,9 @@
 // per PPO update: the batch's mean reward beside the explained variance.
 //
 // What the critic can explain. It sees the states before each model token:
-// with --reply=token only the prompt, and the families' mean rewards under the
-// RFT policy are nearly equal, so no critic explains more than a few percent
-// of the reward's variance (the bound is printed as "prompt_ev_bound": the
-// share of the variance that the tasks' mean rewards carry, from the
+// with --reply=token only the prompt, and the tasks' mean rewards under the
+// RFT policy differ little: they carry 0.2-0.3 of the reward's variance, the
+// most any critic explains (printed as "prompt_ev_bound", estimated from the
 // evaluation samples); with --reply=slots the states after the first three
 // slots add some (about 0.25 in all for a uniform policy). --difficulty=D
 // adds a per-task offset (D x -1, 0 or +1; each value on two training tasks
