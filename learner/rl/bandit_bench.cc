@@ -18,6 +18,8 @@
 //                [--eval_samples=256]  (sampled replies per task at each evaluation)
 //                [--value_cap=16] [--min_ev=0.3]  (value pretraining: fresh rollouts of the RFT policy until the
 //                                                  explained variance before an update reaches min_ev, or the cap)
+//                [--difficulty=0]  (a per-task reward offset, see below)
+//                [--critic_trunk=rft|fresh]  (what the critic starts from, see below)
 //
 // The task: a fixed 250-token prompt (the system and user turns), then a
 // family token and a shape token (the task line), then the assistant header.
@@ -31,7 +33,34 @@
 // I(family; first slot) in bits (log2 3 = 1.58 when each family gets its own),
 // and the critic's explained variance on the last PPO batch (before its
 // update). One line per value-pretraining update: its explained variance on
-// the fresh batch, and on the last, what ended it ("ev" or "cap").
+// the fresh batch, and on the last, what ended it ("ev" or "cap"). One line
+// per PPO update: the batch's mean reward beside the explained variance.
+//
+// What the critic can explain. It sees the states before each model token:
+// with --reply=token only the prompt, and the tasks' mean rewards under the
+// RFT policy differ little: they carry 0.2-0.3 of the reward's variance, the
+// most any critic explains (printed as "prompt_ev_bound", estimated from the
+// evaluation samples); with --reply=slots the states after the first three
+// slots add some (about 0.25 in all for a uniform policy). --difficulty=D
+// adds a per-task offset (D x -1, 0 or +1; each value on two training tasks
+// and on one held-out task, mean 0): tasks that differ in how hard they are,
+// as the run's tasks do. An offset per task changes no task's best reply and
+// cancels in the per-task baseline; the critic must learn it.
+//
+// The critic's trunk. In the run the critic starts from the base checkpoint,
+// a pretrained model whose hidden state already tells prompts apart. Here the
+// base is random: at the last prompt position its hidden state barely depends
+// on the two task tokens among 255 shared ones (values equal across tasks to
+// 1e-3), and in 16-80 value updates a fresh critic learns only the batch mean
+// (explained variance 0.000). --critic_trunk=rft (the default) starts the
+// critic from the RFT policy's trunk (embedding, layers, final norm; the value
+// head is the trainer's fresh one), the one model here that reads the prompt;
+// --critic_trunk=fresh keeps the separately seeded random model.
+//
+// Explained variance is printed twice: on each training batch before its
+// update (what the learner reports and value pretraining stops on; 16
+// trajectories, noisy) and as "fresh_ev" on 96 fresh rollouts of the training
+// tasks that nothing trains on.
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Parallel.h>
 #include <ATen/core/grad_mode.h>
@@ -48,6 +77,7 @@
 #include "absl/strings/str_split.h"
 #include "learner/model.h"
 #include "learner/test_util.h"
+#include "learner/rl/gae.h"
 #include "learner/rl/sample.h"
 #include "learner/rl/trainer.h"
 
@@ -78,6 +108,8 @@ double g_min_ev = 0.3;
 int g_groups = 4;
 int g_warmup = 48;
 double g_entropy_coef = 0;
+double g_difficulty = 0;
+bool g_fresh_critic = false;  // --critic_trunk=fresh
 
 int ReplyTokens() { return g_slots ? kSlots : 1; }
 
@@ -101,6 +133,13 @@ struct Task {
   int family, shape;  // shape 0, 1: trained; 2: held out.
   std::string id() const { return std::to_string(family) + "/" + std::to_string(shape); }
 };
+
+// --difficulty: -D, 0 or +D by task; over the training tasks (shapes 0, 1)
+// and over the held-out ones (shape 2) the offsets sum to 0.
+double Offset(const Task& t) { return g_difficulty * ((t.family + t.shape) % 3 - 1); }
+
+// What a reply to the task is paid: its design's verdict plus the task's offset.
+double Paid(const Task& t, const std::vector<int32_t>& reply) { return Reward(t.family, reply) + Offset(t); }
 
 std::vector<int32_t> Prompt(const Task& t) {
   static const std::vector<int32_t> prefix = [] {
@@ -126,7 +165,7 @@ Sample MakeSample(const Task& t, const std::vector<int32_t>& reply, const std::v
     s.ids.push_back(reply[i]), s.loss_mask.push_back(1), s.rollout_logprobs.push_back(logp[i]);
   }
   s.ids.push_back(kImEnd), s.loss_mask.push_back(0), s.rollout_logprobs.push_back(0.f);
-  s.reward = Reward(t.family, reply);
+  s.reward = Paid(t, reply);
   return s;
 }
 
@@ -181,42 +220,67 @@ std::vector<Sample> Rollouts(Transformer& policy, const std::vector<Task>& train
   return batch;
 }
 
+// The critic's explained variance against the return (the reward: gamma 1, outcome reward) over
+// every model token of 96 fresh rollouts of the training tasks (16 per task).
+double FreshEv(Trainer& t, const std::vector<Task>& train, at::Generator& g, int64_t* counter) {
+  const std::vector<Sample> batch = Rollouts(t.policy(), train, 4 * static_cast<int>(train.size()), 4, g, counter);
+  auto values = t.CriticValues(batch);
+  OrDie(values.status());
+  std::vector<float> v, r;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    v.insert(v.end(), (*values)[i].begin(), (*values)[i].end());
+    r.insert(r.end(), (*values)[i].size(), static_cast<float>(batch[i].reward));
+  }
+  return ExplainedVariance(v, r);
+}
+
 struct Eval {
-  double reward = 0, top_rate = 0, mi_bits = 0;
+  double reward = 0, top_rate = 0, mi_bits = 0, prompt_ev_bound = 0;
 };
 
 // Over g_eval_samples sampled replies per task (families weighted equally): mean reward, the rate of
-// reward 3 (faster than compile) and I(family; first slot) in bits (log2 3 = 1.58 at most).
+// verdict 3 (faster than compile), I(family; first slot) in bits (log2 3 = 1.58 at most), and the
+// share of the reward's variance between the tasks' means: the most a value of the prompt alone explains.
 Eval Evaluate(Transformer& policy, const std::vector<Task>& tasks, at::Generator& g) {
   const Replies r = SampleReplies(policy, tasks, g_eval_samples, g);
   Eval e;
   std::map<std::pair<int, int>, double> joint;
   std::map<int, double> fam, slot;
+  std::vector<double> task_mean(tasks.size(), 0.0);
+  double sq = 0;
   const double w = 1.0 / static_cast<double>(r.ids.size());
   for (size_t i = 0; i < r.ids.size(); ++i) {
-    const int f = tasks[i / g_eval_samples].family, s0 = FirstSlot(f, r.ids[i]);
-    const double reward = Reward(f, r.ids[i]);
-    e.reward += reward * w;
-    e.top_rate += (reward == 3) * w;
+    const Task& t = tasks[i / g_eval_samples];
+    const int f = t.family, s0 = FirstSlot(f, r.ids[i]);
+    const double paid = Paid(t, r.ids[i]);
+    e.reward += paid * w, sq += paid * paid * w;
+    task_mean[i / g_eval_samples] += paid / g_eval_samples;
+    e.top_rate += (Reward(f, r.ids[i]) == 3) * w;
     joint[{f, s0}] += w, fam[f] += w, slot[s0] += w;
   }
   for (const auto& [k, p] : joint) e.mi_bits += p * std::log2(p / (fam[k.first] * slot[k.second]));
+  double between = 0;
+  for (double m : task_mean) between += (m - e.reward) * (m - e.reward) / static_cast<double>(tasks.size());
+  const double var = sq - e.reward * e.reward;
+  e.prompt_ev_bound = var > 1e-12 ? between / var : 0;
   return e;
 }
 
 // entropy: the last PPO step's policy entropy per model token (-1 before PPO).
 // m: the last PPO step's metrics (entropy, explained variance, trust-region fractions); empty before PPO.
+// fresh_ev: FreshEv() now (-1 before value pretraining).
 void Print(const char* stage, int update, double lr, Transformer& policy, const std::vector<Task>& train,
-           const std::vector<Task>& heldout, at::Generator& g, StepMetrics m = {}) {
+           const std::vector<Task>& heldout, at::Generator& g, StepMetrics m = {}, double fresh_ev = -1) {
   const Eval tr = Evaluate(policy, train, g), ho = Evaluate(policy, heldout, g);
   auto get = [&](const char* k) { return m.count(k) ? m[k] : -1.0; };
   std::printf(
       "{\"reply\":\"%s\",\"estimator\":\"%s\",\"stage\":\"%s\",\"update\":%d,\"batch\":%d,\"warmup\":%d,\"entropy_coef\":%g,\"actor_lr\":%g,\"train_reward\":%.3f,"
       "\"heldout_reward\":%.3f,\"train_top_rate\":%.3f,\"heldout_top_rate\":%.3f,\"train_mi_bits\":%.3f,"
-      "\"heldout_mi_bits\":%.3f,\"entropy\":%.3f,\"explained_variance\":%.3f,\"clip_frac\":%.3f,\"mask_frac\":%.3f}\n",
+      "\"heldout_mi_bits\":%.3f,\"entropy\":%.3f,\"explained_variance\":%.3f,\"fresh_ev\":%.3f,"
+      "\"prompt_ev_bound\":%.3f,\"difficulty\":%g,\"clip_frac\":%.3f,\"mask_frac\":%.3f}\n",
       g_slots ? "slots" : "token", g_baseline ? "baseline" : "critic", stage, update, 4 * g_groups, g_warmup,
       g_entropy_coef, lr, tr.reward, ho.reward, tr.top_rate, ho.top_rate, tr.mi_bits, ho.mi_bits, get("entropy"),
-      get("explained_variance"), get("clip_frac"), get("mask_frac"));
+      get("explained_variance"), fresh_ev, tr.prompt_ev_bound, g_difficulty, get("clip_frac"), get("mask_frac"));
   std::fflush(stdout);
 }
 
@@ -270,13 +334,23 @@ void Run(double lr, int updates, int every, uint64_t seed) {
     }
   }
   Print("rft", 0, lr, t.policy(), train, heldout, g);
+  if (!g_fresh_critic) {  // The critic's trunk := the RFT policy's; the value head stays the critic's own.
+    at::NoGradGuard no_grad;
+    const std::vector<at::Tensor> from = t.policy().parameters(), to = t.critic()->parameters();
+    for (size_t i = 0; i + 2 < to.size(); ++i) {
+      if (i >= from.size() || !from[i].sizes().equals(to[i].sizes())) OrDie(absl::InternalError("trunk shapes differ"));
+      to[i].detach().copy_(from[i].detach());
+    }
+    t.critic_optimizer()->SyncMasterFromParams();
+  }
   for (int i = 1; i <= g_value_cap; ++i) {
     auto m = t.ValueStep(Rollouts(t.policy(), train, 4, 4, g, &n));
     OrDie(m.status());
     const double ev = (*m)["explained_variance"];  // On the values before this update: a fresh batch.
     const bool done = ev >= g_min_ev || i == g_value_cap;
-    std::printf("{\"estimator\":\"%s\",\"stage\":\"value_pretrain\",\"update\":%d,\"explained_variance\":%.3f%s}\n",
-                g_baseline ? "baseline" : "critic", i, ev,
+    std::printf("{\"estimator\":\"%s\",\"stage\":\"value_pretrain\",\"update\":%d,\"reward_mean\":%.3f,"
+                "\"explained_variance\":%.3f,\"fresh_ev\":%.3f%s}\n",
+                g_baseline ? "baseline" : "critic", i, (*m)["reward_mean"], ev, FreshEv(t, train, g, &n),
                 !done ? "" : ev >= g_min_ev ? ",\"ended_by\":\"ev\"" : ",\"ended_by\":\"cap\"");
     std::fflush(stdout);
     if (done) break;
@@ -285,7 +359,10 @@ void Run(double lr, int updates, int every, uint64_t seed) {
   for (int u = 1; u <= updates; ++u) {
     auto m = t.PpoStep(Rollouts(t.policy(), train, g_groups, 4, g, &n));
     OrDie(m.status());
-    if (u % every == 0 || u == updates) Print("ppo", u, lr, t.policy(), train, heldout, g, *m);
+    std::printf("{\"estimator\":\"%s\",\"stage\":\"ppo_step\",\"update\":%d,\"reward_mean\":%.3f,"
+                "\"explained_variance\":%.3f}\n",
+                g_baseline ? "baseline" : "critic", u, (*m)["reward_mean"], (*m)["explained_variance"]);
+    if (u % every == 0 || u == updates) Print("ppo", u, lr, t.policy(), train, heldout, g, *m, FreshEv(t, train, g, &n));
   }
 }
 
@@ -323,6 +400,11 @@ int main(int argc, char** argv) {
       ok = absl::SimpleAtoi(v, &kernelrl::learner::rl::g_value_cap) && kernelrl::learner::rl::g_value_cap > 0;
     } else if (const std::string v = value("--min_ev="); !v.empty()) {
       ok = absl::SimpleAtod(v, &kernelrl::learner::rl::g_min_ev);
+    } else if (const std::string v = value("--difficulty="); !v.empty()) {
+      ok = absl::SimpleAtod(v, &kernelrl::learner::rl::g_difficulty) && kernelrl::learner::rl::g_difficulty >= 0;
+    } else if (const std::string v = value("--critic_trunk="); !v.empty()) {
+      ok = v == "rft" || v == "fresh";
+      kernelrl::learner::rl::g_fresh_critic = v == "fresh";
     } else if (const std::string v = value("--eval_samples="); !v.empty()) {
       ok = absl::SimpleAtoi(v, &kernelrl::learner::rl::g_eval_samples) && kernelrl::learner::rl::g_eval_samples > 0;
     } else if (const std::string v = value("--seed="); !v.empty()) {
@@ -331,7 +413,7 @@ int main(int argc, char** argv) {
       ok = false;
     }
     if (!ok) {
-      std::fprintf(stderr, "bandit_bench: bad flag %s\nusage: bandit_bench [--reply=token|slots] [--lrs=A,B] [--updates=N] [--every=K] [--seed=S] [--groups=G] [--warmup=W] [--entropy_coef=C] [--estimator=critic|baseline] [--value_cap=N] [--min_ev=X] [--eval_samples=N]\n",
+      std::fprintf(stderr, "bandit_bench: bad flag %s\nusage: bandit_bench [--reply=token|slots] [--lrs=A,B] [--updates=N] [--every=K] [--seed=S] [--groups=G] [--warmup=W] [--entropy_coef=C] [--estimator=critic|baseline] [--value_cap=N] [--min_ev=X] [--difficulty=D] [--critic_trunk=rft|fresh] [--eval_samples=N]\n",
                    a.c_str());
       return 2;
     }
