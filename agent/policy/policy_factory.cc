@@ -18,6 +18,7 @@ EngineerPolicyOptions EngineerOptions(const v1::EngineerConfig& config, const st
   if (config.has_fault_rate()) o.fault_rate = config.fault_rate();
   if (config.has_fp16_rate()) o.fp16_rate = config.fp16_rate();
   if (config.has_revisions()) o.revisions = config.revisions();
+  o.read_lines = config.read_lines();
   return o;
 }
 
