@@ -11,12 +11,9 @@
 // Task metadata: family, ops, shape, split ("train" / "heldout"), split_reason.
 // --device=cpu writes CPU-sized shapes and inputs.device "cpu" (the sandbox's CPU
 // backend, CI); cuda writes H100-sized ones.
-#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <string>
-#include <utility>
-#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -46,16 +43,6 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::string train, heldout, manifest = "id\tsplit\treason\tfamily\tops\tshape\n";
-  // Training lines by family, then by op chain, written interleaved (a family in turn, and in a family
-  // an op chain in turn): a job leases tasks in file order, so a short stage (the CPU run's
-  // 24-trajectory warm-up) sees every family and many op chains, not the file's first family only.
-  using Chains = std::vector<std::pair<std::string, std::vector<std::string>>>;
-  std::vector<std::pair<std::string, Chains>> train_by_family;
-  auto slot = [](auto& v, const std::string& key) -> auto& {
-    auto it = std::find_if(v.begin(), v.end(), [&](const auto& e) { return e.first == key; });
-    if (it == v.end()) it = v.insert(v.end(), {key, {}});
-    return it->second;
-  };
   int n_train = 0, n_heldout = 0;
   for (const data::family::FamilyTask& ft : data::family::MakeTasks(device)) {
     v1::Task t;
@@ -76,34 +63,12 @@ int main(int argc, char** argv) {
     google::protobuf::util::JsonPrintOptions opts;
     opts.preserve_proto_field_names = false;
     if (!google::protobuf::util::MessageToJsonString(t, &line, opts).ok()) return 1;
-    if (ft.held_out) {
-      absl::StrAppend(&heldout, line, "\n");
-    } else {
-      slot(slot(train_by_family, ft.spec.family), md["ops"]).push_back(line + "\n");
-    }
+    absl::StrAppend(ft.held_out ? &heldout : &train, line, "\n");
     ++(ft.held_out ? n_heldout : n_train);
     absl::StrAppend(&manifest, ft.id, "\t", md["split"], "\t", ft.split_reason.empty() ? "-" : ft.split_reason, "\t",
                     ft.spec.family, "\t", md["ops"], "\t", md["shape"], "\n");
     if (!WriteFileAtomically(out + "/" + ft.id + ".py", ft.source).ok()) return 1;
   }
-  // Round-robin over lists: the i-th of each list in turn.
-  auto interleave = [](const std::vector<std::vector<std::string>>& lists) {
-    std::vector<std::string> out;
-    for (size_t i = 0, left = 1; left > 0; ++i) {
-      left = 0;
-      for (const auto& l : lists) {
-        if (i < l.size()) out.push_back(l[i]), ++left;
-      }
-    }
-    return out;
-  };
-  std::vector<std::vector<std::string>> families;
-  for (const auto& [family, chains] : train_by_family) {
-    std::vector<std::vector<std::string>> lists;
-    for (const auto& [ops, lines] : chains) lists.push_back(lines);
-    families.push_back(interleave(lists));
-  }
-  for (const std::string& line : interleave(families)) train += line;
   if (!WriteFileAtomically(out + "/train.jsonl", train).ok() || !WriteFileAtomically(out + "/heldout.jsonl", heldout).ok() ||
       !WriteFileAtomically(out + "/manifest.tsv", manifest).ok()) {
     std::fprintf(stderr, "family_gen: cannot write to %s\n", out.c_str());
