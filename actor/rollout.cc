@@ -73,7 +73,8 @@ absl::StatusOr<RolloutResult> RolloutRunner::Run(const v1::Task& task, const Rol
   ShellSession shell((*ws)->dir(), (*ws)->control_dir(), Siblings(config_.workspace_root(), (*ws)->rollout_dir()),
                      config_.isolation(), static_cast<size_t>(config_.tools().output_cap_bytes()));
   ToolRunner tools(ws->get(), &shell, deps_.evaluator, &task, config_.tools(), options.trajectory_id);
-  agent::TrajectoryBuilder builder(deps_.with_tools, deps_.plain, deps_.tokenizer);
+  agent::TrajectoryBuilder builder(config_.omit_tool_schemas_from_prompt() ? deps_.plain : deps_.with_tools, deps_.plain,
+                                   deps_.tokenizer);
   if (absl::Status s = builder.Start(SystemPrompt(), TaskPrompt(task)); !s.ok()) return s;
 
   std::vector<v1::Verdict> verdicts;

@@ -184,6 +184,34 @@ TEST(RolloutTest, TheTaskLineEndsThePromptAfterTheSkill) {
   EXPECT_TRUE(absl::EndsWith(short_prompt.TaskPrompt(CpuTask()), "Task cpu/relu.\n"));
 }
 
+TEST(RolloutTest, ToolSchemasCanStayOutOfThePromptAndTheToolsStillWork) {
+  FakeEvaluator eval([](const v1::EvaluateRequest&) { return v1::Verdict(); });
+  std::vector<std::string> prompts;
+  const std::string path = "notes-" + std::to_string(std::random_device{}() % 100000) + ".txt";
+  FnPolicy writer([&](const agent::PolicyRequest& r) -> absl::StatusOr<std::string> {
+    prompts.push_back(Kit().tokenizer->Decode(r.prompt_ids));
+    if (r.turn > 0) return std::string();
+    return agent::FormatToolCall("Write", Json::object({{"path", Json(path)}, {"content", Json("x")}}));
+  });
+  for (const bool omit : {false, true}) {
+    prompts.clear();
+    v1::RolloutConfig config = testing::TestRolloutConfig("rollout_schemas");
+    config.set_final_evaluation(false);
+    config.set_omit_tool_schemas_from_prompt(omit);
+    RolloutRunner runner(Deps(&writer, &eval), config, "");
+    auto r = runner.Run(CpuTask(), RolloutOptions{false, "t-schemas", "", 0});
+    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_EQ(prompts.size(), 2u);
+    EXPECT_EQ(absl::StrContains(prompts[0], "<tools>"), !omit) << prompts[0];
+    EXPECT_EQ(absl::StrContains(prompts[0], "\"name\": \"Profile\""), !omit);
+    EXPECT_TRUE(absl::StrContains(prompts[1], "wrote " + path)) << prompts[1];  // The call ran either way.
+    // The token ids are the whole rendering of what the policy saw, whichever system turn it was.
+    EXPECT_EQ(Kit().tokenizer->Decode({r->trajectory.token_ids().begin(), r->trajectory.token_ids().end()})
+                  .find(prompts[1].substr(0, prompts[1].size() - 40)),
+              0u);
+  }
+}
+
 TEST(RolloutTest, BudgetsEndTheRollout) {
   FakeEvaluator eval([](const v1::EvaluateRequest&) { return v1::Verdict(); });
   FnPolicy chatty([](const agent::PolicyRequest&) -> absl::StatusOr<std::string> {

@@ -3,6 +3,8 @@
 // engine over the OpenAI-compatible HTTP API), plus health,
 // diagnostics and /metrics (common/service.h). Configuration:
 // proto/learner_config.proto.
+#include <ATen/Parallel.h>
+
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
 #include "common/service.h"
@@ -55,6 +57,7 @@ int main(int argc, char** argv) {
       argc, argv, "learner", kDefaults, &config, config.mutable_server(),
       [&]() -> absl::StatusOr<std::vector<grpc::Service*>> {
         std::vector<grpc::Service*> services;
+        if (config.cpu_threads() > 0) at::set_num_threads(config.cpu_threads());
         if (config.policy().enabled()) {
           auto e = kernelrl::learner::MakePolicyEngine(config.policy());
           if (!e.ok()) return e.status();

@@ -30,15 +30,20 @@ T0=$SECONDS
 say() { printf '[test %4ds] %s\n' $((SECONDS - T0)) "$*"; }
 
 data/family/family_gen --out="$tmp/family" --device=cpu > /dev/null
+# The CPU run's short episodes (configs/learn/quick_cpu.textproto): no tool schemas in the prompt, the
+# engineer reads model.py's header line and writes one design without faults or revisions.
+CPU_RUN='rollout { omit_skill_from_prompt: true omit_tool_schemas_from_prompt: true }
+  actor { policy { engineer { fault_rate: 0 fp16_rate: 0 revisions: 0 read_lines: 1 } } }'
 tools/codemodel/corpus_gen --tasks="$tmp/family/train.jsonl" --out="$tmp/corpus" --device=cpu --per_task=1 \
-  --vocab_size=1024 --config_text='rollout { omit_skill_from_prompt: true }' > "$tmp/corpus.log" 2>&1 || { cat "$tmp/corpus.log"; exit 1; }
-tools/codemodel/pretrain --corpus_dir="$tmp/corpus" --out="$tmp/model" --steps=2 --batch=2 --warmup_steps=1 \
+  --vocab_size=1024 --config_text="$CPU_RUN" > "$tmp/corpus.log" 2>&1 || { cat "$tmp/corpus.log"; exit 1; }
+tools/codemodel/pretrain --corpus_dir="$tmp/corpus" --out="$tmp/model" --steps=2 --batch=2 --warmup_steps=1 --threads=1 \
   --hidden=64 --layers=2 --heads=4 --kv_heads=2 --intermediate=176 > "$tmp/pretrain.log" 2>&1 || { cat "$tmp/pretrain.log"; exit 1; }
 say "CPU-sized family, engineer corpus and a tiny pre-trained code model made: $(tail -1 "$tmp/pretrain.log")"
 
 BATCH=2
+RFT_EPOCHS=3
 if [ "$ABLATION" = none ]; then
-  STAGES="--job_set=recipe.single_turn_ppo.steps=1 --job_set=recipe.agent_warmup.steps=6 --job_set=recipe.rft.epochs=1 --job_set=recipe.value_pretrain.steps=1 --job_set=recipe.agentic_ppo.steps=2"
+  STAGES="--job_set=recipe.single_turn_ppo.steps=1 --job_set=recipe.agent_warmup.steps=6 --job_set=recipe.rft.epochs=$RFT_EPOCHS --job_set=recipe.rft.lr=5e-3 --job_set=recipe.value_pretrain.steps=1 --job_set=recipe.agentic_ppo.steps=2"
 else
   # Four agentic steps, paused after the first: the update in progress at the pause may still land.
   STAGES="--job_set=recipe.single_turn_ppo.steps=1 --job_set=recipe.agentic_ppo.steps=4"
@@ -46,6 +51,7 @@ fi
 learn() {
   # Short model replies and turns (a CPU samples slowly); the engineer's warm-up keeps its 10 turns.
   timeout 600 tools/cli/kernelrl learn --bin_dir="$PWD" --base_checkpoint="$tmp/model" --family_dir="$tmp/family" \
+    --config_text="$CPU_RUN" --set=learner.cpu_threads=1 \
     --set=rollout.max_new_tokens_per_turn=24 --set=rollout.max_turns=10 --job_set=recipe.agentic_ppo.max_turns=2 \
     --job_set=recipe.value_pretrain.max_turns=2 \
     --backend=cpu --run_dir="$tmp/run" --actors=1 --random_actors=1 --concurrent_rollouts=2 --eval_every=1 \
@@ -79,9 +85,10 @@ fi
 curves=$(ls "$tmp"/run/learner-state/jobs/*/curves/curves.json)
 say "job done; checking $curves"
 
-python3 - "$curves" "$ABLATION" "$BATCH" "$tmp/run/learner.log" "$tmp/family" "$tmp/model" <<'PYEOF'
+python3 - "$curves" "$ABLATION" "$BATCH" "$tmp/run/learner.log" "$tmp/family" "$tmp/model" "$RFT_EPOCHS" <<'PYEOF'
 import json, math, os, sys
 curves, ablation, batch = json.load(open(sys.argv[1])), sys.argv[2], int(sys.argv[3])
+rft_epochs = int(sys.argv[7])
 learner_log = open(sys.argv[4], errors="replace").read()
 out = os.path.dirname(sys.argv[1])
 fail = []
@@ -104,7 +111,13 @@ if ablation == "none":
     if rft:
         kept = int(rft[0]["metrics"].get("stage_trajectories", 0))
         check(kept >= 1 and "sft_loss" in rft[0]["metrics"], f"RFT trained on {kept} kept warm-up trajectories")
-        expect["rft"] = math.ceil(kept / batch)
+        per_epoch = math.ceil(kept / batch)
+        expect["rft"] = rft_epochs * per_epoch
+        # Learning: RFT walks its data in the same order each epoch, so the first batch comes back in the
+        # last epoch; the model has trained on it since, and its loss there must be lower.
+        if len(rft) == expect["rft"]:
+            first, last = rft[0]["metrics"]["sft_loss"], rft[-per_epoch]["metrics"]["sft_loss"]
+            check(last < first, f"RFT learned: SFT loss on its first batch {first:.3f} -> {last:.3f} {rft_epochs - 1} epochs later")
     else:
         check("rft has no trajectories; skipped" in learner_log, "no RFT update: the learner says no warm-up trajectory had R > 0")
 for stage, n in expect.items():

@@ -15,6 +15,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 T0=$SECONDS
+PRETRAIN_STEPS=150
 bash tools/setup.sh
 bazel build //learner:learner_main //sandbox:sandbox_main \
   //actor:actor_main //tools/cli:kernelrl //data/family:family_gen \
@@ -27,14 +28,23 @@ esac
 run=/tmp/kernelrl-run-$(date +%Y%m%d-%H%M%S)
 mkdir -p "$run"
 echo "[run_local] setup and build took $((SECONDS - T0)) s; run directory $run"
+T1=$SECONDS
 "$bin/data/family/family_gen" --out="$run/family" --device=cpu > "$run/family.log" 2>&1 ||
   { cat "$run/family.log"; exit 1; }
-"$bin/tools/codemodel/corpus_gen" --config=configs/learn/family.textproto --tasks="$run/family/train.jsonl" \
+# The corpus with the run's presets: the engineer and the prompts as the warm-up's actors will have them.
+presets="--config=configs/learn/family.textproto --config=configs/learn/quick_cpu.textproto"
+"$bin/tools/codemodel/corpus_gen" $presets --tasks="$run/family/train.jsonl" \
   --out="$run/corpus" --device=cpu --per_task=2 --vocab_size=2048 > "$run/corpus.log" 2>&1 || { cat "$run/corpus.log"; exit 1; }
-"$bin/tools/codemodel/pretrain" --corpus_dir="$run/corpus" --out="$run/assets/model" --steps=20 --batch=4 \
-  --hidden=64 --layers=2 --heads=4 --kv_heads=2 --intermediate=176 > "$run/pretrain.log" 2>&1 ||
-  { cat "$run/pretrain.log"; exit 1; }
-echo "[run_local] a tiny code model (2 layers, hidden 64, 20 SFT steps on the engineer corpus) in $run/assets/model;" \
-  "$(sed -n 's/^family_gen: //p' "$run/family.log")"
-exec "$bin/tools/cli/kernelrl" learn --preset=family --preset=quick_cpu --bin_dir="$bin" \
-  --base_checkpoint="$run/assets/model" --family_dir="$run/family" --run_dir="$run/learn" "$@"
+echo "[run_local] $(sed -n 's/^family_gen: //p' "$run/family.log"); engineer corpus:" \
+  "$(python3 -c 'import json,sys; s=json.load(open(sys.argv[1])); print("%d trajectories, %.0f tokens each (%.0f the model'"'"'s), %d-token BPE" % (s["trajectories"], s["mean_tokens"], s["mean_model_tokens"], s["vocab_size"]))' "$run/corpus/stats.json")"
+echo "[run_local] pre-training the base model (2 layers, hidden 64, $PRETRAIN_STEPS SFT steps of 2 trajectories; log: $run/pretrain.log)"
+"$bin/tools/codemodel/pretrain" --corpus_dir="$run/corpus" --out="$run/assets/model" --steps=$PRETRAIN_STEPS --batch=2 \
+  --lr=1e-2 --warmup_steps=10 --threads=1 --hidden=64 --layers=2 --heads=4 --kv_heads=2 --intermediate=176 \
+  > "$run/pretrain.log" 2>&1 || { cat "$run/pretrain.log"; exit 1; }
+echo "[run_local] base model in $run/assets/model: $(python3 -c 'import json,sys; r=json.loads(open(sys.argv[1]).read().splitlines()[-1]); print("%d parameters, SFT loss %.2f -> %.2f in %.0f s" % (r["parameters"], r["first_loss"], r["last_loss"], r["seconds"]))' "$run/pretrain.log")"
+echo "[run_local] $((SECONDS - T1)) s after the build; now the recipe (kernelrl learn --preset=family --preset=quick_cpu)"
+rc=0
+"$bin/tools/cli/kernelrl" learn --preset=family --preset=quick_cpu --bin_dir="$bin" \
+  --base_checkpoint="$run/assets/model" --family_dir="$run/family" --run_dir="$run/learn" "$@" || rc=$?
+echo "[run_local] $((SECONDS - T1)) s after the build (load average now: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) cores)"
+exit $rc

@@ -152,9 +152,11 @@ absl::StatusOr<std::string> EngineerPolicy::Next(Episode& e, const std::string& 
 
   if (!e.have_task) {
     if (obs.empty()) {
+      Json read_args = Json::object({{"path", Json("model.py")}});
+      if (options_.read_lines > 0) read_args["limit"] = Json(static_cast<int64_t>(options_.read_lines));
       return absl::StrCat(Pick(rng, {"I start by reading the reference model.", "First, the reference: model.py.",
                                      "Let me read model.py to see what the task computes."}),
-                          "\n", FormatToolCall("Read", Json::object({{"path", Json("model.py")}})));
+                          "\n", FormatToolCall("Read", read_args));
     }
     const size_t p = obs.find(fam::kTaskHeader);
     if (p == std::string::npos) return absl::FailedPreconditionError("model.py has no kernelrl-family line");

@@ -2,7 +2,7 @@
 // (agent/family/templates.h). It writes what the code model is to learn to
 // write, as JSON tool calls in its reply text like any model, and reacts to
 // what the tools answer:
-//   turn 0  a sentence, Read model.py
+//   turn 0  a sentence, Read model.py (or only its first lines)
 //   turn 1  the task (read from model.py's kernelrl-family line) and the
 //           design it picks, Write kernels/<family>.cu|.cc (the template
 //           rendered with that design; sometimes with a planted fault: a
@@ -44,6 +44,7 @@ struct EngineerPolicyOptions {
   double fault_rate = 0.35;  // First kernel written with a planted fault.
   double fp16_rate = 0.25;   // First design in fp16 (fails Verify, then fixed).
   int revisions = 2;         // Design changes after the first Profile.
+  int read_lines = 0;        // Read only model.py's first lines, its family header (0: the whole file).
   std::string device = "cuda";  // Kernels for "cuda" (.cu) or "cpu" (.cc).
   int64_t policy_version = 0;   // Reported with every reply.
 };

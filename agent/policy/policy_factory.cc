@@ -12,6 +12,16 @@
 
 namespace kernelrl::agent {
 
+EngineerPolicyOptions EngineerOptions(const v1::EngineerConfig& config, const std::string& device) {
+  EngineerPolicyOptions o;
+  o.device = device;
+  if (config.has_fault_rate()) o.fault_rate = config.fault_rate();
+  if (config.has_fp16_rate()) o.fp16_rate = config.fp16_rate();
+  if (config.has_revisions()) o.revisions = config.revisions();
+  o.read_lines = config.read_lines();
+  return o;
+}
+
 absl::StatusOr<std::unique_ptr<PolicyClient>> MakePolicyClient(const v1::PolicyBackendConfig& config,
                                                                 const Tokenizer* tokenizer,
                                                                 int32_t im_end_id) {
@@ -25,8 +35,7 @@ absl::StatusOr<std::unique_ptr<PolicyClient>> MakePolicyClient(const v1::PolicyB
   // The scripted kernel engineer of the task family (the recipe's warm-up data); "_cpu" writes CPU kernels.
   if (config.kind() == "engineer" || config.kind() == "engineer_cpu") {
     if (tokenizer == nullptr) return absl::InvalidArgumentError("the engineer policy needs the tokenizer");
-    EngineerPolicyOptions o;
-    o.device = config.kind() == "engineer_cpu" ? "cpu" : "cuda";
+    EngineerPolicyOptions o = EngineerOptions(config.engineer(), config.kind() == "engineer_cpu" ? "cpu" : "cuda");
     o.policy_version = config.scripted_policy_version();
     return std::unique_ptr<PolicyClient>(new EngineerPolicy(tokenizer, im_end_id, o, std::random_device{}()));
   }

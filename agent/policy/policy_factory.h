@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
+#include "agent/policy/engineer_policy.h"
 #include "agent/policy/policy.h"
 #include "agent/tokenizer/tokenizer.h"
 #include "proto/actor_config.pb.h"
@@ -18,6 +19,10 @@ namespace kernelrl::agent {
 absl::StatusOr<std::unique_ptr<PolicyClient>> MakePolicyClient(const v1::PolicyBackendConfig& config,
                                                                 const Tokenizer* tokenizer,
                                                                 int32_t im_end_id);
+
+// The scripted engineer's options: its defaults, with the fields `config` sets
+// (the warm-up actors' and corpus_gen's one source), writing kernels for `device`.
+EngineerPolicyOptions EngineerOptions(const v1::EngineerConfig& config, const std::string& device);
 
 }  // namespace kernelrl::agent
 

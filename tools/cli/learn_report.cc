@@ -146,6 +146,10 @@ std::string LearnReport(const LearnRun& run) {
     row("best-of-k geomean x compile", [](const Json& e) {
       return absl::StrFormat("%.2fx", Num(&e, "geomean_speedup_vs_compile"));
     });
+    // What each column measures, so the report says which stage taught what.
+    absl::StrAppend(&out, "             (before: the base checkpoint",
+                    cols.size() == 3 ? "; PPO start: what the stages before agentic PPO taught it" : "",
+                    "; after: the job's last policy)\n");
     if (o.backend() == "cpu") {
       absl::StrAppend(&out, "             (CPU sandbox: no eager / torch.compile baselines, so no speed-ups;\n"
                             "              a correct kernel earns 1, a wrong one -1)\n");

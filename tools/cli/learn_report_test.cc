@@ -67,6 +67,7 @@ TEST(LearnReport, BeforeAfterFromTheFirstAndLastEvaluation) {
   EXPECT_NE(report.find(absl::StrFormat("%.2f +- 0.10", r0)), std::string::npos) << report;
   EXPECT_NE(report.find(absl::StrFormat("%.2f +- 0.10", r1)), std::string::npos) << report;
   EXPECT_NE(report.find("before (v0)"), std::string::npos) << report;
+  EXPECT_NE(report.find("(before: the base checkpoint; after: the job's last policy)"), std::string::npos) << report;
   EXPECT_EQ(report.find("PPO start"), std::string::npos) << report;  // No agentic evaluation in between.
   EXPECT_NE(report.find("geomean x compile (final)"), std::string::npos) << report;
   EXPECT_NE(report.find("best-of-k > compile"), std::string::npos) << report;

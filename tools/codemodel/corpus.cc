@@ -159,7 +159,7 @@ v1::Verdict DesignEvaluator::Evaluate(const v1::EvaluateRequest& request) {
   return v;
 }
 
-Json CorpusRecord(const v1::Trajectory& t, const std::string& family) {
+Json CorpusRecord(const v1::Trajectory& t, const std::string& family, bool tools_announced) {
   Json messages = Json::array();
   for (const v1::Turn& turn : t.turns()) {
     const char* role = turn.role() == v1::Turn::SYSTEM      ? "system"
@@ -171,6 +171,7 @@ Json CorpusRecord(const v1::Trajectory& t, const std::string& family) {
   return Json::object({{"task_id", Json(t.task_id())},
                        {"family", Json(family)},
                        {"reward", Json(t.reward())},
+                       {"tools_announced", Json(tools_announced)},
                        {"messages", std::move(messages)}});
 }
 
@@ -216,7 +217,7 @@ absl::StatusOr<Corpus> MakeCorpus(const std::vector<v1::Task>& tasks, int per_ta
         return absl::InternalError(absl::StrCat(task.id(), ": the scripted episode ended with ",
                                                 r->trajectory.stats().stop_reason(), " ", r->error));
       }
-      c.records.push_back(CorpusRecord(r->trajectory, family->family));
+      c.records.push_back(CorpusRecord(r->trajectory, family->family, !rc.omit_tool_schemas_from_prompt()));
       c.trajectories.push_back(r->trajectory);
       for (const auto& [name, n] : r->tool_calls) c.tool_calls[name] += n;
       for (const auto& [name, n] : r->tool_errors) c.failed_evaluations += name == "Compile" || name == "Verify" ? n : 0;

@@ -64,8 +64,9 @@ class DesignEvaluator final : public actor::EvaluationClient {
 // ({rows, cols} or {M, K, N}); the same for both devices.
 double ModelledSpeedup(const agent::family::TaskSpec& spec, const agent::family::Choice& choice, const std::vector<int64_t>& shape);
 
-// One corpus line: {"task_id", "family", "reward", "messages": [{"role", "content"}...]}.
-Json CorpusRecord(const v1::Trajectory& trajectory, const std::string& family);
+// One corpus line: {"task_id", "family", "reward", "tools_announced", "messages": [{"role", "content"}...]};
+// tools_announced: the system turn announced the tool schemas (RolloutConfig.omit_tool_schemas_from_prompt off).
+Json CorpusRecord(const v1::Trajectory& trajectory, const std::string& family, bool tools_announced);
 
 // The corpus of `tasks` (per_task episodes each) through the actor's rollout
 // loop with `rollout`'s prompts (its turn and token limits are lifted; the

@@ -4,8 +4,10 @@
 //              [--per_task=8] [--seed=1] [--device=cuda|cpu] [--vocab_size=4096]
 //
 // The config is the run's kernelrl.v1.LearnConfig preset: its `rollout` (system
-// prompt, SKILL.md in the prompt or not) and `skill_text` are the ones the
-// actors will use, so the corpus's prompts are the run's. Only tasks whose
+// prompt, SKILL.md and the tool schemas in the prompt or not) and `skill_text`
+// are the ones the actors will use, so the corpus's prompts are the run's, and
+// the engineer plays as its `actor.policy.engineer` says (planted faults, fp16
+// first designs, revisions), as the warm-up's engineer actors do. Only tasks whose
 // metadata says split "train" are used: held-out tasks never enter the corpus.
 //
 //   DIR/corpus.jsonl   one trajectory a line (CorpusRecord)
@@ -21,7 +23,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "agent/chat/chat_format.h"
-#include "agent/chat/tools.h"
+#include "agent/policy/policy_factory.h"
 #include "agent/tokenizer/bpe_trainer.h"
 #include "common/config.h"
 #include "common/file.h"
@@ -37,9 +39,6 @@ ABSL_FLAG(int, per_task, 8, "trajectories per training task");
 ABSL_FLAG(uint64_t, seed, 1, "seed of the designs, faults and phrasings");
 ABSL_FLAG(std::string, device, "cuda", "kernels for cuda (.cu) or cpu (.cc)");
 ABSL_FLAG(int, vocab_size, 4096, "BPE vocabulary (bytes + merges; 0 = no tokenizer)");
-ABSL_FLAG(double, fault_rate, 0.35, "first kernels written with a planted compile fault");
-ABSL_FLAG(double, fp16_rate, 0.25, "first designs in fp16 (a wrong answer, then fixed)");
-ABSL_FLAG(int, revisions, 2, "design changes after the first Profile");
 
 namespace kernelrl::codemodel {
 namespace {
@@ -67,11 +66,8 @@ absl::Status Run(const v1::LearnConfig& config) {
   if (!tasks.ok()) return tasks.status();
   std::filesystem::create_directories(out + "/ws");
 
-  agent::EngineerPolicyOptions o;
-  o.fault_rate = absl::GetFlag(FLAGS_fault_rate);
-  o.fp16_rate = absl::GetFlag(FLAGS_fp16_rate);
-  o.revisions = absl::GetFlag(FLAGS_revisions);
-  o.device = absl::GetFlag(FLAGS_device);
+  // The engineer plays as the warm-up's engineer actors will (the preset's actor.policy.engineer).
+  const agent::EngineerPolicyOptions o = agent::EngineerOptions(config.actor().policy().engineer(), absl::GetFlag(FLAGS_device));
   auto corpus = MakeCorpus(*tasks, absl::GetFlag(FLAGS_per_task), config.rollout(), config.skill_text(), o,
                            absl::GetFlag(FLAGS_seed), out + "/ws");
   if (!corpus.ok()) return corpus.status();
@@ -88,10 +84,10 @@ absl::Status Run(const v1::LearnConfig& config) {
   for (const auto& [name, c] : corpus->tool_calls) by_tool[name] = Json(c);
   stats["tool_calls"] = std::move(by_tool);
   if (const int vocab = absl::GetFlag(FLAGS_vocab_size); vocab > 0) {
-    // Trained on the rendered chats (tool schemas, headers and all): what the model reads.
+    // Trained on the rendered chats (headers, tool schemas where announced): what the model reads.
     auto bootstrap = agent::Tokenizer::FromJson(*agent::TrainBpe({}, agent::BpeTrainerOptions{256, 2}));
     if (!bootstrap.ok()) return bootstrap.status();
-    auto byte_fmt = agent::ChatFormat::Create(bootstrap->get(), agent::ToolSchemas());
+    auto byte_fmt = RecordFormats::Create(bootstrap->get());
     if (!byte_fmt.ok()) return byte_fmt.status();
     std::vector<std::string> documents;
     for (const Json& r : corpus->records) {
@@ -104,7 +100,7 @@ absl::Status Run(const v1::LearnConfig& config) {
     if (auto s = WriteFileAtomically(out + "/tokenizer.json", *json); !s.ok()) return s;
     auto trained = agent::Tokenizer::FromJson(*json);
     if (!trained.ok()) return trained.status();
-    auto fmt = agent::ChatFormat::Create(trained->get(), agent::ToolSchemas());
+    auto fmt = RecordFormats::Create(trained->get());
     if (!fmt.ok()) return fmt.status();
     int64_t model_tokens = 0, tokens = 0;
     for (const Json& rec : corpus->records) {

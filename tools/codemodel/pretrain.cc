@@ -8,7 +8,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "agent/chat/chat_format.h"
-#include "agent/chat/tools.h"
 #include "agent/tokenizer/tokenizer.h"
 #include "common/file.h"
 #include "common/json.h"
@@ -22,7 +21,7 @@ namespace kernelrl::codemodel {
 absl::StatusOr<PretrainResult> Pretrain(const PretrainOptions& o) {
   auto tok = agent::Tokenizer::Load(o.corpus_dir + "/tokenizer.json");
   if (!tok.ok()) return tok.status();
-  auto fmt = agent::ChatFormat::Create(tok->get(), agent::ToolSchemas());
+  auto fmt = RecordFormats::Create(tok->get());
   if (!fmt.ok()) return fmt.status();
   auto text = ReadFileToString(o.corpus_dir + "/corpus.jsonl");
   if (!text.ok()) return text.status();

@@ -1,9 +1,11 @@
 // pretrain: the code model from scratch on corpus_gen's corpus (tools/codemodel/pretrain.h).
 //
 //   pretrain --corpus_dir=DIR --out=CKPT [--device=cpu|cuda] [--steps=200 --batch=8 --lr=1e-3]
-//            [--hidden=256 --layers=4 --heads=4 --kv_heads=2 --intermediate=704]
+//            [--hidden=256 --layers=4 --heads=4 --kv_heads=2 --intermediate=704] [--threads=N]
 //
 // Prints one JSON line: parameters, samples, first and last loss, the weights' SHA-256.
+#include <ATen/Parallel.h>
+
 #include <cstdio>
 
 #include "absl/flags/flag.h"
@@ -25,6 +27,7 @@ ABSL_FLAG(int64_t, heads, 4, "attention heads");
 ABSL_FLAG(int64_t, kv_heads, 2, "key/value heads");
 ABSL_FLAG(int64_t, intermediate, 704, "MLP width");
 ABSL_FLAG(uint64_t, seed, 1, "weights and batches");
+ABSL_FLAG(int, threads, 0, "CPU intra-op threads (0 = LibTorch's default, one per core; 1 on a shared CPU)");
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
@@ -46,6 +49,7 @@ int main(int argc, char** argv) {
   o.kv_heads = absl::GetFlag(FLAGS_kv_heads);
   o.intermediate = absl::GetFlag(FLAGS_intermediate);
   o.seed = absl::GetFlag(FLAGS_seed);
+  if (const int t = absl::GetFlag(FLAGS_threads); t > 0) at::set_num_threads(t);
   auto r = kernelrl::codemodel::Pretrain(o);
   if (!r.ok()) {
     std::fprintf(stderr, "pretrain: %s\n", r.status().ToString().c_str());

@@ -48,7 +48,7 @@ TEST(PretrainTest, LossFallsAndTheCheckpointLoads) {
   // The tokenizer on the rendered records, as corpus_gen trains it.
   auto bytes = agent::Tokenizer::FromJson(*agent::TrainBpe({}, {256, 2}));
   ASSERT_TRUE(bytes.ok());
-  auto fmt = agent::ChatFormat::Create(bytes->get(), agent::ToolSchemas());
+  auto fmt = RecordFormats::Create(bytes->get());
   ASSERT_TRUE(fmt.ok());
   std::vector<std::string> docs;
   for (const Json& r : corpus->records) docs.push_back(*RenderedText(r, *fmt));

@@ -1,8 +1,17 @@
 #include "tools/codemodel/render.h"
 
 #include "absl/strings/str_cat.h"
+#include "agent/chat/tools.h"
 
 namespace kernelrl::codemodel {
+
+absl::StatusOr<RecordFormats> RecordFormats::Create(const agent::Tokenizer* tokenizer) {
+  auto with_tools = agent::ChatFormat::Create(tokenizer, agent::ToolSchemas());
+  if (!with_tools.ok()) return with_tools.status();
+  auto plain = agent::ChatFormat::Create(tokenizer, Json::array());
+  if (!plain.ok()) return plain.status();
+  return RecordFormats{*std::move(with_tools), *std::move(plain)};
+}
 
 absl::StatusOr<std::vector<agent::ChatTurn>> RecordTurns(const Json& record) {
   const Json* messages = FindJson(record, "messages");
@@ -30,14 +39,16 @@ absl::StatusOr<std::vector<agent::ChatTurn>> RecordTurns(const Json& record) {
   return turns;
 }
 
-absl::StatusOr<agent::RenderedChat> RenderRecord(const Json& record, const agent::ChatFormat& format) {
+absl::StatusOr<agent::RenderedChat> RenderRecord(const Json& record, const RecordFormats& formats) {
   auto turns = RecordTurns(record);
   if (!turns.ok()) return turns.status();
-  return format.Render(*turns, /*add_generation_prompt=*/false);
+  const Json* announced = FindJson(record, "tools_announced");
+  const bool with_tools = announced == nullptr || !announced->is_boolean() || announced->get<bool>();
+  return (with_tools ? formats.with_tools : formats.plain).Render(*turns, /*add_generation_prompt=*/false);
 }
 
-absl::StatusOr<std::string> RenderedText(const Json& record, const agent::ChatFormat& format) {
-  auto r = RenderRecord(record, format);
+absl::StatusOr<std::string> RenderedText(const Json& record, const RecordFormats& formats) {
+  auto r = RenderRecord(record, formats);
   if (!r.ok()) return r.status();
   return std::move(r->text);
 }
