@@ -231,6 +231,10 @@ def run(job, cont, to_ref, from_ref, xsock=-1):
             send({"type": "result", "id": msg.get("id"), "outputs": metas, "sample": sample,
                   "flags": sorted(flags), "detail": "; ".join(detail),
                   "graph": "replayed" if replay is not None else graph_blocks.off_reason})
+            # The loop variables above hold the last outputs too: drop them with
+            # the rest, so what the candidate attached to its outputs (a
+            # finalizer) runs now, after this block's snapshot, not during the next block.
+            flat = o = None
             del outs, rows
             if policing and (guards.thread_count() > threads_base + allowance or threads.attempts):
                 flags.add("threads_spawned")
