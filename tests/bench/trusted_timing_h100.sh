@@ -44,7 +44,7 @@ WORKER="--set=backend=cuda --set=python=$PY --set=harness_dir=$PWD/sandbox/harne
 SIZES_ALL="relu_10us:relu_10us.py:sandbox/solutions/level1/19_ReLU
 relu_100us:relu_100us.py:sandbox/solutions/level1/19_ReLU
 relu_1ms:relu_1ms.py:sandbox/solutions/level1/19_ReLU
-matmul_10ms:matmul_10ms.py:sandbox/testdata/gpu_solutions/matmul_cublas"
+matmul_3ms:matmul_tiled_3ms.py:sandbox/testdata/gpu_solutions/matmul_tiled"
 TASKS=/tmp/kr_sizes/level1; rm -rf /tmp/kr_sizes; mkdir -p $TASKS
 SUITE=$OUT/suite.txt; : > "$SUITE"
 for row in $SIZES_ALL; do
