@@ -286,7 +286,7 @@ def run_profile(job, task_module, model, driver, sets, backend, result):
     graph = {"on": device == "cuda" and driver.ex.kind == "gpu" and 0 < est < cfg.graph_below_us
              and not job.get("release_each_call"),
              "capacity": _capacity(cfg, driver.ex.layout, file_bytes, cfg.max_graph_forwards),
-             "forwards": forwards, "sized": False, "note": ""}
+             "forwards": forwards}
     run["graph_note"] = ""
 
     def one_block(timed, as_graph=False):
