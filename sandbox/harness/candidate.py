@@ -7,11 +7,11 @@ any byte), so nothing here decides anything: it answers
 
 with one identical code path for every call (verify, warm-up, timed and
 re-checked calls look the same from here): view the inputs the reference
-process wrote into memory it owns, open the timing window, run
-ModelNew.forward under the guards, close the window after a device-wide sync,
-write the outputs where the call says, sync, reply with the outputs' metadata
-and the in-process timing figures (evidence the trusted side bounds with its
-own clock). Which calls exist, their inputs, which are timed or re-checked,
+process writes into memory it owns (after its clock starts), open the timing
+window, run ModelNew.forward under the guards, close the window after a
+device-wide sync, say where the outputs are (the reference copies them
+itself: wire.py), reply with the in-process timing figures (evidence the
+trusted side bounds with its own clock). Which calls exist, their inputs, which are timed or re-checked,
 how many there are and when to stop are decided by the reference process
 (sandbox/harness/reference.py), which never tells.
 
@@ -168,6 +168,7 @@ def run(job, cont, to_ref, from_ref, xsock=-1):
             # Before the reference's clock: map the area, view this block's
             # rows (poison until the reference writes them after its clock
             # starts), open the recorder's window, say "armed".
+            exchange.release_held()  # the reference is done with the last block's outputs
             exchange.accept(msg.get("exchange"))
             rows = [exchange.inputs(k, descs) for k, descs in enumerate(msg.get("forwards") or [])]
             to_device = exchange.needs_device_copy()
@@ -178,18 +179,20 @@ def run(job, cont, to_ref, from_ref, xsock=-1):
             if msg.get("graph") and device == "cuda" and not to_device:
                 replay, still_active = graph_blocks.get(exchange, msg.get("forwards"), model, rows, guard)
             timer.open()  # on CUDA it also runs a little work here: the GPU is on this context when the clock starts
-            send({"type": "armed", "id": msg.get("id")})
+            armed = {"type": "armed", "id": msg.get("id")}
+            if replay is not None:  # where the replay leaves its outputs is known now: the reference plans its copy
+                armed.update(outputs=replay.metas, segments=replay.segments)
+            send(armed)
             go = reader.read()
             if go is None or go.get("type") != "go":
                 break
             # ---- inside the reference's clock ----
             t0 = timer.start()
-            exchange.unscramble(len(rows), int(go.get("key") or 0))
             if to_device:
                 rows = [[x.to(device) if isinstance(x, torch.Tensor) else x for x in xs] for xs in rows]
             if replay is not None:
-                replay.graph.replay()  # the forwards and the hand-over, as captured
-                outs, metas = replay.outs, replay.metas
+                replay.graph.replay()  # the block's forwards, as captured
+                outs, done = replay.outs, {}
             else:
                 outs = []
                 with torch.no_grad():
@@ -205,11 +208,13 @@ def run(job, cont, to_ref, from_ref, xsock=-1):
                             guards.clear_dispatch_modes()
                 if device == "cuda":
                     # Every forward's work is done, whatever stream it ran on,
-                    # before its outputs are handed over (still inside the clock).
+                    # before the reference reads the outputs (still inside the clock).
                     torch.cuda.synchronize()
-                metas = [wire.export_outputs(flat, k, exchange) for k, flat in enumerate(outs)]
-            timer.stop(t0)  # device-wide sync: the outputs are in the reference's area
-            protocol.send(to_ref, {"type": "done", "id": msg.get("id")})
+                segments = wire.Segments()
+                done = {"outputs": [wire.export_outputs(flat, k, exchange, segments) for k, flat in enumerate(outs)],
+                        "segments": segments.handles}
+            timer.stop(t0)  # device-wide sync: the outputs are where "done" says
+            protocol.send(to_ref, {"type": "done", "id": msg.get("id"), **done})
             # ---- after the reference's clock: evidence and checks ----
             sample = timer.close(len(rows))
             clock.mark("forward")
@@ -228,12 +233,12 @@ def run(job, cont, to_ref, from_ref, xsock=-1):
                         lo, hi = storage_range(o)
                         if any(lo < b and a < hi for a, b in ranges):
                             flags.add("output_aliases_input")
-            send({"type": "result", "id": msg.get("id"), "outputs": metas, "sample": sample,
+            send({"type": "result", "id": msg.get("id"), "sample": sample,
                   "flags": sorted(flags), "detail": "; ".join(detail),
                   "graph": "replayed" if replay is not None else graph_blocks.off_reason})
-            # The loop variables above hold the last outputs too: drop them with
-            # the rest, so what the candidate attached to its outputs (a
-            # finalizer) runs now, after this block's snapshot, not during the next block.
+            # The exchange keeps the outputs until the next call (the reference
+            # re-reads and poisons them after this block); the loop variables
+            # must not keep them into the next block's clock.
             flat = o = None
             del outs, rows
             if policing and (guards.thread_count() > threads_base + allowance or threads.attempts):

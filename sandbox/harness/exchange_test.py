@@ -1,9 +1,10 @@
 """The block exchange on CPU (CI has no GPU): the layout of rows and slots,
 inputs invisible until the reference writes them inside its clock, the
-executor's views and output writes, the reference's snapshot, the trusted
-after-checks (inputs written, outputs changed after the snapshot), poison,
-and the precision policies (precision.py). The GPU kind of the exchange
-(device memory over an fd) is verify_cuda_test.py's.
+executor's views and output writes, where the reference reads each output,
+its snapshot, the trusted after-checks (inputs written, outputs changed after
+the snapshot), poison, and the precision policies (precision.py). The GPU
+kind (device memory over an fd, outputs read from the executor's exported
+segments) is verify_cuda_test.py's.
 
     python3 exchange_test.py"""
 import os
@@ -50,50 +51,58 @@ def exchange_checks(g):
     staging = ref.stage([xs for xs in rows])
     check(bool(torch.isnan(views[0][0]).all()) and bool(torch.isnan(views[1][0]).all()),
           "staged inputs are not visible to the executor before they are written")
-    ref.write_inputs(staging)
-    key = int.from_bytes(os.urandom(8), "little")
-    ref.scramble(2, key)
-    check(not any(torch.allclose(v[0], xs[0], equal_nan=True) for v, xs in zip(views, rows)),
-          "written before the clock, the inputs are scrambled: unreadable without the key")
-    wrong = wire.CandidateExchange(-1, d, "cpu")
-    wrong.accept(ref.offer())
-    wrong.unscramble(2, key ^ 1)
-    check(not torch.allclose(views[0][0], rows[0][0], equal_nan=True), "another key does not reveal them")
-    wrong.unscramble(2, key ^ 1)  # undo
-    cand.unscramble(2, key)
+    ref.write_inputs(staging)  # inside the reference's clock
     check(torch.equal(views[0][0], rows[0][0]) and torch.equal(views[1][0], rows[1][0]) and views[0][1] == 3,
-          "with the key (sent at the clock's start) each row's views hold its own inputs")
+          "once written (after the clock starts) each row's views hold its own inputs")
 
-    # The executor writes both rows' outputs; the reference's snapshot has them.
-    metas = [wire.export_outputs(o, k, cand) for k, o in enumerate(outs)]
-    check([m.get("slot") for m in metas[0]] == [0, None, 2], f"outputs went to their slots: {metas[0]}")
-    snap = ref.snapshot(2)
+    # The executor says where both rows' outputs are (on this exchange: their
+    # slots, after its own copy); the reference's snapshot has them.
+    segments = wire.Segments()
+    metas = [wire.export_outputs(o, k, cand, segments) for k, o in enumerate(outs)]
+    check([m.get("slot") for m in metas[0]] == [0, None, 2] and not segments.handles,
+          f"outputs went to their slots: {metas[0]}")
+    shot = ref.snapshot_for(2)
+    ref.locate(shot, metas, segments.handles)
+    ref.take(shot)
     for k in range(2):
-        got = ref.output(snap, k, 0, 15, torch.float32)
+        got = ref.output(shot, k, 0, 15, torch.float32)
         check(reference.compare(outs[k][0], metas[k][0], got, 1e-2, 1e-2) is None, f"row {k} output 0 matches")
-        got2 = ref.output(snap, k, 2, 100, torch.int64)
+        got2 = ref.output(shot, k, 2, 100, torch.int64)
         check(reference.compare(outs[k][2], metas[k][2], got2, 0, 0) is None, f"row {k} output 2 matches exactly")
-    check(not ref.inputs_changed(staging) and not ref.outputs_changed(snap), "nothing changed after the block")
+    check(not ref.inputs_changed(staging) and not ref.outputs_changed(shot), "nothing changed after the block")
+
+    # An output said to lie in a segment of the executor's memory cannot be
+    # read from a file exchange; one said to be nowhere is not read at all.
+    odd = ref.snapshot_for(2)
+    ref.locate(odd, [[{**metas[0][0], "slot": None, "segment": 0, "offset": 0}, metas[0][1], {}], metas[1]],
+               ["00" * 64])
+    ref.take(odd)
+    check("not on the GPU" in odd.errors.get((0, 0), ""), f"a segment on a file exchange is refused: {odd.errors}")
+    check(ref.output(odd, 0, 2, 100, torch.int64) is None and ref.output(odd, 1, 2, 100, torch.int64) is not None,
+          "an output not located is not read")
 
     # The trusted after-checks: a write to the inputs, a write after "done".
     views[1][0].add_(1)
     check(ref.inputs_changed(staging), "an input write is seen by the reference")
     cand.put(0, 0, outs[0][0] * 2)
-    check(ref.outputs_changed(snap), "an output written after the snapshot is seen (deferred work)")
-    wrong = ref.output(snap, 0, 0, 15, torch.float32)
+    check(ref.outputs_changed(shot), "an output written after the snapshot is seen (deferred work)")
+    wrong = ref.output(shot, 0, 0, 15, torch.float32)
     check(reference.compare(outs[0][0], metas[0][0], wrong, 1e-2, 1e-2) is None,
           "the snapshot keeps what was there at 'done'")
 
     # Poison: nothing outlives its block; an unwritten slot fails as NaN.
-    ref.poison(2)
+    ref.poison(2, shot)
     check(bool((ref.u8 == 0xFF).all()), "both areas back to poison")
-    why = reference.compare(outs[0][0], metas[0][0], ref.output(ref.snapshot(2), 0, 0, 15, torch.float32), 1e-2, 1e-2)
+    again = ref.snapshot_for(2)
+    ref.locate(again, metas, [])
+    ref.take(again)
+    why = reference.compare(outs[0][0], metas[0][0], ref.output(again, 0, 0, 15, torch.float32), 1e-2, 1e-2)
     check(why is not None and "NaN" in why, f"an unwritten slot fails as NaN: {why}")
-    bad = wire.export_outputs([torch.randn(4, 5), 7, outs[0][2]], 0, cand)
-    check("slot" not in bad[0], "an output of another size gets no slot")
+    bad = wire.export_outputs([torch.randn(4, 5), 7, outs[0][2]], 0, cand, wire.Segments())
+    check("slot" not in bad[0] and "segment" not in bad[0], "an output of another size is not located")
     check("shape" in reference.compare(outs[0][0], bad[0], None, 1e-2, 1e-2), "and fails on its shape first")
-    check(reference.compare(outs[0][0], {**metas[0][0], "slot": None}, None, 1e-2, 1e-2)
-          == "output not written to its exchange slot", "a tensor not handed over fails")
+    check(reference.compare(outs[0][0], metas[0][0], None, 1e-2, 1e-2).startswith("output not handed over"),
+          "a tensor not handed over fails")
 
     # Many small tensors: staged in our memory, copied in at once; the same checks hold.
     many = [[torch.randn(4, 6, generator=g), 3] for _ in range(wire.STAGE_ABOVE_TENSORS + 2)]

@@ -1,9 +1,11 @@
-"""The executor's graph-replayed blocks: a block's forwards (and the hand-over
-of their outputs into the exchange) captured once as one CUDA graph, before
-the reference's clock, on the block's own input rows (scrambled then: the
-capture reads no values), and replayed inside the clock. The replay has no
-per-forward host cost (Python, the op guard, launches), so the trusted figure
-of a small kernel is its device time.
+"""The executor's graph-replayed blocks: a block's forwards captured once as
+one CUDA graph, before the reference's clock, on the block's own input rows
+(poison then: the capture reads no values), and replayed inside the clock.
+The replay has no per-forward host cost (Python, the op guard, launches), so
+the trusted figure of a small kernel is its device time. The replay writes
+its outputs into the same memory each time; where that is (the exported
+segments) is told to the reference before the clock, so its copy is planned
+there too.
 
 Nothing here is trusted: the reference asks for graph blocks, compares every
 replayed forward's outputs with its own, and pays graph figures only against
@@ -24,8 +26,8 @@ CUDA_STREAM_PER_THREAD = 2  # cudaStreamPerThread: the executor's stream (candid
 
 
 class Captured:
-    def __init__(self, key, graph, outs, metas):
-        self.key, self.graph, self.outs, self.metas = key, graph, outs, metas
+    def __init__(self, key, graph, outs, metas, segments):
+        self.key, self.graph, self.outs, self.metas, self.segments = key, graph, outs, metas, segments
 
 
 class GraphBlocks:
@@ -62,7 +64,6 @@ class GraphBlocks:
                         guard.__exit__(None, None, None)
                     else:
                         guards.clear_dispatch_modes()
-                metas = [wire.export_outputs(flat, i, exchange) for i, flat in enumerate(outs)]
         except guards.TorchOpForbidden:
             raise  # a verdict, as in an eager block
         except Exception as e:  # noqa: BLE001 - capture is optional: eager blocks remain
@@ -70,7 +71,15 @@ class GraphBlocks:
             del g
             _clear_launch_error()
             return None, active
-        self.entry = Captured(k, g, outs, metas)
+        segments = wire.Segments()
+        metas = [wire.export_outputs(flat, i, exchange, segments) for i, flat in enumerate(outs)]
+        if any(isinstance(o, torch.Tensor) and not o.is_contiguous() for flat in outs for o in flat) \
+                or any("slot" in m for ms in metas for m in ms):
+            # The reference must read what each replay writes, where it writes it.
+            self.off_reason = "outputs not readable where the replay writes them: " + (exchange.ipc_error or
+                                                                                         "a non-contiguous output")
+            return None, active
+        self.entry = Captured(k, g, outs, metas, segments.handles)
         return self.entry, active
 
 

@@ -6,19 +6,20 @@ draws the secret seeds itself (after the fork: no other process ever holds
 them), builds every input set, runs the frozen Model (and its float64 copy:
 precision.py) for the expected outputs, and drives blocks:
 
-    before the clock   stage the block's inputs in our own memory; send the
-                       call (layout only); the executor views its rows and
-                       answers "armed"; flush the L2 from here
+    before the clock   stage the block's inputs in our own memory; flush the
+                       L2; send the call (layout only); the executor views
+                       its rows (poison until t0) and answers "armed"
     the clock          t0; one copy of the staged inputs into the exchange;
-                       "go"; ... the executor runs its forwards, writes the
-                       outputs, syncs, says "done"; we copy the output area
-                       into our own memory (the snapshot); t1
+                       "go"; ... the executor runs its forwards, syncs, says
+                       "done" and where each output is; we copy them from
+                       there into our own memory (the snapshot); t1
     after the clock    compare every forward's outputs (snapshot) with the
                        expected ones; check the inputs were not written and
                        the outputs did not change after the snapshot; poison
 
-The trusted figure of a block is (t1 - t0) / forwards, less the least time
-the copies it contains can take at the device's peak bandwidth. Verify sets
+Both copies inside the clock are ours, so the candidate cannot skip, defer
+or fuse them; the trusted figure of a block is (t1 - t0) / forwards, less the
+least time those copies can take at the device's peak bandwidth. Verify sets
 are blocks of one forward; the profile phase (profiling.run_profile) runs
 blocks of several on fresh inputs, every one compared. The result is the
 correctness half of the verdict and the measurement the worker judges."""
@@ -57,8 +58,8 @@ def compare(ref, meta, got, atol, rtol, chunk=1 << 28):
         return f"shape {meta.get('shape')}, expected {list(ref.shape)}"
     if ref.numel() == 0:
         return None
-    if meta.get("slot") is None:
-        return "output not written to its exchange slot"
+    if got is None:
+        return "output not handed over: no segment or slot the reference could read"
     flat_ref = ref.reshape(-1)
     floating = ref.is_floating_point() or ref.is_complex()
     # Chunk by chunk: a 6.4 GB output compared whole with torch ops needs ~5
@@ -163,7 +164,7 @@ class Driver:
         self.prepare = prepare or (lambda: None)  # the L2 flush, before each clock
         self.peak = peak_copy_bytes_per_us(job["device"])
         self.expect_ready = False  # the executor says "ready" once its post-call checks are done
-        self.poisoned_rows = 0     # rows poisoned after the last block, checked once the executor is idle
+        self.poisoned = (0, None)  # rows (and outputs) poisoned after the last block, checked once the executor is idle
 
     def _read_until(self, want, call_id=None):
         """The executor's next message of type `want` (logs and flags in between
@@ -206,13 +207,10 @@ class Driver:
         los = expected[0]["lo"]
         self.ex.ensure(wire.tensor_bytes(rows[0]), wire.tensor_bytes(los), len(rows))
         staging = self.ex.stage(rows)
-        key = secrets.randbits(64)
+        shot = self.ex.snapshot_for(len(rows))
         cuda = self.ex.u8.is_cuda
-        # Before the clock: the inputs go in scrambled, the L2 is flushed; our
-        # GPU work ends here (nothing of ours runs on the device inside the
-        # clock until the snapshot).
-        self.ex.write_inputs(staging)
-        self.ex.scramble(len(rows), key)
+        # Before the clock: the block's rows hold poison; the L2 is flushed;
+        # our GPU work ends here.
         self.prepare()
         if cuda:
             torch.cuda.synchronize()
@@ -225,28 +223,37 @@ class Driver:
             raise CandidateGone(f"candidate gone ({type(e).__name__})") from e
         if not _send(self.to_cand, msg):
             raise CandidateGone("candidate gone")
-        self._read_until("armed", j)
+        armed = self._read_until("armed", j)
+        told = armed if "outputs" in armed else None  # a replay's outputs are where its capture put them
+        if told is not None:
+            self.ex.locate(shot, told.get("outputs"), told.get("segments"))
+            if cuda:
+                torch.cuda.synchronize()
         t0 = time.perf_counter()
-        if not _send(self.to_cand, {"type": "go", "key": key}):
+        self.ex.write_inputs(staging)
+        if cuda:
+            torch.cuda.synchronize()
+        if not _send(self.to_cand, {"type": "go"}):
             raise CandidateGone("candidate gone")
-        self._read_until("done", j)
-        snap = self.ex.snapshot(len(rows))
+        done = self._read_until("done", j)
+        if told is None:
+            told = done
+            self.ex.locate(shot, told.get("outputs"), told.get("segments"))
+        self.ex.take(shot)
         if cuda:
             torch.cuda.synchronize()
         t1 = time.perf_counter()
         reply = self._read_until("result", j)
+        reply["outputs"] = told.get("outputs")
         self.expect_ready = True
         lay = self.ex.layout
-        # The copies inside the clock (the inputs unscrambled in place; the
-        # outputs out of the executor's tensors, then into our snapshot) at the
-        # device's peak bandwidth: the least they can cost, so what is left is
-        # never less than the work.
-        used_in = sum(lay.in_sizes)
-        used_out = sum(lay.out_sizes)
-        copies_us = (2 * used_in + 4 * used_out) / self.peak if self.peak > 0 else 0.0
+        # The copies inside the clock, both ours (the staged inputs in, the
+        # outputs into the snapshot), at the device's peak bandwidth: the
+        # least they can cost, so what is left is never less than the work.
+        copies_us = (2 * sum(lay.in_sizes) + 2 * sum(lay.out_sizes)) / self.peak if self.peak > 0 else 0.0
         n = len(rows)
         block_us = (t1 - t0) * 1e6
-        return {"id": j, "rows": rows, "expected": expected, "staging": staging, "snap": snap, "reply": reply,
+        return {"id": j, "rows": rows, "expected": expected, "staging": staging, "shot": shot, "reply": reply,
                 "forwards": n, "block_us": block_us, "trusted_us": max(block_us / n - copies_us, 1e-3),
                 "copies_us": copies_us, "graph": bool(graph) and reply.get("graph") == "replayed"}
 
@@ -268,8 +275,9 @@ class Driver:
                 meta = meta if isinstance(meta, dict) else {}
                 a = atol * max(1.0, _rms(ref)) if k in scale_atol_for else atol
                 try:
-                    got = self.ex.output(call["snap"], k, o, ref.numel(), ref.dtype)
-                    why = compare(ref, meta, got, a, rtol)
+                    unreadable = call["shot"].errors.get((k, o))
+                    got = self.ex.output(call["shot"], k, o, ref.numel(), ref.dtype)
+                    why = f"unreadable output ({unreadable})" if unreadable else compare(ref, meta, got, a, rtol)
                     if not why and ref.numel():
                         hi = exp["hi"][o] if exp["hi"] is not None else None
                         why = self.policy.norm_check(got.to(ref.device).view(ref.shape), ref, hi)
@@ -286,27 +294,36 @@ class Driver:
         """Done with a block: the trusted after-checks, then poison.
         Returns (inputs written, outputs changed after the snapshot)."""
         mutated = self.ex.inputs_changed(call["staging"])
-        late = self.ex.outputs_changed(call["snap"])
-        self.ex.poison(call["forwards"])
-        self.poisoned_rows = call["forwards"]
+        late = self.ex.outputs_changed(call["shot"])
+        self.ex.poison(call["forwards"], call["shot"])
+        self.poisoned = (call["forwards"], call["shot"])
         return mutated, late
 
     def _check_poison(self):
         """Once the executor's post-block phase is over ("ready", or its last
         message): the area it could still write must hold our poison."""
-        if self.poisoned_rows and self.ex.u8 is not None and not self.ex.poison_intact(self.poisoned_rows):
+        rows, shot = self.poisoned
+        if rows and self.ex.u8 is not None and not self.ex.poison_intact(rows, shot):
             self.result["written_after_done"] = True
-        self.poisoned_rows = 0
+        self.poisoned = (0, None)
 
     def stop(self):
         """Ends the executor; returns its "done" message (evidence) or None."""
+        if self.expect_ready and self.result["candidate_error"] is None:
+            # The last block's after-check, while the executor (whose memory
+            # we read) is still alive.
+            try:
+                self._read_until("ready")
+                self._check_poison()
+            except CandidateGone:
+                pass
+            self.expect_ready = False
         _send(self.to_cand, {"type": "stop"})
         if self.result["candidate_error"] is not None:
             return None
         msg = self.reader.read(timeout=30)
         while msg is not None and msg.get("type") in ("log", "flags", "ready"):
             msg = self.reader.read(timeout=30)
-        self._check_poison()
         if msg is not None:
             self.result["candidate_timeline"] = msg.get("timeline")
             self.result["candidate_exchange"] = str(msg.get("exchange", ""))[:300]

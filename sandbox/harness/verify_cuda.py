@@ -1,5 +1,7 @@
 """ctypes face of the trusted harness's CUDA helpers (cuda/verify_cuda.cu):
-one-pass digests and tolerance checks, and the GPU output exchange. Loaded
+one-pass digests and tolerance checks, the GPU input exchange, the IPC
+export of output segments and the table launch that copies, compares and
+poisons them. Loaded
 in the reference and candidate processes (after CUDA init), never in the
 zygote. Without the library (CPU workers, CI) every caller keeps its torch
 path; `available()` says which one runs."""
@@ -37,7 +39,10 @@ def load(path):
                                 ctypes.c_double, ctypes.c_double, u64p]
     lib.krv_fill.argtypes = [ctypes.c_ulonglong, ctypes.c_ulonglong, ctypes.c_int]
     lib.krv_copy.argtypes = [ctypes.c_ulonglong, ctypes.c_ulonglong, ctypes.c_ulonglong]
-    lib.krv_xor_keystream.argtypes = [ctypes.c_ulonglong, ctypes.c_ulonglong, ctypes.c_ulonglong]
+    lib.krv_ipc_export.argtypes = [ctypes.c_ulonglong, ctypes.c_char_p, u64p, u64p]
+    lib.krv_ipc_open.argtypes = [ctypes.c_char_p, u64p, u64p]
+    lib.krv_ipc_close.argtypes = [ctypes.c_ulonglong]
+    lib.krv_table.argtypes = [ctypes.c_int, ctypes.c_ulonglong, ctypes.c_longlong, ctypes.c_int, ctypes.c_ulonglong]
     lib.krv_exchange_create.argtypes = [ctypes.c_ulonglong, ctypes.POINTER(ctypes.c_int), u64p, u64p]
     lib.krv_exchange_import.argtypes = [ctypes.c_int, ctypes.c_ulonglong, u64p]
     lib.krv_exchange_release.argtypes = [ctypes.c_ulonglong, ctypes.c_ulonglong]
@@ -68,10 +73,47 @@ def digest_units(t, unit_size):
     return int(out[0]), int(out[1])
 
 
-def xor_keystream(t, key):
-    """XORs a contiguous CUDA uint8 tensor (a multiple of 8 bytes) in place with
-    splitmix64(key + i), asynchronously on the default stream."""
-    _check(_LIB.krv_xor_keystream(t.data_ptr(), t.numel() // 8, key & (2 ** 64 - 1)), "krv_xor_keystream")
+IPC_HANDLE_BYTES = 64
+
+
+def ipc_export(ptr):
+    """(handle hex, base, size) of the cudaMalloc'd segment holding device
+    address `ptr`: what the reference needs to map it (ipc_open)."""
+    handle = ctypes.create_string_buffer(IPC_HANDLE_BYTES)
+    base, size = ctypes.c_ulonglong(0), ctypes.c_ulonglong(0)
+    _check(_LIB.krv_ipc_export(ptr, handle, ctypes.byref(base), ctypes.byref(size)), "krv_ipc_export")
+    return handle.raw.hex(), base.value, size.value
+
+
+def ipc_open(handle_hex):
+    """(ptr, size) of another process's exported segment, mapped here."""
+    raw = bytes.fromhex(handle_hex)
+    if len(raw) != IPC_HANDLE_BYTES:
+        raise VerifyCudaError(f"an IPC handle has {IPC_HANDLE_BYTES} bytes, not {len(raw)}")
+    ptr, size = ctypes.c_ulonglong(0), ctypes.c_ulonglong(0)
+    _check(_LIB.krv_ipc_open(raw, ctypes.byref(ptr), ctypes.byref(size)), "krv_ipc_open")
+    return ptr.value, size.value
+
+
+def ipc_close(ptr):
+    _check(_LIB.krv_ipc_close(ptr), "krv_ipc_close")
+
+
+TABLE_COPY, TABLE_DIFF, TABLE_FILL, TABLE_NOT_FILLED = 0, 1, 2, 3
+
+
+def table(mode, chunks, value=0xFF):
+    """One launch over `chunks`, an (n, 3) int64 CUDA tensor of (a, b, bytes)
+    (cuda/verify_cuda.cu krv_table): copy a to b, count differing words, fill
+    a, or count words of a that are not `value`. Asynchronous on the default
+    stream for the copy and the fill (None); the counts synchronise (an int)."""
+    n = chunks.shape[0]
+    if n == 0:
+        return None if mode in (TABLE_COPY, TABLE_FILL) else 0
+    count = torch.zeros(1, dtype=torch.int64, device="cuda") if mode in (TABLE_DIFF, TABLE_NOT_FILLED) else None
+    _check(_LIB.krv_table(mode, chunks.data_ptr(), n, value, count.data_ptr() if count is not None else 0),
+           "krv_table")
+    return None if count is None else int(count.item())
 
 
 def count_mismatches(got, ref, atol, rtol):

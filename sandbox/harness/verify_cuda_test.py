@@ -1,7 +1,9 @@
 """verify_cuda (the harness's CUDA helpers) against the torch code it replaces:
 digests equal inputs.fingerprint's torch path bit for bit, comparisons count
-exactly what torch.isclose(equal_nan=True) rejects (in float64), and the
-output exchange carries bytes from one fresh process to another.
+exactly what torch.isclose(equal_nan=True) rejects (in float64), the input
+exchange carries bytes from one fresh process to another, and outputs in
+another process's memory are read where they lie: exported segments mapped
+here, copied, compared and poisoned by one table launch.
 
     python3 verify_cuda_test.py LIB      (on a machine with a GPU)
 
@@ -43,9 +45,107 @@ def writer(lib, sock_fd, nbytes, seed):
     ex.release()
 
 
+EXPORT_SIZES = (4 * (1 << 20) * 2 + 20, 68, 4000)  # bytes: several table chunks, a 16-byte tail, odd
+
+
+def _exported(seed):
+    import torch
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    big = torch.randint(0, 256, (EXPORT_SIZES[0],), device="cuda", generator=g, dtype=torch.uint8)
+    small = torch.randint(0, 256, (EXPORT_SIZES[1],), device="cuda", generator=g, dtype=torch.uint8)
+    odd = torch.randint(0, 256, (EXPORT_SIZES[2] + 4,), device="cuda", generator=g, dtype=torch.uint8)[4:]
+    return [big, small, odd]  # odd: 4 bytes into its allocation (not 16-byte aligned)
+
+
+def exporter(lib, sock_fd, seed):
+    """Child: outputs in its own memory, exported as the executor does
+    (wire.CandidateExchange.locate); then a late write, then it checks the
+    reference's poison and exits."""
+    import json
+    import torch
+    import verify_cuda
+    torch.cuda.set_device(0)
+    assert verify_cuda.load(lib) == "", verify_cuda.error()
+    outs = _exported(seed)
+    torch.cuda.synchronize()
+    sock = socket.socket(fileno=sock_fd)
+    f = sock.makefile("rw")
+    descs = []
+    for t in outs:
+        handle, base, size = verify_cuda.ipc_export(t.data_ptr())
+        descs.append({"handle": handle, "offset": t.data_ptr() - base, "size": size})
+    f.write(json.dumps(descs) + "\n")
+    f.flush()
+    f.readline()  # "late": write after the snapshot
+    outs[1][3] ^= 1
+    torch.cuda.synchronize()
+    f.write("written\n")
+    f.flush()
+    f.readline()  # "poisoned?"
+    f.write(("yes" if all(bool((t == 0xFF).all()) for t in outs) else "no") + "\n")
+    f.flush()
+    f.readline()  # "exit"
+
+
+def ipc_checks(lib, verify_cuda, torch):
+    import json
+    import wire
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    child = subprocess.Popen([sys.executable, __file__, "--exporter", lib, str(b.fileno()), "11"],
+                             pass_fds=[b.fileno()])
+    b.close()
+    f = a.makefile("rw")
+    descs = json.loads(f.readline())
+    want = _exported(11)
+    entries, snaps = [], []
+    for d, w in zip(descs, want):
+        ptr, size = verify_cuda.ipc_open(d["handle"])
+        check(size == d["size"] and d["offset"] + w.numel() <= size, f"ipc: segment of {size} bytes mapped")
+        snap = torch.full((w.numel(),), 0x5A, dtype=torch.uint8, device="cuda")
+        snaps.append(snap)
+        entries.append((ptr + d["offset"], snap.data_ptr(), w.numel()))
+    table = wire._chunks(entries)
+    check(table.shape[0] == 9 + 1 + 1 and int(table[:, 2].max()) == wire.CHUNK,
+          f"ipc: outputs split into {table.shape[0]} chunks of at most {wire.CHUNK} bytes")
+    verify_cuda.table(verify_cuda.TABLE_COPY, table)
+    torch.cuda.synchronize()
+    check(all(torch.equal(s, w) for s, w in zip(snaps, want)), "ipc: every output copied intact (one launch)")
+    check(verify_cuda.table(verify_cuda.TABLE_DIFF, table) == 0, "ipc: unchanged outputs equal their snapshot")
+    f.write("late\n")
+    f.flush()
+    check(f.readline().strip() == "written", "ipc: the exporter wrote one byte after the snapshot")
+    check(verify_cuda.table(verify_cuda.TABLE_DIFF, table) > 0, "ipc: a late write in its memory is seen here")
+    verify_cuda.table(verify_cuda.TABLE_FILL, table)
+    check(verify_cuda.table(verify_cuda.TABLE_NOT_FILLED, table) == 0, "ipc: poisoned where they lie")
+    f.write("poisoned?\n")
+    f.flush()
+    check(f.readline().strip() == "yes", "ipc: the exporter sees our poison in its own memory")
+    f.write("exit\n")
+    f.flush()
+    child.wait(timeout=60)
+    try:
+        verify_cuda.ipc_open("00" * 64)
+        check(False, "ipc: a forged handle is refused")
+    except verify_cuda.VerifyCudaError as e:
+        check(True, f"ipc: a forged handle is refused ({e})")
+    # After the exporter exited: what reading its segment does here (the
+    # reference unmaps before the executor ends; this says whether it must).
+    try:
+        left = verify_cuda.table(verify_cuda.TABLE_NOT_FILLED, table)
+        print(f"INFO ipc: after the exporter exited, its mapped segments still read here ({left} words differ)")
+    except verify_cuda.VerifyCudaError as e:
+        print(f"INFO ipc: after the exporter exited, reading its segments fails: {e}")
+    torch.ones(1, device="cuda").add_(1)
+    torch.cuda.synchronize()
+    check(True, "ipc: this process's context is still usable")
+
+
 def main():
     if len(sys.argv) >= 4 and sys.argv[1] == "--writer":
         writer(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]))
+        return 0
+    if len(sys.argv) >= 4 and sys.argv[1] == "--exporter":
+        exporter(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
         return 0
     lib = os.path.abspath(sys.argv[1]) if len(sys.argv) > 1 else ""
     import torch
@@ -140,6 +240,9 @@ def main():
     ex.fill(0, nbytes)
     check(bool(torch.isnan(ex.tensor(0, nbytes // 4, torch.float32)).all()), "exchange: re-poisoned slot reads NaN")
     ex.release()
+
+    # 4. Outputs read where they lie: another process's exported segments.
+    ipc_checks(lib, verify_cuda, torch)
     print(f"verify_cuda_test: {len(FAILS)} failed")
     return 1 if FAILS else 0
 

@@ -10,22 +10,25 @@ each holding `capacity` rows, one row per forward of a block, one 512-byte
 aligned slot per tensor argument or output.
 
 The trust rules it serves (docs/HARNESS.md):
-  * a block's inputs are written before the clock, scrambled (XOR a
-    splitmix64 keystream of a fresh 64-bit key); the key travels with "go" at
-    the clock's start and the executor unscrambles the rows inside it, so no
-    work on the inputs can start before the clock does, and the GPU does no
-    work of the reference's between the clock's start and the executor's
-    forwards (a switch between two processes' contexts costs ~0.3 ms on an H100);
-  * the executor views its rows before the clock (views cost nothing inside
-    it) and writes each forward's outputs into its row of the output area;
-  * right after the executor says "done" the reference copies the whole
-    output area into its own memory (the snapshot), still inside its clock,
-    so work deferred past "done" is either still counted or reads as wrong;
-    later it checks that the area still equals the snapshot;
-  * both areas go back to poison (0xFF: NaN for floats) between blocks.
-Trust runs one way: the reference decides every offset and size; the executor
-can only read bytes the reference wrote and write bytes the reference checks.
+  * a block's inputs are written by the reference after its clock starts
+    (one copy from its own staging): before that the executor's views hold
+    poison, so no work on the inputs can start before the clock does;
+  * every copy inside the clock is the reference's own: on a GPU exchange
+    the executor only says where each output lies (the CUDA IPC handle of the
+    segment of its own memory, an offset) and the reference maps the segment
+    and copies the outputs into its own memory (the snapshot) with one
+    launch (verify_cuda.table). There is no copy in the candidate's process
+    to skip, defer or fold into its kernel. Elsewhere (the file exchange, a
+    segment that cannot be exported) the executor copies the output into its
+    slot of the output area, at its own cost;
+  * later the reference checks that the outputs still equal the snapshot
+    (work deferred past "done"), poisons them and the area (0xFF: NaN for
+    floats), and once the executor is idle checks the poison is intact.
+Trust runs one way: the reference decides every offset and size it reads,
+bounded by the segment it mapped; the executor can only point at its own
+memory and write bytes the reference checks.
 """
+import collections
 import os
 
 import torch
@@ -35,6 +38,8 @@ import verify_cuda
 ALIGN = 512
 EXCHANGE_FILE = "exchange.bin"
 STAGE_ABOVE_TENSORS = 8  # blocks with more input tensors are staged and copied in once
+CHUNK = 1 << 20          # the table launch's unit of work: every SM busy whatever the outputs' sizes
+KEEP_MAPPINGS_BLOCKS = 2  # segments unused for this many blocks are unmapped (eager and graph blocks alternate)
 
 
 def _aligned(n):
@@ -98,38 +103,6 @@ def _u8_view(exchange):
     return verify_cuda.view(exchange.ptr, exchange.nbytes, torch.uint8)
 
 
-_M64 = (1 << 64) - 1
-
-
-def _s64(u):
-    """An unsigned 64-bit constant as the int64 torch holds it."""
-    return u - (1 << 64) if u >= (1 << 63) else u
-
-
-def _shr(z, s):
-    """Logical right shift of int64 words (torch's >> is arithmetic)."""
-    return (z >> s) & ((1 << (64 - s)) - 1)
-
-
-def xor_keystream(area, key):
-    """XORs `area` (flat uint8, a multiple of 8 bytes) in place with
-    splitmix64(key + i) over its 8-byte words: a block's inputs sit in the
-    exchange scrambled until the reference sends the key, at its clock's
-    start. On CUDA one kernel (verify_cuda); elsewhere torch ops."""
-    if area.numel() == 0:
-        return
-    key &= _M64
-    if area.is_cuda:
-        verify_cuda.xor_keystream(area, key)
-        return
-    words = area.view(torch.int64)
-    z = torch.arange(words.numel(), dtype=torch.int64) + _s64(key)
-    z = z + _s64(0x9E3779B97F4A7C15)
-    z = (z ^ _shr(z, 30)) * _s64(0xBF58476D1CE4E5B9)
-    z = (z ^ _shr(z, 27)) * _s64(0x94D049BB133111EB)
-    words ^= z ^ _shr(z, 31)
-
-
 def _map_file(path, nbytes):
     return torch.from_file(path, shared=True, size=nbytes, dtype=torch.uint8)
 
@@ -139,6 +112,32 @@ def _flat_bytes(t):
 
 
 # ----- reference side ---------------------------------------------------------
+
+class Snapshot:
+    """A block's outputs as the reference read them: its buffer (the output
+    area's layout), which outputs were located, why the others could not be
+    read, and on CUDA the table of (source, our copy, bytes) chunks that the
+    snapshot, the late-write check and the poison all run over."""
+
+    def __init__(self, snap, nbytes):
+        self.snap, self.nbytes = snap, nbytes
+        self.located, self.errors = set(), {}
+        self.table = None
+
+
+def _chunks(entries):
+    """(n, 3) int64 CUDA tensor of (src, dst, bytes) chunks of at most CHUNK bytes."""
+    if not entries:
+        return torch.zeros((0, 3), dtype=torch.int64, device="cuda")
+    ent = torch.tensor(entries, dtype=torch.int64)
+    count = (ent[:, 2] + CHUNK - 1) // CHUNK
+    which = torch.repeat_interleave(torch.arange(len(entries)), count)
+    first = torch.repeat_interleave(torch.cumsum(count, 0) - count, count)
+    off = (torch.arange(int(count.sum())) - first) * CHUNK
+    e = ent[which]
+    table = torch.stack([e[:, 0] + off, e[:, 1] + off, torch.clamp(e[:, 2] - off, max=CHUNK)], dim=1)
+    return table.to("cuda")
+
 
 class RefExchange:
     """The reference process's exchange area, its layout and its copies."""
@@ -152,6 +151,8 @@ class RefExchange:
         self.generation = 0    # bumped at each (re)allocation; the executor remaps
         self.note = ""
         self._sent_generation = 0
+        self.mappings = collections.OrderedDict()  # handle -> [ptr, size, last block used]
+        self.blocks = 0
 
     def ensure(self, in_sizes, out_sizes, capacity):
         """Allocates (or re-allocates, when a set's sizes differ) the area."""
@@ -222,20 +223,101 @@ class RefExchange:
                     off = self.layout.in_off(k, j)
                     self.u8[off:off + x.nbytes].copy_(_flat_bytes(x))
 
-    def scramble(self, rows, key):
-        """Before the clock: the written inputs XOR the block's keystream."""
-        xor_keystream(self.u8[:self.layout.in_row * rows], key)
+    def snapshot_for(self, rows):
+        """Before the clock: our buffer for the block's outputs (laid out as
+        the output area's first `rows` rows), not yet located or taken."""
+        nbytes = self.layout.out_row * rows
+        snap = torch.empty(nbytes, dtype=torch.uint8, device=self.u8.device) if self.kind == "gpu" else None
+        return Snapshot(snap, nbytes)
 
-    def snapshot(self, rows):
-        """Inside the clock: our own copy of the first `rows` rows of the output area."""
+    def locate(self, shot, metas_all, segments):
+        """Where each output is (the executor's word, bounded here): a mapped
+        segment of its memory at an offset, or its slot of the output area.
+        Builds the table the snapshot is taken with; what cannot be read is
+        recorded per output (shot.errors) and fails its comparison."""
         lay = self.layout
-        return self.u8[lay.in_area:lay.in_area + lay.out_row * rows].clone()
+        self.blocks += 1
+        entries = []
+        mapped = {}
+        for k, metas in enumerate(metas_all if isinstance(metas_all, list) else []):
+            if k * lay.out_row >= shot.nbytes:
+                break
+            for j, meta in enumerate(metas if isinstance(metas, list) else []):
+                n = lay.out_sizes[j] if j < len(lay.out_sizes) else 0
+                if not n or not isinstance(meta, dict):
+                    continue
+                dst = lay.out_off(k, j) - lay.in_area
+                if "segment" in meta:
+                    src, why = self._segment_source(meta, n, segments, mapped)
+                    if why:
+                        shot.errors[(k, j)] = why
+                        continue
+                elif meta.get("slot") == j:
+                    src = self.u8.data_ptr() + lay.out_off(k, j) if self.kind == "gpu" else None
+                else:
+                    continue
+                shot.located.add((k, j))
+                if self.kind == "gpu":
+                    entries.append((src, shot.snap.data_ptr() + dst, n))
+        if self.kind == "gpu":
+            shot.table = _chunks(entries)
+            self._unmap_unused()
 
-    def output(self, snap, k, j, numel, dtype):
-        """Output j of row k as it was in the snapshot."""
+    def _segment_source(self, meta, n, segments, mapped):
+        """(device address, "") of an output in an exported segment, or (None, why)."""
+        if self.kind != "gpu":
+            return None, "an exported segment, but this exchange is not on the GPU"
+        try:
+            idx, off = int(meta["segment"]), int(meta["offset"])
+        except (KeyError, TypeError, ValueError):
+            return None, "malformed segment reference"
+        if not isinstance(segments, list) or not 0 <= idx < len(segments) or not isinstance(segments[idx], str):
+            return None, f"segment {idx} not among the block's {len(segments or [])}"
+        handle = segments[idx]
+        if handle not in mapped:
+            mapped[handle] = self._map(handle)
+        ptr, size, why = mapped[handle]
+        if why:
+            return None, why
+        if off < 0 or off + n > size:
+            return None, f"bytes [{off}, {off + n}) outside its segment of {size}"
+        return ptr + off, ""
+
+    def _map(self, handle):
+        """(ptr, size, "") of an exported segment, mapped once and kept while used."""
+        entry = self.mappings.get(handle)
+        if entry is None:
+            try:
+                ptr, size = verify_cuda.ipc_open(handle)
+            except (verify_cuda.VerifyCudaError, ValueError) as e:
+                return None, 0, f"segment not mappable ({e})"[:300]
+            entry = self.mappings[handle] = [ptr, size, 0]
+        entry[2] = self.blocks
+        return entry[0], entry[1], ""
+
+    def _unmap_unused(self):
+        for handle in [h for h, e in self.mappings.items() if e[2] <= self.blocks - KEEP_MAPPINGS_BLOCKS]:
+            ptr = self.mappings.pop(handle)[0]
+            try:
+                verify_cuda.ipc_close(ptr)
+            except verify_cuda.VerifyCudaError:
+                pass  # the executor's memory, already gone with it
+
+    def take(self, shot):
+        """Inside the clock: the located outputs into our snapshot (one launch on CUDA)."""
+        if self.kind == "gpu":
+            verify_cuda.table(verify_cuda.TABLE_COPY, shot.table)
+        else:
+            lay = self.layout
+            shot.snap = self.u8[lay.in_area:lay.in_area + shot.nbytes].clone()
+
+    def output(self, shot, k, j, numel, dtype):
+        """Output j of row k as it was in the snapshot; None where it was not located."""
+        if (k, j) not in shot.located:
+            return None
         off = self.layout.out_off(k, j) - self.layout.in_area
         size = torch.empty((), dtype=dtype).element_size()
-        return snap[off:off + numel * size].view(dtype)
+        return shot.snap[off:off + numel * size].view(dtype)
 
     def inputs_changed(self, staged):
         """Did anyone write to the input area since we wrote it? (trusted: our own copy)"""
@@ -249,28 +331,35 @@ class RefExchange:
                         return True
         return False
 
-    def outputs_changed(self, snap):
-        """Did the output area change after the snapshot? (work deferred past "done")"""
+    def outputs_changed(self, shot):
+        """Did an output change after the snapshot? (work deferred past "done")"""
+        if self.kind == "gpu":
+            return verify_cuda.table(verify_cuda.TABLE_DIFF, shot.table) > 0
         lay = self.layout
-        return not torch.equal(self.u8[lay.in_area:lay.in_area + snap.numel()], snap)
+        return not torch.equal(self.u8[lay.in_area:lay.in_area + shot.nbytes], shot.snap)
 
-    def poison_intact(self, rows, chunk=1 << 28):
+    def poison_intact(self, rows, shot=None, chunk=1 << 28):
         """Still poison since we poisoned it? (a write after the block: work deferred past "done")"""
         lay = self.layout
         for lo, hi in ((0, lay.in_row * rows), (lay.in_area, lay.in_area + lay.out_row * rows)):
             for s in range(lo, hi, chunk):
                 if not bool((self.u8[s:min(hi, s + chunk)] == 0xFF).all()):
                     return False
-        return True
+        return shot is None or shot.table is None or verify_cuda.table(verify_cuda.TABLE_NOT_FILLED, shot.table) == 0
 
-    def poison(self, rows):
-        """Both areas' used rows back to poison: no value outlives its block."""
+    def poison(self, rows, shot=None):
+        """Both areas' used rows, and the outputs where they were read, back to
+        poison: no value outlives its block."""
         lay = self.layout
         self.u8[:lay.in_row * rows].fill_(0xFF)
         self.u8[lay.in_area:lay.in_area + lay.out_row * rows].fill_(0xFF)
+        if shot is not None and shot.table is not None:
+            verify_cuda.table(verify_cuda.TABLE_FILL, shot.table)
 
     def release(self):
         self.u8 = None
+        self.blocks += KEEP_MAPPINGS_BLOCKS
+        self._unmap_unused()
         if isinstance(self.memory, verify_cuda.Exchange):
             self.memory.release()
         self.memory = None
@@ -299,6 +388,8 @@ class CandidateExchange:
         self.layout = None
         self.generation = 0
         self.note = ""
+        self.ipc_error = ""  # set once a segment could not be exported: outputs go to slots
+        self.held = []
 
     def accept(self, offer):
         """Maps the area a call names (once per allocation)."""
@@ -344,10 +435,6 @@ class CandidateExchange:
             xs.append(self.u8[off:off + numel * size].view(dtype).view(shape))
         return xs
 
-    def unscramble(self, rows, key):
-        """Inside the clock: the block's inputs in the clear (the key came with "go")."""
-        xor_keystream(self.u8[:self.layout.in_row * rows], key)
-
     def needs_device_copy(self):
         """The area is host memory but the task runs on the GPU (no helper library)."""
         return self.u8 is not None and self.u8.device.type != self.device
@@ -360,19 +447,61 @@ class CandidateExchange:
         self.u8[off:off + o.nbytes].copy_(_flat_bytes(o))
         return True
 
+    def locate(self, k, j, o, segments):
+        """Where the reference reads output j of row k: {"segment", "offset"}
+        in an exported segment of this process's memory (`segments`, the
+        block's list, grows by one per new segment), else {"slot"} after a
+        copy into the output area; None when it fits neither. Keeps what it
+        located alive until the next block (release_held)."""
+        if j >= len(self.layout.out_sizes) or o.nbytes != self.layout.out_sizes[j] or o.nbytes == 0:
+            return None
+        if self.note == "gpu" and o.is_cuda and not self.ipc_error:
+            if not o.is_contiguous():
+                o = o.contiguous()  # our copy, at the forward's cost: the reference reads bytes in order
+            ptr = o.data_ptr()
+            try:
+                for idx, (base, size) in enumerate(segments.ranges):
+                    if base <= ptr < base + size:  # a live tensor's segment cannot be freed within a block
+                        break
+                else:
+                    handle, base, size = verify_cuda.ipc_export(ptr)
+                    segments.append(handle, base, size)
+                    idx = len(segments.ranges) - 1
+                self.held.append(o)
+                return {"segment": idx, "offset": ptr - base}
+            except verify_cuda.VerifyCudaError as e:
+                self.ipc_error = str(e)[:200]  # slots from now on
+        return {"slot": j} if self.put(k, j, o) else None
+
+    def release_held(self):
+        """The last block's outputs are no longer read by the reference."""
+        self.held = []
+
     def status(self):
-        return self.note or "unmapped"
+        note = self.note or "unmapped"
+        return f"{note} (outputs in slots: {self.ipc_error})" if self.ipc_error else note
 
 
-def export_outputs(flat, k, exchange):
-    """Hands row k's outputs to the reference process (into their slots);
-    returns the metadata the reference checks first."""
+class Segments:
+    """A block's exported segments: their handles (sent to the reference) and address ranges."""
+
+    def __init__(self):
+        self.handles, self.ranges = [], []
+
+    def append(self, handle, base, size):
+        self.handles.append(handle)
+        self.ranges.append((base, size))
+
+
+def export_outputs(flat, k, exchange, segments):
+    """Says where row k's outputs are for the reference to read
+    (CandidateExchange.locate); returns the metadata the reference checks first."""
     metas = []
     for j, o in enumerate(flat):
         meta = {"type": type(o).__name__}
         if isinstance(o, torch.Tensor):
             meta.update(tensor_meta(o))
-            if type(o) is torch.Tensor and o.layout == torch.strided and exchange.put(k, j, o):
-                meta["slot"] = j
+            if type(o) is torch.Tensor and o.layout == torch.strided:
+                meta.update(exchange.locate(k, j, o, segments) or {})
         metas.append(meta)
     return metas

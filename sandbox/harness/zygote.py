@@ -119,13 +119,15 @@ def warm_up():
         ex.ensure(wire.tensor_bytes(xs), [64], 2)
         staging = ex.stage([xs, xs])
         ex.write_inputs(staging)
-        snap = ex.snapshot(2)
-        reference.compare(xs[0], {"type": "Tensor", "layout": "torch.strided", "device": "cpu",
-                                  "dtype": "torch.float32", "shape": [4, 4], "slot": 0},
-                          ex.output(snap, 0, 0, 16, torch.float32), 1e-2, 1e-2)
+        shot = ex.snapshot_for(2)
+        meta = {"type": "Tensor", "layout": "torch.strided", "device": "cpu", "dtype": "torch.float32",
+                "shape": [4, 4], "slot": 0}
+        ex.locate(shot, [[meta], [meta]], [])
+        ex.take(shot)
+        reference.compare(xs[0], meta, ex.output(shot, 0, 0, 16, torch.float32), 1e-2, 1e-2)
         ex.inputs_changed(staging)
-        ex.outputs_changed(snap)
-        ex.poison(2)
+        ex.outputs_changed(shot)
+        ex.poison(2, shot)
         ex.release()
     torch.isclose(xs[0], xs[0]).all()
     torch.unravel_index(torch.tensor(3), (4, 4))

@@ -6,10 +6,14 @@
 //                  computes with torch ops, in one pass instead of three;
 //   krv_compare    tolerance check of a candidate output against the reference
 //                  output in one pass (counts and first bad index);
-//   krv_exchange_* the output exchange buffer: device memory the reference
-//                  process allocates, exports as a file descriptor and the
-//                  candidate process maps to write its outputs into, so
-//                  multi-GB outputs never travel through host memory.
+//   krv_exchange_* the input exchange: device memory the reference process
+//                  allocates, exports as a file descriptor and the candidate
+//                  process maps to read its inputs from (and, as a fallback,
+//                  write outputs into), so multi-GB tensors never travel
+//                  through host memory;
+//   krv_ipc_*      the outputs: the candidate process exports the segment
+//                  an output lies in, the reference maps it and copies the
+//                  output itself.
 //
 // Why kernels of our own: a fresh process pays for every torch kernel it uses
 // the first time (lazy module loading, ~2-20 ms each), and the torch digest
@@ -24,6 +28,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstring>
 
 namespace {
 
@@ -277,29 +282,101 @@ int krv_fill(unsigned long long ptr, unsigned long long bytes, int value) {
   return e != cudaSuccess ? e : cudaDeviceSynchronize();
 }
 
-// splitmix64 of (key + i): the keystream that hides a block's inputs until
-// the reference sends the key (sandbox/harness/wire.py).
-__device__ __forceinline__ unsigned long long krv_mix(unsigned long long z) {
-  z += 0x9E3779B97F4A7C15ull;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
+// Candidate side: the CUDA IPC handle of the allocation holding `ptr` (torch's
+// caching allocator hands out pieces of cudaMalloc segments), its base and
+// size, so that the reference process maps the segment and reads an output
+// where the forward left it (sandbox/harness/wire.py). Fails for memory that
+// legacy IPC cannot export (VMM or pool allocations, host memory).
+int krv_ipc_export(unsigned long long ptr, unsigned char* handle, unsigned long long* base,
+                   unsigned long long* size) {
+  CUdeviceptr b = 0;
+  size_t n = 0;
+  int rc = Driver(cuMemGetAddressRange(&b, &n, static_cast<CUdeviceptr>(ptr)));
+  if (rc != 0) return rc;
+  CUipcMemHandle h;
+  if ((rc = Driver(cuIpcGetMemHandle(&h, b))) != 0) return rc;
+  memcpy(handle, h.reserved, CU_IPC_HANDLE_SIZE);
+  *base = b;
+  *size = n;
+  return 0;
 }
 
-__global__ void krv_xor_kernel(unsigned long long* w, unsigned long long n, unsigned long long key) {
-  for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n;
-       i += (unsigned long long)gridDim.x * blockDim.x) {
-    w[i] ^= krv_mix(key + i);
+// Reference side: maps an exported segment; *size is what the mapping spans.
+int krv_ipc_open(const unsigned char* handle, unsigned long long* ptr, unsigned long long* size) {
+  int device = 0;
+  int rc = CurrentDevice(&device);
+  if (rc != 0) return rc;
+  CUipcMemHandle h;
+  memcpy(h.reserved, handle, CU_IPC_HANDLE_SIZE);
+  CUdeviceptr p = 0;
+  if ((rc = Driver(cuIpcOpenMemHandle(&p, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS))) != 0) return rc;
+  CUdeviceptr b = 0;
+  size_t n = 0;
+  if ((rc = Driver(cuMemGetAddressRange(&b, &n, p))) != 0 || b != p) {
+    cuIpcCloseMemHandle(p);
+    return rc != 0 ? rc : cudaErrorInvalidValue;
+  }
+  *ptr = p;
+  *size = n;
+  return 0;
+}
+
+int krv_ipc_close(unsigned long long ptr) { return Driver(cuIpcCloseMemHandle(static_cast<CUdeviceptr>(ptr))); }
+
+int krv_ipc_handle_size() { return CU_IPC_HANDLE_SIZE; }
+
+// One launch over a table of n chunks, each (a, b, bytes) as three u64:
+//   mode 0  copy a -> b                     (the snapshot of a block's outputs)
+//   mode 1  count bytes where a != b        (outputs changed since the snapshot)
+//   mode 2  fill a with `value`             (poison)
+//   mode 3  count bytes of a != `value`     (poison still intact)
+// Asynchronous on the legacy default stream (torch's, in the reference);
+// counts go to *count (device memory). Chunks are small (wire.py splits
+// outputs), so every SM has work whatever the outputs' sizes.
+__global__ void TableKernel(int mode, const unsigned long long* table, long long n, int value,
+                            unsigned long long* count) {
+  unsigned long long mine = 0;
+  for (long long c = blockIdx.x; c < n; c += gridDim.x) {
+    uint8_t* a = reinterpret_cast<uint8_t*>(table[3 * c]);
+    uint8_t* b = reinterpret_cast<uint8_t*>(table[3 * c + 1]);
+    const unsigned long long bytes = table[3 * c + 2];
+    const bool vec = reinterpret_cast<uintptr_t>(a) % 16 == 0 && (mode >= 2 || reinterpret_cast<uintptr_t>(b) % 16 == 0);
+    const unsigned long long words = vec ? bytes / 16 : 0;
+    const uint4 fill = make_uint4(0x01010101u * (value & 0xFF), 0x01010101u * (value & 0xFF),
+                                  0x01010101u * (value & 0xFF), 0x01010101u * (value & 0xFF));
+    for (unsigned long long i = threadIdx.x; i < words; i += blockDim.x) {
+      uint4* wa = reinterpret_cast<uint4*>(a) + i;
+      if (mode == 0) {
+        reinterpret_cast<uint4*>(b)[i] = *wa;
+      } else if (mode == 1) {
+        const uint4 x = *wa, y = reinterpret_cast<const uint4*>(b)[i];
+        mine += (x.x != y.x) + (x.y != y.y) + (x.z != y.z) + (x.w != y.w);
+      } else if (mode == 2) {
+        *wa = fill;
+      } else {
+        const uint4 x = *wa;
+        mine += (x.x != fill.x) + (x.y != fill.y) + (x.z != fill.z) + (x.w != fill.w);
+      }
+    }
+    for (unsigned long long i = words * 16 + threadIdx.x; i < bytes; i += blockDim.x) {
+      if (mode == 0) b[i] = a[i];
+      else if (mode == 1) mine += a[i] != b[i];
+      else if (mode == 2) a[i] = static_cast<uint8_t>(value);
+      else mine += a[i] != static_cast<uint8_t>(value);
+    }
+  }
+  if (mode % 2 == 1) {
+    mine = WarpSum(mine);
+    if (threadIdx.x % 32 == 0 && mine) atomicAdd(count, mine);
   }
 }
 
-// XORs `words` 8-byte words at ptr with the keystream, asynchronously on the
-// legacy default stream (ordered with torch's default stream).
-int krv_xor_keystream(unsigned long long ptr, unsigned long long words, unsigned long long key) {
-  if (words == 0) return 0;
-  unsigned long long blocks = (words + 255) / 256;
-  if (blocks > 132ull * 32) blocks = 132ull * 32;
-  krv_xor_kernel<<<(unsigned)blocks, 256>>>(reinterpret_cast<unsigned long long*>(ptr), words, key);
+int krv_table(int mode, unsigned long long table, long long n, int value, unsigned long long count) {
+  if (n <= 0) return 0;
+  if (mode < 0 || mode > 3 || (mode % 2 == 1 && count == 0)) return cudaErrorInvalidValue;
+  const int blocks = n < 132LL * 16 ? static_cast<int>(n) : 132 * 16;
+  TableKernel<<<blocks, kThreads>>>(mode, reinterpret_cast<const unsigned long long*>(table), n, value,
+                                    reinterpret_cast<unsigned long long*>(count));
   return cudaGetLastError();
 }
 
