@@ -29,6 +29,14 @@ double NowS() {
   return ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
+// The reply member `part` of a checked reply (its case is the job's), or the error.
+template <typename Reply>
+absl::StatusOr<Reply> ReplyPart(absl::StatusOr<v1::sandbox::HarnessResult> r,
+                                Reply* (v1::sandbox::HarnessResult::*part)()) {
+  if (!r.ok()) return r.status();
+  return std::move(*(*r.*part)());
+}
+
 }  // namespace
 
 VerifyStage::VerifyStage(const SandboxConfig& config, std::string harness_dir, std::string contain_lib, int caps)
@@ -216,17 +224,13 @@ absl::StatusOr<std::string> VerifyStage::ReadLineLocked(double timeout_s) {
 absl::StatusOr<v1::sandbox::HarnessVerifyReply> VerifyStage::Verify(const v1::sandbox::HarnessJob& job,
                                                                     double timeout_s) {
   absl::MutexLock l(&mu_);
-  absl::StatusOr<v1::sandbox::HarnessResult> r = RunLocked(job, "verify", timeout_s);
-  if (!r.ok()) return r.status();
-  return std::move(*r->mutable_verify());
+  return ReplyPart(RunLocked(job, "verify", timeout_s), &v1::sandbox::HarnessResult::mutable_verify);
 }
 
 absl::StatusOr<v1::sandbox::HarnessHealthReply> VerifyStage::Health(const v1::sandbox::HarnessJob& job,
                                                                     double timeout_s) {
   absl::MutexLock l(&mu_);
-  absl::StatusOr<v1::sandbox::HarnessResult> r = RunLocked(job, "health", timeout_s);
-  if (!r.ok()) return r.status();
-  return std::move(*r->mutable_health());
+  return ReplyPart(RunLocked(job, "health", timeout_s), &v1::sandbox::HarnessResult::mutable_health);
 }
 
 absl::StatusOr<v1::sandbox::HarnessResult> VerifyStage::RunLocked(v1::sandbox::HarnessJob job, const char* kind,
