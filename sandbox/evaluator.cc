@@ -40,7 +40,9 @@ namespace kernelrl::sandbox {
 namespace {
 
 using v1::sandbox::HarnessJob;
-using v1::sandbox::HarnessResult;
+using v1::sandbox::HarnessHealthReply;
+using v1::sandbox::HarnessHello;
+using v1::sandbox::HarnessVerifyReply;
 
 
 void AddStage(Verdict& v, const std::string& stage, double wall_ms, double cpu_ms = 0, bool cache_hit = false) {
@@ -253,7 +255,7 @@ absl::StatusOr<std::unique_ptr<Evaluator>> Evaluator::Create(const SandboxConfig
     }
   }
   std::unique_ptr<Evaluator> e(new Evaluator(config, caps));
-  absl::StatusOr<HarnessResult> hello = e->verify_->EnsureStarted();
+  absl::StatusOr<HarnessHello> hello = e->verify_->EnsureStarted();
   if (!hello.ok()) return hello.status();
   e->torch_version_ = hello->torch();
   if (config.enable_profiling()) {
@@ -550,7 +552,7 @@ Verdict Evaluator::Run(const EvaluateRequest& request, const ProgressFn& progres
   verify_waiting_.fetch_sub(1);
   if (!serving_.load()) return finish(Verdict::INFRA_ERROR, "worker is not serving (GPU health probe failed)");
   t = MonotonicMs();
-  absl::StatusOr<HarnessResult> r = verify_->Run(sent, lim.wall_seconds() + 120);
+  absl::StatusOr<HarnessVerifyReply> r = verify_->Verify(sent, lim.wall_seconds() + 120);
   const double verify_ms = MonotonicMs() - t;
   if (!r.ok()) {
     AddStage(v, "verify", verify_ms);
@@ -588,14 +590,14 @@ Verdict Evaluator::Run(const EvaluateRequest& request, const ProgressFn& progres
   if (!baseline.empty()) {
     // A baseline is measured, not judged: the caller stores it.
     AddStage(v, "profile", r->profile().wall_ms());
-    absl::StatusOr<v1::ProfileMeasurement> m = profile_->Measurement(*r, facts);
+    absl::StatusOr<v1::ProfileMeasurement> m = profile_->Measurement(r->profile(), facts);
     if (!m.ok()) return finish(Verdict::INFRA_ERROR, absl::StrCat("profile: ", m.status().message()));
     if (measured != nullptr) *measured = *std::move(m);
     return finish(Verdict::OK, summary);
   }
-  profile_->Judge(*r, request.task(), facts, v);
+  profile_->Judge(r->profile(), request.task(), facts, v);
   if (timing != nullptr) {
-    if (absl::StatusOr<v1::RawTimingRun> run = profile_->CandidateRun(*r); run.ok()) *timing = *std::move(run);
+    if (absl::StatusOr<v1::RawTimingRun> run = profile_->CandidateRun(r->profile()); run.ok()) *timing = *std::move(run);
   }
   note("profile", true, Verdict::Outcome_Name(v.outcome()));
   if (v.outcome() == Verdict::INFRA_ERROR) HealthProbeLocked(v);
@@ -605,12 +607,11 @@ Verdict Evaluator::Run(const EvaluateRequest& request, const ProgressFn& progres
 void Evaluator::HealthProbeLocked(Verdict& verdict) {
   const double t = MonotonicMs();
   HarnessJob job;
-  job.set_kind("health");
   job.set_wall_seconds(config_.verify().health_probe_seconds());
   job.set_memory_slack_bytes(config_.verify().health_memory_slack_bytes());
-  absl::StatusOr<HarnessResult> r = verify_->Run(job, config_.verify().health_probe_seconds() + 30);
+  absl::StatusOr<HarnessHealthReply> r = verify_->Health(job, config_.verify().health_probe_seconds() + 30);
   // A dead zygote is restarted once: the probe judges the GPU, not the zygote.
-  if (!r.ok()) r = verify_->Run(job, config_.verify().health_probe_seconds() + 150);
+  if (!r.ok()) r = verify_->Health(job, config_.verify().health_probe_seconds() + 150);
   AddStage(verdict, "health_probe", MonotonicMs() - t);
   const bool healthy = r.ok() && r->healthy();
   if (r.ok() && !r->gpu_model().empty()) gpu_model_ = r->gpu_model();

@@ -38,19 +38,17 @@ void SetOutcome(Verdict& v, Verdict::Outcome outcome, const std::string& summary
 
 }  // namespace
 
-absl::StatusOr<v1::RawTimingRun> ProfileStage::CandidateRun(const v1::sandbox::HarnessResult& result) const {
-  if (!result.profile().ok()) {
-    return absl::FailedPreconditionError("profile phase failed: " + result.profile().error() + " " +
-                                         result.profile().detail());
+absl::StatusOr<v1::RawTimingRun> ProfileStage::CandidateRun(const v1::sandbox::HarnessProfile& profile) const {
+  if (!profile.ok()) {
+    return absl::FailedPreconditionError("profile phase failed: " + profile.error() + " " + profile.detail());
   }
-  absl::StatusOr<v1::ProfileMeasurement> m = ReadMeasurement(result.profile().measurement_file());
+  absl::StatusOr<v1::ProfileMeasurement> m = ReadMeasurement(profile.measurement_file());
   if (!m.ok()) return m.status();
   return m->candidate();
 }
 
-absl::StatusOr<v1::ProfileMeasurement> ProfileStage::Measurement(const v1::sandbox::HarnessResult& result,
+absl::StatusOr<v1::ProfileMeasurement> ProfileStage::Measurement(const v1::sandbox::HarnessProfile& p,
                                                                   const DeviceFacts& facts) const {
-  const v1::sandbox::HarnessProfile& p = result.profile();
   if (!p.started()) return absl::FailedPreconditionError("profile phase did not start");
   absl::StatusOr<v1::ProfileMeasurement> m = ReadMeasurement(p.measurement_file());
   if (!m.ok()) {
@@ -68,9 +66,8 @@ absl::StatusOr<v1::ProfileMeasurement> ProfileStage::Measurement(const v1::sandb
 ProfileStage::ProfileStage(const v1::ProfilerConfig& config, std::string baseline_dir)
     : config_(WithProfilerDefaults(config)), baseline_dir_(std::move(baseline_dir)) {}
 
-void ProfileStage::Judge(const v1::sandbox::HarnessResult& result, const Task& task, const DeviceFacts& facts,
+void ProfileStage::Judge(const v1::sandbox::HarnessProfile& p, const Task& task, const DeviceFacts& facts,
                          Verdict& v) const {
-  const v1::sandbox::HarnessProfile& p = result.profile();
   const double t0 = MonotonicMs();
   const std::string verify_summary = v.summary();
   auto finish = [&] {

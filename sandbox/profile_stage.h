@@ -56,21 +56,21 @@ class ProfileStage {
   // `config` gets the profiler's defaults applied; `baseline_dir` is the cache root.
   ProfileStage(const v1::ProfilerConfig& config, std::string baseline_dir);
 
-  // Fills `v` (already OK from verify) from the profile phase of `result`:
+  // Fills `v` (already OK from verify) from the verify reply's profile phase `profile`:
   // outcome, speed-ups, times, speed-of-light ratio, coverage, flags,
   // quarantined, summary (verify summary + "; profile: ..."), and appends a
   // "profile" StageTiming.
-  void Judge(const v1::sandbox::HarnessResult& result, const Task& task, const DeviceFacts& facts,
+  void Judge(const v1::sandbox::HarnessProfile& profile, const Task& task, const DeviceFacts& facts,
              Verdict& v) const;
 
   const std::string& baseline_dir() const { return baseline_dir_; }
 
   // The candidate's timing run as the reference process recorded it.
-  absl::StatusOr<v1::RawTimingRun> CandidateRun(const v1::sandbox::HarnessResult& result) const;
+  absl::StatusOr<v1::RawTimingRun> CandidateRun(const v1::sandbox::HarnessProfile& profile) const;
   // The whole measurement of a profile phase that ran (a baseline job's:
   // Evaluator::MeasureBaseline), with the device identity and backend the
   // worker's facts, as Judge sets them.
-  absl::StatusOr<v1::ProfileMeasurement> Measurement(const v1::sandbox::HarnessResult& result,
+  absl::StatusOr<v1::ProfileMeasurement> Measurement(const v1::sandbox::HarnessProfile& profile,
                                                      const DeviceFacts& facts) const;
   // "More than X faster" for RewardFor, with the profiler's default applied.
   double milestone_margin() const { return config_.milestone_margin(); }

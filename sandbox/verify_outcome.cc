@@ -12,7 +12,7 @@ namespace kernelrl::sandbox {
 namespace {
 
 using v1::sandbox::HarnessJob;
-using v1::sandbox::HarnessResult;
+using v1::sandbox::HarnessVerifyReply;
 using v1::sandbox::HarnessVerifyFacts;
 
 constexpr size_t kSummaryBytes = 500;
@@ -72,8 +72,8 @@ std::string LastLine(const std::string& text) {
   return text.substr(start, end - start);
 }
 
-VerifyOutcome DecideVerifyOutcome(const HarnessJob& job, const HarnessResult& result) {
-  const HarnessVerifyFacts& f = result.facts();
+VerifyOutcome DecideVerifyOutcome(const HarnessJob& job, const HarnessVerifyReply& reply) {
+  const HarnessVerifyFacts& f = reply.facts();
   std::set<std::string> flags(f.candidate_flags().begin(), f.candidate_flags().end());
   std::vector<std::string> details;
   for (const std::string& d : f.details()) {
@@ -99,9 +99,7 @@ VerifyOutcome DecideVerifyOutcome(const HarnessJob& job, const HarnessResult& re
     return o;
   };
 
-  if (!result.has_facts()) {
-    return out(Verdict::INFRA_ERROR, result.error().empty() ? "zygote sent no verify facts" : result.error());
-  }
+  if (!reply.has_facts()) return out(Verdict::INFRA_ERROR, "zygote sent no verify facts");
   if (!f.ref_error().empty()) {
     return out(Verdict::INFRA_ERROR, "reference failed: " + LastLine(f.ref_error()));
   }

@@ -45,9 +45,10 @@ struct VerifyOutcome {
 const std::vector<std::string>& VerifyHackFlags();
 
 // `job` gives the limits the facts are judged against (num_sets, device,
-// wall_seconds, resident/cgroup memory caps). A reply without facts (the
-// zygote failed: its `error` says why) is INFRA_ERROR.
-VerifyOutcome DecideVerifyOutcome(const v1::sandbox::HarnessJob& job, const v1::sandbox::HarnessResult& result);
+// wall_seconds, resident/cgroup memory caps). A verify reply without facts is
+// INFRA_ERROR (a zygote that could not run the job sends no verify reply at
+// all: VerifyStage::Verify returns its error as a Status).
+VerifyOutcome DecideVerifyOutcome(const v1::sandbox::HarnessJob& job, const v1::sandbox::HarnessVerifyReply& reply);
 
 // "SIGSEGV" for 11; the number for a signal without a name.
 std::string SignalName(int signal);

@@ -18,6 +18,7 @@
 #include "sandbox/contain/roles.h"
 #include "sandbox/contain/spawn.h"
 #include "sandbox/filesystem_view.h"
+#include "sandbox/harness_reply.h"
 
 namespace kernelrl::sandbox {
 namespace {
@@ -26,6 +27,14 @@ double NowS() {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+// The reply member `part` of a checked reply (its case is the job's), or the error.
+template <typename Reply>
+absl::StatusOr<Reply> ReplyPart(absl::StatusOr<v1::sandbox::HarnessResult> r,
+                                Reply* (v1::sandbox::HarnessResult::*part)()) {
+  if (!r.ok()) return r.status();
+  return std::move(*(*r.*part)());
 }
 
 }  // namespace
@@ -96,13 +105,14 @@ absl::Status VerifyStage::StartLocked() {
     return absl::UnavailableError(absl::StrCat("zygote did not start: ", line.status().message(),
                                                " (see ", config_.work_root(), "/zygote.log)"));
   }
-  google::protobuf::util::JsonParseOptions opts;
-  opts.ignore_unknown_fields = true;
-  hello_.Clear();
-  if (!google::protobuf::util::JsonStringToMessage(*line, &hello_, opts).ok() || hello_.type() != "hello") {
+  absl::StatusOr<v1::sandbox::HarnessResult> first = ParseHarnessReply(*line);
+  if (!first.ok() || first->reply_case() != v1::sandbox::HarnessResult::kHello) {
     StopLocked();
-    return absl::UnavailableError("zygote sent a bad hello: " + line->substr(0, 200));
+    return absl::UnavailableError(absl::StrCat(
+        "zygote sent no hello: ", first.ok() ? ReplyCaseName(first->reply_case()) : first.status().message(), ": ",
+        line->substr(0, 200)));
   }
+  hello_ = std::move(*first->mutable_hello());
   if (absl::Status s = CalibrateLocked(); !s.ok()) {
     StopLocked();
     return s;
@@ -119,7 +129,9 @@ absl::Status VerifyStage::CalibrateLocked() {
     return absl::OkStatus();
   }
   const std::map<std::string, bool> caps(hello_.caps().begin(), hello_.caps().end());
-  absl::Status lost;  // the zygote itself failed during a probe
+  // The zygote failed a probe itself (no answer, or not the probe's): every
+  // later probe is skipped and the start fails.
+  absl::Status lost;
   auto probe = [&](const char* kind, const IsolationMap& iso, const std::string& kprof_lib) {
     v1::sandbox::HarnessJob job;
     job.set_kind(kind);
@@ -131,14 +143,14 @@ absl::Status VerifyStage::CalibrateLocked() {
     mu_.AssertHeld();  // The probes run under the caller's lock; tells the analysis so.
     if (lost.ok()) {
       absl::StatusOr<v1::sandbox::HarnessResult> got = ExchangeLocked(job, kProbeTimeoutS);
-      if (got.ok()) r = *got;
+      if (got.ok()) r = *std::move(got);
       if (!got.ok()) lost = got.status();
     }
     return r;
   };
   const IsolationCalibration c = CalibrateIsolation(DefaultIsolationPlan(), caps, [&](const IsolationMap& iso) {
-    const v1::sandbox::HarnessResult r = probe("isolation_probe", iso, "");
-    return ProbeAnswer{r.ok(), r.error()};
+    const v1::sandbox::HarnessIsolationProbeReply a = probe("isolation_probe", iso, "").isolation_probe();
+    return ProbeAnswer{a.ok(), a.error()};
   });
   for (const CalibrationStep& step : c.log) {
     hello_.add_calibration(absl::StrCat(step.kind, "=[", absl::StrJoin(step.steps, ","), "] ok=", step.answer.ok,
@@ -154,7 +166,8 @@ absl::Status VerifyStage::CalibrateLocked() {
     hello_.set_kprof_error("the profiler harness does not import");
   } else {
     // The CUPTI recorder under the isolation candidates get, seccomp included.
-    const v1::sandbox::HarnessResult r = probe("recorder_probe", cuda_isolation_, config_.kprof_lib());
+    const v1::sandbox::HarnessRecorderProbeReply r =
+        probe("recorder_probe", cuda_isolation_, config_.kprof_lib()).recorder_probe();
     if (!lost.ok()) return absl::UnavailableError(absl::StrCat("zygote failed the recorder probe: ", lost.message()));
     hello_.set_kprof_ok(r.ok());
     hello_.set_kprof_error(r.ok() ? "" : r.error());
@@ -177,7 +190,7 @@ void VerifyStage::ApplyCalibrationLocked(v1::sandbox::HarnessJob& job) const {
   job.set_profile_thread_allowance(job.kprof_lib().empty() ? 0 : profile_thread_allowance_);
 }
 
-absl::StatusOr<v1::sandbox::HarnessResult> VerifyStage::EnsureStarted() {
+absl::StatusOr<v1::sandbox::HarnessHello> VerifyStage::EnsureStarted() {
   absl::MutexLock l(&mu_);
   if (pid_ < 0) {
     if (absl::Status s = StartLocked(); !s.ok()) return s;
@@ -208,13 +221,24 @@ absl::StatusOr<std::string> VerifyStage::ReadLineLocked(double timeout_s) {
   }
 }
 
-absl::StatusOr<v1::sandbox::HarnessResult> VerifyStage::Run(const v1::sandbox::HarnessJob& request,
-                                                            double timeout_s) {
+absl::StatusOr<v1::sandbox::HarnessVerifyReply> VerifyStage::Verify(const v1::sandbox::HarnessJob& job,
+                                                                    double timeout_s) {
   absl::MutexLock l(&mu_);
+  return ReplyPart(RunLocked(job, "verify", timeout_s), &v1::sandbox::HarnessResult::mutable_verify);
+}
+
+absl::StatusOr<v1::sandbox::HarnessHealthReply> VerifyStage::Health(const v1::sandbox::HarnessJob& job,
+                                                                    double timeout_s) {
+  absl::MutexLock l(&mu_);
+  return ReplyPart(RunLocked(job, "health", timeout_s), &v1::sandbox::HarnessResult::mutable_health);
+}
+
+absl::StatusOr<v1::sandbox::HarnessResult> VerifyStage::RunLocked(v1::sandbox::HarnessJob job, const char* kind,
+                                                                  double timeout_s) {
   if (pid_ < 0) {
     if (absl::Status s = StartLocked(); !s.ok()) return s;
   }
-  v1::sandbox::HarnessJob job = request;
+  job.set_kind(kind);
   ApplyCalibrationLocked(job);
   return ExchangeLocked(job, timeout_s);
 }
@@ -243,12 +267,14 @@ absl::StatusOr<v1::sandbox::HarnessResult> VerifyStage::ExchangeLocked(const v1:
     StopLocked();  // a zygote that missed its deadline is not trusted again
     return line.status();
   }
-  google::protobuf::util::JsonParseOptions opts;
-  opts.ignore_unknown_fields = true;
-  v1::sandbox::HarnessResult result;
-  if (auto s = google::protobuf::util::JsonStringToMessage(*line, &result, opts); !s.ok()) {
-    return absl::DataLossError(absl::StrCat("bad zygote reply: ", s.ToString(), ": ", line->substr(0, 300)));
+  absl::StatusOr<v1::sandbox::HarnessResult> result = ParseHarnessReply(*line);
+  absl::Status answers = result.ok() ? CheckHarnessReply(job, *result) : result.status();
+  if (!answers.ok() && !absl::IsInternal(answers)) {
+    // Not the zygote's own error (Internal) but a line that does not answer
+    // this job: later ones may not either, so the next job gets a fresh zygote.
+    StopLocked();
   }
+  if (!answers.ok()) return answers;
   return result;
 }
 

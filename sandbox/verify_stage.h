@@ -9,6 +9,11 @@
 // probes the CUPTI recorder under it; the hello EnsureStarted returns carries
 // the outcome (isolation_dropped_for_cuda, kprof_ok, kprof_error). The zygote
 // reports facts; the caller decides the outcome (verify_outcome.h).
+//
+// Each job gets back the reply its kind names (harness_reply.h) or a Status:
+// the zygote's own error (it stays up), or a reply that does not answer the
+// job, a missed deadline, a closed pipe (the zygote is stopped and the next
+// job starts a fresh one).
 #ifndef KERNELRL_SANDBOX_VERIFY_STAGE_H_
 #define KERNELRL_SANDBOX_VERIFY_STAGE_H_
 
@@ -31,10 +36,12 @@ class VerifyStage {
   ~VerifyStage();
 
   // Starts the zygote if needed and returns its hello (capabilities).
-  absl::StatusOr<v1::sandbox::HarnessResult> EnsureStarted();
-  // Runs one job (a verify job under the calibrated isolation); `timeout_s`
+  absl::StatusOr<v1::sandbox::HarnessHello> EnsureStarted();
+  // Runs `job` as a verify job under the calibrated isolation; `timeout_s`
   // bounds the whole exchange.
-  absl::StatusOr<v1::sandbox::HarnessResult> Run(const v1::sandbox::HarnessJob& job, double timeout_s);
+  absl::StatusOr<v1::sandbox::HarnessVerifyReply> Verify(const v1::sandbox::HarnessJob& job, double timeout_s);
+  // Runs `job` as a health probe.
+  absl::StatusOr<v1::sandbox::HarnessHealthReply> Health(const v1::sandbox::HarnessJob& job, double timeout_s);
 
  private:
   static constexpr double kProbeTimeoutS = 150;  // the zygote waits 90 s for a probe's child
@@ -42,6 +49,10 @@ class VerifyStage {
   absl::Status StartLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CalibrateLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ApplyCalibrationLocked(v1::sandbox::HarnessJob& job) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Starts the zygote if needed and exchanges `job` (its kind set to `kind`).
+  absl::StatusOr<v1::sandbox::HarnessResult> RunLocked(v1::sandbox::HarnessJob job, const char* kind,
+                                                       double timeout_s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // One job out, its checked reply back (CheckHarnessReply).
   absl::StatusOr<v1::sandbox::HarnessResult> ExchangeLocked(const v1::sandbox::HarnessJob& job, double timeout_s)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void StopLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -56,7 +67,7 @@ class VerifyStage {
   int to_zygote_ ABSL_GUARDED_BY(mu_) = -1;
   int from_zygote_ ABSL_GUARDED_BY(mu_) = -1;
   std::string buffer_ ABSL_GUARDED_BY(mu_);
-  v1::sandbox::HarnessResult hello_ ABSL_GUARDED_BY(mu_);
+  v1::sandbox::HarnessHello hello_ ABSL_GUARDED_BY(mu_);
   IsolationMap cuda_isolation_ ABSL_GUARDED_BY(mu_);  // empty on CPU
   int profile_thread_allowance_ ABSL_GUARDED_BY(mu_) = 0;
 };

@@ -522,32 +522,36 @@ class Zygote:
                                 f"{(self.baseline_free - rep['free_bytes']) >> 20} MiB still used")
         rep["healthy"] = healthy
         rep["wall_ms"] = st["wall_ms"]
-        return rep
+        # HarnessHealthReply's keys only: the worker rejects any other.
+        keep = ("healthy", "ok", "error", "free_bytes", "total_bytes", "gpu_model", "wall_ms", "timed_out")
+        return {k: rep[k] for k in keep if k in rep}
+
+    def _runner(self, kind):
+        """The method that runs a job of `kind` on this zygote, or None."""
+        cuda = self.device == "cuda"
+        return {"verify": self.verify, "health": self.health,
+                "isolation_probe": self.isolation_probe if cuda else None,
+                "recorder_probe": self.recorder_probe if cuda and not self.profiler_error else None}.get(kind)
 
     def serve(self):
-        hello = {"type": "hello", "caps": self.caps, "cuda_initialized": torch.cuda.is_initialized(),
-                 "profiler_error": self.profiler_error, "memory_cgroup_error": self.cgroup_error,
+        # Each line is a HarnessResult (sandbox/harness_protocol.proto): one
+        # reply, under the key the job's kind names, or "zygote_error".
+        hello = {"caps": self.caps, "profiler_error": self.profiler_error, "memory_cgroup_error": self.cgroup_error,
                  "torch": torch.__version__, "python": sys.version.split()[0], "pid": os.getpid()}
-        protocol.send(_PROTO_OUT, hello)
+        protocol.send(_PROTO_OUT, {"hello": hello})
         reader = protocol.LineReader(0)
         while True:
             job = reader.read()
             if job is None:
                 return
+            kind = job.get("kind")
+            run = self._runner(kind)
             try:
-                if job.get("kind") == "verify":
-                    rep = self.verify(job)
-                elif job.get("kind") == "health":
-                    rep = self.health(job)
-                elif job.get("kind") == "isolation_probe" and self.device == "cuda":
-                    rep = self.isolation_probe(job)
-                elif job.get("kind") == "recorder_probe" and self.device == "cuda" and not self.profiler_error:
-                    rep = self.recorder_probe(job)
-                else:
-                    rep = {"error": f"unknown job kind {job.get('kind')} (device {self.device})"}
+                rep = {kind: run(job)} if run else {
+                    "zygote_error": f"unknown job kind {kind} (device {self.device})"}
             except Exception:  # noqa: BLE001
-                # No facts: the worker gives a verify job INFRA_ERROR with this text.
-                rep = {"error": "zygote: " + traceback.format_exc()[-1500:]}
+                # No reply: the worker gives a verify job INFRA_ERROR with this text.
+                rep = {"zygote_error": "zygote: " + traceback.format_exc()[-1500:]}
             rep["job_id"] = job.get("job_id", "")
             protocol.send(_PROTO_OUT, valid_utf8(rep))
 

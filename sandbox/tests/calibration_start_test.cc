@@ -37,7 +37,7 @@ TEST(CalibrationStartTest, ZygoteAnswersEveryProbeTheWorkerAsksFor) {
   mkdir(config.work_root().c_str(), 0700);
   const int caps = ProbeHostCapabilities();
   auto stage = std::make_unique<VerifyStage>(config, config.harness_dir(), config.contain_lib(), caps);
-  absl::StatusOr<v1::sandbox::HarnessResult> hello = stage->EnsureStarted();
+  absl::StatusOr<v1::sandbox::HarnessHello> hello = stage->EnsureStarted();
   ASSERT_TRUE(hello.ok()) << hello.status();
   ASSERT_TRUE(hello->profiler_error().empty()) << hello->profiler_error();
   const IsolationPlan& plan = DefaultIsolationPlan();

@@ -15,7 +15,7 @@ namespace kernelrl::sandbox {
 namespace {
 
 using v1::sandbox::HarnessJob;
-using v1::sandbox::HarnessResult;
+using v1::sandbox::HarnessVerifyReply;
 using v1::sandbox::HarnessVerifyFacts;
 
 // Sizes as the summaries print them (all >= 1 GiB here).
@@ -35,10 +35,10 @@ class VerifyOutcomeTest : public ::testing::Test {
     job_.set_wall_seconds(std::uniform_int_distribution<int>(10, 300)(rng_) + 0.5);
     job_.set_resident_memory_bytes(int64_t{std::uniform_int_distribution<int>(2, 40)(rng_)} << 30);
     job_.set_cgroup_memory_bytes(job_.resident_memory_bytes() + (int64_t{3} << 30));
-    result_.mutable_facts();  // present, all zero
+    reply_.mutable_facts();  // present, all zero
   }
 
-  HarnessVerifyFacts& facts() { return *result_.mutable_facts(); }
+  HarnessVerifyFacts& facts() { return *reply_.mutable_facts(); }
   // `k` sets compared, all right, distributions cycling through a few names.
   void Sets(int k) {
     static const char* const kDists[] = {"task", "normal", "uniform_pm1", "large_magnitude"};
@@ -59,7 +59,7 @@ class VerifyOutcomeTest : public ::testing::Test {
     e->set_stage(stage);
     e->set_message(message);
   }
-  VerifyOutcome Decide() const { return DecideVerifyOutcome(job_, result_); }
+  VerifyOutcome Decide() const { return DecideVerifyOutcome(job_, reply_); }
   static bool HasFlag(const VerifyOutcome& o, const std::string& f) {
     return std::find(o.flags.begin(), o.flags.end(), f) != o.flags.end();
   }
@@ -68,7 +68,7 @@ class VerifyOutcomeTest : public ::testing::Test {
   std::mt19937 rng_{std::random_device{}()};
   int n_ = 5;
   HarnessJob job_;
-  HarnessResult result_;
+  HarnessVerifyReply reply_;
 };
 
 TEST_F(VerifyOutcomeTest, CorrectOnEverySetIsOkWithTheDistributions) {
@@ -95,15 +95,12 @@ TEST_F(VerifyOutcomeTest, OkNeedsTheExecutorsDone) {
   EXPECT_EQ(Decide().summary, "candidate stopped while being profiled");
 }
 
-TEST_F(VerifyOutcomeTest, NoFactsIsInfraErrorWithTheZygotesError) {
-  HarnessResult bare;
-  const std::string why = "zygote: Traceback " + Word();
-  bare.set_error(why);
+TEST_F(VerifyOutcomeTest, NoFactsIsInfraError) {
+  HarnessVerifyReply bare;
+  (*bare.mutable_logs())["candidate"] = Word();  // logs without facts decide nothing
   VerifyOutcome o = DecideVerifyOutcome(job_, bare);
   EXPECT_EQ(o.outcome, Verdict::INFRA_ERROR);
-  EXPECT_EQ(o.summary, why);
-  bare.clear_error();
-  EXPECT_EQ(DecideVerifyOutcome(job_, bare).outcome, Verdict::INFRA_ERROR);
+  EXPECT_EQ(o.summary, "zygote sent no verify facts");
 }
 
 TEST_F(VerifyOutcomeTest, ReferenceErrorComesFirstAndNamesItsLastLine) {
@@ -146,7 +143,7 @@ TEST_F(VerifyOutcomeTest, AuditViolationListsTheAuditOrTheMessage) {
 
 TEST_F(VerifyOutcomeTest, EveryHackFlagAloneIsHackDetected) {
   for (const std::string& flag : VerifyHackFlags()) {
-    result_.Clear();
+    reply_.Clear();
     AllSetsDone();  // correct outputs do not excuse a hack
     facts().add_candidate_flags(flag);
     facts().add_candidate_flags("cupti_inactive");  // not a hack flag: reported only
@@ -155,7 +152,7 @@ TEST_F(VerifyOutcomeTest, EveryHackFlagAloneIsHackDetected) {
     EXPECT_EQ(o.summary, flag);
     EXPECT_TRUE(HasFlag(o, "cupti_inactive"));
   }
-  result_.Clear();
+  reply_.Clear();
   AllSetsDone();
   facts().add_candidate_flags("cupti_inactive");
   EXPECT_EQ(Decide().outcome, Verdict::OK);
@@ -325,7 +322,7 @@ TEST_F(VerifyOutcomeTest, ExitBeforeEverySetIsCrashWithCode) {
   EXPECT_EQ(Decide().outcome, Verdict::CRASH);
   EXPECT_EQ(Decide().summary, absl::StrCat("candidate exited with code ", code));
   // After every set an exit code alone does not fail a candidate that said done.
-  result_.Clear();
+  reply_.Clear();
   AllSetsDone();
   facts().set_exit_code(code);
   EXPECT_EQ(Decide().outcome, Verdict::OK);
