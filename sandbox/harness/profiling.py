@@ -94,7 +94,6 @@ class CallTimer:
             self._libcuda = ctypes.CDLL("libcuda.so.1")
             self._ev0 = torch.cuda.Event(enable_timing=True)
             self._ev1 = torch.cuda.Event(enable_timing=True)
-            self._switch = torch.zeros(1, device="cuda")
             if recorder_path(job):
                 from profiler_service.harness import kprof as kprof_mod
                 self.kprof = kprof_mod.load()
@@ -110,12 +109,10 @@ class CallTimer:
 
     def open(self):
         """Before the reference's clock: persisting-L2 reset, the recorder's
-        window opens, and one tiny kernel runs to completion, so the GPU has
-        switched to this process's context before the clock starts (the switch
-        costs ~0.3 ms on an H100 and would otherwise land inside it)."""
+        window opens. (The clock starts with the reference's own copy, so the
+        GPU is on the reference's context then: it flushes the L2 last.)"""
         if self.device == "cuda":
             self._libcuda.cuCtxResetPersistingL2Cache()
-            self._switch.add_(1)
             torch.cuda.synchronize()
             if self.kprof:
                 from profiler_service.harness import kprof as kprof_mod
