@@ -179,7 +179,7 @@ def run(job, cont, to_ref, from_ref, xsock=-1):
             if msg.get("graph") and device == "cuda" and not to_device:
                 replay, still_active = graph_blocks.get(exchange, msg.get("forwards"), model, rows, guard)
             timer.open()  # on CUDA it also runs a little work here: the GPU is on this context when the clock starts
-            armed = {"type": "armed", "id": msg.get("id")}
+            armed = {"type": "armed", "id": msg.get("id"), "held_segments": exchange.held_segments()}
             if replay is not None:  # where the replay leaves its outputs is known now: the reference plans its copy
                 armed.update(outputs=replay.metas, segments=replay.segments)
             send(armed)

@@ -318,7 +318,7 @@ def run_profile(job, task_module, model, driver, sets, backend, result):
         sample = {k: float(v) for k, v in (call["reply"].get("sample") or {}).items()
                   if k in SAMPLE_FIELDS and isinstance(v, (int, float))}
         sample.update(trusted_us=call["trusted_us"], forwards=call["forwards"], block_us=call["block_us"],
-                      copies_us=call["copies_us"], rechecked=True, graph=call["graph"])
+                      copies_us=call["copies_us"], rechecked=True, graph=call["graph"], **call["phases"])
         if nvml is not None:
             reasons, throttled, clock_mhz, temp = nvml.sample()
             sample.update(throttle_reasons=reasons, throttled=throttled, sm_clock_mhz=clock_mhz,
@@ -338,12 +338,19 @@ def run_profile(job, task_module, model, driver, sets, backend, result):
         ok = True
         if share:
             share.begin()
+        warmed_at = None
         for w in range(max(1, cfg.warmup_blocks)):
+            warmed_at = forwards
             ok, per = one_block(False)
             if not ok:
                 break
             if w == 0:
                 forwards = _forwards(cfg, per, driver.capacity)  # re-estimated without the one-forward overhead
+        if ok and warmed_at != forwards:
+            # One block at the new size before any is timed: the executor's
+            # allocator grows to it, and the segments its outputs land in are
+            # mapped by us here, not inside a timed block's clock.
+            ok, _ = one_block(False)
         if ok and graph["on"]:
             # The graph's warm-up: capture, then size graph blocks from a replay.
             ok, per = one_block(False, as_graph=True)

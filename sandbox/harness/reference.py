@@ -208,6 +208,7 @@ class Driver:
         self.ex.ensure(wire.tensor_bytes(rows[0]), wire.tensor_bytes(los), len(rows))
         staging = self.ex.stage(rows)
         shot = self.ex.snapshot_for(len(rows))
+        self.ex.begin_block()
         cuda = self.ex.u8.is_cuda
         msg = {"type": "call", "id": j, "forwards": [_descs(xs) for xs in rows],
                "poison_bytes": self.poison_bytes, "release": self.job.get("release_each_call", False),
@@ -219,6 +220,7 @@ class Driver:
         if not _send(self.to_cand, msg):
             raise CandidateGone("candidate gone")
         armed = self._read_until("armed", j)
+        self.ex.premap(armed.get("held_segments"))
         told = armed if "outputs" in armed else None  # a replay's outputs are where its capture put them
         if told is not None:
             self.ex.locate(shot, told.get("outputs"), told.get("segments"))
@@ -232,12 +234,15 @@ class Driver:
         self.ex.write_inputs(staging)
         if cuda:
             torch.cuda.synchronize()
+        t_in = time.perf_counter()
         if not _send(self.to_cand, {"type": "go"}):
             raise CandidateGone("candidate gone")
         done = self._read_until("done", j)
+        t_done = time.perf_counter()
         if told is None:
             told = done
             self.ex.locate(shot, told.get("outputs"), told.get("segments"))
+        t_loc = time.perf_counter()
         self.ex.take(shot)
         if cuda:
             torch.cuda.synchronize()
@@ -254,7 +259,9 @@ class Driver:
         block_us = (t1 - t0) * 1e6
         return {"id": j, "rows": rows, "expected": expected, "staging": staging, "shot": shot, "reply": reply,
                 "forwards": n, "block_us": block_us, "trusted_us": max(block_us / n - copies_us, 1e-3),
-                "copies_us": copies_us, "graph": bool(graph) and reply.get("graph") == "replayed"}
+                "copies_us": copies_us, "graph": bool(graph) and reply.get("graph") == "replayed",
+                "phases": {"inputs_us": (t_in - t0) * 1e6, "forwards_us": (t_done - t_in) * 1e6,
+                           "locate_us": (t_loc - t_done) * 1e6, "snapshot_us": (t1 - t_loc) * 1e6}}
 
     def check(self, call, scale_atol_for=()):
         """"" when every forward's outputs match, else the first reason.

@@ -42,6 +42,7 @@ def load(path):
     lib.krv_ipc_export.argtypes = [ctypes.c_ulonglong, ctypes.c_char_p, u64p, u64p]
     lib.krv_ipc_open.argtypes = [ctypes.c_char_p, u64p, u64p]
     lib.krv_ipc_close.argtypes = [ctypes.c_ulonglong]
+    lib.krv_buffer_id.argtypes = [ctypes.c_ulonglong, u64p]
     lib.krv_table.argtypes = [ctypes.c_int, ctypes.c_ulonglong, ctypes.c_longlong, ctypes.c_int, ctypes.c_ulonglong]
     lib.krv_exchange_create.argtypes = [ctypes.c_ulonglong, ctypes.POINTER(ctypes.c_int), u64p, u64p]
     lib.krv_exchange_import.argtypes = [ctypes.c_int, ctypes.c_ulonglong, u64p]
@@ -95,6 +96,13 @@ def ipc_open(handle_hex):
     return ptr.value, size.value
 
 
+def buffer_id(ptr):
+    """The driver's unique id of the allocation holding device address `ptr`."""
+    out = ctypes.c_ulonglong(0)
+    _check(_LIB.krv_buffer_id(ptr, ctypes.byref(out)), "krv_buffer_id")
+    return out.value
+
+
 def ipc_close(ptr):
     _check(_LIB.krv_ipc_close(ptr), "krv_ipc_close")
 
@@ -103,7 +111,8 @@ TABLE_COPY, TABLE_DIFF, TABLE_FILL, TABLE_NOT_FILLED = 0, 1, 2, 3
 
 
 def table(mode, chunks, value=0xFF):
-    """One launch over `chunks`, an (n, 3) int64 CUDA tensor of (a, b, bytes)
+    """One launch over `chunks`, an (n, 3) int64 tensor of (a, b, bytes) in
+    device or pinned host memory (the kernel reads it where it is)
     (cuda/verify_cuda.cu krv_table): copy a to b, count differing words, fill
     a, or count words of a that are not `value`. Asynchronous on the default
     stream for the copy and the fill (None); the counts synchronise (an int)."""

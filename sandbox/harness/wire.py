@@ -31,6 +31,7 @@ memory and write bytes the reference checks.
 import collections
 import os
 
+import numpy as np
 import torch
 
 import verify_cuda
@@ -126,17 +127,22 @@ class Snapshot:
 
 
 def _chunks(entries):
-    """(n, 3) int64 CUDA tensor of (src, dst, bytes) chunks of at most CHUNK bytes."""
-    if not entries:
-        return torch.zeros((0, 3), dtype=torch.int64, device="cuda")
-    ent = torch.tensor(entries, dtype=torch.int64)
-    count = (ent[:, 2] + CHUNK - 1) // CHUNK
-    which = torch.repeat_interleave(torch.arange(len(entries)), count)
-    first = torch.repeat_interleave(torch.cumsum(count, 0) - count, count)
-    off = (torch.arange(int(count.sum())) - first) * CHUNK
-    e = ent[which]
-    table = torch.stack([e[:, 0] + off, e[:, 1] + off, torch.clamp(e[:, 2] - off, max=CHUNK)], dim=1)
-    return table.to("cuda")
+    """(n, 3) int64 tensor of (src, dst, bytes) chunks of at most CHUNK bytes,
+    in pinned host memory the table launch reads directly (no copy to the
+    device and no torch op inside the clock: numpy on its buffer)."""
+    table = torch.empty((0, 3), dtype=torch.int64)
+    if entries:
+        ent = np.asarray(entries, dtype=np.int64)
+        count = (ent[:, 2] + CHUNK - 1) // CHUNK
+        which = np.repeat(np.arange(len(entries)), count)
+        first = np.repeat(np.cumsum(count) - count, count)
+        off = (np.arange(int(count.sum())) - first) * CHUNK
+        table = torch.empty((len(which), 3), dtype=torch.int64, pin_memory=True)
+        view = table.numpy()
+        view[:, 0] = ent[which, 0] + off
+        view[:, 1] = ent[which, 1] + off
+        view[:, 2] = np.minimum(ent[which, 2] - off, CHUNK)
+    return table
 
 
 class RefExchange:
@@ -230,13 +236,27 @@ class RefExchange:
         snap = torch.empty(nbytes, dtype=torch.uint8, device=self.u8.device) if self.kind == "gpu" else None
         return Snapshot(snap, nbytes)
 
+    def begin_block(self):
+        """Before the clock: segments unused for KEEP_MAPPINGS_BLOCKS blocks are unmapped."""
+        self.blocks += 1
+        self._unmap_unused()
+
+    def premap(self, handles, most=256):
+        """Before the clock: maps the segments the executor holds (its word;
+        at most `most`), so that locating outputs in them costs no mapping
+        inside the clock. Unmappable ones are left for locate to report."""
+        if self.kind != "gpu" or not isinstance(handles, list):
+            return
+        for handle in handles[:most]:
+            if isinstance(handle, str):
+                self._map(handle)
+
     def locate(self, shot, metas_all, segments):
         """Where each output is (the executor's word, bounded here): a mapped
         segment of its memory at an offset, or its slot of the output area.
         Builds the table the snapshot is taken with; what cannot be read is
         recorded per output (shot.errors) and fails its comparison."""
         lay = self.layout
-        self.blocks += 1
         entries = []
         mapped = {}
         for k, metas in enumerate(metas_all if isinstance(metas_all, list) else []):
@@ -261,7 +281,6 @@ class RefExchange:
                     entries.append((src, shot.snap.data_ptr() + dst, n))
         if self.kind == "gpu":
             shot.table = _chunks(entries)
-            self._unmap_unused()
 
     def _segment_source(self, meta, n, segments, mapped):
         """(device address, "") of an output in an exported segment, or (None, why)."""
@@ -390,6 +409,7 @@ class CandidateExchange:
         self.note = ""
         self.ipc_error = ""  # set once a segment could not be exported: outputs go to slots
         self.held = []
+        self._exports = {}  # (address, size) -> (driver's buffer id, handle): held_segments
 
     def accept(self, offer):
         """Maps the area a call names (once per allocation)."""
@@ -472,6 +492,29 @@ class CandidateExchange:
             except verify_cuda.VerifyCudaError as e:
                 self.ipc_error = str(e)[:200]  # slots from now on
         return {"slot": j} if self.put(k, j, o) else None
+
+    def held_segments(self, most=256):
+        """Before the clock: every segment of this process's caching allocator,
+        exported, so that the reference maps them there rather than inside its
+        clock when an output turns out to lie in one (an export is kept while
+        the driver's id of the allocation at that address is unchanged)."""
+        if self.note != "gpu" or self.ipc_error:
+            return []
+        handles, seen = [], set()
+        for seg in torch.cuda.memory_snapshot()[:most]:
+            key = (int(seg["address"]), int(seg["total_size"]))
+            seen.add(key)
+            try:
+                bid = verify_cuda.buffer_id(key[0])
+                kept = self._exports.get(key)
+                if kept is None or kept[0] != bid:
+                    kept = self._exports[key] = (bid, verify_cuda.ipc_export(key[0])[0])
+            except verify_cuda.VerifyCudaError:
+                continue  # not exportable (then its outputs go to slots)
+            handles.append(kept[1])
+        for key in [k for k in self._exports if k not in seen]:
+            del self._exports[key]
+        return handles
 
     def release_held(self):
         """The last block's outputs are no longer read by the reference."""

@@ -321,6 +321,12 @@ int krv_ipc_open(const unsigned char* handle, unsigned long long* ptr, unsigned 
   return 0;
 }
 
+// The driver's id of the allocation holding `ptr`: unique per allocation, so
+// an exported segment freed and allocated again at the same address is told apart.
+int krv_buffer_id(unsigned long long ptr, unsigned long long* id) {
+  return Driver(cuPointerGetAttribute(id, CU_POINTER_ATTRIBUTE_BUFFER_ID, static_cast<CUdeviceptr>(ptr)));
+}
+
 int krv_ipc_close(unsigned long long ptr) { return Driver(cuIpcCloseMemHandle(static_cast<CUdeviceptr>(ptr))); }
 
 int krv_ipc_handle_size() { return CU_IPC_HANDLE_SIZE; }
