@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The trusted figure against the in-process one for honest kernels of ~10 us,
-# ~100 us, ~1 ms and ~10 ms, and the verdicts they get, on a quiet GPU and on
+# ~100 us, ~1 ms, ~3 ms and ~10 ms, and the verdicts they get, on a quiet GPU and on
 # a GPU that a second process keeps busy (docs/HARNESS.md, "Tolerances").
 #
 #   here:   tools/device_sandbox.sh --prepare       # stages .devcarry/sandbox
@@ -44,7 +44,8 @@ WORKER="--set=backend=cuda --set=python=$PY --set=harness_dir=$PWD/sandbox/harne
 SIZES_ALL="relu_10us:relu_10us.py:sandbox/solutions/level1/19_ReLU
 relu_100us:relu_100us.py:sandbox/solutions/level1/19_ReLU
 relu_1ms:relu_1ms.py:sandbox/solutions/level1/19_ReLU
-matmul_3ms:matmul_tiled_3ms.py:sandbox/testdata/gpu_solutions/matmul_tiled"
+matmul_3ms:matmul_tiled_3ms.py:sandbox/testdata/gpu_solutions/matmul_tiled
+matmul_10ms:matmul_tiled_10ms.py:sandbox/testdata/gpu_solutions/matmul_tiled"
 TASKS=/tmp/kr_sizes/level1; rm -rf /tmp/kr_sizes; mkdir -p $TASKS
 SUITE=$OUT/suite.txt; : > "$SUITE"
 for row in $SIZES_ALL; do
