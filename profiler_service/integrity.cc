@@ -40,11 +40,11 @@ IntegrityReport AnalyzeIntegrity(const ProfileMeasurement& m, const LibraryPolic
 
   KernelCoverage& cov = r.coverage;
   double total = 0.0;
-  // The window also holds the block's hand-over (the executor copies each
-  // output into the exchange: memcpy) and the unscrambling of its inputs
-  // (harness kernels): neither is the candidate's work nor a library's, and
-  // neither counts toward the share. A candidate's own memcpys are left out
-  // with them: its outputs are compared whatever moved them.
+  // The window may also hold the harness's own work (the executor's fallback
+  // copy of an output it could not export into the exchange: memcpy; harness
+  // kernels): neither the candidate's work nor a library's, so neither counts
+  // toward the share. A candidate's own memcpys are left out with them: its
+  // outputs are compared whatever moved them.
   for (const auto& [origin, us] : by_origin) {
     if (origin != "copy" && origin != "harness") total += us;
   }

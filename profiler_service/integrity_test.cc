@@ -44,9 +44,9 @@ TEST(Integrity, HonestCandidateHasNoFlags) {
   EXPECT_EQ(r.coverage.kernels(0).name(), "my_kernel(float const*, float*, int)");
 }
 
-// The executor's window holds the harness's own work too: the inputs'
-// unscrambling (krv_ kernels) and the outputs' hand-over (memcpy). Neither
-// dilutes the candidate's share.
+// The executor's window may hold the harness's own work too (krv_ kernels, the
+// fallback copy of an output into the exchange: memcpy). Neither dilutes the
+// candidate's share.
 TEST(Integrity, HarnessWorkInTheWindowIsNotTheCandidates) {
   ProfileMeasurement m = Measurement();
   AddActivity(m.mutable_candidate(), "_Z9my_kernelPKfPfi", 1000.0);

@@ -64,8 +64,8 @@ std::string KernelClassifier::Classify(const std::string& name, const std::strin
   if (kind == "memcpy" || kind == "memset") return "copy";
   const std::string demangled = Demangle(name);
   if (IsCandidate(name, demangled)) return "candidate";
-  // The trusted harness's own kernels inside the executor's window (the
-  // inputs' unscrambling, sandbox/harness/cuda/verify_cuda.cu).
+  // The trusted harness's own kernels (sandbox/harness/cuda/verify_cuda.cu),
+  // should one run inside the executor's window.
   if (demangled.rfind("krv_", 0) == 0) return "harness";
   // ATen / c10 / Inductor first: some of their kernels contain "gemm" or "conv".
   if (ContainsAny(demangled, {"at::", "c10::", "triton_", "native::"}) ||
