@@ -28,7 +28,6 @@ Trust runs one way: the reference decides every offset and size it reads,
 bounded by the segment it mapped; the executor can only point at its own
 memory and write bytes the reference checks.
 """
-import collections
 import os
 
 import numpy as np
@@ -157,7 +156,7 @@ class RefExchange:
         self.generation = 0    # bumped at each (re)allocation; the executor remaps
         self.note = ""
         self._sent_generation = 0
-        self.mappings = collections.OrderedDict()  # handle -> [ptr, size, last block used]
+        self.mappings = {}  # handle -> [ptr, size, last block used]
         self.blocks = 0
 
     def ensure(self, in_sizes, out_sizes, capacity):

@@ -329,8 +329,6 @@ int krv_buffer_id(unsigned long long ptr, unsigned long long* id) {
 
 int krv_ipc_close(unsigned long long ptr) { return Driver(cuIpcCloseMemHandle(static_cast<CUdeviceptr>(ptr))); }
 
-int krv_ipc_handle_size() { return CU_IPC_HANDLE_SIZE; }
-
 // One launch over a table of n chunks, each (a, b, bytes) as three u64:
 //   mode 0  copy a -> b                     (the snapshot of a block's outputs)
 //   mode 1  count bytes where a != b        (outputs changed since the snapshot)
