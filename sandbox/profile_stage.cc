@@ -140,9 +140,9 @@ void ProfileStage::Judge(const v1::sandbox::HarnessProfile& p, const Task& task,
     if (eager != nullptr) {
       absl::StrAppendFormat(&(*v.mutable_logs())["profile"],
                             "; last eager block: inputs in %.0f us, forwards to done %.0f us (executor's own "
-                            "wall %.0f us), locate %.0f us, snapshot %.0f us",
+                            "wall %.0f us), locate %.0f us (%d segments mapped), snapshot %.0f us",
                             eager->inputs_us(), eager->forwards_us(), eager->wall_us() * eager->forwards(),
-                            eager->locate_us(), eager->snapshot_us());
+                            eager->locate_us(), eager->segments_mapped_in_clock(), eager->snapshot_us());
     }
     if (!m->candidate().gpu_share_check().empty()) {
       absl::StrAppendFormat(&(*v.mutable_logs())["profile"], "; gpu share %s (%d other processes busy)",

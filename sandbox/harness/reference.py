@@ -224,6 +224,7 @@ class Driver:
         told = armed if "outputs" in armed else None  # a replay's outputs are where its capture put them
         if told is not None:
             self.ex.locate(shot, told.get("outputs"), told.get("segments"))
+            shot.mapped_in_clock = 0  # located before the clock
         # Before the clock: the block's rows hold poison; the L2 is flushed
         # last, by us, so the GPU is on our context when the clock starts
         # with our copy (a context switch costs ~0.3 ms on an H100).
@@ -261,7 +262,8 @@ class Driver:
                 "forwards": n, "block_us": block_us, "trusted_us": max(block_us / n - copies_us, 1e-3),
                 "copies_us": copies_us, "graph": bool(graph) and reply.get("graph") == "replayed",
                 "phases": {"inputs_us": (t_in - t0) * 1e6, "forwards_us": (t_done - t_in) * 1e6,
-                           "locate_us": (t_loc - t_done) * 1e6, "snapshot_us": (t1 - t_loc) * 1e6}}
+                           "locate_us": (t_loc - t_done) * 1e6, "snapshot_us": (t1 - t_loc) * 1e6,
+                           "segments_mapped_in_clock": shot.mapped_in_clock}}
 
     def check(self, call, scale_atol_for=()):
         """"" when every forward's outputs match, else the first reason.

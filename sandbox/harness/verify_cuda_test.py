@@ -105,8 +105,10 @@ def ipc_checks(lib, verify_cuda, torch):
         snaps.append(snap)
         entries.append((ptr + d["offset"], snap.data_ptr(), w.numel()))
     table = wire._chunks(entries)
-    check(table.shape[0] == 9 + 1 + 1 and int(table[:, 2].max()) == wire.CHUNK,
-          f"ipc: outputs split into {table.shape[0]} chunks of at most {wire.CHUNK} bytes")
+    step = wire.chunk_bytes(sum(w.numel() for w in want))
+    chunks = sum(-(-w.numel() // step) for w in want)
+    check(table.shape[0] == chunks and int(table[:, 2].max()) == step and int(table[:, 2].sum()) == sum(
+        w.numel() for w in want), f"ipc: outputs split into {table.shape[0]} chunks of at most {step} bytes")
     verify_cuda.table(verify_cuda.TABLE_COPY, table)
     torch.cuda.synchronize()
     check(all(torch.equal(s, w) for s, w in zip(snaps, want)), "ipc: every output copied intact (one launch)")

@@ -28,6 +28,7 @@ Trust runs one way: the reference decides every offset and size it reads,
 bounded by the segment it mapped; the executor can only point at its own
 memory and write bytes the reference checks.
 """
+import bisect
 import os
 
 import numpy as np
@@ -38,7 +39,9 @@ import verify_cuda
 ALIGN = 512
 EXCHANGE_FILE = "exchange.bin"
 STAGE_ABOVE_TENSORS = 8  # blocks with more input tensors are staged and copied in once
-CHUNK = 1 << 20          # the table launch's unit of work: every SM busy whatever the outputs' sizes
+CHUNK = 1 << 20          # the table launch's largest unit of work
+MIN_CHUNK = 1 << 16      # its smallest: below, a block's table read costs more than its copy
+CHUNKS_FOR_ALL_SMS = 132 * 8  # an H100's SMs, 8 blocks each: every SM busy, enough bytes in flight
 KEEP_MAPPINGS_BLOCKS = 2  # segments unused for this many blocks are unmapped (eager and graph blocks alternate)
 
 
@@ -123,24 +126,36 @@ class Snapshot:
         self.snap, self.nbytes = snap, nbytes
         self.located, self.errors = set(), {}
         self.table = None
+        self.mapped_in_clock = 0  # segments locate had to map (not premapped before the clock)
+
+
+def chunk_bytes(total):
+    """The table's chunk size for `total` bytes: small enough that a few tens
+    of MB still spread over every SM (one 1 MiB chunk per block left half an
+    H100 idle on a 75 MB output: 440 GB/s), at most CHUNK so that the table of
+    a GB stays a few thousand rows; a multiple of MIN_CHUNK (16-byte words)."""
+    want = -(-int(total) // CHUNKS_FOR_ALL_SMS)
+    return min(CHUNK, max(MIN_CHUNK, -(-want // MIN_CHUNK) * MIN_CHUNK))
 
 
 def _chunks(entries):
-    """(n, 3) int64 tensor of (src, dst, bytes) chunks of at most CHUNK bytes,
-    in pinned host memory the table launch reads directly (no copy to the
-    device and no torch op inside the clock: numpy on its buffer)."""
+    """(n, 3) int64 tensor of (src, dst, bytes) chunks of at most
+    chunk_bytes(total) bytes, in pinned host memory the table launch reads
+    directly (no copy to the device and no torch op inside the clock: numpy
+    on its buffer)."""
     table = torch.empty((0, 3), dtype=torch.int64)
     if entries:
         ent = np.asarray(entries, dtype=np.int64)
-        count = (ent[:, 2] + CHUNK - 1) // CHUNK
+        step = chunk_bytes(ent[:, 2].sum())
+        count = (ent[:, 2] + step - 1) // step
         which = np.repeat(np.arange(len(entries)), count)
         first = np.repeat(np.cumsum(count) - count, count)
-        off = (np.arange(int(count.sum())) - first) * CHUNK
+        off = (np.arange(int(count.sum())) - first) * step
         table = torch.empty((len(which), 3), dtype=torch.int64, pin_memory=True)
         view = table.numpy()
         view[:, 0] = ent[which, 0] + off
         view[:, 1] = ent[which, 1] + off
-        view[:, 2] = np.minimum(ent[which, 2] - off, CHUNK)
+        view[:, 2] = np.minimum(ent[which, 2] - off, step)
     return table
 
 
@@ -258,6 +273,7 @@ class RefExchange:
         lay = self.layout
         entries = []
         mapped = {}
+        before = len(self.mappings)
         for k, metas in enumerate(metas_all if isinstance(metas_all, list) else []):
             if k * lay.out_row >= shot.nbytes:
                 break
@@ -278,6 +294,7 @@ class RefExchange:
                 shot.located.add((k, j))
                 if self.kind == "gpu":
                     entries.append((src, shot.snap.data_ptr() + dst, n))
+        shot.mapped_in_clock = len(self.mappings) - before
         if self.kind == "gpu":
             shot.table = _chunks(entries)
 
@@ -409,6 +426,7 @@ class CandidateExchange:
         self.ipc_error = ""  # set once a segment could not be exported: outputs go to slots
         self.held = []
         self._exports = {}  # (address, size) -> (driver's buffer id, handle): held_segments
+        self._export_bases = []  # its keys, sorted: which export holds an output's address
 
     def accept(self, offer):
         """Maps the area a call names (once per allocation)."""
@@ -483,7 +501,7 @@ class CandidateExchange:
                     if base <= ptr < base + size:  # a live tensor's segment cannot be freed within a block
                         break
                 else:
-                    handle, base, size = verify_cuda.ipc_export(ptr)
+                    handle, base, size = self._export(ptr)
                     segments.append(handle, base, size)
                     idx = len(segments.ranges) - 1
                 self.held.append(o)
@@ -513,7 +531,21 @@ class CandidateExchange:
             handles.append(kept[1])
         for key in [k for k in self._exports if k not in seen]:
             del self._exports[key]
+        self._export_bases = sorted(self._exports)
         return handles
+
+    def _export(self, ptr):
+        """(handle, base, size) of the segment holding `ptr`. Inside the clock:
+        the export made before it when that segment is still the same
+        allocation (cuIpcGetMemHandle costs ~0.1-0.4 ms; the buffer id check a
+        few us), else a new export (a segment the forward allocated)."""
+        i = bisect.bisect_right(self._export_bases, (ptr, float("inf"))) - 1
+        if i >= 0:
+            base, size = self._export_bases[i]
+            bid, handle = self._exports[(base, size)]
+            if base <= ptr < base + size and verify_cuda.buffer_id(base) == bid:
+                return handle, base, size
+        return verify_cuda.ipc_export(ptr)
 
     def release_held(self):
         """The last block's outputs are no longer read by the reference."""
