@@ -23,7 +23,7 @@ ProfilerConfig WithProfilerDefaults(ProfilerConfig c) {
   c.set_outside_window_tolerance(d(0.05, c.outside_window_tolerance()));
   c.set_milestone_margin(d(0.05, c.milestone_margin()));
   if (c.min_rechecks() == 0) c.set_min_rechecks(5);
-  c.set_block_target_us(d(10000.0, c.block_target_us()));
+  c.set_block_target_us(d(30000.0, c.block_target_us()));
   if (c.max_forwards_per_block() <= 0) c.set_max_forwards_per_block(256);
   if (c.block_memory_bytes() <= 0) c.set_block_memory_bytes(int64_t{16} << 30);
   c.set_graph_below_us(d(2000.0, c.graph_below_us()));

@@ -543,8 +543,11 @@ class CandidateExchange:
         if i >= 0:
             base, size = self._export_bases[i]
             bid, handle = self._exports[(base, size)]
-            if base <= ptr < base + size and verify_cuda.buffer_id(base) == bid:
-                return handle, base, size
+            try:
+                if base <= ptr < base + size and verify_cuda.buffer_id(base) == bid:
+                    return handle, base, size
+            except verify_cuda.VerifyCudaError:
+                pass  # that segment is gone (freed since "armed", a capture's pool released)
         return verify_cuda.ipc_export(ptr)
 
     def release_held(self):
