@@ -53,17 +53,24 @@ class GraphBlocks:
         active = True
         try:
             # Captured on the current stream (the per-thread one), where the
-            # candidate's launches go; torch.cuda.graph's own side stream would miss them.
-            with torch.no_grad(), torch.cuda.graph(g, stream=torch.cuda.current_stream()):
-                guard.__enter__()
+            # candidate's launches go (torch.cuda.graph's own side stream would
+            # miss them), and not through torch.cuda.graph: its empty_cache
+            # frees the eager blocks' cached segments, so the next eager block's
+            # outputs land in new ones that the reference maps inside its clock.
+            with torch.no_grad():
+                g.capture_begin()
                 try:
-                    outs = [inputs_lib.flatten_outputs(model(*xs)) for xs in rows]
+                    guard.__enter__()
+                    try:
+                        outs = [inputs_lib.flatten_outputs(model(*xs)) for xs in rows]
+                    finally:
+                        active = guards.guard_still_active(guard)
+                        if active:
+                            guard.__exit__(None, None, None)
+                        else:
+                            guards.clear_dispatch_modes()
                 finally:
-                    active = guards.guard_still_active(guard)
-                    if active:
-                        guard.__exit__(None, None, None)
-                    else:
-                        guards.clear_dispatch_modes()
+                    g.capture_end()
         except guards.TorchOpForbidden:
             raise  # a verdict, as in an eager block
         except Exception as e:  # noqa: BLE001 - capture is optional: eager blocks remain
