@@ -67,9 +67,13 @@ def decide(me, own, holders, samples, min_util=1):
     else:
         foreign_holders = set()
         holder_count = max((len(h) - OWN_PROCESSES for h in holders), default=0)
-    if comparable and len(own) >= OWN_PROCESSES and busy & own:
+    if comparable and len(own) >= OWN_PROCESSES:
+        # Our samples say the lists compare; so does a busy pid that is one of
+        # the other holders (a second process beside a short stage: the
+        # driver's samples may have caught it and missed ours).
         other = sorted((busy - own) & foreign_holders)
-        return len(other), other, "pid"
+        if busy & own or other:
+            return len(other), other, "pid"
     return max(0, min(len(busy) - OWN_PROCESSES, holder_count)), [], "count"
 
 

@@ -95,6 +95,14 @@ class DecideTest(unittest.TestCase):
                                    [(p.gone, 80, 30), (p.ref, 30, 10), (p.exe, 50, 40)])
         self.assertEqual(n, 0)
 
+    def test_busy_other_holder_counts_when_our_samples_are_missing(self):
+        p = self.p  # a busy second process beside a short stage: the driver sampled it, not us
+        samples = [(p.other, random.randint(50, 100), random.randint(1, 40))]
+        self.assertEqual(gpu_share.decide(p.ref, self.own(), [{p.ref, p.exe, p.other}] * 2, samples),
+                         (1, [p.other], "pid"))
+        # The same sample without the other process holding a context: an exited one, not shared.
+        self.assertEqual(gpu_share.decide(p.ref, self.own(), [{p.ref, p.exe}] * 2, samples)[0], 0)
+
     def test_samples_in_the_host_namespace_count(self):
         p = self.p  # holders in our namespace, samples with host pids that match none of ours
         samples = [(p.host_a, 30, 10), (p.host_b, 50, 40)]
