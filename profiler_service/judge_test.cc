@@ -63,6 +63,51 @@ TEST(Judge, MilestoneTiersFromMeasuredTimes) {
   EXPECT_EQ(RewardFor(r.verdict()), 1.0);
 }
 
+// A speed-up within twice the two figures' combined relative standard error
+// of the margin is reported but not paid: one noisy baseline block cannot
+// turn an honest kernel at the baseline's speed into reward 2 or 3.
+TEST(Judge, SpeedUpWithinTheNoiseIsNotPaid) {
+  Task task;
+  Baseline b = MakeBaseline(100.0, 100.0);
+  b.mutable_eager()->set_rel_std_error(1.0);  // one block: no spread known
+  b.mutable_compiled()->set_rel_std_error(1.0);
+  ProfileResult r = JudgeProfile(Candidate(80.0), &b, task, Config());
+  EXPECT_EQ(r.verdict().outcome(), Verdict::OK);
+  EXPECT_NEAR(r.verdict().speedup_vs_eager(), 1.25, 0.01);  // the figure stays in the verdict
+  EXPECT_TRUE(Has(r.verdict(), kUnresolvedVsEager));
+  EXPECT_TRUE(Has(r.verdict(), kUnresolvedVsCompile));
+  EXPECT_EQ(RewardFor(r.verdict()), 1.0);
+
+  // A baseline at 4% and a candidate at ~1.4%: 1.25x stands clear (needs > 1.05 * (1 + 2 * 0.042) = 1.14).
+  b.mutable_eager()->set_rel_std_error(0.04);
+  b.mutable_compiled()->set_rel_std_error(0.04);
+  ProfileMeasurement noisy = Candidate(80.0);
+  *noisy.mutable_candidate() = NoisyRun(80.0, 200, 0.2, 5);  // rse ~0.2 / sqrt(200)
+  noisy.mutable_candidate()->set_harness_thread_id(100);
+  noisy.mutable_candidate()->add_harness_stream_ids(7);
+  AddActivity(noisy.mutable_candidate(), "k", 80.0 * 200);
+  r = JudgeProfile(noisy, &b, task, Config());
+  EXPECT_FALSE(Has(r.verdict(), kUnresolvedVsEager)) << r.verdict().DebugString();
+  EXPECT_EQ(RewardFor(r.verdict()), 3.0) << r.verdict().DebugString();
+  // ... but 1.1x does not (needs > 1.05 * (1 + 2 * 0.04) = 1.13): eager unresolved, so 1.
+  r = JudgeProfile(Candidate(100.0 / 1.1), &b, task, Config());
+  EXPECT_TRUE(Has(r.verdict(), kUnresolvedVsEager));
+  EXPECT_EQ(RewardFor(r.verdict()), 1.0);
+
+  // Graph figures carry their own spread: one replayed block never resolves.
+  ProfileMeasurement g = Candidate(300.0);
+  CallSample one = NoisyRun(100.0, 1, 0.002, 13).samples(0);
+  one.set_graph(true);
+  *g.mutable_candidate()->add_samples() = one;
+  Baseline gb = MakeBaseline(300.0, 300.0);
+  gb.mutable_eager()->set_graph_median_us(200.0);
+  gb.mutable_eager()->set_graph_rel_std_error(0.001);
+  r = JudgeProfile(g, &gb, task, Config());
+  EXPECT_TRUE(r.verdict().speedup_vs_eager_graph());
+  EXPECT_TRUE(Has(r.verdict(), kUnresolvedVsEager));
+  EXPECT_EQ(RewardFor(r.verdict()), 1.0);
+}
+
 TEST(Judge, BelowSpeedOfLightIsQuarantinedNeverRewarded) {
   const Baseline b = MakeBaseline(100.0, 80.0);
   const ProfileResult r = JudgeProfile(Candidate(10.0), &b, Task(), Config());

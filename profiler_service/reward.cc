@@ -26,7 +26,9 @@ double RewardFor(const v1::Verdict& v, double margin) {
       return 0.0;
     case v1::Verdict::OK: {
       if (std::find(v.flags().begin(), v.flags().end(), "profile_skipped") != v.flags().end()) return 1.0;
-      const double milestone = MilestoneReward(true, v.speedup_vs_eager(), v.speedup_vs_compile(), margin);
+      auto has = [&](const char* flag) { return std::find(v.flags().begin(), v.flags().end(), flag) != v.flags().end(); };
+      const double milestone = MilestoneReward(true, has(kUnresolvedVsEager) ? 0.0 : v.speedup_vs_eager(),
+                                               has(kUnresolvedVsCompile) ? 0.0 : v.speedup_vs_compile(), margin);
       return v.quarantined() ? std::min(milestone, 1.0) : milestone;
     }
     default:

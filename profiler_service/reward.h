@@ -23,7 +23,10 @@
 // "More than 5% faster" is read as speed-up = baseline_time / candidate_time
 // strictly greater than 1 + margin (margin = 0.05): a speed-up of exactly 1.05
 // earns nothing extra. A speed-up that is not a finite positive number (not
-// profiled, missing baseline) never counts as faster.
+// profiled, missing baseline) never counts as faster. Nor does one the judge
+// found unresolved (flag kUnresolvedVsEager / kUnresolvedVsCompile: above
+// 1 + margin, but not by twice the two figures' combined relative standard
+// error): a milestone is paid for speed that was measured, not for noise.
 #ifndef KERNELRL_PROFILER_SERVICE_REWARD_H_
 #define KERNELRL_PROFILER_SERVICE_REWARD_H_
 
@@ -32,6 +35,8 @@
 namespace kernelrl {
 
 inline constexpr double kDefaultMilestoneMargin = 0.05;
+inline constexpr char kUnresolvedVsEager[] = "speedup_vs_eager_unresolved";
+inline constexpr char kUnresolvedVsCompile[] = "speedup_vs_compile_unresolved";
 
 // True when `speedup` (baseline / candidate) is more than `margin` faster.
 bool FasterByMoreThan(double speedup, double margin = kDefaultMilestoneMargin);

@@ -92,6 +92,8 @@ TEST(RewardFor, Table) {
       {v1::Verdict::OK, 0.5, 0.5, true, "device_drift", 1, true},
       {v1::Verdict::OK, 4.0, 2.0, false, "profile_skipped", 1, true},
       {v1::Verdict::OK, 4.0, 2.0, false, "compile_baseline_missing", 3, true},  // info only
+      {v1::Verdict::OK, 1.3, 1.2, false, kUnresolvedVsEager, 1, true},    // 3 needs both, 2 needs eager
+      {v1::Verdict::OK, 1.3, 1.2, false, kUnresolvedVsCompile, 2, true},  // eager still stands
       {v1::Verdict::OUTCOME_UNSPECIFIED, 4.0, 2.0, false, nullptr, -1, true},
       {v1::Verdict::COMPILE_ERROR, 4.0, 2.0, false, nullptr, -1, true},
       {v1::Verdict::WRONG_ANSWER, 4.0, 2.0, false, "recheck_failed", -1, true},

@@ -75,8 +75,11 @@ TimingStats AnalyzeTimingRun(const RawTimingRun& all, const ProfilerConfig& conf
   const RawTimingRun run = OfMode(all, false);
   TimingStats st;
   if (graph.samples_size() > 0) {
-    st.set_graph_median_us(Median(PrimarySamples(graph, true, config.min_samples())));
+    const std::vector<double> g = PrimarySamples(graph, true, config.min_samples());
+    st.set_graph_median_us(Median(g));
     st.set_graph_samples(graph.samples_size());
+    const double grse = RelStdError(g);
+    st.set_graph_rel_std_error(std::isfinite(grse) ? grse : 1.0);
   }
   if (!run.error().empty()) st.add_flags("run_error");
   if (run.samples_size() == 0) {

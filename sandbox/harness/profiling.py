@@ -47,6 +47,11 @@ import torch
 import protocol
 
 MEASUREMENT_FILE = "profile_measurement.json"
+# Timed eager blocks before the time budget may end the run: one block's
+# figure has no spread, and the judge pays no speed-up it cannot resolve from
+# the noise (profiler_service/judge.cc), so a big kernel timed once could
+# never earn more than 1.
+MIN_TIMED_BLOCKS = 3
 SAMPLE_FIELDS = ("cupti_us", "event_us", "wall_us", "num_activities", "gpu_busy_us")
 
 
@@ -219,6 +224,8 @@ class BlockConfig:
             raise ValueError(f"ProfilerConfig without {', '.join(missing)} (defaults are applied in C++)")
         self.target_rse = float(pc["target_rel_std_error"])
         self.time_budget_s = max(0.05, min(float(pc["time_budget_s"]), 0.5 * wall_left_s))
+        # The budget does not stop the blocks before MIN_TIMED_BLOCKS, this wall allowing.
+        self.wall_cap_s = max(self.time_budget_s, 0.5 * wall_left_s)
         self.min_samples, self.max_samples = int(pc["min_samples"]), int(pc["max_samples"])
         self.warmup_blocks = int(pc["warmup_calls"])
         self.block_target_us = float(pc["block_target_us"])
@@ -335,6 +342,7 @@ def run_profile(job, task_module, model, driver, sets, backend, result):
     report = {}
     try:
         deadline = time.monotonic() + cfg.time_budget_s
+        cap = time.monotonic() + cfg.wall_cap_s
         ok = True
         if share:
             share.begin()
@@ -373,7 +381,8 @@ def run_profile(job, task_module, model, driver, sets, backend, result):
                                                        if not s.get("graph")]) <= cfg.target_rse:
                 run["stop_reason"] = "rse_target"
                 break
-            if time.monotonic() > deadline:
+            now = time.monotonic()
+            if now > deadline and (n >= MIN_TIMED_BLOCKS or now > cap):
                 run["stop_reason"] = "time_budget"
                 break
         anchor["samples"].append(backend.anchor())
