@@ -195,17 +195,11 @@ def run(job, cont, to_ref, from_ref, xsock=-1):
                 outs, done = replay.outs, {}
             else:
                 outs = []
-                with torch.no_grad():
-                    guard.__enter__()
-                    try:
-                        for xs in rows:
-                            outs.append(inputs_lib.flatten_outputs(model(*xs)))
-                    finally:
-                        still_active = guards.guard_still_active(guard)
-                        if still_active:
-                            guard.__exit__(None, None, None)
-                        else:
-                            guards.clear_dispatch_modes()
+                guarded = guards.Guarded(guard)
+                with torch.no_grad(), guarded:
+                    for xs in rows:
+                        outs.append(inputs_lib.flatten_outputs(model(*xs)))
+                still_active = guarded.active
                 if device == "cuda":
                     # Every forward's work is done, whatever stream it ran on,
                     # before the reference reads the outputs (still inside the clock).

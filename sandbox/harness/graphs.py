@@ -50,7 +50,7 @@ class GraphBlocks:
         self.entry = None  # frees the old graph's memory pool
         torch.cuda.synchronize()
         g = torch.cuda.CUDAGraph()
-        active = True
+        guarded = guards.Guarded(guard)
         try:
             # Captured on the current stream (the per-thread one), where the
             # candidate's launches go (torch.cuda.graph's own side stream would
@@ -60,15 +60,8 @@ class GraphBlocks:
             with torch.no_grad():
                 g.capture_begin()
                 try:
-                    guard.__enter__()
-                    try:
+                    with guarded:
                         outs = [inputs_lib.flatten_outputs(model(*xs)) for xs in rows]
-                    finally:
-                        active = guards.guard_still_active(guard)
-                        if active:
-                            guard.__exit__(None, None, None)
-                        else:
-                            guards.clear_dispatch_modes()
                 finally:
                     g.capture_end()
         except guards.TorchOpForbidden:
@@ -77,7 +70,7 @@ class GraphBlocks:
             self.off_reason = f"{type(e).__name__}: {str(e)[:200]}"
             del g
             _clear_launch_error()
-            return None, active
+            return None, guarded.active
         segments = wire.Segments()
         metas = [wire.export_outputs(flat, i, exchange, segments) for i, flat in enumerate(outs)]
         if any(isinstance(o, torch.Tensor) and not o.is_contiguous() for flat in outs for o in flat) \
@@ -85,9 +78,9 @@ class GraphBlocks:
             # The reference must read what each replay writes, where it writes it.
             self.off_reason = "outputs not readable where the replay writes them: " + (exchange.ipc_error or
                                                                                          "a non-contiguous output")
-            return None, active
+            return None, guarded.active
         self.entry = Captured(k, g, outs, metas, segments.handles)
-        return self.entry, active
+        return self.entry, guarded.active
 
 
 def _clear_launch_error():

@@ -73,6 +73,27 @@ def clear_dispatch_modes():
         _pop_mode()
 
 
+class Guarded:
+    """The op guard around the candidate's forwards (eager or captured).
+    Afterwards, also when a forward raised, `active` says whether the guard
+    was still on the mode stack; if not, the stack is left empty."""
+
+    def __init__(self, guard):
+        self.guard, self.active = guard, True
+
+    def __enter__(self):
+        self.guard.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        self.active = guard_still_active(self.guard)
+        if self.active:
+            self.guard.__exit__(None, None, None)
+        else:
+            clear_dispatch_modes()
+        return False
+
+
 class AuditGuard:
     """Install once; Python offers no way to remove an audit hook."""
 
