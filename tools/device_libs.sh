@@ -18,7 +18,8 @@ device_stage_libs() {
       *) break ;;
     esac
   done
-  local carry=$1; shift
+  # Absolute: the sandbox's children (the zygote, in its own working directory) inherit it.
+  local carry; carry=$(cd "$1" && pwd); shift
   local skip='/(libc|libm|libgcc_s|ld-linux-x86-64|libpthread|libdl|librt|libutil|libcuda|libcupti)\.so'
   [ $torch = 1 ] || skip="$skip|torch|c10|libnv|libcudart|libcublas|libcudnn"
   mkdir -p "$carry/lib"
@@ -40,7 +41,8 @@ device_stage_libs() {
 # older than the build machine's), CARRY/libcxx goes first too. $PYTHON picks
 # the interpreter (default python3).
 device_lib_path() {
-  local carry=$1; shift
+  # Absolute: the sandbox's children (the zygote, in its own working directory) inherit it.
+  local carry; carry=$(cd "$1" && pwd); shift
   local py=${PYTHON:-python3} torch_lib nv_libs
   torch_lib=$($py -c 'import torch,os;print(os.path.join(os.path.dirname(torch.__file__),"lib"))')
   nv_libs=$($py -c 'import glob,os,site;print(":".join(sorted({os.path.dirname(p) for sp in site.getsitepackages() for p in glob.glob(os.path.join(sp,"nvidia","**","lib","*.so*"),recursive=True)})))')
