@@ -61,7 +61,7 @@ for n in names:
     assert text.startswith("task level1/"), text[:80]
     # The tiny model's prompt overflows its context, so a rollout may stop before any reply.
     assert "\nfinal verdict: " in text and "\n=== SYSTEM\n" in text and "\n=== USER\n" in text, text[:400]
-    assert "Task level1/" in text.split("\n=== USER\n")[1], text[:400]
+    assert "(KernelBench level 1)." in text.split("\n=== USER\n")[1], text[:400]
 print("ok   report.json: 2 tasks x 2 rollouts, Table 1, PNGs; a transcript per rollout")
 PYEOF
 
