@@ -53,14 +53,18 @@ std::string RolloutRunner::SystemPrompt() const {
 
 // The task's own line comes last, after the general instructions and SKILL.md: it is what the
 // reply depends on, and next to the reply a model (a small one trained from scratch above all)
-// conditions on it without attending back over the whole skill text.
+// conditions on it without attending back over the whole skill text. It names the task without
+// the collection in its id ("heldout/ew_relu_48x45" -> "ew_relu_48x45", "level1/19_ReLU" ->
+// "19_ReLU (KernelBench level 1)"): a policy is not told which split a task is in, and a small
+// model that only ever saw "train/..." here is thrown off by a prefix it never read.
 std::string RolloutRunner::TaskPrompt(const v1::Task& task) const {
   std::string p =
       "The workspace holds model.py (the reference Model, frozen) and SKILL.md. Write model_new.py with a class "
       "ModelNew computed by your own kernels, make it pass Verify, then make it as fast as you can (Profile).\n";
   if (!skill_text_.empty() && !config_.omit_skill_from_prompt()) absl::StrAppend(&p, "\nSKILL.md:\n", skill_text_, "\n");
-  absl::StrAppend(&p, "Task ", task.id(), task.level() > 0 ? absl::StrCat(" (KernelBench level ", task.level(), ")") : "",
-                  ".\n");
+  const absl::string_view id = task.id();
+  absl::StrAppend(&p, "Task ", id.substr(id.rfind('/') + 1),
+                  task.level() > 0 ? absl::StrCat(" (KernelBench level ", task.level(), ")") : "", ".\n");
   return p;
 }
 

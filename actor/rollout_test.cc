@@ -167,7 +167,7 @@ TEST(RolloutTest, TheSystemPromptAnnouncesTheToolSchemas) {
   for (const std::string& tool : agent::ToolNames()) {
     EXPECT_TRUE(absl::StrContains(a, "\"name\": \"" + tool + "\"")) << tool << "\n" << a.substr(0, 400);
   }
-  EXPECT_TRUE(absl::StrContains(a, "cpu/relu"));
+  EXPECT_TRUE(absl::StrContains(a, "Task relu."));
 }
 
 TEST(RolloutTest, TheTaskLineEndsThePromptAfterTheSkill) {
@@ -175,13 +175,17 @@ TEST(RolloutTest, TheTaskLineEndsThePromptAfterTheSkill) {
   FnPolicy quiet([](const agent::PolicyRequest&) -> absl::StatusOr<std::string> { return std::string(); });
   RolloutRunner runner(Deps(&quiet, &eval), testing::TestRolloutConfig("rollout_prompt"), "# Skill\nslot list\n");
   const std::string p = runner.TaskPrompt(CpuTask());
-  EXPECT_TRUE(absl::EndsWith(p, "Task cpu/relu.\n")) << p;
-  EXPECT_LT(p.find("slot list"), p.find("Task cpu/relu")) << p;
+  EXPECT_TRUE(absl::EndsWith(p, "Task relu.\n")) << p;  // The name, not the collection "cpu/".
+  EXPECT_LT(p.find("slot list"), p.find("Task relu")) << p;
   v1::RolloutConfig omit = testing::TestRolloutConfig("rollout_prompt");
   omit.set_omit_skill_from_prompt(true);
   RolloutRunner short_prompt(Deps(&quiet, &eval), omit, "# Skill\nslot list\n");
   EXPECT_EQ(short_prompt.TaskPrompt(CpuTask()).find("slot list"), std::string::npos);
-  EXPECT_TRUE(absl::EndsWith(short_prompt.TaskPrompt(CpuTask()), "Task cpu/relu.\n"));
+  EXPECT_TRUE(absl::EndsWith(short_prompt.TaskPrompt(CpuTask()), "Task relu.\n"));
+  v1::Task kb = CpuTask();
+  kb.set_id("level1/19_ReLU");
+  kb.set_level(1);
+  EXPECT_TRUE(absl::EndsWith(short_prompt.TaskPrompt(kb), "Task 19_ReLU (KernelBench level 1).\n"));
 }
 
 TEST(RolloutTest, ToolSchemasCanStayOutOfThePromptAndTheToolsStillWork) {

@@ -112,6 +112,9 @@ absl::StatusOr<v1::LearnerJobConfig> ParseJobConfig(const std::string& text) {
   if (r.rft().epochs() < 0) return Field("recipe.rft.epochs", "must be >= 0");
   if (r.rft().max_repeated_calls() < 1) return Field("recipe.rft.max_repeated_calls", "must be >= 1");
   if (!(r.rft().lr() > 0 && r.rft().lr() < 1)) return Field("recipe.rft.lr", "must be in (0, 1)");
+  if (!(r.rft().min_lr_ratio() >= 0 && r.rft().min_lr_ratio() <= 1)) {
+    return Field("recipe.rft.min_lr_ratio", "must be in [0, 1]");
+  }
   if (!r.rft().skip() && r.agent_warmup().skip()) {
     return Field("recipe.rft.skip", "RFT needs the agent_warmup trajectories (skip both or neither)");
   }

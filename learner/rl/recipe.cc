@@ -3,7 +3,9 @@
 #include <ATen/Context.h>
 #include <ATen/core/grad_mode.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -355,9 +357,10 @@ absl::Status RecipeRunner::RunStage(JobContext* ctx, int stage) {
   }
   const int64_t per_epoch = (static_cast<int64_t>(samples.size()) + n - 1) / n;
   const int64_t total = steps * per_epoch;
-  trainer_->actor_optimizer().set_lr(r.rft().lr());
   while (stage_step_ < total && !ctx->ShouldStop()) {
     if (!ctx->HoldWhilePaused()) break;
+    // By stage_step_, so a resumed job goes on along the same schedule.
+    trainer_->actor_optimizer().set_lr(RftLearningRate(r.rft(), stage_step_, total));
     const int64_t b = (stage_step_ % per_epoch) * n;
     std::vector<Sample> batch(samples.begin() + b, samples.begin() + std::min<int64_t>(b + n, samples.size()));
     auto m = Train(StepKind::kSft, batch);
@@ -460,6 +463,12 @@ absl::Status RecipeRunner::RunStages(JobContext* ctx) {
 
 std::unique_ptr<JobRunner> MakeRecipeRunner(WeightSink* sink, LearnerMetrics* metrics, DpLeader* dp) {
   return std::make_unique<RecipeRunner>(sink, metrics, dp);
+}
+
+double RftLearningRate(const v1::RftConfig& rft, int64_t step, int64_t total) {
+  if (rft.min_lr_ratio() <= 0 || total <= 1) return rft.lr();
+  const double progress = std::clamp(static_cast<double>(step) / static_cast<double>(total - 1), 0.0, 1.0);
+  return rft.lr() * (rft.min_lr_ratio() + (1.0 - rft.min_lr_ratio()) * 0.5 * (1.0 + std::cos(M_PI * progress)));
 }
 
 }  // namespace kernelrl::learner::rl

@@ -7,7 +7,8 @@
 //    trajectories from the ingest buffer and runs one PPO update on them.
 //  * agent_warmup: actors collect `steps` trajectories; no update.
 //  * rft: SFT on the warm-up trajectories that pass RftRejection (R > 0, no
-//    loops, schema-valid tool calls), `epochs` passes, actor lr rft.lr.
+//    loops, schema-valid tool calls), `epochs` passes, actor lr rft.lr (or a
+//    cosine from it to rft.lr x rft.min_lr_ratio, RftLearningRate).
 //  * value_pretrain: the critic on fresh rollouts of the RFT policy (or the
 //    warm-up set), until its explained variance on a fresh (or held-out)
 //    batch reaches min_explained_variance or `steps` updates; the last
@@ -23,6 +24,7 @@
 #include <memory>
 
 #include "learner/rl/jobs.h"
+#include "proto/learner_config.pb.h"
 
 namespace kernelrl::learner {
 class WeightSink;
@@ -39,6 +41,12 @@ class DpLeader;
 // ledger and policy versions.
 std::unique_ptr<JobRunner> MakeRecipeRunner(WeightSink* sink, LearnerMetrics* metrics = nullptr,
                                             DpLeader* dp = nullptr);
+
+// The actor's learning rate for RFT update `step` (0-based) of `total`: rft.lr,
+// or with rft.min_lr_ratio > 0 a cosine from rft.lr at the first update to
+// rft.lr x min_lr_ratio at the last, so the stage ends on small steps rather
+// than on whichever noisy iterate a constant rate leaves.
+double RftLearningRate(const v1::RftConfig& rft, int64_t step, int64_t total);
 
 }  // namespace kernelrl::learner::rl
 

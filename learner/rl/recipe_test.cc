@@ -328,6 +328,22 @@ std::map<std::string, double> ParseScrape(const std::string& text) {
   return out;
 }
 
+// The RFT schedule: constant without min_lr_ratio; with it, lr at the first
+// update, lr x ratio at the last, falling all the way, and the midpoint halfway.
+TEST(RecipeTest, RftLearningRateIsConstantOrACosineOverTheStage) {
+  std::mt19937 rng(std::random_device{}());
+  v1::RftConfig rft;
+  rft.set_lr(1e-4 * (1 + rng() % 100));
+  const int64_t total = 3 + static_cast<int64_t>(rng() % 300);
+  for (int64_t k : {int64_t{0}, total / 2, total - 1}) EXPECT_DOUBLE_EQ(RftLearningRate(rft, k, total), rft.lr());
+  rft.set_min_lr_ratio(0.01 * (1 + rng() % 50));
+  EXPECT_DOUBLE_EQ(RftLearningRate(rft, 0, total), rft.lr());
+  EXPECT_NEAR(RftLearningRate(rft, total - 1, total), rft.lr() * rft.min_lr_ratio(), 1e-12);
+  const double mid = 0.5 * (1 + rft.min_lr_ratio()) * rft.lr();
+  if (total % 2 == 1) EXPECT_NEAR(RftLearningRate(rft, (total - 1) / 2, total), mid, 1e-12);
+  for (int64_t k = 1; k < total; ++k) EXPECT_LT(RftLearningRate(rft, k, total), RftLearningRate(rft, k - 1, total));
+}
+
 TEST(RecipeTest, AllStagesThroughTheJobApiSurviveKillsBetweenStages) {
   const std::string root = NewTempDir("recipe_test_");
   WriteFixtures(root);

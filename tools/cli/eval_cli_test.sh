@@ -7,7 +7,7 @@
 # Oracles: report.json holds exactly the asked tasks, each with the asked
 # rollouts, every rollout's final verdict, and the policy's turns (so the
 # endpoint answered); Table 1 lists level1 and overall over 2 tasks; the PNGs
-# are PNGs; `kernelrl report DIR` re-renders the same report.md and the plots;
+# are PNGs; transcripts/ holds one text per rollout with its turns and verdict; `kernelrl report DIR` re-renders the same report.md and the plots;
 # a bad flag, value or config file is one line on stderr and exit code 2.
 set -euo pipefail
 tmp="${TEST_TMPDIR:-$(mktemp -d)}"
@@ -52,7 +52,17 @@ md = open(out + "/report.md").read()
 assert md.startswith("| Subset | Tasks | Pass | Faster vs Eager | Faster vs Compile"), md[:80]
 for png in ("speedups.png", "outcomes.png"):
     assert open(out + "/" + png, "rb").read(8) == b"\x89PNG\r\n\x1a\n", png
-print("ok   report.json: 2 tasks x 2 rollouts, Table 1, PNGs")
+import os
+names = sorted(os.listdir(out + "/transcripts"))
+want = sorted("%s-%d.txt" % (i.replace("/", "-"), k) for i in ids for k in range(2))
+assert names == want, (names, want)
+for n in names:
+    text = open(out + "/transcripts/" + n).read()
+    assert text.startswith("task level1/"), text[:80]
+    # The tiny model's prompt overflows its context, so a rollout may stop before any reply.
+    assert "\nfinal verdict: " in text and "\n=== SYSTEM\n" in text and "\n=== USER\n" in text, text[:400]
+    assert "(KernelBench level 1)." in text.split("\n=== USER\n")[1], text[:400]
+print("ok   report.json: 2 tasks x 2 rollouts, Table 1, PNGs; a transcript per rollout")
 PYEOF
 
 cp "$tmp/eval/report.md" "$tmp/report.md.eval"

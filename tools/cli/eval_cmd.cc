@@ -16,6 +16,7 @@
 #include "actor/eval_report.h"
 #include "agent/policy/policy_factory.h"
 #include "actor/rollout.h"
+#include "actor/transcript.h"
 #include "actor/sandbox_pool.h"
 #include "agent/chat/tools.h"
 #include "common/config.h"
@@ -46,6 +47,7 @@ constexpr char kEvalDefaults[] = R"pb(
   kernelbench_dir: "../shared/kernelbench"
   sandbox_backend: "auto"
   checkpoint_device: "cpu"
+  transcripts: true
 )pb";
 
 std::string EvalDefaultsText() {
@@ -132,7 +134,8 @@ void AddFlags(CommandLine& cl) {
   cl.Flag("--kernelbench_dir", "kernelbench_dir", "The KernelBench checkout (level1/, ...)");
   cl.Flag("--max_tasks", "max_tasks_per_level", "At most this many tasks per level (0 = all)");
   cl.Flag("--rollouts", "rollouts_per_task", "Rollouts per task (the best one is scored)");
-  cl.Flag("--out", "output_dir", "report.json, report.md and the plots go here");
+  cl.Flag("--out", "output_dir", "report.json, report.md, the plots and transcripts/ go here");
+  cl.Switch("--transcripts", "transcripts", "Write every rollout's turns as text to transcripts/<task>-<k>.txt");
   cl.Flag("--sandbox", "actor.sandbox.target", "gRPC target of sandbox workers (\"\": start one here)");
   cl.Flag("--sandbox_backend", "sandbox_backend", "The started sandbox's backend: auto, cpu or cuda");
   cl.Flag("--concurrency", "actor.concurrent_rollouts", "Rollouts at once");
@@ -282,6 +285,15 @@ int EvalMain(int argc, char** argv) {
   actor::RolloutRunner runner(actor::RolloutDeps{policy->get(), pool->get(), tokenizer->get(), &*with_tools, &*plain},
                               actor.rollout(), skill);
 
+  const std::string transcripts_dir = config.output_dir() + "/transcripts";
+  if (config.transcripts()) {
+    std::error_code ec;
+    std::filesystem::create_directories(transcripts_dir, ec);
+    if (ec) {
+      std::fprintf(stderr, "kernelrl eval: %s: %s\n", transcripts_dir.c_str(), ec.message().c_str());
+      return 1;
+    }
+  }
   const int rollouts = std::max(1, config.rollouts_per_task());
   std::vector<actor::TaskResult> results(tasks->size());
   std::atomic<size_t> next{0};
@@ -310,6 +322,12 @@ int EvalMain(int argc, char** argv) {
           KLOG(ERROR) << task.id() << ": " << out.status();
           r.stop_reason = "error";  // No trajectory, so no entry in r.finals.
           continue;
+        }
+        if (config.transcripts()) {
+          const std::string path = transcripts_dir + "/" + actor::TranscriptFileName(task.id(), k);
+          if (absl::Status s = WriteFileAtomically(path, actor::Transcript(out->trajectory)); !s.ok()) {
+            KLOG(ERROR) << path << ": " << s;
+          }
         }
         r.finals.push_back(out->trajectory.has_final_verdict() ? out->trajectory.final_verdict() : v1::Verdict());
         if (!out->trajectory.has_final_verdict()) r.finals.back().set_reward(out->trajectory.reward());

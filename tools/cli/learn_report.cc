@@ -159,6 +159,7 @@ std::string LearnReport(const LearnRun& run) {
   }
   absl::StrAppend(&out, "curves     ", run.curves_dir, "/reward.png, rates.png, stability.png\n");
   absl::StrAppend(&out, "data       ", run.curves_dir, "/curves.json (every update and evaluation)\n");
+  absl::StrAppend(&out, "rollouts   ", run.curves_dir, "/eval-<label>/transcripts/ (every held-out rollout as text)\n");
   absl::StrAppend(&out, "checkpoint ", run.checkpoint.empty() ? "(none committed)" : run.checkpoint, "\n");
   absl::StrAppend(&out, "logs       ", o.paths().run_dir(), "/learn.log and one <process>.log each\n");
   return out;
