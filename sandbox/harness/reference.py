@@ -222,9 +222,9 @@ class Driver:
         armed = self._read_until("armed", j)
         self.ex.premap(armed.get("held_segments"))
         told = armed if "outputs" in armed else None  # a replay's outputs are where its capture put them
+        mapped_in_clock = 0  # segments locate maps inside the clock (eager blocks only)
         if told is not None:
             self.ex.locate(shot, told.get("outputs"), told.get("segments"))
-            shot.mapped_in_clock = 0  # located before the clock
         # Before the clock: the block's rows hold poison; the L2 is flushed
         # last, by us, so the GPU is on our context when the clock starts
         # with our copy (a context switch costs ~0.3 ms on an H100).
@@ -242,7 +242,7 @@ class Driver:
         t_done = time.perf_counter()
         if told is None:
             told = done
-            self.ex.locate(shot, told.get("outputs"), told.get("segments"))
+            mapped_in_clock = self.ex.locate(shot, told.get("outputs"), told.get("segments"))
         t_loc = time.perf_counter()
         self.ex.take(shot)
         if cuda:
@@ -263,7 +263,7 @@ class Driver:
                 "copies_us": copies_us, "graph": bool(graph) and reply.get("graph") == "replayed",
                 "phases": {"inputs_us": (t_in - t0) * 1e6, "forwards_us": (t_done - t_in) * 1e6,
                            "locate_us": (t_loc - t_done) * 1e6, "snapshot_us": (t1 - t_loc) * 1e6,
-                           "segments_mapped_in_clock": shot.mapped_in_clock}}
+                           "segments_mapped_in_clock": mapped_in_clock}}
 
     def check(self, call, scale_atol_for=()):
         """"" when every forward's outputs match, else the first reason.

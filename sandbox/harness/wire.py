@@ -126,7 +126,6 @@ class Snapshot:
         self.snap, self.nbytes = snap, nbytes
         self.located, self.errors = set(), {}
         self.table = None
-        self.mapped_in_clock = 0  # segments locate had to map (not premapped before the clock)
 
 
 def chunk_bytes(total):
@@ -269,7 +268,8 @@ class RefExchange:
         """Where each output is (the executor's word, bounded here): a mapped
         segment of its memory at an offset, or its slot of the output area.
         Builds the table the snapshot is taken with; what cannot be read is
-        recorded per output (shot.errors) and fails its comparison."""
+        recorded per output (shot.errors) and fails its comparison. Returns
+        how many segments it had to map (premap had not)."""
         lay = self.layout
         entries = []
         mapped = {}
@@ -294,9 +294,9 @@ class RefExchange:
                 shot.located.add((k, j))
                 if self.kind == "gpu":
                     entries.append((src, shot.snap.data_ptr() + dst, n))
-        shot.mapped_in_clock = len(self.mappings) - before
         if self.kind == "gpu":
             shot.table = _chunks(entries)
+        return len(self.mappings) - before
 
     def _segment_source(self, meta, n, segments, mapped):
         """(device address, "") of an output in an exported segment, or (None, why)."""
