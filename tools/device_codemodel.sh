@@ -89,9 +89,17 @@ rm -rf "$RUN" "$BASE"; mkdir -p "$RUN" "$BASE"
 DEV=$([ "$BACKEND" = cuda ] && echo cuda || echo cpu)
 
 # 1. The corpus and tokenizer on the CPU, beside the baselines on the GPU.
-"$M/bin/corpus_gen" --config=configs/learn/family.textproto --tasks="$M/all_train.jsonl" --out="$RUN/corpus" \
+PRESETS=${PRESETS:-family}
+PRESET_CONFIGS=() PRESET_FLAGS=()
+for p in $PRESETS; do PRESET_CONFIGS+=(--config=configs/learn/$p.textproto); PRESET_FLAGS+=(--preset=$p); done
+if [ -n "${BASE_IN:-}" ]; then  # An earlier call's base model (base.tgz): no corpus, no pre-training.
+  mkdir -p "$RUN/base" && tar xzf "$BASE_IN" -C "$RUN/base"
+  ( : ) & CORPUS=$!
+else
+"$M/bin/corpus_gen" "${PRESET_CONFIGS[@]}" --tasks="$M/all_train.jsonl" --out="$RUN/corpus" \
   --device=$DEV --per_task=${PER_TASK:-8} --seed=$SEED --vocab_size=4096 > "$OUT/corpus.log" 2>&1 &
 CORPUS=$!
+fi
 GPU_FLAGS=()
 if [ "$BACKEND" = cuda ]; then
   CUDA=${CUDA_HOME:-/usr/local/cuda}
@@ -108,13 +116,23 @@ if [ "$BACKEND" = cuda ]; then
     --tasks_root "$M/tasks" --levels family --out "$OUT/compile_warm.jsonl" --workers 8 --warm_only \
     --deadline_s $(( WW - 8 )) > "$OUT/compile_warm.log" 2>&1
   R=$PWD/$C/bin/sandbox/sandbox_main.runfiles/kernelrl
-  timeout -k 10 "${PRECOMPUTE_WALL:-150}" "$C/bin/sandbox/measure_baselines" --set=backend=cuda --set=python=$PY \
+  # BASELINES_IN: an earlier call's measurements (baselines.jsonl, same GPU model); only the rest are measured.
+  ONLY=()
+  if [ -n "${BASELINES_IN:-}" ]; then
+    cp "$BASELINES_IN" "$OUT/baselines.jsonl"
+    MISSING=$(for f in "$M"/tasks/family/*.py; do id=family/$(basename "$f" .py); grep -qF "\"$id\"" "$BASELINES_IN" || echo "$id"; done | paste -sd,)
+    ONLY=(--only="${MISSING:-none}")
+    echo "baselines: $(wc -l < "$BASELINES_IN") from $BASELINES_IN; measuring ${MISSING:-none}"
+  fi
+  [ "${ONLY[0]:-}" = "--only=none" ] || timeout -k 10 "${PRECOMPUTE_WALL:-150}" "$C/bin/sandbox/measure_baselines" --set=backend=cuda --set=python=$PY \
     --set=harness_dir=$PWD/sandbox/harness --set=contain_lib=$R/sandbox/contain/libkernelrl_contain.so \
     --set=verify_cuda_lib=$R/sandbox/harness/cuda/libkernelrl_verify_cuda.so --set=enable_profiling=true \
     ${KPROF:+--set=kprof_lib=$KPROF} --set=profiler_root=$PWD --set=work_root=/tmp/kr_baseline_work \
     --set=verify.wall_seconds=120 --set=profiler.time_budget_s=0.3 \
-    --tasks_root="$M/tasks" --levels=family --out="$OUT/baselines.jsonl" > "$OUT/precompute.log" 2>&1
-  echo "measure_baselines rc=$? at $(elapsed) s: $(wc -l < "$OUT/baselines.jsonl" 2>/dev/null || echo 0)/$(ls "$M/tasks/family" | wc -l) tasks"
+    --tasks_root="$M/tasks" --levels=family "${ONLY[@]}" --out="$OUT/baselines.new.jsonl" > "$OUT/precompute.log" 2>&1
+  RC=$?
+  cat "$OUT/baselines.new.jsonl" >> "$OUT/baselines.jsonl" 2>/dev/null; rm -f "$OUT/baselines.new.jsonl"
+  echo "measure_baselines rc=$RC at $(elapsed) s: $(wc -l < "$OUT/baselines.jsonl" 2>/dev/null || echo 0)/$(ls "$M/tasks/family" | wc -l) tasks"
   # The worker's own logs (a zygote that did not start says why only there).
   find /tmp/kr_baseline_work -maxdepth 3 -name '*.log' -size -2M -exec cp --backup=numbered {} "$OUT/" \; 2>/dev/null
   "$M/bin/precompute_baselines" --measurements="$OUT/baselines.jsonl" --set=baseline_cache_dir=$BASE \
@@ -123,29 +141,41 @@ fi
 wait $CORPUS || { tail -20 "$OUT/corpus.log"; exit 1; }
 echo "corpus at $(elapsed) s: $(tr -d '\n ' < "$RUN/corpus/stats.json" | cut -c1-400)"
 
-# 2. Pre-training on the GPU.
-"$M/bin/pretrain" --corpus_dir="$RUN/corpus" --out="$RUN/base" --device=$DEV --steps=${PRETRAIN_STEPS:-300} \
-  --seed=$SEED ${PRETRAIN_ARGS:---hidden=256 --layers=4 --heads=4 --kv_heads=2 --intermediate=704 --batch=16 --lr=2e-3} \
+# 2. Pre-training on the GPU (its base model comes back as base.tgz: BASE_IN of a later call).
+if [ -z "${BASE_IN:-}" ]; then
+"$M/bin/pretrain" --corpus_dir="$RUN/corpus" --out="$RUN/base" --device=$DEV --steps=${PRETRAIN_STEPS:-150} \
+  --seed=$SEED ${PRETRAIN_ARGS:---hidden=256 --layers=4 --heads=4 --kv_heads=2 --intermediate=704 --batch=4 --lr=2e-3 --warmup_steps=10} \
   > "$OUT/pretrain.json" 2> "$OUT/pretrain.log" || { tail -20 "$OUT/pretrain.log"; exit 1; }
 echo "pretrained at $(elapsed) s: $(cat "$OUT/pretrain.json")"
+tar czf "$OUT/base.tgz" -C "$RUN/base" .
+fi
 
 # 3-4. The recipe's jobs on the same base, one after the other (JOBS: SEED:ABLATION pairs); per job its
 # curves, report, design report and designs.png in $OUT/<seed>-<ablation>/, its final policy with the
 # tokenizer as final_policy-<seed>-<ablation>.tgz. Few files come back (at most 8): the per-job
 # directories and the shared logs go into results.tgz, every job's run (trajectories included,
 # checkpoints not) into logs.tgz.
+# The recipe's sizes come from the presets; a knob that is set overrides its field.
+JOB_FLAGS=()
+[ "$PRESETS" = family ] && { : "${ACTORS:=4}" "${EVAL_ROLLOUTS:=4}" "${EVAL_TEMP:=1}"; }
+for kv in agent_warmup.steps:WARMUP rft.epochs:RFT_EPOCHS value_pretrain.steps:VALUE_STEPS agentic_ppo.steps:AGENTIC_STEPS; do
+  v=${kv#*:}; [ -n "${!v:-}" ] && JOB_FLAGS+=(--job_set=recipe.${kv%%:*}=${!v})
+done
+[ -n "${BATCH:-}" ] && JOB_FLAGS+=(--job_set=batch.trajectories_per_step=$BATCH)
+[ -n "${ACTORS:-}" ] && JOB_FLAGS+=(--actors=$ACTORS --random_actors=$ACTORS --concurrent_rollouts=$ACTORS)
+[ -n "${EVAL_ROLLOUTS:-}" ] && JOB_FLAGS+=(--eval_rollouts=$EVAL_ROLLOUTS)
+[ -n "${EVAL_TEMP:-}" ] && JOB_FLAGS+=(--eval_temperature=$EVAL_TEMP)
 for J in ${JOBS:-$SEED:${ABLATION:-none}}; do
   S=${J%%:*} A=${J#*:} NAME=${J/:/-}
-  echo "job $NAME at $(elapsed) s"
-  timeout $(( ${LEARN_WALL:-270} + 120 )) "$C/bin/tools/cli/kernelrl" learn --bin_dir="$C/bin" --base_checkpoint="$RUN/base" \
-    --family_dir="$M/small" --backend=$BACKEND --learner_device=${LEARNER_DEVICE:-$DEV} --run_dir="$RUN/run-$NAME" \
-    --actors=${ACTORS:-4} --random_actors=${ACTORS:-4} --concurrent_rollouts=4 --eval_every=1000 \
-    --eval_rollouts=${EVAL_ROLLOUTS:-4} --eval_temperature=${EVAL_TEMP:-1} \
-    --plot_script="$PWD/tools/cli/learn_plots.py" --ablation=$A "${GPU_FLAGS[@]}" \
-    --job_set=recipe.agent_warmup.steps=${WARMUP:-48} --job_set=recipe.rft.epochs=${RFT_EPOCHS:-4} \
-    --job_set=recipe.value_pretrain.steps=${VALUE_STEPS:-16} --job_set=recipe.agentic_ppo.steps=${AGENTIC_STEPS:-40} \
-    --job_set=batch.trajectories_per_step=${BATCH:-16} --job_set=seed=$S \
-    --job_timeout_s=${LEARN_WALL:-270} --stall_timeout_s=120 ${LEARN_ARGS:-} 2>&1 | tail -40
+  # Cut at LEARN_WALL, or earlier so that the call's DEADLINE leaves time for the final evaluation and packing.
+  WALL=$(( ${DEADLINE:-560} - $(elapsed) - 90 )); [ $WALL -gt ${LEARN_WALL:-270} ] && WALL=${LEARN_WALL:-270}
+  echo "job $NAME at $(elapsed) s, cut at $WALL s"
+  ABL=(); [ "$A" = none ] || ABL=(--ablation=$A)
+  timeout $(( WALL + 120 )) "$C/bin/tools/cli/kernelrl" learn "${PRESET_FLAGS[@]}" --bin_dir="$C/bin" \
+    --base_checkpoint="$RUN/base" --family_dir="$M/small" --backend=$BACKEND --learner_device=${LEARNER_DEVICE:-$DEV} \
+    --run_dir="$RUN/run-$NAME" --eval_every=1000 --plot_script="$PWD/tools/cli/learn_plots.py" "${ABL[@]}" \
+    "${GPU_FLAGS[@]}" "${JOB_FLAGS[@]}" --job_set=seed=$S --job_timeout_s=$WALL --stall_timeout_s=120 ${LEARN_ARGS:-} > "$OUT/learn-$NAME.log" 2>&1
+  tail -40 "$OUT/learn-$NAME.log"
   JOB=$(ls -d "$RUN/run-$NAME"/learner-state/jobs/* 2>/dev/null | head -1)
   [ -n "$JOB" ] || continue
   D=$OUT/$NAME; mkdir -p "$D"
