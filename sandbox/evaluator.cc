@@ -616,7 +616,8 @@ void Evaluator::HealthProbeLocked(Verdict& verdict) {
   const bool healthy = r.ok() && r->healthy();
   if (r.ok() && !r->gpu_model().empty()) gpu_model_ = r->gpu_model();
   (*verdict.mutable_logs())["health_probe"] =
-      r.ok() ? absl::StrCat(healthy ? "healthy" : "UNHEALTHY", r->error().empty() ? "" : ": " + r->error())
+      r.ok() ? absl::StrCat(healthy ? "healthy" : "UNHEALTHY", r->error().empty() ? "" : ": " + r->error(),
+                            r->memory_rule().empty() ? "" : " [memory: " + r->memory_rule() + "]")
              : absl::StrCat("UNHEALTHY: ", r.status().message());
   if (!healthy) {
     serving_.store(false);

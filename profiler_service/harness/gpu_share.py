@@ -24,6 +24,10 @@ namespace), ours are two of the busy ones and of each poll's holders, and the
 rest count. Any foreign process declines the verdict (the judge's
 `device_shared`).
 
+The sandbox's health probe (sandbox/harness/device_memory.py) uses the same
+ownership rule for device memory: foreign_memory() is what NVML attributes to
+the processes that provably do not descend from the zygote.
+
 Nothing here runs in the executor: it cannot add a process (no fork there),
 make another one busy, or edit what the driver tells the reference process;
 its extra contexts share its pid. Without NVML the check cannot run (`how`
@@ -36,8 +40,11 @@ import time
 OWN_PROCESSES = 2  # the reference process and the executor hold contexts; the zygote never does
 
 
-def descends_from(pid, ancestor, proc="/proc", depth=8):
-    """True if `ancestor` is `pid` or one of its ancestors (by /proc/<pid>/stat's ppid)."""
+def ancestry(pid, ancestor, proc="/proc", depth=64):
+    """True if `ancestor` is `pid` or one of its ancestors (by /proc/<pid>/stat's
+    ppid); False if the parent links from `pid` reach pid 1 without meeting it;
+    None if a link cannot be read (the process or a parent exited, or lives in
+    a pid namespace we cannot see) or the chain is longer than `depth`."""
     for _ in range(depth):
         if pid == ancestor:
             return True
@@ -47,11 +54,40 @@ def descends_from(pid, ancestor, proc="/proc", depth=8):
             with open(os.path.join(proc, str(pid), "stat")) as f:
                 stat = f.read()
         except OSError:
-            return False
+            return None
         # "pid (comm) state ppid ...": comm may hold spaces and parentheses.
         fields = stat[stat.rfind(")") + 2:].split()
-        pid = int(fields[1]) if len(fields) > 1 else 0
-    return False
+        try:
+            pid = int(fields[1])
+        except (IndexError, ValueError):
+            return None
+    return None
+
+
+def descends_from(pid, ancestor, proc="/proc", depth=8):
+    """True if `ancestor` is `pid` or one of its ancestors (by /proc/<pid>/stat's ppid)."""
+    return ancestry(pid, ancestor, proc, depth) is True
+
+
+def foreign_memory(me, zygote, used_by_pid, proc="/proc"):
+    """(bytes, pids, why_not): the device memory NVML attributes to processes
+    that are provably not the zygote's (/proc's parent links reach pid 1
+    without meeting it). me: a process of ours holding a context now, the
+    proof that NVML's pids are in our namespace; used_by_pid: {pid: bytes or
+    None} (nvml.Processes.used_memory). A pid whose ancestry cannot be read
+    counts as ours. bytes is None, with why_not, where the pids do not compare
+    (me is not among them) or a foreign process has no memory figure."""
+    if me not in used_by_pid:
+        return None, [], f"NVML's pids are not comparable with ours (the probe's pid {me} is not among them)"
+    total, pids = 0, []
+    for pid, used in sorted(used_by_pid.items()):
+        if ancestry(pid, zygote, proc) is not False:
+            continue
+        if used is None:
+            return None, [], f"NVML gives no memory figure for pid {pid}"
+        total += used
+        pids.append(pid)
+    return total, pids, ""
 
 
 def decide(me, own, holders, samples, min_util=1):

@@ -149,6 +149,23 @@ class MonitorTest(unittest.TestCase):
         self.assertFalse(gpu_share.descends_from(p.other, p.zygote, self.proc.path))
         self.assertFalse(gpu_share.descends_from(p.gone, p.zygote, self.proc.path))
 
+    def test_ancestry_tells_another_process_from_an_unreadable_one(self):
+        # foreign_memory subtracts only the processes proven not ours: a chain
+        # that reaches pid 1 (however long), never a pid /proc does not show.
+        p = self.p
+        chain = random.sample(range(5_000_000, 6_000_000), 20)
+        deep = FakeProc({**p.tree, **{pid: (f"sh{i}", parent) for i, (pid, parent)
+                                      in enumerate(zip(chain, chain[1:] + [1]))}})
+        self.addCleanup(deep.dir.cleanup)
+        self.assertIs(gpu_share.ancestry(chain[0], p.zygote, deep.path), False)
+        self.assertIs(gpu_share.ancestry(p.exe, p.zygote, deep.path), True)
+        self.assertIsNone(gpu_share.ancestry(p.gone, p.zygote, deep.path))
+        self.assertIsNone(gpu_share.ancestry(chain[0], p.zygote, deep.path, depth=5))
+        used = {p.ref: random.randint(1, 1 << 30), p.exe: random.randint(1, 1 << 30),
+                chain[0]: random.randint(1, 1 << 30), p.gone: random.randint(1, 1 << 30)}
+        self.assertEqual(gpu_share.foreign_memory(p.ref, p.zygote, used, deep.path), (used[chain[0]], [chain[0]], ""))
+        self.assertIsNone(gpu_share.foreign_memory(p.other, p.zygote, used, deep.path)[0])
+
     def test_busy_second_process_declines(self):
         p = self.p
         now = random.uniform(1.7e9, 1.8e9)

@@ -2,8 +2,9 @@
 after every timed call. Without pynvml or a GPU every sample reads as "not
 throttled" and the run notes nvml_unavailable.
 
-Processes: which pids hold a context on the GPU and the driver's per-process
-utilisation samples (gpu_share.py), through the driver's own library
+Processes: which pids hold a context on the GPU, the device memory each holds
+(the sandbox's health probe) and the driver's per-process utilisation samples
+(gpu_share.py), through the driver's own library
 (libnvidia-ml.so.1, ctypes) so they do not depend on pynvml being installed."""
 import ctypes
 
@@ -25,6 +26,7 @@ class _UtilSample(ctypes.Structure):  # nvmlProcessUtilizationSample_t
 
 
 _SUCCESS, _NOT_FOUND, _INSUFFICIENT_SIZE = 0, 6, 7
+_VALUE_NOT_AVAILABLE = (1 << 64) - 1  # NVML_VALUE_NOT_AVAILABLE in an unsigned long long
 
 
 class Processes:
@@ -52,8 +54,7 @@ class Processes:
         except (OSError, AttributeError) as e:
             self.error = f"{type(e).__name__}: {e}"
 
-    def running_pids(self):
-        """Pids holding a compute context on this GPU (as the driver reports them to us)."""
+    def _compute_processes(self):
         fn = getattr(self._lib, "nvmlDeviceGetComputeRunningProcesses_v3", None) or \
             self._lib.nvmlDeviceGetComputeRunningProcesses_v2
         cap = 64
@@ -65,7 +66,22 @@ class Processes:
                 continue
             if rc != _SUCCESS:
                 raise OSError(f"nvmlDeviceGetComputeRunningProcesses returned {rc}")
-            return {int(infos[i].pid) for i in range(min(count.value, cap))}
+            return [infos[i] for i in range(min(count.value, cap))]
+
+    def running_pids(self):
+        """Pids holding a compute context on this GPU (as the driver reports them to us)."""
+        return {int(p.pid) for p in self._compute_processes()}
+
+    def used_memory(self):
+        """{pid: device bytes} of the processes holding a compute context on
+        this GPU; None where the driver gives no figure (some containers and
+        MIG set NVML_VALUE_NOT_AVAILABLE). A pid listed twice is summed."""
+        used = {}
+        for p in self._compute_processes():
+            pid, b = int(p.pid), int(p.usedGpuMemory)
+            unknown = b == _VALUE_NOT_AVAILABLE or (pid in used and used[pid] is None)
+            used[pid] = None if unknown else used.get(pid, 0) + b
+        return used
 
     def process_samples(self, since_us):
         """(pid, timestamp_us, sm_util, mem_util) of the per-process utilisation

@@ -34,6 +34,7 @@ import torch  # noqa: E402  (after the fd shuffle, before any fork)
 
 import candidate  # noqa: E402
 import contain  # noqa: E402
+import device_memory  # noqa: E402
 import profiling  # noqa: E402
 import protocol  # noqa: E402
 import reference  # noqa: E402
@@ -154,7 +155,10 @@ class Zygote:
             sys.stderr.write(f"[contain] WARNING no memory cgroup for candidates ({self.cgroup_error}): "
                              "host memory is capped by the watchdog alone\n")
         self.device = device
-        self.baseline_free = None
+        self.memory_baseline = None  # the first health probe's device_memory.measure()
+        # Set once a job ran where its processes could leave our tree: the
+        # health probe then counts the whole device (device_memory.py).
+        self.tree_escape = ""
         self.probe_roots = {}  # prefix -> temp dir the start-up probes run in
         self.profiler_error = import_profiler(profiler_root)
         warm_up()
@@ -172,6 +176,8 @@ class Zygote:
         # allowed by this host (the library's step table; nothing assumed).
         iso = self.cont.allowed_isolation(job["isolation"], self.caps)
         job["isolation"] = iso
+        if not (iso.get("seccomp") or iso.get("pid_ns")):
+            self.tree_escape = "a job ran without seccomp or a pid namespace (its processes could leave our tree)"
         if job.get("profile") and self.profiler_error:
             job["kprof_lib"] = ""
             job["profile"] = False  # logged at start; the worker sees profile.started == false
@@ -483,7 +489,9 @@ class Zygote:
 
     # ----- health -----------------------------------------------------------
     def health(self, job):
-        """Known kernel in a fresh process; device memory back to baseline."""
+        """Known kernel in a fresh process; the device memory the sandbox's own
+        processes hold back to baseline (device_memory.py: other tenants of
+        the GPU are not counted)."""
         r, w = os.pipe()
         pid = os.fork()
         if pid == 0:
@@ -499,7 +507,11 @@ class Zygote:
                 rep["ok"] = abs(b - (n * (n - 1) + n)) / (n * n) < 1e-5
                 if dev == "cuda":
                     torch.cuda.synchronize()
+                    procs, why_not = device_memory.processes(torch.cuda.get_device_properties(0))
                     free, total = torch.cuda.mem_get_info()
+                    # While this process holds its context: NVML lists it.
+                    rep["memory"] = device_memory.measure(total, free, procs, os.getpid(), os.getppid(),
+                                                          why_not=self.tree_escape or why_not)
                     rep.update(free_bytes=free, total_bytes=total,
                                gpu_model=torch.cuda.get_device_name(0))
             except BaseException as e:  # noqa: BLE001
@@ -512,18 +524,23 @@ class Zygote:
         os.close(r)
         rep["timed_out"] = st["timed_out"]
         healthy = bool(rep.get("ok")) and not st["timed_out"]
-        if healthy and "free_bytes" in rep:
+        memory = rep.get("memory")
+        if memory:
+            rep["memory_rule"] = memory["rule"]
+        if healthy and memory:
             # The first probe fixes the baseline; later ones must come back to it.
-            if self.baseline_free is None:
-                self.baseline_free = rep["free_bytes"]
-            elif self.baseline_free - rep["free_bytes"] > int(job.get("memory_slack_bytes") or (512 << 20)):
-                healthy = False
-                rep["error"] = (f"device memory not back to baseline: "
-                                f"{(self.baseline_free - rep['free_bytes']) >> 20} MiB still used")
+            if self.memory_baseline is None:
+                self.memory_baseline = memory
+            else:
+                healthy, error = device_memory.check(self.memory_baseline, memory,
+                                                     int(job.get("memory_slack_bytes") or (512 << 20)))
+                if error:
+                    rep["error"] = error
         rep["healthy"] = healthy
         rep["wall_ms"] = st["wall_ms"]
         # HarnessHealthReply's keys only: the worker rejects any other.
-        keep = ("healthy", "ok", "error", "free_bytes", "total_bytes", "gpu_model", "wall_ms", "timed_out")
+        keep = ("healthy", "ok", "error", "free_bytes", "total_bytes", "gpu_model", "wall_ms", "timed_out",
+                "memory_rule")
         return {k: rep[k] for k in keep if k in rep}
 
     def _runner(self, kind):

@@ -103,6 +103,7 @@ TEST_F(HarnessReplyTest, UnknownJobKindIsInvalidArgument) {
 TEST_F(HarnessReplyTest, ParsesTheLinesTheZygoteWrites) {
   const std::string id = Word(), text = Word();
   const int threads = std::uniform_int_distribution<int>(1, 40)(rng_);
+  const std::string rule = absl::StrCat("own processes: ", Word());  // health's memory_rule
   struct Line {
     std::string json;
     HarnessResult::ReplyCase want;
@@ -115,7 +116,7 @@ TEST_F(HarnessReplyTest, ParsesTheLinesTheZygoteWrites) {
                     R"("})"),
        HarnessResult::kVerify},
       {absl::StrCat(R"({"health": {"healthy": true, "ok": true, "wall_ms": 3.5, "error": ")", text,
-                    R"("}, "job_id": ")", id, R"("})"),
+                    R"(", "memory_rule": ")", rule, R"("}, "job_id": ")", id, R"("})"),
        HarnessResult::kHealth},
       {absl::StrCat(R"({"isolation_probe": {"ok": false, "error": ")", text, R"("}, "job_id": ")", id, R"("})"),
        HarnessResult::kIsolationProbe},
@@ -134,6 +135,7 @@ TEST_F(HarnessReplyTest, ParsesTheLinesTheZygoteWrites) {
     }
   }
   EXPECT_EQ(ParseHarnessReply(lines[4].json)->recorder_probe().threads_started(), threads);
+  EXPECT_EQ(ParseHarnessReply(lines[2].json)->health().memory_rule(), rule);
 }
 
 TEST_F(HarnessReplyTest, RejectsUnknownKeysTwoRepliesAndTheUntaggedForm) {
