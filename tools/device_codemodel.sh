@@ -75,7 +75,9 @@ fi
 
 T0=$(date +%s)
 elapsed() { echo $(( $(date +%s) - T0 )); }
-OUT=${OUT:-/tmp/codemodel_device_out}; mkdir -p "$OUT"
+# LOCAL_RUN=DIR (tools/run_local.sh on a GPU machine): everything stays in DIR, unpacked, the job's
+# progress streams, and the job runs to its preset's timeout.
+OUT=${LOCAL_RUN:-${OUT:-/tmp/codemodel_device_out}}; mkdir -p "$OUT"
 BACKEND=${BACKEND:-cuda}
 [ "$BACKEND" = cpu ] && M=.devcarry/codemodel-cpu
 [ -x "$C/bin/tools/cli/kernelrl" ] && [ -x "$M/bin/pretrain" ] || { echo "run tools/device_codemodel.sh --stage [--cpu] here"; exit 2; }
@@ -84,8 +86,9 @@ PY=${PYTHON:-python3}
 device_lib_path "$C" "$C/bin/learner/learner_main" --print_config
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 SEED=${SEED:-1}
-RUN=/tmp/kernelrl-codemodel BASE=/tmp/kr_codemodel_baselines
-rm -rf "$RUN" "$BASE"; mkdir -p "$RUN" "$BASE"
+RUN=${LOCAL_RUN:-/tmp/kernelrl-codemodel} BASE=${LOCAL_RUN:-/tmp/kr}/baselines
+[ -n "${LOCAL_RUN:-}" ] || rm -rf "$RUN" "$BASE"
+mkdir -p "$RUN" "$BASE"
 DEV=$([ "$BACKEND" = cuda ] && echo cuda || echo cpu)
 
 # 1. The corpus and tokenizer on the CPU, beside the baselines on the GPU.
@@ -139,7 +142,7 @@ if [ "$BACKEND" = cuda ]; then
     --table="$OUT/baselines.tsv" > "$OUT/import.log" 2>&1 || echo "baseline import failed (import.log): rewards stay at 1 (baseline_missing)"
 fi
 wait $CORPUS || { tail -20 "$OUT/corpus.log"; exit 1; }
-echo "corpus at $(elapsed) s: $(tr -d '\n ' < "$RUN/corpus/stats.json" | cut -c1-400)"
+[ -n "${BASE_IN:-}" ] || echo "corpus at $(elapsed) s: $(tr -d '\n ' < "$RUN/corpus/stats.json" | cut -c1-400)"
 
 # 2. Pre-training on the GPU (its base model comes back as base.tgz: BASE_IN of a later call).
 if [ -z "${BASE_IN:-}" ]; then
@@ -147,7 +150,7 @@ if [ -z "${BASE_IN:-}" ]; then
   --seed=$SEED ${PRETRAIN_ARGS:---hidden=256 --layers=4 --heads=4 --kv_heads=2 --intermediate=704 --batch=4 --lr=2e-3 --warmup_steps=10} \
   > "$OUT/pretrain.json" 2> "$OUT/pretrain.log" || { tail -20 "$OUT/pretrain.log"; exit 1; }
 echo "pretrained at $(elapsed) s: $(cat "$OUT/pretrain.json")"
-tar czf "$OUT/base.tgz" -C "$RUN/base" .
+[ -n "${LOCAL_RUN:-}" ] || tar czf "$OUT/base.tgz" -C "$RUN/base" .
 fi
 
 # 3-4. The recipe's jobs on the same base, one after the other (JOBS: SEED:ABLATION pairs); per job its
@@ -169,13 +172,16 @@ for J in ${JOBS:-$SEED:${ABLATION:-none}}; do
   S=${J%%:*} A=${J#*:} NAME=${J/:/-}
   # Cut at LEARN_WALL, or earlier so that the call's DEADLINE leaves time for the final evaluation and packing.
   WALL=$(( ${DEADLINE:-560} - $(elapsed) - 90 )); [ $WALL -gt ${LEARN_WALL:-270} ] && WALL=${LEARN_WALL:-270}
-  echo "job $NAME at $(elapsed) s, cut at $WALL s"
+  CUT=(timeout $(( WALL + 120 ))) CUT_FLAGS=(--job_timeout_s=$WALL --stall_timeout_s=120)
+  [ -n "${LOCAL_RUN:-}" ] && CUT=() CUT_FLAGS=()
+  echo "job $NAME at $(elapsed) s${CUT_FLAGS:+, cut at $WALL s}"
   ABL=(); [ "$A" = none ] || ABL=(--ablation=$A)
-  timeout $(( WALL + 120 )) "$C/bin/tools/cli/kernelrl" learn "${PRESET_FLAGS[@]}" --bin_dir="$C/bin" \
+  "${CUT[@]}" "$C/bin/tools/cli/kernelrl" learn "${PRESET_FLAGS[@]}" --bin_dir="$C/bin" \
     --base_checkpoint="$RUN/base" --family_dir="$M/small" --backend=$BACKEND --learner_device=${LEARNER_DEVICE:-$DEV} \
     --run_dir="$RUN/run-$NAME" --eval_every=1000 --plot_script="$PWD/tools/cli/learn_plots.py" "${ABL[@]}" \
-    "${GPU_FLAGS[@]}" "${JOB_FLAGS[@]}" --job_set=seed=$S --job_timeout_s=$WALL --stall_timeout_s=120 ${LEARN_ARGS:-} > "$OUT/learn-$NAME.log" 2>&1
-  tail -40 "$OUT/learn-$NAME.log"
+    "${GPU_FLAGS[@]}" "${JOB_FLAGS[@]}" --job_set=seed=$S "${CUT_FLAGS[@]}" ${LEARN_ARGS:-} 2>&1 |
+    if [ -n "${LOCAL_RUN:-}" ]; then tee "$OUT/learn-$NAME.log"; else cat > "$OUT/learn-$NAME.log"; fi
+  [ -n "${LOCAL_RUN:-}" ] || tail -40 "$OUT/learn-$NAME.log"
   JOB=$(ls -d "$RUN/run-$NAME"/learner-state/jobs/* 2>/dev/null | head -1)
   [ -n "$JOB" ] || continue
   D=$OUT/$NAME; mkdir -p "$D"
@@ -187,10 +193,12 @@ for J in ${JOBS:-$SEED:${ABLATION:-none}}; do
   if [ -n "$LATEST" ]; then
     F=$RUN/final_policy-$NAME; rm -rf "$F"; cp -r "$JOB/checkpoints/$LATEST/policy" "$F"; cp "$RUN/base/tokenizer.json" "$F/"
     (cd "$F" && sha256sum model*.safetensors tokenizer.json > SHA256SUMS)
+    [ -n "${LOCAL_RUN:-}" ] && { echo "final policy $NAME ($LATEST): $F; $(head -1 "$F/SHA256SUMS")"; continue; }
     tar czf "$OUT/final_policy-$NAME.tgz" -C "$RUN" "final_policy-$NAME"
     echo "final policy $NAME ($LATEST): $(head -1 "$F/SHA256SUMS"); archive sha256 $(sha256sum "$OUT/final_policy-$NAME.tgz" | cut -d' ' -f1)"
   fi
 done
+[ -n "${LOCAL_RUN:-}" ] && { echo "done at $(elapsed) s; everything is in $RUN"; exit 0; }
 [ -n "$(ls -d "$RUN"/run-* 2>/dev/null)" ] &&
   tar czf "$OUT/logs.tgz" -C "$RUN" --exclude='*-ws' --exclude='checkpoints' $(cd "$RUN" && ls -d run-*)
 rm -f "$OUT"/baselines.jsonl "$OUT"/compile_warm.*

@@ -22,6 +22,9 @@
 #    OK, contain log shows the view and identity 65534), every confine_* and
 #    compile_* CUDA exploit (expected verdicts from EXPECTED.md), and no
 #    verdict may carry a planted secret.
+# 4. the health probe beside another process holding 1300 MiB on the GPU (as a
+#    learner on the same GPU does): sandbox/tests/health_shared_gpu.py through the
+#    real zygote; the second probe must stay healthy, its memory_rule naming the pid.
 # Knobs: SUITE=0 skips 3; SUITE_WALL (85 s); WALL (20 s per verify).
 # Everything lands in $OUT (cuda_writes.log, confine_probe.log, verdicts.jsonl, zygote.log).
 set -u
@@ -43,6 +46,9 @@ if [ ! -f "$LIB" ] || [ $STALE = 1 ]; then
   g++ -std=c++17 -O2 -fPIC -shared -I. $CONTAIN_SRCS common/clock.cc -o "$LIB" > "$OUT/contain_build.log" 2>&1 ||
     { echo "contain g++ build FAILED:"; tail -20 "$OUT/contain_build.log"; exit 1; }
 fi
+# The carried build links Abseil's shared libraries (.devcarry/sandbox/lib); the g++ build links none.
+. tools/device_libs.sh
+device_lib_path "$CARRY" ldd "$LIB"
 echo "contain lib: $LIB (at $(elapsed) s)"
 echo "id: $(id)  kernel: $(uname -r)  gpu: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)"
 
@@ -243,4 +249,6 @@ print(f"verdicts carrying a planted secret or LEAKED: {len(leaks)} {leaks}")
 PYEOF
   for f in "${PLANTED[@]}"; do [ -d "$f" ] && rmdir "$f" 2>/dev/null || rm -f "$f"; done
 fi
+echo "== 4. the health probe beside a foreign process on the GPU (at $(elapsed) s) =="
+timeout 120 "$PY" sandbox/tests/health_shared_gpu.py "$LIB" 2>&1 | tail -12
 echo "total $(elapsed) s"

@@ -4,9 +4,9 @@ through the real zygote: a first health job fixes the baseline; then another
 process, not the zygote's, takes 1300 MiB of device memory (as a learner
 decoding on the same GPU does) and a second health job must stay healthy,
 saying in memory_rule that the other process was not counted. Prints both
-replies and PASS/FAIL; exit 1 on FAIL. Run by tools/device_health_shared.sh.
+replies and PASS/FAIL; exit 1 on FAIL. Run by tools/device_confine.sh (step 4).
 
-    python3 tools/device_health_shared.py CONTAIN_LIB"""
+    python3 sandbox/tests/health_shared_gpu.py CONTAIN_LIB"""
 import json
 import os
 import subprocess
