@@ -358,6 +358,7 @@ int LearnMain(int argc, char** argv) {
   v1::GetJobRequest get;
   get.set_job_id(job.id());
   int code = 1;
+  int64_t polls = 0;
   while (true) {
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
@@ -407,6 +408,14 @@ int LearnMain(int argc, char** argv) {
         code = 0;
         break;
       }
+    }
+    // A worker whose GPU health probe failed stays NOT_SERVING: no verdict comes, say why now
+    // instead of after the stall timeout.
+    if (++polls % 20 == 0 && Health(cluster.sandbox_) == "NOT_SERVING") {
+      console.Line("the sandbox worker is NOT_SERVING (its GPU health probe failed; see " + o.paths().run_dir() +
+                   "/sandbox.log): no verdict can come; cancelling");
+      job = CancelAndWait(stub.get(), job);
+      break;
     }
     if (absl::Now() > deadline || absl::Now() - last_change > absl::Seconds(o.stall_timeout_s())) {
       console.Line("job timed out or stalled; cancelling");
