@@ -33,4 +33,12 @@ for ablation in no_rft no_value no_rft_no_value; do
   [ "$skips" = "$want" ] || fail "$ablation: $skips stages skipped, want $want"
 done
 echo "ok   the default learn experiment and its ablations"
+
+# learner_device: cpu, cuda or cuda:N; anything else is one line and exit 2 (before any process starts).
+for bad in gpu0 cuda:x cuda:-1; do
+  rc=0; msg=$("$K" learn "${REQ[@]}" --learner_device=$bad 2>&1) || rc=$?
+  [ $rc = 2 ] || fail "--learner_device=$bad: exit $rc, want 2"
+  [ "$(wc -l <<< "$msg")" = 1 ] && grep -qF "learner_device" <<< "$msg" || fail "--learner_device=$bad: '$msg'"
+done
+echo "ok   a bad learner_device is one line and exit 2"
 echo PASS

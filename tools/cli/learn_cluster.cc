@@ -1,5 +1,6 @@
 #include "tools/cli/learn_cluster.h"
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/config.h"
 #include "common/file.h"
@@ -23,7 +24,7 @@ void AddLearnFlags(CommandLine& cl) {
   cl.Flag("--base_checkpoint", "base_checkpoint", "HF-format checkpoint the job starts from");
   cl.Flag("--family_dir", "family_dir", "family_gen's output (train.jsonl, heldout/)");
   cl.Flag("--backend", "backend", "The sandbox's backend: cpu or cuda");
-  cl.Flag("--learner_device", "learner_device", "Where the learner trains: cpu or cuda (default: the backend)");
+  cl.Flag("--learner_device", "learner_device", "Where the learner trains: cpu, cuda, or cuda:N for GPU N alone (default: the backend)");
   cl.Flag("--run_dir", "paths.run_dir", "Logs, learner state, curves");
   cl.Flag("--bin_dir", "paths.bin_dir", "Service binaries (bazel-bin)");
   cl.Flag("--actors", "actors", "Actors sampling the model");
@@ -65,8 +66,8 @@ absl::Status ValidateLearnConfig(v1::LearnConfig* o) {
   }
   if (o->backend() != "cpu" && o->backend() != "cuda") return absl::InvalidArgumentError("backend: cpu or cuda");
   if (o->learner_device().empty()) o->set_learner_device(o->backend());
-  if (o->learner_device() != "cpu" && o->learner_device() != "cuda") {
-    return absl::InvalidArgumentError("learner_device: cpu or cuda");
+  if (o->learner_device() != "cpu" && o->learner_device() != "cuda" && LearnerGpu(*o) < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("learner_device: cpu, cuda or cuda:N, not \"", o->learner_device(), "\""));
   }
   if (o->rollouts_per_task() < 1) return absl::InvalidArgumentError("rollouts_per_task: at least 1");
   if (o->resume() && o->paths().run_dir().empty()) {
@@ -76,9 +77,17 @@ absl::Status ValidateLearnConfig(v1::LearnConfig* o) {
     return absl::InvalidArgumentError("no experiment: the preset sets job, rollout and skill_text (--preset=family)");
   }
   v1::TrainerDeviceConfig* device = o->mutable_job()->mutable_device();
-  if (device->device().empty()) device->set_device(o->learner_device());
+  // On cuda:N the learner process sees only GPU N, as its cuda:0.
+  if (device->device().empty()) device->set_device(LearnerGpu(*o) >= 0 ? "cuda" : o->learner_device());
   if (device->dtype().empty()) device->set_dtype("float32");
   return absl::OkStatus();
+}
+
+int LearnerGpu(const v1::LearnConfig& o) {
+  int n = -1;
+  const std::string& d = o.learner_device();
+  if (d.rfind("cuda:", 0) != 0 || !absl::SimpleAtoi(d.substr(5), &n) || n < 0) return -1;
+  return n;
 }
 
 int EvalMaxTurns(const v1::LearnConfig& o) {
@@ -87,9 +96,10 @@ int EvalMaxTurns(const v1::LearnConfig& o) {
 }
 
 absl::StatusOr<std::string> Cluster::StartServer(const std::string& name, const std::string& binary,
-                                                 std::vector<std::string> args, absl::Time deadline) {
+                                                 std::vector<std::string> args, absl::Time deadline,
+                                                 const std::vector<std::string>& env) {
   for (const std::string& a : ServiceArgs(o_, sets_, name)) args.push_back(a);
-  absl::StatusOr<ServerPorts> ports = local_.StartServer(name, binary, args, deadline);
+  absl::StatusOr<ServerPorts> ports = local_.StartServer(name, binary, args, deadline, env);
   if (!ports.ok()) return ports.status();
   LocalCluster::WaitServing(ports->Address(), deadline);
   return ports->Address();

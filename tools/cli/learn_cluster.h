@@ -38,6 +38,8 @@ absl::Status ValidateLearnConfig(v1::LearnConfig* o);
 
 // The turns a held-out evaluation gives the policy: the ones it trains with (agentic PPO's).
 int EvalMaxTurns(const v1::LearnConfig& o);
+// N of learner_device "cuda:N" (the learner process is started on GPU N alone), else -1.
+int LearnerGpu(const v1::LearnConfig& o);
 
 class Console {
  public:
@@ -73,7 +75,8 @@ class Cluster {
   // Starts a server ("learner", "sandbox": the config's fields of that name go to it) and returns
   // its gRPC address once it serves.
   absl::StatusOr<std::string> StartServer(const std::string& name, const std::string& binary,
-                                          std::vector<std::string> args, absl::Time deadline);
+                                          std::vector<std::string> args, absl::Time deadline,
+                                          const std::vector<std::string>& env = {});
 
   // Runs `n` actors of the pool ("actor" sampling the model or "random") and stops the other pool.
   // The old pool drains in the background: an actor told to stop finishes its

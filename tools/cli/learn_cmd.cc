@@ -31,13 +31,18 @@ namespace {
 namespace fs = std::filesystem;
 
 // The learner (job API + policy server) and the sandbox worker; their addresses go to the cluster.
+// On learner_device cuda:N the learner runs on GPU N alone; the sandbox times on GPU 0, where no
+// learner kernel shares the device with a timed one.
 absl::Status StartServices(const v1::LearnConfig& o, Cluster* cluster) {
+  const int gpu = LearnerGpu(o);
+  std::vector<std::string> env;
+  if (gpu >= 0) env.push_back(absl::StrCat("CUDA_VISIBLE_DEVICES=", gpu));
   auto learner = cluster->StartServer(
       "learner", "learner/learner_main",
       {"--set=state_dir=" + o.paths().run_dir() + "/learner-state", "--set=policy.enabled=true",
-       "--set=policy.model_path=" + o.base_checkpoint(), "--set=policy.device=" + o.learner_device(),
+       "--set=policy.model_path=" + o.base_checkpoint(), "--set=policy.device=" + (gpu >= 0 ? "cuda" : o.learner_device()),
        "--set=policy.dtype=float32", "--set=policy.max_seq_len=16384", "--set=policy.max_batch=16"},
-      absl::Now() + absl::Seconds(180));
+      absl::Now() + absl::Seconds(180), env);
   if (!learner.ok()) return learner.status();
   auto sandbox = cluster->StartServer("sandbox", "sandbox/sandbox_main", {"--set=backend=" + o.backend()},
                                       absl::Now() + absl::Seconds(180));

@@ -95,10 +95,12 @@ std::vector<std::string> LocalCluster::Argv(const std::string& name, const std::
 }
 
 absl::StatusOr<ServerPorts> LocalCluster::StartServer(const std::string& name, const std::string& binary,
-                                                      const std::vector<std::string>& args, absl::Time deadline) {
+                                                      const std::vector<std::string>& args, absl::Time deadline,
+                                                      const std::vector<std::string>& env) {
   const std::string port_file = absl::StrCat(run_dir_, "/", name, ".ports");
   unlink(port_file.c_str());
-  if (absl::Status s = sup_.Start({name, Argv(name, binary, ServerPorts{}, args), absl::StrCat(run_dir_, "/", name, ".log")});
+  if (absl::Status s =
+          sup_.Start({name, Argv(name, binary, ServerPorts{}, args), absl::StrCat(run_dir_, "/", name, ".log"), env});
       !s.ok()) {
     return s;
   }

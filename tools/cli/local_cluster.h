@@ -56,9 +56,10 @@ class LocalCluster {
   // Starts bin_dir/<binary> as `name` with the common server flags (ports the
   // kernel picks, a port file, a short drain) then `args`; waits until its
   // ports are known and pins them for restarts. Unavailable after `deadline`
-  // or when the supervisor gives up on it.
+  // or when the supervisor gives up on it. `env`: ChildSpec::env.
   absl::StatusOr<ServerPorts> StartServer(const std::string& name, const std::string& binary,
-                                          const std::vector<std::string>& args, absl::Time deadline);
+                                          const std::vector<std::string>& args, absl::Time deadline,
+                                          const std::vector<std::string>& env = {});
   // Starts bin_dir/<binary> as `name` with the same server flags, ports left to
   // the kernel on every start: for a process no other one dials (an actor).
   absl::Status StartProcess(const std::string& name, const std::string& binary, const std::vector<std::string>& args);

@@ -77,6 +77,18 @@ absl::Status Supervisor::SpawnLocked(Child& child) {
   std::vector<char*> argv;
   for (const std::string& a : child.spec.argv) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
+  // The environment is built before fork: the child may only make async-signal-safe calls.
+  std::vector<std::string> env_strings = child.spec.env;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string entry(*e);
+    const std::string name = entry.substr(0, entry.find('=') + 1);
+    const bool overridden = std::any_of(child.spec.env.begin(), child.spec.env.end(),
+                                        [&](const std::string& o) { return o.compare(0, name.size(), name) == 0; });
+    if (!overridden) env_strings.push_back(entry);
+  }
+  std::vector<char*> envp;
+  for (const std::string& e : env_strings) envp.push_back(const_cast<char*>(e.c_str()));
+  envp.push_back(nullptr);
   const std::string exec_failed = absl::StrCat("kernelrl up: exec ", child.spec.argv[0], " failed\n");
   const pid_t parent = getpid();
   const pid_t pid = fork();
@@ -100,7 +112,7 @@ absl::Status Supervisor::SpawnLocked(Child& child) {
     dup2(log_fd, 1);
     dup2(log_fd, 2);
     syscall(SYS_close_range, 3, ~0U, 0);
-    execv(argv[0], argv.data());
+    execve(argv[0], argv.data(), envp.data());
     if (write(2, exec_failed.data(), exec_failed.size()) < 0) _exit(127);
     _exit(127);
   }

@@ -44,6 +44,9 @@ struct ChildSpec {
   std::string name;               // Unique: "learner", "actor-0", ...
   std::vector<std::string> argv;  // argv[0] is the executable's path.
   std::string log_path;           // stdout + stderr, appended across restarts.
+  // "NAME=VALUE" entries over the inherited environment (CUDA_VISIBLE_DEVICES
+  // puts a process on its own GPU).
+  std::vector<std::string> env;
 };
 
 struct SupervisorEvent {

@@ -168,6 +168,23 @@ TEST(SupervisorTest, StopEscalatesToSigkillAfterGrace) {
   }
 }
 
+TEST(SupervisorTest, ChildSeesItsEnvironmentOverTheInheritedOne) {
+  std::mt19937 rng(std::random_device{}());
+  const std::string value = absl::StrCat("gpu-", std::uniform_int_distribution<int>(1, 1 << 20)(rng));
+  setenv("KR_SUPERVISOR_TEST_INHERITED", "kept", 1);
+  setenv("KR_SUPERVISOR_TEST_VALUE", "replaced", 1);
+  Recorder rec;
+  Supervisor sup(RestartPolicy{}, [&](const SupervisorEvent& e) { rec.Add(e); });
+  ChildSpec spec = Shell("env", "echo \"value=$KR_SUPERVISOR_TEST_VALUE inherited=$KR_SUPERVISOR_TEST_INHERITED\"; sleep 30");
+  spec.env = {"KR_SUPERVISOR_TEST_VALUE=" + value};
+  ASSERT_TRUE(sup.Start(spec).ok());
+  const std::string want = absl::StrCat("value=", value, " inherited=kept\n");
+  ASSERT_TRUE(rec.WaitFor([&](auto&) { return ReadFile(spec.log_path).find(want) != std::string::npos; }))
+      << ReadFile(spec.log_path);
+  sup.StopAll(absl::Seconds(5));
+  EXPECT_EQ(ReadFile(spec.log_path).find("replaced"), std::string::npos);
+}
+
 TEST(SupervisorTest, MissingExecutableExits127AndDuplicateNamesAreRefused) {
   Recorder rec;
   RestartPolicy policy;
