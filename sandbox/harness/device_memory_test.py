@@ -7,7 +7,6 @@ follow from what each process holds. Pids and sizes are drawn at random.
 import os
 import random
 import sys
-import tempfile
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -15,24 +14,15 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", ".."))  # the repository root: profiler_service.harness
 
 import device_memory  # noqa: E402
+from profiler_service.harness import gpu_share_test  # noqa: E402
 
 MiB = 1 << 20
 GiB = 1 << 30
 
 
-class FakeProc:
-    """A /proc with `stat` files: {pid: ppid}."""
-
-    def __init__(self, tree):
-        self.dir = tempfile.TemporaryDirectory()
-        for pid, ppid in tree.items():
-            os.makedirs(os.path.join(self.dir.name, str(pid)))
-            with open(os.path.join(self.dir.name, str(pid), "stat"), "w") as f:
-                f.write(f"{pid} (python3 (x) y) S {ppid} {pid} {pid} 0 -1 4194560 0 0\n")
-
-    @property
-    def path(self):
-        return self.dir.name
+def FakeProc(tree):
+    """gpu_share_test's fake /proc over {pid: ppid}."""
+    return gpu_share_test.FakeProc({pid: ("python3 (x) y", ppid) for pid, ppid in tree.items()})
 
 
 class FakeNvml:

@@ -271,8 +271,12 @@ TEST_F(ProfileCpuTest, HonestSolutionGetsItsMeasuredReward) {
   EXPECT_GT(v.speedup_vs_compile(), 0);
   // A speed-up the judge could not tell from the noise is not paid (and is only ever flagged above the margin).
   const bool eager_unresolved = HasFlag(v, kUnresolvedVsEager), compile_unresolved = HasFlag(v, kUnresolvedVsCompile);
-  if (eager_unresolved) EXPECT_TRUE(FasterByMoreThan(v.speedup_vs_eager())) << Describe(v);
-  if (compile_unresolved) EXPECT_TRUE(FasterByMoreThan(v.speedup_vs_compile())) << Describe(v);
+  if (eager_unresolved) {
+    EXPECT_TRUE(FasterByMoreThan(v.speedup_vs_eager())) << Describe(v);
+  }
+  if (compile_unresolved) {
+    EXPECT_TRUE(FasterByMoreThan(v.speedup_vs_compile())) << Describe(v);
+  }
   const double milestone = MilestoneReward(true, eager_unresolved ? 0.0 : v.speedup_vs_eager(),
                                            compile_unresolved ? 0.0 : v.speedup_vs_compile());
   EXPECT_EQ(v.reward(), v.quarantined() ? std::min(milestone, 1.0) : milestone) << Describe(v);
