@@ -27,7 +27,7 @@ AREAS=(
   "data|--stage|.devcarry/data|data_synth on one GPU: accepted tasks per minute, rejection reasons"
   "learn|--stage|.devcarry/learn|the task family's templates through the sandbox (MODE=learn: a short learning job, stage --stage-learn)"
   "ops|--stage|.devcarry/ops|kernelrl up with the CUDA sandbox: the quickstart job, health, restarts"
-  "codemodel|--stage|.devcarry/ops .devcarry/codemodel|the code model: engineer corpus, bf16 pre-training, the recipe's job, design report, final checkpoint (SEED, ABLATION)"
+  "codemodel|--stage|.devcarry/ops .devcarry/codemodel|the code model: engineer corpus, bf16 pre-training, the recipe's job, design report, final checkpoint (SEED, ABLATION, PRESETS, LEARNER_DEVICE)"
 )
 
 field() { local IFS='|'; read -r -a f <<< "$1"; echo "${f[$2]}"; }
