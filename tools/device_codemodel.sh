@@ -95,9 +95,9 @@ DEV=$([ "$BACKEND" = cuda ] && echo cuda || echo cpu)
 PRESETS=${PRESETS:-family}
 PRESET_CONFIGS=() PRESET_FLAGS=()
 for p in $PRESETS; do PRESET_CONFIGS+=(--config=configs/learn/$p.textproto); PRESET_FLAGS+=(--preset=$p); done
+CORPUS=""
 if [ -n "${BASE_IN:-}" ]; then  # An earlier call's base model (base.tgz): no corpus, no pre-training.
   mkdir -p "$RUN/base" && tar xzf "$BASE_IN" -C "$RUN/base"
-  ( : ) & CORPUS=$!
 else
 "$M/bin/corpus_gen" "${PRESET_CONFIGS[@]}" --tasks="$M/all_train.jsonl" --out="$RUN/corpus" \
   --device=$DEV --per_task=${PER_TASK:-8} --seed=$SEED --vocab_size=4096 > "$OUT/corpus.log" 2>&1 &
@@ -141,11 +141,12 @@ if [ "$BACKEND" = cuda ]; then
   "$M/bin/precompute_baselines" --measurements="$OUT/baselines.jsonl" --set=baseline_cache_dir=$BASE \
     --table="$OUT/baselines.tsv" > "$OUT/import.log" 2>&1 || echo "baseline import failed (import.log): rewards stay at 1 (baseline_missing)"
 fi
-wait $CORPUS || { tail -20 "$OUT/corpus.log"; exit 1; }
-[ -n "${BASE_IN:-}" ] || echo "corpus at $(elapsed) s: $(tr -d '\n ' < "$RUN/corpus/stats.json" | cut -c1-400)"
 
-# 2. Pre-training on the GPU (its base model comes back as base.tgz: BASE_IN of a later call).
-if [ -z "${BASE_IN:-}" ]; then
+# 2. Pre-training on the GPU, once the corpus is written (its base model comes back as base.tgz: BASE_IN of
+#    a later call).
+if [ -n "$CORPUS" ]; then
+wait $CORPUS || { tail -20 "$OUT/corpus.log"; exit 1; }
+echo "corpus at $(elapsed) s: $(tr -d '\n ' < "$RUN/corpus/stats.json" | cut -c1-400)"
 "$M/bin/pretrain" --corpus_dir="$RUN/corpus" --out="$RUN/base" --device=$DEV --steps=${PRETRAIN_STEPS:-150} \
   --seed=$SEED ${PRETRAIN_ARGS:---hidden=256 --layers=4 --heads=4 --kv_heads=2 --intermediate=704 --batch=4 --lr=2e-3 --warmup_steps=10} \
   > "$OUT/pretrain.json" 2> "$OUT/pretrain.log" || { tail -20 "$OUT/pretrain.log"; exit 1; }

@@ -77,8 +77,7 @@ absl::Status ValidateLearnConfig(v1::LearnConfig* o) {
     return absl::InvalidArgumentError("no experiment: the preset sets job, rollout and skill_text (--preset=family)");
   }
   v1::TrainerDeviceConfig* device = o->mutable_job()->mutable_device();
-  // On cuda:N the learner process sees only GPU N, as its cuda:0.
-  if (device->device().empty()) device->set_device(LearnerGpu(*o) >= 0 ? "cuda" : o->learner_device());
+  if (device->device().empty()) device->set_device(LearnerProcessDevice(*o));
   if (device->dtype().empty()) device->set_dtype("float32");
   return absl::OkStatus();
 }
@@ -88,6 +87,10 @@ int LearnerGpu(const v1::LearnConfig& o) {
   const std::string& d = o.learner_device();
   if (d.rfind("cuda:", 0) != 0 || !absl::SimpleAtoi(d.substr(5), &n) || n < 0) return -1;
   return n;
+}
+
+std::string LearnerProcessDevice(const v1::LearnConfig& o) {
+  return LearnerGpu(o) >= 0 ? "cuda" : o.learner_device();
 }
 
 int EvalMaxTurns(const v1::LearnConfig& o) {

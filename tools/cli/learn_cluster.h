@@ -40,6 +40,9 @@ absl::Status ValidateLearnConfig(v1::LearnConfig* o);
 int EvalMaxTurns(const v1::LearnConfig& o);
 // N of learner_device "cuda:N" (the learner process is started on GPU N alone), else -1.
 int LearnerGpu(const v1::LearnConfig& o);
+// The device as the learner process names it: "cuda" for cuda:N (it sees GPU N alone, as its
+// cuda:0), else learner_device.
+std::string LearnerProcessDevice(const v1::LearnConfig& o);
 
 class Console {
  public:

@@ -40,7 +40,7 @@ absl::Status StartServices(const v1::LearnConfig& o, Cluster* cluster) {
   auto learner = cluster->StartServer(
       "learner", "learner/learner_main",
       {"--set=state_dir=" + o.paths().run_dir() + "/learner-state", "--set=policy.enabled=true",
-       "--set=policy.model_path=" + o.base_checkpoint(), "--set=policy.device=" + (gpu >= 0 ? "cuda" : o.learner_device()),
+       "--set=policy.model_path=" + o.base_checkpoint(), "--set=policy.device=" + LearnerProcessDevice(o),
        "--set=policy.dtype=float32", "--set=policy.max_seq_len=16384", "--set=policy.max_batch=16"},
       absl::Now() + absl::Seconds(180), env);
   if (!learner.ok()) return learner.status();
