@@ -82,9 +82,6 @@ TEST(DpJobTest, LeaderAndFollowerTrainLikeOneRank) {
   double baselines = 0;
   for (const Sample& s : batch) baselines += std::abs(s.baseline);
   ASSERT_GT(baselines, 0.0);
-  // Adam's eps at 1e-6, not 1e-8: a gradient near eps (a token the batch barely
-  // samples) turns float sum-order noise between one rank and two into a
-  // weight difference of ~2e-6 after three steps (seed 177635929: lm_head row 45).
   const std::string hyper = R"pb(device { device: "cpu" dtype: "float32" }
                                  batch { max_tokens_per_row: 32 activation_checkpointing: false }
                                  ppo { task_baseline: true }
@@ -95,6 +92,7 @@ TEST(DpJobTest, LeaderAndFollowerTrainLikeOneRank) {
   // One rank on the whole batch.
   auto single = MakeJobTrainer(*config, base, base, {}, at::kCPU);
   ASSERT_TRUE(single.ok()) << single.status();
+  const std::vector<at::Tensor> before = Weights(**single);
   std::vector<StepMetrics> expected;
   for (StepKind k : {StepKind::kPpo, StepKind::kSft, StepKind::kValue}) {
     auto m = k == StepKind::kPpo ? (*single)->PpoStep(batch)
@@ -139,11 +137,21 @@ TEST(DpJobTest, LeaderAndFollowerTrainLikeOneRank) {
   ASSERT_TRUE(leader.Exit().ok());
   follower.join();
   EXPECT_TRUE(follower_status.ok()) << follower_status;
+  // Each tensor's update over the three steps, two ranks against one. Not
+  // element by element: where a gradient is near Adam's eps (a token the batch
+  // barely samples), float sum-order noise between one rank and two moves an
+  // element by ~1e-5 (seeds 177635929, 4028595625); a rank that trained on
+  // the wrong rows moves the whole update.
   auto a = Weights(**trainer), b = Weights(**single);
+  ASSERT_EQ(a.size(), before.size());
+  int moved = 0;
   for (size_t w = 0; w < a.size(); ++w) {
-    EXPECT_TRUE(at::allclose(a[w], b[w], 1e-4, 1e-6))
-        << "weight " << w << ": max difference " << (a[w] - b[w]).abs().max().item<double>();
+    const at::Tensor two = a[w] - before[w], one = b[w] - before[w];
+    const double diff = (two - one).norm().item<double>(), norm = one.norm().item<double>();
+    EXPECT_LE(diff, 0.01 * norm + 1e-7) << "weight " << w << ": update differs by " << diff << " (norm " << norm << ")";
+    moved += norm > 0;
   }
+  EXPECT_GT(moved, static_cast<int>(a.size()) / 2);  // The steps trained.
 }
 
 // A job that cannot fit is refused before its weights are read: the
