@@ -17,6 +17,7 @@
 #include "learner/sync/weight_sink.h"
 #include "learner/rl/dp_job.h"
 #include "learner/rl/jobs.h"
+#include "learner/rl/learner_group.h"
 #include "learner/rl/recipe.h"
 #include "proto/learner_config.pb.h"
 
@@ -28,14 +29,14 @@ constexpr char kDefaults[] = R"pb(
 }  // namespace
 
 int main(int argc, char** argv) {
-  // Data-parallel training (--dp_world_size=N; docs/LEARNER.md): this process
-  // is rank 0 and serves; ranks 1..N-1 are spawned here and only train.
+  // The learner group (LearnerConfig.distributed; docs/LEARNER.md): global
+  // rank 0 serves and leads; every other rank only trains.
   kernelrl::BlockTerminationSignals();  // Before the rendezvous starts threads.
-  std::unique_ptr<kernelrl::learner::dist::DataParallel> dp;
+  kernelrl::learner::rl::LearnerGroup group;
+  if (auto rc = kernelrl::learner::rl::JoinLearnerGroup(&argc, argv, kDefaults, &group)) return *rc;
+  if (group.follower_host()) return kernelrl::learner::rl::ServeFollowerHost(argc, argv, kDefaults, &group);
   std::unique_ptr<kernelrl::learner::rl::DpLeader> dp_leader;
-  std::vector<pid_t> dp_ranks;
-  if (int rc = kernelrl::learner::rl::StartDataParallelLearner(&argc, argv, &dp, &dp_ranks); rc >= 0) return rc;
-  if (dp) dp_leader = std::make_unique<kernelrl::learner::rl::DpLeader>(dp.get());
+  if (group.dp) dp_leader = std::make_unique<kernelrl::learner::rl::DpLeader>(group.dp.get());
   kernelrl::v1::LearnerConfig config;
   // kernelrl.v1.Policy, when `policy { enabled: true model_path: ... }`;
   // each committed policy version is hot-swapped into it.
@@ -118,6 +119,6 @@ int main(int argc, char** argv) {
       });
   for (auto& s : replica_servers) s->Shutdown();
   jobs.reset();  // The running job stops and releases the ranks' trainers.
-  kernelrl::learner::rl::StopDataParallelLearner(dp_leader.get(), dp_ranks);
+  kernelrl::learner::rl::LeaveLearnerGroup(dp_leader.get(), &group);
   return rc;
 }

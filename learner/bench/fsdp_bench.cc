@@ -112,7 +112,7 @@ absl::StatusOr<Rank> Join(const std::vector<std::string>& args, int world, const
       return absl::FailedPreconditionError(
           absl::StrCat("asked for ", world, " GPUs, this machine has ", c10::cuda::device_count()));
     }
-    auto a = dist::DataParallel::HostTcpStore("127.0.0.1", absl::Minutes(5));
+    auto a = dist::DataParallel::HostTcpStore("127.0.0.1", 0, absl::Minutes(5));
     if (!a.ok()) return a.status();
     address = *a;
     if (world > 1) {

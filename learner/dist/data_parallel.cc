@@ -71,10 +71,11 @@ absl::StatusOr<c10::intrusive_ptr<c10d::Store>> OpenStore(const Rendezvous& r) {
 
 }  // namespace
 
-absl::StatusOr<std::string> DataParallel::HostTcpStore(const std::string& host, absl::Duration timeout) {
+absl::StatusOr<std::string> DataParallel::HostTcpStore(const std::string& host, int port, absl::Duration timeout) {
+  if (port < 0 || port > 65535) return absl::InvalidArgumentError(absl::StrCat("TCPStore port ", port));
   try {
     c10d::TCPStoreOptions o;
-    o.port = 0;  // A free port, chosen by the kernel.
+    o.port = static_cast<uint16_t>(port);  // 0: a free port, chosen by the kernel.
     o.isServer = true;
     o.waitWorkers = false;  // The workers do not exist yet.
     o.timeout = Millis(timeout);
@@ -86,7 +87,7 @@ absl::StatusOr<std::string> DataParallel::HostTcpStore(const std::string& host, 
     hosted_address = address;
     return address;
   } catch (const std::exception& e) {
-    return absl::UnavailableError(absl::StrCat("hosting a TCPStore on ", host, ": ", e.what()));
+    return absl::UnavailableError(absl::StrCat("hosting a TCPStore on port ", port, " (reached as ", host, "): ", e.what()));
   }
 }
 

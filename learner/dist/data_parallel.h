@@ -42,10 +42,11 @@ struct Rendezvous {
 
 class DataParallel : public rl::Collectives {
  public:
-  // Rank 0 of a TCP rendezvous: hosts the store on a free port of `host`
-  // before the other ranks exist; returns the address to hand them
-  // ("tcp://host:port"). The store lives until Connect() takes it over.
-  static absl::StatusOr<std::string> HostTcpStore(const std::string& host, absl::Duration timeout);
+  // Rank 0 of a TCP rendezvous: serves the store on `port` (0: a free one)
+  // on every interface before the other ranks exist; returns the address to
+  // hand them ("tcp://host:port", `host` being the name they reach it by).
+  // The store lives until Connect() takes it over.
+  static absl::StatusOr<std::string> HostTcpStore(const std::string& host, int port, absl::Duration timeout);
 
   // Joins the rendezvous and makes a ProcessGroupNCCL on cuda:<cuda_device>.
   // FailedPrecondition without CUDA or when the device does not exist.

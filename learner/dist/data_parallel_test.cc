@@ -15,7 +15,11 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/core/grad_mode.h>
 #include <c10/cuda/CUDAFunctions.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <stdlib.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -23,6 +27,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "google/protobuf/text_format.h"
 #include "gtest/gtest.h"
 #include "learner/dist/launcher.h"
 #include "learner/dist/shard.h"
@@ -293,7 +298,7 @@ absl::StatusOr<std::unique_ptr<DataParallel>> ConnectCpu(const Rendezvous& r) {
 
 TEST(LauncherTest, SpawnedRanksMeetRankZeroThroughItsTcpStore) {
   const int world = 3;
-  auto address = DataParallel::HostTcpStore("127.0.0.1", absl::Seconds(120));
+  auto address = DataParallel::HostTcpStore("127.0.0.1", 0, absl::Seconds(120));
   ASSERT_TRUE(address.ok()) << address.status();
   auto pids = SpawnRanks({"--role=cpu_reduce"}, world, *address);
   ASSERT_TRUE(pids.ok()) << pids.status();
@@ -301,6 +306,122 @@ TEST(LauncherTest, SpawnedRanksMeetRankZeroThroughItsTcpStore) {
   ASSERT_TRUE(dp.ok()) << dp.status();
   EXPECT_TRUE(ReduceRoundTrip(**dp, world).ok());
   EXPECT_TRUE(WaitRanks(*pids).ok());
+}
+
+// A free TCP port on loopback, for a configured rendezvous.
+int FreePort() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(a);
+  const bool ok = fd >= 0 && ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 &&
+                  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0;
+  if (fd >= 0) ::close(fd);
+  return ok ? ntohs(a.sin_port) : 0;
+}
+
+std::string Flag(const std::string& name, int argc, char** argv) {
+  const std::string prefix = "--" + name + "=";
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]).rfind(prefix, 0) == 0) return argv[i] + prefix.size();
+  }
+  return "";
+}
+
+absl::StatusOr<v1::DistributedConfig> GroupConfig(const std::string& text) {
+  v1::DistributedConfig c;
+  if (!google::protobuf::TextFormat::ParseFromString(text, &c)) return absl::InvalidArgumentError("bad --group");
+  return c;
+}
+
+// A host's first rank as learner_main runs it: its plan from the config,
+// its second rank spawned, then one all-reduce and a control message over
+// the whole group.
+int HostMain(const std::string& group_text) {
+  auto config = GroupConfig(group_text);
+  auto plan = config.ok() ? PlanRank(*config, {}) : config.status();
+  absl::Status s = plan.status();
+  if (plan.ok()) {
+    auto pids = SpawnHostRanks({"--role=group_rank", "--group=" + group_text}, *plan, plan->rendezvous);
+    auto dp = pids.ok() ? ConnectCpu({plan->rank, plan->world_size, plan->rendezvous, absl::Seconds(120)})
+                        : pids.status();
+    s = dp.ok() ? ReduceRoundTrip(**dp, plan->world_size) : dp.status();
+    if (pids.ok()) s.Update(WaitRanks(*pids));
+  }
+  if (!s.ok()) std::fprintf(stderr, "host: %s\n", s.ToString().c_str());
+  return s.ok() ? 0 : 1;
+}
+
+TEST(LauncherTest, TwoHostsMeetThroughTheConfiguredRendezvous) {
+  // Two hosts of two ranks on loopback, as two machines would run them:
+  // this process is host 0's first rank (it serves the store on the
+  // configured port), host 1's first rank is a separate process started
+  // with host_rank 1, and each host spawns its second rank.
+  const int port = FreePort();
+  ASSERT_GT(port, 0);
+  v1::DistributedConfig config;
+  config.set_hosts(2);
+  config.set_ranks_per_host(2);
+  config.set_rendezvous(absl::StrCat("tcp://127.0.0.1:", port));
+  auto plan = PlanRank(config, {});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->world_size, 4);
+  EXPECT_EQ(plan->rank, 0);
+  auto address = DataParallel::HostTcpStore(plan->store_host, plan->store_port, absl::Seconds(120));
+  ASSERT_TRUE(address.ok()) << address.status();
+  EXPECT_EQ(*address, config.rendezvous());
+  std::string text;
+  google::protobuf::TextFormat::PrintToString(config, &text);
+  auto mine = SpawnHostRanks({"--role=group_rank", "--group=" + text}, *plan, *address);
+  ASSERT_TRUE(mine.ok()) << mine.status();
+  config.set_host_rank(1);
+  google::protobuf::TextFormat::PrintToString(config, &text);
+  std::string exe = "/proc/self/exe", role = "--role=group_host", group = "--group=" + text;
+  char* host_argv[] = {exe.data(), role.data(), group.data(), nullptr};
+  const pid_t host1 = ::fork();
+  ASSERT_GE(host1, 0);
+  if (host1 == 0) {
+    ::execv(exe.c_str(), host_argv);
+    ::_exit(127);
+  }
+  auto dp = ConnectCpu({0, plan->world_size, *address, absl::Seconds(120)});
+  ASSERT_TRUE(dp.ok()) << dp.status();
+  EXPECT_TRUE(ReduceRoundTrip(**dp, plan->world_size).ok());
+  EXPECT_TRUE(WaitRanks(*mine).ok());
+  EXPECT_TRUE(WaitRanks({host1}).ok());
+}
+
+TEST(LauncherTest, GroupsThatCannotFormAreRefusedByField) {
+  auto refused = [](const std::string& text, const RankFlags& flags = {}) {
+    auto c = GroupConfig(text);
+    if (!c.ok()) return c.status().ToString();
+    auto p = PlanRank(*c, flags);
+    return p.ok() ? std::string("accepted") : std::string(p.status().message());
+  };
+  EXPECT_NE(refused("hosts: 2 ranks_per_host: 4").find("needs distributed.rendezvous"), std::string::npos);
+  EXPECT_NE(refused("hosts: 2 host_rank: 2 rendezvous: 'tcp://h:1'").find("distributed.host_rank 2"), std::string::npos);
+  EXPECT_NE(refused("ranks_per_host: -1").find("distributed.ranks_per_host"), std::string::npos);
+  EXPECT_NE(refused("rendezvous: 'h:29500'").find("expected tcp://HOST:PORT"), std::string::npos);
+  EXPECT_NE(refused("rendezvous: 'tcp://h:0'").find("expected tcp://HOST:PORT"), std::string::npos);
+  EXPECT_NE(refused("rendezvous: 'tcp://:29500'").find("expected tcp://HOST:PORT"), std::string::npos);
+  // A spawned rank whose flags do not match the config.
+  EXPECT_NE(refused("ranks_per_host: 2", {1, 4, "tcp://h:1"}).find("world size 4"), std::string::npos);
+  EXPECT_NE(refused("hosts: 2 ranks_per_host: 2 rendezvous: 'tcp://h:1'", {2, 4, "tcp://h:1"}).find("not a spawned rank"),
+            std::string::npos);
+  // One host needs no rendezvous: rank 0 picks a free port on loopback.
+  EXPECT_EQ(refused("ranks_per_host: 4"), "accepted");
+  auto p = PlanRank(*GroupConfig("hosts: 3 ranks_per_host: 4 host_rank: 2 rendezvous: 'tcp://learner-0.g:29500'"), {});
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->rank, 8);
+  EXPECT_EQ(p->world_size, 12);
+  EXPECT_EQ(p->store_host, "learner-0.g");
+  EXPECT_EQ(p->store_port, 29500);
+  auto spawned = PlanRank(*GroupConfig("hosts: 3 ranks_per_host: 4 host_rank: 2 rendezvous: 'tcp://learner-0.g:29500'"),
+                          {11, 12, "tcp://learner-0.g:29500"});
+  ASSERT_TRUE(spawned.ok()) << spawned.status();
+  EXPECT_EQ(spawned->local_rank, 3);
+  EXPECT_EQ(spawned->host_rank, 2);
 }
 
 // ---- GPU: ProcessGroupNCCL ----
@@ -337,7 +458,7 @@ TEST(DataParallelGpuTest, NcclStepEqualsOneGpuStep) {
     single.metrics = *m;
     single.weights = Weights(*t);
   }
-  auto address = DataParallel::HostTcpStore("127.0.0.1", absl::Seconds(300));
+  auto address = DataParallel::HostTcpStore("127.0.0.1", 0, absl::Seconds(300));
   ASSERT_TRUE(address.ok()) << address.status();
   auto pids = SpawnRanks({"--role=nccl_step"}, want, *address);
   ASSERT_TRUE(pids.ok()) << pids.status();
@@ -350,11 +471,16 @@ TEST(DataParallelGpuTest, NcclStepEqualsOneGpuStep) {
 }
 
 // A spawned rank: runs its half of the test named by --role, exits 0 on success.
-int RankMain(const RankFlags& f, const std::string& role) {
+int RankMain(const RankFlags& f, const std::string& role, const std::string& group_text) {
   const Rendezvous r{f.rank, f.world_size, f.rendezvous, absl::Seconds(300)};
   absl::Status s;
   if (role == "cpu_reduce") {
     auto dp = ConnectCpu(r);
+    s = dp.ok() ? ReduceRoundTrip(**dp, f.world_size) : dp.status();
+  } else if (role == "group_rank") {
+    auto config = GroupConfig(group_text);
+    auto plan = config.ok() ? PlanRank(*config, f) : config.status();
+    auto dp = plan.ok() ? ConnectCpu(r) : plan.status();
     s = dp.ok() ? ReduceRoundTrip(**dp, f.world_size) : dp.status();
   } else if (role == "nccl_step") {
     s = NcclRank(r).status();
@@ -374,13 +500,10 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", flags.status().ToString().c_str());
     return 2;
   }
-  if (flags->rank > 0) {
-    std::string role;
-    for (int i = 1; i < argc; ++i) {
-      if (std::string(argv[i]).rfind("--role=", 0) == 0) role = argv[i] + 7;
-    }
-    return kernelrl::learner::dist::RankMain(*flags, role);
-  }
+  namespace dist = kernelrl::learner::dist;
+  const std::string role = dist::Flag("role", argc, argv), group = dist::Flag("group", argc, argv);
+  if (flags->rank > 0) return dist::RankMain(*flags, role, group);
+  if (role == "group_host") return dist::HostMain(group);
   testing::InitGoogleTest(&argc, argv);
   return RUN_ALL_TESTS();
 }

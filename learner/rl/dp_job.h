@@ -73,17 +73,6 @@ class DpLeader {
 // Ranks 1..N-1: follow rank 0's commands until "exit" (OK) or an error.
 absl::Status RunDpFollower(dist::DataParallel* dp);
 
-// learner_main's data-parallel start. Takes the launcher flags out of argv
-// (learner/dist/launcher.h). With --dp_world_size=N > 1 on the command line,
-// this process is rank 0: it hosts the TCPStore rendezvous, spawns ranks
-// 1..N-1 (this binary, same arguments) and joins the NCCL group on cuda:0,
-// setting *dp. A spawned rank joins on cuda:<rank>, follows until told to
-// exit, and its exit code is returned. -1: the caller goes on to serve.
-int StartDataParallelLearner(int* argc, char** argv, std::unique_ptr<dist::DataParallel>* dp,
-                             std::vector<pid_t>* ranks);
-// Rank 0 at shutdown: tells the ranks to exit and waits for them.
-void StopDataParallelLearner(DpLeader* leader, const std::vector<pid_t>& ranks);
-
 }  // namespace kernelrl::learner::rl
 
 #endif  // KERNELRL_LEARNER_RL_DP_JOB_H_

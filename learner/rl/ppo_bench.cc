@@ -200,7 +200,7 @@ int DpBench(int64_t tokens, const std::string& shape, int n, int world, const di
     ref_loss = (*m)["policy_loss"] + (*m)["value_loss"];
     t.set_grad_observer(nullptr);
     single_s = TimedSteps(t, batch, 0, 2, 0);
-    auto a = dist::DataParallel::HostTcpStore("127.0.0.1", absl::Minutes(5));
+    auto a = dist::DataParallel::HostTcpStore("127.0.0.1", 0, absl::Minutes(5));
     if (!a.ok()) return std::fprintf(stderr, "%s\n", a.status().ToString().c_str()), 1;
     address = *a;
     auto p = dist::SpawnRanks({"dp", std::to_string(tokens), shape, std::to_string(n), std::to_string(world)}, world,
