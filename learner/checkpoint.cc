@@ -98,7 +98,8 @@ absl::StatusOr<std::string> SaveCheckpoint(const std::string& root, const Checkp
   const std::string tmp = absl::StrCat(root, "/.tmp-", name, "-", ::getpid());
   // Leftovers of crashed saves.
   for (const std::string& n : ListDir(root)) {
-    if (!absl::StartsWith(n, ".tmp-")) continue;
+    const bool staged_shards = absl::StartsWith(n, ".shards-") && root + "/" + n != c.shards_dir;
+    if (!absl::StartsWith(n, ".tmp-") && !staged_shards) continue;
     if (auto s = RemoveTree(root + "/" + n); !s.ok()) return s;
   }
   if (auto s = MakeDir(tmp, 0755); !s.ok()) return s;
@@ -110,6 +111,9 @@ absl::StatusOr<std::string> SaveCheckpoint(const std::string& root, const Checkp
     if (s.ok()) s = SaveState(tmp + "/state.safetensors", c);
   } catch (const std::exception& e) {
     s = absl::InternalError(absl::StrCat("saving optimizer/RNG state: ", e.what()));
+  }
+  if (s.ok() && !c.shards_dir.empty() && ::rename(c.shards_dir.c_str(), (tmp + "/shards").c_str()) != 0) {
+    s = absl::InternalError(absl::StrCat("rename ", c.shards_dir, " -> ", tmp, "/shards: ", std::strerror(errno)));
   }
   Json files = Json::object();
   if (s.ok()) s = Inventory(tmp, "", &files);

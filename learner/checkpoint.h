@@ -5,6 +5,8 @@
 //       critic/            same, value head (optional)
 //       state.safetensors  optimizer tensors ("optimizer/<name>") and RNG
 //                          states ("rng/cpu", "rng/cuda:<i>")
+//       shards/            a sharded job's: every rank's master and optimizer
+//                          shards (learner/dist/sharded_checkpoint.h)
 //       manifest.json      policy_version, step, time, every file with its size
 //   <root>/LATEST          "step-00000123"
 //
@@ -37,6 +39,9 @@ struct CheckpointToSave {
   std::map<std::string, at::Tensor> optimizer;  // Any named tensors (e.g. AdamW moments).
   bool save_rng = true;                         // CPU and CUDA generator states.
   int keep_last = 3;                            // Older step-* directories are removed.
+  // A directory the ranks of a sharded job wrote (learner/dist/sharded_checkpoint.h),
+  // moved into the checkpoint as shards/ and counted in its manifest.
+  std::string shards_dir;
 };
 
 struct LoadedCheckpoint {

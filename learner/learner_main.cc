@@ -36,7 +36,7 @@ int main(int argc, char** argv) {
   if (auto rc = kernelrl::learner::rl::JoinLearnerGroup(&argc, argv, kDefaults, &group)) return *rc;
   if (group.follower_host()) return kernelrl::learner::rl::ServeFollowerHost(argc, argv, kDefaults, &group);
   std::unique_ptr<kernelrl::learner::rl::DpLeader> dp_leader;
-  if (group.dp) dp_leader = std::make_unique<kernelrl::learner::rl::DpLeader>(group.dp.get());
+  if (group.dp) dp_leader = std::make_unique<kernelrl::learner::rl::DpLeader>(group.dp.get(), group.sharding);
   kernelrl::v1::LearnerConfig config;
   // kernelrl.v1.Policy, when `policy { enabled: true model_path: ... }`;
   // each committed policy version is hot-swapped into it.

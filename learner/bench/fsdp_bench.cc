@@ -150,7 +150,7 @@ absl::StatusOr<std::unique_ptr<rl::Trainer>> MakeTrainer(const ModelConfig& c, R
   }
   rl::TrainerOptions opt;
   opt.max_tokens_per_row = row_tokens;
-  opt.make_optimizer = dist::MakeOptimizer;
+  dist::UseShardedModels(&opt);
   opt.actor.offload_moments = opt.critic.offload_moments = offload;
   auto t = std::make_unique<rl::Trainer>(std::move(models[0]), std::move(models[1]), opt);
   t->set_collectives(r.dp.get());

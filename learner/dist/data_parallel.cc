@@ -8,6 +8,7 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <mutex>
@@ -99,7 +100,7 @@ absl::StatusOr<std::unique_ptr<DataParallel>> DataParallel::Connect(const Rendez
     auto pg_store = c10::make_intrusive<c10d::PrefixStore>("pg", *store);
     c10::intrusive_ptr<c10d::Backend> backend = make_backend(pg_store, r.rank, r.world_size);
     auto ctl = c10::make_intrusive<c10d::PrefixStore>("ctl", *store);
-    return std::unique_ptr<DataParallel>(new DataParallel(ctl, std::move(backend), device));
+    return std::unique_ptr<DataParallel>(new DataParallel(*store, ctl, std::move(backend), device, make_backend));
   } catch (const std::exception& e) {
     return absl::InternalError(absl::StrCat("data-parallel backend, rank ", r.rank, ": ", e.what()));
   }
@@ -115,9 +116,10 @@ absl::StatusOr<std::unique_ptr<DataParallel>> DataParallel::ConnectNccl(const Re
   }
   c10::cuda::set_device(static_cast<c10::DeviceIndex>(cuda_device));
   const at::Device device(at::kCUDA, static_cast<c10::DeviceIndex>(cuda_device));
-  return Connect(r, device, [&](c10::intrusive_ptr<c10d::Store> store, int rank, int size) {
+  const std::chrono::milliseconds timeout = Millis(r.timeout);
+  return Connect(r, device, [timeout, device](c10::intrusive_ptr<c10d::Store> store, int rank, int size) {
     auto options = c10d::ProcessGroupNCCL::Options::create();
-    options->timeout = Millis(r.timeout);
+    options->timeout = timeout;
     auto pg = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, size, options);
     pg->eagerConnectSingleDevice(device);  // Communicators now, not inside the first step.
     return c10::intrusive_ptr<c10d::Backend>(pg);
@@ -126,6 +128,23 @@ absl::StatusOr<std::unique_ptr<DataParallel>> DataParallel::ConnectNccl(const Re
   (void)r, (void)cuda_device;
   return absl::UnimplementedError("built without USE_C10D_NCCL");
 #endif
+}
+
+absl::StatusOr<std::unique_ptr<DataParallel>> DataParallel::Subgroup(const std::string& name,
+                                                                     const std::vector<int>& ranks) {
+  const auto me = std::find(ranks.begin(), ranks.end(), rank());
+  if (me == ranks.end()) {
+    return absl::InvalidArgumentError(absl::StrCat("subgroup ", name, ": rank ", rank(), " is not in it"));
+  }
+  try {
+    auto store = c10::make_intrusive<c10d::PrefixStore>(absl::StrCat("group/", name), root_);
+    const int index = static_cast<int>(me - ranks.begin()), size = static_cast<int>(ranks.size());
+    c10::intrusive_ptr<c10d::Backend> backend = make_backend_(c10::make_intrusive<c10d::PrefixStore>("pg", store), index, size);
+    auto ctl = c10::make_intrusive<c10d::PrefixStore>("ctl", store);
+    return std::unique_ptr<DataParallel>(new DataParallel(store, ctl, std::move(backend), device_, make_backend_));
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("subgroup ", name, ", rank ", rank(), ": ", e.what()));
+  }
 }
 
 DataParallel::~DataParallel() {

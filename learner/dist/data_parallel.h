@@ -72,6 +72,12 @@ class DataParallel : public rl::Collectives {
   absl::Status StoreSet(const std::string& key, const std::string& value);
   absl::StatusOr<std::string> StoreGet(const std::string& key, absl::Duration timeout);
 
+  // A group of some of the ranks over the same store and the same kind of
+  // backend (hybrid sharding's shard and replicate groups): every rank in
+  // `ranks` (ranks of this group, this one among them) calls it with the same
+  // name and ranks; a name is used once. Its rank is its index in `ranks`.
+  absl::StatusOr<std::unique_ptr<DataParallel>> Subgroup(const std::string& name, const std::vector<int>& ranks);
+
   void set_bucket_bytes(int64_t bytes) { bucket_bytes_ = bytes; }
   // The process group, shared with sharded models (learner/dist/fsdp.h):
   // both issue collectives in the one order every rank follows.
@@ -80,14 +86,21 @@ class DataParallel : public rl::Collectives {
   at::Device device() const { return device_; }
 
  private:
-  DataParallel(c10::intrusive_ptr<c10d::Store> store, c10::intrusive_ptr<c10d::Backend> backend, at::Device device)
-      : store_(std::move(store)), backend_(std::move(backend)), device_(device) {}
+  DataParallel(c10::intrusive_ptr<c10d::Store> root, c10::intrusive_ptr<c10d::Store> store,
+               c10::intrusive_ptr<c10d::Backend> backend, at::Device device, BackendFactory make_backend)
+      : root_(std::move(root)),
+        store_(std::move(store)),
+        backend_(std::move(backend)),
+        device_(device),
+        make_backend_(std::move(make_backend)) {}
   enum class Op { kSum, kMax, kBroadcast };
   absl::Status Collective(std::vector<at::Tensor>& tensors, Op op, int root);
 
+  c10::intrusive_ptr<c10d::Store> root_;     // The rendezvous store, unprefixed.
   c10::intrusive_ptr<c10d::Store> store_;    // Control messages ("ctl/" prefix).
   c10::intrusive_ptr<c10d::Backend> backend_;
   at::Device device_;
+  BackendFactory make_backend_;
   int64_t bucket_bytes_ = int64_t{256} << 20;
 };
 

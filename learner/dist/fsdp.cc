@@ -163,6 +163,26 @@ absl::StatusOr<ShardedWeights*> ShardedWeights::Shard(Transformer& model, c10::i
   return out;
 }
 
+absl::Status ShardedWeights::SetValueHead(const at::Tensor& weight, const at::Tensor& bias) {
+  if (head_ != Head::kValue) return absl::FailedPreconditionError("not a value model");
+  const Unit& root = units_[0];
+  const int64_t shard = root.padded / world_, begin = shard * rank_;
+  at::NoGradGuard no_grad;
+  const at::Tensor values[2] = {weight, bias};
+  for (int k = 0; k < 2; ++k) {
+    const Entry& e = root.entries[3 + k];  // Fields(RootWeights&): 3-4 the value head.
+    if (k == 1 && !e.present) continue;      // A head without a bias.
+    if (!e.present || values[k].numel() != e.numel) {
+      return absl::InvalidArgumentError(absl::StrCat("value head field ", k, ": ", values[k].numel(), " values for ",
+                                                     e.numel, " weights"));
+    }
+    const at::Tensor flat = values[k].detach().reshape({-1}).to(at::kCPU, at::kFloat);
+    const int64_t lo = std::max(e.offset, begin), hi = std::min(e.offset + e.numel, begin + shard);
+    if (lo < hi) shards_[0].detach().narrow(0, lo - begin, hi - lo).copy_(flat.narrow(0, lo - e.offset, hi - lo));
+  }
+  return absl::OkStatus();
+}
+
 ShardedWeights::Pending ShardedWeights::StartGather(int64_t unit) {
   Pending p;
   p.unit = unit;
@@ -444,6 +464,16 @@ double ShardedAdamW::Step() {
 std::unique_ptr<rl::AdamW> MakeOptimizer(Transformer& model, const rl::AdamWParams& p) {
   if (auto* sw = dynamic_cast<ShardedWeights*>(model.weight_provider())) return std::make_unique<ShardedAdamW>(sw, p);
   return std::make_unique<rl::AdamW>(model.parameters(), p);
+}
+
+absl::Status SetValueHead(Transformer& critic, const at::Tensor& weight, const at::Tensor& bias) {
+  if (auto* sw = dynamic_cast<ShardedWeights*>(critic.weight_provider())) return sw->SetValueHead(weight, bias);
+  return rl::SetResidentValueHead(critic, weight, bias);
+}
+
+void UseShardedModels(rl::TrainerOptions* options) {
+  options->make_optimizer = MakeOptimizer;
+  options->set_value_head = SetValueHead;
 }
 
 }  // namespace kernelrl::learner::dist

@@ -83,6 +83,10 @@ class ShardedWeights : public WeightProvider {
   const Ranges& decay_ranges() const { return decay_ranges_; }
   const Ranges& head_ranges() const { return head_ranges_; }
 
+  // Writes a value head (weight [1, hidden], bias [1]; the same on every
+  // rank) into this rank's part of the root's master shard. No collective.
+  absl::Status SetValueHead(const at::Tensor& weight, const at::Tensor& bias);
+
   // The whole model, fp32 on the CPU (every rank calls it; all get it):
   // export to Hugging Face safetensors and tests.
   absl::StatusOr<std::unique_ptr<Transformer>> Consolidate() const;
@@ -164,6 +168,11 @@ class ShardedAdamW : public rl::AdamW {
 // TrainerOptions::make_optimizer: ShardedAdamW for a sharded model, AdamW
 // for a resident one.
 std::unique_ptr<rl::AdamW> MakeOptimizer(Transformer& model, const rl::AdamWParams& p);
+// TrainerOptions::set_value_head: into the shards of a sharded critic, into
+// the parameters of a resident one.
+absl::Status SetValueHead(Transformer& critic, const at::Tensor& weight, const at::Tensor& bias);
+// Both hooks: what a trainer of sharded models needs.
+void UseShardedModels(rl::TrainerOptions* options);
 
 }  // namespace kernelrl::learner::dist
 

@@ -152,7 +152,7 @@ TEST(FsdpTest, ShardedStepsEqualUnshardedSteps) {
           if (models[k]->layers()[0].qkv_w.defined()) return fail(absl::InternalError("resident weights kept"));
         }
         TrainerOptions opt = Options(v);
-        opt.make_optimizer = MakeOptimizer;
+        UseShardedModels(&opt);
         opt.actor.offload_moments = opt.critic.offload_moments = v.checkpointing;  // Stepped one unit at a time.
         Trainer t(std::move(models[0]), std::move(models[1]), opt);
         t.set_collectives(dp->get());
@@ -246,7 +246,7 @@ absl::StatusOr<ShardedTrainer> MakeSharded(DataParallel& dp, const Variant& v, u
   auto sc = ShardedWeights::Shard(*c, dp.backend(), at::kCPU, at::kFloat);
   if (!sc.ok()) return sc.status();
   TrainerOptions opt = Options(v);
-  opt.make_optimizer = MakeOptimizer;
+  UseShardedModels(&opt);
   ShardedTrainer t;
   t.trainer = std::make_unique<Trainer>(std::move(a), std::move(c), opt);
   t.trainer->set_collectives(&dp);
@@ -376,7 +376,7 @@ TEST(FsdpTest, HybridShardingTwoHostsOfTwoEqualsUnshardedSteps) {
       sharded[k] = *sw;
     }
     TrainerOptions opt = Options(v);
-    opt.make_optimizer = MakeOptimizer;
+    UseShardedModels(&opt);
     Trainer t(std::move(models[0]), std::move(models[1]), opt);
     t.set_collectives(&dp);  // All four ranks: the batch and the metrics.
     for (const auto& b : batches) {

@@ -120,7 +120,7 @@ int64_t MeasurePeak(int64_t tokens, bool sharded, bool checkpointing) {
       dp = std::move(*c);
       EXPECT_TRUE(ShardedWeights::Shard(**actor, dp->backend(), at::kCPU, at::kFloat).ok());
       EXPECT_TRUE(ShardedWeights::Shard(**critic, dp->backend(), at::kCPU, at::kFloat).ok());
-      opt.make_optimizer = MakeOptimizer;
+      UseShardedModels(&opt);
     }
     rl::Trainer t(std::move(*actor), std::move(*critic), opt);
     if (dp) t.set_collectives(dp.get());

@@ -1,10 +1,13 @@
 // The data-parallel job protocol on the CPU: rank 0 (a DpLeader, as the
-// recipe drives it) and a follower rank (RunDpFollower, in a thread) meet
+// recipe drives it) and follower ranks (RunDpFollower, in threads) meet
 // through a c10d FileStore and reduce through the store backend
-// (learner/dist/store_backend_for_test.h). The follower builds its trainer
-// from the same checkpoint files, reads its shards from the job's trajectory
-// files; rank 0's PPO, RFT and value steps then equal one rank's steps on
-// the whole batch (metrics and weights), per-task baselines included.
+// (learner/dist/store_backend_for_test.h). Followers build their trainers
+// from the same checkpoint files and read their shards from the job's
+// trajectory files; rank 0's PPO, RFT and value steps then equal one rank's
+// steps on the whole batch (metrics and weights), per-task baselines
+// included: with replicated models, fully sharded ones over 2 and 3 ranks
+// (uneven shards) and hybrid-sharded ones (two hosts of two). A sharded job
+// saved and resumed takes the same next step as the uninterrupted one.
 #include "learner/rl/dp_job.h"
 
 #include <sys/stat.h>
@@ -21,6 +24,7 @@
 #include "gtest/gtest.h"
 #include "learner/dist/store_backend_for_test.h"
 #include "learner/rl/ingest.h"
+#include "learner/checkpoint.h"
 #include "learner/rl/job_config.h"
 
 namespace kernelrl::learner::rl {
@@ -43,115 +47,269 @@ v1::Trajectory RandomTrajectory(int i, std::mt19937_64& rng) {
   return t;
 }
 
-std::vector<at::Tensor> Weights(Trainer& t) {
+// A resident model's weights, by name order (a sharded model's parameters are its shards).
+std::vector<at::Tensor> Weights(const Transformer& m) {
   std::vector<at::Tensor> w;
-  for (const at::Tensor& p : t.policy().parameters()) w.push_back(p.detach().clone());
-  for (const at::Tensor& p : t.critic()->parameters()) w.push_back(p.detach().clone());
+  for (const at::Tensor& p : m.parameters()) w.push_back(p.detach().to(at::kFloat).clone());
   return w;
 }
 
-TEST(DpJobTest, LeaderAndFollowerTrainLikeOneRank) {
+struct Fixture {
+  std::string root, job_dir, base;
+  std::vector<Sample> batch;
+  std::string hyper;
+  v1::LearnerJobConfig config;
+};
+
+// A tiny base model and 7 trajectories in a job directory; KERNELRL_TEST_DP_SEED
+// reruns one seed (printed) of a failed run.
+void MakeFixture(Fixture* f) {
   char tmpl[] = "/tmp/dp_job_test_XXXXXX";
-  const std::string root = mkdtemp(tmpl);
-  const std::string job_dir = root + "/job", base = root + "/base";
-  std::filesystem::create_directories(job_dir + "/trajectories");
-  std::filesystem::create_directories(base);
+  f->root = mkdtemp(tmpl);
+  f->job_dir = f->root + "/job", f->base = f->root + "/base";
+  std::filesystem::create_directories(f->job_dir + "/trajectories");
+  std::filesystem::create_directories(f->base);
   ModelConfig c;
   c.model_type = "qwen2";
   c.vocab_size = kVocab, c.hidden_size = 32, c.intermediate_size = 64, c.num_layers = 2;
   c.num_heads = 4, c.num_kv_heads = 2, c.head_dim = 8;
-  // KERNELRL_TEST_DP_SEED reruns one seed (printed below) of a failed run.
   const char* seed_env = std::getenv("KERNELRL_TEST_DP_SEED");
   const uint64_t seed = seed_env != nullptr ? std::strtoull(seed_env, nullptr, 10) : std::random_device{}();
   std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
   auto model = Transformer::Create(c, Head::kLanguageModel, ModelOptions{}, seed);
   ASSERT_TRUE(model.ok()) << model.status();
-  ASSERT_TRUE((*model)->Save(base).ok());
+  ASSERT_TRUE((*model)->Save(f->base).ok());
   std::mt19937_64 rng(seed);
-  std::vector<Sample> batch;
   for (int i = 0; i < 7; ++i) {
     v1::Trajectory t = RandomTrajectory(i, rng);
-    ASSERT_TRUE(WriteFileAtomically(Ingest::TrajectoryFile(job_dir, t.id()), t.SerializeAsString()).ok());
+    ASSERT_TRUE(WriteFileAtomically(Ingest::TrajectoryFile(f->job_dir, t.id()), t.SerializeAsString()).ok());
     auto s = SampleFromTrajectory(t, kVocab, 0);
     ASSERT_TRUE(s.ok()) << s.status();
-    batch.push_back(*s);
+    f->batch.push_back(*s);
   }
   // Per-task baselines (as the recipe sets them on the global batch): the
-  // follower must train with rank 0's, not with none.
-  SetTaskBaselines(&batch);
+  // followers must train with rank 0's, not with none.
+  SetTaskBaselines(&f->batch);
   double baselines = 0;
-  for (const Sample& s : batch) baselines += std::abs(s.baseline);
+  for (const Sample& s : f->batch) baselines += std::abs(s.baseline);
   ASSERT_GT(baselines, 0.0);
-  const std::string hyper = R"pb(device { device: "cpu" dtype: "float32" }
-                                 batch { max_tokens_per_row: 32 activation_checkpointing: false }
-                                 ppo { task_baseline: true }
-                                 actor_optimizer { lr: 1e-3 eps: 1e-6 } critic_optimizer { lr: 1e-3 eps: 1e-6 })pb";
-  auto config = ParseJobConfig(hyper);
+  f->hyper = R"pb(device { device: "cpu" dtype: "float32" }
+                  batch { max_tokens_per_row: 32 activation_checkpointing: false }
+                  ppo { task_baseline: true }
+                  actor_optimizer { lr: 1e-3 eps: 1e-6 } critic_optimizer { lr: 1e-3 eps: 1e-6 })pb";
+  auto config = ParseJobConfig(f->hyper);
   ASSERT_TRUE(config.ok()) << config.status();
+  f->config = *config;
+}
 
-  // One rank on the whole batch.
-  auto single = MakeJobTrainer(*config, base, base, {}, at::kCPU);
-  ASSERT_TRUE(single.ok()) << single.status();
-  const std::vector<at::Tensor> before = Weights(**single);
-  std::vector<StepMetrics> expected;
-  for (StepKind k : {StepKind::kPpo, StepKind::kSft, StepKind::kValue}) {
-    auto m = k == StepKind::kPpo ? (*single)->PpoStep(batch)
-             : k == StepKind::kSft ? (*single)->SftStep(batch)
-                                   : (*single)->ValueStep(batch);
-    ASSERT_TRUE(m.ok()) << m.status();
-    expected.push_back(*m);
-  }
+constexpr StepKind kSteps[] = {StepKind::kPpo, StepKind::kSft, StepKind::kValue};
 
-  // Two ranks through the protocol.
-  const std::string store = "file://" + root + "/store";
+absl::StatusOr<StepMetrics> RunStep(Trainer& t, StepKind k, const std::vector<Sample>& b, int64_t n = 0) {
+  return k == StepKind::kPpo ? t.PpoStep(b, n) : k == StepKind::kSft ? t.SftStep(b, n) : t.ValueStep(b, n);
+}
+
+struct GroupRun {
+  std::vector<StepMetrics> metrics;
+  std::vector<at::Tensor> weights;  // Actor then critic, whole.
+  std::vector<std::vector<float>> values;  // The critic's values of the batch after the steps.
+};
+
+// `world` ranks (rank 0 here, the others in threads) run `steps` through the
+// protocol from `checkpoint_dir` (empty: the base model). Sharded, the
+// weights come back through DpLeader::Save into `save_dir`.
+absl::StatusOr<GroupRun> RunGroup(const Fixture& f, int world, GroupSharding sharding, const std::vector<StepKind>& steps,
+                             const std::string& store_name, const std::string& checkpoint_dir = "",
+                             const std::string& save_dir = "") {
+  const std::string store = "file://" + f.root + "/" + store_name;
   auto make = [](auto s, int rank, int n) { return c10::make_intrusive<dist::StoreBackendForTest>(s, rank, n); };
-  absl::Status follower_status;
-  std::thread follower([&] {
-    auto dp = dist::DataParallel::Connect({1, 2, store, absl::Seconds(120)}, at::kCPU, make);
-    follower_status = dp.ok() ? RunDpFollower(dp->get()) : dp.status();
-  });
-  auto dp = dist::DataParallel::Connect({0, 2, store, absl::Seconds(120)}, at::kCPU, make);
-  ASSERT_TRUE(dp.ok()) << dp.status();
-  DpLeader leader(dp->get());
-  auto trainer = MakeJobTrainer(*config, base, base, {}, at::kCPU);
-  ASSERT_TRUE(trainer.ok()) << trainer.status();
-  ASSERT_TRUE(leader.Setup(job_dir, at::kCPU, base, base, "", hyper, trainer->get()).ok());
-  int i = 0;
-  for (StepKind k : {StepKind::kPpo, StepKind::kSft, StepKind::kValue}) {
-    auto mine = leader.Step(k, batch, (*trainer)->actor_optimizer().lr());
-    ASSERT_TRUE(mine.ok()) << mine.status();
-    EXPECT_LT(mine->size(), batch.size());  // The follower has the rest.
-    const int64_t n = static_cast<int64_t>(batch.size());
-    auto m = k == StepKind::kPpo ? (*trainer)->PpoStep(*mine, n)
-             : k == StepKind::kSft ? (*trainer)->SftStep(*mine, n)
-                                   : (*trainer)->ValueStep(*mine, n);
-    ASSERT_TRUE(m.ok()) << m.status();
+  std::vector<absl::Status> follower_status(world);
+  std::vector<std::thread> followers;
+  for (int r = 1; r < world; ++r) {
+    followers.emplace_back([&, r] {
+      auto dp = dist::DataParallel::Connect({r, world, store, absl::Seconds(120)}, at::kCPU, make);
+      follower_status[r] = dp.ok() ? RunDpFollower(dp->get()) : dp.status();
+    });
+  }
+  GroupRun run;
+  absl::Status status = [&]() -> absl::Status {
+    auto dp = dist::DataParallel::Connect({0, world, store, absl::Seconds(120)}, at::kCPU, make);
+    if (!dp.ok()) return dp.status();
+    DpLeader leader(dp->get(), sharding);
+    std::map<std::string, at::Tensor> optimizer;
+    std::string policy_dir = f.base, critic_dir = f.base;
+    if (!checkpoint_dir.empty()) {
+      auto loaded = LoadCheckpoint(checkpoint_dir, /*restore_rng=*/false);
+      if (!loaded.ok()) return loaded.status();
+      optimizer = loaded->optimizer, policy_dir = loaded->policy_dir, critic_dir = loaded->critic_dir;
+    }
+    auto trainer = leader.Setup(f.job_dir, at::kCPU, policy_dir, critic_dir, checkpoint_dir, f.hyper, optimizer);
+    if (!trainer.ok()) return trainer.status();
+    for (StepKind k : steps) {
+      auto mine = leader.Step(k, f.batch, (*trainer)->actor_optimizer().lr());
+      if (!mine.ok()) return mine.status();
+      if (mine->size() >= f.batch.size()) return absl::InternalError("rank 0 took the whole batch");
+      auto m = RunStep(**trainer, k, *mine, static_cast<int64_t>(f.batch.size()));
+      if (!m.ok()) return m.status();
+      run.metrics.push_back(*m);
+    }
+    auto values = leader.CriticValues(f.batch, trainer->get());
+    if (!values.ok()) return values.status();
+    run.values = *values;
+    if (leader.sharded()) {
+      auto whole = leader.Save(save_dir, trainer->get());
+      if (!whole.ok()) return whole.status();
+      run.weights = Weights(*whole->policy);
+      for (const at::Tensor& w : Weights(*whole->critic)) run.weights.push_back(w);
+    } else {
+      run.weights = Weights((*trainer)->policy());
+      for (const at::Tensor& w : Weights(*(*trainer)->critic())) run.weights.push_back(w);
+    }
+    if (auto s = leader.End(); !s.ok()) return s;
+    return leader.Exit();
+  }();
+  for (auto& t : followers) t.join();
+  if (!status.ok()) return status;
+  for (int r = 1; r < world; ++r) {
+    if (!follower_status[r].ok()) return absl::InternalError(absl::StrCat("rank ", r, ": ", follower_status[r].ToString()));
+  }
+  return run;
+}
+
+// Metrics as one rank's; each tensor's update within 1% of one rank's. Not
+// element by element: where a gradient is near Adam's eps (a token the batch
+// barely samples), float sum-order noise between one rank and several moves
+// an element by ~1e-5 (seeds 177635929, 4028595625); a rank that trained on
+// the wrong rows moves the whole update.
+void ExpectLikeOneRank(const GroupRun& got, const GroupRun& expected, const std::vector<at::Tensor>& before,
+                       const std::string& what) {
+  ASSERT_EQ(got.metrics.size(), expected.metrics.size()) << what;
+  for (size_t i = 0; i < got.metrics.size(); ++i) {
     for (const char* key : {"policy_loss", "value_loss", "sft_loss", "reward_mean", "explained_variance",
                             "actor_grad_norm", "critic_grad_norm", "model_tokens"}) {
-      if (!expected[i].count(key)) continue;
-      EXPECT_NEAR((*m)[key], expected[i][key], 1e-5 + 1e-4 * std::abs(expected[i][key])) << key << " step " << i;
+      if (!expected.metrics[i].count(key)) continue;
+      const double x = expected.metrics[i].at(key);
+      EXPECT_NEAR(got.metrics[i].at(key), x, 1e-5 + 1e-4 * std::abs(x)) << what << ": " << key << " step " << i;
     }
-    ++i;
   }
-  ASSERT_TRUE(leader.End().ok());
-  ASSERT_TRUE(leader.Exit().ok());
-  follower.join();
-  EXPECT_TRUE(follower_status.ok()) << follower_status;
-  // Each tensor's update over the three steps, two ranks against one. Not
-  // element by element: where a gradient is near Adam's eps (a token the batch
-  // barely samples), float sum-order noise between one rank and two moves an
-  // element by ~1e-5 (seeds 177635929, 4028595625); a rank that trained on
-  // the wrong rows moves the whole update.
-  auto a = Weights(**trainer), b = Weights(**single);
-  ASSERT_EQ(a.size(), before.size());
+  ASSERT_EQ(got.weights.size(), before.size()) << what;
   int moved = 0;
-  for (size_t w = 0; w < a.size(); ++w) {
-    const at::Tensor two = a[w] - before[w], one = b[w] - before[w];
-    const double diff = (two - one).norm().item<double>(), norm = one.norm().item<double>();
-    EXPECT_LE(diff, 0.01 * norm + 1e-7) << "weight " << w << ": update differs by " << diff << " (norm " << norm << ")";
+  for (size_t w = 0; w < got.weights.size(); ++w) {
+    const at::Tensor mine = got.weights[w] - before[w], one = expected.weights[w] - before[w];
+    const double diff = (mine - one).norm().item<double>(), norm = one.norm().item<double>();
+    EXPECT_LE(diff, 0.01 * norm + 1e-7) << what << ": weight " << w << " update differs by " << diff << " (norm "
+                                        << norm << ")";
     moved += norm > 0;
   }
-  EXPECT_GT(moved, static_cast<int>(a.size()) / 2);  // The steps trained.
+  EXPECT_GT(moved, static_cast<int>(got.weights.size()) / 2) << what;  // The steps trained.
+  ASSERT_EQ(got.values.size(), expected.values.size()) << what;
+  for (size_t i = 0; i < got.values.size(); ++i) {
+    ASSERT_EQ(got.values[i].size(), expected.values[i].size()) << what;
+    for (size_t j = 0; j < got.values[i].size(); ++j) {
+      EXPECT_NEAR(got.values[i][j], expected.values[i][j], 1e-3) << what << ": value " << i << "/" << j;
+    }
+  }
+}
+
+TEST(DpJobTest, ReplicatedAndShardedGroupsTrainLikeOneRank) {
+  Fixture f;
+  MakeFixture(&f);
+  auto single = MakeJobTrainer(f.config, f.base, f.base, {}, at::kCPU);
+  ASSERT_TRUE(single.ok()) << single.status();
+  std::vector<at::Tensor> before = Weights((*single)->policy());
+  for (const at::Tensor& w : Weights(*(*single)->critic())) before.push_back(w);
+  GroupRun expected;
+  for (StepKind k : kSteps) {
+    auto m = RunStep(**single, k, f.batch);
+    ASSERT_TRUE(m.ok()) << m.status();
+    expected.metrics.push_back(*m);
+  }
+  expected.weights = Weights((*single)->policy());
+  for (const at::Tensor& w : Weights(*(*single)->critic())) expected.weights.push_back(w);
+  auto values = (*single)->CriticValues(f.batch);
+  ASSERT_TRUE(values.ok()) << values.status();
+  expected.values = *values;
+
+  using D = v1::DistributedConfig;
+  const struct {
+    const char* name;
+    int world;
+    GroupSharding sharding;
+  } groups[] = {{"replicated 2", 2, {D::REPLICATE, 2}},
+                {"full shard 2", 2, {D::FULL_SHARD, 2}},
+                {"full shard 3", 3, {D::FULL_SHARD, 3}},
+                {"hybrid 2x2", 4, {D::HYBRID_SHARD, 2}}};
+  int i = 0;
+  for (const auto& g : groups) {
+    auto run = RunGroup(f, g.world, g.sharding, {std::begin(kSteps), std::end(kSteps)}, absl::StrCat("store", i),
+                        "", absl::StrCat(f.root, "/saved", i));
+    ++i;
+    ASSERT_TRUE(run.ok()) << g.name << ": " << run.status();
+    ExpectLikeOneRank(*run, expected, before, g.name);
+  }
+}
+
+TEST(DpJobTest, ShardedSaveThenResumeTakesTheSameNextStep) {
+  Fixture f;
+  MakeFixture(&f);
+  const GroupSharding sharding{v1::DistributedConfig::FULL_SHARD, 2};
+  // Uninterrupted: PPO, then SFT.
+  auto whole = RunGroup(f, 2, sharding, {StepKind::kPpo, StepKind::kSft}, "store_a", "", f.root + "/saved_a");
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  // Interrupted: PPO, a checkpoint as the recipe writes it (shards + the
+  // consolidated export), then a fresh group resumes from it for the SFT step.
+  const std::string root = f.root + "/checkpoints";
+  absl::Status saved = [&]() -> absl::Status {
+    const std::string store = "file://" + f.root + "/store_b";
+    auto make = [](auto s, int rank, int n) { return c10::make_intrusive<dist::StoreBackendForTest>(s, rank, n); };
+    absl::Status follower_status;
+    std::thread follower([&] {
+      auto dp = dist::DataParallel::Connect({1, 2, store, absl::Seconds(120)}, at::kCPU, make);
+      follower_status = dp.ok() ? RunDpFollower(dp->get()) : dp.status();
+    });
+    absl::Status s = [&]() -> absl::Status {
+      auto dp = dist::DataParallel::Connect({0, 2, store, absl::Seconds(120)}, at::kCPU, make);
+      if (!dp.ok()) return dp.status();
+      DpLeader leader(dp->get(), sharding);
+      auto trainer = leader.Setup(f.job_dir, at::kCPU, f.base, f.base, "", f.hyper, {});
+      if (!trainer.ok()) return trainer.status();
+      auto mine = leader.Step(StepKind::kPpo, f.batch, (*trainer)->actor_optimizer().lr());
+      if (!mine.ok()) return mine.status();
+      if (auto m = (*trainer)->PpoStep(*mine, static_cast<int64_t>(f.batch.size())); !m.ok()) return m.status();
+      CheckpointToSave ck;
+      ck.step = 1;
+      ck.shards_dir = root + "/.shards-step-00000001";
+      if (auto st = MakeDir(root, 0755); !st.ok()) return st;
+      auto c = leader.Save(ck.shards_dir, trainer->get());
+      if (!c.ok()) return c.status();
+      ck.policy = c->policy.get();
+      ck.critic = c->critic.get();
+      ck.optimizer = (*trainer)->State();
+      if (auto dir = SaveCheckpoint(root, ck); !dir.ok()) return dir.status();
+      if (auto st = leader.End(); !st.ok()) return st;
+      return leader.Exit();
+    }();
+    follower.join();
+    return s.ok() ? follower_status : s;
+  }();
+  ASSERT_TRUE(saved.ok()) << saved;
+  auto latest = LoadLatestCheckpoint(root, false);
+  ASSERT_TRUE(latest.ok()) << latest.status();
+  EXPECT_TRUE(std::filesystem::exists(latest->dir + "/shards")) << "shards are part of the checkpoint";
+  EXPECT_FALSE(std::filesystem::exists(root + "/.shards-step-00000001"));
+  auto resumed = RunGroup(f, 2, sharding, {StepKind::kSft}, "store_c", latest->dir, f.root + "/saved_c");
+  ASSERT_TRUE(resumed.ok()) << resumed.status();
+  ASSERT_EQ(whole->weights.size(), resumed->weights.size());
+  for (size_t w = 0; w < whole->weights.size(); ++w) {
+    EXPECT_TRUE(at::equal(whole->weights[w], resumed->weights[w]))
+        << "weight " << w << ": " << (whole->weights[w] - resumed->weights[w]).abs().max().item<double>();
+  }
+  for (const char* key : {"sft_loss", "actor_grad_norm"}) {
+    EXPECT_EQ(whole->metrics[1].at(key), resumed->metrics[0].at(key)) << key;
+  }
+  // A replicated group refuses the sharded checkpoint, naming why.
+  auto replicated = RunGroup(f, 2, {v1::DistributedConfig::REPLICATE, 2}, {StepKind::kSft}, "store_d", latest->dir);
+  ASSERT_FALSE(replicated.ok());
+  EXPECT_NE(replicated.status().message().find("written by a sharded job"), std::string::npos) << replicated.status();
 }
 
 // A job that cannot fit is refused before its weights are read: the

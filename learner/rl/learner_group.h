@@ -21,6 +21,7 @@ struct LearnerGroup {
   dist::RankPlan plan;
   std::unique_ptr<dist::DataParallel> dp;  // Global rank 0 of a group of > 1.
   std::vector<pid_t> ranks;                // The host's ranks this process spawned.
+  GroupSharding sharding;                  // What rank 0's DpLeader trains with.
   bool alone() const { return plan.world_size == 1; }
   bool follower_host() const { return plan.world_size > 1 && plan.rank != 0; }
 };

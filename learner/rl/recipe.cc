@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "common/log.h"
 #include "learner/checkpoint.h"
 #include "learner/sync/weight_sink.h"
@@ -114,15 +115,13 @@ absl::Status RecipeRunner::Setup(JobContext* ctx) {
   }
   // Agent warm-up has no checkpoint of its own: the job record carries its cursor.
   if (job.stage() == "rft" && stage_ < 2) stage_ = 2, stage_step_ = 0;
-  auto trainer = MakeJobTrainer(config_, policy_dir, critic_dir, optimizer, mo.device);
+  // Data-parallel: every rank builds its trainer from the same files.
+  auto trainer = dp_ != nullptr ? dp_->Setup(ctx->dir(), mo.device, policy_dir, critic_dir,
+                                             latest.ok() ? latest->dir : "", spec_.hyperparameters_text(), optimizer)
+                                : MakeJobTrainer(config_, policy_dir, critic_dir, optimizer, mo.device);
   if (!trainer.ok()) return trainer.status();
   trainer_ = std::move(*trainer);
-  if (dp_ != nullptr) {  // Every rank builds the same trainer from the same files.
-    if (auto s = dp_->Setup(ctx->dir(), mo.device, policy_dir, critic_dir, latest.ok() ? latest->dir : "",
-                            spec_.hyperparameters_text(), trainer_.get());
-        !s.ok()) {
-      return s;
-    }
+  if (dp_ != nullptr) {
     dp_setup_ = true;
     peak_flops_ *= dp_->world_size();
   }
@@ -224,13 +223,23 @@ absl::Status RecipeRunner::Commit(JobContext* ctx, int stage, const std::vector<
   ck.step = step;
   ck.policy = &trainer_->policy();
   ck.critic = trainer_->critic();
-  ck.optimizer = trainer_->actor_optimizer().State("actor/");
-  for (auto& [k, v] : trainer_->critic_optimizer()->State("critic/")) ck.optimizer[k] = v;
+  auto t0 = std::chrono::steady_clock::now();
+  DpLeader::Consolidated whole;
+  if (dp_ != nullptr && dp_->sharded()) {  // Every rank writes its shards; the export is the whole models.
+    ck.shards_dir = absl::StrFormat("%s/.shards-step-%08d", ckpt_root_, step);
+    auto c = dp_->Save(ck.shards_dir, trainer_.get());
+    if (!c.ok()) return c.status();
+    whole = std::move(*c);
+    ck.policy = whole.policy.get();
+    ck.critic = whole.critic.get();
+  } else {
+    ck.optimizer = trainer_->actor_optimizer().State("actor/");
+    for (auto& [k, v] : trainer_->critic_optimizer()->State("critic/")) ck.optimizer[k] = v;
+  }
   for (auto& [k, v] : trainer_->State()) ck.optimizer[k] = v;
   ck.optimizer["recipe/stage"] = at::tensor({static_cast<int64_t>(stage)}, at::kLong);
   ck.optimizer["recipe/stage_step"] = at::tensor({stage_step_ + 1}, at::kLong);
   ck.keep_last = config_.checkpoint().keep_last();
-  auto t0 = std::chrono::steady_clock::now();
   auto dir = SaveCheckpoint(ckpt_root_, ck);
   if (!dir.ok()) return dir.status();
   m["checkpoint_seconds"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -413,7 +422,7 @@ absl::Status RecipeRunner::RunValuePretrain(JobContext* ctx, int stage) {
     if (!m.ok()) return m.status();
     double ev = (*m)["explained_variance"];  // Fresh batch: the values before this update.
     if (!held_out.empty()) {
-      auto values = trainer_->CriticValues(held_out);
+      auto values = dp_ != nullptr ? dp_->CriticValues(held_out, trainer_.get()) : trainer_->CriticValues(held_out);
       if (!values.ok()) return values.status();
       std::vector<float> v, ret;
       for (size_t i = 0; i < held_out.size(); ++i) {

@@ -477,6 +477,20 @@ absl::StatusOr<std::pair<double, double>> Trainer::AdvantageMoments(const std::v
   return std::make_pair(mean, std > 1e-6 ? std : 1.0);
 }
 
+absl::Status SetResidentValueHead(Transformer& critic, const at::Tensor& weight, const at::Tensor& bias) {
+  std::vector<at::Tensor> params = critic.parameters();
+  if (params.empty()) return absl::FailedPreconditionError("critic without parameters");
+  at::Tensor w = params.size() >= 2 && params.back().dim() == 1 ? params[params.size() - 2] : params.back();
+  at::Tensor b = params.back().dim() == 1 ? params.back() : at::Tensor();
+  if (w.numel() != weight.numel()) {
+    return absl::InvalidArgumentError(absl::StrCat("value head: ", weight.numel(), " values for ", w.numel()));
+  }
+  at::NoGradGuard no_grad;
+  w.detach().copy_(weight.reshape(w.sizes()));
+  if (b.defined()) b.detach().copy_(bias.reshape(b.sizes()));
+  return absl::OkStatus();
+}
+
 absl::Status Trainer::InitValueHead(const std::vector<Sample>& batch, at::Device device) {
   double sum = 0, n = static_cast<double>(batch.size());
   for (const Sample& s : batch) sum += s.reward;
@@ -486,14 +500,14 @@ absl::Status Trainer::InitValueHead(const std::vector<Sample>& batch, at::Device
     const at::Tensor c = t[0].to(at::kCPU);
     sum = c[0].item<double>(), n = c[1].item<double>();
   }
-  std::vector<at::Tensor> params = critic_->parameters();
-  at::Tensor w = params.size() >= 2 && params.back().dim() == 1 ? params[params.size() - 2] : params.back();
-  at::Tensor b = params.back().dim() == 1 ? params.back() : at::Tensor();
   at::NoGradGuard no_grad;
   // The same draw on every rank: a fixed generator, not the global RNG.
   at::Generator gen = at::detail::createCPUGenerator(0x5eed);
-  w.detach().copy_(at::normal(0.0, options_.value_head_init_std, w.sizes(), gen, at::TensorOptions(at::kFloat)));
-  if (b.defined()) b.detach().fill_(n > 0 ? sum / n : 0.0);
+  const int64_t hidden = critic_->config().hidden_size;
+  const at::Tensor w = at::normal(0.0, options_.value_head_init_std, {1, hidden}, gen, at::TensorOptions(at::kFloat));
+  const at::Tensor b = at::full({1}, n > 0 ? sum / n : 0.0, at::TensorOptions(at::kFloat));
+  auto set = options_.set_value_head ? options_.set_value_head : SetResidentValueHead;
+  if (auto s = set(*critic_, w, b); !s.ok()) return s;
   critic_opt_->SyncMasterFromParams();
   critic_head_ready_ = true;
   return absl::OkStatus();

@@ -124,6 +124,9 @@ struct TrainerOptions {
   // Makes each model's optimizer; null = AdamW over model.parameters().
   // Sharded models take a sharded one (learner/dist/fsdp.h).
   std::function<std::unique_ptr<AdamW>(Transformer& model, const AdamWParams& p)> make_optimizer;
+  // Writes the critic's initial value head (weight [1, hidden], bias [1]);
+  // null = SetResidentValueHead. A sharded critic's parameters are flat shards.
+  std::function<absl::Status(Transformer& critic, const at::Tensor& weight, const at::Tensor& bias)> set_value_head;
 };
 
 // Sees the gradients of one model ("actor" or "critic") after the
@@ -132,6 +135,9 @@ using GradObserver = std::function<void(const std::string& model, const std::vec
 
 // Metrics of one step, by name (docs/LEARNER.md lists them).
 using StepMetrics = std::map<std::string, double>;
+
+// The value head of a critic whose parameters are its own tensors.
+absl::Status SetResidentValueHead(Transformer& critic, const at::Tensor& weight, const at::Tensor& bias);
 
 class Trainer {
  public:
