@@ -156,20 +156,22 @@ absl::StatusOr<std::unique_ptr<Trainer>> MakeJobTrainer(const v1::LearnerJobConf
   mo.activation_checkpointing = config.batch().activation_checkpointing();
   ModelOptions load = mo;
   if (sharded) load.device = at::kCPU, load.dtype = at::kFloat;  // Exact fp32 masters, then only the shard moves.
-  auto policy = Transformer::Load(policy_dir, Head::kLanguageModel, load);
-  if (!policy.ok()) return policy.status();
-  auto critic = Transformer::Load(critic_dir, Head::kValue, load);
-  if (!critic.ok()) return critic.status();
   TrainerOptions to = TrainerOptionsFromConfig(config);
-  if (sharded) {
+  if (sharded) dist::UseShardedModels(&to);
+  // Sharded, each model is cut as soon as it is read: one whole model on the host at a time.
+  auto read = [&](const std::string& dir, Head head) -> absl::StatusOr<std::unique_ptr<Transformer>> {
+    auto m = Transformer::Load(dir, head, load);
+    if (!m.ok() || !sharded) return m;
     auto replicate = sharding->replicate_group != nullptr ? sharding->replicate_group->backend()
                                                           : c10::intrusive_ptr<c10d::Backend>();
-    for (Transformer* m : {policy->get(), critic->get()}) {
-      auto sw = dist::ShardedWeights::Shard(*m, shard_group->backend(), device, mo.dtype, replicate);
-      if (!sw.ok()) return sw.status();
-    }
-    dist::UseShardedModels(&to);
-  }
+    auto sw = dist::ShardedWeights::Shard(**m, shard_group->backend(), device, mo.dtype, replicate);
+    if (!sw.ok()) return sw.status();
+    return m;
+  };
+  auto policy = read(policy_dir, Head::kLanguageModel);
+  if (!policy.ok()) return policy.status();
+  auto critic = read(critic_dir, Head::kValue);
+  if (!critic.ok()) return critic.status();
   auto trainer = std::make_unique<Trainer>(std::move(*policy), std::move(*critic), to);
   if (!optimizer.empty()) {
     if (!sharded) {
