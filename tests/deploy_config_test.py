@@ -1,6 +1,6 @@
 """deploy/ renders, validates and agrees with the binaries it runs.
 
-For every kustomization (overlays/cpu-only, overlays/gpu, monitoring):
+For every kustomization (overlays/cpu-only, overlays/gpu, overlays/learner-group, monitoring):
   1. `kubectl kustomize` renders it (Debian's kubectl 1.20 / kustomize 2.0, or newer);
   2. every object validates against the Kubernetes OpenAPI schemas (kubernetes-validate,
      strict: unknown fields rejected) of the oldest supported release and the newest;
@@ -11,7 +11,12 @@ For every kustomization (overlays/cpu-only, overlays/gpu, monitoring):
   4. cluster invariants: no pod gets a service-account token, every container runs
      non-root with a read-only root filesystem and no capabilities, Services are headless
      and select a workload, PodDisruptionBudgets select a workload, GPUs only in the gpu
-     overlay, and the NetworkPolicies allow exactly the flows in EXPECTED_FLOWS.
+     overlays, and the NetworkPolicies allow exactly the flows in EXPECTED_FLOWS;
+  5. the learner StatefulSet is the group its config's `distributed` section describes
+     (replicas = hosts, GPUs = ranks_per_host); for a multi-host group (overlays/learner-group)
+     also: Parallel pods, host_rank from the pod index, a rendezvous address on a headless
+     Service that publishes not-ready pods, clients sent to pod 0 only, state_dir on one
+     ReadWriteMany claim, learner <-> learner on every TCP port, and otherwise the base config.
 """
 import copy
 import json
@@ -32,6 +37,14 @@ BINARIES = {"learner": "learner/learner_main", "actor": "actor/actor_main",
             "sandbox": "sandbox/sandbox_main"}
 # (from, to, port) the data path needs; every other pod-to-pod pair must be denied.
 EXPECTED_FLOWS = {("actor", "learner", 50051), ("actor", "sandbox", 50052)}
+# The learner group's ranks also reach each other on every TCP port (TCPStore, NCCL):
+# here, every port the learner declares.
+GROUP_FLOWS = {("learner", "learner", port) for port in (50051, 9101, 8000, 29500)}
+GPU_OVERLAYS = ("overlays/gpu", "overlays/learner-group")
+# Kubernetes >= 1.28 labels each StatefulSet pod with its index.
+POD_INDEX_FIELD = "metadata.labels['apps.kubernetes.io/pod-index']"
+# Labels the StatefulSet controller puts on its pods (not in the template).
+POD_NAME_LABEL = "statefulset.kubernetes.io/pod-name"
 CRD_GROUPS = ("monitoring.coreos.com/",)
 
 
@@ -71,6 +84,18 @@ def config_field(text, key):
     return None
 
 
+def expand(where, arg, env, pod_index):
+    """Kubernetes' $(VAR) expansion of a container argument; the pod-index label is `pod_index`."""
+    def value(m):
+        var = env.get(m.group(1))
+        assert var is not None, f"{where}: $({m.group(1)}) in {arg!r} is not in the container's env"
+        if "value" in var:
+            return var["value"]
+        assert var["valueFrom"]["fieldRef"]["fieldPath"] == POD_INDEX_FIELD, f"{where}: {m.group(1)} is {var}"
+        return str(pod_index)
+    return re.sub(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)", value, arg)
+
+
 def check_workload(name, w, configmaps, tmp):
     spec = w["spec"]["template"]["spec"]
     app = w["metadata"]["labels"]["app.kubernetes.io/name"]
@@ -98,7 +123,13 @@ def check_workload(name, w, configmaps, tmp):
     path = os.path.join(tmp, cm_name + ".textproto")
     with open(path, "w") as f:
         f.write(configmaps[cm_name]["data"]["config.textproto"])
-    run = subprocess.run([BINARIES[app], "--config=" + path, "--print_config"], capture_output=True, text=True)
+    # With the container's own flags (e.g. the group's host_rank from the pod index), as the
+    # last pod of the workload gets them.
+    env = {e["name"]: e for e in container.get("env", [])}
+    last = w["spec"].get("replicas", 1) - 1
+    args = [expand(where, a, env, last) for a in container["command"][1:]]
+    args = ["--config=" + path if a == "--config=/etc/kernelrl/config.textproto" else a for a in args]
+    run = subprocess.run([BINARIES[app]] + args + ["--print_config"], capture_output=True, text=True)
     assert run.returncode == 0, f"{where}: {BINARIES[app]} rejects ConfigMap {cm_name}: {run.stderr.strip()}"
     effective = run.stdout
     grpc_port, metrics_port = int(config_field(effective, "grpc_port")), int(config_field(effective, "metrics_port"))
@@ -107,6 +138,9 @@ def check_workload(name, w, configmaps, tmp):
     want_ports = {"grpc": grpc_port, "metrics": metrics_port}
     if config_field(effective, "openai_enabled") == "true":  # The policy server's OpenAI HTTP API.
         want_ports["openai"] = int(config_field(effective, "openai_port"))
+    rendezvous = config_field(effective, "rendezvous")
+    if rendezvous:  # The learner group's TCPStore, served by global rank 0.
+        want_ports["rendezvous"] = int(rendezvous.rsplit(":", 1)[1])
     assert ports == want_ports, f"{where}: ports {ports} vs config"
     assert container["readinessProbe"]["grpc"]["port"] == grpc_port, f"{where}: readiness probe port"
     if "startupProbe" in container:
@@ -139,13 +173,19 @@ def check_overlay(name, docs, tmp):
         app, effective, gpus = check_workload(name, w, configmaps, tmp)
         apps[app] = (w, effective, gpus)
     assert sorted(apps) == sorted(BINARIES), f"{name}: workloads {sorted(apps)}"
-    learner = apps["learner"][0]
-    assert learner["kind"] == "StatefulSet" and learner["spec"]["volumeClaimTemplates"][0]["metadata"]["name"] == \
-        "checkpoints", f"{name}: learner is not a StatefulSet with a checkpoint volume"
-    # The learner's state_dir (jobs, ledger, checkpoints) is that volume, not the read-only root.
-    state_dir = config_field(apps["learner"][1], "state_dir")
-    mounts = {m["mountPath"]: m["name"] for m in learner["spec"]["template"]["spec"]["containers"][0]["volumeMounts"]}
-    assert mounts.get(state_dir) == "checkpoints", f"{name}: learner state_dir {state_dir} is not on its volume"
+    learner, learner_config, _ = apps["learner"]
+    assert learner["kind"] == "StatefulSet", f"{name}: learner is a {learner['kind']}"
+    hosts = int(config_field(learner_config, "hosts") or 1)
+    assert learner["spec"]["replicas"] == hosts, \
+        f"{name}: learner replicas {learner['spec']['replicas']} but distributed.hosts {hosts}"
+    if hosts == 1:
+        assert learner["spec"]["volumeClaimTemplates"][0]["metadata"]["name"] == "checkpoints", \
+            f"{name}: learner is not a StatefulSet with a checkpoint volume"
+        # The learner's state_dir (jobs, ledger, checkpoints) is that volume, not the read-only root.
+        state_dir = config_field(learner_config, "state_dir")
+        (container,) = learner["spec"]["template"]["spec"]["containers"]
+        mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+        assert mounts.get(state_dir) == "checkpoints", f"{name}: learner state_dir {state_dir} is not on its volume"
     accounts = {a["metadata"]["name"]: a for a in kinds["ServiceAccount"]}
     for a in accounts.values():
         assert a.get("automountServiceAccountToken") is False, f"{name}: ServiceAccount {a['metadata']['name']}"
@@ -153,7 +193,12 @@ def check_overlay(name, docs, tmp):
         assert w["spec"]["template"]["spec"]["serviceAccountName"] in accounts
 
     def selects(selector, w):
-        labels = w["spec"]["template"]["metadata"]["labels"]
+        labels = dict(w["spec"]["template"]["metadata"]["labels"])
+        if w["kind"] == "StatefulSet" and POD_NAME_LABEL in selector:  # One pod of it, if it exists.
+            pod = selector[POD_NAME_LABEL]
+            index = pod[len(w["metadata"]["name"]) + 1:]
+            if pod.startswith(w["metadata"]["name"] + "-") and index.isdigit() and int(index) < w["spec"]["replicas"]:
+                labels[POD_NAME_LABEL] = pod
         return all(labels.get(k) == v for k, v in selector.items())
 
     for s in kinds["Service"]:
@@ -163,7 +208,8 @@ def check_overlay(name, docs, tmp):
         for p in s["spec"]["ports"]:
             assert p["targetPort"] in names, f"{name}: Service {s['metadata']['name']} port {p['targetPort']}"
     assert "learner" in {s["metadata"]["name"] for s in kinds["Service"]}
-    assert learner["spec"]["serviceName"] == "learner"
+    assert learner["spec"]["serviceName"] == ("learner" if hosts == 1 else "learner-group"), \
+        f"{name}: learner governed by Service {learner['spec']['serviceName']}"
     budgets = kinds["PodDisruptionBudget"]
     for app_name, (w, _, _) in apps.items():
         matching = [b for b in budgets if selects(b["spec"]["selector"]["matchLabels"], w)]
@@ -182,12 +228,14 @@ def check_overlay(name, docs, tmp):
         value = config_field(actor_config, key) or ""
         assert any(value.startswith(m + "/") for m in actor_mounts), f"{name}: actor {key} {value} on no volume"
 
-    # GPUs: the gpu overlay gives sandbox and learner one each; cpu-only none,
-    # and its sandbox runs the CPU backend.
+    # GPUs: the GPU overlays give each sandbox worker one and the learner one per rank
+    # (distributed.ranks_per_host); cpu-only none, and its sandbox runs the CPU backend.
     gpu_apps = sorted(a for a, (_, _, g) in apps.items() if g)
     sandbox_backend = config_field(apps["sandbox"][1], "backend")
-    if name == "overlays/gpu":
-        assert gpu_apps == ["learner", "sandbox"] and all(apps[a][2] == 1 for a in gpu_apps), gpu_apps
+    if name in GPU_OVERLAYS:
+        ranks = int(config_field(learner_config, "ranks_per_host") or 1)
+        assert gpu_apps == ["learner", "sandbox"] and apps["sandbox"][2] == 1, gpu_apps
+        assert apps["learner"][2] == ranks, f"{name}: learner has {apps['learner'][2]} GPUs for {ranks} ranks"
         assert sandbox_backend in (None, "cuda"), sandbox_backend
         sandbox_spec = apps["sandbox"][0]["spec"]["template"]["spec"]
         assert any(t.get("key") == "nvidia.com/gpu" for t in sandbox_spec.get("tolerations", []))
@@ -195,17 +243,89 @@ def check_overlay(name, docs, tmp):
         assert gpu_apps == [], f"{name}: GPUs requested by {gpu_apps}"
         assert sandbox_backend == "cpu", f"{name}: sandbox backend {sandbox_backend}"
 
+    if hosts > 1:
+        check_group(name, kinds, {a: w for a, (w, _, _) in apps.items()}, learner_config, selects)
     flows = ops_netpol.allowed_flows(kinds["NetworkPolicy"], {a: w for a, (w, _, _) in apps.items()})
-    assert flows == EXPECTED_FLOWS, f"{name}: NetworkPolicies allow {sorted(flows)}, want {sorted(EXPECTED_FLOWS)}"
+    want = EXPECTED_FLOWS | (GROUP_FLOWS if hosts > 1 else set())
+    assert flows == want, f"{name}: NetworkPolicies allow {sorted(flows)}, want {sorted(want)}"
     dns = ops_netpol.dns_allowed(kinds["NetworkPolicy"], {a: w for a, (w, _, _) in apps.items()})
     assert dns == {"actor", "learner"}, f"{name}: DNS egress for {sorted(dns)}"
     scrapes = ops_netpol.metrics_ingress(kinds["NetworkPolicy"], {a: w for a, (w, _, _) in apps.items()})
     assert scrapes == set(BINARIES), f"{name}: monitoring may scrape only {sorted(scrapes)}"
     print(f"{name}: {len(docs)} objects valid for Kubernetes {', '.join(SCHEMA_VERSIONS)}; "
           f"flows {sorted(flows)}; DNS for {sorted(dns)}")
+    return apps
 
 
-def check_monitoring(docs, overlay_docs):
+def check_group(name, kinds, workloads, config, selects):
+    """A multi-host learner group: the StatefulSet, its Services, volume and policies agree with the config."""
+    where = f"{name}: learner group"
+    learner = workloads["learner"]
+    spec = learner["spec"]
+    sts = learner["metadata"]["name"]
+    # Ranks meet before any is ready: OrderedReady would never start pod 1.
+    assert spec["podManagementPolicy"] == "Parallel", f"{where}: podManagementPolicy {spec['podManagementPolicy']}"
+    (container,) = spec["template"]["spec"]["containers"]
+    env = {e["name"]: e for e in container.get("env", [])}
+    flags = [a for a in container["command"] if a.startswith("--set=distributed.host_rank=")]
+    assert len(flags) == 1, f"{where}: command {container['command']} sets no single host_rank"
+    var = re.fullmatch(r"--set=distributed\.host_rank=\$\(([A-Za-z_][A-Za-z0-9_]*)\)", flags[0])
+    assert var and env.get(var.group(1), {}).get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") == \
+        POD_INDEX_FIELD, f"{where}: {flags[0]} does not come from the pod-index label"
+    # The print_config run got the last pod's flags.
+    host_rank = int(config_field(config, "host_rank") or 0)
+    assert host_rank == spec["replicas"] - 1, f"{where}: last pod's host_rank {host_rank}"
+
+    # Rendezvous: pod 0 through the governing headless Service, which publishes not-ready pods.
+    rendezvous = config_field(config, "rendezvous") or ""
+    match = re.fullmatch(r"tcp://([a-z0-9-]+)\.([a-z0-9-]+)\.kernelrl\.svc\.cluster\.local:(\d+)", rendezvous)
+    assert match, f"{where}: rendezvous {rendezvous!r} is not tcp://POD.SERVICE.kernelrl.svc.cluster.local:PORT"
+    pod, service_name, port = match.group(1), match.group(2), int(match.group(3))
+    assert pod == sts + "-0", f"{where}: rendezvous on {pod}, but global rank 0 is {sts}-0"
+    assert service_name == spec["serviceName"], f"{where}: pod DNS needs the governing Service {spec['serviceName']}"
+    services = {s["metadata"]["name"]: s for s in kinds["Service"]}
+    group = services.get(service_name)
+    assert group, f"{where}: no Service {service_name}"
+    assert group["spec"].get("publishNotReadyAddresses") is True, f"{where}: {service_name} hides not-ready pods"
+    assert selects(group["spec"]["selector"], learner) and POD_NAME_LABEL not in group["spec"]["selector"], \
+        f"{where}: {service_name} does not select every learner pod"
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert any(p["port"] == port and ports.get(p["targetPort"]) == port for p in group["spec"]["ports"]), \
+        f"{where}: {service_name} has no port {port} to a container port {port}"
+
+    # Clients (actors, the job CLI) reach rank 0 only.
+    assert services["learner"]["spec"]["selector"].get(POD_NAME_LABEL) == sts + "-0", \
+        f"{where}: Service learner selects {services['learner']['spec']['selector']}, not pod 0 only"
+
+    # state_dir: one ReadWriteMany claim every host mounts, no per-pod template.
+    assert not spec.get("volumeClaimTemplates"), f"{where}: per-pod volumeClaimTemplates"
+    state_dir = config_field(config, "state_dir")
+    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    volumes = {v["name"]: v for v in spec["template"]["spec"]["volumes"]}
+    claim = volumes.get(mounts.get(state_dir), {}).get("persistentVolumeClaim", {}).get("claimName")
+    claims = {c["metadata"]["name"]: c for c in kinds.get("PersistentVolumeClaim", [])}
+    assert claim in claims and "ReadWriteMany" in claims[claim]["spec"]["accessModes"], \
+        f"{where}: state_dir {state_dir} is not on a rendered ReadWriteMany claim ({claim})"
+
+    # NCCL picks its ports at run time: learner <-> learner on any TCP port, no one else there.
+    def with_nccl_port(app):
+        pod = ops_netpol.workload_pod(app, workloads[app])
+        pod.ports["nccl"] = (43127, "TCP")
+        return pod
+
+    policies = kinds["NetworkPolicy"]
+    assert ops_netpol.allows(policies, with_nccl_port("learner"), with_nccl_port("learner"), "nccl"), \
+        f"{where}: learner -> learner :43127 denied"
+    for other in ("actor", "sandbox"):
+        assert not ops_netpol.allows(policies, with_nccl_port(other), with_nccl_port("learner"), "nccl"), \
+            f"{where}: {other} -> learner :43127 allowed"
+        assert not ops_netpol.allows(policies, with_nccl_port("learner"), with_nccl_port(other), "nccl"), \
+            f"{where}: learner -> {other} :43127 allowed"
+    print(f"  {where}: {spec['replicas']} hosts, Parallel, host_rank from ${var.group(1)}; rendezvous "
+          f"{pod}.{service_name}:{port}; clients to {sts}-0; state_dir on {claim} (ReadWriteMany)")
+
+
+def check_monitoring(docs, overlay, overlay_docs):
     by_kind = {d["kind"]: d for d in docs}
     monitor = by_kind["ServiceMonitor"]
     selector = monitor["spec"]["selector"]["matchLabels"]
@@ -223,8 +343,21 @@ def check_monitoring(docs, overlay_docs):
         assert want in alerts, f"PrometheusRule lacks {want}"
     dashboard = json.loads(by_kind["ConfigMap"]["data"]["kernelrl.json"])
     assert dashboard["panels"] and all(p["targets"] for p in dashboard["panels"])
-    print(f"monitoring: ServiceMonitor scrapes {sorted(s['metadata']['name'] for s in scraped)}; "
+    print(f"monitoring on {overlay}: ServiceMonitor scrapes {sorted(s['metadata']['name'] for s in scraped)}; "
           f"{len(alerts)} alerts; dashboard with {len(dashboard['panels'])} panels")
+
+
+def without_block(text, key):
+    """--print_config output without the top-level `key { ... }` message."""
+    out, depth = [], 0
+    for line in text.splitlines():
+        if depth == 0 and line == key + " {":
+            depth = 1
+        elif depth:
+            depth += line.count("{") - line.count("}")
+        else:
+            out.append(line)
+    return "\n".join(out)
 
 
 def yamllint(root):
@@ -246,17 +379,24 @@ def main():
         shutil.copytree("deploy", root, symlinks=False)
         os.environ.setdefault("HOME", tmp)
         yamllint(root)
-        overlays = {}
-        for name in ("overlays/cpu-only", "overlays/gpu"):
+        overlays, apps = {}, {}
+        for name in ("overlays/cpu-only", "overlays/gpu", "overlays/learner-group"):
             overlays[name] = render(kubectl, root, name)
-            check_overlay(name, overlays[name], tmp)
+            apps[name] = check_overlay(name, overlays[name], tmp)
+        # The group's learner config is the gpu overlay's plus `distributed`.
+        group_config, gpu_config = (without_block(apps[n]["learner"][1], "distributed")
+                                    for n in ("overlays/learner-group", "overlays/gpu"))
+        assert group_config == gpu_config, (
+            f"overlays/learner-group: learner config differs from the gpu overlay's beyond `distributed`:\n"
+            f"{group_config}\nvs\n{gpu_config}")
         monitoring = render(kubectl, root, "monitoring")
         validate_schemas_monitoring = [d for d in monitoring if not d["apiVersion"].startswith(CRD_GROUPS)]
         for version in SCHEMA_VERSIONS:
             for d in validate_schemas_monitoring:
                 kubernetes_validate.validate(d, version, strict=True)
-        check_monitoring(monitoring, overlays["overlays/gpu"])
-    print("deploy: 3 kustomizations rendered and checked")
+        for name in GPU_OVERLAYS:
+            check_monitoring(monitoring, name, overlays[name])
+    print("deploy: 4 kustomizations rendered and checked")
 
 
 if __name__ == "__main__":
