@@ -79,7 +79,7 @@ class CudaBackend:
         self._i = 0
         self.kprof = kprof_mod.load()
         self.cupti_active = self.kprof is not None
-        self.nvml = nvml_mod.Nvml(torch.cuda.current_device())
+        self.nvml = nvml_mod.Nvml(nvml_mod.cuda_pci_bus_id(props))
         self.nvml_note = "" if self.nvml.available else "nvml_unavailable"
         self._ev0 = torch.cuda.Event(enable_timing=True)
         self._ev1 = torch.cuda.Event(enable_timing=True)
@@ -88,13 +88,7 @@ class CudaBackend:
         self.harness_tid = self.kprof.gettid() if self.kprof else 0
 
     def device_info(self):
-        drv = ""
-        if self.nvml.available:
-            try:
-                drv = self.nvml._nv.nvmlSystemGetDriverVersion()
-                drv = drv.decode() if isinstance(drv, bytes) else drv
-            except Exception:
-                drv = ""
+        drv = self.nvml.driver_version()
         return {"gpu_model": self.props.name, "torch_version": torch.__version__,
                 "l2_bytes": float(self.l2_bytes), "sm_count": self.props.multi_processor_count,
                 "driver_version": drv, "backend": "cuda"}

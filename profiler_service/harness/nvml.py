@@ -1,11 +1,13 @@
-"""GPU clocks, temperature and throttle reasons through NVML (pynvml), read
-after every timed call. Without pynvml or a GPU every sample reads as "not
-throttled" and the run notes nvml_unavailable.
+"""NVML through the driver's own library (libnvidia-ml.so.1, ctypes; no
+pynvml needed), on the CUDA device picked by its PCI bus id.
+
+Nvml: GPU clocks, temperature and throttle reasons, read after every timed
+call. Without the library or a GPU every sample reads as "not throttled" and
+the run notes nvml_unavailable.
 
 Processes: which pids hold a context on the GPU, the device memory each holds
 (the sandbox's health probe) and the driver's per-process utilisation samples
-(gpu_share.py), through the driver's own library
-(libnvidia-ml.so.1, ctypes) so they do not depend on pynvml being installed."""
+(gpu_share.py)."""
 import ctypes
 
 # Clock-event reasons that lower clocks below what was asked for
@@ -25,20 +27,23 @@ class _UtilSample(ctypes.Structure):  # nvmlProcessUtilizationSample_t
                 ("memUtil", ctypes.c_uint), ("encUtil", ctypes.c_uint), ("decUtil", ctypes.c_uint)]
 
 
+LIBRARY = "libnvidia-ml.so.1"  # The driver's; tests load a fake in its place.
 _SUCCESS, _NOT_FOUND, _INSUFFICIENT_SIZE = 0, 6, 7
 _VALUE_NOT_AVAILABLE = (1 << 64) - 1  # NVML_VALUE_NOT_AVAILABLE in an unsigned long long
 
 
-class Processes:
-    """The two process queries, on the driver's NVML library."""
+class _Device:
+    """The driver's NVML library and one device's handle. pci_bus_id: the
+    CUDA device's ("domain:bus:device.0", cuda_pci_bus_id), since NVML numbers
+    devices without regard to CUDA_VISIBLE_DEVICES (an index would read
+    another GPU); "" (unknown): NVML's index 0."""
 
     def __init__(self, pci_bus_id=""):
-        """pci_bus_id: the CUDA device's ("domain:bus:device.0"), since NVML
-        numbers devices without regard to CUDA_VISIBLE_DEVICES; else index 0."""
         self.available = False
         self.error = ""
+        self.device = pci_bus_id or "index 0"
         try:
-            lib = ctypes.CDLL("libnvidia-ml.so.1")
+            lib = ctypes.CDLL(LIBRARY)
             rc = lib.nvmlInit_v2()
             if rc != _SUCCESS:
                 raise OSError(f"nvmlInit_v2 returned {rc}")
@@ -48,11 +53,15 @@ class Processes:
             else:
                 rc = lib.nvmlDeviceGetHandleByIndex_v2(ctypes.c_uint(0), ctypes.byref(self._h))
             if rc != _SUCCESS:
-                raise OSError(f"NVML device handle ({pci_bus_id or 'index 0'}) returned {rc}")
+                raise OSError(f"NVML device handle ({self.device}) returned {rc}")
             self._lib = lib
             self.available = True
         except (OSError, AttributeError) as e:
             self.error = f"{type(e).__name__}: {e}"
+
+
+class Processes(_Device):
+    """The two process queries."""
 
     def _compute_processes(self):
         fn = getattr(self._lib, "nvmlDeviceGetComputeRunningProcesses_v3", None) or \
@@ -102,30 +111,36 @@ class Processes:
                     for i in range(min(count.value, cap))]
 
 
-class Nvml:
-    def __init__(self, index=0):
-        self.available = False
-        try:
-            import pynvml
-            pynvml.nvmlInit()
-            self._nv = pynvml
-            self._h = pynvml.nvmlDeviceGetHandleByIndex(index)
-            self.available = True
-        except Exception as e:  # No pynvml, no driver: timing still runs.
-            self.error = f"{type(e).__name__}: {e}"
+class Nvml(_Device):
+    """Clocks, temperature and throttle reasons of the device."""
+
+    _CLOCK_SM, _TEMPERATURE_GPU = 1, 0  # nvmlClockType_t, nvmlTemperatureSensors_t
+
+    def _get(self, fn, *args, kind=ctypes.c_uint):
+        out = kind()
+        rc = fn(self._h, *args, ctypes.byref(out))
+        if rc != _SUCCESS:
+            raise OSError(f"{fn.__name__} returned {rc}")
+        return int(out.value)
 
     def sample(self):
         """(throttle_reasons, throttled, sm_clock_mhz, temperature_c)."""
         if not self.available:
             return 0, False, 0, 0
-        nv = self._nv
-        get_reasons = getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None) or \
-            nv.nvmlDeviceGetCurrentClocksThrottleReasons
-        reasons = int(get_reasons(self._h))
-        clock = int(nv.nvmlDeviceGetClockInfo(self._h, nv.NVML_CLOCK_SM))
-        temp = int(nv.nvmlDeviceGetTemperature(self._h, nv.NVML_TEMPERATURE_GPU))
+        lib = self._lib
+        get_reasons = getattr(lib, "nvmlDeviceGetCurrentClocksEventReasons", None) or \
+            lib.nvmlDeviceGetCurrentClocksThrottleReasons
+        reasons = self._get(get_reasons, kind=ctypes.c_ulonglong)
+        clock = self._get(lib.nvmlDeviceGetClockInfo, ctypes.c_int(self._CLOCK_SM))
+        temp = self._get(lib.nvmlDeviceGetTemperature, ctypes.c_int(self._TEMPERATURE_GPU))
         return reasons, bool(reasons & SLOWING_REASONS), clock, temp
 
+    def driver_version(self):
+        if not self.available:
+            return ""
+        buf = ctypes.create_string_buffer(96)
+        rc = self._lib.nvmlSystemGetDriverVersion(buf, ctypes.c_uint(len(buf)))
+        return buf.value.decode() if rc == _SUCCESS else ""
 
 
 def cuda_pci_bus_id(props):

@@ -267,13 +267,11 @@ def run_profile(job, task_module, model, driver, sets, backend, result):
     t0 = time.perf_counter()
     wall_left = float(job["wall_seconds"]) * 0.85 - (time.monotonic() - float(job.get("t0_mono") or time.monotonic()))
     cfg = BlockConfig(job["profiler"], wall_left)
-    nvml = nvml_mod.Nvml(0) if device == "cuda" else None
+    bus = nvml_mod.cuda_pci_bus_id(torch.cuda.get_device_properties(0)) if device == "cuda" else ""
+    nvml = nvml_mod.Nvml(bus) if device == "cuda" else None
     # Another process's GPU work while our blocks run (this process's own NVML
     # reads): the verdict is declined, never paid or blamed (device_shared).
-    share = None
-    if device == "cuda":
-        bus = nvml_mod.cuda_pci_bus_id(torch.cuda.get_device_properties(0))
-        share = gpu_share.Monitor(nvml_mod.Processes(bus))
+    share = gpu_share.Monitor(nvml_mod.Processes(bus)) if device == "cuda" else None
     scaled = set(job.get("atol_scaled_dists") or [])
     run = {"label": "candidate", "backend": backend.name, "samples": [], "activities": [], "stop_reason": "",
            "warmup_calls": cfg.warmup_blocks, "rechecks": 0, "recheck_failures": 0, "error": "",
