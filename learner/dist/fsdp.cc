@@ -373,7 +373,7 @@ absl::StatusOr<std::unique_ptr<Transformer>> ShardedWeights::Assemble(const Json
   }
 }
 
-absl::StatusOr<std::unique_ptr<Transformer>> ShardedWeights::Consolidate() const {
+absl::StatusOr<std::unique_ptr<Transformer>> ShardedWeights::Consolidate(bool keep) const {
   at::NoGradGuard no_grad;
   std::vector<at::Tensor> full;
   try {
@@ -381,11 +381,12 @@ absl::StatusOr<std::unique_ptr<Transformer>> ShardedWeights::Consolidate() const
       at::Tensor in = shards_[u].detach().clone();
       at::Tensor out = at::empty({units_[u].padded}, in.options());
       backend_->_allgather_base(out, in)->wait();
-      full.push_back(out.to(at::kCPU));
+      if (keep) full.push_back(out.to(at::kCPU));
     }
   } catch (const std::exception& e) {
     return absl::InternalError(absl::StrCat("consolidating a sharded model: ", e.what()));
   }
+  if (!keep) return std::unique_ptr<Transformer>();
   ModelOptions o = options_;
   o.device = at::kCPU;
   o.dtype = at::kFloat;

@@ -87,9 +87,10 @@ class ShardedWeights : public WeightProvider {
   // rank) into this rank's part of the root's master shard. No collective.
   absl::Status SetValueHead(const at::Tensor& weight, const at::Tensor& bias);
 
-  // The whole model, fp32 on the CPU (every rank calls it; all get it):
-  // export to Hugging Face safetensors and tests.
-  absl::StatusOr<std::unique_ptr<Transformer>> Consolidate() const;
+  // The whole model, fp32 on the CPU (every rank of the shard group calls
+  // it; a rank that does not `keep` it gets null and holds one gathered unit
+  // at a time): export to Hugging Face safetensors and tests.
+  absl::StatusOr<std::unique_ptr<Transformer>> Consolidate(bool keep = true) const;
 
   // The unit layout as JSON (model config, head, tying, world size, each
   // unit's sizes and field shapes): what a sharded checkpoint records, so

@@ -44,8 +44,8 @@ std::vector<dist::ShardedModelRef> ShardedRefs(Trainer& t) {
 }
 
 // Every rank: its shards into `dir`, then the consolidation of both models
-// (collective; every rank gets them).
-absl::StatusOr<DpLeader::Consolidated> SaveAndConsolidate(const std::string& dir, Trainer& t) {
+// (collective; only `keep` (rank 0) holds them).
+absl::StatusOr<DpLeader::Consolidated> SaveAndConsolidate(const std::string& dir, Trainer& t, bool keep) {
   const std::vector<dist::ShardedModelRef> refs = ShardedRefs(t);
   for (const auto& r : refs) {
     if (r.weights == nullptr) return absl::FailedPreconditionError("save: the " + r.name + " is not sharded");
@@ -53,7 +53,7 @@ absl::StatusOr<DpLeader::Consolidated> SaveAndConsolidate(const std::string& dir
   if (auto s = dist::SaveShards(dir, refs); !s.ok()) return s;
   DpLeader::Consolidated out;
   for (const auto& r : refs) {
-    auto m = r.weights->Consolidate();
+    auto m = r.weights->Consolidate(keep);
     if (!m.ok()) return m.status();
     (r.name == "actor" ? out.policy : out.critic) = std::move(*m);
   }
@@ -252,7 +252,7 @@ absl::StatusOr<DpLeader::Consolidated> DpLeader::Save(const std::string& dir, Tr
   if (auto s = RemoveTree(dir); !s.ok()) return s;  // A crashed save's files.
   if (auto s = MakeDir(dir, 0755); !s.ok()) return s;
   if (auto s = Send(DumpJson(Json::object({{"op", Json("save")}, {"dir", Json(dir)}}))); !s.ok()) return s;
-  auto out = SaveAndConsolidate(dir, *trainer);
+  auto out = SaveAndConsolidate(dir, *trainer, /*keep=*/true);
   if (!out.ok()) return out.status();
   if (auto s = dp_->Barrier(); !s.ok()) return s;  // Every rank's shard file has landed.
   return out;
@@ -330,7 +330,7 @@ absl::Status RunDpFollower(dist::DataParallel* dp) {
     }
     if (trainer == nullptr) return absl::InternalError(absl::StrCat("rank ", rank, ": ", *op, " before setup"));
     if (*op == "save") {
-      auto saved = SaveAndConsolidate(Str(*cmd, "dir").value_or(""), *trainer);
+      auto saved = SaveAndConsolidate(Str(*cmd, "dir").value_or(""), *trainer, /*keep=*/false);
       if (!saved.ok()) return saved.status();
       if (auto s = dp->Barrier(); !s.ok()) return s;
       continue;
