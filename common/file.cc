@@ -1,5 +1,7 @@
 #include "common/file.h"
 
+#include <algorithm>
+
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -59,6 +61,19 @@ absl::Status RemoveAt(int parent_fd, const char* name, const std::string& path) 
 absl::Status MakeDir(const std::string& path, mode_t mode) {
   if (::mkdir(path.c_str(), mode) != 0 && errno != EEXIST) return Errno("mkdir", path);
   return absl::OkStatus();
+}
+
+std::vector<std::string> ListDir(const std::string& dir) {
+  std::vector<std::string> names;
+  if (DIR* d = ::opendir(dir.c_str())) {
+    while (dirent* e = ::readdir(d)) {
+      std::string n = e->d_name;
+      if (n != "." && n != "..") names.push_back(n);
+    }
+    ::closedir(d);
+  }
+  std::sort(names.begin(), names.end());
+  return names;
 }
 
 absl::Status WriteAll(int fd, absl::string_view data, const std::string& path) {

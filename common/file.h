@@ -7,6 +7,7 @@
 #include <sys/types.h>
 
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -30,6 +31,9 @@ absl::Status RemoveTree(const std::string& path);
 // mkdir that accepts an existing directory (its mode is left as it is); any
 // other failure names the path and keeps the errno's code.
 absl::Status MakeDir(const std::string& path, mode_t mode);
+
+// The names in `dir` but "." and "..", sorted; empty when it cannot be read.
+std::vector<std::string> ListDir(const std::string& dir);
 
 // Writes all of `data` to `fd` (retrying short writes and EINTR); `path` names it in errors.
 absl::Status WriteAll(int fd, absl::string_view data, const std::string& path);

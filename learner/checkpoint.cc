@@ -23,19 +23,6 @@
 namespace kernelrl::learner {
 namespace {
 
-std::vector<std::string> ListDir(const std::string& dir) {
-  std::vector<std::string> names;
-  if (DIR* d = ::opendir(dir.c_str())) {
-    while (dirent* e = ::readdir(d)) {
-      std::string n = e->d_name;
-      if (n != "." && n != "..") names.push_back(n);
-    }
-    ::closedir(d);
-  }
-  std::sort(names.begin(), names.end());
-  return names;
-}
-
 
 // Every regular file under dir (relative path -> size); fsyncs directories on the way.
 absl::Status Inventory(const std::string& dir, const std::string& rel, Json* files) {

@@ -258,6 +258,13 @@ absl::StatusOr<DpLeader::Consolidated> DpLeader::Save(const std::string& dir, Tr
   return out;
 }
 
+absl::StatusOr<std::unique_ptr<Transformer>> DpLeader::ExportPolicy(Trainer* trainer) {
+  auto* sw = dynamic_cast<dist::ShardedWeights*>(trainer->policy().weight_provider());
+  if (!sharded() || sw == nullptr) return absl::FailedPreconditionError("export: the policy is not sharded");
+  if (auto s = Send(R"({"op": "export"})"); !s.ok()) return s;
+  return sw->Consolidate(/*keep=*/true);
+}
+
 absl::StatusOr<std::vector<std::vector<float>>> DpLeader::CriticValues(const std::vector<Sample>& batch,
                                                                        Trainer* trainer) {
   if (sharded()) {
@@ -333,6 +340,12 @@ absl::Status RunDpFollower(dist::DataParallel* dp) {
       auto saved = SaveAndConsolidate(Str(*cmd, "dir").value_or(""), *trainer, /*keep=*/false);
       if (!saved.ok()) return saved.status();
       if (auto s = dp->Barrier(); !s.ok()) return s;
+      continue;
+    }
+    if (*op == "export") {
+      auto* sw = dynamic_cast<dist::ShardedWeights*>(trainer->policy().weight_provider());
+      if (sw == nullptr) return absl::InternalError(absl::StrCat("rank ", rank, ": export of a policy not sharded"));
+      if (auto m = sw->Consolidate(/*keep=*/false); !m.ok()) return m.status();
       continue;
     }
     if (*op == "values") {

@@ -20,6 +20,8 @@
 //          takes rank 0's baselines (computed on the global batch)
 //   save   {dir}  (sharded) every rank writes its shards into dir, then every
 //          rank joins the consolidation of both models (rank 0 keeps them)
+//   export {}     (sharded) every rank joins the consolidation of the policy
+//          (rank 0 keeps it): the weight sync between full checkpoints
 //   values {ids}  (sharded) every rank runs the critic over the same
 //          trajectories (rank 0 keeps the values)
 //   end    the job's runner is done: ranks drop the trainer
@@ -109,6 +111,9 @@ class DpLeader {
     std::unique_ptr<Transformer> policy, critic;
   };
   absl::StatusOr<Consolidated> Save(const std::string& dir, Trainer* trainer);
+  // Sharded: the whole policy, fp32 on the CPU, for weight sync (every rank
+  // joins the gathers; no shards are written).
+  absl::StatusOr<std::unique_ptr<Transformer>> ExportPolicy(Trainer* trainer);
   // The critic's values of `batch` (CriticValues); sharded, every rank runs
   // the same passes (the samples must be trajectories of the job's files).
   absl::StatusOr<std::vector<std::vector<float>>> CriticValues(const std::vector<Sample>& batch, Trainer* trainer);

@@ -156,9 +156,15 @@ absl::StatusOr<GroupRun> RunGroup(const Fixture& f, int world, GroupSharding sha
     if (!values.ok()) return values.status();
     run.values = *values;
     if (leader.sharded()) {
+      auto exported = leader.ExportPolicy(trainer->get());  // Weight sync between full checkpoints.
+      if (!exported.ok()) return exported.status();
       auto whole = leader.Save(save_dir, trainer->get());
       if (!whole.ok()) return whole.status();
       run.weights = Weights(*whole->policy);
+      const std::vector<at::Tensor> policy = Weights(**exported);
+      for (size_t w = 0; w < policy.size(); ++w) {
+        if (!at::equal(policy[w], run.weights[w])) return absl::InternalError("the export is not the policy");
+      }
       for (const at::Tensor& w : Weights(*whole->critic)) run.weights.push_back(w);
     } else {
       run.weights = Weights((*trainer)->policy());

@@ -63,6 +63,7 @@ std::string Ingest::TrajectoryPath(const std::string& id) const { return Traject
 absl::Status Ingest::Replay(const std::vector<v1::LedgerRecord>& records, int64_t committed_step) {
   std::vector<Buffered> accepted;  // In order.
   std::set<std::string> dropped;
+  int64_t last_update = 0;  // The last update the ledger records, after its rollbacks.
   for (const v1::LedgerRecord& r : records) {
     switch (r.kind()) {
       case v1::LedgerRecord::LEASED:
@@ -123,13 +124,18 @@ absl::Status Ingest::Replay(const std::vector<v1::LedgerRecord>& records, int64_
         for (auto it = trained_.begin(); it != trained_.end();) {
           it = it->second > r.step() ? trained_.erase(it) : std::next(it);
         }
+        last_update = std::min(last_update, r.step());
         break;
-      default:  // COMMITTED, UPDATE: nothing to rebuild.
+      case v1::LedgerRecord::UPDATE:
+        last_update = std::max(last_update, r.step());
+        break;
+      default:  // COMMITTED: nothing to rebuild.
         break;
     }
   }
-  // Steps after the checkpoint we resume from did not happen.
-  bool void_steps = false;
+  // Steps after the checkpoint we resume from did not happen (also those
+  // that trained nothing from the buffer and have only an UPDATE record).
+  bool void_steps = last_update > committed_step;
   for (auto it = trained_.begin(); it != trained_.end();) {
     if (it->second > committed_step) {
       it = trained_.erase(it);

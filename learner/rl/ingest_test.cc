@@ -411,6 +411,32 @@ TEST(IngestTest, RecordUpdateIsReadBackAndIgnoredByReplay) {
   EXPECT_EQ(Ledger::Read(dir + "/ledger.jsonl")->size(), records->size());  // No ROLLBACK written.
 }
 
+TEST(IngestTest, UpdatesAfterTheResumedCheckpointAreRolledBackOnce) {
+  // Steps 2 and 3 trained nothing from the buffer (RFT on the warm-up set)
+  // and had no full checkpoint: their UPDATE records are voided by a ROLLBACK
+  // to step 1, which a second reopen does not repeat.
+  const std::string dir = NewTempDir("ingest_test_");
+  {
+    auto in = Ingest::Open(dir, "job1", {}, 0);
+    ASSERT_TRUE(in.ok()) << in.status();
+    ASSERT_TRUE((*in)->Commit(1).ok());
+    for (int step = 1; step <= 3; ++step) ASSERT_TRUE((*in)->RecordUpdate(step, "rft", step, step, {}).ok());
+  }
+  for (int reopen = 0; reopen < 2; ++reopen) {
+    auto in = Ingest::Open(dir, "job1", {}, 1);
+    ASSERT_TRUE(in.ok()) << in.status();
+  }
+  auto records = Ledger::Read(dir + "/ledger.jsonl");
+  ASSERT_TRUE(records.ok()) << records.status();
+  int rollbacks = 0;
+  for (const v1::LedgerRecord& r : *records) {
+    if (r.kind() != v1::LedgerRecord::ROLLBACK) continue;
+    ++rollbacks;
+    EXPECT_EQ(r.step(), 1);
+  }
+  EXPECT_EQ(rollbacks, 1);
+}
+
 // The test oracle: trajectory id -> times trained, net of rollbacks.
 std::map<std::string, int> TrainedCounts(const std::vector<v1::LedgerRecord>& records) {
   std::vector<std::pair<std::string, int64_t>> trained;

@@ -132,6 +132,7 @@ absl::StatusOr<v1::LearnerJobConfig> ParseJobConfig(const std::string& text) {
   const std::string& dt = c.device().dtype();
   if (!dt.empty() && dt != "float32" && dt != "bfloat16") return Field("device.dtype", "must be float32 or bfloat16");
   if (c.checkpoint().keep_last() < 1) return Field("checkpoint.keep_last", "must be >= 1");
+  if (c.checkpoint().full_every() < 0) return Field("checkpoint.full_every", "must be >= 1 (0: 1)");
   return c;
 }
 

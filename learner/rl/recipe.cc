@@ -8,8 +8,14 @@
 #include <cmath>
 #include <thread>
 
+#include <cerrno>
+#include <cstring>
+
 #include "absl/strings/str_cat.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
+#include "common/file.h"
 #include "common/log.h"
 #include "learner/checkpoint.h"
 #include "learner/sync/weight_sink.h"
@@ -62,6 +68,12 @@ class RecipeRunner : public JobRunner {
   // rewards: of the trajectories the step trained on (the reward histogram).
   absl::Status Commit(JobContext* ctx, int stage, const std::vector<std::string>& trained, StepMetrics metrics,
                       const std::vector<Sample>& samples);
+  // The full checkpoint of `step` (ledger committed): its directory.
+  absl::StatusOr<std::string> SaveFull(int stage, int64_t step, int64_t version, int64_t stage_step);
+  // The policy alone, for weight sync: exports/step-N.
+  absl::StatusOr<std::string> ExportPolicy(int64_t step);
+  // A full checkpoint of the current state unless the last update had one.
+  absl::Status Flush();
   std::vector<Sample> ToSamples(const std::vector<v1::Trajectory>& ts, StepMetrics* m) const;
   // One update on the global batch: this rank's shard when data-parallel.
   absl::StatusOr<StepMetrics> Train(StepKind kind, const std::vector<Sample>& batch);
@@ -78,6 +90,7 @@ class RecipeRunner : public JobRunner {
   std::unique_ptr<Ingest> ingest_;
   std::string ckpt_root_;
   int64_t step_ = 0, version_ = 0, stage_ = 0, stage_step_ = 0;
+  int64_t durable_step_ = 0;  // Of the last full checkpoint.
 };
 
 absl::Status RecipeRunner::Setup(JobContext* ctx) {
@@ -105,7 +118,7 @@ absl::Status RecipeRunner::Setup(JobContext* ctx) {
   if (latest.ok()) {
     policy_dir = latest->policy_dir;
     if (!latest->critic_dir.empty()) critic_dir = latest->critic_dir;
-    step_ = latest->step;
+    step_ = durable_step_ = latest->step;
     version_ = latest->policy_version;
     optimizer = std::move(latest->optimizer);
     stage_ = optimizer.count("recipe/stage") ? optimizer["recipe/stage"].item<int64_t>() : 0;
@@ -218,37 +231,17 @@ absl::Status RecipeRunner::Commit(JobContext* ctx, int stage, const std::vector<
   if (!trained.empty()) {
     if (auto s = ingest_->MarkTrained(trained, step); !s.ok()) return s;
   }
-  CheckpointToSave ck;
-  ck.policy_version = version_ + 1;
-  ck.step = step;
-  ck.policy = &trainer_->policy();
-  ck.critic = trainer_->critic();
   auto t0 = std::chrono::steady_clock::now();
-  DpLeader::Consolidated whole;
-  if (dp_ != nullptr && dp_->sharded()) {  // Every rank writes its shards; the export is the whole models.
-    ck.shards_dir = absl::StrFormat("%s/.shards-step-%08d", ckpt_root_, step);
-    auto c = dp_->Save(ck.shards_dir, trainer_.get());
-    if (!c.ok()) return c.status();
-    whole = std::move(*c);
-    ck.policy = whole.policy.get();
-    ck.critic = whole.critic.get();
-  } else {
-    ck.optimizer = trainer_->actor_optimizer().State("actor/");
-    for (auto& [k, v] : trainer_->critic_optimizer()->State("critic/")) ck.optimizer[k] = v;
-  }
-  for (auto& [k, v] : trainer_->State()) ck.optimizer[k] = v;
-  ck.optimizer["recipe/stage"] = at::tensor({static_cast<int64_t>(stage)}, at::kLong);
-  ck.optimizer["recipe/stage_step"] = at::tensor({stage_step_ + 1}, at::kLong);
-  ck.keep_last = config_.checkpoint().keep_last();
-  auto dir = SaveCheckpoint(ckpt_root_, ck);
+  const bool full = step % std::max(1, config_.checkpoint().full_every()) == 0;
+  auto dir = full ? SaveFull(stage, step, version_ + 1, stage_step_ + 1) : ExportPolicy(step);
   if (!dir.ok()) return dir.status();
-  m["checkpoint_seconds"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  if (auto s = ingest_->Commit(step); !s.ok()) return s;
+  m[full ? "checkpoint_seconds" : "export_seconds"] =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   step_ = step, ++version_, ++stage_step_;
   ingest_->SetPolicyVersion(version_);
   if (sink_ != nullptr) {
     t0 = std::chrono::steady_clock::now();
-    if (auto s = sink_->Publish(*dir + "/policy", version_); !s.ok()) return s;
+    if (auto s = sink_->Publish(full ? *dir + "/policy" : *dir, version_); !s.ok()) return s;
     m["weight_sync_seconds"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
   const IngestInfo info = ingest_->Info();
@@ -279,6 +272,79 @@ absl::Status RecipeRunner::Commit(JobContext* ctx, int stage, const std::vector<
     for (const auto& [k, v] : m) (*j->mutable_metrics())[k] = v;
     j->set_message(absl::StrCat(kStages[stage].name, " step ", stage_step_, ": reward ", m["reward_mean"]));
   });
+}
+
+absl::StatusOr<std::string> RecipeRunner::SaveFull(int stage, int64_t step, int64_t version, int64_t stage_step) {
+  CheckpointToSave ck;
+  ck.policy_version = version;
+  ck.step = step;
+  ck.policy = &trainer_->policy();
+  ck.critic = trainer_->critic();
+  DpLeader::Consolidated whole;
+  if (dp_ != nullptr && dp_->sharded()) {  // Every rank writes its shards; the export is the whole models.
+    ck.shards_dir = absl::StrFormat("%s/.shards-step-%08d", ckpt_root_, step);
+    auto c = dp_->Save(ck.shards_dir, trainer_.get());
+    if (!c.ok()) return c.status();
+    whole = std::move(*c);
+    ck.policy = whole.policy.get();
+    ck.critic = whole.critic.get();
+  } else {
+    ck.optimizer = trainer_->actor_optimizer().State("actor/");
+    for (auto& [k, v] : trainer_->critic_optimizer()->State("critic/")) ck.optimizer[k] = v;
+  }
+  for (auto& [k, v] : trainer_->State()) ck.optimizer[k] = v;
+  ck.optimizer["recipe/stage"] = at::tensor({static_cast<int64_t>(stage)}, at::kLong);
+  ck.optimizer["recipe/stage_step"] = at::tensor({stage_step}, at::kLong);
+  ck.keep_last = config_.checkpoint().keep_last();
+  auto dir = SaveCheckpoint(ckpt_root_, ck);
+  if (!dir.ok()) return dir.status();
+  if (auto s = ingest_->Commit(step); !s.ok()) return s;
+  durable_step_ = step;
+  // Exports up to this step are superseded by its policy/.
+  const std::string exports = ckpt_root_ + "/exports";
+  for (const std::string& n : ListDir(exports)) {
+    int64_t k = 0;
+    if (absl::StartsWith(n, ".tmp-") || (absl::SimpleAtoi(absl::string_view(n).substr(5), &k) && k <= step)) {
+      if (auto s = RemoveTree(exports + "/" + n); !s.ok()) KLOG(WARNING) << "exports: " << s;
+    }
+  }
+  return dir;
+}
+
+absl::StatusOr<std::string> RecipeRunner::ExportPolicy(int64_t step) {
+  const std::string exports = ckpt_root_ + "/exports", name = absl::StrFormat("step-%08d", step);
+  const std::string dir = exports + "/" + name, tmp = exports + "/.tmp-" + name;
+  for (const std::string& d : {ckpt_root_, exports}) {
+    if (auto s = MakeDir(d, 0755); !s.ok()) return s;
+  }
+  if (auto s = RemoveTree(tmp); !s.ok()) return s;
+  if (auto s = MakeDir(tmp, 0755); !s.ok()) return s;
+  std::unique_ptr<Transformer> whole;
+  if (dp_ != nullptr && dp_->sharded()) {
+    auto p = dp_->ExportPolicy(trainer_.get());
+    if (!p.ok()) return p.status();
+    whole = std::move(*p);
+  }
+  if (auto s = (whole != nullptr ? *whole : trainer_->policy()).Save(tmp); !s.ok()) return s;
+  if (auto s = RemoveTree(dir); !s.ok()) return s;  // A re-run of a rolled-back step.
+  if (::rename(tmp.c_str(), dir.c_str()) != 0) {
+    return absl::InternalError(absl::StrCat("rename ", tmp, " -> ", dir, ": ", std::strerror(errno)));
+  }
+  // The two newest stay: the one just published and the one before it.
+  std::vector<std::string> names;
+  for (const std::string& n : ListDir(exports)) {
+    if (absl::StartsWith(n, "step-")) names.push_back(n);
+  }
+  std::sort(names.begin(), names.end());
+  for (size_t i = 0; i + 2 < names.size(); ++i) {
+    if (auto s = RemoveTree(exports + "/" + names[i]); !s.ok()) KLOG(WARNING) << "exports: " << s;
+  }
+  return dir;
+}
+
+absl::Status RecipeRunner::Flush() {
+  if (step_ <= durable_step_) return absl::OkStatus();
+  return SaveFull(static_cast<int>(stage_), step_, version_, stage_step_).status();
 }
 
 absl::Status RecipeRunner::RunStage(JobContext* ctx, int stage) {
@@ -463,6 +529,7 @@ absl::Status RecipeRunner::RunStages(JobContext* ctx) {
     stage_ = stage;
     if (StageSteps(stage) == 0) continue;  // Skipped (ablation) or empty.
     status = RunStage(ctx, stage);
+    if (status.ok()) status = Flush();  // Each stage ends on a full checkpoint, also when stopped.
   }
   ctx->SetIngest(nullptr);
   return status;

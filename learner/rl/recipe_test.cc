@@ -163,7 +163,7 @@ void FakeActor(JobManager* m, PolicyEngine* engine, const std::string& actor_id,
 
 // Opens the state dir (submitting the job on the first start), runs the job
 // with a fake actor until it finishes, writes the metrics scrape.
-int LearnerMain(const std::string& root) {
+int LearnerMain(const std::string& root, int full_every) {
   MetricsRegistry registry;
   LearnerMetrics metrics(&registry);
   // The policy server the job swaps weights into; it starts on the base checkpoint, as after any restart.
@@ -183,7 +183,10 @@ int LearnerMain(const std::string& root) {
     spec.set_base_checkpoint(root + "/base");
     spec.set_task_set(root + "/tasks.jsonl");
     spec.set_rollouts_per_task(2);
-    spec.set_hyperparameters_text(kHyperparameters);
+    std::string hyper = kHyperparameters;
+    const std::string keep = "checkpoint { keep_last: 1000 }";
+    hyper.replace(hyper.find(keep), keep.size(), absl::StrCat("checkpoint { keep_last: 1000 full_every: ", full_every, " }"));
+    spec.set_hyperparameters_text(hyper);
     auto job = (*m)->Submit(spec);
     if (!job.ok()) return std::fprintf(stderr, "submit: %s\n", job.status().ToString().c_str()), 1;
     id = job->id();
@@ -224,11 +227,12 @@ std::string Self() {
   return exe;
 }
 
-pid_t StartLearner(const std::string& root) {
+pid_t StartLearner(const std::string& root, int full_every) {
   const std::string self = Self(), role = "--role=learner", dir = "--root=" + root;
+  const std::string every = absl::StrCat("--full_every=", full_every);
   const pid_t pid = ::fork();
   if (pid == 0) {
-    ::execl(self.c_str(), self.c_str(), role.c_str(), dir.c_str(), static_cast<char*>(nullptr));
+    ::execl(self.c_str(), self.c_str(), role.c_str(), dir.c_str(), every.c_str(), static_cast<char*>(nullptr));
     ::_exit(127);
   }
   return pid;
@@ -344,10 +348,12 @@ TEST(RecipeTest, RftLearningRateIsConstantOrACosineOverTheStage) {
   for (int64_t k = 1; k < total; ++k) EXPECT_LT(RftLearningRate(rft, k, total), RftLearningRate(rft, k - 1, total));
 }
 
-TEST(RecipeTest, AllStagesThroughTheJobApiSurviveKillsBetweenStages) {
+// full_every: CheckpointConfig.full_every. Above 1 the kills fall after an
+// update that wrote no full checkpoint, so each restart rolls back.
+void RunThroughKills(int full_every) {
   const std::string root = NewTempDir("recipe_test_");
   WriteFixtures(root);
-  if (HasFatalFailure()) return;
+  if (::testing::Test::HasFatalFailure()) return;
   // Kill -9 the learner once the job is at (or past) each of these stages.
   std::vector<std::string> kill_at = {"agent_warmup", "value_pretrain", "agentic_ppo"};
   int incarnations = 0, kills = 0;
@@ -355,7 +361,7 @@ TEST(RecipeTest, AllStagesThroughTheJobApiSurviveKillsBetweenStages) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(240);
   bool done = false;
   while (!done && std::chrono::steady_clock::now() < deadline) {
-    const pid_t pid = StartLearner(root);
+    const pid_t pid = StartLearner(root, full_every);
     ASSERT_GT(pid, 0);
     ++incarnations;
     while (true) {
@@ -367,7 +373,8 @@ TEST(RecipeTest, AllStagesThroughTheJobApiSurviveKillsBetweenStages) {
         break;
       }
       v1::Job job;
-      if (!kill_at.empty() && ReadJob(root, &job) && StageIndex(job.stage()) >= StageIndex(kill_at.front())) {
+      if (!kill_at.empty() && ReadJob(root, &job) && StageIndex(job.stage()) >= StageIndex(kill_at.front()) &&
+          (full_every == 1 || job.step() % full_every != 0)) {
         std::printf("kill -9 at stage %s step %ld (stage step %ld)\n", job.stage().c_str(),
                     static_cast<long>(job.step()), static_cast<long>(job.stage_step()));
         ::kill(pid, SIGKILL);
@@ -395,7 +402,7 @@ TEST(RecipeTest, AllStagesThroughTheJobApiSurviveKillsBetweenStages) {
 
   // Every stage's output: the checkpoints by stage, in order.
   const std::vector<std::string> ckpts = CheckpointDirs(root);
-  ASSERT_EQ(static_cast<int64_t>(ckpts.size()), job.step());
+  if (full_every == 1) ASSERT_EQ(static_cast<int64_t>(ckpts.size()), job.step());
   std::map<int, std::vector<std::string>> by_stage;
   std::map<int64_t, int> stage_of_step;  // Committed step -> its recipe stage.
   int last_stage = 0;
@@ -408,12 +415,25 @@ TEST(RecipeTest, AllStagesThroughTheJobApiSurviveKillsBetweenStages) {
     by_stage[stage].push_back(dir);
     stage_of_step[c->step] = stage;
   }
-  EXPECT_EQ(by_stage[0].size(), static_cast<size_t>(kSingleTurnSteps));
   EXPECT_EQ(by_stage.count(1), 0u);  // Warm-up collects, it does not step.
-  ASSERT_GE(by_stage[2].size(), static_cast<size_t>(kRftEpochs));
-  EXPECT_EQ(by_stage[2].size() % kRftEpochs, 0u);
-  EXPECT_EQ(by_stage[3].size(), static_cast<size_t>(kValueSteps));
-  EXPECT_EQ(by_stage[4].size(), static_cast<size_t>(kAgenticSteps));
+  if (full_every == 1) {
+    EXPECT_EQ(by_stage[0].size(), static_cast<size_t>(kSingleTurnSteps));
+    ASSERT_GE(by_stage[2].size(), static_cast<size_t>(kRftEpochs));
+    EXPECT_EQ(by_stage[2].size() % kRftEpochs, 0u);
+    EXPECT_EQ(by_stage[3].size(), static_cast<size_t>(kValueSteps));
+    EXPECT_EQ(by_stage[4].size(), static_cast<size_t>(kAgenticSteps));
+  } else {
+    // A full checkpoint every full_every updates and at each stage's end (the job's last step included).
+    for (int stage : {0, 2, 3, 4}) ASSERT_FALSE(by_stage[stage].empty()) << "stage " << stage;
+    EXPECT_EQ(stage_of_step.rbegin()->first, job.step());
+    for (const auto& [step, stage] : stage_of_step) {
+      auto next = stage_of_step.upper_bound(step);
+      const bool stage_end = next == stage_of_step.end() || next->second > stage;
+      EXPECT_TRUE(step % full_every == 0 || stage_end) << "a full checkpoint at step " << step;
+    }
+    // Exports between full checkpoints are removed once a full one covers them.
+    EXPECT_TRUE(ListDir(root + "/state/jobs/" + job.id() + "/checkpoints/exports").empty());
+  }
   // RFT moves the policy only, value pretraining the critic only.
   EXPECT_FALSE(SameWeights(by_stage[0].back() + "/policy", by_stage[2].front() + "/policy", Head::kLanguageModel));
   EXPECT_TRUE(SameWeights(by_stage[0].back() + "/critic", by_stage[2].back() + "/critic", Head::kValue));
@@ -430,7 +450,7 @@ TEST(RecipeTest, AllStagesThroughTheJobApiSurviveKillsBetweenStages) {
   std::map<std::string, int64_t> trained;  // id -> step
   std::set<std::string> infra;
   std::map<int64_t, std::vector<v1::LedgerRecord>> updates;  // step -> its UPDATE records
-  int warmup_accepted = 0, warmup_dropped = 0, slots_dropped = 0;
+  int warmup_accepted = 0, warmup_dropped = 0, slots_dropped = 0, rollbacks = 0;
   for (absl::string_view line : absl::StrSplit(*ledger, '\n', absl::SkipEmpty())) {
     v1::LedgerRecord r;
     ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(std::string(line), &r).ok()) << line;
@@ -446,6 +466,8 @@ TEST(RecipeTest, AllStagesThroughTheJobApiSurviveKillsBetweenStages) {
     }
     if (r.kind() == v1::LedgerRecord::ROLLBACK) {
       for (auto it = trained.begin(); it != trained.end();) it = it->second > r.step() ? trained.erase(it) : ++it;
+      updates.erase(updates.upper_bound(r.step()), updates.end());
+      ++rollbacks;
     }
     if (r.kind() == v1::LedgerRecord::TRAINED) {
       EXPECT_EQ(trained.count(r.trajectory_id()), 0u) << r.trajectory_id() << " trained twice";
@@ -455,7 +477,19 @@ TEST(RecipeTest, AllStagesThroughTheJobApiSurviveKillsBetweenStages) {
   }
   const char* stage_names[] = {"single_turn_ppo", "agent_warmup", "rft", "value_pretrain", "agentic_ppo"};
   for (const auto& [step, records] : updates) {
-    EXPECT_TRUE(stage_of_step.count(step)) << "UPDATE record of step " << step << ", never committed";
+    EXPECT_TRUE(stage_of_step.count(step) || (full_every > 1 && step <= job.step()))
+        << "UPDATE record of step " << step << ", never committed";
+  }
+  if (full_every > 1) {
+    EXPECT_GE(rollbacks, 1) << "no kill fell between full checkpoints";
+    for (int64_t step = 1; step <= job.step(); ++step) {
+      if (updates[step].empty()) continue;  // Cut by a kill; counted below for the full checkpoints.
+      EXPECT_EQ(updates[step].back().policy_version(), step);
+      // A stage's last update exports; its full checkpoint (Flush) follows the UPDATE record.
+      EXPECT_TRUE(updates[step].back().metrics().count(step % full_every == 0 ? "checkpoint_seconds" : "export_seconds"))
+          << "step " << step;
+      if (stage_of_step.count(step)) updates[step].erase(updates[step].begin(), updates[step].end() - 1);
+    }
   }
   int missing = 0;
   for (const auto& [step, stage] : stage_of_step) {
@@ -473,7 +507,7 @@ TEST(RecipeTest, AllStagesThroughTheJobApiSurviveKillsBetweenStages) {
     EXPECT_EQ(u.stage(), stage_names[stage]) << "step " << step;
     EXPECT_EQ(u.policy_version(), step);
     EXPECT_GE(u.stage_step(), 1);
-    EXPECT_TRUE(u.metrics().count("checkpoint_seconds")) << "step " << step;
+    EXPECT_TRUE(u.metrics().count(step % full_every == 0 ? "checkpoint_seconds" : "export_seconds")) << "step " << step;
     EXPECT_EQ(u.metrics().at("policy_version"), step);
   }
   EXPECT_LE(missing, kills);
@@ -532,13 +566,20 @@ TEST(RecipeTest, AllStagesThroughTheJobApiSurviveKillsBetweenStages) {
   EXPECT_GT(at("kernelrl_learner_tokens_trained_total"), 0);
 }
 
+TEST(RecipeTest, AllStagesThroughTheJobApiSurviveKillsBetweenStages) { RunThroughKills(1); }
+
+// Full checkpoints every 2 updates: kills after an update without one roll
+// the job back to the last full checkpoint; it ends the same way.
+TEST(RecipeTest, FullCheckpointsEveryTwoUpdatesSurviveKillsInBetween) { RunThroughKills(2); }
+
 }  // namespace
 }  // namespace kernelrl::learner::rl
 
 int main(int argc, char** argv) {
-  for (int i = 1; i + 1 < argc; ++i) {
-    if (std::string(argv[i]) == "--role=learner" && std::string(argv[i + 1]).rfind("--root=", 0) == 0) {
-      return kernelrl::learner::rl::LearnerMain(argv[i + 1] + 7);
+  for (int i = 1; i + 2 < argc; ++i) {
+    if (std::string(argv[i]) == "--role=learner" && std::string(argv[i + 1]).rfind("--root=", 0) == 0 &&
+        std::string(argv[i + 2]).rfind("--full_every=", 0) == 0) {
+      return kernelrl::learner::rl::LearnerMain(argv[i + 1] + 7, std::atoi(argv[i + 2] + 13));
     }
   }
   testing::InitGoogleTest(&argc, argv);
