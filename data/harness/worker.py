@@ -517,8 +517,11 @@ def time_task(req):
     if dev not in _BACKENDS:
         with _lock(req.get("lock")):
             _BACKENDS[dev] = backends.make_backend(dev)
-            if dev == "cuda":
-                _BACKENDS[dev].anchor()  # Its buffers now: the worker's own memory, outside every grant.
+            # Its buffers written now (the cache flush, sized by the last-level
+            # cache: 2 x 480 MiB on some hosts; the anchor's copy): the worker's
+            # own memory, outside every grant.
+            _BACKENDS[dev].prepare()
+            _BACKENDS[dev].anchor()
     args = _Args(device=dev, compile=False, budget_s=float(req.get("budget_s", 0.05)),
                  min_samples=int(req.get("min_samples", 3)), max_samples=int(req.get("max_samples", 20)))
     w0 = dict(_TimedLock.waits)

@@ -10,10 +10,12 @@
 // saved and resumed takes the same next step as the uninterrupted one.
 #include "learner/rl/dp_job.h"
 
+#include <c10/cuda/CUDAFunctions.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <random>
@@ -22,6 +24,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/file.h"
 #include "gtest/gtest.h"
+#include "learner/dist/launcher.h"
 #include "learner/dist/store_backend_for_test.h"
 #include "learner/rl/ingest.h"
 #include "learner/checkpoint.h"
@@ -50,7 +53,7 @@ v1::Trajectory RandomTrajectory(int i, std::mt19937_64& rng) {
 // A resident model's weights, by name order (a sharded model's parameters are its shards).
 std::vector<at::Tensor> Weights(const Transformer& m) {
   std::vector<at::Tensor> w;
-  for (const at::Tensor& p : m.parameters()) w.push_back(p.detach().to(at::kFloat).clone());
+  for (const at::Tensor& p : m.parameters()) w.push_back(p.detach().to(at::kCPU, at::kFloat).clone());
   return w;
 }
 
@@ -63,7 +66,7 @@ struct Fixture {
 
 // A tiny base model and 7 trajectories in a job directory; KERNELRL_TEST_DP_SEED
 // reruns one seed (printed) of a failed run.
-void MakeFixture(Fixture* f) {
+void MakeFixture(Fixture* f, const std::string& device = "cpu") {
   char tmpl[] = "/tmp/dp_job_test_XXXXXX";
   f->root = mkdtemp(tmpl);
   f->job_dir = f->root + "/job", f->base = f->root + "/base";
@@ -93,10 +96,10 @@ void MakeFixture(Fixture* f) {
   double baselines = 0;
   for (const Sample& s : f->batch) baselines += std::abs(s.baseline);
   ASSERT_GT(baselines, 0.0);
-  f->hyper = R"pb(device { device: "cpu" dtype: "float32" }
+  f->hyper = "device { device: \"" + device + R"(" dtype: "float32" }
                   batch { max_tokens_per_row: 32 activation_checkpointing: false }
                   ppo { task_baseline: true }
-                  actor_optimizer { lr: 1e-3 eps: 1e-6 } critic_optimizer { lr: 1e-3 eps: 1e-6 })pb";
+                  actor_optimizer { lr: 1e-3 eps: 1e-6 } critic_optimizer { lr: 1e-3 eps: 1e-6 })";
   auto config = ParseJobConfig(f->hyper);
   ASSERT_TRUE(config.ok()) << config.status();
   f->config = *config;
@@ -114,12 +117,59 @@ struct GroupRun {
   std::vector<std::vector<float>> values;  // The critic's values of the batch after the steps.
 };
 
-// `world` ranks (rank 0 here, the others in threads) run `steps` through the
-// protocol from `checkpoint_dir` (empty: the base model). Sharded, the
-// weights come back through DpLeader::Save into `save_dir`.
+// Rank 0's side of a job on `dp`: setup from `checkpoint_dir` (empty: the
+// base model), `steps`, the critic's values; sharded, the weights come back
+// through DpLeader::Save into `save_dir`.
+absl::StatusOr<GroupRun> Lead(dist::DataParallel* dp, GroupSharding sharding, const Fixture& f,
+                              const std::vector<StepKind>& steps, at::Device device,
+                              const std::string& checkpoint_dir, const std::string& save_dir) {
+  GroupRun run;
+  DpLeader leader(dp, sharding);
+  std::map<std::string, at::Tensor> optimizer;
+  std::string policy_dir = f.base, critic_dir = f.base;
+  if (!checkpoint_dir.empty()) {
+    auto loaded = LoadCheckpoint(checkpoint_dir, /*restore_rng=*/false);
+    if (!loaded.ok()) return loaded.status();
+    optimizer = loaded->optimizer, policy_dir = loaded->policy_dir, critic_dir = loaded->critic_dir;
+  }
+  auto trainer = leader.Setup(f.job_dir, device, policy_dir, critic_dir, checkpoint_dir, f.hyper, optimizer);
+  if (!trainer.ok()) return trainer.status();
+  for (StepKind k : steps) {
+    auto mine = leader.Step(k, f.batch, (*trainer)->actor_optimizer().lr());
+    if (!mine.ok()) return mine.status();
+    if (mine->size() >= f.batch.size()) return absl::InternalError("rank 0 took the whole batch");
+    auto m = RunStep(**trainer, k, *mine, static_cast<int64_t>(f.batch.size()));
+    if (!m.ok()) return m.status();
+    run.metrics.push_back(*m);
+  }
+  auto values = leader.CriticValues(f.batch, trainer->get());
+  if (!values.ok()) return values.status();
+  run.values = *values;
+  if (leader.sharded()) {
+    auto exported = leader.ExportPolicy(trainer->get());  // Weight sync between full checkpoints.
+    if (!exported.ok()) return exported.status();
+    auto whole = leader.Save(save_dir, trainer->get());
+    if (!whole.ok()) return whole.status();
+    run.weights = Weights(*whole->policy);
+    const std::vector<at::Tensor> policy = Weights(**exported);
+    for (size_t w = 0; w < policy.size(); ++w) {
+      if (!at::equal(policy[w], run.weights[w])) return absl::InternalError("the export is not the policy");
+    }
+    for (const at::Tensor& w : Weights(*whole->critic)) run.weights.push_back(w);
+  } else {
+    run.weights = Weights((*trainer)->policy());
+    for (const at::Tensor& w : Weights(*(*trainer)->critic())) run.weights.push_back(w);
+  }
+  if (auto s = leader.End(); !s.ok()) return s;
+  if (auto s = leader.Exit(); !s.ok()) return s;
+  return run;
+}
+
+// `world` ranks (rank 0 here, the others in threads) run a job through the
+// protocol on the CPU.
 absl::StatusOr<GroupRun> RunGroup(const Fixture& f, int world, GroupSharding sharding, const std::vector<StepKind>& steps,
-                             const std::string& store_name, const std::string& checkpoint_dir = "",
-                             const std::string& save_dir = "") {
+                                  const std::string& store_name, const std::string& checkpoint_dir = "",
+                                  const std::string& save_dir = "") {
   const std::string store = "file://" + f.root + "/" + store_name;
   auto make = [](auto s, int rank, int n) { return c10::make_intrusive<dist::StoreBackendForTest>(s, rank, n); };
   std::vector<absl::Status> follower_status(world);
@@ -130,51 +180,13 @@ absl::StatusOr<GroupRun> RunGroup(const Fixture& f, int world, GroupSharding sha
       follower_status[r] = dp.ok() ? RunDpFollower(dp->get()) : dp.status();
     });
   }
-  GroupRun run;
-  absl::Status status = [&]() -> absl::Status {
+  absl::StatusOr<GroupRun> run = [&]() -> absl::StatusOr<GroupRun> {
     auto dp = dist::DataParallel::Connect({0, world, store, absl::Seconds(120)}, at::kCPU, make);
     if (!dp.ok()) return dp.status();
-    DpLeader leader(dp->get(), sharding);
-    std::map<std::string, at::Tensor> optimizer;
-    std::string policy_dir = f.base, critic_dir = f.base;
-    if (!checkpoint_dir.empty()) {
-      auto loaded = LoadCheckpoint(checkpoint_dir, /*restore_rng=*/false);
-      if (!loaded.ok()) return loaded.status();
-      optimizer = loaded->optimizer, policy_dir = loaded->policy_dir, critic_dir = loaded->critic_dir;
-    }
-    auto trainer = leader.Setup(f.job_dir, at::kCPU, policy_dir, critic_dir, checkpoint_dir, f.hyper, optimizer);
-    if (!trainer.ok()) return trainer.status();
-    for (StepKind k : steps) {
-      auto mine = leader.Step(k, f.batch, (*trainer)->actor_optimizer().lr());
-      if (!mine.ok()) return mine.status();
-      if (mine->size() >= f.batch.size()) return absl::InternalError("rank 0 took the whole batch");
-      auto m = RunStep(**trainer, k, *mine, static_cast<int64_t>(f.batch.size()));
-      if (!m.ok()) return m.status();
-      run.metrics.push_back(*m);
-    }
-    auto values = leader.CriticValues(f.batch, trainer->get());
-    if (!values.ok()) return values.status();
-    run.values = *values;
-    if (leader.sharded()) {
-      auto exported = leader.ExportPolicy(trainer->get());  // Weight sync between full checkpoints.
-      if (!exported.ok()) return exported.status();
-      auto whole = leader.Save(save_dir, trainer->get());
-      if (!whole.ok()) return whole.status();
-      run.weights = Weights(*whole->policy);
-      const std::vector<at::Tensor> policy = Weights(**exported);
-      for (size_t w = 0; w < policy.size(); ++w) {
-        if (!at::equal(policy[w], run.weights[w])) return absl::InternalError("the export is not the policy");
-      }
-      for (const at::Tensor& w : Weights(*whole->critic)) run.weights.push_back(w);
-    } else {
-      run.weights = Weights((*trainer)->policy());
-      for (const at::Tensor& w : Weights(*(*trainer)->critic())) run.weights.push_back(w);
-    }
-    if (auto s = leader.End(); !s.ok()) return s;
-    return leader.Exit();
+    return Lead(dp->get(), sharding, f, steps, at::kCPU, checkpoint_dir, save_dir);
   }();
   for (auto& t : followers) t.join();
-  if (!status.ok()) return status;
+  if (!run.ok()) return run;
   for (int r = 1; r < world; ++r) {
     if (!follower_status[r].ok()) return absl::InternalError(absl::StrCat("rank ", r, ": ", follower_status[r].ToString()));
   }
@@ -339,5 +351,60 @@ TEST(DpJobTest, AJobThatCannotFitIsRefusedBeforeLoading) {
   EXPECT_NE(trainer.status().message().find("GiB per GPU"), std::string::npos) << trainer.status();
 }
 
+// ---- GPU: a fully sharded job over ProcessGroupNCCL ----
+
+TEST(DpJobGpuTest, FullShardJobOverNcclTrainsLikeOneGpu) {
+  if (!at::hasCUDA()) GTEST_SKIP() << "no CUDA device: the NCCL job test runs on a GPU machine";
+  const char* want_env = std::getenv("KERNELRL_TEST_DP_GPUS");
+  const int world = want_env != nullptr ? std::atoi(want_env) : 2;
+  ASSERT_GE(c10::cuda::device_count(), world) << "asked for " << world << " GPUs (KERNELRL_TEST_DP_GPUS)";
+  Fixture f;
+  MakeFixture(&f, "cuda");
+  const at::Device gpu0(at::kCUDA, 0);
+  auto single = MakeJobTrainer(f.config, f.base, f.base, {}, gpu0);
+  ASSERT_TRUE(single.ok()) << single.status();
+  std::vector<at::Tensor> before = Weights((*single)->policy());
+  for (const at::Tensor& w : Weights(*(*single)->critic())) before.push_back(w);
+  GroupRun expected;
+  for (StepKind k : kSteps) {
+    auto m = RunStep(**single, k, f.batch);
+    ASSERT_TRUE(m.ok()) << m.status();
+    expected.metrics.push_back(*m);
+  }
+  expected.weights = Weights((*single)->policy());
+  for (const at::Tensor& w : Weights(*(*single)->critic())) expected.weights.push_back(w);
+  auto values = (*single)->CriticValues(f.batch);
+  ASSERT_TRUE(values.ok()) << values.status();
+  expected.values = *values;
+
+  auto address = dist::DataParallel::HostTcpStore("127.0.0.1", 0, absl::Seconds(300));
+  ASSERT_TRUE(address.ok()) << address.status();
+  auto pids = dist::SpawnRanks({"--role=dp_follower"}, world, *address);
+  ASSERT_TRUE(pids.ok()) << pids.status();
+  auto dp = dist::DataParallel::ConnectNccl({0, world, *address, absl::Seconds(300)}, 0);
+  ASSERT_TRUE(dp.ok()) << dp.status();
+  auto run = Lead(dp->get(), {v1::DistributedConfig::FULL_SHARD, world}, f, {std::begin(kSteps), std::end(kSteps)},
+                  gpu0, "", f.root + "/saved");
+  ASSERT_TRUE(run.ok()) << run.status();
+  EXPECT_TRUE(dist::WaitRanks(*pids).ok());
+  ExpectLikeOneRank(*run, expected, before, "nccl full shard");
+}
+
 }  // namespace
 }  // namespace kernelrl::learner::rl
+
+// A spawned rank (--role=dp_follower) follows rank 0 over NCCL on its GPU.
+int main(int argc, char** argv) {
+  namespace dist = kernelrl::learner::dist;
+  auto flags = dist::TakeRankFlags(&argc, argv);
+  if (!flags.ok()) return std::fprintf(stderr, "%s\n", flags.status().ToString().c_str()), 2;
+  if (flags->rank > 0) {
+    auto dp = dist::DataParallel::ConnectNccl({flags->rank, flags->world_size, flags->rendezvous, absl::Seconds(300)},
+                                              flags->rank);
+    absl::Status s = dp.ok() ? kernelrl::learner::rl::RunDpFollower(dp->get()) : dp.status();
+    if (!s.ok()) std::fprintf(stderr, "rank %d: %s\n", flags->rank, s.ToString().c_str());
+    return s.ok() ? 0 : 1;
+  }
+  testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}
