@@ -72,9 +72,10 @@ learner_group_check() {
   local h0=$!
   for i in $(seq 120); do
     if grep -q "joined" "$G/host1.log" && grep -q "data-parallel rank 0 of 2" "$G/host0.log"; then joined=1; break; fi
+    kill -0 "$h0" 2>/dev/null || break  # Host 0 gave up.
     sleep 0.5
   done
-  kill -TERM "$h0"
+  kill -TERM "$h0" 2>/dev/null
   wait "$h0"; local rc0=$?
   for i in $(seq 60); do kill -0 "$h1" 2>/dev/null || break; sleep 0.5; done
   kill -KILL "$h1" 2>/dev/null
@@ -82,7 +83,7 @@ learner_group_check() {
   local result=FAIL
   [ "$joined" = 1 ] && [ "$rc0" = 0 ] && [ "$rc1" = 0 ] && result=PASS
   echo "learner group $result: joined=$joined host0 exit $rc0, host1 exit $rc1" | tee -a "$S"
-  [ "$result" = PASS ] || tail -5 "$G/host0.log" "$G/host1.log" | tee -a "$S"
+  [ "$result" = PASS ] || tail -n 5 "$G/host0.log" "$G/host1.log" | tee -a "$S"
 }
 if [ "${MODE:-one}" = "dp" ]; then
   # NVLink multicast stays off (shared hosts; .library/device/KINDS.md); ranks inherit this environment.
