@@ -228,24 +228,32 @@ void ExpectLikeOneRank(const GroupRun& got, const GroupRun& expected, const std:
   }
 }
 
-TEST(DpJobTest, ReplicatedAndShardedGroupsTrainLikeOneRank) {
-  Fixture f;
-  MakeFixture(&f);
-  auto single = MakeJobTrainer(f.config, f.base, f.base, {}, at::kCPU);
+// One trainer on `device` takes kSteps on the whole batch: the weights
+// before, and the metrics, weights and critic values after.
+void OneRank(const Fixture& f, at::Device device, std::vector<at::Tensor>* before, GroupRun* expected) {
+  auto single = MakeJobTrainer(f.config, f.base, f.base, {}, device);
   ASSERT_TRUE(single.ok()) << single.status();
-  std::vector<at::Tensor> before = Weights((*single)->policy());
-  for (const at::Tensor& w : Weights(*(*single)->critic())) before.push_back(w);
-  GroupRun expected;
+  *before = Weights((*single)->policy());
+  for (const at::Tensor& w : Weights(*(*single)->critic())) before->push_back(w);
   for (StepKind k : kSteps) {
     auto m = RunStep(**single, k, f.batch);
     ASSERT_TRUE(m.ok()) << m.status();
-    expected.metrics.push_back(*m);
+    expected->metrics.push_back(*m);
   }
-  expected.weights = Weights((*single)->policy());
-  for (const at::Tensor& w : Weights(*(*single)->critic())) expected.weights.push_back(w);
+  expected->weights = Weights((*single)->policy());
+  for (const at::Tensor& w : Weights(*(*single)->critic())) expected->weights.push_back(w);
   auto values = (*single)->CriticValues(f.batch);
   ASSERT_TRUE(values.ok()) << values.status();
-  expected.values = *values;
+  expected->values = *values;
+}
+
+TEST(DpJobTest, ReplicatedAndShardedGroupsTrainLikeOneRank) {
+  Fixture f;
+  MakeFixture(&f);
+  std::vector<at::Tensor> before;
+  GroupRun expected;
+  OneRank(f, at::kCPU, &before, &expected);
+  if (HasFatalFailure()) return;
 
   using D = v1::DistributedConfig;
   const struct {
@@ -361,21 +369,10 @@ TEST(DpJobGpuTest, FullShardJobOverNcclTrainsLikeOneGpu) {
   Fixture f;
   MakeFixture(&f, "cuda");
   const at::Device gpu0(at::kCUDA, 0);
-  auto single = MakeJobTrainer(f.config, f.base, f.base, {}, gpu0);
-  ASSERT_TRUE(single.ok()) << single.status();
-  std::vector<at::Tensor> before = Weights((*single)->policy());
-  for (const at::Tensor& w : Weights(*(*single)->critic())) before.push_back(w);
+  std::vector<at::Tensor> before;
   GroupRun expected;
-  for (StepKind k : kSteps) {
-    auto m = RunStep(**single, k, f.batch);
-    ASSERT_TRUE(m.ok()) << m.status();
-    expected.metrics.push_back(*m);
-  }
-  expected.weights = Weights((*single)->policy());
-  for (const at::Tensor& w : Weights(*(*single)->critic())) expected.weights.push_back(w);
-  auto values = (*single)->CriticValues(f.batch);
-  ASSERT_TRUE(values.ok()) << values.status();
-  expected.values = *values;
+  OneRank(f, gpu0, &before, &expected);
+  if (HasFatalFailure()) return;
 
   auto address = dist::DataParallel::HostTcpStore("127.0.0.1", 0, absl::Seconds(300));
   ASSERT_TRUE(address.ok()) << address.status();
