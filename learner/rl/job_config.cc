@@ -8,6 +8,7 @@
 #include "common/config.h"
 #include "common/file.h"
 #include "data/dataset.h"
+#include "learner/model_config.h"
 #include "google/protobuf/util/json_util.h"
 
 namespace kernelrl::learner::rl {
@@ -144,6 +145,16 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec) {
   if (!IsDir(spec.base_checkpoint())) return bad("base_checkpoint", spec.base_checkpoint() + " is not a directory");
   if (!ReadFileToString(spec.base_checkpoint() + "/config.json").ok()) {
     return bad("base_checkpoint", spec.base_checkpoint() + " has no readable config.json");
+  }
+  if (!spec.critic_checkpoint().empty()) {
+    auto actor = ModelConfig::Load(spec.base_checkpoint() + "/config.json");
+    if (!actor.ok()) return bad("base_checkpoint", std::string(actor.status().message()));
+    auto critic = ModelConfig::Load(spec.critic_checkpoint() + "/config.json");
+    if (!critic.ok()) return bad("critic_checkpoint", std::string(critic.status().message()));
+    if (critic->vocab_size != actor->vocab_size) {
+      return bad("critic_checkpoint", absl::StrCat("vocab_size ", critic->vocab_size, " but the actor's is ",
+                                                   actor->vocab_size, ": the critic reads the actor's tokens"));
+    }
   }
   if (spec.task_set().empty()) return bad("task_set", "required (a JSON-lines file of kernelrl.v1.Task)");
   auto tasks = LoadTaskSet(spec.task_set());

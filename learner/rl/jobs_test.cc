@@ -148,6 +148,25 @@ TEST(JobManagerTest, BadSpecIsInvalidArgumentNamingTheField) {
   s = spec;
   s.set_hyperparameters_text("ppo { clip_high: -1 }");
   expect(s, "ppo.clip_high");
+  // A smaller critic must read the actor's tokens.
+  auto model = [&](const std::string& name, int vocab, int hidden) {
+    ::mkdir((root + "/" + name).c_str(), 0755);
+    EXPECT_TRUE(WriteFileAtomically(root + "/" + name + "/config.json",
+                                    absl::StrCat(R"({"model_type": "qwen2", "vocab_size": )", vocab,
+                                                 R"(, "hidden_size": )", hidden, R"(, "intermediate_size": )",
+                                                 4 * hidden, R"(, "num_hidden_layers": 2, "num_attention_heads": 4,
+                                                 "num_key_value_heads": 2})"))
+                    .ok());
+    return root + "/" + name;
+  };
+  s = spec;
+  s.set_base_checkpoint(model("actor", 64, 64));
+  s.set_critic_checkpoint(root + "/missing");
+  expect(s, "spec.critic_checkpoint");
+  s.set_critic_checkpoint(model("critic_other_vocab", 96, 32));
+  expect(s, "spec.critic_checkpoint: vocab_size 96 but the actor's is 64");
+  s.set_critic_checkpoint(model("critic_small", 64, 32));
+  EXPECT_TRUE(ValidateJobSpec(s).ok()) << ValidateJobSpec(s);
   auto list = (*m)->List(0, "");
   ASSERT_TRUE(list.ok());
   EXPECT_EQ(list->jobs_size(), 0);  // Never a FAILED job.

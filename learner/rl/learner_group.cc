@@ -41,7 +41,13 @@ std::optional<int> JoinLearnerGroup(int* argc, char** argv, const char* defaults
   }
   group->plan = *plan;
   group->sharding = {config.distributed().sharding(), plan->ranks_per_host};
-  if (plan->world_size == 1) return std::nullopt;
+  if (plan->world_size == 1) {
+    if (config.distributed().sharding() != v1::DistributedConfig::REPLICATE) {
+      KLOG(WARNING) << "learner: distributed.sharding " << v1::DistributedConfig::Sharding_Name(config.distributed().sharding())
+                    << " with one rank: jobs train unsharded (set distributed.ranks_per_host or hosts)";
+    }
+    return std::nullopt;
+  }
   if (plan->spawned) {
     auto d = dist::DataParallel::ConnectNccl(RendezvousOf(*plan, plan->rendezvous), plan->local_rank);
     absl::Status s = d.ok() ? RunDpFollower(d->get()) : d.status();

@@ -112,7 +112,8 @@ absl::Status RecipeRunner::Setup(JobContext* ctx) {
                                                    : 0;
   at::manual_seed(config_.seed());
   ckpt_root_ = ctx->dir() + "/checkpoints";
-  std::string policy_dir = spec_.base_checkpoint(), critic_dir = spec_.base_checkpoint();
+  std::string policy_dir = spec_.base_checkpoint();
+  std::string critic_dir = spec_.critic_checkpoint().empty() ? spec_.base_checkpoint() : spec_.critic_checkpoint();
   std::map<std::string, at::Tensor> optimizer;
   auto latest = LoadLatestCheckpoint(ckpt_root_, /*restore_rng=*/true);
   if (latest.ok()) {

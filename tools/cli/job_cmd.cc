@@ -50,6 +50,7 @@ int SubmitMain(int argc, char** argv) {
   cl.Flag("--learner", "learner", "Learner gRPC address");
   cl.Flag("--name", "spec.name", "Human-readable name");
   cl.Flag("--base_checkpoint", "spec.base_checkpoint", "Hugging Face checkpoint directory");
+  cl.Flag("--critic_checkpoint", "spec.critic_checkpoint", "The critic's starting checkpoint (default: the base)");
   cl.Flag("--task_set", "spec.task_set", "JSON-lines file of kernelrl.v1.Task");
   cl.Flag("--max_steps", "spec.max_steps", "Agentic PPO steps (0 = the recipe's)");
   cl.Flag("--rollouts_per_task", "spec.rollouts_per_task", "Rollouts per task (0 = 1)");
