@@ -383,7 +383,7 @@ def run(job, to_cand, from_cand, result_fd, xsock=-1):
     device = job["device"]
     result = {"sets": [], "candidate_flags": [], "candidate_error": None, "candidate_done": False,
               "mutated": False, "written_after_done": False, "ref_error": None, "details": [], "forward_ms": [],
-              "precision": ""}
+              "forward_us": [], "precision": ""}
     t_start = time.perf_counter()
     clock = protocol.Timeline(job.get("t0_mono"))
     exchange = wire.RefExchange(job["exchange_dir"], device, xsock)
@@ -427,6 +427,7 @@ def run(job, to_cand, from_cand, result_fd, xsock=-1):
                 verified = False
                 break
             result["forward_ms"].append(call["block_us"] / 1e3)
+            result["forward_us"].append(call["phases"]["forwards_us"] / max(1, call["forwards"]))
             clock.mark("wait_candidate")
             entry = {"set": i, "dist": dist, "ok": True, "detail": ""}
             why = driver.check(call, scale_atol_for={0} if dist in scaled_dists else ())
