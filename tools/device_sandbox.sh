@@ -15,7 +15,9 @@
 # 3. runs the reference solutions (KernelBench level 1 and 2) and the CUDA
 #    exploit suite through the real worker core (sandbox_cli: compile ->
 #    isolated verify -> profile -> judge) with profiling on;
-# 4. prints a table: outcome, reward, speed-ups, times per task.
+# 4. prints a table: outcome, reward, speed-ups, times per task;
+# 4b. submits the coin-flip exploit 8 times through a worker with the verdict
+#    cache on and checks the cache's rule (PASS / FAIL).
 # Every step has a wall cap and the summary runs whatever happened before it;
 # knobs (seconds): PRECOMPUTE_WALL (150, the executor-path baselines), SUITE_WALL
 # (200), WALL (45, per verify+profile), PROFILE_BUDGET (0.5, timing per candidate),
@@ -182,6 +184,35 @@ grep -h "^W \|profiling on" "$OUT/suite_stderr.log" | head -5  # common/log.h: W
 grep -h "CUPTI recorder" "$OUT/zygote.log" 2>/dev/null | head -2
 
 [ -n "$BENCH" ] && wait $BENCH && tail -8 "$OUT/compile_bench.log"
+
+# 4b. The coin flip through the verdict cache (sandbox/exploits/EXPECTED.md):
+#     8 submissions of the same bytes to one worker with the cache on, each
+#     entry served once. The rule: a served verdict only after >= 2 fresh
+#     verdicts of those bytes, all with its outcome and reward. COIN=0 skips it.
+if [ "${COIN:-1}" = 1 ]; then
+  for i in 1 2 3 4 5 6 7 8; do
+    echo "cache/coin_flip_$i sandbox/testdata/gpu_tasks/relu.py sandbox/exploits/cuda_cache/coin_flip OK"
+  done > "$OUT/coin.txt"
+  timeout "${COIN_WALL:-120}" $CLI --suite="$OUT/coin.txt" --json_out="$OUT/coin.jsonl" --set=work_root=/tmp/kr_coin \
+    --set=verify.wall_seconds="${WALL:-45}" --set=verdict_cache.max_entries=64 --set=verdict_cache.max_uses=1 \
+    > "$OUT/coin_table.txt" 2> "$OUT/coin_stderr.log"
+  echo "coin flip suite rc=$? at $(elapsed) s (non-zero whenever the coin said HACK)"
+  $PY - "$OUT/coin.jsonl" <<'PYEOF'
+import json, sys
+fresh, bad, served = [], [], 0
+for line in open(sys.argv[1]):
+    v = json.loads(line)["verdict"]
+    seen = (v.get("outcome"), v.get("reward", 0))
+    if not v.get("cached"):
+        fresh.append(seen)
+        continue
+    served += 1
+    if len(fresh) < 2 or any(f != seen for f in fresh):
+        bad.append(f"served {seen} after fresh {fresh}")
+print(f"coin flip through the verdict cache: {len(fresh)} fresh "
+      f"({', '.join(f'{o} r={r:g}' for o, r in fresh)}), {served} served: {'FAIL ' + '; '.join(bad) if bad else 'PASS'}")
+PYEOF
+fi
 
 # 5. Summary table (runs on whatever the steps above left).
 $PY - "$OUT" <<'PYEOF'
