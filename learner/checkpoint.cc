@@ -1,11 +1,11 @@
 #include "common/clock.h"
 #include "learner/checkpoint.h"
 
-#include <dirent.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <ctime>
 #include <vector>
@@ -13,6 +13,7 @@
 #include <ATen/Context.h>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
@@ -23,6 +24,20 @@
 namespace kernelrl::learner {
 namespace {
 
+
+// Removes all but the newest `keep` step-* directories of `dir` (never
+// `spare`, the one just written). What is saved stays saved: an old one that
+// will not go is a warning.
+void KeepNewestSteps(const std::string& dir, int keep, const std::string& spare) {
+  std::vector<std::string> steps;
+  for (const std::string& n : ListDir(dir)) {
+    if (absl::StartsWith(n, "step-")) steps.push_back(n);
+  }
+  for (size_t i = 0; keep > 0 && i + keep < steps.size(); ++i) {
+    if (steps[i] == spare) continue;
+    if (auto r = RemoveTree(dir + "/" + steps[i]); !r.ok()) KLOG(WARNING) << "retention: " << r;
+  }
+}
 
 // Every regular file under dir (relative path -> size); fsyncs directories on the way.
 absl::Status Inventory(const std::string& dir, const std::string& rel, Json* files) {
@@ -126,17 +141,35 @@ absl::StatusOr<std::string> SaveCheckpoint(const std::string& root, const Checkp
     if (auto r = RemoveTree(tmp); !r.ok()) KLOG(WARNING) << "checkpoint: leaving " << tmp << ": " << r;
     return s;
   }
-  // Retention: keep the newest keep_last step-* directories.
-  std::vector<std::string> steps;
-  for (const std::string& n : ListDir(root)) {
-    if (absl::StartsWith(n, "step-")) steps.push_back(n);
-  }
-  for (size_t i = 0; c.keep_last > 0 && i + c.keep_last < steps.size(); ++i) {
-    if (steps[i] == name) continue;
-    // The new checkpoint is saved; an old one that will not go is worth a warning, not a failed save.
-    if (auto r = RemoveTree(root + "/" + steps[i]); !r.ok()) KLOG(WARNING) << "checkpoint retention: " << r;
-  }
+  KeepNewestSteps(root, c.keep_last, name);
   return final_dir;
+}
+
+absl::StatusOr<std::string> SavePolicyExport(const std::string& root, int64_t step, const Transformer& policy) {
+  const std::string exports = root + "/exports", name = absl::StrFormat("step-%08d", step);
+  const std::string dir = exports + "/" + name, tmp = exports + "/.tmp-" + name;
+  for (const std::string& d : {root, exports}) {
+    if (auto s = MakeDir(d, 0755); !s.ok()) return s;
+  }
+  if (auto s = RemoveTree(tmp); !s.ok()) return s;
+  if (auto s = MakeDir(tmp, 0755); !s.ok()) return s;
+  if (auto s = policy.Save(tmp); !s.ok()) return s;
+  if (auto s = RemoveTree(dir); !s.ok()) return s;  // A re-run of a rolled-back step.
+  if (::rename(tmp.c_str(), dir.c_str()) != 0) {
+    return absl::InternalError(absl::StrCat("rename ", tmp, " -> ", dir, ": ", std::strerror(errno)));
+  }
+  KeepNewestSteps(exports, 2, name);  // The one just published and the one before it.
+  return dir;
+}
+
+void DropPolicyExports(const std::string& root, int64_t step) {
+  const std::string exports = root + "/exports";
+  for (const std::string& n : ListDir(exports)) {
+    int64_t k = 0;
+    if (absl::StartsWith(n, ".tmp-") || (absl::SimpleAtoi(absl::string_view(n).substr(5), &k) && k <= step)) {
+      if (auto s = RemoveTree(exports + "/" + n); !s.ok()) KLOG(WARNING) << "exports: " << s;
+    }
+  }
 }
 
 absl::StatusOr<LoadedCheckpoint> LoadLatestCheckpoint(const std::string& root, bool restore_rng) {

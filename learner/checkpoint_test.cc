@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/file.h"
 #include "gtest/gtest.h"
 #include "learner/safetensors.h"
 #include "learner/test_util.h"
@@ -93,6 +94,20 @@ TEST(CheckpointTest, CrashedSaveKeepsLastGoodAndDamageIsDetected) {
   EXPECT_NE(std::string(damaged.status().message()).find("model.safetensors"), std::string::npos);
   // And the model loader alone also refuses it.
   EXPECT_FALSE(Transformer::Load(latest->policy_dir, Head::kLanguageModel, {}).ok());
+}
+
+TEST(CheckpointTest, PolicyExportsKeepTheTwoNewestUntilAFullCheckpointCoversThem) {
+  const std::string root = testing::TempDir() + "/ckpt_exports";
+  auto policy = Transformer::Create(Tiny(), Head::kLanguageModel, {}, 4);
+  ASSERT_TRUE(policy.ok());
+  for (int64_t step = 1; step <= 4; ++step) {
+    auto dir = SavePolicyExport(root, step, **policy);
+    ASSERT_TRUE(dir.ok()) << dir.status();
+    EXPECT_TRUE(Transformer::Load(*dir, Head::kLanguageModel, {}).ok()) << *dir;
+  }
+  EXPECT_EQ(ListDir(root + "/exports"), (std::vector<std::string>{"step-00000003", "step-00000004"}));
+  DropPolicyExports(root, 3);
+  EXPECT_EQ(ListDir(root + "/exports"), (std::vector<std::string>{"step-00000004"}));
 }
 
 }  // namespace

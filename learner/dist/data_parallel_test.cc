@@ -405,6 +405,7 @@ TEST(LauncherTest, GroupsThatCannotFormAreRefusedByField) {
   EXPECT_NE(refused("rendezvous: 'h:29500'").find("expected tcp://HOST:PORT"), std::string::npos);
   EXPECT_NE(refused("rendezvous: 'tcp://h:0'").find("expected tcp://HOST:PORT"), std::string::npos);
   EXPECT_NE(refused("rendezvous: 'tcp://:29500'").find("expected tcp://HOST:PORT"), std::string::npos);
+  EXPECT_NE(refused("ranks_per_host: 4 sharding: HYBRID_SHARD").find("HYBRID_SHARD needs hosts > 1"), std::string::npos);
   // A spawned rank whose flags do not match the config.
   EXPECT_NE(refused("ranks_per_host: 2", {1, 4, "tcp://h:1"}).find("world size 4"), std::string::npos);
   EXPECT_NE(refused("hosts: 2 ranks_per_host: 2 rendezvous: 'tcp://h:1'", {2, 4, "tcp://h:1"}).find("not a spawned rank"),

@@ -55,6 +55,9 @@ absl::StatusOr<RankPlan> PlanRank(const v1::DistributedConfig& config, const Ran
     return absl::InvalidArgumentError(
         absl::StrCat("distributed.host_rank ", config.host_rank(), " is not in 0..", hosts - 1, " (hosts ", hosts, ")"));
   }
+  if (config.sharding() == v1::DistributedConfig::HYBRID_SHARD && hosts < 2) {
+    return absl::InvalidArgumentError("distributed.sharding HYBRID_SHARD needs hosts > 1 (one host: FULL_SHARD)");
+  }
   if (config.timeout_seconds() < 0) {
     return absl::InvalidArgumentError(absl::StrCat("distributed.timeout_seconds ", config.timeout_seconds(), " < 0"));
   }

@@ -55,7 +55,8 @@ struct RankPlan {
 // The plan of this process from the config and its rank flags (none for a
 // host's first rank). InvalidArgument, naming the field, for a group that
 // cannot be formed: sizes < 1, host_rank out of range, several hosts without
-// a "tcp://HOST:PORT" rendezvous, flags that disagree with the config.
+// a "tcp://HOST:PORT" rendezvous, hybrid sharding on one host, flags that
+// disagree with the config.
 absl::StatusOr<RankPlan> PlanRank(const v1::DistributedConfig& config, const RankFlags& flags);
 
 // A host's first rank starts the host's other ranks (local ranks

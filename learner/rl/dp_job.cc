@@ -115,8 +115,8 @@ absl::StatusOr<std::unique_ptr<JobSharding>> MakeJobSharding(dist::DataParallel*
     return absl::InvalidArgumentError(absl::StrCat("HYBRID_SHARD: ", w, " ranks are not hosts of ", ranks_per_host));
   }
   const int host = r / ranks_per_host, local = r % ranks_per_host;
-  // Every rank makes the shard groups, then the replicate groups, in host
-  // and local-rank order: the rendezvous of one group waits for its members only.
+  // Each rank joins its own shard group, then its own replicate group: a
+  // group's rendezvous waits for its members only, so no rank makes the others'.
   std::vector<int> shard, replicas;
   for (int l = 0; l < ranks_per_host; ++l) shard.push_back(host * ranks_per_host + l);
   for (int h = 0; h < w / ranks_per_host; ++h) replicas.push_back(h * ranks_per_host + local);

@@ -35,10 +35,6 @@ std::optional<int> JoinLearnerGroup(int* argc, char** argv, const char* defaults
     KLOG(ERROR) << "learner: bad configuration: " << plan.status().message();
     return 2;
   }
-  if (config.distributed().sharding() == v1::DistributedConfig::HYBRID_SHARD && config.distributed().hosts() < 2) {
-    KLOG(ERROR) << "learner: bad configuration: distributed.sharding HYBRID_SHARD needs hosts > 1 (one host: FULL_SHARD)";
-    return 2;
-  }
   group->plan = *plan;
   group->sharding = {config.distributed().sharding(), plan->ranks_per_host};
   if (plan->world_size == 1) {

@@ -22,7 +22,6 @@ struct LearnerGroup {
   std::unique_ptr<dist::DataParallel> dp;  // Global rank 0 of a group of > 1.
   std::vector<pid_t> ranks;                // The host's ranks this process spawned.
   GroupSharding sharding;                  // What rank 0's DpLeader trains with.
-  bool alone() const { return plan.world_size == 1; }
   bool follower_host() const { return plan.world_size > 1 && plan.rank != 0; }
 };
 

@@ -8,14 +8,8 @@
 #include <cmath>
 #include <thread>
 
-#include <cerrno>
-#include <cstring>
-
 #include "absl/strings/str_cat.h"
-#include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
-#include "common/file.h"
 #include "common/log.h"
 #include "learner/checkpoint.h"
 #include "learner/sync/weight_sink.h"
@@ -301,46 +295,15 @@ absl::StatusOr<std::string> RecipeRunner::SaveFull(int stage, int64_t step, int6
   if (!dir.ok()) return dir.status();
   if (auto s = ingest_->Commit(step); !s.ok()) return s;
   durable_step_ = step;
-  // Exports up to this step are superseded by its policy/.
-  const std::string exports = ckpt_root_ + "/exports";
-  for (const std::string& n : ListDir(exports)) {
-    int64_t k = 0;
-    if (absl::StartsWith(n, ".tmp-") || (absl::SimpleAtoi(absl::string_view(n).substr(5), &k) && k <= step)) {
-      if (auto s = RemoveTree(exports + "/" + n); !s.ok()) KLOG(WARNING) << "exports: " << s;
-    }
-  }
+  DropPolicyExports(ckpt_root_, step);
   return dir;
 }
 
 absl::StatusOr<std::string> RecipeRunner::ExportPolicy(int64_t step) {
-  const std::string exports = ckpt_root_ + "/exports", name = absl::StrFormat("step-%08d", step);
-  const std::string dir = exports + "/" + name, tmp = exports + "/.tmp-" + name;
-  for (const std::string& d : {ckpt_root_, exports}) {
-    if (auto s = MakeDir(d, 0755); !s.ok()) return s;
-  }
-  if (auto s = RemoveTree(tmp); !s.ok()) return s;
-  if (auto s = MakeDir(tmp, 0755); !s.ok()) return s;
-  std::unique_ptr<Transformer> whole;
-  if (dp_ != nullptr && dp_->sharded()) {
-    auto p = dp_->ExportPolicy(trainer_.get());
-    if (!p.ok()) return p.status();
-    whole = std::move(*p);
-  }
-  if (auto s = (whole != nullptr ? *whole : trainer_->policy()).Save(tmp); !s.ok()) return s;
-  if (auto s = RemoveTree(dir); !s.ok()) return s;  // A re-run of a rolled-back step.
-  if (::rename(tmp.c_str(), dir.c_str()) != 0) {
-    return absl::InternalError(absl::StrCat("rename ", tmp, " -> ", dir, ": ", std::strerror(errno)));
-  }
-  // The two newest stay: the one just published and the one before it.
-  std::vector<std::string> names;
-  for (const std::string& n : ListDir(exports)) {
-    if (absl::StartsWith(n, "step-")) names.push_back(n);
-  }
-  std::sort(names.begin(), names.end());
-  for (size_t i = 0; i + 2 < names.size(); ++i) {
-    if (auto s = RemoveTree(exports + "/" + names[i]); !s.ok()) KLOG(WARNING) << "exports: " << s;
-  }
-  return dir;
+  if (dp_ == nullptr || !dp_->sharded()) return SavePolicyExport(ckpt_root_, step, trainer_->policy());
+  auto whole = dp_->ExportPolicy(trainer_.get());
+  if (!whole.ok()) return whole.status();
+  return SavePolicyExport(ckpt_root_, step, **whole);
 }
 
 absl::Status RecipeRunner::Flush() {
