@@ -340,11 +340,17 @@ absl::StatusOr<std::unique_ptr<Transformer>> Transformer::FromWeights(const Mode
 }
 
 absl::Status Transformer::InitRandom(uint64_t seed) {
-  at::Generator gen = at::detail::createCPUGenerator(seed);
+  const bool on_device = options_.draw_on_device && options_.device.is_cuda();
+  // A clone of the device's default generator: seeding it leaves the global one alone.
+  at::Generator gen = on_device ? at::globalContext().defaultGenerator(options_.device).clone()
+                                : at::detail::createCPUGenerator(seed);
+  if (on_device) gen.set_current_seed(seed);
   const auto& c = config_;
   const int64_t q = c.num_heads * c.head_dim, kv = c.num_kv_heads * c.head_dim;
+  const at::Device draw_device = on_device ? options_.device : at::Device(at::kCPU);
   auto normal = [&](std::vector<int64_t> shape) {
-    return at::normal(0.0, 0.02, shape, gen, at::TensorOptions().dtype(at::kFloat)).to(options_.device, options_.dtype);
+    return at::normal(0.0, 0.02, shape, gen, at::TensorOptions().device(draw_device).dtype(at::kFloat))
+        .to(options_.device, options_.dtype);
   };
   auto zeros = [&](int64_t n) { return at::zeros({n}, at::TensorOptions().device(options_.device).dtype(options_.dtype)); };
   auto ones = [&](int64_t n) { return at::ones({n}, at::TensorOptions().device(options_.device).dtype(options_.dtype)); };

@@ -52,6 +52,11 @@ struct ModelOptions {
   // size (8K tokens x 152K vocab in bf16 = 2.5 GB); beyond it backward
   // recomputes them chunk by chunk (one more lm_head GEMM, O(chunk) memory).
   int64_t keep_logits_bytes = int64_t{4} << 30;
+  // Random init drawn by the model device's own generator (seeded the same):
+  // a CUDA model of billions of parameters is drawn in seconds instead of
+  // minutes on the CPU, at the price of numbers that differ from the CPU
+  // draw. Off, every device gets the CPU's numbers.
+  bool draw_on_device = false;
 };
 
 // Keys and values of every layer for `slots` independent sequences of up to

@@ -297,6 +297,26 @@ TEST(ModelTest, CriticHasValueHeadAndRoundTrips) {
   EXPECT_NE(std::string(wrong.status().message()).find("lm_head.weight"), std::string::npos) << wrong.status();
 }
 
+// draw_on_device: on the CPU it changes nothing; on CUDA (KERNELRL_TEST_DEVICE=cuda)
+// the device's generator draws, seeded: same seed same weights, another seed
+// other weights, N(0, 0.02) either way.
+TEST(ModelTest, DrawOnDeviceIsSeededAndLeavesCpuDrawsAlone) {
+  ModelOptions o = TestOptions();
+  o.draw_on_device = true;
+  auto a = Transformer::Create(TinyConfig(), Head::kLanguageModel, o, 5);
+  auto b = Transformer::Create(TinyConfig(), Head::kLanguageModel, o, 5);
+  auto c = Transformer::Create(TinyConfig(), Head::kLanguageModel, o, 6);
+  ModelOptions plain = TestOptions();
+  auto cpu_draw = Transformer::Create(TinyConfig(), Head::kLanguageModel, plain, 5);
+  ASSERT_TRUE(a.ok() && b.ok() && c.ok() && cpu_draw.ok());
+  const at::Tensor wa = (*a)->layers()[0].qkv_w, wb = (*b)->layers()[0].qkv_w, wc = (*c)->layers()[0].qkv_w;
+  EXPECT_EQ(wa.device(), o.device);
+  EXPECT_TRUE(at::equal(wa, wb));
+  EXPECT_FALSE(at::equal(wa, wc));
+  EXPECT_NEAR(wa.to(at::kFloat).std().item<double>(), 0.02, 0.004);
+  EXPECT_EQ(at::equal(wa, (*cpu_draw)->layers()[0].qkv_w), !o.device.is_cuda());
+}
+
 TEST(ModelTest, MisshapenCheckpointIsRejectedWithTheTensorName) {
   auto m = Transformer::Create(TinyConfig(), Head::kLanguageModel, {}, 1);
   ASSERT_TRUE(m.ok());

@@ -63,11 +63,13 @@ learner_group_check() {
   local common=(--set=distributed.hosts=2 --set=distributed.ranks_per_host=1
                 --set=distributed.rendezvous=tcp://127.0.0.1:$port --set=distributed.timeout_seconds=60
                 --set=server.grpc_port=0 --set=server.metrics_port=0 --set=server.drain_seconds=0)
-  echo "== learner group: 2 hosts x 1 GPU, rendezvous 127.0.0.1:$port" | tee -a "$S"
-  CUDA_VISIBLE_DEVICES=1 "$C/bin/learner_main" "${common[@]}" --set=distributed.host_rank=1 \
+  local g0 g1  # The first two of CUDA_VISIBLE_DEVICES when the caller set it (other GPUs busy).
+  IFS=, read -r g0 g1 _ <<< "${CUDA_VISIBLE_DEVICES:-0,1}"
+  echo "== learner group: 2 hosts x 1 GPU (GPUs $g0, $g1), rendezvous 127.0.0.1:$port" | tee -a "$S"
+  CUDA_VISIBLE_DEVICES=$g1 "$C/bin/learner_main" "${common[@]}" --set=distributed.host_rank=1 \
     --set=state_dir="$G/host1" >"$G/host1.log" 2>&1 &
   local h1=$!
-  CUDA_VISIBLE_DEVICES=0 "$C/bin/learner_main" "${common[@]}" --set=distributed.host_rank=0 \
+  CUDA_VISIBLE_DEVICES=$g0 "$C/bin/learner_main" "${common[@]}" --set=distributed.host_rank=0 \
     --set=state_dir="$G/host0" >"$G/host0.log" 2>&1 &
   local h0=$!
   for i in $(seq 120); do

@@ -25,7 +25,8 @@
 # the compile benchmark is off unless SKIP_BENCH=0), PROFILE (1), EXPLOITS (1),
 # SUITE_FILTER (regex on suite labels), PRECOMPUTE_ONLY (task ids, comma-separated),
 # BASELINES (1; 0 skips step 2: every solution then says baseline_missing, for
-# an exploit-only run), WARM_WALL (100, the torch.compile warm-up).
+# an exploit-only run), WARM_WALL (100, the torch.compile warm-up), GPU (0: the
+# device index every step runs on, so another GPU of the machine can be busy).
 set -u
 CARRY=.devcarry/sandbox
 SOLUTIONS="sandbox/solutions"
@@ -71,11 +72,12 @@ export TORCHINDUCTOR_CACHE_DIR=/tmp/kr_inductor TORCHINDUCTOR_COMPILE_THREADS=1
 
 # 0. torch.compile of every task, in parallel and untimed, while steps 1-1b run:
 #    the baseline executors of step 2 then load their compiled code.
+GPU=${GPU:-0}
 WARM=""
 BASELINES=${BASELINES:-1}
 [ "$PROFILE" = 1 ] || BASELINES=0
 if [ "$BASELINES" = 1 ]; then
-  ( PYTHONPATH=$PWD timeout "${WARM_WALL:-100}" $PY -m profiler_service.harness.precompute \
+  ( CUDA_VISIBLE_DEVICES=$GPU PYTHONPATH=$PWD timeout "${WARM_WALL:-100}" $PY -m profiler_service.harness.precompute \
       --tasks_root "$CARRY/kernelbench" --out "$OUT/compile_warm.jsonl" --workers "${PRECOMPUTE_WORKERS:-6}" \
       --warm_only --deadline_s $(( ${WARM_WALL:-100} - 15 )) ${PRECOMPUTE_ONLY:+--only $PRECOMPUTE_ONLY} \
       > "$OUT/compile_warm.log" 2>&1 ) &
@@ -95,13 +97,13 @@ echo "kprof: $KPROF (at $(elapsed) s)"
 
 # 1b. The harness's CUDA helpers against the torch code they replace.
 if [ -n "${KERNELRL_VERIFY_CUDA_LIB:-}" ]; then
-  timeout 180 $PY sandbox/harness/verify_cuda_test.py "$KERNELRL_VERIFY_CUDA_LIB" > "$OUT/verify_cuda_test.log" 2>&1
+  CUDA_VISIBLE_DEVICES=$GPU timeout 180 $PY sandbox/harness/verify_cuda_test.py "$KERNELRL_VERIFY_CUDA_LIB" > "$OUT/verify_cuda_test.log" 2>&1
   echo "verify_cuda_test rc=$?: $(grep -c '^PASS' "$OUT/verify_cuda_test.log") passed, $(grep '^FAIL\|SKIPPED\|Error' "$OUT/verify_cuda_test.log" | head -5)"
 fi
 
 # The worker's settings (SandboxConfig fields, as for sandbox_main), shared by
 # the baseline measurement (step 2) and the suite (step 4).
-WORKER="--set=backend=cuda --set=python=$PY --set=harness_dir=$PWD/sandbox/harness \
+WORKER="--set=backend=cuda --set=gpu_index=$GPU --set=python=$PY --set=harness_dir=$PWD/sandbox/harness \
   --set=contain_lib=$PWD/$CARRY/libkernelrl_contain.so \
   ${KERNELRL_VERIFY_CUDA_LIB:+--set=verify_cuda_lib=$KERNELRL_VERIFY_CUDA_LIB}"
 [ "$PROFILE" = 1 ] && WORKER="$WORKER --set=enable_profiling=true --set=kprof_lib=$KPROF --set=profiler_root=$PWD"

@@ -81,6 +81,7 @@ int Learner(const Setup& s, const std::string& dir, int rank) {
   }
   ModelOptions o;
   o.device = device;
+  o.draw_on_device = true;
   o.dtype = dtype;
   o.trainable = true;
   const double t0 = Now();

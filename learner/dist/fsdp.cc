@@ -130,7 +130,7 @@ absl::StatusOr<ShardedWeights*> ShardedWeights::Shard(Transformer& model, c10::i
           e.offset = u.numel;
           e.numel = t->numel();
           u.numel += e.numel;
-          flat.push_back(t->detach().reshape({-1}).to(at::kCPU, at::kFloat));
+          flat.push_back(t->detach().reshape({-1}).to(at::kFloat));  // Cut where the model lives.
           if (t->dim() >= 2 && !embedding && !value_head) decay.emplace_back(e.offset, e.offset + e.numel);
           if (value_head) head.emplace_back(e.offset, e.offset + e.numel);
         }
