@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -10,8 +11,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <chrono>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "gtest/gtest.h"
 #include "sandbox/contain/contain.h"
@@ -169,6 +172,77 @@ TEST_F(ContainTest, PidNamespaceHidesHostProcesses) {
   EXPECT_EQ(r->stdout_text.substr(0, 2), "1\n") << r->contain_log;
   EXPECT_LE(std::atoi(r->stdout_text.substr(2).c_str()), 4) << r->stdout_text;
 }
+
+// Attack: a contained program outlives its supervisor. The kernel clears the
+// parent-death signal when a process changes its uid, so one armed before the
+// identity step is gone after it, and a candidate whose worker is killed keeps
+// running (seen on a GPU: a spinning kernel held the device after its worker
+// was stopped). The supervisor here is a forked process we SIGKILL mid-run.
+class OutliveSupervisorTest : public ContainTest, public ::testing::WithParamInterface<bool> {};
+
+TEST_P(OutliveSupervisorTest, ContainedChildDiesWithItsSupervisor) {
+  const bool pid_ns = GetParam();
+  if (geteuid() != 0) GTEST_SKIP() << "the identity step (uid 65534) needs a privileged worker";
+  if (pid_ns && (!Has(KR_CAP_PID_NS) || !Has(KR_CAP_PROC_MOUNT))) GTEST_SKIP() << "host forbids pid namespaces";
+  int ready[2];
+  ASSERT_EQ(pipe(ready), 0);
+  const pid_t supervisor = fork();
+  ASSERT_GE(supervisor, 0);
+  if (supervisor == 0) {
+    close(ready[0]);
+    // The child says it runs, then spins like a kernel that never ends.
+    SpawnOptions o = Shell("echo x >&3; while :; do :; done");
+    o.wall_seconds = 60;
+    o.policy.run_as_uid = 65534;
+    o.policy.run_as_gid = 65534;
+    o.policy.pid_ns = pid_ns ? 1 : 0;
+    o.policy.mount_ns = pid_ns ? 1 : 0;
+    o.pass_fds = {{ready[1], 3}};
+    (void)RunContained(o);
+    _exit(0);
+  }
+  close(ready[1]);
+  char c = 0;
+  ASSERT_EQ(read(ready[0], &c, 1), 1) << "the contained child never started";
+  close(ready[0]);
+  // The contained child is the supervisor's only child; find it by parentage.
+  auto children_of = [](pid_t parent) {
+    std::vector<pid_t> out;
+    std::ifstream f("/proc/" + std::to_string(parent) + "/task/" + std::to_string(parent) + "/children");
+    for (pid_t p; f >> p;) out.push_back(p);
+    return out;
+  };
+  std::vector<pid_t> tree = children_of(supervisor);
+  ASSERT_FALSE(tree.empty()) << "no child under the supervisor";
+  for (size_t i = 0; i < tree.size(); ++i) {
+    for (pid_t g : children_of(tree[i])) tree.push_back(g);
+  }
+  ASSERT_EQ(kill(supervisor, SIGKILL), 0);
+  ASSERT_EQ(waitpid(supervisor, nullptr, 0), supervisor);
+  // Each process of the contained tree must be gone (or a zombie awaiting reaping by init).
+  auto alive = [](pid_t p) {
+    std::ifstream st("/proc/" + std::to_string(p) + "/stat");
+    std::string line;
+    if (!std::getline(st, line)) return false;
+    const size_t close_paren = line.rfind(')');
+    return close_paren != std::string::npos && line.size() > close_paren + 2 && line[close_paren + 2] != 'Z';
+  };
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  std::vector<pid_t> survivors = tree;
+  while (!survivors.empty() && std::chrono::steady_clock::now() < deadline) {
+    std::vector<pid_t> still;
+    for (pid_t p : survivors) {
+      if (alive(p)) still.push_back(p);
+    }
+    survivors.swap(still);
+    if (!survivors.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  for (pid_t p : survivors) kill(p, SIGKILL);  // Leave nothing spinning behind a failure.
+  EXPECT_TRUE(survivors.empty()) << survivors.size() << " contained process(es) outlived their supervisor";
+}
+
+INSTANTIATE_TEST_SUITE_P(PidNamespace, OutliveSupervisorTest, ::testing::Bool(),
+                         [](const auto& info) { return info.param ? "OwnPidNamespace" : "HostPidNamespace"; });
 
 // Runs `body` in a forked child after the candidate seccomp profile; returns
 // the wait status.

@@ -20,6 +20,16 @@ bool SetParentDeathSignal(int sig, StepLog& log) {
   return true;
 }
 
+bool RearmParentDeathSignal(int sig, StepLog& log) {
+  if (sig == 0) return true;
+  if (prctl(PR_SET_PDEATHSIG, sig) != 0) {
+    log.Failed("pdeathsig_rearm", "prctl(PR_SET_PDEATHSIG) after the id change", errno,
+               "process survives its supervisor");
+    return false;
+  }
+  return true;  // Logged once, by SetParentDeathSignal.
+}
+
 bool EnterNewProcessGroup(StepLog& log) {
   if (setpgid(0, 0) != 0) {
     log.Failed("process_group", "setpgid(0, 0)", errno, "watchdog kills only the direct child");

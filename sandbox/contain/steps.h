@@ -31,6 +31,8 @@ bool ApplyRlimits(const KrPolicy& p, StepLog& log);
 bool CloseInheritedFds(const KrPolicy& p, StepLog& log);
 // process.cc
 bool SetParentDeathSignal(int sig, StepLog& log);
+// Again after a uid/gid change, which clears it (prctl(2)).
+bool RearmParentDeathSignal(int sig, StepLog& log);
 bool EnterNewProcessGroup(StepLog& log);
 bool SetNoNewPrivs(StepLog& log);
 // seccomp.cc
