@@ -165,9 +165,11 @@ double MaxOverRanks(Rank& r, double v) {
   return t[0].item<double>();
 }
 
-// Rank 0 hosts the store: it waits for the other ranks before closing it.
+// Rank 0 hosts the store: it waits for the other ranks before closing it,
+// but destroys its communicators first (their exit waits for rank 0's).
 int Finish(Rank& r, std::unique_ptr<rl::Trainer>& t) {
   t.reset();
+  r.dp->Shutdown();
   const absl::Status ranks = r.rank != 0 ? absl::OkStatus() : dist::WaitRanks(r.pids);
   if (!ranks.ok()) std::fprintf(stderr, "rank 0: %s\n", ranks.ToString().c_str());
   r.dp.reset();

@@ -147,13 +147,17 @@ absl::StatusOr<std::unique_ptr<DataParallel>> DataParallel::Subgroup(const std::
   }
 }
 
-DataParallel::~DataParallel() {
+void DataParallel::Shutdown() {
+  if (shut_down_) return;
+  shut_down_ = true;
   try {
     backend_->shutdown();  // ProcessGroupNCCL: destroys its communicators (it warns when destroyed without).
   } catch (const std::exception& e) {
     (void)e;  // Leaving anyway.
   }
 }
+
+DataParallel::~DataParallel() { Shutdown(); }
 
 int DataParallel::rank() const { return backend_->getRank(); }
 int DataParallel::world_size() const { return backend_->getSize(); }

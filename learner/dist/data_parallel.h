@@ -67,6 +67,14 @@ class DataParallel : public rl::Collectives {
   absl::Status AllReduceMax(std::vector<at::Tensor>& tensors) override;
   absl::Status Broadcast(std::vector<at::Tensor>& tensors, int root) override;
   absl::Status Barrier();
+  // Flushes and destroys the backend's communicators, keeping the store
+  // (StoreSet/StoreGet still work; collectives do not). With NCCL this
+  // waits for the other ranks to do the same (ncclCommDestroy returns once
+  // the peers' communicators have disconnected from this rank's proxy), so
+  // rank 0 calls it before waiting for the ranks it spawned to exit: a
+  // follower's ~DataParallel shuts down too, and would wait for rank 0's
+  // communicators forever. Idempotent; the destructor calls it.
+  void Shutdown();
 
   // Control messages (key -> bytes); StoreGet waits up to `timeout` for the key.
   absl::Status StoreSet(const std::string& key, const std::string& value);
@@ -102,6 +110,7 @@ class DataParallel : public rl::Collectives {
   at::Device device_;
   BackendFactory make_backend_;
   int64_t bucket_bytes_ = int64_t{256} << 20;
+  bool shut_down_ = false;
 };
 
 }  // namespace kernelrl::learner::dist

@@ -382,6 +382,9 @@ TEST(DpJobGpuTest, FullShardJobOverNcclTrainsLikeOneGpu) {
   ASSERT_TRUE(dp.ok()) << dp.status();
   auto run = Lead(dp->get(), {v1::DistributedConfig::FULL_SHARD, world}, f, {std::begin(kSteps), std::end(kSteps)},
                   gpu0, "", f.root + "/saved");
+  // Before waiting for the follower: its exit destroys its NCCL communicator,
+  // which returns only once rank 0's is destroyed too (the store stays up).
+  (*dp)->Shutdown();
   ASSERT_TRUE(run.ok()) << run.status();
   EXPECT_TRUE(dist::WaitRanks(*pids).ok());
   ExpectLikeOneRank(*run, expected, before, "nccl full shard");

@@ -127,6 +127,8 @@ void LeaveLearnerGroup(DpLeader* leader, LearnerGroup* group) {
     KLOG(WARNING) << "data-parallel exit: " << s;
     dist::TerminateRanks(group->ranks);
   }
+  // The spawned ranks' exit waits for rank 0's communicators to go (DataParallel::Shutdown).
+  if (group->dp != nullptr) group->dp->Shutdown();
   if (auto s = dist::WaitRanks(group->ranks); !s.ok()) {
     KLOG(WARNING) << s;
   }

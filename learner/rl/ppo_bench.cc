@@ -252,6 +252,7 @@ int DpBench(int64_t tokens, const std::string& shape, int n, int world, const di
               shape.c_str(), world, static_cast<long>(tokens), n, ref_loss, loss, loss_rel, grad_rel, worst,
               same ? "true" : "false", single_s, dp_s, tokens / single_s, tokens / dp_s, single_s / dp_s, connect_s);
   std::fflush(stdout);
+  (*dp)->Shutdown();  // The other ranks' exit waits for rank 0's communicators to go.
   const absl::Status ranks = dist::WaitRanks(pids);
   if (!ranks.ok()) std::fprintf(stderr, "%s\n", ranks.ToString().c_str());
   return same && ranks.ok() ? 0 : 1;
