@@ -215,7 +215,9 @@ TEST(PagedKVTest, FixedShapeDecodeEqualsEager) {
     at::Tensor next = want.argmax(-1).cpu();
     for (int64_t r = 0; r < 3; ++r) all[r]->tokens.push_back(static_cast<int32_t>(next[r].item<int64_t>()));
   }
-  if (model->options().device.is_cuda()) EXPECT_GT(graphs.captured(), 1);
+  if (model->options().device.is_cuda()) {
+    EXPECT_GT(graphs.captured(), 1);
+  }
 }
 
 }  // namespace
