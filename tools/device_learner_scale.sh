@@ -4,10 +4,12 @@
 #   stage (here, after `bazel build //learner/bench:fsdp_bench`):
 #       bash tools/device_learner_scale.sh --stage      -> .devcarry/learner_scale/
 #   on four GPUs (run tool, kind nvidia-h100-x4 or nvidia-h200-x4,
-#   carry .devcarry/learner_scale); PARTS picks a subset. All parts take
-#   longer than one 10-minute call, so two calls on the same warm machine:
-#       PARTS="plan 7b scaling" bash tools/device_learner_scale.sh   (~7 min)
-#       PARTS=longest bash tools/device_learner_scale.sh             (~6 min)
+#   carry .devcarry/learner_scale); PARTS picks a subset. The models are
+#   drawn on the GPUs (setup < 1 s); on 4x H200 (2026-11-28) 7b took ~1 min,
+#   longest (32K, 64K, 128K) ~4 min, scaling ~3 min: two calls of the same
+#   warm machine stay inside the 10-minute limit:
+#       PARTS="plan 7b scaling" bash tools/device_learner_scale.sh
+#       PARTS=longest LENGTHS="32768 65536 131072" bash tools/device_learner_scale.sh
 #     plan     the memory plans printed (no GPU work)
 #     7b       Qwen2.5-7B-shaped actor + critic (random init), 32K tokens per GPU
 #              on 4 GPUs: step time, tokens/s/GPU, MFU vs 989 TFLOP/s, peak memory
