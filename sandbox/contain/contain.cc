@@ -22,7 +22,7 @@ bool ContainPhaseNamespaces(const KrPolicy& p, StepLog& log) {
     }
   }
   ok &= EnterNamespaces(p, log);
-  if (p.user_ns) ok &= RearmParentDeathSignal(p.parent_death_signal, log);  // Ids changed with the namespace.
+  ok &= SetParentDeathSignal(p.parent_death_signal, log, "pdeathsig_after_ids");
   // The view the child will build (phase 2), logged by the trusted side.
   if (p.new_root) log.Note(DescribeRootPlan(PlanRoot(p)));
   return ok;
@@ -38,7 +38,7 @@ bool ContainPhaseChild(const KrPolicy& p, StepLog& log) {
   ok &= AssumeIdentity(p, log);
   // The kernel clears the parent-death signal when the uid changes: armed
   // only before the identity step, a candidate would outlive a killed worker.
-  if (p.run_as_uid > 0) ok &= RearmParentDeathSignal(p.parent_death_signal, log);
+  ok &= SetParentDeathSignal(p.parent_death_signal, log, "pdeathsig_after_ids");
   return ok;
 }
 

@@ -10,24 +10,14 @@
 
 namespace kernelrl::sandbox {
 
-bool SetParentDeathSignal(int sig, StepLog& log) {
+bool SetParentDeathSignal(int sig, StepLog& log, const char* step) {
   if (sig == 0) return true;
   if (prctl(PR_SET_PDEATHSIG, sig) != 0) {
-    log.Failed("pdeathsig", "prctl(PR_SET_PDEATHSIG)", errno, "process survives its supervisor");
+    log.Failed(step, "prctl(PR_SET_PDEATHSIG)", errno, "process survives its supervisor");
     return false;
   }
-  log.Ok("pdeathsig");
+  log.Ok(step);
   return true;
-}
-
-bool RearmParentDeathSignal(int sig, StepLog& log) {
-  if (sig == 0) return true;
-  if (prctl(PR_SET_PDEATHSIG, sig) != 0) {
-    log.Failed("pdeathsig_rearm", "prctl(PR_SET_PDEATHSIG) after the id change", errno,
-               "process survives its supervisor");
-    return false;
-  }
-  return true;  // Logged once, by SetParentDeathSignal.
 }
 
 bool EnterNewProcessGroup(StepLog& log) {

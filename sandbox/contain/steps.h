@@ -30,9 +30,9 @@ bool ApplyRlimits(const KrPolicy& p, StepLog& log);
 // fds.cc
 bool CloseInheritedFds(const KrPolicy& p, StepLog& log);
 // process.cc
-bool SetParentDeathSignal(int sig, StepLog& log);
-// Again after a uid/gid change, which clears it (prctl(2)).
-bool RearmParentDeathSignal(int sig, StepLog& log);
+// A uid/gid change clears it (prctl(2)): each phase arms it again after its
+// last id change, logged as `step`.
+bool SetParentDeathSignal(int sig, StepLog& log, const char* step = "pdeathsig");
 bool EnterNewProcessGroup(StepLog& log);
 bool SetNoNewPrivs(StepLog& log);
 // seccomp.cc
