@@ -22,6 +22,13 @@ inline int RunFixtureScript(const std::string& mode, const std::string& out) {
   return std::system(cmd.c_str());
 }
 
+// Multi-GPU tests run on as many GPUs as KERNELRL_TEST_DP_GPUS asks (default 2)
+// and fail on a machine with fewer.
+inline int DpTestGpus() {
+  const char* want = std::getenv("KERNELRL_TEST_DP_GPUS");
+  return want != nullptr ? std::atoi(want) : 2;
+}
+
 // The tiny Qwen2-shaped model the learner's tests build (2 layers, 4 heads,
 // 2 KV heads, head_dim 8, hidden 32): fast on a CPU, every code path of the
 // real architecture (GQA, RoPE, SwiGLU).

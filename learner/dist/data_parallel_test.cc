@@ -6,8 +6,8 @@
 //  * CPU: the launcher spawns ranks of this binary that meet rank 0 through
 //    its TCPStore and reduce with it.
 //  * GPU: the same PPO step over ProcessGroupNCCL, one process per GPU. Skipped
-//    without CUDA; on a GPU machine with fewer GPUs than asked
-//    (KERNELRL_TEST_DP_GPUS, default 2) it fails.
+//    without a GPU; fails where a GPU is present but CUDA does not load, or
+//    with fewer GPUs than asked (KERNELRL_TEST_DP_GPUS, default 2: DpTestGpus).
 // This binary has its own main: a process started with --dp_rank > 0 is a
 // rank of a test above, not a test run.
 #include "learner/dist/data_parallel.h"
@@ -27,6 +27,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "common/gpu_presence.h"
 #include "google/protobuf/text_format.h"
 #include "gtest/gtest.h"
 #include "learner/dist/launcher.h"
@@ -446,9 +447,9 @@ absl::StatusOr<StepResult> NcclRank(const Rendezvous& r) {
 }
 
 TEST(DataParallelGpuTest, NcclStepEqualsOneGpuStep) {
-  if (!at::hasCUDA()) GTEST_SKIP() << "no CUDA device: the NCCL data-parallel test runs on a GPU machine";
-  const char* want_env = std::getenv("KERNELRL_TEST_DP_GPUS");
-  const int want = want_env != nullptr ? std::atoi(want_env) : 2;
+  if (!GpuDevicePresent()) GTEST_SKIP() << "no GPU on this machine (no /dev/nvidiaN): the NCCL data-parallel test runs on a GPU machine";
+  ASSERT_TRUE(at::hasCUDA()) << "a GPU is present but LibTorch's CUDA backend did not load";
+  const int want = learner::testing::DpTestGpus();
   ASSERT_GE(c10::cuda::device_count(), want) << "asked for " << want << " GPUs (KERNELRL_TEST_DP_GPUS)";
   StepResult single;
   {

@@ -23,9 +23,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/file.h"
+#include "common/gpu_presence.h"
 #include "gtest/gtest.h"
 #include "learner/dist/launcher.h"
 #include "learner/dist/store_backend_for_test.h"
+#include "learner/test_util.h"
 #include "learner/rl/ingest.h"
 #include "learner/checkpoint.h"
 #include "learner/rl/job_config.h"
@@ -362,9 +364,9 @@ TEST(DpJobTest, AJobThatCannotFitIsRefusedBeforeLoading) {
 // ---- GPU: a fully sharded job over ProcessGroupNCCL ----
 
 TEST(DpJobGpuTest, FullShardJobOverNcclTrainsLikeOneGpu) {
-  if (!at::hasCUDA()) GTEST_SKIP() << "no CUDA device: the NCCL job test runs on a GPU machine";
-  const char* want_env = std::getenv("KERNELRL_TEST_DP_GPUS");
-  const int world = want_env != nullptr ? std::atoi(want_env) : 2;
+  if (!GpuDevicePresent()) GTEST_SKIP() << "no GPU on this machine (no /dev/nvidiaN): the NCCL job test runs on a GPU machine";
+  ASSERT_TRUE(at::hasCUDA()) << "a GPU is present but LibTorch's CUDA backend did not load";
+  const int world = learner::testing::DpTestGpus();
   ASSERT_GE(c10::cuda::device_count(), world) << "asked for " << world << " GPUs (KERNELRL_TEST_DP_GPUS)";
   Fixture f;
   MakeFixture(&f, "cuda");
