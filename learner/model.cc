@@ -1,6 +1,7 @@
 #include "learner/model.h"
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -14,6 +15,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/file.h"
+#include "common/json.h"
 #include "learner/fused_ops.h"
 #include "learner/safetensors.h"
 
@@ -64,6 +67,35 @@ at::Tensor Linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b)
   return b.defined() ? at::linear(x, w, b) : at::linear(x, w);
 }
 
+// A projection with its LoRA adapter (a [r,in], bl [out,r]) when it has one.
+at::Tensor Project(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, const at::Tensor& a,
+                   const at::Tensor& bl, double scale) {
+  at::Tensor y = Linear(x, w, b);
+  if (!a.defined()) return y;
+  return y + at::linear(at::linear(x, a), bl).mul(scale);
+}
+
+// The base matrix of each adapted projection and its adapter, per layer.
+struct Adapted {
+  at::Tensor* w;
+  at::Tensor* a;
+  at::Tensor* b;
+};
+std::vector<Adapted> AdaptedProjections(Transformer::Layer& l) {
+  return {{&l.qkv_w, &l.qkv_lora_a, &l.qkv_lora_b},
+          {&l.o_w, &l.o_lora_a, &l.o_lora_b},
+          {&l.gate_up_w, &l.gate_up_lora_a, &l.gate_up_lora_b},
+          {&l.down_w, &l.down_lora_a, &l.down_lora_b}};
+}
+
+// W + scale B A, computed in fp32 and returned in W's dtype.
+at::Tensor Merged(const at::Tensor& w, const at::Tensor& a, const at::Tensor& b, double scale) {
+  if (!a.defined()) return w;
+  at::NoGradGuard no_grad;
+  return (w.detach().to(at::kFloat) + at::mm(b.detach().to(at::kFloat), a.detach().to(at::kFloat)).mul(scale))
+      .to(w.scalar_type());
+}
+
 at::Tensor RotateHalf(const at::Tensor& x) {
   const int64_t half = x.size(-1) / 2;
   return at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
@@ -92,9 +124,8 @@ class CheckpointedBlock : public torch::autograd::Function<CheckpointedBlock> {
     at::Tensor x = saved[0].detach().requires_grad_(true);
     Transformer::Layer w = *layer;
     std::vector<at::Tensor> inputs = {x};
-    for (at::Tensor* t : {&w.input_norm, &w.qkv_w, &w.qkv_b, &w.o_w, &w.o_b, &w.post_norm, &w.gate_up_w,
-                          &w.gate_up_b, &w.down_w, &w.down_b}) {
-      if (t->defined()) {
+    for (at::Tensor* t : w.Fields()) {  // The trainable ones, as Block() passed them; frozen ones stay as they are.
+      if (t->defined() && t->requires_grad()) {
         *t = t->detach().requires_grad_(true);
         inputs.push_back(*t);
       }
@@ -259,6 +290,17 @@ PagedKVCache::PagedKVCache(const ModelConfig& config, int64_t num_blocks_in, int
   }
 }
 
+std::vector<at::Tensor*> Transformer::Layer::Fields() {
+  return {&input_norm,     &qkv_w,      &qkv_b,          &o_w,          &o_b,           &post_norm,
+          &gate_up_w,      &gate_up_b,  &down_w,         &down_b,       &qkv_lora_a,    &qkv_lora_b,
+          &o_lora_a,       &o_lora_b,   &gate_up_lora_a, &gate_up_lora_b, &down_lora_a, &down_lora_b};
+}
+
+std::vector<const at::Tensor*> Transformer::Layer::Fields() const {
+  std::vector<at::Tensor*> f = const_cast<Layer*>(this)->Fields();
+  return std::vector<const at::Tensor*>(f.begin(), f.end());
+}
+
 Transformer::Transformer(ModelConfig config, Head head, ModelOptions options)
     : config_(std::move(config)), head_(head), options_(options) {
   // inv_freq exactly as transformers computes it (fp32), then the scaling rule.
@@ -322,15 +364,22 @@ absl::StatusOr<std::unique_ptr<Transformer>> Transformer::FromWeights(const Mode
     auto place = [&](const at::Tensor& t) { return t.defined() ? t.to(options.device, options.dtype) : t; };
     m->root_ = {place(root.embed), place(root.final_norm), place(root.lm_head), place(root.score_w),
                 place(root.score_b)};
-    constexpr size_t kFields = 10;  // Layer's, in declaration order.
-    if (layer_fields.size() != kFields * static_cast<size_t>(config.num_layers)) {
+    // Per layer Layer::Fields() in order: the base fields alone, or all.
+    const size_t layers = static_cast<size_t>(config.num_layers);
+    const size_t per = layer_fields.size() == Layer::kFields * layers ? Layer::kFields : Layer::kBaseFields;
+    if (layer_fields.size() != per * layers) {
       return absl::InvalidArgumentError(absl::StrCat("FromWeights: ", layer_fields.size(), " layer fields for ",
                                                      config.num_layers, " layers"));
     }
-    for (int64_t l = 0; l < config.num_layers; ++l) {
-      const at::Tensor* f = &layer_fields[kFields * l];
-      m->layers_.push_back({place(f[0]), place(f[1]), place(f[2]), place(f[3]), place(f[4]), place(f[5]),
-                            place(f[6]), place(f[7]), place(f[8]), place(f[9])});
+    for (size_t l = 0; l < layers; ++l) {
+      Layer w;
+      std::vector<at::Tensor*> f = w.Fields();
+      for (size_t i = 0; i < per; ++i) *f[i] = place(layer_fields[per * l + i]);
+      m->layers_.push_back(std::move(w));
+    }
+    if (layers > 0 && m->layers_[0].qkv_lora_a.defined()) {
+      m->lora_rank_ = m->layers_[0].qkv_lora_a.size(0);
+      m->lora_scale_ = (options.lora_alpha > 0 ? options.lora_alpha : 2.0 * m->lora_rank_) / m->lora_rank_;
     }
     m->FinishParameters();
     return m;
@@ -376,8 +425,37 @@ absl::Status Transformer::InitRandom(uint64_t seed) {
   } else if (!c.tie_word_embeddings) {
     root_.lm_head = normal({c.vocab_size, c.hidden_size});
   }
+  if (options_.lora_rank > 0) InitAdapters();
   FinishParameters();
   return absl::OkStatus();
+}
+
+void Transformer::InitAdapters() {
+  const int64_t r = options_.lora_rank;
+  lora_rank_ = r;
+  lora_scale_ = (options_.lora_alpha > 0 ? options_.lora_alpha : 2.0 * r) / r;
+  at::Generator gen = at::detail::createCPUGenerator(options_.lora_seed);
+  const at::TensorOptions place = at::TensorOptions().device(options_.device).dtype(options_.dtype);
+  for (Layer& l : layers_) {
+    for (const Adapted& p : AdaptedProjections(l)) {
+      const int64_t out = p.w->size(0), in = p.w->size(1);
+      const double bound = 1.0 / std::sqrt(static_cast<double>(in));  // kaiming_uniform(a=sqrt(5)), as PEFT.
+      *p.a = at::empty({r, in}, at::kFloat).uniform_(-bound, bound, gen).to(place);
+      *p.b = at::zeros({out, r}, place);
+    }
+  }
+}
+
+void Transformer::MergeAdapters() {
+  if (lora_rank_ == 0) return;
+  for (Layer& l : layers_) {
+    for (const Adapted& p : AdaptedProjections(l)) {
+      *p.w = Merged(*p.w, *p.a, *p.b, lora_scale_);
+      *p.a = at::Tensor();
+      *p.b = at::Tensor();
+    }
+  }
+  lora_rank_ = 0;
 }
 
 void Transformer::FinishParameters() {
@@ -478,18 +556,131 @@ absl::Status Transformer::LoadFrom(const std::string& dir) {
     return absl::InvalidArgumentError(absl::StrCat(dir, ": unexpected tensor ", name,
                                                    " (wrong architecture for this config?)"));
   }
+  if (auto s = LoadAdapters(dir); !s.ok()) return s;
   FinishParameters();
   return absl::OkStatus();
 }
 
-std::vector<std::pair<std::string, at::Tensor>> Transformer::HFTensors() const {
+namespace {
+
+constexpr char kAdapterConfig[] = "adapter_config.json";
+constexpr char kAdapterWeights[] = "adapter_model.safetensors";
+
+// PEFT's module names of each adapted projection and the rows of our fused
+// matrix each one covers, in AdaptedProjections() order.
+struct PeftModule {
+  const char* name;
+  int64_t begin, rows;
+};
+std::vector<std::vector<PeftModule>> PeftModules(const ModelConfig& c) {
+  const int64_t Q = c.num_heads * c.head_dim, KV = c.num_kv_heads * c.head_dim, I = c.intermediate_size;
+  return {{{"self_attn.q_proj", 0, Q}, {"self_attn.k_proj", Q, KV}, {"self_attn.v_proj", Q + KV, KV}},
+          {{"self_attn.o_proj", 0, c.hidden_size}},
+          {{"mlp.gate_proj", 0, I}, {"mlp.up_proj", I, I}},
+          {{"mlp.down_proj", 0, c.hidden_size}}};
+}
+
+std::string PeftPrefix(int64_t layer) { return absl::StrCat("base_model.model.model.layers.", layer, "."); }
+
+}  // namespace
+
+absl::Status Transformer::LoadAdapters(const std::string& dir) {
+  const std::string config_path = dir + "/" + kAdapterConfig;
+  if (::access(config_path.c_str(), F_OK) != 0) {
+    if (options_.lora_rank > 0) InitAdapters();
+    return absl::OkStatus();
+  }
+  auto text = ReadFileToString(config_path);
+  if (!text.ok()) return text.status();
+  auto cfg = ParseJson(*text);
+  if (!cfg.ok()) return absl::DataLossError(absl::StrCat(config_path, ": ", cfg.status().message()));
+  auto type = GetJsonString(*cfg, "peft_type", "");
+  auto r = GetJsonInt(*cfg, "r", 0);
+  auto alpha = GetJsonDouble(*cfg, "lora_alpha", 0);
+  if (!type.ok() || !r.ok() || !alpha.ok() || *type != "LORA" || *r <= 0 || *alpha <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(config_path, ": not a LoRA adapter config (peft_type LORA, r > 0, lora_alpha > 0)"));
+  }
+  if (options_.lora_rank > 0 && options_.lora_rank != *r) {
+    return absl::InvalidArgumentError(absl::StrCat(dir, " holds rank-", *r, " adapters; rank ", options_.lora_rank,
+                                                   " was asked for"));
+  }
+  auto file = SafetensorsFile::Open(dir + "/" + kAdapterWeights);
+  if (!file.ok()) return file.status();
+  std::set<std::string> used;
+  auto read = [&](const std::string& name, std::vector<int64_t> shape) -> absl::StatusOr<at::Tensor> {
+    const TensorView* v = (*file)->Find(name);
+    if (v == nullptr) return absl::NotFoundError(absl::StrCat(dir, ": adapter lacks ", name));
+    auto t = ToScalarType(v->dtype);
+    if (!t.ok()) return t.status();
+    if (v->shape != shape) {
+      return absl::InvalidArgumentError(absl::StrCat(dir, ": adapter tensor ", name, " has shape [",
+                                                     absl::StrJoin(v->shape, ","), "], expected [",
+                                                     absl::StrJoin(shape, ","), "]"));
+    }
+    used.insert(name);
+    return at::from_blob(const_cast<uint8_t*>(v->data), shape, at::TensorOptions().dtype(*t))
+        .to(options_.device, options_.dtype, /*non_blocking=*/false, /*copy=*/true);
+  };
+  const auto modules = PeftModules(config_);
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    std::vector<Adapted> proj = AdaptedProjections(layers_[l]);
+    for (size_t p = 0; p < proj.size(); ++p) {
+      const int64_t in = proj[p].w->size(1);
+      std::vector<at::Tensor> bs;
+      for (const PeftModule& m : modules[p]) {
+        const std::string name = PeftPrefix(l) + m.name;
+        auto a = read(name + ".lora_A.weight", {*r, in});
+        if (!a.ok()) return a.status();
+        auto b = read(name + ".lora_B.weight", {m.rows, *r});
+        if (!b.ok()) return b.status();
+        if (!proj[p].a->defined()) {
+          *proj[p].a = *a;
+        } else if (!at::equal(*proj[p].a, *a)) {  // One A per fused matrix.
+          return absl::InvalidArgumentError(absl::StrCat(dir, ": ", name, ".lora_A differs from ", modules[p][0].name,
+                                                         "'s; adapters of fused projections share one A"));
+        }
+        bs.push_back(*b);
+      }
+      *proj[p].b = at::cat(bs, 0);
+    }
+  }
+  for (const TensorView& v : (*file)->tensors()) {
+    if (!used.count(v.name)) return absl::InvalidArgumentError(absl::StrCat(dir, ": unexpected adapter tensor ", v.name));
+  }
+  lora_rank_ = *r;
+  lora_scale_ = *alpha / *r;
+  if (options_.lora_rank == 0) MergeAdapters();  // A model without adapters: the policy they make.
+  return absl::OkStatus();
+}
+
+std::vector<std::pair<std::string, at::Tensor>> Transformer::AdapterTensors() const {
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  if (lora_rank_ == 0) return out;
+  const auto modules = PeftModules(config_);
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    std::vector<Adapted> proj = AdaptedProjections(const_cast<Layer&>(layers_[l]));
+    for (size_t p = 0; p < proj.size(); ++p) {
+      for (const PeftModule& m : modules[p]) {
+        const std::string name = PeftPrefix(l) + m.name;
+        out.emplace_back(name + ".lora_A.weight", *proj[p].a);
+        out.emplace_back(name + ".lora_B.weight", proj[p].b->narrow(0, m.begin, m.rows));
+      }
+    }
+  }
+  return out;
+}
+
+std::vector<std::pair<std::string, at::Tensor>> Transformer::HFTensors(bool merged) const {
   TORCH_CHECK(!provider_, "HFTensors of a sharded model: consolidate it first");
   const auto& c = config_;
   const int64_t Q = c.num_heads * c.head_dim, KV = c.num_kv_heads * c.head_dim, I = c.intermediate_size;
   std::vector<std::pair<std::string, at::Tensor>> out;
   out.emplace_back("model.embed_tokens.weight", root_.embed);
   for (int64_t l = 0; l < c.num_layers; ++l) {
-    const Layer& w = layers_[l];
+    Layer w = layers_[l];
+    if (merged) {
+      for (const Adapted& p : AdaptedProjections(w)) *p.w = Merged(*p.w, *p.a, *p.b, lora_scale_);
+    }
     const std::string p = absl::StrCat("model.layers.", l, ".");
     out.emplace_back(p + "input_layernorm.weight", w.input_norm);
     out.emplace_back(p + "self_attn.q_proj.weight", w.qkv_w.narrow(0, 0, Q));
@@ -534,10 +725,21 @@ void Transformer::SetWeightProvider(std::unique_ptr<WeightProvider> provider, at
 
 std::vector<at::Tensor> Transformer::parameters() const {
   if (provider_) return provider_->parameters();
-  std::vector<at::Tensor> ps = {root_.embed};
+  std::vector<at::Tensor> ps;
+  if (lora_rank_ > 0) {  // The adapters, then a value model's head; the rest is frozen.
+    for (const Layer& w : layers_) {
+      const std::vector<const at::Tensor*> f = w.Fields();
+      for (size_t i = Layer::kBaseFields; i < f.size(); ++i) ps.push_back(*f[i]);
+    }
+    if (head_ == Head::kValue) {
+      ps.push_back(root_.score_w);
+      if (root_.score_b.defined()) ps.push_back(root_.score_b);
+    }
+    return ps;
+  }
+  ps.push_back(root_.embed);
   for (const Layer& w : layers_) {
-    for (const at::Tensor* t : {&w.input_norm, &w.qkv_w, &w.qkv_b, &w.o_w, &w.o_b, &w.post_norm, &w.gate_up_w,
-                                &w.gate_up_b, &w.down_w, &w.down_b}) {
+    for (const at::Tensor* t : w.Fields()) {
       if (t->defined()) ps.push_back(*t);
     }
   }
@@ -551,19 +753,61 @@ std::vector<at::Tensor> Transformer::parameters() const {
   return ps;
 }
 
+namespace {
+
+// CPU copies of `named` and the writer's views of them (alive while `keep` is).
+absl::StatusOr<std::vector<TensorToWrite>> ToWrite(const std::vector<std::pair<std::string, at::Tensor>>& named,
+                                                   std::vector<at::Tensor>* keep) {
+  std::vector<TensorToWrite> tensors;
+  for (const auto& [name, t] : named) {
+    at::Tensor cpu = t.detach().to(at::kCPU).contiguous();
+    auto dt = ToDType(cpu.scalar_type());
+    if (!dt.ok()) return dt.status();
+    keep->push_back(cpu);
+    tensors.push_back({name, *dt, cpu.sizes().vec(), cpu.data_ptr(), cpu.nbytes()});
+  }
+  return tensors;
+}
+
+}  // namespace
+
 absl::Status Transformer::Save(const std::string& dir) const {
+  if (auto s = SaveTensors(dir, HFTensors()); !s.ok() || lora_rank_ == 0) return s;
+  try {
+    std::vector<at::Tensor> keep;
+    auto tensors = ToWrite(AdapterTensors(), &keep);
+    if (!tensors.ok()) return tensors.status();
+    if (auto s = WriteSafetensors(dir + "/" + kAdapterWeights, *tensors); !s.ok()) return s;
+  } catch (const std::exception& e) {
+    return TorchError(absl::StrCat("saving adapters to ", dir), e);
+  }
+  const double alpha = lora_scale_ * static_cast<double>(lora_rank_);
+  Json targets = Json::array();
+  for (const auto& group : PeftModules(config_)) {
+    for (const PeftModule& m : group) targets.push_back(Json(std::string(m.name).substr(std::string(m.name).find('.') + 1)));
+  }
+  Json cfg = Json::object({{"peft_type", Json("LORA")},
+                           {"task_type", Json(head_ == Head::kValue ? "TOKEN_CLS" : "CAUSAL_LM")},
+                           {"r", Json(lora_rank_)},
+                           {"lora_alpha", Json(alpha)},
+                           {"lora_dropout", Json(0.0)},
+                           {"bias", Json("none")},
+                           {"fan_in_fan_out", Json(false)},
+                           {"target_modules", targets},
+                           {"base_model_name_or_path", Json(dir)}});
+  return WriteFileAtomically(dir + "/" + kAdapterConfig, DumpJson(cfg, 2));
+}
+
+absl::Status Transformer::SaveMerged(const std::string& dir) const { return SaveTensors(dir, HFTensors(/*merged=*/true)); }
+
+absl::Status Transformer::SaveTensors(const std::string& dir,
+                                      const std::vector<std::pair<std::string, at::Tensor>>& named) const {
   try {
     ::mkdir(dir.c_str(), 0755);
     std::vector<at::Tensor> keep;  // CPU copies alive until written.
-    std::vector<TensorToWrite> tensors;
-    for (const auto& [name, t] : HFTensors()) {
-      at::Tensor cpu = t.detach().to(at::kCPU).contiguous();
-      auto dt = ToDType(cpu.scalar_type());
-      if (!dt.ok()) return dt.status();
-      keep.push_back(cpu);
-      tensors.push_back({name, *dt, cpu.sizes().vec(), cpu.data_ptr(), cpu.nbytes()});
-    }
-    if (auto s = WriteSafetensorsDir(dir, tensors, size_t{4} << 30); !s.ok()) return s;
+    auto tensors = ToWrite(named, &keep);
+    if (!tensors.ok()) return tensors.status();
+    if (auto s = WriteSafetensorsDir(dir, *tensors, size_t{4} << 30); !s.ok()) return s;
     Json cfg = config_.ToJson();
     cfg["torch_dtype"] = Json(HFDTypeName(options_.dtype));
     cfg["dtype"] = Json(HFDTypeName(options_.dtype));
@@ -605,7 +849,7 @@ at::Tensor Transformer::BlockForward(const Layer& w, const at::Tensor& x, const 
   const int64_t nh = c.num_heads, kvh = c.num_kv_heads, D = c.head_dim, Q = nh * D, KV = kvh * D;
   const double scale = 1.0 / std::sqrt(static_cast<double>(D));
   at::Tensor h = Norm(x, w.input_norm);
-  at::Tensor qkv = Linear(h, w.qkv_w, w.qkv_b);  // [B,T,Q+2KV]
+  at::Tensor qkv = Project(h, w.qkv_w, w.qkv_b, w.qkv_lora_a, w.qkv_lora_b, lora_scale_);  // [B,T,Q+2KV]
   // split (not narrow): its backward concatenates instead of zero-filling.
   at::Tensor q, k, v;  // [B,heads,T,D]
   if (fused_on(x)) {
@@ -660,8 +904,8 @@ at::Tensor Transformer::BlockForward(const Layer& w, const at::Tensor& x, const 
     }
     a = a.transpose(1, 2).reshape({B, T, Q});
   }
-  at::Tensor x1 = x + Linear(a, w.o_w, w.o_b);
-  at::Tensor gu = Linear(Norm(x1, w.post_norm), w.gate_up_w, w.gate_up_b);  // [B,T,2I]
+  at::Tensor x1 = x + Project(a, w.o_w, w.o_b, w.o_lora_a, w.o_lora_b, lora_scale_);
+  at::Tensor gu = Project(Norm(x1, w.post_norm), w.gate_up_w, w.gate_up_b, w.gate_up_lora_a, w.gate_up_lora_b, lora_scale_);  // [B,T,2I]
   at::Tensor act;
   if (fused_on(x)) {
     act = FusedSwiGlu(gu);
@@ -669,7 +913,7 @@ at::Tensor Transformer::BlockForward(const Layer& w, const at::Tensor& x, const 
     auto g_u = gu.split(c.intermediate_size, -1);
     act = at::silu(g_u[0]) * g_u[1];
   }
-  return x1 + Linear(act, w.down_w, w.down_b);
+  return x1 + Project(act, w.down_w, w.down_b, w.down_lora_a, w.down_lora_b, lora_scale_);
 }
 
 at::Tensor Transformer::Block(int layer, const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
@@ -677,10 +921,9 @@ at::Tensor Transformer::Block(int layer, const at::Tensor& x, const at::Tensor& 
   if (provider_) return provider_->Block(*this, layer, x, cos, sin, lengths);
   const Layer& w = layers_[layer];
   if (options_.activation_checkpointing && at::GradMode::is_enabled()) {
-    std::vector<at::Tensor> params;
-    for (const at::Tensor* t : {&w.input_norm, &w.qkv_w, &w.qkv_b, &w.o_w, &w.o_b, &w.post_norm, &w.gate_up_w,
-                                &w.gate_up_b, &w.down_w, &w.down_b}) {
-      if (t->defined()) params.push_back(*t);
+    std::vector<at::Tensor> params;  // Those autograd reaches: frozen base weights take no gradient.
+    for (const at::Tensor* t : w.Fields()) {
+      if (t->defined() && t->requires_grad()) params.push_back(*t);
     }
     return CheckpointedBlock::apply(x, cos, sin, at::TensorList(params), this, &w, lengths);
   }

@@ -57,6 +57,16 @@ struct ModelOptions {
   // minutes on the CPU, at the price of numbers that differ from the CPU
   // draw. Off, every device gets the CPU's numbers.
   bool draw_on_device = false;
+  // LoRA adapters (Hu et al. 2021) on every projection of every block: the
+  // fused q/k/v (one A shared by q, k and v), o, the fused gate/up and down
+  // compute W x + (lora_alpha / lora_rank) B A x. A [rank, in] is drawn as
+  // PEFT draws it (uniform within 1/sqrt(in)) from lora_seed and B [out, rank]
+  // starts at zero, so fresh adapters leave the model's outputs unchanged.
+  // With lora_rank > 0 only the adapters (and a value model's head) are
+  // parameters(); the base weights stay frozen. 0: no adapters.
+  int64_t lora_rank = 0;
+  double lora_alpha = 0;  // 0: 2 x lora_rank.
+  uint64_t lora_seed = 0;
 };
 
 // Keys and values of every layer for `slots` independent sequences of up to
@@ -141,8 +151,18 @@ class Transformer {
                                                                   const ModelOptions& options, RootWeights root,
                                                                   std::vector<at::Tensor> layer_fields);
   // Writes config.json and model.safetensors (sharded past 4 GiB) into an
-  // existing directory; each file lands atomically.
+  // existing directory; each file lands atomically. A model with adapters
+  // writes its base weights there and the adapters beside them as PEFT does
+  // (adapter_config.json, adapter_model.safetensors: q/k/v and gate/up split
+  // back out, so q, k and v each carry the shared A): lossless, and Load()
+  // of the directory merges them unless it is asked for adapters.
   absl::Status Save(const std::string& dir) const;
+  // Writes the weights with the adapters folded in (W + scale B A) and no
+  // adapter files: what an engine that knows nothing of LoRA loads.
+  absl::Status SaveMerged(const std::string& dir) const;
+  // Folds the adapters into the base weights and drops them (no-op without).
+  void MergeAdapters();
+  bool has_adapters() const { return lora_rank_ > 0; }
 
   // ids [B,T] int64 -> final-normed hidden states [B,T,H]. Causal.
   at::Tensor Hidden(const at::Tensor& ids) const;
@@ -204,8 +224,11 @@ class Transformer {
   void SetWeightProvider(std::unique_ptr<WeightProvider> provider, at::Device device, at::ScalarType dtype);
   WeightProvider* weight_provider() const { return provider_.get(); }
   // Tensors under their Hugging Face names and layout (q/k/v and gate/up
-  // split back out): what Save() writes.
-  std::vector<std::pair<std::string, at::Tensor>> HFTensors() const;
+  // split back out): what Save() writes. merged: the adapters folded in.
+  std::vector<std::pair<std::string, at::Tensor>> HFTensors(bool merged = false) const;
+  // The adapters under PEFT's names (base_model.model.<module>.lora_{A,B}.weight).
+  std::vector<std::pair<std::string, at::Tensor>> AdapterTensors() const;
+  double lora_scale() const { return lora_scale_; }
   const ModelConfig& config() const { return config_; }
   const ModelOptions& options() const { return options_; }
   Head head() const { return head_; }
@@ -248,6 +271,18 @@ class Transformer {
     at::Tensor post_norm;           // [H]
     at::Tensor gate_up_w, gate_up_b;  // [2I, H], [2I] or undefined
     at::Tensor down_w, down_b;      // [H, I], [H] or undefined
+    // LoRA adapters (ModelOptions::lora_rank), undefined without them.
+    at::Tensor qkv_lora_a, qkv_lora_b;          // [r, H], [Q+2KV, r]
+    at::Tensor o_lora_a, o_lora_b;              // [r, Q], [H, r]
+    at::Tensor gate_up_lora_a, gate_up_lora_b;  // [r, H], [2I, r]
+    at::Tensor down_lora_a, down_lora_b;        // [r, I], [H, r]
+
+    // Every field in declaration order: the base weights (kBaseFields), then
+    // the adapters. The one list that flat layouts, checkpointing and
+    // parameters() walk.
+    static constexpr size_t kBaseFields = 10, kFields = 18;
+    std::vector<at::Tensor*> Fields();
+    std::vector<const at::Tensor*> Fields() const;
   };
   // The resident weights (before SetWeightProvider): root and blocks.
   const RootWeights& root_weights() const { return root_; }
@@ -257,6 +292,13 @@ class Transformer {
   Transformer(ModelConfig config, Head head, ModelOptions options);
   absl::Status InitRandom(uint64_t seed);
   absl::Status LoadFrom(const std::string& dir);
+  // Fresh adapters (options_.lora_rank) on every layer.
+  void InitAdapters();
+  // The adapters a directory's adapter files hold: kept when options_ asks
+  // for adapters of their rank, else folded into the base weights.
+  absl::Status LoadAdapters(const std::string& dir);
+  // Writes a tensor list as safetensors with config.json (Save's body).
+  absl::Status SaveTensors(const std::string& dir, const std::vector<std::pair<std::string, at::Tensor>>& tensors) const;
   void FinishParameters();
   // cos, sin [B,1,T,D] in the model dtype for positions [B,T].
   std::pair<at::Tensor, at::Tensor> Rope(const at::Tensor& positions) const;
@@ -274,6 +316,8 @@ class Transformer {
   ModelOptions options_;
   at::Tensor inv_freq_;  // [D/2] fp32, on device.
   double attention_scaling_ = 1.0;  // cos/sin scale (YaRN).
+  int64_t lora_rank_ = 0;           // Adapters present: their rank.
+  double lora_scale_ = 0;           // lora_alpha / lora_rank.
   // Mutable: with a WeightProvider, each training forward points it at the
   // weights the provider gathered for that pass.
   mutable RootWeights root_;

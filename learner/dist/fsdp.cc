@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 
@@ -15,11 +16,8 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-// The fields of a block in Layer's declaration order (the flat layout).
-std::vector<at::Tensor*> Fields(Transformer::Layer& w) {
-  return {&w.input_norm, &w.qkv_w, &w.qkv_b, &w.o_w, &w.o_b, &w.post_norm, &w.gate_up_w, &w.gate_up_b, &w.down_w,
-          &w.down_b};
-}
+// The fields of a unit in declaration order (the flat layout).
+std::vector<at::Tensor*> Fields(Transformer::Layer& w) { return w.Fields(); }
 std::vector<at::Tensor*> Fields(RootWeights& r) {
   return {&r.embed, &r.final_norm, &r.lm_head, &r.score_w, &r.score_b};
 }
@@ -28,16 +26,19 @@ ShardedWeights* Get(AutogradContext* ctx) {
   return reinterpret_cast<ShardedWeights*>(ctx->saved_data["weights"].toInt());
 }
 
-// The gathered buffer of a unit as a differentiable function of its master
-// shard: backward reduce-scatters the buffer's gradient into the shard's
-// .grad itself (asynchronously), so autograd gets no gradient for it.
+// The gathered buffers of a unit {trainable, frozen}, the first a
+// differentiable function of its master shard: backward reduce-scatters the
+// buffer's gradient into the shard's .grad itself (asynchronously), so
+// autograd gets no gradient for it.
 class GatherUnit : public torch::autograd::Function<GatherUnit> {
  public:
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& shard, ShardedWeights* weights, int64_t unit) {
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& shard, ShardedWeights* weights, int64_t unit) {
     (void)shard;
     ctx->saved_data["weights"] = reinterpret_cast<int64_t>(weights);
     ctx->saved_data["unit"] = unit;
-    return weights->Gather(unit);
+    ShardedWeights::Full full = weights->Gather(unit);
+    ctx->mark_non_differentiable({full.frozen});
+    return {full.train, full.frozen};
   }
   static variable_list backward(AutogradContext* ctx, variable_list grad) {
     Get(ctx)->ReduceScatter(ctx->saved_data["unit"].toInt(), grad[0]);
@@ -58,7 +59,7 @@ class ShardedBlock : public torch::autograd::Function<ShardedBlock> {
     ctx->saved_data["layer"] = layer;
     ctx->saved_data["lengths"] = lengths;
     ctx->save_for_backward({x, cos, sin});
-    const at::Tensor full = weights->Gather(layer + 1);
+    const ShardedWeights::Full full = weights->Gather(layer + 1);
     weights->Prefetch(layer + 2);
     return model->BlockForward(weights->LayerViews(layer + 1, full), x, cos, sin, nullptr, 0, {}, nullptr, lengths);
   }
@@ -68,7 +69,8 @@ class ShardedBlock : public torch::autograd::Function<ShardedBlock> {
     const auto* model = reinterpret_cast<const Transformer*>(ctx->saved_data["model"].toInt());
     const int64_t unit = ctx->saved_data["layer"].toInt() + 1;
     auto saved = ctx->get_saved_variables();
-    at::Tensor full = weights->Gather(unit).detach().requires_grad_(true);
+    ShardedWeights::Full full = weights->Gather(unit);
+    full.train = full.train.detach().requires_grad_(true);
     if (unit > 1) weights->Prefetch(unit - 1);  // The block backward reaches next.
     at::Tensor x = saved[0].detach().requires_grad_(true);
     at::Tensor y;
@@ -77,7 +79,7 @@ class ShardedBlock : public torch::autograd::Function<ShardedBlock> {
       y = model->BlockForward(weights->LayerViews(unit, full), x, saved[1], saved[2], nullptr, 0, {}, nullptr,
                               ctx->saved_data["lengths"].toIntVector());
     }
-    auto grads = torch::autograd::grad({y}, {x, full}, {grad_out[0]}, /*retain_graph=*/false,
+    auto grads = torch::autograd::grad({y}, {x, full.train}, {grad_out[0]}, /*retain_graph=*/false,
                                        /*create_graph=*/false, /*allow_unused=*/true);
     weights->ReduceScatter(unit, grads[1]);
     // One per forward input: x, cos, sin, shard, weights, model, layer, lengths.
@@ -109,6 +111,14 @@ absl::StatusOr<ShardedWeights*> ShardedWeights::Shard(Transformer& model, c10::i
                                                         model.config(), model.options()));
   sw->tied_ = model.head() == Head::kLanguageModel && model.config().tie_word_embeddings;
   sw->replicate_ = std::move(replicate);
+  // With adapters, what is not a parameter() is frozen.
+  const bool lora = model.has_adapters();
+  std::set<const c10::TensorImpl*> trainable;
+  if (lora) {
+    for (const at::Tensor& p : model.parameters()) trainable.insert(p.unsafeGetTensorImpl());
+    sw->lora_rank_ = model.layers().empty() ? 0 : model.layers()[0].qkv_lora_a.size(0);
+    sw->lora_alpha_ = model.lora_scale() * static_cast<double>(sw->lora_rank_);
+  }
   try {
     RootWeights root = model.root_weights();
     if (sw->tied_) root.lm_head = at::Tensor();  // The embedding is the head.
@@ -117,7 +127,7 @@ absl::StatusOr<ShardedWeights*> ShardedWeights::Shard(Transformer& model, c10::i
     for (Transformer::Layer& w : layers) fields.push_back(Fields(w));
     for (size_t unit = 0; unit < fields.size(); ++unit) {
       Unit u;
-      std::vector<at::Tensor> flat;
+      std::vector<at::Tensor> flat, frozen_flat;
       std::vector<std::pair<int64_t, int64_t>> decay, head;  // Unit coordinates.
       for (size_t f = 0; f < fields[unit].size(); ++f) {
         const at::Tensor* t = fields[unit][f];
@@ -125,7 +135,14 @@ absl::StatusOr<ShardedWeights*> ShardedWeights::Shard(Transformer& model, c10::i
         const bool embedding = unit == 0 && f == 0, value_head = unit == 0 && f >= 3;
         Entry e;
         e.present = t->defined();
-        if (e.present) {
+        e.frozen = e.present && lora && !trainable.count(t->unsafeGetTensorImpl());
+        if (e.frozen) {
+          e.shape = t->sizes().vec();
+          e.offset = u.frozen_numel;
+          e.numel = t->numel();
+          u.frozen_numel += e.numel;
+          frozen_flat.push_back(t->detach().reshape({-1}).to(dtype));
+        } else if (e.present) {
           e.shape = t->sizes().vec();
           e.offset = u.numel;
           e.numel = t->numel();
@@ -136,12 +153,17 @@ absl::StatusOr<ShardedWeights*> ShardedWeights::Shard(Transformer& model, c10::i
         }
         u.entries.push_back(e);
       }
-      const int64_t shard = (u.numel + sw->world_ - 1) / sw->world_;
-      u.padded = shard * sw->world_;
-      at::Tensor all = at::cat(flat);
-      all = at::constant_pad_nd(all, {0, u.padded - u.numel});
-      const int64_t begin = shard * sw->rank_;
-      sw->shards_.push_back(all.narrow(0, begin, shard).to(device).clone().requires_grad_(true));
+      // This rank's part of a flat buffer, padded to a multiple of the world.
+      auto cut = [&](const std::vector<at::Tensor>& parts, int64_t numel, int64_t* padded, at::ScalarType type) {
+        const int64_t shard = (numel + sw->world_ - 1) / sw->world_;
+        *padded = shard * sw->world_;
+        if (parts.empty()) return at::empty({0}, at::TensorOptions().device(device).dtype(type));
+        at::Tensor all = at::constant_pad_nd(at::cat(parts), {0, *padded - numel});
+        return all.narrow(0, shard * sw->rank_, shard).to(device).clone();
+      };
+      sw->shards_.push_back(cut(flat, u.numel, &u.padded, at::kFloat).requires_grad_(true));
+      sw->frozen_shards_.push_back(cut(frozen_flat, u.frozen_numel, &u.frozen_padded, dtype));
+      const int64_t shard = u.padded / sw->world_, begin = shard * sw->rank_;
       auto local = [&](const std::vector<std::pair<int64_t, int64_t>>& ranges) {  // Shard coordinates.
         std::vector<std::pair<int64_t, int64_t>> out;
         for (auto [a, b] : ranges) {
@@ -172,7 +194,7 @@ absl::Status ShardedWeights::SetValueHead(const at::Tensor& weight, const at::Te
   for (int k = 0; k < 2; ++k) {
     const Entry& e = root.entries[3 + k];  // Fields(RootWeights&): 3-4 the value head.
     if (k == 1 && !e.present) continue;      // A head without a bias.
-    if (!e.present || values[k].numel() != e.numel) {
+    if (!e.present || e.frozen || values[k].numel() != e.numel) {
       return absl::InvalidArgumentError(absl::StrCat("value head field ", k, ": ", values[k].numel(), " values for ",
                                                      e.numel, " weights"));
     }
@@ -186,22 +208,29 @@ absl::Status ShardedWeights::SetValueHead(const at::Tensor& weight, const at::Te
 ShardedWeights::Pending ShardedWeights::StartGather(int64_t unit) {
   Pending p;
   p.unit = unit;
-  p.in = shards_[unit].detach().to(dtype_, /*non_blocking=*/false, /*copy=*/true);  // [P/W]
-  p.out = at::empty({units_[unit].padded}, p.in.options());                           // [P]
-  p.work = backend_->_allgather_base(p.out, p.in);
+  const Unit& u = units_[unit];
+  const at::TensorOptions options = at::TensorOptions().device(device_).dtype(dtype_);
+  p.out = at::empty({u.padded}, options);  // [P]
+  if (u.padded > 0) {
+    p.in = shards_[unit].detach().to(dtype_, /*non_blocking=*/false, /*copy=*/true);  // [P/W]
+    p.work = backend_->_allgather_base(p.out, p.in);
+  }
+  p.frozen_out = at::empty({u.frozen_padded}, options);
+  if (u.frozen_padded > 0) p.frozen_work = backend_->_allgather_base(p.frozen_out, frozen_shards_[unit]);
   return p;
 }
 
 void ShardedWeights::Prefetch(int64_t unit) {
-  if (unit < 0 || unit >= unit_count() || gathers_[unit].work) return;
+  if (unit < 0 || unit >= unit_count() || gathers_[unit].unit >= 0) return;
   gathers_[unit] = StartGather(unit);
 }
 
-at::Tensor ShardedWeights::Gather(int64_t unit) {
-  Pending p = gathers_[unit].work ? std::move(gathers_[unit]) : StartGather(unit);
+ShardedWeights::Full ShardedWeights::Gather(int64_t unit) {
+  Pending p = gathers_[unit].unit >= 0 ? std::move(gathers_[unit]) : StartGather(unit);
   gathers_[unit] = Pending();
-  p.work->wait();
-  return p.out;
+  if (p.work) p.work->wait();
+  if (p.frozen_work) p.frozen_work->wait();
+  return {p.out, p.frozen_out};
 }
 
 void ShardedWeights::ReduceScatter(int64_t unit, const at::Tensor& grad_full) {
@@ -211,6 +240,7 @@ void ShardedWeights::ReduceScatter(int64_t unit, const at::Tensor& grad_full) {
     FinishReduceScatter(reduce_scatters_.front());
     reduce_scatters_.pop_front();
   }
+  if (units_[unit].padded == 0) return;  // Nothing trainable in it (every rank alike).
   Pending p;
   p.unit = unit;
   // Summed in fp32: the sum of W ranks' bf16 gradients rounds once.
@@ -245,6 +275,7 @@ void ShardedWeights::FinishGradients() {
   reduce_scatters_.clear();
   for (Pending& p : gathers_) {
     if (p.work) p.work->wait();
+    if (p.frozen_work) p.frozen_work->wait();
     p = Pending();
   }
 }
@@ -256,30 +287,33 @@ void ShardedWeights::AllReduceSum(at::Tensor& t) {
   backend_->allreduce(v, o)->wait();
 }
 
-Transformer::Layer ShardedWeights::LayerViews(int64_t unit, const at::Tensor& full) const {
+Transformer::Layer ShardedWeights::LayerViews(int64_t unit, const Full& full) const {
   Transformer::Layer w;
   std::vector<at::Tensor*> f = Fields(w);
   const Unit& u = units_[unit];
   for (size_t i = 0; i < f.size(); ++i) {
     const Entry& e = u.entries[i];
-    if (e.present) *f[i] = full.narrow(0, e.offset, e.numel).view(e.shape);
+    if (e.present) *f[i] = (e.frozen ? full.frozen : full.train).narrow(0, e.offset, e.numel).view(e.shape);
   }
   return w;
 }
 
-RootWeights ShardedWeights::RootViews(const at::Tensor& full) const {
+RootWeights ShardedWeights::RootViews(const Full& full) const {
   RootWeights r;
   std::vector<at::Tensor*> f = Fields(r);
   const Unit& u = units_[0];
   for (size_t i = 0; i < f.size(); ++i) {
     const Entry& e = u.entries[i];
-    if (e.present) *f[i] = full.narrow(0, e.offset, e.numel).view(e.shape);
+    if (e.present) *f[i] = (e.frozen ? full.frozen : full.train).narrow(0, e.offset, e.numel).view(e.shape);
   }
   if (tied_) r.lm_head = r.embed;
   return r;
 }
 
-RootWeights ShardedWeights::Root() { return RootViews(GatherUnit::apply(shards_[0], this, 0)); }
+RootWeights ShardedWeights::Root() {
+  variable_list full = GatherUnit::apply(shards_[0], this, 0);
+  return RootViews({full[0], full[1]});
+}
 
 at::Tensor ShardedWeights::Block(const Transformer& model, int layer, const at::Tensor& x, const at::Tensor& cos,
                                  const at::Tensor& sin, const std::vector<int64_t>& lengths) {
@@ -287,16 +321,17 @@ at::Tensor ShardedWeights::Block(const Transformer& model, int layer, const at::
   if (model.options().activation_checkpointing && at::GradMode::is_enabled()) {
     return ShardedBlock::apply(x, cos, sin, shards_[unit], this, &model, static_cast<int64_t>(layer), lengths);
   }
-  at::Tensor full = GatherUnit::apply(shards_[unit], this, unit);
+  variable_list full = GatherUnit::apply(shards_[unit], this, unit);
   Prefetch(unit + 1);
-  return model.BlockForward(LayerViews(unit, full), x, cos, sin, nullptr, 0, {}, nullptr, lengths);
+  return model.BlockForward(LayerViews(unit, {full[0], full[1]}), x, cos, sin, nullptr, 0, {}, nullptr, lengths);
 }
 
 Json ShardedWeights::Layout() const {
   Json units = Json::array();
   for (const Unit& u : units_) {
-    Json entries = Json::array();
-    for (const Entry& e : u.entries) {
+    Json entries = Json::array(), frozen = Json::array();
+    for (size_t i = 0; i < u.entries.size(); ++i) {
+      const Entry& e = u.entries[i];
       if (!e.present) {
         entries.push_back(Json());
         continue;
@@ -304,19 +339,29 @@ Json ShardedWeights::Layout() const {
       Json shape = Json::array();
       for (int64_t d : e.shape) shape.push_back(Json(d));
       entries.push_back(shape);
+      if (e.frozen) frozen.push_back(Json(static_cast<int64_t>(i)));
     }
-    units.push_back(Json::object({{"numel", Json(u.numel)}, {"padded", Json(u.padded)}, {"entries", entries}}));
+    Json unit = Json::object({{"numel", Json(u.numel)}, {"padded", Json(u.padded)}, {"entries", entries}});
+    if (u.frozen_numel > 0) {  // Entry indices in the frozen buffer, in order.
+      unit["frozen"] = frozen;
+      unit["frozen_numel"] = Json(u.frozen_numel);
+      unit["frozen_padded"] = Json(u.frozen_padded);
+    }
+    units.push_back(unit);
   }
-  return Json::object({{"config", config_.ToJson()},
-                       {"head", Json(head_ == Head::kValue ? "value" : "language_model")},
-                       {"tied", Json(tied_)},
-                       {"world_size", Json(world_)},
-                       {"units", units}});
+  Json out = Json::object({{"config", config_.ToJson()},
+                           {"head", Json(head_ == Head::kValue ? "value" : "language_model")},
+                           {"tied", Json(tied_)},
+                           {"world_size", Json(world_)},
+                           {"units", units}});
+  if (lora_rank_ > 0) out["lora"] = Json::object({{"rank", Json(lora_rank_)}, {"alpha", Json(lora_alpha_)}});
+  return out;
 }
 
 absl::StatusOr<std::unique_ptr<Transformer>> ShardedWeights::Assemble(const Json& layout,
                                                                       const std::vector<at::Tensor>& units,
-                                                                      const ModelOptions& options) {
+                                                                      const std::vector<at::Tensor>& frozen,
+                                                                      const ModelOptions& model_options) {
   const Json* config_json = FindJson(layout, "config");
   const Json* unit_list = FindJson(layout, "units");
   if (config_json == nullptr || unit_list == nullptr || !unit_list->is_array()) {
@@ -333,14 +378,31 @@ absl::StatusOr<std::unique_ptr<Transformer>> ShardedWeights::Assemble(const Json
     return absl::DataLossError(absl::StrCat("sharded layout: ", unit_list->size(), " units, ", units.size(),
                                             " buffers, ", config->num_layers, " layers"));
   }
-  // Each field: a view of its unit's buffer at the running offset.
-  auto views = [](const Json& unit, const at::Tensor& full, std::vector<at::Tensor*> fields) -> absl::Status {
+  ModelOptions options = model_options;
+  if (const Json* lora = FindJson(layout, "lora"); lora != nullptr) {
+    auto alpha = GetJsonDouble(*lora, "alpha", 0);
+    if (!alpha.ok()) return alpha.status();
+    options.lora_alpha = *alpha;
+  }
+  // Each field: a view of its unit's buffer (trainable or frozen) at that buffer's running offset.
+  auto views = [&frozen](size_t index, const Json& unit, const at::Tensor& full,
+                         std::vector<at::Tensor*> fields) -> absl::Status {
     const Json* entries = FindJson(unit, "entries");
-    if (entries == nullptr || entries->size() != fields.size()) {
+    // Layouts written before a model had adapter fields list fewer entries.
+    if (entries == nullptr || entries->size() > fields.size()) {
       return absl::DataLossError("sharded layout: unit entries do not match the model's fields");
     }
-    int64_t offset = 0;
-    for (size_t i = 0; i < fields.size(); ++i) {
+    std::set<int64_t> frozen_entries;
+    if (const Json* f = FindJson(unit, "frozen"); f != nullptr) {
+      for (const Json& i : *f) {
+        auto v = JsonInt(i);
+        if (!v.ok()) return v.status();
+        frozen_entries.insert(*v);
+      }
+      if (index >= frozen.size()) return absl::DataLossError("sharded layout: a frozen part without its buffer");
+    }
+    int64_t offset = 0, frozen_offset = 0;
+    for (size_t i = 0; i < entries->size(); ++i) {
       const Json& e = (*entries)[i];
       if (e.is_null()) continue;
       std::vector<int64_t> shape;
@@ -351,19 +413,22 @@ absl::StatusOr<std::unique_ptr<Transformer>> ShardedWeights::Assemble(const Json
         shape.push_back(*v);
         numel *= *v;
       }
-      if (offset + numel > full.numel()) return absl::DataLossError("sharded layout: unit buffer too short");
-      *fields[i] = full.narrow(0, offset, numel).view(shape);
-      offset += numel;
+      const bool is_frozen = frozen_entries.count(static_cast<int64_t>(i)) > 0;
+      const at::Tensor& buffer = is_frozen ? frozen[index] : full;
+      int64_t& pos = is_frozen ? frozen_offset : offset;
+      if (pos + numel > buffer.numel()) return absl::DataLossError("sharded layout: unit buffer too short");
+      *fields[i] = buffer.narrow(0, pos, numel).view(shape);
+      pos += numel;
     }
     return absl::OkStatus();
   };
   try {
     RootWeights root;
-    if (auto s = views((*unit_list)[0], units[0], Fields(root)); !s.ok()) return s;
+    if (auto s = views(0, (*unit_list)[0], units[0], Fields(root)); !s.ok()) return s;
     std::vector<at::Tensor> fields;
     for (size_t u = 1; u < units.size(); ++u) {
       Transformer::Layer w;
-      if (auto s = views((*unit_list)[u], units[u], Fields(w)); !s.ok()) return s;
+      if (auto s = views(u, (*unit_list)[u], units[u], Fields(w)); !s.ok()) return s;
       for (at::Tensor* t : Fields(w)) fields.push_back(*t);
     }
     return Transformer::FromWeights(*config, *head_name == "value" ? Head::kValue : Head::kLanguageModel, options,
@@ -375,13 +440,17 @@ absl::StatusOr<std::unique_ptr<Transformer>> ShardedWeights::Assemble(const Json
 
 absl::StatusOr<std::unique_ptr<Transformer>> ShardedWeights::Consolidate(bool keep) const {
   at::NoGradGuard no_grad;
-  std::vector<at::Tensor> full;
+  std::vector<at::Tensor> full, frozen;
+  // One part of every rank, whole, on the CPU (fp32).
+  auto gather = [&](const at::Tensor& shard, int64_t padded) {
+    at::Tensor in = shard.detach().clone(), out = at::empty({padded}, shard.options());
+    if (padded > 0) backend_->_allgather_base(out, in)->wait();
+    return out.to(at::kCPU, at::kFloat);
+  };
   try {
     for (size_t u = 0; u < units_.size(); ++u) {
-      at::Tensor in = shards_[u].detach().clone();
-      at::Tensor out = at::empty({units_[u].padded}, in.options());
-      backend_->_allgather_base(out, in)->wait();
-      if (keep) full.push_back(out.to(at::kCPU));
+      at::Tensor t = gather(shards_[u], units_[u].padded), f = gather(frozen_shards_[u], units_[u].frozen_padded);
+      if (keep) full.push_back(t), frozen.push_back(f);
     }
   } catch (const std::exception& e) {
     return absl::InternalError(absl::StrCat("consolidating a sharded model: ", e.what()));
@@ -390,7 +459,7 @@ absl::StatusOr<std::unique_ptr<Transformer>> ShardedWeights::Consolidate(bool ke
   ModelOptions o = options_;
   o.device = at::kCPU;
   o.dtype = at::kFloat;
-  return Assemble(Layout(), full, o);
+  return Assemble(Layout(), full, frozen, o);
 }
 
 // ---- ShardedAdamW ----

@@ -25,6 +25,12 @@
 // block's backward computes (NCCL's own stream), and each is added into
 // .grad when the next is issued or when the optimizer steps.
 //
+// LoRA (a model with adapters, ModelOptions::lora_rank): each unit has a
+// second flat buffer, its frozen part (the base weights), sharded the same
+// way but kept in the compute dtype and gathered beside the trainable part;
+// it takes no gradient, no reduce-scatter, no master copy and no optimizer
+// state. The trainable part is the adapters (and a value model's head).
+//
 // Hybrid sharding (shard within a host, replicate across hosts): with a
 // replicate group, the units are sharded over the shard group only (W = its
 // size), and each reduce-scattered gradient shard is then summed over the
@@ -68,8 +74,12 @@ class ShardedWeights : public WeightProvider {
   RootWeights Root() override;
   at::Tensor Block(const Transformer& model, int layer, const at::Tensor& x, const at::Tensor& cos,
                    const at::Tensor& sin, const std::vector<int64_t>& lengths) override;
-  // The master shards, one per unit (root first): fp32 [P/W] leaves.
+  // The master shards, one per unit (root first): fp32 [P/W] leaves. A
+  // unit without trainable weights has an empty shard.
   std::vector<at::Tensor> parameters() const override { return shards_; }
+  // The frozen shards, one per unit, compute dtype (empty without adapters).
+  const std::vector<at::Tensor>& frozen_shards() const { return frozen_shards_; }
+  std::vector<at::Tensor>& mutable_frozen_shards() { return frozen_shards_; }
 
   // Adds the reduce-scatters still in flight into the shards' .grad and
   // drops prefetched gathers (the weights are about to change).
@@ -96,38 +106,48 @@ class ShardedWeights : public WeightProvider {
   // unit's sizes and field shapes): what a sharded checkpoint records, so
   // that its shards can be consolidated without a process group.
   Json Layout() const;
-  // A resident model from a Layout() and each unit's full flat fp32 buffer
-  // (at least the unit's numel elements): Consolidate()'s second half.
+  // A resident model from a Layout() and each unit's full flat buffers
+  // (at least the unit's numel and frozen_numel elements; `frozen` empty
+  // when the layout has no frozen part): Consolidate()'s second half.
   static absl::StatusOr<std::unique_ptr<Transformer>> Assemble(const Json& layout, const std::vector<at::Tensor>& units,
+                                                               const std::vector<at::Tensor>& frozen,
                                                                const ModelOptions& options);
 
   int rank() const { return rank_; }        // In the shard group.
   int world_size() const { return world_; }  // Of the shard group.
   int replica() const { return replicate_ ? replicate_->getRank() : 0; }
   int64_t unit_count() const { return static_cast<int64_t>(units_.size()); }
-  // Unpadded elements of a unit (N above).
+  // Unpadded elements of a unit (N above), of its trainable and frozen parts.
   int64_t unit_numel(int64_t unit) const { return units_[unit].numel; }
+  int64_t unit_frozen_numel(int64_t unit) const { return units_[unit].frozen_numel; }
 
+  // A unit's gathered buffers, compute dtype: trainable [P] and frozen
+  // (empty without adapters).
+  struct Full {
+    at::Tensor train, frozen;
+  };
   // Collective steps, public for the autograd nodes in fsdp.cc.
-  at::Tensor Gather(int64_t unit);  // The unit's full flat buffer [P], compute dtype.
-  void Prefetch(int64_t unit);      // Starts Gather(unit) now; no-op out of range.
+  Full Gather(int64_t unit);
+  void Prefetch(int64_t unit);  // Starts Gather(unit) now; no-op out of range.
   void ReduceScatter(int64_t unit, const at::Tensor& grad_full);
-  Transformer::Layer LayerViews(int64_t unit, const at::Tensor& full) const;
-  RootWeights RootViews(const at::Tensor& full) const;
+  Transformer::Layer LayerViews(int64_t unit, const Full& full) const;
+  RootWeights RootViews(const Full& full) const;
 
  private:
   struct Entry {
     std::vector<int64_t> shape;
     int64_t offset = 0, numel = 0;
     bool present = false;  // Undefined fields (absent biases, a tied lm_head) take no space.
+    bool frozen = false;   // In the frozen buffer (offset counts there).
   };
   struct Unit {
-    std::vector<Entry> entries;  // Root: embed, final_norm, lm_head, score_w, score_b; block: Layer's fields.
-    int64_t numel = 0, padded = 0;
+    std::vector<Entry> entries;  // Root: embed, final_norm, lm_head, score_w, score_b; block: Layer::Fields().
+    int64_t numel = 0, padded = 0;                // Trainable part.
+    int64_t frozen_numel = 0, frozen_padded = 0;  // Frozen part.
   };
   struct Pending {
-    c10::intrusive_ptr<c10d::Work> work;
-    at::Tensor in, out;
+    c10::intrusive_ptr<c10d::Work> work, frozen_work;  // Null where that part is empty.
+    at::Tensor in, out, frozen_out;
     int64_t unit = -1;
   };
 
@@ -147,6 +167,9 @@ class ShardedWeights : public WeightProvider {
   int rank_ = 0, world_ = 1;
   std::vector<Unit> units_;  // 0: root; 1 + l: block l.
   std::vector<at::Tensor> shards_;
+  std::vector<at::Tensor> frozen_shards_;
+  int64_t lora_rank_ = 0;
+  double lora_alpha_ = 0;
   Ranges decay_ranges_, head_ranges_;
   std::vector<Pending> gathers_;        // By unit; work null when none.
   std::deque<Pending> reduce_scatters_;  // In flight, oldest first.

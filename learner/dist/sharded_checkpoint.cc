@@ -54,6 +54,11 @@ absl::Status SaveShards(const std::string& dir, const std::vector<ShardedModelRe
     std::map<std::string, at::Tensor> tensors = m.optimizer->State("");  // "<u>/exp_avg", ... (CPU)
     const std::vector<at::Tensor> shards = w.parameters();
     for (size_t u = 0; u < shards.size(); ++u) tensors[absl::StrCat(u, "/master")] = shards[u].detach().to(at::kCPU);
+    // The frozen base of a model with adapters (fp32 holds its bf16 exactly).
+    const std::vector<at::Tensor>& frozen = w.frozen_shards();
+    for (size_t u = 0; u < frozen.size(); ++u) {
+      if (frozen[u].numel() > 0) tensors[absl::StrCat(u, "/frozen")] = frozen[u].detach().to(at::kCPU);
+    }
     std::vector<at::Tensor> keep;
     std::vector<TensorToWrite> out;
     for (const auto& [name, t] : tensors) {
@@ -92,6 +97,15 @@ absl::Status LoadShards(const std::string& dir, const std::vector<ShardedModelRe
       }
       shards[u].detach().copy_(it->second);
     }
+    std::vector<at::Tensor>& frozen = w.mutable_frozen_shards();
+    for (size_t u = 0; u < frozen.size(); ++u) {
+      if (frozen[u].numel() == 0) continue;
+      auto it = tensors->find(absl::StrCat(u, "/frozen"));
+      if (it == tensors->end() || it->second.numel() != frozen[u].numel()) {
+        return absl::DataLossError(absl::StrCat(dir, ": ", m.name, " lacks the frozen shard of unit ", u));
+      }
+      frozen[u].copy_(it->second);
+    }
     if (auto s = m.optimizer->LoadState(*tensors, ""); !s.ok()) return s;
   }
   return absl::OkStatus();
@@ -104,7 +118,7 @@ absl::StatusOr<std::unique_ptr<Transformer>> ConsolidateShards(const std::string
   if (!world.ok()) return world.status();
   const Json* units = FindJson(*layout, "units");
   if (units == nullptr || *world <= 0) return absl::DataLossError(absl::StrCat(dir, ": bad layout for ", name));
-  std::vector<std::vector<at::Tensor>> parts(units->size());
+  std::vector<std::vector<at::Tensor>> parts(units->size()), frozen_parts(units->size());
   for (int r = 0; r < *world; ++r) {
     auto tensors = ReadRankFile(RankFile(dir, name, r, static_cast<int>(*world)));
     if (!tensors.ok()) return tensors.status();
@@ -112,12 +126,17 @@ absl::StatusOr<std::unique_ptr<Transformer>> ConsolidateShards(const std::string
       auto it = tensors->find(absl::StrCat(u, "/master"));
       if (it == tensors->end()) return absl::DataLossError(absl::StrCat(dir, ": rank ", r, " lacks unit ", u));
       parts[u].push_back(it->second);
+      if (FindJson((*units)[u], "frozen") == nullptr) continue;
+      it = tensors->find(absl::StrCat(u, "/frozen"));
+      if (it == tensors->end()) return absl::DataLossError(absl::StrCat(dir, ": rank ", r, " lacks frozen unit ", u));
+      frozen_parts[u].push_back(it->second);
     }
   }
-  std::vector<at::Tensor> full;
+  std::vector<at::Tensor> full, frozen;
   for (const auto& p : parts) full.push_back(at::cat(p));
+  for (const auto& p : frozen_parts) frozen.push_back(p.empty() ? at::empty({0}) : at::cat(p));
   ModelOptions o;  // fp32 on the CPU.
-  return ShardedWeights::Assemble(*layout, full, o);
+  return ShardedWeights::Assemble(*layout, full, frozen, o);
 }
 
 }  // namespace kernelrl::learner::dist

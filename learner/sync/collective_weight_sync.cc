@@ -32,11 +32,11 @@ absl::Status SendWeights(dist::ShardedWeights& weights, c10d::Backend* sync, int
     const int64_t units = weights.unit_count();
     at::ScalarType dtype = at::kFloat;
     for (int64_t u = 0; u < units; ++u) {
-      at::Tensor full = weights.Gather(u);  // Collective over the shard group.
-      weights.Prefetch(u + 1);              // Gathered while this unit is sent.
+      const dist::ShardedWeights::Full full = weights.Gather(u);  // Collective over the shard group.
+      weights.Prefetch(u + 1);                                    // Gathered while this unit is sent.
       if (sync == nullptr) continue;
       if (u == 0) {  // The header goes first; the dtype is the gathered buffers'.
-        dtype = full.scalar_type();
+        dtype = full.train.scalar_type();
         const std::string layout = DumpJson(weights.Layout());
         at::Tensor header =
             at::tensor({policy_version, static_cast<int64_t>(layout.size()), static_cast<int64_t>(dtype)}, at::kLong)
@@ -47,8 +47,12 @@ absl::Status SendWeights(dist::ShardedWeights& weights, c10d::Backend* sync, int
         bytes = bytes.to(device);
         Broadcast(*sync, bytes);
       }
-      at::Tensor part = full.narrow(0, 0, weights.unit_numel(u)).contiguous();
-      Broadcast(*sync, part);
+      at::Tensor part = full.train.narrow(0, 0, weights.unit_numel(u)).contiguous();
+      if (part.numel() > 0) Broadcast(*sync, part);
+      if (weights.unit_frozen_numel(u) > 0) {
+        at::Tensor frozen = full.frozen.narrow(0, 0, weights.unit_frozen_numel(u)).contiguous();
+        Broadcast(*sync, frozen);
+      }
     }
   } catch (const std::exception& e) {
     return absl::InternalError(absl::StrCat("weight sync (send) of version ", policy_version, ": ", e.what()));
@@ -73,16 +77,21 @@ absl::StatusOr<ReceivedWeights> ReceiveWeights(c10d::Backend& sync, const ModelO
     if (unit_list == nullptr || !unit_list->is_array()) {
       return absl::DataLossError("weight sync: the layout is not the sender's JSON");
     }
-    std::vector<at::Tensor> units;
+    std::vector<at::Tensor> units, frozen;
     for (const Json& u : *unit_list) {
       const Json* n = FindJson(u, "numel");
       absl::StatusOr<int64_t> numel = n != nullptr ? JsonInt(*n) : absl::StatusOr<int64_t>(absl::DataLossError("numel"));
       if (!numel.ok()) return absl::DataLossError("weight sync: a unit of the layout has no numel");
+      auto frozen_numel = GetJsonInt(u, "frozen_numel", 0);
+      if (!frozen_numel.ok()) return frozen_numel.status();
       units.push_back(at::empty({*numel}, at::TensorOptions().dtype(dtype).device(device)));
-      Broadcast(sync, units.back());
+      if (*numel > 0) Broadcast(sync, units.back());
+      frozen.push_back(at::empty({*frozen_numel}, at::TensorOptions().dtype(dtype).device(device)));
+      if (*frozen_numel > 0) Broadcast(sync, frozen.back());
     }
-    auto model = dist::ShardedWeights::Assemble(*layout, units, options);
+    auto model = dist::ShardedWeights::Assemble(*layout, units, frozen, options);
     if (!model.ok()) return model.status();
+    (*model)->MergeAdapters();  // An engine serves the merged weights.
     return ReceivedWeights{std::move(*model), version};
   } catch (const std::exception& e) {
     return absl::InternalError(absl::StrCat("weight sync (receive): ", e.what()));

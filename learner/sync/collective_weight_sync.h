@@ -13,7 +13,9 @@
 // Wire order of one version (every member of the sync group follows it):
 //   header  int64[3]: policy version, layout bytes L, at::ScalarType of the units
 //   layout  uint8[L]:  ShardedWeights::Layout() as JSON (shapes of every field)
-//   unit u  [numel_u] in the learner's compute dtype (bf16 on GPUs), u = 0..U-1
+//   unit u  [numel_u] in the learner's compute dtype (bf16 on GPUs), u = 0..U-1,
+//           each followed by its frozen part [frozen_numel_u] where the layout
+//           has one (a model with LoRA adapters: the replica folds them in)
 // A replica assembles a resident model on the received buffers (no copy
 // when its device and dtype match) and swaps it into its engine under the
 // version: the engine stamps every reply with it (learner/policy/engine.h).
