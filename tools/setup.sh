@@ -28,6 +28,7 @@ APT_PACKAGES+=(clang)
 PIP_PACKAGES=(torch==2.11.0 transformers==5.23.0 tokenizers==0.23.3 safetensors numpy nvidia-nvml-dev==13.0.87 kubernetes-validate==1.37.0 yamllint==1.38.0)
 # data_synth's similarity histogram (data/harness/plot.py).
 PIP_PACKAGES+=(matplotlib)
+PIP_PACKAGES+=(peft==0.21.2)  # learner:lora_test (PEFT reads the LoRA adapters we write)
 PIP_PACKAGES+=(openai==3.54.0)  # learner/policy:openai_server_client_test (the OpenAI API's client)
 
 missing=()
@@ -49,7 +50,7 @@ import importlib.metadata as m, sys
 want = {"torch": "2.11.0", "transformers": "5.23.0", "tokenizers": "0.23.3", "nvidia-nvml-dev": "13.0.87"}
 for name, version in want.items():
     if not m.version(name).startswith(version): sys.exit(1)
-import safetensors, numpy, kubernetes_validate, yamllint, matplotlib
+import safetensors, numpy, kubernetes_validate, yamllint, matplotlib, peft
 PY
 then
   echo "setup: pip install ${PIP_PACKAGES[*]}"

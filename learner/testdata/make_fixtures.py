@@ -94,7 +94,29 @@ def hf_logits(model_dir):
     write_f32(os.path.join(model_dir, "hf_logits.f32"), logits.flatten().tolist())
 
 
+def peft_logits(model_dir):
+    """Our LoRA checkpoint read by PEFT: the base weights from a copy without
+    the adapter files, then PeftModel on the adapter files; logits for ids.json."""
+    import shutil
+    import tempfile
+
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    base_dir = tempfile.mkdtemp()
+    for name in ("config.json", "model.safetensors"):
+        shutil.copy(os.path.join(model_dir, name), base_dir)
+    base = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32)
+    model = PeftModel.from_pretrained(base, model_dir).eval()
+    with open(os.path.join(model_dir, "ids.json")) as f:
+        ids = torch.tensor(json.load(f))
+    with torch.no_grad():
+        logits = model(ids).logits.float()
+    write_f32(os.path.join(model_dir, "peft_logits.f32"), logits.flatten().tolist())
+
+
 if __name__ == "__main__":
     mode, out = sys.argv[1], sys.argv[2]
     os.makedirs(out, exist_ok=True)
-    {"model": make_model, "hf_logits": hf_logits}[mode](out)
+    {"model": make_model, "hf_logits": hf_logits, "peft_logits": peft_logits}[mode](out)
