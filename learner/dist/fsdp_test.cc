@@ -34,10 +34,14 @@ using rl::StepMetrics;
 using rl::Trainer;
 using rl::TrainerOptions;
 
-std::unique_ptr<Transformer> Tiny(Head head, uint64_t seed, bool checkpointing) {
+// lora: adapters of that rank (0: none), drawn from a fixed seed so that
+// models of other base seeds share them.
+std::unique_ptr<Transformer> Tiny(Head head, uint64_t seed, bool checkpointing, int64_t lora = 0) {
   ModelOptions o;
   o.trainable = true;
   o.activation_checkpointing = checkpointing;
+  o.lora_rank = lora;
+  o.lora_seed = 11;
   auto m = Transformer::Create(learner::testing::TinyQwen2Config(32), head, o, seed);
   EXPECT_TRUE(m.ok()) << m.status();
   return std::move(*m);
@@ -46,6 +50,7 @@ std::unique_ptr<Transformer> Tiny(Head head, uint64_t seed, bool checkpointing) 
 struct Variant {
   int world;
   bool checkpointing;  // Also: normalised advantages, an entropy bonus and (sharded) host moments.
+  int64_t lora = 0;    // Adapters' rank: the base weights frozen in a compute-dtype part.
 };
 
 TrainerOptions Options(const Variant& v) {
@@ -108,15 +113,16 @@ TEST(FsdpTest, ShardedStepsEqualUnshardedSteps) {
   const char* seed_env = std::getenv("KERNELRL_TEST_FSDP_SEED");
   const uint64_t seed = seed_env != nullptr ? std::strtoull(seed_env, nullptr, 10) : std::random_device{}();
   std::printf("batch seed %llu\n", static_cast<unsigned long long>(seed));
-  for (const Variant& v : {Variant{2, false}, Variant{3, false}, Variant{2, true}, Variant{3, true}}) {
-    const std::string what = absl::StrCat(v.world, " ranks, checkpointing ", v.checkpointing);
+  for (const Variant& v : {Variant{2, false}, Variant{3, false}, Variant{2, true}, Variant{3, true},
+                           Variant{2, false, 4}, Variant{3, true, 4}}) {
+    const std::string what = absl::StrCat(v.world, " ranks, checkpointing ", v.checkpointing, ", lora ", v.lora);
     // Step 2 has fewer trajectories than ranks: a rank with no rows runs empty passes.
     const std::vector<std::vector<Sample>> batches = {RandomBatch(7, seed + v.world), RandomBatch(v.world - 1, seed + 9)};
 
     std::vector<StepResult> expected;
     std::vector<at::Tensor> initial_actor;
     {
-      Trainer t(Tiny(Head::kLanguageModel, 5, false), Tiny(Head::kValue, 6, false), Options(v));
+      Trainer t(Tiny(Head::kLanguageModel, 5, false, v.lora), Tiny(Head::kValue, 6, false, v.lora), Options(v));
       initial_actor = Weights(t.policy());
       for (const auto& b : batches) {
         auto m = t.PpoStep(b);
@@ -138,8 +144,8 @@ TEST(FsdpTest, ShardedStepsEqualUnshardedSteps) {
           return c10::make_intrusive<StoreBackendForTest>(s, rank, n);
         });
         if (!dp.ok()) return fail(dp.status());
-        std::unique_ptr<Transformer> models[2] = {Tiny(Head::kLanguageModel, 5, v.checkpointing),
-                                                  Tiny(Head::kValue, 6, v.checkpointing)};
+        std::unique_ptr<Transformer> models[2] = {Tiny(Head::kLanguageModel, 5, v.checkpointing, v.lora),
+                                                  Tiny(Head::kValue, 6, v.checkpointing, v.lora)};
         ShardedWeights* sharded[2];
         for (int k = 0; k < 2; ++k) {
           auto sw = ShardedWeights::Shard(*models[k], (*dp)->backend(), at::kCPU, at::kFloat);
@@ -165,6 +171,14 @@ TEST(FsdpTest, ShardedStepsEqualUnshardedSteps) {
           if (!actor.ok()) return fail(actor.status());
           if (!critic.ok()) return fail(critic.status());
           got[r].push_back({*m, Weights(**actor), Weights(**critic)});
+          if (v.lora == 0) continue;
+          // The frozen base came back unchanged, bit for bit.
+          const auto now = (*actor)->HFTensors(), initial = Tiny(Head::kLanguageModel, 5, false, v.lora)->HFTensors();
+          for (size_t i = 0; i < initial.size(); ++i) {
+            if (!at::equal(now[i].second, initial[i].second)) {
+              return fail(absl::InternalError(absl::StrCat("frozen ", initial[i].first, " moved")));
+            }
+          }
         }
       });
     }
@@ -172,7 +186,7 @@ TEST(FsdpTest, ShardedStepsEqualUnshardedSteps) {
 
     // The units cover the models once; each rank holds ceil(N / W) elements
     // of each, nothing more; some unit does not divide evenly (padding runs).
-    Trainer whole(Tiny(Head::kLanguageModel, 5, false), Tiny(Head::kValue, 6, false), Options(v));
+    Trainer whole(Tiny(Head::kLanguageModel, 5, false, v.lora), Tiny(Head::kValue, 6, false, v.lora), Options(v));
     int64_t full = 0, covered = 0;
     bool uneven = false;
     for (const auto& p : whole.policy().parameters()) full += p.numel();
@@ -239,8 +253,8 @@ struct ShardedTrainer {
 };
 absl::StatusOr<ShardedTrainer> MakeSharded(DataParallel& dp, const Variant& v, uint64_t actor_seed,
                                            uint64_t critic_seed) {
-  auto a = Tiny(Head::kLanguageModel, actor_seed, v.checkpointing);
-  auto c = Tiny(Head::kValue, critic_seed, v.checkpointing);
+  auto a = Tiny(Head::kLanguageModel, actor_seed, v.checkpointing, v.lora);
+  auto c = Tiny(Head::kValue, critic_seed, v.checkpointing, v.lora);
   auto sa = ShardedWeights::Shard(*a, dp.backend(), at::kCPU, at::kFloat);
   if (!sa.ok()) return sa.status();
   auto sc = ShardedWeights::Shard(*c, dp.backend(), at::kCPU, at::kFloat);
@@ -254,10 +268,11 @@ absl::StatusOr<ShardedTrainer> MakeSharded(DataParallel& dp, const Variant& v, u
   return t;
 }
 
-TEST(FsdpTest, ShardedSaveResumeGivesTheSameNextStepAndConsolidates) {
+// Save, resume into models of other initial weights, step: the same step as
+// without the interruption; consolidated without a process group.
+void ExpectShardedSaveResume(const Variant& v) {
   const uint64_t seed = std::random_device{}();
-  std::printf("batch seed %llu\n", static_cast<unsigned long long>(seed));
-  const Variant v{3, true};
+  std::printf("batch seed %llu, lora %lld\n", static_cast<unsigned long long>(seed), static_cast<long long>(v.lora));
   const std::vector<Sample> first = RandomBatch(7, seed), next = RandomBatch(5, seed + 1);
   const std::string dir = TempPath("ckpt");
   ASSERT_EQ(::mkdir(dir.c_str(), 0755), 0);
@@ -320,7 +335,9 @@ TEST(FsdpTest, ShardedSaveResumeGivesTheSameNextStepAndConsolidates) {
   const std::string hf = dir + "/hf_actor";
   ASSERT_EQ(::mkdir(hf.c_str(), 0755), 0);
   ASSERT_TRUE((*actor)->Save(hf).ok());
-  auto loaded = Transformer::Load(hf, Head::kLanguageModel, {});
+  ModelOptions with_adapters;
+  with_adapters.lora_rank = v.lora;
+  auto loaded = Transformer::Load(hf, Head::kLanguageModel, with_adapters);
   ASSERT_TRUE(loaded.ok()) << loaded.status();
   for (size_t i = 0; i < saved[0].actor.size(); ++i) EXPECT_TRUE(at::equal(Weights(**loaded)[i], saved[0].actor[i]));
   auto critic = ConsolidateShards(dir, "critic");
@@ -335,6 +352,10 @@ TEST(FsdpTest, ShardedSaveResumeGivesTheSameNextStepAndConsolidates) {
   });
   EXPECT_EQ(status[0].code(), absl::StatusCode::kFailedPrecondition) << status[0];
 }
+
+TEST(FsdpTest, ShardedSaveResumeGivesTheSameNextStepAndConsolidates) { ExpectShardedSaveResume({3, true}); }
+
+TEST(FsdpTest, ShardedLoraSaveResumeRestoresTheFrozenBaseToo) { ExpectShardedSaveResume({3, true, 4}); }
 
 TEST(FsdpTest, HybridShardingTwoHostsOfTwoEqualsUnshardedSteps) {
   // Ranks 0,1 are host 0 and ranks 2,3 host 1: shards within a host, replicas across.
