@@ -68,11 +68,15 @@ at::Tensor Linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b)
 }
 
 // A projection with its LoRA adapter (a [r,in], bl [out,r]) when it has one.
+// The adapter's product is added into the base output in place (linear's
+// backward does not need its output): no [tokens, out] temporary.
 at::Tensor Project(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, const at::Tensor& a,
                    const at::Tensor& bl, double scale) {
   at::Tensor y = Linear(x, w, b);
   if (!a.defined()) return y;
-  return y + at::linear(at::linear(x, a), bl).mul(scale);
+  const at::Tensor xa = at::linear(x, a);  // [..., r]
+  y.view({-1, y.size(-1)}).addmm_(xa.reshape({-1, xa.size(-1)}), bl.t(), /*beta=*/1, /*alpha=*/scale);
+  return y;
 }
 
 // The base matrix of each adapted projection and its adapter, per layer.

@@ -22,6 +22,14 @@ int64_t BlockParams(const ModelConfig& c) {
   return n;
 }
 
+// Elements of one block's LoRA adapters of rank r: A [r, in] and B [out, r]
+// on q/k/v, o, gate/up and down (learner/model.h).
+int64_t BlockAdapterParams(const ModelConfig& c, int64_t r) {
+  const int64_t H = c.hidden_size, Q = c.num_heads * c.head_dim, KV = c.num_kv_heads * c.head_dim;
+  const int64_t I = c.intermediate_size;
+  return r * ((H + Q + 2 * KV) + (Q + H) + (H + 2 * I) + (I + H));
+}
+
 // Elements outside the blocks: embedding, final norm, the head.
 int64_t RootParams(const ModelConfig& c, bool value_head) {
   const int64_t emb = c.vocab_size * c.hidden_size;
@@ -34,11 +42,12 @@ int64_t RootParams(const ModelConfig& c, bool value_head) {
 // outputs, q/k/v, attention output and its [T,Q] copy, the residual, gate/up
 // and the activation. CPU (eager ops): also each norm's normalised input,
 // q/k/v before RoPE (v is a view of it) and SiLU's output.
-int64_t BlockActivationPerToken(const ModelConfig& c, bool cuda) {
+// Adapters of rank r save each projection's x A^T: 4 r more.
+int64_t BlockActivationPerToken(const ModelConfig& c, bool cuda, int64_t r) {
   const int64_t H = c.hidden_size, Q = c.num_heads * c.head_dim, KV = c.num_kv_heads * c.head_dim;
   const int64_t I = c.intermediate_size;
-  if (cuda) return 4 * H + (Q + 2 * KV) + 2 * Q + 3 * I;
-  return 6 * H + (Q + 2 * KV) + (Q + KV) + 2 * Q + 4 * I;
+  if (cuda) return 4 * H + (Q + 2 * KV) + 2 * Q + 3 * I + 4 * r;
+  return 6 * H + (Q + 2 * KV) + (Q + KV) + 2 * Q + 4 * I + 4 * r;
 }
 
 // One model's bytes by phase. Gradients appear during backward as the
@@ -56,7 +65,8 @@ struct ModelPlan {
   std::vector<std::pair<std::string, int64_t>> items;
 };
 
-ModelPlan PlanModel(const std::string& name, const ModelConfig& c, bool value_head, const PlanOptions& o) {
+ModelPlan PlanModel(const std::string& name, const ModelConfig& c, bool value_head, int64_t lora,
+                    const PlanOptions& o) {
   ModelPlan p;
   const int64_t b = o.cuda ? 2 : 4;  // Compute dtype bytes.
   const int64_t W = o.sharded ? std::max(1, o.world_size) : 1;
@@ -66,8 +76,26 @@ ModelPlan PlanModel(const std::string& name, const ModelConfig& c, bool value_he
     p.items.emplace_back(absl::StrCat(name, ": ", what), bytes);
     *into += bytes;
   };
-  const int64_t block = BlockActivationPerToken(c, o.cuda) * T * b;
-  if (o.sharded) {
+  const int64_t block = BlockActivationPerToken(c, o.cuda, lora) * T * b;
+  if (lora > 0) {
+    // Trainable: each block's adapters and a value model's head; the rest frozen.
+    const int64_t A = BlockAdapterParams(c, lora), head = value_head ? H + 1 : 0;
+    const int64_t S = CeilDiv(head, W) + L * CeilDiv(A, W);  // Trainable elements on this rank.
+    if (o.sharded) {
+      add("frozen base shards", b * (CeilDiv(R - head, W) + L * CeilDiv(B, W)), &p.persistent);
+      add("gathered root (embedding, norm, head)", b * R, &p.persistent);
+      if (!o.activation_checkpointing) add("gathered blocks (all, kept for backward)", L * b * (B + A), &p.saved);
+      // A block in backward and the one prefetched; the adapters' gradient, fp32 copy and the one in flight.
+      p.backward_peak = 2 * b * (B + A) + b * A + 8 * A;
+    } else {
+      add("frozen weights", b * P, &p.persistent);
+      add("adapter weights", b * L * A, &p.persistent);
+    }
+    add(o.offload_moments && o.cuda && o.sharded ? "fp32 adapter masters (AdamW moments in host memory)"
+                                                 : "fp32 adapter masters + AdamW moments",
+        (o.offload_moments && o.cuda && o.sharded ? 4 : 12) * S, &p.persistent);
+    add("adapter gradients", 4 * S, &p.grads);
+  } else if (o.sharded) {
     const int64_t S = CeilDiv(R, W) + L * CeilDiv(B, W);
     if (o.offload_moments && o.cuda) {
       add("fp32 master shards (AdamW moments in host memory)", 4 * S, &p.persistent);
@@ -112,8 +140,8 @@ ModelPlan PlanModel(const std::string& name, const ModelConfig& c, bool value_he
 MemoryPlan PlanMemory(const ModelConfig& actor, const ModelConfig* critic, const PlanOptions& o) {
   MemoryPlan plan;
   plan.device_bytes = o.device_bytes;
-  std::vector<ModelPlan> models = {PlanModel("actor", actor, false, o)};
-  if (critic != nullptr) models.push_back(PlanModel("critic", *critic, true, o));
+  std::vector<ModelPlan> models = {PlanModel("actor", actor, false, o.actor_lora_rank, o)};
+  if (critic != nullptr) models.push_back(PlanModel("critic", *critic, true, o.critic_lora_rank, o));
   ModelPlan sum;
   for (const ModelPlan& m : models) {
     plan.items.insert(plan.items.end(), m.items.begin(), m.items.end());

@@ -42,6 +42,10 @@ struct PlanOptions {
   int64_t keep_logits_bytes = int64_t{4} << 30;  // ModelOptions::keep_logits_bytes.
   int64_t reserved_bytes = int64_t{3} << 30;     // CUDA context, workspaces, NCCL.
   int64_t device_bytes = int64_t{80} << 30;      // What one GPU has.
+  // LoRA adapters' rank per model (ModelOptions::lora_rank; 0: full
+  // training): the base weights then take no master, moment or gradient,
+  // and sharded they are kept in the compute dtype.
+  int64_t actor_lora_rank = 0, critic_lora_rank = 0;
 };
 
 struct MemoryPlan {

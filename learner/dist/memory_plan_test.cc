@@ -97,7 +97,7 @@ std::vector<rl::Sample> OneRow(int64_t tokens, uint64_t seed) {
 }
 
 // Peak bytes over creating the actor and critic and one PPO step.
-int64_t MeasurePeak(int64_t tokens, bool sharded, bool checkpointing) {
+int64_t MeasurePeak(int64_t tokens, bool sharded, bool checkpointing, int64_t lora) {
   TrackingAllocator* tracker = Tracker();
   const int64_t before = tracker->Reset();
   std::unique_ptr<DataParallel> dp;
@@ -106,6 +106,7 @@ int64_t MeasurePeak(int64_t tokens, bool sharded, bool checkpointing) {
     ModelOptions o;
     o.trainable = true;
     o.activation_checkpointing = checkpointing;
+    o.lora_rank = lora;
     auto actor = Transformer::Create(SmallConfig(), Head::kLanguageModel, o, 1);
     auto critic = Transformer::Create(SmallConfig(), Head::kValue, o, 2);
     EXPECT_TRUE(actor.ok() && critic.ok());
@@ -134,26 +135,29 @@ int64_t MeasurePeak(int64_t tokens, bool sharded, bool checkpointing) {
 struct Case {
   int64_t tokens;
   bool sharded, checkpointing;
+  int64_t lora = 0;
 };
 
 TEST(MemoryPlanTest, PlanIsWithinTenPercentOfTheMeasuredPeakOnTheCpu) {
   for (const Case& k : {Case{256, false, false}, Case{256, false, true}, Case{1024, false, true},
-                        Case{256, true, true}, Case{1024, true, false}}) {
-    const int64_t measured = MeasurePeak(k.tokens, k.sharded, k.checkpointing);
+                        Case{256, true, true}, Case{1024, true, false}, Case{1024, false, true, 8},
+                        Case{1024, true, true, 8}, Case{256, true, false, 8}}) {
+    const int64_t measured = MeasurePeak(k.tokens, k.sharded, k.checkpointing, k.lora);
     PlanOptions o;
     o.cuda = false;
     o.world_size = 1;
     o.tokens = k.tokens;
     o.sharded = k.sharded;
     o.activation_checkpointing = k.checkpointing;
+    o.actor_lora_rank = o.critic_lora_rank = k.lora;
     const ModelConfig c = SmallConfig();
     const MemoryPlan plan = PlanMemory(c, &c, o);
     const double ratio = static_cast<double>(plan.total) / static_cast<double>(measured);
-    std::printf("tokens %lld sharded %d checkpointing %d: measured %.2f MiB, planned %.2f MiB (%.3f)\n%s",
-                static_cast<long long>(k.tokens), k.sharded, k.checkpointing, measured / 1048576.0,
+    std::printf("tokens %lld sharded %d checkpointing %d lora %lld: measured %.2f MiB, planned %.2f MiB (%.3f)\n%s",
+                static_cast<long long>(k.tokens), k.sharded, k.checkpointing, static_cast<long long>(k.lora), measured / 1048576.0,
                 plan.total / 1048576.0, ratio, plan.Table().c_str());
     EXPECT_NEAR(ratio, 1.0, 0.10) << "tokens " << k.tokens << " sharded " << k.sharded << " checkpointing "
-                                  << k.checkpointing;
+                                  << k.checkpointing << " lora " << k.lora;
   }
 }
 
