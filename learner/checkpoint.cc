@@ -153,7 +153,7 @@ absl::StatusOr<std::string> SavePolicyExport(const std::string& root, int64_t st
   }
   if (auto s = RemoveTree(tmp); !s.ok()) return s;
   if (auto s = MakeDir(tmp, 0755); !s.ok()) return s;
-  if (auto s = policy.Save(tmp); !s.ok()) return s;
+  if (auto s = policy.SaveMerged(tmp); !s.ok()) return s;  // Plain weights: any engine loads them.
   if (auto s = RemoveTree(dir); !s.ok()) return s;  // A re-run of a rolled-back step.
   if (::rename(tmp.c_str(), dir.c_str()) != 0) {
     return absl::InternalError(absl::StrCat("rename ", tmp, " -> ", dir, ": ", std::strerror(errno)));

@@ -58,8 +58,8 @@ struct LoadedCheckpoint {
 absl::StatusOr<std::string> SaveCheckpoint(const std::string& root, const CheckpointToSave& ckpt);
 // What weight sync reads between full checkpoints: the policy alone, as
 // <root>/exports/step-N (a Hugging Face directory written beside it and
-// renamed into place; not a checkpoint, nothing resumes from it). The two
-// newest exports stay. Returns the directory.
+// renamed into place; not a checkpoint, nothing resumes from it), LoRA
+// adapters merged in. The two newest exports stay. Returns the directory.
 absl::StatusOr<std::string> SavePolicyExport(const std::string& root, int64_t step, const Transformer& policy);
 // Removes the exports of steps up to `step` (its full checkpoint holds the policy).
 void DropPolicyExports(const std::string& root, int64_t step);

@@ -93,6 +93,8 @@ absl::Status CheckJobFits(const v1::LearnerJobConfig& config, const std::string&
   o.world_size = std::max(1, shard_world);
   o.tokens = config.batch().max_tokens_per_row();
   o.activation_checkpointing = config.batch().activation_checkpointing();
+  o.actor_lora_rank = config.actor_lora().rank();
+  o.critic_lora_rank = config.critic_lora().rank();
   o.cuda = device.is_cuda();
   o.device_bytes = device.is_cuda() ? static_cast<int64_t>(at::cuda::getDeviceProperties(device.index())->totalGlobalMem)
                                     : static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE);
@@ -160,7 +162,12 @@ absl::StatusOr<std::unique_ptr<Trainer>> MakeJobTrainer(const v1::LearnerJobConf
   if (sharded) dist::UseShardedModels(&to);
   // Sharded, each model is cut as soon as it is read: one whole model on the host at a time.
   auto read = [&](const std::string& dir, Head head) -> absl::StatusOr<std::unique_ptr<Transformer>> {
-    auto m = Transformer::Load(dir, head, load);
+    const v1::LoraConfig& lora = head == Head::kValue ? config.critic_lora() : config.actor_lora();
+    ModelOptions options = load;
+    options.lora_rank = lora.rank();
+    options.lora_alpha = lora.alpha();
+    options.lora_seed = config.seed() + (head == Head::kValue ? 1 : 0);  // Fresh adapters' draw.
+    auto m = Transformer::Load(dir, head, options);
     if (!m.ok() || !sharded) return m;
     auto replicate = sharding->replicate_group != nullptr ? sharding->replicate_group->backend()
                                                           : c10::intrusive_ptr<c10d::Backend>();

@@ -67,8 +67,9 @@ struct Fixture {
 };
 
 // A tiny base model and 7 trajectories in a job directory; KERNELRL_TEST_DP_SEED
-// reruns one seed (printed) of a failed run.
-void MakeFixture(Fixture* f, const std::string& device = "cpu") {
+// reruns one seed (printed) of a failed run. lora > 0: the job trains
+// adapters of that rank on actor and critic.
+void MakeFixture(Fixture* f, const std::string& device = "cpu", int lora = 0) {
   char tmpl[] = "/tmp/dp_job_test_XXXXXX";
   f->root = mkdtemp(tmpl);
   f->job_dir = f->root + "/job", f->base = f->root + "/base";
@@ -102,6 +103,7 @@ void MakeFixture(Fixture* f, const std::string& device = "cpu") {
                   batch { max_tokens_per_row: 32 activation_checkpointing: false }
                   ppo { task_baseline: true }
                   actor_optimizer { lr: 1e-3 eps: 1e-6 } critic_optimizer { lr: 1e-3 eps: 1e-6 })";
+  if (lora > 0) f->hyper += absl::StrCat(" actor_lora { rank: ", lora, " } critic_lora { rank: ", lora, " }");
   auto config = ParseJobConfig(f->hyper);
   ASSERT_TRUE(config.ok()) << config.status();
   f->config = *config;
@@ -276,9 +278,9 @@ TEST(DpJobTest, ReplicatedAndShardedGroupsTrainLikeOneRank) {
   }
 }
 
-TEST(DpJobTest, ShardedSaveThenResumeTakesTheSameNextStep) {
-  Fixture f;
-  MakeFixture(&f);
+// PPO, a checkpoint as the recipe writes it, a fresh group resumes from it
+// for the SFT step: the same as without the interruption.
+void ExpectShardedSaveResume(Fixture& f) {
   const GroupSharding sharding{v1::DistributedConfig::FULL_SHARD, 2};
   // Uninterrupted: PPO, then SFT.
   auto whole = RunGroup(f, 2, sharding, {StepKind::kPpo, StepKind::kSft}, "store_a", "", f.root + "/saved_a");
@@ -338,6 +340,40 @@ TEST(DpJobTest, ShardedSaveThenResumeTakesTheSameNextStep) {
   auto replicated = RunGroup(f, 2, {v1::DistributedConfig::REPLICATE, 2}, {StepKind::kSft}, "store_d", latest->dir);
   ASSERT_FALSE(replicated.ok());
   EXPECT_NE(replicated.status().message().find("written by a sharded job"), std::string::npos) << replicated.status();
+}
+
+TEST(DpJobTest, ShardedSaveThenResumeTakesTheSameNextStep) {
+  Fixture f;
+  MakeFixture(&f);
+  ExpectShardedSaveResume(f);
+}
+
+// LoRA jobs: sharded and replicated groups train the adapters as one rank
+// does; the checkpoint keeps them beside the frozen base and resumes exactly.
+TEST(DpJobTest, LoraJobsTrainLikeOneRankAndResume) {
+  Fixture f;
+  MakeFixture(&f, "cpu", /*lora=*/4);
+  std::vector<at::Tensor> before;
+  GroupRun expected;
+  OneRank(f, at::kCPU, &before, &expected);
+  if (HasFatalFailure()) return;
+  const int64_t layers = 2;
+  ASSERT_EQ(before.size(), static_cast<size_t>(2 * 8 * layers + 2)) << "actor and critic adapters + the value head";
+  using D = v1::DistributedConfig;
+  int i = 0;
+  for (const GroupSharding& g : {GroupSharding{D::FULL_SHARD, 3}, GroupSharding{D::REPLICATE, 2}}) {
+    const int world = g.mode == D::FULL_SHARD ? 3 : 2;
+    auto run = RunGroup(f, world, g, {std::begin(kSteps), std::end(kSteps)}, absl::StrCat("lora_store", i), "",
+                        absl::StrCat(f.root, "/lora_saved", i));
+    ++i;
+    ASSERT_TRUE(run.ok()) << run.status();
+    ExpectLikeOneRank(*run, expected, before, absl::StrCat("lora, ", world, " ranks"));
+  }
+  ExpectShardedSaveResume(f);
+  auto latest = LoadLatestCheckpoint(f.root + "/checkpoints", false);
+  ASSERT_TRUE(latest.ok()) << latest.status();
+  EXPECT_TRUE(std::filesystem::exists(latest->policy_dir + "/adapter_model.safetensors"));
+  EXPECT_TRUE(std::filesystem::exists(latest->critic_dir + "/adapter_config.json"));
 }
 
 // A job that cannot fit is refused before its weights are read: the

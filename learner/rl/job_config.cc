@@ -132,6 +132,10 @@ absl::StatusOr<v1::LearnerJobConfig> ParseJobConfig(const std::string& text) {
   }
   const std::string& dt = c.device().dtype();
   if (!dt.empty() && dt != "float32" && dt != "bfloat16") return Field("device.dtype", "must be float32 or bfloat16");
+  for (const auto& [name, lora] : {std::pair{"actor_lora", &c.actor_lora()}, {"critic_lora", &c.critic_lora()}}) {
+    if (lora->rank() < 0) return Field(absl::StrCat(name, ".rank"), "must be >= 0 (0: full training)");
+    if (lora->alpha() < 0) return Field(absl::StrCat(name, ".alpha"), "must be >= 0 (0: 2 x rank)");
+  }
   if (c.checkpoint().keep_last() < 1) return Field("checkpoint.keep_last", "must be >= 1");
   if (c.checkpoint().full_every() < 0) return Field("checkpoint.full_every", "must be >= 1 (0: 1)");
   return c;

@@ -113,6 +113,8 @@ TEST(JobConfigTest, BadValuesNameTheField) {
            {"ppo { mismatch_high: 0.9 }", "ppo.mismatch_high"},
            {"ppo { epochs: 0 }", "ppo.epochs"},
            {"actor_optimizer { min_lr_ratio: 2 }", "actor_optimizer.min_lr_ratio"},
+           {"actor_lora { rank: -4 }", "actor_lora.rank"},
+           {"critic_lora { rank: 8 alpha: -1 }", "critic_lora.alpha"},
        }) {
     auto c = ParseJobConfig(text);
     ASSERT_FALSE(c.ok()) << text;

@@ -149,7 +149,13 @@ absl::Status RecipeRunner::Setup(JobContext* ctx) {
   // (the base checkpoint, version 0), and actors would sample from them and
   // tag their trajectories with that version, which ingest drops as stale.
   if (sink_ != nullptr && latest.ok()) {
-    if (auto s = sink_->Publish(latest->policy_dir, version_); !s.ok()) return s;
+    std::string published = latest->policy_dir;
+    if (config_.actor_lora().rank() > 0) {  // The adapters merged, as every publish of this job.
+      auto merged = ExportPolicy(step_);
+      if (!merged.ok()) return merged.status();
+      published = *merged;
+    }
+    if (auto s = sink_->Publish(published, version_); !s.ok()) return s;
   }
   KLOG(INFO) << "job " << ctx->job_id() << ": step " << step_ << ", policy version " << version_ << ", stage "
              << kStages[std::min<int64_t>(stage_, kNumStages - 1)].name << " step " << stage_step_ << " on "
@@ -236,7 +242,13 @@ absl::Status RecipeRunner::Commit(JobContext* ctx, int stage, const std::vector<
   ingest_->SetPolicyVersion(version_);
   if (sink_ != nullptr) {
     t0 = std::chrono::steady_clock::now();
-    if (auto s = sink_->Publish(full ? *dir + "/policy" : *dir, version_); !s.ok()) return s;
+    std::string published = full ? *dir + "/policy" : *dir;
+    if (full && config_.actor_lora().rank() > 0) {  // A checkpoint keeps adapters apart; engines get them merged.
+      auto merged = ExportPolicy(step);
+      if (!merged.ok()) return merged.status();
+      published = *merged;
+    }
+    if (auto s = sink_->Publish(published, version_); !s.ok()) return s;
     m["weight_sync_seconds"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
   const IngestInfo info = ingest_->Info();

@@ -261,9 +261,9 @@ absl::Status AdamW::LoadState(const std::map<std::string, at::Tensor>& state, co
 namespace {
 
 // Weight decay and the head's learning rate per parameter of a model
-// (Transformer::parameters() order: the embedding first, the value head
-// last). No decay on the embedding, norms, biases and the value head; the
-// value head ([1,H] weight, [1] bias) is the `head`.
+// (Transformer::parameters() order: the value head last). No decay on the
+// embedding, norms, biases and the value head; the value head ([1,H]
+// weight, [1] bias) is the `head`. LoRA adapters are matrices: decayed.
 AdamW MakeAdamW(const Transformer& model, const AdamWParams& p) {
   std::vector<at::Tensor> params = model.parameters();
   std::vector<bool> decay, head;
@@ -271,8 +271,9 @@ AdamW MakeAdamW(const Transformer& model, const AdamWParams& p) {
     const at::Tensor& w = params[i];
     const bool value_head = model.head() == Head::kValue && i + 2 >= params.size() && w.size(0) == 1 &&
                             (w.dim() == 1 || w.dim() == 2);
+    const bool embedding = w.is_same(model.root_weights().embed);
     head.push_back(value_head);
-    decay.push_back(i != 0 && w.dim() >= 2 && !value_head);
+    decay.push_back(!embedding && w.dim() >= 2 && !value_head);
   }
   return AdamW(std::move(params), p, std::move(decay), std::move(head));
 }

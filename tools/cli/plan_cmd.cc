@@ -4,6 +4,7 @@
 #include <string>
 
 #include "common/config.h"
+#include "absl/strings/str_cat.h"
 #include "learner/dist/memory_plan.h"
 #include "learner/model_config.h"
 #include "proto/learner_config.pb.h"
@@ -52,11 +53,18 @@ int PlanMain(int argc, char** argv) {
   o.activation_checkpointing = config.activation_checkpointing();
   o.offload_moments = config.offload_moments();
   o.device_bytes = static_cast<int64_t>(config.gpu_gib() * (1 << 30));
+  if (config.actor_lora_rank() < 0 || config.critic_lora_rank() < 0) return Bad("LoRA ranks must be >= 0");
+  o.actor_lora_rank = config.actor_lora_rank();
+  o.critic_lora_rank = config.critic_lora_rank();
   const learner::dist::MemoryPlan plan = learner::dist::PlanMemory(*actor, with_critic ? &critic : nullptr, o);
-  std::printf("%s (%ld parameters)%s, %d GPU(s)%s%s, %ld-token rows, activation checkpointing %s:\n%s",
+  const std::string lora = o.actor_lora_rank > 0 || o.critic_lora_rank > 0
+                               ? absl::StrCat(", LoRA rank ", o.actor_lora_rank, " (actor) / ", o.critic_lora_rank, " (critic)")
+                               : "";
+  std::printf("%s (%ld parameters)%s, %d GPU(s)%s%s%s, %ld-token rows, activation checkpointing %s:\n%s",
               config.model().c_str(), static_cast<long>(actor->ParameterCount()), with_critic ? " + critic" : "",
               config.gpus(), config.sharded() ? " fully sharded" : " (each holding whole models)",
-              config.offload_moments() ? ", AdamW moments in host memory" : "", static_cast<long>(config.tokens()), config.activation_checkpointing() ? "on" : "off",
+              config.offload_moments() ? ", AdamW moments in host memory" : "", lora.c_str(),
+              static_cast<long>(config.tokens()), config.activation_checkpointing() ? "on" : "off",
               plan.Table().c_str());
   if (absl::Status s = learner::dist::CheckFits(plan); !s.ok()) {
     std::fprintf(stderr, "kernelrl plan: %s\n", std::string(s.message()).c_str());

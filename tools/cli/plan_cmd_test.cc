@@ -1,6 +1,7 @@
 // `kernelrl plan` on configs written here: a small job fits (exit 0), a 7B
 // actor + critic on one GPU does not (exit 1), sharding it over 4 H200s
-// does, and a missing model is a configuration error (exit 2).
+// does, so do LoRA adapters on one 80 GB GPU at 8K tokens, and a missing
+// model or a negative rank is a configuration error (exit 2).
 #include "tools/cli/plan_cmd.h"
 
 #include <sys/stat.h>
@@ -41,6 +42,12 @@ TEST(PlanCmdTest, FitsRefusesAndRejects) {
   EXPECT_EQ(Plan({"--set=model=" + qwen7b, "--set=sharded=false"}), 1);
   EXPECT_EQ(Plan({"--set=model=" + qwen7b, "--set=gpus=4", "--set=gpu_gib=141"}), 0);
   EXPECT_EQ(Plan({"--set=gpus=4"}), 2);
+  // LoRA adapters: the 7B pair on one 80 GB GPU at 8K tokens fits only with them.
+  EXPECT_EQ(Plan({"--set=model=" + qwen7b, "--set=sharded=false", "--set=tokens=8192"}), 1);
+  EXPECT_EQ(Plan({"--set=model=" + qwen7b, "--set=sharded=false", "--set=tokens=8192", "--set=actor_lora_rank=16",
+                  "--set=critic_lora_rank=16"}),
+            0);
+  EXPECT_EQ(Plan({"--set=model=" + small, "--set=actor_lora_rank=-1"}), 2);
 }
 
 }  // namespace
