@@ -163,6 +163,7 @@ class Transformer {
   // Folds the adapters into the base weights and drops them (no-op without).
   void MergeAdapters();
   bool has_adapters() const { return lora_rank_ > 0; }
+  int64_t lora_rank() const { return lora_rank_; }
 
   // ids [B,T] int64 -> final-normed hidden states [B,T,H]. Causal.
   at::Tensor Hidden(const at::Tensor& ids) const;

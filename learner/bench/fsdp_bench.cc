@@ -17,6 +17,8 @@
 //       empty passes, as a batch of one trajectory does): the first length
 //       that fails (out of memory) ends the run; one JSON line per length
 //       (AdamW moments in host memory: AdamWParams::offload_moments)
+//   --lora_rank=R (any mode): actor and critic train LoRA adapters of rank R
+//       on frozen base weights instead of every weight
 //
 // Shapes: qwen2.5-7b, qwen2.5-1.5b, qwen2.5-0.5b (Qwen2.5's published sizes).
 // Rows are the trajectories: a job whose plan does not fit the GPU with one
@@ -53,9 +55,13 @@ using rl::Sample;
 double Now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 double GiB(double b) { return b / (1 << 30); }
 
+// LoRA adapters' rank of both models (--lora_rank; 0: full training).
+int64_t lora_rank = 0;
+
 dist::PlanOptions PlanFor(int gpus, int64_t row_tokens, int64_t device_bytes, bool cpu = false,
                           bool offload = false) {
   dist::PlanOptions o;
+  o.actor_lora_rank = o.critic_lora_rank = lora_rank;
   o.offload_moments = offload;
   o.world_size = gpus;
   o.tokens = row_tokens;
@@ -116,7 +122,9 @@ absl::StatusOr<Rank> Join(const std::vector<std::string>& args, int world, const
     if (!a.ok()) return a.status();
     address = *a;
     if (world > 1) {
-      auto p = dist::SpawnRanks(args, world, address);
+      std::vector<std::string> rank_args = args;
+      rank_args.push_back(absl::StrCat("--lora_rank=", lora_rank));
+      auto p = dist::SpawnRanks(rank_args, world, address);
       if (!p.ok()) return p.status();
       r.pids = *p;
     }
@@ -144,6 +152,8 @@ absl::StatusOr<std::unique_ptr<rl::Trainer>> MakeTrainer(const ModelConfig& c, R
     o.draw_on_device = true;
     o.dtype = dtype;
     o.activation_checkpointing = true;
+    o.lora_rank = lora_rank;
+    o.lora_seed = 11 + k;
     auto m = Transformer::Create(c, k == 0 ? Head::kLanguageModel : Head::kValue, o, 1 + k);
     if (!m.ok()) return m.status();
     auto s = dist::ShardedWeights::Shard(**m, r.dp->backend(), gpu, dtype);
@@ -248,11 +258,11 @@ int Step(const std::string& shape, int64_t tokens, int gpus, const dist::RankFla
                 "\"tokens_per_gpu\": %ld, \"row_tokens\": %ld, \"step_s\": %.3f, \"tokens_per_s_per_gpu\": %.0f, "
                 "\"tflops_per_gpu\": %.1f, \"mfu_vs_989\": %.3f, \"peak_allocated_gib\": %.2f, "
                 "\"peak_reserved_gib\": %.2f, \"planned_gib\": %.4f, \"plan_over_peak\": %s, \"setup_s\": %.1f, "
-                "\"device_gib\": %.1f, \"offload_moments\": %s}\n",
+                "\"device_gib\": %.1f, \"offload_moments\": %s, \"lora_rank\": %ld}\n",
                 shape.c_str(), static_cast<long>(c.ParameterCount()), gpus, static_cast<long>(tokens),
                 static_cast<long>(row), slowest, tokens / slowest, flops / gpus / slowest / 1e12,
                 flops / gpus / slowest / 989e12, GiB(peak), GiB(reserved), GiB(planned), ratio.c_str(), setup_s,
-                GiB(static_cast<double>(total_b)), offload ? "true" : "false");
+                GiB(static_cast<double>(total_b)), offload ? "true" : "false", static_cast<long>(lora_rank));
     std::fflush(stdout);
   }
   return Finish(*r, *t);
@@ -297,10 +307,11 @@ int Longest(const std::string& shape, int gpus, const std::vector<int64_t>& leng
     const double peak = MaxOverRanks(*r, static_cast<double>(stats.allocated_bytes[0].peak));
     if (r->rank == 0) {
       std::printf("{\"bench\": \"fsdp_longest\", \"shape\": \"%s\", \"gpus\": %d, \"tokens\": %ld, \"ok\": true, "
-                  "\"step_s\": %.2f, \"peak_allocated_gib\": %.2f, \"planned_gib\": %.2f, \"plan_fits\": %s}\n",
+                  "\"step_s\": %.2f, \"peak_allocated_gib\": %.2f, \"planned_gib\": %.2f, \"plan_fits\": %s, "
+                  "\"lora_rank\": %ld}\n",
                   shape.c_str(), gpus, static_cast<long>(len), step_s, GiB(peak),
                   GiB(static_cast<double>(plan.total - PlanFor(gpus, len, 0).reserved_bytes)),
-                  dist::CheckFits(plan).ok() ? "true" : "false");
+                  dist::CheckFits(plan).ok() ? "true" : "false", static_cast<long>(lora_rank));
       std::fflush(stdout);
     }
   }
@@ -314,6 +325,13 @@ int main(int argc, char** argv) {
   namespace b = kernelrl::learner::bench;
   auto flags = kernelrl::learner::dist::TakeRankFlags(&argc, argv);
   if (!flags.ok()) return std::fprintf(stderr, "%s\n", flags.status().ToString().c_str()), 2;
+  for (int i = 1; i < argc; ++i) {  // --lora_rank=R, taken out of the positional arguments.
+    const std::string a = argv[i];
+    if (a.rfind("--lora_rank=", 0) != 0) continue;
+    b::lora_rank = std::atoll(a.c_str() + 12);
+    for (int j = i; j + 1 < argc; ++j) argv[j] = argv[j + 1];
+    --argc, --i;
+  }
   const std::string mode = argc > 1 ? argv[1] : "";
   if (mode == "plan" && argc == 5) return b::Plan(argv[2], std::atoll(argv[3]), std::atoi(argv[4]));
   if (mode == "step" && argc == 5) return b::Step(argv[2], std::atoll(argv[3]), std::atoi(argv[4]), *flags);
@@ -324,8 +342,7 @@ int main(int argc, char** argv) {
     return b::Longest(argv[2], std::atoi(argv[3]), lengths, *flags);
   }
   std::fprintf(stderr,
-               "usage: fsdp_bench plan <shape> <tokens_per_gpu> <gpus> | step <shape> <tokens_per_gpu> <gpus> | "
-               "smoke <ranks> | "
-               "longest <shape> <gpus> <tokens>...\n");
+               "usage: fsdp_bench [--lora_rank=R] plan <shape> <tokens_per_gpu> <gpus> | step <shape> <tokens_per_gpu> "
+               "<gpus> | smoke <ranks> | longest <shape> <gpus> <tokens>...\n");
   return 2;
 }

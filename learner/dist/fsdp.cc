@@ -116,7 +116,7 @@ absl::StatusOr<ShardedWeights*> ShardedWeights::Shard(Transformer& model, c10::i
   std::set<const c10::TensorImpl*> trainable;
   if (lora) {
     for (const at::Tensor& p : model.parameters()) trainable.insert(p.unsafeGetTensorImpl());
-    sw->lora_rank_ = model.layers().empty() ? 0 : model.layers()[0].qkv_lora_a.size(0);
+    sw->lora_rank_ = model.lora_rank();
     sw->lora_alpha_ = model.lora_scale() * static_cast<double>(sw->lora_rank_);
   }
   try {

@@ -62,15 +62,24 @@ at::Tensor ToDevice(const std::vector<T>& v, at::ScalarType type, at::Device dev
 // Training FLOPs of one forward + backward over a row (6 N T for the
 // matrices, causal attention per packed sequence, the LM head on the M
 // selected positions); recomputation for checkpointing is not counted.
-double RowFlops(const ModelConfig& c, const PackedRow& row, int64_t head_rows, bool lm_head) {
+// With LoRA adapters of rank r the frozen matrices take no weight-gradient
+// GEMM (4 N T) and the adapters add their own 6 N_r T.
+double RowFlops(const ModelConfig& c, const PackedRow& row, int64_t head_rows, bool lm_head, int64_t lora_rank) {
   const double H = c.hidden_size, I = c.intermediate_size, D = c.head_dim;
   const double q = c.num_heads * D, kv = c.num_kv_heads * D;
   const double per_layer = H * (q + 2 * kv) + q * H + 3 * H * I;
-  double flops = 6.0 * per_layer * c.num_layers * row.tokens;
+  const double passes = lora_rank > 0 ? 4.0 : 6.0;
+  double flops = passes * per_layer * c.num_layers * row.tokens;
+  if (lora_rank > 0) {
+    const double adapters = lora_rank * ((H + q + 2 * kv) + (q + H) + (H + 2 * I) + (I + H));
+    flops += 6.0 * adapters * c.num_layers * row.tokens;
+  }
   for (int64_t n : row.lengths) flops += 6.0 * c.num_layers * q * static_cast<double>(n) * n;  // QK^T and PV, causal
-  if (lm_head) flops += 6.0 * H * c.vocab_size * head_rows;
+  if (lm_head) flops += passes * H * c.vocab_size * head_rows;
   return flops;
 }
+
+int64_t LoraRank(const Transformer& m) { return m.has_adapters() ? m.lora_rank() : 0; }
 
 // Position of each flat token in its row's segment list (the sequence mask).
 std::vector<int64_t> SegmentIndex(const RowTokens& rt) {
@@ -619,7 +628,7 @@ absl::StatusOr<StepMetrics> Trainer::Update(const std::vector<Sample>& batch, do
       all_values.insert(all_values.end(), v, v + v_cpu.numel());
       all_returns.insert(all_returns.end(), ret.begin(), ret.end());
       returns = ToDevice(ret, at::kFloat, device);
-      flops += RowFlops(critic_->config(), row, 0, false);
+      flops += RowFlops(critic_->config(), row, 0, false, LoraRank(*critic_));
     } else if (objective == Objective::kPpo) {
       RowTargets(rt.sample, rt.begin, rt.end, batch, nullptr, &adv, &ret);
     }
@@ -642,7 +651,7 @@ absl::StatusOr<StepMetrics> Trainer::Update(const std::vector<Sample>& batch, do
       } else if (options_.entropy_metric) {
         m["entropy"] += (w * policy_->TokenEntropy(hidden, options_.temperature)).sum().item<double>();
       }
-      flops += RowFlops(policy_->config(), row, static_cast<int64_t>(rt.state.size()), true);
+      flops += RowFlops(policy_->config(), row, static_cast<int64_t>(rt.state.size()), true, LoraRank(*policy_));
     }
 
     // 6. Losses, each a weighted sum over this row's model tokens.
