@@ -27,17 +27,19 @@ namespace {
 
 using Named = std::vector<std::pair<std::string, at::Tensor>>;
 
-std::unique_ptr<Transformer> Tiny(uint64_t seed, bool trainable) {
+std::unique_ptr<Transformer> Tiny(uint64_t seed, bool trainable, int64_t lora = 0) {
   ModelOptions o;
   o.trainable = trainable;
+  o.lora_rank = lora;
   auto m = Transformer::Create(testing::TinyQwen2Config(32), Head::kLanguageModel, o, seed);
   EXPECT_TRUE(m.ok()) << m.status();
   return std::move(*m);
 }
 
+// The weights a replica serves: LoRA adapters merged in.
 Named Snapshot(const Transformer& m) {
   Named out;
-  for (auto& [name, t] : m.HFTensors()) out.emplace_back(name, t.detach().to(at::kCPU).clone());
+  for (auto& [name, t] : m.HFTensors(/*merged=*/true)) out.emplace_back(name, t.detach().to(at::kCPU).clone());
   return out;
 }
 
@@ -138,7 +140,9 @@ TEST(CollectiveWeightSyncTest, TwoShardedRanksToOneReplicaWeightsEqualVersionAdv
 
 // The received model of round 2 compared against the consolidated learner:
 // a replica keeping any unit of round 1 fails.
-TEST(CollectiveWeightSyncTest, SecondVersionReplacesEveryUnit) {
+// lora > 0: the learner trains adapters on a frozen base; the replica
+// receives both parts of every unit and serves them merged.
+void ExpectSecondVersionReplacesEveryUnit(int64_t lora) {
   const uint32_t seed = std::random_device{}();
   std::printf("seed %u\n", seed);
   const std::string dir = ::kernelrl::testing::NewTempDir("weight_sync_");
@@ -158,7 +162,7 @@ TEST(CollectiveWeightSyncTest, SecondVersionReplacesEveryUnit) {
           if (!s.ok()) return s.status();
           sync = std::move(*s);
         }
-        auto model = Tiny(seed, true);
+        auto model = Tiny(seed, true, lora);
         auto weights = dist::ShardedWeights::Shard(*model, (*train)->backend(), at::kCPU, at::kFloat);
         if (!weights.ok()) return weights.status();
         c10d::Backend* to = sync ? sync->backend().get() : nullptr;
@@ -186,6 +190,7 @@ TEST(CollectiveWeightSyncTest, SecondVersionReplacesEveryUnit) {
       auto second = ReceiveWeights(*(*sync)->backend(), ModelOptions{});
       if (!second.ok()) return second.status();
       EXPECT_EQ(second->policy_version, 2);
+      EXPECT_FALSE(second->model->has_adapters());
       want_ready.WaitForNotification();
       ExpectEqual(Snapshot(*second->model), want, "round 2");
       return absl::OkStatus();
@@ -193,7 +198,17 @@ TEST(CollectiveWeightSyncTest, SecondVersionReplacesEveryUnit) {
   });
   for (auto& t : threads) t.join();
   for (int i = 0; i < 3; ++i) EXPECT_TRUE(status[i].ok()) << "thread " << i << ": " << status[i];
+  if (lora > 0) {  // The update reached the served weights through the adapters.
+    const Named base = Snapshot(*Tiny(seed, false));
+    ASSERT_EQ(want[2].first, "model.layers.0.self_attn.q_proj.weight");
+    EXPECT_FALSE(at::equal(want[2].second, base[2].second));
+    EXPECT_TRUE(at::equal(want[1].second, base[1].second)) << want[1].first << ": frozen, not adapted";
+  }
 }
+
+TEST(CollectiveWeightSyncTest, SecondVersionReplacesEveryUnit) { ExpectSecondVersionReplacesEveryUnit(0); }
+
+TEST(CollectiveWeightSyncTest, LoraAdaptersReachTheReplicaMerged) { ExpectSecondVersionReplacesEveryUnit(4); }
 
 }  // namespace
 }  // namespace kernelrl::learner
