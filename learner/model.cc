@@ -68,15 +68,19 @@ at::Tensor Linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b)
 }
 
 // A projection with its LoRA adapter (a [r,in], bl [out,r]) when it has one.
-// The adapter's product is added into the base output in place (linear's
-// backward does not need its output): no [tokens, out] temporary.
+// The adapter's product is added into the base output in place, on the 2-D
+// output itself rather than a view of it (linear's backward does not need
+// its output; an in-place op on a view would make autograd materialise the
+// whole output's gradient again): no [tokens, out] temporary either way.
 at::Tensor Project(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, const at::Tensor& a,
                    const at::Tensor& bl, double scale) {
-  at::Tensor y = Linear(x, w, b);
-  if (!a.defined()) return y;
-  const at::Tensor xa = at::linear(x, a);  // [..., r]
-  y.view({-1, y.size(-1)}).addmm_(xa.reshape({-1, xa.size(-1)}), bl.t(), /*beta=*/1, /*alpha=*/scale);
-  return y;
+  if (!a.defined()) return Linear(x, w, b);
+  const at::Tensor x2 = x.reshape({-1, x.size(-1)});
+  at::Tensor y = Linear(x2, w, b);
+  y.addmm_(at::linear(x2, a), bl.t(), /*beta=*/1, /*alpha=*/scale);
+  std::vector<int64_t> shape = x.sizes().vec();
+  shape.back() = y.size(1);
+  return y.view(shape);
 }
 
 // The base matrix of each adapted projection and its adapter, per layer.
@@ -199,7 +203,8 @@ class ChunkedTokenLogprobs : public torch::autograd::Function<ChunkedTokenLogpro
     at::Tensor g = grad_out[0].to(at::kFloat) * valid.to(at::kFloat);  // [N]
     const int64_t n = hidden.size(0);
     at::Tensor grad_h = at::empty_like(hidden);
-    at::Tensor grad_w = at::zeros(weight.sizes(), weight.options().dtype(at::kFloat));
+    const bool weight_grad = ctx->needs_input_grad(1);  // A frozen head (LoRA) takes none.
+    at::Tensor grad_w = weight_grad ? at::zeros(weight.sizes(), weight.options().dtype(at::kFloat)) : at::Tensor();
     for (int64_t s = 0; s < n; s += kChunk) {
       const int64_t len = std::min(kChunk, n - s);
       at::Tensor h = hidden.narrow(0, s, len);
@@ -212,9 +217,9 @@ class ChunkedTokenLogprobs : public torch::autograd::Function<ChunkedTokenLogpro
       if (inv_temp != 1.0) d.mul_(inv_temp);
       at::Tensor dd = d.to(hidden.scalar_type());
       grad_h.narrow(0, s, len).copy_(at::matmul(dd, weight));
-      grad_w.add_(at::matmul(dd.t(), h));
+      if (weight_grad) grad_w.add_(at::matmul(dd.t(), h));
     }
-    return {grad_h, grad_w.to(weight.scalar_type()), at::Tensor(), at::Tensor()};
+    return {grad_h, weight_grad ? grad_w.to(weight.scalar_type()) : at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -259,7 +264,8 @@ class ChunkedTokenEntropy : public torch::autograd::Function<ChunkedTokenEntropy
     const at::Tensor g = grad_out[0].to(at::kFloat);  // [N]
     const int64_t n = hidden.size(0), chunk = Chunk(weight);
     at::Tensor grad_h = at::empty_like(hidden);
-    at::Tensor grad_w = at::zeros(weight.sizes(), weight.options().dtype(at::kFloat));
+    const bool weight_grad = ctx->needs_input_grad(1);  // A frozen head (LoRA) takes none.
+    at::Tensor grad_w = weight_grad ? at::zeros(weight.sizes(), weight.options().dtype(at::kFloat)) : at::Tensor();
     for (int64_t s = 0; s < n; s += chunk) {
       const int64_t len = std::min(chunk, n - s);
       at::Tensor h = hidden.narrow(0, s, len);

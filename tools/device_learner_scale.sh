@@ -18,6 +18,9 @@
 #              and the efficiency against 1 GPU
 #     longest  one 7B trajectory on 4 GPUs at 32K, 48K, 64K, 96K, 128K tokens
 #              until one fails: the longest that runs, its peak beside the plan
+#     lora     the 7b part with LoRA adapters (rank LORA_RANK, default 16) on
+#              actor and critic: frozen bf16 base shards, adapters trained
+#     lora1    the same 7B LoRA pair on one GPU at 16K tokens
 #   Knobs: LENGTHS (longest's token counts), LONGEST_WALL (its cap, s).
 #   Results: one JSON line per bench in $OUT/results.jsonl, a table in $OUT/summary.txt.
 set -u
@@ -69,6 +72,8 @@ for r in rows:
     print(f"scaling 1.5b: {r['gpus']} GPU(s) {r['tokens_per_s_per_gpu']:.0f} tokens/s/GPU, efficiency {eff:.2f}, MFU {r['mfu_vs_989']:.3f}")
 PY
       ;;
+    lora) run "7b_lora${LORA_RANK:-16}_32k_4gpu" 300 --lora_rank="${LORA_RANK:-16}" step qwen2.5-7b 32768 4;;
+    lora1) run "7b_lora${LORA_RANK:-16}_16k_1gpu" 300 --lora_rank="${LORA_RANK:-16}" step qwen2.5-7b 16384 1;;
     longest) run 7b_longest_4gpu "${LONGEST_WALL:-540}" longest qwen2.5-7b 4 ${LENGTHS:-32768 49152 65536 98304 131072};;
   esac
 done

@@ -19,6 +19,10 @@
 //       (AdamW moments in host memory: AdamWParams::offload_moments)
 //   --lora_rank=R (any mode): actor and critic train LoRA adapters of rank R
 //       on frozen base weights instead of every weight
+//   --memory_trace=PATH (step): rank 0 records the CUDA allocator's history
+//       over the first measured step (C++ stacks) and writes the pickled
+//       snapshot to PATH (torch.cuda.memory's format; tools/memory_peak.py
+//       lists what is alive at the peak)
 //
 // Shapes: qwen2.5-7b, qwen2.5-1.5b, qwen2.5-0.5b (Qwen2.5's published sizes).
 // Rows are the trajectories: a job whose plan does not fit the GPU with one
@@ -28,6 +32,7 @@
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
+#include <torch/csrc/cuda/memory_snapshot.h>
 
 #include <algorithm>
 #include <chrono>
@@ -57,6 +62,8 @@ double GiB(double b) { return b / (1 << 30); }
 
 // LoRA adapters' rank of both models (--lora_rank; 0: full training).
 int64_t lora_rank = 0;
+// Where rank 0 writes the allocator's history of one step (--memory_trace; empty: none).
+std::string memory_trace;
 
 dist::PlanOptions PlanFor(int gpus, int64_t row_tokens, int64_t device_bytes, bool cpu = false,
                           bool offload = false) {
@@ -234,10 +241,21 @@ int Step(const std::string& shape, int64_t tokens, int gpus, const dist::RankFla
     const std::vector<Sample> batch = Trajectories(n, row, c.vocab_size, 1000 * i + r->rank);
     global = static_cast<int64_t>(n) * gpus;
     if (i == 1 && !cpu) c10::cuda::CUDACachingAllocator::resetPeakStats(r->rank);
+    const bool trace = i == 1 && !cpu && r->rank == 0 && !memory_trace.empty();
+    if (trace) torch::cuda::_record_memory_history("all", "all", "all", 1000000);
     r->Sync();
     const double s0 = Now();
     auto m = (*t)->PpoStep(batch, global);
     r->Sync();
+    if (trace) {
+      const double w0 = Now();
+      const std::string snapshot = torch::cuda::_memory_snapshot_pickled();
+      torch::cuda::_record_memory_history(std::nullopt);
+      std::FILE* f = std::fopen(memory_trace.c_str(), "wb");
+      if (f != nullptr) std::fwrite(snapshot.data(), 1, snapshot.size(), f), std::fclose(f);
+      std::fprintf(stderr, "memory trace: %zu bytes to %s in %.1f s\n", snapshot.size(), memory_trace.c_str(),
+                   Now() - w0);
+    }
     if (!m.ok()) return Fail(&*r, m.status().ToString());
     if (i > 0) step_s += Now() - s0, flops += (*m)["train_flops"];
   }
@@ -325,10 +343,15 @@ int main(int argc, char** argv) {
   namespace b = kernelrl::learner::bench;
   auto flags = kernelrl::learner::dist::TakeRankFlags(&argc, argv);
   if (!flags.ok()) return std::fprintf(stderr, "%s\n", flags.status().ToString().c_str()), 2;
-  for (int i = 1; i < argc; ++i) {  // --lora_rank=R, taken out of the positional arguments.
+  for (int i = 1; i < argc; ++i) {  // --lora_rank=R, --memory_trace=PATH: out of the positional arguments.
     const std::string a = argv[i];
-    if (a.rfind("--lora_rank=", 0) != 0) continue;
-    b::lora_rank = std::atoll(a.c_str() + 12);
+    if (a.rfind("--memory_trace=", 0) == 0) {
+      b::memory_trace = a.substr(15);
+    } else if (a.rfind("--lora_rank=", 0) == 0) {
+      b::lora_rank = std::atoll(a.c_str() + 12);
+    } else {
+      continue;
+    }
     for (int j = i; j + 1 < argc; ++j) argv[j] = argv[j + 1];
     --argc, --i;
   }
