@@ -444,13 +444,20 @@ void Transformer::InitAdapters() {
   const int64_t r = options_.lora_rank;
   lora_rank_ = r;
   lora_scale_ = (options_.lora_alpha > 0 ? options_.lora_alpha : 2.0 * r) / r;
-  at::Generator gen = at::detail::createCPUGenerator(options_.lora_seed);
+  // As InitRandom: the device's own generator (seeded) when asked, else the CPU's.
+  const bool on_device = options_.draw_on_device && options_.device.is_cuda();
+  at::Generator gen = on_device ? at::globalContext().defaultGenerator(options_.device).clone()
+                                : at::detail::createCPUGenerator(options_.lora_seed);
+  if (on_device) gen.set_current_seed(options_.lora_seed);
+  const at::Device draw_device = on_device ? options_.device : at::Device(at::kCPU);
   const at::TensorOptions place = at::TensorOptions().device(options_.device).dtype(options_.dtype);
   for (Layer& l : layers_) {
     for (const Adapted& p : AdaptedProjections(l)) {
       const int64_t out = p.w->size(0), in = p.w->size(1);
       const double bound = 1.0 / std::sqrt(static_cast<double>(in));  // kaiming_uniform(a=sqrt(5)), as PEFT.
-      *p.a = at::empty({r, in}, at::kFloat).uniform_(-bound, bound, gen).to(place);
+      *p.a = at::empty({r, in}, at::TensorOptions().device(draw_device).dtype(at::kFloat))
+                 .uniform_(-bound, bound, gen)
+                 .to(place);
       *p.b = at::zeros({out, r}, place);
     }
   }
