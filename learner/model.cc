@@ -120,7 +120,7 @@ class CheckpointedBlock : public torch::autograd::Function<CheckpointedBlock> {
     ctx->saved_data["model"] = reinterpret_cast<int64_t>(model);
     ctx->saved_data["layer"] = reinterpret_cast<int64_t>(layer);
     ctx->saved_data["lengths"] = lengths;
-    ctx->save_for_backward({x, cos, sin});
+    model->SaveBlockInput(ctx, x, cos, sin);
     return model->BlockForward(*layer, x, cos, sin, nullptr, 0, {}, nullptr, lengths);
   }
 
@@ -128,7 +128,7 @@ class CheckpointedBlock : public torch::autograd::Function<CheckpointedBlock> {
                                                  torch::autograd::variable_list grad_out) {
     const auto* model = reinterpret_cast<const Transformer*>(ctx->saved_data["model"].toInt());
     const auto* layer = reinterpret_cast<const Transformer::Layer*>(ctx->saved_data["layer"].toInt());
-    auto saved = ctx->get_saved_variables();
+    auto saved = model->SavedBlockInput(ctx);
     at::Tensor x = saved[0].detach().requires_grad_(true);
     Transformer::Layer w = *layer;
     std::vector<at::Tensor> inputs = {x};
@@ -931,6 +931,30 @@ at::Tensor Transformer::BlockForward(const Layer& w, const at::Tensor& x, const 
     act = at::silu(g_u[0]) * g_u[1];
   }
   return x1 + Project(act, w.down_w, w.down_b, w.down_lora_a, w.down_lora_b, lora_scale_);
+}
+
+void Transformer::SaveBlockInput(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& cos,
+                                 const at::Tensor& sin) const {
+  if (!options_.offload_activations || !x.is_cuda()) {
+    ctx->save_for_backward({x, cos, sin});
+    return;
+  }
+  // Ordered on the compute stream: the copy completes before any later
+  // kernel can reuse x's memory, and the host allocator keeps the pinned
+  // block until the copy is done.
+  at::Tensor host = at::empty(x.sizes(), at::TensorOptions().dtype(x.scalar_type()).pinned_memory(true));
+  host.copy_(x, /*non_blocking=*/true);
+  ctx->saved_data["x_host"] = host;
+  ctx->save_for_backward({cos, sin});
+}
+
+std::vector<at::Tensor> Transformer::SavedBlockInput(torch::autograd::AutogradContext* ctx) const {
+  std::vector<at::Tensor> saved = ctx->get_saved_variables();
+  auto host = ctx->saved_data.find("x_host");
+  if (host == ctx->saved_data.end()) return saved;
+  at::Tensor x = host->second.toTensor().to(options_.device, /*non_blocking=*/true);
+  ctx->saved_data.erase(host);
+  return {x, saved[0], saved[1]};
 }
 
 at::Tensor Transformer::Block(int layer, const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,

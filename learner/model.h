@@ -33,6 +33,10 @@
 #include "absl/status/statusor.h"
 #include "learner/model_config.h"
 
+namespace torch::autograd {
+struct AutogradContext;
+}  // namespace torch::autograd
+
 namespace kernelrl::learner {
 
 enum class Head { kLanguageModel, kValue };
@@ -57,6 +61,11 @@ struct ModelOptions {
   // minutes on the CPU, at the price of numbers that differ from the CPU
   // draw. Off, every device gets the CPU's numbers.
   bool draw_on_device = false;
+  // With activation checkpointing on CUDA: each block's saved input waits in
+  // pinned host memory between the forward pass and the block's backward
+  // (copied out and back on the compute stream), so a long sequence keeps
+  // O(1) block inputs on the GPU instead of one per layer.
+  bool offload_activations = false;
   // LoRA adapters (Hu et al. 2021) on every projection of every block: the
   // fused q/k/v (one A shared by q, k and v), o, the fused gate/up and down
   // compute W x + (lora_alpha / lora_rank) B A x. A [rank, in] is drawn as
@@ -236,6 +245,14 @@ class Transformer {
   // Whether the fused CUDA kernels run for activations like x.
   bool fused_on(const at::Tensor& x) const { return options_.fused_kernels && x.is_cuda(); }
   void set_activation_checkpointing(bool on) { options_.activation_checkpointing = on; }
+  void set_offload_activations(bool on) { options_.offload_activations = on; }
+  // What a checkpointed block's autograd node keeps between its forward and
+  // backward: x (offloaded to host memory when the options say so), cos, sin.
+  // Both checkpointing nodes (this file's and learner/dist/fsdp.h's) use them.
+  void SaveBlockInput(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& cos,
+                      const at::Tensor& sin) const;
+  // {x, cos, sin} as saved, x back on the model's device.
+  std::vector<at::Tensor> SavedBlockInput(torch::autograd::AutogradContext* ctx) const;
 
   // One block on x [B,T,H] with the given weights. Without a cache: causal
   // self-attention. With a cache: prefill writes rows `slots`, decode

@@ -19,6 +19,8 @@
 //       (AdamW moments in host memory: AdamWParams::offload_moments)
 //   --lora_rank=R (any mode): actor and critic train LoRA adapters of rank R
 //       on frozen base weights instead of every weight
+//   --offload_activations (any mode): each block's checkpointed input in
+//       pinned host memory between forward and backward
 //   --memory_trace=PATH (step): rank 0 records the CUDA allocator's history
 //       over the first measured step (C++ stacks) and writes the pickled
 //       snapshot to PATH (torch.cuda.memory's format; tools/memory_peak.py
@@ -64,11 +66,14 @@ double GiB(double b) { return b / (1 << 30); }
 int64_t lora_rank = 0;
 // Where rank 0 writes the allocator's history of one step (--memory_trace; empty: none).
 std::string memory_trace;
+// Checkpointed block inputs in host memory (--offload_activations).
+bool offload_activations = false;
 
 dist::PlanOptions PlanFor(int gpus, int64_t row_tokens, int64_t device_bytes, bool cpu = false,
                           bool offload = false) {
   dist::PlanOptions o;
   o.actor_lora_rank = o.critic_lora_rank = lora_rank;
+  o.offload_activations = offload_activations;
   o.offload_moments = offload;
   o.world_size = gpus;
   o.tokens = row_tokens;
@@ -131,6 +136,7 @@ absl::StatusOr<Rank> Join(const std::vector<std::string>& args, int world, const
     if (world > 1) {
       std::vector<std::string> rank_args = args;
       rank_args.push_back(absl::StrCat("--lora_rank=", lora_rank));
+      if (offload_activations) rank_args.push_back("--offload_activations");
       auto p = dist::SpawnRanks(rank_args, world, address);
       if (!p.ok()) return p.status();
       r.pids = *p;
@@ -161,6 +167,7 @@ absl::StatusOr<std::unique_ptr<rl::Trainer>> MakeTrainer(const ModelConfig& c, R
     o.activation_checkpointing = true;
     o.lora_rank = lora_rank;
     o.lora_seed = 11 + k;
+    o.offload_activations = offload_activations;
     auto m = Transformer::Create(c, k == 0 ? Head::kLanguageModel : Head::kValue, o, 1 + k);
     if (!m.ok()) return m.status();
     auto s = dist::ShardedWeights::Shard(**m, r.dp->backend(), gpu, dtype);
@@ -326,10 +333,11 @@ int Longest(const std::string& shape, int gpus, const std::vector<int64_t>& leng
     if (r->rank == 0) {
       std::printf("{\"bench\": \"fsdp_longest\", \"shape\": \"%s\", \"gpus\": %d, \"tokens\": %ld, \"ok\": true, "
                   "\"step_s\": %.2f, \"peak_allocated_gib\": %.2f, \"planned_gib\": %.2f, \"plan_fits\": %s, "
-                  "\"lora_rank\": %ld}\n",
+                  "\"lora_rank\": %ld, \"offload_activations\": %s, \"policy_loss\": %.9g}\n",
                   shape.c_str(), gpus, static_cast<long>(len), step_s, GiB(peak),
                   GiB(static_cast<double>(plan.total - PlanFor(gpus, len, 0).reserved_bytes)),
-                  dist::CheckFits(plan).ok() ? "true" : "false", static_cast<long>(lora_rank));
+                  dist::CheckFits(plan).ok() ? "true" : "false", static_cast<long>(lora_rank),
+                  offload_activations ? "true" : "false", (*m)["policy_loss"]);
       std::fflush(stdout);
     }
   }
@@ -345,7 +353,9 @@ int main(int argc, char** argv) {
   if (!flags.ok()) return std::fprintf(stderr, "%s\n", flags.status().ToString().c_str()), 2;
   for (int i = 1; i < argc; ++i) {  // --lora_rank=R, --memory_trace=PATH: out of the positional arguments.
     const std::string a = argv[i];
-    if (a.rfind("--memory_trace=", 0) == 0) {
+    if (a == "--offload_activations") {
+      b::offload_activations = true;
+    } else if (a.rfind("--memory_trace=", 0) == 0) {
       b::memory_trace = a.substr(15);
     } else if (a.rfind("--lora_rank=", 0) == 0) {
       b::lora_rank = std::atoll(a.c_str() + 12);
@@ -365,7 +375,7 @@ int main(int argc, char** argv) {
     return b::Longest(argv[2], std::atoi(argv[3]), lengths, *flags);
   }
   std::fprintf(stderr,
-               "usage: fsdp_bench [--lora_rank=R] plan <shape> <tokens_per_gpu> <gpus> | step <shape> <tokens_per_gpu> "
+               "usage: fsdp_bench [--lora_rank=R] [--offload_activations] [--memory_trace=PATH] plan <shape> <tokens_per_gpu> <gpus> | step <shape> <tokens_per_gpu> "
                "<gpus> | smoke <ranks> | longest <shape> <gpus> <tokens>...\n");
   return 2;
 }

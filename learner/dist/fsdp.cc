@@ -58,7 +58,7 @@ class ShardedBlock : public torch::autograd::Function<ShardedBlock> {
     ctx->saved_data["model"] = reinterpret_cast<int64_t>(model);
     ctx->saved_data["layer"] = layer;
     ctx->saved_data["lengths"] = lengths;
-    ctx->save_for_backward({x, cos, sin});
+    model->SaveBlockInput(ctx, x, cos, sin);
     const ShardedWeights::Full full = weights->Gather(layer + 1);
     weights->Prefetch(layer + 2);
     return model->BlockForward(weights->LayerViews(layer + 1, full), x, cos, sin, nullptr, 0, {}, nullptr, lengths);
@@ -68,7 +68,7 @@ class ShardedBlock : public torch::autograd::Function<ShardedBlock> {
     ShardedWeights* weights = Get(ctx);
     const auto* model = reinterpret_cast<const Transformer*>(ctx->saved_data["model"].toInt());
     const int64_t unit = ctx->saved_data["layer"].toInt() + 1;
-    auto saved = ctx->get_saved_variables();
+    auto saved = model->SavedBlockInput(ctx);
     ShardedWeights::Full full = weights->Gather(unit);
     full.train = full.train.detach().requires_grad_(true);
     if (unit > 1) weights->Prefetch(unit - 1);  // The block backward reaches next.

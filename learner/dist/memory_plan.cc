@@ -118,7 +118,11 @@ ModelPlan PlanModel(const std::string& name, const ModelConfig& c, bool value_he
     if (b != 4) p.step_extra = 4 * P;  // AdamW::Step's fp32 copies of the gradients.
   }
   if (o.activation_checkpointing) {
-    add("activations: block inputs", L * T * H * b, &p.inputs);
+    if (o.offload_activations && o.cuda) {
+      add("activations: block inputs (the rest in host memory)", 2 * T * H * b, &p.inputs);
+    } else {
+      add("activations: block inputs", L * T * H * b, &p.inputs);
+    }
     p.backward_peak += block;  // The block recomputed.
     // Its SwiGLU backward: the gradients of gate/up [T,2I] and of the
     // activation [T,I] (measured at the peak of a 7B LoRA step on an H200;

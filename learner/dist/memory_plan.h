@@ -46,6 +46,9 @@ struct PlanOptions {
   // training): the base weights then take no master, moment or gradient,
   // and sharded they are kept in the compute dtype.
   int64_t actor_lora_rank = 0, critic_lora_rank = 0;
+  // Checkpointed block inputs in host memory (ModelOptions::offload_activations,
+  // CUDA): two of them on the GPU at a time instead of one per layer.
+  bool offload_activations = false;
 };
 
 struct MemoryPlan {

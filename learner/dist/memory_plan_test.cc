@@ -189,6 +189,17 @@ TEST(MemoryPlanTest, ShardingDividesTheStatesAndAJobThatCannotFitIsRefused) {
   const int64_t shard = (2 * qwen7b.ParameterCount() - qwen7b.vocab_size * qwen7b.hidden_size + 3) / 4;
   EXPECT_NEAR(static_cast<double>(sharded.total - host.total), 8.0 * shard, 0.01 * 8.0 * shard);
   EXPECT_TRUE(CheckFits(host).ok()) << host.Table();
+  // Qwen2.5's whole 128K context in one trajectory on four 80 GB cards: only
+  // with the layers' saved inputs in host memory (2 x 28 layers x 0.9 GiB).
+  PlanOptions longest = offload;
+  longest.tokens = 131072;
+  const MemoryPlan kept = PlanMemory(qwen7b, &qwen7b, longest);
+  longest.offload_activations = true;
+  const MemoryPlan moved = PlanMemory(qwen7b, &qwen7b, longest);
+  EXPECT_FALSE(CheckFits(kept).ok()) << kept.Table();
+  EXPECT_TRUE(CheckFits(moved).ok()) << moved.Table();
+  const double inputs = 2.0 * 26 * 131072 * qwen7b.hidden_size * 2;  // 28 layers' inputs less the 2 on the GPU.
+  EXPECT_NEAR(static_cast<double>(kept.total - moved.total), inputs, 0.01 * inputs);
   std::printf("7B actor + critic, 32K tokens:\n unsharded, 1 GPU:\n%s sharded, 4 GPUs:\n%s sharded, 4 GPUs, host "
               "moments:\n%s",
               whole.Table().c_str(), sharded.Table().c_str(), host.Table().c_str());

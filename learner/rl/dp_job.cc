@@ -93,6 +93,7 @@ absl::Status CheckJobFits(const v1::LearnerJobConfig& config, const std::string&
   o.world_size = std::max(1, shard_world);
   o.tokens = config.batch().max_tokens_per_row();
   o.activation_checkpointing = config.batch().activation_checkpointing();
+  o.offload_activations = config.batch().offload_activations();
   o.actor_lora_rank = config.actor_lora().rank();
   o.critic_lora_rank = config.critic_lora().rank();
   o.cuda = device.is_cuda();
@@ -156,6 +157,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> MakeJobTrainer(const v1::LearnerJobConf
                  : at::kBFloat16;
   mo.trainable = true;
   mo.activation_checkpointing = config.batch().activation_checkpointing();
+  mo.offload_activations = config.batch().offload_activations();
   ModelOptions load = mo;
   if (sharded) load.device = at::kCPU, load.dtype = at::kFloat;  // Exact fp32 masters, then only the shard moves.
   TrainerOptions to = TrainerOptionsFromConfig(config);

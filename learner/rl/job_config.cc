@@ -96,6 +96,9 @@ absl::StatusOr<v1::LearnerJobConfig> ParseJobConfig(const std::string& text) {
   if (b.trajectories_per_step() < 1) return Field("batch.trajectories_per_step", "must be >= 1");
   if (b.max_tokens_per_row() < 16) return Field("batch.max_tokens_per_row", "must be >= 16");
   if (b.max_trajectory_tokens() < 2) return Field("batch.max_trajectory_tokens", "must be >= 2");
+  if (b.offload_activations() && !b.activation_checkpointing()) {
+    return Field("batch.offload_activations", "needs batch.activation_checkpointing (it offloads the checkpointed inputs)");
+  }
   const auto& in = c.ingest();
   if (in.max_policy_lag() < 0) return Field("ingest.max_policy_lag", "must be >= 0");
   if (in.buffer_capacity() < b.trajectories_per_step()) {

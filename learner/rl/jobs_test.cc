@@ -114,6 +114,7 @@ TEST(JobConfigTest, BadValuesNameTheField) {
            {"ppo { epochs: 0 }", "ppo.epochs"},
            {"actor_optimizer { min_lr_ratio: 2 }", "actor_optimizer.min_lr_ratio"},
            {"actor_lora { rank: -4 }", "actor_lora.rank"},
+           {"batch { activation_checkpointing: false offload_activations: true }", "batch.offload_activations"},
            {"critic_lora { rank: 8 alpha: -1 }", "critic_lora.alpha"},
        }) {
     auto c = ParseJobConfig(text);

@@ -54,6 +54,7 @@ int PlanMain(int argc, char** argv) {
   o.offload_moments = config.offload_moments();
   o.device_bytes = static_cast<int64_t>(config.gpu_gib() * (1 << 30));
   if (config.actor_lora_rank() < 0 || config.critic_lora_rank() < 0) return Bad("LoRA ranks must be >= 0");
+  o.offload_activations = config.offload_activations();
   o.actor_lora_rank = config.actor_lora_rank();
   o.critic_lora_rank = config.critic_lora_rank();
   const learner::dist::MemoryPlan plan = learner::dist::PlanMemory(*actor, with_critic ? &critic : nullptr, o);
@@ -63,7 +64,10 @@ int PlanMain(int argc, char** argv) {
   std::printf("%s (%ld parameters)%s, %d GPU(s)%s%s%s, %ld-token rows, activation checkpointing %s:\n%s",
               config.model().c_str(), static_cast<long>(actor->ParameterCount()), with_critic ? " + critic" : "",
               config.gpus(), config.sharded() ? " fully sharded" : " (each holding whole models)",
-              config.offload_moments() ? ", AdamW moments in host memory" : "", lora.c_str(),
+              absl::StrCat(config.offload_moments() ? ", AdamW moments in host memory" : "",
+                           config.offload_activations() ? ", layer inputs in host memory" : "")
+                  .c_str(),
+              lora.c_str(),
               static_cast<long>(config.tokens()), config.activation_checkpointing() ? "on" : "off",
               plan.Table().c_str());
   if (absl::Status s = learner::dist::CheckFits(plan); !s.ok()) {
