@@ -275,9 +275,9 @@ class ChunkedTokenEntropy : public torch::autograd::Function<ChunkedTokenEntropy
       at::Tensor d = -(p * (logp + entropy)) * g.narrow(0, s, len).unsqueeze(1) * inv_temp;  // d loss / d logits
       at::Tensor dd = d.to(hidden.scalar_type());
       grad_h.narrow(0, s, len).copy_(at::matmul(dd, weight));
-      grad_w.add_(at::matmul(dd.t(), h).to(at::kFloat));
+      if (weight_grad) grad_w.add_(at::matmul(dd.t(), h).to(at::kFloat));
     }
-    return {grad_h, grad_w.to(weight.scalar_type()), at::Tensor()};
+    return {grad_h, weight_grad ? grad_w.to(weight.scalar_type()) : at::Tensor(), at::Tensor()};
   }
 };
 
