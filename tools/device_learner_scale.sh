@@ -21,6 +21,12 @@
 #     lora     the 7b part with LoRA adapters (rank LORA_RANK, default 16) on
 #              actor and critic: frozen bf16 base shards, adapters trained
 #     lora1    the same 7B LoRA pair on one GPU at 16K tokens
+#     offload  activation offload: model_test's offload gradients on GPU 0, then
+#              one 7B trajectory of 32K tokens without and with offload (the
+#              same loss, the peaks), then with offload at OFFLOAD_LENGTHS
+#              (default 131072 196608 262144) until one fails; on OFFLOAD_GPUS
+#              GPUs (default 4), fsdp_bench flags in OFFLOAD_ARGS (e.g.
+#              --lora_rank=16: a 7B pair trains on one GPU only with adapters)
 #   Knobs: LENGTHS (longest's token counts), LONGEST_WALL (its cap, s).
 #   Results: one JSON line per bench in $OUT/results.jsonl, a table in $OUT/summary.txt.
 set -u
@@ -30,7 +36,7 @@ C=$ROOT/.devcarry/learner_scale
 if [ "${1:-}" = "--stage" ]; then
   set -e
   rm -rf "$C" && mkdir -p "$C/bin" "$C/lib" "$C/libcxx"
-  cp "$ROOT/bazel-bin/learner/bench/fsdp_bench" "$C/bin/"
+  cp "$ROOT/bazel-bin/learner/bench/fsdp_bench" "$ROOT/bazel-bin/learner/model_test" "$C/bin/"
   ldd "$C/bin/fsdp_bench" | awk '/=> \// {print $3}' |
     grep -v -E 'torch|c10|libcuda|libnv|libcudart|libcublas|libcudnn|/libc\.so|/libm\.so|libgcc_s|libpthread|libdl\.|librt\.|libutil' |
     sort -u | while read -r so; do
@@ -74,6 +80,14 @@ PY
       ;;
     lora) run "7b_lora${LORA_RANK:-16}_32k_4gpu" 300 --lora_rank="${LORA_RANK:-16}" step qwen2.5-7b 32768 4;;
     lora1) run "7b_lora${LORA_RANK:-16}_16k_1gpu" 300 --lora_rank="${LORA_RANK:-16}" step qwen2.5-7b 16384 1;;
+    offload)
+      device_lib_path "$C" "$C/bin/model_test" --gtest_list_tests
+      KERNELRL_TEST_DEVICE=cuda CUDA_VISIBLE_DEVICES=0 "$C/bin/model_test" --gtest_filter='*Offload*:*ActivationCheckpointing*' 2>&1 |
+        grep -E '^\[ +(OK|FAILED|PASSED) ' | tee -a "$S"
+      device_lib_path "$C" "$C/bin/fsdp_bench"
+      g=${OFFLOAD_GPUS:-4}
+      run 7b_32k_kept 200 ${OFFLOAD_ARGS:-} longest qwen2.5-7b "$g" 32768
+      run 7b_offload 540 ${OFFLOAD_ARGS:-} --offload_activations longest qwen2.5-7b "$g" 32768 ${OFFLOAD_LENGTHS:-131072 196608 262144};;
     longest) run 7b_longest_4gpu "${LONGEST_WALL:-540}" longest qwen2.5-7b 4 ${LENGTHS:-32768 49152 65536 98304 131072};;
   esac
 done

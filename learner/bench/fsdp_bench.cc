@@ -333,11 +333,11 @@ int Longest(const std::string& shape, int gpus, const std::vector<int64_t>& leng
     if (r->rank == 0) {
       std::printf("{\"bench\": \"fsdp_longest\", \"shape\": \"%s\", \"gpus\": %d, \"tokens\": %ld, \"ok\": true, "
                   "\"step_s\": %.2f, \"peak_allocated_gib\": %.2f, \"planned_gib\": %.2f, \"plan_fits\": %s, "
-                  "\"lora_rank\": %ld, \"offload_activations\": %s, \"policy_loss\": %.9g}\n",
+                  "\"lora_rank\": %ld, \"offload_activations\": %s, \"value_loss\": %.9g, \"actor_grad_norm\": %.9g}\n",
                   shape.c_str(), gpus, static_cast<long>(len), step_s, GiB(peak),
                   GiB(static_cast<double>(plan.total - PlanFor(gpus, len, 0).reserved_bytes)),
                   dist::CheckFits(plan).ok() ? "true" : "false", static_cast<long>(lora_rank),
-                  offload_activations ? "true" : "false", (*m)["policy_loss"]);
+                  offload_activations ? "true" : "false", (*m)["value_loss"], (*m)["actor_grad_norm"]);
       std::fflush(stdout);
     }
   }

@@ -55,6 +55,7 @@ int64_t BlockActivationPerToken(const ModelConfig& c, bool cuda, int64_t r) {
 // (every activation, no gradient yet) or inside backward (every gradient,
 // the checkpointed block inputs and one block recomputed).
 struct ModelPlan {
+  int64_t host = 0;          // Pinned host memory (moments, offloaded layer inputs).
   int64_t persistent = 0;    // Weights, masters, moments: the whole step.
   int64_t saved = 0;         // Activations at the end of the forward pass.
   int64_t forward_peak = 0;  // The largest buffer on top of them then.
@@ -91,14 +92,16 @@ ModelPlan PlanModel(const std::string& name, const ModelConfig& c, bool value_he
       add("frozen weights", b * P, &p.persistent);
       add("adapter weights", b * L * A, &p.persistent);
     }
-    add(o.offload_moments && o.cuda && o.sharded ? "fp32 adapter masters (AdamW moments in host memory)"
-                                                 : "fp32 adapter masters + AdamW moments",
-        (o.offload_moments && o.cuda && o.sharded ? 4 : 12) * S, &p.persistent);
+    const bool host_moments = o.offload_moments && o.cuda && o.sharded;
+    add(host_moments ? "fp32 adapter masters (AdamW moments in host memory)" : "fp32 adapter masters + AdamW moments",
+        (host_moments ? 4 : 12) * S, &p.persistent);
+    if (host_moments) p.host += 8 * S;
     add("adapter gradients", 4 * S, &p.grads);
   } else if (o.sharded) {
     const int64_t S = CeilDiv(R, W) + L * CeilDiv(B, W);
     if (o.offload_moments && o.cuda) {
       add("fp32 master shards (AdamW moments in host memory)", 4 * S, &p.persistent);
+      p.host += 8 * S;
       // Step: one unit's moments on the GPU at a time.
       p.step_extra = 8 * std::max(CeilDiv(R, W), CeilDiv(B, W));
     } else {
@@ -120,6 +123,7 @@ ModelPlan PlanModel(const std::string& name, const ModelConfig& c, bool value_he
   if (o.activation_checkpointing) {
     if (o.offload_activations && o.cuda) {
       add("activations: block inputs (the rest in host memory)", 2 * T * H * b, &p.inputs);
+      p.host += std::max<int64_t>(0, L - 2) * T * H * b;
     } else {
       add("activations: block inputs", L * T * H * b, &p.inputs);
     }
@@ -148,12 +152,14 @@ ModelPlan PlanModel(const std::string& name, const ModelConfig& c, bool value_he
 MemoryPlan PlanMemory(const ModelConfig& actor, const ModelConfig* critic, const PlanOptions& o) {
   MemoryPlan plan;
   plan.device_bytes = o.device_bytes;
+  plan.host_limit_bytes = o.host_limit_bytes;
   std::vector<ModelPlan> models = {PlanModel("actor", actor, false, o.actor_lora_rank, o)};
   if (critic != nullptr) models.push_back(PlanModel("critic", *critic, true, o.critic_lora_rank, o));
   ModelPlan sum;
   for (const ModelPlan& m : models) {
     plan.items.insert(plan.items.end(), m.items.begin(), m.items.end());
     sum.persistent += m.persistent, sum.saved += m.saved, sum.grads += m.grads, sum.inputs += m.inputs;
+    plan.host_bytes += m.host;
     sum.forward_peak = std::max(sum.forward_peak, m.forward_peak);
     sum.backward_peak = std::max(sum.backward_peak, m.backward_peak);
     sum.step_extra = std::max(sum.step_extra, m.step_extra);
@@ -179,10 +185,20 @@ std::string MemoryPlan::Table() const {
   absl::StrAppendFormat(&out, "  %-80s %12.1f MiB (%.2f GiB of %.2f GiB: %s)\n", "total per GPU (persistent + peak phase)",
                         static_cast<double>(total) / (1 << 20), static_cast<double>(total) / (1 << 30),
                         static_cast<double>(device_bytes) / (1 << 30), total <= device_bytes ? "fits" : "DOES NOT FIT");
+  if (host_bytes > 0) {
+    absl::StrAppendFormat(&out, "  %-80s %12.1f MiB\n", "pinned host memory per rank (moments, offloaded layer inputs)",
+                          static_cast<double>(host_bytes) / (1 << 20));
+  }
   return out;
 }
 
 absl::Status CheckFits(const MemoryPlan& plan) {
+  if (plan.host_limit_bytes > 0 && plan.host_bytes > plan.host_limit_bytes) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "the job needs %.2f GiB of pinned host memory per rank (AdamW moments, offloaded layer inputs), the host "
+        "allows %.2f GiB; shard over more GPUs or hosts, or shorten the rows",
+        static_cast<double>(plan.host_bytes) / (1 << 30), static_cast<double>(plan.host_limit_bytes) / (1 << 30)));
+  }
   if (plan.total <= plan.device_bytes) return absl::OkStatus();
   std::vector<std::pair<std::string, int64_t>> items = plan.items;
   std::sort(items.begin(), items.end(), [](const auto& a, const auto& b) { return a.second > b.second; });

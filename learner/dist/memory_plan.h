@@ -42,6 +42,7 @@ struct PlanOptions {
   int64_t keep_logits_bytes = int64_t{4} << 30;  // ModelOptions::keep_logits_bytes.
   int64_t reserved_bytes = int64_t{3} << 30;     // CUDA context, workspaces, NCCL.
   int64_t device_bytes = int64_t{80} << 30;      // What one GPU has.
+  int64_t host_limit_bytes = 0;                  // Pinned host memory a rank may take; 0: not checked.
   // LoRA adapters' rank per model (ModelOptions::lora_rank; 0: full
   // training): the base weights then take no master, moment or gradient,
   // and sharded they are kept in the compute dtype.
@@ -57,6 +58,9 @@ struct MemoryPlan {
   std::vector<std::pair<std::string, int64_t>> items;
   int64_t total = 0;  // Weights, masters and moments + the peak phase (+ reserved on CUDA).
   int64_t device_bytes = 0;
+  // Pinned host memory per rank: host AdamW moments and offloaded layer inputs.
+  int64_t host_bytes = 0;
+  int64_t host_limit_bytes = 0;  // PlanOptions::host_limit_bytes.
   // A table: one line per item, the total, and whether it fits.
   std::string Table() const;
 };
@@ -65,7 +69,7 @@ struct MemoryPlan {
 MemoryPlan PlanMemory(const ModelConfig& actor, const ModelConfig* critic, const PlanOptions& o);
 
 // ResourceExhausted naming the total, the device and the largest items when
-// the plan does not fit.
+// the plan does not fit the device, or its pinned host memory the host limit.
 absl::Status CheckFits(const MemoryPlan& plan);
 
 }  // namespace kernelrl::learner::dist

@@ -200,6 +200,12 @@ TEST(MemoryPlanTest, ShardingDividesTheStatesAndAJobThatCannotFitIsRefused) {
   EXPECT_TRUE(CheckFits(moved).ok()) << moved.Table();
   const double inputs = 2.0 * 26 * 131072 * qwen7b.hidden_size * 2;  // 28 layers' inputs less the 2 on the GPU.
   EXPECT_NEAR(static_cast<double>(kept.total - moved.total), inputs, 0.01 * inputs);
+  // The offloaded inputs and host moments are pinned host memory: a host too small refuses the job.
+  EXPECT_NEAR(static_cast<double>(moved.host_bytes - kept.host_bytes), inputs, 0.01 * inputs);
+  longest.host_limit_bytes = moved.host_bytes - 1;
+  const absl::Status pinned = CheckFits(PlanMemory(qwen7b, &qwen7b, longest));
+  EXPECT_EQ(pinned.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(pinned.message().find("pinned host memory"), std::string::npos) << pinned;
   std::printf("7B actor + critic, 32K tokens:\n unsharded, 1 GPU:\n%s sharded, 4 GPUs:\n%s sharded, 4 GPUs, host "
               "moments:\n%s",
               whole.Table().c_str(), sharded.Table().c_str(), host.Table().c_str());

@@ -97,6 +97,9 @@ absl::Status CheckJobFits(const v1::LearnerJobConfig& config, const std::string&
   o.actor_lora_rank = config.actor_lora().rank();
   o.critic_lora_rank = config.critic_lora().rank();
   o.cuda = device.is_cuda();
+  // A host's ranks (one per GPU) share its memory: each may pin its share of 3/4 of it.
+  const int64_t host = static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE);
+  o.host_limit_bytes = device.is_cuda() ? host * 3 / 4 / std::max<int64_t>(1, at::cuda::device_count()) : 0;
   o.device_bytes = device.is_cuda() ? static_cast<int64_t>(at::cuda::getDeviceProperties(device.index())->totalGlobalMem)
                                     : static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE);
   const dist::MemoryPlan plan = dist::PlanMemory(*actor, &*critic, o);
