@@ -463,6 +463,32 @@ void Transformer::InitAdapters() {
   }
 }
 
+absl::StatusOr<std::unique_ptr<Transformer>> Transformer::MergedCopy(const ModelOptions& options) const {
+  if (provider_) return absl::FailedPreconditionError("MergedCopy of a sharded model: consolidate it first");
+  ModelOptions o = options;
+  o.lora_rank = 0;
+  o.trainable = false;
+  try {
+    at::NoGradGuard no_grad;
+    auto copy = [&](const at::Tensor& t) {
+      return t.defined() ? t.detach().to(o.device, o.dtype, /*non_blocking=*/false, /*copy=*/true) : t;
+    };
+    const bool tied = head_ == Head::kLanguageModel && config_.tie_word_embeddings;
+    RootWeights root{copy(root_.embed), copy(root_.final_norm), tied ? at::Tensor() : copy(root_.lm_head),
+                     copy(root_.score_w), copy(root_.score_b)};
+    std::vector<at::Tensor> fields;
+    for (const Layer& layer : layers_) {
+      Layer w = layer;
+      for (const Adapted& p : AdaptedProjections(w)) *p.w = Merged(*p.w, *p.a, *p.b, lora_scale_);
+      const std::vector<at::Tensor*> f = w.Fields();
+      for (size_t i = 0; i < Layer::kBaseFields; ++i) fields.push_back(copy(*f[i]));
+    }
+    return FromWeights(config_, head_, o, std::move(root), std::move(fields));
+  } catch (const std::exception& e) {
+    return TorchError("copying model", e);
+  }
+}
+
 void Transformer::MergeAdapters() {
   if (lora_rank_ == 0) return;
   for (Layer& l : layers_) {

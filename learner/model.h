@@ -171,6 +171,10 @@ class Transformer {
   absl::Status SaveMerged(const std::string& dir) const;
   // Folds the adapters into the base weights and drops them (no-op without).
   void MergeAdapters();
+  // A resident copy of this model's weights (adapters folded in) on
+  // options.device in options.dtype, sharing no storage with this one: what
+  // an engine serves while the trainer keeps updating the original.
+  absl::StatusOr<std::unique_ptr<Transformer>> MergedCopy(const ModelOptions& options) const;
   bool has_adapters() const { return lora_rank_ > 0; }
   int64_t lora_rank() const { return lora_rank_; }
 

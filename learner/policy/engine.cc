@@ -61,8 +61,9 @@ PolicyEngine::PolicyEngine(std::unique_ptr<Transformer> model, int64_t policy_ve
   thread_ = std::thread([this] { Loop(); });
 }
 
-static absl::StatusOr<std::unique_ptr<Transformer>> LoadPolicyModel(const std::string& path, const std::string& device,
-                                                             const std::string& dtype) {
+// The engine's device and dtype by their names ("cpu", "cuda[:N]"; "float32",
+// "bfloat16", empty: bf16 on CUDA, fp32 on the CPU).
+static absl::StatusOr<ModelOptions> EngineModelOptions(const std::string& device, const std::string& dtype) {
   ModelOptions options;
   if (device == "cpu") {
     options.device = at::kCPU;
@@ -84,7 +85,14 @@ static absl::StatusOr<std::unique_ptr<Transformer>> LoadPolicyModel(const std::s
   } else if (!dtype.empty()) {
     return absl::InvalidArgumentError(absl::StrCat("dtype \"", dtype, "\": use float32 or bfloat16"));
   }
-  return Transformer::Load(path, Head::kLanguageModel, options);
+  return options;
+}
+
+static absl::StatusOr<std::unique_ptr<Transformer>> LoadPolicyModel(const std::string& path, const std::string& device,
+                                                                     const std::string& dtype) {
+  auto options = EngineModelOptions(device, dtype);
+  if (!options.ok()) return options.status();
+  return Transformer::Load(path, Head::kLanguageModel, *options);
 }
 
 absl::StatusOr<std::unique_ptr<PolicyEngine>> PolicyEngine::Load(const std::string& model_path,
@@ -100,6 +108,15 @@ absl::Status PolicyEngine::SwapWeightsFrom(const std::string& checkpoint_path, i
   auto model = LoadPolicyModel(checkpoint_path, device_, dtype_);
   if (!model.ok()) return model.status();
   SwapWeights(std::move(*model), policy_version, checkpoint_path);
+  return absl::OkStatus();
+}
+
+absl::Status PolicyEngine::SwapWeightsFromModel(const Transformer& model, int64_t policy_version) {
+  auto options = EngineModelOptions(device_, dtype_);
+  if (!options.ok()) return options.status();
+  auto copy = model.MergedCopy(*options);
+  if (!copy.ok()) return copy.status();
+  SwapWeights(std::move(*copy), policy_version, absl::StrCat("memory:version-", policy_version));
   return absl::OkStatus();
 }
 

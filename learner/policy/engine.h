@@ -149,6 +149,9 @@ class PolicyEngine {
   // Loads the checkpoint (same device and dtype as the current model) on
   // the caller's thread, then SwapWeights.
   absl::Status SwapWeightsFrom(const std::string& checkpoint_path, int64_t policy_version) ABSL_LOCKS_EXCLUDED(mu_);
+  // Copies `model`'s weights (adapters merged) to this engine's device and
+  // dtype on the caller's thread, then SwapWeights: no disk on the way.
+  absl::Status SwapWeightsFromModel(const Transformer& model, int64_t policy_version) ABSL_LOCKS_EXCLUDED(mu_);
 
   struct Info {
     int64_t policy_version;

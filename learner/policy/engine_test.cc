@@ -68,6 +68,50 @@ EngineOptions Options(int batch, int64_t max_len = 128) {
   return o;
 }
 
+// Weights from memory (the job's publish between full checkpoints): the
+// engine serves a copy — the trainer's later in-place updates do not reach
+// it — stamped with the version; LoRA adapters arrive merged.
+TEST(PolicyEngineTest, SwapFromModelServesACopyOfTheTrainersWeights) {
+  PolicyEngine engine(TinyModel(1), 1, "v1", Options(2));
+  auto trainer_side = TinyModel(2);
+  std::mt19937 rng(5);
+  const std::vector<int32_t> prompt = RandomPrompt(&rng, 6);
+  const std::vector<int32_t> want = ReferenceGreedy(*trainer_side, prompt, 10);
+  ASSERT_TRUE(engine.SwapWeightsFromModel(*trainer_side, 2).ok());
+  {
+    c10::AutoGradMode no_grad(false);
+    for (at::Tensor& p : trainer_side->parameters()) p.mul_(-1.0);  // The optimizer steps on.
+  }
+  ASSERT_NE(ReferenceGreedy(*trainer_side, prompt, 10), want);
+  GenerationRequest r;
+  r.prompt = prompt;
+  r.sampling.temperature = 0;
+  r.sampling.max_new_tokens = 10;
+  auto res = engine.Generate(r);
+  ASSERT_TRUE(res.ok()) << res.status();
+  EXPECT_EQ(res->policy_version, 2);
+  EXPECT_EQ(res->output_ids, want);
+  EXPECT_EQ(engine.GetInfo().checkpoint_path, "memory:version-2");
+
+  ModelOptions lora;
+  lora.lora_rank = 4;
+  auto adapted = Transformer::Create(TinyConfig(), Head::kLanguageModel, lora, 3);
+  ASSERT_TRUE(adapted.ok());
+  {
+    c10::AutoGradMode no_grad(false);
+    for (const Transformer::Layer& l : (*adapted)->layers()) l.gate_up_lora_b.uniform_(-0.5, 0.5);
+  }
+  ASSERT_TRUE(engine.SwapWeightsFromModel(**adapted, 3).ok());
+  auto merged = (*adapted)->MergedCopy(ModelOptions{});
+  ASSERT_TRUE(merged.ok());
+  EXPECT_FALSE((*merged)->has_adapters());
+  r.sampling.max_new_tokens = 6;
+  res = engine.Generate(r);
+  ASSERT_TRUE(res.ok()) << res.status();
+  EXPECT_EQ(res->policy_version, 3);
+  EXPECT_EQ(res->output_ids, ReferenceGreedy(**adapted, prompt, 6));
+}
+
 TEST(PolicyEngineTest, ConcurrentGreedyRequestsEqualReferenceDecoding) {
   auto model = TinyModel(1);
   const Transformer* ref = model.get();

@@ -66,6 +66,11 @@ class RecipeRunner : public JobRunner {
   absl::StatusOr<std::string> SaveFull(int stage, int64_t step, int64_t version, int64_t stage_step);
   // The policy alone, for weight sync: exports/step-N.
   absl::StatusOr<std::string> ExportPolicy(int64_t step);
+  // Version version_ to the sink: from memory where it takes models, else
+  // `policy_dir`: an export, or a full checkpoint's policy/ (`checkpoint`),
+  // for which a LoRA job writes an export, since a checkpoint keeps the
+  // adapters apart from the base.
+  absl::Status Publish(const std::string& policy_dir, bool checkpoint, int64_t step);
   // A full checkpoint of the current state unless the last update had one.
   absl::Status Flush();
   std::vector<Sample> ToSamples(const std::vector<v1::Trajectory>& ts, StepMetrics* m) const;
@@ -149,13 +154,7 @@ absl::Status RecipeRunner::Setup(JobContext* ctx) {
   // (the base checkpoint, version 0), and actors would sample from them and
   // tag their trajectories with that version, which ingest drops as stale.
   if (sink_ != nullptr && latest.ok()) {
-    std::string published = latest->policy_dir;
-    if (config_.actor_lora().rank() > 0) {  // The adapters merged, as every publish of this job.
-      auto merged = ExportPolicy(step_);
-      if (!merged.ok()) return merged.status();
-      published = *merged;
-    }
-    if (auto s = sink_->Publish(published, version_); !s.ok()) return s;
+    if (auto s = Publish(latest->policy_dir, /*checkpoint=*/true, step_); !s.ok()) return s;
   }
   KLOG(INFO) << "job " << ctx->job_id() << ": step " << step_ << ", policy version " << version_ << ", stage "
              << kStages[std::min<int64_t>(stage_, kNumStages - 1)].name << " step " << stage_step_ << " on "
@@ -234,21 +233,24 @@ absl::Status RecipeRunner::Commit(JobContext* ctx, int stage, const std::vector<
   }
   auto t0 = std::chrono::steady_clock::now();
   const bool full = step % std::max(1, config_.checkpoint().full_every()) == 0;
-  auto dir = full ? SaveFull(stage, step, version_ + 1, stage_step_ + 1) : ExportPolicy(step);
+  // Between full checkpoints an export is written only for a sink that reads directories.
+  const bool export_dir = !full && (sink_ == nullptr || !sink_->takes_models());
+  absl::StatusOr<std::string> dir = std::string();
+  if (full) {
+    dir = SaveFull(stage, step, version_ + 1, stage_step_ + 1);
+  } else if (export_dir) {
+    dir = ExportPolicy(step);
+  }
   if (!dir.ok()) return dir.status();
-  m[full ? "checkpoint_seconds" : "export_seconds"] =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (full || export_dir) {
+    m[full ? "checkpoint_seconds" : "export_seconds"] =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
   step_ = step, ++version_, ++stage_step_;
   ingest_->SetPolicyVersion(version_);
   if (sink_ != nullptr) {
     t0 = std::chrono::steady_clock::now();
-    std::string published = full ? *dir + "/policy" : *dir;
-    if (full && config_.actor_lora().rank() > 0) {  // A checkpoint keeps adapters apart; engines get them merged.
-      auto merged = ExportPolicy(step);
-      if (!merged.ok()) return merged.status();
-      published = *merged;
-    }
-    if (auto s = sink_->Publish(published, version_); !s.ok()) return s;
+    if (auto s = Publish(full ? *dir + "/policy" : *dir, /*checkpoint=*/full, step); !s.ok()) return s;
     m["weight_sync_seconds"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
   const IngestInfo info = ingest_->Info();
@@ -309,6 +311,22 @@ absl::StatusOr<std::string> RecipeRunner::SaveFull(int stage, int64_t step, int6
   durable_step_ = step;
   DropPolicyExports(ckpt_root_, step);
   return dir;
+}
+
+absl::Status RecipeRunner::Publish(const std::string& policy_dir, bool checkpoint, int64_t step) {
+  if (sink_->takes_models()) {  // From memory: the trainer's policy (a sharded one consolidated on rank 0).
+    if (dp_ == nullptr || !dp_->sharded()) return sink_->PublishModel(trainer_->policy(), version_);
+    auto whole = dp_->ExportPolicy(trainer_.get());
+    if (!whole.ok()) return whole.status();
+    return sink_->PublishModel(**whole, version_);
+  }
+  if (config_.actor_lora().rank() == 0 || !checkpoint) {
+    return sink_->Publish(policy_dir, version_);
+  }
+  // A checkpoint keeps LoRA adapters apart from the base: engines get an export, merged.
+  auto merged = ExportPolicy(step);
+  if (!merged.ok()) return merged.status();
+  return sink_->Publish(*merged, version_);
 }
 
 absl::StatusOr<std::string> RecipeRunner::ExportPolicy(int64_t step) {

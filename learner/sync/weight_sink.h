@@ -1,7 +1,8 @@
 // WeightSink: where each committed policy version goes so rollouts sample
 // from it. One interface, one file per destination:
 //   * EngineWeightSink (this file): the learner's built-in engine, hot-swapped
-//     in process (learner/policy/engine.h).
+//     in process (learner/policy/engine.h), from a directory or from the
+//     trainer's weights in memory.
 //   * ExternalWeightSync (external_weight_sync.h): SGLang or vLLM servers,
 //     each told to load the checkpoint directory from disk.
 //
@@ -22,12 +23,21 @@
 namespace kernelrl::learner {
 
 class PolicyEngine;
+class Transformer;
 
 class WeightSink {
  public:
   virtual ~WeightSink() = default;
   // `hf_dir`: a Hugging Face checkpoint directory (config.json + safetensors).
   virtual absl::Status Publish(const std::string& hf_dir, int64_t version) = 0;
+  // Destinations that can take the weights from memory (then the job writes
+  // no export between full checkpoints): a resident policy, copied before
+  // this returns, so the caller may update it at once.
+  virtual bool takes_models() const { return false; }
+  virtual absl::Status PublishModel(const Transformer& policy, int64_t version) {
+    (void)policy, (void)version;
+    return absl::UnimplementedError("this weight sink takes checkpoint directories only");
+  }
 };
 
 // The built-in engines (the learner's replicas): each loads `hf_dir` onto
@@ -38,6 +48,9 @@ class EngineWeightSink final : public WeightSink {
   explicit EngineWeightSink(std::vector<PolicyEngine*> engines) : engines_(std::move(engines)) {}
   explicit EngineWeightSink(PolicyEngine* engine) : engines_{engine} {}
   absl::Status Publish(const std::string& hf_dir, int64_t version) override;
+  // Each engine copies the weights onto its device (no disk).
+  bool takes_models() const override { return true; }
+  absl::Status PublishModel(const Transformer& policy, int64_t version) override;
 
  private:
   const std::vector<PolicyEngine*> engines_;
