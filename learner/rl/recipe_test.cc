@@ -163,7 +163,8 @@ void FakeActor(JobManager* m, PolicyEngine* engine, const std::string& actor_id,
 
 // Opens the state dir (submitting the job on the first start), runs the job
 // with a fake actor until it finishes, writes the metrics scrape.
-int LearnerMain(const std::string& root, int full_every) {
+// lora > 0: actor and critic train LoRA adapters of that rank.
+int LearnerMain(const std::string& root, int full_every, int lora) {
   MetricsRegistry registry;
   LearnerMetrics metrics(&registry);
   // The policy server the job swaps weights into; it starts on the base checkpoint, as after any restart.
@@ -186,6 +187,7 @@ int LearnerMain(const std::string& root, int full_every) {
     std::string hyper = kHyperparameters;
     const std::string keep = "checkpoint { keep_last: 1000 }";
     hyper.replace(hyper.find(keep), keep.size(), absl::StrCat("checkpoint { keep_last: 1000 full_every: ", full_every, " }"));
+    if (lora > 0) hyper += absl::StrCat(" actor_lora { rank: ", lora, " } critic_lora { rank: ", lora, " }");
     spec.set_hyperparameters_text(hyper);
     auto job = (*m)->Submit(spec);
     if (!job.ok()) return std::fprintf(stderr, "submit: %s\n", job.status().ToString().c_str()), 1;
@@ -227,12 +229,13 @@ std::string Self() {
   return exe;
 }
 
-pid_t StartLearner(const std::string& root, int full_every) {
+pid_t StartLearner(const std::string& root, int full_every, int lora) {
   const std::string self = Self(), role = "--role=learner", dir = "--root=" + root;
-  const std::string every = absl::StrCat("--full_every=", full_every);
+  const std::string every = absl::StrCat("--full_every=", full_every), rank = absl::StrCat("--lora=", lora);
   const pid_t pid = ::fork();
   if (pid == 0) {
-    ::execl(self.c_str(), self.c_str(), role.c_str(), dir.c_str(), every.c_str(), static_cast<char*>(nullptr));
+    ::execl(self.c_str(), self.c_str(), role.c_str(), dir.c_str(), every.c_str(), rank.c_str(),
+            static_cast<char*>(nullptr));
     ::_exit(127);
   }
   return pid;
@@ -350,7 +353,7 @@ TEST(RecipeTest, RftLearningRateIsConstantOrACosineOverTheStage) {
 
 // full_every: CheckpointConfig.full_every. Above 1 the kills fall after an
 // update that wrote no full checkpoint, so each restart rolls back.
-void RunThroughKills(int full_every) {
+void RunThroughKills(int full_every, int lora = 0) {
   const std::string root = NewTempDir("recipe_test_");
   WriteFixtures(root);
   if (::testing::Test::HasFatalFailure()) return;
@@ -361,7 +364,7 @@ void RunThroughKills(int full_every) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(240);
   bool done = false;
   while (!done && std::chrono::steady_clock::now() < deadline) {
-    const pid_t pid = StartLearner(root, full_every);
+    const pid_t pid = StartLearner(root, full_every, lora);
     ASSERT_GT(pid, 0);
     ++incarnations;
     while (true) {
@@ -403,6 +406,10 @@ void RunThroughKills(int full_every) {
   // Every stage's output: the checkpoints by stage, in order.
   const std::vector<std::string> ckpts = CheckpointDirs(root);
   if (full_every == 1) ASSERT_EQ(static_cast<int64_t>(ckpts.size()), job.step());
+  for (const std::string& dir : ckpts) {  // A LoRA job keeps its adapters beside the base, as PEFT does.
+    EXPECT_EQ(::access((dir + "/policy/adapter_model.safetensors").c_str(), F_OK) == 0, lora > 0) << dir;
+    EXPECT_EQ(::access((dir + "/critic/adapter_config.json").c_str(), F_OK) == 0, lora > 0) << dir;
+  }
   std::map<int, std::vector<std::string>> by_stage;
   std::map<int64_t, int> stage_of_step;  // Committed step -> its recipe stage.
   int last_stage = 0;
@@ -574,14 +581,18 @@ TEST(RecipeTest, AllStagesThroughTheJobApiSurviveKillsBetweenStages) { RunThroug
 // the job back to the last full checkpoint; it ends the same way.
 TEST(RecipeTest, FullCheckpointsEveryTwoUpdatesSurviveKillsInBetween) { RunThroughKills(2); }
 
+// A LoRA job (rank 4 on actor and critic) through the same kills: every
+// resume reads the adapters beside the frozen base in each checkpoint.
+TEST(RecipeTest, LoraJobSurvivesKillsBetweenStages) { RunThroughKills(1, 4); }
+
 }  // namespace
 }  // namespace kernelrl::learner::rl
 
 int main(int argc, char** argv) {
-  for (int i = 1; i + 2 < argc; ++i) {
+  for (int i = 1; i + 3 < argc; ++i) {
     if (std::string(argv[i]) == "--role=learner" && std::string(argv[i + 1]).rfind("--root=", 0) == 0 &&
-        std::string(argv[i + 2]).rfind("--full_every=", 0) == 0) {
-      return kernelrl::learner::rl::LearnerMain(argv[i + 1] + 7, std::atoi(argv[i + 2] + 13));
+        std::string(argv[i + 2]).rfind("--full_every=", 0) == 0 && std::string(argv[i + 3]).rfind("--lora=", 0) == 0) {
+      return kernelrl::learner::rl::LearnerMain(argv[i + 1] + 7, std::atoi(argv[i + 2] + 13), std::atoi(argv[i + 3] + 7));
     }
   }
   testing::InitGoogleTest(&argc, argv);
