@@ -837,7 +837,7 @@ absl::Status Transformer::Save(const std::string& dir) const {
                            {"bias", Json("none")},
                            {"fan_in_fan_out", Json(false)},
                            {"target_modules", targets},
-                           {"base_model_name_or_path", Json(dir)}});
+                           {"base_model_name_or_path", Json("")}});  // The base: this directory's weights.
   return WriteFileAtomically(dir + "/" + kAdapterConfig, DumpJson(cfg, 2));
 }
 

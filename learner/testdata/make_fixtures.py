@@ -113,6 +113,10 @@ def peft_logits(model_dir):
         ids = torch.tensor(json.load(f))
     with torch.no_grad():
         logits = model(ids).logits.float()
+        # transformers with PEFT installed reads the directory itself as the adapted model.
+        direct = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()(ids).logits.float()
+    if not torch.allclose(direct, logits, atol=1e-5):
+        sys.exit(f"from_pretrained(dir) differs from PeftModel by {(direct - logits).abs().max().item()}")
     write_f32(os.path.join(model_dir, "peft_logits.f32"), logits.flatten().tolist())
 
 
