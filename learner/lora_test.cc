@@ -14,6 +14,7 @@
 #include "common/json.h"
 #include "gtest/gtest.h"
 #include "learner/model.h"
+#include "learner/model_test_util.h"
 #include "learner/test_util.h"
 
 namespace kernelrl::learner {
@@ -91,14 +92,7 @@ TEST(LoraTest, OnlyAdaptersTakeGradientsAndCheckpointingGivesTheSame) {
   const at::Tensor ids = Ids();
   auto grads = [&](bool checkpointing) {
     m->set_activation_checkpointing(checkpointing);
-    for (auto& p : m->parameters()) {
-      if (p.grad().defined()) p.mutable_grad().zero_();
-    }
-    at::Tensor h = m->Hidden(ids.narrow(1, 0, 8));
-    (-m->TokenLogprobs(h, ids.narrow(1, 1, 8)).mean()).backward();
-    std::vector<at::Tensor> g;
-    for (auto& p : m->parameters()) g.push_back(p.grad().clone());
-    return g;
+    return testing::NextTokenGradients(*m, ids);
   };
   const auto plain = grads(false), checkpointed = grads(true);
   ASSERT_EQ(plain.size(), checkpointed.size());

@@ -13,6 +13,7 @@
 
 #include "gtest/gtest.h"
 #include "common/json.h"
+#include "learner/model_test_util.h"
 #include "learner/safetensors.h"
 #include "learner/test_util.h"
 
@@ -260,14 +261,7 @@ TEST(ModelTest, ActivationCheckpointingGivesTheSameGradients) {
   at::Tensor ids = at::randint(0, 97, {2, 12}, at::kLong);
   auto grads = [&](bool ckpt) {
     m->set_activation_checkpointing(ckpt);
-    for (auto& p : m->parameters()) {
-      if (p.grad().defined()) p.mutable_grad().zero_();
-    }
-    at::Tensor h = m->Hidden(ids.narrow(1, 0, 11));
-    (-m->TokenLogprobs(h, ids.narrow(1, 1, 11)).mean()).backward();
-    std::vector<at::Tensor> g;
-    for (auto& p : m->parameters()) g.push_back(p.grad().clone());
-    return g;
+    return testing::NextTokenGradients(*m, ids);
   };
   auto plain = grads(false);
   auto ckpt = grads(true);
@@ -291,14 +285,7 @@ TEST(ModelTest, OffloadedBlockInputsGiveTheSameGradients) {
   const at::Tensor ids = at::randint(0, 97, {2, 12}, at::kLong).to(o.device);
   auto grads = [&](bool offload) {
     (*m)->set_offload_activations(offload);
-    for (auto& p : (*m)->parameters()) {
-      if (p.grad().defined()) p.mutable_grad().zero_();
-    }
-    at::Tensor h = (*m)->Hidden(ids.narrow(1, 0, 11));
-    (-(*m)->TokenLogprobs(h, ids.narrow(1, 1, 11)).mean()).backward();
-    std::vector<at::Tensor> g;
-    for (auto& p : (*m)->parameters()) g.push_back(p.grad().clone());
-    return g;
+    return testing::NextTokenGradients(**m, ids);
   };
   const auto kept = grads(false), offloaded = grads(true);
   ASSERT_EQ(kept.size(), offloaded.size());
