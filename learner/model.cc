@@ -104,6 +104,31 @@ at::Tensor Merged(const at::Tensor& w, const at::Tensor& a, const at::Tensor& b,
       .to(w.scalar_type());
 }
 
+// A layer with each adapter folded into its base matrix and dropped.
+Transformer::Layer MergedLayer(Transformer::Layer w, double scale) {
+  for (const Adapted& p : AdaptedProjections(w)) {
+    *p.w = Merged(*p.w, *p.a, *p.b, scale);
+    *p.a = at::Tensor();
+    *p.b = at::Tensor();
+  }
+  return w;
+}
+
+// alpha / rank, alpha 0 meaning 2 x rank (ModelOptions::lora_alpha).
+double LoraScale(double alpha, int64_t rank) { return (alpha > 0 ? alpha : 2.0 * rank) / rank; }
+
+// Random draws for `options`: the device's own generator (a clone, seeded,
+// so the global one is left alone) when it draws on a CUDA device, else a
+// CPU generator; and the device the draws are made on.
+std::pair<at::Generator, at::Device> DrawGenerator(const ModelOptions& options, uint64_t seed) {
+  if (!options.draw_on_device || !options.device.is_cuda()) {
+    return {at::detail::createCPUGenerator(seed), at::Device(at::kCPU)};
+  }
+  at::Generator gen = at::globalContext().defaultGenerator(options.device).clone();
+  gen.set_current_seed(seed);
+  return {gen, options.device};
+}
+
 at::Tensor RotateHalf(const at::Tensor& x) {
   const int64_t half = x.size(-1) / 2;
   return at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
@@ -389,7 +414,7 @@ absl::StatusOr<std::unique_ptr<Transformer>> Transformer::FromWeights(const Mode
     }
     if (layers > 0 && m->layers_[0].qkv_lora_a.defined()) {
       m->lora_rank_ = m->layers_[0].qkv_lora_a.size(0);
-      m->lora_scale_ = (options.lora_alpha > 0 ? options.lora_alpha : 2.0 * m->lora_rank_) / m->lora_rank_;
+      m->lora_scale_ = LoraScale(options.lora_alpha, m->lora_rank_);
     }
     m->FinishParameters();
     return m;
@@ -399,14 +424,11 @@ absl::StatusOr<std::unique_ptr<Transformer>> Transformer::FromWeights(const Mode
 }
 
 absl::Status Transformer::InitRandom(uint64_t seed) {
-  const bool on_device = options_.draw_on_device && options_.device.is_cuda();
-  // A clone of the device's default generator: seeding it leaves the global one alone.
-  at::Generator gen = on_device ? at::globalContext().defaultGenerator(options_.device).clone()
-                                : at::detail::createCPUGenerator(seed);
-  if (on_device) gen.set_current_seed(seed);
+  const auto draw = DrawGenerator(options_, seed);  // Named, not bound: the lambdas below capture them.
+  at::Generator gen = draw.first;
+  const at::Device draw_device = draw.second;
   const auto& c = config_;
   const int64_t q = c.num_heads * c.head_dim, kv = c.num_kv_heads * c.head_dim;
-  const at::Device draw_device = on_device ? options_.device : at::Device(at::kCPU);
   auto normal = [&](std::vector<int64_t> shape) {
     return at::normal(0.0, 0.02, shape, gen, at::TensorOptions().device(draw_device).dtype(at::kFloat))
         .to(options_.device, options_.dtype);
@@ -443,13 +465,10 @@ absl::Status Transformer::InitRandom(uint64_t seed) {
 void Transformer::InitAdapters() {
   const int64_t r = options_.lora_rank;
   lora_rank_ = r;
-  lora_scale_ = (options_.lora_alpha > 0 ? options_.lora_alpha : 2.0 * r) / r;
-  // As InitRandom: the device's own generator (seeded) when asked, else the CPU's.
-  const bool on_device = options_.draw_on_device && options_.device.is_cuda();
-  at::Generator gen = on_device ? at::globalContext().defaultGenerator(options_.device).clone()
-                                : at::detail::createCPUGenerator(options_.lora_seed);
-  if (on_device) gen.set_current_seed(options_.lora_seed);
-  const at::Device draw_device = on_device ? options_.device : at::Device(at::kCPU);
+  lora_scale_ = LoraScale(options_.lora_alpha, r);
+  const auto draw = DrawGenerator(options_, options_.lora_seed);
+  at::Generator gen = draw.first;
+  const at::Device draw_device = draw.second;
   const at::TensorOptions place = at::TensorOptions().device(options_.device).dtype(options_.dtype);
   for (Layer& l : layers_) {
     for (const Adapted& p : AdaptedProjections(l)) {
@@ -478,8 +497,7 @@ absl::StatusOr<std::unique_ptr<Transformer>> Transformer::MergedCopy(const Model
                      copy(root_.score_w), copy(root_.score_b)};
     std::vector<at::Tensor> fields;
     for (const Layer& layer : layers_) {
-      Layer w = layer;
-      for (const Adapted& p : AdaptedProjections(w)) *p.w = Merged(*p.w, *p.a, *p.b, lora_scale_);
+      Layer w = MergedLayer(layer, lora_scale_);
       const std::vector<at::Tensor*> f = w.Fields();
       for (size_t i = 0; i < Layer::kBaseFields; ++i) fields.push_back(copy(*f[i]));
     }
@@ -491,13 +509,7 @@ absl::StatusOr<std::unique_ptr<Transformer>> Transformer::MergedCopy(const Model
 
 void Transformer::MergeAdapters() {
   if (lora_rank_ == 0) return;
-  for (Layer& l : layers_) {
-    for (const Adapted& p : AdaptedProjections(l)) {
-      *p.w = Merged(*p.w, *p.a, *p.b, lora_scale_);
-      *p.a = at::Tensor();
-      *p.b = at::Tensor();
-    }
-  }
+  for (Layer& l : layers_) l = MergedLayer(l, lora_scale_);
   lora_rank_ = 0;
 }
 
@@ -720,10 +732,7 @@ std::vector<std::pair<std::string, at::Tensor>> Transformer::HFTensors(bool merg
   std::vector<std::pair<std::string, at::Tensor>> out;
   out.emplace_back("model.embed_tokens.weight", root_.embed);
   for (int64_t l = 0; l < c.num_layers; ++l) {
-    Layer w = layers_[l];
-    if (merged) {
-      for (const Adapted& p : AdaptedProjections(w)) *p.w = Merged(*p.w, *p.a, *p.b, lora_scale_);
-    }
+    const Layer w = merged ? MergedLayer(layers_[l], lora_scale_) : layers_[l];
     const std::string p = absl::StrCat("model.layers.", l, ".");
     out.emplace_back(p + "input_layernorm.weight", w.input_norm);
     out.emplace_back(p + "self_attn.q_proj.weight", w.qkv_w.narrow(0, 0, Q));

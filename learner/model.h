@@ -176,7 +176,7 @@ class Transformer {
   // an engine serves while the trainer keeps updating the original.
   absl::StatusOr<std::unique_ptr<Transformer>> MergedCopy(const ModelOptions& options) const;
   bool has_adapters() const { return lora_rank_ > 0; }
-  int64_t lora_rank() const { return lora_rank_; }
+  int64_t lora_rank() const { return lora_rank_; }  // 0 without adapters.
 
   // ids [B,T] int64 -> final-normed hidden states [B,T,H]. Causal.
   at::Tensor Hidden(const at::Tensor& ids) const;

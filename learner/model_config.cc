@@ -208,4 +208,9 @@ int64_t ModelConfig::ParameterCount() const {
   return num_layers * layer + hidden_size + emb + (tie_word_embeddings ? 0 : emb);
 }
 
+int64_t ModelConfig::AdapterParametersPerLayer(int64_t rank) const {
+  const int64_t H = hidden_size, Q = num_heads * head_dim, KV = num_kv_heads * head_dim, I = intermediate_size;
+  return rank * ((H + Q + 2 * KV) + (Q + H) + (H + 2 * I) + (I + H));
+}
+
 }  // namespace kernelrl::learner

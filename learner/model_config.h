@@ -61,6 +61,9 @@ struct ModelConfig {
   // config.json content: the loaded JSON with our fields written over it.
   Json ToJson() const;
   int64_t ParameterCount() const;  // Trunk + head, counting tied weights once.
+  // Elements of one layer's LoRA adapters of rank r (learner/model.h): A [r, in]
+  // and B [out, r] on the fused q/k/v, o, the fused gate/up and down.
+  int64_t AdapterParametersPerLayer(int64_t rank) const;
 
   Json original;  // As read (empty object for configs built in code).
 };

@@ -22,14 +22,6 @@ int64_t BlockParams(const ModelConfig& c) {
   return n;
 }
 
-// Elements of one block's LoRA adapters of rank r: A [r, in] and B [out, r]
-// on q/k/v, o, gate/up and down (learner/model.h).
-int64_t BlockAdapterParams(const ModelConfig& c, int64_t r) {
-  const int64_t H = c.hidden_size, Q = c.num_heads * c.head_dim, KV = c.num_kv_heads * c.head_dim;
-  const int64_t I = c.intermediate_size;
-  return r * ((H + Q + 2 * KV) + (Q + H) + (H + 2 * I) + (I + H));
-}
-
 // Elements outside the blocks: embedding, final norm, the head.
 int64_t RootParams(const ModelConfig& c, bool value_head) {
   const int64_t emb = c.vocab_size * c.hidden_size;
@@ -80,7 +72,7 @@ ModelPlan PlanModel(const std::string& name, const ModelConfig& c, bool value_he
   const int64_t block = BlockActivationPerToken(c, o.cuda, lora) * T * b;
   if (lora > 0) {
     // Trainable: each block's adapters and a value model's head; the rest frozen.
-    const int64_t A = BlockAdapterParams(c, lora), head = value_head ? H + 1 : 0;
+    const int64_t A = c.AdapterParametersPerLayer(lora), head = value_head ? H + 1 : 0;
     const int64_t S = CeilDiv(head, W) + L * CeilDiv(A, W);  // Trainable elements on this rank.
     if (o.sharded) {
       add("frozen base shards", b * (CeilDiv(R - head, W) + L * CeilDiv(B, W)), &p.persistent);

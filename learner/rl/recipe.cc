@@ -66,6 +66,9 @@ class RecipeRunner : public JobRunner {
   absl::StatusOr<std::string> SaveFull(int stage, int64_t step, int64_t version, int64_t stage_step);
   // The policy alone, for weight sync: exports/step-N.
   absl::StatusOr<std::string> ExportPolicy(int64_t step);
+  // The policy as one resident model: the trainer's, or a sharded one
+  // consolidated on rank 0 (a collective step of every rank), held in *whole.
+  absl::StatusOr<const Transformer*> WholePolicy(std::unique_ptr<Transformer>* whole);
   // Version version_ to the sink: from memory where it takes models, else
   // `policy_dir`: an export, or a full checkpoint's policy/ (`checkpoint`),
   // for which a LoRA job writes an export, since a checkpoint keeps the
@@ -313,12 +316,20 @@ absl::StatusOr<std::string> RecipeRunner::SaveFull(int stage, int64_t step, int6
   return dir;
 }
 
+absl::StatusOr<const Transformer*> RecipeRunner::WholePolicy(std::unique_ptr<Transformer>* whole) {
+  if (dp_ == nullptr || !dp_->sharded()) return &trainer_->policy();
+  auto p = dp_->ExportPolicy(trainer_.get());
+  if (!p.ok()) return p.status();
+  *whole = std::move(*p);
+  return whole->get();
+}
+
 absl::Status RecipeRunner::Publish(const std::string& policy_dir, bool checkpoint, int64_t step) {
-  if (sink_->takes_models()) {  // From memory: the trainer's policy (a sharded one consolidated on rank 0).
-    if (dp_ == nullptr || !dp_->sharded()) return sink_->PublishModel(trainer_->policy(), version_);
-    auto whole = dp_->ExportPolicy(trainer_.get());
-    if (!whole.ok()) return whole.status();
-    return sink_->PublishModel(**whole, version_);
+  if (sink_->takes_models()) {  // From memory.
+    std::unique_ptr<Transformer> whole;
+    auto policy = WholePolicy(&whole);
+    if (!policy.ok()) return policy.status();
+    return sink_->PublishModel(**policy, version_);
   }
   if (config_.actor_lora().rank() == 0 || !checkpoint) {
     return sink_->Publish(policy_dir, version_);
@@ -330,10 +341,10 @@ absl::Status RecipeRunner::Publish(const std::string& policy_dir, bool checkpoin
 }
 
 absl::StatusOr<std::string> RecipeRunner::ExportPolicy(int64_t step) {
-  if (dp_ == nullptr || !dp_->sharded()) return SavePolicyExport(ckpt_root_, step, trainer_->policy());
-  auto whole = dp_->ExportPolicy(trainer_.get());
-  if (!whole.ok()) return whole.status();
-  return SavePolicyExport(ckpt_root_, step, **whole);
+  std::unique_ptr<Transformer> whole;
+  auto policy = WholePolicy(&whole);
+  if (!policy.ok()) return policy.status();
+  return SavePolicyExport(ckpt_root_, step, **policy);
 }
 
 absl::Status RecipeRunner::Flush() {

@@ -71,15 +71,12 @@ double RowFlops(const ModelConfig& c, const PackedRow& row, int64_t head_rows, b
   const double passes = lora_rank > 0 ? 4.0 : 6.0;
   double flops = passes * per_layer * c.num_layers * row.tokens;
   if (lora_rank > 0) {
-    const double adapters = lora_rank * ((H + q + 2 * kv) + (q + H) + (H + 2 * I) + (I + H));
-    flops += 6.0 * adapters * c.num_layers * row.tokens;
+    flops += 6.0 * static_cast<double>(c.AdapterParametersPerLayer(lora_rank)) * c.num_layers * row.tokens;
   }
   for (int64_t n : row.lengths) flops += 6.0 * c.num_layers * q * static_cast<double>(n) * n;  // QK^T and PV, causal
   if (lm_head) flops += passes * H * c.vocab_size * head_rows;
   return flops;
 }
-
-int64_t LoraRank(const Transformer& m) { return m.has_adapters() ? m.lora_rank() : 0; }
 
 // Position of each flat token in its row's segment list (the sequence mask).
 std::vector<int64_t> SegmentIndex(const RowTokens& rt) {
@@ -628,7 +625,7 @@ absl::StatusOr<StepMetrics> Trainer::Update(const std::vector<Sample>& batch, do
       all_values.insert(all_values.end(), v, v + v_cpu.numel());
       all_returns.insert(all_returns.end(), ret.begin(), ret.end());
       returns = ToDevice(ret, at::kFloat, device);
-      flops += RowFlops(critic_->config(), row, 0, false, LoraRank(*critic_));
+      flops += RowFlops(critic_->config(), row, 0, false, critic_->lora_rank());
     } else if (objective == Objective::kPpo) {
       RowTargets(rt.sample, rt.begin, rt.end, batch, nullptr, &adv, &ret);
     }
@@ -651,7 +648,7 @@ absl::StatusOr<StepMetrics> Trainer::Update(const std::vector<Sample>& batch, do
       } else if (options_.entropy_metric) {
         m["entropy"] += (w * policy_->TokenEntropy(hidden, options_.temperature)).sum().item<double>();
       }
-      flops += RowFlops(policy_->config(), row, static_cast<int64_t>(rt.state.size()), true, LoraRank(*policy_));
+      flops += RowFlops(policy_->config(), row, static_cast<int64_t>(rt.state.size()), true, policy_->lora_rank());
     }
 
     // 6. Losses, each a weighted sum over this row's model tokens.
