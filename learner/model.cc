@@ -18,6 +18,8 @@
 #include "common/file.h"
 #include "common/json.h"
 #include "learner/fused_ops.h"
+#include "learner/kernels/paged_decode_math.h"
+#include "learner/paged_decode.h"
 #include "learner/safetensors.h"
 
 namespace kernelrl::learner {
@@ -1113,6 +1115,9 @@ at::Tensor Transformer::PagedAttention(const at::Tensor& q, const at::Tensor& k,
   // New tokens in packed order (row-major over [B,T]) into their slots.
   kc.view({kvh, -1, D}).index_copy_(1, st.write, k.transpose(0, 1).reshape({kvh, B * T, D}));
   vc.view({kvh, -1, D}).index_copy_(1, st.write, v.transpose(0, 1).reshape({kvh, B * T, D}));
+  if (st.decode && st.decode_kernel) {  // Read through the block tables in place.
+    return PagedDecodeAttention(q.reshape({S, nh, D}), kc, vc, st.table, st.positions, scale).view({S, 1, Q});
+  }
   if (st.decode) {
     // q [S,nh,1,D]; each sequence's blocks gathered into [kvh*S, L, D]
     // (heads leading, as stored), query heads grouped under their KV head.
@@ -1176,13 +1181,20 @@ at::Tensor Transformer::PagedDecodeHidden(const at::Tensor& ids, const at::Tenso
   st.max_blocks = table.size(1);
   st.starts.assign(S, 0);  // Unused by decode; sizes S.
   st.lengths.assign(S, 1);
-  // Keys at or past each sequence's length are padding: -inf.
-  at::Tensor len = positions.unsqueeze(1) + 1;                                                      // [S,1]
-  at::Tensor pad = at::arange(st.max_blocks * bs, positions.options()).unsqueeze(0).ge(len);     // [S,L]
-  st.bias = at::zeros(pad.sizes(), positions.options().dtype(options_.dtype))
-                .masked_fill_(pad, -std::numeric_limits<float>::infinity())
-                .repeat({config_.num_kv_heads, 1})
-                .unsqueeze(1);  // [kvh*S,1,L]
+  st.positions = positions;
+  st.decode_kernel = options_.fused_kernels && options_.device.is_cuda() &&
+                     kernels::PagedDecodeSupported(static_cast<int>(config_.num_heads),
+                                                   static_cast<int>(config_.num_kv_heads),
+                                                   static_cast<int>(config_.head_dim));
+  if (!st.decode_kernel) {
+    // Keys at or past each sequence's length are padding: -inf.
+    at::Tensor len = positions.unsqueeze(1) + 1;                                                   // [S,1]
+    at::Tensor pad = at::arange(st.max_blocks * bs, positions.options()).unsqueeze(0).ge(len);  // [S,L]
+    st.bias = at::zeros(pad.sizes(), positions.options().dtype(options_.dtype))
+                  .masked_fill_(pad, -std::numeric_limits<float>::infinity())
+                  .repeat({config_.num_kv_heads, 1})
+                  .unsqueeze(1);  // [kvh*S,1,L]
+  }
   auto [cos, sin] = Rope(positions.unsqueeze(1));       // [S,1,1,D]
   at::Tensor x = at::embedding(root_.embed, ids.unsqueeze(1));  // [S,1,H]
   for (int l = 0; l < config_.num_layers; ++l) {

@@ -49,8 +49,9 @@ struct ModelOptions {
   // (long sequences: trades ~1/3 more compute for O(1) layers of memory).
   bool activation_checkpointing = false;
   // Fused kernels (learner/fused_ops.h) for RoPE + q/k/v split and SwiGLU
-  // on CUDA, and for token log-probs everywhere; false runs the eager ATen
-  // ops instead (the reference the benchmark compares against).
+  // on CUDA, paged decode attention (learner/paged_decode.h) on CUDA, and
+  // token log-probs everywhere; false runs the eager ATen ops instead (the
+  // reference the benchmarks compare against).
   bool fused_kernels = true;
   // Token log-probs keep the [tokens, vocab] logits for backward up to this
   // size (8K tokens x 152K vocab in bf16 = 2.5 GB); beyond it backward
@@ -249,6 +250,7 @@ class Transformer {
   // Whether the fused CUDA kernels run for activations like x.
   bool fused_on(const at::Tensor& x) const { return options_.fused_kernels && x.is_cuda(); }
   void set_activation_checkpointing(bool on) { options_.activation_checkpointing = on; }
+  void set_fused_kernels(bool on) { options_.fused_kernels = on; }
   void set_offload_activations(bool on) { options_.offload_activations = on; }
   // What a checkpointed block's autograd node keeps between its forward and
   // backward: x (offloaded to host memory when the options say so), cos, sin.
@@ -276,7 +278,9 @@ class Transformer {
     at::Tensor table;   // [S, max_blocks] int64 block ids (padding: block 0, masked).
     int64_t max_blocks = 0;
     bool decode = false;
-    at::Tensor bias;    // Decode: [kv_heads*S, 1, max_blocks*block_size], 0 or -inf (heads leading).
+    at::Tensor positions;        // Decode: [S] int64, each query's position.
+    bool decode_kernel = false;  // Decode by PagedDecodeAttention (CUDA), not gather + bmm.
+    at::Tensor bias;    // Gather decode: [kv_heads*S, 1, max_blocks*block_size], 0 or -inf (heads leading).
     std::vector<int64_t> starts, lengths;
     std::vector<at::Tensor> masks;  // Prefill with a cached prefix: [n, start+n] bool, else undefined.
   };

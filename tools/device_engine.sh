@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # The policy engine on one GPU (docs/LEARNER.md "Policy engine"), one run:
-#   0. stage (here, after `bazel build //learner/bench:engine_bench
-#      //learner/policy:paged_kv_test`):
+#   0. stage (here, after `bazel build -c opt //learner/bench:engine_bench
+#      //learner/policy:paged_kv_test //learner:paged_decode_test`):
 #      `tools/device_engine.sh --stage` fills .devcarry/engine/ with the
 #      binary and the Debian .so files it links; LibTorch is the device's own
 #      torch (same 2.11.0).
 #   1. paged attention vs the contiguous cache and a full forward on CUDA
-#      (paged_kv_test, fp32);
+#      (paged_kv_test, fp32); the paged decode kernel vs fp64 attention
+#      (paged_decode_test, fp32/bf16/fp16);
+#   1b. one decode step of the model alone (engine_bench step), CUDA graph,
+#      the paged decode kernel vs the gather + bmm path, at ENGINE_STEPS;
 #   2. decode throughput, engine_bench (eager decode steps, then CUDA-graph
 #      ones) vs HF generate() (hf_bench.py), same GPU, one after the other:
 #      batch 32/128/256, 128-token prompts, 256 new tokens, greedy,
@@ -15,7 +18,10 @@
 #      prefix caching on and off (CUDA-graph decode in both): prompt and
 #      prefilled tokens, wall.
 # Knobs: ENGINE_SHAPES (default "0.5b 7b"), ENGINE_BATCHES (32,128,256),
-# ENGINE_NEW (256), ENGINE_TURNS (20), ENGINE_ROLLOUTS (8).
+# ENGINE_NEW (256), ENGINE_TURNS (20), ENGINE_ROLLOUTS (8), ENGINE_MODES
+# (decode modes, "eager graphs"), ENGINE_HF (1: HF generate() beside them),
+# ENGINE_AGENTIC ("on off": the prefix-cache settings replayed), ENGINE_STEPS
+# (B:CTX points of the step bench).
 # Results: $OUT/bench.jsonl, $OUT/summary.txt (a table and ratios last).
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -24,7 +30,8 @@ C=$ROOT/.devcarry/engine
 if [ "${1:-}" = "--stage" ]; then
   set -e
   rm -rf "$C" && mkdir -p "$C/bin"
-  cp "$ROOT/bazel-bin/learner/bench/engine_bench" "$ROOT/bazel-bin/learner/policy/paged_kv_test" "$C/bin/"
+  cp "$ROOT/bazel-bin/learner/bench/engine_bench" "$ROOT/bazel-bin/learner/policy/paged_kv_test" \
+    "$ROOT/bazel-bin/learner/paged_decode_test" "$C/bin/"
   . "$ROOT/tools/device_libs.sh"
   device_stage_libs --without-torch --libcxx "$C" "$C"/bin/*
   du -sh "$C"
@@ -46,19 +53,28 @@ export TEST_TMPDIR=/tmp/engine_test; mkdir -p $TEST_TMPDIR
 KERNELRL_TEST_DEVICE=cuda timeout 60 "$C/bin/paged_kv_test" > "$OUT/paged_kv_test_cuda.log" 2>&1
 say "== paged vs contiguous on CUDA fp32: rc=$? ($(grep -c '\[       OK' "$OUT/paged_kv_test_cuda.log") OK, $(grep -c '\[  FAILED' "$OUT/paged_kv_test_cuda.log") failed)"
 grep -E "Failure|max \|diff" "$OUT/paged_kv_test_cuda.log" | head -6 | tee -a "$S"
+KERNELRL_TEST_DEVICE=cuda timeout 60 "$C/bin/paged_decode_test" > "$OUT/paged_decode_test_cuda.log" 2>&1
+say "== paged decode kernel vs fp64 attention: rc=$? ($(grep -c '\[       OK' "$OUT/paged_decode_test_cuda.log") OK, $(grep -c '\[  SKIPPED' "$OUT/paged_decode_test_cuda.log") skipped, $(grep -c '\[  FAILED' "$OUT/paged_decode_test_cuda.log") failed)"
+grep -E "Failure|error" "$OUT/paged_decode_test_cuda.log" | head -6 | tee -a "$S"
 B=$OUT/bench.jsonl; : > "$B"
 run() { timeout "$1" "${@:2}" >> "$B" 2>> "$OUT/bench.err" || echo "{\"failed\": \"${*:2}\", \"rc\": $?}" >> "$B"; }
 BATCHES=${ENGINE_BATCHES:-32,128,256}
 NEW=${ENGINE_NEW:-256}
 for shape in ${ENGINE_SHAPES:-0.5b 7b}; do
-  run 150 "$C/bin/engine_bench" decode "$shape" "$BATCHES" 128 "$NEW" eager
-  run 150 "$C/bin/engine_bench" decode "$shape" "$BATCHES" 128 "$NEW" graphs
+  run 150 "$C/bin/engine_bench" step "$shape" "${ENGINE_STEPS:-32:384,128:384,256:384,32:4096,128:2048}"
+  say "== $shape decode step done at $(( $(date +%s) - T0 ))s"
+done
+for shape in ${ENGINE_SHAPES:-0.5b 7b}; do
+  for mode in ${ENGINE_MODES:-eager graphs}; do
+    run 150 "$C/bin/engine_bench" decode "$shape" "$BATCHES" 128 "$NEW" "$mode"
+  done
   say "== $shape engine decode done at $(( $(date +%s) - T0 ))s"
+  [ "${ENGINE_HF:-1}" = 1 ] || continue
   run 200 $PY learner/bench/hf_bench.py decode "$BATCHES" 128 "$NEW" "$shape"
   say "== $shape HF decode done at $(( $(date +%s) - T0 ))s"
 done
 for shape in ${ENGINE_SHAPES:-0.5b 7b}; do
-  for cache in on off; do
+  for cache in ${ENGINE_AGENTIC:-on off}; do
     run 150 "$C/bin/engine_bench" agentic "$shape" "${ENGINE_ROLLOUTS:-8}" "${ENGINE_TURNS:-20}" "$cache"
   done
   say "== $shape agentic done at $(( $(date +%s) - T0 ))s"
@@ -81,6 +97,11 @@ for shape in ("0.5b", "7b"):
         g = get(impl="kernelrl", bench="decode", shape=shape, batch=b, graphs=True).get("tokens_per_s")
         h = get(impl="hf", bench="decode", shape=shape, batch=b).get("tokens_per_s")
         print("%-22s %12s %12s %12s %8s %8s" % ("%s batch %d" % (shape, b), e, g, h, ratio(e, h), ratio(g, h)))
+print("%-26s %10s %10s %8s %14s" % ("decode step (CUDA graph)", "kernel ms", "gather ms", "speedup", "kernel tok/s"))
+for r in rows:
+    if r.get("bench") == "step":
+        print("%-26s %10.3f %10.3f %7.2fx %14.0f" % ("%s B%d ctx %d" % (r["shape"], r["batch"], r["ctx"]),
+              r["kernel_ms"], r["gather_ms"], r["speedup"], r["kernel_tokens_per_s"]))
 print("%-28s %14s %14s %10s %8s" % ("agentic (prefix cache)", "prefill tok", "prompt tok", "wall s", ""))
 for shape in ("0.5b", "7b"):
     on = get(bench="agentic", shape=shape, prefix_caching=True)

@@ -11,6 +11,11 @@
 //       the whole history (a 512-token system+task prompt, then per earlier
 //       turn 64 generated and 128 "tool result" tokens); prefix caching on
 //       or off: prompt tokens admitted, tokens prefilled, prefix hits, wall.
+//   engine_bench step SHAPE B:CTX,B:CTX,...
+//       one decode step of the model alone (no engine): B sequences with
+//       CTX keys each in shuffled cache blocks, replayed from a CUDA graph,
+//       ms per step with the paged decode kernel and with the eager ATen
+//       path (blocks gathered into scratch, then bmm + softmax), same cache.
 // SHAPE: 0.5b (Qwen2.5-0.5B) or 7b (Qwen2.5-7B). Weights random (normal
 // 0.02, made on the GPU), bf16. SHAPE tiny (2 layers, hidden 64) runs on the
 // CPU in fp32: a smoke run of the benchmark's own code where no GPU is.
@@ -30,6 +35,7 @@
 #include "absl/strings/str_split.h"
 #include "learner/bench/shapes.h"
 #include "learner/model.h"
+#include "learner/policy/decode_graphs.h"
 #include "learner/policy/engine.h"
 
 namespace kernelrl::learner {
@@ -154,6 +160,52 @@ int Decode(const std::string& shape, const std::vector<int>& batches, int prompt
   return 0;
 }
 
+// ms per decode step (CUDA-graph replay, B sequences of ctx keys) with our
+// kernels on and off.
+int Step(const std::string& shape, const std::vector<std::pair<int, int>>& points) {
+  constexpr int64_t kBlock = 16;
+  const ModelConfig c = Shape(shape);
+  std::unique_ptr<Transformer> model = MakeModel(c);
+  const at::TensorOptions opts = at::TensorOptions().device(model->options().device).dtype(model->options().dtype);
+  std::mt19937 rng(std::random_device{}());
+  for (const auto& [batch, ctx] : points) {
+    c10::InferenceMode inference;
+    const int64_t per_seq = (ctx + kBlock - 1) / kBlock, blocks = batch * per_seq + 1;
+    PagedKVCache cache(c, blocks, kBlock, opts);
+    for (auto* side : {&cache.k, &cache.v}) {
+      for (auto& t : *side) t.normal_(0, 1);
+    }
+    std::vector<int32_t> ids(blocks - 1);
+    for (int64_t i = 0; i < blocks - 1; ++i) ids[i] = static_cast<int32_t>(i + 1);  // Block 0: the trash block.
+    std::shuffle(ids.begin(), ids.end(), rng);
+    std::vector<std::vector<int32_t>> tables(batch);
+    std::vector<int64_t> tokens(batch), positions(batch, ctx - 1);
+    for (int b = 0; b < batch; ++b) {
+      tables[b].assign(ids.begin() + b * per_seq, ids.begin() + (b + 1) * per_seq);
+      tokens[b] = std::uniform_int_distribution<int64_t>(0, c.vocab_size - 1)(rng);
+    }
+    double ms[2] = {0, 0};
+    for (int kernel = 1; kernel >= 0; --kernel) {
+      model->set_fused_kernels(kernel == 1);
+      DecodeGraphs graphs(model.get(), &cache, /*trash_block=*/0, per_seq);
+      for (int i = 0; i < 3; ++i) graphs.Decode(tokens, positions, tables);  // Capture and warm.
+      constexpr int kSteps = 20;
+      Sync();
+      const double t0 = Now();
+      for (int i = 0; i < kSteps; ++i) graphs.Decode(tokens, positions, tables);
+      Sync();
+      ms[kernel] = (Now() - t0) * 1e3 / kSteps;
+      if (graphs.failed()) std::fprintf(stderr, "step: graphs failed (kernel %d)\n", kernel);
+    }
+    model->set_fused_kernels(true);
+    std::printf("{\"impl\": \"kernelrl\", \"bench\": \"step\", \"shape\": \"%s\", \"batch\": %d, \"ctx\": %d, "
+                "\"kernel_ms\": %.3f, \"gather_ms\": %.3f, \"speedup\": %.2f, \"kernel_tokens_per_s\": %.1f}\n",
+                shape.c_str(), batch, ctx, ms[1], ms[0], ms[0] / ms[1], batch / ms[1] * 1e3);
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
 int Agentic(const std::string& shape, int rollouts, int turns, bool prefix_caching) {
   constexpr int kTask = 512, kOut = 64, kTool = 128;
   const ModelConfig c = Shape(shape);
@@ -220,7 +272,8 @@ int Agentic(const std::string& shape, int rollouts, int turns, bool prefix_cachi
 int Usage() {
   std::fprintf(stderr,
                "usage: engine_bench decode 0.5b|7b B1,B2,... P N eager|graphs\n"
-               "       engine_bench agentic 0.5b|7b ROLLOUTS TURNS on|off\n");
+               "       engine_bench agentic 0.5b|7b ROLLOUTS TURNS on|off\n"
+               "       engine_bench step 0.5b|7b B:CTX,B:CTX,...\n");
   return 2;
 }
 
@@ -242,6 +295,18 @@ int main(int argc, char** argv) {
       batches.push_back(v);
     }
     return Decode(argv[2], batches, std::atoi(argv[4]), std::atoi(argv[5]), std::string(argv[6]) == "graphs");
+  }
+  if (mode == "step" && argc == 4) {
+    std::vector<std::pair<int, int>> points;
+    for (absl::string_view p : absl::StrSplit(argv[3], ',')) {
+      std::vector<absl::string_view> bc = absl::StrSplit(p, ':');
+      int b = 0, ctx = 0;
+      if (bc.size() != 2 || !absl::SimpleAtoi(bc[0], &b) || !absl::SimpleAtoi(bc[1], &ctx) || b <= 0 || ctx <= 0) {
+        return Usage();
+      }
+      points.push_back({b, ctx});
+    }
+    return Step(argv[2], points);
   }
   if (mode == "agentic" && argc == 6) {
     return Agentic(argv[2], std::atoi(argv[3]), std::atoi(argv[4]), std::string(argv[5]) == "on");

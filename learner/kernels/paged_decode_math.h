@@ -1,0 +1,58 @@
+// The split-key decode attention's rules, shared by the CUDA kernels
+// (paged_decode.cu) and their CPU loops (learner/paged_decode.cc): which
+// shapes the kernels take, how the keys are split into partitions, and how
+// partial softmax states merge. Scores are kept in the base-2 domain
+// (q pre-scaled by scale * log2 e), so every exponential is an exp2.
+#ifndef KERNELRL_LEARNER_KERNELS_PAGED_DECODE_MATH_H_
+#define KERNELRL_LEARNER_KERNELS_PAGED_DECODE_MATH_H_
+
+#include <cmath>
+#include <cstdint>
+
+#include "learner/kernels/fused_math.h"
+
+namespace kernelrl::learner::kernels {
+
+// Query heads of one KV head a thread block holds in registers.
+constexpr int kDecodeMaxGroup = 8;
+// Keys per partition at least: below this the merge costs more than the
+// parallelism gains.
+constexpr int64_t kDecodeMinPartitionKeys = 64;
+constexpr float kLog2E = 1.4426950408889634f;
+
+// Head sizes the kernels take: one to eight elements per lane of a warp.
+KRL_HD bool PagedDecodeSupported(int heads, int kv_heads, int head_dim) {
+  return kv_heads > 0 && heads % kv_heads == 0 && heads / kv_heads <= kDecodeMaxGroup &&
+         (head_dim == 32 || head_dim == 64 || head_dim == 128 || head_dim == 256);
+}
+
+// Partitions per (sequence, KV head): enough thread blocks to fill the GPU
+// twice over (`units`: its multiprocessors), each partition at least
+// kDecodeMinPartitionKeys of the table's max_keys. A function of the
+// shapes only, so a CUDA graph captured once stays valid.
+KRL_HD int PagedDecodePartitions(int64_t seqs, int kv_heads, int64_t max_keys, int units) {
+  const int64_t blocks = seqs * kv_heads;
+  int64_t want = (2 * int64_t{units} + blocks - 1) / blocks;
+  const int64_t most = (max_keys + kDecodeMinPartitionKeys - 1) / kDecodeMinPartitionKeys;
+  if (want > most) want = most;
+  return want < 1 ? 1 : static_cast<int>(want);
+}
+
+// Keys per partition (the last may be short or empty).
+KRL_HD int64_t PartitionKeys(int64_t max_keys, int partitions) { return (max_keys + partitions - 1) / partitions; }
+
+// Online softmax state of one query head over some keys: running max m
+// (base 2), sum l of 2^(s - m); the weighted values live beside it.
+struct SoftmaxState {
+  float m;
+  float l;
+};
+
+KRL_HD SoftmaxState SoftmaxEmpty() { return {-INFINITY, 0.0f}; }
+
+// Weight of a state with max m under a new max (0 for an empty state).
+KRL_HD float Rescale(float m, float new_max) { return m == -INFINITY ? 0.0f : exp2f(m - new_max); }
+
+}  // namespace kernelrl::learner::kernels
+
+#endif  // KERNELRL_LEARNER_KERNELS_PAGED_DECODE_MATH_H_

@@ -1,0 +1,27 @@
+// Decode attention over the paged KV cache (learner/kernels/paged_decode.h):
+// q [S, heads, D] of one new token per sequence, keys and values read from
+// the cache through each sequence's block table, out [S, heads, D]. CUDA
+// tensors run the kernels; CPU tensors (fp32) run loops with the same
+// partitions and merge rule, so CI checks them against plain attention.
+#ifndef KERNELRL_LEARNER_PAGED_DECODE_H_
+#define KERNELRL_LEARNER_PAGED_DECODE_H_
+
+#include <ATen/ATen.h>
+
+namespace kernelrl::learner {
+
+// Whether PagedDecodeAttention takes this model shape and dtype on q's device.
+bool PagedDecodeSupported(const at::Tensor& q, int64_t kv_heads);
+
+// k_cache, v_cache [kv_heads, blocks, block_size, D]; table int64
+// [S, width] block ids; positions int64 [S]: each sequence attends over
+// its keys [0, positions[i]] (at most width * block_size). `partitions`
+// overrides the split over the keys (0: the device's choice,
+// kernels::PagedDecodePartitions).
+at::Tensor PagedDecodeAttention(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
+                                const at::Tensor& table, const at::Tensor& positions, double scale,
+                                int partitions = 0);
+
+}  // namespace kernelrl::learner
+
+#endif  // KERNELRL_LEARNER_PAGED_DECODE_H_

@@ -1,0 +1,129 @@
+// Paged decode attention against plain attention in fp64 over each
+// sequence's gathered keys. CPU (fp32: the kernels' partition and merge
+// rules) always; CUDA (fp32, bf16, fp16) wherever a GPU is present
+// (tools/device_engine.sh on the GPU machine), skipped with the reason only
+// where there is none.
+#include "learner/paged_decode.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/gpu_presence.h"
+
+namespace kernelrl::learner {
+namespace {
+
+struct Case {
+  std::string device;
+  at::ScalarType dtype;
+};
+
+std::string Name(const ::testing::TestParamInfo<Case>& info) {
+  const auto t = info.param.dtype;
+  return info.param.device + (t == at::kFloat ? "_f32" : t == at::kBFloat16 ? "_bf16" : "_f16");
+}
+
+struct Shape {
+  int64_t seqs, heads, kv_heads, head_dim, block_size, blocks, width;
+};
+
+class PagedDecodeTest : public ::testing::TestWithParam<Case> {
+ public:
+  void SetUp() override {
+    if (GetParam().device == "cuda") {
+      if (!GpuDevicePresent()) GTEST_SKIP() << "CUDA case skipped: no GPU on this machine (no /dev/nvidiaN)";
+      ASSERT_TRUE(at::hasCUDA()) << "a GPU is present but LibTorch's CUDA backend did not load";
+    }
+    at::manual_seed(std::random_device{}());
+  }
+  at::Device device() const {
+    return GetParam().device == "cuda" ? at::Device(at::kCUDA, 0) : at::Device(at::kCPU);
+  }
+  at::TensorOptions opts() const { return at::TensorOptions().device(device()).dtype(GetParam().dtype); }
+
+  // Random cache, block tables (distinct blocks per sequence, shared across
+  // sequences, in shuffled order) and positions (0, the table's last key and
+  // random ones in between); the kernel's output against fp64 attention.
+  void Check(const Shape& s, int partitions) {
+    std::mt19937 rng(static_cast<uint32_t>(at::randint(1 << 30, {1}).item<int64_t>()));
+    at::Tensor kc = at::randn({s.kv_heads, s.blocks, s.block_size, s.head_dim}, opts());
+    at::Tensor vc = at::randn({s.kv_heads, s.blocks, s.block_size, s.head_dim}, opts());
+    at::Tensor q = at::randn({s.seqs, s.heads, s.head_dim}, opts());
+    std::vector<int64_t> table(s.seqs * s.width), positions(s.seqs);
+    std::vector<int64_t> ids(s.blocks);
+    for (int64_t i = 0; i < s.blocks; ++i) ids[i] = i;
+    const int64_t max_keys = s.width * s.block_size;
+    for (int64_t i = 0; i < s.seqs; ++i) {
+      std::shuffle(ids.begin(), ids.end(), rng);
+      std::copy(ids.begin(), ids.begin() + s.width, table.begin() + i * s.width);
+      positions[i] = i == 0 ? 0 : i == 1 ? max_keys - 1 : static_cast<int64_t>(rng() % max_keys);
+    }
+    at::Tensor table_t = at::tensor(table, at::kLong).view({s.seqs, s.width}).to(device());
+    at::Tensor pos_t = at::tensor(positions, at::kLong).to(device());
+    const double scale = 1.0 / std::sqrt(static_cast<double>(s.head_dim));
+    at::Tensor got = PagedDecodeAttention(q, kc, vc, table_t, pos_t, scale, partitions);
+    ASSERT_EQ(got.sizes(), q.sizes());
+    ASSERT_EQ(got.scalar_type(), q.scalar_type());
+
+    const int64_t G = s.heads / s.kv_heads;
+    at::Tensor kd = kc.to(at::kCPU, at::kDouble), vd = vc.to(at::kCPU, at::kDouble), qd = q.to(at::kCPU, at::kDouble);
+    std::vector<at::Tensor> want;
+    for (int64_t i = 0; i < s.seqs; ++i) {
+      at::Tensor blocks = at::tensor(std::vector<int64_t>(table.begin() + i * s.width,
+                                                          table.begin() + (i + 1) * s.width), at::kLong);
+      const int64_t n = positions[i] + 1;
+      at::Tensor k = kd.index_select(1, blocks).reshape({s.kv_heads, -1, s.head_dim}).narrow(1, 0, n);
+      at::Tensor v = vd.index_select(1, blocks).reshape({s.kv_heads, -1, s.head_dim}).narrow(1, 0, n);
+      at::Tensor qi = qd[i].view({s.kv_heads, G, s.head_dim});
+      at::Tensor p = at::softmax(at::bmm(qi, k.transpose(1, 2)) * scale, -1);  // [kvh,G,n]
+      want.push_back(at::bmm(p, v).reshape({s.heads, s.head_dim}));
+    }
+    at::Tensor w = at::stack(want), g = got.to(at::kCPU, at::kDouble);
+    const double err = (g - w).norm().item<double>() / w.norm().item<double>();
+    const bool low = GetParam().dtype != at::kFloat;
+    EXPECT_LT(err, low ? 1e-2 : 1e-5) << "relative L2 error, partitions " << partitions;
+    EXPECT_FALSE(got.isnan().any().item<bool>());
+  }
+};
+
+TEST_P(PagedDecodeTest, GroupedHeadsOverSharedShuffledBlocks) {
+  // Qwen2.5-0.5B's head layout (14 query heads over 2 KV heads, D 64).
+  const Shape s{9, 14, 2, 64, 16, 40, 12};
+  for (int partitions : {1, 3, 0}) Check(s, partitions);
+}
+
+TEST_P(PagedDecodeTest, MoreSplitsThanKeysLeaveEmptyPartitions) {
+  // Qwen2.5-7B's layout (28 over 4, D 128); 7 keys of 16 per partition at
+  // most, so short sequences leave later partitions empty.
+  const Shape s{5, 28, 4, 128, 4, 12, 4};
+  Check(s, 16);
+}
+
+TEST_P(PagedDecodeTest, EveryHeadSizeAndGroup) {
+  Check({3, 8, 8, 32, 8, 6, 3}, 2);    // Multi-head (group 1), D 32.
+  Check({4, 8, 1, 256, 2, 20, 9}, 5);  // One KV head for 8 query heads, D 256.
+}
+
+TEST_P(PagedDecodeTest, RefusesShapesItDoesNotTake) {
+  EXPECT_FALSE(PagedDecodeSupported(at::zeros({2, 9, 64}, opts()), 1));  // Group of 9.
+  EXPECT_FALSE(PagedDecodeSupported(at::zeros({2, 4, 80}, opts()), 2));  // D 80.
+  EXPECT_FALSE(PagedDecodeSupported(at::zeros({2, 4, 64}, opts()), 3));  // 4 heads over 3.
+  EXPECT_TRUE(PagedDecodeSupported(at::zeros({2, 4, 64}, opts()), 2));
+  at::Tensor cache = at::zeros({2, 4, 4, 64}, opts());
+  at::Tensor table = at::zeros({2, 2}, at::TensorOptions().device(device()).dtype(at::kLong));
+  at::Tensor pos = at::zeros({3}, at::TensorOptions().device(device()).dtype(at::kLong));
+  EXPECT_THROW(PagedDecodeAttention(at::zeros({2, 4, 64}, opts()), cache, cache, table, pos, 0.125), c10::Error);
+}
+
+std::vector<Case> Cases() {
+  return {{"cpu", at::kFloat}, {"cuda", at::kFloat}, {"cuda", at::kBFloat16}, {"cuda", at::kHalf}};
+}
+
+INSTANTIATE_TEST_SUITE_P(Devices, PagedDecodeTest, ::testing::ValuesIn(Cases()), Name);
+
+}  // namespace
+}  // namespace kernelrl::learner
