@@ -1,6 +1,8 @@
 // Paged decode attention against plain attention in fp64 over each
 // sequence's gathered keys. CPU (fp32: the kernels' partition and merge
-// rules) always; CUDA (fp32, bf16, fp16) wherever a GPU is present
+// rules) always; CUDA (fp32 on CUDA cores; bf16 and fp16 on tensor cores
+// where the block size is a multiple of 16, else CUDA cores) wherever a GPU
+// is present
 // (tools/device_engine.sh on the GPU machine), skipped with the reason only
 // where there is none.
 #include "learner/paged_decode.h"
@@ -106,6 +108,14 @@ TEST_P(PagedDecodeTest, MoreSplitsThanKeysLeaveEmptyPartitions) {
 TEST_P(PagedDecodeTest, EveryHeadSizeAndGroup) {
   Check({3, 8, 8, 32, 8, 6, 3}, 2);    // Multi-head (group 1), D 32.
   Check({4, 8, 1, 256, 2, 20, 9}, 5);  // One KV head for 8 query heads, D 256.
+}
+
+TEST_P(PagedDecodeTest, LongSequencesTakeSeveralSoftmaxSteps) {
+  // 640 keys: in one partition, several of the tensor-core path's chunks
+  // (256 keys at D <= 128, 128 above), each rescaling the running output.
+  for (int partitions : {1, 2, 0}) Check({6, 28, 4, 128, 16, 260, 40}, partitions);
+  for (int partitions : {1, 0}) Check({4, 14, 2, 64, 32, 40, 20}, partitions);  // Blocks of 32 keys.
+  Check({3, 8, 1, 256, 16, 60, 20}, 1);
 }
 
 TEST_P(PagedDecodeTest, RefusesShapesItDoesNotTake) {

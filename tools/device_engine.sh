@@ -20,7 +20,7 @@
 # Knobs: ENGINE_SHAPES (default "0.5b 7b"), ENGINE_BATCHES (32,128,256),
 # ENGINE_NEW (256), ENGINE_TURNS (20), ENGINE_ROLLOUTS (8), ENGINE_MODES
 # (decode modes, "eager graphs"), ENGINE_HF (1: HF generate() beside them),
-# ENGINE_AGENTIC ("on off": the prefix-cache settings replayed), ENGINE_STEPS
+# ENGINE_AGENTIC ("on off": the prefix-cache settings replayed; empty: none), ENGINE_STEPS
 # (B:CTX points of the step bench).
 # Results: $OUT/bench.jsonl, $OUT/summary.txt (a table and ratios last).
 set -u
@@ -74,7 +74,7 @@ for shape in ${ENGINE_SHAPES:-0.5b 7b}; do
   say "== $shape HF decode done at $(( $(date +%s) - T0 ))s"
 done
 for shape in ${ENGINE_SHAPES:-0.5b 7b}; do
-  for cache in ${ENGINE_AGENTIC:-on off}; do
+  for cache in ${ENGINE_AGENTIC-on off}; do
     run 150 "$C/bin/engine_bench" agentic "$shape" "${ENGINE_ROLLOUTS:-8}" "${ENGINE_TURNS:-20}" "$cache"
   done
   say "== $shape agentic done at $(( $(date +%s) - T0 ))s"

@@ -1,16 +1,24 @@
 // CUDA side of paged_decode.h. Memory-bound: every key and value row of a
-// sequence's KV head is read once (one warp-wide vector load per row) and
-// serves all the query heads of its group. Each warp walks its share of a
-// partition's keys kUnroll rows at a time (their loads in flight
-// together), scores them against the group's queries held in registers,
-// and folds them into per-head online softmax states; the block's warps
-// then merge through shared memory. Rules shared with the CPU loops:
-// paged_decode_math.h.
+// sequence's KV head is read once and serves all the query heads of its
+// group. Two kernels of one thread block per (partition, KV head,
+// sequence):
+//  - bf16/fp16 with a block size that is a multiple of 16 (the engine's):
+//    tensor cores (WMMA). The group's queries, padded to 16 rows, times 16
+//    keys at a time read straight from their cache block; a chunk's scores
+//    go through shared memory for an exact softmax step, then P times V on
+//    the tensor cores again, each warp owning some output columns;
+//  - otherwise (fp32, other block sizes): CUDA cores. Each warp walks its
+//    share of the keys kUnroll rows at a time, scores them against the
+//    queries held in registers (a warp-wide dot product per row) and folds
+//    them into per-head online softmax states; the warps then merge through
+//    shared memory.
+// Rules shared with the CPU loops: paged_decode_math.h.
 #include "learner/kernels/paged_decode.h"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
+#include <mma.h>
 
 #include "learner/kernels/device_util.cuh"
 #include "learner/kernels/paged_decode_math.h"
@@ -25,6 +33,12 @@ constexpr int kG = kDecodeMaxGroup;
 __device__ __forceinline__ float WarpSum(float x) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+  return x;
+}
+
+__device__ __forceinline__ float WarpMax(float x) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
   return x;
 }
 
@@ -165,6 +179,127 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
 }
 
+// ---- tensor cores ---------------------------------------------------------
+
+namespace wmma = nvcuda::wmma;
+constexpr int kT = kDecodeTile;  // WMMA tile edge: 16 keys, 16 (padded) query rows.
+
+template <typename T, int D>
+__global__ void __launch_bounds__(kWarps * 32)
+    PagedDecodeTcKernel(const T* __restrict__ q, const T* __restrict__ kc, const T* __restrict__ vc,
+                        const int64_t* __restrict__ table, const int64_t* __restrict__ positions,
+                        float* __restrict__ partial, float* __restrict__ stats, T* __restrict__ out,
+                        PagedDecodeShape s) {
+  // Keys per softmax step: the chunk's fp32 scores and 16-bit P sit in
+  // shared memory beside q and the running output (under 48 KB).
+  constexpr int C = D <= 128 ? 256 : 128;
+  __shared__ __align__(32) T q_s[kT][D];
+  __shared__ __align__(32) float s_s[kT][C];
+  __shared__ __align__(32) T p_s[kT][C];
+  __shared__ __align__(32) float o_s[kT][D];
+  __shared__ float m_s[kT], l_s[kT], c_s[kT];
+  const int part = blockIdx.x, h = blockIdx.y;
+  const int64_t seq = blockIdx.z;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, tid = threadIdx.x;
+  const int G = s.heads / s.kv_heads;
+  const int64_t max_keys = s.table_width * s.block_size;
+  const int64_t chunk = PartitionKeys(max_keys, s.partitions);
+  int64_t len = positions[seq] + 1;
+  if (len > max_keys) len = max_keys;
+  const int64_t begin = part * chunk;
+  const int64_t end = begin + chunk < len ? begin + chunk : len;
+
+  for (int i = tid; i < kT * D; i += kWarps * 32) {
+    const int r = i / D, d = i % D;
+    q_s[r][d] = r < G ? q[(seq * s.heads + h * G + r) * D + d] : FromF<T>(0.0f);
+    o_s[r][d] = 0.0f;
+  }
+  for (int i = tid; i < kT * C; i += kWarps * 32) p_s[i / C][i % C] = FromF<T>(0.0f);  // Padding rows stay 0.
+  if (tid < kT) {
+    m_s[tid] = -INFINITY;
+    l_s[tid] = 0.0f;
+  }
+  __syncthreads();
+  wmma::fragment<wmma::matrix_a, kT, kT, kT, T, wmma::row_major> qa[D / kT];
+#pragma unroll
+  for (int k = 0; k < D / kT; ++k) wmma::load_matrix_sync(qa[k], &q_s[0][k * kT], D);
+
+  const int64_t* row = table + seq * s.table_width;
+  const int64_t head_rows = int64_t{h} * s.cache_blocks * s.block_size;
+  auto tile_rows = [&](int64_t tok) { return head_rows + row[tok / s.block_size] * s.block_size + tok % s.block_size; };
+  const float sl2 = s.scale * kLog2E;
+  for (int64_t c0 = begin; c0 < end; c0 += C) {
+    const int n = static_cast<int>(end - c0 < C ? end - c0 : C);  // Keys of this chunk.
+    const int tiles = (n + kT - 1) / kT;
+    // Scores: warps take the chunk's tiles in turn.
+    for (int t = warp; t < tiles; t += kWarps) {
+      const T* kp = kc + tile_rows(c0 + t * kT) * D;
+      wmma::fragment<wmma::accumulator, kT, kT, kT, float> acc;
+      wmma::fill_fragment(acc, 0.0f);
+#pragma unroll
+      for (int k = 0; k < D / kT; ++k) {
+        wmma::fragment<wmma::matrix_b, kT, kT, kT, T, wmma::col_major> kb;
+        wmma::load_matrix_sync(kb, kp + k * kT, D);
+        wmma::mma_sync(acc, qa[k], kb, acc);
+      }
+      wmma::store_matrix_sync(&s_s[0][t * kT], acc, C, wmma::mem_row_major);
+    }
+    __syncthreads();
+    // Exact softmax step per query row (warp w: rows w, w + kWarps, ...).
+    for (int r = warp; r < G; r += kWarps) {
+      float mx = -INFINITY;
+      for (int j = lane; j < n; j += 32) mx = fmaxf(mx, s_s[r][j] * sl2);
+      mx = WarpMax(mx);
+      const float m_old = m_s[r], m_new = fmaxf(m_old, mx);
+      float sum = 0.0f;
+      for (int j = lane; j < tiles * kT; j += 32) {
+        const T p = FromF<T>(j < n ? exp2f(s_s[r][j] * sl2 - m_new) : 0.0f);
+        p_s[r][j] = p;
+        sum += ToF(p);
+      }
+      sum = WarpSum(sum);
+      if (lane == 0) {
+        const float corr = Rescale(m_old, m_new);
+        c_s[r] = corr;
+        l_s[r] = l_s[r] * corr + sum;
+        m_s[r] = m_new;
+      }
+    }
+    __syncthreads();
+    for (int i = tid; i < G * D; i += kWarps * 32) o_s[i / D][i % D] *= c_s[i / D];
+    __syncthreads();
+    // Output += P V: warp w owns output columns [16w, 16w + 16), ...
+    for (int col = warp * kT; col < D; col += kWarps * kT) {
+      wmma::fragment<wmma::accumulator, kT, kT, kT, float> acc;
+      wmma::load_matrix_sync(acc, &o_s[0][col], D, wmma::mem_row_major);
+#pragma unroll 4
+      for (int t = 0; t < tiles; ++t) {
+        wmma::fragment<wmma::matrix_a, kT, kT, kT, T, wmma::row_major> pa;
+        wmma::fragment<wmma::matrix_b, kT, kT, kT, T, wmma::row_major> vb;
+        wmma::load_matrix_sync(pa, &p_s[0][t * kT], C);
+        wmma::load_matrix_sync(vb, vc + tile_rows(c0 + t * kT) * D + col, D);
+        wmma::mma_sync(acc, pa, vb, acc);
+      }
+      wmma::store_matrix_sync(&o_s[0][col], acc, D, wmma::mem_row_major);
+    }
+    __syncthreads();
+  }
+  for (int i = tid; i < G * D; i += kWarps * 32) {
+    const int r = i / D, d = i % D;
+    const int64_t head = seq * s.heads + h * G + r;
+    if (s.partitions == 1) {
+      out[head * D + d] = FromF<T>(l_s[r] > 0.0f ? o_s[r][d] / l_s[r] : 0.0f);
+    } else {
+      const int64_t slot = head * s.partitions + part;
+      partial[slot * D + d] = o_s[r][d];
+      if (d == 0) {
+        stats[2 * slot] = m_s[r];
+        stats[2 * slot + 1] = l_s[r];
+      }
+    }
+  }
+}
+
 // One warp per (sequence, query head): merges the partitions' states.
 template <typename T, int EPL>
 __global__ void __launch_bounds__(kWarps * 32)
@@ -199,9 +334,20 @@ template <typename T, int EPL>
 int Launch(const void* q, const void* kc, const void* vc, const int64_t* table, const int64_t* positions,
            float* partial, float* stats, void* out, const PagedDecodeShape& s, cudaStream_t stream) {
   const dim3 grid(s.partitions, s.kv_heads, static_cast<unsigned>(s.seqs));
-  PagedDecodeKernel<T, EPL><<<grid, kWarps * 32, 0, stream>>>(
-      static_cast<const T*>(q), static_cast<const T*>(kc), static_cast<const T*>(vc), table, positions, partial,
-      stats, static_cast<T*>(out), s);
+  bool tensor_cores = false;
+  if constexpr (sizeof(T) == 2) {
+    tensor_cores = s.block_size % kDecodeTile == 0;  // Tiles never straddle a cache block.
+    if (tensor_cores) {
+      PagedDecodeTcKernel<T, EPL * 32><<<grid, kWarps * 32, 0, stream>>>(
+          static_cast<const T*>(q), static_cast<const T*>(kc), static_cast<const T*>(vc), table, positions, partial,
+          stats, static_cast<T*>(out), s);
+    }
+  }
+  if (!tensor_cores) {
+    PagedDecodeKernel<T, EPL><<<grid, kWarps * 32, 0, stream>>>(
+        static_cast<const T*>(q), static_cast<const T*>(kc), static_cast<const T*>(vc), table, positions, partial,
+        stats, static_cast<T*>(out), s);
+  }
   if (s.partitions > 1) {
     const int64_t rows = s.seqs * s.heads;
     PagedDecodeMergeKernel<T, EPL><<<static_cast<unsigned>((rows + kWarps - 1) / kWarps), kWarps * 32, 0, stream>>>(

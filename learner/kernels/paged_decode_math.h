@@ -38,8 +38,16 @@ KRL_HD int PagedDecodePartitions(int64_t seqs, int kv_heads, int64_t max_keys, i
   return want < 1 ? 1 : static_cast<int>(want);
 }
 
-// Keys per partition (the last may be short or empty).
-KRL_HD int64_t PartitionKeys(int64_t max_keys, int partitions) { return (max_keys + partitions - 1) / partitions; }
+// Keys of one tensor-core tile: partitions start on its multiples, so with
+// a block size that is one too a tile never straddles two cache blocks.
+constexpr int64_t kDecodeTile = 16;
+
+// Keys per partition, a multiple of kDecodeTile (the last partition may be
+// short or empty).
+KRL_HD int64_t PartitionKeys(int64_t max_keys, int partitions) {
+  const int64_t keys = (max_keys + partitions - 1) / partitions;
+  return (keys + kDecodeTile - 1) / kDecodeTile * kDecodeTile;
+}
 
 // Online softmax state of one query head over some keys: running max m
 // (base 2), sum l of 2^(s - m); the weighted values live beside it.
