@@ -21,7 +21,8 @@
 # ENGINE_NEW (256), ENGINE_TURNS (20), ENGINE_ROLLOUTS (8), ENGINE_MODES
 # (decode modes, "eager graphs"), ENGINE_HF (1: HF generate() beside them),
 # ENGINE_AGENTIC ("on off": the prefix-cache settings replayed; empty: none), ENGINE_STEPS
-# (B:CTX points of the step bench).
+# (B:CTX points of the step bench; empty: none), ENGINE_PROFILE (B:CTX
+# points whose kernel step is then profiled per kernel, Kineto).
 # Results: $OUT/bench.jsonl, $OUT/summary.txt (a table and ratios last).
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -61,7 +62,8 @@ run() { timeout "$1" "${@:2}" >> "$B" 2>> "$OUT/bench.err" || echo "{\"failed\":
 BATCHES=${ENGINE_BATCHES:-32,128,256}
 NEW=${ENGINE_NEW:-256}
 for shape in ${ENGINE_SHAPES:-0.5b 7b}; do
-  run 150 "$C/bin/engine_bench" step "$shape" "${ENGINE_STEPS:-32:384,128:384,256:384,32:4096,128:2048}"
+  [ -n "${ENGINE_STEPS-x}" ] && run 150 "$C/bin/engine_bench" step "$shape" "${ENGINE_STEPS:-32:384,128:384,256:384,32:4096,128:2048}"
+  [ -n "${ENGINE_PROFILE:-}" ] && run 150 "$C/bin/engine_bench" step "$shape" "$ENGINE_PROFILE" --profile
   say "== $shape decode step done at $(( $(date +%s) - T0 ))s"
 done
 for shape in ${ENGINE_SHAPES:-0.5b 7b}; do

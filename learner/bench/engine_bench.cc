@@ -11,11 +11,12 @@
 //       the whole history (a 512-token system+task prompt, then per earlier
 //       turn 64 generated and 128 "tool result" tokens); prefix caching on
 //       or off: prompt tokens admitted, tokens prefilled, prefix hits, wall.
-//   engine_bench step SHAPE B:CTX,B:CTX,...
+//   engine_bench step SHAPE B:CTX,B:CTX,... [--profile]
 //       one decode step of the model alone (no engine): B sequences with
 //       CTX keys each in shuffled cache blocks, replayed from a CUDA graph,
 //       ms per step with the paged decode kernel and with the eager ATen
-//       path (blocks gathered into scratch, then bmm + softmax), same cache.
+//       path (blocks gathered into scratch, then bmm + softmax), same cache;
+//       --profile: then the kernel step's GPU time per kernel (Kineto).
 // SHAPE: 0.5b (Qwen2.5-0.5B) or 7b (Qwen2.5-7B). Weights random (normal
 // 0.02, made on the GPU), bf16. SHAPE tiny (2 layers, hidden 64) runs on the
 // CPU in fp32: a smoke run of the benchmark's own code where no GPU is.
@@ -33,6 +34,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "learner/bench/kernel_profile.h"
 #include "learner/bench/shapes.h"
 #include "learner/model.h"
 #include "learner/policy/decode_graphs.h"
@@ -162,7 +164,7 @@ int Decode(const std::string& shape, const std::vector<int>& batches, int prompt
 
 // ms per decode step (CUDA-graph replay, B sequences of ctx keys) with our
 // kernels on and off.
-int Step(const std::string& shape, const std::vector<std::pair<int, int>>& points) {
+int Step(const std::string& shape, const std::vector<std::pair<int, int>>& points, bool profile) {
   constexpr int64_t kBlock = 16;
   const ModelConfig c = Shape(shape);
   std::unique_ptr<Transformer> model = MakeModel(c);
@@ -196,6 +198,11 @@ int Step(const std::string& shape, const std::vector<std::pair<int, int>>& point
       Sync();
       ms[kernel] = (Now() - t0) * 1e3 / kSteps;
       if (graphs.failed()) std::fprintf(stderr, "step: graphs failed (kernel %d)\n", kernel);
+      if (profile && kernel == 1) {
+        bench::PrintKernelProfile([&] { graphs.Decode(tokens, positions, tables); }, 5,
+                                  "\"bench\": \"step_profile\", \"shape\": \"" + shape + "\", \"batch\": " +
+                                      std::to_string(batch) + ", \"ctx\": " + std::to_string(ctx), 25);
+      }
     }
     model->set_fused_kernels(true);
     std::printf("{\"impl\": \"kernelrl\", \"bench\": \"step\", \"shape\": \"%s\", \"batch\": %d, \"ctx\": %d, "
@@ -273,7 +280,7 @@ int Usage() {
   std::fprintf(stderr,
                "usage: engine_bench decode 0.5b|7b B1,B2,... P N eager|graphs\n"
                "       engine_bench agentic 0.5b|7b ROLLOUTS TURNS on|off\n"
-               "       engine_bench step 0.5b|7b B:CTX,B:CTX,...\n");
+               "       engine_bench step 0.5b|7b B:CTX,B:CTX,... [--profile]\n");
   return 2;
 }
 
@@ -296,7 +303,7 @@ int main(int argc, char** argv) {
     }
     return Decode(argv[2], batches, std::atoi(argv[4]), std::atoi(argv[5]), std::string(argv[6]) == "graphs");
   }
-  if (mode == "step" && argc == 4) {
+  if (mode == "step" && (argc == 4 || (argc == 5 && std::string(argv[4]) == "--profile"))) {
     std::vector<std::pair<int, int>> points;
     for (absl::string_view p : absl::StrSplit(argv[3], ',')) {
       std::vector<absl::string_view> bc = absl::StrSplit(p, ':');
@@ -306,7 +313,7 @@ int main(int argc, char** argv) {
       }
       points.push_back({b, ctx});
     }
-    return Step(argv[2], points);
+    return Step(argv[2], points, argc == 5);
   }
   if (mode == "agentic" && argc == 6) {
     return Agentic(argv[2], std::atoi(argv[3]), std::atoi(argv[4]), std::string(argv[5]) == "on");

@@ -15,7 +15,6 @@
 // Inputs are fresh random ids; weights random (init as transformers).
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
-#include <torch/csrc/autograd/profiler_kineto.h>
 
 #include <algorithm>
 #include <map>
@@ -27,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "learner/bench/kernel_profile.h"
 #include "learner/bench/shapes.h"
 #include "learner/model.h"
 #include "learner/policy/engine.h"
@@ -92,41 +92,12 @@ int Train(int64_t T, bool ckpt) {
   return 0;
 }
 
-// Where the step's GPU time goes: kernel time summed per name over two
-// steps, largest first, so the next fused kernel targets real time.
+// Where the step's GPU time goes (bench::PrintKernelProfile over two steps).
 int Profile(int64_t T) {
-  namespace prof = torch::profiler::impl;
   auto m = Make(true, false);
   for (int i = 0; i < 3; ++i) Step(*m, T);
-  c10::cuda::device_synchronize();
-  const prof::ProfilerConfig config(prof::ProfilerState::KINETO);
-  const std::set<prof::ActivityType> activities = {prof::ActivityType::CPU, prof::ActivityType::CUDA};
-  torch::autograd::profiler::prepareProfiler(config, activities);
-  torch::autograd::profiler::enableProfiler(config, activities);
-  const int steps = 2;
-  for (int i = 0; i < steps; ++i) Step(*m, T);
-  c10::cuda::device_synchronize();
-  auto result = torch::autograd::profiler::disableProfiler();
-  std::map<std::string, std::pair<double, int>> by_name;  // ms, count
-  double total_ms = 0;
-  for (const auto& e : result->events()) {
-    if (e.deviceType() != c10::DeviceType::CUDA) continue;
-    const double ms = e.durationNs() / 1e6 / steps;
-    auto& slot = by_name[e.name()];
-    slot.first += ms;
-    slot.second += 1;
-    total_ms += ms;
-  }
-  std::vector<std::pair<std::string, std::pair<double, int>>> rows(by_name.begin(), by_name.end());
-  std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.first > b.second.first; });
-  std::printf("{\"impl\": \"kernelrl\", \"bench\": \"profile\", \"seq\": %ld, \"gpu_ms_per_step\": %.2f}\n",
-              static_cast<long>(T), total_ms);
-  for (size_t i = 0; i < rows.size() && i < 40; ++i) {
-    std::string name = rows[i].first.substr(0, 110);
-    std::replace(name.begin(), name.end(), '"', '\'');
-    std::printf("{\"kernel\": \"%s\", \"ms_per_step\": %.3f, \"share\": %.3f, \"calls_per_step\": %d}\n",
-                name.c_str(), rows[i].second.first, rows[i].second.first / total_ms, rows[i].second.second / steps);
-  }
+  bench::PrintKernelProfile([&] { Step(*m, T); }, 2,
+                            "\"impl\": \"kernelrl\", \"bench\": \"profile\", \"seq\": " + std::to_string(T));
   return 0;
 }
 

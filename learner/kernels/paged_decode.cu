@@ -3,10 +3,11 @@
 // group. Two kernels of one thread block per (partition, KV head,
 // sequence):
 //  - bf16/fp16 with a block size that is a multiple of 16 (the engine's):
-//    tensor cores (WMMA). The group's queries, padded to 16 rows, times 16
-//    keys at a time read straight from their cache block; a chunk's scores
-//    go through shared memory for an exact softmax step, then P times V on
-//    the tensor cores again, each warp owning some output columns;
+//    tensor cores (WMMA). Keys and values stream from their cache blocks
+//    into shared memory by asynchronous copies, 32 keys a stage, the next
+//    stage in flight while this one is used; the group's queries, padded to
+//    16 rows, times 16 keys a tile; an exact softmax step per stage; then
+//    P times V on the tensor cores again, each warp owning output columns;
 //  - otherwise (fp32, other block sizes): CUDA cores. Each warp walks its
 //    share of the keys kUnroll rows at a time, scores them against the
 //    queries held in registers (a warp-wide dot product per row) and folds
@@ -19,6 +20,8 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <mma.h>
+
+#include <atomic>
 
 #include "learner/kernels/device_util.cuh"
 #include "learner/kernels/paged_decode_math.h"
@@ -183,21 +186,53 @@ __global__ void __launch_bounds__(kWarps * 32)
 
 namespace wmma = nvcuda::wmma;
 constexpr int kT = kDecodeTile;  // WMMA tile edge: 16 keys, 16 (padded) query rows.
+constexpr int kChunk = 32;       // Keys per pipeline stage (two tiles).
+constexpr int kStages = 2;       // Stages in shared memory: one in flight while one is used (a third
+                                 // costs a block per SM: measured slower on H200).
 
+// Asynchronous 16-byte copies global -> shared (no registers held while
+// they fly), committed per stage and waited for by count.
+__device__ __forceinline__ void CpAsync16(void* smem, const void* gmem) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem));
+}
+__device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void CpAsyncWait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+// Shared memory of the tensor-core kernel; rows padded by 16 bytes so
+// that the tiles' row starts fall in different banks.
+template <typename T, int D>
+struct TcSmem {
+  static constexpr int kLdKv = D + 8, kLdQ = D + 8, kLdO = D + 4, kLdS = kChunk + 4, kLdP = kChunk + 8;
+  static constexpr size_t kKv = kStages * 2 * kChunk * kLdKv * sizeof(T);  // [stage][K|V][key][D]
+  static constexpr size_t kQ = kT * kLdQ * sizeof(T);
+  static constexpr size_t kO = kT * kLdO * sizeof(float);
+  static constexpr size_t kS = kT * kLdS * sizeof(float);
+  static constexpr size_t kP = kT * kLdP * sizeof(T);
+  static constexpr size_t kBytes = kKv + kQ + kO + kS + kP;
+};
+
+// Keys stream through shared memory in stages of kChunk (the next stages'
+// copies in flight while this one is used): S = Q K^T on the tensor cores,
+// an exact softmax step per query row, then O += P V with each warp owning
+// output columns.
 template <typename T, int D>
 __global__ void __launch_bounds__(kWarps * 32)
     PagedDecodeTcKernel(const T* __restrict__ q, const T* __restrict__ kc, const T* __restrict__ vc,
                         const int64_t* __restrict__ table, const int64_t* __restrict__ positions,
                         float* __restrict__ partial, float* __restrict__ stats, T* __restrict__ out,
                         PagedDecodeShape s) {
-  // Keys per softmax step: the chunk's fp32 scores and 16-bit P sit in
-  // shared memory beside q and the running output (under 48 KB).
-  constexpr int C = D <= 128 ? 256 : 128;
-  __shared__ __align__(32) T q_s[kT][D];
-  __shared__ __align__(32) float s_s[kT][C];
-  __shared__ __align__(32) T p_s[kT][C];
-  __shared__ __align__(32) float o_s[kT][D];
-  __shared__ float m_s[kT], l_s[kT], c_s[kT];
+  using L = TcSmem<T, D>;
+  extern __shared__ __align__(128) unsigned char smem[];
+  T* kv_s = reinterpret_cast<T*>(smem);
+  T* q_s = reinterpret_cast<T*>(smem + L::kKv);
+  float* o_s = reinterpret_cast<float*>(smem + L::kKv + L::kQ);
+  float* s_s = reinterpret_cast<float*>(smem + L::kKv + L::kQ + L::kO);
+  T* p_s = reinterpret_cast<T*>(smem + L::kKv + L::kQ + L::kO + L::kS);
+  __shared__ float m_s[kT], l_s[kT];
   const int part = blockIdx.x, h = blockIdx.y;
   const int64_t seq = blockIdx.z;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, tid = threadIdx.x;
@@ -208,13 +243,48 @@ __global__ void __launch_bounds__(kWarps * 32)
   if (len > max_keys) len = max_keys;
   const int64_t begin = part * chunk;
   const int64_t end = begin + chunk < len ? begin + chunk : len;
+  const int64_t* row = table + seq * s.table_width;
+  const int64_t head_rows = int64_t{h} * s.cache_blocks * s.block_size;
+  const int bs = static_cast<int>(s.block_size);
+
+  // Copies of the whole tiles holding keys [c0, min(c0 + kChunk, end)) into
+  // `stage`. A tile lies in one cache block, so each tile's first row is
+  // looked up once; the rest is shifts and masks (keys < 2^31).
+  auto issue = [&](int64_t c0, int stage) {
+    constexpr int kPieces = D * static_cast<int>(sizeof(T)) / 16;  // 16-byte pieces per row.
+    constexpr int kTiles = kChunk / kT;
+    static_assert(kTiles == 2, "a stage is two tiles");
+    const int n = static_cast<int>(end - c0 < kChunk ? end - c0 : kChunk);
+    const int tiles = (n + kT - 1) / kT;
+    int64_t first[kTiles];
+#pragma unroll
+    for (int t = 0; t < kTiles; ++t) {
+      const int tok = static_cast<int>(c0) + t * kT;
+      first[t] = t < tiles ? head_rows + row[tok / bs] * s.block_size + tok % bs : 0;
+    }
+#pragma unroll
+    for (int i = tid; i < 2 * kChunk * kPieces; i += kWarps * 32) {
+      const int which = i / (kChunk * kPieces), r = (i / kPieces) % kChunk, pc = i % kPieces;
+      if (r >= tiles * kT) continue;
+      const int64_t base = r < kT ? first[0] : first[1];  // Registers, not an indexed array.
+      const T* src = (which == 0 ? kc : vc) + (base + r % kT) * D + pc * (16 / sizeof(T));
+      T* dst = kv_s + ((stage * 2 + which) * kChunk + r) * L::kLdKv + pc * (16 / sizeof(T));
+      CpAsync16(dst, src);
+    }
+  };
+  // Prologue: the first kStages - 1 stages in flight (a group per stage,
+  // empty past the end, so that waiting by count stays exact).
+  for (int i = 0; i < kStages - 1; ++i) {
+    if (begin + i * kChunk < end) issue(begin + i * kChunk, i);
+    CpAsyncCommit();
+  }
 
   for (int i = tid; i < kT * D; i += kWarps * 32) {
     const int r = i / D, d = i % D;
-    q_s[r][d] = r < G ? q[(seq * s.heads + h * G + r) * D + d] : FromF<T>(0.0f);
-    o_s[r][d] = 0.0f;
+    q_s[r * L::kLdQ + d] = r < G ? q[(seq * s.heads + h * G + r) * D + d] : FromF<T>(0.0f);
+    o_s[r * L::kLdO + d] = 0.0f;
   }
-  for (int i = tid; i < kT * C; i += kWarps * 32) p_s[i / C][i % C] = FromF<T>(0.0f);  // Padding rows stay 0.
+  for (int i = tid; i < kT * kChunk; i += kWarps * 32) p_s[(i / kChunk) * L::kLdP + i % kChunk] = FromF<T>(0.0f);
   if (tid < kT) {
     m_s[tid] = -INFINITY;
     l_s[tid] = 0.0f;
@@ -222,82 +292,99 @@ __global__ void __launch_bounds__(kWarps * 32)
   __syncthreads();
   wmma::fragment<wmma::matrix_a, kT, kT, kT, T, wmma::row_major> qa[D / kT];
 #pragma unroll
-  for (int k = 0; k < D / kT; ++k) wmma::load_matrix_sync(qa[k], &q_s[0][k * kT], D);
+  for (int k = 0; k < D / kT; ++k) wmma::load_matrix_sync(qa[k], q_s + k * kT, L::kLdQ);
 
-  const int64_t* row = table + seq * s.table_width;
-  const int64_t head_rows = int64_t{h} * s.cache_blocks * s.block_size;
-  auto tile_rows = [&](int64_t tok) { return head_rows + row[tok / s.block_size] * s.block_size + tok % s.block_size; };
   const float sl2 = s.scale * kLog2E;
-  for (int64_t c0 = begin; c0 < end; c0 += C) {
-    const int n = static_cast<int>(end - c0 < C ? end - c0 : C);  // Keys of this chunk.
+  int stage = 0;
+  for (int64_t c0 = begin; c0 < end; c0 += kChunk, stage = (stage + 1) % kStages) {
+    const int64_t ahead = c0 + (kStages - 1) * kChunk;  // Into the stage freed last iteration.
+    if (ahead < end) issue(ahead, (stage + kStages - 1) % kStages);
+    CpAsyncCommit();
+    CpAsyncWait<kStages - 1>();  // This stage's group is complete.
+    __syncthreads();
+    const T* k_s = kv_s + (stage * 2) * kChunk * L::kLdKv;
+    const T* v_s = k_s + kChunk * L::kLdKv;
+    const int n = static_cast<int>(end - c0 < kChunk ? end - c0 : kChunk);
     const int tiles = (n + kT - 1) / kT;
-    // Scores: warps take the chunk's tiles in turn.
-    for (int t = warp; t < tiles; t += kWarps) {
-      const T* kp = kc + tile_rows(c0 + t * kT) * D;
+    for (int t = warp; t < tiles; t += kWarps) {  // Scores, a tile per warp.
       wmma::fragment<wmma::accumulator, kT, kT, kT, float> acc;
       wmma::fill_fragment(acc, 0.0f);
 #pragma unroll
       for (int k = 0; k < D / kT; ++k) {
         wmma::fragment<wmma::matrix_b, kT, kT, kT, T, wmma::col_major> kb;
-        wmma::load_matrix_sync(kb, kp + k * kT, D);
+        wmma::load_matrix_sync(kb, k_s + t * kT * L::kLdKv + k * kT, L::kLdKv);
         wmma::mma_sync(acc, qa[k], kb, acc);
       }
-      wmma::store_matrix_sync(&s_s[0][t * kT], acc, C, wmma::mem_row_major);
+      wmma::store_matrix_sync(s_s + t * kT, acc, L::kLdS, wmma::mem_row_major);
     }
     __syncthreads();
-    // Exact softmax step per query row (warp w: rows w, w + kWarps, ...).
+    // Exact softmax step per query row (warp w: rows w, w + kWarps, ...),
+    // and that row of the running output rescaled to the new max.
     for (int r = warp; r < G; r += kWarps) {
-      float mx = -INFINITY;
-      for (int j = lane; j < n; j += 32) mx = fmaxf(mx, s_s[r][j] * sl2);
-      mx = WarpMax(mx);
-      const float m_old = m_s[r], m_new = fmaxf(m_old, mx);
-      float sum = 0.0f;
-      for (int j = lane; j < tiles * kT; j += 32) {
-        const T p = FromF<T>(j < n ? exp2f(s_s[r][j] * sl2 - m_new) : 0.0f);
-        p_s[r][j] = p;
-        sum += ToF(p);
-      }
-      sum = WarpSum(sum);
+      const float x = lane < n ? s_s[r * L::kLdS + lane] * sl2 : -INFINITY;  // kChunk == 32: a key per lane.
+      const float m_old = m_s[r], m_new = fmaxf(m_old, WarpMax(x));
+      const T p = FromF<T>(lane < n ? exp2f(x - m_new) : 0.0f);
+      p_s[r * L::kLdP + lane] = p;
+      const float sum = WarpSum(ToF(p));
+      const float corr = Rescale(m_old, m_new);
+      for (int d = lane; d < D; d += 32) o_s[r * L::kLdO + d] *= corr;
       if (lane == 0) {
-        const float corr = Rescale(m_old, m_new);
-        c_s[r] = corr;
         l_s[r] = l_s[r] * corr + sum;
         m_s[r] = m_new;
       }
     }
     __syncthreads();
-    for (int i = tid; i < G * D; i += kWarps * 32) o_s[i / D][i % D] *= c_s[i / D];
-    __syncthreads();
-    // Output += P V: warp w owns output columns [16w, 16w + 16), ...
-    for (int col = warp * kT; col < D; col += kWarps * kT) {
+    for (int col = warp * kT; col < D; col += kWarps * kT) {  // O += P V.
       wmma::fragment<wmma::accumulator, kT, kT, kT, float> acc;
-      wmma::load_matrix_sync(acc, &o_s[0][col], D, wmma::mem_row_major);
-#pragma unroll 4
+      wmma::load_matrix_sync(acc, o_s + col, L::kLdO, wmma::mem_row_major);
       for (int t = 0; t < tiles; ++t) {
         wmma::fragment<wmma::matrix_a, kT, kT, kT, T, wmma::row_major> pa;
         wmma::fragment<wmma::matrix_b, kT, kT, kT, T, wmma::row_major> vb;
-        wmma::load_matrix_sync(pa, &p_s[0][t * kT], C);
-        wmma::load_matrix_sync(vb, vc + tile_rows(c0 + t * kT) * D + col, D);
+        wmma::load_matrix_sync(pa, p_s + t * kT, L::kLdP);
+        wmma::load_matrix_sync(vb, v_s + t * kT * L::kLdKv + col, L::kLdKv);
         wmma::mma_sync(acc, pa, vb, acc);
       }
-      wmma::store_matrix_sync(&o_s[0][col], acc, D, wmma::mem_row_major);
+      wmma::store_matrix_sync(o_s + col, acc, L::kLdO, wmma::mem_row_major);
     }
-    __syncthreads();
+    __syncthreads();  // This stage's buffers are free for the next iteration's copies.
   }
   for (int i = tid; i < G * D; i += kWarps * 32) {
     const int r = i / D, d = i % D;
     const int64_t head = seq * s.heads + h * G + r;
+    const float o = o_s[r * L::kLdO + d];
     if (s.partitions == 1) {
-      out[head * D + d] = FromF<T>(l_s[r] > 0.0f ? o_s[r][d] / l_s[r] : 0.0f);
+      out[head * D + d] = FromF<T>(l_s[r] > 0.0f ? o / l_s[r] : 0.0f);
     } else {
       const int64_t slot = head * s.partitions + part;
-      partial[slot * D + d] = o_s[r][d];
+      partial[slot * D + d] = o;
       if (d == 0) {
         stats[2 * slot] = m_s[r];
         stats[2 * slot + 1] = l_s[r];
       }
     }
   }
+}
+
+// Launches the tensor-core kernel with its dynamic shared memory, opted in
+// once per instantiation and device (from D = 128 on it is over the 48 KB
+// default).
+template <typename T, int D>
+int LaunchTc(const T* q, const T* kc, const T* vc, const int64_t* table, const int64_t* positions, float* partial,
+             float* stats, T* out, const PagedDecodeShape& s, dim3 grid, cudaStream_t stream) {
+  static std::atomic<uint64_t> opted_in{0};  // Bit i: device i.
+  int device = 0;
+  cudaError_t e = cudaGetDevice(&device);
+  if (e != cudaSuccess) return static_cast<int>(e);
+  const uint64_t bit = device < 64 ? uint64_t{1} << device : 0;
+  if ((opted_in.load() & bit) == 0 || bit == 0) {
+    e = cudaFuncSetAttribute(PagedDecodeTcKernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             static_cast<int>(TcSmem<T, D>::kBytes));
+    if (e != cudaSuccess) return static_cast<int>(e);
+    opted_in.fetch_or(bit);
+  }
+  PagedDecodeTcKernel<T, D><<<grid, kWarps * 32, TcSmem<T, D>::kBytes, stream>>>(q, kc, vc, table, positions, partial,
+                                                                                 stats, out, s);
+  return 0;
 }
 
 // One warp per (sequence, query head): merges the partitions' states.
@@ -338,9 +425,10 @@ int Launch(const void* q, const void* kc, const void* vc, const int64_t* table, 
   if constexpr (sizeof(T) == 2) {
     tensor_cores = s.block_size % kDecodeTile == 0;  // Tiles never straddle a cache block.
     if (tensor_cores) {
-      PagedDecodeTcKernel<T, EPL * 32><<<grid, kWarps * 32, 0, stream>>>(
-          static_cast<const T*>(q), static_cast<const T*>(kc), static_cast<const T*>(vc), table, positions, partial,
-          stats, static_cast<T*>(out), s);
+      const int code = LaunchTc<T, EPL * 32>(static_cast<const T*>(q), static_cast<const T*>(kc),
+                                             static_cast<const T*>(vc), table, positions, partial, stats,
+                                             static_cast<T*>(out), s, grid, stream);
+      if (code != 0) return code;
     }
   }
   if (!tensor_cores) {

@@ -27,9 +27,10 @@ KRL_HD bool PagedDecodeSupported(int heads, int kv_heads, int head_dim) {
 }
 
 // Partitions per (sequence, KV head): enough thread blocks to fill the GPU
-// twice over (`units`: its multiprocessors), each partition at least
-// kDecodeMinPartitionKeys of the table's max_keys. A function of the
-// shapes only, so a CUDA graph captured once stays valid.
+// twice over (`units`: its multiprocessors; four times over measured no
+// better on an H200), each partition at least kDecodeMinPartitionKeys of
+// the table's max_keys. A function of the shapes only, so a CUDA graph
+// captured once stays valid.
 KRL_HD int PagedDecodePartitions(int64_t seqs, int kv_heads, int64_t max_keys, int units) {
   const int64_t blocks = seqs * kv_heads;
   int64_t want = (2 * int64_t{units} + blocks - 1) / blocks;
