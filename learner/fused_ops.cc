@@ -16,15 +16,6 @@ namespace k = kernels;
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-k::DType KernelDType(const at::Tensor& t) {
-  switch (t.scalar_type()) {
-    case at::kFloat: return k::DType::kF32;
-    case at::kBFloat16: return k::DType::kBF16;
-    case at::kHalf: return k::DType::kF16;
-    default: TORCH_CHECK(false, "fused op: unsupported dtype ", t.scalar_type());
-  }
-}
-
 void* Stream(const at::Tensor& t) { return c10::cuda::getCurrentCUDAStream(t.device().index()).stream(); }
 
 void Check(int code, const char* what) { TORCH_CHECK(code == 0, what, ": ", k::ErrorString(code)); }
@@ -298,6 +289,15 @@ at::Tensor FusedSwiGlu(const at::Tensor& gu) { return SwiGluFn::apply(gu); }
 at::Tensor FusedTokenLogprobs(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& targets,
                               double inv_temp, int64_t keep_bytes) {
   return TokenLogprobsFn::apply(hidden, weight, targets, inv_temp, keep_bytes);
+}
+
+kernels::DType KernelDType(const at::Tensor& t) {
+  switch (t.scalar_type()) {
+    case at::kFloat: return k::DType::kF32;
+    case at::kBFloat16: return k::DType::kBF16;
+    case at::kHalf: return k::DType::kF16;
+    default: TORCH_CHECK(false, "learner kernels: unsupported dtype ", t.scalar_type());
+  }
 }
 
 }  // namespace kernelrl::learner

@@ -10,7 +10,13 @@
 #include <cstdint>
 #include <vector>
 
+#include "learner/kernels/fused_kernels.h"
+
 namespace kernelrl::learner {
+
+// The learner kernels' element type of a tensor: fp32, bf16 or fp16 (any
+// other is an error).
+kernels::DType KernelDType(const at::Tensor& t);
 
 struct RopeSplitShape {
   int heads, kv_heads, head_dim;

@@ -5,7 +5,7 @@
 
 #include <gtest/gtest.h>
 
-#include "common/gpu_presence.h"
+#include "learner/device_case_test_util.h"
 
 #include <cstdlib>
 #include <string>
@@ -14,30 +14,15 @@
 namespace kernelrl::learner {
 namespace {
 
-struct Case {
-  std::string device;
-  at::ScalarType dtype;
-};
+using testing::DeviceCase;
 
-std::string Name(const ::testing::TestParamInfo<Case>& info) {
-  return info.param.device + (info.param.dtype == at::kFloat ? "_f32" : "_bf16");
-}
-
-class FusedOpsTest : public ::testing::TestWithParam<Case> {
+class FusedOpsTest : public testing::DeviceCaseTest {
  public:
   void SetUp() override {
-    if (GetParam().device == "cuda") {
-      if (!GpuDevicePresent()) GTEST_SKIP() << "CUDA case skipped: no GPU on this machine (no /dev/nvidiaN)";
-      // A GPU is here: a CUDA backend that does not load is a failure, not a skip.
-      ASSERT_TRUE(at::hasCUDA()) << "a GPU is present but LibTorch's CUDA backend did not load";
-    }
+    DeviceCaseTest::SetUp();
+    if (IsSkipped()) return;
     at::manual_seed(1234);
   }
-  at::TensorOptions opts() const {
-    return at::TensorOptions().device(GetParam().device == "cuda" ? at::Device(at::kCUDA, 0) : at::Device(at::kCPU))
-        .dtype(GetParam().dtype);
-  }
-  bool half() const { return GetParam().dtype != at::kFloat; }
   void ExpectCloseFor(const at::Tensor& got, const at::Tensor& want, const std::string& what) const {
     ExpectClose(got, want, what);
   }
@@ -153,9 +138,9 @@ TEST_P(FusedOpsTest, TokenLogprobsBackwardTwiceRecomputes) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Devices, FusedOpsTest,
-                         ::testing::Values(Case{"cpu", at::kFloat}, Case{"cuda", at::kFloat},
-                                           Case{"cuda", at::kBFloat16}),
-                         Name);
+                         ::testing::Values(DeviceCase{"cpu", at::kFloat}, DeviceCase{"cuda", at::kFloat},
+                                           DeviceCase{"cuda", at::kBFloat16}),
+                         testing::DeviceCaseName);
 
 }  // namespace
 }  // namespace kernelrl::learner

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "learner/fused_ops.h"
 #include "learner/kernels/paged_decode.h"
 #include "learner/kernels/paged_decode_math.h"
 
@@ -15,27 +16,17 @@ namespace {
 
 namespace k = kernels;
 
-k::DType KernelDType(const at::Tensor& t) {
-  switch (t.scalar_type()) {
-    case at::kFloat: return k::DType::kF32;
-    case at::kBFloat16: return k::DType::kBF16;
-    case at::kHalf: return k::DType::kF16;
-    default: TORCH_CHECK(false, "PagedDecodeAttention: unsupported dtype ", t.scalar_type());
-  }
-}
-
 // The CUDA kernels' algorithm on the CPU: per (sequence, KV head,
 // partition) an online softmax over the partition's keys for each query
 // head of the group, then the partitions merged by the same rule.
 void PagedDecodeCpu(const float* q, const float* kc, const float* vc, const int64_t* table, const int64_t* positions,
                     float* out, const k::PagedDecodeShape& s) {
   const int D = s.head_dim, G = s.heads / s.kv_heads;
-  const int64_t max_keys = s.table_width * s.block_size, chunk = k::PartitionKeys(max_keys, s.partitions);
+  const int64_t max_keys = s.table_width * s.block_size;
   const float qscale = s.scale * k::kLog2E;
   std::vector<float> qs(D), acc(static_cast<size_t>(s.partitions) * D);
   std::vector<k::SoftmaxState> st(s.partitions);
   for (int64_t seq = 0; seq < s.seqs; ++seq) {
-    const int64_t len = std::min(positions[seq] + 1, max_keys);
     for (int h = 0; h < s.kv_heads; ++h) {
       const int64_t head_rows = int64_t{h} * s.cache_blocks * s.block_size;
       for (int g = 0; g < G; ++g) {
@@ -46,7 +37,8 @@ void PagedDecodeCpu(const float* q, const float* kc, const float* vc, const int6
           ps = k::SoftmaxEmpty();
           float* a = &acc[static_cast<size_t>(p) * D];
           std::fill(a, a + D, 0.0f);
-          for (int64_t t = p * chunk; t < std::min(len, (p + 1) * chunk); ++t) {
+          const k::KeyRange keys = k::PartitionRange(max_keys, s.partitions, p, positions[seq]);
+          for (int64_t t = keys.begin; t < keys.end; ++t) {
             const int64_t off = (head_rows + table[seq * s.table_width + t / s.block_size] * s.block_size +
                                  t % s.block_size) * D;
             float sc = 0.0f;

@@ -14,38 +14,24 @@
 #include <string>
 #include <vector>
 
-#include "common/gpu_presence.h"
+#include "learner/device_case_test_util.h"
 
 namespace kernelrl::learner {
 namespace {
 
-struct Case {
-  std::string device;
-  at::ScalarType dtype;
-};
-
-std::string Name(const ::testing::TestParamInfo<Case>& info) {
-  const auto t = info.param.dtype;
-  return info.param.device + (t == at::kFloat ? "_f32" : t == at::kBFloat16 ? "_bf16" : "_f16");
-}
+using testing::DeviceCase;
 
 struct Shape {
   int64_t seqs, heads, kv_heads, head_dim, block_size, blocks, width;
 };
 
-class PagedDecodeTest : public ::testing::TestWithParam<Case> {
+class PagedDecodeTest : public testing::DeviceCaseTest {
  public:
   void SetUp() override {
-    if (GetParam().device == "cuda") {
-      if (!GpuDevicePresent()) GTEST_SKIP() << "CUDA case skipped: no GPU on this machine (no /dev/nvidiaN)";
-      ASSERT_TRUE(at::hasCUDA()) << "a GPU is present but LibTorch's CUDA backend did not load";
-    }
+    DeviceCaseTest::SetUp();
+    if (IsSkipped()) return;
     at::manual_seed(std::random_device{}());
   }
-  at::Device device() const {
-    return GetParam().device == "cuda" ? at::Device(at::kCUDA, 0) : at::Device(at::kCPU);
-  }
-  at::TensorOptions opts() const { return at::TensorOptions().device(device()).dtype(GetParam().dtype); }
 
   // Random cache, block tables (distinct blocks per sequence, shared across
   // sequences, in shuffled order) and positions (0, the table's last key and
@@ -86,8 +72,7 @@ class PagedDecodeTest : public ::testing::TestWithParam<Case> {
     }
     at::Tensor w = at::stack(want), g = got.to(at::kCPU, at::kDouble);
     const double err = (g - w).norm().item<double>() / w.norm().item<double>();
-    const bool low = GetParam().dtype != at::kFloat;
-    EXPECT_LT(err, low ? 1e-2 : 1e-5) << "relative L2 error, partitions " << partitions;
+    EXPECT_LT(err, half() ? 1e-2 : 1e-5) << "relative L2 error, partitions " << partitions;
     EXPECT_FALSE(got.isnan().any().item<bool>());
   }
 };
@@ -129,11 +114,11 @@ TEST_P(PagedDecodeTest, RefusesShapesItDoesNotTake) {
   EXPECT_THROW(PagedDecodeAttention(at::zeros({2, 4, 64}, opts()), cache, cache, table, pos, 0.125), c10::Error);
 }
 
-std::vector<Case> Cases() {
+std::vector<DeviceCase> Cases() {
   return {{"cpu", at::kFloat}, {"cuda", at::kFloat}, {"cuda", at::kBFloat16}, {"cuda", at::kHalf}};
 }
 
-INSTANTIATE_TEST_SUITE_P(Devices, PagedDecodeTest, ::testing::ValuesIn(Cases()), Name);
+INSTANTIATE_TEST_SUITE_P(Devices, PagedDecodeTest, ::testing::ValuesIn(Cases()), testing::DeviceCaseName);
 
 }  // namespace
 }  // namespace kernelrl::learner

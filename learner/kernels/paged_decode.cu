@@ -65,12 +65,8 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int64_t seq = blockIdx.z;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int G = s.heads / s.kv_heads;
-  const int64_t max_keys = s.table_width * s.block_size;
-  const int64_t chunk = PartitionKeys(max_keys, s.partitions);
-  int64_t len = positions[seq] + 1;
-  if (len > max_keys) len = max_keys;
-  const int64_t begin = part * chunk;
-  const int64_t end = begin + chunk < len ? begin + chunk : len;
+  const KeyRange keys = PartitionRange(s.table_width * s.block_size, s.partitions, part, positions[seq]);
+  const int64_t begin = keys.begin, end = keys.end;
 
   float qr[kG][EPL];
   const float qscale = s.scale * kLog2E;
@@ -237,12 +233,8 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int64_t seq = blockIdx.z;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, tid = threadIdx.x;
   const int G = s.heads / s.kv_heads;
-  const int64_t max_keys = s.table_width * s.block_size;
-  const int64_t chunk = PartitionKeys(max_keys, s.partitions);
-  int64_t len = positions[seq] + 1;
-  if (len > max_keys) len = max_keys;
-  const int64_t begin = part * chunk;
-  const int64_t end = begin + chunk < len ? begin + chunk : len;
+  const KeyRange keys = PartitionRange(s.table_width * s.block_size, s.partitions, part, positions[seq]);
+  const int64_t begin = keys.begin, end = keys.end;
   const int64_t* row = table + seq * s.table_width;
   const int64_t head_rows = int64_t{h} * s.cache_blocks * s.block_size;
   const int bs = static_cast<int>(s.block_size);

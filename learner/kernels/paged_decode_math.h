@@ -50,6 +50,20 @@ KRL_HD int64_t PartitionKeys(int64_t max_keys, int partitions) {
   return (keys + kDecodeTile - 1) / kDecodeTile * kDecodeTile;
 }
 
+// The keys [begin, end) that partition `part` of a sequence attends over,
+// its query at `position` (keys [0, position], at most max_keys); empty
+// (end <= begin) past the sequence's end.
+struct KeyRange {
+  int64_t begin, end;
+};
+
+KRL_HD KeyRange PartitionRange(int64_t max_keys, int partitions, int part, int64_t position) {
+  const int64_t len = position + 1 < max_keys ? position + 1 : max_keys;
+  const int64_t chunk = PartitionKeys(max_keys, partitions);
+  const int64_t begin = part * chunk;
+  return {begin, begin + chunk < len ? begin + chunk : len};
+}
+
 // Online softmax state of one query head over some keys: running max m
 // (base 2), sum l of 2^(s - m); the weighted values live beside it.
 struct SoftmaxState {
