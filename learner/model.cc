@@ -1183,9 +1183,10 @@ at::Tensor Transformer::PagedDecodeHidden(const at::Tensor& ids, const at::Tenso
   st.lengths.assign(S, 1);
   st.positions = positions;
   st.decode_kernel = options_.fused_kernels && options_.device.is_cuda() &&
+                     (options_.dtype == at::kBFloat16 || options_.dtype == at::kHalf) &&
                      kernels::PagedDecodeSupported(static_cast<int>(config_.num_heads),
                                                    static_cast<int>(config_.num_kv_heads),
-                                                   static_cast<int>(config_.head_dim));
+                                                   static_cast<int>(config_.head_dim), bs);
   if (!st.decode_kernel) {
     // Keys at or past each sequence's length are padding: -inf.
     at::Tensor len = positions.unsqueeze(1) + 1;                                                   // [S,1]

@@ -279,7 +279,7 @@ class Transformer {
     int64_t max_blocks = 0;
     bool decode = false;
     at::Tensor positions;        // Decode: [S] int64, each query's position.
-    bool decode_kernel = false;  // Decode by PagedDecodeAttention (CUDA), not gather + bmm.
+    bool decode_kernel = false;  // Decode by PagedDecodeAttention (CUDA, 16-bit), not gather + bmm.
     at::Tensor bias;    // Gather decode: [kv_heads*S, 1, max_blocks*block_size], 0 or -inf (heads leading).
     std::vector<int64_t> starts, lengths;
     std::vector<at::Tensor> masks;  // Prefill with a cached prefix: [n, start+n] bool, else undefined.

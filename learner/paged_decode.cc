@@ -66,16 +66,14 @@ void PagedDecodeCpu(const float* q, const float* kc, const float* vc, const int6
 
 }  // namespace
 
-bool PagedDecodeSupported(const at::Tensor& q, int64_t kv_heads) {
+bool PagedDecodeSupported(const at::Tensor& q, int64_t kv_heads, int64_t block_size) {
   if (q.dim() != 3 || !k::PagedDecodeSupported(static_cast<int>(q.size(1)), static_cast<int>(kv_heads),
-                                               static_cast<int>(q.size(2)))) {
+                                               static_cast<int>(q.size(2)), block_size)) {
     return false;
   }
-  if (q.is_cuda()) {
-    const auto t = q.scalar_type();
-    return (t == at::kFloat || t == at::kBFloat16 || t == at::kHalf) && q.size(0) <= 65535;
-  }
-  return q.device().is_cpu() && q.scalar_type() == at::kFloat;
+  const auto t = q.scalar_type();
+  if (q.is_cuda()) return (t == at::kBFloat16 || t == at::kHalf) && q.size(0) <= 65535;
+  return q.device().is_cpu() && t == at::kFloat;
 }
 
 at::Tensor PagedDecodeAttention(const at::Tensor& q_in, const at::Tensor& k_cache, const at::Tensor& v_cache,
@@ -85,8 +83,9 @@ at::Tensor PagedDecodeAttention(const at::Tensor& q_in, const at::Tensor& k_cach
                   v_cache.is_contiguous(),
               "PagedDecodeAttention: k/v caches must be contiguous [kv_heads, blocks, block_size, D], got ",
               k_cache.sizes(), " and ", v_cache.sizes());
-  TORCH_CHECK(PagedDecodeSupported(q_in, k_cache.size(0)), "PagedDecodeAttention: q ", q_in.sizes(), " ",
-              q_in.scalar_type(), " on ", q_in.device(), " with ", k_cache.size(0), " KV heads is not supported");
+  TORCH_CHECK(PagedDecodeSupported(q_in, k_cache.size(0), k_cache.size(2)), "PagedDecodeAttention: q ", q_in.sizes(),
+              " ", q_in.scalar_type(), " on ", q_in.device(), " with ", k_cache.size(0), " KV heads in blocks of ",
+              k_cache.size(2), " is not supported");
   const at::Tensor q = q_in.contiguous();
   const at::Tensor table = table_in.to(at::kLong).contiguous(), positions = positions_in.to(at::kLong).contiguous();
   const int64_t S = q.size(0);

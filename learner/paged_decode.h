@@ -1,8 +1,9 @@
 // Decode attention over the paged KV cache (learner/kernels/paged_decode.h):
 // q [S, heads, D] of one new token per sequence, keys and values read from
 // the cache through each sequence's block table, out [S, heads, D]. CUDA
-// tensors run the kernels; CPU tensors (fp32) run loops with the same
-// partitions and merge rule, so CI checks them against plain attention.
+// tensors (bf16, fp16) run the tensor-core kernels; CPU tensors (fp32) run
+// loops with the same partitions and merge rule, so CI checks them against
+// plain attention.
 #ifndef KERNELRL_LEARNER_PAGED_DECODE_H_
 #define KERNELRL_LEARNER_PAGED_DECODE_H_
 
@@ -10,8 +11,10 @@
 
 namespace kernelrl::learner {
 
-// Whether PagedDecodeAttention takes this model shape and dtype on q's device.
-bool PagedDecodeSupported(const at::Tensor& q, int64_t kv_heads);
+// Whether PagedDecodeAttention takes q [S, heads, D] over a cache of
+// kv_heads and block_size (kernels::PagedDecodeSupported) in q's dtype on
+// q's device: bf16 or fp16 on CUDA, fp32 on the CPU.
+bool PagedDecodeSupported(const at::Tensor& q, int64_t kv_heads, int64_t block_size);
 
 // k_cache, v_cache [kv_heads, blocks, block_size, D]; table int64
 // [S, width] block ids; positions int64 [S]: each sequence attends over

@@ -1,8 +1,7 @@
 // Paged decode attention against plain attention in fp64 over each
 // sequence's gathered keys. CPU (fp32: the kernels' partition and merge
-// rules) always; CUDA (fp32 on CUDA cores; bf16 and fp16 on tensor cores
-// where the block size is a multiple of 16, else CUDA cores) wherever a GPU
-// is present
+// rules) always; CUDA (bf16 and fp16, the tensor-core kernels) wherever a
+// GPU is present
 // (tools/device_engine.sh on the GPU machine), skipped with the reason only
 // where there is none.
 #include "learner/paged_decode.h"
@@ -84,15 +83,16 @@ TEST_P(PagedDecodeTest, GroupedHeadsOverSharedShuffledBlocks) {
 }
 
 TEST_P(PagedDecodeTest, MoreSplitsThanKeysLeaveEmptyPartitions) {
-  // Qwen2.5-7B's layout (28 over 4, D 128); 7 keys of 16 per partition at
-  // most, so short sequences leave later partitions empty.
-  const Shape s{5, 28, 4, 128, 4, 12, 4};
+  // Qwen2.5-7B's layout (28 over 4, D 128); 64 keys over 16 partitions of
+  // a 16-key tile each: all but the first four empty.
+  const Shape s{5, 28, 4, 128, 16, 12, 4};
   Check(s, 16);
 }
 
 TEST_P(PagedDecodeTest, EveryHeadSizeAndGroup) {
-  Check({3, 8, 8, 32, 8, 6, 3}, 2);    // Multi-head (group 1), D 32.
-  Check({4, 8, 1, 256, 2, 20, 9}, 5);  // One KV head for 8 query heads, D 256.
+  Check({3, 8, 8, 32, 16, 6, 3}, 2);   // Multi-head (group 1), D 32.
+  Check({4, 8, 1, 256, 16, 20, 3}, 3);  // One KV head for 8 query heads, D 256.
+  Check({3, 32, 2, 64, 16, 10, 4}, 1);  // A full tile of 16 query heads per KV head.
 }
 
 TEST_P(PagedDecodeTest, LongSequencesTakeSeveralSoftmaxSteps) {
@@ -104,18 +104,22 @@ TEST_P(PagedDecodeTest, LongSequencesTakeSeveralSoftmaxSteps) {
 }
 
 TEST_P(PagedDecodeTest, RefusesShapesItDoesNotTake) {
-  EXPECT_FALSE(PagedDecodeSupported(at::zeros({2, 9, 64}, opts()), 1));  // Group of 9.
-  EXPECT_FALSE(PagedDecodeSupported(at::zeros({2, 4, 80}, opts()), 2));  // D 80.
-  EXPECT_FALSE(PagedDecodeSupported(at::zeros({2, 4, 64}, opts()), 3));  // 4 heads over 3.
-  EXPECT_TRUE(PagedDecodeSupported(at::zeros({2, 4, 64}, opts()), 2));
-  at::Tensor cache = at::zeros({2, 4, 4, 64}, opts());
+  EXPECT_FALSE(PagedDecodeSupported(at::zeros({2, 17, 64}, opts()), 1, 16));  // Group of 17.
+  EXPECT_FALSE(PagedDecodeSupported(at::zeros({2, 4, 80}, opts()), 2, 16));   // D 80.
+  EXPECT_FALSE(PagedDecodeSupported(at::zeros({2, 4, 64}, opts()), 3, 16));   // 4 heads over 3.
+  EXPECT_FALSE(PagedDecodeSupported(at::zeros({2, 4, 64}, opts()), 2, 8));    // Blocks of 8 keys.
+  EXPECT_TRUE(PagedDecodeSupported(at::zeros({2, 4, 64}, opts()), 2, 16));
+  // The other element types of this device are refused (CUDA: 16-bit; CPU: fp32).
+  const at::ScalarType other = device().is_cuda() ? at::kFloat : at::kBFloat16;
+  EXPECT_FALSE(PagedDecodeSupported(at::zeros({2, 4, 64}, opts().dtype(other)), 2, 16));
+  at::Tensor cache = at::zeros({2, 4, 16, 64}, opts());
   at::Tensor table = at::zeros({2, 2}, at::TensorOptions().device(device()).dtype(at::kLong));
   at::Tensor pos = at::zeros({3}, at::TensorOptions().device(device()).dtype(at::kLong));
   EXPECT_THROW(PagedDecodeAttention(at::zeros({2, 4, 64}, opts()), cache, cache, table, pos, 0.125), c10::Error);
 }
 
 std::vector<DeviceCase> Cases() {
-  return {{"cpu", at::kFloat}, {"cuda", at::kFloat}, {"cuda", at::kBFloat16}, {"cuda", at::kHalf}};
+  return {{"cpu", at::kFloat}, {"cuda", at::kBFloat16}, {"cuda", at::kHalf}};
 }
 
 INSTANTIATE_TEST_SUITE_P(Devices, PagedDecodeTest, ::testing::ValuesIn(Cases()), testing::DeviceCaseName);

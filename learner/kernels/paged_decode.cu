@@ -1,19 +1,12 @@
-// CUDA side of paged_decode.h. Memory-bound: every key and value row of a
-// sequence's KV head is read once and serves all the query heads of its
-// group. Two kernels of one thread block per (partition, KV head,
-// sequence):
-//  - bf16/fp16 with a block size that is a multiple of 16 (the engine's):
-//    tensor cores (WMMA). Keys and values stream from their cache blocks
-//    into shared memory by asynchronous copies, 32 keys a stage, the next
-//    stage in flight while this one is used; the group's queries, padded to
-//    16 rows, times 16 keys a tile; an exact softmax step per stage; then
-//    P times V on the tensor cores again, each warp owning output columns;
-//  - otherwise (fp32, other block sizes): CUDA cores. Each warp walks its
-//    share of the keys kUnroll rows at a time, scores them against the
-//    queries held in registers (a warp-wide dot product per row) and folds
-//    them into per-head online softmax states; the warps then merge through
-//    shared memory.
-// Rules shared with the CPU loops: paged_decode_math.h.
+// CUDA side of paged_decode.h, on the tensor cores (WMMA). Memory-bound:
+// every key and value row of a sequence's KV head is read once and serves
+// all the query heads of its group. One thread block per (partition, KV
+// head, sequence): keys and values stream from their cache blocks into
+// shared memory by asynchronous copies, 32 keys a stage with the next stage
+// in flight; the group's queries, padded to 16 rows, times 16 keys a tile;
+// an exact softmax step per stage; then P times V on the tensor cores
+// again, each warp owning output columns. A second kernel merges the
+// partitions. Rules shared with the CPU loops: paged_decode_math.h.
 #include "learner/kernels/paged_decode.h"
 
 #include <cuda_bf16.h>
@@ -30,8 +23,6 @@ namespace kernelrl::learner::kernels {
 namespace {
 
 constexpr int kWarps = 4;
-constexpr int kUnroll = 4;
-constexpr int kG = kDecodeMaxGroup;
 
 __device__ __forceinline__ float WarpSum(float x) {
 #pragma unroll
@@ -44,141 +35,6 @@ __device__ __forceinline__ float WarpMax(float x) {
   for (int o = 16; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
   return x;
 }
-
-template <typename T, int EPL>
-__device__ __forceinline__ void LoadRow(const T* p, float* out) {
-  const Pack<T, EPL> x = Load<T, EPL>(p);
-#pragma unroll
-  for (int e = 0; e < EPL; ++e) out[e] = ToF(x.v[e]);
-}
-
-// One thread block per (partition, KV head, sequence). EPL = D / 32
-// elements of each row per lane.
-template <typename T, int EPL>
-__global__ void __launch_bounds__(kWarps * 32)
-    PagedDecodeKernel(const T* __restrict__ q, const T* __restrict__ kc, const T* __restrict__ vc,
-                      const int64_t* __restrict__ table, const int64_t* __restrict__ positions,
-                      float* __restrict__ partial, float* __restrict__ stats, T* __restrict__ out,
-                      PagedDecodeShape s) {
-  constexpr int D = EPL * 32;
-  const int part = blockIdx.x, h = blockIdx.y;
-  const int64_t seq = blockIdx.z;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int G = s.heads / s.kv_heads;
-  const KeyRange keys = PartitionRange(s.table_width * s.block_size, s.partitions, part, positions[seq]);
-  const int64_t begin = keys.begin, end = keys.end;
-
-  float qr[kG][EPL];
-  const float qscale = s.scale * kLog2E;
-#pragma unroll
-  for (int g = 0; g < kG; ++g) {
-    if (g < G) {
-      LoadRow<T, EPL>(q + ((seq * s.heads) + h * G + g) * D + lane * EPL, qr[g]);
-#pragma unroll
-      for (int e = 0; e < EPL; ++e) qr[g][e] *= qscale;
-    }
-  }
-  SoftmaxState st[kG];
-  float acc[kG][EPL];
-#pragma unroll
-  for (int g = 0; g < kG; ++g) {
-    st[g] = SoftmaxEmpty();
-#pragma unroll
-    for (int e = 0; e < EPL; ++e) acc[g][e] = 0.0f;
-  }
-
-  const int64_t* row = table + seq * s.table_width;
-  const int64_t head_rows = int64_t{h} * s.cache_blocks * s.block_size;
-  for (int64_t t0 = begin + warp * kUnroll; t0 < end; t0 += kWarps * kUnroll) {
-    float kr[kUnroll][EPL], vr[kUnroll][EPL];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int64_t t = t0 + u;
-      if (t < end) {
-        const int64_t off = (head_rows + row[t / s.block_size] * s.block_size + t % s.block_size) * D + lane * EPL;
-        LoadRow<T, EPL>(kc + off, kr[u]);
-        LoadRow<T, EPL>(vc + off, vr[u]);
-      } else {
-#pragma unroll
-        for (int e = 0; e < EPL; ++e) kr[u][e] = vr[u][e] = 0.0f;
-      }
-    }
-#pragma unroll
-    for (int g = 0; g < kG; ++g) {
-      if (g >= G) continue;
-      float sc[kUnroll];
-      float mx = st[g].m;
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        float d = 0.0f;
-#pragma unroll
-        for (int e = 0; e < EPL; ++e) d += qr[g][e] * kr[u][e];
-        d = WarpSum(d);
-        sc[u] = t0 + u < end ? d : -INFINITY;
-        mx = fmaxf(mx, sc[u]);
-      }
-      const float corr = Rescale(st[g].m, mx);  // mx is finite: row t0 exists.
-      st[g].l *= corr;
-#pragma unroll
-      for (int e = 0; e < EPL; ++e) acc[g][e] *= corr;
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const float p = exp2f(sc[u] - mx);  // 0 for the rows past `end`.
-        st[g].l += p;
-#pragma unroll
-        for (int e = 0; e < EPL; ++e) acc[g][e] += p * vr[u][e];
-      }
-      st[g].m = mx;
-    }
-  }
-
-  // Merge the warps' states: each writes its own, then warp w merges head w
-  // (and w + kWarps) across them.
-  __shared__ float sm_m[kWarps][kG], sm_l[kWarps][kG];
-  __shared__ float sm_acc[kWarps][kG][D];
-#pragma unroll
-  for (int g = 0; g < kG; ++g) {
-    if (g >= G) continue;
-    if (lane == 0) {
-      sm_m[warp][g] = st[g].m;
-      sm_l[warp][g] = st[g].l;
-    }
-#pragma unroll
-    for (int e = 0; e < EPL; ++e) sm_acc[warp][g][lane * EPL + e] = acc[g][e];
-  }
-  __syncthreads();
-  for (int g = warp; g < G; g += kWarps) {
-    float m = -INFINITY;
-    for (int w = 0; w < kWarps; ++w) m = fmaxf(m, sm_m[w][g]);
-    float l = 0.0f, a[EPL];
-#pragma unroll
-    for (int e = 0; e < EPL; ++e) a[e] = 0.0f;
-    for (int w = 0; w < kWarps; ++w) {
-      const float r = Rescale(sm_m[w][g], m);
-      l += sm_l[w][g] * r;
-#pragma unroll
-      for (int e = 0; e < EPL; ++e) a[e] += sm_acc[w][g][lane * EPL + e] * r;
-    }
-    const int64_t head = seq * s.heads + h * G + g;
-    if (s.partitions == 1) {  // The whole row: normalise and write.
-      const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-      Pack<T, EPL> o;
-#pragma unroll
-      for (int e = 0; e < EPL; ++e) o.v[e] = FromF<T>(a[e] * inv);
-      Store<T, EPL>(out + head * D + lane * EPL, o);
-    } else {
-      const int64_t slot = head * s.partitions + part;
-#pragma unroll
-      for (int e = 0; e < EPL; ++e) partial[slot * D + lane * EPL + e] = a[e];
-      if (lane == 0) {
-        stats[2 * slot] = m;
-        stats[2 * slot + 1] = l;
-      }
-    }
-  }
-}
-
-// ---- tensor cores ---------------------------------------------------------
 
 namespace wmma = nvcuda::wmma;
 constexpr int kT = kDecodeTile;  // WMMA tile edge: 16 keys, 16 (padded) query rows.
@@ -409,28 +265,16 @@ __global__ void __launch_bounds__(kWarps * 32)
   Store<T, EPL>(out + head * D + lane * EPL, o);
 }
 
-template <typename T, int EPL>
+template <typename T, int D>
 int Launch(const void* q, const void* kc, const void* vc, const int64_t* table, const int64_t* positions,
            float* partial, float* stats, void* out, const PagedDecodeShape& s, cudaStream_t stream) {
   const dim3 grid(s.partitions, s.kv_heads, static_cast<unsigned>(s.seqs));
-  bool tensor_cores = false;
-  if constexpr (sizeof(T) == 2) {
-    tensor_cores = s.block_size % kDecodeTile == 0;  // Tiles never straddle a cache block.
-    if (tensor_cores) {
-      const int code = LaunchTc<T, EPL * 32>(static_cast<const T*>(q), static_cast<const T*>(kc),
-                                             static_cast<const T*>(vc), table, positions, partial, stats,
-                                             static_cast<T*>(out), s, grid, stream);
-      if (code != 0) return code;
-    }
-  }
-  if (!tensor_cores) {
-    PagedDecodeKernel<T, EPL><<<grid, kWarps * 32, 0, stream>>>(
-        static_cast<const T*>(q), static_cast<const T*>(kc), static_cast<const T*>(vc), table, positions, partial,
-        stats, static_cast<T*>(out), s);
-  }
+  const int code = LaunchTc<T, D>(static_cast<const T*>(q), static_cast<const T*>(kc), static_cast<const T*>(vc),
+                                  table, positions, partial, stats, static_cast<T*>(out), s, grid, stream);
+  if (code != 0) return code;
   if (s.partitions > 1) {
     const int64_t rows = s.seqs * s.heads;
-    PagedDecodeMergeKernel<T, EPL><<<static_cast<unsigned>((rows + kWarps - 1) / kWarps), kWarps * 32, 0, stream>>>(
+    PagedDecodeMergeKernel<T, D / 32><<<static_cast<unsigned>((rows + kWarps - 1) / kWarps), kWarps * 32, 0, stream>>>(
         partial, stats, static_cast<T*>(out), rows, s.partitions);
   }
   return static_cast<int>(cudaGetLastError());
@@ -440,10 +284,10 @@ template <typename T>
 int ForHeadDim(const void* q, const void* kc, const void* vc, const int64_t* table, const int64_t* positions,
                float* partial, float* stats, void* out, const PagedDecodeShape& s, cudaStream_t stream) {
   switch (s.head_dim) {
-    case 32: return Launch<T, 1>(q, kc, vc, table, positions, partial, stats, out, s, stream);
-    case 64: return Launch<T, 2>(q, kc, vc, table, positions, partial, stats, out, s, stream);
-    case 128: return Launch<T, 4>(q, kc, vc, table, positions, partial, stats, out, s, stream);
-    case 256: return Launch<T, 8>(q, kc, vc, table, positions, partial, stats, out, s, stream);
+    case 32: return Launch<T, 32>(q, kc, vc, table, positions, partial, stats, out, s, stream);
+    case 64: return Launch<T, 64>(q, kc, vc, table, positions, partial, stats, out, s, stream);
+    case 128: return Launch<T, 128>(q, kc, vc, table, positions, partial, stats, out, s, stream);
+    case 256: return Launch<T, 256>(q, kc, vc, table, positions, partial, stats, out, s, stream);
     default: return static_cast<int>(cudaErrorInvalidValue);
   }
 }
@@ -453,18 +297,15 @@ int ForHeadDim(const void* q, const void* kc, const void* vc, const int64_t* tab
 int PagedDecodeAttention(DType dtype, const void* q, const void* k_cache, const void* v_cache, const int64_t* table,
                          const int64_t* positions, float* partial, float* stats, void* out,
                          const PagedDecodeShape& shape, void* stream) {
-  if (!PagedDecodeSupported(shape.heads, shape.kv_heads, shape.head_dim) || shape.partitions < 1 ||
-      shape.seqs < 1 || shape.seqs > 65535) {
+  if (!PagedDecodeSupported(shape.heads, shape.kv_heads, shape.head_dim, shape.block_size) || dtype == DType::kF32 ||
+      shape.partitions < 1 || shape.seqs < 1 || shape.seqs > 65535) {
     return static_cast<int>(cudaErrorInvalidValue);
   }
   auto st = static_cast<cudaStream_t>(stream);
-  switch (dtype) {
-    case DType::kF32: return ForHeadDim<float>(q, k_cache, v_cache, table, positions, partial, stats, out, shape, st);
-    case DType::kBF16:
-      return ForHeadDim<__nv_bfloat16>(q, k_cache, v_cache, table, positions, partial, stats, out, shape, st);
-    case DType::kF16: return ForHeadDim<__half>(q, k_cache, v_cache, table, positions, partial, stats, out, shape, st);
+  if (dtype == DType::kBF16) {
+    return ForHeadDim<__nv_bfloat16>(q, k_cache, v_cache, table, positions, partial, stats, out, shape, st);
   }
-  return static_cast<int>(cudaErrorInvalidValue);
+  return ForHeadDim<__half>(q, k_cache, v_cache, table, positions, partial, stats, out, shape, st);
 }
 
 }  // namespace kernelrl::learner::kernels

@@ -13,17 +13,24 @@
 
 namespace kernelrl::learner::kernels {
 
-// Query heads of one KV head a thread block holds in registers.
-constexpr int kDecodeMaxGroup = 8;
+// Query heads of one KV head: padded to one 16-row tensor-core tile.
+constexpr int kDecodeMaxGroup = 16;
 // Keys per partition at least: below this the merge costs more than the
 // parallelism gains.
 constexpr int64_t kDecodeMinPartitionKeys = 64;
 constexpr float kLog2E = 1.4426950408889634f;
+// Keys of one tensor-core tile: partitions start on its multiples, and a
+// block size that is one too keeps a tile inside one cache block.
+constexpr int64_t kDecodeTile = 16;
 
-// Head sizes the kernels take: one to eight elements per lane of a warp.
-KRL_HD bool PagedDecodeSupported(int heads, int kv_heads, int head_dim) {
+// The shapes the kernels take (and the CPU loops, for the same coverage):
+// a group of at most 16 query heads per KV head, a head size of 32, 64, 128
+// or 256, cache blocks of a multiple of 16 keys. Element types: bf16 and
+// fp16 on CUDA, fp32 on the CPU (learner/paged_decode.h).
+KRL_HD bool PagedDecodeSupported(int heads, int kv_heads, int head_dim, int64_t block_size) {
   return kv_heads > 0 && heads % kv_heads == 0 && heads / kv_heads <= kDecodeMaxGroup &&
-         (head_dim == 32 || head_dim == 64 || head_dim == 128 || head_dim == 256);
+         (head_dim == 32 || head_dim == 64 || head_dim == 128 || head_dim == 256) && block_size > 0 &&
+         block_size % kDecodeTile == 0;
 }
 
 // Partitions per (sequence, KV head): enough thread blocks to fill the GPU
@@ -38,10 +45,6 @@ KRL_HD int PagedDecodePartitions(int64_t seqs, int kv_heads, int64_t max_keys, i
   if (want > most) want = most;
   return want < 1 ? 1 : static_cast<int>(want);
 }
-
-// Keys of one tensor-core tile: partitions start on its multiples, so with
-// a block size that is one too a tile never straddles two cache blocks.
-constexpr int64_t kDecodeTile = 16;
 
 // Keys per partition, a multiple of kDecodeTile (the last partition may be
 // short or empty).
