@@ -11,7 +11,8 @@
 #   1b. one decode step of the model alone (engine_bench step), CUDA graph,
 #      the paged decode kernel vs the gather + bmm path, at ENGINE_STEPS;
 #   2. decode throughput, engine_bench (eager decode steps, then CUDA-graph
-#      ones) vs HF generate() (hf_bench.py), same GPU, one after the other:
+#      ones; the median of 5 runs each) vs HF generate() (hf_bench.py, one
+#      run), same GPU, one after the other:
 #      batch 32/128/256, 128-token prompts, 256 new tokens, greedy,
 #      Qwen2.5-0.5B and Qwen2.5-7B shapes (random bf16);
 #   3. a 20-turn agentic trajectory (8 rollouts of one task at once) with
@@ -91,14 +92,18 @@ def get(**kw):
         if all(r.get(k) == v for k, v in kw.items()):
             return r
     return {}
-print("%-22s %12s %12s %12s %8s %8s" % ("decode tokens/s (P128)", "eager", "graphs", "HF", "eager/HF", "graph/HF"))
+print("%-22s %12s %12s %17s %12s %8s %8s" % ("decode tokens/s (P128)", "eager", "graphs", "graphs min-max", "HF",
+      "eager/HF", "graph/HF"))
 ratio = lambda a, h: "%.1fx" % (a / h) if a and h else "-"
 for shape in ("0.5b", "7b"):
     for b in sorted({r["batch"] for r in rows if r.get("bench") == "decode" and r.get("shape") == shape}):
         e = get(impl="kernelrl", bench="decode", shape=shape, batch=b, graphs=False).get("tokens_per_s")
-        g = get(impl="kernelrl", bench="decode", shape=shape, batch=b, graphs=True).get("tokens_per_s")
+        gr = get(impl="kernelrl", bench="decode", shape=shape, batch=b, graphs=True)
+        g = gr.get("tokens_per_s")
+        span = "%.0f-%.0f" % (gr["tokens_per_s_min"], gr["tokens_per_s_max"]) if "tokens_per_s_min" in gr else "-"
         h = get(impl="hf", bench="decode", shape=shape, batch=b).get("tokens_per_s")
-        print("%-22s %12s %12s %12s %8s %8s" % ("%s batch %d" % (shape, b), e, g, h, ratio(e, h), ratio(g, h)))
+        print("%-22s %12s %12s %17s %12s %8s %8s" % ("%s batch %d" % (shape, b), e, g, span, h, ratio(e, h),
+              ratio(g, h)))
 print("%-26s %10s %10s %8s %14s" % ("decode step (CUDA graph)", "kernel ms", "gather ms", "speedup", "kernel tok/s"))
 for r in rows:
     if r.get("bench") == "step":

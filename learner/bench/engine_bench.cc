@@ -4,8 +4,9 @@
 //
 //   engine_bench decode SHAPE B1,B2,... P N eager|graphs
 //       B requests of P random tokens, N new tokens each (greedy, no EOS),
-//       all submitted at once: tokens generated / wall, per batch size;
-//       decode steps eager or replayed from CUDA graphs.
+//       all submitted at once: tokens generated / wall, per batch size (the
+//       median of 5 runs, with the slowest and fastest); decode steps eager
+//       or replayed from CUDA graphs.
 //   engine_bench agentic SHAPE R TURNS on|off   (CUDA-graph decode)
 //       R rollouts of one task at once, each TURNS turns: turn t's prompt is
 //       the whole history (a 512-token system+task prompt, then per earlier
@@ -24,6 +25,7 @@
 #include <c10/core/InferenceMode.h>
 #include <c10/cuda/CUDAFunctions.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -144,19 +146,32 @@ int Decode(const std::string& shape, const std::vector<int>& batches, int prompt
   };
   // Warm-up: allocator, kernels, and the graphs of every batch bucket.
   for (int batch : batches) RunAll(&engine, requests(batch, 8));
+  // Each batch size runs kReps times on fresh prompts (a 0.5B run is half a
+  // second: one run moves with the host's scheduling); the median counts.
+  constexpr int kReps = 5;
   for (int batch : batches) {
-    auto rs = requests(batch, new_tokens);
-    Sync();
-    const double t0 = Now();
-    auto results = RunAll(&engine, rs);
-    const double dt = Now() - t0;
+    std::vector<double> rates;
     int64_t tokens = 0;
-    for (const auto& r : results) tokens += static_cast<int64_t>(r.output_ids.size());
+    double seconds = 0;
+    for (int rep = 0; rep < kReps; ++rep) {
+      auto rs = requests(batch, new_tokens);
+      Sync();
+      const double t0 = Now();
+      auto results = RunAll(&engine, rs);
+      const double dt = Now() - t0;
+      tokens = 0;
+      for (const auto& r : results) tokens += static_cast<int64_t>(r.output_ids.size());
+      rates.push_back(tokens / dt);
+      seconds += dt;
+    }
+    std::sort(rates.begin(), rates.end());
     std::printf("{\"impl\": \"kernelrl\", \"bench\": \"decode\", \"shape\": \"%s\", \"graphs\": %s, "
                 "\"graphs_captured\": %d, \"batch\": %d, \"prompt\": %d, \"new\": %d, \"tokens\": %ld, "
-                "\"seconds\": %.3f, \"tokens_per_s\": %.1f, \"peak_gib\": %.2f}\n",
+                "\"runs\": %d, \"seconds\": %.3f, \"tokens_per_s\": %.1f, \"tokens_per_s_min\": %.1f, "
+                "\"tokens_per_s_max\": %.1f, \"peak_gib\": %.2f}\n",
                 shape.c_str(), graphs ? "true" : "false", engine.GetInfo().decode_graphs, batch, prompt_len,
-                new_tokens, static_cast<long>(tokens), dt, tokens / dt, PeakGiB());
+                new_tokens, static_cast<long>(tokens), kReps, seconds / kReps, rates[kReps / 2], rates.front(),
+                rates.back(), PeakGiB());
     std::fflush(stdout);
   }
   return 0;
