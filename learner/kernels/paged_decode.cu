@@ -67,7 +67,7 @@ struct TcSmem {
   static constexpr size_t kBytes = kKv + kQ + kO + kS + kP;
 };
 
-// Keys stream through shared memory in stages of kChunk (the next stages'
+// Keys stream through shared memory in stages of kChunk (the next stage's
 // copies in flight while this one is used): S = Q K^T on the tensor cores,
 // an exact softmax step per query row, then O += P V with each warp owning
 // output columns.
