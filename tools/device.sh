@@ -21,7 +21,7 @@ AREAS=(
   "confine|-|.devcarry/sandbox (stage sandbox)|confinement: filesystem view, identity, readonly root with CUDA"
   "profiler|-|-|CUPTI vs ncu, ceilings, timing CV, exploit timings, baseline precompute (builds with nvcc/g++ there)"
   "learner|--stage|.devcarry/learner|model parity on CUDA, tokenizer, learner_bench and hf_bench"
-  "engine|--stage|.devcarry/engine|policy engine: decode tokens/s at batch 32/128/256 (0.5B, 7B) vs HF generate; 20-turn agentic replay, prefix cache on/off"
+  "engine|--stage|.devcarry/engine|policy engine: paged decode kernel vs fp64; one decode step with and without it; decode tokens/s at batch 32/128/256 (0.5B, 7B) vs HF generate; 20-turn agentic replay, prefix cache on/off"
   "learner_rl|--stage|.devcarry/learner_rl|PPO step at 32K/128K, weight sync; MODE=dp: data-parallel on 2 GPUs"
   "actor|--prepare|.devcarry/actor|kernelrl eval with the scripted policy against a CUDA sandbox worker (15 KernelBench tasks)"
   "data|--stage|.devcarry/data|data_synth on one GPU: accepted tasks per minute, rejection reasons"
