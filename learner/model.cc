@@ -18,7 +18,6 @@
 #include "common/file.h"
 #include "common/json.h"
 #include "learner/fused_ops.h"
-#include "learner/kernels/paged_decode_math.h"
 #include "learner/paged_decode.h"
 #include "learner/safetensors.h"
 
@@ -1182,11 +1181,10 @@ at::Tensor Transformer::PagedDecodeHidden(const at::Tensor& ids, const at::Tenso
   st.starts.assign(S, 0);  // Unused by decode; sizes S.
   st.lengths.assign(S, 1);
   st.positions = positions;
+  // On CUDA only: the CPU loops are the kernels' reference, not a fast path.
   st.decode_kernel = options_.fused_kernels && options_.device.is_cuda() &&
-                     (options_.dtype == at::kBFloat16 || options_.dtype == at::kHalf) &&
-                     kernels::PagedDecodeSupported(static_cast<int>(config_.num_heads),
-                                                   static_cast<int>(config_.num_kv_heads),
-                                                   static_cast<int>(config_.head_dim), bs);
+                     PagedDecodeSupported(options_.device, options_.dtype, config_.num_heads, config_.num_kv_heads,
+                                          config_.head_dim, bs);
   if (!st.decode_kernel) {
     // Keys at or past each sequence's length are padding: -inf.
     at::Tensor len = positions.unsqueeze(1) + 1;                                                   // [S,1]

@@ -66,14 +66,19 @@ void PagedDecodeCpu(const float* q, const float* kc, const float* vc, const int6
 
 }  // namespace
 
-bool PagedDecodeSupported(const at::Tensor& q, int64_t kv_heads, int64_t block_size) {
-  if (q.dim() != 3 || !k::PagedDecodeSupported(static_cast<int>(q.size(1)), static_cast<int>(kv_heads),
-                                               static_cast<int>(q.size(2)), block_size)) {
+bool PagedDecodeSupported(at::Device device, at::ScalarType dtype, int64_t heads, int64_t kv_heads, int64_t head_dim,
+                          int64_t block_size) {
+  if (!k::PagedDecodeSupported(static_cast<int>(heads), static_cast<int>(kv_heads), static_cast<int>(head_dim),
+                               block_size)) {
     return false;
   }
-  const auto t = q.scalar_type();
-  if (q.is_cuda()) return (t == at::kBFloat16 || t == at::kHalf) && q.size(0) <= 65535;
-  return q.device().is_cpu() && t == at::kFloat;
+  if (device.is_cuda()) return dtype == at::kBFloat16 || dtype == at::kHalf;
+  return device.is_cpu() && dtype == at::kFloat;
+}
+
+bool PagedDecodeSupported(const at::Tensor& q, int64_t kv_heads, int64_t block_size) {
+  return q.dim() == 3 && (!q.is_cuda() || q.size(0) <= 65535) &&
+         PagedDecodeSupported(q.device(), q.scalar_type(), q.size(1), kv_heads, q.size(2), block_size);
 }
 
 at::Tensor PagedDecodeAttention(const at::Tensor& q_in, const at::Tensor& k_cache, const at::Tensor& v_cache,

@@ -11,9 +11,12 @@
 
 namespace kernelrl::learner {
 
-// Whether PagedDecodeAttention takes q [S, heads, D] over a cache of
-// kv_heads and block_size (kernels::PagedDecodeSupported) in q's dtype on
-// q's device: bf16 or fp16 on CUDA, fp32 on the CPU.
+// Whether PagedDecodeAttention takes a model of this shape
+// (kernels::PagedDecodeSupported) in this dtype on this device: bf16 or
+// fp16 on CUDA, fp32 on the CPU.
+bool PagedDecodeSupported(at::Device device, at::ScalarType dtype, int64_t heads, int64_t kv_heads, int64_t head_dim,
+                          int64_t block_size);
+// The same for q [S, heads, D] (at most 65535 sequences on CUDA).
 bool PagedDecodeSupported(const at::Tensor& q, int64_t kv_heads, int64_t block_size);
 
 // k_cache, v_cache [kv_heads, blocks, block_size, D]; table int64

@@ -2,7 +2,7 @@
 // (paged_decode.cu) and their CPU loops (learner/paged_decode.cc): which
 // shapes the kernels take, how the keys are split into partitions, and how
 // partial softmax states merge. Scores are kept in the base-2 domain
-// (q pre-scaled by scale * log2 e), so every exponential is an exp2.
+// (scaled by scale * log2 e), so every exponential is an exp2.
 #ifndef KERNELRL_LEARNER_KERNELS_PAGED_DECODE_MATH_H_
 #define KERNELRL_LEARNER_KERNELS_PAGED_DECODE_MATH_H_
 
