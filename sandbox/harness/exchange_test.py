@@ -63,7 +63,8 @@ def exchange_checks(g):
           f"outputs went to their slots: {metas[0]}")
     shot = ref.snapshot_for(2)
     ref.locate(shot, metas, segments.handles)
-    ref.take(shot)
+    ref.seal(shot)  # the clock's end: on a file exchange the snapshot itself
+    check(not ref.take(shot), "nothing changed between the seal and the snapshot")
     for k in range(2):
         got = ref.output(shot, k, 0, 15, torch.float32)
         check(reference.compare(outs[k][0], metas[k][0], got, 1e-2, 1e-2) is None, f"row {k} output 0 matches")
@@ -76,7 +77,7 @@ def exchange_checks(g):
     odd = ref.snapshot_for(2)
     ref.locate(odd, [[{**metas[0][0], "slot": None, "segment": 0, "offset": 0}, metas[0][1], {}], metas[1]],
                ["00" * 64])
-    ref.take(odd)
+    ref.seal(odd)
     check("not on the GPU" in odd.errors.get((0, 0), ""), f"a segment on a file exchange is refused: {odd.errors}")
     check(ref.output(odd, 0, 2, 100, torch.int64) is None and ref.output(odd, 1, 2, 100, torch.int64) is not None,
           "an output not located is not read")
@@ -95,7 +96,7 @@ def exchange_checks(g):
     check(bool((ref.u8 == 0xFF).all()), "both areas back to poison")
     again = ref.snapshot_for(2)
     ref.locate(again, metas, [])
-    ref.take(again)
+    ref.seal(again)
     why = reference.compare(outs[0][0], metas[0][0], ref.output(again, 0, 0, 15, torch.float32), 1e-2, 1e-2)
     check(why is not None and "NaN" in why, f"an unwritten slot fails as NaN: {why}")
     bad = wire.export_outputs([torch.randn(4, 5), 7, outs[0][2]], 0, cand, wire.Segments())
@@ -109,8 +110,12 @@ def exchange_checks(g):
     ref.ensure(wire.tensor_bytes(many[0]), wire.tensor_bytes(outs[0]), len(many))
     cand.accept(ref.offer())
     views = [cand.inputs(k, reference._descs(xs)) for k, xs in enumerate(many)]
+    drawn = [xs[0].clone() for xs in many]
     staged = ref.stage(many)
     check(staged["bytes"] is not None and bool(torch.isnan(views[-1][0]).all()), "a large block is staged, unseen")
+    base = staged["bytes"].data_ptr()
+    check(all(base <= xs[0].data_ptr() < base + staged["bytes"].numel() and torch.equal(xs[0], d) and xs[1] == 3
+              for xs, d in zip(many, drawn)), "staged rows are views of the staging: one copy of the inputs is ours")
     ref.write_inputs(staged)
     check(all(torch.equal(v[0], xs[0]) for v, xs in zip(views, many)), "one copy puts every row in place")
     check(not ref.inputs_changed(staged), "staged inputs unchanged")

@@ -85,22 +85,31 @@ class Policy:
 
     def expected(self, xs):
         """{"lo": outputs, "hi": fp64 outputs or None} of the task's Model on xs."""
+        lo = self.lo(xs)
+        return {"lo": lo, "hi": self.hi(xs, lo)}
+
+    def lo(self, xs):
+        """The task's Model's outputs on xs."""
         import inputs as inputs_lib
         with torch.no_grad():
-            lo = [o.detach() if isinstance(o, torch.Tensor) else o
-                  for o in inputs_lib.flatten_outputs(self.model(*xs))]
-            hi = None
-            big = sum(o.numel() * 8 for o in lo if isinstance(o, torch.Tensor)) > self.max_hi_bytes
-            if self.model64 is not None and not big:
-                try:
-                    hi = [o.detach() if isinstance(o, torch.Tensor) else o
-                          for o in inputs_lib.flatten_outputs(self.model64(*[_to64(x) for x in xs]))]
-                except Exception as e:  # noqa: BLE001 - no float64 kernel for an op: lo stands in
-                    self.model64 = None
-                    self.note = f"fp64 reference unavailable ({type(e).__name__}: {e})"[:200]
-            elif big and self.model64 is not None and not self.note:
-                self.note = "fp64 reference skipped above max_hi_bytes; the fp32 reference stands in"
-        return {"lo": lo, "hi": hi}
+            return [o.detach() if isinstance(o, torch.Tensor) else o for o in inputs_lib.flatten_outputs(self.model(*xs))]
+
+    def hi(self, xs, lo):
+        """The fp64 copy's outputs on xs (lo: the Model's), or None where lo stands in."""
+        import inputs as inputs_lib
+        big = sum(o.numel() * 8 for o in lo if isinstance(o, torch.Tensor)) > self.max_hi_bytes
+        if big and self.model64 is not None and not self.note:
+            self.note = "fp64 reference skipped above max_hi_bytes; the fp32 reference stands in"
+        if self.model64 is None or big:
+            return None
+        try:
+            with torch.no_grad():
+                return [o.detach() if isinstance(o, torch.Tensor) else o
+                        for o in inputs_lib.flatten_outputs(self.model64(*[_to64(x) for x in xs]))]
+        except Exception as e:  # noqa: BLE001 - no float64 kernel for an op: lo stands in
+            self.model64 = None
+            self.note = f"fp64 reference unavailable ({type(e).__name__}: {e})"[:200]
+            return None
 
     def norm_check(self, got, lo, hi):
         """None, or why `got` is less precise than the policy allows (step 2)."""

@@ -3,7 +3,7 @@ process (trusted); the candidate process only executes blocks.
 
 Reference process (run_profile), after every verify set passed:
   forwards     per block: enough that the block's fixed overhead (two pipe
-               wake-ups, one sync, one input copy, one snapshot) amortises
+               wake-ups, one sync, one input copy, one seal) amortises
                over `block_target_us`, within `max_forwards_per_block` and
                `block_memory_bytes`; first estimated from the verify blocks'
                forwards (go-to-done on our clock), then from the first
@@ -252,10 +252,12 @@ def verify_estimate_us(result):
 
 
 def _capacity(cfg, layout, exchange_bytes, max_forwards):
-    """Forwards a block may hold: the area, our staging, expected outputs
-    (fp32 and fp64), the snapshot, within block_memory_bytes (and, for the
-    file exchange, half the exchange directory)."""
-    per = 2 * layout.in_row + 6 * layout.out_row + 1
+    """Forwards a block may hold within block_memory_bytes (and, for the file
+    exchange, half the exchange directory): per forward its inputs twice (the
+    area's row, our staging) and its outputs four times (the area's row, the
+    executor's own, our snapshot, our fp32 expected ones; the fp64 ones are
+    computed one forward at a time when compared)."""
+    per = 2 * layout.in_row + 4 * layout.out_row + 1
     cap = cfg.block_memory // per
     if exchange_bytes > 0:
         cap = min(cap, (exchange_bytes // 2) // max(1, layout.in_row + layout.out_row))

@@ -44,6 +44,8 @@ def load(path):
     lib.krv_ipc_close.argtypes = [ctypes.c_ulonglong]
     lib.krv_buffer_id.argtypes = [ctypes.c_ulonglong, u64p]
     lib.krv_table.argtypes = [ctypes.c_int, ctypes.c_ulonglong, ctypes.c_longlong, ctypes.c_int, ctypes.c_ulonglong]
+    lib.krv_table_digest.argtypes = [ctypes.c_int, ctypes.c_ulonglong, ctypes.c_longlong, ctypes.c_ulonglong,
+                                     ctypes.c_ulonglong]
     lib.krv_exchange_create.argtypes = [ctypes.c_ulonglong, ctypes.POINTER(ctypes.c_int), u64p, u64p]
     lib.krv_exchange_import.argtypes = [ctypes.c_int, ctypes.c_ulonglong, u64p]
     lib.krv_exchange_release.argtypes = [ctypes.c_ulonglong, ctypes.c_ulonglong]
@@ -123,6 +125,17 @@ def table(mode, chunks, value=0xFF):
     _check(_LIB.krv_table(mode, chunks.data_ptr(), n, value, count.data_ptr() if count is not None else 0),
            "krv_table")
     return None if count is None else int(count.item())
+
+
+def table_digest(chunks, key, out, copy=False):
+    """One launch over `chunks` (as `table`'s): adds the keyed digest of
+    every chunk's source bytes to `out` (a zeroed int64 CUDA tensor of one
+    element), copying them to the destinations first when `copy`
+    (cuda/verify_cuda.cu krv_table_digest). Asynchronous: nothing is
+    allocated and nothing waits, so it may run inside a clock."""
+    if chunks.shape[0]:
+        _check(_LIB.krv_table_digest(1 if copy else 0, chunks.data_ptr(), chunks.shape[0],
+                                     int(key) & ((1 << 64) - 1), out.data_ptr()), "krv_table_digest")
 
 
 def count_mismatches(got, ref, atol, rtol):

@@ -109,14 +109,29 @@ def ipc_checks(lib, verify_cuda, torch):
     chunks = sum(-(-w.numel() // step) for w in want)
     check(table.shape[0] == chunks and int(table[:, 2].max()) == step and int(table[:, 2].sum()) == sum(
         w.numel() for w in want), f"ipc: outputs split into {table.shape[0]} chunks of at most {step} bytes")
+    key = 0x1234_5678_9ABC_DEF1
+    digests = torch.zeros(5, dtype=torch.int64, device="cuda")
+    verify_cuda.table_digest(table, key, digests[0:1])  # the seal: a read where they lie
+    verify_cuda.table_digest(table, key, digests[1:2])
+    verify_cuda.table_digest(table, key ^ 1, digests[2:3])
+    check(all(bool((s == 0x5A).all()) for s in snaps), "ipc: the seal reads, it copies nothing")
+    verify_cuda.table_digest(table, key, digests[3:4], copy=True)  # the snapshot under the same digest
+    torch.cuda.synchronize()
+    d = [int(v) for v in digests.tolist()]
+    check(d[0] == d[1] and d[0] != 0, "ipc: the seal is deterministic")
+    check(d[2] != d[0], "ipc: another key, another digest")
+    check(d[3] == d[0], "ipc: the snapshot's digest equals the seal's")
+    check(all(torch.equal(s, w) for s, w in zip(snaps, want)), "ipc: every output copied intact (one launch)")
     verify_cuda.table(verify_cuda.TABLE_COPY, table)
     torch.cuda.synchronize()
-    check(all(torch.equal(s, w) for s, w in zip(snaps, want)), "ipc: every output copied intact (one launch)")
+    check(all(torch.equal(s, w) for s, w in zip(snaps, want)), "ipc: the plain table copy is the same")
     check(verify_cuda.table(verify_cuda.TABLE_DIFF, table) == 0, "ipc: unchanged outputs equal their snapshot")
     f.write("late\n")
     f.flush()
     check(f.readline().strip() == "written", "ipc: the exporter wrote one byte after the snapshot")
     check(verify_cuda.table(verify_cuda.TABLE_DIFF, table) > 0, "ipc: a late write in its memory is seen here")
+    verify_cuda.table_digest(table, key, digests[4:5], copy=True)
+    check(int(digests[4]) != d[0], "ipc: one byte written after the seal changes the snapshot's digest")
     verify_cuda.table(verify_cuda.TABLE_FILL, table)
     check(verify_cuda.table(verify_cuda.TABLE_NOT_FILLED, table) == 0, "ipc: poisoned where they lie")
     f.write("poisoned?\n")
@@ -162,6 +177,7 @@ def main():
     b.close()
     import inputs
     import verify_cuda
+    import wire
     torch.cuda.set_device(0)
     err = verify_cuda.load(lib)
     if err:
@@ -200,6 +216,37 @@ def main():
     z = x.clone()
     z[10], z[20] = x[20], x[10]
     check(inputs.fingerprint([x]) != inputs.fingerprint([z]), "digest changes when two elements swap")
+
+    # 1b. The seal's keyed digest over a table: order-free, keyed, and moved
+    #     by any change an additive digest would miss (two top bits flipped).
+    src = torch.randn(3 << 20, device="cuda", generator=g)
+    dst = torch.empty(src.numel() * 4 + 3, dtype=torch.uint8, device="cuda")
+    u8 = src.view(torch.uint8)
+    base_s, base_d = u8.data_ptr(), dst.data_ptr()
+    entries = [(base_s, base_d, 5 << 20), (base_s + (5 << 20) + 1, base_d + (5 << 20) + 3, 1000),  # unaligned: bytes
+               (base_s + (6 << 20), base_d + (6 << 20), (6 << 20))]
+    tab = wire._chunks(entries)
+    out = torch.zeros(6, dtype=torch.int64, device="cuda")
+    verify_cuda.table_digest(tab, 99, out[0:1])
+    verify_cuda.table_digest(tab.flip(0).cuda(), 99, out[1:2])  # chunks in another order (a device table)
+    flipped = src.view(torch.int64)
+    flipped[11] ^= (1 << 63)
+    flipped[4000] ^= (1 << 63)
+    verify_cuda.table_digest(tab, 99, out[2:3])
+    flipped[11] ^= (1 << 63)
+    flipped[4000] ^= (1 << 63)
+    u8[(5 << 20) + 1 + 17] ^= 1  # one bit in the unaligned chunk
+    verify_cuda.table_digest(tab, 99, out[3:4])
+    u8[(5 << 20) + 1 + 17] ^= 1
+    verify_cuda.table_digest(tab, 99, out[4:5], copy=True)
+    torch.cuda.synchronize()
+    d = [int(v) for v in out.tolist()]
+    check(d[0] == d[1], "seal: the digest does not depend on the chunks' order")
+    check(d[2] != d[0], "seal: two top bits flipped change the digest")
+    check(d[3] != d[0], "seal: one bit in an unaligned chunk changes the digest")
+    check(d[4] == d[0] and torch.equal(dst[:5 << 20], u8[:5 << 20])
+          and torch.equal(dst[(5 << 20) + 3:(5 << 20) + 1003], u8[(5 << 20) + 1:(5 << 20) + 1001])
+          and torch.equal(dst[6 << 20:12 << 20], u8[6 << 20:12 << 20]), "seal: copy and digest in one pass")
 
     # 2. Comparisons: counts and first indices == torch.isclose in float64.
     for dtype in (torch.float32, torch.float64, torch.float16, torch.bfloat16):

@@ -13,23 +13,27 @@ The trust rules it serves (docs/HARNESS.md):
   * a block's inputs are written by the reference after its clock starts
     (one copy from its own staging): before that the executor's views hold
     poison, so no work on the inputs can start before the clock does;
-  * every copy inside the clock is the reference's own: on a GPU exchange
+  * every read inside the clock is the reference's own: on a GPU exchange
     the executor only says where each output lies (the CUDA IPC handle of the
     segment of its own memory, an offset) and the reference maps the segment
-    and copies the outputs into its own memory (the snapshot) with one
-    launch (verify_cuda.table). There is no copy in the candidate's process
-    to skip, defer or fold into its kernel. Elsewhere (the file exchange, a
-    segment that cannot be exported) the executor copies the output into its
-    slot of the output area, at its own cost;
-  * later the reference checks that the outputs still equal the snapshot
-    (work deferred past "done"), poisons them and the area (0xFF: NaN for
-    floats), and once the executor is idle checks the poison is intact.
+    and ends its clock by sealing the outputs there: one launch that reads
+    them into a digest under a key only it holds (verify_cuda.table_digest).
+    There is no copy in the candidate's process to skip, defer or fold into
+    its kernel. Elsewhere (the file exchange, a segment that cannot be
+    exported) the executor copies the output into its slot of the output
+    area, at its own cost, and the seal is a copy (the snapshot);
+  * after the clock the reference copies the outputs into its own memory
+    (the snapshot) under the same digest, which must equal the seal's; later
+    it checks that they still equal the snapshot (work deferred past "done"),
+    poisons them and the area (0xFF: NaN for floats), and once the executor
+    is idle checks the poison is intact.
 Trust runs one way: the reference decides every offset and size it reads,
 bounded by the segment it mapped; the executor can only point at its own
 memory and write bytes the reference checks.
 """
 import bisect
 import os
+import secrets
 
 import numpy as np
 import torch
@@ -120,12 +124,16 @@ class Snapshot:
     """A block's outputs as the reference read them: its buffer (the output
     area's layout), which outputs were located, why the others could not be
     read, and on CUDA the table of (source, our copy, bytes) chunks that the
-    snapshot, the late-write check and the poison all run over."""
+    seal, the snapshot, the late-write check and the poison all run over,
+    with the seal's secret key and its two digests (at the clock's end, of
+    what the snapshot copied)."""
 
     def __init__(self, snap, nbytes):
         self.snap, self.nbytes = snap, nbytes
         self.located, self.errors = set(), {}
         self.table = None
+        self.key = secrets.randbits(64)
+        self.digests = torch.zeros(2, dtype=torch.int64, device=snap.device) if snap is not None else None
 
 
 def chunk_bytes(total):
@@ -219,7 +227,9 @@ class RefExchange:
         exchange's, built before the clock so that one copy moves it in after
         the clock starts. A block of few tensors is written straight from them
         instead (the same number of copies, and no second copy of large inputs
-        in device memory)."""
+        in device memory). Staged rows' tensors become views of the staging
+        (rows is a list of lists, rebound in place): one copy of the inputs
+        stays ours, the one the fp64 outputs are computed from later."""
         lay = self.layout
         if sum(isinstance(x, torch.Tensor) for xs in rows for x in xs) <= STAGE_ABOVE_TENSORS:
             return {"rows": rows, "bytes": None}
@@ -229,6 +239,7 @@ class RefExchange:
                 if isinstance(x, torch.Tensor) and x.numel():
                     off = lay.in_off(k, j)
                     staging[off:off + x.nbytes].copy_(_flat_bytes(x))
+                    xs[j] = staging[off:off + x.nbytes].view(x.dtype).view(x.shape)
         return {"rows": rows, "bytes": staging}
 
     def write_inputs(self, staged):
@@ -338,13 +349,24 @@ class RefExchange:
             except verify_cuda.VerifyCudaError:
                 pass  # the executor's memory, already gone with it
 
-    def take(self, shot):
-        """Inside the clock: the located outputs into our snapshot (one launch on CUDA)."""
+    def seal(self, shot):
+        """The clock's last work: on CUDA one read of the located outputs where
+        they lie, into a digest under the block's secret key (one launch, no
+        write: half a copy's traffic); on a file exchange the snapshot itself."""
         if self.kind == "gpu":
-            verify_cuda.table(verify_cuda.TABLE_COPY, shot.table)
+            verify_cuda.table_digest(shot.table, shot.key, shot.digests[0:1])
         else:
             lay = self.layout
             shot.snap = self.u8[lay.in_area:lay.in_area + shot.nbytes].clone()
+
+    def take(self, shot):
+        """After the clock: the sealed outputs into our snapshot. True when
+        what it copied is not what was sealed: an output changed after the
+        clock ended (work deferred past "done")."""
+        if self.kind != "gpu":
+            return False  # sealed by the snapshot itself
+        verify_cuda.table_digest(shot.table, shot.key, shot.digests[1:2], copy=True)
+        return bool(shot.digests[0] != shot.digests[1])
 
     def output(self, shot, k, j, numel, dtype):
         """Output j of row k as it was in the snapshot; None where it was not located."""
@@ -367,7 +389,8 @@ class RefExchange:
         return False
 
     def outputs_changed(self, shot):
-        """Did an output change after the snapshot? (work deferred past "done")"""
+        """Did an output change after the snapshot? (work deferred past "done",
+        later than the snapshot)"""
         if self.kind == "gpu":
             return verify_cuda.table(verify_cuda.TABLE_DIFF, shot.table) > 0
         lay = self.layout

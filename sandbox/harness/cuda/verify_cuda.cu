@@ -13,7 +13,9 @@
 //                  through host memory;
 //   krv_ipc_*      the outputs: the candidate process exports the segment
 //                  an output lies in, the reference maps it and copies the
-//                  output itself.
+//                  output itself;
+//   krv_table*     one launch over a table of chunks: copy, compare, poison,
+//                  and the keyed digest that ends a block's clock.
 //
 // Why kernels of our own: a fresh process pays for every torch kernel it uses
 // the first time (lazy module loading, ~2-20 ms each), and the torch digest
@@ -381,6 +383,69 @@ int krv_table(int mode, unsigned long long table, long long n, int value, unsign
   const int blocks = n < 132LL * 16 ? static_cast<int>(n) : 132 * 16;
   TableKernel<<<blocks, kThreads>>>(mode, reinterpret_cast<const unsigned long long*>(table), n, value,
                                     reinterpret_cast<unsigned long long*>(count));
+  return cudaGetLastError();
+}
+
+// A keyed digest of a table's source bytes, optionally copied to their
+// destination in the same pass: the sum, mod 2^64, of Mix(word ^ key-derived
+// secret of its destination address) over 16-byte words (single bytes where a
+// chunk is not 16-byte aligned), so it does not depend on the launch's order.
+// The block's clock ends with the read-only digest of the outputs where they
+// lie (one read, where a copy reads and writes); the copy into the snapshot
+// then runs after the clock with the same digest, and a difference means the
+// outputs changed in between (work deferred past "done"). The key is drawn by
+// the reference per block and never leaves its process: without it a
+// candidate cannot choose unfinished outputs whose digest equals the
+// finished ones'. Mix is splitmix64's finaliser (full avalanche).
+__host__ __device__ __forceinline__ unsigned long long Mix(unsigned long long x) {
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ULL;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+constexpr unsigned long long kPositionStep = 0x9e3779b97f4a7c15ULL;
+
+__global__ void DigestTableKernel(bool copy, const unsigned long long* table, long long n, unsigned long long key,
+                                  unsigned long long key_high, unsigned long long* digest) {
+  unsigned long long mine = 0;
+  for (long long c = blockIdx.x; c < n; c += gridDim.x) {
+    const uint8_t* a = reinterpret_cast<const uint8_t*>(table[3 * c]);
+    uint8_t* b = reinterpret_cast<uint8_t*>(table[3 * c + 1]);
+    const unsigned long long bytes = table[3 * c + 2];
+    const unsigned long long at = table[3 * c + 1];  // positions are destination addresses
+    const bool vec = reinterpret_cast<uintptr_t>(a) % 16 == 0 && reinterpret_cast<uintptr_t>(b) % 16 == 0;
+    const unsigned long long words = vec ? bytes / 16 : 0;
+    for (unsigned long long i = threadIdx.x; i < words; i += blockDim.x) {
+      const uint4 x = reinterpret_cast<const uint4*>(a)[i];
+      if (copy) reinterpret_cast<uint4*>(b)[i] = x;
+      const unsigned long long secret = (at + 16 * i) * kPositionStep;
+      const unsigned long long lo = x.x | (static_cast<unsigned long long>(x.y) << 32);
+      const unsigned long long hi = x.z | (static_cast<unsigned long long>(x.w) << 32);
+      mine += Mix(lo ^ key ^ secret) + Mix(hi ^ key_high ^ secret);
+    }
+    for (unsigned long long i = words * 16 + threadIdx.x; i < bytes; i += blockDim.x) {
+      const uint8_t v = a[i];
+      if (copy) b[i] = v;
+      mine += Mix(v ^ key_high ^ key ^ ((at + i) * kPositionStep));
+    }
+  }
+  mine = WarpSum(mine);
+  if (threadIdx.x % 32 == 0 && mine) atomicAdd(digest, mine);
+}
+
+// Launches the digest (copy = 0) or copy-and-digest (copy = 1) of a table
+// (as krv_table's) into *digest (device memory, zeroed by the caller);
+// asynchronous on the legacy default stream.
+int krv_table_digest(int copy, unsigned long long table, long long n, unsigned long long key,
+                     unsigned long long digest) {
+  if (digest == 0 || (copy != 0 && copy != 1)) return cudaErrorInvalidValue;
+  if (n <= 0) return 0;
+  const int blocks = n < 132LL * 16 ? static_cast<int>(n) : 132 * 16;
+  DigestTableKernel<<<blocks, kThreads>>>(copy == 1, reinterpret_cast<const unsigned long long*>(table), n, key,
+                                          Mix(key ^ 0x5bd1e9955bd1e995ULL),
+                                          reinterpret_cast<unsigned long long*>(digest));
   return cudaGetLastError();
 }
 
