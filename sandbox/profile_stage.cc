@@ -137,12 +137,13 @@ void ProfileStage::Judge(const v1::sandbox::HarnessProfile& p, const Task& task,
         m->anchor().samples_size() > 0 ? AnalyzeTimingRun(m->anchor(), config_).median_us() : 0.0,
         baseline.ok() ? baseline->anchor_median_us() : 0.0,
         !baseline.ok() ? "(none)" : ("through the " + baseline->timing_path() + " path").c_str());
-    if (eager != nullptr) {
+    for (const auto& [kind, s] : {std::pair{"eager", eager}, std::pair{"graph", graph}}) {
+      if (s == nullptr) continue;
       absl::StrAppendFormat(&(*v.mutable_logs())["profile"],
-                            "; last eager block: inputs in %.0f us, forwards to done %.0f us (executor's own "
-                            "wall %.0f us), locate %.0f us (%d segments mapped), snapshot %.0f us",
-                            eager->inputs_us(), eager->forwards_us(), eager->wall_us() * eager->forwards(),
-                            eager->locate_us(), eager->segments_mapped_in_clock(), eager->snapshot_us());
+                            "; last %s block: inputs in %.0f us, forwards to done %.0f us (executor's own "
+                            "wall %.0f us), locate %.0f us (%d segments mapped), seal %.0f us",
+                            kind, s->inputs_us(), s->forwards_us(), s->wall_us() * s->forwards(), s->locate_us(),
+                            s->segments_mapped_in_clock(), s->seal_us());
     }
     if (!m->candidate().gpu_share_check().empty()) {
       absl::StrAppendFormat(&(*v.mutable_logs())["profile"], "; gpu share %s (%d other processes busy)",

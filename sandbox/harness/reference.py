@@ -268,7 +268,7 @@ class Driver:
                 "copies_us": copies_us, "graph": bool(graph) and reply.get("graph") == "replayed",
                 "changed_after_seal": changed_after_seal,
                 "phases": {"inputs_us": (t_in - t0) * 1e6, "forwards_us": (t_done - t_in) * 1e6,
-                           "locate_us": (t_loc - t_done) * 1e6, "snapshot_us": (t1 - t_loc) * 1e6,
+                           "locate_us": (t_loc - t_done) * 1e6, "seal_us": (t1 - t_loc) * 1e6,
                            "segments_mapped_in_clock": mapped_in_clock}}
 
     def check(self, call, scale_atol_for=()):

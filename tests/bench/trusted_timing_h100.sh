@@ -13,7 +13,9 @@
 # ratio, forwards per block, and the verify + profile wall (p50). Knobs: REPEAT
 # (50 evaluations per size), PROFILE_BUDGET (0.3 s), CUPTI (1; 0 leaves the recorder out), LOAD (0: quiet; 1: a second
 # process runs 8192^2 GEMMs back to back the whole time; both: one then the
-# other), SIZES (a regex on the size labels). Each suite ends with the
+# other), SIZES (a regex on the size labels), HARNESS (the harness directory,
+# default sandbox/harness: another tree's, to compare two designs in one call;
+# OUT then keeps them apart). Each suite ends with the
 # device_shared check: quiet, no verdict declined for sharing; loaded, every
 # verdict declined (INFRA_ERROR, device_shared) and none blamed.
 set -u
@@ -36,7 +38,7 @@ g++ -std=c++17 -O2 -fPIC -shared -I. -I$CUDA/include -I$CUPTI_H profiler_service
   KPROF=$PWD/$CARRY/libkprof_bazel.so
 # CUPTI=0: no recorder in the executor (events attribute instead), to see what it costs.
 [ "${CUPTI:-1}" = 1 ] || KPROF=""
-WORKER="--set=backend=cuda --set=python=$PY --set=harness_dir=$PWD/sandbox/harness
+WORKER="--set=backend=cuda --set=python=$PY --set=harness_dir=$(realpath ${HARNESS:-sandbox/harness})
   --set=contain_lib=$PWD/$CARRY/libkernelrl_contain.so --set=verify_cuda_lib=$PWD/$CARRY/libkernelrl_verify_cuda.so
   --set=enable_profiling=true --set=kprof_lib=$KPROF --set=profiler_root=$PWD"
 
