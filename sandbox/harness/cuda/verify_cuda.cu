@@ -23,7 +23,8 @@
 // most of the verify wall on the H100 (docs/SANDBOX.md, run 12).
 //
 // Every entry point returns 0 or a CUDA error code (cudaError_t or CUresult,
-// by name in krv_error_string), and synchronises before it returns.
+// by name in krv_error_string), and synchronises before it returns, except the
+// table launches (krv_table, krv_table_digest), which a clock may contain.
 #include <cuda.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
