@@ -1,14 +1,21 @@
-"""What a block's fixed overhead is made of, between two processes on one
-GPU as the reference and the executor are (docs/HARNESS.md, "Tolerances"):
-the pipe round trip; what the executor's next kernel pays when the
-reference's context ran on the SMs just before (a context switch) against
-a copy-engine copy or nothing; what the reference's next copy pays after
-the executor's kernel; the copy engine's device-to-device bandwidth against
-an SM copy; whether a copy-engine write evicts the L2 as the SM flush does;
-what building a block's chunk table costs.
-Medians of REPEAT, host clock unless said.
+"""What the reference's work inside a block's clock costs, between two
+processes on one GPU as the reference and the executor are (docs/HARNESS.md,
+"The seal, measured on one H200"):
+  1. the pipe round trip;
+  2. what the executor's next kernel pays when the reference's context ran
+     just before (a context switch): after an SM copy, a `cudaMemcpy` device
+     to device, the L2 flush, or nothing of ours;
+  3. what the reference's next copy pays after the executor's kernel;
+  4. the bandwidth of the reference's own work against the device's peak,
+     blocks of 16 MB to 2 GB: the input copy (torch's copy_, the table
+     kernel, cudaMemcpy), the seal (a keyed digest: one read) and the
+     snapshot copy under the same digest;
+  5. whether a cudaMemcpy write evicts the L2 as the SM flush does;
+  6. what building a block's chunk table costs (locate, inside the clock).
+Medians of REPEAT (host clock) unless said; bandwidths are the best of 5
+after a warm-up, events, the L2 flushed before each, on random bytes.
 
-    python3 tests/bench/context_switch_bench.py PATH/libkernelrl_verify_cuda.so [REPEAT]
+    python3 tests/bench/clock_work_bench.py PATH/libkernelrl_verify_cuda.so [REPEAT]
 """
 import os
 import statistics
@@ -57,7 +64,9 @@ def main():
     if not torch.cuda.is_available():
         print("SKIPPED: no CUDA device")
         return 0
+    import reference
     import verify_cuda
+    import wire
     err = verify_cuda.load(os.path.abspath(sys.argv[1]))
     if err:
         print(f"FAILED: {err}")
@@ -84,11 +93,11 @@ def main():
         dst.copy_(src)
         torch.cuda.synchronize()
 
-    def ce_copy():
+    def memcpy_copy():
         verify_cuda._check(verify_cuda._LIB.krv_copy(dst.data_ptr(), src.data_ptr(), src.numel()), "krv_copy")
         torch.cuda.synchronize()
 
-    def ce_write_flush():  # the flush buffer overwritten by a copy engine
+    def memcpy_flush():  # the flush buffer overwritten by cudaMemcpy
         verify_cuda._check(verify_cuda._LIB.krv_copy(flush_u8.data_ptr() + flush_u8.numel() // 2,
                                                      flush_u8.data_ptr(), flush_u8.numel() // 2), "krv_copy")
         torch.cuda.synchronize()
@@ -100,6 +109,16 @@ def main():
     def med(xs):
         return statistics.median(xs)
 
+    def after_ours(cmd, before):
+        """The executor's `cmd` (median), each right after one of its own and then our `before`."""
+        xs = []
+        for _ in range(repeat):
+            ask(cmd)
+            if before:
+                before()
+            xs.append(ask(cmd))
+        return med(xs)
+
     # 1. The pipe round trip (no GPU work on either side).
     rt = []
     for _ in range(repeat):
@@ -110,19 +129,13 @@ def main():
         rt.append((time.perf_counter() - t0) * 1e6)
     print(f"pipe round trip: {med(rt):.1f} us")
 
-    # 2. The executor's ReLU (go -> its sync), after nothing / our SM copy / our CE copy.
-    for name, before in (("nothing of ours", None), ("our SM copy", sm_copy), ("our copy-engine copy", ce_copy),
-                         ("our SM flush", sm_flush), ("our copy-engine flush", ce_write_flush)):
-        xs = []
-        for _ in range(repeat):
-            ask("relu")
-            if before:
-                before()
-            xs.append(ask("relu"))
-        print(f"executor ReLU (64 MB) after {name}: {med(xs):.1f} us")
+    # 2. The executor's ReLU (go -> its sync), after nothing of ours or after our work.
+    for name, before in (("nothing of ours", None), ("our SM copy", sm_copy), ("our cudaMemcpy", memcpy_copy),
+                         ("our SM flush", sm_flush), ("our cudaMemcpy flush", memcpy_flush)):
+        print(f"executor ReLU (64 MB) after {name}: {after_ours('relu', before):.1f} us")
 
     # 3. Our copy right after the executor's ReLU, against after our own.
-    for name, op in (("SM copy", sm_copy), ("copy-engine copy", ce_copy)):
+    for name, op in (("SM copy", sm_copy), ("cudaMemcpy", memcpy_copy)):
         own, after = [], []
         for _ in range(repeat):
             op()
@@ -135,14 +148,22 @@ def main():
             after.append((time.perf_counter() - t0) * 1e6)
         print(f"our 16 MB {name}: {med(own):.1f} us after our own, {med(after):.1f} us after the executor's ReLU")
 
-    # 4. Bandwidth: SM copy vs copy engine, events.
+    # 4. Bandwidth of our own work in the clock, events.
     e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    peak = 2.0 * props.memory_clock_rate * 1e3 * props.memory_bus_width / 8 / 1e6
-    for mb in (128, 1024):
+    peak = reference.peak_copy_bytes_per_us("cuda")
+    print(f"peak {peak / 1e3:.0f} GB/s (memory clock x bus width); bytes | work | us | GB/s moved | % of peak")
+    for mb in (16, 128, 1024, 2048):
         a = torch.randint(0, 256, (mb << 20,), dtype=torch.uint8, device="cuda")
         b = torch.empty_like(a)
-        for name, fn in (("SM copy_", lambda: b.copy_(a)),
-                         ("copy engine", lambda: verify_cuda._LIB.krv_copy(b.data_ptr(), a.data_ptr(), a.numel()))):
+        table = wire._chunks([(a.data_ptr(), b.data_ptr(), a.numel())])
+        digest = torch.zeros(1, dtype=torch.int64, device="cuda")
+        for name, passes, fn in (
+                ("input copy (torch copy_)", 2, lambda: b.copy_(a)),
+                ("input copy (table kernel)", 2, lambda: verify_cuda.table(verify_cuda.TABLE_COPY, table)),
+                ("input copy (cudaMemcpy)", 2, lambda: verify_cuda._LIB.krv_copy(b.data_ptr(), a.data_ptr(), a.numel())),
+                ("seal (digest, read only)", 1, lambda: verify_cuda.table_digest(table, 7, digest)),
+                ("snapshot copy + digest", 2, lambda: verify_cuda.table_digest(table, 7, digest, copy=True))):
+            fn()
             best = float("inf")
             for _ in range(5):
                 sm_flush()
@@ -151,21 +172,15 @@ def main():
                 e1.record()
                 torch.cuda.synchronize()
                 best = min(best, e0.elapsed_time(e1) * 1e3)
-            print(f"{mb} MB {name}: {best:.1f} us, {100 * 2 * a.numel() / best / peak:.1f}% of peak")
+            moved = passes * a.numel()
+            print(f"{mb} MB | {name} | {best:.1f} | {moved / best / 1e3:.0f} | {100 * moved / best / peak:.1f}")
         del a, b
 
     # 5. The L2: the executor's read of 16 MB, hot, after our SM flush, after our CE write.
     for name, before in (("hot", None), ("after our SM flush", sm_flush),
-                         ("after our copy-engine write of 2x L2", ce_write_flush)):
-        xs = []
-        for _ in range(repeat):
-            ask("read")
-            if before:
-                before()
-            xs.append(ask("read"))
-        print(f"executor read of 16 MB {name}: {med(xs):.2f} us (events)")
+                         ("after our cudaMemcpy write of 2x L2", memcpy_flush)):
+        print(f"executor read of 16 MB {name}: {after_ours('read', before):.2f} us (events)")
     # 6. The table of a block's output chunks (built inside the clock by locate).
-    import wire
     for n in (1, 170):
         xs = []
         for _ in range(repeat):
