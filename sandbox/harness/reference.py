@@ -22,10 +22,11 @@ precision.py) for the expected outputs, and drives blocks:
 
 The copy and the read inside the clock are ours, so the candidate cannot
 skip, defer or fuse them; the trusted figure of a block is (t1 - t0) /
-forwards, less the least time they can take at the device's peak bandwidth. Verify sets
-are blocks of one forward; the profile phase (profiling.run_profile) runs
-blocks of several on fresh inputs, every one compared. The result is the
-correctness half of the verdict and the measurement the worker judges."""
+forwards, less the least time they can take at the device's peak
+bandwidth. Verify sets are blocks of one forward; the profile phase
+(profiling.run_profile) runs blocks of several on fresh inputs, every one
+compared. The result is the correctness half of the verdict and the
+measurement the worker judges."""
 import json
 import os
 import secrets
