@@ -536,8 +536,12 @@ absl::Status RecipeRunner::RunStages(JobContext* ctx) {
     status = RunStage(ctx, stage);
     if (status.ok()) status = Flush();  // Each stage ends on a full checkpoint, also when stopped.
   }
-  ctx->SetIngest(nullptr);
-  return status;
+  ctx->SetIngest(nullptr);  // Collection stops: no push is in flight after this.
+  // Pushes kept arriving after the last update's figures (during its
+  // checkpoint): the job ends with what its buffer holds now, untrained.
+  const int64_t left = ingest_->Info().buffer_depth;
+  auto recorded = ctx->Update([&](v1::Job* j) { (*j->mutable_metrics())["buffer_depth"] = left; });
+  return status.ok() ? recorded : status;
 }
 
 }  // namespace
