@@ -157,8 +157,8 @@ def precision_checks(g):
     a, b = torch.randn(128, 512, generator=g), torch.randn(512, 96, generator=g)
     for name in ("strict",):
         pol = precision.Policy(name, MatMul(), 16, 1024, 1 << 30)
-        exp = pol.expected([a, b])
-        lo, hi = exp["lo"][0], exp["hi"][0]
+        los = pol.lo([a, b])
+        lo, hi = los[0], pol.hi([a, b], los)[0]
         check(hi.dtype == torch.float64, f"{name}: an fp64 reference")
         # Honest fp32 in another summation order: split the reduction in 8 and add the parts.
         other = sum(a[:, s:s + 64] @ b[s:s + 64] for s in range(0, 512, 64))
@@ -177,23 +177,23 @@ def precision_checks(g):
     check(not torch.backends.cuda.matmul.allow_tf32 and not torch.backends.cudnn.allow_tf32,
           "strict: TF32 off for both (PyTorch's cuDNN default is on)")
     kb = precision.Policy("kernelbench", MatMul(), 16, 1024, 1 << 30)
-    exp = kb.expected([a, b])
-    check(exp["hi"] is None and kb.norm_check(_round_mantissa(exp["lo"][0], 10), exp["lo"][0], None) is None,
+    los = kb.lo([a, b])
+    check(kb.hi([a, b], los) is None and kb.norm_check(_round_mantissa(los[0], 10), los[0], None) is None,
           "kernelbench: elementwise only (no fp64 reference, no norm bound)")
     # Elementwise: the fp32 reference is exactly rounded; fp16 storage fails, a 2-ulp exp passes.
     x = torch.randn(4096, generator=g)
     strict = precision.Policy("strict", Exp(), 16, 1024, 1 << 30)
-    exp = strict.expected([x])
-    lo, hi = exp["lo"][0], exp["hi"][0]
+    los = strict.lo([x])
+    lo, hi = los[0], strict.hi([x], los)[0]
     ulp2 = lo * (1 + 2 * torch.finfo(torch.float32).eps * torch.sign(torch.randn(4096, generator=g)))
     check(strict.norm_check(ulp2, lo, hi) is None, "strict: exp within 2 ulp passes")
     check(strict.norm_check(lo.half().float(), lo, hi) is not None, "strict: exp stored through fp16 fails")
     check(strict.norm_check(lo.bfloat16().float(), lo, hi) is not None, "strict: exp stored through bf16 fails")
     # Without an fp64 reference (too big), the fp32 one stands in with a zero error of its own.
     small = precision.Policy("strict", Exp(), 16, 1024, 1024)
-    exp = small.expected([x])
-    check(exp["hi"] is None and "skipped" in small.note, f"above max_hi_bytes: no fp64 reference ({small.note})")
-    check(small.norm_check(lo.half().float(), exp["lo"][0], None) is not None, "  and fp16 storage still fails")
+    los = small.lo([x])
+    check(small.hi([x], los) is None and "skipped" in small.note, f"above max_hi_bytes: no fp64 reference ({small.note})")
+    check(small.norm_check(lo.half().float(), los[0], None) is not None, "  and fp16 storage still fails")
     try:
         precision.Policy("fast", Exp(), 16, 1024, 1 << 30)
         check(False, "an unknown policy is refused")

@@ -83,11 +83,6 @@ class Policy:
             except Exception as e:  # noqa: BLE001 - a Model we cannot copy: lo stands in
                 self.note = f"fp64 reference unavailable ({type(e).__name__}: {e})"[:200]
 
-    def expected(self, xs):
-        """{"lo": outputs, "hi": fp64 outputs or None} of the task's Model on xs."""
-        lo = self.lo(xs)
-        return {"lo": lo, "hi": self.hi(xs, lo)}
-
     def lo(self, xs):
         """The task's Model's outputs on xs."""
         import inputs as inputs_lib
