@@ -106,18 +106,29 @@ class Policy:
             self.note = f"fp64 reference unavailable ({type(e).__name__}: {e})"[:200]
             return None
 
+    def wants_norm(self, lo):
+        """Whether step 2 applies to an output like `lo`."""
+        return self.name != "kernelbench" and lo.is_floating_point() and lo.numel() > 0
+
     def norm_check(self, got, lo, hi):
         """None, or why `got` is less precise than the policy allows (step 2)."""
-        if self.name == "kernelbench" or not lo.is_floating_point() or lo.numel() == 0:
+        if not self.wants_norm(lo):
             return None
         ref = hi if hi is not None else lo
-        scale = max(_norm(ref), 1e-300)
-        err = _norm_diff(got, ref) / scale
-        own = _norm_diff(lo, ref) / scale if hi is not None else 0.0
-        limit = max(self.ratio * own, self.floor_units * _unit_roundoff(lo.dtype))
+        own2 = _norm_diff(lo, ref) ** 2 if hi is not None else 0.0
+        return self.judge(_norm_diff(got, ref) ** 2, _norm(ref) ** 2, own2, hi is not None, lo.dtype)
+
+    def judge(self, err2, ref2, own2, has_hi, dtype):
+        """Step 2's rule on its sums: err2 = ||got - ref||^2, ref2 = ||ref||^2,
+        own2 = ||lo - ref||^2 (0 without the fp64 reference), finite terms only
+        (norm_check's torch sums, or verify_cuda's batched check)."""
+        scale = max(ref2 ** 0.5, 1e-300)
+        err = err2 ** 0.5 / scale
+        own = own2 ** 0.5 / scale if has_hi else 0.0
+        limit = max(self.ratio * own, self.floor_units * _unit_roundoff(dtype))
         if err <= limit:
             return None
-        ref_name = "fp64" if hi is not None else "fp32 (fp64 unavailable)"
+        ref_name = "fp64" if has_hi else "fp32 (fp64 unavailable)"
         return (f"precision ({self.name}): relative error {err:.3g} against the {ref_name} reference, "
                 f"limit {limit:.3g} ({self.ratio:g}x the fp32 reference's own {own:.3g}, "
                 f"floor {self.floor_units:g} units of roundoff)")

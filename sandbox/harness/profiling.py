@@ -5,14 +5,16 @@ Reference process (run_profile), after every verify set passed:
   forwards     per block: enough that the block's fixed overhead (two pipe
                wake-ups, one sync, one input copy, one seal) amortises
                over `block_target_us`, within `max_forwards_per_block` and
-               `block_memory_bytes`; first estimated from the verify blocks'
-               forwards (go-to-done on our clock), then from the first
-               warm-up block;
+               `block_memory_bytes` (and half the device's free memory);
+               first estimated from the verify blocks' forwards (go-to-done
+               on our clock), then from the first warm-up block;
   blocks       warm-up blocks, then timed blocks until the trusted figure's
                relative standard error reaches the target (at least
                min_samples), max_samples, or the time budget. Every forward
                of every block runs on a fresh input set from the verify
-               distributions and is compared (reference.Driver.check);
+               distributions and is compared with the Model's outputs, and
+               a secret sample of each block's forwards with the fp64 ones
+               too (reference.Driver.check);
   sample       per block: the trusted figure (reference.Driver.block) beside
                the executor's in-process figures per forward (CUPTI sum,
                events, wall: attribution and evidence, never paid) and NVML;
@@ -264,9 +266,10 @@ def _capacity(cfg, layout, exchange_bytes, max_forwards):
     return max(1, min(max_forwards, cap))
 
 
-def run_profile(job, task_module, model, driver, sets, backend, result):
+def run_profile(job, task_module, model, driver, sets, backend, result, clock=None):
     """Times the executor in blocks of fresh, fully compared forwards; writes
-    the measurement into the trusted dir; returns the executor's final report."""
+    the measurement into the trusted dir; returns the executor's final report.
+    clock (protocol.Timeline): where this process's wall goes, per step."""
     from profiler_service.harness import gpu_share
     from profiler_service.harness import nvml as nvml_mod
     from profiler_service.harness import symbols, tasks
@@ -291,6 +294,10 @@ def run_profile(job, task_module, model, driver, sets, backend, result):
     anchor = {"label": "anchor", "backend": backend.name, "samples": [], "cupti_active": backend.cupti_active,
               "stop_reason": "rounds"}
     file_bytes = int(job.get("exchange_bytes") or 0) if driver.ex.kind == "file" else 0
+    if device == "cuda":
+        # Half the device's free memory at most (after verify, with whatever
+        # else runs on it): the executor's own work needs the rest.
+        cfg.block_memory = min(cfg.block_memory, torch.cuda.mem_get_info()[0] // 2)
     driver.capacity = _capacity(cfg, driver.ex.layout, file_bytes, cfg.max_forwards)
     est = verify_estimate_us(result)
     forwards = _forwards(cfg, est, driver.capacity)
@@ -303,6 +310,10 @@ def run_profile(job, task_module, model, driver, sets, backend, result):
              "forwards": forwards}
     run["graph_note"] = ""
 
+    def mark(step):
+        if clock is not None:
+            clock.mark(step)
+
     def one_block(timed, as_graph=False):
         rows, expected, scale = [], [], set()
         for k in range(graph["forwards"] if as_graph else forwards):
@@ -311,9 +322,13 @@ def run_profile(job, task_module, model, driver, sets, backend, result):
             expected.append(exp)
             if dist in scaled:
                 scale.add(k)
+        mark("profile_inputs")
         call = driver.block(rows, expected, graph=as_graph)
+        mark("profile_blocks")
         why = driver.check(call, scale)
+        mark("profile_check")
         mutated, late = driver.close(call)
+        mark("profile_close")
         run["rechecks"] += call["forwards"]
         if mutated:
             prof["mutated"] = True

@@ -48,8 +48,9 @@ PROTOCOL_KEYS = ("num_sets", "distributions", "atol", "rtol", "atol_scaled_dists
                  "precision_floor_units", "precision_max_hi_bytes", "profiler")
 
 
-def compare(ref, meta, got, atol, rtol, chunk=1 << 28):
-    """None if output `got` (flat, from the snapshot) matches `ref` elementwise, else a one-line reason."""
+def structure(ref, meta, got):
+    """None if output `got` (flat, from the snapshot) is a tensor of ref's
+    kind, shape and device that the reference could read, else a one-line reason."""
     if meta.get("type") != "Tensor":
         return f"is a {meta.get('type')}, expected a plain torch.Tensor"
     if meta.get("layout") != "torch.strided":
@@ -60,10 +61,16 @@ def compare(ref, meta, got, atol, rtol, chunk=1 << 28):
         return f"dtype {meta.get('dtype')}, expected {ref.dtype}"
     if meta.get("shape") != list(ref.shape):
         return f"shape {meta.get('shape')}, expected {list(ref.shape)}"
-    if ref.numel() == 0:
-        return None
-    if got is None:
+    if ref.numel() and got is None:
         return "output not handed over: no segment or slot the reference could read"
+    return None
+
+
+def compare(ref, meta, got, atol, rtol, chunk=1 << 28):
+    """None if output `got` (flat, from the snapshot) matches `ref` elementwise, else a one-line reason."""
+    why = structure(ref, meta, got)
+    if why or ref.numel() == 0:
+        return why
     flat_ref = ref.reshape(-1)
     floating = ref.is_floating_point() or ref.is_complex()
     # Chunk by chunk: a 6.4 GB output compared whole with torch ops needs ~5
@@ -153,6 +160,49 @@ def peak_copy_bytes_per_us(device):
 
 CandidateGone = protocol.CandidateGone
 _DUE = object()  # an expected entry's fp64 outputs, not computed yet
+# Forwards of a block checked against the fp64 reference (precision.py step
+# 2). Cheating on a fraction f of a block's forwards is missed with
+# probability about (1 - f)^8 per block, over every block of the evaluation.
+NORM_CHECKS_PER_BLOCK = 8
+
+
+class _CheckBatch:
+    """A block's GPU checks (verify_cuda.check_launch): launched as outputs
+    are met, read with one synchronisation; earlier once the fp64 outputs
+    they hold pass HOLD_HI_BYTES (a block's could fill the device)."""
+
+    HOLD_HI_BYTES = 1 << 30
+
+    def __init__(self, atol, rtol):
+        self.atol, self.rtol = atol, rtol
+        self.waiting, self.sums, self.hi_bytes = [], [], 0
+
+    def add(self, got, ref, hi, scaled):
+        """Queues one output's check; returns its index into read()'s list."""
+        self.waiting.append((got, ref, hi, scaled))
+        self.hi_bytes += hi.nbytes if hi is not None else 0
+        index = len(self.sums) + len(self.waiting) - 1
+        if self.hi_bytes >= self.HOLD_HI_BYTES:
+            self._flush()
+        return index
+
+    def _flush(self):
+        if not self.waiting:
+            return
+        slots = verify_cuda.check_slots([ref.numel() for _, ref, _, _ in self.waiting])
+        for i, (got, ref, hi, scaled) in enumerate(self.waiting):
+            lo = ref.reshape(-1).contiguous()
+            rms = verify_cuda.sum_squares_launch(lo) if scaled else None
+            hi = hi.reshape(-1).contiguous() if hi is not None else None
+            verify_cuda.check_launch(got, lo, hi, self.atol, self.rtol, slots[i], rms)
+        self.sums += verify_cuda.read_checks(slots)
+        self.waiting, self.hi_bytes = [], 0
+
+    def read(self):
+        """(not_close, new_nan, first_not_close, first_new_nan, err2, ref2,
+        own2) of every output added, in order."""
+        self._flush()
+        return self.sums
 
 
 class Driver:
@@ -275,37 +325,76 @@ class Driver:
     def check(self, call, scale_atol_for=()):
         """"" when every forward's outputs match, else the first reason.
         scale_atol_for: the forwards whose atol is multiplied by max(1, rms of
-        the reference) (the large-magnitude distribution)."""
+        the reference) (the large-magnitude distribution).
+
+        Every output is compared elementwise with the Model's (step 1,
+        precision.py); step 2, the norm against the fp64 reference, runs on
+        every forward of a block of up to NORM_CHECKS_PER_BLOCK and on that
+        many drawn here, after the block, otherwise (the executor cannot tell
+        which: the forwards it ran are alike, and the draw is ours). On the GPU
+        both run as one launch per output and one synchronisation per block
+        (verify_cuda.check_launch); elsewhere, output by output with torch."""
         metas_all = call["reply"].get("outputs")
-        if not isinstance(metas_all, list) or len(metas_all) != call["forwards"]:
-            return f"answered {len(metas_all) if isinstance(metas_all, list) else '?'} forwards of {call['forwards']}"
+        n = call["forwards"]
+        if not isinstance(metas_all, list) or len(metas_all) != n:
+            return f"answered {len(metas_all) if isinstance(metas_all, list) else '?'} forwards of {n}"
         atol, rtol = float(self.job["atol"]), float(self.job["rtol"])
+        norm_for = set(range(n)) if n <= NORM_CHECKS_PER_BLOCK else \
+            set(secrets.SystemRandom().sample(range(n), NORM_CHECKS_PER_BLOCK))
+        results = []  # per output in order: a reason, "" or a launched check (see _judge)
+        batch = _CheckBatch(atol, rtol)
         for k, (metas, exp) in enumerate(zip(metas_all, call["expected"])):
             refs, his = exp["lo"], exp.get("hi", _DUE)
             if not isinstance(metas, list) or len(metas) != len(refs):
-                return f"returned {len(metas) if isinstance(metas, list) else '?'} outputs, expected {len(refs)}"
+                results.append((k, 0, f"returned {len(metas) if isinstance(metas, list) else '?'} outputs, "
+                                      f"expected {len(refs)}"))
+                break
             for o, (ref, meta) in enumerate(zip(refs, metas)):
                 if not isinstance(ref, torch.Tensor):
                     continue
                 meta = meta if isinstance(meta, dict) else {}
-                a = atol * max(1.0, _rms(ref)) if k in scale_atol_for else atol
                 try:
+                    why, pending = "", None
+                    norm = k in norm_for and self.policy.wants_norm(ref)
+                    if norm and his is _DUE:  # the fp64 outputs, computed now: no block holds them all
+                        his = self.policy.hi(call["rows"][k], refs)
+                    hi = his[o] if norm and his is not None else None
                     unreadable = call["shot"].errors.get((k, o))
                     got = self.ex.output(call["shot"], k, o, ref.numel(), ref.dtype)
-                    why = f"unreadable output ({unreadable})" if unreadable else compare(ref, meta, got, a, rtol)
+                    why = f"unreadable output ({unreadable})" if unreadable else structure(ref, meta, got)
+                    scaled = k in scale_atol_for
                     if not why and ref.numel():
-                        if his is _DUE:  # the fp64 outputs, computed now: no block holds them all
-                            his = self.policy.hi(call["rows"][k], refs)
-                        hi = his[o] if his is not None else None
-                        why = self.policy.norm_check(got.to(ref.device).view(ref.shape), ref, hi)
+                        if verify_cuda.available() and verify_cuda.checkable(ref) and got.is_cuda:
+                            pending = (ref, meta, got, hi is not None, scaled, norm, batch.add(got, ref, hi, scaled))
+                        else:
+                            a = atol * max(1.0, _rms(ref)) if scaled else atol
+                            why = compare(ref, meta, got, a, rtol)
+                            if not why and norm:
+                                why = self.policy.norm_check(got.to(ref.device).view(ref.shape), ref, hi)
                 except torch.cuda.OutOfMemoryError:
                     raise  # our memory, not the candidate's bytes: INFRA_ERROR, never a wrong answer
                 except Exception as e:  # noqa: BLE001 - bytes the candidate wrote do not load
-                    why = f"unreadable output ({type(e).__name__}: {e})"[:300]
-                if why:
-                    where = f"output {o}" if call["forwards"] == 1 else f"forward {k} output {o}"
-                    return f"{where}: {why}"
+                    why, pending = f"unreadable output ({type(e).__name__}: {e})"[:300], None
+                results.append((k, o, pending if pending is not None else why))
+        sums = batch.read()
+        for k, o, what in results:
+            why = self._judge(what, sums, atol, rtol) if isinstance(what, tuple) else what
+            if why:
+                where = f"output {o}" if n == 1 else f"forward {k} output {o}"
+                return f"{where}: {why}"
         return ""
+
+    def _judge(self, pending, sums, atol, rtol):
+        """The reason a launched output fails, from its counts and sums."""
+        ref, meta, got, has_hi, scaled, norm, i = pending
+        bad, _, _, _, err2, ref2, own2 = sums[i]
+        if bad:
+            # The rare path: the elementwise compare again, for its words.
+            a = atol * max(1.0, _rms(ref)) if scaled else atol
+            return compare(ref, meta, got, a, rtol) or f"{bad} elements outside atol={a:g} rtol={rtol:g}"
+        if norm:
+            return self.policy.judge(err2, ref2, own2, has_hi, ref.dtype)
+        return None
 
     def close(self, call):
         """Done with a block: the trusted after-checks, then poison.
@@ -462,7 +551,7 @@ def run(job, to_cand, from_cand, result_fd, xsock=-1):
         if verified and job.get("profile"):
             if device == "cuda":
                 torch.cuda.empty_cache()  # verify-era blocks: room for the timed sets
-            report = profiling.run_profile(job, mod, model, driver, sets, backend, result)
+            report = profiling.run_profile(job, mod, model, driver, sets, backend, result, clock)
             clock.mark("profile")
         else:
             driver.stop()

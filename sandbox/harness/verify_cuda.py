@@ -37,6 +37,9 @@ def load(path):
     lib.krv_digest.argtypes = [ctypes.c_void_p, ctypes.c_longlong, ctypes.c_int, u64p]
     lib.krv_compare.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_longlong, ctypes.c_int,
                                 ctypes.c_double, ctypes.c_double, u64p]
+    lib.krv_check.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_longlong, ctypes.c_int,
+                              ctypes.c_double, ctypes.c_double, ctypes.c_void_p, ctypes.c_ulonglong]
+    lib.krv_sum_squares.argtypes = [ctypes.c_void_p, ctypes.c_longlong, ctypes.c_int, ctypes.c_ulonglong]
     lib.krv_fill.argtypes = [ctypes.c_ulonglong, ctypes.c_ulonglong, ctypes.c_int]
     lib.krv_copy.argtypes = [ctypes.c_ulonglong, ctypes.c_ulonglong, ctypes.c_ulonglong]
     lib.krv_ipc_export.argtypes = [ctypes.c_ulonglong, ctypes.c_char_p, u64p, u64p]
@@ -109,18 +112,18 @@ def ipc_close(ptr):
     _check(_LIB.krv_ipc_close(ptr), "krv_ipc_close")
 
 
-TABLE_COPY, TABLE_DIFF, TABLE_FILL, TABLE_NOT_FILLED = 0, 1, 2, 3
+TABLE_DIFF, TABLE_FILL, TABLE_NOT_FILLED = 1, 2, 3
 
 
 def table(mode, chunks, value=0xFF):
     """One launch over `chunks`, an (n, 3) int64 tensor of (a, b, bytes) in
     device or pinned host memory (the kernel reads it where it is)
-    (cuda/verify_cuda.cu krv_table): copy a to b, count differing words, fill
-    a, or count words of a that are not `value`. Asynchronous on the default
-    stream for the copy and the fill (None); the counts synchronise (an int)."""
+    (cuda/verify_cuda.cu krv_table): count differing words, fill a, or
+    count words of a that are not `value`. Asynchronous on the default
+    stream for the fill (None); the counts synchronise (an int)."""
     n = chunks.shape[0]
     if n == 0:
-        return None if mode in (TABLE_COPY, TABLE_FILL) else 0
+        return None if mode == TABLE_FILL else 0
     count = torch.zeros(1, dtype=torch.int64, device="cuda") if mode in (TABLE_DIFF, TABLE_NOT_FILLED) else None
     _check(_LIB.krv_table(mode, chunks.data_ptr(), n, value, count.data_ptr() if count is not None else 0),
            "krv_table")
@@ -152,6 +155,49 @@ def count_mismatches(got, ref, atol, rtol):
     if kind >= 10 and ref.element_size() not in (1, 2, 4, 8):
         return int(out[0]), 0, int(out[2]) // ref.element_size(), ref.numel()
     return int(out[0]), int(out[1]), int(out[2]), int(out[3])
+
+
+CHECK_SLOT = 8  # int64 words per output of a batched check (krv_check's out)
+
+
+def checkable(t):
+    """Whether check_launch takes outputs of t's kind (floating, on the GPU)."""
+    return t.is_cuda and t.dtype in _TOLERANCE
+
+
+def check_slots(numels):
+    """Zeroed result slots for outputs of these sizes, the first-index words
+    set to each size (krv_check's contract)."""
+    host = torch.zeros((len(numels), CHECK_SLOT), dtype=torch.int64)
+    host[:, 2] = torch.tensor(list(numels), dtype=torch.int64)
+    host[:, 3] = host[:, 2]
+    return host.to("cuda")
+
+
+def check_launch(got, lo, hi, atol, rtol, slot, rms_sum=None):
+    """Launches, without waiting, the tolerance check of `got` against `lo`
+    and the precision check's sums against `hi` (float64, or None: `lo`)
+    into `slot` (a row of check_slots); `rms_sum` (a float64 CUDA scalar
+    from sum_squares_launch) scales atol by max(1, lo's root mean square)."""
+    kind = _TOLERANCE[lo.dtype]
+    _check(_LIB.krv_check(got.data_ptr(), lo.data_ptr(), hi.data_ptr() if hi is not None else None, lo.numel(),
+                          kind, float(atol), float(rtol), rms_sum.data_ptr() if rms_sum is not None else None,
+                          slot.data_ptr()), "krv_check")
+
+
+def sum_squares_launch(x):
+    """A float64 CUDA scalar that will hold the sum of x's finite squares."""
+    out = torch.zeros((), dtype=torch.float64, device="cuda")
+    _check(_LIB.krv_sum_squares(x.data_ptr(), x.numel(), _TOLERANCE[x.dtype], out.data_ptr()), "krv_sum_squares")
+    return out
+
+
+def read_checks(slots):
+    """Per slot: (not_close, new_nan, first_not_close, first_new_nan, err2,
+    ref2, own2), the counts and the sums of krv_check (one synchronisation)."""
+    host = slots.cpu()
+    sums = host[:, 4:7].contiguous().view(torch.float64).tolist()
+    return [tuple(int(v) for v in row[:4]) + tuple(s) for row, s in zip(host.tolist(), sums)]
 
 
 class _Device:

@@ -159,7 +159,6 @@ def main():
         digest = torch.zeros(1, dtype=torch.int64, device="cuda")
         for name, passes, fn in (
                 ("input copy (torch copy_)", 2, lambda: b.copy_(a)),
-                ("input copy (table kernel)", 2, lambda: verify_cuda.table(verify_cuda.TABLE_COPY, table)),
                 ("input copy (cudaMemcpy)", 2, lambda: verify_cuda._LIB.krv_copy(b.data_ptr(), a.data_ptr(), a.numel())),
                 ("seal (digest, read only)", 1, lambda: verify_cuda.table_digest(table, 7, digest)),
                 ("snapshot copy + digest", 2, lambda: verify_cuda.table_digest(table, 7, digest, copy=True))):

@@ -6,6 +6,8 @@
 //                  computes with torch ops, in one pass instead of three;
 //   krv_compare    tolerance check of a candidate output against the reference
 //                  output in one pass (counts and first bad index);
+//   krv_check      the same check and the precision check's sums in one pass,
+//                  launched without waiting (a block's outputs, one sync);
 //   krv_exchange_* the input exchange: device memory the reference process
 //                  allocates, exports as a file descriptor and the candidate
 //                  process maps to read its inputs from (and, as a fallback,
@@ -14,8 +16,9 @@
 //   krv_ipc_*      the outputs: the candidate process exports the segment
 //                  an output lies in, the reference maps it and copies the
 //                  output itself;
-//   krv_table*     one launch over a table of chunks: copy, compare, poison,
-//                  and the keyed digest that ends a block's clock.
+//   krv_table*     one launch over a table of chunks: compare, poison, and
+//                  the keyed digest that ends a block's clock (the seal) and
+//                  copies the outputs into the snapshot after it.
 //
 // Why kernels of our own: a fresh process pays for every torch kernel it uses
 // the first time (lazy module loading, ~2-20 ms each), and the torch digest
@@ -24,7 +27,8 @@
 //
 // Every entry point returns 0 or a CUDA error code (cudaError_t or CUresult,
 // by name in krv_error_string), and synchronises before it returns, except the
-// table launches (krv_table, krv_table_digest), which a clock may contain.
+// table launches (krv_table, krv_table_digest), which a clock may contain, and
+// the batched check (krv_check, krv_sum_squares).
 #include <cuda.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -99,41 +103,92 @@ __device__ double ToDouble(__half v) { return static_cast<double>(__half2float(v
 template <>
 __device__ double ToDouble(__nv_bfloat16 v) { return static_cast<double>(__bfloat162float(v)); }
 
-// counts[0]: elements not close (torch.isclose(got, ref, rtol, atol,
-// equal_nan=True) semantics, evaluated in double); counts[1]: of those, NaN
-// where the reference is not NaN; counts[2], counts[3]: first index of each
-// (n when none).
+__device__ double WarpSumDouble(double v) {
+  for (int off = 16; off > 0; off >>= 1) v += __shfl_down_sync(0xffffffffu, v, off);
+  return v;
+}
+
+// One output against its references in one pass: out[0] counts elements of
+// `got` not close to `lo` (torch.isclose(got, lo, rtol, atol,
+// equal_nan=True) semantics, evaluated in double), out[1] of those the NaNs
+// where `lo` is not NaN, out[2] and out[3] the first index of each (n when
+// none; the caller sets both to n before the launch). With `rms_sum` (device:
+// the sum of lo's finite squares, SumSquaresKernel) atol is scaled by
+// max(1, its root mean square). out[4..6], as doubles, are the sums the
+// precision check's norms need (precision.py): sum (got - ref)^2 and
+// sum (lo - ref)^2 over pairs whose members are both finite, and sum ref^2
+// over finite ref, where ref is `hi` (float64) when given, else `lo` (out[6]
+// is then 0).
 template <typename T>
-__global__ void CompareKernel(const T* __restrict__ got, const T* __restrict__ ref, long long n, double atol,
-                              double rtol, unsigned long long* counts) {
+__global__ void CheckKernel(const T* __restrict__ got, const T* __restrict__ lo, const double* __restrict__ hi,
+                            long long n, double atol, double rtol, const double* rms_sum,
+                            unsigned long long* out) {
+  if (rms_sum != nullptr) {
+    const double rms = sqrt(*rms_sum / static_cast<double>(n));
+    if (rms > 1.0) atol *= rms;
+  }
   unsigned long long bad = 0, new_nan = 0;
   long long first_bad = n, first_nan = n;
+  double err2 = 0, ref2 = 0, own2 = 0;
   for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<long long>(gridDim.x) * blockDim.x) {
-    const double g = ToDouble(got[i]), r = ToDouble(ref[i]);
-    const bool g_nan = isnan(g), r_nan = isnan(r);
-    bool close = (g == r) || (g_nan && r_nan);
+    const double g = ToDouble(got[i]), l = ToDouble(lo[i]);
+    const bool g_nan = isnan(g), l_nan = isnan(l);
+    bool close = (g == l) || (g_nan && l_nan);
     if (!close) {
-      const double diff = fabs(g - r);
-      close = isfinite(diff) && diff <= atol + fabs(rtol * r);
+      const double diff = fabs(g - l);
+      close = isfinite(diff) && diff <= atol + fabs(rtol * l);
     }
     if (!close) {
       ++bad;
       if (i < first_bad) first_bad = i;
-      if (g_nan && !r_nan) {
+      if (g_nan && !l_nan) {
         ++new_nan;
         if (i < first_nan) first_nan = i;
       }
     }
+    const double r = hi != nullptr ? hi[i] : l;
+    if (isfinite(r)) {
+      ref2 += r * r;
+      if (isfinite(g)) err2 += (g - r) * (g - r);
+      if (hi != nullptr && isfinite(l)) own2 += (l - r) * (l - r);
+    }
   }
+  bad = WarpSum(bad);
+  new_nan = WarpSum(new_nan);
+  err2 = WarpSumDouble(err2);
+  ref2 = WarpSumDouble(ref2);
+  own2 = WarpSumDouble(own2);
+  for (int off = 16; off > 0; off >>= 1) {
+    first_bad = min(first_bad, __shfl_down_sync(0xffffffffu, first_bad, off));
+    first_nan = min(first_nan, __shfl_down_sync(0xffffffffu, first_nan, off));
+  }
+  if (threadIdx.x % 32 != 0) return;
   if (bad) {
-    atomicAdd(&counts[0], bad);
-    atomicMin(&counts[2], static_cast<unsigned long long>(first_bad));
+    atomicAdd(&out[0], bad);
+    atomicMin(&out[2], static_cast<unsigned long long>(first_bad));
   }
   if (new_nan) {
-    atomicAdd(&counts[1], new_nan);
-    atomicMin(&counts[3], static_cast<unsigned long long>(first_nan));
+    atomicAdd(&out[1], new_nan);
+    atomicMin(&out[3], static_cast<unsigned long long>(first_nan));
   }
+  double* sums = reinterpret_cast<double*>(out + 4);
+  if (err2 != 0) atomicAdd(&sums[0], err2);
+  if (ref2 != 0) atomicAdd(&sums[1], ref2);
+  if (own2 != 0) atomicAdd(&sums[2], own2);
+}
+
+// *out += the sum of x's finite squares (the scaled tolerance's root mean square).
+template <typename T>
+__global__ void SumSquaresKernel(const T* __restrict__ x, long long n, double* out) {
+  double s = 0;
+  for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<long long>(gridDim.x) * blockDim.x) {
+    const double v = ToDouble(x[i]);
+    if (isfinite(v)) s += v * v;
+  }
+  s = WarpSumDouble(s);
+  if (threadIdx.x % 32 == 0 && s != 0) atomicAdd(out, s);
 }
 
 // Exact comparison (integer, bool and other dtypes) unit by unit.
@@ -164,7 +219,7 @@ int Blocks(long long n, long long per_block) {
 // Device scratch for the reductions' results, made once per process.
 unsigned long long* Scratch() {
   static unsigned long long* p = nullptr;
-  if (p == nullptr && cudaMalloc(&p, 4 * sizeof(unsigned long long)) != cudaSuccess) p = nullptr;
+  if (p == nullptr && cudaMalloc(&p, 8 * sizeof(unsigned long long)) != cudaSuccess) p = nullptr;
   return p;
 }
 
@@ -183,7 +238,7 @@ template <typename Launch>
 int Counted(long long n, unsigned long long* out, Launch launch) {
   unsigned long long* d = Scratch();
   if (d == nullptr) return cudaErrorMemoryAllocation;
-  const unsigned long long init[4] = {0, 0, static_cast<unsigned long long>(n), static_cast<unsigned long long>(n)};
+  const unsigned long long init[8] = {0, 0, static_cast<unsigned long long>(n), static_cast<unsigned long long>(n)};
   cudaError_t e = cudaMemcpy(d, init, sizeof(init), cudaMemcpyHostToDevice);
   if (e != cudaSuccess) return e;
   if (n > 0) launch(d);
@@ -232,6 +287,94 @@ int CurrentDevice(int* device) {
   return e;
 }
 
+// The keyed digest's mixing: splitmix64's finaliser (full avalanche).
+__host__ __device__ __forceinline__ unsigned long long Mix(unsigned long long x) {
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ULL;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+constexpr unsigned long long kPositionStep = 0x9e3779b97f4a7c15ULL;
+
+// One launch over a table of n chunks, each (a, b, bytes) as three u64:
+//   mode 1  count bytes where a != b        (outputs changed since the snapshot)
+//   mode 2  fill a with `value`             (poison)
+//   mode 3  count bytes of a != `value`     (poison still intact)
+//   mode 4  keyed digest of a               (the seal that ends a block's clock)
+//   mode 5  copy a -> b and digest a        (the snapshot, after the clock)
+// Asynchronous on the legacy default stream (torch's, in the reference);
+// counts and digests are added to *count (device memory). Chunks are small
+// (wire.py splits outputs), so every SM has work whatever the outputs' sizes.
+//
+// The digest is the sum, mod 2^64, of Mix(word ^ a key-derived secret of its
+// destination address) over 16-byte words (single bytes where a chunk is not
+// 16-byte aligned), so it does not depend on the launch's order. The seal
+// reads the outputs once where they lie (a copy reads and writes); the copy
+// into the snapshot then runs after the clock under the same digest, and a
+// difference means the outputs changed in between (work deferred past
+// "done"). The key is drawn by the reference per block and never leaves its
+// process: without it a candidate cannot choose unfinished outputs whose
+// digest equals the finished ones'.
+__global__ void TableKernel(int mode, const unsigned long long* table, long long n, int value,
+                            unsigned long long key, unsigned long long key_high, unsigned long long* count) {
+  unsigned long long mine = 0;
+  for (long long c = blockIdx.x; c < n; c += gridDim.x) {
+    uint8_t* a = reinterpret_cast<uint8_t*>(table[3 * c]);
+    uint8_t* b = reinterpret_cast<uint8_t*>(table[3 * c + 1]);
+    const unsigned long long bytes = table[3 * c + 2];
+    const unsigned long long at = table[3 * c + 1];  // digest positions are destination addresses
+    const bool b_used = mode == 1 || mode == 5;
+    const bool vec = reinterpret_cast<uintptr_t>(a) % 16 == 0 && (!b_used || reinterpret_cast<uintptr_t>(b) % 16 == 0);
+    const unsigned long long words = vec ? bytes / 16 : 0;
+    const uint4 fill = make_uint4(0x01010101u * (value & 0xFF), 0x01010101u * (value & 0xFF),
+                                  0x01010101u * (value & 0xFF), 0x01010101u * (value & 0xFF));
+    for (unsigned long long i = threadIdx.x; i < words; i += blockDim.x) {
+      uint4* wa = reinterpret_cast<uint4*>(a) + i;
+      if (mode == 1) {
+        const uint4 x = *wa, y = reinterpret_cast<const uint4*>(b)[i];
+        mine += (x.x != y.x) + (x.y != y.y) + (x.z != y.z) + (x.w != y.w);
+      } else if (mode == 2) {
+        *wa = fill;
+      } else if (mode == 3) {
+        const uint4 x = *wa;
+        mine += (x.x != fill.x) + (x.y != fill.y) + (x.z != fill.z) + (x.w != fill.w);
+      } else {
+        const uint4 x = *wa;
+        if (mode == 5) reinterpret_cast<uint4*>(b)[i] = x;
+        const unsigned long long secret = (at + 16 * i) * kPositionStep;
+        const unsigned long long lo = x.x | (static_cast<unsigned long long>(x.y) << 32);
+        const unsigned long long hi = x.z | (static_cast<unsigned long long>(x.w) << 32);
+        mine += Mix(lo ^ key ^ secret) + Mix(hi ^ key_high ^ secret);
+      }
+    }
+    for (unsigned long long i = words * 16 + threadIdx.x; i < bytes; i += blockDim.x) {
+      if (mode == 1) mine += a[i] != b[i];
+      else if (mode == 2) a[i] = static_cast<uint8_t>(value);
+      else if (mode == 3) mine += a[i] != static_cast<uint8_t>(value);
+      else {
+        const uint8_t v = a[i];
+        if (mode == 5) b[i] = v;
+        mine += Mix(v ^ key_high ^ key ^ ((at + i) * kPositionStep));
+      }
+    }
+  }
+  if (mode != 2) {
+    mine = WarpSum(mine);
+    if (threadIdx.x % 32 == 0 && mine) atomicAdd(count, mine);
+  }
+}
+
+int LaunchTable(int mode, unsigned long long table, long long n, int value, unsigned long long key,
+                unsigned long long count) {
+  if (n <= 0) return 0;
+  const int blocks = n < 132LL * 16 ? static_cast<int>(n) : 132 * 16;
+  TableKernel<<<blocks, kThreads>>>(mode, reinterpret_cast<const unsigned long long*>(table), n, value, key,
+                                    Mix(key ^ 0x5bd1e9955bd1e995ULL), reinterpret_cast<unsigned long long*>(count));
+  return cudaGetLastError();
+}
+
 }  // namespace
 
 extern "C" {
@@ -248,7 +391,7 @@ int krv_digest(const void* data, long long n, int unit_size, unsigned long long*
 }
 
 // kind: 0 float32, 1 float64, 2 float16, 3 bfloat16 (tolerance);
-// 11, 12, 14, 18: exact, units of 1, 2, 4 or 8 bytes. out[4] as CompareKernel.
+// 11, 12, 14, 18: exact, units of 1, 2, 4 or 8 bytes. out[4] as CheckKernel's first four.
 int krv_compare(const void* got, const void* ref, long long n, int kind, double atol, double rtol,
                 unsigned long long* out) {
   const int blocks = Blocks(n, kThreads * 8LL);
@@ -256,8 +399,8 @@ int krv_compare(const void* got, const void* ref, long long n, int kind, double 
 #define KRV_TOL(code, T)                                                                                   \
   case code:                                                                                             \
     return Counted(n, out, [&](unsigned long long* d) {                                                  \
-      CompareKernel<T><<<blocks, kThreads>>>(static_cast<const T*>(got), static_cast<const T*>(ref), n, \
-                                             atol, rtol, d);                                             \
+      CheckKernel<T><<<blocks, kThreads>>>(static_cast<const T*>(got), static_cast<const T*>(ref), nullptr, n, \
+                                           atol, rtol, nullptr, d);                                        \
     });
 #define KRV_EQ(code, T)                                                                                   \
   case code:                                                                                            \
@@ -276,6 +419,50 @@ int krv_compare(const void* got, const void* ref, long long n, int kind, double 
 #undef KRV_EQ
     default: return cudaErrorInvalidValue;
   }
+}
+
+// The batched check of a block's outputs (reference.Driver.check): launches
+// CheckKernel into out[8] (device memory; out[2] and out[3] set to n, the rest
+// to 0, by the caller) without waiting, so one synchronisation reads every
+// output's counts and sums. kind: 0 float32, 1 float64, 2 float16,
+// 3 bfloat16; hi (float64) and rms_sum may be 0.
+int krv_check(const void* got, const void* lo, const void* hi, long long n, int kind, double atol, double rtol,
+              const void* rms_sum, unsigned long long out) {
+  if (out == 0) return cudaErrorInvalidValue;
+  if (n <= 0) return 0;
+  const int blocks = Blocks(n, kThreads * 8LL);
+  const double* h = static_cast<const double*>(hi);
+  const double* r = static_cast<const double*>(rms_sum);
+  unsigned long long* o = reinterpret_cast<unsigned long long*>(out);
+  switch (kind) {
+#define KRV_CHECK(code, T)                                                                                 \
+  case code:                                                                                             \
+    CheckKernel<T><<<blocks, kThreads>>>(static_cast<const T*>(got), static_cast<const T*>(lo), h, n, atol, \
+                                         rtol, r, o);                                                    \
+    return cudaGetLastError();
+    KRV_CHECK(0, float)
+    KRV_CHECK(1, double)
+    KRV_CHECK(2, __half)
+    KRV_CHECK(3, __nv_bfloat16)
+#undef KRV_CHECK
+    default: return cudaErrorInvalidValue;
+  }
+}
+
+// *out (device, float64) += the sum of x's finite squares; no waiting.
+int krv_sum_squares(const void* x, long long n, int kind, unsigned long long out) {
+  if (out == 0) return cudaErrorInvalidValue;
+  if (n <= 0) return 0;
+  const int blocks = Blocks(n, kThreads * 8LL);
+  double* o = reinterpret_cast<double*>(out);
+  switch (kind) {
+    case 0: SumSquaresKernel<float><<<blocks, kThreads>>>(static_cast<const float*>(x), n, o); break;
+    case 1: SumSquaresKernel<double><<<blocks, kThreads>>>(static_cast<const double*>(x), n, o); break;
+    case 2: SumSquaresKernel<__half><<<blocks, kThreads>>>(static_cast<const __half*>(x), n, o); break;
+    case 3: SumSquaresKernel<__nv_bfloat16><<<blocks, kThreads>>>(static_cast<const __nv_bfloat16*>(x), n, o); break;
+    default: return cudaErrorInvalidValue;
+  }
+  return cudaGetLastError();
 }
 
 // Fills bytes at ptr with `value` (the reference poisons exchange slots: 0xFF
@@ -332,122 +519,19 @@ int krv_buffer_id(unsigned long long ptr, unsigned long long* id) {
 
 int krv_ipc_close(unsigned long long ptr) { return Driver(cuIpcCloseMemHandle(static_cast<CUdeviceptr>(ptr))); }
 
-// One launch over a table of n chunks, each (a, b, bytes) as three u64:
-//   mode 0  copy a -> b                     (the snapshot of a block's outputs)
-//   mode 1  count bytes where a != b        (outputs changed since the snapshot)
-//   mode 2  fill a with `value`             (poison)
-//   mode 3  count bytes of a != `value`     (poison still intact)
-// Asynchronous on the legacy default stream (torch's, in the reference);
-// counts go to *count (device memory). Chunks are small (wire.py splits
-// outputs), so every SM has work whatever the outputs' sizes.
-__global__ void TableKernel(int mode, const unsigned long long* table, long long n, int value,
-                            unsigned long long* count) {
-  unsigned long long mine = 0;
-  for (long long c = blockIdx.x; c < n; c += gridDim.x) {
-    uint8_t* a = reinterpret_cast<uint8_t*>(table[3 * c]);
-    uint8_t* b = reinterpret_cast<uint8_t*>(table[3 * c + 1]);
-    const unsigned long long bytes = table[3 * c + 2];
-    const bool vec = reinterpret_cast<uintptr_t>(a) % 16 == 0 && (mode >= 2 || reinterpret_cast<uintptr_t>(b) % 16 == 0);
-    const unsigned long long words = vec ? bytes / 16 : 0;
-    const uint4 fill = make_uint4(0x01010101u * (value & 0xFF), 0x01010101u * (value & 0xFF),
-                                  0x01010101u * (value & 0xFF), 0x01010101u * (value & 0xFF));
-    for (unsigned long long i = threadIdx.x; i < words; i += blockDim.x) {
-      uint4* wa = reinterpret_cast<uint4*>(a) + i;
-      if (mode == 0) {
-        reinterpret_cast<uint4*>(b)[i] = *wa;
-      } else if (mode == 1) {
-        const uint4 x = *wa, y = reinterpret_cast<const uint4*>(b)[i];
-        mine += (x.x != y.x) + (x.y != y.y) + (x.z != y.z) + (x.w != y.w);
-      } else if (mode == 2) {
-        *wa = fill;
-      } else {
-        const uint4 x = *wa;
-        mine += (x.x != fill.x) + (x.y != fill.y) + (x.z != fill.z) + (x.w != fill.w);
-      }
-    }
-    for (unsigned long long i = words * 16 + threadIdx.x; i < bytes; i += blockDim.x) {
-      if (mode == 0) b[i] = a[i];
-      else if (mode == 1) mine += a[i] != b[i];
-      else if (mode == 2) a[i] = static_cast<uint8_t>(value);
-      else mine += a[i] != static_cast<uint8_t>(value);
-    }
-  }
-  if (mode % 2 == 1) {
-    mine = WarpSum(mine);
-    if (threadIdx.x % 32 == 0 && mine) atomicAdd(count, mine);
-  }
-}
-
+// Modes 1-3 of TableKernel; *count (device) gets the counts of modes 1 and 3.
 int krv_table(int mode, unsigned long long table, long long n, int value, unsigned long long count) {
-  if (n <= 0) return 0;
-  if (mode < 0 || mode > 3 || (mode % 2 == 1 && count == 0)) return cudaErrorInvalidValue;
-  const int blocks = n < 132LL * 16 ? static_cast<int>(n) : 132 * 16;
-  TableKernel<<<blocks, kThreads>>>(mode, reinterpret_cast<const unsigned long long*>(table), n, value,
-                                    reinterpret_cast<unsigned long long*>(count));
-  return cudaGetLastError();
+  if (mode < 1 || mode > 3 || (mode != 2 && count == 0)) return cudaErrorInvalidValue;
+  return LaunchTable(mode, table, n, value, 0, count);
 }
 
-// A keyed digest of a table's source bytes, optionally copied to their
-// destination in the same pass: the sum, mod 2^64, of Mix(word ^ key-derived
-// secret of its destination address) over 16-byte words (single bytes where a
-// chunk is not 16-byte aligned), so it does not depend on the launch's order.
-// The block's clock ends with the read-only digest of the outputs where they
-// lie (one read, where a copy reads and writes); the copy into the snapshot
-// then runs after the clock with the same digest, and a difference means the
-// outputs changed in between (work deferred past "done"). The key is drawn by
-// the reference per block and never leaves its process: without it a
-// candidate cannot choose unfinished outputs whose digest equals the
-// finished ones'. Mix is splitmix64's finaliser (full avalanche).
-__host__ __device__ __forceinline__ unsigned long long Mix(unsigned long long x) {
-  x ^= x >> 30;
-  x *= 0xbf58476d1ce4e5b9ULL;
-  x ^= x >> 27;
-  x *= 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-
-constexpr unsigned long long kPositionStep = 0x9e3779b97f4a7c15ULL;
-
-__global__ void DigestTableKernel(bool copy, const unsigned long long* table, long long n, unsigned long long key,
-                                  unsigned long long key_high, unsigned long long* digest) {
-  unsigned long long mine = 0;
-  for (long long c = blockIdx.x; c < n; c += gridDim.x) {
-    const uint8_t* a = reinterpret_cast<const uint8_t*>(table[3 * c]);
-    uint8_t* b = reinterpret_cast<uint8_t*>(table[3 * c + 1]);
-    const unsigned long long bytes = table[3 * c + 2];
-    const unsigned long long at = table[3 * c + 1];  // positions are destination addresses
-    const bool vec = reinterpret_cast<uintptr_t>(a) % 16 == 0 && reinterpret_cast<uintptr_t>(b) % 16 == 0;
-    const unsigned long long words = vec ? bytes / 16 : 0;
-    for (unsigned long long i = threadIdx.x; i < words; i += blockDim.x) {
-      const uint4 x = reinterpret_cast<const uint4*>(a)[i];
-      if (copy) reinterpret_cast<uint4*>(b)[i] = x;
-      const unsigned long long secret = (at + 16 * i) * kPositionStep;
-      const unsigned long long lo = x.x | (static_cast<unsigned long long>(x.y) << 32);
-      const unsigned long long hi = x.z | (static_cast<unsigned long long>(x.w) << 32);
-      mine += Mix(lo ^ key ^ secret) + Mix(hi ^ key_high ^ secret);
-    }
-    for (unsigned long long i = words * 16 + threadIdx.x; i < bytes; i += blockDim.x) {
-      const uint8_t v = a[i];
-      if (copy) b[i] = v;
-      mine += Mix(v ^ key_high ^ key ^ ((at + i) * kPositionStep));
-    }
-  }
-  mine = WarpSum(mine);
-  if (threadIdx.x % 32 == 0 && mine) atomicAdd(digest, mine);
-}
-
-// Launches the digest (copy = 0) or copy-and-digest (copy = 1) of a table
-// (as krv_table's) into *digest (device memory, zeroed by the caller);
-// asynchronous on the legacy default stream.
+// The keyed digest of a table's source bytes (copy = 0, the seal) or their
+// copy to the destinations with the same digest (copy = 1, the snapshot),
+// added to *digest (device memory, zeroed by the caller); asynchronous.
 int krv_table_digest(int copy, unsigned long long table, long long n, unsigned long long key,
                      unsigned long long digest) {
   if (digest == 0 || (copy != 0 && copy != 1)) return cudaErrorInvalidValue;
-  if (n <= 0) return 0;
-  const int blocks = n < 132LL * 16 ? static_cast<int>(n) : 132 * 16;
-  DigestTableKernel<<<blocks, kThreads>>>(copy == 1, reinterpret_cast<const unsigned long long*>(table), n, key,
-                                          Mix(key ^ 0x5bd1e9955bd1e995ULL),
-                                          reinterpret_cast<unsigned long long*>(digest));
-  return cudaGetLastError();
+  return LaunchTable(copy == 1 ? 5 : 4, table, n, 0, key, digest);
 }
 
 int krv_copy(unsigned long long dst, unsigned long long src, unsigned long long bytes) {
