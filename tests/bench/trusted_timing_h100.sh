@@ -15,7 +15,8 @@
 # process runs 8192^2 GEMMs back to back the whole time; both: one then the
 # other), SIZES (a regex on the size labels), HARNESS (the harness directory,
 # default sandbox/harness: another tree's, to compare two designs in one call;
-# OUT then keeps them apart). Each suite ends with the
+# OUT then keeps them apart), EXTRA (more --set flags for every run, e.g. the
+# other design's profiler knobs). Each suite ends with the
 # device_shared check: quiet, no verdict declined for sharing; loaded, every
 # verdict declined (INFRA_ERROR, device_shared) and none blamed.
 set -u
@@ -40,7 +41,7 @@ g++ -std=c++17 -O2 -fPIC -shared -I. -I$CUDA/include -I$CUPTI_H profiler_service
 [ "${CUPTI:-1}" = 1 ] || KPROF=""
 WORKER="--set=backend=cuda --set=python=$PY --set=harness_dir=$(realpath ${HARNESS:-sandbox/harness})
   --set=contain_lib=$PWD/$CARRY/libkernelrl_contain.so --set=verify_cuda_lib=$PWD/$CARRY/libkernelrl_verify_cuda.so
-  --set=enable_profiling=true --set=kprof_lib=$KPROF --set=profiler_root=$PWD"
+  --set=enable_profiling=true --set=kprof_lib=$KPROF --set=profiler_root=$PWD ${EXTRA:-}"
 
 # The sizes: label, task, honest solution.
 SIZES_ALL="relu_10us:relu_10us.py:sandbox/solutions/level1/19_ReLU
@@ -134,6 +135,14 @@ for label, vs in rows.items():
     print(f"{label} | {len(vs)} | {dict(outcomes)} | {dict(flags)} | {med(trusted):.2f} | {med(inproc):.2f} | "
           f"{med(ratio):.3f} | {med(graph):.2f} | {med(gratio):.3f} | {med(fw)} | {med(walls):.2f} | {dict(rewards)} | "
           f"{dict(modes)}")
+    # Where the reference process's wall goes (its timeline, in the contain log), p50 per step.
+    steps = collections.defaultdict(list)
+    for v in vs:
+        line = re.search(r"timeline: reference [^:]*: (.*)", (v.get("logs") or {}).get("contain", ""))
+        for name, ms in re.findall(r"([a-z_]+) ([0-9.]+)", line.group(1) if line else ""):
+            steps[name].append(float(ms))
+    if steps:
+        print(f"  {label} reference steps, ms p50: " + ", ".join(f"{k} {med(x):.0f}" for k, x in steps.items()))
     notes = collections.Counter(n for v in vs for n in re.findall(r"graph: ([^;\n]{0,120})", (v.get("logs") or {}).get("profile", "")))
     if notes:
         print(f"  {label} graph notes: {dict(notes)}")
