@@ -316,8 +316,7 @@ def run_profile(job, task_module, model, driver, sets, backend, result, clock=No
 
     def one_block(timed, as_graph=False):
         rows, expected, scale = [], [], set()
-        for k in range(graph["forwards"] if as_graph else forwards):
-            dist, xs, exp = sets.make()
+        for k, (dist, xs, exp) in enumerate(sets.make_block(graph["forwards"] if as_graph else forwards)):
             rows.append(xs)
             expected.append(exp)
             if dist in scaled:

@@ -462,20 +462,34 @@ class InputSets:
 
     def make(self, dist=None):
         """(dist, xs, expected) of the next set."""
-        i = self.count
-        self.count += 1
-        dist = dist or self.dists[i % len(self.dists)]
-        seed = profiling.timing_seed(self.seed, i)
-        with torch.no_grad():
-            xs = inputs_lib.make_inputs(self.mod, seed, dist, self.device)
-            exp = {"lo": self.policy.lo(xs)}
-            if dist != "task" and any(isinstance(o, torch.Tensor) and o.is_floating_point()
-                                      and bool(torch.isnan(o).any()) for o in exp["lo"]):
-                # The task's math is undefined on this distribution: use its own.
-                dist = "task"
-                xs = inputs_lib.make_inputs(self.mod, seed, dist, self.device)
-                exp = {"lo": self.policy.lo(xs)}
-        return dist, xs, exp
+        return self.make_block(1, dist)[0]
+
+    def make_block(self, count, dist=None):
+        """[(dist, xs, expected)] of the next `count` sets. Where the task's
+        math is undefined on a set's distribution (NaN in the Model's
+        outputs), the set is drawn again from the task's own; the NaN checks
+        of all `count` sets wait on the device once."""
+        sets, nans = [], []
+        for _ in range(count):
+            i = self.count
+            self.count += 1
+            d = dist or self.dists[i % len(self.dists)]
+            seed = profiling.timing_seed(self.seed, i)
+            with torch.no_grad():
+                xs = inputs_lib.make_inputs(self.mod, seed, d, self.device)
+                lo = self.policy.lo(xs)
+            sets.append([d, xs, {"lo": lo}, seed])
+            if d != "task":
+                nans += [(len(sets) - 1, torch.isnan(o).any()) for o in lo
+                         if isinstance(o, torch.Tensor) and o.is_floating_point()]
+        if nans:
+            flags = torch.stack([f for _, f in nans]).tolist()
+            for k in sorted({k for (k, _), bad in zip(nans, flags) if bad}):
+                seed = sets[k][3]
+                with torch.no_grad():
+                    xs = inputs_lib.make_inputs(self.mod, seed, "task", self.device)
+                    sets[k][:3] = ["task", xs, {"lo": self.policy.lo(xs)}]
+        return [tuple(s[:3]) for s in sets]
 
 
 def run(job, to_cand, from_cand, result_fd, xsock=-1):
