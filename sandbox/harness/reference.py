@@ -16,7 +16,9 @@ precision.py) for the expected outputs, and drives blocks:
     after the clock    copy the outputs into our own memory (the snapshot)
                        under the same digest: a difference is a write after
                        the seal; compare every forward's outputs (snapshot)
-                       with the expected ones (the fp64 ones computed now);
+                       with the Model's, and a secret sample of them with
+                       the fp64 ones (computed now): one launch per output,
+                       one wait per block (Driver.check);
                        check the inputs were not written and the outputs did
                        not change after the snapshot; poison
 
