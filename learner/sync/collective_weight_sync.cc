@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/json.h"
+#include "learner/dist/self_backend.h"
 #include "learner/policy/engine.h"
 
 namespace kernelrl::learner {
@@ -24,11 +25,12 @@ void Broadcast(c10d::Backend& sync, at::Tensor& t) {
 
 }  // namespace
 
-absl::Status SendWeights(dist::ShardedWeights& weights, c10d::Backend* sync, int64_t policy_version) {
+absl::Status SendWeights(dist::ShardedWeights& weights, c10d::Backend* sync, int64_t policy_version,
+                         std::optional<at::Device> wire) {
   at::NoGradGuard no_grad;
   try {
     weights.FinishGradients();  // Prefetched gathers hold the weights before the last step.
-    const at::Device device = weights.parameters().front().device();
+    const at::Device device = wire.value_or(weights.parameters().front().device());
     const int64_t units = weights.unit_count();
     at::ScalarType dtype = at::kFloat;
     for (int64_t u = 0; u < units; ++u) {
@@ -47,10 +49,10 @@ absl::Status SendWeights(dist::ShardedWeights& weights, c10d::Backend* sync, int
         bytes = bytes.to(device);
         Broadcast(*sync, bytes);
       }
-      at::Tensor part = full.train.narrow(0, 0, weights.unit_numel(u)).contiguous();
+      at::Tensor part = full.train.narrow(0, 0, weights.unit_numel(u)).to(device).contiguous();
       if (part.numel() > 0) Broadcast(*sync, part);
       if (weights.unit_frozen_numel(u) > 0) {
-        at::Tensor frozen = full.frozen.narrow(0, 0, weights.unit_frozen_numel(u)).contiguous();
+        at::Tensor frozen = full.frozen.narrow(0, 0, weights.unit_frozen_numel(u)).to(device).contiguous();
         Broadcast(*sync, frozen);
       }
     }
@@ -58,6 +60,17 @@ absl::Status SendWeights(dist::ShardedWeights& weights, c10d::Backend* sync, int
     return absl::InternalError(absl::StrCat("weight sync (send) of version ", policy_version, ": ", e.what()));
   }
   return absl::OkStatus();
+}
+
+absl::Status SendModel(const Transformer& policy, c10d::Backend& sync, int64_t policy_version, at::Device wire,
+                       at::ScalarType dtype) {
+  at::NoGradGuard no_grad;
+  ModelOptions cpu;  // fp32 masters on the CPU: exact, and off the wire device.
+  auto copy = policy.MergedCopy(cpu);
+  if (!copy.ok()) return copy.status();
+  auto units = dist::ShardedWeights::Shard(**copy, c10::make_intrusive<dist::SelfBackend>(), at::kCPU, dtype);
+  if (!units.ok()) return units.status();
+  return SendWeights(**units, &sync, policy_version, wire);
 }
 
 absl::StatusOr<ReceivedWeights> ReceiveWeights(c10d::Backend& sync, const ModelOptions& options) {

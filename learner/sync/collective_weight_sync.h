@@ -29,6 +29,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 
 #include "absl/status/statusor.h"
 #include "learner/dist/fsdp.h"
@@ -40,7 +41,18 @@ class PolicyEngine;
 
 // Learner side: every rank of `weights`' shard group calls it at once;
 // `sync` is the sync group on shard rank 0 and null on the other ranks.
-absl::Status SendWeights(dist::ShardedWeights& weights, c10d::Backend* sync, int64_t policy_version);
+// Each unit goes out on `wire` (the sync group's device; default the
+// shards' own).
+absl::Status SendWeights(dist::ShardedWeights& weights, c10d::Backend* sync, int64_t policy_version,
+                         std::optional<at::Device> wire = std::nullopt);
+
+// Learner side, from one process's whole policy (a learner that does not
+// shard, or a sharded one's consolidated copy): lays a merged copy out as
+// units on the CPU (ShardedWeights over a group of one, dist::SelfBackend)
+// and sends it as SendWeights does, unit by unit in `dtype` on `wire`.
+// Holds one more copy of the policy on the CPU (fp32) while it runs.
+absl::Status SendModel(const Transformer& policy, c10d::Backend& sync, int64_t policy_version, at::Device wire,
+                       at::ScalarType dtype);
 
 struct ReceivedWeights {
   std::unique_ptr<Transformer> model;

@@ -1,0 +1,97 @@
+#include "learner/sync/replica_weight_sync.h"
+
+#include <utility>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "common/log.h"
+#include "learner/sync/collective_weight_sync.h"
+
+namespace kernelrl::learner {
+namespace {
+
+constexpr char kStop[] = "stop";
+
+std::string AnnounceKey(int64_t seq) { return absl::StrCat("weights/", seq); }
+std::string AckKey(int64_t seq, int rank) { return absl::StrCat("weights/", seq, "/", rank); }
+
+}  // namespace
+
+CollectiveWeightSink::CollectiveWeightSink(std::unique_ptr<dist::DataParallel> sync, Options options)
+    : sync_(std::move(sync)), options_(options) {}
+
+CollectiveWeightSink::~CollectiveWeightSink() {
+  if (auto s = sync_->StoreSet(AnnounceKey(seq_), kStop); !s.ok()) {
+    KLOG(WARNING) << "policy replicas: cannot announce the end: " << s;
+  }
+}
+
+absl::Status CollectiveWeightSink::Publish(const std::string& hf_dir, int64_t version) {
+  auto policy = Transformer::Load(hf_dir, Head::kLanguageModel, ModelOptions{});
+  if (!policy.ok()) return policy.status();
+  return PublishModel(**policy, version);
+}
+
+absl::Status CollectiveWeightSink::PublishModel(const Transformer& policy, int64_t version) {
+  if (broken_) {
+    return absl::FailedPreconditionError(
+        "policy replicas: an earlier weight sync failed midway; the sync group cannot be used again");
+  }
+  const int64_t seq = seq_++;
+  if (auto s = sync_->StoreSet(AnnounceKey(seq), absl::StrCat(version)); !s.ok()) return s;
+  if (auto s = SendModel(policy, *sync_->backend(), version, options_.wire_device, options_.wire_dtype); !s.ok()) {
+    broken_ = true;
+    return s;
+  }
+  for (int r = 1; r < sync_->world_size(); ++r) {
+    auto ack = sync_->StoreGet(AckKey(seq, r), options_.ack_timeout);
+    if (!ack.ok()) {
+      return absl::DeadlineExceededError(absl::StrCat("policy replica ", r, " did not take version ", version,
+                                                      " within ", absl::FormatDuration(options_.ack_timeout), ": ",
+                                                      ack.status().message()));
+    }
+    if (*ack != absl::StrCat(version)) {
+      return absl::DataLossError(absl::StrCat("policy replica ", r, " took version ", *ack, " for ", version));
+    }
+  }
+  return absl::OkStatus();
+}
+
+ReplicaWeightReceiver::ReplicaWeightReceiver(dist::DataParallel* sync, ModelOptions options, Swap swap)
+    : sync_(sync), options_(std::move(options)), swap_(std::move(swap)) {}
+
+absl::StatusOr<int64_t> ReplicaWeightReceiver::Next(absl::Duration wait) {
+  auto announced = sync_->StoreGet(AnnounceKey(seq_), wait);
+  if (!announced.ok()) return announced.status();
+  if (*announced == kStop) return absl::CancelledError("the learner ended the weight sync");
+  int64_t want = 0;
+  if (!absl::SimpleAtoi(*announced, &want)) {
+    return absl::DataLossError(absl::StrCat("weight sync: announcement ", seq_, " is not a version: ", *announced));
+  }
+  auto got = ReceiveWeights(*sync_->backend(), options_);
+  if (!got.ok()) return got.status();
+  if (got->policy_version != want) {
+    return absl::DataLossError(
+        absl::StrCat("weight sync: version ", got->policy_version, " received where ", want, " was announced"));
+  }
+  swap_(std::move(got->model), want);
+  if (auto s = sync_->StoreSet(AckKey(seq_, sync_->rank()), absl::StrCat(want)); !s.ok()) return s;
+  ++seq_;
+  return want;
+}
+
+absl::Status ReplicaWeightReceiver::Run(const std::atomic<bool>& stop, absl::Duration poll) {
+  while (!stop.load()) {
+    auto v = Next(poll);
+    if (v.ok()) {
+      KLOG(INFO) << "policy replica " << sync_->rank() << ": serving version " << *v;
+      continue;
+    }
+    if (absl::IsDeadlineExceeded(v.status())) continue;  // Nothing announced yet.
+    if (absl::IsCancelled(v.status())) return absl::OkStatus();
+    return v.status();
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace kernelrl::learner
