@@ -5,6 +5,8 @@
 // proto/learner_config.proto.
 #include <ATen/Parallel.h>
 
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
 #include "common/service.h"
@@ -14,6 +16,7 @@
 #include "learner/policy/openai_server.h"
 #include "learner/policy_service.h"
 #include "learner/sync/external_weight_sync.h"
+#include "learner/sync/replica_weight_sync.h"
 #include "learner/sync/weight_sink.h"
 #include "learner/rl/dp_job.h"
 #include "learner/rl/jobs.h"
@@ -26,6 +29,43 @@ constexpr char kDefaults[] = R"pb(
   server { listen_address: "127.0.0.1" grpc_port: 50051 metrics_port: 9101 drain_seconds: 2 grace_seconds: 30 }
   state_dir: "/var/lib/kernelrl/learner"
 )pb";
+// policy.remote_replicas: hosts the sync group's store at its rendezvous and
+// joins as rank 0 on a CUDA device (ProcessGroupNCCL), waiting for every
+// replica (policy_replica_main) to join.
+absl::StatusOr<std::unique_ptr<kernelrl::learner::WeightSink>> ConnectRemoteReplicas(
+    const kernelrl::v1::PolicyServerConfig& policy) {
+  namespace dist = kernelrl::learner::dist;
+  const kernelrl::v1::RemotePolicyReplicas& r = policy.remote_replicas();
+  const absl::Duration timeout = absl::Seconds(r.timeout_seconds() > 0 ? r.timeout_seconds() : 600);
+  const std::string device =
+      !r.device().empty() ? r.device() : absl::StartsWith(policy.device(), "cuda:") ? policy.device() : "cuda:0";
+  if (!absl::StartsWith(device, "cuda:")) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("policy.remote_replicas.device \"", device, "\": replicas take weights over NCCL, from cuda:N"));
+  }
+  int cuda = 0;
+  if (!absl::SimpleAtoi(device.substr(5), &cuda)) {
+    return absl::InvalidArgumentError(absl::StrCat("policy.remote_replicas.device \"", device, "\""));
+  }
+  const std::string& at = r.rendezvous();
+  const size_t colon = at.rfind(':');
+  int port = 0;
+  if (!absl::StartsWith(at, "tcp://") || colon <= 6 || !absl::SimpleAtoi(at.substr(colon + 1), &port)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("policy.remote_replicas.rendezvous \"", at, "\": use tcp://host:port (the learner hosts it)"));
+  }
+  auto hosted = dist::DataParallel::HostTcpStore(at.substr(6, colon - 6), port, timeout);
+  if (!hosted.ok()) return hosted.status();
+  KLOG(INFO) << "policy replicas: waiting for " << r.count() << " to join at " << *hosted;
+  auto sync = dist::DataParallel::ConnectNccl({0, 1 + r.count(), *hosted, timeout}, cuda);
+  if (!sync.ok()) return sync.status();
+  kernelrl::learner::CollectiveWeightSink::Options o;
+  o.wire_device = at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(cuda));
+  o.wire_dtype = at::kBFloat16;
+  o.ack_timeout = timeout;
+  return std::make_unique<kernelrl::learner::CollectiveWeightSink>(std::move(*sync), o);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -49,7 +89,7 @@ int main(int argc, char** argv) {
   std::vector<std::unique_ptr<kernelrl::learner::PolicyService>> replica_services;
   std::vector<std::unique_ptr<grpc::Server>> replica_servers;  // Shut down before the engines go.
   // Where each committed version goes: external servers when configured,
-  // else the built-in engine (if any).
+  // else the built-in engine (if any); and replicas in other processes.
   std::unique_ptr<kernelrl::learner::WeightSink> weight_sink;
   std::unique_ptr<kernelrl::learner::rl::LearnerMetrics> learner_metrics;  // Outlives the jobs.
   std::unique_ptr<kernelrl::learner::rl::JobManager> jobs;
@@ -93,14 +133,25 @@ int main(int argc, char** argv) {
           KLOG(INFO) << "policy replica " << i + 1 << " on " << rc.device() << " serving kernelrl.v1.Policy on "
                      << config.server().listen_address() << ":" << port;
         }
+        std::vector<std::unique_ptr<kernelrl::learner::WeightSink>> sinks;
         if (!config.policy().external().addresses().empty()) {
           auto x = kernelrl::learner::ExternalWeightSync::Create(config.policy().external());
           if (!x.ok()) return x.status();
-          weight_sink = std::move(*x);
+          sinks.push_back(std::move(*x));
         } else if (engine != nullptr) {
           std::vector<kernelrl::learner::PolicyEngine*> all = {engine.get()};
           for (auto& r : replica_engines) all.push_back(r.get());
-          weight_sink = std::make_unique<kernelrl::learner::EngineWeightSink>(std::move(all));
+          sinks.push_back(std::make_unique<kernelrl::learner::EngineWeightSink>(std::move(all)));
+        }
+        if (config.policy().remote_replicas().count() > 0) {
+          auto remote = ConnectRemoteReplicas(config.policy());
+          if (!remote.ok()) return remote.status();
+          sinks.push_back(std::move(*remote));
+        }
+        if (sinks.size() == 1) {
+          weight_sink = std::move(sinks.front());
+        } else if (!sinks.empty()) {
+          weight_sink = std::make_unique<kernelrl::learner::WeightSinks>(std::move(sinks));
         }
         auto* sink_ptr = weight_sink.get();
         learner_metrics = std::make_unique<kernelrl::learner::rl::LearnerMetrics>(&kernelrl::DefaultRegistry());

@@ -5,6 +5,9 @@
 //     trainer's weights in memory.
 //   * ExternalWeightSync (external_weight_sync.h): SGLang or vLLM servers,
 //     each told to load the checkpoint directory from disk.
+//   * CollectiveWeightSink (replica_weight_sync.h): engine replicas in other
+//     processes, over a c10d group (NCCL), no disk.
+// WeightSinks (this file) publishes to several of them in turn.
 //
 // Contract: Publish(dir, v) returns OK only once every destination serves
 // the weights in `dir` stamped as version v (requests that arrive after it
@@ -15,7 +18,9 @@
 #define KERNELRL_LEARNER_SYNC_WEIGHT_SINK_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -54,6 +59,35 @@ class EngineWeightSink final : public WeightSink {
 
  private:
   const std::vector<PolicyEngine*> engines_;
+};
+
+// Several destinations, published to in order; the first failure ends the
+// publication (its destinations after it keep the older version). Takes
+// models when every destination does.
+class WeightSinks final : public WeightSink {
+ public:
+  explicit WeightSinks(std::vector<std::unique_ptr<WeightSink>> sinks) : sinks_(std::move(sinks)) {}
+  absl::Status Publish(const std::string& hf_dir, int64_t version) override {
+    for (auto& s : sinks_) {
+      if (auto st = s->Publish(hf_dir, version); !st.ok()) return st;
+    }
+    return absl::OkStatus();
+  }
+  bool takes_models() const override {
+    for (const auto& s : sinks_) {
+      if (!s->takes_models()) return false;
+    }
+    return !sinks_.empty();
+  }
+  absl::Status PublishModel(const Transformer& policy, int64_t version) override {
+    for (auto& s : sinks_) {
+      if (auto st = s->PublishModel(policy, version); !st.ok()) return st;
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  std::vector<std::unique_ptr<WeightSink>> sinks_;
 };
 
 }  // namespace kernelrl::learner
