@@ -18,6 +18,7 @@
 #include "learner/rl/ingest.h"
 #include "learner/rl/job_config.h"
 #include "learner/rl/trainer_options.h"
+#include "learner/sync/collective_weight_sync.h"
 
 namespace kernelrl::learner::rl {
 namespace {
@@ -277,6 +278,14 @@ absl::StatusOr<std::unique_ptr<Transformer>> DpLeader::ExportPolicy(Trainer* tra
   return sw->Consolidate(/*keep=*/true);
 }
 
+absl::Status DpLeader::PublishShards(Trainer* trainer, WeightSink* sink, int64_t version) {
+  auto* sw = dynamic_cast<dist::ShardedWeights*>(trainer->policy().weight_provider());
+  if (!sharded() || sw == nullptr) return absl::FailedPreconditionError("send_weights: the policy is not sharded");
+  const std::string cmd = DumpJson(Json::object({{"op", Json("send_weights")}, {"version", Json(version)}}));
+  if (auto s = Send(cmd); !s.ok()) return s;
+  return sink->PublishShards(*sw, version);
+}
+
 absl::StatusOr<std::vector<std::vector<float>>> DpLeader::CriticValues(const std::vector<Sample>& batch,
                                                                        Trainer* trainer) {
   if (sharded()) {
@@ -358,6 +367,17 @@ absl::Status RunDpFollower(dist::DataParallel* dp) {
       auto* sw = dynamic_cast<dist::ShardedWeights*>(trainer->policy().weight_provider());
       if (sw == nullptr) return absl::InternalError(absl::StrCat("rank ", rank, ": export of a policy not sharded"));
       if (auto m = sw->Consolidate(/*keep=*/false); !m.ok()) return m.status();
+      continue;
+    }
+    if (*op == "send_weights") {
+      auto* sw = dynamic_cast<dist::ShardedWeights*>(trainer->policy().weight_provider());
+      if (sw == nullptr) return absl::InternalError(absl::StrCat("rank ", rank, ": send_weights of a policy not sharded"));
+      if (sw->replica() != 0) continue;  // Hybrid: only rank 0's shard group gathers for it.
+      auto version = GetJsonInt(*cmd, "version", -1);
+      if (!version.ok() || *version < 0) {
+        return absl::InternalError(absl::StrCat("rank ", rank, ": send_weights without a version"));
+      }
+      if (auto s = SendWeights(*sw, /*sync=*/nullptr, *version); !s.ok()) return s;
       continue;
     }
     if (*op == "values") {

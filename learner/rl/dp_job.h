@@ -22,6 +22,9 @@
 //          rank joins the consolidation of both models (rank 0 keeps them)
 //   export {}     (sharded) every rank joins the consolidation of the policy
 //          (rank 0 keeps it): the weight sync between full checkpoints
+//   send_weights {version}  (sharded) the ranks of rank 0's shard group join
+//          the gathers of rank 0's weight sync to replicas in other
+//          processes (learner/sync/collective_weight_sync.h SendWeights)
 //   values {ids}  (sharded) every rank runs the critic over the same
 //          trajectories (rank 0 keeps the values)
 //   end    the job's runner is done: ranks drop the trainer
@@ -44,6 +47,7 @@
 #include "learner/dist/data_parallel.h"
 #include "learner/model.h"
 #include "learner/rl/trainer.h"
+#include "learner/sync/weight_sink.h"
 #include "proto/learner_config.pb.h"
 
 namespace kernelrl::learner::rl {
@@ -114,6 +118,10 @@ class DpLeader {
   // Sharded: the whole policy, fp32 on the CPU, for weight sync (every rank
   // joins the gathers; no shards are written).
   absl::StatusOr<std::unique_ptr<Transformer>> ExportPolicy(Trainer* trainer);
+  // Sharded: the policy to `sink` (takes_shards) straight from its shards:
+  // the ranks of rank 0's shard group join its gathers, unit by unit, while
+  // rank 0 publishes (no whole copy anywhere).
+  absl::Status PublishShards(Trainer* trainer, WeightSink* sink, int64_t version);
   // The critic's values of `batch` (CriticValues); sharded, every rank runs
   // the same passes (the samples must be trajectories of the job's files).
   absl::StatusOr<std::vector<std::vector<float>>> CriticValues(const std::vector<Sample>& batch, Trainer* trainer);

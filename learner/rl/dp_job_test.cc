@@ -31,6 +31,7 @@
 #include "learner/rl/ingest.h"
 #include "learner/checkpoint.h"
 #include "learner/rl/job_config.h"
+#include "learner/sync/replica_weight_sync.h"
 
 namespace kernelrl::learner::rl {
 namespace {
@@ -380,6 +381,70 @@ TEST(DpJobTest, LoraJobsTrainLikeOneRankAndResume) {
 // checkpoint directory holds only a config.json (a Qwen2.5-7B shape, ~240 GB
 // of fp32 weights, masters, gradients and moments for actor + critic), so
 // anything but the plan's refusal would fail on the missing weights instead.
+// A fully sharded job publishes its policy to a replica in another process
+// (a thread here) straight from the shards: rank 1 joins the gathers
+// (send_weights), rank 0 announces and broadcasts, the replica acknowledges.
+// What it then serves equals the consolidated policy (the export), after a
+// step, so stale shards would show.
+TEST(DpJobTest, AShardedPolicyReachesAReplicaFromItsShards) {
+  Fixture f;
+  MakeFixture(&f, "cpu", /*lora=*/2);
+  const std::string store = "file://" + f.root + "/store_sync_job", sync_store = "file://" + f.root + "/sync";
+  auto make = [](auto s, int rank, int n) { return c10::make_intrusive<dist::StoreBackendForTest>(s, rank, n); };
+  absl::Status follower_status, replica_status;
+  std::vector<at::Tensor> served;
+  int64_t served_version = -1;
+  std::thread follower([&] {
+    auto dp = dist::DataParallel::Connect({1, 2, store, absl::Seconds(120)}, at::kCPU, make);
+    follower_status = dp.ok() ? RunDpFollower(dp->get()) : dp.status();
+  });
+  std::thread replica([&] {
+    replica_status = [&]() -> absl::Status {
+      auto sync = dist::DataParallel::Connect({1, 2, sync_store, absl::Seconds(120)}, at::kCPU, make);
+      if (!sync.ok()) return sync.status();
+      ReplicaWeightReceiver r(sync->get(), ModelOptions{}, [&](std::unique_ptr<Transformer> m, int64_t v) {
+        served = Weights(*m);
+        served_version = v;
+      });
+      std::atomic<bool> stop{false};
+      return r.Run(stop, absl::Milliseconds(200));
+    }();
+  });
+  absl::Status lead = [&]() -> absl::Status {
+    auto dp = dist::DataParallel::Connect({0, 2, store, absl::Seconds(120)}, at::kCPU, make);
+    if (!dp.ok()) return dp.status();
+    auto sync = dist::DataParallel::Connect({0, 2, sync_store, absl::Seconds(120)}, at::kCPU, make);
+    if (!sync.ok()) return sync.status();
+    CollectiveWeightSink sink(std::move(*sync), {});
+    DpLeader leader(dp->get(), {v1::DistributedConfig::FULL_SHARD, 2});
+    auto trainer = leader.Setup(f.job_dir, at::kCPU, f.base, f.base, "", f.hyper, {});
+    if (!trainer.ok()) return trainer.status();
+    auto mine = leader.Step(StepKind::kPpo, f.batch, (*trainer)->actor_optimizer().lr());
+    if (!mine.ok()) return mine.status();
+    if (auto m = RunStep(**trainer, StepKind::kPpo, *mine, static_cast<int64_t>(f.batch.size())); !m.ok()) {
+      return m.status();
+    }
+    if (auto s = leader.PublishShards(trainer->get(), &sink, 7); !s.ok()) return s;
+    auto exported = leader.ExportPolicy(trainer->get());
+    if (!exported.ok()) return exported.status();
+    auto merged = (*exported)->MergedCopy(ModelOptions{});  // A replica serves the adapters folded in.
+    if (!merged.ok()) return merged.status();
+    EXPECT_EQ(served_version, 7);
+    const std::vector<at::Tensor> want = Weights(**merged);
+    EXPECT_EQ(served.size(), want.size());
+    for (size_t w = 0; w < std::min(served.size(), want.size()); ++w) {
+      EXPECT_TRUE(at::allclose(served[w], want[w], 1e-6, 1e-6)) << "weight " << w;
+    }
+    if (auto s = leader.End(); !s.ok()) return s;
+    return leader.Exit();
+  }();  // The sink goes: the replica's receiver returns.
+  follower.join();
+  replica.join();
+  ASSERT_TRUE(lead.ok()) << lead;
+  EXPECT_TRUE(follower_status.ok()) << follower_status;
+  EXPECT_TRUE(replica_status.ok()) << replica_status;
+}
+
 TEST(DpJobTest, AJobThatCannotFitIsRefusedBeforeLoading) {
   const char* tmp = std::getenv("TEST_TMPDIR");
   const std::string dir = std::string(tmp != nullptr ? tmp : "/tmp") + "/qwen7b_config_only";

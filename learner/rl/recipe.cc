@@ -325,6 +325,9 @@ absl::StatusOr<const Transformer*> RecipeRunner::WholePolicy(std::unique_ptr<Tra
 }
 
 absl::Status RecipeRunner::Publish(const std::string& policy_dir, bool checkpoint, int64_t step) {
+  if (sink_->takes_shards() && dp_ != nullptr && dp_->sharded()) {  // From the shards, every rank gathering.
+    return dp_->PublishShards(trainer_.get(), sink_, version_);
+  }
   if (sink_->takes_models()) {  // From memory.
     std::unique_ptr<Transformer> whole;
     auto policy = WholePolicy(&whole);

@@ -33,13 +33,23 @@ absl::Status CollectiveWeightSink::Publish(const std::string& hf_dir, int64_t ve
 }
 
 absl::Status CollectiveWeightSink::PublishModel(const Transformer& policy, int64_t version) {
+  return Publication(version, [&] {
+    return SendModel(policy, *sync_->backend(), version, options_.wire_device, options_.wire_dtype);
+  });
+}
+
+absl::Status CollectiveWeightSink::PublishShards(dist::ShardedWeights& weights, int64_t version) {
+  return Publication(version, [&] { return SendWeights(weights, sync_->backend().get(), version, options_.wire_device); });
+}
+
+absl::Status CollectiveWeightSink::Publication(int64_t version, const std::function<absl::Status()>& send) {
   if (broken_) {
     return absl::FailedPreconditionError(
         "policy replicas: an earlier weight sync failed midway; the sync group cannot be used again");
   }
   const int64_t seq = seq_++;
   if (auto s = sync_->StoreSet(AnnounceKey(seq), absl::StrCat(version)); !s.ok()) return s;
-  if (auto s = SendModel(policy, *sync_->backend(), version, options_.wire_device, options_.wire_dtype); !s.ok()) {
+  if (auto s = send(); !s.ok()) {
     broken_ = true;
     return s;
   }

@@ -30,6 +30,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "learner/dist/data_parallel.h"
+#include "learner/dist/fsdp.h"
 #include "learner/model.h"
 #include "learner/sync/weight_sink.h"
 
@@ -51,10 +52,17 @@ class CollectiveWeightSink final : public WeightSink {
   absl::Status Publish(const std::string& hf_dir, int64_t version) override;
   bool takes_models() const override { return true; }
   absl::Status PublishModel(const Transformer& policy, int64_t version) override;
+  // A sharded policy straight from its shards (every other rank of the
+  // shard group calls SendWeights(weights, nullptr, version) meanwhile).
+  bool takes_shards() const override { return true; }
+  absl::Status PublishShards(dist::ShardedWeights& weights, int64_t version) override;
 
   int replicas() const { return sync_->world_size() - 1; }
 
  private:
+  // Announce, `send`, then every replica's acknowledgement.
+  absl::Status Publication(int64_t version, const std::function<absl::Status()>& send);
+
   std::unique_ptr<dist::DataParallel> sync_;
   const Options options_;
   int64_t seq_ = 0;

@@ -29,6 +29,9 @@ namespace kernelrl::learner {
 
 class PolicyEngine;
 class Transformer;
+namespace dist {
+class ShardedWeights;
+}  // namespace dist
 
 class WeightSink {
  public:
@@ -42,6 +45,14 @@ class WeightSink {
   virtual absl::Status PublishModel(const Transformer& policy, int64_t version) {
     (void)policy, (void)version;
     return absl::UnimplementedError("this weight sink takes checkpoint directories only");
+  }
+  // Destinations that take a sharded policy from its shards (no whole copy
+  // anywhere): rank 0 calls PublishShards while every other rank of its
+  // shard group joins the gathers (collective_weight_sync.h SendWeights).
+  virtual bool takes_shards() const { return false; }
+  virtual absl::Status PublishShards(dist::ShardedWeights& weights, int64_t version) {
+    (void)weights, (void)version;
+    return absl::UnimplementedError("this weight sink does not take shards");
   }
 };
 
@@ -82,6 +93,18 @@ class WeightSinks final : public WeightSink {
   absl::Status PublishModel(const Transformer& policy, int64_t version) override {
     for (auto& s : sinks_) {
       if (auto st = s->PublishModel(policy, version); !st.ok()) return st;
+    }
+    return absl::OkStatus();
+  }
+  bool takes_shards() const override {
+    for (const auto& s : sinks_) {
+      if (!s->takes_shards()) return false;
+    }
+    return !sinks_.empty();
+  }
+  absl::Status PublishShards(dist::ShardedWeights& weights, int64_t version) override {
+    for (auto& s : sinks_) {
+      if (auto st = s->PublishShards(weights, version); !st.ok()) return st;
     }
     return absl::OkStatus();
   }
