@@ -2,8 +2,11 @@
 # Weight sync without disk on four GPUs: a Qwen2.5-7B-shaped policy (random
 # init) sharded over 4 learner ranks, sent to 3 engine replicas (GPUs 1..3)
 # over ProcessGroupNCCL (learner/bench/weight_sync_bench.cc; goal <= 2 s per
-# version). Then 1 replica, to see the broadcast's cost per replica.
-#   stage (here, after `bazel build //learner/bench:weight_sync_bench`):
+# version). Then 1 replica, to see the broadcast's cost per replica. Then
+# policy_replica_main as its own process on GPU 1, taking versions from this
+# side over NCCL (tests/remote_replicas_test.cc, KERNELRL_TEST_REPLICA_GPUS=2).
+#   stage (here, after `bazel build //learner/bench:weight_sync_bench
+#   //tests:remote_replicas_test //learner:policy_replica_main`):
 #       bash tools/device_weight_sync.sh --stage      -> .devcarry/weight_sync/
 #   on four GPUs (run tool, kind nvidia-h100-x4 or nvidia-h200-x4, carry
 #   .devcarry/weight_sync):
@@ -17,8 +20,10 @@ C=$ROOT/.devcarry/weight_sync
 if [ "${1:-}" = "--stage" ]; then
   set -e
   rm -rf "$C" && mkdir -p "$C/bin"
-  cp "$ROOT/bazel-bin/learner/bench/weight_sync_bench" "$C/bin/"
-  device_stage_libs --without-torch --libcxx "$C" "$C/bin/weight_sync_bench"
+  cp "$ROOT/bazel-bin/learner/bench/weight_sync_bench" "$ROOT/bazel-bin/tests/remote_replicas_test" "$C/bin/"
+  mkdir -p "$C/bin/learner" && cp "$ROOT/bazel-bin/learner/policy_replica_main" "$C/bin/learner/"
+  device_stage_libs --without-torch --libcxx "$C" "$C/bin/weight_sync_bench" "$C/bin/remote_replicas_test" \
+    "$C/bin/learner/policy_replica_main"
   du -sh "$C"
   exit 0
 fi
@@ -38,6 +43,10 @@ run() {  # name, timeout, args...
 }
 run 7b_4x3 300 run qwen2.5-7b 4 3 4
 run 7b_4x1 240 run qwen2.5-7b 4 1 3
+# The replica binary in its own process (the test finds it at learner/policy_replica_main).
+echo "== policy_replica_main over NCCL (tests/remote_replicas_test)" | tee -a "$S"
+( cd "$C/bin" && KERNELRL_TEST_REPLICA_GPUS=2 timeout 300 ./remote_replicas_test > "$OUT/remote_replicas.log" 2>&1 )
+echo "remote_replicas_test rc=$?: $(grep -E '^\[ +(OK|FAILED|SKIPPED) +\]' "$OUT/remote_replicas.log" | tr '\n' ' ')" | tee -a "$S"
 python3 - "$R" <<'PY' | tee -a "$S"
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]

@@ -1,0 +1,118 @@
+// policy_replica_main, the engine replica in its own process.
+//
+// CPU (CI): configurations it cannot serve are refused at start, saying why.
+// GPU (KERNELRL_TEST_REPLICA_GPUS=2 on a machine with two GPUs; fails with
+// fewer): a replica process on cuda:1 joins this process's sync group (the
+// learner's side, CollectiveWeightSink, rank 0 on cuda:0, over NCCL); after
+// each publication returns, the replica's Policy server reports the version
+// and stamps a generation with it; the learner's end stops its receiver and
+// the replica reports unhealthy. Without the variable the GPU case skips,
+// saying so: two ranks need two GPUs (NCCL refuses two ranks on one).
+#include <unistd.h>
+
+#include <c10/cuda/CUDAFunctions.h>
+
+#include <csignal>
+#include <cstdlib>
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "common/gpu_presence.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "learner/dist/data_parallel.h"
+#include "learner/model.h"
+#include "learner/sync/replica_weight_sync.h"
+#include "learner/test_util.h"
+#include "proto/policy.grpc.pb.h"
+#include "tests/subprocess.h"
+
+namespace kernelrl {
+namespace {
+
+std::string ReplicaBinary() { return "learner/policy_replica_main"; }
+
+std::string WriteConfig(const std::string& dir, const std::string& text) {
+  const std::string path = dir + "/replica.textproto";
+  std::ofstream(path) << text;
+  return path;
+}
+
+// Starts the replica with `config_text`; true when it exited non-zero with `why` in its log.
+void ExpectRefused(const std::string& config_text, const std::string& why) {
+  const std::string dir = testing::NewTempDir("replica_refused_");
+  testing::Subprocess p(ReplicaBinary(), {"--config=" + WriteConfig(dir, config_text)}, dir + "/replica.log");
+  ASSERT_TRUE(p.Wait(60)) << "still running: " << p.Log();
+  EXPECT_NE(p.exit_code(), 0) << p.Log();
+  EXPECT_NE(p.Log().find(why), std::string::npos) << "log does not say \"" << why << "\":\n" << p.Log();
+}
+
+TEST(RemoteReplicasTest, ConfigurationsItCannotServeAreRefusedSayingWhy) {
+  const std::string ports = "server { grpc_port: 0 metrics_port: 0 } ";
+  ExpectRefused(ports + R"(policy { model_path: "/nonexistent" device: "cpu" }
+                           rendezvous: "tcp://127.0.0.1:1" rank: 1 replicas: 1)",
+                "a replica takes weights over NCCL, on cuda:N");
+  ExpectRefused(ports + R"(policy { model_path: "/nonexistent" device: "cuda:0" }
+                           rendezvous: "tcp://127.0.0.1:1" rank: 3 replicas: 2)",
+                "ranks are 1..replicas (the learner is 0)");
+  ExpectRefused(ports + R"(policy { model_path: "/nonexistent" device: "cuda:0" }
+                           rendezvous: "file:///tmp/x" rank: 1 replicas: 1)",
+                "policy.remote_replicas.rendezvous, tcp://host:port");
+}
+
+TEST(RemoteReplicasGpuTest, AReplicaProcessServesEachVersionOverNccl) {
+  const char* asked = std::getenv("KERNELRL_TEST_REPLICA_GPUS");
+  if (asked == nullptr) {
+    GTEST_SKIP() << (GpuDevicePresent() ? "KERNELRL_TEST_REPLICA_GPUS is not set" : "no GPU on this machine")
+                 << ": the replica test needs two GPUs (tools/device_weight_sync.sh runs it)";
+  }
+  ASSERT_GE(c10::cuda::device_count(), 2) << "asked for " << asked << " GPUs (KERNELRL_TEST_REPLICA_GPUS)";
+  const std::string dir = testing::NewTempDir("replica_gpu_");
+  learner::ModelOptions o;
+  auto base = learner::Transformer::Create(learner::testing::TinyQwen2Config(32), learner::Head::kLanguageModel, o, 11);
+  ASSERT_TRUE(base.ok()) << base.status();
+  ASSERT_TRUE((*base)->Save(dir + "/base").ok());
+
+  auto hosted = learner::dist::DataParallel::HostTcpStore("127.0.0.1", 0, absl::Seconds(120));
+  ASSERT_TRUE(hosted.ok()) << hosted.status();
+  const std::string config = absl::StrCat(
+      "server { grpc_port: 0 metrics_port: 0 port_file: \"", dir, "/ports\" }\n", "policy { model_path: \"", dir,
+      "/base\" device: \"cuda:1\" max_batch: 2 max_seq_len: 64 }\n", "rendezvous: \"", *hosted,
+      "\" rank: 1 replicas: 1 timeout_seconds: 120\n");
+  testing::Subprocess replica(ReplicaBinary(), {"--config=" + WriteConfig(dir, config)}, dir + "/replica.log");
+  auto sync = learner::dist::DataParallel::ConnectNccl({0, 2, *hosted, absl::Seconds(120)}, 0);
+  ASSERT_TRUE(sync.ok()) << sync.status() << "\n" << replica.Log();
+  int grpc_port = 0, metrics_port = 0;
+  ASSERT_TRUE(testing::ReadPortFile(dir + "/ports", 120, &grpc_port, &metrics_port)) << replica.Log();
+  auto channel = grpc::CreateChannel(absl::StrCat("127.0.0.1:", grpc_port), grpc::InsecureChannelCredentials());
+  auto stub = v1::Policy::NewStub(channel);
+  {
+    learner::CollectiveWeightSink::Options so;
+    so.wire_device = at::Device(at::kCUDA, 0);
+    so.wire_dtype = at::kBFloat16;
+    so.ack_timeout = absl::Seconds(120);
+    learner::CollectiveWeightSink sink(std::move(*sync), so);
+    for (int64_t version : {4, 5}) {
+      auto policy = learner::Transformer::Create(learner::testing::TinyQwen2Config(32), learner::Head::kLanguageModel,
+                                                 o, 100 + version);
+      ASSERT_TRUE(policy.ok()) << policy.status();
+      ASSERT_TRUE(sink.PublishModel(**policy, version).ok()) << replica.Log();
+      grpc::ClientContext c1;
+      v1::WeightVersion info;
+      ASSERT_TRUE(stub->GetWeightVersion(&c1, v1::GetWeightVersionRequest(), &info).ok());
+      v1::GenerateRequest req;
+      for (int t : {1, 5, 7}) req.add_prompt_ids(t);
+      req.mutable_sampling()->set_max_new_tokens(2);
+      grpc::ClientContext c2;
+      v1::GenerateResponse resp;
+      ASSERT_TRUE(stub->Generate(&c2, req, &resp).ok());
+      EXPECT_EQ(resp.policy_version(), version) << replica.Log();
+    }
+  }  // The sink announces the end: the replica's receiver returns.
+  replica.Signal(SIGTERM);
+  ASSERT_TRUE(replica.Wait(60)) << replica.Log();
+  EXPECT_NE(replica.Log().find("the learner ended the weight sync"), std::string::npos) << replica.Log();
+}
+
+}  // namespace
+}  // namespace kernelrl
