@@ -2,7 +2,7 @@
 // health, diagnostics and /metrics, common/service.h) and takes every
 // committed version from the learner over NCCL, no disk
 // (learner/sync/replica_weight_sync.h). Start one per GPU, on any host, with
-// ranks 1..N, and give the learner `policy.remote_replicas { count: N
+// indices 0..N-1, and give the learner `policy.remote_replicas { count: N
 // rendezvous: ... }`; actors balance over every replica's address.
 // Configuration: kernelrl.v1.PolicyReplicaConfig (proto/learner_config.proto).
 #include <atomic>
@@ -43,10 +43,11 @@ int main(int argc, char** argv) {
           return absl::InvalidArgumentError(
               absl::StrCat("policy.device \"", device, "\": a replica takes weights over NCCL, on cuda:N"));
         }
-        if (config.replicas() < 1 || config.rank() < 1 || config.rank() > config.replicas()) {
-          return absl::InvalidArgumentError(absl::StrCat("rank ", config.rank(), " of ", config.replicas(),
-                                                         " replicas: ranks are 1..replicas (the learner is 0)"));
+        if (config.replicas() < 1 || config.index() < 0 || config.index() >= config.replicas()) {
+          return absl::InvalidArgumentError(absl::StrCat("index ", config.index(), " of ", config.replicas(),
+                                                         " replicas: indices are 0..replicas-1"));
         }
+        const int rank = config.index() + 1;  // The learner is rank 0.
         if (!absl::StartsWith(config.rendezvous(), "tcp://")) {
           return absl::InvalidArgumentError("rendezvous: the learner's policy.remote_replicas.rendezvous, tcp://host:port");
         }
@@ -60,10 +61,10 @@ int main(int argc, char** argv) {
         learner::ModelOptions serving;
         serving.device = cuda;
         serving.dtype = config.policy().dtype() == "float32" ? at::kFloat : at::kBFloat16;
-        KLOG(INFO) << "policy replica " << config.rank() << ": joining the learner's sync group at "
+        KLOG(INFO) << "policy replica " << config.index() << ": joining the learner's sync group at "
                    << config.rendezvous();
         auto s = learner::dist::DataParallel::ConnectNccl(
-            {config.rank(), config.replicas() + 1, config.rendezvous(), timeout}, cuda.index());
+            {rank, config.replicas() + 1, config.rendezvous(), timeout}, cuda.index());
         if (!s.ok()) return s.status();
         sync = std::move(*s);
         receiving = true;
@@ -73,10 +74,10 @@ int main(int argc, char** argv) {
                                              engine->SwapWeights(std::move(m), v, absl::StrCat("c10d:version-", v));
                                            });
           if (auto st = r.Run(stop); !st.ok()) {
-            KLOG(ERROR) << "policy replica " << config.rank() << ": weight sync stopped: " << st
+            KLOG(ERROR) << "policy replica " << config.index() << ": weight sync stopped: " << st
                         << "; serving version " << engine->GetInfo().policy_version << " from now on";
           } else {
-            KLOG(INFO) << "policy replica " << config.rank() << ": the learner ended the weight sync";
+            KLOG(INFO) << "policy replica " << config.index() << ": the learner ended the weight sync";
           }
           receiving = false;
         });

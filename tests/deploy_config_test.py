@@ -1,6 +1,7 @@
 """deploy/ renders, validates and agrees with the binaries it runs.
 
-For every kustomization (overlays/cpu-only, overlays/gpu, overlays/learner-group, monitoring):
+For every kustomization (overlays/cpu-only, overlays/gpu, overlays/learner-group,
+overlays/policy-replicas, monitoring):
   1. `kubectl kustomize` renders it (Debian's kubectl 1.20 / kustomize 2.0, or newer);
   2. every object validates against the Kubernetes OpenAPI schemas (kubernetes-validate,
      strict: unknown fields rejected) of the oldest supported release and the newest;
@@ -16,7 +17,12 @@ For every kustomization (overlays/cpu-only, overlays/gpu, overlays/learner-group
      (replicas = hosts, GPUs = ranks_per_host); for a multi-host group (overlays/learner-group)
      also: Parallel pods, host_rank from the pod index, a rendezvous address on a headless
      Service that publishes not-ready pods, clients sent to pod 0 only, state_dir on one
-     ReadWriteMany claim, learner <-> learner on every TCP port, and otherwise the base config.
+     ReadWriteMany claim, learner <-> learner on every TCP port, and otherwise the base config;
+  6. engine replicas in their own pods (overlays/policy-replicas): as many pods as the
+     learner's policy.remote_replicas.count and the replicas' config say, Parallel, each
+     pod's index from its pod-index label, one GPU each, the sync group's rendezvous on a
+     Service that publishes the not-ready learner-0, the actors sampling from the replicas,
+     learner <-> replica on every TCP port (NCCL).
 """
 import copy
 import json
@@ -34,13 +40,20 @@ import ops_netpol
 
 SCHEMA_VERSIONS = ["1.30.0", kubernetes_validate.latest_version()]  # 1.30: appArmorProfile, preStop sleep
 BINARIES = {"learner": "learner/learner_main", "actor": "actor/actor_main",
-            "sandbox": "sandbox/sandbox_main"}
+            "sandbox": "sandbox/sandbox_main", "policy-replica": "learner/policy_replica_main"}
+BASE_APPS = ("actor", "learner", "sandbox")
+# Overlays that add workloads to the base's.
+OVERLAY_APPS = {"overlays/policy-replicas": BASE_APPS + ("policy-replica",)}
 # (from, to, port) the data path needs; every other pod-to-pod pair must be denied.
 EXPECTED_FLOWS = {("actor", "learner", 50051), ("actor", "sandbox", 50052)}
 # The learner group's ranks also reach each other on every TCP port (TCPStore, NCCL):
 # here, every port the learner declares.
 GROUP_FLOWS = {("learner", "learner", port) for port in (50051, 9101, 8000, 29500)}
-GPU_OVERLAYS = ("overlays/gpu", "overlays/learner-group")
+GPU_OVERLAYS = ("overlays/gpu", "overlays/learner-group", "overlays/policy-replicas")
+# Replicas and the learner reach each other on every TCP port (TCPStore, NCCL); the
+# actors reach the replicas' gRPC port.
+REPLICA_FLOWS = ({("actor", "policy-replica", 50061)} | {("learner", "policy-replica", p) for p in (50061, 9111)} |
+                 {("policy-replica", "learner", p) for p in (50051, 9101, 8000, 29600)})
 # Kubernetes >= 1.28 labels each StatefulSet pod with its index.
 POD_INDEX_FIELD = "metadata.labels['apps.kubernetes.io/pod-index']"
 # Labels the StatefulSet controller puts on its pods (not in the template).
@@ -139,7 +152,7 @@ def check_workload(name, w, configmaps, tmp):
     if config_field(effective, "openai_enabled") == "true":  # The policy server's OpenAI HTTP API.
         want_ports["openai"] = int(config_field(effective, "openai_port"))
     rendezvous = config_field(effective, "rendezvous")
-    if rendezvous:  # The learner group's TCPStore, served by global rank 0.
+    if rendezvous and app == "learner":  # The TCPStore it hosts: the learner group's, or the replicas'.
         want_ports["rendezvous"] = int(rendezvous.rsplit(":", 1)[1])
     assert ports == want_ports, f"{where}: ports {ports} vs config"
     assert container["readinessProbe"]["grpc"]["port"] == grpc_port, f"{where}: readiness probe port"
@@ -172,7 +185,8 @@ def check_overlay(name, docs, tmp):
     for w in workloads:
         app, effective, gpus = check_workload(name, w, configmaps, tmp)
         apps[app] = (w, effective, gpus)
-    assert sorted(apps) == sorted(BINARIES), f"{name}: workloads {sorted(apps)}"
+    want_apps = OVERLAY_APPS.get(name, BASE_APPS)
+    assert sorted(apps) == sorted(want_apps), f"{name}: workloads {sorted(apps)}"
     learner, learner_config, _ = apps["learner"]
     assert learner["kind"] == "StatefulSet", f"{name}: learner is a {learner['kind']}"
     hosts = int(config_field(learner_config, "hosts") or 1)
@@ -234,7 +248,9 @@ def check_overlay(name, docs, tmp):
     sandbox_backend = config_field(apps["sandbox"][1], "backend")
     if name in GPU_OVERLAYS:
         ranks = int(config_field(learner_config, "ranks_per_host") or 1)
-        assert gpu_apps == ["learner", "sandbox"] and apps["sandbox"][2] == 1, gpu_apps
+        assert gpu_apps == sorted(set(want_apps) - {"actor"}) and apps["sandbox"][2] == 1, gpu_apps
+        if "policy-replica" in apps:
+            assert apps["policy-replica"][2] == 1, f"{name}: a replica has {apps['policy-replica'][2]} GPUs"
         assert apps["learner"][2] == ranks, f"{name}: learner has {apps['learner'][2]} GPUs for {ranks} ranks"
         assert sandbox_backend in (None, "cuda"), sandbox_backend
         sandbox_spec = apps["sandbox"][0]["spec"]["template"]["spec"]
@@ -245,13 +261,16 @@ def check_overlay(name, docs, tmp):
 
     if hosts > 1:
         check_group(name, kinds, {a: w for a, (w, _, _) in apps.items()}, learner_config, selects)
+    if "policy-replica" in apps:
+        check_replicas(name, kinds, apps, selects)
     flows = ops_netpol.allowed_flows(kinds["NetworkPolicy"], {a: w for a, (w, _, _) in apps.items()})
-    want = EXPECTED_FLOWS | (GROUP_FLOWS if hosts > 1 else set())
+    want = EXPECTED_FLOWS | (GROUP_FLOWS if hosts > 1 else set()) | \
+        (REPLICA_FLOWS if "policy-replica" in apps else set())
     assert flows == want, f"{name}: NetworkPolicies allow {sorted(flows)}, want {sorted(want)}"
     dns = ops_netpol.dns_allowed(kinds["NetworkPolicy"], {a: w for a, (w, _, _) in apps.items()})
-    assert dns == {"actor", "learner"}, f"{name}: DNS egress for {sorted(dns)}"
+    assert dns == set(want_apps) - {"sandbox"}, f"{name}: DNS egress for {sorted(dns)}"
     scrapes = ops_netpol.metrics_ingress(kinds["NetworkPolicy"], {a: w for a, (w, _, _) in apps.items()})
-    assert scrapes == set(BINARIES), f"{name}: monitoring may scrape only {sorted(scrapes)}"
+    assert scrapes == set(want_apps), f"{name}: monitoring may scrape only {sorted(scrapes)}"
     print(f"{name}: {len(docs)} objects valid for Kubernetes {', '.join(SCHEMA_VERSIONS)}; "
           f"flows {sorted(flows)}; DNS for {sorted(dns)}")
     return apps
@@ -325,13 +344,52 @@ def check_group(name, kinds, workloads, config, selects):
           f"{pod}.{service_name}:{port}; clients to {sts}-0; state_dir on {claim} (ReadWriteMany)")
 
 
+def check_replicas(name, kinds, apps, selects):
+    """Engine replicas in their own pods agree with the learner's remote_replicas and reach it."""
+    where = f"{name}: policy replicas"
+    w, config, _ = apps["policy-replica"]
+    learner, learner_config, _ = apps["learner"]
+    spec = w["spec"]
+    count = int(config_field(learner_config, "count") or 0)
+    assert spec["replicas"] == count == int(config_field(config, "replicas") or 0), \
+        f"{where}: {spec['replicas']} pods, learner count {count}, replicas {config_field(config, 'replicas')}"
+    assert spec["podManagementPolicy"] == "Parallel", f"{where}: podManagementPolicy {spec['podManagementPolicy']}"
+    (container,) = spec["template"]["spec"]["containers"]
+    env = {e["name"]: e for e in container.get("env", [])}
+    flags = [a for a in container["command"] if a.startswith("--set=index=")]
+    var = re.fullmatch(r"--set=index=\$\(([A-Za-z_][A-Za-z0-9_]*)\)", flags[0]) if len(flags) == 1 else None
+    assert var and env.get(var.group(1), {}).get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") == \
+        POD_INDEX_FIELD, f"{where}: the index does not come from the pod-index label ({container['command']})"
+    assert int(config_field(config, "index") or 0) == spec["replicas"] - 1, f"{where}: last pod's index"
+    # One rendezvous: a Service publishing the not-ready learner-0 on the port the learner declares.
+    rendezvous = config_field(config, "rendezvous") or ""
+    assert rendezvous == config_field(learner_config, "rendezvous"), f"{where}: rendezvous {rendezvous!r}"
+    match = re.fullmatch(r"tcp://([a-z0-9-]+)\.kernelrl\.svc\.cluster\.local:(\d+)", rendezvous)
+    assert match, f"{where}: rendezvous {rendezvous!r} is not tcp://SERVICE.kernelrl.svc.cluster.local:PORT"
+    services = {s["metadata"]["name"]: s for s in kinds["Service"]}
+    sync = services.get(match.group(1))
+    assert sync and sync["spec"].get("publishNotReadyAddresses") is True, f"{where}: {match.group(1)} hides not-ready pods"
+    assert sync["spec"]["selector"] == {POD_NAME_LABEL: learner["metadata"]["name"] + "-0"}, \
+        f"{where}: {match.group(1)} selects {sync['spec']['selector']}"
+    learner_ports = {p["name"]: p["containerPort"] for p in learner["spec"]["template"]["spec"]["containers"][0]["ports"]}
+    assert any(p["port"] == int(match.group(2)) and learner_ports.get(p["targetPort"]) == int(match.group(2))
+               for p in sync["spec"]["ports"]), f"{where}: no port {match.group(2)} to the learner's"
+    # The actors sample from the replicas.
+    addresses = [line.strip() for line in apps["actor"][1].splitlines() if "address" in line]
+    assert any("policy-replica.kernelrl.svc.cluster.local:50061" in line for line in addresses), \
+        f"{where}: the actors do not sample from the replicas ({addresses})"
+    print(f"  {where}: {spec['replicas']} pods, Parallel, index from ${var.group(1)}; rendezvous {match.group(1)}:"
+          f"{match.group(2)} (learner-0, not-ready published)")
+
+
 def check_monitoring(docs, overlay, overlay_docs):
     by_kind = {d["kind"]: d for d in docs}
     monitor = by_kind["ServiceMonitor"]
     selector = monitor["spec"]["selector"]["matchLabels"]
     services = [s for s in overlay_docs if s["kind"] == "Service"]
     scraped = [s for s in services if all(s["metadata"]["labels"].get(k) == v for k, v in selector.items())]
-    assert len(scraped) == len(BINARIES), f"ServiceMonitor selects {len(scraped)} Services"
+    want = len(OVERLAY_APPS.get(overlay, BASE_APPS))
+    assert len(scraped) == want, f"ServiceMonitor selects {len(scraped)} Services on {overlay}, want {want}"
     port = monitor["spec"]["endpoints"][0]["port"]
     for s in scraped:
         assert port in {p["name"] for p in s["spec"]["ports"]}, f"Service {s['metadata']['name']} lacks port {port}"
@@ -380,7 +438,7 @@ def main():
         os.environ.setdefault("HOME", tmp)
         yamllint(root)
         overlays, apps = {}, {}
-        for name in ("overlays/cpu-only", "overlays/gpu", "overlays/learner-group"):
+        for name in ("overlays/cpu-only", "overlays/gpu", "overlays/learner-group", "overlays/policy-replicas"):
             overlays[name] = render(kubectl, root, name)
             apps[name] = check_overlay(name, overlays[name], tmp)
         # The group's learner config is the gpu overlay's plus `distributed`.
@@ -396,7 +454,7 @@ def main():
                 kubernetes_validate.validate(d, version, strict=True)
         for name in GPU_OVERLAYS:
             check_monitoring(monitoring, name, overlays[name])
-    print("deploy: 4 kustomizations rendered and checked")
+    print("deploy: 5 kustomizations rendered and checked")
 
 
 if __name__ == "__main__":

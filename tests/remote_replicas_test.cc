@@ -50,13 +50,13 @@ void ExpectRefused(const std::string& config_text, const std::string& why) {
 TEST(RemoteReplicasTest, ConfigurationsItCannotServeAreRefusedSayingWhy) {
   const std::string ports = "server { grpc_port: 0 metrics_port: 0 } ";
   ExpectRefused(ports + R"(policy { model_path: "/nonexistent" device: "cpu" }
-                           rendezvous: "tcp://127.0.0.1:1" rank: 1 replicas: 1)",
+                           rendezvous: "tcp://127.0.0.1:1" index: 0 replicas: 1)",
                 "a replica takes weights over NCCL, on cuda:N");
   ExpectRefused(ports + R"(policy { model_path: "/nonexistent" device: "cuda:0" }
-                           rendezvous: "tcp://127.0.0.1:1" rank: 3 replicas: 2)",
-                "ranks are 1..replicas (the learner is 0)");
+                           rendezvous: "tcp://127.0.0.1:1" index: 2 replicas: 2)",
+                "indices are 0..replicas-1");
   ExpectRefused(ports + R"(policy { model_path: "/nonexistent" device: "cuda:0" }
-                           rendezvous: "file:///tmp/x" rank: 1 replicas: 1)",
+                           rendezvous: "file:///tmp/x" index: 0 replicas: 1)",
                 "policy.remote_replicas.rendezvous, tcp://host:port");
 }
 
@@ -78,7 +78,7 @@ TEST(RemoteReplicasGpuTest, AReplicaProcessServesEachVersionOverNccl) {
   const std::string config = absl::StrCat(
       "server { grpc_port: 0 metrics_port: 0 port_file: \"", dir, "/ports\" }\n", "policy { model_path: \"", dir,
       "/base\" device: \"cuda:1\" max_batch: 2 max_seq_len: 64 }\n", "rendezvous: \"", *hosted,
-      "\" rank: 1 replicas: 1 timeout_seconds: 120\n");
+      "\" index: 0 replicas: 1 timeout_seconds: 120\n");
   testing::Subprocess replica(ReplicaBinary(), {"--config=" + WriteConfig(dir, config)}, dir + "/replica.log");
   auto sync = learner::dist::DataParallel::ConnectNccl({0, 2, *hosted, absl::Seconds(120)}, 0);
   ASSERT_TRUE(sync.ok()) << sync.status() << "\n" << replica.Log();

@@ -7,7 +7,7 @@
 set -euo pipefail
 dest=$1
 bin="$(bazel info bazel-bin 2>/dev/null)"
-targets=(learner/learner_main actor/actor_main sandbox/sandbox_main sandbox/measure_baselines
+targets=(learner/learner_main learner/policy_replica_main actor/actor_main sandbox/sandbox_main sandbox/measure_baselines
          profiler_service/precompute_baselines tools/health_probe)
 mkdir -p "$dest/lib"
 for t in "${targets[@]}"; do
