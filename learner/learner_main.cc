@@ -4,6 +4,7 @@
 // diagnostics and /metrics (common/service.h). Configuration:
 // proto/learner_config.proto.
 #include <ATen/Parallel.h>
+#include <c10/cuda/CUDAFunctions.h>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -36,6 +37,10 @@ absl::StatusOr<std::unique_ptr<kernelrl::learner::WeightSink>> ConnectRemoteRepl
     const kernelrl::v1::PolicyServerConfig& policy) {
   namespace dist = kernelrl::learner::dist;
   const kernelrl::v1::RemotePolicyReplicas& r = policy.remote_replicas();
+  if (c10::cuda::device_count() == 0) {
+    return absl::FailedPreconditionError(
+        "policy.remote_replicas: no CUDA device here; replicas take each version over NCCL from a GPU");
+  }
   const absl::Duration timeout = absl::Seconds(r.timeout_seconds() > 0 ? r.timeout_seconds() : 600);
   const std::string device =
       !r.device().empty() ? r.device() : absl::StartsWith(policy.device(), "cuda:") ? policy.device() : "cuda:0";

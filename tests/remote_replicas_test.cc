@@ -1,6 +1,7 @@
 // policy_replica_main, the engine replica in its own process.
 //
-// CPU (CI): configurations it cannot serve are refused at start, saying why.
+// CPU (CI): configurations it cannot serve are refused at start, saying why;
+// so is a learner asked for remote replicas on a machine without CUDA.
 // GPU (KERNELRL_TEST_REPLICA_GPUS=2 on a machine with two GPUs; fails with
 // fewer): a replica process on cuda:1 joins this process's sync group (the
 // learner's side, CollectiveWeightSink, rank 0 on cuda:0, over NCCL); after
@@ -58,6 +59,21 @@ TEST(RemoteReplicasTest, ConfigurationsItCannotServeAreRefusedSayingWhy) {
   ExpectRefused(ports + R"(policy { model_path: "/nonexistent" device: "cuda:0" }
                            rendezvous: "file:///tmp/x" index: 0 replicas: 1)",
                 "policy.remote_replicas.rendezvous, tcp://host:port");
+}
+
+// The learner's side: on a machine without CUDA, policy.remote_replicas is
+// refused at start, saying why (on a GPU machine it would wait for replicas).
+TEST(RemoteReplicasTest, ALearnerWithoutCudaRefusesRemoteReplicas) {
+  if (GpuDevicePresent()) GTEST_SKIP() << "this machine has a GPU: the learner would wait for its replicas";
+  const std::string dir = testing::NewTempDir("replica_learner_");
+  testing::Subprocess learner("learner/learner_main",
+                              {"--set=server.grpc_port=0", "--set=server.metrics_port=-1", "--set=state_dir=" + dir,
+                               "--set=policy.remote_replicas.count=1",
+                               "--set=policy.remote_replicas.rendezvous=tcp://127.0.0.1:0"},
+                              dir + "/learner.log");
+  ASSERT_TRUE(learner.Wait(60)) << "still running: " << learner.Log();
+  EXPECT_NE(learner.exit_code(), 0) << learner.Log();
+  EXPECT_NE(learner.Log().find("policy.remote_replicas: no CUDA device here"), std::string::npos) << learner.Log();
 }
 
 TEST(RemoteReplicasGpuTest, AReplicaProcessServesEachVersionOverNccl) {
