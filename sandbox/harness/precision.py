@@ -1,7 +1,8 @@
 """Precision policies: what an output must match, in the reference process.
 
-Every output of every forward is checked the same way (verify and timed
-forwards alike):
+Every output is checked the same way, verify and timed forwards alike (step
+2 on every verify set and on a secret sample of each profile block's
+forwards: reference.NORM_CHECKS_PER_BLOCK):
   1. elementwise, against the task's fp32 reference `lo`:
      |got - lo| <= atol + rtol * |lo| (the task's TolerancePolicy; NaN where
      lo is not NaN never passes) -- KernelBench's rule;
