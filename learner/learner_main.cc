@@ -15,6 +15,7 @@
 #include "learner/learner_service.h"
 #include "learner/policy/engine_metrics.h"
 #include "learner/policy/openai_server.h"
+#include "learner/dist/tcp_address.h"
 #include "learner/policy_service.h"
 #include "learner/sync/external_weight_sync.h"
 #include "learner/sync/replica_weight_sync.h"
@@ -52,14 +53,9 @@ absl::StatusOr<std::unique_ptr<kernelrl::learner::WeightSink>> ConnectRemoteRepl
   if (!absl::SimpleAtoi(device.substr(5), &cuda)) {
     return absl::InvalidArgumentError(absl::StrCat("policy.remote_replicas.device \"", device, "\""));
   }
-  const std::string& at = r.rendezvous();
-  const size_t colon = at.rfind(':');
-  int port = 0;
-  if (!absl::StartsWith(at, "tcp://") || colon <= 6 || !absl::SimpleAtoi(at.substr(colon + 1), &port)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("policy.remote_replicas.rendezvous \"", at, "\": use tcp://host:port (the learner hosts it)"));
-  }
-  auto hosted = dist::DataParallel::HostTcpStore(at.substr(6, colon - 6), port, timeout);
+  auto at = dist::ParseTcpAddress(r.rendezvous(), "policy.remote_replicas.rendezvous (the learner hosts it)");
+  if (!at.ok()) return at.status();
+  auto hosted = dist::DataParallel::HostTcpStore(at->host, at->port, timeout);
   if (!hosted.ok()) return hosted.status();
   KLOG(INFO) << "policy replicas: waiting for " << r.count() << " to join at " << *hosted;
   auto sync = dist::DataParallel::ConnectNccl({0, 1 + r.count(), *hosted, timeout}, cuda);

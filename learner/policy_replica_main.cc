@@ -13,6 +13,7 @@
 #include "common/log.h"
 #include "common/service.h"
 #include "learner/dist/data_parallel.h"
+#include "learner/dist/tcp_address.h"
 #include "learner/policy/engine_metrics.h"
 #include "learner/policy_service.h"
 #include "learner/sync/replica_weight_sync.h"
@@ -48,8 +49,10 @@ int main(int argc, char** argv) {
                                                          " replicas: indices are 0..replicas-1"));
         }
         const int rank = config.index() + 1;  // The learner is rank 0.
-        if (!absl::StartsWith(config.rendezvous(), "tcp://")) {
-          return absl::InvalidArgumentError("rendezvous: the learner's policy.remote_replicas.rendezvous, tcp://host:port");
+        if (auto at = learner::dist::ParseTcpAddress(
+                config.rendezvous(), "rendezvous (the learner's policy.remote_replicas.rendezvous)");
+            !at.ok()) {
+          return at.status();
         }
         auto e = learner::MakePolicyEngine(config.policy());
         if (!e.ok()) return e.status();

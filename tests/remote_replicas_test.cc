@@ -58,7 +58,7 @@ TEST(RemoteReplicasTest, ConfigurationsItCannotServeAreRefusedSayingWhy) {
                 "indices are 0..replicas-1");
   ExpectRefused(ports + R"(policy { model_path: "/nonexistent" device: "cuda:0" }
                            rendezvous: "file:///tmp/x" index: 0 replicas: 1)",
-                "policy.remote_replicas.rendezvous, tcp://host:port");
+                "rendezvous (the learner's policy.remote_replicas.rendezvous) 'file:///tmp/x': expected tcp://HOST:PORT");
 }
 
 // The learner's side: on a machine without CUDA, policy.remote_replicas is
@@ -69,7 +69,7 @@ TEST(RemoteReplicasTest, ALearnerWithoutCudaRefusesRemoteReplicas) {
   testing::Subprocess learner("learner/learner_main",
                               {"--set=server.grpc_port=0", "--set=server.metrics_port=-1", "--set=state_dir=" + dir,
                                "--set=policy.remote_replicas.count=1",
-                               "--set=policy.remote_replicas.rendezvous=tcp://127.0.0.1:0"},
+                               "--set=policy.remote_replicas.rendezvous=tcp://127.0.0.1:29600"},
                               dir + "/learner.log");
   ASSERT_TRUE(learner.Wait(60)) << "still running: " << learner.Log();
   EXPECT_NE(learner.exit_code(), 0) << learner.Log();

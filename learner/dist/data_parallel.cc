@@ -14,9 +14,9 @@
 #include <mutex>
 
 #include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "learner/dist/tcp_address.h"
 
 namespace kernelrl::learner::dist {
 namespace {
@@ -40,17 +40,8 @@ absl::StatusOr<c10::intrusive_ptr<c10d::Store>> OpenStore(const Rendezvous& r) {
       store->setTimeout(Millis(r.timeout));
       return c10::intrusive_ptr<c10d::Store>(store);
     }
-    absl::string_view hp = r.address;
-    if (!absl::ConsumePrefix(&hp, "tcp://")) {
-      return absl::InvalidArgumentError(absl::StrCat("rendezvous address '", r.address,
-                                                     "': expected tcp://host:port or file:///path"));
-    }
-    const size_t colon = hp.rfind(':');
-    int port = 0;
-    if (colon == absl::string_view::npos || !absl::SimpleAtoi(hp.substr(colon + 1), &port) || port <= 0 ||
-        port > 65535) {
-      return absl::InvalidArgumentError(absl::StrCat("rendezvous address '", r.address, "': bad port"));
-    }
+    auto tcp = ParseTcpAddress(r.address, "rendezvous address (or file:///path)");
+    if (!tcp.ok()) return tcp.status();
     {
       std::lock_guard<std::mutex> lock(hosted_mu);
       if (hosted != nullptr && hosted_address == r.address) {
@@ -61,10 +52,10 @@ absl::StatusOr<c10::intrusive_ptr<c10d::Store>> OpenStore(const Rendezvous& r) {
       }
     }
     c10d::TCPStoreOptions o;
-    o.port = static_cast<uint16_t>(port);
+    o.port = static_cast<uint16_t>(tcp->port);
     o.isServer = false;
     o.timeout = Millis(r.timeout);
-    return c10::intrusive_ptr<c10d::Store>(c10::make_intrusive<c10d::TCPStore>(std::string(hp.substr(0, colon)), o));
+    return c10::intrusive_ptr<c10d::Store>(c10::make_intrusive<c10d::TCPStore>(tcp->host, o));
   } catch (const std::exception& e) {
     return absl::UnavailableError(absl::StrCat("rendezvous at ", r.address, ": ", e.what()));
   }

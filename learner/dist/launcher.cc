@@ -13,6 +13,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
+#include "learner/dist/tcp_address.h"
 
 namespace kernelrl::learner::dist {
 
@@ -65,17 +66,10 @@ absl::StatusOr<RankPlan> PlanRank(const v1::DistributedConfig& config, const Ran
   p.world_size = hosts * p.ranks_per_host;
   p.rendezvous = config.rendezvous();
   if (!p.rendezvous.empty()) {
-    absl::string_view hp = p.rendezvous;
-    const bool tcp = absl::ConsumePrefix(&hp, "tcp://");
-    const size_t colon = hp.rfind(':');
-    int port = -1;
-    if (!tcp || colon == absl::string_view::npos || colon == 0 || !absl::SimpleAtoi(hp.substr(colon + 1), &port) ||
-        port <= 0 || port > 65535) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("distributed.rendezvous '", p.rendezvous, "': expected tcp://HOST:PORT"));
-    }
-    p.store_host = std::string(hp.substr(0, colon));
-    p.store_port = port;
+    auto tcp = ParseTcpAddress(p.rendezvous, "distributed.rendezvous");
+    if (!tcp.ok()) return tcp.status();
+    p.store_host = tcp->host;
+    p.store_port = tcp->port;
   } else if (hosts > 1) {
     return absl::InvalidArgumentError(absl::StrCat(
         "distributed.hosts ", hosts, " needs distributed.rendezvous: \"tcp://HOST:PORT\" of host 0, the same on every host"));
