@@ -1270,4 +1270,29 @@ at::Tensor Transformer::PagedForward(const std::vector<int64_t>& ids, const Page
   return HeadLogits(Norm(final, root_.final_norm));
 }
 
+absl::StatusOr<ModelOptions> ModelOptionsFor(const std::string& device, const std::string& dtype) {
+  ModelOptions options;
+  if (device == "cpu") {
+    options.device = at::kCPU;
+  } else if (absl::StartsWith(device, "cuda")) {
+    try {
+      options.device = at::Device(device);
+    } catch (const std::exception& e) {
+      return absl::InvalidArgumentError(absl::StrCat("device \"", device, "\": ", e.what()));
+    }
+    options.dtype = at::kBFloat16;
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat("device \"", device, "\": use cpu or cuda[:N]"));
+  }
+  if (dtype == "float32") {
+    options.dtype = at::kFloat;
+  } else if (dtype == "bfloat16") {
+    if (options.device.is_cpu()) return absl::InvalidArgumentError("bfloat16 needs a CUDA device");
+    options.dtype = at::kBFloat16;
+  } else if (!dtype.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("dtype \"", dtype, "\": use float32 or bfloat16"));
+  }
+  return options;
+}
+
 }  // namespace kernelrl::learner

@@ -79,6 +79,11 @@ struct ModelOptions {
   uint64_t lora_seed = 0;
 };
 
+// Options for a device and dtype named in a config ("cpu", "cuda[:N]";
+// "float32", "bfloat16", empty: bf16 on CUDA, fp32 on the CPU): what the
+// policy engine serves in.
+absl::StatusOr<ModelOptions> ModelOptionsFor(const std::string& device, const std::string& dtype);
+
 // Keys and values of every layer for `slots` independent sequences of up to
 // `capacity` positions: k[l], v[l] are [slots, kv_heads, capacity, head_dim].
 class Transformer;

@@ -59,19 +59,17 @@ int main(int argc, char** argv) {
         engine = std::move(*e);
         metrics = std::make_unique<learner::EngineMetrics>(engine.get(), &kernelrl::DefaultRegistry());
         const absl::Duration timeout = absl::Seconds(config.timeout_seconds() > 0 ? config.timeout_seconds() : 600);
-        const at::Device cuda(device);
-        // What the engine serves in (PolicyServerConfig.dtype: bf16 on CUDA unless float32).
-        learner::ModelOptions serving;
-        serving.device = cuda;
-        serving.dtype = config.policy().dtype() == "float32" ? at::kFloat : at::kBFloat16;
+        // What the engine serves in: received versions are converted to it.
+        auto serving = learner::ModelOptionsFor(device, config.policy().dtype());
+        if (!serving.ok()) return serving.status();
         KLOG(INFO) << "policy replica " << config.index() << ": joining the learner's sync group at "
                    << config.rendezvous();
         auto s = learner::dist::DataParallel::ConnectNccl(
-            {rank, config.replicas() + 1, config.rendezvous(), timeout}, cuda.index());
+            {rank, config.replicas() + 1, config.rendezvous(), timeout}, serving->device.index());
         if (!s.ok()) return s.status();
         sync = std::move(*s);
         receiving = true;
-        receiver = std::thread([&, serving] {
+        receiver = std::thread([&, serving = *serving] {
           learner::ReplicaWeightReceiver r(sync.get(), serving,
                                            [&](std::unique_ptr<learner::Transformer> m, int64_t v) {
                                              engine->SwapWeights(std::move(m), v, absl::StrCat("c10d:version-", v));

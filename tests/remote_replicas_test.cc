@@ -39,7 +39,7 @@ std::string WriteConfig(const std::string& dir, const std::string& text) {
   return path;
 }
 
-// Starts the replica with `config_text`; true when it exited non-zero with `why` in its log.
+// Starts the replica with `config_text`; expects it to exit non-zero with `why` in its log.
 void ExpectRefused(const std::string& config_text, const std::string& why) {
   const std::string dir = testing::NewTempDir("replica_refused_");
   testing::Subprocess p(ReplicaBinary(), {"--config=" + WriteConfig(dir, config_text)}, dir + "/replica.log");

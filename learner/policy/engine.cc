@@ -61,36 +61,9 @@ PolicyEngine::PolicyEngine(std::unique_ptr<Transformer> model, int64_t policy_ve
   thread_ = std::thread([this] { Loop(); });
 }
 
-// The engine's device and dtype by their names ("cpu", "cuda[:N]"; "float32",
-// "bfloat16", empty: bf16 on CUDA, fp32 on the CPU).
-static absl::StatusOr<ModelOptions> EngineModelOptions(const std::string& device, const std::string& dtype) {
-  ModelOptions options;
-  if (device == "cpu") {
-    options.device = at::kCPU;
-  } else if (absl::StartsWith(device, "cuda")) {
-    try {
-      options.device = at::Device(device);
-    } catch (const std::exception& e) {
-      return absl::InvalidArgumentError(absl::StrCat("device \"", device, "\": ", e.what()));
-    }
-    options.dtype = at::kBFloat16;
-  } else {
-    return absl::InvalidArgumentError(absl::StrCat("device \"", device, "\": use cpu or cuda[:N]"));
-  }
-  if (dtype == "float32") {
-    options.dtype = at::kFloat;
-  } else if (dtype == "bfloat16") {
-    if (options.device.is_cpu()) return absl::InvalidArgumentError("bfloat16 needs a CUDA device");
-    options.dtype = at::kBFloat16;
-  } else if (!dtype.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat("dtype \"", dtype, "\": use float32 or bfloat16"));
-  }
-  return options;
-}
-
 static absl::StatusOr<std::unique_ptr<Transformer>> LoadPolicyModel(const std::string& path, const std::string& device,
                                                                      const std::string& dtype) {
-  auto options = EngineModelOptions(device, dtype);
+  auto options = ModelOptionsFor(device, dtype);
   if (!options.ok()) return options.status();
   return Transformer::Load(path, Head::kLanguageModel, *options);
 }
@@ -112,7 +85,7 @@ absl::Status PolicyEngine::SwapWeightsFrom(const std::string& checkpoint_path, i
 }
 
 absl::Status PolicyEngine::SwapWeightsFromModel(const Transformer& model, int64_t policy_version) {
-  auto options = EngineModelOptions(device_, dtype_);
+  auto options = ModelOptionsFor(device_, dtype_);
   if (!options.ok()) return options.status();
   auto copy = model.MergedCopy(*options);
   if (!copy.ok()) return copy.status();
