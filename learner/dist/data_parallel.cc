@@ -148,6 +148,16 @@ void DataParallel::Shutdown() {
   }
 }
 
+void DataParallel::Abort() {
+  if (shut_down_) return;
+  shut_down_ = true;
+  try {
+    backend_->abort();
+  } catch (const std::exception& e) {
+    (void)e;  // Leaving anyway.
+  }
+}
+
 DataParallel::~DataParallel() { Shutdown(); }
 
 int DataParallel::rank() const { return backend_->getRank(); }

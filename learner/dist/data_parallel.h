@@ -75,6 +75,9 @@ class DataParallel : public rl::Collectives {
   // follower's ~DataParallel shuts down too, and would wait for rank 0's
   // communicators forever. Idempotent; the destructor calls it.
   void Shutdown();
+  // Aborts the communicators instead (ncclCommAbort): for a group whose
+  // peers may be gone, where Shutdown would wait for them. Keeps the store.
+  void Abort();
 
   // Control messages (key -> bytes); StoreGet waits up to `timeout` for the key.
   absl::Status StoreSet(const std::string& key, const std::string& value);

@@ -1,6 +1,7 @@
 #include "common/clock.h"
 #include "learner/policy/engine.h"
 
+#include <c10/core/DeviceGuard.h>
 #include <c10/core/InferenceMode.h>
 
 #include <algorithm>
@@ -58,7 +59,12 @@ PolicyEngine::PolicyEngine(std::unique_ptr<Transformer> model, int64_t policy_ve
   checkpoint_path_ = std::move(checkpoint_path);
   loaded_at_ = NowRfc3339();
   seed_counter_ = std::random_device{}();
-  thread_ = std::thread([this] { Loop(); });
+  // A new thread's current device is cuda:0: streams, graph captures and
+  // synchronisations must be on the model's device (cuda:N for replica N).
+  thread_ = std::thread([this, device = model_->options().device] {
+    const c10::DeviceGuard on_model_device(device);
+    Loop();
+  });
 }
 
 static absl::StatusOr<std::unique_ptr<Transformer>> LoadPolicyModel(const std::string& path, const std::string& device,

@@ -2,6 +2,8 @@
 
 #include <utility>
 
+#include <c10/core/DeviceGuard.h>
+
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
@@ -21,8 +23,25 @@ CollectiveWeightSink::CollectiveWeightSink(std::unique_ptr<dist::DataParallel> s
     : sync_(std::move(sync)), options_(options) {}
 
 CollectiveWeightSink::~CollectiveWeightSink() {
+  // NCCL's communicators are destroyed together: each replica acknowledges
+  // the end, then both sides shut down. One that does not answer (gone, or
+  // the group broken) would hold this side's shutdown forever: abort then.
+  bool together = !broken_;
   if (auto s = sync_->StoreSet(AnnounceKey(seq_), kStop); !s.ok()) {
     KLOG(WARNING) << "policy replicas: cannot announce the end: " << s;
+    together = false;
+  }
+  for (int r = 1; together && r < sync_->world_size(); ++r) {
+    auto ack = sync_->StoreGet(AckKey(seq_, r), options_.ack_timeout);
+    if (!ack.ok() || *ack != kStop) {
+      KLOG(WARNING) << "policy replica " << r << " did not acknowledge the end; aborting the sync group";
+      together = false;
+    }
+  }
+  if (together) {
+    sync_->Shutdown();
+  } else {
+    sync_->Abort();
   }
 }
 
@@ -73,7 +92,10 @@ ReplicaWeightReceiver::ReplicaWeightReceiver(dist::DataParallel* sync, ModelOpti
 absl::StatusOr<int64_t> ReplicaWeightReceiver::Next(absl::Duration wait) {
   auto announced = sync_->StoreGet(AnnounceKey(seq_), wait);
   if (!announced.ok()) return announced.status();
-  if (*announced == kStop) return absl::CancelledError("the learner ended the weight sync");
+  if (*announced == kStop) {
+    if (auto s = sync_->StoreSet(AckKey(seq_, sync_->rank()), kStop); !s.ok()) return s;
+    return absl::CancelledError("the learner ended the weight sync");
+  }
   int64_t want = 0;
   if (!absl::SimpleAtoi(*announced, &want)) {
     return absl::DataLossError(absl::StrCat("weight sync: announcement ", seq_, " is not a version: ", *announced));
@@ -91,6 +113,7 @@ absl::StatusOr<int64_t> ReplicaWeightReceiver::Next(absl::Duration wait) {
 }
 
 absl::Status ReplicaWeightReceiver::Run(const std::atomic<bool>& stop, absl::Duration poll) {
+  const c10::DeviceGuard on_engine_device(options_.device);  // This thread's copies and waits.
   while (!stop.load()) {
     auto v = Next(poll);
     if (v.ok()) {
@@ -98,9 +121,14 @@ absl::Status ReplicaWeightReceiver::Run(const std::atomic<bool>& stop, absl::Dur
       continue;
     }
     if (absl::IsDeadlineExceeded(v.status())) continue;  // Nothing announced yet.
-    if (absl::IsCancelled(v.status())) return absl::OkStatus();
+    if (absl::IsCancelled(v.status())) {
+      sync_->Shutdown();  // Together with the learner's side, which waits for it.
+      return absl::OkStatus();
+    }
+    sync_->Abort();
     return v.status();
   }
+  sync_->Abort();  // Stopped before the learner's end: its side aborts when no acknowledgement comes.
   return absl::OkStatus();
 }
 

@@ -13,6 +13,10 @@
 //   ack       "weights/<seq>/<r>" = the version, once replica r's engine
 //             has it queued: every request that reaches the replica from
 //             then on is served by it and stamped with it (engine.h)
+//   end       "weights/<seq>" = "stop"; each replica acknowledges with
+//             "weights/<seq>/<r>" = "stop", then both sides destroy their
+//             communicators together (NCCL's destroy waits for the peers);
+//             a side left without its peer aborts them instead
 // The sink returns once every replica has acknowledged (WeightSink's
 // contract), or fails after `ack_timeout`. A replica that misses a
 // version cannot rejoin: the group is fixed at its start (c10d's rule).
@@ -45,7 +49,9 @@ class CollectiveWeightSink final : public WeightSink {
   };
   // `sync`: the sync group, this process as its rank 0.
   CollectiveWeightSink(std::unique_ptr<dist::DataParallel> sync, Options options);
-  // Announces "stop": every replica's receiver returns.
+  // Announces "stop": every replica's receiver returns; waits up to
+  // `ack_timeout` for their acknowledgements, then shuts the group down
+  // (aborts it where one is missing).
   ~CollectiveWeightSink() override;
 
   // Loads `hf_dir` on the CPU, then as PublishModel.
@@ -82,7 +88,8 @@ class ReplicaWeightReceiver {
   // when none came: call again), receives it, swaps it in, acknowledges.
   // Cancelled at "stop".
   absl::StatusOr<int64_t> Next(absl::Duration wait);
-  // Next() until "stop", `stop` set (checked every `poll`), or an error.
+  // Next() until "stop", `stop` set (checked every `poll`), or an error;
+  // then ends the group: shut down with the learner at "stop", else aborted.
   absl::Status Run(const std::atomic<bool>& stop, absl::Duration poll = absl::Seconds(1));
 
  private:
