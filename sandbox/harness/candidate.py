@@ -23,6 +23,7 @@ torch-op, thread, audit and patch guards: the reference is all torch ops and
 torch.compile starts compilers); the window, the exchange and the replies
 are the same code.
 """
+import bisect
 import os
 import sys
 import traceback
@@ -66,6 +67,26 @@ def classify(exc, guard, audit, threads=None):
 def storage_range(t):
     s = t.untyped_storage()
     return s.data_ptr(), s.data_ptr() + s.nbytes()
+
+
+class Ranges:
+    """Address ranges [a, b), merged once: overlap queries in log time (a
+    block's every output against its every input; pairwise, a 511-forward
+    block took ~20 ms)."""
+
+    def __init__(self, ranges):
+        merged = []
+        for a, b in sorted(ranges):
+            if merged and a <= merged[-1][1]:
+                merged[-1][1] = max(merged[-1][1], b)
+            else:
+                merged.append([a, b])
+        self.starts = [a for a, _ in merged]
+        self.ends = [b for _, b in merged]
+
+    def overlaps(self, lo, hi):
+        i = bisect.bisect_left(self.starts, hi)  # the ranges starting before hi: [0, i)
+        return i > 0 and self.ends[i - 1] > lo
 
 
 def poison_allocator(device, nbytes):
@@ -171,6 +192,7 @@ def run(job, cont, to_ref, from_ref, xsock=-1):
             exchange.release_held()  # the reference is done with the last block's outputs
             exchange.accept(msg.get("exchange"))
             rows = [exchange.inputs(k, descs) for k, descs in enumerate(msg.get("forwards") or [])]
+            clock.mark("arm_rows")
             to_device = exchange.needs_device_copy()
             guard = guards.TorchOpGuard() if policing else guards.NoGuard()
             # A graph block (the reference asks): captured here, before the
@@ -178,12 +200,16 @@ def run(job, cont, to_ref, from_ref, xsock=-1):
             replay, still_active = None, True
             if msg.get("graph") and device == "cuda" and not to_device:
                 replay, still_active = graph_blocks.get(exchange, msg.get("forwards"), model, rows, guard)
+            clock.mark("arm_graph")
             timer.open()  # on CUDA it also runs a little work here: the GPU is on this context when the clock starts
+            clock.mark("arm_open")
             armed = {"type": "armed", "id": msg.get("id"), "held_segments": exchange.held_segments()}
+            clock.mark("arm_segments")
             if replay is not None:  # where the replay leaves its outputs is known now: the reference plans its copy
                 armed.update(outputs=replay.metas, segments=replay.segments)
             send(armed)
             go = reader.read()
+            clock.mark("go_wait")
             if go is None or go.get("type") != "go":
                 break
             # ---- inside the reference's clock ----
@@ -218,14 +244,14 @@ def run(job, cont, to_ref, from_ref, xsock=-1):
                 detail.append("torch ops: " + ", ".join(sorted(set(guard.violations))[:5]))
             if not still_active:
                 flags.add("guard_removed")
-            ranges = [storage_range(x) for xs in rows for x in xs if isinstance(x, torch.Tensor)] if policing else []
+            ranges = Ranges([storage_range(x) for xs in rows for x in xs if isinstance(x, torch.Tensor)]
+                            if policing else [])
             for flat in outs:
                 for o in flat:
                     if isinstance(o, torch.Tensor) and type(o) is not torch.Tensor:
                         flags.add("output_tensor_subclass")
-                    if type(o) is torch.Tensor and ranges:  # a task's Model may return a view
-                        lo, hi = storage_range(o)
-                        if any(lo < b and a < hi for a, b in ranges):
+                    if type(o) is torch.Tensor and ranges.starts:  # a task's Model may return a view
+                        if ranges.overlaps(*storage_range(o)):
                             flags.add("output_aliases_input")
             send({"type": "result", "id": msg.get("id"), "sample": sample,
                   "flags": sorted(flags), "detail": "; ".join(detail),

@@ -15,6 +15,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import torch  # noqa: E402
 
+import candidate  # noqa: E402
 import precision  # noqa: E402
 import reference  # noqa: E402
 import wire  # noqa: E402
@@ -126,13 +127,43 @@ def exchange_checks(g):
     cand.put(len(many) - 1, 0, outs[0][0])
     check(not ref.poison_intact(len(many)), "a write after poisoning is seen (checked once the executor is idle)")
 
+    # The executor's views are made once per mapping: the same descriptor
+    # gives the same view, unless the Model reshaped it in place.
+    again = [cand.inputs(k, reference._descs(xs)) for k, xs in enumerate(many)]
+    check(all(a[0] is v[0] for a, v in zip(again, views)), "the same descriptor gives the kept view")
+    views[0][0].unsqueeze_(0)
+    fresh = cand.inputs(0, reference._descs(many[0]))
+    check(fresh[0] is not views[0][0] and list(fresh[0].shape) == [4, 6]
+          and fresh[0].data_ptr() == views[0][0].data_ptr(), "a view reshaped in place is made again")
+    other = [[torch.randn(6, 4, generator=g), 3]]
+    check(list(cand.inputs(0, reference._descs(other[0]))[0].shape) == [6, 4], "another descriptor, another view")
+
     # Sizes that change re-allocate the area; the executor remaps it.
     gen = ref.generation
     ref.ensure([200, 0], [60, 0, 800], 1)
     cand.accept(ref.offer())
     check(ref.generation == gen + 1 and cand.layout.in_sizes == [200, 0], "re-allocation is remapped")
+    check(cand.inputs(0, [{"shape": [50], "dtype": "torch.float32"}, {"value": 3}])[0].data_ptr() == cand.u8.data_ptr(),
+          "views of the remapped area, not the old one's")
     ref.release()
     check(not os.path.exists(os.path.join(d, wire.EXCHANGE_FILE)), "the exchange file is removed at release")
+
+
+def ranges_checks(g):
+    """The executor's output-aliases-input test: merged ranges against pairwise."""
+    spans = []
+    for _ in range(200):
+        a = int(torch.randint(0, 10_000, (1,), generator=g))
+        spans.append((a, a + int(torch.randint(1, 80, (1,), generator=g))))
+    r = candidate.Ranges(spans)
+    agree = True
+    for _ in range(2000):
+        lo = int(torch.randint(0, 10_100, (1,), generator=g))
+        hi = lo + int(torch.randint(1, 40, (1,), generator=g))
+        agree &= r.overlaps(lo, hi) == any(lo < b and a < hi for a, b in spans)
+    check(agree, "merged ranges answer overlap queries as the pairwise test does")
+    check(not candidate.Ranges([]).overlaps(0, 10) and candidate.Ranges([(5, 10)]).overlaps(9, 20)
+          and not candidate.Ranges([(5, 10)]).overlaps(10, 20), "ranges are half-open")
 
 
 class MatMul(torch.nn.Module):
@@ -204,6 +235,7 @@ def precision_checks(g):
 def main():
     g = torch.Generator().manual_seed(int.from_bytes(os.urandom(4), "little"))
     exchange_checks(g)
+    ranges_checks(g)
     precision_checks(g)
     print(f"exchange_test: {len(FAILS)} failed")
     return 1 if FAILS else 0

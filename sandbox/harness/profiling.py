@@ -299,6 +299,7 @@ def run_profile(job, task_module, model, driver, sets, backend, result, clock=No
         # else runs on it): the executor's own work needs the rest.
         cfg.block_memory = min(cfg.block_memory, torch.cuda.mem_get_info()[0] // 2)
     driver.capacity = _capacity(cfg, driver.ex.layout, file_bytes, cfg.max_forwards)
+    driver.clock = clock  # a block's parts: block_ready, _stage, _arm, _prepare, _clock, _result
     est = verify_estimate_us(result)
     forwards = _forwards(cfg, est, driver.capacity)
     # Graph blocks (sandbox/harness/graphs.py) for small forwards, alternating

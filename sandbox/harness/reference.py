@@ -222,6 +222,11 @@ class Driver:
         self.peak = peak_copy_bytes_per_us(job["device"])
         self.expect_ready = False  # the executor says "ready" once its post-call checks are done
         self.poisoned = (0, None)  # rows (and outputs) poisoned after the last block, checked once the executor is idle
+        self.clock = None  # protocol.Timeline: a block's parts, where the caller keeps one
+
+    def _mark(self, step):
+        if self.clock is not None:
+            self.clock.mark(step)
 
     def _read_until(self, want, call_id=None):
         """The executor's next message of type `want` (logs and flags in between
@@ -259,13 +264,17 @@ class Driver:
             self._read_until("ready")
             self.expect_ready = False
             self._check_poison()
+        self._mark("block_ready")
         j = self.calls
         self.calls += 1
         los = expected[0]["lo"]
         self.ex.ensure(wire.tensor_bytes(rows[0]), wire.tensor_bytes(los), len(rows))
+        self._mark("block_ensure")
         staging = self.ex.stage(rows)
+        self._mark("block_stage")
         shot = self.ex.snapshot_for(len(rows))
         self.ex.begin_block()
+        self._mark("block_snapshot")
         cuda = self.ex.u8.is_cuda
         msg = {"type": "call", "id": j, "forwards": [_descs(xs) for xs in rows],
                "poison_bytes": self.poison_bytes, "release": self.job.get("release_each_call", False),
@@ -276,7 +285,9 @@ class Driver:
             raise CandidateGone(f"candidate gone ({type(e).__name__})") from e
         if not _send(self.to_cand, msg):
             raise CandidateGone("candidate gone")
+        self._mark("block_call")
         armed = self._read_until("armed", j)
+        self._mark("block_arm")
         self.ex.premap(armed.get("held_segments"))
         told = armed if "outputs" in armed else None  # a replay's outputs are where its capture put them
         mapped_in_clock = 0  # segments locate maps inside the clock (eager blocks only)
@@ -288,6 +299,7 @@ class Driver:
         self.prepare()
         if cuda:
             torch.cuda.synchronize()
+        self._mark("block_prepare")
         t0 = time.perf_counter()
         self.ex.write_inputs(staging)
         if cuda:
@@ -305,8 +317,10 @@ class Driver:
         if cuda:
             torch.cuda.synchronize()
         t1 = time.perf_counter()
+        self._mark("block_clock")
         changed_after_seal = self.ex.take(shot)
         reply = self._read_until("result", j)
+        self._mark("block_result")
         reply["outputs"] = told.get("outputs")
         self.expect_ready = True
         lay = self.ex.layout
