@@ -335,7 +335,26 @@ def main():
     check(bool(torch.isnan(ex.tensor(0, nbytes // 4, torch.float32)).all()), "exchange: re-poisoned slot reads NaN")
     ex.release()
 
-    # 4. Outputs read where they lie: another process's exported segments.
+    # 4. Poison still in place (wire.not_filled, the after-check's one launch):
+    #    unaligned spans over many pieces; a byte changed inside a span is
+    #    seen, wherever it lies; one outside every span is not.
+    area = torch.full(((24 << 20) + 13,), 0xFF, dtype=torch.uint8, device="cuda")
+    spans = ((5, 9_000_001), (12_000_003, area.numel()))
+    check(wire.not_filled(area, spans) == 0, "not_filled: all poison reads 0")
+    seen = True
+    for at in (5, 4_194_309, 9_000_000, 12_000_003, area.numel() - 1,
+               int(torch.randint(12_000_003, area.numel(), (1,)))):
+        area[at] = 0x7F
+        seen &= wire.not_filled(area, spans) > 0
+        area[at] = 0xFF
+    check(seen, "not_filled: one byte changed anywhere inside a span is seen")
+    area[9_000_001] = 0
+    area[4] = 0
+    check(wire.not_filled(area, spans) == 0 and wire.not_filled(area, ((0, 5),)) > 0,
+          "not_filled: bytes outside the spans are not counted")
+    del area
+
+    # 5. Outputs read where they lie: another process's exported segments.
     ipc_checks(lib, verify_cuda, torch)
     print(f"verify_cuda_test: {len(FAILS)} failed")
     return 1 if FAILS else 0
