@@ -3,8 +3,8 @@
 // mirrored by profiler_service/harness/tasks.py (task_hash, input_policy_hash)
 // on the Python side; //sandbox:profile_cpu_test checks both agree.
 //
-//   InputPolicyText(device, dtype) = "generator=get_inputs-v2;device=<d>;dtype=<t|task>"
-//   InputPolicyHash(device, dtype) = "get_inputs-v2.<d>.<t|task>"      (readable key part;
+//   InputPolicyText(device, dtype) = "generator=get_inputs-v3;device=<d>;dtype=<t|task>"
+//   InputPolicyHash(device, dtype) = "get_inputs-v3.<d>.<t|task>"      (readable key part;
 //                                    ".tf32" appended for baselines timed with TF32 on)
 //   TaskHash(source, device, dtype) = sha256_hex(source + "\0" + InputPolicyText)
 //
@@ -22,7 +22,9 @@ namespace kernelrl {
 
 // v2: timed forwards draw their inputs from the verify distributions and are
 // timed in trusted blocks (docs/HARNESS.md); v1 baselines do not compare.
-inline constexpr char kInputPolicyVersion[] = "get_inputs-v2";
+// v3: the trusted figure takes our in-clock copies off at the rates the
+// worker's copy probe measured, not at the peak: v2 figures are larger.
+inline constexpr char kInputPolicyVersion[] = "get_inputs-v3";
 
 std::string InputPolicyText(const std::string& device, const std::string& dtype);
 std::string InputPolicyHash(const std::string& device, const std::string& dtype);

@@ -18,6 +18,7 @@ constexpr std::pair<absl::string_view, HarnessResult::ReplyCase> kReplyFor[] = {
     {"health", HarnessResult::kHealth},
     {"isolation_probe", HarnessResult::kIsolationProbe},
     {"recorder_probe", HarnessResult::kRecorderProbe},
+    {"copy_probe", HarnessResult::kCopyProbe},
 };
 
 }  // namespace

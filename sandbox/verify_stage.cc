@@ -123,6 +123,7 @@ absl::Status VerifyStage::StartLocked() {
 absl::Status VerifyStage::CalibrateLocked() {
   cuda_isolation_.clear();
   profile_thread_allowance_ = 0;
+  input_copy_rate_ = seal_rate_ = 0.0;
   hello_.set_kprof_ok(false);
   if (config_.backend() == "cpu") {
     hello_.set_kprof_error("not a CUDA worker");
@@ -175,6 +176,16 @@ absl::Status VerifyStage::CalibrateLocked() {
     KLOG(INFO) << "sandbox: CUPTI recorder probe " << hello_.calibration(hello_.calibration_size() - 1);
     if (r.ok()) profile_thread_allowance_ = r.threads_started();
   }
+  // Our in-clock copies at the rates this GPU gives them alone: what the
+  // trusted figure takes off (else the device's peak).
+  const v1::sandbox::HarnessCopyProbeReply copies = probe("copy_probe", cuda_isolation_, "").copy_probe();
+  if (!lost.ok()) return absl::UnavailableError(absl::StrCat("zygote failed the copy probe: ", lost.message()));
+  input_copy_rate_ = copies.ok() ? copies.input_copy_bytes_per_us() : 0.0;
+  seal_rate_ = copies.ok() ? copies.seal_bytes_per_us() : 0.0;
+  hello_.add_calibration(absl::StrCat("copies=[", copies.bytes(), " bytes] ok=", copies.ok(), " input ",
+                                      copies.input_copy_bytes_per_us(), " seal ", copies.seal_bytes_per_us(), " peak ",
+                                      copies.peak_bytes_per_us(), " bytes/us", copies.ok() ? "" : " " + copies.error()));
+  KLOG(INFO) << "sandbox: copy probe " << hello_.calibration(hello_.calibration_size() - 1);
   return absl::OkStatus();
 }
 
@@ -188,6 +199,8 @@ void VerifyStage::ApplyCalibrationLocked(v1::sandbox::HarnessJob& job) const {
   // CUPTI only where the recorder ran under this isolation at start.
   if (!hello_.kprof_ok()) job.clear_kprof_lib();
   job.set_profile_thread_allowance(job.kprof_lib().empty() ? 0 : profile_thread_allowance_);
+  job.set_input_copy_bytes_per_us(input_copy_rate_);
+  job.set_seal_bytes_per_us(seal_rate_);
 }
 
 absl::StatusOr<v1::sandbox::HarnessHello> VerifyStage::EnsureStarted() {

@@ -70,6 +70,8 @@ class VerifyStage {
   v1::sandbox::HarnessHello hello_ ABSL_GUARDED_BY(mu_);
   IsolationMap cuda_isolation_ ABSL_GUARDED_BY(mu_);  // empty on CPU
   int profile_thread_allowance_ ABSL_GUARDED_BY(mu_) = 0;
+  double input_copy_rate_ ABSL_GUARDED_BY(mu_) = 0.0;  // the copy probe's, bytes/us (0: peak)
+  double seal_rate_ ABSL_GUARDED_BY(mu_) = 0.0;
 };
 
 }  // namespace kernelrl::sandbox

@@ -149,6 +149,23 @@ def exchange_checks(g):
     check(not os.path.exists(os.path.join(d, wire.EXCHANGE_FILE)), "the exchange file is removed at release")
 
 
+def copy_rate_checks():
+    """The rates our in-clock copies are taken off at (reference.copy_rates_for)."""
+    real = reference.peak_copy_bytes_per_us
+    try:
+        reference.peak_copy_bytes_per_us = lambda device: 4800.0 if device == "cuda" else 0.0
+        gpu = {"device": "cuda"}
+        check(reference.copy_rates_for(gpu) == (2400.0, 4800.0), "no probe: the peak (a copy at half of it)")
+        check(reference.copy_rates_for({**gpu, "input_copy_bytes_per_us": 2064.0, "seal_bytes_per_us": 3792.0})
+              == (2064.0, 3792.0), "the probe's rates where it gave them")
+        check(reference.copy_rates_for({**gpu, "input_copy_bytes_per_us": 9e9, "seal_bytes_per_us": 9e9})
+              == (2400.0, 4800.0), "never faster than the peak")
+        check(reference.copy_rates_for({"device": "cpu", "input_copy_bytes_per_us": 5.0}) == (0.0, 0.0),
+              "nothing taken off on the CPU")
+    finally:
+        reference.peak_copy_bytes_per_us = real
+
+
 def ranges_checks(g):
     """The executor's output-aliases-input test: merged ranges against pairwise."""
     spans = []
@@ -236,6 +253,7 @@ def main():
     g = torch.Generator().manual_seed(int.from_bytes(os.urandom(4), "little"))
     exchange_checks(g)
     ranges_checks(g)
+    copy_rate_checks()
     precision_checks(g)
     print(f"exchange_test: {len(FAILS)} failed")
     return 1 if FAILS else 0

@@ -150,6 +150,22 @@ def _descs(xs):
             for x in xs]
 
 
+def copy_rates_for(job):
+    """(input copy, seal) rates in bytes per us at which the trusted figure
+    takes our in-clock copies off: the worker's copy probe's (measured with
+    the GPU to themselves), each capped at the device's peak (a copy reads and
+    writes: half of it); the peak where the probe gave none; 0 off the GPU.
+    Never faster than the hardware, so what is left is never less than the
+    candidate's own work."""
+    peak = peak_copy_bytes_per_us(job["device"])
+    if peak <= 0:
+        return 0.0, 0.0
+    probe_in = float(job.get("input_copy_bytes_per_us") or 0.0)
+    probe_seal = float(job.get("seal_bytes_per_us") or 0.0)
+    return (min(probe_in, peak / 2) if probe_in > 0 else peak / 2,
+            min(probe_seal, peak) if probe_seal > 0 else peak)
+
+
 def peak_copy_bytes_per_us(device):
     """The device's peak DRAM bandwidth (bytes/us) from its own properties, 0 if unknown."""
     if device != "cuda":
@@ -219,7 +235,7 @@ class Driver:
         self.poison_bytes = 1 << 20
         self.capacity = 1  # forwards a block may hold (profiling.run_profile sets it)
         self.prepare = prepare or (lambda: None)  # the L2 flush, before each clock
-        self.peak = peak_copy_bytes_per_us(job["device"])
+        self.input_rate, self.seal_rate = copy_rates_for(job)
         self.expect_ready = False  # the executor says "ready" once its post-call checks are done
         self.poisoned = (0, None)  # rows (and outputs) poisoned after the last block, checked once the executor is idle
         self.clock = None  # protocol.Timeline: a block's parts, where the caller keeps one
@@ -325,9 +341,10 @@ class Driver:
         self.expect_ready = True
         lay = self.ex.layout
         # Our work inside the clock (the staged inputs copied in, the outputs
-        # read by the seal) at the device's peak bandwidth: the least it can
-        # cost, so what is left is never less than the work.
-        copies_us = (2 * sum(lay.in_sizes) + sum(lay.out_sizes)) / self.peak if self.peak > 0 else 0.0
+        # read by the seal) at the rates they reach alone (copy_rates_for):
+        # the least it can cost, so what is left is never less than the work.
+        copies_us = (sum(lay.in_sizes) / self.input_rate + sum(lay.out_sizes) / self.seal_rate
+                     if self.input_rate > 0 else 0.0)
         n = len(rows)
         block_us = (t1 - t0) * 1e6
         return {"id": j, "rows": rows, "expected": expected, "staging": staging, "shot": shot, "reply": reply,

@@ -354,7 +354,15 @@ def main():
           "not_filled: bytes outside the spans are not counted")
     del area
 
-    # 5. Outputs read where they lie: another process's exported segments.
+    # 5. The copy probe's rates (wire.copy_rates): positive, and never above
+    #    what the device's memory can do (a copy reads and writes).
+    import reference
+    peak = reference.peak_copy_bytes_per_us("cuda")
+    rate_in, rate_seal = wire.copy_rates(256 << 20, rounds=3)
+    check(0 < rate_in <= 0.5 * peak * 1.02 and 0 < rate_seal <= peak * 1.02,
+          f"copy_rates: input {rate_in:.0f}, seal {rate_seal:.0f} bytes/us (peak {peak:.0f})")
+
+    # 6. Outputs read where they lie: another process's exported segments.
     ipc_checks(lib, verify_cuda, torch)
     print(f"verify_cuda_test: {len(FAILS)} failed")
     return 1 if FAILS else 0

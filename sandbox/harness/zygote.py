@@ -38,9 +38,15 @@ import device_memory  # noqa: E402
 import profiling  # noqa: E402
 import protocol  # noqa: E402
 import reference  # noqa: E402
+import verify_cuda  # noqa: E402
 import wire  # noqa: E402
 
 LIBC = ctypes.CDLL(None, use_errno=True)
+# The copy probe: bytes copied and sealed a round (a 10 us kernel's block
+# moves a few GB), and the least share of the peak's rate it accepts (an
+# H200 alone: 0.86 for the input copy, 0.79 for the seal).
+COPY_PROBE_BYTES = 2 << 30
+COPY_PROBE_FLOOR = 0.7
 
 
 def tail(path, n):
@@ -488,6 +494,55 @@ class Zygote:
             pass
         return bool(rep.get("ok")), str(rep.get("error", ""))
 
+    def copy_probe(self, job):
+        """Our in-clock copies alone on this GPU (wire.copy_rates), in a fresh
+        child: {ok, error, input_copy_bytes_per_us, seal_bytes_per_us,
+        peak_bytes_per_us, bytes}. Not ok where another process used the GPU
+        meanwhile or a rate is under COPY_PROBE_FLOOR of the peak's: a busy
+        GPU would make our copies look slow, and the trusted figure would
+        then take off more than they cost."""
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(r)
+            rep = {"ok": False, "error": ""}
+            try:
+                torch.cuda.set_device(0)
+                err = verify_cuda.load(self.verify_cuda_lib)
+                if err:
+                    raise RuntimeError(f"no verify_cuda library: {err}")
+                peak = reference.peak_copy_bytes_per_us("cuda")
+                nbytes = min(COPY_PROBE_BYTES, torch.cuda.mem_get_info()[0] // 4) >> 20 << 20
+                from profiler_service.harness import gpu_share, nvml
+                share = gpu_share.Monitor(nvml.Processes(nvml.cuda_pci_bus_id(torch.cuda.get_device_properties(0))))
+                share.begin()
+                rate_in, rate_seal = wire.copy_rates(nbytes)
+                share.poll()
+                shared = share.result()
+                rep.update(input_copy_bytes_per_us=rate_in, seal_bytes_per_us=rate_seal, peak_bytes_per_us=peak,
+                           bytes=nbytes)
+                low = peak > 0 and (rate_in < COPY_PROBE_FLOOR * peak / 2 or rate_seal < COPY_PROBE_FLOOR * peak)
+                if shared.get("foreign_gpu_processes"):
+                    rep["error"] = f"another process used the GPU meanwhile ({shared.get('gpu_share_check')})"
+                elif low:
+                    rep["error"] = f"under {COPY_PROBE_FLOOR:.0%} of the peak's rate"
+                else:
+                    rep["ok"] = peak > 0
+                    rep["error"] = "" if peak > 0 else "the device reports no memory clock or bus width"
+            except BaseException as e:  # noqa: BLE001
+                rep["error"] = f"{type(e).__name__}: {e}"[:400]
+            protocol.send(w, rep)
+            os._exit(0)
+        os.close(w)
+        rep = protocol.LineReader(r).read(timeout=120) or {"ok": False, "error": "no answer"}
+        os.close(r)
+        try:
+            os.waitpid(pid, 0)
+        except ChildProcessError:
+            pass
+        sys.stderr.write(f"[calibrate] copies: {json.dumps(rep)}\n")
+        return rep
+
     # ----- health -----------------------------------------------------------
     def health(self, job):
         """Known kernel in a fresh process; the device memory the sandbox's own
@@ -549,7 +604,8 @@ class Zygote:
         cuda = self.device == "cuda"
         return {"verify": self.verify, "health": self.health,
                 "isolation_probe": self.isolation_probe if cuda else None,
-                "recorder_probe": self.recorder_probe if cuda and not self.profiler_error else None}.get(kind)
+                "recorder_probe": self.recorder_probe if cuda and not self.profiler_error else None,
+                "copy_probe": self.copy_probe if cuda else None}.get(kind)
 
     def serve(self):
         # Each line is a HarnessResult (sandbox/harness_protocol.proto): one

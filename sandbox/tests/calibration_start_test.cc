@@ -1,7 +1,7 @@
 // The CUDA start-up calibration end to end through a real zygote: a
 // VerifyStage configured for the CUDA backend asks the zygote for every
-// isolation probe and the CUPTI recorder probe, and its hello reports the
-// choice. On a machine without a GPU every probe's child fails to initialise
+// isolation probe, the CUPTI recorder probe and the copy probe, and its
+// hello reports the choice. On a machine without a GPU every probe's child fails to initialise
 // CUDA, so each answer must be a real probe's failure (not a protocol error),
 // the worker must have walked the whole plan (every group alone, every
 // fallback) and dropped every step. With a GPU, seccomp must stay on.
@@ -43,9 +43,11 @@ TEST(CalibrationStartTest, ZygoteAnswersEveryProbeTheWorkerAsksFor) {
   const IsolationPlan& plan = DefaultIsolationPlan();
   const std::set<std::string> dropped(hello->isolation_dropped_for_cuda().begin(),
                                       hello->isolation_dropped_for_cuda().end());
-  ASSERT_GE(hello->calibration_size(), static_cast<int>(plan.groups.size()) + 1);
-  EXPECT_TRUE(absl::StartsWith(hello->calibration(hello->calibration_size() - 1), "recorder=["))
-      << "the recorder is probed last, under the chosen isolation";
+  ASSERT_GE(hello->calibration_size(), static_cast<int>(plan.groups.size()) + 2);
+  EXPECT_TRUE(absl::StartsWith(hello->calibration(hello->calibration_size() - 2), "recorder=["))
+      << "the recorder is probed after the isolation, under the chosen one";
+  EXPECT_TRUE(absl::StartsWith(hello->calibration(hello->calibration_size() - 1), "copies=["))
+      << "the copy probe comes last";
   for (const std::string& line : hello->calibration()) {
     EXPECT_FALSE(absl::StrContains(line, "unknown job kind")) << line;
     EXPECT_FALSE(absl::StrContains(line, "zygote: Traceback")) << line;
@@ -56,7 +58,7 @@ TEST(CalibrationStartTest, ZygoteAnswersEveryProbeTheWorkerAsksFor) {
   }
   // No GPU: every probe fails in its child, so every group alone, no
   // "together", every fallback, and nothing left on.
-  EXPECT_EQ(hello->calibration_size(), static_cast<int>(plan.groups.size() + plan.drops.size()) + 1);
+  EXPECT_EQ(hello->calibration_size(), static_cast<int>(plan.groups.size() + plan.drops.size()) + 2);
   EXPECT_EQ(dropped, std::set<std::string>(plan.steps.begin(), plan.steps.end()));
   for (int i = 0; i < hello->calibration_size(); ++i) {
     EXPECT_TRUE(absl::StrContains(hello->calibration(i), "ok=0 ")) << hello->calibration(i);

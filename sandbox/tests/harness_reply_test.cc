@@ -21,19 +21,21 @@ using v1::sandbox::HarnessJob;
 using v1::sandbox::HarnessResult;
 
 const std::vector<std::string>& JobKinds() {
-  static const std::vector<std::string> kKinds = {"verify", "health", "isolation_probe", "recorder_probe"};
+  static const std::vector<std::string> kKinds = {"verify", "health", "isolation_probe", "recorder_probe",
+                                                  "copy_probe"};
   return kKinds;
 }
 
 // Every reply case, each filled with something, for job `id`.
 std::vector<HarnessResult> EveryReply(const std::string& id, const std::string& text) {
-  std::vector<HarnessResult> all(6);
+  std::vector<HarnessResult> all(7);
   all[0].mutable_hello()->set_torch(text);
   all[1].mutable_verify()->mutable_facts()->set_ref_error(text);
   all[2].mutable_health()->set_error(text);
   all[3].mutable_isolation_probe()->set_error(text);
   all[4].mutable_recorder_probe()->set_error(text);
   all[5].set_zygote_error(text);
+  all[6].mutable_copy_probe()->set_error(text);
   for (HarnessResult& r : all) r.set_job_id(id);
   return all;
 }
@@ -124,6 +126,10 @@ TEST_F(HarnessReplyTest, ParsesTheLinesTheZygoteWrites) {
                     R"(}, "job_id": ")", id, R"("})"),
        HarnessResult::kRecorderProbe},
       {absl::StrCat(R"({"zygote_error": ")", text, R"(", "job_id": ")", id, R"("})"), HarnessResult::kZygoteError},
+      {absl::StrCat(R"({"copy_probe": {"ok": true, "error": ")", text,
+                    R"(", "input_copy_bytes_per_us": 2051.5, "seal_bytes_per_us": 3790.25, "peak_bytes_per_us": 4800,)",
+                    R"( "bytes": 2147483648}, "job_id": ")", id, R"("})"),
+       HarnessResult::kCopyProbe},
   };
   for (const Line& line : lines) {
     absl::StatusOr<HarnessResult> r = ParseHarnessReply(line.json);
