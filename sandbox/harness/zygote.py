@@ -144,6 +144,18 @@ def warm_up():
         raise RuntimeError("zygote warm-up initialised CUDA: forked children could not use it")
 
 
+def _answer(r, w, pid, timeout):
+    """A probe child's one answer on the pipe (r, w), then the child reaped."""
+    os.close(w)
+    rep = protocol.LineReader(r).read(timeout=timeout) or {"ok": False, "error": "no answer"}
+    os.close(r)
+    try:
+        os.waitpid(pid, 0)
+    except ChildProcessError:
+        pass
+    return rep
+
+
 class Zygote:
     def __init__(self, lib_path, device, profiler_root="", cgroup_parent="", verify_cuda_lib=""):
         self.cont = contain.Contain(lib_path)
@@ -485,13 +497,7 @@ class Zygote:
             except BaseException as e:  # noqa: BLE001
                 protocol.send(w, {"ok": False, "error": f"supervisor: {type(e).__name__}: {e}"})
             os._exit(0)
-        os.close(w)
-        rep = protocol.LineReader(r).read(timeout=90) or {"ok": False, "error": "no answer"}
-        os.close(r)
-        try:
-            os.waitpid(sup, 0)
-        except ChildProcessError:
-            pass
+        rep = _answer(r, w, sup, 90)
         return bool(rep.get("ok")), str(rep.get("error", ""))
 
     def copy_probe(self, job):
@@ -533,13 +539,7 @@ class Zygote:
                 rep["error"] = f"{type(e).__name__}: {e}"[:400]
             protocol.send(w, rep)
             os._exit(0)
-        os.close(w)
-        rep = protocol.LineReader(r).read(timeout=120) or {"ok": False, "error": "no answer"}
-        os.close(r)
-        try:
-            os.waitpid(pid, 0)
-        except ChildProcessError:
-            pass
+        rep = _answer(r, w, pid, 120)
         sys.stderr.write(f"[calibrate] copies: {json.dumps(rep)}\n")
         return rep
 
