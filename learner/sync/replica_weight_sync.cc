@@ -1,5 +1,6 @@
 #include "learner/sync/replica_weight_sync.h"
 
+#include <algorithm>
 #include <utility>
 
 #include <c10/core/DeviceGuard.h>
@@ -13,6 +14,7 @@ namespace kernelrl::learner {
 namespace {
 
 constexpr char kStop[] = "stop";
+constexpr absl::Duration kEndTimeout = absl::Seconds(30);
 
 std::string AnnounceKey(int64_t seq) { return absl::StrCat("weights/", seq); }
 std::string AckKey(int64_t seq, int rank) { return absl::StrCat("weights/", seq, "/", rank); }
@@ -31,8 +33,11 @@ CollectiveWeightSink::~CollectiveWeightSink() {
     KLOG(WARNING) << "policy replicas: cannot announce the end: " << s;
     together = false;
   }
+  // A live replica answers within its poll; a learner leaving should not
+  // wait a publication's whole timeout for one that is gone.
+  const absl::Duration wait = std::min(options_.ack_timeout, kEndTimeout);
   for (int r = 1; together && r < sync_->world_size(); ++r) {
-    auto ack = sync_->StoreGet(AckKey(seq_, r), options_.ack_timeout);
+    auto ack = sync_->StoreGet(AckKey(seq_, r), wait);
     if (!ack.ok() || *ack != kStop) {
       KLOG(WARNING) << "policy replica " << r << " did not acknowledge the end; aborting the sync group";
       together = false;

@@ -50,8 +50,8 @@ class CollectiveWeightSink final : public WeightSink {
   // `sync`: the sync group, this process as its rank 0.
   CollectiveWeightSink(std::unique_ptr<dist::DataParallel> sync, Options options);
   // Announces "stop": every replica's receiver returns; waits up to
-  // `ack_timeout` for their acknowledgements, then shuts the group down
-  // (aborts it where one is missing).
+  // `ack_timeout` (30 s at most) for their acknowledgements, then shuts the
+  // group down (aborts it where one is missing).
   ~CollectiveWeightSink() override;
 
   // Loads `hf_dir` on the CPU, then as PublishModel.
