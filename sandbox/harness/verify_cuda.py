@@ -217,8 +217,7 @@ def view(ptr, numel, dtype):
     (bfloat16, complex...) are viewed through bytes."""
     if dtype in _TYPESTR:
         return torch.as_tensor(_Device(ptr, (numel,), dtype), device="cuda")
-    size = torch.empty((), dtype=dtype).element_size()
-    return torch.as_tensor(_Device(ptr, (numel * size,), torch.uint8), device="cuda").view(dtype)
+    return torch.as_tensor(_Device(ptr, (numel * dtype.itemsize,), torch.uint8), device="cuda").view(dtype)
 
 
 class Exchange:

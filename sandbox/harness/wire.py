@@ -417,8 +417,7 @@ class RefExchange:
         if (k, j) not in shot.located:
             return None
         off = self.layout.out_off(k, j) - self.layout.in_area
-        size = torch.empty((), dtype=dtype).element_size()
-        return shot.snap[off:off + numel * size].view(dtype)
+        return shot.snap[off:off + numel * dtype.itemsize].view(dtype)
 
     def inputs_changed(self, staged):
         """Did anyone write to the input area since we wrote it? (trusted: our own copy)"""
