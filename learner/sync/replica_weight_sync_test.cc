@@ -4,10 +4,12 @@
 // run ReplicaWeightReceiver into their own engines. Each publication returns
 // only once both replicas have the version queued: a request sent after it
 // is stamped with it and served by weights equal to the learner's (LoRA
-// adapters merged). The sink's end stops the receivers; a replica that never
-// acknowledges fails the publication at the timeout.
+// adapters merged). The sink's end stops the receivers, each acknowledging
+// it first; a replica that never acknowledges fails the publication at the
+// timeout.
 #include "learner/sync/replica_weight_sync.h"
 
+#include <atomic>
 #include <random>
 #include <thread>
 
@@ -118,6 +120,33 @@ TEST(ReplicaWeightSyncTest, AReplicaThatNeverAcknowledgesFailsThePublishAtTheTim
   done.Notify();
   silent.join();
   EXPECT_TRUE(joined.ok()) << joined;
+}
+
+// The end, step by step on the store (the keys of replica_weight_sync.h):
+// a replica acknowledges "stop" before its receiver returns, which is what
+// lets both sides destroy their communicators together.
+TEST(ReplicaWeightSyncTest, AReplicaAcknowledgesTheEndBeforeItsReceiverReturns) {
+  const std::string store = "file://" + ::kernelrl::testing::NewTempDir("replica_sync_") + "/sync";
+  absl::Status run;
+  std::thread replica([&] {
+    auto sync = Join(store, 1, 2);
+    if (!sync.ok()) {
+      run = sync.status();
+      return;
+    }
+    ReplicaWeightReceiver receiver(sync->get(), ModelOptions{}, [](std::unique_ptr<Transformer>, int64_t) {});
+    std::atomic<bool> stop{false};
+    run = receiver.Run(stop, absl::Milliseconds(100));
+  });
+  auto learner = Join(store, 0, 2);
+  ASSERT_TRUE(learner.ok()) << learner.status();
+  ASSERT_TRUE((*learner)->StoreSet("weights/0", "stop").ok());
+  auto ack = (*learner)->StoreGet("weights/0/1", absl::Seconds(60));
+  ASSERT_TRUE(ack.ok()) << ack.status();
+  EXPECT_EQ(*ack, "stop");
+  replica.join();
+  EXPECT_TRUE(run.ok()) << run;
+  (*learner)->Shutdown();
 }
 
 }  // namespace
