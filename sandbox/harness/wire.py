@@ -446,12 +446,13 @@ class RefExchange:
         if self.u8.is_cuda and verify_cuda.available():
             # One launch and one wait for both areas (the torch compare took a
             # pass, a bool temporary and a wait per 256 MB: ~10 ms for 10 GB).
-            return not_filled(self.u8, spans) == 0 and (
-                shot is None or shot.table is None or verify_cuda.table(verify_cuda.TABLE_NOT_FILLED, shot.table) == 0)
-        for lo, hi in spans:
-            for s in range(lo, hi, chunk):
-                if not bool((self.u8[s:min(hi, s + chunk)] == 0xFF).all()):
-                    return False
+            if not_filled(self.u8, spans):
+                return False
+        else:
+            for lo, hi in spans:
+                for s in range(lo, hi, chunk):
+                    if not bool((self.u8[s:min(hi, s + chunk)] == 0xFF).all()):
+                        return False
         return shot is None or shot.table is None or verify_cuda.table(verify_cuda.TABLE_NOT_FILLED, shot.table) == 0
 
     def poison(self, rows, shot=None):
