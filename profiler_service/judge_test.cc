@@ -117,6 +117,23 @@ TEST(Judge, BelowSpeedOfLightIsQuarantinedNeverRewarded) {
   EXPECT_LT(r.verdict().speed_of_light_ratio(), 1.0);
 }
 
+// An honest memory-bound kernel on a device faster than the config's
+// ceiling (an H200's 4.8 TB/s against the H100 copy's 3.0 TB/s) sits above the
+// device's own floor: the floor takes the faster rate.
+TEST(Judge, TheFloorTakesTheDevicesOwnPeakWhenItIsFaster) {
+  const Baseline b = MakeBaseline(100.0, 80.0);
+  ProfileMeasurement m = Candidate(22.0);  // (64e6 + 14e6) B: 26 us at 3.0 TB/s, 16.3 us at 4.8 TB/s
+  ProfileResult r = JudgeProfile(m, &b, Task(), Config());
+  EXPECT_TRUE(Has(r.verdict(), "below_speed_of_light"));  // the config's ceiling alone
+  m.mutable_device()->set_peak_dram_bytes_per_s(4.8e12);
+  r = JudgeProfile(m, &b, Task(), Config());
+  EXPECT_FALSE(Has(r.verdict(), "below_speed_of_light"));
+  EXPECT_NEAR(r.verdict().speed_of_light_ratio(), 22.0 / 16.25, 0.02);
+  m.mutable_device()->set_peak_dram_bytes_per_s(1.0e12);  // a slower device's peak never raises the floor
+  r = JudgeProfile(m, &b, Task(), Config());
+  EXPECT_TRUE(Has(r.verdict(), "below_speed_of_light"));
+}
+
 TEST(Judge, HugeSpeedupIsQuarantined) {
   const Baseline b = MakeBaseline(100000.0, 100000.0);
   const ProfileResult r = JudgeProfile(Candidate(100.0), &b, Task(), Config());

@@ -25,7 +25,7 @@ ProfilerConfig WithProfilerDefaults(ProfilerConfig c) {
   if (c.min_rechecks() == 0) c.set_min_rechecks(5);
   c.set_block_target_us(d(30000.0, c.block_target_us()));
   if (c.max_forwards_per_block() <= 0) c.set_max_forwards_per_block(256);
-  if (c.block_memory_bytes() <= 0) c.set_block_memory_bytes(int64_t{48} << 30);
+  if (c.block_memory_bytes() <= 0) c.set_block_memory_bytes(int64_t{64} << 30);
   c.set_graph_below_us(d(2000.0, c.graph_below_us()));
   if (c.max_forwards_per_graph_block() <= 0) c.set_max_forwards_per_graph_block(1024);
   if (c.baseline_cache_dir().empty()) c.set_baseline_cache_dir("/var/cache/kernelrl/baselines");

@@ -26,6 +26,7 @@ are the same code.
 import bisect
 import os
 import sys
+import time
 import traceback
 
 import torch
@@ -180,6 +181,7 @@ def run(job, cont, to_ref, from_ref, xsock=-1):
         clock.mark("model_new")
         stage = "forward"
         graph_blocks = graphs.GraphBlocks()
+        bell = None
         while True:
             msg = reader.read()
             clock.mark("wait")
@@ -208,7 +210,13 @@ def run(job, cont, to_ref, from_ref, xsock=-1):
             if replay is not None:  # where the replay leaves its outputs is known now: the reference plans its copy
                 armed.update(outputs=replay.metas, segments=replay.segments)
             send(armed)
+            if msg.get("doorbell") and device == "cuda" and bell is None:
+                bell = protocol.Doorbell(os.path.join(job["exchange_dir"], protocol.Doorbell.FILE))
+            seq = int(msg.get("id") or 0) + 1
+            if bell is not None:
+                bell.wait(protocol.Doorbell.GO, seq, protocol.CLOCK_SPIN_S, from_ref)
             go = reader.read()
+            woke = time.monotonic()
             clock.mark("go_wait")
             if go is None or go.get("type") != "go":
                 break
@@ -234,7 +242,10 @@ def run(job, cont, to_ref, from_ref, xsock=-1):
                 done = {"outputs": [wire.export_outputs(flat, k, exchange, segments) for k, flat in enumerate(outs)],
                         "segments": segments.handles}
             timer.stop(t0)  # device-wide sync: the outputs are where "done" says
-            protocol.send(to_ref, {"type": "done", "id": msg.get("id"), **done})
+            protocol.send(to_ref, {"type": "done", "id": msg.get("id"), "woke": woke, "sent": time.monotonic(),
+                                   **done})
+            if bell is not None:
+                bell.ring(protocol.Doorbell.DONE, seq)
             # ---- after the reference's clock: evidence and checks ----
             sample = timer.close(len(rows))
             clock.mark("forward")

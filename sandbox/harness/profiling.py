@@ -196,7 +196,8 @@ class RemoteBackend:
         if self.name != "cuda":
             return {"gpu_model": "cpu", "torch_version": torch.__version__, "backend": "cpu"}
         return {"gpu_model": self.props.name, "torch_version": torch.__version__, "l2_bytes": float(self.l2_bytes),
-                "sm_count": self.props.multi_processor_count, "backend": "cuda"}
+                "sm_count": self.props.multi_processor_count, "backend": "cuda",
+                "peak_dram_bytes_per_s": peak_copy_bytes_per_us("cuda") * 1e6}
 
     def prepare(self):
         if self.name != "cuda":
@@ -212,6 +213,16 @@ class RemoteBackend:
         from profiler_service.harness import backends
         self.prepare()
         return backends.event_anchor(self._anchor_src, self._anchor_dst, self._ev[0], self._ev[1])
+
+
+def peak_copy_bytes_per_us(device):
+    """The device's peak DRAM bandwidth (bytes/us) from its own properties, 0 if unknown."""
+    if device != "cuda":
+        return 0.0
+    props = torch.cuda.get_device_properties(0)
+    clock_khz = getattr(props, "memory_clock_rate", 0) or 0
+    bus_bits = getattr(props, "memory_bus_width", 0) or 0
+    return 2.0 * clock_khz * 1e3 * bus_bits / 8 / 1e6  # double data rate
 
 
 class BlockConfig:

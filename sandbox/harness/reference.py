@@ -166,14 +166,7 @@ def copy_rates_for(job):
             min(probe_seal, peak) if probe_seal > 0 else peak)
 
 
-def peak_copy_bytes_per_us(device):
-    """The device's peak DRAM bandwidth (bytes/us) from its own properties, 0 if unknown."""
-    if device != "cuda":
-        return 0.0
-    props = torch.cuda.get_device_properties(0)
-    clock_khz = getattr(props, "memory_clock_rate", 0) or 0
-    bus_bits = getattr(props, "memory_bus_width", 0) or 0
-    return 2.0 * clock_khz * 1e3 * bus_bits / 8 / 1e6  # double data rate
+peak_copy_bytes_per_us = profiling.peak_copy_bytes_per_us
 
 
 CandidateGone = protocol.CandidateGone
@@ -239,6 +232,10 @@ class Driver:
         self.expect_ready = False  # the executor says "ready" once its post-call checks are done
         self.poisoned = (0, None)  # rows (and outputs) poisoned after the last block, checked once the executor is idle
         self.clock = None  # protocol.Timeline: a block's parts, where the caller keeps one
+        self.from_cand = from_cand
+        # On the GPU the waits inside the clock poll a shared page (protocol.Doorbell).
+        self.bell = protocol.Doorbell(os.path.join(job["exchange_dir"], protocol.Doorbell.FILE), create=True) \
+            if job["device"] == "cuda" else None
 
     def _mark(self, step):
         if self.clock is not None:
@@ -294,7 +291,7 @@ class Driver:
         cuda = self.ex.u8.is_cuda
         msg = {"type": "call", "id": j, "forwards": [_descs(xs) for xs in rows],
                "poison_bytes": self.poison_bytes, "release": self.job.get("release_each_call", False),
-               "graph": bool(graph)}
+               "graph": bool(graph), "doorbell": self.bell is not None}
         try:
             msg["exchange"] = self.ex.offer()  # the first call hands over the area's fd
         except OSError as e:  # BrokenPipeError included: it exited (at import, say)
@@ -321,10 +318,15 @@ class Driver:
         if cuda:
             torch.cuda.synchronize()
         t_in = time.perf_counter()
+        go_at = time.monotonic()
         if not _send(self.to_cand, {"type": "go"}):
             raise CandidateGone("candidate gone")
+        if self.bell is not None:  # the message first, then the bell: a woken reader finds it
+            self.bell.ring(protocol.Doorbell.GO, j + 1)
+            self.bell.wait(protocol.Doorbell.DONE, j + 1, protocol.CLOCK_SPIN_S, self.from_cand)
         done = self._read_until("done", j)
         t_done = time.perf_counter()
+        done_at = time.monotonic()
         if told is None:
             told = done
             mapped_in_clock = self.ex.locate(shot, told.get("outputs"), told.get("segments"))
@@ -353,7 +355,8 @@ class Driver:
                 "changed_after_seal": changed_after_seal,
                 "phases": {"inputs_us": (t_in - t0) * 1e6, "forwards_us": (t_done - t_in) * 1e6,
                            "locate_us": (t_loc - t_done) * 1e6, "seal_us": (t1 - t_loc) * 1e6,
-                           "segments_mapped_in_clock": mapped_in_clock}}
+                           "segments_mapped_in_clock": mapped_in_clock,
+                           **_pipe_latencies(go_at, done, done_at)}}
 
     def check(self, call, scale_atol_for=()):
         """"" when every forward's outputs match, else the first reason.
@@ -482,6 +485,16 @@ def load_protocol(job):
         protocol_half = json.load(f)
     job.update({k: protocol_half[k] for k in PROTOCOL_KEYS if k in protocol_half})
     return job
+
+
+def _pipe_latencies(go_at, done, done_at):
+    """The executor's word (diagnostics only, never paid) on when it read
+    "go" and when it sent "done", against ours (CLOCK_MONOTONIC, one clock
+    for every process on the host): how long each side's wake-up took."""
+    woke, sent = done.get("woke"), done.get("sent")
+    if not all(isinstance(t, (int, float)) for t in (woke, sent)) or not go_at <= woke <= sent <= done_at:
+        return {}
+    return {"go_wake_us": (woke - go_at) * 1e6, "done_read_us": (done_at - sent) * 1e6}
 
 
 class InputSets:
