@@ -261,6 +261,9 @@ TEST(Judge, BuildBaselineAnalysesBothRuns) {
   EXPECT_NEAR(b.anchor_median_us(), 900.0, 2.0);
   EXPECT_NEAR(b.speed_of_light_us(), 100.0, 0.01);
   EXPECT_EQ(b.gpu_model(), "H100");
+  // The baseline's measurement names a faster device (an H200): its floor is lower.
+  bm.mutable_device()->set_peak_dram_bytes_per_s(4.8e12);
+  EXPECT_NEAR(BuildBaseline(bm, Config()).speed_of_light_us(), 62.5, 0.01);
 }
 
 // Graph-replayed blocks carry no per-forward host overhead, so they are

@@ -409,6 +409,7 @@ v1::BaselineMeasurement Evaluator::MeasureBaseline(const Task& task) {
       if (m.has_work()) *bm.mutable_work() = m.work();  // measured on the reference process's Model
       device.set_l2_bytes(m.device().l2_bytes());
       device.set_sm_count(m.device().sm_count());
+      device.set_peak_dram_bytes_per_s(m.device().peak_dram_bytes_per_s());  // the floor's rate
       if (!run.error().empty()) {
         bm.set_error(run.error());  // no eager time: the task has no baseline; compiling it is moot
         return bm;

@@ -141,7 +141,7 @@ void ProfileStage::Judge(const v1::sandbox::HarnessProfile& p, const Task& task,
       if (s == nullptr) continue;
       absl::StrAppendFormat(&(*v.mutable_logs())["profile"],
                             "; last %s block: inputs in %.0f us, forwards to done %.0f us (executor's own "
-                            "wall %.0f us; it read go after %.0f us, we read done after %.0f us), locate %.0f us "
+                            "wall %.0f us; it saw go after %.0f us, we saw done after %.0f us), locate %.0f us "
                             "(%d segments mapped), seal %.0f us",
                             kind, s->inputs_us(), s->forwards_us(), s->wall_us() * s->forwards(), s->go_wake_us(),
                             s->done_read_us(), s->locate_us(), s->segments_mapped_in_clock(), s->seal_us());

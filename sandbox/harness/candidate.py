@@ -213,13 +213,15 @@ def run(job, cont, to_ref, from_ref, xsock=-1):
             if msg.get("doorbell") and device == "cuda" and bell is None:
                 bell = protocol.Doorbell(os.path.join(job["exchange_dir"], protocol.Doorbell.FILE))
             seq = int(msg.get("id") or 0) + 1
-            if bell is not None:
-                bell.wait(protocol.Doorbell.GO, seq, protocol.CLOCK_SPIN_S, from_ref)
-            go = reader.read()
+            # Rung: "go" is on the pipe (the reference writes it first) and
+            # is read after the block, outside the clock.
+            go = None
+            if bell is None or not bell.wait(protocol.Doorbell.GO, seq, protocol.CLOCK_SPIN_S, from_ref):
+                go = reader.read()
+                if go is None or go.get("type") != "go":
+                    break
             woke = time.monotonic()
             clock.mark("go_wait")
-            if go is None or go.get("type") != "go":
-                break
             # ---- inside the reference's clock ----
             t0 = timer.start()
             if to_device:
@@ -246,6 +248,10 @@ def run(job, cont, to_ref, from_ref, xsock=-1):
                                    **done})
             if bell is not None:
                 bell.ring(protocol.Doorbell.DONE, seq)
+            if go is None:
+                go = reader.read()
+                if go is None or go.get("type") != "go":
+                    break
             # ---- after the reference's clock: evidence and checks ----
             sample = timer.close(len(rows))
             clock.mark("forward")

@@ -321,10 +321,14 @@ class Driver:
         go_at = time.monotonic()
         if not _send(self.to_cand, {"type": "go"}):
             raise CandidateGone("candidate gone")
+        rang = False
         if self.bell is not None:  # the message first, then the bell: a woken reader finds it
             self.bell.ring(protocol.Doorbell.GO, j + 1)
-            self.bell.wait(protocol.Doorbell.DONE, j + 1, protocol.CLOCK_SPIN_S, self.from_cand)
-        done = self._read_until("done", j)
+            rang = self.bell.wait(protocol.Doorbell.DONE, j + 1, protocol.CLOCK_SPIN_S, self.from_cand)
+        # A replay's outputs are where "armed" said: its "done" is read after
+        # the clock. Rung early, the seal reads what is there then; an output
+        # finished later differs from the seal (written after done).
+        done = None if rang and told is not None else self._read_until("done", j)
         t_done = time.perf_counter()
         done_at = time.monotonic()
         if told is None:
@@ -336,6 +340,8 @@ class Driver:
             torch.cuda.synchronize()
         t1 = time.perf_counter()
         self._mark("block_clock")
+        if done is None:
+            done = self._read_until("done", j)
         changed_after_seal = self.ex.take(shot)
         reply = self._read_until("result", j)
         self._mark("block_result")
@@ -356,7 +362,7 @@ class Driver:
                 "phases": {"inputs_us": (t_in - t0) * 1e6, "forwards_us": (t_done - t_in) * 1e6,
                            "locate_us": (t_loc - t_done) * 1e6, "seal_us": (t1 - t_loc) * 1e6,
                            "segments_mapped_in_clock": mapped_in_clock,
-                           **_pipe_latencies(go_at, done, done_at)}}
+                           **_wake_latencies(go_at, done, done_at)}}
 
     def check(self, call, scale_atol_for=()):
         """"" when every forward's outputs match, else the first reason.
@@ -487,10 +493,11 @@ def load_protocol(job):
     return job
 
 
-def _pipe_latencies(go_at, done, done_at):
-    """The executor's word (diagnostics only, never paid) on when it read
-    "go" and when it sent "done", against ours (CLOCK_MONOTONIC, one clock
-    for every process on the host): how long each side's wake-up took."""
+def _wake_latencies(go_at, done, done_at):
+    """The executor's word (diagnostics only, never paid) on when its wait
+    for "go" ended and when it sent "done", against ours (CLOCK_MONOTONIC, one
+    clock for every process on the host): how long each side took to see the
+    other's signal."""
     woke, sent = done.get("woke"), done.get("sent")
     if not all(isinstance(t, (int, float)) for t in (woke, sent)) or not go_at <= woke <= sent <= done_at:
         return {}
