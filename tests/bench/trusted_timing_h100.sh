@@ -107,11 +107,12 @@ for line in open(f"{out}/verdicts.jsonl"):
         continue
     rows[r["label"]].append(r["verdict"])
 print(f"\nload={load}: size | n | outcomes | non-info flags | trusted us p50 | in-process us p50 | ratio p50 | "
-      f"graph-replayed trusted us p50 | graph / in-process p50 | forwards | verify+profile wall s p50 | reward | speed-up modes")
+      f"graph-replayed trusted us p50 | graph / in-process p50 | last graph block / executor's replay wall p50 | forwards | "
+      f"verify+profile wall s p50 | reward | speed-up modes")
 for label, vs in rows.items():
     outcomes = collections.Counter(v.get("outcome", "?") for v in vs)
     flags = collections.Counter(f for v in vs for f in v.get("flags", []) if f not in info)
-    trusted, inproc, ratio, fw, walls, graph, gratio = [], [], [], [], [], [], []
+    trusted, inproc, ratio, fw, walls, graph, gratio, wratio = [], [], [], [], [], [], [], []
     modes = collections.Counter()
     for v in vs:
         prof = (v.get("logs") or {}).get("profile", "")
@@ -125,6 +126,16 @@ for label, vs in rows.items():
             graph.append(g)
             if m and float(m.group(1)) > 0:
                 gratio.append(g / float(m.group(1)))
+            # The last graph block alone: its trusted figure from its phases against the executor's own
+            # host-clock wall around its replay (the switch into its context, launch gaps and sync
+            # included): what the protocol adds on top of the candidate process's own time.
+            gb = re.search(r"graph-replayed: [0-9.]+ us per forward \(median of \d+ blocks of (\d+) forwards\)", prof)
+            cp = re.search(r"copies ([0-9.]+) us taken off", prof)
+            ph = re.search(r"last graph block: inputs in (\d+) us, forwards to done (\d+) us \(executor's own wall "
+                           r"(\d+) us[^)]*\), locate (\d+) us [^;]*seal (\d+) us", prof)
+            if gb and cp and ph and int(ph.group(3)) > 0:
+                n, (inputs, to_done, own, locate, seal) = int(gb.group(1)), (int(x) for x in ph.groups())
+                wratio.append(((inputs + to_done + locate + seal) / n - float(cp.group(1))) / (own / n))
         modes["eager:" + ("graph" if v.get("speedup_vs_eager_graph") else "eager")] += 1
         if f:
             fw.append(int(f.group(1)))
@@ -133,7 +144,8 @@ for label, vs in rows.items():
     med = lambda xs: statistics.median(xs) if xs else float("nan")
     rewards = collections.Counter(v.get("reward", 0) for v in vs)
     print(f"{label} | {len(vs)} | {dict(outcomes)} | {dict(flags)} | {med(trusted):.2f} | {med(inproc):.2f} | "
-          f"{med(ratio):.3f} | {med(graph):.2f} | {med(gratio):.3f} | {med(fw)} | {med(walls):.2f} | {dict(rewards)} | "
+          f"{med(ratio):.3f} | {med(graph):.2f} | {med(gratio):.3f} | {med(wratio):.3f} | {med(fw)} | {med(walls):.2f} | "
+          f"{dict(rewards)} | "
           f"{dict(modes)}")
     # Where the reference process's wall goes (its timeline, in the contain log), p50 per step.
     steps = collections.defaultdict(list)
