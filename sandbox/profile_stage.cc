@@ -146,6 +146,19 @@ void ProfileStage::Judge(const v1::sandbox::HarnessProfile& p, const Task& task,
                             kind, s->inputs_us(), s->forwards_us(), s->wall_us() * s->forwards(), s->go_wake_us(),
                             s->done_read_us(), s->locate_us(), s->segments_mapped_in_clock(), s->seal_us());
     }
+    // Every block's figure in order (the first 24): a block unlike its neighbours shows here.
+    std::string blocks;
+    int shown = 0;
+    for (const v1::CallSample& s : m->candidate().samples()) {
+      if (shown++ == 24) {
+        absl::StrAppend(&blocks, " ...");
+        break;
+      }
+      absl::StrAppendFormat(&blocks, "%s%s%.1f", blocks.empty() ? "" : " ", s.graph() ? "g" : "e", s.trusted_us());
+    }
+    if (!blocks.empty()) {
+      absl::StrAppend(&(*v.mutable_logs())["profile"], "; blocks (trusted us a forward; e eager, g graph): ", blocks);
+    }
     if (!m->candidate().gpu_share_check().empty()) {
       absl::StrAppendFormat(&(*v.mutable_logs())["profile"], "; gpu share %s (%d other processes busy)",
                             m->candidate().gpu_share_check(), m->candidate().foreign_gpu_processes());

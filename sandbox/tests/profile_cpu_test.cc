@@ -284,6 +284,10 @@ TEST_F(ProfileCpuTest, HonestSolutionGetsItsMeasuredReward) {
   EXPECT_FALSE(HasFlag(v, "profile_skipped"));
   EXPECT_TRUE(HasStage(v, "profile"));
   EXPECT_NE(v.summary().find("profile:"), std::string::npos) << v.summary();
+  // Every timed block's figure, in order, for telling one odd block from a slow kernel.
+  ASSERT_TRUE(v.logs().count("profile"));
+  EXPECT_NE(v.logs().at("profile").find("blocks (trusted us a forward; e eager, g graph): e"), std::string::npos)
+      << v.logs().at("profile");
 }
 
 TEST_F(ProfileCpuTest, SlowerThanEagerEarnsOne) {

@@ -95,7 +95,7 @@ while True:
   [ -n "$loadpid" ] && kill "$loadpid" 2>/dev/null && wait "$loadpid" 2>/dev/null
 
   $PY - "$out" "$load" <<'PYEOF'
-import json, re, statistics, sys, collections
+import json, os, re, statistics, sys, collections
 out, load = sys.argv[1], sys.argv[2]
 info = {"rse_above_target", "in_process_below_trusted", "events_above_cupti", "compile_baseline_missing",
         "cupti_inactive", "wall_vs_events_mismatch"}
@@ -155,6 +155,27 @@ for label, vs in rows.items():
             steps[name].append(float(ms))
     if steps:
         print(f"  {label} reference steps, ms p50: " + ", ".join(f"{k} {med(x):.0f}" for k, x in steps.items()))
+    # Block to block within an evaluation (the profile log lists every block's figure), and the
+    # baselines' graph blocks this size is compared with: an odd block, or a baseline unlike the
+    # candidates, shows here.
+    spread = []
+    for v in vs:
+        listed = re.search(r"blocks \(trusted us a forward; e eager, g graph\): ([^;]*)", (v.get("logs") or {}).get("profile", ""))
+        g = [float(x) for x in re.findall(r"g([0-9.]+)", listed.group(1))] if listed else []
+        if len(g) >= 2:
+            spread.append(max(g) / min(g))
+    base = {}
+    try:
+        for line in open(os.path.join(os.path.dirname(out), "baselines.jsonl")):
+            b = json.loads(line)
+            if b.get("task_id", "").endswith("/" + label):
+                base = {k: [round(x["trusted_us"], 1) for x in (b.get(k) or {}).get("samples", []) if x.get("graph")]
+                        for k in ("eager", "compiled")}
+    except (OSError, ValueError):
+        pass
+    if spread or base:
+        print(f"  {label} graph blocks: slowest / fastest within an evaluation p50 {med(spread):.3f}; "
+              f"the baselines' graph blocks (us a forward): {base}")
     notes = collections.Counter(n for v in vs for n in re.findall(r"graph: ([^;\n]{0,120})", (v.get("logs") or {}).get("profile", "")))
     if notes:
         print(f"  {label} graph notes: {dict(notes)}")
