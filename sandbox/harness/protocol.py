@@ -56,9 +56,9 @@ class Doorbell:
     executor can write both, which gains it nothing: a wait that ends before
     its message is there goes on reading the pipe.
 
-    Why: a process asleep on a pipe woke 70-100 us after the write on an H200
-    host, and polling the pipe still took ~35 us (tests/bench/pipe_wake_bench.py);
-    a polled page answers in about a microsecond."""
+    Why: a process asleep on a pipe saw a message 68-78 us (p50) after the
+    write on an idle H200 host, one polling saw it after ~30 us
+    (tests/bench/pipe_wake_bench.py)."""
 
     FILE = "doorbell"
     GO, DONE = 0, 64  # byte offsets: one cache line each
