@@ -254,18 +254,24 @@ def candidate_env(job):
         env["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(tempfile.gettempdir(), "torchinductor_" + getpass.getuser())
     return env
 
-_PYTHON_VIEW = None
+_PYTHON_VIEW = (-1, None)  # (len(sys.modules) it was computed at, the paths)
 
 
 def python_view():
-    """Host paths this interpreter needs in a constructed root, computed once
-    from where it and what it imported live: its library dirs, the dir of every
-    imported module (torch, the harness, the profiler harness; both as named
-    and resolved, for symlink trees like Bazel runfiles), the dir of every
-    shared object mapped, and LD_LIBRARY_PATH. The C++ plan drops the ones
-    inside another and refuses any that contains a job's directories."""
+    """Host paths this interpreter needs in a constructed root, from where it
+    and what it imported live: its library dirs, the dir of every imported
+    module (torch, the harness, the profiler harness; both as named and
+    resolved, for symlink trees like Bazel runfiles), the dir of every shared
+    object mapped, and LD_LIBRARY_PATH. The C++ plan drops the ones inside
+    another and refuses any that contains a job's directories.
+
+    Computed again only when the number of imported modules changed: the
+    zygote calls it before each fork, so its children inherit it (walking
+    torch's thousands of modules took ~140 ms in every job's supervisor, on
+    the way to the candidate's start)."""
     global _PYTHON_VIEW
-    if _PYTHON_VIEW is None:
+    if _PYTHON_VIEW[0] != len(sys.modules):
+        count = len(sys.modules)
         paths = [sysconfig.get_paths().get(k) for k in ("stdlib", "platstdlib", "purelib", "platlib")]
         paths += [p for p in sys.path if p.endswith(("site-packages", "dist-packages", "lib-dynload"))]
         for mod in list(sys.modules.values()):
@@ -281,8 +287,8 @@ def python_view():
         except OSError:
             pass
         paths += os.environ.get("LD_LIBRARY_PATH", "").split(":")
-        _PYTHON_VIEW = sorted({p for p in paths if p and os.path.isabs(p) and os.path.exists(p)})
-    return _PYTHON_VIEW
+        _PYTHON_VIEW = (count, sorted({p for p in paths if p and os.path.isabs(p) and os.path.exists(p)}))
+    return _PYTHON_VIEW[1]
 
 
 def job_read_dirs(job):

@@ -93,6 +93,28 @@ def capability_checks(cont):
     check(contain.confine_fields(job, on, None) == {}, "no view and no identity without a probe")
 
 
+def python_view_checks():
+    """The interpreter's view is computed again only when modules were
+    imported since (the zygote computes it before each fork, once in effect)."""
+    first = contain.python_view()
+    check(first is contain.python_view(), "the view is kept while no module is imported")
+    check(os.path.dirname(os.path.abspath(contain.__file__)) in first, "the view holds the harness's own dir")
+    import tempfile
+    with tempfile.TemporaryDirectory() as d:
+        name = f"kr_view_probe_{random.randrange(1 << 30)}"
+        with open(os.path.join(d, name + ".py"), "w") as f:
+            f.write("X = 1\n")
+        sys.path.insert(0, d)
+        try:
+            __import__(name)
+            after = contain.python_view()
+            check(after is not first and os.path.realpath(d) in after,
+                  "a module imported since adds its dir")
+        finally:
+            sys.path.remove(d)
+            sys.modules.pop(name, None)
+
+
 def main():
     path = lib_path()
     if not os.path.exists(path):
@@ -101,6 +123,7 @@ def main():
     cont = contain.Contain(path)
     layout_checks(cont)
     capability_checks(cont)
+    python_view_checks()
     print(f"{len(FAILS)} failed" if FAILS else "all passed")
     return 1 if FAILS else 0
 

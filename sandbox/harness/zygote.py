@@ -181,6 +181,7 @@ class Zygote:
         self.probe_roots = {}  # prefix -> temp dir the start-up probes run in
         self.profiler_error = import_profiler(profiler_root)
         warm_up()
+        contain.python_view()  # once here: every job's supervisor inherits it
 
     # ----- verify -----------------------------------------------------------
     def verify(self, job):
@@ -228,12 +229,15 @@ class Zygote:
             cgroup_note = (f"memory_cgroup: ok (memory.max {fmt_bytes(int(job['cgroup_memory_bytes']))})" if cgroup
                            else f"memory_cgroup: FAILED {why} -> watchdog cap only")
 
-        ref_pid = os.fork()
-        if ref_pid == 0:
-            self._child_reference(job, r2c[1], c2r[0], res[1], ref_log, xref.fileno())
+        contain.python_view()  # here, so that the supervisor inherits it (no-op unless modules were imported)
+        # The candidate's side first: its confinement and start are the longer
+        # path to the first block (a fork of this process takes ~25 ms).
         sup_pid = os.fork()
         if sup_pid == 0:
             self._child_supervisor(job, c2r[1], r2c[0], sup[1], cand_log, cgroup, xcand.fileno())
+        ref_pid = os.fork()
+        if ref_pid == 0:
+            self._child_reference(job, r2c[1], c2r[0], res[1], ref_log, xref.fileno())
         for fd in (c2r[0], c2r[1], r2c[0], r2c[1], res[1], sup[1]):
             os.close(fd)
         xref.close()
