@@ -34,7 +34,27 @@ bool Unresolved(double speedup, double candidate_rse, double baseline_rse, doubl
   return FasterByMoreThan(speedup, margin) && !(speedup > (1.0 + margin) * (1.0 + kResolveSigmas * sigma));
 }
 
+// The trusted figure's copies_us for a forward of `c`'s bytes at these rates.
+double CopiesUs(const CopyRates& c, double input_rate, double seal_rate) {
+  return c.input_bytes() / input_rate + c.output_bytes() / seal_rate;
+}
+
 }  // namespace
+
+CopyOffsets CommonCopyOffsets(const CopyRates& cand, const CopyRates& base) {
+  CopyOffsets off;
+  if (!(cand.input_bytes_per_us() > 0.0 && cand.seal_bytes_per_us() > 0.0 && base.input_bytes_per_us() > 0.0 &&
+        base.seal_bytes_per_us() > 0.0)) {
+    return off;
+  }
+  const double input_rate = std::max(cand.input_bytes_per_us(), base.input_bytes_per_us());
+  const double seal_rate = std::max(cand.seal_bytes_per_us(), base.seal_bytes_per_us());
+  off.candidate_us = CopiesUs(cand, cand.input_bytes_per_us(), cand.seal_bytes_per_us()) -
+                     CopiesUs(cand, input_rate, seal_rate);
+  off.baseline_us = CopiesUs(base, base.input_bytes_per_us(), base.seal_bytes_per_us()) -
+                    CopiesUs(base, input_rate, seal_rate);
+  return off;
+}
 
 FlagSeverity SeverityOf(const std::string& flag) {
   static const std::set<std::string> kHack = {
@@ -92,10 +112,13 @@ ProfileResult JudgeProfile(const ProfileMeasurement& m, const Baseline* baseline
     *result.mutable_baseline() = *baseline;
     v.set_eager_time_us(baseline->eager().median_us());
     v.set_compile_time_us(baseline->compiled().median_us());
-    // Like with like: graph-replayed figures where both sides have them.
+    // Like with like: graph-replayed figures where both sides have them, and
+    // our copies taken off both at the same rates.
     auto speedup = [&](const TimingStats& base, bool* graph) {
       *graph = cand.graph_median_us() > 0.0 && base.graph_median_us() > 0.0;
-      return *graph ? SpeedUp(base.graph_median_us(), cand.graph_median_us()) : SpeedUp(base.median_us(), t);
+      const CopyOffsets off = CommonCopyOffsets(cand.copies(), base.copies());
+      return *graph ? SpeedUp(base.graph_median_us() + off.baseline_us, cand.graph_median_us() + off.candidate_us)
+                    : SpeedUp(base.median_us() + off.baseline_us, t + off.candidate_us);
     };
     bool eager_graph = false, compile_graph = false;
     v.set_speedup_vs_eager(speedup(baseline->eager(), &eager_graph));

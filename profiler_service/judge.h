@@ -38,6 +38,19 @@ FlagSeverity SeverityOf(const std::string& flag);
 ProfileResult JudgeProfile(const ProfileMeasurement& m, const Baseline* baseline,
                            const Task& task, const ProfilerConfig& config);
 
+// What is added to each side's figure so that both had the reference's
+// in-clock copies taken off at the same rates: the faster of the two workers'
+// probed rates for each copy, so neither side has more taken off than its
+// copies cost at the better measurement. Each worker probes its own at start,
+// and two workers on one H200 differed by 5%: with the baseline timed by one
+// and the candidate by the other, an honest kernel 3.6% slower than eager's
+// was paid 1.10-1.14x (docs/HARNESS.md). Zero where either side has no rates.
+struct CopyOffsets {
+  double candidate_us = 0.0;
+  double baseline_us = 0.0;
+};
+CopyOffsets CommonCopyOffsets(const CopyRates& candidate, const CopyRates& baseline);
+
 // Baseline entry from a precompute measurement (same timing analysis).
 Baseline BuildBaseline(const BaselineMeasurement& bm, const ProfilerConfig& config);
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
 #include "profiler_service/profiler_defaults.h"
 #include "profiler_service/reward.h"
@@ -132,6 +133,52 @@ TEST(Judge, TheFloorTakesTheDevicesOwnPeakWhenItIsFaster) {
   m.mutable_device()->set_peak_dram_bytes_per_s(1.0e12);  // a slower device's peak never raises the floor
   r = JudgeProfile(m, &b, Task(), Config());
   EXPECT_TRUE(Has(r.verdict(), "below_speed_of_light"));
+}
+
+// Each worker probes its own copy rates at start; a candidate timed by a
+// worker whose probe was 5% slower had more taken off its figure than the
+// baseline, timed by another worker, had. The speed-up compares the two with
+// the faster rates on both sides.
+TEST(Judge, SpeedUpsTakeTheCopiesOffBothSidesAtTheSameRates) {
+  const double bytes = 128.0 * (1 << 20);  // in and out per forward
+  auto rates = [&](CopyRates* c, double in_rate, double seal_rate) {
+    c->set_input_bytes_per_us(in_rate);
+    c->set_seal_bytes_per_us(seal_rate);
+    c->set_input_bytes(bytes);
+    c->set_output_bytes(bytes);
+  };
+  ProfileMeasurement m = Candidate(70.0);
+  rates(m.mutable_candidate()->mutable_copies(), 2.0e6, 4.0e6);  // 100.66 us taken off a forward
+  Baseline b = MakeBaseline(78.0, 78.0);
+  rates(b.mutable_eager()->mutable_copies(), 2.1e6, 4.2e6);  // 95.87 us
+  rates(b.mutable_compiled()->mutable_copies(), 2.1e6, 4.2e6);
+  ProfileResult r = JudgeProfile(m, &b, Task(), Config());
+  const double t = r.verdict().candidate_time_us();  // the figure itself is as measured
+  EXPECT_NEAR(t, 70.0, 0.5);
+  const double delta = (bytes / 2.0e6 + bytes / 4.0e6) - (bytes / 2.1e6 + bytes / 4.2e6);  // 4.79 us
+  EXPECT_NEAR(r.verdict().speedup_vs_eager(), 78.0 / (t + delta), 1e-9);  // 1.04, not 78 / 70 = 1.11
+  EXPECT_EQ(RewardFor(r.verdict()), 1.0);
+  // The other way round: the baseline had more taken off; it is brought up instead.
+  rates(m.mutable_candidate()->mutable_copies(), 2.1e6, 4.2e6);
+  rates(b.mutable_eager()->mutable_copies(), 2.0e6, 4.0e6);
+  r = JudgeProfile(m, &b, Task(), Config());
+  EXPECT_NEAR(r.verdict().speedup_vs_eager(), (78.0 + delta) / t, 1e-9);
+  // Without rates on one side nothing is moved.
+  m.mutable_candidate()->clear_copies();
+  r = JudgeProfile(m, &b, Task(), Config());
+  EXPECT_NEAR(r.verdict().speedup_vs_eager(), 78.0 / t, 1e-9);
+  // The harness writes them by the proto's field names (sandbox/harness/profiling.py).
+  RawTimingRun run;
+  google::protobuf::util::JsonParseOptions strict;
+  strict.ignore_unknown_fields = false;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(
+                  R"({"copies": {"input_bytes_per_us": 2.0e6, "seal_bytes_per_us": 4.0e6, "input_bytes": 7.0,)"
+                  R"( "output_bytes": 9.0}})",
+                  &run, strict)
+                  .ok());
+  EXPECT_EQ(run.copies().seal_bytes_per_us(), 4.0e6);
+  EXPECT_EQ(run.copies().output_bytes(), 9.0);
+  EXPECT_EQ(AnalyzeTimingRun(run, Config()).copies().input_bytes(), 7.0);
 }
 
 TEST(Judge, HugeSpeedupIsQuarantined) {

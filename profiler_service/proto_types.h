@@ -11,6 +11,7 @@ namespace kernelrl {
 using v1::Baseline;
 using v1::BaselineMeasurement;
 using v1::CallSample;
+using v1::CopyRates;
 using v1::DeviceInfo;
 using v1::KernelActivity;
 using v1::KernelCoverage;

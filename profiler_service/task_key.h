@@ -3,8 +3,8 @@
 // mirrored by profiler_service/harness/tasks.py (task_hash, input_policy_hash)
 // on the Python side; //sandbox:profile_cpu_test checks both agree.
 //
-//   InputPolicyText(device, dtype) = "generator=get_inputs-v4;device=<d>;dtype=<t|task>"
-//   InputPolicyHash(device, dtype) = "get_inputs-v4.<d>.<t|task>"      (readable key part;
+//   InputPolicyText(device, dtype) = "generator=get_inputs-v5;device=<d>;dtype=<t|task>"
+//   InputPolicyHash(device, dtype) = "get_inputs-v5.<d>.<t|task>"      (readable key part;
 //                                    ".tf32" appended for baselines timed with TF32 on)
 //   TaskHash(source, device, dtype) = sha256_hex(source + "\0" + InputPolicyText)
 //
@@ -26,7 +26,9 @@ namespace kernelrl {
 // worker's copy probe measured, not at the peak: v2 figures are larger.
 // v4: the waits inside the clock poll (no process wake-up in a block's
 // figure) and blocks may hold 64 GiB: v3 figures carry more fixed cost.
-inline constexpr char kInputPolicyVersion[] = "get_inputs-v4";
+// v5: a baseline carries the copy rates its figures were taken at, so that a
+// candidate timed by another worker is compared at common rates (judge.h).
+inline constexpr char kInputPolicyVersion[] = "get_inputs-v5";
 
 std::string InputPolicyText(const std::string& device, const std::string& dtype);
 std::string InputPolicyHash(const std::string& device, const std::string& dtype);

@@ -74,6 +74,7 @@ TimingStats AnalyzeTimingRun(const RawTimingRun& all, const ProfilerConfig& conf
   const RawTimingRun graph = OfMode(all, true);
   const RawTimingRun run = OfMode(all, false);
   TimingStats st;
+  *st.mutable_copies() = all.copies();
   if (graph.samples_size() > 0) {
     const std::vector<double> g = PrimarySamples(graph, true, config.min_samples());
     st.set_graph_median_us(Median(g));

@@ -156,6 +156,14 @@ void ProfileStage::Judge(const v1::sandbox::HarnessProfile& p, const Task& task,
       }
       absl::StrAppendFormat(&blocks, "%s%s%.1f", blocks.empty() ? "" : " ", s.graph() ? "g" : "e", s.trusted_us());
     }
+    // The speed-ups' figures: both sides' copies at the faster worker's rates (judge.h).
+    const CopyOffsets off = baseline.ok() ? CommonCopyOffsets(judged.candidate().copies(), baseline->eager().copies())
+                                          : CopyOffsets{};
+    if (off.candidate_us != 0.0 || off.baseline_us != 0.0) {
+      absl::StrAppendFormat(&(*v.mutable_logs())["profile"],
+                            "; speed-ups with our copies at common rates: %+.2f us on ours, %+.2f us on eager's",
+                            off.candidate_us, off.baseline_us);
+    }
     if (!blocks.empty()) {
       absl::StrAppend(&(*v.mutable_logs())["profile"], "; blocks (trusted us a forward; e eager, g graph): ", blocks);
     }
