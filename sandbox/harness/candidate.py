@@ -90,6 +90,12 @@ class Ranges:
         return i > 0 and self.ends[i - 1] > lo
 
 
+def read_go(reader):
+    """The reference's next message is its "go" (anything else ends the loop)."""
+    go = reader.read()
+    return go is not None and go.get("type") == "go"
+
+
 def poison_allocator(device, nbytes):
     """Fill blocks the caching allocator will hand out next with NaN, so an
     output the kernel never wrote reads NaN instead of stale data."""
@@ -215,11 +221,9 @@ def run(job, cont, to_ref, from_ref, xsock=-1):
             seq = int(msg.get("id") or 0) + 1
             # Rung: "go" is on the pipe (the reference writes it first) and
             # is read after the block, outside the clock.
-            go = None
-            if bell is None or not bell.wait(protocol.Doorbell.GO, seq, protocol.CLOCK_SPIN_S, from_ref):
-                go = reader.read()
-                if go is None or go.get("type") != "go":
-                    break
+            go_pending = bell is not None and bell.wait(protocol.Doorbell.GO, seq, protocol.CLOCK_SPIN_S, from_ref)
+            if not go_pending and not read_go(reader):
+                break
             woke = time.monotonic()
             clock.mark("go_wait")
             # ---- inside the reference's clock ----
@@ -248,10 +252,8 @@ def run(job, cont, to_ref, from_ref, xsock=-1):
                                    **done})
             if bell is not None:
                 bell.ring(protocol.Doorbell.DONE, seq)
-            if go is None:
-                go = reader.read()
-                if go is None or go.get("type") != "go":
-                    break
+            if go_pending and not read_go(reader):
+                break
             # ---- after the reference's clock: evidence and checks ----
             sample = timer.close(len(rows))
             clock.mark("forward")

@@ -232,7 +232,6 @@ class Driver:
         self.expect_ready = False  # the executor says "ready" once its post-call checks are done
         self.poisoned = (0, None)  # rows (and outputs) poisoned after the last block, checked once the executor is idle
         self.clock = None  # protocol.Timeline: a block's parts, where the caller keeps one
-        self.from_cand = from_cand
         # On the GPU the waits inside the clock poll a shared page (protocol.Doorbell).
         self.bell = protocol.Doorbell(os.path.join(job["exchange_dir"], protocol.Doorbell.FILE), create=True) \
             if job["device"] == "cuda" else None
@@ -324,7 +323,7 @@ class Driver:
         rang = False
         if self.bell is not None:  # the message first, then the bell: a woken reader finds it
             self.bell.ring(protocol.Doorbell.GO, j + 1)
-            rang = self.bell.wait(protocol.Doorbell.DONE, j + 1, protocol.CLOCK_SPIN_S, self.from_cand)
+            rang = self.bell.wait(protocol.Doorbell.DONE, j + 1, protocol.CLOCK_SPIN_S, self.reader.fd)
         # A replay's outputs are where "armed" said: its "done" is read after
         # the clock. Rung early, the seal reads what is there then; an output
         # finished later differs from the seal (written after done).
