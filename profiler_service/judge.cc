@@ -34,25 +34,14 @@ bool Unresolved(double speedup, double candidate_rse, double baseline_rse, doubl
   return FasterByMoreThan(speedup, margin) && !(speedup > (1.0 + margin) * (1.0 + kResolveSigmas * sigma));
 }
 
-// The trusted figure's copies_us for a forward of `c`'s bytes at these rates.
-double CopiesUs(const CopyRates& c, double input_rate, double seal_rate) {
-  return c.input_bytes() / input_rate + c.output_bytes() / seal_rate;
-}
-
 }  // namespace
 
 CopyOffsets CommonCopyOffsets(const CopyRates& cand, const CopyRates& base) {
   CopyOffsets off;
-  if (!(cand.input_bytes_per_us() > 0.0 && cand.seal_bytes_per_us() > 0.0 && base.input_bytes_per_us() > 0.0 &&
-        base.seal_bytes_per_us() > 0.0)) {
-    return off;
-  }
+  if (!(cand.input_bytes_per_us() > 0.0 && base.input_bytes_per_us() > 0.0)) return off;
   const double input_rate = std::max(cand.input_bytes_per_us(), base.input_bytes_per_us());
-  const double seal_rate = std::max(cand.seal_bytes_per_us(), base.seal_bytes_per_us());
-  off.candidate_us = CopiesUs(cand, cand.input_bytes_per_us(), cand.seal_bytes_per_us()) -
-                     CopiesUs(cand, input_rate, seal_rate);
-  off.baseline_us = CopiesUs(base, base.input_bytes_per_us(), base.seal_bytes_per_us()) -
-                    CopiesUs(base, input_rate, seal_rate);
+  off.candidate_us = cand.input_bytes() / cand.input_bytes_per_us() - cand.input_bytes() / input_rate;
+  off.baseline_us = base.input_bytes() / base.input_bytes_per_us() - base.input_bytes() / input_rate;
   return off;
 }
 

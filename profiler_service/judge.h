@@ -39,12 +39,14 @@ ProfileResult JudgeProfile(const ProfileMeasurement& m, const Baseline* baseline
                            const Task& task, const ProfilerConfig& config);
 
 // What is added to each side's figure so that both had the reference's
-// in-clock copies taken off at the same rates: the faster of the two workers'
-// probed rates for each copy, so neither side has more taken off than its
-// copies cost at the better measurement. Each worker probes its own at start,
-// and two workers on one H200 differed by 5%: with the baseline timed by one
-// and the candidate by the other, an honest kernel 3.6% slower than eager's
-// was paid 1.10-1.14x (docs/HARNESS.md). Zero where either side has no rates.
+// in-clock input copy taken off at the same rate: the faster of the two
+// workers' probed rates, so neither side has more taken off than its copy
+// costs at the better measurement. Each worker probes its own at start, and
+// two workers on one H200 differed by 5%: with the baseline timed by one and
+// the candidate by the other, an honest kernel 3.6% slower than eager's was
+// paid 1.10-1.14x (docs/HARNESS.md). The seal is taken off at what it
+// measured in each block (CallSample.seal_off_us), not at a probe's rate.
+// Zero where either side has no rates.
 struct CopyOffsets {
   double candidate_us = 0.0;
   double baseline_us = 0.0;

@@ -3,8 +3,8 @@
 // mirrored by profiler_service/harness/tasks.py (task_hash, input_policy_hash)
 // on the Python side; //sandbox:profile_cpu_test checks both agree.
 //
-//   InputPolicyText(device, dtype) = "generator=get_inputs-v5;device=<d>;dtype=<t|task>"
-//   InputPolicyHash(device, dtype) = "get_inputs-v5.<d>.<t|task>"      (readable key part;
+//   InputPolicyText(device, dtype) = "generator=get_inputs-v6;device=<d>;dtype=<t|task>"
+//   InputPolicyHash(device, dtype) = "get_inputs-v6.<d>.<t|task>"      (readable key part;
 //                                    ".tf32" appended for baselines timed with TF32 on)
 //   TaskHash(source, device, dtype) = sha256_hex(source + "\0" + InputPolicyText)
 //
@@ -28,7 +28,9 @@ namespace kernelrl {
 // figure) and blocks may hold 64 GiB: v3 figures carry more fixed cost.
 // v5: a baseline carries the copy rates its figures were taken at, so that a
 // candidate timed by another worker is compared at common rates (judge.h).
-inline constexpr char kInputPolicyVersion[] = "get_inputs-v5";
+// v6: the seal is taken off at what it measured on the block's own outputs
+// (a baseline's 0.4-0.6 ms more a block than at the probe's rate).
+inline constexpr char kInputPolicyVersion[] = "get_inputs-v6";
 
 std::string InputPolicyText(const std::string& device, const std::string& dtype);
 std::string InputPolicyHash(const std::string& device, const std::string& dtype);

@@ -4,7 +4,7 @@ import importlib.util
 import os
 import sys
 
-INPUT_POLICY_VERSION = "get_inputs-v5"  # profiler_service/task_key.h says what changed
+INPUT_POLICY_VERSION = "get_inputs-v6"  # profiler_service/task_key.h says what changed
 
 
 def load_module(path, name=None):

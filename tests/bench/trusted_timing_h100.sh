@@ -16,7 +16,8 @@
 # other), SIZES (a regex on the size labels), HARNESS (the harness directory,
 # default sandbox/harness: another tree's, to compare two designs in one call;
 # OUT then keeps them apart), EXTRA (more --set flags for every run, e.g. the
-# other design's profiler knobs). Each suite ends with the
+# other design's profiler knobs), BASELINES_AFTER (1: measure the baselines
+# again after the suites). Each suite ends with the
 # device_shared check: quiet, no verdict declined for sharing; loaded, every
 # verdict declined (INFRA_ERROR, device_shared) and none blamed.
 set -u
@@ -60,10 +61,13 @@ done
 
 # Baselines through the executor path (the same blocks and trusted clock).
 BASE=/tmp/kr_size_baselines; rm -rf $BASE; mkdir -p $BASE
-timeout -k 10 "${PRECOMPUTE_WALL:-200}" "$CARRY/measure_baselines" $WORKER --set=work_root=/tmp/kr_size_bw \
-  --set=verify.wall_seconds=120 --set=profiler.time_budget_s=0.5 --tasks_root=/tmp/kr_sizes \
-  --out="$OUT/baselines.jsonl" > "$OUT/baselines.log" 2>&1
-echo "baselines rc=$? at $(elapsed) s"; grep -E "^\[" "$OUT/baselines.log" | cut -c1-200
+measure_baselines() {  # $1: the file's name under OUT
+  timeout -k 10 "${PRECOMPUTE_WALL:-200}" "$CARRY/measure_baselines" $WORKER --set=work_root=/tmp/kr_size_bw \
+    --set=verify.wall_seconds=120 --set=profiler.time_budget_s=0.5 --tasks_root=/tmp/kr_sizes \
+    --out="$OUT/$1.jsonl" > "$OUT/$1.log" 2>&1
+  echo "$1 rc=$? at $(elapsed) s"; grep -E "^\[" "$OUT/$1.log" | cut -c1-200
+}
+measure_baselines baselines
 "$CARRY/precompute_baselines" --measurements="$OUT/baselines.jsonl" --set=baseline_cache_dir=$BASE \
   --table="$OUT/baselines.tsv" 2>&1 | tail -2
 
@@ -207,4 +211,42 @@ case "${LOAD:-0}" in
   both) run_suite 0; run_suite 1 ;;
   *) run_suite "${LOAD:-0}" ;;
 esac
+# BASELINES_AFTER=1: the baselines measured again after the suites (the same
+# tasks, a fresh worker): whether a difference between the baselines' blocks
+# and the candidates' belongs to the time they ran or to the path.
+[ "${BASELINES_AFTER:-0}" = 1 ] && measure_baselines baselines_after
+# Our own phases, candidate blocks against the baselines' graph blocks (p50,
+# us a block): the same bytes copied and sealed should take the same time.
+$PY - "$OUT" <<'PYEOF'
+import collections, glob, json, os, re, statistics, sys
+out = sys.argv[1]
+med = lambda xs: round(statistics.median(xs)) if xs else None
+rows = collections.defaultdict(list)
+for f in sorted(glob.glob(f"{out}/baselines*.jsonl")):
+    for line in open(f):
+        b = json.loads(line)
+        for k in ("eager", "compiled"):
+            for x in (b.get(k) or {}).get("samples", []):
+                if x.get("graph"):
+                    rows[(b["task_id"].split("/")[-1], os.path.basename(f)[:-6] + ":" + k)].append(x)
+for f in sorted(glob.glob(f"{out}/load0/verdicts.jsonl")):
+    for line in open(f):
+        r = json.loads(line)
+        p = (r["verdict"].get("logs") or {}).get("profile", "")
+        m = re.search(r"last graph block: inputs in (\d+) us, forwards to done (\d+) us.*?seal (\d+) us"
+                      r"(?: \(GPU: inputs (\d+) us, seal (\d+) us(?:, seal again after the clock (\d+) us; "
+                      r"([0-9.]+) us a forward taken off)?)?", p)
+        if m:
+            g = [float(x) if x else 0 for x in m.groups()]
+            rows[(r["label"], "candidate")].append({"inputs_us": g[0], "forwards_us": g[1], "seal_us": g[2],
+                                                   "inputs_gpu_us": g[3], "seal_gpu_us": g[4],
+                                                   "seal_reread_gpu_us": g[5], "seal_off_us": g[6]})
+print("\nour phases in graph blocks, us a block p50: size | who | n | inputs (GPU) | forwards to done | "
+      "seal (GPU) | seal again after the clock (GPU) | taken off for the seal, us a forward")
+for (label, who), xs in sorted(rows.items()):
+    q = lambda k: med([x.get(k, 0) for x in xs])
+    off = statistics.median([x.get("seal_off_us", 0) for x in xs]) if xs else 0
+    print(f"{label} | {who} | {len(xs)} | {q('inputs_us')} ({q('inputs_gpu_us')}) | {q('forwards_us')} | "
+          f"{q('seal_us')} ({q('seal_gpu_us')}) | {q('seal_reread_gpu_us')} | {off:.2f}")
+PYEOF
 echo "done at $(elapsed) s"
