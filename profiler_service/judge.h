@@ -44,8 +44,8 @@ ProfileResult JudgeProfile(const ProfileMeasurement& m, const Baseline* baseline
 // costs at the better measurement. Each worker probes its own at start, and
 // two workers on one H200 differed by 5%: with the baseline timed by one and
 // the candidate by the other, an honest kernel 3.6% slower than eager's was
-// paid 1.10-1.14x (docs/HARNESS.md). The seal is taken off at what it
-// measured in each block (CallSample.seal_off_us), not at a probe's rate.
+// paid 1.10-1.14x (docs/HARNESS.md). The seal is taken off at its own GPU
+// time in each block (CallSample.seal_off_us), not at a probe's rate.
 // Zero where either side has no rates.
 struct CopyOffsets {
   double candidate_us = 0.0;

@@ -28,8 +28,8 @@ namespace kernelrl {
 // figure) and blocks may hold 64 GiB: v3 figures carry more fixed cost.
 // v5: a baseline carries the copy rates its figures were taken at, so that a
 // candidate timed by another worker is compared at common rates (judge.h).
-// v6: the seal is taken off at what it measured on the block's own outputs
-// (a baseline's 0.4-0.6 ms more a block than at the probe's rate).
+// v6: the seal is taken off at its own GPU time in the block (a baseline's
+// 0.4-0.7 ms a block more than at the probe's rate on an H200).
 inline constexpr char kInputPolicyVersion[] = "get_inputs-v6";
 
 std::string InputPolicyText(const std::string& device, const std::string& dtype);

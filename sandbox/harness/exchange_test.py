@@ -164,11 +164,11 @@ def copy_rate_checks():
               "nothing taken off on the CPU")
     finally:
         reference.peak_copy_bytes_per_us = real
-    # The seal's share: re-read on the same outputs; a candidate's capped at the probe's rate.
+    # The seal's share: its own GPU time in the block; a candidate's capped at the probe's rate.
     off = reference.seal_off_us
-    check(off(4000.0, 4.0, 0.0, 8, False) == 1000.0, "no re-read: the probe's rate")
+    check(off(4000.0, 4.0, 0.0, 8, False) == 1000.0, "no GPU time: the probe's rate")
     check(off(4000.0, 4.0, 6400.0, 8, False) == 800.0, "a candidate's outputs read faster: what it cost")
-    check(off(4000.0, 4.0, 9600.0, 8, False) == 1000.0, "a candidate's slower re-read: never more than the probe")
+    check(off(4000.0, 4.0, 9600.0, 8, False) == 1000.0, "a candidate's slower seal: never more than the probe")
     check(off(4000.0, 4.0, 9600.0, 8, True) == 1200.0, "a baseline's: what it cost")
     check(off(4000.0, 0.0, 9600.0, 8, True) == 0.0, "nothing taken off without rates (the CPU)")
 

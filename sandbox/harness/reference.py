@@ -166,23 +166,24 @@ def copy_rates_for(job):
             min(probe_seal, peak) if probe_seal > 0 else peak)
 
 
-def seal_off_us(out_bytes, seal_rate, reread_us, forwards, baseline):
+def seal_off_us(out_bytes, seal_rate, seal_gpu_us, forwards, baseline):
     """What the seal's read of one forward's outputs takes off the trusted
-    figure (us). Measured: the seal run again after the clock on the same
-    outputs (reread_us for the block's `forwards`), because that read's cost
-    depends on the outputs: at the probe's rate, eager torch's outputs kept
-    0.4-0.6 ms of our seal in every baseline block on an H200 and a
-    candidate's had 0.3 ms of its own time taken off, which paid an honest
-    ReLU 6% slower than eager's reward 3. A baseline (our process and the
-    task's Model) takes off what it measured; a candidate, which could slow
-    our re-read with work of its own, never more than the probe's rate allows.
-    Without a re-read (off the GPU, nothing located) the probe's rate."""
+    figure (us): the seal's own GPU time in this block (seal_gpu_us, CUDA
+    events around it, for the block's `forwards`). At the probe's rate, on an
+    H200, eager torch's 1 GiB ReLU outputs kept ~0.7 ms of our seal in every
+    baseline block (3.0 ms on the GPU against 2.3 ms for a candidate's
+    outputs of the same size, and 2.4 ms when read again after the clock) and
+    a candidate's had 0.3 ms of its own time taken off: an honest ReLU 6%
+    slower than eager's was paid reward 3. A baseline (our process and the
+    task's Model) takes off what its seal took; a candidate, whose work could
+    slow our seal, never more than the probe's rate allows. Without a GPU
+    time (off the GPU) the probe's rate."""
     if seal_rate <= 0:
         return 0.0
     probe = out_bytes / seal_rate
-    if reread_us <= 0 or forwards <= 0:
+    if seal_gpu_us <= 0 or forwards <= 0:
         return probe
-    measured = reread_us / forwards
+    measured = seal_gpu_us / forwards
     return measured if baseline else min(measured, probe)
 
 
@@ -373,7 +374,6 @@ class Driver:
         if done is None:
             done = self._read_until("done", j)
         changed_after_seal = self.ex.take(shot)
-        reread_us = self.ex.reread_us(shot)
         reply = self._read_until("result", j)
         self._mark("block_result")
         reply["outputs"] = told.get("outputs")
@@ -383,7 +383,8 @@ class Driver:
         # Our work inside the clock: the staged inputs copied in, at the rate
         # the worker's probe reached alone (copy_rates_for), and the seal's
         # read of the outputs (seal_off_us).
-        seal_us = seal_off_us(sum(lay.out_sizes), self.seal_rate, reread_us, n, bool(self.job.get("baseline")))
+        seal_us = seal_off_us(sum(lay.out_sizes), self.seal_rate, gpu_copies.get("seal_gpu_us", 0.0), n,
+                              bool(self.job.get("baseline")))
         copies_us = sum(lay.in_sizes) / self.input_rate + seal_us if self.input_rate > 0 else 0.0
         block_us = (t1 - t0) * 1e6
         return {"id": j, "rows": rows, "expected": expected, "staging": staging, "shot": shot, "reply": reply,
@@ -393,7 +394,7 @@ class Driver:
                 "phases": {"inputs_us": (t_in - t0) * 1e6, "forwards_us": (t_done - t_in) * 1e6,
                            "locate_us": (t_loc - t_done) * 1e6, "seal_us": (t1 - t_loc) * 1e6,
                            "segments_mapped_in_clock": mapped_in_clock, **gpu_copies,
-                           "seal_reread_gpu_us": reread_us, "seal_off_us": seal_us,
+                           "seal_off_us": seal_us,
                            **_wake_latencies(go_at, done, done_at)}}
 
     def check(self, call, scale_atol_for=()):

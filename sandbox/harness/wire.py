@@ -169,15 +169,15 @@ class Snapshot:
     area's layout), which outputs were located, why the others could not be
     read, and on CUDA the table of (source, our copy, bytes) chunks that the
     seal, the snapshot, the late-write check and the poison all run over,
-    with the seal's secret key and its digests (at the clock's end, of what
-    the snapshot copied, of the seal read again)."""
+    with the seal's secret key and its two digests (at the clock's end, of
+    what the snapshot copied)."""
 
     def __init__(self, snap, nbytes):
         self.snap, self.nbytes = snap, nbytes
         self.located, self.errors = set(), {}
         self.table = None
         self.key = secrets.randbits(64)
-        self.digests = torch.zeros(3, dtype=torch.int64, device=snap.device) if snap is not None else None
+        self.digests = torch.zeros(2, dtype=torch.int64, device=snap.device) if snap is not None else None
 
 
 def chunk_bytes(total):
@@ -411,21 +411,6 @@ class RefExchange:
             return False  # sealed by the snapshot itself
         verify_cuda.table_digest(shot.table, shot.key, shot.digests[1:2], copy=True)
         return bool(shot.digests[0] != shot.digests[1])
-
-    def reread_us(self, shot):
-        """After the clock: the seal's read of these outputs where they lie,
-        run again and timed on the GPU (us; 0.0 off the GPU or with nothing
-        located). The same bytes read from two processes' memory took 3.0 ms
-        (eager torch's outputs) and 2.3 ms (a candidate's) on an H200: what
-        the seal costs depends on the outputs, not only on their size."""
-        if self.kind != "gpu" or shot.table is None or not len(shot.table):
-            return 0.0
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        verify_cuda.table_digest(shot.table, shot.key, shot.digests[2:3])
-        end.record()
-        end.synchronize()
-        return start.elapsed_time(end) * 1e3
 
     def output(self, shot, k, j, numel, dtype):
         """Output j of row k as it was in the snapshot; None where it was not located."""

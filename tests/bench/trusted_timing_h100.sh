@@ -234,19 +234,17 @@ for f in sorted(glob.glob(f"{out}/load0/verdicts.jsonl")):
         r = json.loads(line)
         p = (r["verdict"].get("logs") or {}).get("profile", "")
         m = re.search(r"last graph block: inputs in (\d+) us, forwards to done (\d+) us.*?seal (\d+) us"
-                      r"(?: \(GPU: inputs (\d+) us, seal (\d+) us(?:, seal again after the clock (\d+) us; "
-                      r"([0-9.]+) us a forward taken off)?)?", p)
+                      r"(?: \(GPU: inputs (\d+) us, seal (\d+) us(?:; ([0-9.]+) us a forward taken off)?)?", p)
         if m:
             g = [float(x) if x else 0 for x in m.groups()]
             rows[(r["label"], "candidate")].append({"inputs_us": g[0], "forwards_us": g[1], "seal_us": g[2],
-                                                   "inputs_gpu_us": g[3], "seal_gpu_us": g[4],
-                                                   "seal_reread_gpu_us": g[5], "seal_off_us": g[6]})
+                                                   "inputs_gpu_us": g[3], "seal_gpu_us": g[4], "seal_off_us": g[5]})
 print("\nour phases in graph blocks, us a block p50: size | who | n | inputs (GPU) | forwards to done | "
-      "seal (GPU) | seal again after the clock (GPU) | taken off for the seal, us a forward")
+      "seal (GPU) | taken off for the seal, us a forward")
 for (label, who), xs in sorted(rows.items()):
     q = lambda k: med([x.get(k, 0) for x in xs])
     off = statistics.median([x.get("seal_off_us", 0) for x in xs]) if xs else 0
     print(f"{label} | {who} | {len(xs)} | {q('inputs_us')} ({q('inputs_gpu_us')}) | {q('forwards_us')} | "
-          f"{q('seal_us')} ({q('seal_gpu_us')}) | {q('seal_reread_gpu_us')} | {off:.2f}")
+          f"{q('seal_us')} ({q('seal_gpu_us')}) | {off:.2f}")
 PYEOF
 echo "done at $(elapsed) s"
