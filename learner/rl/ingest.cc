@@ -73,6 +73,7 @@ absl::Status Ingest::Replay(const std::vector<v1::LedgerRecord>& records, int64_
           EraseFirst(&retry_[r.stage()], r.task_id(), r.group());
         } else {
           ++cursor_[r.stage()];
+          group_task_[r.stage()] = r.task_id();
         }
         ++lease_counter_;
         break;
@@ -112,6 +113,8 @@ absl::Status Ingest::Replay(const std::vector<v1::LedgerRecord>& records, int64_
         dropped.insert(r.trajectory_id());
         if (r.reason().rfind(kZeroVariance, 0) == 0) {
           if (r.reason() == kZeroVariance) ++counters_.zero_variance_groups_dropped;  // The group's first rollout.
+          int64_t& at = zero_variance_at_[r.stage()][r.task_id()];
+          at = std::max(at, r.group());
           break;
         }
         if (!r.task_id().empty()) Requeue(r.stage(), r.task_id(), r.group());
@@ -184,6 +187,29 @@ const v1::Task* Ingest::FindTask(const std::string& id) const {
   return nullptr;
 }
 
+bool Ingest::Cooling(const std::string& task_id, int64_t group) const {
+  if (options_.zero_variance_cooldown_groups <= 0) return false;
+  auto stage = zero_variance_at_.find(stage_);
+  if (stage == zero_variance_at_.end()) return false;
+  auto at = stage->second.find(task_id);
+  return at != stage->second.end() && group - at->second <= options_.zero_variance_cooldown_groups;
+}
+
+const v1::Task* Ingest::NextGroupTask(int64_t group) const {
+  size_t start = 0;
+  auto last = group_task_.find(stage_);
+  if (last != group_task_.end()) {
+    for (size_t i = 0; i < tasks_.size(); ++i) {
+      if (tasks_[i].id() == last->second) start = i + 1;
+    }
+  }
+  for (size_t k = 0; k < tasks_.size(); ++k) {
+    const v1::Task& t = tasks_[(start + k) % tasks_.size()];
+    if (!Cooling(t.id(), group)) return &t;
+  }
+  return &tasks_[start % tasks_.size()];
+}
+
 absl::Status Ingest::ExpireLocked(std::vector<v1::LedgerRecord>* out) {
   const int64_t now = absl::ToUnixMillis(options_.clock->Now());
   for (auto it = leases_.begin(); it != leases_.end();) {
@@ -231,8 +257,10 @@ absl::StatusOr<std::vector<v1::TaskLease>> Ingest::Lease(const std::string& acto
       reason = "retry";
       if (task == nullptr) continue;  // A task no longer in the set.
     } else if (max_fresh_ < 0 || cursor_[stage_] < max_fresh_) {
-      task = &tasks_[(cursor_[stage_] / rollouts_per_task_) % tasks_.size()];
       group = cursor_[stage_] / rollouts_per_task_ + 1;  // From 1: 0 marks records from before groups.
+      if (cursor_[stage_] % rollouts_per_task_ == 0) group_task_[stage_] = NextGroupTask(group)->id();
+      task = FindTask(group_task_[stage_]);
+      if (task == nullptr) task = NextGroupTask(group);  // A group begun before the task set changed.
       ++cursor_[stage_];
       reason = "new";
     } else {
@@ -407,6 +435,8 @@ absl::StatusOr<std::vector<v1::Trajectory>> Ingest::Take(int n, bool drop_zero_v
       r.set_group(b->group);
       if (zero_variance) {  // Not issued again: the cursor leases other tasks instead.
         r.set_reason(b == members.front() ? kZeroVariance : std::string(kZeroVariance) + " (same group)");
+        int64_t& at = zero_variance_at_[b->stage][b->task_id];
+        at = std::max(at, b->group);
       } else {
         r.set_reason(absl::StrCat("stale: version ", b->policy_version, ", current ", version_,
                                   b->policy_version + options_.max_policy_lag < version_ ? "" : " (its group is)"));
@@ -507,6 +537,8 @@ IngestInfo Ingest::Info() const {
   info.retry_queue = retry == retry_.end() ? 0 : static_cast<int64_t>(retry->second.size());
   auto cursor = cursor_.find(stage_);
   info.cursor = cursor == cursor_.end() ? 0 : cursor->second;
+  const int64_t next_group = info.cursor / rollouts_per_task_ + 1;
+  for (const v1::Task& t : tasks_) info.tasks_cooling += Cooling(t.id(), next_group);
   for (const Buffered& b : buffer_) info.max_staleness = std::max<double>(info.max_staleness, version_ - b.policy_version);
   return info;
 }

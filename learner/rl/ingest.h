@@ -4,7 +4,8 @@
 // Flow: Lease() hands out the current stage's tasks (a data cursor over the
 // task list, each task `rollouts_per_task` times in a row: those leases are
 // one group; tasks whose lease expired, whose trajectory was stale or hit
-// INFRA_ERROR come first, in their group). Push() checks a trajectory
+// INFRA_ERROR come first, in their group; with a zero-variance cooldown, a
+// group's task is the next in the list that is not cooling down). Push() checks a trajectory
 // against its lease, stores it (file + ACCEPTED record, fsynced) and only
 // then acks. The trainer takes batches of whole groups with Take(), records
 // them with MarkTrained(step) before it checkpoints that step.
@@ -60,6 +61,10 @@ struct IngestOptions {
   int64_t max_trajectory_tokens = 0;  // > 0: longer trajectories are rejected.
   // The job's sampling temperature (PpoConfig.temperature); 0 = not checked.
   double temperature = 0;
+  // A task whose group was dropped for equal rewards (dynamic sampling) is not
+  // given a new group until this many more groups were issued in the stage
+  // (PpoConfig.zero_variance_cooldown_groups); 0 = no cooldown.
+  int64_t zero_variance_cooldown_groups = 0;
   Clock* clock = RealClock();         // Lease expiry reads it; tests move a FakeClock.
 };
 
@@ -72,6 +77,7 @@ struct IngestInfo {
   int64_t infra_reruns = 0, infra_dropped = 0, trained = 0;
   int64_t sampling_mismatch = 0, non_model_rejected = 0;  // Of `rejected`, by reason.
   int64_t zero_variance_groups_dropped = 0;            // Dynamic sampling.
+  int64_t tasks_cooling = 0;  // Of the stage's tasks, left out of the next group (the cooldown).
   double max_staleness = 0;  // Policy versions behind, over the buffer.
 };
 
@@ -158,6 +164,10 @@ class Ingest {
   std::string TrajectoryPath(const std::string& id) const;
   absl::Status ExpireLocked(std::vector<v1::LedgerRecord>* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   const v1::Task* FindTask(const std::string& id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The task of the stage's next group `group`: after the last group's task in
+  // list order, the first not cooling down (every one cooling: the next).
+  const v1::Task* NextGroupTask(int64_t group) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool Cooling(const std::string& task_id, int64_t group) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::string dir_, job_id_;
   const IngestOptions options_;
@@ -171,6 +181,9 @@ class Ingest {
   int64_t version_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t lease_counter_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<std::string, int64_t> cursor_ ABSL_GUARDED_BY(mu_);           // Per stage.
+  std::map<std::string, std::string> group_task_ ABSL_GUARDED_BY(mu_);   // Per stage: the last group's task.
+  // Per stage, per task: the group of its last zero-variance drop.
+  std::map<std::string, std::map<std::string, int64_t>> zero_variance_at_ ABSL_GUARDED_BY(mu_);
   bool model_only_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<std::string> take_policies_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::deque<Retry>> retry_ ABSL_GUARDED_BY(mu_);  // Per stage.

@@ -161,6 +161,66 @@ TEST(IngestTest, ZeroVarianceGroupsAreDroppedWhenAsked) {
   EXPECT_EQ((*again)->Info().buffer_depth, 2);
 }
 
+// The cooldown: a task whose group was dropped for equal rewards is skipped
+// by the next groups' tasks until the cooldown has passed (a restart keeps
+// it), and when every task cools down the cursor goes on in order.
+TEST(IngestTest, ATaskWithEqualRewardsCoolsDownBeforeItsNextGroup) {
+  std::mt19937 rng(4);
+  std::string dir = NewTempDir("ingest_test_");
+  IngestOptions o;
+  o.zero_variance_cooldown_groups = 4;
+  auto in = Ingest::Open(dir, "job-c", o, 0);
+  ASSERT_TRUE(in.ok()) << in.status();
+  (*in)->SetStage("agentic_ppo", Tasks(3), 2, -1);
+  // Groups 1-3 walk the list; task 0 (group 1) gets equal rewards.
+  auto leases = (*in)->Lease("a", 6);
+  ASSERT_TRUE(leases.ok());
+  ASSERT_EQ(leases->size(), 6u);
+  const double rewards[] = {-1, -1, 1, -1, 1, -1};
+  for (int i = 0; i < 6; ++i) {
+    EXPECT_EQ((*leases)[i].task().id(), absl::StrCat("level1/", i / 2, "_Op"));
+    v1::Trajectory t = Traj((*leases)[i], "c" + std::to_string(i), &rng);
+    t.set_reward(rewards[i]);
+    ASSERT_TRUE((*in)->Push((*leases)[i].lease_id(), t).accepted());
+  }
+  ASSERT_TRUE((*in)->Take(4, /*drop_zero_variance=*/true).ok());
+  EXPECT_EQ((*in)->Info().zero_variance_groups_dropped, 1);
+  EXPECT_EQ((*in)->Info().tasks_cooling, 1);
+  // Groups 4 and 5 are within the cooldown of task 0's drop at group 1: tasks 1 and 2.
+  auto next = (*in)->Lease("a", 4);
+  ASSERT_TRUE(next.ok());
+  ASSERT_EQ(next->size(), 4u);
+  EXPECT_EQ((*next)[0].task().id(), "level1/1_Op");
+  EXPECT_EQ((*next)[2].task().id(), "level1/2_Op");
+  // A restart rebuilds the cooldown and the walk from the ledger: group 6 is
+  // past the cooldown (6 - 1 > 4), so task 0 is back.
+  auto again = Ingest::Open(dir, "job-c", o, 0);
+  ASSERT_TRUE(again.ok());
+  (*again)->SetStage("agentic_ppo", Tasks(3), 2, -1);
+  EXPECT_EQ((*again)->Info().tasks_cooling, 0);
+  auto after = (*again)->Lease("a", 2);
+  ASSERT_TRUE(after.ok());
+  ASSERT_EQ(after->size(), 2u);
+  EXPECT_EQ((*after)[0].task().id(), "level1/0_Op");
+  // Every task cooling: the cursor goes on in order rather than stall.
+  std::string dir2 = NewTempDir("ingest_test_");
+  auto one = Ingest::Open(dir2, "job-d", o, 0);
+  ASSERT_TRUE(one.ok());
+  (*one)->SetStage("agentic_ppo", Tasks(1), 2, -1);
+  auto l = (*one)->Lease("a", 2);
+  ASSERT_TRUE(l.ok());
+  for (int i = 0; i < 2; ++i) {
+    v1::Trajectory t = Traj((*l)[i], "d" + std::to_string(i), &rng);
+    t.set_reward(-1);
+    ASSERT_TRUE((*one)->Push((*l)[i].lease_id(), t).accepted());
+  }
+  ASSERT_TRUE((*one)->Take(2, /*drop_zero_variance=*/true).ok());
+  EXPECT_EQ((*one)->Info().tasks_cooling, 1);
+  auto more = (*one)->Lease("a", 2);
+  ASSERT_TRUE(more.ok());
+  EXPECT_EQ(more->size(), 2u);
+}
+
 // A model trajectory sampled at another temperature (or with a nucleus cut)
 // is rejected and counted; a scripted trajectory is refused where PPO
 // trains, and taken in a stage that does not weight by pi / pi_rollout.

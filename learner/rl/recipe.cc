@@ -149,6 +149,7 @@ absl::Status RecipeRunner::Setup(JobContext* ctx) {
   io.vocab_size = trainer_->policy().config().vocab_size;
   io.max_trajectory_tokens = config_.batch().max_trajectory_tokens();
   io.temperature = config_.ppo().temperature();
+  io.zero_variance_cooldown_groups = config_.ppo().zero_variance_cooldown_groups();
   auto ingest = Ingest::Open(ctx->dir(), ctx->job_id(), io, step_);
   if (!ingest.ok()) return ingest.status();
   ingest_ = std::move(*ingest);
@@ -266,6 +267,7 @@ absl::Status RecipeRunner::Commit(JobContext* ctx, int stage, const std::vector<
   m["sampling_mismatch_total"] = info.sampling_mismatch;
   m["non_model_rejected_total"] = info.non_model_rejected;
   m["zero_variance_groups_dropped_total"] = info.zero_variance_groups_dropped;
+  m["tasks_cooling"] = info.tasks_cooling;
   m["policy_version"] = version_;
   if (peak_flops_ > 0 && m["step_seconds"] > 0) m["mfu"] = m["train_flops"] / m["step_seconds"] / peak_flops_;
   if (metrics_ != nullptr) {
