@@ -368,8 +368,8 @@ class Driver:
             evs[3].record()
             torch.cuda.synchronize()
         t1 = time.perf_counter()
-        gpu_copies = ({"inputs_gpu_us": evs[0].elapsed_time(evs[1]) * 1e3, "seal_gpu_us": evs[2].elapsed_time(evs[3]) * 1e3}
-                      if cuda else {})
+        gpu_copies = ({"inputs_gpu_us": evs[0].elapsed_time(evs[1]) * 1e3,
+                       "seal_gpu_us": evs[2].elapsed_time(evs[3]) * 1e3} if cuda else {})
         self._mark("block_clock")
         if done is None:
             done = self._read_until("done", j)
