@@ -112,7 +112,10 @@ absl::Status Ingest::Replay(const std::vector<v1::LedgerRecord>& records, int64_
       case v1::LedgerRecord::DROPPED:
         dropped.insert(r.trajectory_id());
         if (r.reason().rfind(kZeroVariance, 0) == 0) {
-          if (r.reason() == kZeroVariance) ++counters_.zero_variance_groups_dropped;  // The group's first rollout.
+          if (r.reason() == kZeroVariance) {  // The group's first rollout.
+            ++counters_.zero_variance_groups_dropped;
+            ++drops_since_trained_;
+          }
           int64_t& at = zero_variance_at_[r.stage()][r.task_id()];
           at = std::max(at, r.group());
           break;
@@ -122,6 +125,7 @@ absl::Status Ingest::Replay(const std::vector<v1::LedgerRecord>& records, int64_
         break;
       case v1::LedgerRecord::TRAINED:
         trained_[r.trajectory_id()] = r.step();
+        drops_since_trained_ = 0;
         break;
       case v1::LedgerRecord::ROLLBACK:
         for (auto it = trained_.begin(); it != trained_.end();) {
@@ -423,8 +427,13 @@ absl::StatusOr<std::vector<v1::Trajectory>> Ingest::Take(int n, bool drop_zero_v
       stale |= version_ - b->policy_version > options_.max_policy_lag;
       equal &= b->reward == members.front()->reward;
     }
-    const bool zero_variance = !stale && drop_zero_variance && members.front()->stage == stage_ &&
-                               members.size() > 1 && equal && complete(key, members);
+    bool zero_variance = !stale && drop_zero_variance && members.front()->stage == stage_ &&
+                         members.size() > 1 && equal && complete(key, members);
+    if (zero_variance && options_.max_zero_variance_drops_per_step > 0 &&
+        drops_since_trained_ >= options_.max_zero_variance_drops_per_step) {
+      zero_variance = false;  // Past the bound: trained as it is.
+      if (kept_.insert(key).second) ++counters_.zero_variance_groups_kept;
+    }
     if (!stale && !zero_variance) continue;
     for (const Buffered* b : members) {
       v1::LedgerRecord r = Record(v1::LedgerRecord::DROPPED);
@@ -446,7 +455,10 @@ absl::StatusOr<std::vector<v1::Trajectory>> Ingest::Take(int n, bool drop_zero_v
       gone.insert(b->id);
       records.push_back(std::move(r));
     }
-    if (zero_variance) ++counters_.zero_variance_groups_dropped;
+    if (zero_variance) {
+      ++counters_.zero_variance_groups_dropped;
+      ++drops_since_trained_;
+    }
   }
   if (!records.empty()) {
     if (auto s = ledger_->Append(std::move(records)); !s.ok()) return s;
@@ -497,6 +509,7 @@ absl::Status Ingest::MarkTrained(const std::vector<std::string>& ids, int64_t st
                 buffer_.end());
   for (const std::string& id : ids) trained_[id] = step;
   counters_.trained = static_cast<int64_t>(trained_.size());
+  if (!ids.empty()) drops_since_trained_ = 0;
   return absl::OkStatus();
 }
 

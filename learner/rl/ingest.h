@@ -65,6 +65,11 @@ struct IngestOptions {
   // given a new group until this many more groups were issued in the stage
   // (PpoConfig.zero_variance_cooldown_groups); 0 = no cooldown.
   int64_t zero_variance_cooldown_groups = 0;
+  // Dynamic sampling's bound: once this many groups were dropped for equal
+  // rewards since the last trained batch, equal-reward groups are kept (and
+  // counted) until a batch is trained, so a policy that fails (or solves)
+  // every task still gets its updates. 0 = unbounded.
+  int64_t max_zero_variance_drops_per_step = 0;
   Clock* clock = RealClock();         // Lease expiry reads it; tests move a FakeClock.
 };
 
@@ -78,6 +83,7 @@ struct IngestInfo {
   int64_t sampling_mismatch = 0, non_model_rejected = 0;  // Of `rejected`, by reason.
   int64_t zero_variance_groups_dropped = 0;            // Dynamic sampling.
   int64_t tasks_cooling = 0;  // Of the stage's tasks, left out of the next group (the cooldown).
+  int64_t zero_variance_groups_kept = 0;  // Equal-reward groups kept past the drop bound (this process).
   double max_staleness = 0;  // Policy versions behind, over the buffer.
 };
 
@@ -184,6 +190,8 @@ class Ingest {
   std::map<std::string, std::string> group_task_ ABSL_GUARDED_BY(mu_);   // Per stage: the last group's task.
   // Per stage, per task: the group of its last zero-variance drop.
   std::map<std::string, std::map<std::string, int64_t>> zero_variance_at_ ABSL_GUARDED_BY(mu_);
+  int64_t drops_since_trained_ ABSL_GUARDED_BY(mu_) = 0;  // Zero-variance groups dropped since the last batch.
+  std::set<std::string> kept_ ABSL_GUARDED_BY(mu_);  // Group keys kept past the bound (counted once).
   bool model_only_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<std::string> take_policies_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::deque<Retry>> retry_ ABSL_GUARDED_BY(mu_);  // Per stage.

@@ -221,6 +221,45 @@ TEST(IngestTest, ATaskWithEqualRewardsCoolsDownBeforeItsNextGroup) {
   EXPECT_EQ(more->size(), 2u);
 }
 
+// Dynamic sampling's bound: a policy that fails every task would have every
+// group dropped and never update; past the bound the groups are kept, until
+// a batch is trained, and the drops count again.
+TEST(IngestTest, PastTheDropBoundEqualGroupsAreKeptUntilABatchIsTrained) {
+  std::mt19937 rng(6);
+  std::string dir = NewTempDir("ingest_test_");
+  IngestOptions o;
+  o.max_zero_variance_drops_per_step = 2;
+  auto in = Ingest::Open(dir, "job-b", o, 0);
+  ASSERT_TRUE(in.ok()) << in.status();
+  (*in)->SetStage("agentic_ppo", Tasks(4), 2, -1);
+  auto push_all_fail = [&](int groups, const std::string& tag) {
+    auto leases = (*in)->Lease("a", 2 * groups);
+    ASSERT_TRUE(leases.ok());
+    ASSERT_EQ(static_cast<int>(leases->size()), 2 * groups);
+    for (size_t i = 0; i < leases->size(); ++i) {
+      v1::Trajectory t = Traj((*leases)[i], tag + std::to_string(i), &rng);
+      t.set_reward(-1);
+      ASSERT_TRUE((*in)->Push((*leases)[i].lease_id(), t).accepted());
+    }
+  };
+  push_all_fail(3, "b");
+  int groups = 0;
+  auto batch = (*in)->Take(2, /*drop_zero_variance=*/true, &groups);
+  ASSERT_TRUE(batch.ok());
+  EXPECT_EQ((*in)->Info().zero_variance_groups_dropped, 2);  // the bound
+  EXPECT_EQ((*in)->Info().zero_variance_groups_kept, 1);
+  ASSERT_EQ(groups, 1);  // the third group, trained as it is
+  std::vector<std::string> ids;
+  for (const v1::Trajectory& t : *batch) ids.push_back(t.id());
+  ASSERT_TRUE((*in)->MarkTrained(ids, 1).ok());
+  // After the update the drops count from zero again.
+  push_all_fail(1, "c");
+  batch = (*in)->Take(2, /*drop_zero_variance=*/true, &groups);
+  ASSERT_TRUE(batch.ok());
+  EXPECT_EQ(groups, 0);
+  EXPECT_EQ((*in)->Info().zero_variance_groups_dropped, 3);
+}
+
 // A model trajectory sampled at another temperature (or with a nucleus cut)
 // is rejected and counted; a scripted trajectory is refused where PPO
 // trains, and taken in a stage that does not weight by pi / pi_rollout.

@@ -150,6 +150,11 @@ absl::Status RecipeRunner::Setup(JobContext* ctx) {
   io.max_trajectory_tokens = config_.batch().max_trajectory_tokens();
   io.temperature = config_.ppo().temperature();
   io.zero_variance_cooldown_groups = config_.ppo().zero_variance_cooldown_groups();
+  const int bound = config_.ppo().max_zero_variance_drops_per_step();
+  io.max_zero_variance_drops_per_step =
+      bound < 0 ? 0
+      : bound > 0 ? bound
+                  : 4 * std::max(1, config_.batch().trajectories_per_step() / std::max(1, spec_.rollouts_per_task()));
   auto ingest = Ingest::Open(ctx->dir(), ctx->job_id(), io, step_);
   if (!ingest.ok()) return ingest.status();
   ingest_ = std::move(*ingest);
@@ -268,6 +273,7 @@ absl::Status RecipeRunner::Commit(JobContext* ctx, int stage, const std::vector<
   m["non_model_rejected_total"] = info.non_model_rejected;
   m["zero_variance_groups_dropped_total"] = info.zero_variance_groups_dropped;
   m["tasks_cooling"] = info.tasks_cooling;
+  m["zero_variance_groups_kept"] = info.zero_variance_groups_kept;
   m["policy_version"] = version_;
   if (peak_flops_ > 0 && m["step_seconds"] > 0) m["mfu"] = m["train_flops"] / m["step_seconds"] / peak_flops_;
   if (metrics_ != nullptr) {
