@@ -142,11 +142,15 @@ void ProfileStage::Judge(const v1::sandbox::HarnessProfile& p, const Task& task,
       absl::StrAppendFormat(&(*v.mutable_logs())["profile"],
                             "; last %s block: inputs in %.0f us, forwards to done %.0f us (executor's own "
                             "wall %.0f us; it saw go after %.0f us, we saw done after %.0f us), locate %.0f us "
-                            "(%d segments mapped), seal %.0f us (GPU: inputs %.0f us, seal %.0f us; %.2f us a "
-                            "forward taken off for the seal)",
+                            "(%d segments mapped), seal %.0f us%s",
                             kind, s->inputs_us(), s->forwards_us(), s->wall_us() * s->forwards(), s->go_wake_us(),
                             s->done_read_us(), s->locate_us(), s->segments_mapped_in_clock(), s->seal_us(),
-                            s->inputs_gpu_us(), s->seal_gpu_us(), s->seal_off_us());
+                            s->seal_gpu_us() <= 0.0
+                                ? ""
+                                : absl::StrFormat(" (GPU: inputs %.0f us, seal %.0f us; %.2f us a forward taken "
+                                                  "off for the seal)",
+                                                  s->inputs_gpu_us(), s->seal_gpu_us(), s->seal_off_us())
+                                      .c_str());
     }
     // Every block's figure in order (the first 24): a block unlike its neighbours shows here.
     std::string blocks;
