@@ -161,6 +161,17 @@ TEST(IngestTest, ZeroVarianceGroupsAreDroppedWhenAsked) {
   EXPECT_EQ((*again)->Info().buffer_depth, 2);
 }
 
+// Pushes one trajectory per lease with these rewards (ids tag0, tag1, ...).
+void PushRewards(Ingest* in, const std::vector<v1::TaskLease>& leases, const std::vector<double>& rewards,
+                 const std::string& tag, std::mt19937* rng) {
+  ASSERT_EQ(leases.size(), rewards.size());
+  for (size_t i = 0; i < leases.size(); ++i) {
+    v1::Trajectory t = Traj(leases[i], tag + std::to_string(i), rng);
+    t.set_reward(rewards[i]);
+    ASSERT_TRUE(in->Push(leases[i].lease_id(), t).accepted());
+  }
+}
+
 // The cooldown: a task whose group was dropped for equal rewards is skipped
 // by the next groups' tasks until the cooldown has passed (a restart keeps
 // it), and when every task cools down the cursor goes on in order.
@@ -176,13 +187,8 @@ TEST(IngestTest, ATaskWithEqualRewardsCoolsDownBeforeItsNextGroup) {
   auto leases = (*in)->Lease("a", 6);
   ASSERT_TRUE(leases.ok());
   ASSERT_EQ(leases->size(), 6u);
-  const double rewards[] = {-1, -1, 1, -1, 1, -1};
-  for (int i = 0; i < 6; ++i) {
-    EXPECT_EQ((*leases)[i].task().id(), absl::StrCat("level1/", i / 2, "_Op"));
-    v1::Trajectory t = Traj((*leases)[i], "c" + std::to_string(i), &rng);
-    t.set_reward(rewards[i]);
-    ASSERT_TRUE((*in)->Push((*leases)[i].lease_id(), t).accepted());
-  }
+  for (int i = 0; i < 6; ++i) EXPECT_EQ((*leases)[i].task().id(), absl::StrCat("level1/", i / 2, "_Op"));
+  PushRewards(in->get(), *leases, {-1, -1, 1, -1, 1, -1}, "c", &rng);
   ASSERT_TRUE((*in)->Take(4, /*drop_zero_variance=*/true).ok());
   EXPECT_EQ((*in)->Info().zero_variance_groups_dropped, 1);
   EXPECT_EQ((*in)->Info().tasks_cooling, 1);
@@ -209,11 +215,7 @@ TEST(IngestTest, ATaskWithEqualRewardsCoolsDownBeforeItsNextGroup) {
   (*one)->SetStage("agentic_ppo", Tasks(1), 2, -1);
   auto l = (*one)->Lease("a", 2);
   ASSERT_TRUE(l.ok());
-  for (int i = 0; i < 2; ++i) {
-    v1::Trajectory t = Traj((*l)[i], "d" + std::to_string(i), &rng);
-    t.set_reward(-1);
-    ASSERT_TRUE((*one)->Push((*l)[i].lease_id(), t).accepted());
-  }
+  PushRewards(one->get(), *l, {-1, -1}, "d", &rng);
   ASSERT_TRUE((*one)->Take(2, /*drop_zero_variance=*/true).ok());
   EXPECT_EQ((*one)->Info().tasks_cooling, 1);
   auto more = (*one)->Lease("a", 2);
@@ -235,12 +237,7 @@ TEST(IngestTest, PastTheDropBoundEqualGroupsAreKeptUntilABatchIsTrained) {
   auto push_all_fail = [&](int groups, const std::string& tag) {
     auto leases = (*in)->Lease("a", 2 * groups);
     ASSERT_TRUE(leases.ok());
-    ASSERT_EQ(static_cast<int>(leases->size()), 2 * groups);
-    for (size_t i = 0; i < leases->size(); ++i) {
-      v1::Trajectory t = Traj((*leases)[i], tag + std::to_string(i), &rng);
-      t.set_reward(-1);
-      ASSERT_TRUE((*in)->Push((*leases)[i].lease_id(), t).accepted());
-    }
+    PushRewards(in->get(), *leases, std::vector<double>(2 * groups, -1.0), tag, &rng);
   };
   push_all_fail(3, "b");
   int groups = 0;
