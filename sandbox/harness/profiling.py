@@ -429,8 +429,8 @@ def run_profile(job, task_module, model, driver, sets, backend, result, clock=No
     if share:
         run.update(share.result())
     if driver.input_rate > 0 and driver.ex.layout is not None:
-        # The rates and bytes the trusted figure's copies came off at: the judge
-        # compares with a baseline timed by another worker at common rates.
+        # The probe's rates and the bytes a forward copies: the judge compares
+        # with a baseline timed by another worker at a common input rate.
         lay = driver.ex.layout
         run["copies"] = {"input_bytes_per_us": driver.input_rate, "seal_bytes_per_us": driver.seal_rate,
                          "input_bytes": float(sum(lay.in_sizes)), "output_bytes": float(sum(lay.out_sizes))}

@@ -151,12 +151,12 @@ def _descs(xs):
 
 
 def copy_rates_for(job):
-    """(input copy, seal) rates in bytes per us at which the trusted figure
-    takes our in-clock copies off: the worker's copy probe's (measured with
-    the GPU to themselves), each capped at the device's peak (a copy reads and
-    writes: half of it); the peak where the probe gave none; 0 off the GPU.
-    Never faster than the hardware, so what is left is never less than the
-    candidate's own work."""
+    """(input copy, seal) rates in bytes per us: the worker's copy probe's
+    (measured with the GPU to themselves), each capped at the device's peak
+    (a copy reads and writes: half of it); the peak where the probe gave
+    none; 0 off the GPU. The input copy is taken off at the first; the
+    second caps what a candidate's seal takes off (seal_off_us). Never
+    faster than the hardware."""
     peak = peak_copy_bytes_per_us(job["device"])
     if peak <= 0:
         return 0.0, 0.0
