@@ -23,7 +23,7 @@
 # (200), WALL (45, per verify+profile), PROFILE_BUDGET (0.5, timing per candidate),
 # BASELINE_BUDGET (0.3, timing per baseline job), SKIP_BENCH (1:
 # the compile benchmark is off unless SKIP_BENCH=0), PROFILE (1), EXPLOITS (1),
-# SUITE_FILTER (regex on suite labels), PRECOMPUTE_ONLY (task ids, comma-separated),
+# SUITE_FILTER (regex on suite labels), SUITE_EXTRA (more suite lines), SUITE_REPEAT (1), PRECOMPUTE_ONLY (task ids, comma-separated),
 # BASELINES (1; 0 skips step 2: every solution then says baseline_missing, for
 # an exploit-only run), WARM_WALL (100, the torch.compile warm-up), GPU (0: the
 # device index every step runs on, so another GPU of the machine can be busy).
@@ -167,10 +167,18 @@ echo "after/gpu_relu_1GiB sandbox/testdata/gpu_tasks/relu.py $SOLUTIONS/level1/1
 for b in $BIG; do
   echo "level1/$b $CARRY/kernelbench/level1/$b.py $SOLUTIONS/level1/$b OK" >> "$SUITE"
 done
+# SUITE_EXTRA (a file of suite lines: label task workspace expected) adds to it.
+[ -n "${SUITE_EXTRA:-}" ] && cat "$SUITE_EXTRA" >> "$SUITE"
 # SUITE_FILTER (an extended regex on labels) keeps part of the suite.
 if [ -n "${SUITE_FILTER:-}" ]; then
   grep -E "^(${SUITE_FILTER})" "$SUITE" > "$SUITE.kept" || true
   mv "$SUITE.kept" "$SUITE"
+fi
+# SUITE_REPEAT=N runs the whole (kept) suite N times, interleaved: an exploit
+# and its honest twin side by side, N figures each.
+if [ "${SUITE_REPEAT:-1}" -gt 1 ]; then
+  for r in $(seq 1 "$SUITE_REPEAT"); do sed "s/^\([^ ]*\) /\1_r$r /" "$SUITE"; done > "$SUITE.rep"
+  mv "$SUITE.rep" "$SUITE"
 fi
 PROFILE_FLAGS=""
 [ "$PROFILE" = 1 ] && PROFILE_FLAGS="--set=baseline_dir=$BASE --set=profiler.time_budget_s=${PROFILE_BUDGET:-0.5}"
