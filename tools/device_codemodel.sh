@@ -202,7 +202,8 @@ done
 [ -n "${LOCAL_RUN:-}" ] && { echo "done at $(elapsed) s; everything is in $RUN"; exit 0; }
 [ -n "$(ls -d "$RUN"/run-* 2>/dev/null)" ] &&
   tar czf "$OUT/logs.tgz" -C "$RUN" --exclude='*-ws' --exclude='checkpoints' $(cd "$RUN" && ls -d run-*)
-rm -f "$OUT"/baselines.jsonl "$OUT"/compile_warm.*
-R=$(cd "$OUT" && ls -d *.json *.txt *.tsv *.log */ 2>/dev/null)
+rm -f "$OUT"/compile_warm.*
+# baselines.jsonl travels in results.tgz: the next call's BASELINES_IN.
+R=$(cd "$OUT" && ls -d *.json *.jsonl *.txt *.tsv *.log */ 2>/dev/null)
 [ -n "$R" ] && (cd "$OUT" && tar czf results.tgz $R && rm -rf $R)
 echo "done at $(elapsed) s; $(ls "$OUT")"
