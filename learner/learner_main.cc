@@ -101,7 +101,7 @@ int main(int argc, char** argv) {
         std::vector<grpc::Service*> services;
         if (config.cpu_threads() > 0) at::set_num_threads(config.cpu_threads());
         if (config.policy().enabled()) {
-          auto e = kernelrl::learner::MakePolicyEngine(config.policy());
+          auto e = kernelrl::learner::MakePolicyEngine(config.policy(), config.gpu_lease_path());
           if (!e.ok()) return e.status();
           engine = std::move(*e);
           engine_metrics = std::make_unique<kernelrl::learner::EngineMetrics>(engine.get(), &kernelrl::DefaultRegistry());
@@ -159,8 +159,8 @@ int main(int argc, char** argv) {
         auto* metrics_ptr = learner_metrics.get();
         auto m = kernelrl::learner::rl::JobManager::Open(
             config.state_dir(),
-            [sink_ptr, metrics_ptr, leader = dp_leader.get()] {
-              return kernelrl::learner::rl::MakeRecipeRunner(sink_ptr, metrics_ptr, leader);
+            [sink_ptr, metrics_ptr, leader = dp_leader.get(), lease = config.gpu_lease_path()] {
+              return kernelrl::learner::rl::MakeRecipeRunner(sink_ptr, metrics_ptr, leader, lease);
             },
             metrics_ptr);
         if (!m.ok()) return m.status();

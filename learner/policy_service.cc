@@ -1,6 +1,7 @@
 #include "learner/policy_service.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/gpu_lease.h"
 #include "common/grpc_status.h"
 
 namespace kernelrl::learner {
@@ -36,9 +37,12 @@ grpc::Status PolicyService::GetWeightVersion(grpc::ServerContext*, const v1::Get
   return grpc::Status::OK;
 }
 
-absl::StatusOr<std::unique_ptr<PolicyEngine>> MakePolicyEngine(const v1::PolicyServerConfig& config) {
+absl::StatusOr<std::unique_ptr<PolicyEngine>> MakePolicyEngine(const v1::PolicyServerConfig& config,
+                                                               const std::string& gpu_lease_path) {
   if (config.model_path().empty()) return absl::InvalidArgumentError("policy.model_path is required");
+  if (absl::StatusOr<GpuLease::Hold> probe = GpuLease(gpu_lease_path).Shared(); !probe.ok()) return probe.status();
   EngineOptions eo;
+  eo.gpu_lease_path = gpu_lease_path;
   if (config.max_batch() > 0) eo.max_batch = config.max_batch();
   if (config.max_seq_len() > 0) eo.max_seq_len = config.max_seq_len();
   if (config.max_prefill_tokens() > 0) eo.max_prefill_tokens = config.max_prefill_tokens();

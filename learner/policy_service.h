@@ -27,7 +27,10 @@ class PolicyService final : public v1::Policy::Service {
 };
 
 // Loads the model named by the config and starts an engine.
-absl::StatusOr<std::unique_ptr<PolicyEngine>> MakePolicyEngine(const v1::PolicyServerConfig& config);
+// gpu_lease_path: LearnerConfig.gpu_lease_path (checked here: a lease that
+// cannot be taken is an error at start, not a silent race at every step).
+absl::StatusOr<std::unique_ptr<PolicyEngine>> MakePolicyEngine(const v1::PolicyServerConfig& config,
+                                                               const std::string& gpu_lease_path = "");
 
 }  // namespace kernelrl::learner
 

@@ -306,7 +306,8 @@ Evaluator::Evaluator(SandboxConfig config, int caps)
       compile_(std::make_unique<CompileStage>(config_, config_.harness_dir(), caps)),
       verify_(std::make_unique<VerifyStage>(config_, config_.harness_dir(), config_.contain_lib(), caps)),
       profile_(std::make_unique<ProfileStage>(config_.profiler(), config_.baseline_dir())),
-      verdict_cache_(config_.verdict_cache()) {}
+      verdict_cache_(config_.verdict_cache()),
+      gpu_lease_(config_.gpu_lease_path()) {}
 
 EvaluatorInfo Evaluator::Info() const {
   EvaluatorInfo info;
@@ -552,6 +553,14 @@ Verdict Evaluator::Run(const EvaluateRequest& request, const ProgressFn& progres
   absl::MutexLock gpu(&gpu_mu_);
   verify_waiting_.fetch_sub(1);
   if (!serving_.load()) return finish(Verdict::INFRA_ERROR, "worker is not serving (GPU health probe failed)");
+  // A learner on this GPU pauses its steps while the clock runs (common/gpu_lease.h).
+  absl::StatusOr<GpuLease::Hold> lease = GpuLease::Hold();
+  if (job.profile() && gpu_lease_.enabled()) {
+    t = MonotonicMs();
+    lease = gpu_lease_.Exclusive();
+    if (!lease.ok()) return finish(Verdict::INFRA_ERROR, std::string(lease.status().message()));
+    AddStage(v, "gpu_lease", MonotonicMs() - t);
+  }
   t = MonotonicMs();
   absl::StatusOr<HarnessVerifyReply> r = verify_->Verify(sent, lim.wall_seconds() + 120);
   const double verify_ms = MonotonicMs() - t;

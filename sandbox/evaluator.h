@@ -18,6 +18,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "common/gpu_lease.h"
 #include "sandbox/proto_types.h"
 #include "proto/profiler.pb.h"
 #include "proto/sandbox.pb.h"
@@ -87,6 +88,7 @@ class Evaluator {
   std::unique_ptr<VerifyStage> verify_;
   std::unique_ptr<ProfileStage> profile_;
   VerdictCache verdict_cache_;
+  const GpuLease gpu_lease_;  // exclusive while a profiling job runs (config gpu_lease_path)
   mutable absl::Mutex gpu_mu_;  // held for the whole verify (+probe) of one job
   std::atomic<int> verify_waiting_{0};
   std::atomic<bool> serving_{true};

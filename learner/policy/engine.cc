@@ -1,8 +1,11 @@
 #include "common/clock.h"
+#include "common/gpu_lease.h"
+#include "common/log.h"
 #include "learner/policy/engine.h"
 
 #include <c10/core/DeviceGuard.h>
 #include <c10/core/InferenceMode.h>
+#include <c10/cuda/CUDAFunctions.h>
 
 #include <algorithm>
 #include <ctime>
@@ -172,6 +175,7 @@ void PolicyEngine::ApplySwap() {
 
 void PolicyEngine::Loop() {
   c10::InferenceMode inference;
+  const GpuLease lease(options_.gpu_lease_path);
   while (true) {
     std::vector<std::shared_ptr<Pending>> intake;
     int64_t version;
@@ -206,12 +210,18 @@ void PolicyEngine::Loop() {
       }
     }
     if (!intake.empty()) Intake(std::move(intake), version);
-    Admit();
-    Prefill();
-    RemoveFinished();
-    ReserveDecodeBlocks();
-    Decode();
-    RemoveFinished();
+    {
+      absl::StatusOr<GpuLease::Hold> hold = lease.Shared();
+      if (!hold.ok()) KLOG(ERROR) << "policy engine: " << hold.status().message() << " (stepping without it)";
+      Admit();
+      Prefill();
+      RemoveFinished();
+      ReserveDecodeBlocks();
+      Decode();
+      RemoveFinished();
+      // The step's kernels are done before the lease goes to a timer.
+      if (lease.enabled() && model_->options().device.is_cuda()) c10::cuda::device_synchronize();
+    }
     absl::MutexLock lock(&mu_);
     PublishLocked();
   }

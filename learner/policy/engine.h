@@ -124,6 +124,10 @@ struct EngineOptions {
   // Decode steps from CUDA graphs (decode_graphs.h) on a CUDA model; a
   // capture that fails turns them off and decoding stays eager.
   bool cuda_graphs = false;
+  // A host-wide GPU lease (common/gpu_lease.h) held shared around each step's
+  // GPU work, so that a sandbox timing on the same GPU never sees it. Empty:
+  // none.
+  std::string gpu_lease_path;
 };
 
 class PolicyEngine {

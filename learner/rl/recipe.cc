@@ -2,6 +2,7 @@
 
 #include <ATen/Context.h>
 #include <ATen/core/grad_mode.h>
+#include <c10/cuda/CUDAFunctions.h>
 
 #include <algorithm>
 #include <chrono>
@@ -10,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/gpu_lease.h"
 #include "common/log.h"
 #include "learner/checkpoint.h"
 #include "learner/sync/weight_sink.h"
@@ -45,8 +47,8 @@ std::vector<std::string> TakePolicies(const v1::RecipeConfig& r, int stage) {
 
 class RecipeRunner : public JobRunner {
  public:
-  RecipeRunner(WeightSink* sink, LearnerMetrics* metrics, DpLeader* dp)
-      : sink_(sink), metrics_(metrics), dp_(dp) {}
+  RecipeRunner(WeightSink* sink, LearnerMetrics* metrics, DpLeader* dp, const std::string& gpu_lease_path)
+      : sink_(sink), metrics_(metrics), dp_(dp), lease_(gpu_lease_path) {}
   absl::Status Run(JobContext* ctx) override;
   absl::Status RunStages(JobContext* ctx);
 
@@ -83,6 +85,7 @@ class RecipeRunner : public JobRunner {
   WeightSink* sink_;  // Where each committed version is served from (may be null).
   LearnerMetrics* metrics_;
   DpLeader* dp_;  // Null: one rank.
+  const GpuLease lease_;  // Held shared around each training step ("" = none).
   bool dp_setup_ = false;
   double peak_flops_ = 0;  // All devices of the step, for MFU.
   v1::LearnerJobConfig config_;
@@ -212,11 +215,13 @@ absl::StatusOr<StepMetrics> RecipeRunner::Train(StepKind kind, const std::vector
     n = static_cast<int64_t>(batch.size());
   }
   const std::vector<Sample>& b = dp_ != nullptr ? mine : batch;
-  switch (kind) {
-    case StepKind::kPpo: return trainer_->PpoStep(b, n);
-    case StepKind::kSft: return trainer_->SftStep(b, n);
-    default: return trainer_->ValueStep(b, n);
-  }
+  absl::StatusOr<GpuLease::Hold> hold = lease_.Shared();  // a sandbox timing on this GPU waits for the step
+  if (!hold.ok()) return hold.status();
+  absl::StatusOr<StepMetrics> m = kind == StepKind::kPpo   ? trainer_->PpoStep(b, n)
+                                  : kind == StepKind::kSft ? trainer_->SftStep(b, n)
+                                                           : trainer_->ValueStep(b, n);
+  if (lease_.enabled() && trainer_->policy().options().device.is_cuda()) c10::cuda::device_synchronize();
+  return m;
 }
 
 absl::StatusOr<std::vector<v1::Trajectory>> RecipeRunner::WaitForBatch(JobContext* ctx, int n,
@@ -557,8 +562,9 @@ absl::Status RecipeRunner::RunStages(JobContext* ctx) {
 
 }  // namespace
 
-std::unique_ptr<JobRunner> MakeRecipeRunner(WeightSink* sink, LearnerMetrics* metrics, DpLeader* dp) {
-  return std::make_unique<RecipeRunner>(sink, metrics, dp);
+std::unique_ptr<JobRunner> MakeRecipeRunner(WeightSink* sink, LearnerMetrics* metrics, DpLeader* dp,
+                                            const std::string& gpu_lease_path) {
+  return std::make_unique<RecipeRunner>(sink, metrics, dp, gpu_lease_path);
 }
 
 double RftLearningRate(const v1::RftConfig& rft, int64_t step, int64_t total) {

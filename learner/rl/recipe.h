@@ -38,9 +38,10 @@ class DpLeader;
 // the built-in engine or external servers; may be null). metrics: where each committed step is recorded (may be null).
 // dp: data-parallel training over the ranks it drives (learner/rl/dp_job.h;
 // null = one device). Only this process (rank 0) writes checkpoints, the
-// ledger and policy versions.
+// ledger and policy versions. gpu_lease_path: LearnerConfig.gpu_lease_path,
+// held shared around each training step (common/gpu_lease.h; "" = none).
 std::unique_ptr<JobRunner> MakeRecipeRunner(WeightSink* sink, LearnerMetrics* metrics = nullptr,
-                                            DpLeader* dp = nullptr);
+                                            DpLeader* dp = nullptr, const std::string& gpu_lease_path = "");
 
 // The actor's learning rate for RFT update `step` (0-based) of `total`: rft.lr,
 // or with rft.min_lr_ratio > 0 a cosine from rft.lr at the first update to

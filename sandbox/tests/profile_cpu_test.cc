@@ -12,6 +12,8 @@
 //  * a task without a baseline is "correct, not benchmarked": reward 1; so is
 //    one whose baseline was not timed through the executor path;
 //  * the C++ task key and the Python one (harness/tasks.py) agree.
+#include <fcntl.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -21,9 +23,13 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <thread>
 
 #include "absl/strings/str_split.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
 #include "common/file.h"
+#include "common/gpu_lease.h"
 #include "google/protobuf/text_format.h"
 #include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
@@ -88,6 +94,7 @@ class ProfileCpuTest : public ::testing::Test {
     SandboxConfig c = testing::CpuConfig(*python_);
     c.set_enable_profiling(true);
     c.set_baseline_dir(*root_ + "/baselines");
+    c.set_gpu_lease_path(*root_ + "/gpu.lease");
     c.mutable_verify()->set_wall_seconds(60);
     v1::ProfilerConfig& p = *c.mutable_profiler();
     // Every expectation here holds at any sample count past min_samples: a
@@ -387,6 +394,41 @@ TEST_F(ProfileCpuTest, SkipProfileRequestKeepsTheCorrectnessReward) {
   EXPECT_TRUE(HasFlag(v, "profile_skipped"));
   EXPECT_FALSE(HasStage(v, "profile"));
   EXPECT_EQ(v.speedup_vs_eager(), 0);
+}
+
+// A learner on the same GPU holds the lease shared around its steps: a job
+// that profiles waits for it (exclusive, stage "gpu_lease"), one that only
+// verifies does not take it.
+TEST_F(ProfileCpuTest, ProfilingWaitsForTheGpuLeaseAndVerifyAloneDoesNot) {
+  const GpuLease lease(*root_ + "/gpu.lease");
+  absl::StatusOr<GpuLease::Hold> learner_step = lease.Shared();
+  ASSERT_TRUE(learner_step.ok()) << learner_step.status();
+  EvaluateRequest verify_only = testing::Request(kRelu, "sandbox/solutions/cpu/relu");
+  verify_only.set_skip_profile(true);
+  Verdict v = evaluator_->Evaluate(verify_only);
+  ASSERT_EQ(v.outcome(), Verdict::OK) << Describe(v);
+  EXPECT_FALSE(HasStage(v, "gpu_lease"));
+
+  absl::Notification done;
+  Verdict timed;
+  std::thread job([&] {
+    timed = evaluator_->Evaluate(testing::Request(kRelu, "sandbox/solutions/cpu/relu"));
+    done.Notify();
+  });
+  // The worker waits holding the lease's turn file (common/gpu_lease.h).
+  auto turn_free = [&] {
+    const int fd = ::open((lease.path() + ".turn").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+    const bool free = fd >= 0 && ::flock(fd, LOCK_EX | LOCK_NB) == 0;
+    if (fd >= 0) ::close(fd);
+    return free;
+  };
+  while (turn_free() && !done.HasBeenNotified()) absl::SleepFor(absl::Milliseconds(20));
+  EXPECT_FALSE(done.HasBeenNotified()) << Describe(timed);
+  learner_step->Release();
+  done.WaitForNotification();
+  job.join();
+  EXPECT_EQ(timed.outcome(), Verdict::OK) << Describe(timed);
+  EXPECT_TRUE(HasStage(timed, "gpu_lease")) << Describe(timed);
 }
 
 // A baseline timed in the precompute's own process (timing_path "") pays no

@@ -32,19 +32,26 @@ namespace fs = std::filesystem;
 
 // The learner (job API + policy server) and the sandbox worker; their addresses go to the cluster.
 // On learner_device cuda:N the learner runs on GPU N alone; the sandbox times on GPU 0, where no
-// learner kernel shares the device with a timed one.
+// learner kernel shares the device with a timed one. On learner_device cuda (GPU 0 too) the two
+// share one GPU lease (common/gpu_lease.h): the learner's steps pause while a verdict is timed.
 absl::Status StartServices(const v1::LearnConfig& o, Cluster* cluster) {
   const int gpu = LearnerGpu(o);
   std::vector<std::string> env;
   if (gpu >= 0) env.push_back(absl::StrCat("CUDA_VISIBLE_DEVICES=", gpu));
-  auto learner = cluster->StartServer(
-      "learner", "learner/learner_main",
-      {"--set=state_dir=" + o.paths().run_dir() + "/learner-state", "--set=policy.enabled=true",
-       "--set=policy.model_path=" + o.base_checkpoint(), "--set=policy.device=" + LearnerProcessDevice(o),
-       "--set=policy.dtype=float32", "--set=policy.max_seq_len=16384", "--set=policy.max_batch=16"},
-      absl::Now() + absl::Seconds(180), env);
+  std::vector<std::string> learner_args = {
+      "--set=state_dir=" + o.paths().run_dir() + "/learner-state", "--set=policy.enabled=true",
+      "--set=policy.model_path=" + o.base_checkpoint(), "--set=policy.device=" + LearnerProcessDevice(o),
+      "--set=policy.dtype=float32", "--set=policy.max_seq_len=16384", "--set=policy.max_batch=16"};
+  std::vector<std::string> sandbox_args = {"--set=backend=" + o.backend()};
+  if (o.backend() == "cuda" && o.learner_device() == "cuda") {
+    const std::string lease = "--set=gpu_lease_path=" + o.paths().run_dir() + "/gpu.lease";
+    learner_args.push_back(lease);
+    sandbox_args.push_back(lease);
+  }
+  auto learner = cluster->StartServer("learner", "learner/learner_main", learner_args,
+                                      absl::Now() + absl::Seconds(180), env);
   if (!learner.ok()) return learner.status();
-  auto sandbox = cluster->StartServer("sandbox", "sandbox/sandbox_main", {"--set=backend=" + o.backend()},
+  auto sandbox = cluster->StartServer("sandbox", "sandbox/sandbox_main", sandbox_args,
                                       absl::Now() + absl::Seconds(180));
   if (!sandbox.ok()) return sandbox.status();
   cluster->learner_ = *learner;

@@ -1,0 +1,58 @@
+#ifndef KERNELRL_COMMON_GPU_LEASE_H_
+#define KERNELRL_COMMON_GPU_LEASE_H_
+
+#include <string>
+
+#include "absl/status/statusor.h"
+
+namespace kernelrl {
+
+// A host-wide lease on one GPU between the processes that share it: a
+// sandbox worker timing kernels holds it exclusively, so that nothing else
+// runs on the device inside its clock; the learner holds it shared around
+// each decode and training step. Without it a learner on the sandbox's GPU
+// gets every timed verdict declined (device_shared).
+//
+// Two flock(2)ed files, `path` and `path + ".turn"`. A holder of `path` in
+// shared mode first passes through `.turn` (taken and dropped at once); an
+// exclusive taker holds `.turn` while it waits for the shared holders to
+// finish, so a stream of short shared holds cannot starve it. flock(2) locks
+// belong to open file descriptions and die with their process: each Hold
+// opens its own descriptors (threads of one process do not share a hold),
+// and a crashed holder frees the GPU.
+class GpuLease {
+ public:
+  class Hold {
+   public:
+    Hold() = default;
+    Hold(Hold&& other) noexcept : fd_(other.fd_) { other.fd_ = -1; }
+    Hold& operator=(Hold&& other) noexcept;
+    Hold(const Hold&) = delete;
+    Hold& operator=(const Hold&) = delete;
+    ~Hold() { Release(); }
+    void Release();
+    bool held() const { return fd_ >= 0; }
+
+   private:
+    friend class GpuLease;
+    explicit Hold(int fd) : fd_(fd) {}
+    int fd_ = -1;
+  };
+
+  // An empty path is no lease: every hold is granted at once and holds nothing.
+  explicit GpuLease(std::string path) : path_(std::move(path)) {}
+  bool enabled() const { return !path_.empty(); }
+  const std::string& path() const { return path_; }
+
+  // Block until granted. Errors: the lease files cannot be opened or locked.
+  absl::StatusOr<Hold> Shared() const;
+  absl::StatusOr<Hold> Exclusive() const;
+
+ private:
+  absl::StatusOr<Hold> Take(bool exclusive) const;
+  std::string path_;
+};
+
+}  // namespace kernelrl
+
+#endif  // KERNELRL_COMMON_GPU_LEASE_H_

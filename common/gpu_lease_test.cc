@@ -1,0 +1,128 @@
+#include "common/gpu_lease.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/file.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdlib>
+#include <string>
+#include <thread>
+
+#include "absl/synchronization/notification.h"
+#include "gtest/gtest.h"
+
+namespace kernelrl {
+namespace {
+
+std::string LeasePath() {
+  const char* dir = std::getenv("TEST_TMPDIR");
+  static int n = 0;
+  return std::string(dir != nullptr ? dir : "/tmp") + "/gpu.lease." + std::to_string(::getpid()) + "." +
+         std::to_string(n++);
+}
+
+// Whether `path` could be locked in `op` right now (a probe on its own
+// descriptor, never blocking).
+bool Free(const std::string& path, int op) {
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+  EXPECT_GE(fd, 0);
+  const bool ok = ::flock(fd, op | LOCK_NB) == 0;
+  ::close(fd);
+  return ok;
+}
+
+TEST(GpuLeaseTest, DisabledGrantsAtOnceAndHoldsNothing) {
+  GpuLease lease("");
+  EXPECT_FALSE(lease.enabled());
+  auto a = lease.Exclusive();
+  auto b = lease.Exclusive();
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_FALSE(a->held());
+}
+
+TEST(GpuLeaseTest, ExclusiveKeepsSharedOutUntilReleased) {
+  GpuLease lease(LeasePath());
+  auto ex = lease.Exclusive();
+  ASSERT_TRUE(ex.ok()) << ex.status();
+  EXPECT_TRUE(ex->held());
+  EXPECT_FALSE(Free(lease.path(), LOCK_SH));
+  EXPECT_TRUE(Free(lease.path() + ".turn", LOCK_EX));  // Only held while waiting.
+  ex->Release();
+  EXPECT_TRUE(Free(lease.path(), LOCK_EX));
+}
+
+TEST(GpuLeaseTest, SharedHoldersCoexistAndKeepExclusiveOut) {
+  GpuLease lease(LeasePath());
+  auto a = lease.Shared();
+  auto b = lease.Shared();  // Would block forever if shared holds excluded each other.
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_TRUE(Free(lease.path(), LOCK_SH));
+  EXPECT_FALSE(Free(lease.path(), LOCK_EX));
+  a->Release();
+  EXPECT_FALSE(Free(lease.path(), LOCK_EX));
+  b->Release();
+  EXPECT_TRUE(Free(lease.path(), LOCK_EX));
+}
+
+TEST(GpuLeaseTest, WaitingExclusiveIsNotStarvedByNewSharedHolds) {
+  GpuLease lease(LeasePath());
+  auto shared = lease.Shared();
+  ASSERT_TRUE(shared.ok());
+  std::atomic<bool> granted{false};
+  absl::Notification done;
+  std::thread taker([&] {
+    auto ex = lease.Exclusive();
+    EXPECT_TRUE(ex.ok()) << ex.status();
+    granted = true;
+    done.Notify();
+  });
+  // The taker holds the turn while it waits for the shared holder.
+  while (Free(lease.path() + ".turn", LOCK_EX)) std::this_thread::yield();
+  EXPECT_FALSE(granted.load());
+  // A new shared taker would queue behind it, not overtake it.
+  EXPECT_FALSE(Free(lease.path() + ".turn", LOCK_EX));
+  shared->Release();
+  done.WaitForNotification();
+  taker.join();
+  EXPECT_TRUE(granted.load());
+}
+
+TEST(GpuLeaseTest, AHolderThatDiesFreesTheGpu) {
+  GpuLease lease(LeasePath());
+  int ready[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    auto ex = lease.Exclusive();
+    const char c = ex.ok() ? 'y' : 'n';
+    (void)!::write(ready[1], &c, 1);
+    ::pause();  // Killed while holding it.
+    ::_exit(0);
+  }
+  char c = 0;
+  ASSERT_EQ(::read(ready[0], &c, 1), 1);
+  EXPECT_EQ(c, 'y');
+  EXPECT_FALSE(Free(lease.path(), LOCK_SH));
+  ::kill(child, SIGKILL);
+  ::waitpid(child, nullptr, 0);
+  auto again = lease.Exclusive();
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_TRUE(again->held());
+  ::close(ready[0]);
+  ::close(ready[1]);
+}
+
+TEST(GpuLeaseTest, AnUnopenablePathIsAnError) {
+  GpuLease lease("/nonexistent-dir-for-gpu-lease/x");
+  auto s = lease.Shared();
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(std::string(s.status().message()).find("cannot open"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace kernelrl
