@@ -10,12 +10,15 @@
 #include <c10/core/GradMode.h>
 
 #include <atomic>
+#include <chrono>
+#include <cstdlib>
 #include <future>
 #include <random>
 #include <thread>
 
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "common/gpu_lease.h"
 #include "gtest/gtest.h"
 #include "learner/model.h"
 #include "learner/test_util.h"
@@ -255,6 +258,33 @@ TEST(PolicyEngineTest, EosEndsGeneration) {
   ASSERT_TRUE(res.ok());
   EXPECT_EQ(res->finish_reason, "eos");
   EXPECT_EQ(res->output_ids.back(), greedy[3]);
+}
+
+// A sandbox worker timing on the engine's GPU holds the lease exclusively:
+// no step runs until it lets go, then the request completes as usual.
+TEST(PolicyEngineTest, StepsWaitWhileATimerHoldsTheGpuLease) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const GpuLease lease(std::string(tmp != nullptr ? tmp : "/tmp") + "/engine-gpu.lease");
+  absl::StatusOr<GpuLease::Hold> timer = lease.Exclusive();
+  ASSERT_TRUE(timer.ok()) << timer.status();
+  EngineOptions o = Options(2);
+  o.gpu_lease_path = lease.path();
+  PolicyEngine engine(TinyModel(5), 1, "", o);
+  std::mt19937 rng(3);
+  GenerationRequest r;
+  r.prompt = RandomPrompt(&rng, 6);
+  r.sampling.temperature = 0;
+  r.sampling.max_new_tokens = 4;
+  std::atomic<int> tokens{0};
+  r.on_token = [&tokens](int32_t, float, int64_t) { ++tokens; };
+  auto f = std::async(std::launch::async, [&engine, r] { return engine.Generate(r); });
+  EXPECT_EQ(f.wait_for(std::chrono::milliseconds(300)), std::future_status::timeout);
+  EXPECT_EQ(tokens.load(), 0);
+  timer->Release();
+  auto res = f.get();
+  ASSERT_TRUE(res.ok()) << res.status();
+  EXPECT_EQ(res->output_ids.size(), 4u);
+  EXPECT_EQ(tokens.load(), 4);
 }
 
 // on_token sees exactly the returned ids and log-probs, in order, for
