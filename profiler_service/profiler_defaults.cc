@@ -28,6 +28,7 @@ ProfilerConfig WithProfilerDefaults(ProfilerConfig c) {
   if (c.block_memory_bytes() <= 0) c.set_block_memory_bytes(int64_t{64} << 30);
   c.set_graph_below_us(d(2000.0, c.graph_below_us()));
   if (c.max_forwards_per_graph_block() <= 0) c.set_max_forwards_per_graph_block(1024);
+  c.set_gpu_lease_sample_lag_s(d(2.0, c.gpu_lease_sample_lag_s()));
   if (c.baseline_cache_dir().empty()) c.set_baseline_cache_dir("/var/cache/kernelrl/baselines");
   if (c.harness_python().empty()) c.set_harness_python("python3");
   return c;

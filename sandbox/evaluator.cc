@@ -23,6 +23,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "common/file.h"
 #include "common/log.h"
 #include "common/toolkit.h"
@@ -102,6 +104,7 @@ HarnessJob ProtocolOf(const HarnessJob& job) {
   p.set_precision_floor_units(job.precision_floor_units());
   p.set_precision_max_hi_bytes(job.precision_max_hi_bytes());
   if (job.has_profiler()) *p.mutable_profiler() = job.profiler();
+  p.set_gpu_lease_granted_unix_s(job.gpu_lease_granted_unix_s());
   return p;
 }
 
@@ -116,6 +119,7 @@ HarnessJob WithoutProtocol(HarnessJob job) {
   job.clear_precision_floor_units();
   job.clear_precision_max_hi_bytes();
   job.clear_profiler();
+  job.clear_gpu_lease_granted_unix_s();
   return job;
 }
 
@@ -560,6 +564,10 @@ Verdict Evaluator::Run(const EvaluateRequest& request, const ProgressFn& progres
     lease = gpu_lease_.Exclusive();
     if (!lease.ok()) return finish(Verdict::INFRA_ERROR, std::string(lease.status().message()));
     AddStage(v, "gpu_lease", MonotonicMs() - t);
+    job.set_gpu_lease_granted_unix_s(absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()));
+    if (absl::Status s = WriteProtocol(job, job_dir + "/trusted/" + kProtocolFile); !s.ok()) {
+      return finish(Verdict::INFRA_ERROR, std::string(s.message()));
+    }
   }
   t = MonotonicMs();
   absl::StatusOr<HarnessVerifyReply> r = verify_->Verify(sent, lim.wall_seconds() + 120);

@@ -130,11 +130,13 @@ class Monitor:
     def available(self):
         return self.nvml is not None and getattr(self.nvml, "available", False)
 
-    def begin(self):
+    def begin(self, not_before=0.0):
         # The driver samples every few hundred ms and a stage may be shorter:
         # samples from just before it count too (holding a context during the
-        # stage is still required, so an exited process never counts).
-        self.since_us = int((self.clock() - self.lookback_s) * 1e6)
+        # stage is still required, so an exited process never counts). Never
+        # from before `not_before` (Unix s): with the GPU lease, the samples
+        # until then report the holders' work from before they paused.
+        self.since_us = int(max(self.clock() - self.lookback_s, not_before) * 1e6)
         self.samples, self.holders = [], []
         self.poll()
 

@@ -185,6 +185,23 @@ class MonitorTest(unittest.TestCase):
         self.assertEqual(nvml.since[0], int((now - 0.5) * 1e6))
         self.assertGreaterEqual(nvml.since[-1], t + 10_000)
 
+    def test_samples_before_not_before_are_the_paused_holders(self):
+        # With the GPU lease: a process busy until the grant (its samples
+        # stamped before the lag ran out) is not counted; one busy after is.
+        p = self.p
+        now = random.uniform(1.7e9, 1.8e9)
+        t = int(now * 1e6)
+        holders = {p.ref, p.exe, p.other}
+        paused = FakeNvml([(holders, [busy(p.ref, t - 100), busy(p.other, t - 300_000)])])
+        m = self.monitor(paused, now)
+        m.begin(not_before=now - 0.2)
+        self.assertEqual(paused.since[0], int((now - 0.2) * 1e6))
+        self.assertEqual(m.result()["foreign_gpu_processes"], 0)
+        ignoring = FakeNvml([(holders, [busy(p.ref, t - 100), busy(p.other, t - 50_000)])])
+        m = self.monitor(ignoring, now)
+        m.begin(not_before=now - 0.2)
+        self.assertEqual(m.result()["foreign_gpu_processes"], 1)
+
     def test_quiet_device_passes(self):
         p = self.p
         now = random.uniform(1.7e9, 1.8e9)

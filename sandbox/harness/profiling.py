@@ -249,6 +249,20 @@ class BlockConfig:
         self.max_graph_forwards = int(pc["max_forwards_per_graph_block"])
 
 
+def lease_settled(job, clock=time.time, sleep=time.sleep):
+    """With the GPU lease (the worker waited for it): the time (Unix s) from
+    which the driver's per-process samples no longer report the holders that
+    paused for it, slept until; 0 without a lease."""
+    granted = float(job.get("gpu_lease_granted_unix_s") or 0.0)
+    if granted <= 0:
+        return 0.0
+    settled = granted + float(job["profiler"].get("gpu_lease_sample_lag_s") or 0.0)
+    wait = settled - clock()
+    if wait > 0:
+        sleep(wait)
+    return settled
+
+
 def _forwards(cfg, est_us, capacity):
     """Forwards per block: enough that the block's own overhead amortises."""
     want = int(math.ceil(cfg.block_target_us / max(est_us, 1e-3)))
@@ -381,7 +395,7 @@ def run_profile(job, task_module, model, driver, sets, backend, result, clock=No
         cap = time.monotonic() + cfg.wall_cap_s
         ok = True
         if share:
-            share.begin()
+            share.begin(not_before=lease_settled(job))
         warmed_at = None
         for w in range(max(1, cfg.warmup_blocks)):
             warmed_at = forwards

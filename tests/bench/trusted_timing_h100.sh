@@ -13,7 +13,8 @@
 # ratio, forwards per block, and the verify + profile wall (p50). Knobs: REPEAT
 # (50 evaluations per size), PROFILE_BUDGET (0.3 s), CUPTI (1; 0 leaves the recorder out), LOAD (0: quiet; 1: a second
 # process runs 8192^2 GEMMs back to back the whole time; both: one then the
-# other), SIZES (a regex on the size labels), HARNESS (the harness directory,
+# other; lease: the same process holds the worker's GPU lease shared around
+# each 20 GEMMs, as a learner on the GPU does), SIZES (a regex on the size labels), HARNESS (the harness directory,
 # default sandbox/harness: another tree's, to compare two designs in one call;
 # OUT then keeps them apart), EXTRA (more --set flags for every run, e.g. the
 # other design's profiler knobs), BASELINES_AFTER (1: measure the baselines
@@ -73,30 +74,48 @@ measure_baselines baselines
 
 # One suite (quiet or with a second process keeping the GPU busy), then its summary.
 run_suite() {
-  local load=$1 out="$OUT/load$1" loadpid=""
+  local load=$1 out="$OUT/load$1" loadpid="" lease=""
   mkdir -p "$out"
-  if [ "$load" = 1 ]; then
+  # LOAD=lease: the second process takes the worker's GPU lease (common/gpu_lease.h) shared around
+  # each batch of its GEMMs, as the learner does around its steps: verdicts are judged, not declined.
+  [ "$load" = lease ] && lease=/tmp/kr_gpu.lease && rm -f $lease $lease.turn
+  if [ "$load" = 1 ] || [ "$load" = lease ]; then
     # A second process on the same GPU, busy the whole time (its own CUDA context).
     $PY -c '
-import torch, time
+import fcntl, os, sys, torch
+lease = sys.argv[1]
 a = torch.randn(8192, 8192, device="cuda"); b = torch.randn(8192, 8192, device="cuda")
-print("load: running", flush=True)
+print("load: running" + (" under the lease " + lease if lease else ""), flush=True)
+batches = 0
 while True:
+    held = None
+    if lease:  # the turn first (a waiting timer holds it), then the lease shared
+        turn = os.open(lease + ".turn", os.O_RDWR | os.O_CREAT, 0o666)
+        fcntl.flock(turn, fcntl.LOCK_EX)
+        os.close(turn)
+        held = os.open(lease, os.O_RDWR | os.O_CREAT, 0o666)
+        fcntl.flock(held, fcntl.LOCK_SH)
     for _ in range(20):
         c = a @ b
     torch.cuda.synchronize()
-' > "$out/load.log" 2>&1 &
+    if held is not None:
+        os.close(held)
+    batches += 1
+    if batches % 100 == 0:
+        print(f"load: {batches} batches of 20 GEMMs", flush=True)
+' "$lease" > "$out/load.log" 2>&1 &
     loadpid=$!
     sleep 5
     head -1 "$out/load.log"
   fi
   echo "suite ($(wc -l < "$SUITE") sizes x ${REPEAT:-50}, load=$load) starts at $(elapsed) s"
-  timeout "${SUITE_WALL:-480}" "$CARRY/sandbox_cli" $WORKER --set=baseline_dir=$BASE \
+  timeout "${SUITE_WALL:-480}" "$CARRY/sandbox_cli" $WORKER --set=baseline_dir=$BASE ${lease:+--set=gpu_lease_path=$lease} \
     --set=profiler.time_budget_s="${PROFILE_BUDGET:-0.3}" --set=work_root=/tmp/kr_size_suite \
     --set=verify.wall_seconds=60 --suite="$SUITE" --repeat="${REPEAT:-50}" --json_out="$out/verdicts.jsonl" \
     > "$out/suite_table.txt" 2> "$out/suite_stderr.log"
   echo "suite rc=$? at $(elapsed) s"
   [ -n "$loadpid" ] && kill "$loadpid" 2>/dev/null && wait "$loadpid" 2>/dev/null
+  [ -n "$loadpid" ] && tail -1 "$out/load.log"
 
   $PY - "$out" "$load" <<'PYEOF'
 import json, os, re, statistics, sys, collections
@@ -159,6 +178,9 @@ for label, vs in rows.items():
             steps[name].append(float(ms))
     if steps:
         print(f"  {label} reference steps, ms p50: " + ", ".join(f"{k} {med(x):.0f}" for k, x in steps.items()))
+    waits = [s.get("wall_ms", 0) for v in vs for s in v.get("stages", []) if s["stage"] == "gpu_lease"]
+    if waits:
+        print(f"  {label} waited for the GPU lease: {len(waits)} verdicts, ms p50 {med(waits):.1f}, max {max(waits):.1f}")
     # Block to block within an evaluation (the profile log lists every block's figure), and the
     # baselines' graph blocks this size is compared with: an odd block, or a baseline unlike the
     # candidates, shows here.
@@ -198,8 +220,8 @@ if load == "1":
           f"{blamed} blamed -> {'PASS' if ok else 'FAIL'}")
 else:
     ok = shared == 0 and blamed == 0
-    print(f"device_shared check (quiet): {shared}/{len(allv)} flagged device_shared, {blamed} blamed -> "
-          f"{'PASS' if ok else 'FAIL'}")
+    print(f"device_shared check ({'quiet' if load == '0' else 'load under the lease'}): {shared}/{len(allv)} flagged "
+          f"device_shared, {paid} judged OK, {blamed} blamed -> {'PASS' if ok else 'FAIL'}")
 checks = collections.Counter(re.sub(r"[:(].*", "", (v.get("logs") or {}).get("profile", "").split("gpu share ")[-1])
                              for v in allv if "gpu share " in (v.get("logs") or {}).get("profile", ""))
 if checks:
