@@ -78,7 +78,11 @@ absl::Status ValidateLearnConfig(v1::LearnConfig* o) {
   }
   v1::TrainerDeviceConfig* device = o->mutable_job()->mutable_device();
   if (device->device().empty()) device->set_device(LearnerProcessDevice(*o));
-  if (device->dtype().empty()) device->set_dtype("float32");
+  // bf16 on a GPU (the engine serves in the trainer's dtype), fp32 on the CPU.
+  if (device->dtype().empty()) device->set_dtype(device->device() == "cpu" ? "float32" : "bfloat16");
+  if (device->dtype() != "float32" && device->dtype() != "bfloat16") {
+    return absl::InvalidArgumentError(absl::StrCat("job.device.dtype: float32 or bfloat16, not \"", device->dtype(), "\""));
+  }
   return absl::OkStatus();
 }
 

@@ -33,7 +33,8 @@ void AddLearnFlags(CommandLine& cl);
 extern const char kLearnDefaults[];
 // The experiment preset merged when neither --config nor --preset is given.
 constexpr char kLearnDefaultPreset[] = "family";
-// Required fields and allowed values; fills learner_device ("" = backend) and the job's trainer device.
+// Required fields and allowed values; fills learner_device ("" = backend) and the job's trainer device
+// and dtype (bfloat16 on a GPU, float32 on the CPU, unless the preset says).
 absl::Status ValidateLearnConfig(v1::LearnConfig* o);
 
 // The turns a held-out evaluation gives the policy: the ones it trains with (agentic PPO's).

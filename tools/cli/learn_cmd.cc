@@ -41,7 +41,8 @@ absl::Status StartServices(const v1::LearnConfig& o, Cluster* cluster) {
   std::vector<std::string> learner_args = {
       "--set=state_dir=" + o.paths().run_dir() + "/learner-state", "--set=policy.enabled=true",
       "--set=policy.model_path=" + o.base_checkpoint(), "--set=policy.device=" + LearnerProcessDevice(o),
-      "--set=policy.dtype=float32", "--set=policy.max_seq_len=16384", "--set=policy.max_batch=16"};
+      "--set=policy.dtype=" + o.job().device().dtype(), "--set=policy.max_seq_len=16384",
+      "--set=policy.max_batch=16"};
   std::vector<std::string> sandbox_args = {"--set=backend=" + o.backend()};
   if (o.backend() == "cuda" && o.learner_device() == "cuda") {
     const std::string lease = "--set=gpu_lease_path=" + o.paths().run_dir() + "/gpu.lease";

@@ -1,0 +1,44 @@
+// ValidateLearnConfig: the learner's device and dtype follow --backend and
+// --learner_device unless the preset sets them; bad values are errors.
+#include "gtest/gtest.h"
+#include "tools/cli/learn_cluster.h"
+
+namespace kernelrl::cli {
+namespace {
+
+v1::LearnConfig Minimal(const std::string& backend, const std::string& learner_device) {
+  v1::LearnConfig o;
+  o.set_base_checkpoint("/ckpt");
+  o.set_family_dir("/family");
+  o.set_backend(backend);
+  o.set_learner_device(learner_device);
+  o.set_rollouts_per_task(4);
+  o.set_skill_text("skill");
+  o.mutable_job();
+  return o;
+}
+
+TEST(LearnConfigTest, DtypeFollowsTheLearnersDevice) {
+  struct Case { const char* backend; const char* learner; const char* device; const char* dtype; };
+  for (const Case& c : {Case{"cpu", "", "cpu", "float32"}, Case{"cuda", "cpu", "cpu", "float32"},
+                        Case{"cuda", "", "cuda", "bfloat16"}, Case{"cuda", "cuda:1", "cuda", "bfloat16"}}) {
+    v1::LearnConfig o = Minimal(c.backend, c.learner);
+    ASSERT_TRUE(ValidateLearnConfig(&o).ok()) << c.backend << " " << c.learner;
+    EXPECT_EQ(o.job().device().device(), c.device) << c.backend << " " << c.learner;
+    EXPECT_EQ(o.job().device().dtype(), c.dtype) << c.backend << " " << c.learner;
+  }
+}
+
+TEST(LearnConfigTest, APresetsDtypeStaysAndABadOneIsRefused) {
+  v1::LearnConfig o = Minimal("cuda", "");
+  o.mutable_job()->mutable_device()->set_dtype("float32");
+  ASSERT_TRUE(ValidateLearnConfig(&o).ok());
+  EXPECT_EQ(o.job().device().dtype(), "float32");
+  o.mutable_job()->mutable_device()->set_dtype("fp8");
+  absl::Status s = ValidateLearnConfig(&o);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(s.message()).find("fp8"), std::string::npos) << s;
+}
+
+}  // namespace
+}  // namespace kernelrl::cli
