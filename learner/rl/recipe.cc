@@ -45,6 +45,23 @@ std::vector<std::string> TakePolicies(const v1::RecipeConfig& r, int stage) {
   return {c->take_policies().begin(), c->take_policies().end()};
 }
 
+// A shared hold on the GPU lease around a span of the learner's GPU work;
+// its kernels are done before the lease can go to a sandbox timing on this
+// GPU (common/gpu_lease.h).
+class GpuWork {
+ public:
+  GpuWork(GpuLease::Hold hold, bool cuda) : hold_(std::move(hold)), cuda_(cuda) {}
+  GpuWork(GpuWork&&) = default;
+  GpuWork& operator=(GpuWork&&) = default;
+  ~GpuWork() {
+    if (cuda_ && hold_.held()) c10::cuda::device_synchronize();
+  }
+
+ private:
+  GpuLease::Hold hold_;
+  bool cuda_ = false;
+};
+
 class RecipeRunner : public JobRunner {
  public:
   RecipeRunner(WeightSink* sink, LearnerMetrics* metrics, DpLeader* dp, const std::string& gpu_lease_path)
@@ -81,6 +98,8 @@ class RecipeRunner : public JobRunner {
   std::vector<Sample> ToSamples(const std::vector<v1::Trajectory>& ts, StepMetrics* m) const;
   // One update on the global batch: this rank's shard when data-parallel.
   absl::StatusOr<StepMetrics> Train(StepKind kind, const std::vector<Sample>& batch);
+  // The lease held shared until the returned GpuWork goes (an unheld one without a lease).
+  absl::StatusOr<GpuWork> HoldGpu() const;
 
   WeightSink* sink_;  // Where each committed version is served from (may be null).
   LearnerMetrics* metrics_;
@@ -215,13 +234,19 @@ absl::StatusOr<StepMetrics> RecipeRunner::Train(StepKind kind, const std::vector
     n = static_cast<int64_t>(batch.size());
   }
   const std::vector<Sample>& b = dp_ != nullptr ? mine : batch;
-  absl::StatusOr<GpuLease::Hold> hold = lease_.Shared();  // a sandbox timing on this GPU waits for the step
+  absl::StatusOr<GpuWork> gpu = HoldGpu();  // a sandbox timing on this GPU waits for the step
+  if (!gpu.ok()) return gpu.status();
+  switch (kind) {
+    case StepKind::kPpo: return trainer_->PpoStep(b, n);
+    case StepKind::kSft: return trainer_->SftStep(b, n);
+    default: return trainer_->ValueStep(b, n);
+  }
+}
+
+absl::StatusOr<GpuWork> RecipeRunner::HoldGpu() const {
+  absl::StatusOr<GpuLease::Hold> hold = lease_.Shared();
   if (!hold.ok()) return hold.status();
-  absl::StatusOr<StepMetrics> m = kind == StepKind::kPpo   ? trainer_->PpoStep(b, n)
-                                  : kind == StepKind::kSft ? trainer_->SftStep(b, n)
-                                                           : trainer_->ValueStep(b, n);
-  if (lease_.enabled() && trainer_->policy().options().device.is_cuda()) c10::cuda::device_synchronize();
-  return m;
+  return GpuWork(std::move(*hold), trainer_->policy().options().device.is_cuda());
 }
 
 absl::StatusOr<std::vector<v1::Trajectory>> RecipeRunner::WaitForBatch(JobContext* ctx, int n,
@@ -245,6 +270,8 @@ absl::Status RecipeRunner::Commit(JobContext* ctx, int stage, const std::vector<
   if (!trained.empty()) {
     if (auto s = ingest_->MarkTrained(trained, step); !s.ok()) return s;
   }
+  absl::StatusOr<GpuWork> gpu = HoldGpu();  // the checkpoint's and the publish's copies
+  if (!gpu.ok()) return gpu.status();
   auto t0 = std::chrono::steady_clock::now();
   const bool full = step % std::max(1, config_.checkpoint().full_every()) == 0;
   // Between full checkpoints an export is written only for a sink that reads directories.
@@ -509,6 +536,8 @@ absl::Status RecipeRunner::RunValuePretrain(JobContext* ctx, int stage) {
     if (!m.ok()) return m.status();
     double ev = (*m)["explained_variance"];  // Fresh batch: the values before this update.
     if (!held_out.empty()) {
+      absl::StatusOr<GpuWork> gpu = HoldGpu();
+      if (!gpu.ok()) return gpu.status();
       auto values = dp_ != nullptr ? dp_->CriticValues(held_out, trainer_.get()) : trainer_->CriticValues(held_out);
       if (!values.ok()) return values.status();
       std::vector<float> v, ret;
