@@ -15,6 +15,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/match.h"
 #include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "learner/model.h"
 #include "learner/policy/decode_graphs.h"
 #include "learner/policy/kv_blocks.h"
@@ -153,6 +155,7 @@ PolicyEngine::Info PolicyEngine::GetInfo() const {
   info.prefix_hit_tokens = published_.prefix_hit_tokens;
   info.prefill_tokens = published_.prefill_tokens;
   info.preemptions = published_.preemptions;
+  info.gpu_lease_wait_s = published_.gpu_lease_wait_s;
   info.decode_graphs = decode_graphs_;
   return info;
 }
@@ -211,8 +214,10 @@ void PolicyEngine::Loop() {
     }
     if (!intake.empty()) Intake(std::move(intake), version);
     {
+      const absl::Time asked = absl::Now();
       absl::StatusOr<GpuLease::Hold> hold = lease.Shared();
       if (!hold.ok()) KLOG(ERROR) << "policy engine: " << hold.status().message() << " (stepping without it)";
+      if (lease.enabled()) stats_.gpu_lease_wait_s += absl::ToDoubleSeconds(absl::Now() - asked);
       Admit();
       Prefill();
       RemoveFinished();

@@ -175,6 +175,7 @@ class PolicyEngine {
     int64_t prefill_tokens;    // Of those, computed.
     int64_t preemptions;
     int decode_graphs;  // CUDA graphs captured (cuda_graphs; 0 when off or failed).
+    double gpu_lease_wait_s;  // Steps held back by the GPU lease (a sandbox timing on this GPU).
   };
   Info GetInfo() const ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -183,6 +184,7 @@ class PolicyEngine {
   struct Sequence;
   struct Stats {
     int64_t prompt_tokens = 0, prefix_hit_tokens = 0, prefill_tokens = 0, preemptions = 0;
+    double gpu_lease_wait_s = 0;
   };
   void Loop();
   // Step 0: validates requests taken from the queue; the valid ones wait.

@@ -17,6 +17,7 @@ struct EngineMetrics::State {
   Counter* prefill_tokens;
   Counter* generated;
   Counter* preemptions;
+  Counter* lease_wait;
   PolicyEngine::Info last ABSL_GUARDED_BY(mu) = {};  // Counter values already exported.
 
   void Collect() {
@@ -35,6 +36,7 @@ struct EngineMetrics::State {
     prefill_tokens->Increment(static_cast<double>(now.prefill_tokens - last.prefill_tokens));
     generated->Increment(static_cast<double>(now.tokens_generated - last.tokens_generated));
     preemptions->Increment(static_cast<double>(now.preemptions - last.preemptions));
+    lease_wait->Increment(now.gpu_lease_wait_s - last.gpu_lease_wait_s);
     last = now;
   }
 };
@@ -71,6 +73,11 @@ EngineMetrics::EngineMetrics(const PolicyEngine* engine, MetricsRegistry* r, con
   s.preemptions = &r->AddCounter("kernelrl_policy_preemptions_total",
                                  "Running sequences preempted for KV blocks (recomputed later).", {"engine"})
                        .Labels(label);
+  s.lease_wait = &r->AddCounter("kernelrl_policy_gpu_lease_wait_seconds_total",
+                                "Seconds the engine's steps waited for the GPU lease while a sandbox worker timed "
+                                "a candidate on the same GPU (0 without a lease).",
+                                {"engine"})
+                      .Labels(label);
   std::weak_ptr<State> weak = state_;
   r->AddCollectHook([weak] {
     if (auto state = weak.lock()) state->Collect();

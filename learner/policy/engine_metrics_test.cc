@@ -49,6 +49,7 @@ TEST(EngineMetricsTest, SeriesFollowTheEngine) {
   EXPECT_TRUE(HasLine(text, "kernelrl_policy_prefill_tokens_total{engine=\"cpu\"} 14")) << text;
   EXPECT_TRUE(HasLine(text, "kernelrl_policy_generated_tokens_total{engine=\"cpu\"} 10")) << text;
   EXPECT_TRUE(HasLine(text, "kernelrl_policy_preemptions_total{engine=\"cpu\"} 0")) << text;
+  EXPECT_TRUE(HasLine(text, "kernelrl_policy_gpu_lease_wait_seconds_total{engine=\"cpu\"} 0")) << text;
   EXPECT_TRUE(HasLine(text, "kernelrl_policy_running_sequences{engine=\"cpu\"} 0")) << text;
   // A second scrape does not count the same work twice.
   EXPECT_TRUE(HasLine(registry.Expose(), "kernelrl_policy_prompt_tokens_total{engine=\"cpu\"} 26"));

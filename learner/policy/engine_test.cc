@@ -285,6 +285,7 @@ TEST(PolicyEngineTest, StepsWaitWhileATimerHoldsTheGpuLease) {
   ASSERT_TRUE(res.ok()) << res.status();
   EXPECT_EQ(res->output_ids.size(), 4u);
   EXPECT_EQ(tokens.load(), 4);
+  EXPECT_GT(engine.GetInfo().gpu_lease_wait_s, 0.0);  // at least the 300 ms above
 }
 
 // on_token sees exactly the returned ids and log-probs, in order, for
