@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 
 namespace kernelrl {
 namespace {
@@ -18,10 +19,20 @@ absl::StatusOr<int> OpenLockFile(const std::string& path) {
   return fd;
 }
 
-absl::Status Lock(int fd, int op, const std::string& path) {
-  while (::flock(fd, op) != 0) {
+// Blocks in flock(2) without a deadline; with one, polls it (LOCK_NB) every
+// millisecond or two until then.
+absl::Status Lock(int fd, int op, const std::string& path, absl::Time deadline) {
+  const bool wait_forever = deadline == absl::InfiniteFuture();
+  while (::flock(fd, wait_forever ? op : op | LOCK_NB) != 0) {
     if (errno == EINTR) continue;
-    return absl::UnavailableError(absl::StrCat("gpu lease: cannot lock ", path, ": ", std::strerror(errno)));
+    if (errno != EWOULDBLOCK || wait_forever) {
+      return absl::UnavailableError(absl::StrCat("gpu lease: cannot lock ", path, ": ", std::strerror(errno)));
+    }
+    if (absl::Now() >= deadline) {
+      return absl::DeadlineExceededError(absl::StrCat("gpu lease: ", path, " not granted in time (a holder is still "
+                                                      "in its step)"));
+    }
+    absl::SleepFor(absl::Milliseconds(1));
   }
   return absl::OkStatus();
 }
@@ -42,21 +53,24 @@ void GpuLease::Hold::Release() {
   fd_ = -1;
 }
 
-absl::StatusOr<GpuLease::Hold> GpuLease::Shared() const { return Take(false); }
-absl::StatusOr<GpuLease::Hold> GpuLease::Exclusive() const { return Take(true); }
+absl::StatusOr<GpuLease::Hold> GpuLease::Shared() const { return Take(false, absl::InfiniteFuture()); }
 
-absl::StatusOr<GpuLease::Hold> GpuLease::Take(bool exclusive) const {
+absl::StatusOr<GpuLease::Hold> GpuLease::Exclusive(absl::Duration max_wait) const {
+  return Take(true, max_wait == absl::InfiniteDuration() ? absl::InfiniteFuture() : absl::Now() + max_wait);
+}
+
+absl::StatusOr<GpuLease::Hold> GpuLease::Take(bool exclusive, absl::Time deadline) const {
   if (!enabled()) return Hold();
   const std::string turn_path = path_ + ".turn";
   auto turn = OpenLockFile(turn_path);
   if (!turn.ok()) return turn.status();
   Hold turn_hold(*turn);
-  if (absl::Status s = Lock(*turn, LOCK_EX, turn_path); !s.ok()) return s;
+  if (absl::Status s = Lock(*turn, LOCK_EX, turn_path, deadline); !s.ok()) return s;
   if (!exclusive) turn_hold.Release();  // Only passing through: a waiting exclusive taker holds it.
   auto main = OpenLockFile(path_);
   if (!main.ok()) return main.status();
   Hold hold(*main);
-  if (absl::Status s = Lock(*main, exclusive ? LOCK_EX : LOCK_SH, path_); !s.ok()) return s;
+  if (absl::Status s = Lock(*main, exclusive ? LOCK_EX : LOCK_SH, path_, deadline); !s.ok()) return s;
   return hold;
 }
 

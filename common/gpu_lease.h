@@ -4,6 +4,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 
 namespace kernelrl {
 
@@ -46,10 +47,12 @@ class GpuLease {
 
   // Block until granted. Errors: the lease files cannot be opened or locked.
   absl::StatusOr<Hold> Shared() const;
-  absl::StatusOr<Hold> Exclusive() const;
+  // As Shared, exclusively; DeadlineExceeded when not granted within
+  // `max_wait` (a holder stuck in its step must not stall the timer for good).
+  absl::StatusOr<Hold> Exclusive(absl::Duration max_wait = absl::InfiniteDuration()) const;
 
  private:
-  absl::StatusOr<Hold> Take(bool exclusive) const;
+  absl::StatusOr<Hold> Take(bool exclusive, absl::Time deadline) const;
   std::string path_;
 };
 

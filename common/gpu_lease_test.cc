@@ -91,6 +91,22 @@ TEST(GpuLeaseTest, WaitingExclusiveIsNotStarvedByNewSharedHolds) {
   EXPECT_TRUE(granted.load());
 }
 
+TEST(GpuLeaseTest, AnExclusiveWaitHasADeadlineAndLeavesTheTurnFree) {
+  GpuLease lease(LeasePath());
+  auto shared = lease.Shared();
+  ASSERT_TRUE(shared.ok());
+  auto ex = lease.Exclusive(absl::Milliseconds(20));
+  EXPECT_EQ(ex.status().code(), absl::StatusCode::kDeadlineExceeded) << ex.status();
+  EXPECT_TRUE(Free(lease.path() + ".turn", LOCK_EX));  // Shared takers are not held back after it.
+  auto again = lease.Shared();
+  ASSERT_TRUE(again.ok());
+  shared->Release();
+  again->Release();
+  auto now = lease.Exclusive(absl::Seconds(30));
+  ASSERT_TRUE(now.ok()) << now.status();
+  EXPECT_TRUE(now->held());
+}
+
 TEST(GpuLeaseTest, AHolderThatDiesFreesTheGpu) {
   GpuLease lease(LeasePath());
   int ready[2];

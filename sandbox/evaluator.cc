@@ -561,7 +561,7 @@ Verdict Evaluator::Run(const EvaluateRequest& request, const ProgressFn& progres
   absl::StatusOr<GpuLease::Hold> lease = GpuLease::Hold();
   if (job.profile() && gpu_lease_.enabled()) {
     t = MonotonicMs();
-    lease = gpu_lease_.Exclusive();
+    lease = gpu_lease_.Exclusive(absl::Seconds(lim.wall_seconds()));
     if (!lease.ok()) return finish(Verdict::INFRA_ERROR, std::string(lease.status().message()));
     AddStage(v, "gpu_lease", MonotonicMs() - t);
     job.set_gpu_lease_granted_unix_s(absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()));

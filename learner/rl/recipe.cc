@@ -104,7 +104,7 @@ class RecipeRunner : public JobRunner {
   WeightSink* sink_;  // Where each committed version is served from (may be null).
   LearnerMetrics* metrics_;
   DpLeader* dp_;  // Null: one rank.
-  const GpuLease lease_;  // Held shared around each training step ("" = none).
+  const GpuLease lease_;  // Held shared around steps, checkpoints and publishes ("" = none).
   bool dp_setup_ = false;
   double peak_flops_ = 0;  // All devices of the step, for MFU.
   v1::LearnerJobConfig config_;

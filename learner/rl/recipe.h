@@ -39,7 +39,8 @@ class DpLeader;
 // dp: data-parallel training over the ranks it drives (learner/rl/dp_job.h;
 // null = one device). Only this process (rank 0) writes checkpoints, the
 // ledger and policy versions. gpu_lease_path: LearnerConfig.gpu_lease_path,
-// held shared around each training step (common/gpu_lease.h; "" = none).
+// held shared around the learner's GPU work: each training step, checkpoint
+// and publish (common/gpu_lease.h; "" = none).
 std::unique_ptr<JobRunner> MakeRecipeRunner(WeightSink* sink, LearnerMetrics* metrics = nullptr,
                                             DpLeader* dp = nullptr, const std::string& gpu_lease_path = "");
 
