@@ -545,13 +545,6 @@ Verdict Evaluator::Run(const EvaluateRequest& request, const ProgressFn& progres
     for (const char* k : {"identity", "new_root", "data_limit"}) iso[k] = true;
     for (auto& step : iso) step.second = false;
   }
-  // The protocol (sets, distributions, tolerances, precision, the profiler's
-  // knobs) goes to the reference process through the trusted dir, which the
-  // candidate's process cannot see; the zygote and its children get the rest.
-  if (absl::Status s = WriteProtocol(job, job_dir + "/trusted/" + kProtocolFile); !s.ok()) {
-    return finish(Verdict::INFRA_ERROR, std::string(s.message()));
-  }
-  HarnessJob sent = WithoutProtocol(job);
   verify_waiting_.fetch_add(1);
   note("verify", false, absl::StrCat("queue position ", verify_waiting_.load()));
   absl::MutexLock gpu(&gpu_mu_);
@@ -565,10 +558,15 @@ Verdict Evaluator::Run(const EvaluateRequest& request, const ProgressFn& progres
     if (!lease.ok()) return finish(Verdict::INFRA_ERROR, std::string(lease.status().message()));
     AddStage(v, "gpu_lease", MonotonicMs() - t);
     job.set_gpu_lease_granted_unix_s(absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()));
-    if (absl::Status s = WriteProtocol(job, job_dir + "/trusted/" + kProtocolFile); !s.ok()) {
-      return finish(Verdict::INFRA_ERROR, std::string(s.message()));
-    }
   }
+  // The protocol (sets, distributions, tolerances, precision, the profiler's
+  // knobs, the lease's grant) goes to the reference process through the
+  // trusted dir, which the candidate's process cannot see; the zygote and its
+  // children get the rest.
+  if (absl::Status s = WriteProtocol(job, job_dir + "/trusted/" + kProtocolFile); !s.ok()) {
+    return finish(Verdict::INFRA_ERROR, std::string(s.message()));
+  }
+  const HarnessJob sent = WithoutProtocol(job);
   t = MonotonicMs();
   absl::StatusOr<HarnessVerifyReply> r = verify_->Verify(sent, lim.wall_seconds() + 120);
   const double verify_ms = MonotonicMs() - t;
