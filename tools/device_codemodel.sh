@@ -1,10 +1,18 @@
 #!/usr/bin/env bash
-# The code model on the GPU (docs/CODEMODEL.md), one self-contained call of <= 600 s:
+# The code model on the GPU (docs/CODEMODEL.md), in calls of <= 600 s:
 #
 #   here:   tools/device_codemodel.sh --stage     # tools/device_ops.sh --stage (.devcarry/ops) and
 #                                                 # .devcarry/codemodel: corpus_gen, pretrain, design_report, the task set
 #   device: [SEED=1] [ABLATION=none|no_rft|no_value] tools/device_codemodel.sh
 #           # run tool, carry [".devcarry/ops", ".devcarry/codemodel"]
+#
+# A call cannot hold the baselines (~300 s), pre-training (~350 s) and a job, so on two GPUs
+# (nvidia-h200-x2) the run takes a base call, then job calls:
+#   a. LEARNER_DEVICE=cuda:1 JOBS=" " PRECOMPUTE_WALL=290 tools/device_codemodel.sh
+#      (pre-training on GPU 1 beside the baselines on GPU 0) -> base.tgz, results.tgz (baselines.jsonl)
+#   b. here: tools/device_codemodel.sh --stage-in DIR   # DIR holds call a's base.tgz and results.tgz
+#      device: BASE_IN=.devcarry/codemodel/in/base.tgz BASELINES_IN=.devcarry/codemodel/in/baselines.jsonl \
+#              LEARNER_DEVICE=cuda:1 [SEED=..] [JOBS=..] tools/device_codemodel.sh
 #
 # On the device, in order:
 #  1. eager + torch.compile baselines of the task set (3 training + 4 held-out tasks per family:
@@ -27,8 +35,9 @@
 # design_report.json, reward.png, rates.png, stability.png, designs.png), final_policy-<seed>-<ablation>.tgz
 # per job, logs.tgz (the runs without checkpoints, trajectories included). Rehearse here on the CPU sandbox:
 # tools/device_codemodel.sh --stage --cpu, then BACKEND=cpu OUT=DIR tools/device_codemodel.sh (no baselines).
-# Knobs: SEED (1), ABLATION (none), JOBS ("$SEED:$ABLATION"), PRECOMPUTE_WALL (150 s), WARM_WALL (45 s), PRETRAIN_STEPS (300),
-# PRETRAIN_ARGS ("--hidden=256 --layers=4 --heads=4 --kv_heads=2 --intermediate=704 --batch=16 --lr=2e-3"),
+# Knobs: SEED (1), ABLATION (none), JOBS ("$SEED:$ABLATION"; " " runs none), PRECOMPUTE_WALL (150 s), WARM_WALL (45 s),
+# PRETRAIN_STEPS (700: ~320 s on an H200; 150 steps left a model that writes no valid tool call),
+# PRETRAIN_ARGS ("--hidden=256 --layers=4 --heads=4 --kv_heads=2 --intermediate=704 --batch=4 --lr=2e-3 --warmup_steps=10"),
 # PER_TASK (8 corpus episodes per training task), LEARN_WALL (270 s), WARMUP (48), RFT_EPOCHS (4),
 # VALUE_STEPS (16), AGENTIC_STEPS (40), BATCH (16), ACTORS (4), EVAL_ROLLOUTS (4), EVAL_TEMP (1),
 # LEARNER_DEVICE (cuda; cpu on one GPU, cuda:1 on two: see docs/CODEMODEL.md), LEARN_ARGS (more `kernelrl learn` flags).
@@ -36,6 +45,17 @@ set -u
 C=.devcarry/ops
 M=.devcarry/codemodel
 
+if [ "${1:-}" = "--stage-in" ]; then  # Run HERE, after --stage: an earlier call's base and baselines travel.
+  set -e
+  IN=${2:?usage: tools/device_codemodel.sh --stage-in DIR (with base.tgz and results.tgz)}
+  rm -rf "$M/in" && mkdir -p "$M/in"
+  cp "$IN/base.tgz" "$M/in/"
+  tar xzf "$IN/results.tgz" -C "$M/in" baselines.jsonl
+  # A job call neither writes a corpus nor pre-trains: their binaries stay here (the carry's 64 MiB).
+  rm -f "$M/bin/corpus_gen" "$M/bin/pretrain"
+  echo "carried: $(du -cb "$C" "$M" | tail -1 | cut -f1 | awk '{print int($1 / 1048576)}') MiB, $(wc -l < "$M/in/baselines.jsonl") baselines"
+  exit 0
+fi
 if [ "${1:-}" = "--stage" ]; then  # Run HERE.
   set -e
   bash tools/device_ops.sh --stage
@@ -80,7 +100,9 @@ elapsed() { echo $(( $(date +%s) - T0 )); }
 OUT=${LOCAL_RUN:-${OUT:-/tmp/codemodel_device_out}}; mkdir -p "$OUT"
 BACKEND=${BACKEND:-cuda}
 [ "$BACKEND" = cpu ] && M=.devcarry/codemodel-cpu
-[ -x "$C/bin/tools/cli/kernelrl" ] && [ -x "$M/bin/pretrain" ] || { echo "run tools/device_codemodel.sh --stage [--cpu] here"; exit 2; }
+[ -x "$C/bin/tools/cli/kernelrl" ] && [ -x "$M/bin/design_report" ] || { echo "run tools/device_codemodel.sh --stage [--cpu] here"; exit 2; }
+[ -n "${BASE_IN:-}" ] || [ -x "$M/bin/pretrain" ] ||
+  { echo "no corpus_gen/pretrain in $M (staged for job calls by --stage-in): set BASE_IN, or --stage again"; exit 2; }
 PY=${PYTHON:-python3}
 . "$(dirname "$0")/device_libs.sh"
 device_lib_path "$C" "$C/bin/learner/learner_main" --print_config
@@ -95,13 +117,32 @@ DEV=$([ "$BACKEND" = cuda ] && echo cuda || echo cpu)
 PRESETS=${PRESETS:-family}
 PRESET_CONFIGS=() PRESET_FLAGS=()
 for p in $PRESETS; do PRESET_CONFIGS+=(--config=configs/learn/$p.textproto); PRESET_FLAGS+=(--preset=$p); done
-CORPUS=""
+# 2. Pre-training on the GPU, once the corpus is written (its base model comes back as base.tgz: BASE_IN of
+#    a later call). With the learner on a second GPU (LEARNER_DEVICE=cuda:N) it runs there while the
+#    baselines are measured on GPU 0; otherwise after them.
+make_corpus() {
+  "$M/bin/corpus_gen" "${PRESET_CONFIGS[@]}" --tasks="$M/all_train.jsonl" --out="$RUN/corpus" \
+    --device=$DEV --per_task=${PER_TASK:-8} --seed=$SEED --vocab_size=4096 > "$OUT/corpus.log" 2>&1 ||
+    { tail -20 "$OUT/corpus.log"; return 1; }
+  echo "corpus at $(elapsed) s: $(tr -d '\n ' < "$RUN/corpus/stats.json" | cut -c1-400)"
+}
+pretrain_base() {
+  "$M/bin/pretrain" --corpus_dir="$RUN/corpus" --out="$RUN/base" --device=$DEV --steps=${PRETRAIN_STEPS:-700} \
+    --seed=$SEED ${PRETRAIN_ARGS:---hidden=256 --layers=4 --heads=4 --kv_heads=2 --intermediate=704 --batch=4 --lr=2e-3 --warmup_steps=10} \
+    > "$OUT/pretrain.json" 2> "$OUT/pretrain.log" || { tail -20 "$OUT/pretrain.log"; return 1; }
+  echo "pretrained at $(elapsed) s: $(cat "$OUT/pretrain.json")"
+  [ -n "${LOCAL_RUN:-}" ] || tar czf "$OUT/base.tgz" -C "$RUN/base" .
+}
+CORPUS="" BUILD_BASE=""
+LEARNER_GPU=$(echo "${LEARNER_DEVICE:-}" | sed -n 's/^cuda:\([0-9]\+\)$/\1/p')
 if [ -n "${BASE_IN:-}" ]; then  # An earlier call's base model (base.tgz): no corpus, no pre-training.
   mkdir -p "$RUN/base" && tar xzf "$BASE_IN" -C "$RUN/base"
+elif [ -n "$LEARNER_GPU" ] && [ "$BACKEND" = cuda ]; then
+  ( make_corpus && CUDA_VISIBLE_DEVICES=$LEARNER_GPU pretrain_base ) &
+  BUILD_BASE=$!
 else
-"$M/bin/corpus_gen" "${PRESET_CONFIGS[@]}" --tasks="$M/all_train.jsonl" --out="$RUN/corpus" \
-  --device=$DEV --per_task=${PER_TASK:-8} --seed=$SEED --vocab_size=4096 > "$OUT/corpus.log" 2>&1 &
-CORPUS=$!
+  make_corpus &
+  CORPUS=$!
 fi
 GPU_FLAGS=()
 if [ "$BACKEND" = cuda ]; then
@@ -115,7 +156,8 @@ if [ "$BACKEND" = cuda ]; then
              --set=sandbox.profiler_root=$PWD --set=sandbox.profiler.time_budget_s=0.2)
   export TORCHINDUCTOR_CACHE_DIR=/tmp/kr_inductor
   WW=${WARM_WALL:-45}
-  PYTHONPATH=$PWD TORCHINDUCTOR_COMPILE_THREADS=2 timeout "$WW" $PY -m profiler_service.harness.precompute \
+  [ -n "${BASELINES_IN:-}" ] && WW=0  # torch.compile's cache only serves the baselines' measurement
+  [ "$WW" = 0 ] || PYTHONPATH=$PWD TORCHINDUCTOR_COMPILE_THREADS=2 timeout "$WW" $PY -m profiler_service.harness.precompute \
     --tasks_root "$M/tasks" --levels family --out "$OUT/compile_warm.jsonl" --workers 8 --warm_only \
     --deadline_s $(( WW - 8 )) > "$OUT/compile_warm.log" 2>&1
   R=$PWD/$C/bin/sandbox/sandbox_main.runfiles/kernelrl
@@ -142,16 +184,8 @@ if [ "$BACKEND" = cuda ]; then
     --table="$OUT/baselines.tsv" > "$OUT/import.log" 2>&1 || echo "baseline import failed (import.log): rewards stay at 1 (baseline_missing)"
 fi
 
-# 2. Pre-training on the GPU, once the corpus is written (its base model comes back as base.tgz: BASE_IN of
-#    a later call).
-if [ -n "$CORPUS" ]; then
-wait $CORPUS || { tail -20 "$OUT/corpus.log"; exit 1; }
-echo "corpus at $(elapsed) s: $(tr -d '\n ' < "$RUN/corpus/stats.json" | cut -c1-400)"
-"$M/bin/pretrain" --corpus_dir="$RUN/corpus" --out="$RUN/base" --device=$DEV --steps=${PRETRAIN_STEPS:-150} \
-  --seed=$SEED ${PRETRAIN_ARGS:---hidden=256 --layers=4 --heads=4 --kv_heads=2 --intermediate=704 --batch=4 --lr=2e-3 --warmup_steps=10} \
-  > "$OUT/pretrain.json" 2> "$OUT/pretrain.log" || { tail -20 "$OUT/pretrain.log"; exit 1; }
-echo "pretrained at $(elapsed) s: $(cat "$OUT/pretrain.json")"
-[ -n "${LOCAL_RUN:-}" ] || tar czf "$OUT/base.tgz" -C "$RUN/base" .
+if [ -n "$BUILD_BASE" ]; then wait $BUILD_BASE || exit 1
+elif [ -n "$CORPUS" ]; then { wait $CORPUS && pretrain_base; } || exit 1
 fi
 
 # 3-4. The recipe's jobs on the same base, one after the other (JOBS: SEED:ABLATION pairs); per job its
