@@ -530,6 +530,32 @@ absl::Status Ingest::RecordUpdate(int64_t step, const std::string& stage, int64_
   return ledger_->Append({r});
 }
 
+absl::StatusOr<bool> Ingest::Import(const std::string& stage, const v1::Trajectory& t, const std::string& source) {
+  if (t.id().empty() || t.id().size() > 200) return absl::InvalidArgumentError("trajectory id must be 1 to 200 bytes");
+  if (!IsTrainingSample(t.final_verdict())) {
+    return absl::InvalidArgumentError(absl::StrCat(t.id(), ": an infra error is never trained on"));
+  }
+  if (auto s = SampleFromTrajectory(t, options_.vocab_size, options_.max_trajectory_tokens); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(t.id(), ": ", s.status().message()));
+  }
+  absl::MutexLock lock(&mu_);
+  if (known_.count(t.id())) return false;
+  if (auto s = WriteFileAtomically(TrajectoryPath(t.id()), t.SerializeAsString()); !s.ok()) return s;
+  v1::LedgerRecord r = Record(v1::LedgerRecord::ACCEPTED);
+  r.set_trajectory_id(t.id());
+  r.set_task_id(t.task_id());
+  r.set_stage(stage);
+  r.set_policy_version(t.policy_version());
+  r.set_reward(t.reward());
+  r.set_reason("imported from " + source);
+  if (auto s = ledger_->Append({r}); !s.ok()) return s;
+  known_.insert(t.id());
+  accepted_in_[stage].push_back(t.id());
+  buffer_.push_back({t.id(), t.task_id(), stage, t.policy_version(), 0, t.reward()});  // As Replay rebuilds it.
+  ++counters_.accepted;
+  return true;
+}
+
 absl::StatusOr<std::vector<v1::Trajectory>> Ingest::AcceptedIn(const std::string& stage) {
   absl::MutexLock lock(&mu_);
   std::vector<v1::Trajectory> out;

@@ -128,6 +128,11 @@ class Ingest {
   // fast updates. Replay ignores these records.
   absl::Status RecordUpdate(int64_t step, const std::string& stage, int64_t stage_step, int64_t policy_version,
                             const std::map<std::string, double>& metrics) ABSL_LOCKS_EXCLUDED(mu_);
+  // Records an earlier job's accepted trajectory as accepted in `stage`
+  // (file and ledger, so a restart replays it), without a lease. An id
+  // already accepted is left alone (false).
+  absl::StatusOr<bool> Import(const std::string& stage, const v1::Trajectory& trajectory, const std::string& source)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Every trajectory accepted in `stage` (the warm-up set RFT and value
   // pretraining read), in acceptance order.
   absl::StatusOr<std::vector<v1::Trajectory>> AcceptedIn(const std::string& stage) ABSL_LOCKS_EXCLUDED(mu_);

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <set>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -20,6 +21,7 @@
 #include "learner/rl/job_config.h"
 #include "learner/rl/rft_filter.h"
 #include "learner/rl/trainer.h"
+#include "learner/rl/warmup_import.h"
 
 namespace kernelrl::learner::rl {
 namespace {
@@ -74,6 +76,7 @@ class RecipeRunner : public JobRunner {
   // Steps in a stage (0 = skip it) and whether it is switched off.
   int64_t StageSteps(int stage) const;
   absl::Status RunStage(JobContext* ctx, int stage);
+  absl::Status ImportWarmup(JobContext* ctx, int stage, int64_t steps);
   // Waits for a batch of whole groups (n trajectories); empty when the job should stop.
   absl::StatusOr<std::vector<v1::Trajectory>> WaitForBatch(JobContext* ctx, int n, bool drop_zero_variance);
   // Value pretraining; ends at the explained-variance level or the step cap.
@@ -395,12 +398,33 @@ absl::Status RecipeRunner::Flush() {
   return SaveFull(static_cast<int>(stage_), step_, version_, stage_step_).status();
 }
 
+// The warm-up set of an earlier job (StageConfig.import_job_dir) in place of
+// collecting one; nothing is leased in this stage.
+absl::Status RecipeRunner::ImportWarmup(JobContext* ctx, int stage, int64_t steps) {
+  const Stage& st = kStages[stage];
+  const std::string& dir = config_.recipe().agent_warmup().import_job_dir();
+  ingest_->SetStage(st.name, tasks_, std::max(1, spec_.rollouts_per_task()), /*max_fresh_issues=*/0,
+                    /*model_only=*/false, TakePolicies(config_.recipe(), stage));
+  std::set<std::string> task_ids;
+  for (const v1::Task& t : tasks_) task_ids.insert(t.id());
+  auto set = ReadWarmupSet(dir, spec_.base_checkpoint(), task_ids, steps);
+  if (!set.ok()) return set.status();
+  for (const v1::Trajectory& t : *set) {
+    if (auto imported = ingest_->Import(st.name, t, dir); !imported.ok()) return imported.status();
+  }
+  auto got = ingest_->AcceptedIn(st.name);
+  if (!got.ok()) return got.status();
+  KLOG(INFO) << "job " << ctx->job_id() << ": " << got->size() << " warm-up trajectories imported from " << dir;
+  return ctx->Update([&](v1::Job* j) { j->set_stage("rft"), j->set_stage_step(0); });
+}
+
 absl::Status RecipeRunner::RunStage(JobContext* ctx, int stage) {
   const Stage& st = kStages[stage];
   const int64_t steps = StageSteps(stage);
   const auto& r = config_.recipe();
   const int n = config_.batch().trajectories_per_step();
   const bool fresh_values = st.kind == Kind::kValue && !r.value_pretrain().use_warmup_trajectories();
+  if (st.kind == Kind::kCollect && !r.agent_warmup().import_job_dir().empty()) return ImportWarmup(ctx, stage, steps);
   if (st.kind == Kind::kPpo || st.kind == Kind::kCollect || fresh_values) {
     const int max_turns = stage == 0   ? r.single_turn_ppo().max_turns()
                           : stage == 1 ? r.agent_warmup().max_turns()

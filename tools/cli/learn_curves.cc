@@ -60,7 +60,8 @@ Json TrainedAudit::ToJson() const {
                        {"verdicts_from_cache", Json(verdicts_cached)},
                        {"verdict_cache_hit_rate", Json(trajectories ? 1.0 * verdicts_cached / trajectories : 0)},
                        {"warmup_accepted", Json(warmup_accepted)},
-                       {"warmup_from_engineer_actors", Json(warmup_from_engineer)}});
+                       {"warmup_from_engineer_actors", Json(warmup_from_engineer)},
+                       {"warmup_imported", Json(warmup_imported)}});
 }
 
 absl::StatusOr<Json> UpdatesFromLedger(const std::string& job_dir, int64_t start_unix_ms) {
@@ -95,6 +96,11 @@ absl::StatusOr<std::map<int64_t, VerdictStats>> TrainedStats(const std::string& 
     if (r.kind() == v1::LedgerRecord::LEASED) {
       leases[r.lease_id()] = {r.actor_id(), r.stage()};
     } else if (r.kind() == v1::LedgerRecord::ACCEPTED && audit != nullptr) {
+      if (r.lease_id().empty() && r.stage() == "agent_warmup") {  // Imported from an earlier job's warm-up.
+        ++audit->warmup_accepted;
+        ++audit->warmup_imported;
+        continue;
+      }
       const auto& [actor, stage] = leases[r.lease_id()];
       if (stage == "agent_warmup") {
         ++audit->warmup_accepted;

@@ -41,8 +41,9 @@ struct TrainedAudit {
   int flagged_reward_above_1 = 0, verdicts_cached = 0;
   std::set<std::string> flags_seen;
   // Warm-up trajectories accepted, and those leased by a scripted-engineer actor ("engineer-*"): the
-  // rest were leased by a model actor just before the pools switched.
-  int warmup_accepted = 0, warmup_from_engineer = 0;
+  // rest were leased by a model actor just before the pools switched, or imported from an earlier
+  // job's warm-up (StageConfig.import_job_dir: no lease).
+  int warmup_accepted = 0, warmup_from_engineer = 0, warmup_imported = 0;
   Json ToJson() const;
 };
 

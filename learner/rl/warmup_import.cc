@@ -1,0 +1,50 @@
+#include "learner/rl/warmup_import.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/file.h"
+#include "google/protobuf/text_format.h"
+#include "learner/rl/ingest.h"
+#include "learner/rl/ledger.h"
+#include "proto/learner.pb.h"
+
+namespace kernelrl::learner::rl {
+
+absl::StatusOr<std::vector<v1::Trajectory>> ReadWarmupSet(const std::string& job_dir,
+                                                          const std::string& base_checkpoint,
+                                                          const std::set<std::string>& task_ids, int64_t max) {
+  auto job_text = ReadFileToString(job_dir + "/job.textproto");
+  if (!job_text.ok()) return job_text.status();
+  v1::Job job;
+  if (!google::protobuf::TextFormat::ParseFromString(*job_text, &job)) {
+    return absl::DataLossError(job_dir + "/job.textproto: not a kernelrl.v1.Job");
+  }
+  const std::string theirs_path = job.spec().base_checkpoint() + "/tokenizer.json";
+  auto theirs = ReadFileToString(theirs_path);
+  if (!theirs.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat("cannot check the warm-up's tokenizer (", theirs_path,
+                                                      "): ", theirs.status().message()));
+  }
+  auto ours = ReadFileToString(base_checkpoint + "/tokenizer.json");
+  if (!ours.ok()) return ours.status();
+  if (*theirs != *ours) {
+    return absl::FailedPreconditionError(absl::StrCat("the warm-up of ", job.id(), " was tokenized by ", theirs_path,
+                                                      ", not by this job's ", base_checkpoint, "/tokenizer.json"));
+  }
+  auto records = Ledger::Read(job_dir + "/ledger.jsonl");
+  if (!records.ok()) return records.status();
+  std::vector<v1::Trajectory> out;
+  for (const v1::LedgerRecord& r : *records) {
+    if (static_cast<int64_t>(out.size()) >= max) break;
+    if (r.kind() != v1::LedgerRecord::ACCEPTED || r.stage() != "agent_warmup" || !task_ids.count(r.task_id())) continue;
+    const std::string path = Ingest::TrajectoryFile(job_dir, r.trajectory_id());
+    auto bytes = ReadFileToString(path);
+    if (!bytes.ok()) return bytes.status();
+    if (!out.emplace_back().ParseFromString(*bytes)) return absl::DataLossError(path + ": not a kernelrl.v1.Trajectory");
+  }
+  if (out.empty()) {
+    return absl::NotFoundError(absl::StrCat(job_dir, " holds no accepted agent_warmup trajectory of this job's tasks"));
+  }
+  return out;
+}
+
+}  // namespace kernelrl::learner::rl
