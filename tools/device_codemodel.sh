@@ -40,6 +40,7 @@
 # PRETRAIN_ARGS ("--hidden=256 --layers=4 --heads=4 --kv_heads=2 --intermediate=704 --batch=4 --lr=2e-3 --warmup_steps=10"),
 # PER_TASK (8 corpus episodes per training task), LEARN_WALL (270 s), WARMUP (48), RFT_EPOCHS (4),
 # VALUE_STEPS (16), AGENTIC_STEPS (40), BATCH (16), ACTORS (4), EVAL_ROLLOUTS (4), EVAL_TEMP (1),
+# SHARE_WARMUP (0; 1: the call's later jobs take its first job's warm-up set: seeds of the later stages),
 # LEARNER_DEVICE (cuda; cpu on one GPU, cuda:1 on two: see docs/CODEMODEL.md), LEARN_ARGS (more `kernelrl learn` flags).
 set -u
 C=.devcarry/ops
@@ -203,8 +204,10 @@ done
 [ -n "${ACTORS:-}" ] && JOB_FLAGS+=(--actors=$ACTORS --random_actors=$ACTORS --concurrent_rollouts=$ACTORS)
 [ -n "${EVAL_ROLLOUTS:-}" ] && JOB_FLAGS+=(--eval_rollouts=$EVAL_ROLLOUTS)
 [ -n "${EVAL_TEMP:-}" ] && JOB_FLAGS+=(--eval_temperature=$EVAL_TEMP)
+WARM_JOB=""  # SHARE_WARMUP=1: the later jobs of the call take the first job's warm-up set.
 for J in ${JOBS:-$SEED:${ABLATION:-none}}; do
   S=${J%%:*} A=${J#*:} NAME=${J/:/-}
+  SHARE=(); [ -n "$WARM_JOB" ] && SHARE=(--job_set=recipe.agent_warmup.import_job_dir=$WARM_JOB)
   # Cut at LEARN_WALL, or earlier so that the call's DEADLINE leaves time for the final evaluation and packing.
   WALL=$(( ${DEADLINE:-560} - $(elapsed) - 90 )); [ $WALL -gt ${LEARN_WALL:-270} ] && WALL=${LEARN_WALL:-270}
   CUT=(timeout $(( WALL + 120 ))) CUT_FLAGS=(--job_timeout_s=$WALL --stall_timeout_s=120)
@@ -214,11 +217,12 @@ for J in ${JOBS:-$SEED:${ABLATION:-none}}; do
   "${CUT[@]}" "$C/bin/tools/cli/kernelrl" learn "${PRESET_FLAGS[@]}" --bin_dir="$C/bin" \
     --base_checkpoint="$RUN/base" --family_dir="$M/small" --backend=$BACKEND --learner_device=${LEARNER_DEVICE:-$DEV} \
     --run_dir="$RUN/run-$NAME" --eval_every=1000 --plot_script="$PWD/tools/cli/learn_plots.py" "${ABL[@]}" \
-    "${GPU_FLAGS[@]}" "${JOB_FLAGS[@]}" --job_set=seed=$S "${CUT_FLAGS[@]}" ${LEARN_ARGS:-} 2>&1 |
+    "${GPU_FLAGS[@]}" "${JOB_FLAGS[@]}" "${SHARE[@]}" --job_set=seed=$S "${CUT_FLAGS[@]}" ${LEARN_ARGS:-} 2>&1 |
     if [ -n "${LOCAL_RUN:-}" ]; then tee "$OUT/learn-$NAME.log"; else cat > "$OUT/learn-$NAME.log"; fi
   [ -n "${LOCAL_RUN:-}" ] || tail -40 "$OUT/learn-$NAME.log"
   JOB=$(ls -d "$RUN/run-$NAME"/learner-state/jobs/* 2>/dev/null | head -1)
   [ -n "$JOB" ] || continue
+  [ "${SHARE_WARMUP:-0}" = 1 ] && [ -z "$WARM_JOB" ] && grep -q '"stage":"agent_warmup"' "$JOB/ledger.jsonl" && WARM_JOB=$JOB
   D=$OUT/$NAME; mkdir -p "$D"
   cp "$JOB"/curves/curves.json "$JOB"/curves/*.png "$JOB"/curves/report.txt "$D/" 2>/dev/null
   "$M/bin/design_report" --trajectories="$JOB/trajectories" --tasks="$M/small/train.jsonl,$M/small/heldout.jsonl" \

@@ -89,7 +89,10 @@ std::string LearnReport(const LearnRun& run) {
     if (!s.skip()) absl::StrAppend(&recipe, recipe.empty() ? "" : " -> ", text);
   };
   stage(r.single_turn_ppo(), absl::StrCat("single-turn PPO ", r.single_turn_ppo().steps()));
-  stage(r.agent_warmup(), absl::StrCat("warm-up ", r.agent_warmup().steps(), " scripted-engineer trajectories"));
+  stage(r.agent_warmup(), r.agent_warmup().import_job_dir().empty()
+                              ? absl::StrCat("warm-up ", r.agent_warmup().steps(), " scripted-engineer trajectories")
+                              : absl::StrCat("warm-up <= ", r.agent_warmup().steps(), " imported from ",
+                                             r.agent_warmup().import_job_dir()));
   if (!r.rft().skip()) absl::StrAppend(&recipe, recipe.empty() ? "" : " -> ", "RFT ", r.rft().epochs(), " epochs");
   if (!r.value_pretrain().skip()) {
     absl::StrAppend(&recipe, recipe.empty() ? "" : " -> ", "value pretraining <= ", r.value_pretrain().steps());

@@ -80,6 +80,13 @@ TEST(LearnReport, BeforeAfterFromTheFirstAndLastEvaluation) {
   EXPECT_NE(report.find("57 tasks"), std::string::npos) << report;
   EXPECT_NE(report.find("/run/ckpt/step-9/policy"), std::string::npos) << report;
   EXPECT_NE(report.find("/run/curves/reward.png"), std::string::npos) << report;
+  EXPECT_NE(report.find("scripted-engineer trajectories"), std::string::npos) << report;
+
+  // A warm-up taken from an earlier job says so, and from where.
+  o.mutable_job()->mutable_recipe()->mutable_agent_warmup()->set_import_job_dir("/run-1/jobs/job-a");
+  const std::string imported = LearnReport(run);
+  EXPECT_NE(imported.find("imported from /run-1/jobs/job-a"), std::string::npos) << imported;
+  EXPECT_EQ(imported.find("scripted-engineer trajectories"), std::string::npos) << imported;
 }
 
 }  // namespace
