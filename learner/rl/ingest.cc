@@ -249,8 +249,13 @@ absl::StatusOr<std::vector<v1::TaskLease>> Ingest::Lease(const std::string& acto
   std::vector<v1::TaskLease> leases;
   const int64_t expires = absl::ToUnixMillis(options_.clock->Now()) + static_cast<int64_t>(options_.lease_timeout_seconds * 1000);
   std::deque<Retry>& retry = retry_[stage_];
+  const bool bounded = model_only_ && options_.max_pending_in_stage > 0;
+  int64_t pending = 0;  // The stage's untrained trajectories: buffered, and leased.
+  for (const Buffered& b : buffer_) pending += b.stage == stage_;
+  for (const auto& [id, l] : leases_) pending += l.stage == stage_;
   while (!stage_.empty() && !tasks_.empty() && static_cast<int>(leases.size()) < max_tasks &&
-         static_cast<int64_t>(buffer_.size() + leases_.size()) < options_.buffer_capacity) {
+         static_cast<int64_t>(buffer_.size() + leases_.size()) < options_.buffer_capacity &&
+         (!bounded || pending < options_.max_pending_in_stage)) {
     const v1::Task* task = nullptr;
     std::string reason;
     int64_t group = 0;
@@ -288,6 +293,7 @@ absl::StatusOr<std::vector<v1::TaskLease>> Ingest::Lease(const std::string& acto
     r.set_group(group);
     records.push_back(std::move(r));
     leases.push_back(std::move(lease));
+    ++pending;
   }
   if (!records.empty()) {
     if (auto s = ledger_->Append(std::move(records)); !s.ok()) return s;

@@ -70,6 +70,11 @@ struct IngestOptions {
   // counted) until a batch is trained, so a policy that fails (or solves)
   // every task still gets its updates. 0 = unbounded.
   int64_t max_zero_variance_drops_per_step = 0;
+  // Stages that train on the model's samples (model_only): no lease, fresh or
+  // retried, while the stage's untrained trajectories (buffered and leased)
+  // number this many; more would only go stale before a batch could take
+  // them. The recipe sets (max_policy_lag + 1) x trajectories_per_step. 0 = no bound.
+  int64_t max_pending_in_stage = 0;
   Clock* clock = RealClock();         // Lease expiry reads it; tests move a FakeClock.
 };
 

@@ -457,6 +457,34 @@ TEST(IngestTest, BoundedBuffer) {
   EXPECT_EQ((*in)->Lease("a", 5)->size(), 1u);
 }
 
+TEST(IngestTest, AModelStageLeasesNoMoreThanItCanTrainBeforeItGoesStale) {
+  std::mt19937 rng(std::random_device{}());
+  IngestOptions o;
+  const int64_t bound = 3 + rng() % 6;
+  o.max_pending_in_stage = bound;
+  o.max_policy_lag = 100;
+  auto in = Ingest::Open(NewTempDir("ingest_test_"), "job1", o, 0);
+  ASSERT_TRUE(in.ok());
+  (*in)->SetStage("agentic_ppo", Tasks(5), 1, -1, /*model_only=*/true);
+  auto l = (*in)->Lease("a", 100);
+  ASSERT_TRUE(l.ok());
+  ASSERT_EQ(static_cast<int64_t>(l->size()), bound);
+  // Pushed but not trained: still pending, nothing more is leased.
+  EXPECT_TRUE((*in)->Push((*l)[0].lease_id(), Traj((*l)[0], "t0", &rng)).accepted());
+  EXPECT_TRUE((*in)->Push((*l)[1].lease_id(), Traj((*l)[1], "t1", &rng)).accepted());
+  EXPECT_TRUE((*in)->Lease("b", 100)->empty());
+  // Trained: room for as many as left.
+  auto b = (*in)->Take(2);
+  ASSERT_TRUE(b.ok());
+  ASSERT_EQ(b->size(), 2u);
+  ASSERT_TRUE((*in)->MarkTrained({(*b)[0].id(), (*b)[1].id()}, 1).ok());
+  EXPECT_EQ((*in)->Lease("b", 100)->size(), 2u);
+  EXPECT_TRUE((*in)->Lease("b", 100)->empty());
+  // A collecting stage (the warm-up, not model_only) is bounded by its own count only.
+  (*in)->SetStage("agent_warmup", Tasks(5), 1, 2 * bound, /*model_only=*/false);
+  EXPECT_EQ(static_cast<int64_t>((*in)->Lease("c", 100)->size()), 2 * bound);
+}
+
 TEST(IngestTest, TornLedgerLineIsCutOnOpen) {
   const std::string dir = NewTempDir("ingest_test_");
   std::mt19937 rng(6);

@@ -175,6 +175,8 @@ absl::Status RecipeRunner::Setup(JobContext* ctx) {
   io.max_trajectory_tokens = config_.batch().max_trajectory_tokens();
   io.temperature = config_.ppo().temperature();
   io.zero_variance_cooldown_groups = config_.ppo().zero_variance_cooldown_groups();
+  io.max_pending_in_stage =
+      (config_.ingest().max_policy_lag() + 1) * static_cast<int64_t>(std::max(1, config_.batch().trajectories_per_step()));
   const int bound = config_.ppo().max_zero_variance_drops_per_step();
   io.max_zero_variance_drops_per_step =
       bound < 0 ? 0
