@@ -73,7 +73,8 @@ struct IngestOptions {
   // Stages that train on the model's samples (model_only): no lease, fresh or
   // retried, while the stage's untrained trajectories (buffered and leased)
   // number this many; more would only go stale before a batch could take
-  // them. The recipe sets (max_policy_lag + 1) x trajectories_per_step. 0 = no bound.
+  // them. The recipe sets (max_policy_lag + 1) x a batch's most trajectories
+  // (max(trajectories_per_step, rollouts_per_task)). 0 = no bound.
   int64_t max_pending_in_stage = 0;
   Clock* clock = RealClock();         // Lease expiry reads it; tests move a FakeClock.
 };
