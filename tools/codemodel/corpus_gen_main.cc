@@ -103,15 +103,22 @@ absl::Status Run(const v1::LearnConfig& config) {
     auto fmt = RecordFormats::Create(trained->get());
     if (!fmt.ok()) return fmt.status();
     int64_t model_tokens = 0, tokens = 0;
+    LengthAudit lengths;
+    lengths.max_turn_tokens = config.rollout().max_new_tokens_per_turn();
+    lengths.context_tokens = config.rollout().context_tokens();
     for (const Json& rec : corpus->records) {
       auto rendered = RenderRecord(rec, *fmt);
       if (!rendered.ok()) return rendered.status();
       tokens += static_cast<int64_t>(rendered->ids.size());
       for (int32_t m : rendered->loss_mask) model_tokens += m;
+      lengths.Add(*rendered);
     }
     stats["vocab_size"] = Json((*trained)->vocab_size());
     stats["mean_tokens"] = Json(static_cast<double>(tokens) / n);
     stats["mean_model_tokens"] = Json(static_cast<double>(model_tokens) / n);
+    stats["longest_turn_model_tokens"] = Json(lengths.longest_turn);
+    stats["longest_tokens"] = Json(lengths.longest);
+    if (auto s = lengths.Check(); !s.ok()) return absl::InvalidArgumentError(absl::StrCat("the corpus: ", s.message()));
   }
   std::error_code ec;
   std::filesystem::remove_all(out + "/ws", ec);

@@ -3,6 +3,7 @@
 // episodes through the actor's rollout loop are >= 4 JSON tool-call turns that
 // end in a correct kernel after fixing what they broke.
 #include "tools/codemodel/corpus.h"
+#include "tools/codemodel/render.h"
 
 #include <random>
 #include <set>
@@ -41,6 +42,32 @@ std::vector<v1::Task> OnePerFamily(const std::string& device) {
     if (!ft.held_out && seen.insert(ft.spec.family).second) out.push_back(ToTask(ft, device));
   }
   return out;
+}
+
+TEST(LengthAuditTest, ATurnOrATrajectoryBeyondTheRolloutsCapsIsRefused) {
+  std::mt19937 rng(std::random_device{}());
+  const int cap = 5 + static_cast<int>(rng() % 20);
+  // prompt (0s), a turn of `cap` model tokens, a tool reply, a turn of cap + 1.
+  agent::RenderedChat r;
+  auto put = [&](int n, int mask) {
+    for (int i = 0; i < n; ++i) r.ids.push_back(static_cast<int32_t>(rng() % 100)), r.loss_mask.push_back(mask);
+  };
+  put(7, 0), put(cap, 1), put(3, 0), put(cap + 1, 1);
+  LengthAudit fits;
+  fits.max_turn_tokens = cap + 1;
+  fits.context_tokens = static_cast<int64_t>(r.ids.size());
+  fits.Add(r);
+  EXPECT_TRUE(fits.Check().ok()) << fits.Check();
+  EXPECT_EQ(fits.longest_turn, cap + 1);
+  LengthAudit turn;
+  turn.max_turn_tokens = cap;
+  turn.Add(r);
+  EXPECT_EQ(turn.turns_over, 1);
+  EXPECT_NE(turn.Check().message().find("max_new_tokens_per_turn"), std::string::npos) << turn.Check();
+  LengthAudit context;
+  context.context_tokens = static_cast<int64_t>(r.ids.size()) - 1;
+  context.Add(r);
+  EXPECT_NE(context.Check().message().find("context_tokens"), std::string::npos) << context.Check();
 }
 
 TEST(CorpusTest, RecognisesRenderingsAndPlantedFaults) {

@@ -1,5 +1,7 @@
 #include "tools/codemodel/render.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "agent/chat/tools.h"
 
@@ -51,6 +53,36 @@ absl::StatusOr<std::string> RenderedText(const Json& record, const RecordFormats
   auto r = RenderRecord(record, formats);
   if (!r.ok()) return r.status();
   return std::move(r->text);
+}
+
+void LengthAudit::Add(const agent::RenderedChat& rendered) {
+  const int64_t size = static_cast<int64_t>(rendered.ids.size());
+  longest = std::max(longest, size);
+  records_over += context_tokens > 0 && size > context_tokens;
+  int64_t run = 0;
+  for (size_t i = 0; i <= rendered.loss_mask.size(); ++i) {
+    if (i < rendered.loss_mask.size() && rendered.loss_mask[i]) {
+      ++run;
+      continue;
+    }
+    longest_turn = std::max(longest_turn, run);
+    turns_over += max_turn_tokens > 0 && run > max_turn_tokens;
+    run = 0;
+  }
+}
+
+absl::Status LengthAudit::Check() const {
+  if (turns_over > 0) {
+    return absl::InvalidArgumentError(absl::StrCat(turns_over, " assistant turns are longer than rollout.max_new_tokens_per_turn (",
+                                                   max_turn_tokens, "; the longest has ", longest_turn,
+                                                   " tokens): raise it, or the policy learns replies it cannot finish"));
+  }
+  if (records_over > 0) {
+    return absl::InvalidArgumentError(absl::StrCat(records_over, " trajectories are longer than rollout.context_tokens (",
+                                                   context_tokens, "; the longest has ", longest,
+                                                   " tokens): raise it, or the policy learns endings it never reaches"));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace kernelrl::codemodel

@@ -27,6 +27,18 @@ absl::StatusOr<std::vector<agent::ChatTurn>> RecordTurns(const Json& record);
 absl::StatusOr<agent::RenderedChat> RenderRecord(const Json& record, const RecordFormats& formats);
 absl::StatusOr<std::string> RenderedText(const Json& record, const RecordFormats& formats);
 
+// How rendered records fit a rollout's caps (RolloutConfig: the policy's
+// replies stop at max_new_tokens_per_turn, a rollout at context_tokens; 0 = no
+// cap): a corpus beyond them would teach replies the policy cannot finish.
+struct LengthAudit {
+  int64_t max_turn_tokens = 0, context_tokens = 0;  // The caps.
+  int64_t longest_turn = 0, longest = 0, turns_over = 0, records_over = 0;
+  // An assistant turn is a run of loss-mask tokens.
+  void Add(const agent::RenderedChat& rendered);
+  // InvalidArgument naming the cap when a record exceeds one.
+  absl::Status Check() const;
+};
+
 }  // namespace kernelrl::codemodel
 
 #endif  // KERNELRL_TOOLS_CODEMODEL_RENDER_H_
