@@ -13,6 +13,8 @@
 #   b. here: tools/device_codemodel.sh --stage-in DIR   # DIR holds call a's base.tgz and results.tgz
 #      device: BASE_IN=.devcarry/codemodel/in/base.tgz BASELINES_IN=.devcarry/codemodel/in/baselines.jsonl \
 #              LEARNER_DEVICE=cuda:1 [SEED=..] [JOBS=..] tools/device_codemodel.sh
+#   c. seeds after the first: --stage-in a directory that also holds call b's logs.tgz, and add
+#      WARMUP_FROM=.devcarry/codemodel/in/warmup_job: each job takes b's warm-up set instead of collecting one.
 #
 # On the device, in order:
 #  1. eager + torch.compile baselines of the task set (3 training + 4 held-out tasks per family:
@@ -41,6 +43,7 @@
 # PER_TASK (8 corpus episodes per training task), LEARN_WALL (270 s), WARMUP (48), RFT_EPOCHS (4),
 # VALUE_STEPS (16), AGENTIC_STEPS (40), BATCH (16), ACTORS (4), EVAL_ROLLOUTS (4), EVAL_TEMP (1),
 # SHARE_WARMUP (0; 1: the call's later jobs take its first job's warm-up set: seeds of the later stages),
+# WARMUP_FROM (an earlier call's warm-up job directory, from --stage-in: every job of the call takes it),
 # LEARNER_DEVICE (cuda; cpu on one GPU, cuda:1 on two: see docs/CODEMODEL.md), LEARN_ARGS (more `kernelrl learn` flags).
 set -u
 C=.devcarry/ops
@@ -48,13 +51,28 @@ M=.devcarry/codemodel
 
 if [ "${1:-}" = "--stage-in" ]; then  # Run HERE, after --stage: an earlier call's base and baselines travel.
   set -e
-  IN=${2:?usage: tools/device_codemodel.sh --stage-in DIR (with base.tgz and results.tgz)}
+  IN=${2:?usage: tools/device_codemodel.sh --stage-in DIR [--cpu] (with base.tgz and results.tgz; logs.tgz: its warm-up)}
+  [ "${3:-}" = "--cpu" ] && M=.devcarry/codemodel-cpu
   rm -rf "$M/in" && mkdir -p "$M/in"
   cp "$IN/base.tgz" "$M/in/"
-  tar xzf "$IN/results.tgz" -C "$M/in" baselines.jsonl
+  tar xzf "$IN/results.tgz" -C "$M/in" baselines.jsonl 2>/dev/null || echo "no baselines.jsonl in $IN/results.tgz"
+  # The first job's warm-up set (its ledger, job.textproto and warm-up trajectories): WARMUP_FROM of a job call.
+  if [ -f "$IN/logs.tgz" ]; then
+    T=$(mktemp -d) && tar xzf "$IN/logs.tgz" -C "$T"
+    J=$(grep -l '"stage":"agent_warmup"' "$T"/run-*/learner-state/jobs/*/ledger.jsonl 2>/dev/null | head -1 | xargs -r dirname)
+    if [ -n "$J" ]; then
+      W=$M/in/warmup_job && mkdir -p "$W/trajectories" && cp "$J/ledger.jsonl" "$J/job.textproto" "$W/"
+      grep '"kind":"ACCEPTED"' "$J/ledger.jsonl" | grep '"stage":"agent_warmup"' |
+        sed 's/.*"trajectory_id":"\([^"]*\)".*/\1/' | while read -r id; do
+          cp "$J/trajectories/$(printf '%s' "$id" | xxd -p | tr -d '\n').pb" "$W/trajectories/"
+        done
+      echo "warm-up set of $(basename "$J"): $(ls "$W/trajectories" | wc -l) trajectories (WARMUP_FROM=$W)"
+    fi
+    rm -rf "$T"
+  fi
   # A job call neither writes a corpus nor pre-trains: their binaries stay here (the carry's 64 MiB).
   rm -f "$M/bin/corpus_gen" "$M/bin/pretrain"
-  echo "carried: $(du -cb "$C" "$M" | tail -1 | cut -f1 | awk '{print int($1 / 1048576)}') MiB, $(wc -l < "$M/in/baselines.jsonl") baselines"
+  echo "carried: $(du -cb "$C" "$M" | tail -1 | cut -f1 | awk '{print int($1 / 1048576)}') MiB, $(cat "$M/in/baselines.jsonl" 2>/dev/null | wc -l) baselines"
   exit 0
 fi
 if [ "${1:-}" = "--stage" ]; then  # Run HERE.
@@ -204,7 +222,13 @@ done
 [ -n "${ACTORS:-}" ] && JOB_FLAGS+=(--actors=$ACTORS --random_actors=$ACTORS --concurrent_rollouts=$ACTORS)
 [ -n "${EVAL_ROLLOUTS:-}" ] && JOB_FLAGS+=(--eval_rollouts=$EVAL_ROLLOUTS)
 [ -n "${EVAL_TEMP:-}" ] && JOB_FLAGS+=(--eval_temperature=$EVAL_TEMP)
-WARM_JOB=""  # SHARE_WARMUP=1: the later jobs of the call take the first job's warm-up set.
+# SHARE_WARMUP=1: the later jobs of the call take the first job's warm-up set; WARMUP_FROM=DIR (an
+# earlier call's, placed by --stage-in): every job takes that one.
+WARM_JOB=""
+if [ -n "${WARMUP_FROM:-}" ]; then
+  [ -f "$WARMUP_FROM/ledger.jsonl" ] || { echo "WARMUP_FROM=$WARMUP_FROM: no ledger.jsonl there"; exit 2; }
+  WARM_JOB=$(cd "$WARMUP_FROM" && pwd)
+fi
 for J in ${JOBS:-$SEED:${ABLATION:-none}}; do
   S=${J%%:*} A=${J#*:} NAME=${J/:/-}
   SHARE=(); [ -n "$WARM_JOB" ] && SHARE=(--job_set=recipe.agent_warmup.import_job_dir=$WARM_JOB)
