@@ -66,13 +66,9 @@ absl::StatusOr<std::vector<Sample>> ReadSamples(const std::string& job_dir, cons
                                                 const v1::LearnerJobConfig& config) {
   std::vector<Sample> batch;
   for (const Json& id : ids) {
-    auto bytes = ReadFileToString(Ingest::TrajectoryFile(job_dir, id.get<std::string>()));
-    if (!bytes.ok()) return bytes.status();
-    v1::Trajectory tr;
-    if (!tr.ParseFromString(*bytes)) {
-      return absl::DataLossError(absl::StrCat("trajectory ", id.get<std::string>(), " does not parse"));
-    }
-    auto s = SampleFromTrajectory(tr, t.policy().config().vocab_size, config.batch().max_trajectory_tokens());
+    auto tr = Ingest::ReadTrajectory(job_dir, id.get<std::string>());
+    if (!tr.ok()) return tr.status();
+    auto s = SampleFromTrajectory(*tr, t.policy().config().vocab_size, config.batch().max_trajectory_tokens());
     if (!s.ok()) return s.status();
     batch.push_back(std::move(*s));
   }

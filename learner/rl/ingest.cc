@@ -60,6 +60,14 @@ std::string Ingest::TrajectoryFile(const std::string& dir, const std::string& id
 
 std::string Ingest::TrajectoryPath(const std::string& id) const { return TrajectoryFile(dir_, id); }
 
+absl::StatusOr<v1::Trajectory> Ingest::ReadTrajectory(const std::string& dir, const std::string& id) {
+  auto bytes = ReadFileToString(TrajectoryFile(dir, id));
+  if (!bytes.ok()) return bytes.status();
+  v1::Trajectory t;
+  if (!t.ParseFromString(*bytes)) return absl::DataLossError("unreadable trajectory " + id);
+  return t;
+}
+
 absl::Status Ingest::Replay(const std::vector<v1::LedgerRecord>& records, int64_t committed_step) {
   std::vector<Buffered> accepted;  // In order.
   std::set<std::string> dropped;
@@ -483,9 +491,9 @@ absl::StatusOr<std::vector<v1::Trajectory>> Ingest::Take(int n, bool drop_zero_v
   std::vector<v1::Trajectory> out;
   if (groups_taken != nullptr) *groups_taken = taken;
   for (const Buffered* b : picked) {
-    auto bytes = ReadFileToString(TrajectoryPath(b->id));
-    if (!bytes.ok()) return bytes.status();
-    if (!out.emplace_back().ParseFromString(*bytes)) return absl::DataLossError("unreadable trajectory " + b->id);
+    auto t = ReadTrajectory(dir_, b->id);
+    if (!t.ok()) return t.status();
+    out.push_back(*std::move(t));
   }
   if (!gone.empty()) {
     buffer_.erase(std::remove_if(buffer_.begin(), buffer_.end(), [&](const Buffered& b) { return gone.count(b.id); }),
@@ -566,9 +574,9 @@ absl::StatusOr<std::vector<v1::Trajectory>> Ingest::AcceptedIn(const std::string
   absl::MutexLock lock(&mu_);
   std::vector<v1::Trajectory> out;
   for (const std::string& id : accepted_in_[stage]) {
-    auto bytes = ReadFileToString(TrajectoryPath(id));
-    if (!bytes.ok()) return bytes.status();
-    if (!out.emplace_back().ParseFromString(*bytes)) return absl::DataLossError("unreadable trajectory " + id);
+    auto t = ReadTrajectory(dir_, id);
+    if (!t.ok()) return t.status();
+    out.push_back(*std::move(t));
   }
   return out;
 }

@@ -151,6 +151,8 @@ class Ingest {
   // Where an accepted trajectory is stored (a serialized v1::Trajectory):
   // data-parallel ranks read their shard from there.
   static std::string TrajectoryFile(const std::string& dir, const std::string& id);
+  // The stored trajectory `id` of the job in `dir` (DataLoss when it does not parse).
+  static absl::StatusOr<v1::Trajectory> ReadTrajectory(const std::string& dir, const std::string& id);
 
  private:
   struct LeaseState {

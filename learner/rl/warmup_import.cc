@@ -36,10 +36,9 @@ absl::StatusOr<std::vector<v1::Trajectory>> ReadWarmupSet(const std::string& job
   for (const v1::LedgerRecord& r : *records) {
     if (static_cast<int64_t>(out.size()) >= max) break;
     if (r.kind() != v1::LedgerRecord::ACCEPTED || r.stage() != "agent_warmup" || !task_ids.count(r.task_id())) continue;
-    const std::string path = Ingest::TrajectoryFile(job_dir, r.trajectory_id());
-    auto bytes = ReadFileToString(path);
-    if (!bytes.ok()) return bytes.status();
-    if (!out.emplace_back().ParseFromString(*bytes)) return absl::DataLossError(path + ": not a kernelrl.v1.Trajectory");
+    auto t = Ingest::ReadTrajectory(job_dir, r.trajectory_id());
+    if (!t.ok()) return t.status();
+    out.push_back(*std::move(t));
   }
   if (out.empty()) {
     return absl::NotFoundError(absl::StrCat(job_dir, " holds no accepted agent_warmup trajectory of this job's tasks"));

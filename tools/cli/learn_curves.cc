@@ -116,9 +116,9 @@ absl::StatusOr<std::map<int64_t, VerdictStats>> TrainedStats(const std::string& 
   }
   std::map<int64_t, VerdictStats> out;
   for (const auto& [id, step] : trained) {
-    auto bytes = ReadFileToString(rl::Ingest::TrajectoryFile(job_dir, id));
-    v1::Trajectory t;
-    if (!bytes.ok() || !t.ParseFromString(*bytes)) continue;
+    auto read = rl::Ingest::ReadTrajectory(job_dir, id);
+    if (!read.ok()) continue;
+    const v1::Trajectory& t = *read;
     const v1::Verdict& v = t.final_verdict();
     VerdictStats& st = out[step];
     Add(&st, t.reward(), v.outcome() == v1::Verdict::OK, v.speedup_vs_eager(), v.speedup_vs_compile());
