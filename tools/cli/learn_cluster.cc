@@ -97,6 +97,10 @@ std::string LearnerProcessDevice(const v1::LearnConfig& o) {
   return LearnerGpu(o) >= 0 ? "cuda" : o.learner_device();
 }
 
+bool LearnerSharesSandboxGpu(const v1::LearnConfig& o) {
+  return o.backend() == "cuda" && (o.learner_device() == "cuda" || LearnerGpu(o) == 0);
+}
+
 int EvalMaxTurns(const v1::LearnConfig& o) {
   const int turns = o.job().recipe().agentic_ppo().max_turns();
   return turns > 0 ? turns : 3;

@@ -44,6 +44,9 @@ int LearnerGpu(const v1::LearnConfig& o);
 // The device as the learner process names it: "cuda" for cuda:N (it sees GPU N alone, as its
 // cuda:0), else learner_device.
 std::string LearnerProcessDevice(const v1::LearnConfig& o);
+// Whether the learner runs on the GPU the CUDA sandbox times on (GPU 0): learner_device "cuda" or
+// "cuda:0". Then the two share a GPU lease (common/gpu_lease.h).
+bool LearnerSharesSandboxGpu(const v1::LearnConfig& o);
 
 class Console {
  public:

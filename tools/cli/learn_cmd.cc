@@ -32,8 +32,8 @@ namespace fs = std::filesystem;
 
 // The learner (job API + policy server) and the sandbox worker; their addresses go to the cluster.
 // On learner_device cuda:N the learner runs on GPU N alone; the sandbox times on GPU 0, where no
-// learner kernel shares the device with a timed one. On learner_device cuda (GPU 0 too) the two
-// share one GPU lease (common/gpu_lease.h): the learner's steps pause while a verdict is timed.
+// learner kernel shares the device with a timed one. On learner_device cuda or cuda:0 (GPU 0 too)
+// the two share one GPU lease (common/gpu_lease.h): the learner's steps pause while a verdict is timed.
 absl::Status StartServices(const v1::LearnConfig& o, Cluster* cluster) {
   const int gpu = LearnerGpu(o);
   std::vector<std::string> env;
@@ -44,7 +44,7 @@ absl::Status StartServices(const v1::LearnConfig& o, Cluster* cluster) {
       "--set=policy.dtype=" + o.job().device().dtype(), "--set=policy.max_seq_len=16384",
       "--set=policy.max_batch=16"};
   std::vector<std::string> sandbox_args = {"--set=backend=" + o.backend()};
-  if (o.backend() == "cuda" && o.learner_device() == "cuda") {
+  if (LearnerSharesSandboxGpu(o)) {
     const std::string lease = "--set=gpu_lease_path=" + o.paths().run_dir() + "/gpu.lease";
     learner_args.push_back(lease);
     sandbox_args.push_back(lease);

@@ -40,5 +40,15 @@ TEST(LearnConfigTest, APresetsDtypeStaysAndABadOneIsRefused) {
   EXPECT_NE(std::string(s.message()).find("fp8"), std::string::npos) << s;
 }
 
+TEST(LearnConfigTest, ALearnerOnTheSandboxsGpuSharesItsLease) {
+  struct Case { const char* backend; const char* learner; bool shares; };
+  for (const Case& c : {Case{"cuda", "", true}, Case{"cuda", "cuda", true}, Case{"cuda", "cuda:0", true},
+                        Case{"cuda", "cuda:1", false}, Case{"cuda", "cpu", false}, Case{"cpu", "", false}}) {
+    v1::LearnConfig o = Minimal(c.backend, c.learner);
+    ASSERT_TRUE(ValidateLearnConfig(&o).ok()) << c.backend << " " << c.learner;
+    EXPECT_EQ(LearnerSharesSandboxGpu(o), c.shares) << c.backend << " " << c.learner;
+  }
+}
+
 }  // namespace
 }  // namespace kernelrl::cli
