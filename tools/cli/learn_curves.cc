@@ -8,6 +8,7 @@
 #include "common/file.h"
 #include "learner/rl/ingest.h"
 #include "learner/rl/ledger.h"
+#include "profiler_service/judge.h"
 #include "proto/trajectory.pb.h"
 
 namespace kernelrl::cli {
@@ -129,12 +130,13 @@ absl::StatusOr<std::map<int64_t, VerdictStats>> TrainedStats(const std::string& 
       const bool hack = v.outcome() == v1::Verdict::HACK_DETECTED || v.outcome() == v1::Verdict::SANDBOX_VIOLATION;
       audit->hack_flagged += hack;
       audit->hack_reward_above_1 += hack && t.reward() > 1;
-      // Informational flags (a launch-bound call's events above CUPTI, no baseline) say nothing
-      // about integrity; any other flag on a verdict paying more than 1 is counted.
+      // The judge's own severities: an informational flag (noise, attribution, no baseline) says
+      // nothing about integrity; an audit, decline or hack flag on a verdict paying more than 1 is
+      // counted (the judge caps those at 1, so this must stay 0).
       bool integrity_flag = false;
       for (const std::string& f : v.flags()) {
         audit->flags_seen.insert(f);
-        integrity_flag |= f != "events_above_cupti" && f != "baseline_missing";
+        integrity_flag |= SeverityOf(f) != FlagSeverity::kInfo;
       }
       audit->flagged_reward_above_1 += integrity_flag && t.reward() > 1;
       audit->verdicts_cached += v.cached();

@@ -35,8 +35,8 @@ struct TrainedAudit {
   int hack_flagged = 0;          // Final verdict HACK_DETECTED or with any flag the judge raises as a hack.
   int hack_reward_above_1 = 0;   // Of those, reward > 1: must be 0.
   int compile_cache_hits = 0, compiles = 0;  // Compile stages served from the sandbox's content-hash cache.
-  // Final verdicts with reward > 1 carrying a judge flag other than the informational
-  // events_above_cupti / baseline_missing (all flags seen are listed), and final verdicts served
+  // Final verdicts with reward > 1 carrying a flag the judge does not rate informational
+  // (SeverityOf, profiler_service/judge.h; all flags seen are listed), and final verdicts served
   // from the sandbox's verdict cache.
   int flagged_reward_above_1 = 0, verdicts_cached = 0;
   std::set<std::string> flags_seen;

@@ -3,12 +3,14 @@
 #include "tools/cli/learn_curves.h"
 
 #include <stdlib.h>
+#include <sys/stat.h>
 
 #include <cmath>
 #include <fstream>
 
 #include "common/testing/testing.h"
 #include "gtest/gtest.h"
+#include "learner/rl/ingest.h"
 #include "learner/rl/ledger.h"
 
 namespace kernelrl::cli {
@@ -118,4 +120,43 @@ TEST(HeldOutFromReportTest, BestOfRolloutsAndEachRolloutsFinalKernel) {
 }
 
 }  // namespace
+// The audit rates a final verdict's flags by the judge's own severities: a verdict paid 2 with only
+// informational flags (noise, attribution) is not counted; one paid 2 with an audit flag is.
+TEST(TrainedStatsTest, OnlyFlagsTheJudgeRatesAboveInformationalCountAgainstAReward) {
+  struct Case {
+    std::string id;
+    std::vector<std::string> flags;
+    double reward;
+  };
+  const std::vector<Case> cases = {{"info-only", {"rse_above_target", "in_process_below_trusted",
+                                                  "speedup_vs_compile_unresolved", "events_above_cupti"}, 2},
+                                   {"audit", {"rse_above_target", "side_stream"}, 2},
+                                   {"audit-paid-1", {"side_stream"}, 1}};
+  std::vector<v1::LedgerRecord> records;
+  for (const Case& c : cases) {
+    v1::LedgerRecord r = Other(v1::LedgerRecord::TRAINED, 1);
+    r.set_trajectory_id(c.id);
+    records.push_back(r);
+  }
+  const std::string dir = JobDir(records);
+  ASSERT_EQ(::mkdir((dir + "/trajectories").c_str(), 0755), 0);
+  for (const Case& c : cases) {
+    v1::Trajectory t;
+    t.set_id(c.id);
+    t.set_reward(c.reward);
+    t.mutable_final_verdict()->set_outcome(v1::Verdict::OK);
+    t.mutable_final_verdict()->set_reward(c.reward);
+    for (const std::string& f : c.flags) t.mutable_final_verdict()->add_flags(f);
+    std::ofstream(rl::Ingest::TrajectoryFile(dir, c.id), std::ios::binary) << t.SerializeAsString();
+  }
+  TrainedAudit audit;
+  auto stats = TrainedStats(dir, &audit);
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  EXPECT_EQ(audit.trajectories, 3);
+  EXPECT_EQ(audit.flagged_reward_above_1, 1);
+  EXPECT_EQ(audit.hack_flagged, 0);
+  EXPECT_EQ(audit.flags_seen.count("side_stream"), 1u);
+  EXPECT_EQ(audit.flags_seen.count("rse_above_target"), 1u);
+}
+
 }  // namespace kernelrl::cli
