@@ -21,12 +21,17 @@ namespace kernelrl {
 // belong to open file descriptions and die with their process: each Hold
 // opens its own descriptors (threads of one process do not share a hold),
 // and a crashed holder frees the GPU.
+//
+// A shared holder stamps `path + ".shared_taken"` when granted and
+// `path + ".shared_released"` as it lets go (the files' modification times):
+// the driver goes on reporting a paused holder's kernels for a while after it
+// stopped, and an exclusive holder asks SharedQuietSince from when to count.
 class GpuLease {
  public:
   class Hold {
    public:
     Hold() = default;
-    Hold(Hold&& other) noexcept : fd_(other.fd_) { other.fd_ = -1; }
+    Hold(Hold&& other) noexcept : fd_(other.fd_), released_stamp_(std::move(other.released_stamp_)) { other.fd_ = -1; }
     Hold& operator=(Hold&& other) noexcept;
     Hold(const Hold&) = delete;
     Hold& operator=(const Hold&) = delete;
@@ -36,8 +41,9 @@ class GpuLease {
 
    private:
     friend class GpuLease;
-    explicit Hold(int fd) : fd_(fd) {}
+    Hold(int fd, std::string released_stamp) : fd_(fd), released_stamp_(std::move(released_stamp)) {}
     int fd_ = -1;
+    std::string released_stamp_;  // Stamped before letting go (shared holds); empty: none.
   };
 
   // An empty path is no lease: every hold is granted at once and holds nothing.
@@ -50,6 +56,13 @@ class GpuLease {
   // As Shared, exclusively; DeadlineExceeded when not granted within
   // `max_wait` (a holder stuck in its step must not stall the timer for good).
   absl::StatusOr<Hold> Exclusive(absl::Duration max_wait = absl::InfiniteDuration()) const;
+
+  // For an exclusive holder granted at `granted`: the time since which no
+  // shared holder has been in its step. The last shared release; `granted`
+  // when the last stamp is a take (a holder died holding it: its work may
+  // have run until the grant) or a stamp cannot be read; InfinitePast when
+  // no shared hold was ever taken.
+  absl::Time SharedQuietSince(absl::Time granted) const;
 
  private:
   absl::StatusOr<Hold> Take(bool exclusive, absl::Time deadline) const;

@@ -133,6 +133,55 @@ TEST(GpuLeaseTest, AHolderThatDiesFreesTheGpu) {
   ::close(ready[1]);
 }
 
+TEST(GpuLeaseTest, QuietSinceTheLastSharedReleaseAndExclusiveHoldsStampNothing) {
+  GpuLease lease(LeasePath());
+  { auto ex = lease.Exclusive(); ASSERT_TRUE(ex.ok()); }
+  EXPECT_EQ(lease.SharedQuietSince(absl::Now()), absl::InfinitePast());  // No shared hold yet.
+
+  auto a = lease.Shared();
+  auto b = lease.Shared();
+  ASSERT_TRUE(a.ok() && b.ok());
+  a->Release();
+  const absl::Time before = absl::Now();
+  b->Release();  // The last of them to let go.
+  const absl::Time after = absl::Now();
+  auto ex = lease.Exclusive();
+  ASSERT_TRUE(ex.ok());
+  const absl::Time granted = absl::Now();
+  const absl::Time quiet = lease.SharedQuietSince(granted);
+  EXPECT_GE(quiet, before);
+  EXPECT_LE(quiet, after);
+  // Never later than the grant, whatever the stamp says.
+  EXPECT_EQ(lease.SharedQuietSince(quiet - absl::Seconds(1)), quiet - absl::Seconds(1));
+}
+
+TEST(GpuLeaseTest, ASharedHolderThatDiesHoldingItLeavesTheGrantAsQuietSince) {
+  GpuLease lease(LeasePath());
+  { auto s = lease.Shared(); ASSERT_TRUE(s.ok()); }  // An earlier release, older than what follows.
+  int ready[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    auto s = lease.Shared();
+    const char c = s.ok() ? 'y' : 'n';
+    (void)!::write(ready[1], &c, 1);
+    ::pause();  // Killed in its step: no release stamp.
+    ::_exit(0);
+  }
+  char c = 0;
+  ASSERT_EQ(::read(ready[0], &c, 1), 1);
+  EXPECT_EQ(c, 'y');
+  ::kill(child, SIGKILL);
+  ::waitpid(child, nullptr, 0);
+  auto ex = lease.Exclusive();
+  ASSERT_TRUE(ex.ok()) << ex.status();
+  const absl::Time granted = absl::Now();
+  EXPECT_EQ(lease.SharedQuietSince(granted), granted);
+  ::close(ready[0]);
+  ::close(ready[1]);
+}
+
 TEST(GpuLeaseTest, AnUnopenablePathIsAnError) {
   GpuLease lease("/nonexistent-dir-for-gpu-lease/x");
   auto s = lease.Shared();

@@ -104,7 +104,7 @@ HarnessJob ProtocolOf(const HarnessJob& job) {
   p.set_precision_floor_units(job.precision_floor_units());
   p.set_precision_max_hi_bytes(job.precision_max_hi_bytes());
   if (job.has_profiler()) *p.mutable_profiler() = job.profiler();
-  p.set_gpu_lease_granted_unix_s(job.gpu_lease_granted_unix_s());
+  p.set_gpu_lease_quiet_since_unix_s(job.gpu_lease_quiet_since_unix_s());
   return p;
 }
 
@@ -119,7 +119,7 @@ HarnessJob WithoutProtocol(HarnessJob job) {
   job.clear_precision_floor_units();
   job.clear_precision_max_hi_bytes();
   job.clear_profiler();
-  job.clear_gpu_lease_granted_unix_s();
+  job.clear_gpu_lease_quiet_since_unix_s();
   return job;
 }
 
@@ -547,8 +547,12 @@ Verdict Evaluator::Run(const EvaluateRequest& request, const ProgressFn& progres
   }
   verify_waiting_.fetch_add(1);
   note("verify", false, absl::StrCat("queue position ", verify_waiting_.load()));
+  t = MonotonicMs();
   absl::MutexLock gpu(&gpu_mu_);
   verify_waiting_.fetch_sub(1);
+  // The wait for this worker's GPU (its other requests' verify and profile jobs): on a busy
+  // worker most of a verdict's wall (a learning run on one H200: ~40 s of ~44 s).
+  AddStage(v, "gpu_queue", MonotonicMs() - t);
   if (!serving_.load()) return finish(Verdict::INFRA_ERROR, "worker is not serving (GPU health probe failed)");
   // A learner on this GPU pauses its steps while the clock runs (common/gpu_lease.h).
   absl::StatusOr<GpuLease::Hold> lease = GpuLease::Hold();
@@ -557,7 +561,9 @@ Verdict Evaluator::Run(const EvaluateRequest& request, const ProgressFn& progres
     lease = gpu_lease_.Exclusive(absl::Seconds(lim.wall_seconds()));
     if (!lease.ok()) return finish(Verdict::INFRA_ERROR, std::string(lease.status().message()));
     AddStage(v, "gpu_lease", MonotonicMs() - t);
-    job.set_gpu_lease_granted_unix_s(absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()));
+    // A learner idle since well before the grant needs no settling (the reference's lease_settled).
+    const absl::Time quiet = gpu_lease_.SharedQuietSince(absl::Now());
+    if (quiet != absl::InfinitePast()) job.set_gpu_lease_quiet_since_unix_s(absl::ToUnixMicros(quiet) * 1e-6);
   }
   // The protocol (sets, distributions, tolerances, precision, the profiler's
   // knobs, the lease's grant) goes to the reference process through the

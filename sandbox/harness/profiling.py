@@ -252,11 +252,12 @@ class BlockConfig:
 def lease_settled(job, clock=time.time, sleep=time.sleep):
     """With the GPU lease (the worker waited for it): the time (Unix s) from
     which the driver's per-process samples no longer report the holders that
-    paused for it, slept until; 0 without a lease."""
-    granted = float(job.get("gpu_lease_granted_unix_s") or 0.0)
-    if granted <= 0:
+    paused for it (their last step's end plus the sample lag), slept until if
+    it is still ahead; 0 without a lease or shared holder."""
+    quiet = float(job.get("gpu_lease_quiet_since_unix_s") or 0.0)
+    if quiet <= 0:
         return 0.0
-    settled = granted + float(job["profiler"].get("gpu_lease_sample_lag_s") or 0.0)
+    settled = quiet + float(job["profiler"].get("gpu_lease_sample_lag_s") or 0.0)
     wait = settled - clock()
     if wait > 0:
         sleep(wait)

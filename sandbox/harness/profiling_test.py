@@ -31,27 +31,28 @@ class LeaseSettledTest(unittest.TestCase):
     """With the GPU lease the profile waits until the driver's samples no
     longer report the holders that paused for it, and says from when."""
 
-    def run_settled(self, granted, lag, now):
+    def run_settled(self, quiet, lag, now):
         slept = []
-        job = {"gpu_lease_granted_unix_s": granted, "profiler": {"gpu_lease_sample_lag_s": lag}}
+        job = {"gpu_lease_quiet_since_unix_s": quiet, "profiler": {"gpu_lease_sample_lag_s": lag}}
         return profiling.lease_settled(job, clock=lambda: now, sleep=slept.append), slept
 
     def test_no_lease_no_wait(self):
         got, slept = self.run_settled(0.0, 2.0, random.uniform(1.7e9, 1.8e9))
         self.assertEqual((got, slept), (0.0, []))
 
-    def test_waits_out_the_lag_after_the_grant(self):
-        granted, lag = random.uniform(1.7e9, 1.8e9), random.uniform(1.0, 3.0)
+    def test_waits_out_the_lag_after_the_last_shared_step(self):
+        quiet, lag = random.uniform(1.7e9, 1.8e9), random.uniform(1.0, 3.0)
         spent = random.uniform(0.1, 0.9) * lag  # the verify sets ran meanwhile
-        got, slept = self.run_settled(granted, lag, granted + spent)
-        self.assertEqual(got, granted + lag)
+        got, slept = self.run_settled(quiet, lag, quiet + spent)
+        self.assertEqual(got, quiet + lag)
         self.assertEqual(len(slept), 1)
         self.assertAlmostEqual(slept[0], lag - spent, places=3)
 
     def test_no_wait_once_the_lag_has_passed(self):
-        granted, lag = random.uniform(1.7e9, 1.8e9), random.uniform(1.0, 3.0)
-        got, slept = self.run_settled(granted, lag, granted + lag + random.uniform(0.01, 5.0))
-        self.assertEqual((got, slept), (granted + lag, []))
+        # A learner idle since well before the grant: the samples hold none of its work.
+        quiet, lag = random.uniform(1.7e9, 1.8e9), random.uniform(1.0, 3.0)
+        got, slept = self.run_settled(quiet, lag, quiet + lag + random.uniform(0.01, 5.0))
+        self.assertEqual((got, slept), (quiet + lag, []))
 
 
 if __name__ == "__main__":

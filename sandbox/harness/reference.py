@@ -47,7 +47,7 @@ import wire
 
 PROTOCOL_FILE = "protocol.json"  # written by the worker into the trusted dir
 PROTOCOL_KEYS = ("num_sets", "distributions", "atol", "rtol", "atol_scaled_dists", "precision", "precision_ratio",
-                 "precision_floor_units", "precision_max_hi_bytes", "profiler", "gpu_lease_granted_unix_s")
+                 "precision_floor_units", "precision_max_hi_bytes", "profiler", "gpu_lease_quiet_since_unix_s")
 
 
 def structure(ref, meta, got):

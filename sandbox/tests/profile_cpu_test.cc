@@ -398,7 +398,7 @@ TEST_F(ProfileCpuTest, SkipProfileRequestKeepsTheCorrectnessReward) {
 
 // A learner on the same GPU holds the lease shared around its steps: a job
 // that profiles waits for it (exclusive, stage "gpu_lease"), one that only
-// verifies does not take it.
+// verifies does not take it. Both wait for the worker's GPU (stage "gpu_queue").
 TEST_F(ProfileCpuTest, ProfilingWaitsForTheGpuLeaseAndVerifyAloneDoesNot) {
   const GpuLease lease(*root_ + "/gpu.lease");
   absl::StatusOr<GpuLease::Hold> learner_step = lease.Shared();
@@ -408,6 +408,7 @@ TEST_F(ProfileCpuTest, ProfilingWaitsForTheGpuLeaseAndVerifyAloneDoesNot) {
   Verdict v = evaluator_->Evaluate(verify_only);
   ASSERT_EQ(v.outcome(), Verdict::OK) << Describe(v);
   EXPECT_FALSE(HasStage(v, "gpu_lease"));
+  EXPECT_TRUE(HasStage(v, "gpu_queue")) << Describe(v);  // Every job that reaches the GPU waits its turn.
 
   absl::Notification done;
   Verdict timed;
@@ -429,6 +430,7 @@ TEST_F(ProfileCpuTest, ProfilingWaitsForTheGpuLeaseAndVerifyAloneDoesNot) {
   job.join();
   EXPECT_EQ(timed.outcome(), Verdict::OK) << Describe(timed);
   EXPECT_TRUE(HasStage(timed, "gpu_lease")) << Describe(timed);
+  EXPECT_TRUE(HasStage(timed, "gpu_queue")) << Describe(timed);
 }
 
 // A baseline timed in the precompute's own process (timing_path "") pays no
