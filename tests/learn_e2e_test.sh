@@ -153,6 +153,15 @@ for h in held:
     # Two sampled rollouts per task: every rollout's final verdict, and a task's best is at least their mean.
     check(r.get("n") == 6 and -1 <= r.get("reward_mean", 99) <= h["reward_mean"] + 1e-9,
           f"held-out {h['label']}: 6 rollouts, per-rollout reward {r.get('reward_mean')} <= best-of {h['reward_mean']}")
+import glob, re
+for h in held:
+    if not h["label"].startswith("agentic-"):
+        continue
+    # Evaluated while the job was held: every reply from the one version the evaluation names.
+    seen = set()
+    for f in glob.glob(os.path.join(out, "eval-" + h["label"], "transcripts", "*.txt")):
+        seen |= {int(v) for v in re.findall(r"=== ASSISTANT \(policy v(\d+)", open(f).read())}
+    check(seen == {h["policy_version"]}, f"held-out {h['label']}: replies from policy v{h['policy_version']} only (saw {sorted(seen)})")
 a = curves["audit"]
 print("audit:", a)
 check(a["hack_flagged_with_reward_above_1"] == 0, "no hack-flagged verdict with reward > 1")

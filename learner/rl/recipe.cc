@@ -468,6 +468,11 @@ absl::Status RecipeRunner::RunStage(JobContext* ctx, int stage) {
     return absl::OkStatus();
   }
   if (st.kind == Kind::kPpo) {
+    // The job says it is in this stage from its start, not from its first update: a held-out
+    // evaluation of the policy the earlier stages left (kernelrl learn's "PPO start") is taken here.
+    if (auto s = ctx->Update([&](v1::Job* j) { j->set_stage(st.name), j->set_stage_step(stage_step_); }); !s.ok()) {
+      return s;
+    }
     while (stage_step_ < steps && !ctx->ShouldStop()) {
       auto batch = WaitForBatch(ctx, n, config_.ppo().drop_zero_variance_groups());
       if (!batch.ok()) return batch.status();

@@ -376,8 +376,10 @@ void RunThroughKills(int full_every, int lora = 0) {
         break;
       }
       v1::Job job;
+      // Above full_every 1, only after an update of the stage (a PPO stage names itself from its
+      // start, when its step is still the last stage's, which ended on a full checkpoint).
       if (!kill_at.empty() && ReadJob(root, &job) && StageIndex(job.stage()) >= StageIndex(kill_at.front()) &&
-          (full_every == 1 || job.step() % full_every != 0)) {
+          (full_every == 1 || (job.step() % full_every != 0 && job.stage_step() > 0))) {
         std::printf("kill -9 at stage %s step %ld (stage step %ld)\n", job.stage().c_str(),
                     static_cast<long>(job.step()), static_cast<long>(job.stage_step()));
         ::kill(pid, SIGKILL);

@@ -167,17 +167,21 @@ v1::Job CancelAndWait(v1::Learner::Stub* stub, v1::Job job) {
 // rollouts in flight are pushed and kept for the next sitting) and waits until the trainer holds:
 // from then on the job's policy is the one the pause evaluation measures. The job comes back held,
 // or ended when the update in progress was its last.
-absl::StatusOr<v1::Job> PauseAndHold(v1::Learner::Stub* stub, const std::string& job_id, Cluster* cluster) {
+// Pauses the job and waits until its trainer holds at a step boundary (or the job ended). With
+// `cluster`, its actors stop too (the sitting is over); without, they stay up and take no lease
+// while the job is paused.
+absl::StatusOr<v1::Job> PauseAndHold(v1::Learner::Stub* stub, const std::string& job_id, const std::string& reason,
+                                     Cluster* cluster) {
   v1::Job job;
   {
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
     v1::PauseJobRequest pause;
     pause.set_job_id(job_id);
-    pause.set_reason("kernelrl learn: the sitting is over; --resume goes on");
+    pause.set_reason(reason);
     if (grpc::Status s = stub->PauseJob(&ctx, pause, &job); !s.ok()) return absl::InternalError(s.error_message());
   }
-  cluster->StopActors();
+  if (cluster != nullptr) cluster->StopActors();
   v1::GetJobRequest get;
   get.set_job_id(job_id);
   for (const absl::Time until = absl::Now() + absl::Minutes(10); absl::Now() < until; absl::SleepFor(absl::Milliseconds(200))) {
@@ -187,6 +191,16 @@ absl::StatusOr<v1::Job> PauseAndHold(v1::Learner::Stub* stub, const std::string&
     if (job.held() || job.state() != v1::Job::RUNNING) return job;  // Or its last update ended it.
   }
   return absl::DeadlineExceededError("the trainer did not reach a step boundary in 10 minutes");
+}
+
+absl::Status ResumeJob(v1::Learner::Stub* stub, const std::string& job_id) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  v1::ResumeJobRequest resume;
+  resume.set_job_id(job_id);
+  v1::Job job;
+  if (grpc::Status s = stub->ResumeJob(&ctx, resume, &job); !s.ok()) return absl::InternalError(s.error_message());
+  return absl::OkStatus();
 }
 
 std::string F(double v) { return absl::StrFormat("%.3g", v); }
@@ -202,21 +216,51 @@ std::string RolloutLine(const Json& heldout) {
                       F(JsonNumber(*FindJson(*r, "faster_than_compile_rate"))));
 }
 
-// Held-out evaluations, one at a time beside the training, in their own thread; each result goes
-// to the console and to the list curves.json keeps.
+// Held-out evaluations, one at a time in their own thread; each result goes to the console and to
+// the list curves.json keeps. An evaluation while the job trains (StartPinned) first holds the job
+// at a step boundary and resumes it after: the actors sample from the learner's live policy, so an
+// evaluation beside training would mix the versions of every update it overlapped (on one H200 the
+// "PPO start" evaluation spanned 4 updates).
 class HeldOutEvaluator {
  public:
   HeldOutEvaluator(const v1::LearnConfig& o, const Cluster& cluster, Console& console, std::string curves_dir, Json heldout)
       : o_(o), cluster_(cluster), console_(console), curves_dir_(std::move(curves_dir)), heldout_(std::move(heldout)) {}
   ~HeldOutEvaluator() { Join(); }
 
-  // False (and nothing started) while one runs.
+  // False (and nothing started) while one runs. For a job that does not update meanwhile (before
+  // its first batch, or ended).
   bool Start(const std::string& label, int64_t version, int64_t agentic_step) {
+    return Launch(label, version, agentic_step, nullptr, "");
+  }
+  // The policy of job `job_id` as the trainer holds it: paused for the evaluation, then resumed.
+  bool StartPinned(const std::string& label, int64_t agentic_step, v1::Learner::Stub* stub, const std::string& job_id) {
+    return Launch(label, -1, agentic_step, stub, job_id);
+  }
+
+ private:
+  bool Launch(const std::string& label, int64_t version, int64_t agentic_step, v1::Learner::Stub* stub,
+              const std::string& job_id) {
     if (busy_.exchange(true)) return false;
     Join();
-    thread_ = std::thread([this, label, version, agentic_step] {
+    thread_ = std::thread([this, label, version, agentic_step, stub, job_id]() mutable {
+      bool resume = false;
+      if (stub != nullptr) {
+        auto held = PauseAndHold(stub, job_id, "held-out evaluation " + label, nullptr);
+        if (!held.ok() || !held->held()) {  // Ended meanwhile (its last policy), or the pause failed.
+          console_.Line("held-out eval " + label + ": the job was not held (" +
+                        (held.ok() ? v1::Job::State_Name(held->state()) : std::string(held.status().message())) +
+                        "); the final evaluation scores its last policy");
+          busy_ = false;
+          return;
+        }
+        version = held->policy_version();
+        resume = true;
+      }
       const double t0 = console_.Seconds();
       auto r = HeldOutEval(o_, cluster_, curves_dir_ + "/eval-" + label);
+      if (resume) {
+        if (absl::Status s = ResumeJob(stub, job_id); !s.ok()) console_.Line("resume after " + label + ": " + std::string(s.message()));
+      }
       std::lock_guard<std::mutex> lock(mu_);
       if (r.ok()) {
         (*r)["label"] = Json(label);
@@ -237,6 +281,8 @@ class HeldOutEvaluator {
     });
     return true;
   }
+
+ public:
   void Join() {
     if (thread_.joinable()) thread_.join();
   }
@@ -388,7 +434,7 @@ int LearnMain(int argc, char** argv) {
         const int64_t k = job.stage_step();
         reached_agentic = true;
         if ((!evaluated_agentic || k - last_eval_agentic >= o.eval_every()) &&
-            evals.Start(absl::StrCat("agentic-", k), job.policy_version(), k)) {
+            evals.StartPinned(absl::StrCat("agentic-", k), k, stub.get(), job.id())) {
           evaluated_agentic = true;
           last_eval_agentic = k;
         }
@@ -406,7 +452,8 @@ int LearnMain(int argc, char** argv) {
       if (paused) {
         console.Line("pausing: the services stop, the job stays RUNNING (kernelrl learn --resume --run_dir=" +
                      o.paths().run_dir() + " goes on)");
-        auto held = PauseAndHold(stub.get(), job.id(), &cluster);
+        evals.Join();  // A held-out evaluation running now resumes the job when it ends.
+        auto held = PauseAndHold(stub.get(), job.id(), "kernelrl learn: the sitting is over; --resume goes on", &cluster);
         if (!held.ok()) {
           console.Line("pause failed: " + std::string(held.status().message()));
           break;
