@@ -44,7 +44,9 @@
 # VALUE_STEPS (16), AGENTIC_STEPS (40), BATCH (16), ACTORS (4), EVAL_ROLLOUTS (4), EVAL_TEMP (1),
 # SHARE_WARMUP (0; 1: the call's later jobs take its first job's warm-up set: seeds of the later stages),
 # WARMUP_FROM (an earlier call's warm-up job directory, from --stage-in: every job of the call takes it),
-# LEARNER_DEVICE (cuda; cpu on one GPU, cuda:1 on two: see docs/CODEMODEL.md), LEARN_ARGS (more `kernelrl learn` flags).
+# LEARNER_DEVICE (cuda; cpu on one GPU, cuda:1 on two: see docs/CODEMODEL.md), LEARN_ARGS (more `kernelrl learn` flags),
+# SKIP_START_EVAL (0; 1: no evaluation of the base before each job: greedy on the same base and tasks it
+# repeats an earlier job's, ~40 s a job on one H200).
 set -u
 C=.devcarry/ops
 M=.devcarry/codemodel
@@ -222,6 +224,7 @@ done
 [ -n "${ACTORS:-}" ] && JOB_FLAGS+=(--actors=$ACTORS --random_actors=$ACTORS --concurrent_rollouts=$ACTORS)
 [ -n "${EVAL_ROLLOUTS:-}" ] && JOB_FLAGS+=(--eval_rollouts=$EVAL_ROLLOUTS)
 [ -n "${EVAL_TEMP:-}" ] && JOB_FLAGS+=(--eval_temperature=$EVAL_TEMP)
+[ "${SKIP_START_EVAL:-0}" = 1 ] && JOB_FLAGS+=(--skip_start_eval)
 # SHARE_WARMUP=1: the later jobs of the call take the first job's warm-up set; WARMUP_FROM=DIR (an
 # earlier call's, placed by --stage-in): every job takes that one.
 WARM_JOB=""

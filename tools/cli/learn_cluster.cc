@@ -35,6 +35,7 @@ void AddLearnFlags(CommandLine& cl) {
   cl.Flag("--eval_tasks", "eval_tasks", "Held-out tasks evaluated (0 = all)");
   cl.Flag("--eval_rollouts", "eval_rollouts", "Rollouts per held-out task");
   cl.Flag("--eval_temperature", "eval_temperature", "0 = greedy held-out evaluations");
+  cl.Switch("--skip_start_eval", "skip_start_eval", "No evaluation of the base before the job (an earlier job on the same base has it)");
   cl.Flag("--job_timeout_s", "job_timeout_s", "Seconds for the job");
   cl.Flag("--stall_timeout_s", "stall_timeout_s", "Seconds without a change to the job before cancelling");
   cl.Switch("--pause_at_timeout", "pause_at_timeout", "At job_timeout_s pause the job instead of cancelling it");

@@ -398,7 +398,7 @@ int LearnMain(int argc, char** argv) {
 
   // The start evaluation runs before any actor does: the job cannot update the policy without
   // trajectories, so every one of its rollouts is policy v0's, and it has the sandbox to itself.
-  if (!o.resume()) {
+  if (!o.resume() && !o.skip_start_eval()) {
     evals.Start("start", 0, 0);
     evals.Join();
   }

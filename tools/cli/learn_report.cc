@@ -8,6 +8,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 
 namespace kernelrl::cli {
 namespace {
@@ -100,24 +101,30 @@ std::string LearnReport(const LearnRun& run) {
   stage(r.agentic_ppo(), absl::StrCat("agentic PPO ", r.agentic_ppo().steps()));
   absl::StrAppend(&out, "recipe     ", recipe, " (", o.ablation(), ")\n");
 
+  // Columns: the start (the base model; none when the job skipped it), the first evaluation of
+  // agentic PPO (the policy the stages before it left) and the last.
   const Json& evals = run.heldout;
-  if (evals.size() >= 2) {
-    const Json& before = evals.front();
-    const Json& after = evals.back();
-    // Columns: the start (the base model), the first evaluation of agentic PPO (the RFT policy,
-    // when one ran) and the last.
-    std::vector<std::pair<std::string, const Json*>> cols = {
-        {absl::StrCat("before (v", Num(&before, "policy_version"), ")"), &before}};
-    for (size_t i = 1; i + 1 < evals.size(); ++i) {
-      const Json* label = FindJson(evals[i], "label");
-      if (label != nullptr && label->is_string() && absl::StartsWith(label->get<std::string>(), "agentic-")) {
-        cols.emplace_back(absl::StrCat("PPO start (v", Num(&evals[i], "policy_version"), ")"), &evals[i]);
-        break;
-      }
-    }
-    cols.emplace_back(absl::StrCat("after (v", Num(&after, "policy_version"), ")"), &after);
+  auto label_of = [](const Json& e) {
+    const Json* label = FindJson(e, "label");
+    return label != nullptr && label->is_string() ? label->get<std::string>() : std::string();
+  };
+  const Json* before = nullptr;
+  const Json* ppo_start = nullptr;
+  for (size_t i = 0; i < evals.size(); ++i) {
+    const std::string label = label_of(evals[i]);
+    if (i == 0 && (label.empty() || label == "start")) before = &evals[i];
+    if (ppo_start == nullptr && absl::StartsWith(label, "agentic-")) ppo_start = &evals[i];
+  }
+  std::vector<std::pair<std::string, const Json*>> cols;
+  if (before != nullptr) cols.emplace_back(absl::StrCat("before (v", Num(before, "policy_version"), ")"), before);
+  const Json* after = evals.empty() ? nullptr : &evals.back();
+  if (ppo_start != nullptr && ppo_start != after) {
+    cols.emplace_back(absl::StrCat("PPO start (v", Num(ppo_start, "policy_version"), ")"), ppo_start);
+  }
+  if (after != nullptr && after != before) cols.emplace_back(absl::StrCat("after (v", Num(after, "policy_version"), ")"), after);
+  if (cols.size() >= 2) {
     absl::StrAppendFormat(&out, "held-out   %d tasks never trained on, %d rollouts each (%s)\n",
-                          static_cast<int>(Num(&before, "n")), std::max(1, o.eval_rollouts()),
+                          static_cast<int>(Num(cols.front().second, "n")), std::max(1, o.eval_rollouts()),
                           o.eval_temperature() > 0 ? absl::StrFormat("sampled at temperature %g", o.eval_temperature())
                                                    : std::string("greedy"));
     auto row = [&](const std::string& label, const std::function<std::string(const Json&)>& cell) {
@@ -150,9 +157,11 @@ std::string LearnReport(const LearnRun& run) {
       return absl::StrFormat("%.2fx", Num(&e, "geomean_speedup_vs_compile"));
     });
     // What each column measures, so the report says which stage taught what.
-    absl::StrAppend(&out, "             (before: the base checkpoint",
-                    cols.size() == 3 ? "; PPO start: what the stages before agentic PPO taught it" : "",
-                    "; after: the job's last policy)\n");
+    std::vector<std::string> meaning;
+    if (before != nullptr) meaning.push_back("before: the base checkpoint");
+    if (ppo_start != nullptr && ppo_start != after) meaning.push_back("PPO start: what the stages before agentic PPO taught it");
+    meaning.push_back("after: the job's last policy");
+    absl::StrAppend(&out, "             (", absl::StrJoin(meaning, "; "), ")\n");
     if (o.backend() == "cpu") {
       absl::StrAppend(&out, "             (CPU sandbox: no eager / torch.compile baselines, so no speed-ups;\n"
                             "              a correct kernel earns 1, a wrong one -1)\n");

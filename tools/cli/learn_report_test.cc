@@ -82,6 +82,21 @@ TEST(LearnReport, BeforeAfterFromTheFirstAndLastEvaluation) {
   EXPECT_NE(report.find("/run/curves/reward.png"), std::string::npos) << report;
   EXPECT_NE(report.find("scripted-engineer trajectories"), std::string::npos) << report;
 
+  // Without the start evaluation (--skip_start_eval): PPO start and after, no before.
+  LearnRun skipped = run;
+  skipped.heldout = Json::array();
+  Json ppo = Eval(20, r0, 0.25), last = Eval(30, r1, 0.5);
+  ppo["label"] = Json("agentic-0");
+  last["label"] = Json("final");
+  skipped.heldout.push_back(ppo);
+  skipped.heldout.push_back(last);
+  const std::string no_start = LearnReport(skipped);
+  EXPECT_EQ(no_start.find("before ("), std::string::npos) << no_start;
+  EXPECT_NE(no_start.find("PPO start (v20)"), std::string::npos) << no_start;
+  EXPECT_NE(no_start.find("after (v30)"), std::string::npos) << no_start;
+  EXPECT_NE(no_start.find("(PPO start: what the stages before agentic PPO taught it; after: the job's last policy)"),
+            std::string::npos) << no_start;
+
   // A warm-up taken from an earlier job says so, and from where.
   o.mutable_job()->mutable_recipe()->mutable_agent_warmup()->set_import_job_dir("/run-1/jobs/job-a");
   const std::string imported = LearnReport(run);
