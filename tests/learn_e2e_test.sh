@@ -12,12 +12,13 @@
 # The ablation runs in two sittings: --pause_after_agentic_steps=1 pauses the job (PauseJob: the
 # trainer holds at a step boundary) and stops the services with
 # the job RUNNING, then --resume on the same run dir finishes it (the learner resumes from
-# its checkpoint); the checks below then see one job, one ledger and one curves.json.
+# its checkpoint); the checks below then see one job, one ledger and one curves.json. Its first
+# sitting skips the start evaluation (--skip_start_eval).
 # Oracles: the job SUCCEEDED; every stage the recipe runs produced its updates
 # (and the ablation's skipped stages none); PPO updates carry entropy, explained
 # variance, clip fraction and IS-ratio metrics; each PPO update trained exactly
 # one batch whose verdicts are on disk; warm-up data came from the random actors;
-# held-out evaluations at the start and the end (2 sampled rollouts per task: each
+# held-out evaluations at the start and the end, those during PPO from one policy version each (2 sampled rollouts per task: each
 # rollout's final verdict is in the curves); no hack-flagged verdict with
 # reward > 1; the PNGs are real images; the trajectories on disk (design_report)
 # hold tool calls parsed from their JSON (>= 4 turns and >= 3 calls per engineer trajectory), and every
@@ -63,7 +64,7 @@ rc=0
 if [ "$ABLATION" = none ]; then
   learn || rc=$?
 else
-  learn --pause_after_agentic_steps=1 || rc=$?
+  learn --pause_after_agentic_steps=1 --skip_start_eval || rc=$?
   if [ $rc -eq 0 ]; then
     paused=$(ls "$tmp"/run/learner-state/jobs/*/curves/curves.json)
     python3 -c 'import json,sys; c=json.load(open(sys.argv[1])); sys.exit(0 if c["state"] == "RUNNING" and any(h["label"].startswith("pause-") for h in c["heldout"]) else 1)' "$paused" \
@@ -143,10 +144,13 @@ for s in by_stage.get("single_turn_ppo", []) + by_stage.get("agentic_ppo", []):
 held = curves["heldout"]
 labels = [h["label"] for h in held]
 print("held-out evaluations:", labels)
-check(labels[:1] == ["start"] and labels[-1:] == ["final"] and len(held) >= 2, "held-out evaluated at start and end")
-start_end = held[0]["wall_s"] + held[0]["eval_seconds"]
-check(held[0]["policy_version"] == 0 and updates and start_end <= updates[0]["wall_s"],
-      f"the start evaluation ({start_end:.1f} s) ended before the first update ({updates[0]['wall_s'] if updates else '-'} s): all of it policy v0")
+if ablation == "none":
+    check(labels[:1] == ["start"] and labels[-1:] == ["final"] and len(held) >= 2, "held-out evaluated at start and end")
+    start_end = held[0]["wall_s"] + held[0]["eval_seconds"]
+    check(held[0]["policy_version"] == 0 and updates and start_end <= updates[0]["wall_s"],
+          f"the start evaluation ({start_end:.1f} s) ended before the first update ({updates[0]['wall_s'] if updates else '-'} s): all of it policy v0")
+else:  # --skip_start_eval: the first evaluation is agentic PPO's start.
+    check(labels[:1] == ["agentic-0"] and labels[-1:] == ["final"], "no start evaluation; PPO start and end evaluated")
 for h in held:
     check(h["n"] == 3 and -1 <= h["reward_mean"] <= 3, f"held-out {h['label']}: 3 tasks, reward {h['reward_mean']}")
     r = h.get("rollouts", {})
