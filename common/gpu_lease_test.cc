@@ -107,30 +107,44 @@ TEST(GpuLeaseTest, AnExclusiveWaitHasADeadlineAndLeavesTheTurnFree) {
   EXPECT_TRUE(now->held());
 }
 
-TEST(GpuLeaseTest, AHolderThatDiesFreesTheGpu) {
-  GpuLease lease(LeasePath());
+// A child process granted the lease (exclusively or shared) that waits to be killed holding it;
+// -1 if it was not granted.
+pid_t ChildHoldingTheLease(const GpuLease& lease, bool exclusive) {
   int ready[2];
-  ASSERT_EQ(::pipe(ready), 0);
+  if (::pipe(ready) != 0) return -1;
   const pid_t child = ::fork();
-  ASSERT_GE(child, 0);
   if (child == 0) {
-    auto ex = lease.Exclusive();
-    const char c = ex.ok() ? 'y' : 'n';
+    auto hold = exclusive ? lease.Exclusive() : lease.Shared();
+    const char c = hold.ok() ? 'y' : 'n';
     (void)!::write(ready[1], &c, 1);
     ::pause();  // Killed while holding it.
     ::_exit(0);
   }
   char c = 0;
-  ASSERT_EQ(::read(ready[0], &c, 1), 1);
-  EXPECT_EQ(c, 'y');
-  EXPECT_FALSE(Free(lease.path(), LOCK_SH));
+  const bool granted = child > 0 && ::read(ready[0], &c, 1) == 1 && c == 'y';
+  ::close(ready[0]);
+  ::close(ready[1]);
+  if (child > 0 && !granted) {
+    ::kill(child, SIGKILL);
+    ::waitpid(child, nullptr, 0);
+  }
+  return granted ? child : -1;
+}
+
+void KillHolder(pid_t child) {
   ::kill(child, SIGKILL);
   ::waitpid(child, nullptr, 0);
+}
+
+TEST(GpuLeaseTest, AHolderThatDiesFreesTheGpu) {
+  GpuLease lease(LeasePath());
+  const pid_t child = ChildHoldingTheLease(lease, /*exclusive=*/true);
+  ASSERT_GT(child, 0);
+  EXPECT_FALSE(Free(lease.path(), LOCK_SH));
+  KillHolder(child);
   auto again = lease.Exclusive();
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_TRUE(again->held());
-  ::close(ready[0]);
-  ::close(ready[1]);
 }
 
 TEST(GpuLeaseTest, QuietSinceTheLastSharedReleaseAndExclusiveHoldsStampNothing) {
@@ -158,28 +172,13 @@ TEST(GpuLeaseTest, QuietSinceTheLastSharedReleaseAndExclusiveHoldsStampNothing) 
 TEST(GpuLeaseTest, ASharedHolderThatDiesHoldingItLeavesTheGrantAsQuietSince) {
   GpuLease lease(LeasePath());
   { auto s = lease.Shared(); ASSERT_TRUE(s.ok()); }  // An earlier release, older than what follows.
-  int ready[2];
-  ASSERT_EQ(::pipe(ready), 0);
-  const pid_t child = ::fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {
-    auto s = lease.Shared();
-    const char c = s.ok() ? 'y' : 'n';
-    (void)!::write(ready[1], &c, 1);
-    ::pause();  // Killed in its step: no release stamp.
-    ::_exit(0);
-  }
-  char c = 0;
-  ASSERT_EQ(::read(ready[0], &c, 1), 1);
-  EXPECT_EQ(c, 'y');
-  ::kill(child, SIGKILL);
-  ::waitpid(child, nullptr, 0);
+  const pid_t child = ChildHoldingTheLease(lease, /*exclusive=*/false);
+  ASSERT_GT(child, 0);
+  KillHolder(child);  // In its step: no release stamp.
   auto ex = lease.Exclusive();
   ASSERT_TRUE(ex.ok()) << ex.status();
   const absl::Time granted = absl::Now();
   EXPECT_EQ(lease.SharedQuietSince(granted), granted);
-  ::close(ready[0]);
-  ::close(ready[1]);
 }
 
 TEST(GpuLeaseTest, AnUnopenablePathIsAnError) {
