@@ -551,7 +551,7 @@ Verdict Evaluator::Run(const EvaluateRequest& request, const ProgressFn& progres
   absl::MutexLock gpu(&gpu_mu_);
   verify_waiting_.fetch_sub(1);
   // The wait for this worker's GPU (its other requests' verify and profile jobs): on a busy
-  // worker most of a verdict's wall (a learning run on one H200: ~40 s of ~44 s).
+  // worker most of a verdict's wall (a learning run on one H200: ~39 s of ~42 s).
   AddStage(v, "gpu_queue", MonotonicMs() - t);
   if (!serving_.load()) return finish(Verdict::INFRA_ERROR, "worker is not serving (GPU health probe failed)");
   // A learner on this GPU pauses its steps while the clock runs (common/gpu_lease.h).
@@ -566,7 +566,7 @@ Verdict Evaluator::Run(const EvaluateRequest& request, const ProgressFn& progres
     if (quiet != absl::InfinitePast()) job.set_gpu_lease_quiet_since_unix_s(absl::ToUnixMicros(quiet) * 1e-6);
   }
   // The protocol (sets, distributions, tolerances, precision, the profiler's
-  // knobs, the lease's grant) goes to the reference process through the
+  // knobs, the lease's quiet time) goes to the reference process through the
   // trusted dir, which the candidate's process cannot see; the zygote and its
   // children get the rest.
   if (absl::Status s = WriteProtocol(job, job_dir + "/trusted/" + kProtocolFile); !s.ok()) {

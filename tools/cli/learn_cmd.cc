@@ -163,13 +163,11 @@ v1::Job CancelAndWait(v1::Learner::Stub* stub, v1::Job job) {
   return job;
 }
 
-// Pauses the job (the learner takes no new batch and grants no lease), stops the actors (their
-// rollouts in flight are pushed and kept for the next sitting) and waits until the trainer holds:
-// from then on the job's policy is the one the pause evaluation measures. The job comes back held,
-// or ended when the update in progress was its last.
-// Pauses the job and waits until its trainer holds at a step boundary (or the job ended). With
-// `cluster`, its actors stop too (the sitting is over); without, they stay up and take no lease
-// while the job is paused.
+// Pauses the job (the learner takes no new batch and grants no lease) and waits until the trainer
+// holds: from then on the job's policy is the one an evaluation measures. The job comes back held,
+// or ended when the update in progress was its last. With `cluster` its actors stop too (the
+// sitting is over; their rollouts in flight are pushed and kept for the next one); without, they
+// stay up and take no lease while the job is paused.
 absl::StatusOr<v1::Job> PauseAndHold(v1::Learner::Stub* stub, const std::string& job_id, const std::string& reason,
                                      Cluster* cluster) {
   v1::Job job;
@@ -236,6 +234,13 @@ class HeldOutEvaluator {
   bool StartPinned(const std::string& label, int64_t agentic_step, v1::Learner::Stub* stub, const std::string& job_id) {
     return Launch(label, -1, agentic_step, stub, job_id);
   }
+  void Join() {
+    if (thread_.joinable()) thread_.join();
+  }
+  Json Heldout() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return heldout_;
+  }
 
  private:
   bool Launch(const std::string& label, int64_t version, int64_t agentic_step, v1::Learner::Stub* stub,
@@ -282,16 +287,6 @@ class HeldOutEvaluator {
     return true;
   }
 
- public:
-  void Join() {
-    if (thread_.joinable()) thread_.join();
-  }
-  Json Heldout() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return heldout_;
-  }
-
- private:
   const v1::LearnConfig& o_;
   const Cluster& cluster_;
   Console& console_;
