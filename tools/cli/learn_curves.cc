@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <set>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_join.h"
@@ -9,6 +10,7 @@
 #include "learner/rl/ingest.h"
 #include "learner/rl/ledger.h"
 #include "profiler_service/judge.h"
+#include "profiler_service/stats.h"
 #include "proto/trajectory.pb.h"
 
 namespace kernelrl::cli {
@@ -62,7 +64,10 @@ Json TrainedAudit::ToJson() const {
                        {"verdict_cache_hit_rate", Json(trajectories ? 1.0 * verdicts_cached / trajectories : 0)},
                        {"warmup_accepted", Json(warmup_accepted)},
                        {"warmup_from_engineer_actors", Json(warmup_from_engineer)},
-                       {"warmup_imported", Json(warmup_imported)}});
+                       {"warmup_imported", Json(warmup_imported)},
+                       {"profiled_verdicts", Json(static_cast<int64_t>(profiled_wall_s.size()))},
+                       {"profiled_verdict_wall_s_p50", Json(Median(profiled_wall_s))},
+                       {"profiled_verdict_gpu_queue_s_p50", Json(Median(profiled_gpu_queue_s))}});
 }
 
 absl::StatusOr<Json> UpdatesFromLedger(const std::string& job_dir, int64_t start_unix_ms) {
@@ -140,10 +145,19 @@ absl::StatusOr<std::map<int64_t, VerdictStats>> TrainedStats(const std::string& 
       }
       audit->flagged_reward_above_1 += integrity_flag && t.reward() > 1;
       audit->verdicts_cached += v.cached();
+      double total_ms = -1, queue_ms = 0;
+      bool profiled = false;
       for (const v1::StageTiming& st : v.stages()) {
+        if (st.stage() == "total") total_ms = st.wall_ms();
+        if (st.stage() == "gpu_queue") queue_ms = st.wall_ms();
+        profiled |= st.stage() == "profile";
         if (st.stage() != "compile") continue;
         ++audit->compiles;
         audit->compile_cache_hits += st.cache_hit();
+      }
+      if (profiled && total_ms >= 0) {
+        audit->profiled_wall_s.push_back(total_ms / 1e3);
+        audit->profiled_gpu_queue_s.push_back(queue_ms / 1e3);
       }
     }
   }

@@ -14,6 +14,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "common/json.h"
@@ -44,6 +45,9 @@ struct TrainedAudit {
   // rest were leased by a model actor just before the pools switched, or imported from an earlier
   // job's warm-up (StageConfig.import_job_dir: no lease).
   int warmup_accepted = 0, warmup_from_engineer = 0, warmup_imported = 0;
+  // Fresh final verdicts that profiled: their wall and their wait for the sandbox worker's GPU
+  // (stage gpu_queue), seconds; the JSON gives their medians.
+  std::vector<double> profiled_wall_s, profiled_gpu_queue_s;
   Json ToJson() const;
 };
 

@@ -5,8 +5,10 @@
 #include <stdlib.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <random>
 
 #include "common/testing/testing.h"
 #include "gtest/gtest.h"
@@ -157,6 +159,53 @@ TEST(TrainedStatsTest, OnlyFlagsTheJudgeRatesAboveInformationalCountAgainstARewa
   EXPECT_EQ(audit.hack_flagged, 0);
   EXPECT_EQ(audit.flags_seen.count("side_stream"), 1u);
   EXPECT_EQ(audit.flags_seen.count("rse_above_target"), 1u);
+}
+
+// The audit's verdict timings: fresh final verdicts that profiled, their wall and their wait for the
+// worker's GPU (stage gpu_queue); a verdict served from the cache or that did not profile is left out.
+TEST(TrainedStatsTest, ProfiledVerdictsWallAndGpuQueueMedians) {
+  std::mt19937 rng(std::random_device{}());
+  std::uniform_real_distribution<double> ms(100, 60000);
+  const std::vector<std::vector<std::pair<std::string, double>>> stages = {
+      {{"compile", 5}, {"gpu_queue", ms(rng)}, {"verify", 700}, {"profile", 2800}},
+      {{"compile", 5}, {"gpu_queue", ms(rng)}, {"verify", 700}, {"profile", 2800}},
+      {{"compile", 5}, {"gpu_queue", ms(rng)}, {"verify", 700}, {"profile", 2800}},
+      {{"compile", 5}, {"gpu_queue", ms(rng)}, {"verify", 700}},  // Did not profile.
+      {{"verdict_cache", 0.1}}};                                   // Served from the cache.
+  std::vector<v1::LedgerRecord> records;
+  std::vector<double> walls, queues;
+  for (size_t i = 0; i < stages.size(); ++i) {
+    v1::LedgerRecord r = Other(v1::LedgerRecord::TRAINED, 1);
+    r.set_trajectory_id("t" + std::to_string(i));
+    records.push_back(r);
+  }
+  const std::string dir = JobDir(records);
+  ASSERT_EQ(::mkdir((dir + "/trajectories").c_str(), 0755), 0);
+  for (size_t i = 0; i < stages.size(); ++i) {
+    v1::Trajectory t;
+    t.set_id("t" + std::to_string(i));
+    v1::Verdict& v = *t.mutable_final_verdict();
+    v.set_outcome(v1::Verdict::OK);
+    double total = 0;
+    for (const auto& [name, wall] : stages[i]) {
+      v1::StageTiming* st = v.add_stages();
+      st->set_stage(name);
+      st->set_wall_ms(wall);
+      total += wall;
+    }
+    v.add_stages()->set_stage("total");
+    v.mutable_stages()->rbegin()->set_wall_ms(total);
+    if (i < 3) walls.push_back(total / 1e3), queues.push_back(stages[i][1].second / 1e3);
+    std::ofstream(rl::Ingest::TrajectoryFile(dir, t.id()), std::ios::binary) << t.SerializeAsString();
+  }
+  TrainedAudit audit;
+  ASSERT_TRUE(TrainedStats(dir, &audit).ok());
+  std::sort(walls.begin(), walls.end());
+  std::sort(queues.begin(), queues.end());
+  const Json j = audit.ToJson();
+  EXPECT_EQ(JsonNumber(*FindJson(j, "profiled_verdicts")), 3);
+  EXPECT_DOUBLE_EQ(JsonNumber(*FindJson(j, "profiled_verdict_wall_s_p50")), walls[1]);
+  EXPECT_DOUBLE_EQ(JsonNumber(*FindJson(j, "profiled_verdict_gpu_queue_s_p50")), queues[1]);
 }
 
 }  // namespace kernelrl::cli
