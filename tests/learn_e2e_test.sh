@@ -157,6 +157,13 @@ for h in held:
     # Two sampled rollouts per task: every rollout's final verdict, and a task's best is at least their mean.
     check(r.get("n") == 6 and -1 <= r.get("reward_mean", 99) <= h["reward_mean"] + 1e-9,
           f"held-out {h['label']}: 6 rollouts, per-rollout reward {r.get('reward_mean')} <= best-of {h['reward_mean']}")
+# PPO start: the job held at agentic PPO's start (StageConfig.hold_at_start), so its evaluation is of
+# the policy the stages before it left, whatever the machine's speed.
+pre = [s for s in updates if s["stage"] != "agentic_ppo"]
+first = next((h for h in held if h["label"].startswith("agentic-")), None)
+check(first is not None and first["label"] == "agentic-0" and pre and first["policy_version"] == pre[-1]["policy_version"],
+      f"PPO start evaluated before the first PPO update ({first['label'] if first else '-'}, policy "
+      f"v{first['policy_version'] if first else '-'}; last update before PPO v{pre[-1]['policy_version'] if pre else '-'})")
 import glob, re
 for h in held:
     if not h["label"].startswith("agentic-"):

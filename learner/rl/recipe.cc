@@ -468,11 +468,17 @@ absl::Status RecipeRunner::RunStage(JobContext* ctx, int stage) {
     return absl::OkStatus();
   }
   if (st.kind == Kind::kPpo) {
-    // The job says it is in this stage from its start, not from its first update: a held-out
-    // evaluation of the policy the earlier stages left (kernelrl learn's "PPO start") is taken here.
-    if (auto s = ctx->Update([&](v1::Job* j) { j->set_stage(st.name), j->set_stage_step(stage_step_); }); !s.ok()) {
+    // The job says it is in this stage from its start, not from its first update; held there when
+    // asked, so that a client evaluates the policy the earlier stages left (kernelrl learn's "PPO start").
+    const bool hold = (stage == 0 ? r.single_turn_ppo() : r.agentic_ppo()).hold_at_start() && stage_step_ == 0;
+    if (auto s = ctx->Update([&](v1::Job* j) {
+          j->set_stage(st.name), j->set_stage_step(stage_step_);
+          if (hold) j->set_paused(true), j->set_message(absl::StrCat(st.name, ": held at its start until resumed"));
+        });
+        !s.ok()) {
       return s;
     }
+    if (hold && !ctx->HoldWhilePaused()) return absl::OkStatus();
     while (stage_step_ < steps && !ctx->ShouldStop()) {
       auto batch = WaitForBatch(ctx, n, config_.ppo().drop_zero_variance_groups());
       if (!batch.ok()) return batch.status();

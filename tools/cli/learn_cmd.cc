@@ -359,6 +359,8 @@ int LearnMain(int argc, char** argv) {
   Cluster cluster(o, cl.sets(), &console);
   if (!WriteFileAtomically(cluster.SkillPath(), o.skill_text()).ok()) return 1;
 
+  // The job holds at agentic PPO's start until the PPO-start evaluation has run (StartPinned resumes it).
+  o.mutable_job()->mutable_recipe()->mutable_agentic_ppo()->set_hold_at_start(true);
   const std::string hp = TextProto(o.job());
   v1::JobSpec spec;
   spec.set_name(absl::StrCat("learn-family-", o.ablation()));
