@@ -416,9 +416,7 @@ absl::Status RecipeRunner::ImportWarmup(JobContext* ctx, int stage, int64_t step
   for (const v1::Trajectory& t : *set) {
     if (auto imported = ingest_->Import(st.name, t, dir); !imported.ok()) return imported.status();
   }
-  auto got = ingest_->AcceptedIn(st.name);
-  if (!got.ok()) return got.status();
-  KLOG(INFO) << "job " << ctx->job_id() << ": " << got->size() << " warm-up trajectories imported from " << dir;
+  KLOG(INFO) << "job " << ctx->job_id() << ": " << set->size() << " warm-up trajectories imported from " << dir;
   return ctx->Update([&](v1::Job* j) { j->set_stage("rft"), j->set_stage_step(0); });
 }
 

@@ -62,6 +62,14 @@ absl::Status StartServices(const v1::LearnConfig& o, Cluster* cluster) {
 
 // Submits the job, or (resume_id set) finds the one the learner resumed on start, which must still be
 // RUNNING, and resumes it if the last sitting paused it.
+grpc::Status ResumeJob(v1::Learner::Stub* stub, const std::string& job_id, v1::Job* job) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  v1::ResumeJobRequest resume;
+  resume.set_job_id(job_id);
+  return stub->ResumeJob(&ctx, resume, job);
+}
+
 grpc::Status SubmitOrResume(v1::Learner::Stub* stub, const std::string& resume_id, const v1::JobSpec& spec, v1::Job* job) {
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
@@ -78,11 +86,7 @@ grpc::Status SubmitOrResume(v1::Learner::Stub* stub, const std::string& resume_i
                         absl::StrCat("job ", job->id(), " is ", v1::Job::State_Name(job->state()), ": nothing to resume"));
   }
   if (!job->paused()) return grpc::Status::OK;
-  grpc::ClientContext rctx;
-  rctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
-  v1::ResumeJobRequest resume;
-  resume.set_job_id(job->id());
-  return stub->ResumeJob(&rctx, resume, job);
+  return ResumeJob(stub, job->id(), job);
 }
 
 // What --resume continues: the run dir's one job, its held-out evaluations so far and the run's start.
@@ -191,16 +195,6 @@ absl::StatusOr<v1::Job> PauseAndHold(v1::Learner::Stub* stub, const std::string&
   return absl::DeadlineExceededError("the trainer did not reach a step boundary in 10 minutes");
 }
 
-absl::Status ResumeJob(v1::Learner::Stub* stub, const std::string& job_id) {
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
-  v1::ResumeJobRequest resume;
-  resume.set_job_id(job_id);
-  v1::Job job;
-  if (grpc::Status s = stub->ResumeJob(&ctx, resume, &job); !s.ok()) return absl::InternalError(s.error_message());
-  return absl::OkStatus();
-}
-
 std::string F(double v) { return absl::StrFormat("%.3g", v); }
 
 // "; rollouts: reward m +- sem (n), ..." when the evaluation sampled more than one rollout per task.
@@ -264,7 +258,10 @@ class HeldOutEvaluator {
       const double t0 = console_.Seconds();
       auto r = HeldOutEval(o_, cluster_, curves_dir_ + "/eval-" + label);
       if (resume) {
-        if (absl::Status s = ResumeJob(stub, job_id); !s.ok()) console_.Line("resume after " + label + ": " + std::string(s.message()));
+        v1::Job resumed;
+        if (grpc::Status s = ResumeJob(stub, job_id, &resumed); !s.ok()) {
+          console_.Line("resume after " + label + ": " + s.error_message());
+        }
       }
       std::lock_guard<std::mutex> lock(mu_);
       if (r.ok()) {

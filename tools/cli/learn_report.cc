@@ -115,26 +115,36 @@ std::string LearnReport(const LearnRun& run) {
     if (i == 0 && (label.empty() || label == "start")) before = &evals[i];
     if (ppo_start == nullptr && absl::StartsWith(label, "agentic-")) ppo_start = &evals[i];
   }
-  std::vector<std::pair<std::string, const Json*>> cols;
-  if (before != nullptr) cols.emplace_back(absl::StrCat("before (v", Num(before, "policy_version"), ")"), before);
+  struct Column {
+    std::string header;
+    const Json* eval;
+    const char* meaning;  // What it measures, so the report says which stage taught what.
+  };
+  std::vector<Column> cols;
+  if (before != nullptr) {
+    cols.push_back({absl::StrCat("before (v", Num(before, "policy_version"), ")"), before, "before: the base checkpoint"});
+  }
   const Json* after = evals.empty() ? nullptr : &evals.back();
   if (ppo_start != nullptr && ppo_start != after) {
-    cols.emplace_back(absl::StrCat("PPO start (v", Num(ppo_start, "policy_version"), ")"), ppo_start);
+    cols.push_back({absl::StrCat("PPO start (v", Num(ppo_start, "policy_version"), ")"), ppo_start,
+                    "PPO start: what the stages before agentic PPO taught it"});
   }
-  if (after != nullptr && after != before) cols.emplace_back(absl::StrCat("after (v", Num(after, "policy_version"), ")"), after);
+  if (after != nullptr && after != before) {
+    cols.push_back({absl::StrCat("after (v", Num(after, "policy_version"), ")"), after, "after: the job's last policy"});
+  }
   if (cols.size() >= 2) {
     absl::StrAppendFormat(&out, "held-out   %d tasks never trained on, %d rollouts each (%s)\n",
-                          static_cast<int>(Num(cols.front().second, "n")), std::max(1, o.eval_rollouts()),
+                          static_cast<int>(Num(cols.front().eval, "n")), std::max(1, o.eval_rollouts()),
                           o.eval_temperature() > 0 ? absl::StrFormat("sampled at temperature %g", o.eval_temperature())
                                                    : std::string("greedy"));
     auto row = [&](const std::string& label, const std::function<std::string(const Json&)>& cell) {
       absl::StrAppendFormat(&out, "             %-28s", label);
-      for (const auto& c : cols) absl::StrAppendFormat(&out, " %-18s", cell(*c.second));
+      for (const Column& c : cols) absl::StrAppendFormat(&out, " %-18s", cell(*c.eval));
       absl::StrAppend(&out, "\n");
     };
     row("", [&](const Json& e) {
-      for (const auto& c : cols) {
-        if (c.second == &e) return c.first;
+      for (const Column& c : cols) {
+        if (c.eval == &e) return c.header;
       }
       return std::string();
     });
@@ -156,11 +166,8 @@ std::string LearnReport(const LearnRun& run) {
     row("best-of-k geomean x compile", [](const Json& e) {
       return absl::StrFormat("%.2fx", Num(&e, "geomean_speedup_vs_compile"));
     });
-    // What each column measures, so the report says which stage taught what.
     std::vector<std::string> meaning;
-    if (before != nullptr) meaning.push_back("before: the base checkpoint");
-    if (ppo_start != nullptr && ppo_start != after) meaning.push_back("PPO start: what the stages before agentic PPO taught it");
-    meaning.push_back("after: the job's last policy");
+    for (const Column& c : cols) meaning.push_back(c.meaning);
     absl::StrAppend(&out, "             (", absl::StrJoin(meaning, "; "), ")\n");
     if (o.backend() == "cpu") {
       absl::StrAppend(&out, "             (CPU sandbox: no eager / torch.compile baselines, so no speed-ups;\n"
