@@ -1,5 +1,8 @@
 #include "tools/cli/learn_cluster.h"
 
+#include <algorithm>
+#include <cmath>
+
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/config.h"
@@ -77,6 +80,17 @@ absl::Status ValidateLearnConfig(v1::LearnConfig* o) {
   if (!o->has_job() || o->skill_text().empty()) {
     return absl::InvalidArgumentError("no experiment: the preset sets job, rollout and skill_text (--preset=family)");
   }
+  // The log-probs PPO trains on are of the temperature the training actors sampled at: one figure,
+  // rollout.temperature, unless the job names the same one (a different one would reject every
+  // model trajectory at ingest).
+  const double sampled = o->rollout().temperature();
+  v1::PpoConfig* ppo = o->mutable_job()->mutable_ppo();
+  if (sampled > 0 && ppo->temperature() == 0) ppo->set_temperature(sampled);
+  if (sampled > 0 && std::abs(ppo->temperature() - sampled) > 1e-6) {  // float and double fields
+    return absl::InvalidArgumentError(absl::StrCat("job.ppo.temperature ", ppo->temperature(),
+                                                   " is not the actors' rollout.temperature ", sampled,
+                                                   ": set one (the other follows it)"));
+  }
   v1::TrainerDeviceConfig* device = o->mutable_job()->mutable_device();
   if (device->device().empty()) device->set_device(LearnerProcessDevice(*o));
   // bf16 on a GPU (the engine serves in the trainer's dtype), fp32 on the CPU.
@@ -100,6 +114,12 @@ std::string LearnerProcessDevice(const v1::LearnConfig& o) {
 
 bool LearnerSharesSandboxGpu(const v1::LearnConfig& o) {
   return o.backend() == "cuda" && (o.learner_device() == "cuda" || LearnerGpu(o) == 0);
+}
+
+std::string PoolForStage(const v1::LearnConfig& o, const std::string& stage) {
+  if (stage != "agent_warmup") return "actor";
+  const auto& takes = o.job().recipe().agent_warmup().take_policies();
+  return std::find(takes.begin(), takes.end(), "model") != takes.end() ? "actor" : "engineer";
 }
 
 int EvalMaxTurns(const v1::LearnConfig& o) {

@@ -47,6 +47,11 @@ std::string LearnerProcessDevice(const v1::LearnConfig& o);
 // Whether the learner runs on the GPU the CUDA sandbox times on (GPU 0): learner_device "cuda" or
 // "cuda:0". Then the two share a GPU lease (common/gpu_lease.h).
 bool LearnerSharesSandboxGpu(const v1::LearnConfig& o);
+// The actor pool whose rollouts the job's stage takes: "engineer" (the scripted engineer) for an
+// agent warm-up that does not take the model's rollouts, "actor" (the model) otherwise. A warm-up
+// whose take_policies name "model" is the paper's: the model's own rollouts, of which RFT keeps
+// R > 0 (configs/learn/self_warmup.textproto).
+std::string PoolForStage(const v1::LearnConfig& o, const std::string& stage);
 
 class Console {
  public:

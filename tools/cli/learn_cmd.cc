@@ -417,7 +417,7 @@ int LearnMain(int argc, char** argv) {
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
     const grpc::Status s = stub->GetJob(&ctx, get, &job);
     if (s.ok()) {
-      cluster.UsePool(job.stage() == "agent_warmup" ? "engineer" : "actor", job.policy_version());
+      cluster.UsePool(PoolForStage(o, job.stage()), job.policy_version());
       const std::string line = absl::StrCat(v1::Job::State_Name(job.state()), " ", job.stage(), " step ",
                                             job.stage_step(), " (update ", job.step(), ", policy v",
                                             job.policy_version(), ")  ", job.message());

@@ -50,5 +50,30 @@ TEST(LearnConfigTest, ALearnerOnTheSandboxsGpuSharesItsLease) {
   }
 }
 
+TEST(LearnConfigTest, PposTemperatureIsTheActorsUnlessItContradictsThem) {
+  v1::LearnConfig o = Minimal("cpu", "");
+  o.mutable_rollout()->set_temperature(0.7);
+  ASSERT_TRUE(ValidateLearnConfig(&o).ok());
+  EXPECT_NEAR(o.job().ppo().temperature(), 0.7, 1e-6);
+  ASSERT_TRUE(ValidateLearnConfig(&o).ok());  // the same figure named twice
+  o.mutable_job()->mutable_ppo()->set_temperature(1.0);
+  absl::Status s = ValidateLearnConfig(&o);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(s.message()).find("rollout.temperature"), std::string::npos) << s;
+}
+
+TEST(LearnConfigTest, TheWarmUpsPoolFollowsThePoliciesItTakes) {
+  v1::LearnConfig o = Minimal("cuda", "");
+  auto* warmup = o.mutable_job()->mutable_recipe()->mutable_agent_warmup();
+  EXPECT_EQ(PoolForStage(o, "agent_warmup"), "engineer");  // the family preset's own rule: "scripted"
+  warmup->add_take_policies("scripted");
+  EXPECT_EQ(PoolForStage(o, "agent_warmup"), "engineer");
+  warmup->add_take_policies("model");  // self_warmup merged over the family preset
+  EXPECT_EQ(PoolForStage(o, "agent_warmup"), "actor");
+  for (const char* stage : {"single_turn_ppo", "rft", "value_pretrain", "agentic_ppo"}) {
+    EXPECT_EQ(PoolForStage(o, stage), "actor") << stage;
+  }
+}
+
 }  // namespace
 }  // namespace kernelrl::cli

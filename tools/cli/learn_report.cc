@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "tools/cli/learn_cluster.h"
 
 namespace kernelrl::cli {
 namespace {
@@ -91,7 +92,9 @@ std::string LearnReport(const LearnRun& run) {
   };
   stage(r.single_turn_ppo(), absl::StrCat("single-turn PPO ", r.single_turn_ppo().steps()));
   stage(r.agent_warmup(), r.agent_warmup().import_job_dir().empty()
-                              ? absl::StrCat("warm-up ", r.agent_warmup().steps(), " scripted-engineer trajectories")
+                              ? absl::StrCat("warm-up ", r.agent_warmup().steps(), " ",
+                                             PoolForStage(o, "agent_warmup") == "engineer" ? "scripted-engineer" : "model",
+                                             " trajectories")
                               : absl::StrCat("warm-up <= ", r.agent_warmup().steps(), " imported from ",
                                              r.agent_warmup().import_job_dir()));
   if (!r.rft().skip()) absl::StrAppend(&recipe, recipe.empty() ? "" : " -> ", "RFT ", r.rft().epochs(), " epochs");
