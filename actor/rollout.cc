@@ -90,6 +90,7 @@ absl::StatusOr<RolloutResult> RolloutRunner::Run(const v1::Task& task, const Rol
   if (auto it = task.metadata().find("max_turns"); it != task.metadata().end() && !options.evaluation) {
     if (const int m = std::atoi(it->second.c_str()); m > 0) max_turns = std::min(max_turns, m);
   }
+  int parse_errors_in_a_row = 0;
   for (int turn = 0; turn < max_turns && stop_reason.empty(); ++turn) {
     if (config_.wall_seconds() > 0 && Since(start) > config_.wall_seconds()) {
       stop_reason = "wall_time";
@@ -135,8 +136,10 @@ absl::StatusOr<RolloutResult> RolloutRunner::Run(const v1::Task& task, const Rol
           !s.ok()) {
         return s;
       }
+      if (++parse_errors_in_a_row == config_.max_consecutive_parse_errors()) stop_reason = "parse_errors";
       continue;
     }
+    parse_errors_in_a_row = 0;
     if (calls->empty()) {
       stop_reason = "submitted";
       break;

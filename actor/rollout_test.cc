@@ -147,6 +147,26 @@ TEST(RolloutTest, MalformedRepliesBecomeErrorObservationsUntilMaxTurns) {
   EXPECT_TRUE(eval.requests().empty());
 }
 
+TEST(RolloutTest, RepliesThatKeepBreakingTheSchemaEndTheRolloutWhenConfigured) {
+  FakeEvaluator eval([](const v1::EvaluateRequest&) { return v1::Verdict(); });
+  const std::string broken = "<tool_call>\n{\"name\": \"arguments\": {}}\n</tool_call>";
+  const std::string read = "<tool_call>\n{\"name\": \"Read\", \"arguments\": {\"path\": \"model.py\"}}\n</tool_call>";
+  // Turns: broken, read (resets the count), broken, broken -> ends after turn 4 of 10.
+  FnPolicy policy([&](const agent::PolicyRequest& r) -> absl::StatusOr<std::string> { return r.turn == 1 ? read : broken; });
+  v1::RolloutConfig config = testing::TestRolloutConfig("rollout_parse_errors");
+  config.set_max_turns(10);
+  config.set_final_evaluation(false);
+  config.set_max_consecutive_parse_errors(2);
+  RolloutRunner runner(Deps(&policy, &eval), config, "");
+  absl::StatusOr<RolloutResult> r = runner.Run(CpuTask(), RolloutOptions{false, "t-parse", "", 0});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->trajectory.stats().stop_reason(), "parse_errors");
+  EXPECT_EQ(r->tool_errors.at("parse"), 3);
+  int assistant = 0;
+  for (const v1::Turn& t : r->trajectory.turns()) assistant += t.role() == v1::Turn::ASSISTANT;
+  EXPECT_EQ(assistant, 4);
+}
+
 TEST(RolloutTest, TheSystemPromptAnnouncesTheToolSchemas) {
   FakeEvaluator eval([](const v1::EvaluateRequest&) { return v1::Verdict(); });
   std::vector<std::vector<int32_t>> prompts;

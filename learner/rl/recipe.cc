@@ -499,12 +499,17 @@ absl::Status RecipeRunner::RunStage(JobContext* ctx, int stage) {
   StepMetrics filter;
   for (v1::Trajectory& t : *warmup) {
     if (st.kind == Kind::kSft) {
-      const std::string why = RftRejection(t, r.rft().max_repeated_calls());
+      const RftChoice choice = ChooseForRft(t, r.rft().max_repeated_calls());
+      const std::string& why = choice.rejection;
       if (!why.empty()) {
         filter[why.substr(0, why.find(':')) == "redundant loop" ? "rft_dropped_loop"
                : why == "reward <= 0"                           ? "rft_dropped_reward"
                                                                 : "rft_dropped_schema"] += 1;
         continue;
+      }
+      if (choice.turns < t.turns_size()) {
+        filter["rft_cut_broken_tail"] += 1;
+        t = RftPrefix(t, choice.turns);
       }
     }
     data.push_back(std::move(t));

@@ -6,8 +6,9 @@
 //    the task metadata), the trainer takes batch.trajectories_per_step
 //    trajectories from the ingest buffer and runs one PPO update on them.
 //  * agent_warmup: actors collect `steps` trajectories; no update.
-//  * rft: SFT on the warm-up trajectories that pass RftRejection (R > 0, no
-//    loops, schema-valid tool calls), `epochs` passes, actor lr rft.lr (or a
+//  * rft: SFT on the warm-up trajectories ChooseForRft keeps (R > 0, no
+//    loops, schema-valid tool calls; a broken tail after the work is cut,
+//    rft_filter.h), `epochs` passes, actor lr rft.lr (or a
 //    cosine from it to rft.lr x rft.min_lr_ratio, RftLearningRate).
 //  * value_pretrain: the critic on fresh rollouts of the RFT policy (or the
 //    warm-up set), until its explained variance on a fresh (or held-out)

@@ -14,7 +14,8 @@
 # (50 evaluations per size), PROFILE_BUDGET (0.3 s), CUPTI (1; 0 leaves the recorder out), LOAD (0: quiet; 1: a second
 # process runs 8192^2 GEMMs back to back the whole time; both: one then the
 # other; lease: the same process holds the worker's GPU lease shared around
-# each 20 GEMMs, as a learner on the GPU does), SIZES (a regex on the size labels), HARNESS (the harness directory,
+# each 20 GEMMs, as a learner on the GPU does, stamping
+# its takes and releases; LOAD_IDLE_S: seconds it rests between batches, as a learner waiting for rollouts), SIZES (a regex on the size labels), HARNESS (the harness directory,
 # default sandbox/harness: another tree's, to compare two designs in one call;
 # OUT then keeps them apart), EXTRA (more --set flags for every run, e.g. the
 # other design's profiler knobs), BASELINES_AFTER (1: measure the baselines
@@ -78,12 +79,17 @@ run_suite() {
   mkdir -p "$out"
   # LOAD=lease: the second process takes the worker's GPU lease (common/gpu_lease.h) shared around
   # each batch of its GEMMs, as the learner does around its steps: verdicts are judged, not declined.
-  [ "$load" = lease ] && lease=/tmp/kr_gpu.lease && rm -f $lease $lease.turn
+  [ "$load" = lease ] && lease=/tmp/kr_gpu.lease && rm -f $lease $lease.turn $lease.shared_taken $lease.shared_released
   if [ "$load" = 1 ] || [ "$load" = lease ]; then
     # A second process on the same GPU, busy the whole time (its own CUDA context).
     $PY -c '
-import fcntl, os, sys, torch
-lease = sys.argv[1]
+import fcntl, os, sys, time, torch
+lease, idle = sys.argv[1], float(sys.argv[2])
+def stamp(path):  # as GpuLease does for a shared holder: the worker settles from the last release
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o666)
+    now = time.time_ns()
+    os.utime(fd, ns=(now, now))
+    os.close(fd)
 a = torch.randn(8192, 8192, device="cuda"); b = torch.randn(8192, 8192, device="cuda")
 print("load: running" + (" under the lease " + lease if lease else ""), flush=True)
 batches = 0
@@ -95,15 +101,19 @@ while True:
         os.close(turn)
         held = os.open(lease, os.O_RDWR | os.O_CREAT, 0o666)
         fcntl.flock(held, fcntl.LOCK_SH)
+        stamp(lease + ".shared_taken")
     for _ in range(20):
         c = a @ b
     torch.cuda.synchronize()
     if held is not None:
+        stamp(lease + ".shared_released")  # still held, as GpuLease stamps it
         os.close(held)
+    if idle > 0:
+        time.sleep(idle)
     batches += 1
     if batches % 100 == 0:
         print(f"load: {batches} batches of 20 GEMMs", flush=True)
-' "$lease" > "$out/load.log" 2>&1 &
+' "$lease" "${LOAD_IDLE_S:-0}" > "$out/load.log" 2>&1 &
     loadpid=$!
     sleep 5
     head -1 "$out/load.log"
