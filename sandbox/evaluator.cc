@@ -259,8 +259,15 @@ absl::StatusOr<std::unique_ptr<Evaluator>> Evaluator::Create(const SandboxConfig
     }
   }
   std::unique_ptr<Evaluator> e(new Evaluator(config, caps));
-  absl::StatusOr<HarnessHello> hello = e->verify_->EnsureStarted();
+  absl::StatusOr<HarnessHello> hello = e->zygotes_[0]->EnsureStarted();
   if (!hello.ok()) return hello.status();
+  // The others now, one after another: each calibrates on the GPU, which no job uses yet.
+  for (size_t i = 1; i < e->zygotes_.size(); ++i) {
+    if (absl::StatusOr<HarnessHello> more = e->zygotes_[i]->EnsureStarted(); !more.ok()) {
+      return absl::Status(more.status().code(), absl::StrCat("zygote ", i + 1, " of ", e->zygotes_.size(), ": ",
+                                                             more.status().message()));
+    }
+  }
   e->torch_version_ = hello->torch();
   if (config.enable_profiling()) {
     if (!hello->profiler_error().empty()) {
@@ -296,7 +303,7 @@ absl::StatusOr<std::unique_ptr<Evaluator>> Evaluator::Create(const SandboxConfig
   {
     absl::MutexLock l(&e->gpu_mu_);
     Verdict scratch;
-    e->HealthProbeLocked(scratch);
+    e->HealthProbeLocked(*e->zygotes_[0], scratch);
     if (!e->serving()) {
       return absl::UnavailableError("initial GPU health probe failed: " + scratch.logs().at("health_probe"));
     }
@@ -308,10 +315,65 @@ Evaluator::Evaluator(SandboxConfig config, int caps)
     : config_(std::move(config)),
       caps_(caps),
       compile_(std::make_unique<CompileStage>(config_, config_.harness_dir(), caps)),
-      verify_(std::make_unique<VerifyStage>(config_, config_.harness_dir(), config_.contain_lib(), caps)),
       profile_(std::make_unique<ProfileStage>(config_.profiler(), config_.baseline_dir())),
       verdict_cache_(config_.verdict_cache()),
-      gpu_lease_(config_.gpu_lease_path()) {}
+      gpu_lease_(config_.gpu_lease_path()) {
+  const int n = std::max(1, config_.verify().parallel_verify_jobs());
+  absl::MutexLock l(&pool_mu_);
+  for (int i = 0; i < n; ++i) {
+    zygotes_.push_back(std::make_unique<VerifyStage>(config_, config_.harness_dir(), config_.contain_lib(), caps));
+    free_zygotes_.push_back(zygotes_.back().get());
+  }
+}
+
+// A job's turn on the worker's GPU and the zygote it runs on: the GPU to itself (a job that
+// profiles, or every job of a worker with one zygote), or a share of it beside other verify-only
+// jobs. The analysis sees a shared hold; the exclusive one is taken only where no shared holder
+// can be (the zygote pool is then all free).
+class ABSL_SCOPED_LOCKABLE Evaluator::GpuTurn {
+ public:
+  GpuTurn(Evaluator* e, bool alone) ABSL_SHARED_LOCK_FUNCTION(e->gpu_mu_) ABSL_NO_THREAD_SAFETY_ANALYSIS
+      : e_(e), alone_(alone) {
+    if (alone_) {
+      e_->gpu_mu_.Lock();
+    } else {
+      e_->gpu_mu_.ReaderLock();
+    }
+    absl::MutexLock l(&e_->pool_mu_);
+    e_->pool_mu_.Await(absl::Condition(
+        +[](std::vector<VerifyStage*>* free) { return !free->empty(); }, &e_->free_zygotes_));
+    zygote_ = e_->free_zygotes_.back();
+    e_->free_zygotes_.pop_back();
+  }
+  ~GpuTurn() ABSL_UNLOCK_FUNCTION() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    {
+      absl::MutexLock l(&e_->pool_mu_);
+      e_->free_zygotes_.push_back(zygote_);
+    }
+    if (alone_) {
+      e_->gpu_mu_.Unlock();
+    } else {
+      e_->gpu_mu_.ReaderUnlock();
+    }
+  }
+  VerifyStage& zygote() { return *zygote_; }
+  bool alone() const { return alone_; }
+  // The health probe needs the GPU to itself: a shared turn lets go and waits for the others
+  // (keeping its zygote), then holds it alone until the job ends.
+  void ProbeHealth(Verdict& v) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    if (!alone_) {
+      e_->gpu_mu_.ReaderUnlock();
+      e_->gpu_mu_.Lock();
+      alone_ = true;
+    }
+    e_->HealthProbeLocked(*zygote_, v);
+  }
+
+ private:
+  Evaluator* const e_;
+  bool alone_;
+  VerifyStage* zygote_ = nullptr;
+};
 
 EvaluatorInfo Evaluator::Info() const {
   EvaluatorInfo info;
@@ -354,7 +416,7 @@ Verdict Evaluator::Evaluate(const EvaluateRequest& request, const ProgressFn& pr
   v.set_worker_id(config_.worker_id());
   v.set_torch_version(torch_version_);
   {
-    absl::MutexLock l(&gpu_mu_);
+    absl::ReaderMutexLock l(&gpu_mu_);
     v.set_gpu_model(gpu_model_);
   }
   // The one place a reward is assigned (profiler_service/reward.h).
@@ -373,7 +435,7 @@ v1::BaselineMeasurement Evaluator::MeasureBaseline(const Task& task) {
   const bool cpu = config_.backend() == "cpu";
   std::string gpu_model = "cpu";
   if (!cpu) {
-    absl::MutexLock l(&gpu_mu_);
+    absl::ReaderMutexLock l(&gpu_mu_);
     gpu_model = gpu_model_;
   }
   // The key the profile stage will look this task up by, from the same facts.
@@ -482,7 +544,7 @@ Verdict Evaluator::Run(const EvaluateRequest& request, const ProgressFn& progres
     artifact_dir = built->artifact_dir;
   }
 
-  // 3. Verify (GPU; exclusive).
+  // 3. Verify (GPU: alone when it profiles; see GpuTurn).
   HarnessJob job;
   job.set_kind("verify");
   job.set_job_id(absl::StrCat(config_.worker_id(), "#", id, request.request_id().empty() ? "" : "/" + request.request_id()));
@@ -548,11 +610,12 @@ Verdict Evaluator::Run(const EvaluateRequest& request, const ProgressFn& progres
   verify_waiting_.fetch_add(1);
   note("verify", false, absl::StrCat("queue position ", verify_waiting_.load()));
   t = MonotonicMs();
-  absl::MutexLock gpu(&gpu_mu_);
+  GpuTurn gpu(this, job.profile() || zygotes_.size() == 1);
   verify_waiting_.fetch_sub(1);
   // The wait for this worker's GPU (its other requests' verify and profile jobs): on a busy
   // worker most of a verdict's wall (a learning run on one H200: ~39 s of ~42 s).
   AddStage(v, "gpu_queue", MonotonicMs() - t);
+  note("gpu_queue", true, gpu.alone() ? "the GPU alone" : "the GPU shared with other verify-only jobs");
   if (!serving_.load()) return finish(Verdict::INFRA_ERROR, "worker is not serving (GPU health probe failed)");
   // A learner on this GPU pauses its steps while the clock runs (common/gpu_lease.h).
   absl::StatusOr<GpuLease::Hold> lease = GpuLease::Hold();
@@ -574,11 +637,11 @@ Verdict Evaluator::Run(const EvaluateRequest& request, const ProgressFn& progres
   }
   const HarnessJob sent = WithoutProtocol(job);
   t = MonotonicMs();
-  absl::StatusOr<HarnessVerifyReply> r = verify_->Verify(sent, lim.wall_seconds() + 120);
+  absl::StatusOr<HarnessVerifyReply> r = gpu.zygote().Verify(sent, lim.wall_seconds() + 120);
   const double verify_ms = MonotonicMs() - t;
   if (!r.ok()) {
     AddStage(v, "verify", verify_ms);
-    HealthProbeLocked(v);
+    gpu.ProbeHealth(v);
     return finish(Verdict::INFRA_ERROR, "verify stage: " + std::string(r.status().message()));
   }
   // The profile phase runs inside the verify job; its wall time is its own stage.
@@ -593,7 +656,7 @@ Verdict Evaluator::Run(const EvaluateRequest& request, const ProgressFn& progres
   note("verify", true, Verdict::Outcome_Name(outcome));
   if (outcome == Verdict::CRASH || outcome == Verdict::CUDA_ERROR || outcome == Verdict::TIMEOUT ||
       outcome == Verdict::INFRA_ERROR) {
-    HealthProbeLocked(v);
+    gpu.ProbeHealth(v);
   }
   const std::string summary = decided.summary.empty() ? Verdict::Outcome_Name(outcome) : decided.summary;
   if (outcome != Verdict::OK) return finish(outcome, summary);
@@ -622,18 +685,18 @@ Verdict Evaluator::Run(const EvaluateRequest& request, const ProgressFn& progres
     if (absl::StatusOr<v1::RawTimingRun> run = profile_->CandidateRun(r->profile()); run.ok()) *timing = *std::move(run);
   }
   note("profile", true, Verdict::Outcome_Name(v.outcome()));
-  if (v.outcome() == Verdict::INFRA_ERROR) HealthProbeLocked(v);
+  if (v.outcome() == Verdict::INFRA_ERROR) gpu.ProbeHealth(v);
   return finish(v.outcome(), v.summary());
 }
 
-void Evaluator::HealthProbeLocked(Verdict& verdict) {
+void Evaluator::HealthProbeLocked(VerifyStage& zygote, Verdict& verdict) {
   const double t = MonotonicMs();
   HarnessJob job;
   job.set_wall_seconds(config_.verify().health_probe_seconds());
   job.set_memory_slack_bytes(config_.verify().health_memory_slack_bytes());
-  absl::StatusOr<HarnessHealthReply> r = verify_->Health(job, config_.verify().health_probe_seconds() + 30);
+  absl::StatusOr<HarnessHealthReply> r = zygote.Health(job, config_.verify().health_probe_seconds() + 30);
   // A dead zygote is restarted once: the probe judges the GPU, not the zygote.
-  if (!r.ok()) r = verify_->Health(job, config_.verify().health_probe_seconds() + 150);
+  if (!r.ok()) r = zygote.Health(job, config_.verify().health_probe_seconds() + 150);
   AddStage(verdict, "health_probe", MonotonicMs() - t);
   const bool healthy = r.ok() && r->healthy();
   if (r.ok() && !r->gpu_model().empty()) gpu_model_ = r->gpu_model();

@@ -1,13 +1,14 @@
 // Evaluator: the sandbox worker's core, independent of gRPC. One call runs
 // validate -> compile (CPU, parallel across calls, content-hash cached) ->
-// verify (GPU, exclusive per worker) -> profile (same candidate process, judged
+// verify (GPU: a job that profiles has it alone; verify-only jobs may share it,
+// VerifyLimits.parallel_verify_jobs) -> profile (same candidate process, judged
 // here against the baseline cache; docs/HARNESS.md) and returns a Verdict.
 // After a crash, a sticky CUDA error or a timeout it runs a GPU health probe
 // before the next job; a failed probe marks the worker not serving.
 //
 // Invariants: every request gets exactly one Verdict (candidate faults are
 // outcomes, our faults are INFRA_ERROR); no process serves two candidates;
-// at most one verify job touches the GPU at a time; seeds are fresh per call.
+// no other job touches the GPU while one profiles; seeds are fresh per call.
 #ifndef KERNELRL_SANDBOX_EVALUATOR_H_
 #define KERNELRL_SANDBOX_EVALUATOR_H_
 
@@ -15,6 +16,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -80,16 +82,23 @@ class Evaluator {
   // runs the task's Model); its measurement goes to `measured`, not to the judge.
   Verdict Run(const EvaluateRequest& request, const ProgressFn& progress, v1::RawTimingRun* timing = nullptr,
               const std::string& baseline = "", v1::ProfileMeasurement* measured = nullptr);
-  void HealthProbeLocked(Verdict& verdict) ABSL_EXCLUSIVE_LOCKS_REQUIRED(gpu_mu_);
+  // Probes the GPU through `zygote` (the one the calling job holds, or any when none runs).
+  void HealthProbeLocked(VerifyStage& zygote, Verdict& verdict) ABSL_EXCLUSIVE_LOCKS_REQUIRED(gpu_mu_);
+  class GpuTurn;
 
   const SandboxConfig config_;
   const int caps_;
   std::unique_ptr<CompileStage> compile_;
-  std::unique_ptr<VerifyStage> verify_;
+  // VerifyLimits.parallel_verify_jobs zygotes (at least one); a job runs on a free one.
+  std::vector<std::unique_ptr<VerifyStage>> zygotes_;
+  absl::Mutex pool_mu_;  // taken after gpu_mu_
+  std::vector<VerifyStage*> free_zygotes_ ABSL_GUARDED_BY(pool_mu_);
   std::unique_ptr<ProfileStage> profile_;
   VerdictCache verdict_cache_;
   const GpuLease gpu_lease_;  // exclusive while a profiling job runs (config gpu_lease_path)
-  mutable absl::Mutex gpu_mu_;  // held for the whole verify (+probe) of one job
+  // Held for the whole verify (+probe) of one job: exclusively by a job that profiles (or by
+  // every job of a worker with one zygote), shared by verify-only jobs of a parallel worker.
+  mutable absl::Mutex gpu_mu_;
   std::atomic<int> verify_waiting_{0};
   std::atomic<bool> serving_{true};
   std::atomic<uint64_t> job_counter_{0};

@@ -1,0 +1,160 @@
+// Benchmark of the critic on a learning run's own trajectories: can the value
+// model a job starts from learn to predict those trajectories' returns, at
+// which critic learning rate and after how many value steps?
+//
+// In the GPU runs of docs/CODEMODEL.md the critic explained almost none of the
+// return during PPO (explained variance about 0 over 25 updates), and a GPU
+// run cannot tell whether the critic cannot learn these returns or was given
+// too few steps to (one critic step per PPO update of 8 trajectories). This
+// bench replays a finished job's accepted trajectories (its ledger and
+// trajectories/, e.g. from a device call's logs.tgz) through the Trainer's
+// own ValueStep, from the job's base checkpoint and with the job's
+// hyper-parameters, one run per critic learning rate, and prints one JSON line
+// every --every steps:
+//   train_ev: the step's batch before it trained (what PPO's metric shows);
+//   heldout_ev: every model token of held-out trajectories (never trained on)
+//     against their Monte-Carlo return (the recipe's value_pretrain_heldout_ev);
+//   heldout_ev_first / heldout_ev_last: the value at each held-out
+//     trajectory's first / last model token against its return: what the
+//     task line alone predicts, and what the whole transcript (the tools'
+//     verdicts included) predicts.
+// The first run's learning rate is the baseline (pass the job's own first).
+//
+//   critic_replay_bench --job_dir=DIR --base=CKPT [--lrs=1e-3,1e-4,1e-5] [--steps=32] [--every=8]
+//                       [--train=48] [--heldout=16] [--device=cpu] [--threads=0] [--seed=1]
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "common/file.h"
+#include "common/json.h"
+#include "google/protobuf/text_format.h"
+#include "learner/rl/dp_job.h"
+#include "learner/rl/gae.h"
+#include "learner/rl/ingest.h"
+#include "learner/rl/job_config.h"
+#include "learner/rl/sample.h"
+#include "proto/learner.pb.h"
+
+ABSL_FLAG(std::string, job_dir, "", "a job's directory: ledger.jsonl, job.textproto, trajectories/");
+ABSL_FLAG(std::string, base, "", "the checkpoint the critic starts from (the job's base)");
+ABSL_FLAG(std::string, lrs, "", "critic learning rates, comma-separated (default: the job's)");
+ABSL_FLAG(int, steps, 32, "value steps per learning rate");
+ABSL_FLAG(int, every, 8, "steps between held-out measurements");
+ABSL_FLAG(int, train, 48, "trajectories trained on (cycled in batches of the job's trajectories_per_step)");
+ABSL_FLAG(int, heldout, 16, "trajectories held out");
+ABSL_FLAG(std::string, device, "cpu", "cpu (fp32) or cuda (bf16)");
+ABSL_FLAG(int, threads, 0, "CPU intra-op threads (0 = LibTorch's default)");
+ABSL_FLAG(uint64_t, seed, 1, "the split");
+
+namespace kernelrl::learner::rl {
+namespace {
+
+int Fail(const std::string& what) {
+  std::fprintf(stderr, "critic_replay_bench: %s\n", what.c_str());
+  return 1;
+}
+
+double Ev(const std::vector<float>& v, const std::vector<float>& r) { return ExplainedVariance(v, r); }
+
+int Run() {
+  const std::string dir = absl::GetFlag(FLAGS_job_dir), base = absl::GetFlag(FLAGS_base);
+  if (dir.empty() || base.empty()) return Fail("usage: --job_dir=DIR --base=CKPT [--lrs=...]");
+  if (absl::GetFlag(FLAGS_threads) > 0) at::set_num_threads(absl::GetFlag(FLAGS_threads));
+  auto job_text = ReadFileToString(dir + "/job.textproto");
+  if (!job_text.ok()) return Fail(std::string(job_text.status().message()));
+  v1::Job job;
+  if (!google::protobuf::TextFormat::ParseFromString(*job_text, &job)) return Fail(dir + "/job.textproto does not parse");
+  auto config = ParseJobConfig(job.spec().hyperparameters_text());
+  if (!config.ok()) return Fail(std::string(config.status().message()));
+  const bool cuda = absl::GetFlag(FLAGS_device) == "cuda";
+  config->mutable_device()->set_device(cuda ? "cuda" : "cpu");
+  config->mutable_device()->set_dtype(cuda ? "bfloat16" : "float32");
+
+  // Every accepted trajectory of the job, in ledger order, then a seeded split.
+  std::ifstream ledger(dir + "/ledger.jsonl");
+  std::vector<v1::Trajectory> all;
+  for (std::string line; std::getline(ledger, line);) {
+    auto rec = Json::parse(line, nullptr, false);
+    if (rec.is_discarded() || rec.value("kind", "") != "ACCEPTED") continue;
+    auto t = Ingest::ReadTrajectory(dir, rec.value("trajectory_id", ""));
+    if (t.ok()) all.push_back(*std::move(t));
+  }
+  std::mt19937_64 rng(absl::GetFlag(FLAGS_seed));
+  std::shuffle(all.begin(), all.end(), rng);
+  const size_t nh = std::min<size_t>(absl::GetFlag(FLAGS_heldout), all.size() / 4);
+  const size_t nt = std::min<size_t>(absl::GetFlag(FLAGS_train), all.size() - nh);
+  if (nt == 0 || nh == 0) return Fail("too few accepted trajectories in " + dir);
+  auto samples = [&](size_t from, size_t n) {
+    std::vector<Sample> out;
+    for (size_t i = from; i < from + n; ++i) {
+      auto s = SampleFromTrajectory(all[i], 0, config->batch().max_trajectory_tokens());
+      if (s.ok()) out.push_back(*std::move(s));
+    }
+    return out;
+  };
+  const std::vector<Sample> train = samples(0, nt), held = samples(nt, nh);
+  double mean = 0, var = 0;
+  for (const Sample& s : held) mean += s.reward / held.size();
+  for (const Sample& s : held) var += (s.reward - mean) * (s.reward - mean) / held.size();
+  std::printf("{\"trajectories\": %zu, \"train\": %zu, \"heldout\": %zu, \"heldout_reward_mean\": %.3f, "
+              "\"heldout_reward_var\": %.3f}\n",
+              all.size(), train.size(), held.size(), mean, var);
+
+  std::vector<double> lrs;
+  for (absl::string_view s : absl::StrSplit(absl::GetFlag(FLAGS_lrs), ',', absl::SkipEmpty())) {
+    double lr = 0;
+    if (!absl::SimpleAtod(s, &lr) || lr <= 0) return Fail("--lrs: not a learning rate: " + std::string(s));
+    lrs.push_back(lr);
+  }
+  if (lrs.empty()) lrs.push_back(config->critic_optimizer().lr());
+  const int n = std::max(1, config->batch().trajectories_per_step());
+  for (double lr : lrs) {
+    v1::LearnerJobConfig c = *config;
+    c.mutable_critic_optimizer()->set_lr(lr);
+    auto trainer = MakeJobTrainer(c, base, base, {}, cuda ? at::Device(at::kCUDA) : at::Device(at::kCPU));
+    if (!trainer.ok()) return Fail(std::string(trainer.status().message()));
+    const absl::Time start = absl::Now();
+    for (int step = 1; step <= absl::GetFlag(FLAGS_steps); ++step) {
+      const size_t b = ((step - 1) * n) % train.size();
+      std::vector<Sample> batch(train.begin() + b, train.begin() + std::min(train.size(), b + n));
+      auto m = (*trainer)->ValueStep(batch);
+      if (!m.ok()) return Fail(std::string(m.status().message()));
+      if (step % absl::GetFlag(FLAGS_every) != 0 && step != 1) continue;
+      auto values = (*trainer)->CriticValues(held);
+      if (!values.ok()) return Fail(std::string(values.status().message()));
+      std::vector<float> v, r, first, last, rt;
+      for (size_t i = 0; i < held.size(); ++i) {
+        const std::vector<float>& vi = (*values)[i];
+        if (vi.empty()) continue;
+        v.insert(v.end(), vi.begin(), vi.end());
+        r.insert(r.end(), vi.size(), static_cast<float>(held[i].reward));
+        first.push_back(vi.front()), last.push_back(vi.back()), rt.push_back(static_cast<float>(held[i].reward));
+      }
+      std::printf("{\"lr\": %g, \"step\": %d, \"train_ev\": %.3f, \"value_loss\": %.4f, \"heldout_ev\": %.3f, "
+                  "\"heldout_ev_first\": %.3f, \"heldout_ev_last\": %.3f, \"seconds\": %.0f}\n",
+                  lr, step, (*m)["explained_variance"], (*m)["value_loss"], Ev(v, r), Ev(first, rt), Ev(last, rt),
+                  absl::ToDoubleSeconds(absl::Now() - start));
+      std::fflush(stdout);
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace kernelrl::learner::rl
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  return kernelrl::learner::rl::Run();
+}

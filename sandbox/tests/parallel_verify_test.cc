@@ -1,0 +1,124 @@
+// VerifyLimits.parallel_verify_jobs on the CPU backend: verify-only jobs share
+// the worker's GPU turn (each on its own zygote), a job that profiles has it
+// alone. Synchronised on the Evaluator's own progress events: a job's
+// ("gpu_queue", finished) note comes while it holds its turn, and blocking in
+// it keeps the turn held.
+#include <algorithm>
+#include <atomic>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+#include "gtest/gtest.h"
+#include "sandbox/evaluator.h"
+#include "sandbox/tests/e2e_util.h"
+
+namespace kernelrl::sandbox {
+namespace {
+
+constexpr char kRelu[] = "sandbox/testdata/cpu_tasks/relu.py";
+constexpr char kSolution[] = "sandbox/solutions/cpu/relu";
+
+// Who holds a turn now, and the most that ever did at once.
+struct Turns {
+  absl::Mutex mu;
+  int inside = 0, most = 0;
+  void Enter() {
+    absl::MutexLock l(&mu);
+    most = std::max(most, ++inside);
+  }
+  void Leave() {
+    absl::MutexLock l(&mu);
+    --inside;
+  }
+};
+
+class ParallelVerifyTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    python_ = testing::FindTorchPython();
+    if (python_.empty()) GTEST_SKIP() << "no python3 with torch on this machine";
+    SandboxConfig c = testing::CpuConfig(python_);
+    c.set_enable_profiling(true);  // no baselines: a profiled job is "correct, not benchmarked"
+    c.set_baseline_dir(c.work_root() + "-baselines");
+    c.mutable_verify()->set_wall_seconds(60);
+    c.mutable_verify()->set_parallel_verify_jobs(2);
+    c.mutable_profiler()->set_time_budget_s(0.3);
+    c.mutable_profiler()->set_anchor_drift_tolerance(1e9);  // the timing is not under test
+    auto e = Evaluator::Create(c);
+    ASSERT_TRUE(e.ok()) << e.status();
+    evaluator_ = *std::move(e);
+  }
+  EvaluateRequest Request(bool profile) {
+    EvaluateRequest r = testing::Request(kRelu, kSolution);
+    r.set_skip_profile(!profile);
+    return r;
+  }
+  std::string python_;
+  std::unique_ptr<Evaluator> evaluator_;
+};
+
+TEST_F(ParallelVerifyTest, VerifyOnlyJobsShareTheGpuAndAProfiledJobHasItAlone) {
+  Turns turns;
+  // Two verify-only jobs: each holds its turn until the other has one too.
+  absl::Notification both;
+  std::atomic<int> arrived{0};
+  auto verify_only = [&](Verdict* out) {
+    *out = evaluator_->Evaluate(Request(false), [&](const std::string& stage, bool finished, const std::string&) {
+      if (stage != "gpu_queue" || !finished) return;
+      turns.Enter();
+      if (++arrived == 2) both.Notify();
+      both.WaitForNotificationWithTimeout(absl::Seconds(120));  // serialised: the other never arrives
+      turns.Leave();
+    });
+  };
+  Verdict a, b;
+  std::thread ta(verify_only, &a), tb(verify_only, &b);
+  ta.join(), tb.join();
+  EXPECT_TRUE(both.HasBeenNotified()) << "the second verify-only job never got a turn while the first held one";
+  EXPECT_EQ(turns.most, 2);
+  EXPECT_EQ(a.outcome(), Verdict::OK) << a.summary();
+  EXPECT_EQ(b.outcome(), Verdict::OK) << b.summary();
+
+  // A verify-only job holds its turn; a profiled job asks for one meanwhile and must not get it
+  // until the first lets go.
+  absl::Notification holding, release, profiled_queued, profiled_in;
+  std::atomic<bool> overlap{false};
+  Verdict held, timed;
+  std::thread th([&] {
+    held = evaluator_->Evaluate(Request(false), [&](const std::string& stage, bool finished, const std::string&) {
+      if (stage != "gpu_queue" || !finished) return;
+      turns.Enter();
+      holding.Notify();
+      release.WaitForNotificationWithTimeout(absl::Seconds(120));
+      turns.Leave();
+    });
+  });
+  holding.WaitForNotification();
+  std::thread tp([&] {
+    timed = evaluator_->Evaluate(Request(true), [&](const std::string& stage, bool finished, const std::string& detail) {
+      if (stage == "verify" && !finished) profiled_queued.Notify();  // "queue position N": about to wait
+      if (stage != "gpu_queue" || !finished) return;
+      absl::MutexLock l(&turns.mu);
+      overlap = turns.inside > 0;
+      EXPECT_EQ(detail, "the GPU alone");
+      profiled_in.Notify();
+    });
+  });
+  profiled_queued.WaitForNotification();
+  // Absence of an event: a profiled job that did not wait would get in now.
+  EXPECT_FALSE(profiled_in.WaitForNotificationWithTimeout(absl::Seconds(2)));
+  release.Notify();
+  th.join(), tp.join();
+  EXPECT_FALSE(overlap.load()) << "the profiled job got the GPU while a verify-only job held it";
+  EXPECT_TRUE(profiled_in.HasBeenNotified());
+  EXPECT_EQ(held.outcome(), Verdict::OK) << held.summary();
+  EXPECT_EQ(timed.outcome(), Verdict::OK) << timed.summary();
+  EXPECT_EQ(timed.reward(), 1) << timed.summary();  // no baseline: correct, not benchmarked
+}
+
+}  // namespace
+}  // namespace kernelrl::sandbox
