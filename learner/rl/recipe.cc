@@ -500,11 +500,8 @@ absl::Status RecipeRunner::RunStage(JobContext* ctx, int stage) {
   for (v1::Trajectory& t : *warmup) {
     if (st.kind == Kind::kSft) {
       const RftChoice choice = ChooseForRft(t, r.rft().max_repeated_calls());
-      const std::string& why = choice.rejection;
-      if (!why.empty()) {
-        filter[why.substr(0, why.find(':')) == "redundant loop" ? "rft_dropped_loop"
-               : why == "reward <= 0"                           ? "rft_dropped_reward"
-                                                                : "rft_dropped_schema"] += 1;
+      if (!choice.rejection.empty()) {
+        filter[choice.dropped_as] += 1;
         continue;
       }
       if (choice.turns < t.turns_size()) {

@@ -24,6 +24,7 @@ RftChoice ChooseForRft(const v1::Trajectory& t, int max_repeated_calls) {
   choice.turns = t.turns_size();
   if (!(t.reward() > 0)) {
     choice.rejection = "reward <= 0";
+    choice.dropped_as = "rft_dropped_reward";
     return choice;
   }
   std::map<std::string, int> calls;  // "name args" -> count, over the kept turns
@@ -48,6 +49,7 @@ RftChoice ChooseForRft(const v1::Trajectory& t, int max_repeated_calls) {
       if (first_break >= 0) {
         if (!LeavesFiles(c.name)) {
           choice.rejection = absl::StrCat(break_reason, " (and a ", c.name, " call after it)");
+          choice.dropped_as = "rft_dropped_schema";
           return choice;
         }
         continue;
@@ -58,6 +60,7 @@ RftChoice ChooseForRft(const v1::Trajectory& t, int max_repeated_calls) {
           absl::StrCat(c.name, " ", c.arguments_json, evaluates ? absl::StrCat(" @", files_version) : "");
       if (++calls[key] > max_repeated_calls) {
         choice.rejection = absl::StrCat("redundant loop: ", key.substr(0, 120), " called ", calls[key], " times");
+        choice.dropped_as = "rft_dropped_loop";
         return choice;
       }
     }
@@ -67,6 +70,7 @@ RftChoice ChooseForRft(const v1::Trajectory& t, int max_repeated_calls) {
   for (int i = 0; i < first_break; ++i) acted |= t.turns(i).role() == v1::Turn::ASSISTANT;
   if (!acted) {
     choice.rejection = break_reason;
+    choice.dropped_as = "rft_dropped_schema";
     return choice;
   }
   choice.turns = first_break;

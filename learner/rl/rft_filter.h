@@ -24,6 +24,9 @@ struct RftChoice {
   // "" = train on it; otherwise why it is dropped: "reward <= 0", "tool call
   // breaks the schema: ...", "redundant loop: Bash {...} called 4 times".
   std::string rejection;
+  // The step metric a dropped trajectory counts under: "rft_dropped_reward",
+  // "rft_dropped_loop" or "rft_dropped_schema" ("" when kept).
+  std::string dropped_as;
   // Turns RFT trains on: all of them, or fewer when the tail that broke the
   // schema is cut (the trajectory's turns_size() when not cut).
   int turns = 0;

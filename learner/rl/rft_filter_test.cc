@@ -40,6 +40,10 @@ std::string Call(const std::string& cmd) {
 TEST(RftFilterTest, OutcomeAndPatternFilters) {
   EXPECT_EQ(RftRejection(With(2, {Call("nvcc k.cu"), Call("python verify.py"), "Done."}), 3), "");
   EXPECT_EQ(RftRejection(With(-1, {Call("nvcc k.cu")}), 3), "reward <= 0");
+  EXPECT_EQ(ChooseForRft(With(-1, {Call("nvcc k.cu")}), 3).dropped_as, "rft_dropped_reward");
+  EXPECT_EQ(ChooseForRft(With(3, std::vector<std::string>(4, Call("python verify.py"))), 3).dropped_as, "rft_dropped_loop");
+  EXPECT_EQ(ChooseForRft(With(1, {"<tool_call>\n{\"name\": \"Bash\""}), 3).dropped_as, "rft_dropped_schema");
+  EXPECT_EQ(ChooseForRft(With(2, {Call("nvcc k.cu")}), 3).dropped_as, "");
   EXPECT_EQ(RftRejection(With(0, {"Done."}), 3), "reward <= 0");
   std::string broken = RftRejection(With(3, {"<tool_call>\n{\"name\": \"bash\", \"arguments\": {}}\n</tool_call>", Call("ls")}), 3);
   EXPECT_NE(broken.find("breaks the schema"), std::string::npos) << broken;
