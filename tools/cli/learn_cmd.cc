@@ -60,8 +60,7 @@ absl::Status StartServices(const v1::LearnConfig& o, Cluster* cluster) {
   return absl::OkStatus();
 }
 
-// Submits the job, or (resume_id set) finds the one the learner resumed on start, which must still be
-// RUNNING, and resumes it if the last sitting paused it.
+// Resumes a paused job (ResumeJob RPC); `job` receives its state.
 grpc::Status ResumeJob(v1::Learner::Stub* stub, const std::string& job_id, v1::Job* job) {
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
@@ -70,6 +69,8 @@ grpc::Status ResumeJob(v1::Learner::Stub* stub, const std::string& job_id, v1::J
   return stub->ResumeJob(&ctx, resume, job);
 }
 
+// Submits the job, or (resume_id set) finds the one the learner resumed on start, which must still be
+// RUNNING, and resumes it if the last sitting paused it.
 grpc::Status SubmitOrResume(v1::Learner::Stub* stub, const std::string& resume_id, const v1::JobSpec& spec, v1::Job* job) {
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
