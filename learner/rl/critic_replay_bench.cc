@@ -26,7 +26,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <fstream>
 #include <random>
 #include <string>
 #include <vector>
@@ -37,11 +36,11 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "common/file.h"
-#include "common/json.h"
 #include "google/protobuf/text_format.h"
 #include "learner/rl/dp_job.h"
 #include "learner/rl/gae.h"
 #include "learner/rl/ingest.h"
+#include "learner/rl/ledger.h"
 #include "learner/rl/job_config.h"
 #include "learner/rl/sample.h"
 #include "proto/learner.pb.h"
@@ -82,13 +81,14 @@ int Run() {
   config->mutable_device()->set_dtype(cuda ? "bfloat16" : "float32");
 
   // Every accepted trajectory of the job, in ledger order, then a seeded split.
-  std::ifstream ledger(dir + "/ledger.jsonl");
+  auto records = Ledger::Read(dir + "/ledger.jsonl");
+  if (!records.ok()) return Fail(std::string(records.status().message()));
   std::vector<v1::Trajectory> all;
-  for (std::string line; std::getline(ledger, line);) {
-    auto rec = Json::parse(line, nullptr, false);
-    if (rec.is_discarded() || rec.value("kind", "") != "ACCEPTED") continue;
-    auto t = Ingest::ReadTrajectory(dir, rec.value("trajectory_id", ""));
-    if (t.ok()) all.push_back(*std::move(t));
+  for (const v1::LedgerRecord& r : *records) {
+    if (r.kind() != v1::LedgerRecord::ACCEPTED) continue;
+    auto t = Ingest::ReadTrajectory(dir, r.trajectory_id());
+    if (!t.ok()) return Fail(std::string(t.status().message()));
+    all.push_back(*std::move(t));
   }
   std::mt19937_64 rng(absl::GetFlag(FLAGS_seed));
   std::shuffle(all.begin(), all.end(), rng);
