@@ -63,6 +63,11 @@ FlagSeverity SeverityOf(const std::string& flag) {
   return FlagSeverity::kInfo;
 }
 
+std::string JudgedOk(double time_us, double vs_eager, double vs_compile, bool quarantined) {
+  return absl::StrFormat("%.1f us; %.2fx eager, %.2fx compile%s", time_us, vs_eager, vs_compile,
+                         quarantined ? " (quarantined for audit)" : "");
+}
+
 ProfileResult JudgeProfile(const ProfileMeasurement& m, const Baseline* baseline,
                            const Task& task, const ProfilerConfig& config) {
   ProfileResult result;
@@ -175,8 +180,7 @@ ProfileResult JudgeProfile(const ProfileMeasurement& m, const Baseline* baseline
   } else {
     v.set_outcome(Verdict::OK);
     v.set_quarantined(audit);
-    v.set_summary(absl::StrFormat("%.1f us; %.2fx eager, %.2fx compile%s", t, v.speedup_vs_eager(),
-                                  v.speedup_vs_compile(), audit ? " (quarantined for audit)" : ""));
+    v.set_summary(JudgedOk(t, v.speedup_vs_eager(), v.speedup_vs_compile(), audit));
   }
   return result;
 }

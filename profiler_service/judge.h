@@ -33,6 +33,9 @@ namespace kernelrl {
 enum class FlagSeverity { kInfo, kAudit, kDecline, kHack };
 FlagSeverity SeverityOf(const std::string& flag);
 
+// The summary of a judged OK: "12.3 us; 1.50x eager, 1.20x compile".
+std::string JudgedOk(double time_us, double vs_eager, double vs_compile, bool quarantined);
+
 // `baseline` may be null (no baseline: speed-ups 0, flag "baseline_missing").
 // `config` must carry defaults.
 ProfileResult JudgeProfile(const ProfileMeasurement& m, const Baseline* baseline,

@@ -20,6 +20,7 @@
 #include "sandbox/contain/root_plan.h"
 #include "sandbox/contain/spawn.h"
 #include "sandbox/diagnostics.h"
+#include "sandbox/verdict_text.h"
 #include "common/file.h"
 #include "common/sha256.h"
 #include "common/status_util.h"
@@ -228,12 +229,11 @@ absl::StatusOr<CompileResult> CompileStage::Build(const ValidatedWorkspace& ws, 
     std::string first;
     for (const auto& d : r.diagnostics) {
       if (d.severity() == "error") {
-        first = absl::StrCat(d.file(), d.line() > 0 ? absl::StrCat(":", d.line()) : "", ": ", d.message());
+        first = CompileErrorAt(d.file(), d.line(), d.message());
         break;
       }
     }
-    r.summary = absl::StrCat("compile failed", errors ? absl::StrCat(" (", errors, " errors)") : "",
-                             first.empty() ? "" : ": " + first.substr(0, 300));
+    r.summary = CompileFailed(errors, first);
     if (first.empty()) {
       // Python builders report exceptions, not compiler lines.
       size_t last = output.find_last_not_of("\n ");

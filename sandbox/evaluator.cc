@@ -35,6 +35,7 @@
 #include "profiler_service/profiler_defaults.h"
 #include "profiler_service/reward.h"
 #include "profiler_service/task_key.h"
+#include "sandbox/verdict_text.h"
 #include "sandbox/verify_outcome.h"
 #include "sandbox/workspace.h"
 
@@ -562,7 +563,7 @@ Verdict Evaluator::Run(const EvaluateRequest& request, const ProgressFn& progres
   job.set_num_sets(sets);  // the seeds themselves are drawn by the reference process
   job.set_init_seed(FreshSeeds(1)[0]);
   if (ip.distributions().empty()) {
-    for (const char* d : {"task", "normal", "task", "uniform_pm1", "large_magnitude"}) job.add_distributions(d);
+    for (const std::string& d : DefaultDistributions()) job.add_distributions(d);
   } else {
     for (const std::string& d : ip.distributions()) job.add_distributions(d);
   }

@@ -1,4 +1,3 @@
-#include "common/clock.h"
 #include "sandbox/profile_stage.h"
 
 #include <time.h>
@@ -6,6 +5,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/clock.h"
 #include "common/file.h"
 #include "google/protobuf/util/json_util.h"
 #include "profiler_service/baseline_cache.h"
@@ -13,6 +13,7 @@
 #include "profiler_service/timing_analysis.h"
 #include "profiler_service/profiler_defaults.h"
 #include "profiler_service/task_key.h"
+#include "sandbox/verdict_text.h"
 
 namespace kernelrl::sandbox {
 namespace {
@@ -212,7 +213,7 @@ void ProfileStage::Judge(const v1::sandbox::HarnessProfile& p, const Task& task,
     SetOutcome(v, j.outcome(), "profile: " + j.summary());
     return finish();
   }
-  std::string summary = absl::StrCat(verify_summary, "; profile: ", j.summary());
+  std::string summary = WithProfile(verify_summary, j.summary());
   if (!missing.empty()) {
     // Documented rule: correct but not benchmarked earns 1, never a guessed speed-up.
     summary = absl::StrFormat(

@@ -7,6 +7,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "sandbox/contain/host_memory.h"
+#include "sandbox/verdict_text.h"
 
 namespace kernelrl::sandbox {
 namespace {
@@ -177,7 +178,7 @@ VerifyOutcome DecideVerifyOutcome(const HarnessJob& job, const HarnessVerifyRepl
   if (sets == n && f.candidate_done()) {
     std::vector<std::string> dists;
     for (const auto& s : f.sets()) dists.push_back(s.dist());
-    return out(Verdict::OK, absl::StrCat("correct on ", n, " input sets (", absl::StrJoin(dists, ", "), ")"));
+    return out(Verdict::OK, CorrectOnSets(dists));
   }
   if (sets < n) {
     return out(Verdict::CRASH, absl::StrCat("candidate stopped after ", sets, " of ", n, " input sets",

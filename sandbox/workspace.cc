@@ -16,6 +16,7 @@
 #include "common/file.h"
 #include "common/sha256.h"
 #include "sandbox/source_scan.h"
+#include "sandbox/verdict_text.h"
 
 namespace kernelrl::sandbox {
 namespace {
@@ -126,7 +127,7 @@ bool ValidateWorkspace(const Workspace& ws, const WorkspaceLimits& limits, const
   if (total > max_total) {
     return reject(Verdict::BAD_WORKSPACE, absl::StrCat("workspace is ", total, " bytes, at most ", max_total));
   }
-  if (!has_model_new) return reject(Verdict::BAD_WORKSPACE, "model_new.py (defining ModelNew) is missing");
+  if (!has_model_new) return reject(Verdict::BAD_WORKSPACE, kModelNewMissing);
   Workspace::Layout layout = ws.layout();
   if (layout == Workspace::LAYOUT_UNSPECIFIED) {
     if (backend == "cpu") {

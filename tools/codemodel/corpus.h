@@ -24,6 +24,7 @@
 #include <map>
 #include <random>
 #include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
@@ -63,6 +64,13 @@ class DesignEvaluator final : public actor::EvaluationClient {
 // The speed-up over eager the cost table gives a design on a task of `shape`
 // ({rows, cols} or {M, K, N}); the same for both devices.
 double ModelledSpeedup(const agent::family::TaskSpec& spec, const agent::family::Choice& choice, const std::vector<int64_t>& shape);
+
+// The warnings nvcc gives a clean rendering of `choice` (as the H200's compiles of the templates
+// gave them): a tiled GEMM's unused cuBLAS handle; a thread-per-row reduction's unreachable
+// shuffle loop, once per instantiation. File, line and message as the sandbox parses them.
+std::vector<v1::CompileDiagnostic> ModelledWarnings(const agent::family::TaskSpec& spec,
+                                                     const agent::family::Choice& choice, const std::string& path,
+                                                     const std::string& kernel);
 
 // One corpus line: {"task_id", "family", "reward", "tools_announced", "messages": [{"role", "content"}...]};
 // tools_announced: the system turn announced the tool schemas (RolloutConfig.omit_tool_schemas_from_prompt off).

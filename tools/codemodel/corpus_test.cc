@@ -5,6 +5,7 @@
 #include "tools/codemodel/corpus.h"
 #include "tools/codemodel/render.h"
 
+#include <map>
 #include <random>
 #include <set>
 
@@ -14,10 +15,12 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "actor/tools.h"
 #include "agent/chat/tool_calls.h"
 #include "common/testing/testing.h"
 #include "data/family/family.h"
 #include "gtest/gtest.h"
+#include "sandbox/verdict_text.h"
 
 namespace kernelrl::codemodel {
 namespace {
@@ -139,6 +142,88 @@ TEST(CorpusTest, DesignModelFailsFp16AndRowreduceBestDependsOnRowLength) {
     EXPECT_EQ(v.outcome(), precision == 1 ? v1::Verdict::WRONG_ANSWER : v1::Verdict::OK) << v.summary();
     if (precision == 0) EXPECT_GT(v.speedup_vs_eager(), 0);
     EXPECT_EQ(v.reward(), precision == 1 ? -1 : v.reward());
+  }
+}
+
+// The corpus teaches the texts a rollout will read: every verdict of the design model says what the
+// sandbox's verdict would (sandbox/verdict_text.h), and the tools render them alike.
+TEST(CorpusTest, DesignModelSpeaksTheSandboxsVerdictTexts) {
+  std::mt19937 rng(std::random_device{}());
+  DesignEvaluator ev;
+  for (const v1::Task& task : OnePerFamily("cuda")) {
+    auto spec = fam::ParseTaskSpec(task.reference_source());
+    ASSERT_TRUE(spec.ok());
+    auto slots = fam::Slots(spec->family);
+    ASSERT_TRUE(slots.ok());
+    fam::Choice c{};
+    for (int i = 0; i + 1 < fam::kNumSlots; ++i) c[i] = static_cast<int>(rng() % (*slots)[i].options.size());
+    c[fam::kNumSlots - 1] = 0;  // fp32
+    auto files = fam::Render(*spec, c, "cuda");
+    ASSERT_TRUE(files.ok());
+    auto request = [&](const std::map<std::string, std::string>& ws, bool skip_profile) {
+      v1::EvaluateRequest req;
+      *req.mutable_task() = task;
+      req.set_skip_profile(skip_profile);
+      for (const auto& [p, text] : ws) {
+        auto* f = req.mutable_workspace()->add_files();
+        f->set_path(p);
+        f->set_content(text);
+      }
+      return req;
+    };
+    SCOPED_TRACE(task.id());
+    std::map<std::string, std::string> ws(files->begin(), files->end());
+
+    const v1::Verdict verified = ev.Evaluate(request(ws, true));
+    EXPECT_EQ(verified.outcome(), v1::Verdict::OK);
+    EXPECT_EQ(verified.summary(), sandbox::CorrectOnSets(sandbox::DefaultDistributions()));
+    EXPECT_EQ(std::vector<std::string>(verified.flags().begin(), verified.flags().end()),
+              std::vector<std::string>{"profile_skipped"});
+    EXPECT_EQ(actor::DescribeVerdict("Verify", verified),
+              "Verify: OK: correct on 5 input sets (task, normal, task, uniform_pm1, large_magnitude)\n"
+              "flags: profile_skipped\n");
+
+    const v1::Verdict profiled = ev.Evaluate(request(ws, false));
+    EXPECT_TRUE(absl::StartsWith(profiled.summary(), verified.summary() + "; profile: ")) << profiled.summary();
+    const std::string shown = actor::DescribeVerdict("Profile", profiled);
+    EXPECT_TRUE(absl::StrContains(shown, "\nspeed-up vs eager ")) << shown;
+    EXPECT_TRUE(absl::StrContains(shown, "\nGPU time: own kernels ")) << shown;
+
+    // nvcc's warnings on the clean rendering.
+    int warnings = 0;
+    for (const auto& d : profiled.diagnostics()) warnings += d.severity() == "warning";
+    const bool tiled_gemm = spec->family == "gemm_epilogue" && c[0] != 0;
+    const bool thread_rows = spec->family == "rowreduce" && c[0] == 0;
+    EXPECT_EQ(warnings, tiled_gemm ? 1 : thread_rows ? (absl::StrContains(spec->ops[0], "softmax") ? 2 : 1) : 0)
+        << spec->family << " " << spec->ops[0];
+
+    // A planted fault: the compiler's summary, the error after the warnings in line order, no column.
+    const std::string path = agent::KernelPathOf(*files);
+    std::vector<std::string> lines = absl::StrSplit(ws[path], '\n');
+    std::vector<size_t> at;
+    for (size_t i = 0; i < lines.size(); ++i) {
+      if (absl::EndsWith(lines[i], ");") && !absl::StartsWith(absl::StripLeadingAsciiWhitespace(lines[i]), "//")) {
+        at.push_back(i);
+      }
+    }
+    ASSERT_FALSE(at.empty());
+    const size_t i = at[rng() % at.size()];  // A statement without its ';' (a planted fault).
+    lines[i].pop_back();
+    std::map<std::string, std::string> broken = ws;
+    broken[path] = absl::StrJoin(lines, "\n");
+    const v1::Verdict failed = ev.Evaluate(request(broken, true));
+    ASSERT_EQ(failed.outcome(), v1::Verdict::COMPILE_ERROR);
+    EXPECT_TRUE(absl::StartsWith(failed.summary(), absl::StrCat("compile failed (1 errors): ", path, ":", i + 1, ": ")))
+        << failed.summary();
+    for (int k = 1; k < failed.diagnostics_size(); ++k) {
+      EXPECT_LE(failed.diagnostics(k - 1).line(), failed.diagnostics(k).line());
+    }
+    for (const auto& d : failed.diagnostics()) EXPECT_EQ(d.column(), 0);
+
+    ws.erase("model_new.py");
+    const v1::Verdict missing = ev.Evaluate(request(ws, true));
+    EXPECT_EQ(missing.outcome(), v1::Verdict::BAD_WORKSPACE);
+    EXPECT_EQ(missing.summary(), sandbox::kModelNewMissing);
   }
 }
 
