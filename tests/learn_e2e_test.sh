@@ -14,6 +14,7 @@
 # the job RUNNING, then --resume on the same run dir finishes it (the learner resumes from
 # its checkpoint); the checks below then see one job, one ledger and one curves.json. Its first
 # sitting skips the start evaluation (--skip_start_eval).
+# The ablation runs on two sandbox workers (--sandbox_workers=2): both judge its verdicts.
 # Oracles: the job SUCCEEDED; every stage the recipe runs produced its updates
 # (and the ablation's skipped stages none); PPO updates carry entropy, explained
 # variance, clip fraction and IS-ratio metrics; each PPO update trained exactly
@@ -64,7 +65,7 @@ rc=0
 if [ "$ABLATION" = none ]; then
   learn || rc=$?
 else
-  learn --pause_after_agentic_steps=1 --skip_start_eval || rc=$?
+  learn --pause_after_agentic_steps=1 --skip_start_eval --sandbox_workers=2 || rc=$?
   if [ $rc -eq 0 ]; then
     paused=$(ls "$tmp"/run/learner-state/jobs/*/curves/curves.json)
     python3 -c 'import json,sys; c=json.load(open(sys.argv[1])); sys.exit(0 if c["state"] == "RUNNING" and any(h["label"].startswith("pause-") for h in c["heldout"]) else 1)' "$paused" \
@@ -73,7 +74,7 @@ else
     grep -q "held at update" "$tmp/learn.out" || { echo "FAIL the trainer did not hold at a step boundary"; rc=1; }
     grep -q "paused: true" "$tmp"/run/learner-state/jobs/*/job.textproto || { echo "FAIL the pause is not persisted"; rc=1; }
     say "paused after agentic step 1; resuming"
-    [ $rc -eq 0 ] && { learn --resume || rc=$?; }
+    [ $rc -eq 0 ] && { learn --resume --sandbox_workers=2 || rc=$?; }
     held=$(sed -n 's/.*held at update \([0-9]*\).*/\1/p' "$tmp/learn.out")
     resumed=$(sed -n 's/.*resumed at update \([0-9]*\).*/\1/p' "$tmp/learn.out")
     [ -n "$resumed" ] && [ "$resumed" = "$held" ] || { echo "FAIL resumed at update '$resumed', held at '$held'"; rc=1; }
@@ -191,6 +192,10 @@ per = rep["per_trajectory"]
 print("trajectories on disk:", rep["trajectories"], "by source", rep["by_source"])
 check(rep["reward_is_verdict_reward"] == rep["trajectories"] and rep["trajectories"] > 0,
       "every trajectory's reward is its final sandbox verdict's")
+# The ablation's sittings run two sandbox workers: round_robin gives both of them verdicts.
+workers = sorted({t["worker"] for t in per})
+want = ["sandbox-0"] if ablation == "none" else ["sandbox-0", "sandbox-1"]
+check(workers == want, f"final verdicts judged by {workers} (want {want})")
 if ablation == "none":
     # Warm-up trajectories leased by model actors just before the pools switch are the model's (known limit).
     eng = [t for t in per if t["source"] == "engineer"]

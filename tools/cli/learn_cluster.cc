@@ -5,6 +5,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/config.h"
 #include "common/file.h"
 
@@ -31,6 +32,7 @@ void AddLearnFlags(CommandLine& cl) {
   cl.Flag("--run_dir", "paths.run_dir", "Logs, learner state, curves");
   cl.Flag("--bin_dir", "paths.bin_dir", "Service binaries (bazel-bin)");
   cl.Flag("--actors", "actors", "Actors sampling the model");
+  cl.Flag("--sandbox_workers", "sandbox_workers", "Sandbox workers; worker i times on GPU i (the learner's GPU: under its lease)");
   cl.Flag("--random_actors", "random_actors", "Scripted-engineer actors (the warm-up's data: policy.kind engineer)");
   cl.Flag("--concurrent_rollouts", "concurrent_rollouts", "Rollouts at once per actor");
   cl.Flag("--rollouts_per_task", "rollouts_per_task", "A task's group in a batch");
@@ -74,6 +76,8 @@ absl::Status ValidateLearnConfig(v1::LearnConfig* o) {
     return absl::InvalidArgumentError(absl::StrCat("learner_device: cpu, cuda or cuda:N, not \"", o->learner_device(), "\""));
   }
   if (o->rollouts_per_task() < 1) return absl::InvalidArgumentError("rollouts_per_task: at least 1");
+  if (o->sandbox_workers() < 0) return absl::InvalidArgumentError("sandbox_workers: at least 1 (0 = 1)");
+  if (o->sandbox_workers() == 0) o->set_sandbox_workers(1);
   if (o->resume() && o->paths().run_dir().empty()) {
     return absl::InvalidArgumentError("resume needs the paused run's run_dir (--run_dir)");
   }
@@ -112,8 +116,8 @@ std::string LearnerProcessDevice(const v1::LearnConfig& o) {
   return LearnerGpu(o) >= 0 ? "cuda" : o.learner_device();
 }
 
-bool LearnerSharesSandboxGpu(const v1::LearnConfig& o) {
-  return o.backend() == "cuda" && (o.learner_device() == "cuda" || LearnerGpu(o) == 0);
+bool LearnerSharesSandboxGpu(const v1::LearnConfig& o, int worker) {
+  return o.backend() == "cuda" && (o.learner_device() == "cuda" ? worker == 0 : LearnerGpu(o) == worker);
 }
 
 std::string PoolForStage(const v1::LearnConfig& o, const std::string& stage) {
@@ -130,7 +134,7 @@ int EvalMaxTurns(const v1::LearnConfig& o) {
 absl::StatusOr<std::string> Cluster::StartServer(const std::string& name, const std::string& binary,
                                                  std::vector<std::string> args, absl::Time deadline,
                                                  const std::vector<std::string>& env) {
-  for (const std::string& a : ServiceArgs(o_, sets_, name)) args.push_back(a);
+  for (const std::string& a : ServiceArgs(o_, sets_, name.substr(0, name.find('-')))) args.push_back(a);
   absl::StatusOr<ServerPorts> ports = local_.StartServer(name, binary, args, deadline, env);
   if (!ports.ok()) return ports.status();
   LocalCluster::WaitServing(ports->Address(), deadline);
@@ -142,7 +146,8 @@ std::vector<std::string> Cluster::ActorArgs(const std::string& name, const std::
   const std::string suffix = kind == "engineer" && o_.backend() == "cpu" ? "_cpu" : "";
   std::vector<std::string> args = {"--config_text=rollout { " + TextProto(o_.rollout()) + " }",
                                    "--set=learner_address=" + learner_,
-                                   "--set=sandbox.target=ipv4:" + sandbox_,
+                                   "--set=sandbox.target=" + SandboxTarget(),
+                                   "--set=sandbox.health_check=true",  // a NOT_SERVING worker gets no work
                                    "--set=policy.kind=" + kind + suffix,
                                    "--set=policy.address=" + learner_,
                                    absl::StrCat("--set=policy.scripted_policy_version=", version),
@@ -154,6 +159,8 @@ std::vector<std::string> Cluster::ActorArgs(const std::string& name, const std::
   for (const std::string& a : ServiceArgs(o_, sets_, "actor")) args.push_back(a);
   return args;
 }
+
+std::string Cluster::SandboxTarget() const { return "ipv4:" + absl::StrJoin(sandboxes_, ","); }
 
 void Cluster::UsePool(const std::string& pool, int64_t version) {
   if (pool == pool_) return;

@@ -44,9 +44,9 @@ int LearnerGpu(const v1::LearnConfig& o);
 // The device as the learner process names it: "cuda" for cuda:N (it sees GPU N alone, as its
 // cuda:0), else learner_device.
 std::string LearnerProcessDevice(const v1::LearnConfig& o);
-// Whether the learner runs on the GPU the CUDA sandbox times on (GPU 0): learner_device "cuda" or
-// "cuda:0". Then the two share a GPU lease (common/gpu_lease.h).
-bool LearnerSharesSandboxGpu(const v1::LearnConfig& o);
+// Whether the learner runs on the GPU that sandbox worker `worker` times on (GPU `worker`):
+// learner_device "cuda" (GPU 0) or "cuda:N". Then the two share a GPU lease (common/gpu_lease.h).
+bool LearnerSharesSandboxGpu(const v1::LearnConfig& o, int worker);
 // The actor pool whose rollouts the job's stage takes: "engineer" (the scripted engineer) for an
 // agent warm-up that does not take the model's rollouts, "actor" (the model) otherwise. A warm-up
 // whose take_policies name "model" is the paper's: the model's own rollouts, of which RFT keeps
@@ -84,8 +84,8 @@ class Cluster {
           }
         }) {}
 
-  // Starts a server ("learner", "sandbox": the config's fields of that name go to it) and returns
-  // its gRPC address once it serves.
+  // Starts a server ("learner", "sandbox", "sandbox-1": the config's fields named before any '-' go
+  // to it) and returns its gRPC address once it serves.
   absl::StatusOr<std::string> StartServer(const std::string& name, const std::string& binary,
                                           std::vector<std::string> args, absl::Time deadline,
                                           const std::vector<std::string>& env = {});
@@ -104,7 +104,10 @@ class Cluster {
   ~Cluster() { JoinDraining(); }
   void StopAll();
 
-  std::string learner_, sandbox_;
+  std::string learner_;
+  std::vector<std::string> sandboxes_;  // The sandbox workers' addresses.
+  // The actors' and evaluations' sandbox target: every worker, balanced by round_robin.
+  std::string SandboxTarget() const;
 
  private:
   std::vector<std::string> ActorArgs(const std::string& name, const std::string& kind, int64_t version) const;

@@ -30,10 +30,10 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// The learner (job API + policy server) and the sandbox worker; their addresses go to the cluster.
-// On learner_device cuda:N the learner runs on GPU N alone; the sandbox times on GPU 0, where no
-// learner kernel shares the device with a timed one. On learner_device cuda or cuda:0 (GPU 0 too)
-// the two share one GPU lease (common/gpu_lease.h): the learner's steps pause while a verdict is timed.
+// The learner (job API + policy server) and the sandbox workers; their addresses go to the cluster.
+// On learner_device cuda:N the learner runs on GPU N alone. Sandbox worker i times on GPU i; a worker
+// on the learner's GPU shares one GPU lease with it (common/gpu_lease.h): the learner's steps pause
+// while that worker times a verdict.
 absl::Status StartServices(const v1::LearnConfig& o, Cluster* cluster) {
   const int gpu = LearnerGpu(o);
   std::vector<std::string> env;
@@ -43,20 +43,23 @@ absl::Status StartServices(const v1::LearnConfig& o, Cluster* cluster) {
       "--set=policy.model_path=" + o.base_checkpoint(), "--set=policy.device=" + LearnerProcessDevice(o),
       "--set=policy.dtype=" + o.job().device().dtype(), "--set=policy.max_seq_len=16384",
       "--set=policy.max_batch=16"};
-  std::vector<std::string> sandbox_args = {"--set=backend=" + o.backend()};
-  if (LearnerSharesSandboxGpu(o)) {
-    const std::string lease = "--set=gpu_lease_path=" + o.paths().run_dir() + "/gpu.lease";
-    learner_args.push_back(lease);
-    sandbox_args.push_back(lease);
+  const std::string lease = "--set=gpu_lease_path=" + o.paths().run_dir() + "/gpu.lease";
+  for (int w = 0; w < o.sandbox_workers(); ++w) {
+    if (LearnerSharesSandboxGpu(o, w)) learner_args.push_back(lease);
   }
   auto learner = cluster->StartServer("learner", "learner/learner_main", learner_args,
                                       absl::Now() + absl::Seconds(180), env);
   if (!learner.ok()) return learner.status();
-  auto sandbox = cluster->StartServer("sandbox", "sandbox/sandbox_main", sandbox_args,
-                                      absl::Now() + absl::Seconds(180));
-  if (!sandbox.ok()) return sandbox.status();
   cluster->learner_ = *learner;
-  cluster->sandbox_ = *sandbox;
+  for (int w = 0; w < o.sandbox_workers(); ++w) {
+    std::vector<std::string> sandbox_args = {"--set=backend=" + o.backend(), absl::StrCat("--set=gpu_index=", w),
+                                             absl::StrCat("--set=worker_id=sandbox-", w)};
+    if (LearnerSharesSandboxGpu(o, w)) sandbox_args.push_back(lease);
+    auto sandbox = cluster->StartServer(w == 0 ? "sandbox" : absl::StrCat("sandbox-", w), "sandbox/sandbox_main",
+                                        sandbox_args, absl::Now() + absl::Seconds(180));
+    if (!sandbox.ok()) return sandbox.status();
+    cluster->sandboxes_.push_back(*sandbox);
+  }
   return absl::OkStatus();
 }
 
@@ -129,7 +132,8 @@ absl::StatusOr<Json> HeldOutEval(const v1::LearnConfig& o, const Cluster& c, con
       absl::StrCat("--set=max_tasks_per_level=", o.eval_tasks()),
       absl::StrCat("--set=rollouts_per_task=", o.eval_rollouts()), "--set=plot_script=",
       "--set=actor.tokenizer_path=" + o.base_checkpoint() + "/tokenizer.json",
-      "--set=actor.sandbox.target=ipv4:" + c.sandbox_, "--set=actor.policy.kind=grpc",
+      "--set=actor.sandbox.target=" + c.SandboxTarget(), "--set=actor.sandbox.health_check=true",
+      "--set=actor.policy.kind=grpc",
       "--set=actor.policy.address=" + c.learner_, absl::StrCat("--set=actor.rollout.eval_max_turns=", EvalMaxTurns(o)),
       absl::StrCat("--set=actor.rollout.temperature=", o.eval_temperature()),
       "--set=actor.rollout.skill_path=" + c.SkillPath(), "--set=actor.rollout.workspace_root=" + out_dir + "-ws",
@@ -464,9 +468,10 @@ int LearnMain(int argc, char** argv) {
         break;
       }
     }
-    // A worker whose GPU health probe failed stays NOT_SERVING: no verdict comes, say why now
-    // instead of after the stall timeout.
-    if (++polls % 20 == 0 && Health(cluster.sandbox_) == "NOT_SERVING") {
+    // A worker whose GPU health probe failed stays NOT_SERVING: when every worker is, no verdict
+    // comes; say why now instead of after the stall timeout.
+    if (++polls % 20 == 0 && std::all_of(cluster.sandboxes_.begin(), cluster.sandboxes_.end(),
+                                         [](const std::string& a) { return Health(a) == "NOT_SERVING"; })) {
       console.Line("the sandbox worker is NOT_SERVING (its GPU health probe failed; see " + o.paths().run_dir() +
                    "/sandbox.log): no verdict can come; cancelling");
       job = CancelAndWait(stub.get(), job);

@@ -40,14 +40,26 @@ TEST(LearnConfigTest, APresetsDtypeStaysAndABadOneIsRefused) {
   EXPECT_NE(std::string(s.message()).find("fp8"), std::string::npos) << s;
 }
 
-TEST(LearnConfigTest, ALearnerOnTheSandboxsGpuSharesItsLease) {
-  struct Case { const char* backend; const char* learner; bool shares; };
-  for (const Case& c : {Case{"cuda", "", true}, Case{"cuda", "cuda", true}, Case{"cuda", "cuda:0", true},
-                        Case{"cuda", "cuda:1", false}, Case{"cuda", "cpu", false}, Case{"cpu", "", false}}) {
+TEST(LearnConfigTest, ALearnerOnASandboxWorkersGpuSharesItsLease) {
+  // Worker i times on GPU i; the learner on "cuda" is on GPU 0.
+  struct Case { const char* backend; const char* learner; int worker; bool shares; };
+  for (const Case& c : {Case{"cuda", "", 0, true}, Case{"cuda", "cuda", 0, true}, Case{"cuda", "cuda:0", 0, true},
+                        Case{"cuda", "cuda:1", 0, false}, Case{"cuda", "cuda:1", 1, true}, Case{"cuda", "cuda", 1, false},
+                        Case{"cuda", "cpu", 0, false}, Case{"cpu", "", 0, false}, Case{"cpu", "", 1, false}}) {
     v1::LearnConfig o = Minimal(c.backend, c.learner);
     ASSERT_TRUE(ValidateLearnConfig(&o).ok()) << c.backend << " " << c.learner;
-    EXPECT_EQ(LearnerSharesSandboxGpu(o), c.shares) << c.backend << " " << c.learner;
+    EXPECT_EQ(LearnerSharesSandboxGpu(o, c.worker), c.shares) << c.backend << " " << c.learner << " " << c.worker;
   }
+}
+
+TEST(LearnConfigTest, OneSandboxWorkerUnlessTold) {
+  v1::LearnConfig o = Minimal("cpu", "");
+  ASSERT_TRUE(ValidateLearnConfig(&o).ok());
+  EXPECT_EQ(o.sandbox_workers(), 1);
+  o.set_sandbox_workers(-2);
+  absl::Status s = ValidateLearnConfig(&o);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(s.message()).find("sandbox_workers"), std::string::npos) << s;
 }
 
 TEST(LearnConfigTest, PposTemperatureIsTheActorsUnlessItContradictsThem) {

@@ -47,6 +47,7 @@ TrajectoryFacts Facts(const v1::Trajectory& t, const std::string& reference_sour
   f.reward = t.reward();
   f.verdict_reward = t.final_verdict().reward();
   f.outcome = v1::Verdict::Outcome_Name(t.final_verdict().outcome());
+  f.worker = t.final_verdict().worker_id();
   for (int32_t m : t.loss_mask()) f.model_tokens += m;
   std::map<std::string, std::string> files;
   const auto& turns = t.turns();

@@ -29,6 +29,7 @@ struct TrajectoryFacts {
   double reward = 0;
   double verdict_reward = 0;  // final_verdict.reward.
   std::string outcome;        // final_verdict outcome name.
+  std::string worker;         // final_verdict.worker_id: the sandbox worker that judged it.
   std::string design;         // Choice digits, "none" (no kernel written) or "other".
 };
 

@@ -74,6 +74,7 @@ int main(int argc, char** argv) {
                               {"reward", Json(f.reward)},
                               {"verdict_reward", Json(f.verdict_reward)},
                               {"outcome", Json(f.outcome)},
+                              {"worker", Json(f.worker)},
                               {"design", Json(f.design)}}));
     }
     out["per_trajectory"] = std::move(list);
