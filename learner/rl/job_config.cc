@@ -86,6 +86,9 @@ absl::StatusOr<v1::LearnerJobConfig> ParseJobConfig(const std::string& text) {
   if (!(p.mismatch_high() > 1)) return Field("ppo.mismatch_high", "must be > 1");
   if (p.epochs() < 1) return Field("ppo.epochs", "must be >= 1");
   if (p.minibatches() < 1) return Field("ppo.minibatches", "must be >= 1");
+  if (p.critic_epochs() != 0 && p.critic_epochs() < p.epochs()) {
+    return Field("ppo.critic_epochs", "must be 0 (= epochs) or >= epochs");
+  }
   if (p.minibatches() > c.batch().trajectories_per_step()) {
     return Field("ppo.minibatches", "must be <= batch.trajectories_per_step");
   }

@@ -382,6 +382,19 @@ absl::StatusOr<StepMetrics> Trainer::PpoStep(const std::vector<Sample>& batch, i
     if (!maxed.count(key) && c > 0) acc[key] /= c;
   }
   acc["updates"] = static_cast<double>(epochs * mbs);
+  // The critic's own passes: the same mini-batches and targets, the actor left as it is.
+  const bool critic_passes = critic_ != nullptr && options_.critic_epochs > epochs;
+  for (int e = epochs; critic_passes && e < options_.critic_epochs; ++e) {
+    for (int k = 0; k < mbs; ++k) {
+      const size_t b = batch.size() * k / mbs, end = batch.size() * (k + 1) / mbs;
+      std::vector<Sample> mb(batch.begin() + b, batch.begin() + end);
+      auto m = Update(mb, n, Objective::kValue, Objective::kPpo);
+      if (!m.ok()) return m.status();
+      acc["critic_only_updates"] += 1;
+      if (k == 0) acc["value_loss_last_pass"] = 0;
+      acc["value_loss_last_pass"] += (*m)["value_loss"];
+    }
+  }
   FinishMetrics(/*ppo=*/true, acc.count("ev_n") > 0, &acc);
   return acc;
 }
@@ -520,7 +533,8 @@ absl::Status Trainer::InitValueHead(const std::vector<Sample>& batch, at::Device
   return absl::OkStatus();
 }
 
-absl::StatusOr<StepMetrics> Trainer::Update(const std::vector<Sample>& batch, double n_global, Objective objective) {
+absl::StatusOr<StepMetrics> Trainer::Update(const std::vector<Sample>& batch, double n_global, Objective objective,
+                                            std::optional<Objective> stage) {
   const bool train_actor = objective != Objective::kValue;
   const bool baseline = options_.advantage == AdvantageEstimator::kTaskBaseline;
   // The critic trains in value pretraining and PPO; with the per-task baseline it is optional.
@@ -545,12 +559,13 @@ absl::StatusOr<StepMetrics> Trainer::Update(const std::vector<Sample>& batch, do
   }
   StepMetrics m;
   // A new objective is a new stage: its optimizers start from zero moments and their own schedule.
-  if (last_objective_ >= 0 && last_objective_ != static_cast<int>(objective)) {
+  const int stage_objective = static_cast<int>(stage.value_or(objective));
+  if (last_objective_ >= 0 && last_objective_ != stage_objective) {
     actor_opt_->Reset();
     if (critic_opt_) critic_opt_->Reset();
     m["optimizer_reset"] = 1;
   }
-  last_objective_ = static_cast<int>(objective);
+  last_objective_ = stage_objective;
   if (use_critic && !critic_head_ready_) {
     if (options_.value_head_init) {
       if (auto s = InitValueHead(batch, device); !s.ok()) return s;

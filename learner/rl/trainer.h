@@ -28,6 +28,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -110,6 +111,8 @@ struct TrainerOptions {
   double gamma = 1.0, lambda = 0.95, lambda_length_alpha = 0, lambda_critic = 1.0;
   LossAggregation aggregation = LossAggregation::kTrajectoryMean;
   int epochs = 1, minibatches = 1;  // PPO: epochs x minibatches optimizer steps per PpoStep.
+  // The critic's passes per PpoStep (>= epochs): the ones after `epochs` train it alone.
+  int critic_epochs = 1;
   // A critic that has never trained starts its value head at small random
   // weights (std value_head_init_std) and a bias at the mean reward of the
   // first batch it trains on (the warm-up return), not at 0.
@@ -178,7 +181,10 @@ class Trainer {
  private:
   enum class Objective { kPpo = 0, kSft = 1, kValue = 2 };
   // One optimizer step on `batch`; raw (unreduced-to-figures) metrics.
-  absl::StatusOr<StepMetrics> Update(const std::vector<Sample>& batch, double n_global, Objective objective);
+  // `stage`: the objective whose optimizers these are (a critic-only pass of PPO is kValue in the
+  // stage kPpo: no optimizer reset); default `objective`.
+  absl::StatusOr<StepMetrics> Update(const std::vector<Sample>& batch, double n_global, Objective objective,
+                                     std::optional<Objective> stage = std::nullopt);
   absl::StatusOr<StepMetrics> Step(const std::vector<Sample>& batch, int64_t global_trajectories, Objective objective);
   // Mean and standard deviation of the batch's advantages over every rank's model tokens.
   absl::StatusOr<std::pair<double, double>> AdvantageMoments(const std::vector<Sample>& batch,

@@ -31,6 +31,7 @@ TrainerOptions TrainerOptionsFromConfig(const v1::LearnerJobConfig& config) {
                                                                  : LossAggregation::kTrajectoryMean;
   to.epochs = std::max(1, p.epochs());
   to.minibatches = std::max(1, p.minibatches());
+  to.critic_epochs = std::max(to.epochs, p.critic_epochs());
   to.temperature = p.temperature();
   to.entropy_metric = p.entropy_metric();
   to.normalize_advantages = p.normalize_advantages();

@@ -375,6 +375,37 @@ TEST(TrainerTest, PpoEpochsAndMinibatchesStepPerMinibatch) {
   EXPECT_EQ((*m)["model_tokens"], 4 * 5);
 }
 
+// critic_epochs beyond epochs: the critic takes its extra passes alone. The actor ends where a
+// trainer with one pass leaves it; the critic fits the batch's returns closer.
+TEST(TrainerTest, CriticEpochsTrainTheCriticAloneAfterTheActorsPasses) {
+  std::vector<Sample> batch;
+  for (int i = 0; i < 4; ++i) batch.push_back(RandomSample("s" + std::to_string(i), kMaskA, 90 + i));
+  auto run = [&](int critic_epochs) {
+    TrainerOptions o;
+    o.epochs = 1, o.minibatches = 2, o.critic_epochs = critic_epochs;
+    o.critic.lr = 1e-2;
+    auto t = std::make_unique<Trainer>(Tiny(Head::kLanguageModel, 5), Tiny(Head::kValue, 6), o);
+    auto m = t->PpoStep(batch);
+    EXPECT_TRUE(m.ok()) << m.status();
+    return std::make_pair(std::move(t), *m);
+  };
+  auto [one, m1] = run(1);
+  auto [four, m4] = run(4);
+  EXPECT_EQ(m4["updates"], 2);
+  EXPECT_EQ(m4["critic_only_updates"], 6);
+  EXPECT_EQ(m1.count("critic_only_updates"), 0u);
+  EXPECT_EQ(four->actor_optimizer().steps(), 2);
+  EXPECT_EQ(four->critic_optimizer()->steps(), 8);
+  EXPECT_EQ(m4.count("optimizer_reset"), 0u);  // One stage: the critic's moments carry over its passes.
+  const std::vector<at::Tensor> a1 = one->policy().parameters(), a4 = four->policy().parameters();
+  ASSERT_EQ(a1.size(), a4.size());
+  for (size_t i = 0; i < a1.size(); ++i) EXPECT_TRUE(at::equal(a1[i], a4[i])) << "actor parameter " << i;
+  // The critic after its extra passes: a value step's loss on the same batch is lower.
+  auto v1 = one->ValueStep(batch), v4 = four->ValueStep(batch);
+  ASSERT_TRUE(v1.ok() && v4.ok());
+  EXPECT_LT((*v4)["value_loss"], (*v1)["value_loss"]);
+}
+
 // Token mean: every model token of the batch weighs the same, so a long
 // trajectory outweighs a short one; the trajectory mean weighs them alike.
 TEST(TrainerTest, TokenMeanAndTrajectoryMeanAggregation) {
