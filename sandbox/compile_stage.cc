@@ -28,6 +28,9 @@
 namespace kernelrl::sandbox {
 namespace {
 
+// In a cache entry: the diagnostics of the build that made it (a Verdict holding only them).
+constexpr char kDiagnosticsFile[] = "diagnostics.pb";
+
 std::string Or(const std::string& v, const std::string& fallback) { return v.empty() ? fallback : v; }
 double OrD(double v, double fallback) { return v > 0 ? v : fallback; }
 int64_t OrI(int64_t v, int64_t fallback) { return v > 0 ? v : fallback; }
@@ -104,6 +107,12 @@ absl::StatusOr<CompileResult> CompileStage::Compile(const ValidatedWorkspace& ws
     hit.cache_hit = true;
     hit.artifact_dir = final_dir;
     hit.summary = "cache hit";
+    // The build's warnings, as the build that made the entry reported them: the same source reads
+    // the same at every compile.
+    Verdict kept;
+    if (auto text = ReadFileToString(final_dir + "/" + kDiagnosticsFile); text.ok() && kept.ParseFromString(*text)) {
+      hit.diagnostics.assign(kept.diagnostics().begin(), kept.diagnostics().end());
+    }
     return hit;
   }
   if (ws.kernel_sources.empty() && (ws.layout == Workspace::FAST_PATH || ws.layout == Workspace::CPU)) {
@@ -244,6 +253,9 @@ absl::StatusOr<CompileResult> CompileStage::Build(const ValidatedWorkspace& ws, 
     if (ws.layout == Workspace::FAST_PATH || ws.layout == Workspace::CPU) {
       std::ofstream(out_dir + "/manifest.json") << "{\"kernels_so\": \"kernels.so\"}";
     }
+    Verdict kept;
+    for (const CompileDiagnostic& d : r.diagnostics) *kept.add_diagnostics() = d;
+    std::ofstream(out_dir + "/" + kDiagnosticsFile, std::ios::binary) << kept.SerializeAsString();
     RemoveTree(tmp_dir).IgnoreError();
     // Atomic publish; a concurrent identical build may have won the race.
     if (rename(out_dir.c_str(), final_dir.c_str()) != 0) RemoveTree(out_dir).IgnoreError();

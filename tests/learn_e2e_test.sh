@@ -193,9 +193,9 @@ print("trajectories on disk:", rep["trajectories"], "by source", rep["by_source"
 check(rep["reward_is_verdict_reward"] == rep["trajectories"] and rep["trajectories"] > 0,
       "every trajectory's reward is its final sandbox verdict's")
 # The ablation's sittings run two sandbox workers: round_robin gives both of them verdicts.
-workers = sorted({t["worker"] for t in per})
-want = ["sandbox-0"] if ablation == "none" else ["sandbox-0", "sandbox-1"]
-check(workers == want, f"final verdicts judged by {workers} (want {want})")
+workers = sorted({t["worker"].rsplit("/", 1)[-1] for t in per})  # <host>/gpu<i>
+want = ["gpu0"] if ablation == "none" else ["gpu0", "gpu1"]
+check(workers == want, f"final verdicts judged by workers {workers} (want {want})")
 if ablation == "none":
     # Warm-up trajectories leased by model actors just before the pools switch are the model's (known limit).
     eng = [t for t in per if t["source"] == "engineer"]

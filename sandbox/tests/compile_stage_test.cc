@@ -69,6 +69,20 @@ TEST_F(CompileStageTest, BuildsASharedLibraryAndCachesIt) {
   EXPECT_EQ(first.artifact_dir, second.artifact_dir);
 }
 
+// A cache hit answers with the warnings of the build that made the entry: the same source gets the
+// same Compile text every time.
+TEST_F(CompileStageTest, ACacheHitKeepsTheBuildsWarnings) {
+  const std::string src = "#warning kernelrl-compile-test\nextern \"C\" int one() { return 1; }\n";
+  CompileResult first = Build(CpuWs(src), "cpu", "w1");
+  ASSERT_TRUE(first.ok) << first.summary << first.log;
+  ASSERT_EQ(first.diagnostics.size(), 1u) << first.log;
+  EXPECT_EQ(first.diagnostics[0].severity(), "warning");
+  CompileResult second = Build(CpuWs(src), "cpu", "w2");
+  ASSERT_TRUE(second.cache_hit);
+  ASSERT_EQ(second.diagnostics.size(), 1u);
+  EXPECT_EQ(second.diagnostics[0].SerializeAsString(), first.diagnostics[0].SerializeAsString());
+}
+
 TEST_F(CompileStageTest, ErrorsComeBackAsDiagnostics) {
   CompileResult r = Build(CpuWs("int f() {\n  return missing_name;\n}\n"), "cpu", "c");
   EXPECT_FALSE(r.ok);

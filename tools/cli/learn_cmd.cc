@@ -52,8 +52,8 @@ absl::Status StartServices(const v1::LearnConfig& o, Cluster* cluster) {
   if (!learner.ok()) return learner.status();
   cluster->learner_ = *learner;
   for (int w = 0; w < o.sandbox_workers(); ++w) {
-    std::vector<std::string> sandbox_args = {"--set=backend=" + o.backend(), absl::StrCat("--set=gpu_index=", w),
-                                             absl::StrCat("--set=worker_id=sandbox-", w)};
+    // Its verdicts name it <host>/gpu<w> (SandboxConfig.worker_id's default).
+    std::vector<std::string> sandbox_args = {"--set=backend=" + o.backend(), absl::StrCat("--set=gpu_index=", w)};
     if (LearnerSharesSandboxGpu(o, w)) sandbox_args.push_back(lease);
     auto sandbox = cluster->StartServer(w == 0 ? "sandbox" : absl::StrCat("sandbox-", w), "sandbox/sandbox_main",
                                         sandbox_args, absl::Now() + absl::Seconds(180));
