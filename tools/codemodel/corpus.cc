@@ -117,7 +117,8 @@ std::vector<v1::CompileDiagnostic> ModelledWarnings(const fam::TaskSpec& spec, c
         }
       }
     }
-    const int instantiations = absl::StrContains(kernel, "group_reduce<true>") + absl::StrContains(kernel, "group_reduce<false>");
+    const int instantiations =
+        absl::StrContains(kernel, "group_reduce<true>") + absl::StrContains(kernel, "group_reduce<false>");
     for (int k = 0; loop < lines.size() && k < instantiations; ++k) warn(loop, "loop is not reachable");
   }
   return out;

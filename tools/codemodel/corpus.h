@@ -16,6 +16,9 @@
 // a per-family cost table (in which the best rowreduce strategy depends on
 // the row length). These numbers are not measurements: training (RFT, PPO)
 // is paid by the real sandbox; the corpus teaches the format and the loop.
+// Its texts are the sandbox's own (sandbox/verdict_text.h, the judge's
+// JudgedOk, nvcc's warnings on the templates): the model reads in the
+// corpus what the tools will show it.
 // Thread-safe.
 #ifndef KERNELRL_TOOLS_CODEMODEL_CORPUS_H_
 #define KERNELRL_TOOLS_CODEMODEL_CORPUS_H_
