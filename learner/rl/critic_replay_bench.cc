@@ -64,8 +64,6 @@ int Fail(const std::string& what) {
   return 1;
 }
 
-double Ev(const std::vector<float>& v, const std::vector<float>& r) { return ExplainedVariance(v, r); }
-
 int Run() {
   const std::string dir = absl::GetFlag(FLAGS_job_dir), base = absl::GetFlag(FLAGS_base);
   if (dir.empty() || base.empty()) return Fail("usage: --job_dir=DIR --base=CKPT [--lrs=...]");
@@ -143,7 +141,8 @@ int Run() {
       }
       std::printf("{\"lr\": %g, \"step\": %d, \"train_ev\": %.3f, \"value_loss\": %.4f, \"heldout_ev\": %.3f, "
                   "\"heldout_ev_first\": %.3f, \"heldout_ev_last\": %.3f, \"seconds\": %.0f}\n",
-                  lr, step, (*m)["explained_variance"], (*m)["value_loss"], Ev(v, r), Ev(first, rt), Ev(last, rt),
+                  lr, step, (*m)["explained_variance"], (*m)["value_loss"], ExplainedVariance(v, r),
+                  ExplainedVariance(first, rt), ExplainedVariance(last, rt),
                   absl::ToDoubleSeconds(absl::Now() - start));
       std::fflush(stdout);
     }

@@ -8,13 +8,13 @@
 namespace kernelrl::learner::rl {
 namespace {
 
+// The sandbox's tools: they take no arguments and evaluate the files as they are.
+bool Evaluates(const std::string& tool) { return tool == "Compile" || tool == "Verify" || tool == "Profile"; }
+
 // Tools that only read or evaluate the workspace: after a break they leave the
 // files the final evaluation scored as they were.
 bool LeavesFiles(const std::string& tool) {
-  for (const char* t : {"Read", "Glob", "Grep", "Compile", "Verify", "Profile"}) {
-    if (tool == t) return true;
-  }
-  return false;
+  return Evaluates(tool) || tool == "Read" || tool == "Glob" || tool == "Grep";
 }
 
 }  // namespace
@@ -54,7 +54,7 @@ RftChoice ChooseForRft(const v1::Trajectory& t, int max_repeated_calls) {
         }
         continue;
       }
-      const bool evaluates = c.name == "Compile" || c.name == "Verify" || c.name == "Profile";
+      const bool evaluates = Evaluates(c.name);
       if (c.name == "Write" || c.name == "Edit" || c.name == "MultiEdit" || c.name == "Bash") ++files_version;
       const std::string key =
           absl::StrCat(c.name, " ", c.arguments_json, evaluates ? absl::StrCat(" @", files_version) : "");

@@ -472,8 +472,8 @@ int LearnMain(int argc, char** argv) {
     // comes; say why now instead of after the stall timeout.
     if (++polls % 20 == 0 && std::all_of(cluster.sandboxes_.begin(), cluster.sandboxes_.end(),
                                          [](const std::string& a) { return Health(a) == "NOT_SERVING"; })) {
-      console.Line("the sandbox worker is NOT_SERVING (its GPU health probe failed; see " + o.paths().run_dir() +
-                   "/sandbox.log): no verdict can come; cancelling");
+      console.Line("every sandbox worker is NOT_SERVING (their GPU health probes failed; see " + o.paths().run_dir() +
+                   "/sandbox*.log): no verdict can come; cancelling");
       job = CancelAndWait(stub.get(), job);
       break;
     }
