@@ -403,6 +403,11 @@ EvaluatorInfo Evaluator::Info() const {
   return info;
 }
 
+std::string Evaluator::GpuModel() const {
+  absl::MutexLock l(&gpu_model_mu_);
+  return gpu_model_;
+}
+
 Verdict Evaluator::Evaluate(const EvaluateRequest& request, const ProgressFn& progress) {
   const double t0 = MonotonicMs();
   const std::string cache_key = verdict_cache_.enabled() ? VerdictCache::Key(request) : "";
@@ -416,10 +421,7 @@ Verdict Evaluator::Evaluate(const EvaluateRequest& request, const ProgressFn& pr
   Verdict v = Run(request, progress);
   v.set_worker_id(config_.worker_id());
   v.set_torch_version(torch_version_);
-  {
-    absl::ReaderMutexLock l(&gpu_mu_);
-    v.set_gpu_model(gpu_model_);
-  }
+  v.set_gpu_model(GpuModel());
   // The one place a reward is assigned (profiler_service/reward.h).
   v.set_reward(RewardFor(v, profile_->milestone_margin()));
   AddStage(v, "total", MonotonicMs() - t0);
@@ -434,11 +436,7 @@ v1::BaselineMeasurement Evaluator::MeasureBaseline(const Task& task) {
   bm.set_timing_path("executor");
   bm.set_measured_at(NowRfc3339());
   const bool cpu = config_.backend() == "cpu";
-  std::string gpu_model = "cpu";
-  if (!cpu) {
-    absl::ReaderMutexLock l(&gpu_mu_);
-    gpu_model = gpu_model_;
-  }
+  const std::string gpu_model = cpu ? "cpu" : GpuModel();
   // The key the profile stage will look this task up by, from the same facts.
   const BaselineKey key = BaselineKeyFor(task, cpu ? "cpu" : "cuda", gpu_model, torch_version_,
                                          PrecisionOf(task, config_) == TolerancePolicy::TF32);
@@ -671,7 +669,7 @@ Verdict Evaluator::Run(const EvaluateRequest& request, const ProgressFn& progres
   note("profile", false);
   const bool cpu = config_.backend() == "cpu";
   const bool cupti = !cpu && kprof_ok_ && profiler_error_.empty() && !config_.kprof_lib().empty();
-  const DeviceFacts facts{cpu ? "cpu" : "cuda", cpu ? "cpu" : gpu_model_, torch_version_, cupti,
+  const DeviceFacts facts{cpu ? "cpu" : "cuda", cpu ? "cpu" : GpuModel(), torch_version_, cupti,
                           precision == TolerancePolicy::TF32};
   if (!baseline.empty()) {
     // A baseline is measured, not judged: the caller stores it.
@@ -700,7 +698,10 @@ void Evaluator::HealthProbeLocked(VerifyStage& zygote, Verdict& verdict) {
   if (!r.ok()) r = zygote.Health(job, config_.verify().health_probe_seconds() + 150);
   AddStage(verdict, "health_probe", MonotonicMs() - t);
   const bool healthy = r.ok() && r->healthy();
-  if (r.ok() && !r->gpu_model().empty()) gpu_model_ = r->gpu_model();
+  if (r.ok() && !r->gpu_model().empty()) {
+    absl::MutexLock l(&gpu_model_mu_);
+    gpu_model_ = r->gpu_model();
+  }
   (*verdict.mutable_logs())["health_probe"] =
       r.ok() ? absl::StrCat(healthy ? "healthy" : "UNHEALTHY", r->error().empty() ? "" : ": " + r->error(),
                             r->memory_rule().empty() ? "" : " [memory: " + r->memory_rule() + "]")

@@ -102,7 +102,11 @@ class Evaluator {
   std::atomic<int> verify_waiting_{0};
   std::atomic<bool> serving_{true};
   std::atomic<uint64_t> job_counter_{0};
-  std::string gpu_model_ ABSL_GUARDED_BY(gpu_mu_);
+  // Its own lock, never gpu_mu_: a finished verdict reads it, and a reader of gpu_mu_ waits behind
+  // every queued profiling job (a writer), which held each verdict ~8 s on a busy worker.
+  std::string GpuModel() const ABSL_LOCKS_EXCLUDED(gpu_model_mu_);
+  mutable absl::Mutex gpu_model_mu_;
+  std::string gpu_model_ ABSL_GUARDED_BY(gpu_model_mu_);
   std::string torch_version_;
   std::string dropped_for_cuda_;  // isolation steps CUDA cannot run under here
   bool kprof_ok_ = false;

@@ -120,5 +120,37 @@ TEST_F(ParallelVerifyTest, VerifyOnlyJobsShareTheGpuAndAProfiledJobHasItAlone) {
   EXPECT_EQ(timed.reward(), 1) << timed.summary();  // no baseline: correct, not benchmarked
 }
 
+// A verdict that needs no GPU (here a workspace without model_new.py) comes back while a profiled
+// job holds the GPU alone: finishing a verdict waits for no GPU turn.
+TEST_F(ParallelVerifyTest, AVerdictThatNeedsNoGpuIsNotHeldBehindAProfiledJob) {
+  absl::Notification holding, release;
+  Verdict timed;
+  std::thread tp([&] {
+    timed = evaluator_->Evaluate(Request(true), [&](const std::string& stage, bool finished, const std::string&) {
+      if (stage != "gpu_queue" || !finished) return;
+      holding.Notify();
+      release.WaitForNotificationWithTimeout(absl::Seconds(120));
+    });
+  });
+  holding.WaitForNotification();
+  EvaluateRequest broken = Request(false);
+  auto& files = *broken.mutable_workspace()->mutable_files();
+  files.erase(std::remove_if(files.begin(), files.end(), [](const auto& f) { return f.path() == "model_new.py"; }),
+              files.end());
+  absl::Notification rejected_done;
+  Verdict rejected;
+  std::thread tr([&] {
+    rejected = evaluator_->Evaluate(broken);
+    rejected_done.Notify();
+  });
+  // Its own deadline only bounds a failure: a held verdict would wait for the release below.
+  const bool back_while_held = rejected_done.WaitForNotificationWithTimeout(absl::Seconds(60));
+  release.Notify();
+  tr.join(), tp.join();
+  EXPECT_TRUE(back_while_held) << "a verdict that never reaches the GPU waited for the profiled job's turn";
+  EXPECT_NE(rejected.outcome(), Verdict::OK) << rejected.summary();
+  EXPECT_EQ(timed.outcome(), Verdict::OK) << timed.summary();
+}
+
 }  // namespace
 }  // namespace kernelrl::sandbox
