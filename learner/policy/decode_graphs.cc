@@ -1,7 +1,6 @@
 #include "learner/policy/decode_graphs.h"
 
 #include <ATen/cuda/CUDAGraph.h>
-#include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
@@ -87,8 +86,11 @@ at::Tensor DecodeGraphs::Run(Graph* g, int64_t b, int64_t m) {
   // First use: one eager step on a side stream (warms up kernels and the
   // allocator; it is this decode step, and writing the same keys/values
   // again in the replay is harmless), then capture the same step and replay.
+  // Stream waits only, never the device's: a device-wide synchronise on another thread (a
+  // trainer on this GPU) fails while this one captures, so none is made here either.
   c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool();
-  c10::cuda::device_synchronize();  // The input copy, on the current stream, is done.
+  const c10::cuda::CUDAStream current = c10::cuda::getCurrentCUDAStream();
+  current.synchronize();  // The input copy, on the current stream, is done.
   {
     c10::cuda::CUDAStreamGuard guard(side);
     step();
@@ -117,7 +119,7 @@ at::Tensor DecodeGraphs::Run(Graph* g, int64_t b, int64_t m) {
     if (pool_.first == 0 && pool_.second == 0) pool_ = graph->pool();
     g->graph = std::move(graph);
   }
-  c10::cuda::device_synchronize();
+  side.synchronize();  // The warm-up step's writes are done before the replay, on the current stream.
   g->graph->replay();
   return g->hidden;
 }

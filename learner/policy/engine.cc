@@ -5,7 +5,7 @@
 
 #include <c10/core/DeviceGuard.h>
 #include <c10/core/InferenceMode.h>
-#include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAStream.h>
 
 #include <algorithm>
 #include <ctime>
@@ -224,8 +224,9 @@ void PolicyEngine::Loop() {
       ReserveDecodeBlocks();
       Decode();
       RemoveFinished();
-      // The step's kernels are done before the lease goes to a timer.
-      if (lease.enabled() && model_->options().device.is_cuda()) c10::cuda::device_synchronize();
+      // The step's kernels (eager and replayed, all on this thread's stream) are done before the
+      // lease goes to a timer.
+      if (lease.enabled() && model_->options().device.is_cuda()) c10::cuda::getCurrentCUDAStream().synchronize();
     }
     absl::MutexLock lock(&mu_);
     PublishLocked();

@@ -2,7 +2,7 @@
 
 #include <ATen/Context.h>
 #include <ATen/core/grad_mode.h>
-#include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAStream.h>
 
 #include <algorithm>
 #include <chrono>
@@ -49,14 +49,16 @@ std::vector<std::string> TakePolicies(const v1::RecipeConfig& r, int stage) {
 
 // A shared hold on the GPU lease around a span of the learner's GPU work;
 // its kernels are done before the lease can go to a sandbox timing on this
-// GPU (common/gpu_lease.h).
+// GPU (common/gpu_lease.h). The wait is on this thread's stream, not the
+// device: a device-wide synchronise fails while the policy engine's thread
+// captures a decode graph, and c10 turns that into an abort.
 class GpuWork {
  public:
   GpuWork(GpuLease::Hold hold, bool cuda) : hold_(std::move(hold)), cuda_(cuda) {}
   GpuWork(GpuWork&&) = default;
   GpuWork& operator=(GpuWork&&) = default;
   ~GpuWork() {
-    if (cuda_ && hold_.held()) c10::cuda::device_synchronize();
+    if (cuda_ && hold_.held()) c10::cuda::getCurrentCUDAStream().synchronize();
   }
 
  private:
