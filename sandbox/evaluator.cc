@@ -363,9 +363,11 @@ class ABSL_SCOPED_LOCKABLE Evaluator::GpuTurn {
   // (keeping its zygote), then holds it alone until the job ends.
   void ProbeHealth(Verdict& v) ABSL_NO_THREAD_SAFETY_ANALYSIS {
     if (!alone_) {
+      const double t = MonotonicMs();
       e_->gpu_mu_.ReaderUnlock();
       e_->gpu_mu_.Lock();
       alone_ = true;
+      AddStage(v, "health_probe_queue", MonotonicMs() - t);  // behind the jobs queued for the GPU
     }
     e_->HealthProbeLocked(*zygote_, v);
   }
