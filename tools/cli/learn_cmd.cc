@@ -202,15 +202,22 @@ absl::StatusOr<v1::Job> PauseAndHold(v1::Learner::Stub* stub, const std::string&
 
 std::string F(double v) { return absl::StrFormat("%.3g", v); }
 
-// "; rollouts: reward m +- sem (n), ..." when the evaluation sampled more than one rollout per task.
-std::string RolloutLine(const Json& heldout) {
+// "reward m +- sem, pass p, >eager e, >compile c" of one set of held-out figures.
+std::string Figures(const Json& e) {
+  return absl::StrCat("reward ", F(JsonNumber(*FindJson(e, "reward_mean"))), " +- ", F(JsonNumber(*FindJson(e, "reward_sem"))),
+                      ", pass ", F(JsonNumber(*FindJson(e, "pass_rate"))), ", >eager ",
+                      F(JsonNumber(*FindJson(e, "faster_than_eager_rate"))), ", >compile ",
+                      F(JsonNumber(*FindJson(e, "faster_than_compile_rate"))));
+}
+
+// The policy's figures first (every rollout's final verdict, what the report's "per rollout" rows
+// show), then each task's best verdict over its rollouts and turns, which can be higher even with
+// one rollout a task: a kernel that passed in an earlier turn counts there.
+std::string HeldOutLine(const Json& heldout) {
   const Json* r = FindJson(heldout, "rollouts");
-  const Json* tasks = FindJson(heldout, "n");
-  if (r == nullptr || tasks == nullptr || JsonNumber(*FindJson(*r, "n")) <= JsonNumber(*tasks)) return "";
-  return absl::StrCat("; per rollout (n ", F(JsonNumber(*FindJson(*r, "n"))), "): reward ", F(JsonNumber(*FindJson(*r, "reward_mean"))),
-                      " +- ", F(JsonNumber(*FindJson(*r, "reward_sem"))), ", pass ", F(JsonNumber(*FindJson(*r, "pass_rate"))),
-                      ", >eager ", F(JsonNumber(*FindJson(*r, "faster_than_eager_rate"))), ", >compile ",
-                      F(JsonNumber(*FindJson(*r, "faster_than_compile_rate"))));
+  if (r == nullptr || JsonNumber(*FindJson(*r, "n")) <= 0) return Figures(heldout);
+  return absl::StrCat("per rollout (n ", F(JsonNumber(*FindJson(*r, "n"))), ") ", Figures(*r), "; best per task ",
+                      Figures(heldout));
 }
 
 // Held-out evaluations, one at a time in their own thread; each result goes to the console and to
@@ -275,11 +282,7 @@ class HeldOutEvaluator {
         (*r)["agentic_step"] = Json(agentic_step);
         (*r)["wall_s"] = Json(t0);
         (*r)["eval_seconds"] = Json(console_.Seconds() - t0);
-        console_.Line(absl::StrCat("held-out eval ", label, " (policy v", version, "): reward ",
-                                   F(JsonNumber(*FindJson(*r, "reward_mean"))), " +- ", F(JsonNumber(*FindJson(*r, "reward_sem"))),
-                                   ", pass ", F(JsonNumber(*FindJson(*r, "pass_rate"))), ", >eager ",
-                                   F(JsonNumber(*FindJson(*r, "faster_than_eager_rate"))), ", >compile ",
-                                   F(JsonNumber(*FindJson(*r, "faster_than_compile_rate"))), RolloutLine(*r)));
+        console_.Line(absl::StrCat("held-out eval ", label, " (policy v", version, "): ", HeldOutLine(*r)));
         heldout_.push_back(std::move(*r));
       } else {
         console_.Line("held-out eval " + label + " failed: " + std::string(r.status().message()));
