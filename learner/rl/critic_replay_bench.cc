@@ -22,6 +22,9 @@
 //
 //   critic_replay_bench --job_dir=DIR --base=CKPT [--lrs=1e-3,1e-4,1e-5] [--steps=32] [--every=8]
 //                       [--train=48] [--heldout=16] [--device=cpu] [--threads=0] [--seed=1]
+//                       [--train_stage=agent_warmup]
+// --train_stage trains on that stage's trajectories only and holds out the others': what value
+// pretraining on the warm-up set (the recipe's use_warmup_trajectories) predicts of PPO's rollouts.
 #include <ATen/Parallel.h>
 
 #include <algorithm>
@@ -55,6 +58,7 @@ ABSL_FLAG(int, heldout, 16, "trajectories held out");
 ABSL_FLAG(std::string, device, "cpu", "cpu (fp32) or cuda (bf16)");
 ABSL_FLAG(int, threads, 0, "CPU intra-op threads (0 = LibTorch's default)");
 ABSL_FLAG(uint64_t, seed, 1, "the split");
+ABSL_FLAG(std::string, train_stage, "", "train on this stage's trajectories only, hold out the other stages' (\"\": a random split)");
 
 namespace kernelrl::learner::rl {
 namespace {
@@ -81,33 +85,40 @@ int Run() {
   // Every accepted trajectory of the job, in ledger order, then a seeded split.
   auto records = Ledger::Read(dir + "/ledger.jsonl");
   if (!records.ok()) return Fail(std::string(records.status().message()));
-  std::vector<v1::Trajectory> all;
+  const std::string train_stage = absl::GetFlag(FLAGS_train_stage);
+  std::vector<v1::Trajectory> all, others;  // with --train_stage: that stage's, the rest
   for (const v1::LedgerRecord& r : *records) {
     if (r.kind() != v1::LedgerRecord::ACCEPTED) continue;
     auto t = Ingest::ReadTrajectory(dir, r.trajectory_id());
     if (!t.ok()) return Fail(std::string(t.status().message()));
-    all.push_back(*std::move(t));
+    (train_stage.empty() || r.stage() == train_stage ? all : others).push_back(*std::move(t));
   }
   std::mt19937_64 rng(absl::GetFlag(FLAGS_seed));
   std::shuffle(all.begin(), all.end(), rng);
-  const size_t nh = std::min<size_t>(absl::GetFlag(FLAGS_heldout), all.size() / 4);
-  const size_t nt = std::min<size_t>(absl::GetFlag(FLAGS_train), all.size() - nh);
-  if (nt == 0 || nh == 0) return Fail("too few accepted trajectories in " + dir);
-  auto samples = [&](size_t from, size_t n) {
+  std::shuffle(others.begin(), others.end(), rng);
+  const size_t nh = train_stage.empty() ? std::min<size_t>(absl::GetFlag(FLAGS_heldout), all.size() / 4)
+                                        : std::min<size_t>(absl::GetFlag(FLAGS_heldout), others.size());
+  const size_t nt = std::min<size_t>(absl::GetFlag(FLAGS_train), all.size() - (train_stage.empty() ? nh : 0));
+  if (nt == 0 || nh == 0) {
+    return Fail(absl::StrCat("too few accepted trajectories in ", dir,
+                             train_stage.empty() ? "" : " (stage " + train_stage + " and the others)"));
+  }
+  auto samples = [&](const std::vector<v1::Trajectory>& from, size_t first, size_t n) {
     std::vector<Sample> out;
-    for (size_t i = from; i < from + n; ++i) {
-      auto s = SampleFromTrajectory(all[i], 0, config->batch().max_trajectory_tokens());
+    for (size_t i = first; i < first + n; ++i) {
+      auto s = SampleFromTrajectory(from[i], 0, config->batch().max_trajectory_tokens());
       if (s.ok()) out.push_back(*std::move(s));
     }
     return out;
   };
-  const std::vector<Sample> train = samples(0, nt), held = samples(nt, nh);
+  const std::vector<Sample> train = samples(all, 0, nt);
+  const std::vector<Sample> held = train_stage.empty() ? samples(all, nt, nh) : samples(others, 0, nh);
   double mean = 0, var = 0;
   for (const Sample& s : held) mean += s.reward / held.size();
   for (const Sample& s : held) var += (s.reward - mean) * (s.reward - mean) / held.size();
   std::printf("{\"trajectories\": %zu, \"train\": %zu, \"heldout\": %zu, \"heldout_reward_mean\": %.3f, "
               "\"heldout_reward_var\": %.3f}\n",
-              all.size(), train.size(), held.size(), mean, var);
+              all.size() + others.size(), train.size(), held.size(), mean, var);
 
   std::vector<double> lrs;
   for (absl::string_view s : absl::StrSplit(absl::GetFlag(FLAGS_lrs), ',', absl::SkipEmpty())) {
