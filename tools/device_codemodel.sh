@@ -37,7 +37,7 @@
 # design_report.json, reward.png, rates.png, stability.png, designs.png), final_policy-<seed>-<ablation>.tgz
 # per job, logs.tgz (the runs without checkpoints, trajectories included). Rehearse here on the CPU sandbox:
 # tools/device_codemodel.sh --stage --cpu, then BACKEND=cpu OUT=DIR tools/device_codemodel.sh (no baselines).
-# Knobs: SEED (1), ABLATION (none), JOBS ("$SEED:$ABLATION"; " " runs none), PRECOMPUTE_WALL (150 s), WARM_WALL (45 s),
+# Knobs: TRAIN_PER_FAMILY (--stage: the job's training tasks a family, 3), SEED (1), ABLATION (none), JOBS ("$SEED:$ABLATION"; " " runs none), PRECOMPUTE_WALL (150 s), WARM_WALL (45 s),
 # PRETRAIN_STEPS (700: ~320 s on an H200; 150 steps left a model that writes no valid tool call),
 # PRETRAIN_ARGS ("--hidden=256 --layers=4 --heads=4 --kv_heads=2 --intermediate=704 --batch=4 --lr=2e-3 --warmup_steps=10"),
 # PER_TASK (8 corpus episodes per training task), LEARN_WALL (270 s), WARMUP (48), RFT_EPOCHS (4),
@@ -93,9 +93,11 @@ if [ "${1:-}" = "--stage" ]; then  # Run HERE.
   DEV=cuda; [ "${2:-}" = "--cpu" ] && DEV=cpu
   bazel-bin/data/family/family_gen --out="$G" --device=$DEV > /dev/null
   cp "$G/train.jsonl" "$M/all_train.jsonl"  # The corpus's tasks: every training task.
-  # The job's tasks: 3 training and 4 held-out tasks per family (2 by composition, 2 by shape).
+  # The job's tasks: TRAIN_PER_FAMILY (3) training and 4 held-out tasks per family (2 by composition,
+  # 2 by shape). More training tasks: RFT on 3 a family fits them (docs/CODEMODEL.md); each needs its
+  # baselines, measured on the device in the call (BASELINES_IN keeps those measured before).
   for f in ew rr ge; do
-    grep -F "\"id\":\"train/${f}_" "$G/train.jsonl" | head -3 >> "$M/small/train.jsonl"
+    grep -F "\"id\":\"train/${f}_" "$G/train.jsonl" | head -"${TRAIN_PER_FAMILY:-3}" >> "$M/small/train.jsonl"
     for reason in composition shape; do
       awk -F'\t' -v f="$f" -v r="$reason" '$2 == "heldout" && $3 == r && $1 ~ ("^heldout/" f "_") {print $1}' \
         "$G/manifest.tsv" | head -2 | while read -r id; do
