@@ -103,7 +103,7 @@ class Evaluator {
   std::atomic<bool> serving_{true};
   std::atomic<uint64_t> job_counter_{0};
   // Its own lock, never gpu_mu_: a finished verdict reads it, and a reader of gpu_mu_ waits behind
-  // every queued profiling job (a writer), which held each verdict ~8 s on a busy worker.
+  // every queued profiling job (a writer): 4.9 s p50 of a verdict on a busy worker (docs/SANDBOX.md).
   std::string GpuModel() const ABSL_LOCKS_EXCLUDED(gpu_model_mu_);
   mutable absl::Mutex gpu_model_mu_;
   std::string gpu_model_ ABSL_GUARDED_BY(gpu_model_mu_);

@@ -215,9 +215,9 @@ std::string Figures(const Json& e) {
 // one rollout a task: a kernel that passed in an earlier turn counts there.
 std::string HeldOutLine(const Json& heldout) {
   const Json* r = FindJson(heldout, "rollouts");
-  if (r == nullptr || JsonNumber(*FindJson(*r, "n")) <= 0) return Figures(heldout);
-  return absl::StrCat("per rollout (n ", F(JsonNumber(*FindJson(*r, "n"))), ") ", Figures(*r), "; best per task ",
-                      Figures(heldout));
+  const Json* n = r == nullptr ? nullptr : FindJson(*r, "n");
+  if (n == nullptr || JsonNumber(*n) <= 0) return Figures(heldout);
+  return absl::StrCat("per rollout (n ", F(JsonNumber(*n)), ") ", Figures(*r), "; best per task ", Figures(heldout));
 }
 
 // Held-out evaluations, one at a time in their own thread; each result goes to the console and to
