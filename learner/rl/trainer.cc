@@ -357,11 +357,12 @@ absl::StatusOr<StepMetrics> Trainer::PpoStep(const std::vector<Sample>& batch, i
   std::set<std::string> maxed(std::begin(kMaxedMetrics), std::end(kMaxedMetrics));
   StepMetrics acc;
   std::map<std::string, int> counts;
+  auto minibatch = [&](int k) {
+    return std::vector<Sample>(batch.begin() + batch.size() * k / mbs, batch.begin() + batch.size() * (k + 1) / mbs);
+  };
   for (int e = 0; e < epochs; ++e) {
     for (int k = 0; k < mbs; ++k) {
-      const size_t b = batch.size() * k / mbs, end = batch.size() * (k + 1) / mbs;
-      std::vector<Sample> mb(batch.begin() + b, batch.begin() + end);
-      auto m = Update(mb, n, Objective::kPpo);
+      auto m = Update(minibatch(k), n, Objective::kPpo);
       if (!m.ok()) return m.status();
       for (const auto& [key, v] : *m) {
         const bool ev = key.rfind("ev_", 0) == 0;
@@ -386,9 +387,7 @@ absl::StatusOr<StepMetrics> Trainer::PpoStep(const std::vector<Sample>& batch, i
   const bool critic_passes = critic_ != nullptr && options_.critic_epochs > epochs;
   for (int e = epochs; critic_passes && e < options_.critic_epochs; ++e) {
     for (int k = 0; k < mbs; ++k) {
-      const size_t b = batch.size() * k / mbs, end = batch.size() * (k + 1) / mbs;
-      std::vector<Sample> mb(batch.begin() + b, batch.begin() + end);
-      auto m = Update(mb, n, Objective::kValue, Objective::kPpo);
+      auto m = Update(minibatch(k), n, Objective::kValue, Objective::kPpo);
       if (!m.ok()) return m.status();
       acc["critic_only_updates"] += 1;
       if (k == 0) acc["value_loss_last_pass"] = 0;
