@@ -105,7 +105,6 @@ HarnessJob ProtocolOf(const HarnessJob& job) {
   p.set_precision_floor_units(job.precision_floor_units());
   p.set_precision_max_hi_bytes(job.precision_max_hi_bytes());
   if (job.has_profiler()) *p.mutable_profiler() = job.profiler();
-  p.set_gpu_lease_quiet_since_unix_s(job.gpu_lease_quiet_since_unix_s());
   return p;
 }
 
@@ -120,7 +119,6 @@ HarnessJob WithoutProtocol(HarnessJob job) {
   job.clear_precision_floor_units();
   job.clear_precision_max_hi_bytes();
   job.clear_profiler();
-  job.clear_gpu_lease_quiet_since_unix_s();
   return job;
 }
 
@@ -302,7 +300,7 @@ absl::StatusOr<std::unique_ptr<Evaluator>> Evaluator::Create(const SandboxConfig
     }
   }
   {
-    absl::MutexLock l(&e->gpu_mu_);
+    GpuTurns::Turn alone(&e->turns_, GpuTurns::Kind::kAlone);
     Verdict scratch;
     e->HealthProbeLocked(*e->zygotes_[0], scratch);
     if (!e->serving()) {
@@ -327,46 +325,29 @@ Evaluator::Evaluator(SandboxConfig config, int caps)
   }
 }
 
-// A job's turn on the worker's GPU and the zygote it runs on: the GPU to itself (a job that
-// profiles, or every job of a worker with one zygote), or a share of it beside other verify-only
-// jobs. The analysis sees a shared hold; the exclusive one is taken only where no shared holder
-// can be (the zygote pool is then all free).
-class ABSL_SCOPED_LOCKABLE Evaluator::GpuTurn {
+// A job's turn on the worker's GPU (gpu_turns.h) and the zygote it runs on.
+class Evaluator::GpuTurn {
  public:
-  GpuTurn(Evaluator* e, bool alone) ABSL_SHARED_LOCK_FUNCTION(e->gpu_mu_) ABSL_NO_THREAD_SAFETY_ANALYSIS
-      : e_(e), alone_(alone) {
-    if (alone_) {
-      e_->gpu_mu_.Lock();
-    } else {
-      e_->gpu_mu_.ReaderLock();
-    }
+  GpuTurn(Evaluator* e, GpuTurns::Kind kind) : e_(e), turn_(&e->turns_, kind) {
     absl::MutexLock l(&e_->pool_mu_);
     e_->pool_mu_.Await(absl::Condition(
         +[](std::vector<VerifyStage*>* free) { return !free->empty(); }, &e_->free_zygotes_));
     zygote_ = e_->free_zygotes_.back();
     e_->free_zygotes_.pop_back();
   }
-  ~GpuTurn() ABSL_UNLOCK_FUNCTION() ABSL_NO_THREAD_SAFETY_ANALYSIS {
-    {
-      absl::MutexLock l(&e_->pool_mu_);
-      e_->free_zygotes_.push_back(zygote_);
-    }
-    if (alone_) {
-      e_->gpu_mu_.Unlock();
-    } else {
-      e_->gpu_mu_.ReaderUnlock();
-    }
+  ~GpuTurn() {
+    absl::MutexLock l(&e_->pool_mu_);
+    e_->free_zygotes_.push_back(zygote_);
   }
   VerifyStage& zygote() { return *zygote_; }
-  bool alone() const { return alone_; }
-  // The health probe needs the GPU to itself: a shared turn lets go and waits for the others
-  // (keeping its zygote), then holds it alone until the job ends.
-  void ProbeHealth(Verdict& v) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-    if (!alone_) {
+  bool alone() const { return turn_.alone(); }
+  // The GPU to this job alone until it ends (its clock, or a health probe).
+  void Alone() { turn_.Alone(); }
+  // The health probe needs the GPU to itself: a shared turn waits for the others first.
+  void ProbeHealth(Verdict& v) {
+    if (!turn_.alone()) {
       const double t = MonotonicMs();
-      e_->gpu_mu_.ReaderUnlock();
-      e_->gpu_mu_.Lock();
-      alone_ = true;
+      turn_.Alone();
       AddStage(v, "health_probe_queue", MonotonicMs() - t);  // behind the jobs queued for the GPU
     }
     e_->HealthProbeLocked(*zygote_, v);
@@ -374,7 +355,7 @@ class ABSL_SCOPED_LOCKABLE Evaluator::GpuTurn {
 
  private:
   Evaluator* const e_;
-  bool alone_;
+  GpuTurns::Turn turn_;
   VerifyStage* zygote_ = nullptr;
 };
 
@@ -545,7 +526,7 @@ Verdict Evaluator::Run(const EvaluateRequest& request, const ProgressFn& progres
     artifact_dir = built->artifact_dir;
   }
 
-  // 3. Verify (GPU: alone when it profiles; see GpuTurn).
+  // 3. Verify (GPU: alone while a clock runs; see gpu_turns.h).
   HarnessJob job;
   job.set_kind("verify");
   job.set_job_id(absl::StrCat(config_.worker_id(), "#", id, request.request_id().empty() ? "" : "/" + request.request_id()));
@@ -611,35 +592,58 @@ Verdict Evaluator::Run(const EvaluateRequest& request, const ProgressFn& progres
   verify_waiting_.fetch_add(1);
   note("verify", false, absl::StrCat("queue position ", verify_waiting_.load()));
   t = MonotonicMs();
-  GpuTurn gpu(this, job.profile() || zygotes_.size() == 1);
+  GpuTurn gpu(this, zygotes_.size() == 1 ? GpuTurns::Kind::kAlone
+                    : job.profile()        ? GpuTurns::Kind::kClocked
+                                           : GpuTurns::Kind::kShared);
   verify_waiting_.fetch_sub(1);
   // The wait for this worker's GPU (its other requests' verify and profile jobs): on a busy
   // worker most of a verdict's wall (a learning run on one H200: ~39 s of ~42 s).
   AddStage(v, "gpu_queue", MonotonicMs() - t);
-  note("gpu_queue", true, gpu.alone() ? "the GPU alone" : "the GPU shared with other verify-only jobs");
+  note("gpu_queue", true, gpu.alone()     ? "the GPU alone"
+                          : job.profile() ? "the GPU shared until the clock"
+                                          : "the GPU shared with other verify-only jobs");
   if (!serving_.load()) return finish(Verdict::INFRA_ERROR, "worker is not serving (GPU health probe failed)");
-  // A learner on this GPU pauses its steps while the clock runs (common/gpu_lease.h).
-  absl::StatusOr<GpuLease::Hold> lease = GpuLease::Hold();
-  if (job.profile() && gpu_lease_.enabled()) {
-    t = MonotonicMs();
-    lease = gpu_lease_.Exclusive(absl::Seconds(lim.wall_seconds()));
-    if (!lease.ok()) return finish(Verdict::INFRA_ERROR, std::string(lease.status().message()));
-    AddStage(v, "gpu_lease", MonotonicMs() - t);
-    // A learner idle since well before the grant needs no settling (the reference's lease_settled).
-    const absl::Time quiet = gpu_lease_.SharedQuietSince(absl::Now());
-    if (quiet != absl::InfinitePast()) job.set_gpu_lease_quiet_since_unix_s(absl::ToUnixMicros(quiet) * 1e-6);
-  }
   // The protocol (sets, distributions, tolerances, precision, the profiler's
-  // knobs, the lease's quiet time) goes to the reference process through the
-  // trusted dir, which the candidate's process cannot see; the zygote and its
-  // children get the rest.
+  // knobs) goes to the reference process through the trusted dir, which the
+  // candidate's process cannot see; the zygote and its children get the rest.
   if (absl::Status s = WriteProtocol(job, job_dir + "/trusted/" + kProtocolFile); !s.ok()) {
     return finish(Verdict::INFRA_ERROR, std::string(s.message()));
   }
   const HarnessJob sent = WithoutProtocol(job);
+  // A learner on this GPU pauses its steps while a job that profiles runs (common/gpu_lease.h),
+  // from its start: the driver reports the learner's last kernels for a while after it paused
+  // (ProfilerConfig.gpu_lease_sample_lag_s), and the verify phase runs meanwhile.
+  GpuLease::Hold lease;
+  double quiet_since_unix_s = 0;
+  if (job.profile() && gpu_lease_.enabled()) {
+    t = MonotonicMs();
+    absl::StatusOr<GpuLease::Hold> held = gpu_lease_.Exclusive(absl::Seconds(lim.wall_seconds()));
+    if (!held.ok()) return finish(Verdict::INFRA_ERROR, std::string(held.status().message()));
+    AddStage(v, "gpu_lease", MonotonicMs() - t);
+    lease = *std::move(held);
+    // A learner idle since well before the grant needs no settling (the reference's lease_settled).
+    const absl::Time quiet = gpu_lease_.SharedQuietSince(absl::Now());
+    if (quiet != absl::InfinitePast()) quiet_since_unix_s = absl::ToUnixMicros(quiet) * 1e-6;
+  }
+  // Verified, the reference process asks for its clock: the GPU alone (no other job's
+  // processes on it), held until the job ends.
+  double clock_wait_ms = 0;
+  auto clock = [&]() {
+    note("gpu_alone", false);
+    const double at = MonotonicMs();
+    gpu.Alone();
+    clock_wait_ms = MonotonicMs() - at;
+    AddStage(v, "clock_queue", clock_wait_ms);
+    note("gpu_alone", true);
+    v1::sandbox::HarnessClockGrant grant;
+    grant.set_granted(true);
+    grant.set_gpu_lease_quiet_since_unix_s(quiet_since_unix_s);
+    return grant;
+  };
   t = MonotonicMs();
-  absl::StatusOr<HarnessVerifyReply> r = gpu.zygote().Verify(sent, lim.wall_seconds() + 120);
-  const double verify_ms = MonotonicMs() - t;
+  absl::StatusOr<HarnessVerifyReply> r =
+      gpu.zygote().Verify(sent, lim.wall_seconds() + 120, job.profile() ? VerifyStage::ClockFn(clock) : nullptr);
+  const double verify_ms = MonotonicMs() - t - clock_wait_ms;
   if (!r.ok()) {
     AddStage(v, "verify", verify_ms);
     gpu.ProbeHealth(v);

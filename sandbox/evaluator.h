@@ -21,6 +21,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "common/gpu_lease.h"
+#include "sandbox/gpu_turns.h"
 #include "sandbox/proto_types.h"
 #include "proto/profiler.pb.h"
 #include "proto/sandbox.pb.h"
@@ -83,7 +84,8 @@ class Evaluator {
   Verdict Run(const EvaluateRequest& request, const ProgressFn& progress, v1::RawTimingRun* timing = nullptr,
               const std::string& baseline = "", v1::ProfileMeasurement* measured = nullptr);
   // Probes the GPU through `zygote` (the one the calling job holds, or any when none runs).
-  void HealthProbeLocked(VerifyStage& zygote, Verdict& verdict) ABSL_EXCLUSIVE_LOCKS_REQUIRED(gpu_mu_);
+  // The caller holds the GPU alone (a GpuTurns turn).
+  void HealthProbeLocked(VerifyStage& zygote, Verdict& verdict);
   class GpuTurn;
 
   const SandboxConfig config_;
@@ -91,19 +93,17 @@ class Evaluator {
   std::unique_ptr<CompileStage> compile_;
   // VerifyLimits.parallel_verify_jobs zygotes (at least one); a job runs on a free one.
   std::vector<std::unique_ptr<VerifyStage>> zygotes_;
-  absl::Mutex pool_mu_;  // taken after gpu_mu_
+  absl::Mutex pool_mu_;  // taken after a turn
   std::vector<VerifyStage*> free_zygotes_ ABSL_GUARDED_BY(pool_mu_);
   std::unique_ptr<ProfileStage> profile_;
   VerdictCache verdict_cache_;
-  const GpuLease gpu_lease_;  // exclusive while a profiling job runs (config gpu_lease_path)
-  // Held for the whole verify (+probe) of one job: exclusively by a job that profiles (or by
-  // every job of a worker with one zygote), shared by verify-only jobs of a parallel worker.
-  mutable absl::Mutex gpu_mu_;
+  const GpuLease gpu_lease_;  // exclusive from a job's clock to its end (config gpu_lease_path)
+  GpuTurns turns_;  // who may use the GPU: each job holds a turn for its whole verify (+probe)
   std::atomic<int> verify_waiting_{0};
   std::atomic<bool> serving_{true};
   std::atomic<uint64_t> job_counter_{0};
-  // Its own lock, never gpu_mu_: a finished verdict reads it, and a reader of gpu_mu_ waits behind
-  // every queued profiling job (a writer): 4.9 s p50 of a verdict on a busy worker (docs/SANDBOX.md).
+  // Its own lock, never a turn: a finished verdict reads it, and a shared turn waits behind every
+  // queued clock: 4.9 s p50 of a verdict on a busy worker (docs/SANDBOX.md).
   std::string GpuModel() const ABSL_LOCKS_EXCLUDED(gpu_model_mu_);
   mutable absl::Mutex gpu_model_mu_;
   std::string gpu_model_ ABSL_GUARDED_BY(gpu_model_mu_);

@@ -235,9 +235,9 @@ absl::StatusOr<std::string> VerifyStage::ReadLineLocked(double timeout_s) {
 }
 
 absl::StatusOr<v1::sandbox::HarnessVerifyReply> VerifyStage::Verify(const v1::sandbox::HarnessJob& job,
-                                                                    double timeout_s) {
+                                                                    double timeout_s, const ClockFn& clock) {
   absl::MutexLock l(&mu_);
-  return ReplyPart(RunLocked(job, "verify", timeout_s), &v1::sandbox::HarnessResult::mutable_verify);
+  return ReplyPart(RunLocked(job, "verify", timeout_s, clock), &v1::sandbox::HarnessResult::mutable_verify);
 }
 
 absl::StatusOr<v1::sandbox::HarnessHealthReply> VerifyStage::Health(const v1::sandbox::HarnessJob& job,
@@ -247,27 +247,18 @@ absl::StatusOr<v1::sandbox::HarnessHealthReply> VerifyStage::Health(const v1::sa
 }
 
 absl::StatusOr<v1::sandbox::HarnessResult> VerifyStage::RunLocked(v1::sandbox::HarnessJob job, const char* kind,
-                                                                  double timeout_s) {
+                                                                  double timeout_s, const ClockFn& clock) {
   if (pid_ < 0) {
     if (absl::Status s = StartLocked(); !s.ok()) return s;
   }
   job.set_kind(kind);
   ApplyCalibrationLocked(job);
-  return ExchangeLocked(job, timeout_s);
+  return ExchangeLocked(job, timeout_s, clock);
 }
 
-absl::StatusOr<v1::sandbox::HarnessResult> VerifyStage::ExchangeLocked(const v1::sandbox::HarnessJob& job,
-                                                                      double timeout_s) {
-  google::protobuf::util::JsonPrintOptions print;
-  print.preserve_proto_field_names = true;
-  print.always_print_primitive_fields = true;
-  std::string text;
-  if (!google::protobuf::util::MessageToJsonString(job, &text, print).ok()) {
-    return absl::InternalError("cannot encode harness job");
-  }
-  text += "\n";
-  for (size_t off = 0; off < text.size();) {
-    ssize_t n = write(to_zygote_, text.data() + off, text.size() - off);
+absl::Status VerifyStage::WriteLineLocked(const std::string& line) {
+  for (size_t off = 0; off < line.size();) {
+    ssize_t n = write(to_zygote_, line.data() + off, line.size() - off);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
       StopLocked();
@@ -275,20 +266,60 @@ absl::StatusOr<v1::sandbox::HarnessResult> VerifyStage::ExchangeLocked(const v1:
     }
     off += n;
   }
-  absl::StatusOr<std::string> line = ReadLineLocked(timeout_s);
-  if (!line.ok()) {
-    StopLocked();  // a zygote that missed its deadline is not trusted again
-    return line.status();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::sandbox::HarnessResult> VerifyStage::ExchangeLocked(const v1::sandbox::HarnessJob& job,
+                                                                      double timeout_s, const ClockFn& clock) {
+  google::protobuf::util::JsonPrintOptions print;
+  print.preserve_proto_field_names = true;
+  print.always_print_primitive_fields = true;
+  std::string text;
+  if (!google::protobuf::util::MessageToJsonString(job, &text, print).ok()) {
+    return absl::InternalError("cannot encode harness job");
   }
-  absl::StatusOr<v1::sandbox::HarnessResult> result = ParseHarnessReply(*line);
-  absl::Status answers = result.ok() ? CheckHarnessReply(job, *result) : result.status();
-  if (!answers.ok() && !absl::IsInternal(answers)) {
-    // Not the zygote's own error (Internal) but a line that does not answer
-    // this job: later ones may not either, so the next job gets a fresh zygote.
-    StopLocked();
+  if (absl::Status s = WriteLineLocked(text + "\n"); !s.ok()) return s;
+  const double deadline = NowS() + timeout_s;
+  bool clock_asked = false;
+  for (;;) {
+    absl::StatusOr<std::string> line = ReadLineLocked(deadline - NowS());
+    if (!line.ok()) {
+      StopLocked();  // a zygote that missed its deadline is not trusted again
+      return line.status();
+    }
+    absl::StatusOr<v1::sandbox::HarnessResult> result = ParseHarnessReply(*line);
+    if (result.ok() && result->reply_case() == v1::sandbox::HarnessResult::kClockRequest &&
+        result->job_id() == job.job_id() && job.kind() == "verify" && !clock_asked) {
+      // Mid-job: the reference process waits for the GPU alone (one request a job).
+      clock_asked = true;
+      v1::sandbox::HarnessClockGrant grant;
+      if (clock) {
+        // Its wait may be long (the other jobs on the GPU end first), and it takes the worker's
+        // turn locks, which are taken before this one everywhere else. The zygote stays this
+        // job's meanwhile: the worker hands a zygote to one job at a time.
+        mu_.Unlock();
+        grant = clock();
+        mu_.Lock();
+      } else {
+        grant.set_error("this job was not given a clock");
+      }
+      grant.set_job_id(job.job_id());
+      std::string out;
+      if (!google::protobuf::util::MessageToJsonString(grant, &out, print).ok()) {
+        return absl::InternalError("cannot encode clock grant");
+      }
+      if (absl::Status s = WriteLineLocked(out + "\n"); !s.ok()) return s;
+      continue;
+    }
+    absl::Status answers = result.ok() ? CheckHarnessReply(job, *result) : result.status();
+    if (!answers.ok() && !absl::IsInternal(answers)) {
+      // Not the zygote's own error (Internal) but a line that does not answer
+      // this job: later ones may not either, so the next job gets a fresh zygote.
+      StopLocked();
+    }
+    if (!answers.ok()) return answers;
+    return result;
   }
-  if (!answers.ok()) return answers;
-  return result;
 }
 
 }  // namespace kernelrl::sandbox

@@ -19,6 +19,7 @@
 
 #include <sys/types.h>
 
+#include <functional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -32,14 +33,20 @@ namespace kernelrl::sandbox {
 
 class VerifyStage {
  public:
+  // Answers a verify job's clock request (harness_protocol.proto HarnessClockRequest): returns
+  // once the job may start its clock, or with why it may not (granted false).
+  using ClockFn = std::function<v1::sandbox::HarnessClockGrant()>;
+
   VerifyStage(const SandboxConfig& config, std::string harness_dir, std::string contain_lib, int caps);
   ~VerifyStage();
 
   // Starts the zygote if needed and returns its hello (capabilities).
   absl::StatusOr<v1::sandbox::HarnessHello> EnsureStarted();
   // Runs `job` as a verify job under the calibrated isolation; `timeout_s`
-  // bounds the whole exchange.
-  absl::StatusOr<v1::sandbox::HarnessVerifyReply> Verify(const v1::sandbox::HarnessJob& job, double timeout_s);
+  // bounds the whole exchange. A job that profiles asks `clock` before its clock
+  // (a job that asks without one is answered "no clock").
+  absl::StatusOr<v1::sandbox::HarnessVerifyReply> Verify(const v1::sandbox::HarnessJob& job, double timeout_s,
+                                                         const ClockFn& clock = nullptr);
   // Runs `job` as a health probe.
   absl::StatusOr<v1::sandbox::HarnessHealthReply> Health(const v1::sandbox::HarnessJob& job, double timeout_s);
 
@@ -51,10 +58,14 @@ class VerifyStage {
   void ApplyCalibrationLocked(v1::sandbox::HarnessJob& job) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Starts the zygote if needed and exchanges `job` (its kind set to `kind`).
   absl::StatusOr<v1::sandbox::HarnessResult> RunLocked(v1::sandbox::HarnessJob job, const char* kind,
-                                                       double timeout_s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // One job out, its checked reply back (CheckHarnessReply).
-  absl::StatusOr<v1::sandbox::HarnessResult> ExchangeLocked(const v1::sandbox::HarnessJob& job, double timeout_s)
+                                                       double timeout_s, const ClockFn& clock = nullptr)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // One job out, its checked reply back (CheckHarnessReply); a clock request on the way is
+  // answered through `clock`.
+  absl::StatusOr<v1::sandbox::HarnessResult> ExchangeLocked(const v1::sandbox::HarnessJob& job, double timeout_s,
+                                                            const ClockFn& clock = nullptr)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status WriteLineLocked(const std::string& line) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void StopLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<std::string> ReadLineLocked(double timeout_s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 

@@ -47,7 +47,7 @@ import wire
 
 PROTOCOL_FILE = "protocol.json"  # written by the worker into the trusted dir
 PROTOCOL_KEYS = ("num_sets", "distributions", "atol", "rtol", "atol_scaled_dists", "precision", "precision_ratio",
-                 "precision_floor_units", "precision_max_hi_bytes", "profiler", "gpu_lease_quiet_since_unix_s")
+                 "precision_floor_units", "precision_max_hi_bytes", "profiler")
 
 
 def structure(ref, meta, got):
@@ -578,7 +578,21 @@ class InputSets:
         return [tuple(s[:3]) for s in sets]
 
 
-def run(job, to_cand, from_cand, result_fd, xsock=-1):
+def ask_clock(job, clock_fds):
+    """Verified: asks the worker, through the zygote, for the clock (the GPU
+    with no other job's processes, and the lease where a learner shares it;
+    harness_protocol.proto HarnessClockRequest) and waits for its answer.
+    Returns "" once granted, else why there is no clock."""
+    request_fd, grant_fd = clock_fds
+    protocol.send(request_fd, {"clock_request": {}})
+    grant = protocol.LineReader(grant_fd).read(timeout=float(job["wall_seconds"]) + 60) or {}
+    if not grant.get("granted"):
+        return grant.get("error") or "the worker did not answer the clock request"
+    job["gpu_lease_quiet_since_unix_s"] = float(grant.get("gpu_lease_quiet_since_unix_s") or 0.0)
+    return ""
+
+
+def run(job, to_cand, from_cand, result_fd, xsock=-1, clock_fds=None):
     device = job["device"]
     result = {"sets": [], "candidate_flags": [], "candidate_error": None, "candidate_done": False,
               "mutated": False, "written_after_done": False, "ref_error": None, "details": [], "forward_ms": [],
@@ -648,7 +662,13 @@ def run(job, to_cand, from_cand, result_fd, xsock=-1):
         if policy.note:
             result["details"].append(policy.note)
         report = None
-        if verified and job.get("profile"):
+        no_clock = ask_clock(job, clock_fds) if verified and job.get("profile") else ""
+        clock.mark("clock_queue")
+        if no_clock:
+            # The worker knows why (it turns this verdict into INFRA_ERROR); nothing was timed.
+            result["profile"] = {"started": True, "ok": False, "error": "no clock: " + no_clock}
+            driver.stop()
+        elif verified and job.get("profile"):
             if device == "cuda":
                 torch.cuda.empty_cache()  # verify-era blocks: room for the timed sets
             report = profiling.run_profile(job, mod, model, driver, sets, backend, result, clock)

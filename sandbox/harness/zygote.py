@@ -29,6 +29,7 @@ os.dup2(2, 1)
 sys.stdout = sys.stderr
 
 import ctypes  # noqa: E402
+import threading  # noqa: E402
 
 import torch  # noqa: E402  (after the fd shuffle, before any fork)
 
@@ -235,13 +236,20 @@ class Zygote:
         sup_pid = os.fork()
         if sup_pid == 0:
             self._child_supervisor(job, c2r[1], r2c[0], sup[1], cand_log, cgroup, xcand.fileno())
+        # The reference's line to the worker for its clock (made after the supervisor's fork:
+        # no candidate process ever holds it).
+        clock_req = os.pipe()
+        clock_grant = os.pipe()
         ref_pid = os.fork()
         if ref_pid == 0:
-            self._child_reference(job, r2c[1], c2r[0], res[1], ref_log, xref.fileno())
-        for fd in (c2r[0], c2r[1], r2c[0], r2c[1], res[1], sup[1]):
+            self._child_reference(job, r2c[1], c2r[0], res[1], ref_log, xref.fileno(),
+                                  (clock_req[1], clock_grant[0]))
+        for fd in (c2r[0], c2r[1], r2c[0], r2c[1], res[1], sup[1], clock_req[1], clock_grant[0]):
             os.close(fd)
         xref.close()
         xcand.close()
+        relay = threading.Thread(target=self._relay_clock, args=(job, clock_req[0], clock_grant[1]), daemon=True)
+        relay.start()
         status = protocol.LineReader(sup[0]).read(timeout=job["wall_seconds"] + 60) or {}
         ref = protocol.LineReader(res[0]).read(timeout=60) or {}
         for fd in (sup[0], res[0]):
@@ -252,6 +260,11 @@ class Zygote:
                 os.waitpid(pid, 0)
             except ChildProcessError:
                 pass
+        # The reference is gone, so its end of the request pipe is closed: the relay ends (its
+        # wait for the worker's answer is bounded by the same deadline as the reference's).
+        relay.join(timeout=job["wall_seconds"] + 90)
+        for fd in (clock_req[0], clock_grant[1]):
+            os.close(fd)
         if cgroup:
             # Every member is gone now (the supervisor was reaped just above).
             status["cgroup_oom_kills"], status["cgroup_peak_bytes"] = self.cont.cgroup_remove(cgroup)
@@ -288,6 +301,22 @@ class Zygote:
             LIBC.umount2(exchange.encode(), 2)  # MNT_DETACH
         return outcome
 
+    def _relay_clock(self, job, request_fd, grant_fd):
+        """Passes the reference process's clock request to the worker (a line
+        on our stdout, before the job's reply) and the worker's answer back.
+        Runs beside verify()'s wait for the children; the serve loop reads
+        stdin only between jobs, so the answer is this thread's to read."""
+        msg = protocol.LineReader(request_fd).read(timeout=float(job["wall_seconds"]) + 60)
+        if not msg or "clock_request" not in msg:
+            return  # the reference ended without asking (verify-only, or a failed verify)
+        protocol.send(_PROTO_OUT, {"job_id": job.get("job_id", ""), "clock_request": {}})
+        grant = self.reader.read(timeout=float(job["wall_seconds"]) + 60) or {
+            "granted": False, "error": "no answer from the worker"}
+        try:
+            protocol.send(grant_fd, grant)
+        except OSError:
+            pass  # the reference is gone
+
     @staticmethod
     def _collect_profile(job, prof):
         """The trusted side's profile record. The measurement was assembled and
@@ -299,16 +328,16 @@ class Zygote:
             prof["detail"] = (prof.get("detail") or "") + " no measurement"
         return prof
 
-    def _child_reference(self, job, to_cand, from_cand, result_fd, log_path, xsock):
+    def _child_reference(self, job, to_cand, from_cand, result_fd, log_path, xsock, clock_fds):
         code = 1
         try:
             fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             os.dup2(fd, 1)
             os.dup2(fd, 2)
             pol = contain.make_policy({}, parent_death_signal=signal.SIGKILL,
-                                      keep_fds=[to_cand, from_cand, result_fd, xsock])
+                                      keep_fds=[to_cand, from_cand, result_fd, xsock, *clock_fds])
             self.cont.phase(pol, 2)
-            code = reference.run(job, to_cand, from_cand, result_fd, xsock)
+            code = reference.run(job, to_cand, from_cand, result_fd, xsock, clock_fds)
         except BaseException:  # noqa: BLE001
             traceback.print_exc()
         finally:
@@ -617,9 +646,9 @@ class Zygote:
         hello = {"caps": self.caps, "profiler_error": self.profiler_error, "memory_cgroup_error": self.cgroup_error,
                  "torch": torch.__version__, "python": sys.version.split()[0], "pid": os.getpid()}
         protocol.send(_PROTO_OUT, {"hello": hello})
-        reader = protocol.LineReader(0)
+        self.reader = protocol.LineReader(0)  # also read by _relay_clock, mid-job
         while True:
-            job = reader.read()
+            job = self.reader.read()
             if job is None:
                 return
             kind = job.get("kind")

@@ -1,8 +1,10 @@
 // VerifyLimits.parallel_verify_jobs on the CPU backend: verify-only jobs share
-// the worker's GPU turn (each on its own zygote), a job that profiles has it
-// alone. Synchronised on the Evaluator's own progress events: a job's
-// ("gpu_queue", finished) note comes while it holds its turn, and blocking in
-// it keeps the turn held.
+// the worker's GPU turn (each on its own zygote); a job that profiles verifies
+// beside them and has the GPU alone from its clock on (sandbox/gpu_turns.h).
+// Synchronised on the Evaluator's own progress events: a job's ("gpu_queue",
+// finished) note comes while it holds its turn, ("gpu_alone", false) when it
+// asks for its clock and ("gpu_alone", true) once it has the GPU alone; blocking
+// in a note keeps what it holds held.
 #include <algorithm>
 #include <atomic>
 #include <memory>
@@ -61,7 +63,7 @@ class ParallelVerifyTest : public ::testing::Test {
   std::unique_ptr<Evaluator> evaluator_;
 };
 
-TEST_F(ParallelVerifyTest, VerifyOnlyJobsShareTheGpuAndAProfiledJobHasItAlone) {
+TEST_F(ParallelVerifyTest, VerifyOnlyJobsShareTheGpuAndAClockRunsAlone) {
   Turns turns;
   // Two verify-only jobs: each holds its turn until the other has one too.
   absl::Notification both;
@@ -83,10 +85,11 @@ TEST_F(ParallelVerifyTest, VerifyOnlyJobsShareTheGpuAndAProfiledJobHasItAlone) {
   EXPECT_EQ(a.outcome(), Verdict::OK) << a.summary();
   EXPECT_EQ(b.outcome(), Verdict::OK) << b.summary();
 
-  // A verify-only job holds its turn; a profiled job asks for one meanwhile and must not get it
-  // until the first lets go.
-  absl::Notification holding, release, profiled_queued, profiled_in;
+  // A verify-only job holds its turn; a profiled job verifies meanwhile, then asks for its clock
+  // and must not get it until the first lets go.
+  absl::Notification holding, release, profiled_in, asking, granted;
   std::atomic<bool> overlap{false};
+  std::string profiled_detail;
   Verdict held, timed;
   std::thread th([&] {
     held = evaluator_->Evaluate(Request(false), [&](const std::string& stage, bool finished, const std::string&) {
@@ -100,34 +103,43 @@ TEST_F(ParallelVerifyTest, VerifyOnlyJobsShareTheGpuAndAProfiledJobHasItAlone) {
   holding.WaitForNotification();
   std::thread tp([&] {
     timed = evaluator_->Evaluate(Request(true), [&](const std::string& stage, bool finished, const std::string& detail) {
-      if (stage == "verify" && !finished) profiled_queued.Notify();  // "queue position N": about to wait
-      if (stage != "gpu_queue" || !finished) return;
+      if (stage == "gpu_queue" && finished) {
+        profiled_detail = detail;
+        profiled_in.Notify();
+      }
+      if (stage != "gpu_alone") return;
+      if (!finished) {
+        asking.Notify();
+        return;
+      }
       absl::MutexLock l(&turns.mu);
       overlap = turns.inside > 0;
-      EXPECT_EQ(detail, "the GPU alone");
-      profiled_in.Notify();
+      granted.Notify();
     });
   });
-  profiled_queued.WaitForNotification();
-  // Absence of an event: a profiled job that did not wait would get in now.
-  EXPECT_FALSE(profiled_in.WaitForNotificationWithTimeout(absl::Seconds(2)));
+  EXPECT_TRUE(profiled_in.WaitForNotificationWithTimeout(absl::Seconds(120)))
+      << "the profiled job's verify waited for the verify-only job to end";
+  EXPECT_EQ(profiled_detail, "the GPU shared until the clock");
+  EXPECT_TRUE(asking.WaitForNotificationWithTimeout(absl::Seconds(120))) << "the profiled job never asked for its clock";
+  // Absence of an event: a clock that did not wait would start now.
+  EXPECT_FALSE(granted.WaitForNotificationWithTimeout(absl::Seconds(2)));
   release.Notify();
   th.join(), tp.join();
-  EXPECT_FALSE(overlap.load()) << "the profiled job got the GPU while a verify-only job held it";
-  EXPECT_TRUE(profiled_in.HasBeenNotified());
+  EXPECT_FALSE(overlap.load()) << "the profiled job's clock started while a verify-only job held the GPU";
+  EXPECT_TRUE(granted.HasBeenNotified());
   EXPECT_EQ(held.outcome(), Verdict::OK) << held.summary();
   EXPECT_EQ(timed.outcome(), Verdict::OK) << timed.summary();
   EXPECT_EQ(timed.reward(), 1) << timed.summary();  // no baseline: correct, not benchmarked
 }
 
 // A verdict that needs no GPU (here a workspace without model_new.py) comes back while a profiled
-// job holds the GPU alone: finishing a verdict waits for no GPU turn.
+// job's clock holds the GPU alone: finishing a verdict waits for no GPU turn.
 TEST_F(ParallelVerifyTest, AVerdictThatNeedsNoGpuIsNotHeldBehindAProfiledJob) {
   absl::Notification holding, release;
   Verdict timed;
   std::thread tp([&] {
     timed = evaluator_->Evaluate(Request(true), [&](const std::string& stage, bool finished, const std::string&) {
-      if (stage != "gpu_queue" || !finished) return;
+      if (stage != "gpu_alone" || !finished) return;
       holding.Notify();
       release.WaitForNotificationWithTimeout(absl::Seconds(120));
     });

@@ -1,0 +1,128 @@
+// GpuTurns: which jobs may hold the worker's GPU together. Each "must wait"
+// case gives the other thread 200 ms to get in where it must not: a correct
+// rule passes whatever the load, a broken one is caught unless the machine
+// stalls that thread for the whole window.
+#include "sandbox/gpu_turns.h"
+
+#include <atomic>
+#include <thread>
+
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+#include "gtest/gtest.h"
+
+namespace kernelrl::sandbox {
+namespace {
+
+using Kind = GpuTurns::Kind;
+constexpr absl::Duration kLong = absl::Seconds(60);   // what must happen
+constexpr absl::Duration kWindow = absl::Milliseconds(200);  // what must not
+
+// Two turns of these kinds hold the GPU at once: each waits inside for the other.
+void ExpectTogether(Kind a, Kind b) {
+  GpuTurns turns;
+  absl::Notification a_in, b_in;
+  std::thread t([&] {
+    GpuTurns::Turn turn(&turns, b);
+    b_in.Notify();
+    EXPECT_TRUE(a_in.WaitForNotificationWithTimeout(kLong));
+  });
+  {
+    GpuTurns::Turn turn(&turns, a);
+    a_in.Notify();
+    EXPECT_TRUE(b_in.WaitForNotificationWithTimeout(kLong)) << "the second turn waited for the first to end";
+  }
+  t.join();
+}
+
+TEST(GpuTurnsTest, VerifyOnlyJobsShareTheGpu) { ExpectTogether(Kind::kShared, Kind::kShared); }
+
+TEST(GpuTurnsTest, AProfilingJobVerifiesBesideVerifyOnlyJobs) { ExpectTogether(Kind::kClocked, Kind::kShared); }
+
+TEST(GpuTurnsTest, TheClockWaitsForEverySharedTurnToEnd) {
+  GpuTurns turns;
+  absl::Notification shared_in, asking, alone;
+  std::atomic<bool> shared_ended{false};
+  std::thread clocked([&] {
+    GpuTurns::Turn turn(&turns, Kind::kClocked);
+    ASSERT_TRUE(shared_in.WaitForNotificationWithTimeout(kLong));
+    asking.Notify();
+    turn.Alone();
+    EXPECT_TRUE(shared_ended.load()) << "the clock's turn began while a verify-only job held the GPU";
+    EXPECT_TRUE(turn.alone());
+    alone.Notify();
+  });
+  {
+    GpuTurns::Turn turn(&turns, Kind::kShared);
+    shared_in.Notify();
+    ASSERT_TRUE(asking.WaitForNotificationWithTimeout(kLong));
+    EXPECT_FALSE(alone.WaitForNotificationWithTimeout(kWindow)) << "alone beside a shared turn";
+    shared_ended = true;
+  }
+  clocked.join();
+}
+
+TEST(GpuTurnsTest, NoSharedTurnStartsWhileAClockRuns) {
+  GpuTurns turns;
+  absl::Notification shared_in;
+  std::atomic<bool> clock_over{false};
+  std::thread shared;
+  {
+    GpuTurns::Turn turn(&turns, Kind::kClocked);
+    turn.Alone();
+    shared = std::thread([&] {
+      GpuTurns::Turn t(&turns, Kind::kShared);
+      EXPECT_TRUE(clock_over.load()) << "a verify-only job started while a clock ran";
+      shared_in.Notify();
+    });
+    EXPECT_FALSE(shared_in.WaitForNotificationWithTimeout(kWindow));
+    clock_over = true;
+  }
+  EXPECT_TRUE(shared_in.WaitForNotificationWithTimeout(kLong));
+  shared.join();
+}
+
+TEST(GpuTurnsTest, OneProfilingJobAtATimeFromItsStart) {
+  // The second starts no process (not even its verify phase) until the first has ended: its
+  // candidate would otherwise be alive while the first one's clock runs.
+  GpuTurns turns;
+  absl::Notification second_in;
+  std::atomic<bool> first_over{false};
+  std::thread second;
+  {
+    GpuTurns::Turn turn(&turns, Kind::kClocked);
+    second = std::thread([&] {
+      GpuTurns::Turn t(&turns, Kind::kClocked);
+      EXPECT_TRUE(first_over.load()) << "two profiling jobs at once";
+      second_in.Notify();
+    });
+    EXPECT_FALSE(second_in.WaitForNotificationWithTimeout(kWindow));
+    first_over = true;
+  }
+  EXPECT_TRUE(second_in.WaitForNotificationWithTimeout(kLong));
+  second.join();
+}
+
+TEST(GpuTurnsTest, AnAloneTurnHasTheGpuFromItsStart) {
+  GpuTurns turns;
+  absl::Notification shared_in;
+  std::atomic<bool> over{false};
+  std::thread shared;
+  {
+    GpuTurns::Turn turn(&turns, Kind::kAlone);
+    EXPECT_TRUE(turn.alone());
+    turn.Alone();  // a no-op
+    shared = std::thread([&] {
+      GpuTurns::Turn t(&turns, Kind::kShared);
+      EXPECT_TRUE(over.load());
+      shared_in.Notify();
+    });
+    EXPECT_FALSE(shared_in.WaitForNotificationWithTimeout(kWindow));
+    over = true;
+  }
+  EXPECT_TRUE(shared_in.WaitForNotificationWithTimeout(kLong));
+  shared.join();
+}
+
+}  // namespace
+}  // namespace kernelrl::sandbox
