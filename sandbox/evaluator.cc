@@ -341,6 +341,8 @@ class Evaluator::GpuTurn {
   }
   VerifyStage& zygote() { return *zygote_; }
   bool alone() const { return turn_.alone(); }
+  // The clock token (a job that profiles, before its candidate imports its code).
+  bool Start(absl::Duration wait) { return turn_.Start(wait); }
   // The GPU to this job alone until it ends (its clock, or a health probe).
   void Alone() { turn_.Alone(); }
   // The health probe needs the GPU to itself: a shared turn waits for the others first.
@@ -592,9 +594,12 @@ Verdict Evaluator::Run(const EvaluateRequest& request, const ProgressFn& progres
   verify_waiting_.fetch_add(1);
   note("verify", false, absl::StrCat("queue position ", verify_waiting_.load()));
   t = MonotonicMs();
-  GpuTurn gpu(this, zygotes_.size() == 1 ? GpuTurns::Kind::kAlone
-                    : job.profile()        ? GpuTurns::Kind::kClocked
-                                           : GpuTurns::Kind::kShared);
+  const GpuTurns::Kind turn_kind = zygotes_.size() == 1 ? GpuTurns::Kind::kAlone
+                                   : job.profile()        ? GpuTurns::Kind::kClocked
+                                                          : GpuTurns::Kind::kShared;
+  // Its candidate may wait for one other profiling job's turn before it imports its code.
+  if (turn_kind == GpuTurns::Kind::kClocked) job.set_turn_wait_seconds(lim.wall_seconds());
+  GpuTurn gpu(this, turn_kind);
   verify_waiting_.fetch_sub(1);
   // The wait for this worker's GPU (its other requests' verify and profile jobs): on a busy
   // worker most of a verdict's wall (a learning run on one H200: ~39 s of ~42 s).
@@ -610,45 +615,61 @@ Verdict Evaluator::Run(const EvaluateRequest& request, const ProgressFn& progres
     return finish(Verdict::INFRA_ERROR, std::string(s.message()));
   }
   const HarnessJob sent = WithoutProtocol(job);
-  // A learner on this GPU pauses its steps while a job that profiles runs (common/gpu_lease.h),
-  // from its start: the driver reports the learner's last kernels for a while after it paused
-  // (ProfilerConfig.gpu_lease_sample_lag_s), and the verify phase runs meanwhile.
+  // A job that profiles asks twice (gpu_turns.h): to start, before its candidate imports its
+  // code (the clock token: one such job at a time from here; and the learner's lease, which
+  // pauses a learner on this GPU, common/gpu_lease.h: the driver reports the learner's last
+  // kernels for a while after it paused, ProfilerConfig.gpu_lease_sample_lag_s, and the verify
+  // sets run meanwhile), then for its clock (the GPU alone). Both are held until the job ends.
   GpuLease::Hold lease;
   double quiet_since_unix_s = 0;
-  if (job.profile() && gpu_lease_.enabled()) {
-    t = MonotonicMs();
-    absl::StatusOr<GpuLease::Hold> held = gpu_lease_.Exclusive(absl::Seconds(lim.wall_seconds()));
-    if (!held.ok()) return finish(Verdict::INFRA_ERROR, std::string(held.status().message()));
-    AddStage(v, "gpu_lease", MonotonicMs() - t);
-    lease = *std::move(held);
-    // A learner idle since well before the grant needs no settling (the reference's lease_settled).
-    const absl::Time quiet = gpu_lease_.SharedQuietSince(absl::Now());
-    if (quiet != absl::InfinitePast()) quiet_since_unix_s = absl::ToUnixMicros(quiet) * 1e-6;
-  }
-  // Verified, the reference process asks for its clock: the GPU alone (no other job's
-  // processes on it), held until the job ends.
-  double clock_wait_ms = 0;
-  auto clock = [&]() {
-    note("gpu_alone", false);
-    const double at = MonotonicMs();
-    gpu.Alone();
-    clock_wait_ms = MonotonicMs() - at;
-    AddStage(v, "clock_queue", clock_wait_ms);
-    note("gpu_alone", true);
+  double turn_wait_ms = 0;
+  std::string turn_error;
+  auto clock = [&](const std::string& step) {
     v1::sandbox::HarnessClockGrant grant;
-    grant.set_granted(true);
-    grant.set_gpu_lease_quiet_since_unix_s(quiet_since_unix_s);
+    const double at = MonotonicMs();
+    if (step == "start") {
+      note("start_queue", false);
+      if (!gpu.Start(absl::Seconds(job.turn_wait_seconds()))) {
+        turn_error = absl::StrCat("another profiling job held this worker's GPU for more than ",
+                                  job.turn_wait_seconds(), " s");
+      }
+      AddStage(v, "start_queue", MonotonicMs() - at);
+      if (turn_error.empty() && gpu_lease_.enabled()) {
+        const double leased_at = MonotonicMs();
+        absl::StatusOr<GpuLease::Hold> held = gpu_lease_.Exclusive(absl::Seconds(lim.wall_seconds()));
+        AddStage(v, "gpu_lease", MonotonicMs() - leased_at);
+        if (held.ok()) {
+          lease = *std::move(held);
+          // A learner idle since well before the grant needs no settling (the reference's lease_settled).
+          const absl::Time quiet = gpu_lease_.SharedQuietSince(absl::Now());
+          if (quiet != absl::InfinitePast()) quiet_since_unix_s = absl::ToUnixMicros(quiet) * 1e-6;
+        } else {
+          turn_error = std::string(held.status().message());
+        }
+      }
+      note("start_queue", true, turn_error);
+    } else {
+      note("gpu_alone", false);
+      gpu.Alone();
+      AddStage(v, "clock_queue", MonotonicMs() - at);
+      note("gpu_alone", true);
+      grant.set_gpu_lease_quiet_since_unix_s(quiet_since_unix_s);
+    }
+    turn_wait_ms += MonotonicMs() - at;
+    grant.set_granted(turn_error.empty());
+    grant.set_error(turn_error);
     return grant;
   };
   t = MonotonicMs();
   absl::StatusOr<HarnessVerifyReply> r =
       gpu.zygote().Verify(sent, lim.wall_seconds() + 120, job.profile() ? VerifyStage::ClockFn(clock) : nullptr);
-  const double verify_ms = MonotonicMs() - t - clock_wait_ms;
+  const double verify_ms = MonotonicMs() - t - turn_wait_ms;
   if (!r.ok()) {
     AddStage(v, "verify", verify_ms);
     gpu.ProbeHealth(v);
     return finish(Verdict::INFRA_ERROR, "verify stage: " + std::string(r.status().message()));
   }
+  if (!turn_error.empty()) return finish(Verdict::INFRA_ERROR, turn_error);
   // The profile phase runs inside the verify job; its wall time is its own stage.
   AddStage(v, "verify", verify_ms - r->profile().wall_ms(), r->timings().candidate_cpu_ms());
   // The zygote reported facts; the outcome is decided here (verify_outcome.h).

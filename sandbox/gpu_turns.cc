@@ -4,7 +4,6 @@ namespace kernelrl::sandbox {
 
 GpuTurns::Turn::Turn(GpuTurns* turns, Kind kind) ABSL_NO_THREAD_SAFETY_ANALYSIS
     : turns_(turns), clocked_(kind == Kind::kClocked), alone_(kind == Kind::kAlone) {
-  if (clocked_) turns_->clock_mu_.Lock();
   if (alone_) {
     turns_->mu_.Lock();
   } else {
@@ -18,7 +17,24 @@ GpuTurns::Turn::~Turn() ABSL_NO_THREAD_SAFETY_ANALYSIS {
   } else {
     turns_->mu_.ReaderUnlock();
   }
-  if (clocked_) turns_->clock_mu_.Unlock();
+  if (started_) {
+    absl::MutexLock l(&turns_->token_mu_);
+    turns_->token_held_ = false;
+  }
+}
+
+bool GpuTurns::Turn::Start(absl::Duration wait) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  if (!clocked_ || started_ || alone_) return true;
+  // Waiting for the token while holding a shared turn would deadlock with the holder's Alone().
+  turns_->mu_.ReaderUnlock();
+  {
+    absl::MutexLock l(&turns_->token_mu_);
+    started_ = turns_->token_mu_.AwaitWithTimeout(
+        absl::Condition(+[](bool* held) { return !*held; }, &turns_->token_held_), wait);
+    if (started_) turns_->token_held_ = true;
+  }
+  turns_->mu_.ReaderLock();
+  return started_;
 }
 
 void GpuTurns::Turn::Alone() ABSL_NO_THREAD_SAFETY_ANALYSIS {

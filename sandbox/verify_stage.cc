@@ -279,8 +279,8 @@ absl::StatusOr<v1::sandbox::HarnessResult> VerifyStage::ExchangeLocked(const v1:
     return absl::InternalError("cannot encode harness job");
   }
   if (absl::Status s = WriteLineLocked(text + "\n"); !s.ok()) return s;
-  const double deadline = NowS() + timeout_s;
-  bool clock_asked = false;
+  double deadline = NowS() + timeout_s;
+  int steps_asked = 0;  // "start", then "clock"
   for (;;) {
     absl::StatusOr<std::string> line = ReadLineLocked(deadline - NowS());
     if (!line.ok()) {
@@ -288,20 +288,28 @@ absl::StatusOr<v1::sandbox::HarnessResult> VerifyStage::ExchangeLocked(const v1:
       return line.status();
     }
     absl::StatusOr<v1::sandbox::HarnessResult> result = ParseHarnessReply(*line);
-    if (result.ok() && result->reply_case() == v1::sandbox::HarnessResult::kClockRequest &&
-        result->job_id() == job.job_id() && job.kind() == "verify" && !clock_asked) {
-      // Mid-job: the reference process waits for the GPU alone (one request a job).
-      clock_asked = true;
+    if (result.ok() && result->reply_case() == v1::sandbox::HarnessResult::kClockRequest) {
+      const std::string& step = result->clock_request().step();
+      const char* want = steps_asked == 0 ? "start" : steps_asked == 1 ? "clock" : "";
+      if (result->job_id() != job.job_id() || job.kind() != "verify" || step != want) {
+        StopLocked();
+        return absl::DataLossError(absl::StrCat("zygote asked for step '", step, "' of job '", result->job_id(),
+                                                "' while the ", job.kind(), " job '", job.job_id(),
+                                                "' could ask for '", want, "'"));
+      }
+      ++steps_asked;
       v1::sandbox::HarnessClockGrant grant;
       if (clock) {
         // Its wait may be long (the other jobs on the GPU end first), and it takes the worker's
         // turn locks, which are taken before this one everywhere else. The zygote stays this
         // job's meanwhile: the worker hands a zygote to one job at a time.
+        const double asked_at = NowS();
         mu_.Unlock();
-        grant = clock();
+        grant = clock(step);
         mu_.Lock();
+        deadline += NowS() - asked_at;
       } else {
-        grant.set_error("this job was not given a clock");
+        grant.set_error("this job was given no turn to take");
       }
       grant.set_job_id(job.job_id());
       std::string out;

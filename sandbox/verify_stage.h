@@ -33,9 +33,10 @@ namespace kernelrl::sandbox {
 
 class VerifyStage {
  public:
-  // Answers a verify job's clock request (harness_protocol.proto HarnessClockRequest): returns
-  // once the job may start its clock, or with why it may not (granted false).
-  using ClockFn = std::function<v1::sandbox::HarnessClockGrant()>;
+  // Answers a verify job's clock request of step "start" or "clock" (harness_protocol.proto
+  // HarnessClockRequest): returns once the job may take that step, or with why it may not
+  // (granted false). The time it takes is not counted against the job's deadline.
+  using ClockFn = std::function<v1::sandbox::HarnessClockGrant(const std::string& step)>;
 
   VerifyStage(const SandboxConfig& config, std::string harness_dir, std::string contain_lib, int caps);
   ~VerifyStage();
@@ -43,8 +44,8 @@ class VerifyStage {
   // Starts the zygote if needed and returns its hello (capabilities).
   absl::StatusOr<v1::sandbox::HarnessHello> EnsureStarted();
   // Runs `job` as a verify job under the calibrated isolation; `timeout_s`
-  // bounds the whole exchange. A job that profiles asks `clock` before its clock
-  // (a job that asks without one is answered "no clock").
+  // bounds the whole exchange. A job that profiles asks `clock` for its start and for its
+  // clock, once each and in that order (a job that asks without one is answered "no turn").
   absl::StatusOr<v1::sandbox::HarnessVerifyReply> Verify(const v1::sandbox::HarnessJob& job, double timeout_s,
                                                          const ClockFn& clock = nullptr);
   // Runs `job` as a health probe.

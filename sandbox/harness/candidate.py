@@ -159,6 +159,14 @@ def run(job, cont, to_ref, from_ref, xsock=-1):
         threads_base = guards.thread_count()
         allowance = int(job.get("profile_thread_allowance") or 0)  # CUPTI/NVML threads, calibrated at start
         clock.mark("guards")
+        # Our code so far; the candidate's from the import on, which waits for the reference's
+        # word: a job that profiles imports only in its turn (sandbox/gpu_turns.h).
+        start = reader.read()
+        clock.mark("start_wait")
+        if not start or start.get("type") != "start":
+            send({"type": "finished", "flags": sorted(flags), "timeline": clock.report(),
+                  "exchange": exchange.status(), "report": {}})
+            return 0
         stage = "import"
         audit.armed = True
         sys.path.insert(0, job["workspace_dir"])

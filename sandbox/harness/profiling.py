@@ -306,7 +306,9 @@ def run_profile(job, task_module, model, driver, sets, backend, result, clock=No
             "wall_ms": 0.0, "detail": "", "mutated": False}
     result["profile"] = prof
     t0 = time.perf_counter()
-    wall_left = float(job["wall_seconds"]) * 0.85 - (time.monotonic() - float(job.get("t0_mono") or time.monotonic()))
+    # The job's own time so far: its waits for its turns (reference.ask_turn) are not its.
+    spent = time.monotonic() - float(job.get("t0_mono") or time.monotonic()) - float(job.get("turn_wait_s") or 0.0)
+    wall_left = float(job["wall_seconds"]) * 0.85 - spent
     cfg = BlockConfig(job["profiler"], wall_left)
     bus = nvml_mod.cuda_pci_bus_id(torch.cuda.get_device_properties(0)) if device == "cuda" else ""
     nvml = nvml_mod.Nvml(bus) if device == "cuda" else None

@@ -578,18 +578,33 @@ class InputSets:
         return [tuple(s[:3]) for s in sets]
 
 
-def ask_clock(job, clock_fds):
-    """Verified: asks the worker, through the zygote, for the clock (the GPU
-    with no other job's processes, and the lease where a learner shares it;
-    harness_protocol.proto HarnessClockRequest) and waits for its answer.
-    Returns "" once granted, else why there is no clock."""
-    request_fd, grant_fd = clock_fds
-    protocol.send(request_fd, {"clock_request": {}})
-    grant = protocol.LineReader(grant_fd).read(timeout=float(job["wall_seconds"]) + 60) or {}
-    if not grant.get("granted"):
-        return grant.get("error") or "the worker did not answer the clock request"
-    job["gpu_lease_quiet_since_unix_s"] = float(grant.get("gpu_lease_quiet_since_unix_s") or 0.0)
-    return ""
+class NoTurn(Exception):
+    """The worker refused the job a turn (Turns.ask)."""
+
+
+class Turns:
+    """The job's turns on the worker's GPU, asked through the zygote
+    (harness_protocol.proto HarnessClockRequest): "start" before the candidate
+    imports its code, "clock" before the first timed block. The waits are not
+    the job's own time: their sum is kept in job["turn_wait_s"], off the
+    profile's wall."""
+
+    def __init__(self, job, clock_fds):
+        self.job = job
+        self.request_fd, grant_fd = clock_fds
+        self.grants = protocol.LineReader(grant_fd)
+
+    def ask(self, step):
+        job = self.job
+        asked = time.monotonic()
+        protocol.send(self.request_fd, {"clock_request": {"step": step}})
+        grant = self.grants.read(timeout=float(job["wall_seconds"]) + float(job.get("turn_wait_seconds") or 0) + 60)
+        job["turn_wait_s"] = job.get("turn_wait_s", 0.0) + time.monotonic() - asked
+        grant = grant or {}
+        if not grant.get("granted"):
+            raise NoTurn(grant.get("error") or "the worker did not answer")
+        if step == "clock":
+            job["gpu_lease_quiet_since_unix_s"] = float(grant.get("gpu_lease_quiet_since_unix_s") or 0.0)
 
 
 def run(job, to_cand, from_cand, result_fd, xsock=-1, clock_fds=None):
@@ -626,6 +641,13 @@ def run(job, to_cand, from_cand, result_fd, xsock=-1, clock_fds=None):
         backend = profiling.RemoteBackend(job) if job.get("profile") else None
         driver = Driver(job, to_cand, from_cand, exchange, result, policy,
                         prepare=backend.prepare if backend else None)
+        # The candidate imports its code when we say so: a job that profiles first waits for
+        # its turn (one such job at a time on the worker from here; sandbox/gpu_turns.h).
+        turns = Turns(job, clock_fds)
+        if job.get("profile"):
+            turns.ask("start")
+            clock.mark("start_queue")
+        _send(to_cand, {"type": "start"})
 
         verified = True
         for i in range(n):
@@ -662,13 +684,9 @@ def run(job, to_cand, from_cand, result_fd, xsock=-1, clock_fds=None):
         if policy.note:
             result["details"].append(policy.note)
         report = None
-        no_clock = ask_clock(job, clock_fds) if verified and job.get("profile") else ""
-        clock.mark("clock_queue")
-        if no_clock:
-            # The worker knows why (it turns this verdict into INFRA_ERROR); nothing was timed.
-            result["profile"] = {"started": True, "ok": False, "error": "no clock: " + no_clock}
-            driver.stop()
-        elif verified and job.get("profile"):
+        if verified and job.get("profile"):
+            turns.ask("clock")
+            clock.mark("clock_queue")
             if device == "cuda":
                 torch.cuda.empty_cache()  # verify-era blocks: room for the timed sets
             report = profiling.run_profile(job, mod, model, driver, sets, backend, result, clock)
@@ -677,6 +695,8 @@ def run(job, to_cand, from_cand, result_fd, xsock=-1, clock_fds=None):
             driver.stop()
         if report is not None:
             result["profile"]["candidate_report"] = report
+    except NoTurn as e:  # the worker says why in the verdict (INFRA_ERROR)
+        result["ref_error"] = f"the worker gave no turn: {e}"
     except Exception:  # noqa: BLE001 - a failing reference is our fault, not the candidate's
         result["ref_error"] = traceback.format_exc(limit=6)[-3000:]
     _send(to_cand, {"type": "stop"})

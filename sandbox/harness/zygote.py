@@ -250,7 +250,7 @@ class Zygote:
         xcand.close()
         relay = threading.Thread(target=self._relay_clock, args=(job, clock_req[0], clock_grant[1]), daemon=True)
         relay.start()
-        status = protocol.LineReader(sup[0]).read(timeout=job["wall_seconds"] + 60) or {}
+        status = protocol.LineReader(sup[0]).read(timeout=self._wall(job) + 60) or {}
         ref = protocol.LineReader(res[0]).read(timeout=60) or {}
         for fd in (sup[0], res[0]):
             os.close(fd)
@@ -262,7 +262,7 @@ class Zygote:
                 pass
         # The reference is gone, so its end of the request pipe is closed: the relay ends (its
         # wait for the worker's answer is bounded by the same deadline as the reference's).
-        relay.join(timeout=job["wall_seconds"] + 90)
+        relay.join(timeout=self._wall(job) + 90)
         for fd in (clock_req[0], clock_grant[1]):
             os.close(fd)
         if cgroup:
@@ -301,21 +301,30 @@ class Zygote:
             LIBC.umount2(exchange.encode(), 2)  # MNT_DETACH
         return outcome
 
+    @staticmethod
+    def _wall(job):
+        """The job's wall with the longest its candidate may wait for its turn to start."""
+        return float(job["wall_seconds"]) + float(job.get("turn_wait_seconds") or 0.0)
+
     def _relay_clock(self, job, request_fd, grant_fd):
-        """Passes the reference process's clock request to the worker (a line
-        on our stdout, before the job's reply) and the worker's answer back.
+        """Passes the reference process's turn requests (harness_protocol.proto
+        HarnessClockRequest: "start", then "clock") to the worker, each a line
+        on our stdout before the job's reply, and the worker's answers back.
         Runs beside verify()'s wait for the children; the serve loop reads
-        stdin only between jobs, so the answer is this thread's to read."""
-        msg = protocol.LineReader(request_fd).read(timeout=float(job["wall_seconds"]) + 60)
-        if not msg or "clock_request" not in msg:
-            return  # the reference ended without asking (verify-only, or a failed verify)
-        protocol.send(_PROTO_OUT, {"job_id": job.get("job_id", ""), "clock_request": {}})
-        grant = self.reader.read(timeout=float(job["wall_seconds"]) + 60) or {
-            "granted": False, "error": "no answer from the worker"}
-        try:
-            protocol.send(grant_fd, grant)
-        except OSError:
-            pass  # the reference is gone
+        stdin only between jobs, so the answers are this thread's to read."""
+        requests = protocol.LineReader(request_fd)
+        while True:
+            msg = requests.read(timeout=self._wall(job) + 60)
+            if not msg or "clock_request" not in msg:
+                return  # the reference ended (a verify-only job never asks)
+            step = str((msg.get("clock_request") or {}).get("step") or "")
+            protocol.send(_PROTO_OUT, {"job_id": job.get("job_id", ""), "clock_request": {"step": step}})
+            grant = self.reader.read(timeout=self._wall(job) + 60) or {
+                "granted": False, "error": "no answer from the worker"}
+            try:
+                protocol.send(grant_fd, grant)
+            except OSError:
+                return  # the reference is gone
 
     @staticmethod
     def _collect_profile(job, prof):
@@ -367,7 +376,7 @@ class Zygote:
                 self._child_candidate(job, to_ref, from_ref, log_fd, xsock)
             for fd in (to_ref, from_ref, log_fd, xsock):
                 os.close(fd)
-            st = self.cont.supervise(pid, job["wall_seconds"], int(job.get("resident_memory_bytes") or 0),
+            st = self.cont.supervise(pid, self._wall(job), int(job.get("resident_memory_bytes") or 0),
                                      float(job.get("memory_poll_ms") or 10), proc_fd)
             st["contain_log"] = log1 + cgroup_log
             protocol.send(status_fd, st)

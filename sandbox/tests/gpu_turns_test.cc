@@ -39,12 +39,16 @@ TEST(GpuTurnsTest, VerifyOnlyJobsShareTheGpu) { ExpectTogether(Kind::kShared, Ki
 
 TEST(GpuTurnsTest, AProfilingJobVerifiesBesideVerifyOnlyJobs) { ExpectTogether(Kind::kClocked, Kind::kShared); }
 
+// Before their starts (their CUDA start and the task, our code only), two profiling jobs run together.
+TEST(GpuTurnsTest, ProfilingJobsStartTheirProcessesTogether) { ExpectTogether(Kind::kClocked, Kind::kClocked); }
+
 TEST(GpuTurnsTest, TheClockWaitsForEverySharedTurnToEnd) {
   GpuTurns turns;
   absl::Notification shared_in, asking, alone;
   std::atomic<bool> shared_ended{false};
   std::thread clocked([&] {
     GpuTurns::Turn turn(&turns, Kind::kClocked);
+    ASSERT_TRUE(turn.Start(kLong));
     ASSERT_TRUE(shared_in.WaitForNotificationWithTimeout(kLong));
     asking.Notify();
     turn.Alone();
@@ -69,6 +73,7 @@ TEST(GpuTurnsTest, NoSharedTurnStartsWhileAClockRuns) {
   std::thread shared;
   {
     GpuTurns::Turn turn(&turns, Kind::kClocked);
+    ASSERT_TRUE(turn.Start(kLong));
     turn.Alone();
     shared = std::thread([&] {
       GpuTurns::Turn t(&turns, Kind::kShared);
@@ -83,24 +88,43 @@ TEST(GpuTurnsTest, NoSharedTurnStartsWhileAClockRuns) {
 }
 
 TEST(GpuTurnsTest, OneProfilingJobAtATimeFromItsStart) {
-  // The second starts no process (not even its verify phase) until the first has ended: its
-  // candidate would otherwise be alive while the first one's clock runs.
+  // The second imports nothing until the first has ended: its candidate's code would otherwise
+  // be alive while the first one's clock runs.
   GpuTurns turns;
-  absl::Notification second_in;
+  absl::Notification second_in, second_asking;
   std::atomic<bool> first_over{false};
   std::thread second;
   {
     GpuTurns::Turn turn(&turns, Kind::kClocked);
+    ASSERT_TRUE(turn.Start(kLong));
     second = std::thread([&] {
       GpuTurns::Turn t(&turns, Kind::kClocked);
-      EXPECT_TRUE(first_over.load()) << "two profiling jobs at once";
+      second_asking.Notify();
+      EXPECT_TRUE(t.Start(kLong));
+      EXPECT_TRUE(first_over.load()) << "two profiling jobs started at once";
       second_in.Notify();
     });
+    ASSERT_TRUE(second_asking.WaitForNotificationWithTimeout(kLong));
     EXPECT_FALSE(second_in.WaitForNotificationWithTimeout(kWindow));
+    turn.Alone();  // the first's clock: the second waits for its start without a shared turn
     first_over = true;
   }
   EXPECT_TRUE(second_in.WaitForNotificationWithTimeout(kLong));
   second.join();
+}
+
+TEST(GpuTurnsTest, AStartGivesUpAfterItsWait) {
+  GpuTurns turns;
+  GpuTurns::Turn first(&turns, Kind::kClocked);
+  ASSERT_TRUE(first.Start(kLong));
+  std::thread second([&] {
+    GpuTurns::Turn t(&turns, Kind::kClocked);
+    EXPECT_FALSE(t.Start(absl::Milliseconds(20))) << "started while another profiling job held the token";
+    EXPECT_FALSE(t.alone());
+  });
+  second.join();  // it gave up while the first still holds the token
+  first.Alone();  // the second's shared hold came back and went with it (else this waits forever)
+  EXPECT_TRUE(first.alone());
 }
 
 TEST(GpuTurnsTest, AnAloneTurnHasTheGpuFromItsStart) {

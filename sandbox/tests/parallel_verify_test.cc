@@ -132,6 +132,46 @@ TEST_F(ParallelVerifyTest, VerifyOnlyJobsShareTheGpuAndAClockRunsAlone) {
   EXPECT_EQ(timed.reward(), 1) << timed.summary();  // no baseline: correct, not benchmarked
 }
 
+// Two profiling jobs start their processes together (CUDA, the task: our code), and the second's
+// candidate imports its code only once the first has ended: its ("start_queue", true) note comes
+// after the first job's ("profile", true), its last note while it holds its turn.
+TEST_F(ParallelVerifyTest, ProfilingJobsStartTogetherAndTakeTheirTurnsOneAtATime) {
+  absl::Notification first_started, release, second_in, second_asking, second_started;
+  std::atomic<bool> first_over{false}, started_early{false};
+  Verdict first, second;
+  std::thread ta([&] {
+    first = evaluator_->Evaluate(Request(true), [&](const std::string& stage, bool finished, const std::string&) {
+      if (stage == "profile" && finished) first_over = true;
+      if (stage != "start_queue" || !finished) return;
+      first_started.Notify();
+      release.WaitForNotificationWithTimeout(absl::Seconds(120));
+    });
+  });
+  ASSERT_TRUE(first_started.WaitForNotificationWithTimeout(absl::Seconds(120)));
+  std::thread tb([&] {
+    second = evaluator_->Evaluate(Request(true), [&](const std::string& stage, bool finished, const std::string&) {
+      if (stage == "gpu_queue" && finished) second_in.Notify();
+      if (stage != "start_queue") return;
+      if (!finished) {
+        second_asking.Notify();
+        return;
+      }
+      started_early = !first_over.load();
+      second_started.Notify();
+    });
+  });
+  EXPECT_TRUE(second_in.WaitForNotificationWithTimeout(absl::Seconds(120)))
+      << "the second profiling job started no process while the first held its turn";
+  EXPECT_TRUE(second_asking.WaitForNotificationWithTimeout(absl::Seconds(120)));
+  // Absence of an event: a start that did not wait would come now.
+  EXPECT_FALSE(second_started.WaitForNotificationWithTimeout(absl::Seconds(2)));
+  release.Notify();
+  ta.join(), tb.join();
+  EXPECT_FALSE(started_early.load()) << "the second job's candidate imported its code while the first job ran";
+  EXPECT_EQ(first.outcome(), Verdict::OK) << first.summary();
+  EXPECT_EQ(second.outcome(), Verdict::OK) << second.summary();
+}
+
 // A verdict that needs no GPU (here a workspace without model_new.py) comes back while a profiled
 // job's clock holds the GPU alone: finishing a verdict waits for no GPU turn.
 TEST_F(ParallelVerifyTest, AVerdictThatNeedsNoGpuIsNotHeldBehindAProfiledJob) {
