@@ -325,31 +325,37 @@ Evaluator::Evaluator(SandboxConfig config, int caps)
   }
 }
 
-// A job's turn on the worker's GPU (gpu_turns.h) and the zygote it runs on.
+// A job's zygote and its turn on the worker's GPU (gpu_turns.h), in that order: a job waiting for a
+// zygote holds no turn, so the clock, which waits for every shared turn to end, never waits for
+// jobs that wait for the zygote it holds.
 class Evaluator::GpuTurn {
  public:
-  GpuTurn(Evaluator* e, GpuTurns::Kind kind) : e_(e), turn_(&e->turns_, kind) {
-    absl::MutexLock l(&e_->pool_mu_);
-    e_->pool_mu_.Await(absl::Condition(
-        +[](std::vector<VerifyStage*>* free) { return !free->empty(); }, &e_->free_zygotes_));
-    zygote_ = e_->free_zygotes_.back();
-    e_->free_zygotes_.pop_back();
+  GpuTurn(Evaluator* e, GpuTurns::Kind kind) : e_(e) {
+    {
+      absl::MutexLock l(&e_->pool_mu_);
+      e_->pool_mu_.Await(absl::Condition(
+          +[](std::vector<VerifyStage*>* free) { return !free->empty(); }, &e_->free_zygotes_));
+      zygote_ = e_->free_zygotes_.back();
+      e_->free_zygotes_.pop_back();
+    }
+    turn_.emplace(&e_->turns_, kind);
   }
   ~GpuTurn() {
+    turn_.reset();
     absl::MutexLock l(&e_->pool_mu_);
     e_->free_zygotes_.push_back(zygote_);
   }
   VerifyStage& zygote() { return *zygote_; }
-  bool alone() const { return turn_.alone(); }
+  bool alone() const { return turn_->alone(); }
   // The clock token (a job that profiles, before its candidate imports its code).
-  bool Start(absl::Duration wait) { return turn_.Start(wait); }
+  bool Start(absl::Duration wait) { return turn_->Start(wait); }
   // The GPU to this job alone until it ends (its clock, or a health probe).
-  void Alone() { turn_.Alone(); }
+  void Alone() { turn_->Alone(); }
   // The health probe needs the GPU to itself: a shared turn waits for the others first.
   void ProbeHealth(Verdict& v) {
-    if (!turn_.alone()) {
+    if (!turn_->alone()) {
       const double t = MonotonicMs();
-      turn_.Alone();
+      turn_->Alone();
       AddStage(v, "health_probe_queue", MonotonicMs() - t);  // behind the jobs queued for the GPU
     }
     e_->HealthProbeLocked(*zygote_, v);
@@ -357,8 +363,8 @@ class Evaluator::GpuTurn {
 
  private:
   Evaluator* const e_;
-  GpuTurns::Turn turn_;
   VerifyStage* zygote_ = nullptr;
+  std::optional<GpuTurns::Turn> turn_;
 };
 
 EvaluatorInfo Evaluator::Info() const {

@@ -93,7 +93,7 @@ class Evaluator {
   std::unique_ptr<CompileStage> compile_;
   // VerifyLimits.parallel_verify_jobs zygotes (at least one); a job runs on a free one.
   std::vector<std::unique_ptr<VerifyStage>> zygotes_;
-  absl::Mutex pool_mu_;  // taken after a turn
+  absl::Mutex pool_mu_;  // a zygote is taken before a turn (Evaluator::GpuTurn)
   std::vector<VerifyStage*> free_zygotes_ ABSL_GUARDED_BY(pool_mu_);
   std::unique_ptr<ProfileStage> profile_;
   VerdictCache verdict_cache_;

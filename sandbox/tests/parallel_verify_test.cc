@@ -172,6 +172,40 @@ TEST_F(ParallelVerifyTest, ProfilingJobsStartTogetherAndTakeTheirTurnsOneAtATime
   EXPECT_EQ(second.outcome(), Verdict::OK) << second.summary();
 }
 
+// More jobs than zygotes: two profiling jobs hold both zygotes, one holding the clock token, the
+// other waiting for it, while a verify-only job waits for a zygote. The clock waits for every
+// shared turn to end, so a job waiting for a zygote must hold none (else: a deadlock, until the
+// waiting start gives up and its verdict is INFRA_ERROR).
+TEST_F(ParallelVerifyTest, JobsWaitingForAZygoteHoldNoTurn) {
+  absl::Notification first_started, release, second_asking, third_queued;
+  Verdict first, second, third;
+  std::thread ta([&] {
+    first = evaluator_->Evaluate(Request(true), [&](const std::string& stage, bool finished, const std::string&) {
+      if (stage != "start_queue" || !finished) return;
+      first_started.Notify();
+      release.WaitForNotificationWithTimeout(absl::Seconds(120));
+    });
+  });
+  ASSERT_TRUE(first_started.WaitForNotificationWithTimeout(absl::Seconds(120)));
+  std::thread tb([&] {
+    second = evaluator_->Evaluate(Request(true), [&](const std::string& stage, bool finished, const std::string&) {
+      if (stage == "start_queue" && !finished) second_asking.Notify();
+    });
+  });
+  ASSERT_TRUE(second_asking.WaitForNotificationWithTimeout(absl::Seconds(120)));
+  std::thread tc([&] {
+    third = evaluator_->Evaluate(Request(false), [&](const std::string& stage, bool finished, const std::string&) {
+      if (stage == "verify" && !finished) third_queued.Notify();  // "queue position N": about to wait
+    });
+  });
+  ASSERT_TRUE(third_queued.WaitForNotificationWithTimeout(absl::Seconds(120)));
+  release.Notify();
+  ta.join(), tb.join(), tc.join();
+  EXPECT_EQ(first.outcome(), Verdict::OK) << first.summary();
+  EXPECT_EQ(second.outcome(), Verdict::OK) << second.summary();
+  EXPECT_EQ(third.outcome(), Verdict::OK) << third.summary();
+}
+
 // A verdict that needs no GPU (here a workspace without model_new.py) comes back while a profiled
 // job's clock holds the GPU alone: finishing a verdict waits for no GPU turn.
 TEST_F(ParallelVerifyTest, AVerdictThatNeedsNoGpuIsNotHeldBehindAProfiledJob) {

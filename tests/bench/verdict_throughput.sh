@@ -20,8 +20,12 @@
 # the same process alone for as long.
 set -u
 CARRY=.devcarry/sandbox
-OUT=${OUT:-/tmp/verdict_throughput_out}
-mkdir -p "$OUT"
+RESULTS=${OUT:-/tmp/verdict_throughput_out}
+mkdir -p "$RESULTS"
+# Every run's files here, packed into $RESULTS/runs.tgz at the end (the device tool returns a few files).
+OUT=/tmp/kr_tp_out; rm -rf $OUT; mkdir -p $OUT
+exec > >(tee "$RESULTS/summary.txt") 2>&1
+trap 'tar czf "$RESULTS/runs.tgz" -C $OUT . 2>/dev/null' EXIT
 PY=$(command -v python3)
 CUDA=${CUDA_HOME:-/usr/local/cuda}
 export LD_LIBRARY_PATH=$PWD/$CARRY/lib:${LD_LIBRARY_PATH:-}
@@ -99,8 +103,10 @@ timeout -k 10 "${WARM_WALL:-200}" "$CARRY/sandbox_cli" $(worker sandbox/harness)
 echo "warm-up (compiles) rc=$? at $(elapsed) s: $(tail -2 "$OUT/warm.txt" | head -1)"
 
 # The learner-like process alone, for the rate it keeps without verdicts.
-load_start "$OUT/alone.log" 1; sleep 20; ALONE=$(load_stop "$OUT/alone.log")
-echo "learner-like process alone: $ALONE (batches, seconds)"
+if [[ "${LOADS:-quiet lease}" == *lease* ]]; then
+  load_start "$OUT/alone.log" 1; sleep 20; ALONE=$(load_stop "$OUT/alone.log")
+  echo "learner-like process alone: $ALONE (batches, seconds)"
+fi
 
 DESIGNS="after:$CARRY/sandbox_cli:sandbox/harness"
 [ -n "${BEFORE:-}" ] && DESIGNS="before:$BEFORE/sandbox_cli:$BEFORE/sandbox/harness $DESIGNS"
