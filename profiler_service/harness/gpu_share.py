@@ -11,7 +11,10 @@ at the start of the profile stage, every few blocks and at its end:
             (nvmlDeviceGetComputeRunningProcesses; the driver reports them in
             the caller's pid namespace where it can);
   own       the reference process (os.getpid()) and the holders descending
-            from its parent, the zygote (the executor, under its supervisor),
+            from the worker, its parent's parent (this job's executor under its
+            supervisor, and the processes of the worker's other jobs that wait
+            for their turn in our code, their GPU work finished: while a clock
+            runs no other job's candidate code is alive, sandbox/gpu_turns.h),
             by /proc's parent links;
   busy      the pids in nvmlDeviceGetProcessUtilization's samples from shortly
             before the stage on, with SM or memory utilisation >= min_util.
@@ -40,6 +43,17 @@ import time
 OWN_PROCESSES = 2  # the reference process and the executor hold contexts; the zygote never does
 
 
+def parent_of(pid, proc="/proc"):
+    """`pid`'s parent by /proc/<pid>/stat; None if it cannot be read."""
+    try:
+        with open(os.path.join(proc, str(pid), "stat")) as f:
+            stat = f.read()
+        # "pid (comm) state ppid ...": comm may hold spaces and parentheses.
+        return int(stat[stat.rfind(")") + 2:].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def ancestry(pid, ancestor, proc="/proc", depth=64):
     """True if `ancestor` is `pid` or one of its ancestors (by /proc/<pid>/stat's
     ppid); False if the parent links from `pid` reach pid 1 without meeting it;
@@ -50,16 +64,8 @@ def ancestry(pid, ancestor, proc="/proc", depth=64):
             return True
         if pid <= 1:
             return False
-        try:
-            with open(os.path.join(proc, str(pid), "stat")) as f:
-                stat = f.read()
-        except OSError:
-            return None
-        # "pid (comm) state ppid ...": comm may hold spaces and parentheses.
-        fields = stat[stat.rfind(")") + 2:].split()
-        try:
-            pid = int(fields[1])
-        except (IndexError, ValueError):
+        pid = parent_of(pid, proc)
+        if pid is None:
             return None
     return None
 
@@ -117,11 +123,11 @@ class Monitor:
     """Polls the driver from begin() on; result() says how many other
     processes used the GPU meanwhile."""
 
-    def __init__(self, nvml, me=None, zygote=None, proc="/proc", clock=time.time, min_util=1, lookback_s=0.5):
+    def __init__(self, nvml, me=None, worker=None, proc="/proc", clock=time.time, min_util=1, lookback_s=0.5):
         self.nvml, self.proc, self.clock, self.min_util = nvml, proc, clock, min_util
         self.lookback_s = lookback_s
         self.me = os.getpid() if me is None else me
-        self.zygote = os.getppid() if zygote is None else zygote
+        self.worker = (parent_of(os.getppid(), proc) or 0) if worker is None else worker
         self.since_us = 0
         self.samples, self.holders = [], []
         self.own = {self.me}
@@ -152,7 +158,8 @@ class Monitor:
             self.error = f"{type(e).__name__}: {e}"[:200]
             return
         self.holders.append(running)
-        self.own |= {p for p in running if self.zygote > 1 and descends_from(p, self.zygote, self.proc)}
+        self.own |= {p for p in running
+                     if self.worker > 1 and p != self.worker and descends_from(p, self.worker, self.proc)}
         for pid, ts_us, sm, mem in new:
             self.samples.append((pid, sm, mem))
             self.since_us = max(self.since_us, int(ts_us))

@@ -49,13 +49,19 @@ class FakeNvml:
 
 
 class Pids:
-    """Distinct random pids: zygote, reference, supervisor, executor, others."""
+    """Distinct random pids: the worker, its zygote with this job's reference,
+    supervisor and executor, a second zygote of the worker with a waiting job's
+    reference and executor, others."""
 
     def __init__(self):
-        p = random.sample(range(1000, 4_000_000), 8)
-        self.zygote, self.ref, self.sup, self.exe, self.other, self.gone, self.host_a, self.host_b = p
-        self.tree = {self.zygote: ("python3", 1), self.ref: ("python3", self.zygote),
+        p = random.sample(range(1000, 4_000_000), 13)
+        self.zygote, self.ref, self.sup, self.exe, self.other, self.gone, self.host_a, self.host_b = p[:8]
+        self.worker, self.zygote2, self.ref2, self.sup2, self.exe2 = p[8:]
+        self.tree = {self.worker: ("sandbox_main", 1), self.zygote: ("python3", self.worker),
+                     self.ref: ("python3", self.zygote),
                      self.sup: ("python3", self.zygote), self.exe: ("pt_main (x) y", self.sup),
+                     self.zygote2: ("python3", self.worker), self.ref2: ("python3", self.zygote2),
+                     self.sup2: ("python3", self.zygote2), self.exe2: ("python3", self.sup2),
                      self.other: ("python3", 1)}
 
 
@@ -140,7 +146,7 @@ class MonitorTest(unittest.TestCase):
         self.addCleanup(self.proc.dir.cleanup)
 
     def monitor(self, nvml, now):
-        return gpu_share.Monitor(nvml, me=self.p.ref, zygote=self.p.zygote, proc=self.proc.path,
+        return gpu_share.Monitor(nvml, me=self.p.ref, worker=self.p.worker, proc=self.proc.path,
                                  clock=lambda: now, lookback_s=0.5)
 
     def test_own_processes_come_from_proc(self):
@@ -165,6 +171,32 @@ class MonitorTest(unittest.TestCase):
                 chain[0]: random.randint(1, 1 << 30), p.gone: random.randint(1, 1 << 30)}
         self.assertEqual(gpu_share.foreign_memory(p.ref, p.zygote, used, deep.path), (used[chain[0]], [chain[0]], ""))
         self.assertIsNone(gpu_share.foreign_memory(p.other, p.zygote, used, deep.path)[0])
+
+    def test_the_worker_is_found_from_the_zygote(self):
+        p = self.p
+        self.assertEqual(gpu_share.parent_of(p.zygote, self.proc.path), p.worker)
+        self.assertIsNone(gpu_share.parent_of(p.gone, self.proc.path))
+
+    def test_another_job_of_the_worker_waiting_for_its_turn_is_not_foreign(self):
+        # Its processes started CUDA and loaded the task (GPU work) just before our
+        # clock, then went idle in our code (sandbox/gpu_turns.h): the driver's samples
+        # from the lookback show them busy. A process outside the worker still counts.
+        p = self.p
+        now = random.uniform(1.7e9, 1.8e9)
+        t = int(now * 1e6)
+        holders = {p.ref, p.exe, p.ref2, p.exe2}
+        nvml = FakeNvml([(holders, [busy(p.ref2, t - 200_000), busy(p.exe2, t - 100_000), busy(p.ref, t + 10)])])
+        m = self.monitor(nvml, now)
+        m.begin()
+        r = m.result()
+        self.assertEqual(r["foreign_gpu_processes"], 0, r)
+        self.assertEqual(m.own, {p.ref, p.exe, p.ref2, p.exe2})
+        nvml = FakeNvml([(holders | {p.other}, [busy(p.exe2, t - 100_000), busy(p.other, t + 10)])])
+        m = self.monitor(nvml, now)
+        m.begin()
+        r = m.result()
+        self.assertEqual(r["foreign_gpu_processes"], 1, r)
+        self.assertIn(str(p.other), r["gpu_share_check"])
 
     def test_busy_second_process_declines(self):
         p = self.p

@@ -160,7 +160,11 @@ def run(job, cont, to_ref, from_ref, xsock=-1):
         allowance = int(job.get("profile_thread_allowance") or 0)  # CUPTI/NVML threads, calibrated at start
         clock.mark("guards")
         # Our code so far; the candidate's from the import on, which waits for the reference's
-        # word: a job that profiles imports only in its turn (sandbox/gpu_turns.h).
+        # word: a job that profiles imports only in its turn (sandbox/gpu_turns.h). Idle until
+        # then, our GPU work finished: another job's clock may run meanwhile.
+        if device == "cuda":
+            torch.cuda.synchronize()
+        send({"type": "idle"})
         start = reader.read()
         clock.mark("start_wait")
         if not start or start.get("type") != "start":

@@ -642,15 +642,24 @@ def run(job, to_cand, from_cand, result_fd, xsock=-1, clock_fds=None):
         driver = Driver(job, to_cand, from_cand, exchange, result, policy,
                         prepare=backend.prepare if backend else None)
         # The candidate imports its code when we say so: a job that profiles first waits for
-        # its turn (one such job at a time on the worker from here; sandbox/gpu_turns.h).
+        # its turn (one such job at a time on the worker from here; sandbox/gpu_turns.h). Both
+        # processes are idle meanwhile, their GPU work finished: another job's clock may run.
         turns = Turns(job, clock_fds)
-        if job.get("profile"):
-            turns.ask("start")
-            clock.mark("start_queue")
-        _send(to_cand, {"type": "start"})
-
         verified = True
-        for i in range(n):
+        try:
+            driver._read_until("idle")
+        except CandidateGone:
+            if result["candidate_error"] is None and not result["details"]:
+                result["details"].append("candidate stopped before its start")
+            verified = False
+        if verified:
+            if device == "cuda":
+                torch.cuda.synchronize()
+            if job.get("profile"):
+                turns.ask("start")
+                clock.mark("start_queue")
+            _send(to_cand, {"type": "start"})
+        for i in range(n if verified else 0):
             dist, xs, exp = sets.make()
             driver.poison_bytes = sum(o.nbytes for o in exp["lo"] if isinstance(o, torch.Tensor)) + (1 << 20)
             clock.mark("prepare")
