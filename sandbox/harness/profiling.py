@@ -306,7 +306,7 @@ def run_profile(job, task_module, model, driver, sets, backend, result, clock=No
             "wall_ms": 0.0, "detail": "", "mutated": False}
     result["profile"] = prof
     t0 = time.perf_counter()
-    # The job's own time so far: its waits for its turns (reference.ask_turn) are not its.
+    # The job's own time so far: its waits for its turns (reference.Turns) are not its.
     spent = time.monotonic() - float(job.get("t0_mono") or time.monotonic()) - float(job.get("turn_wait_s") or 0.0)
     wall_left = float(job["wall_seconds"]) * 0.85 - spent
     cfg = BlockConfig(job["profiler"], wall_left)

@@ -288,6 +288,11 @@ class Driver:
             self.result["details"].append(f"candidate answered with {kind!r} where {want!r} was due")
             raise CandidateGone("protocol")
 
+    def wait_idle(self):
+        """The executor's word that its start is done and its GPU work finished,
+        before it imports the candidate's code (it waits for our "start")."""
+        self._read_until("idle")
+
     def block(self, rows, expected, graph=False):
         """Runs one block: rows[k] are forward k's arguments, expected[k] its
         expected outputs; `graph` asks the executor to capture the block once
@@ -647,7 +652,7 @@ def run(job, to_cand, from_cand, result_fd, xsock=-1, clock_fds=None):
         turns = Turns(job, clock_fds)
         verified = True
         try:
-            driver._read_until("idle")
+            driver.wait_idle()
         except CandidateGone:
             if result["candidate_error"] is None and not result["details"]:
                 result["details"].append("candidate stopped before its start")
