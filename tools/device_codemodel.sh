@@ -169,12 +169,7 @@ else
 fi
 GPU_FLAGS=()
 if [ "$BACKEND" = cuda ]; then
-  CUDA=${CUDA_HOME:-/usr/local/cuda}
-  KPROF=/tmp/kr_kprof/libkprof.so; mkdir -p /tmp/kr_kprof
-  CUPTI_H=$(dirname "$(find $CUDA/ $CUDA/extras -name cupti.h 2>/dev/null | head -1)")
-  CUPTI_SO=$(dirname "$(find $CUDA/ -name 'libcupti.so*' 2>/dev/null | head -1)")
-  g++ -std=c++17 -O2 -fPIC -shared -I. -I$CUDA/include -I$CUPTI_H profiler_service/cupti/kprof.cc -o $KPROF \
-    -L$CUPTI_SO -Wl,-rpath,$CUPTI_SO -L$CUDA/lib64/stubs -lcupti -lcuda > "$OUT/kprof_build.log" 2>&1 || KPROF=""
+  KPROF=$(device_build_kprof "$OUT/kprof_build.log") || KPROF=""
   GPU_FLAGS=(--set=sandbox.enable_profiling=true --set=sandbox.baseline_dir=$BASE ${KPROF:+--set=sandbox.kprof_lib=$KPROF}
              --set=sandbox.profiler_root=$PWD --set=sandbox.profiler.time_budget_s=0.2)
   export TORCHINDUCTOR_CACHE_DIR=/tmp/kr_inductor

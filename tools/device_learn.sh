@@ -155,12 +155,7 @@ if [ "${MODE:-}" = learn ]; then  # (b) on the device.
   # (rewards stay at 1), the same sittings, archive and resume.
   BACKEND=${BACKEND:-cuda} GPU_FLAGS=()
   if [ "$BACKEND" = cuda ]; then
-    CUDA=${CUDA_HOME:-/usr/local/cuda}
-    KPROF=/tmp/kr_kprof/libkprof.so; mkdir -p /tmp/kr_kprof
-    CUPTI_H=$(dirname "$(find $CUDA/ $CUDA/extras -name cupti.h 2>/dev/null | head -1)")
-    CUPTI_SO=$(dirname "$(find $CUDA/ -name 'libcupti.so*' 2>/dev/null | head -1)")
-    g++ -std=c++17 -O2 -fPIC -shared -I. -I$CUDA/include -I$CUPTI_H profiler_service/cupti/kprof.cc -o $KPROF \
-      -L$CUPTI_SO -Wl,-rpath,$CUPTI_SO -L$CUDA/lib64/stubs -lcupti -lcuda > "$OUT/kprof_build.log" 2>&1 || KPROF=""
+    KPROF=$(device_build_kprof "$OUT/kprof_build.log") || KPROF=""
     GPU_FLAGS=(--set=sandbox.enable_profiling=true --set=sandbox.baseline_dir=$BASE ${KPROF:+--set=sandbox.kprof_lib=$KPROF}
                --set=sandbox.profiler_root=$PWD --set=sandbox.profiler.time_budget_s=0.2)
   fi
@@ -244,19 +239,14 @@ if [ "${MODE:-}" = learn ]; then  # (b) on the device.
 fi
 [ -x "$CARRY/sandbox_cli" ] || { echo "no $CARRY: run tools/device_learn.sh --stage here and carry .devcarry/learn"; exit 2; }
 PY=$(command -v python3)
-CUDA=${CUDA_HOME:-/usr/local/cuda}
 export LD_LIBRARY_PATH=$PWD/$CARRY/lib:${LD_LIBRARY_PATH:-}
 export KERNELRL_VERIFY_CUDA_LIB=$PWD/$CARRY/libkernelrl_verify_cuda.so
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 
 # CUPTI recorder for the candidate (and the baselines: same clock).
-KPROF=/tmp/kr_kprof/libkprof.so; mkdir -p /tmp/kr_kprof
-CUPTI_H=$(dirname "$(find $CUDA/ $CUDA/extras -name cupti.h 2>/dev/null | head -1)")
-CUPTI_SO=$(dirname "$(find $CUDA/ -name 'libcupti.so*' 2>/dev/null | head -1)")
-g++ -std=c++17 -O2 -fPIC -shared -I. -I$CUDA/include -I$CUPTI_H profiler_service/cupti/kprof.cc -o $KPROF \
-  -L$CUPTI_SO -Wl,-rpath,$CUPTI_SO -L$CUDA/lib64/stubs -lcupti -lcuda > "$OUT/kprof_build.log" 2>&1 ||
-  KPROF=$PWD/$CARRY/libkprof_bazel.so
+. tools/device_libs.sh
+KPROF=$(device_build_kprof "$OUT/kprof_build.log") || KPROF=$PWD/$CARRY/libkprof_bazel.so
 
 # Baselines of the three tasks (eager + torch.compile) through the executor path (only such baselines pay
 # speed-ups): torch.compile's caches filled in parallel first, untimed; then measure_baselines.

@@ -51,3 +51,17 @@ device_lib_path() {
     export LD_LIBRARY_PATH="$carry/libcxx:$LD_LIBRARY_PATH"  # Device libstdc++ older than ours.
   fi
 }
+
+# The CUPTI recorder for the candidate process (CUDA_INJECTION64_PATH), built on
+# the device against its own CUDA and CUPTI: prints the library's path, or
+# nothing and fails where the build does (its output goes to LOG).
+#
+#   KPROF=$(device_build_kprof "$OUT/kprof_build.log") || KPROF=...    (device)
+device_build_kprof() {
+  local log=$1 cuda=${CUDA_HOME:-/usr/local/cuda} out=/tmp/kr_kprof/libkprof.so cupti_h cupti_so
+  mkdir -p /tmp/kr_kprof
+  cupti_h=$(dirname "$(find "$cuda/" "$cuda/extras" -name cupti.h 2>/dev/null | head -1)")
+  cupti_so=$(dirname "$(find "$cuda/" -name 'libcupti.so*' 2>/dev/null | head -1)")
+  g++ -std=c++17 -O2 -fPIC -shared -I. -I"$cuda/include" -I"$cupti_h" profiler_service/cupti/kprof.cc -o $out \
+    -L"$cupti_so" -Wl,-rpath,"$cupti_so" -L"$cuda/lib64/stubs" -lcupti -lcuda > "$log" 2>&1 && echo $out
+}

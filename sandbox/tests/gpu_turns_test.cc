@@ -5,6 +5,8 @@
 #include "sandbox/gpu_turns.h"
 
 #include <atomic>
+#include <functional>
+#include <memory>
 #include <thread>
 
 #include "absl/synchronization/notification.h"
@@ -66,25 +68,43 @@ TEST(GpuTurnsTest, TheClockWaitsForEverySharedTurnToEnd) {
   clocked.join();
 }
 
-TEST(GpuTurnsTest, NoSharedTurnStartsWhileAClockRuns) {
+// A shared turn asked for while the turn `hold` makes has the GPU alone starts only once that one
+// has ended.
+void ExpectSharedTurnsWaitFor(const std::function<std::unique_ptr<GpuTurns::Turn>(GpuTurns*)>& hold) {
   GpuTurns turns;
   absl::Notification shared_in;
-  std::atomic<bool> clock_over{false};
+  std::atomic<bool> over{false};
   std::thread shared;
   {
-    GpuTurns::Turn turn(&turns, Kind::kClocked);
-    ASSERT_TRUE(turn.Start(kLong));
-    turn.Alone();
+    std::unique_ptr<GpuTurns::Turn> turn = hold(&turns);
+    ASSERT_TRUE(turn->alone());
     shared = std::thread([&] {
       GpuTurns::Turn t(&turns, Kind::kShared);
-      EXPECT_TRUE(clock_over.load()) << "a verify-only job started while a clock ran";
+      EXPECT_TRUE(over.load()) << "a verify-only job started while another job had the GPU alone";
       shared_in.Notify();
     });
     EXPECT_FALSE(shared_in.WaitForNotificationWithTimeout(kWindow));
-    clock_over = true;
+    over = true;
   }
   EXPECT_TRUE(shared_in.WaitForNotificationWithTimeout(kLong));
   shared.join();
+}
+
+TEST(GpuTurnsTest, NoSharedTurnStartsWhileAClockRuns) {
+  ExpectSharedTurnsWaitFor([](GpuTurns* turns) {
+    auto turn = std::make_unique<GpuTurns::Turn>(turns, Kind::kClocked);
+    EXPECT_TRUE(turn->Start(kLong));
+    turn->Alone();
+    return turn;
+  });
+}
+
+TEST(GpuTurnsTest, AnAloneTurnHasTheGpuFromItsStart) {
+  ExpectSharedTurnsWaitFor([](GpuTurns* turns) {
+    auto turn = std::make_unique<GpuTurns::Turn>(turns, Kind::kAlone);
+    turn->Alone();  // a no-op
+    return turn;
+  });
 }
 
 TEST(GpuTurnsTest, OneProfilingJobAtATimeFromItsStart) {
@@ -125,27 +145,6 @@ TEST(GpuTurnsTest, AStartGivesUpAfterItsWait) {
   second.join();  // it gave up while the first still holds the token
   first.Alone();  // the second's shared hold came back and went with it (else this waits forever)
   EXPECT_TRUE(first.alone());
-}
-
-TEST(GpuTurnsTest, AnAloneTurnHasTheGpuFromItsStart) {
-  GpuTurns turns;
-  absl::Notification shared_in;
-  std::atomic<bool> over{false};
-  std::thread shared;
-  {
-    GpuTurns::Turn turn(&turns, Kind::kAlone);
-    EXPECT_TRUE(turn.alone());
-    turn.Alone();  // a no-op
-    shared = std::thread([&] {
-      GpuTurns::Turn t(&turns, Kind::kShared);
-      EXPECT_TRUE(over.load());
-      shared_in.Notify();
-    });
-    EXPECT_FALSE(shared_in.WaitForNotificationWithTimeout(kWindow));
-    over = true;
-  }
-  EXPECT_TRUE(shared_in.WaitForNotificationWithTimeout(kLong));
-  shared.join();
 }
 
 }  // namespace

@@ -59,6 +59,20 @@ class ParallelVerifyTest : public ::testing::Test {
     r.set_skip_profile(!profile);
     return r;
   }
+  // A profiling job that, holding its clock token, waits in its ("start_queue", finished) note
+  // until `release`; `profiled` (may be null) turns true at its ("profile", finished) note, the
+  // last it gives while it holds its turn.
+  std::thread HoldStartedProfilingJob(Verdict* out, absl::Notification* started, absl::Notification* release,
+                                      std::atomic<bool>* profiled = nullptr) {
+    return std::thread([=] {
+      *out = evaluator_->Evaluate(Request(true), [=](const std::string& stage, bool finished, const std::string&) {
+        if (stage == "profile" && finished && profiled != nullptr) *profiled = true;
+        if (stage != "start_queue" || !finished) return;
+        started->Notify();
+        release->WaitForNotificationWithTimeout(absl::Seconds(120));
+      });
+    });
+  }
   std::string python_;
   std::unique_ptr<Evaluator> evaluator_;
 };
@@ -139,14 +153,7 @@ TEST_F(ParallelVerifyTest, ProfilingJobsStartTogetherAndTakeTheirTurnsOneAtATime
   absl::Notification first_started, release, second_in, second_asking, second_started;
   std::atomic<bool> first_over{false}, started_early{false};
   Verdict first, second;
-  std::thread ta([&] {
-    first = evaluator_->Evaluate(Request(true), [&](const std::string& stage, bool finished, const std::string&) {
-      if (stage == "profile" && finished) first_over = true;
-      if (stage != "start_queue" || !finished) return;
-      first_started.Notify();
-      release.WaitForNotificationWithTimeout(absl::Seconds(120));
-    });
-  });
+  std::thread ta = HoldStartedProfilingJob(&first, &first_started, &release, &first_over);
   ASSERT_TRUE(first_started.WaitForNotificationWithTimeout(absl::Seconds(120)));
   std::thread tb([&] {
     second = evaluator_->Evaluate(Request(true), [&](const std::string& stage, bool finished, const std::string&) {
@@ -179,13 +186,7 @@ TEST_F(ParallelVerifyTest, ProfilingJobsStartTogetherAndTakeTheirTurnsOneAtATime
 TEST_F(ParallelVerifyTest, JobsWaitingForAZygoteHoldNoTurn) {
   absl::Notification first_started, release, second_asking, third_queued;
   Verdict first, second, third;
-  std::thread ta([&] {
-    first = evaluator_->Evaluate(Request(true), [&](const std::string& stage, bool finished, const std::string&) {
-      if (stage != "start_queue" || !finished) return;
-      first_started.Notify();
-      release.WaitForNotificationWithTimeout(absl::Seconds(120));
-    });
-  });
+  std::thread ta = HoldStartedProfilingJob(&first, &first_started, &release);
   ASSERT_TRUE(first_started.WaitForNotificationWithTimeout(absl::Seconds(120)));
   std::thread tb([&] {
     second = evaluator_->Evaluate(Request(true), [&](const std::string& stage, bool finished, const std::string&) {

@@ -27,19 +27,14 @@ CARRY=.devcarry/sandbox
 OUT=${OUT:-/tmp/trusted_timing_out}
 mkdir -p "$OUT"
 PY=$(command -v python3)
-CUDA=${CUDA_HOME:-/usr/local/cuda}
 export LD_LIBRARY_PATH=$PWD/$CARRY/lib:${LD_LIBRARY_PATH:-}
 export PYTHONUNBUFFERED=1 TORCHINDUCTOR_CACHE_DIR=/tmp/kr_inductor TORCHINDUCTOR_COMPILE_THREADS=1
 T0=$(date +%s)
 elapsed() { echo $(( $(date +%s) - T0 )); }
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
 
-KPROF=/tmp/kr_kprof/libkprof.so; mkdir -p /tmp/kr_kprof
-CUPTI_H=$(dirname "$(find $CUDA/ $CUDA/extras -name cupti.h 2>/dev/null | head -1)")
-CUPTI_SO=$(dirname "$(find $CUDA/ -name 'libcupti.so*' 2>/dev/null | head -1)")
-g++ -std=c++17 -O2 -fPIC -shared -I. -I$CUDA/include -I$CUPTI_H profiler_service/cupti/kprof.cc -o $KPROF \
-  -L$CUPTI_SO -Wl,-rpath,$CUPTI_SO -L$CUDA/lib64/stubs -lcupti -lcuda > "$OUT/kprof_build.log" 2>&1 ||
-  KPROF=$PWD/$CARRY/libkprof_bazel.so
+. tools/device_libs.sh
+KPROF=$(device_build_kprof "$OUT/kprof_build.log") || KPROF=$PWD/$CARRY/libkprof_bazel.so
 # CUPTI=0: no recorder in the executor (events attribute instead), to see what it costs.
 [ "${CUPTI:-1}" = 1 ] || KPROF=""
 WORKER="--set=backend=cuda --set=python=$PY --set=harness_dir=$(realpath ${HARNESS:-sandbox/harness})
@@ -82,38 +77,7 @@ run_suite() {
   [ "$load" = lease ] && lease=/tmp/kr_gpu.lease && rm -f $lease $lease.turn $lease.shared_taken $lease.shared_released
   if [ "$load" = 1 ] || [ "$load" = lease ]; then
     # A second process on the same GPU, busy the whole time (its own CUDA context).
-    $PY -c '
-import fcntl, os, sys, time, torch
-lease, idle = sys.argv[1], float(sys.argv[2])
-def stamp(path):  # as GpuLease does for a shared holder: the worker settles from the last release
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o666)
-    now = time.time_ns()
-    os.utime(fd, ns=(now, now))
-    os.close(fd)
-a = torch.randn(8192, 8192, device="cuda"); b = torch.randn(8192, 8192, device="cuda")
-print("load: running" + (" under the lease " + lease if lease else ""), flush=True)
-batches = 0
-while True:
-    held = None
-    if lease:  # the turn first (a waiting timer holds it), then the lease shared
-        turn = os.open(lease + ".turn", os.O_RDWR | os.O_CREAT, 0o666)
-        fcntl.flock(turn, fcntl.LOCK_EX)
-        os.close(turn)
-        held = os.open(lease, os.O_RDWR | os.O_CREAT, 0o666)
-        fcntl.flock(held, fcntl.LOCK_SH)
-        stamp(lease + ".shared_taken")
-    for _ in range(20):
-        c = a @ b
-    torch.cuda.synchronize()
-    if held is not None:
-        stamp(lease + ".shared_released")  # still held, as GpuLease stamps it
-        os.close(held)
-    if idle > 0:
-        time.sleep(idle)
-    batches += 1
-    if batches % 100 == 0:
-        print(f"load: {batches} batches of 20 GEMMs", flush=True)
-' "$lease" "${LOAD_IDLE_S:-0}" > "$out/load.log" 2>&1 &
+    $PY tests/bench/gemm_load.py "$lease" "${LOAD_IDLE_S:-0}" > "$out/load.log" 2>&1 &
     loadpid=$!
     sleep 5
     head -1 "$out/load.log"

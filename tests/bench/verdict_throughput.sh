@@ -27,19 +27,14 @@ OUT=/tmp/kr_tp_out; rm -rf $OUT; mkdir -p $OUT
 exec > >(tee "$RESULTS/summary.txt") 2>&1
 trap 'tar czf "$RESULTS/runs.tgz" -C $OUT . 2>/dev/null' EXIT
 PY=$(command -v python3)
-CUDA=${CUDA_HOME:-/usr/local/cuda}
 export LD_LIBRARY_PATH=$PWD/$CARRY/lib:${LD_LIBRARY_PATH:-}
 export PYTHONUNBUFFERED=1 TORCHINDUCTOR_CACHE_DIR=/tmp/kr_inductor
 T0=$(date +%s)
 elapsed() { echo $(( $(date +%s) - T0 )); }
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 
-KPROF=/tmp/kr_kprof/libkprof.so; mkdir -p /tmp/kr_kprof
-CUPTI_H=$(dirname "$(find $CUDA/ $CUDA/extras -name cupti.h 2>/dev/null | head -1)")
-CUPTI_SO=$(dirname "$(find $CUDA/ -name 'libcupti.so*' 2>/dev/null | head -1)")
-g++ -std=c++17 -O2 -fPIC -shared -I. -I$CUDA/include -I$CUPTI_H profiler_service/cupti/kprof.cc -o $KPROF \
-  -L$CUPTI_SO -Wl,-rpath,$CUPTI_SO -L$CUDA/lib64/stubs -lcupti -lcuda > "$OUT/kprof_build.log" 2>&1 ||
-  KPROF=$PWD/$CARRY/libkprof_bazel.so
+. tools/device_libs.sh
+KPROF=$(device_build_kprof "$OUT/kprof_build.log") || KPROF=$PWD/$CARRY/libkprof_bazel.so
 
 # The suite: small level-1 tasks and the level-2 GEMMs (0.1-3 ms kernels), each
 # candidate once profiled and once verify-only (the agent's Profile and Verify tools).
@@ -61,36 +56,7 @@ worker() {  # $1: the harness dir
 LEASE=/tmp/kr_tp.lease
 load_start() {  # $1: log; $2: 1 = under the lease
   rm -f $LEASE $LEASE.turn $LEASE.shared_taken $LEASE.shared_released
-  $PY -c '
-import fcntl, os, sys, time, torch
-lease = sys.argv[1]
-def stamp(path):  # as GpuLease does for a shared holder
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o666)
-    now = time.time_ns()
-    os.utime(fd, ns=(now, now))
-    os.close(fd)
-a = torch.randn(8192, 8192, device="cuda"); b = torch.randn(8192, 8192, device="cuda")
-print("load: running", flush=True)
-batches, t0 = 0, time.time()
-while True:
-    held = None
-    if lease:
-        turn = os.open(lease + ".turn", os.O_RDWR | os.O_CREAT, 0o666)
-        fcntl.flock(turn, fcntl.LOCK_EX)
-        os.close(turn)
-        held = os.open(lease, os.O_RDWR | os.O_CREAT, 0o666)
-        fcntl.flock(held, fcntl.LOCK_SH)
-        stamp(lease + ".shared_taken")
-    for _ in range(20):
-        c = a @ b
-    torch.cuda.synchronize()
-    if held is not None:
-        stamp(lease + ".shared_released")
-        os.close(held)
-    batches += 1
-    with open(sys.argv[2], "w") as f:
-        f.write(f"{batches} {time.time() - t0:.3f}\n")
-' "$([ "$2" = 1 ] && echo $LEASE)" "$1.count" > "$1" 2>&1 &
+  $PY tests/bench/gemm_load.py "$([ "$2" = 1 ] && echo $LEASE)" 0 "$1.count" > "$1" 2>&1 &
   LOADPID=$!
   for _ in $(seq 60); do grep -q running "$1" 2>/dev/null && break; sleep 1; done
 }
