@@ -36,6 +36,7 @@
 #include "common/json.h"
 #include "common/log.h"
 #include "google/protobuf/util/json_util.h"
+#include "profiler_service/stats.h"
 #include "sandbox/child_env.h"
 #include "sandbox/evaluator.h"
 #include "sandbox/workspace_files.h"
@@ -54,12 +55,6 @@ struct Entry {
   std::string label, task, workspace, expect;
   bool verify_only = false;
 };
-
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 }  // namespace
 
@@ -155,13 +150,14 @@ int main(int argc, char** argv) {
       }
     }
   };
+  const int concurrency = std::max(1, absl::GetFlag(FLAGS_concurrency));
   const absl::Time start = absl::Now();
   std::vector<std::thread> threads;
-  for (int t = 0; t < std::max(1, absl::GetFlag(FLAGS_concurrency)); ++t) threads.emplace_back(evaluate);
+  for (int t = 0; t < concurrency; ++t) threads.emplace_back(evaluate);
   for (std::thread& t : threads) t.join();
   const double wall_s = absl::ToDoubleSeconds(absl::Now() - start);
   std::printf("run: %zu evaluations in %.1f s at concurrency %d (%.2f a second)\n", work.size(), wall_s,
-              std::max(1, absl::GetFlag(FLAGS_concurrency)), wall_s > 0 ? work.size() / wall_s : 0.0);
+              concurrency, wall_s > 0 ? work.size() / wall_s : 0.0);
   for (const auto& [stage, ms] : stage_ms) {
     std::printf("stage %-28s n %3zu p50 %8.0f ms\n", stage.c_str(), ms.size(), Median(ms));
   }
