@@ -364,8 +364,33 @@ def main():
 
     # 6. Outputs read where they lie: another process's exported segments.
     ipc_checks(lib, verify_cuda, torch)
+
+    # 7. The task's Model is built on the device (inputs.make_model): its
+    #    parameters and buffers are drawn there, equal for equal seeds.
+    model_checks(torch)
     print(f"verify_cuda_test: {len(FAILS)} failed")
     return 1 if FAILS else 0
+
+
+def model_checks(torch):
+    import types
+    import inputs
+
+    class Model(torch.nn.Module):
+        def __init__(self, n):
+            super().__init__()
+            self.gemm = torch.nn.Linear(n, n)
+            self.register_buffer("mask", torch.tril(torch.ones(n, n)))
+
+    task = types.SimpleNamespace(Model=Model, get_init_inputs=lambda: [1024])
+    a, init = inputs.make_model(task, 7, "cuda")
+    b, _ = inputs.make_model(task, 7, "cuda")
+    c, _ = inputs.make_model(task, 8, "cuda")
+    check(init == [1024] and all(t.is_cuda for t in list(a.parameters()) + list(a.buffers())),
+          "make_model: parameters and buffers built on the device")
+    check(all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values())),
+          "make_model: the same seed draws the same weights")
+    check(not torch.equal(a.gemm.weight, c.gemm.weight), "make_model: another seed draws other weights")
 
 
 if __name__ == "__main__":
