@@ -242,7 +242,7 @@ def stage(v, name):
 ok = lambda r: r["verdict"].get("outcome") == r["expected"]
 sol = [r for r in rows if r["label"].startswith("level")]
 exp = [r for r in rows if r["label"].startswith("exploit/")]
-print("\n== profile stage on the reference solutions (H100) ==")
+print("\n== profile stage on the reference solutions ==")
 print(f"{'task':42s} {'outcome':14s} {'rwd':>4s} {'cand_us':>10s} {'eager_us':>10s} {'comp_us':>10s} "
       f"{'x_eager':>8s} {'x_comp':>8s} {'sol':>6s} {'own%':>5s} {'prof_s':>6s}  flags")
 for r in sol + [r for r in rows if r["label"].startswith(("overhead/", "after/"))]:
