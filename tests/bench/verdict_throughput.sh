@@ -10,7 +10,7 @@
 #           and sandbox/harness under BEFORE=.devcarry/<dir>)
 #   device: tests/bench/verdict_throughput.sh    (run tool, carry .devcarry/sandbox [BEFORE])
 #
-# Knobs: REPEAT (2 passes over the suite), WARM_WALL (200 s, the compiles), RUN_WALL (150 s a run), CONCURRENCY (8 evaluations in flight),
+# Knobs: REPEAT (2 passes over the suite), WARM_WALL (200 s, the compiles), RUN_WALL (150 s a run, the worker's start-up probes included: ~36-39 s on an H200), CONCURRENCY (8 evaluations in flight),
 # JOBS (2: VerifyLimits.parallel_verify_jobs), PROFILE_BUDGET (0.3 s), LOADS
 # ("quiet lease": quiet, then the learner-like process holding the lease shared
 # around each 20 GEMMs of 8192^2), BEFORE (a dir holding sandbox_cli and
