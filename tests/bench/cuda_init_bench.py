@@ -1,5 +1,5 @@
-"""Where a fresh harness process's CUDA start goes (docs/HARNESS.md, "Where a
-verdict's wall goes"): children forked from a parent that imported torch and
+"""Where a fresh harness process's CUDA start goes (docs/HARNESS.md, "The
+design with GPU turns, whole"): children forked from a parent that imported torch and
 never CUDA, as the zygote forks a job's two processes, each timing its steps:
 the driver's cuInit, the primary context (torch.cuda.set_device), torch's first
 kernel, and the harness's CUDA library. Runs N at once, as N jobs' processes
