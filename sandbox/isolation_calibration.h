@@ -3,11 +3,12 @@
 // CUDA under every step; the host decides what degrades, never the candidate,
 // and every drop is logged.
 //
-// The order: each group of the plan alone first (a step with the steps it
+// The order: the full set first (as the host allows it), used where CUDA works
+// under it; else each group of the plan alone (a step with the steps it
 // needs), so the log names the exact step CUDA cannot run under; then every
 // tolerated step together; if that fails (or nothing was tolerated), the
-// plan's fallbacks in order, each "the full set minus these", and the first
-// under which CUDA works is used for every job; if none works, no step.
+// plan's other fallbacks in order, each "the full set minus these", and the
+// first under which CUDA works is used for every job; if none works, no step.
 // The zygote only runs each probe it is asked for (a forked child under that
 // isolation initialises CUDA and runs a kernel) and answers ok/error; the
 // choice is made here (tests/isolation_calibration_test.cc).
@@ -44,8 +45,8 @@ struct ProbeAnswer {
 };
 
 struct CalibrationStep {
-  std::string kind;                // "alone", "together" or "dropped"
-  std::vector<std::string> steps;  // the group, the tolerated set, or the dropped steps
+  std::string kind;                // "full", "alone", "together" or "dropped"
+  std::vector<std::string> steps;  // the plan's steps, the group, the tolerated set, or the dropped steps
   ProbeAnswer answer;
 };
 

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_join.h"
 #include "gtest/gtest.h"
 #include "sandbox/contain/contain.h"
 #include "sandbox/isolation_calibration.h"
@@ -43,7 +44,7 @@ TEST(CalibrationStartTest, ZygoteAnswersEveryProbeTheWorkerAsksFor) {
   const IsolationPlan& plan = DefaultIsolationPlan();
   const std::set<std::string> dropped(hello->isolation_dropped_for_cuda().begin(),
                                       hello->isolation_dropped_for_cuda().end());
-  ASSERT_GE(hello->calibration_size(), static_cast<int>(plan.groups.size()) + 2);
+  ASSERT_GE(hello->calibration_size(), 3);
   EXPECT_TRUE(absl::StartsWith(hello->calibration(hello->calibration_size() - 2), "recorder=["))
       << "the recorder is probed after the isolation, under the chosen one";
   EXPECT_TRUE(absl::StartsWith(hello->calibration(hello->calibration_size() - 1), "copies=["))
@@ -56,16 +57,19 @@ TEST(CalibrationStartTest, ZygoteAnswersEveryProbeTheWorkerAsksFor) {
     EXPECT_EQ(dropped.count("seccomp"), 0u) << "CUDA must run under seccomp";
     return;
   }
-  // No GPU: every probe fails in its child, so every group alone, no
-  // "together", every fallback, and nothing left on.
+  // No GPU: every probe fails in its child, so the full set, every group
+  // alone, no "together", every other fallback, and nothing left on.
   EXPECT_EQ(hello->calibration_size(), static_cast<int>(plan.groups.size() + plan.drops.size()) + 2);
   EXPECT_EQ(dropped, std::set<std::string>(plan.steps.begin(), plan.steps.end()));
   for (int i = 0; i < hello->calibration_size(); ++i) {
     EXPECT_TRUE(absl::StrContains(hello->calibration(i), "ok=0 ")) << hello->calibration(i);
   }
-  EXPECT_TRUE(absl::StartsWith(hello->calibration(0), "alone=[user_ns] ok=0 ")) << hello->calibration(0);
-  EXPECT_TRUE(absl::StartsWith(hello->calibration(plan.groups.size()), "dropped=[] ok=0 "))
-      << hello->calibration(plan.groups.size());
+  EXPECT_TRUE(absl::StartsWith(hello->calibration(0), "full=[" + absl::StrJoin(plan.steps, ",") + "] ok=0 "))
+      << hello->calibration(0);
+  EXPECT_TRUE(absl::StartsWith(hello->calibration(1), "alone=[user_ns] ok=0 ")) << hello->calibration(1);
+  EXPECT_TRUE(absl::StartsWith(hello->calibration(1 + plan.groups.size()),
+                               "dropped=[" + absl::StrJoin(plan.drops[1], ",") + "] ok=0 "))
+      << hello->calibration(1 + plan.groups.size());
   EXPECT_FALSE(hello->kprof_ok());
   EXPECT_FALSE(hello->kprof_error().empty());
 }

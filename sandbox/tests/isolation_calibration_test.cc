@@ -71,14 +71,11 @@ TEST(IsolationCalibrationTest, HealthyHostKeepsEveryStep) {
   const IsolationPlan& p = DefaultIsolationPlan();
   EXPECT_EQ(On(c.isolation), std::set<std::string>(p.steps.begin(), p.steps.end()));
   EXPECT_TRUE(c.dropped.empty());
-  // Every group alone, no "together" (all tolerated = the full set), then the full set.
-  ASSERT_EQ(c.log.size(), p.groups.size() + 1);
-  EXPECT_EQ(c.log.back().kind, "dropped");
-  EXPECT_TRUE(c.log.back().steps.empty());
-  for (size_t i = 0; i < p.groups.size(); ++i) {
-    EXPECT_EQ(c.log[i].kind, "alone");
-    EXPECT_EQ(On(host.asked[i]), std::set<std::string>(p.groups[i].begin(), p.groups[i].end()));
-  }
+  // One probe: the full set works, so no step is probed alone.
+  ASSERT_EQ(c.log.size(), 1u);
+  EXPECT_EQ(c.log[0].kind, "full");
+  EXPECT_EQ(c.log[0].steps, p.steps);
+  EXPECT_EQ(On(host.asked[0]), std::set<std::string>(p.steps.begin(), p.steps.end()));
 }
 
 TEST(IsolationCalibrationTest, RandomBrokenStepsAreDroppedTogether) {
@@ -100,7 +97,14 @@ TEST(IsolationCalibrationTest, RandomBrokenStepsAreDroppedTogether) {
     }
     ASSERT_FALSE(tolerated.empty());
     EXPECT_EQ(On(c.isolation), tolerated);
-    ASSERT_EQ(c.log.size(), p.groups.size() + 1);
+    // The full set fails, every group alone, then the tolerated ones together.
+    ASSERT_EQ(c.log.size(), 1 + p.groups.size() + 1);
+    EXPECT_EQ(c.log.front().kind, "full");
+    EXPECT_FALSE(c.log.front().answer.ok);
+    for (size_t i = 0; i < p.groups.size(); ++i) {
+      EXPECT_EQ(c.log[1 + i].kind, "alone");
+      EXPECT_EQ(On(host.asked[1 + i]), std::set<std::string>(p.groups[i].begin(), p.groups[i].end()));
+    }
     EXPECT_EQ(c.log.back().kind, "together");
     EXPECT_TRUE(c.log.back().answer.ok);
     for (const std::string& b : host.breaks) {
@@ -115,10 +119,10 @@ TEST(IsolationCalibrationTest, RandomBrokenStepsAreDroppedTogether) {
   }
 }
 
-// Steps fine alone but not together: with every group tolerated alone there
-// is no "together" probe; with one group failing alone the tolerated set is
-// probed together first. Either way the fallbacks are tried in order and the
-// first that works is kept.
+// Steps fine alone but not together: the full set fails; with every group
+// tolerated alone there is no "together" probe; with one group failing alone
+// the tolerated set is probed together first. Either way the other fallbacks
+// are tried in order and the first that works is kept.
 TEST(IsolationCalibrationTest, FailingTogetherFallsBackInOrder) {
   const IsolationPlan& p = DefaultIsolationPlan();
   std::mt19937 rng(std::random_device{}());
@@ -143,16 +147,21 @@ TEST(IsolationCalibrationTest, FailingTogetherFallsBackInOrder) {
       if (works(want)) break;
     }
     ASSERT_LT(first, p.drops.size());
+    ASSERT_GT(first, 0u) << "the full set breaks here";
     EXPECT_EQ(On(c.isolation), want) << partner;
     const size_t together = identity_breaks ? 1 : 0;
-    EXPECT_EQ(c.log.size(), p.groups.size() + together + first + 1) << partner;
+    // The full set, every group alone, maybe together, then fallbacks 1..first.
+    EXPECT_EQ(c.log.size(), 1 + p.groups.size() + together + first) << partner;
     EXPECT_EQ(asked.size(), c.log.size());
+    EXPECT_EQ(c.log.front().kind, "full");
+    const CalibrationStep& after_groups = c.log[1 + p.groups.size()];
     if (identity_breaks) {
-      EXPECT_EQ(c.log[p.groups.size()].kind, "together");
-      EXPECT_FALSE(c.log[p.groups.size()].answer.ok);
-      EXPECT_EQ(std::count(c.log[p.groups.size()].steps.begin(), c.log[p.groups.size()].steps.end(), "identity"), 0);
+      EXPECT_EQ(after_groups.kind, "together");
+      EXPECT_FALSE(after_groups.answer.ok);
+      EXPECT_EQ(std::count(after_groups.steps.begin(), after_groups.steps.end(), "identity"), 0);
     } else {
-      EXPECT_EQ(c.log[p.groups.size()].kind, "dropped");
+      EXPECT_EQ(after_groups.kind, "dropped");
+      EXPECT_EQ(after_groups.steps, p.drops[1]);
     }
   }
 }
@@ -162,8 +171,10 @@ TEST(IsolationCalibrationTest, NothingWorksMeansNoStep) {
       CalibrateIsolation(DefaultIsolationPlan(), kAllCaps, [](const IsolationMap&) { return ProbeAnswer{false, "x"}; });
   EXPECT_TRUE(On(c.isolation).empty());
   EXPECT_EQ(c.dropped.size(), DefaultIsolationPlan().steps.size());
-  // No group tolerated: no "together"; every fallback tried.
+  // The full set, every group alone, no "together" (none tolerated), every
+  // other fallback: the full set is probed once.
   EXPECT_EQ(c.log.size(), DefaultIsolationPlan().groups.size() + DefaultIsolationPlan().drops.size());
+  EXPECT_EQ(std::count_if(c.log.begin(), c.log.end(), [](const CalibrationStep& s) { return s.steps.empty(); }), 0);
 }
 
 TEST(IsolationCalibrationTest, HostCapsGateEveryProbeAndTheChoice) {
