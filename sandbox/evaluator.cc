@@ -1,14 +1,4 @@
-#include "common/clock.h"
 #include "sandbox/evaluator.h"
-#include "absl/strings/str_format.h"
-#include "sandbox/workspace_files.h"
-#include "profiler_service/judge.h"
-
-#include <algorithm>
-#include <cerrno>
-#include <climits>
-#include <cstring>
-#include <cstdlib>
 
 #include <dirent.h>
 #include <signal.h>
@@ -16,28 +6,37 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
+#include <climits>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <optional>
 #include <random>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/clock.h"
 #include "common/file.h"
 #include "common/log.h"
 #include "common/toolkit.h"
 #include "google/protobuf/util/json_util.h"
-#include "sandbox/child_env.h"
-#include "sandbox/contain/contain.h"
-#include "sandbox/contain/echo.h"
+#include "profiler_service/judge.h"
 #include "profiler_service/profiler_defaults.h"
 #include "profiler_service/reward.h"
 #include "profiler_service/task_key.h"
+#include "sandbox/child_env.h"
+#include "sandbox/contain/contain.h"
+#include "sandbox/contain/echo.h"
 #include "sandbox/verdict_text.h"
 #include "sandbox/verify_outcome.h"
 #include "sandbox/workspace.h"
+#include "sandbox/workspace_files.h"
 
 namespace kernelrl::sandbox {
 namespace {
@@ -258,14 +257,22 @@ absl::StatusOr<std::unique_ptr<Evaluator>> Evaluator::Create(const SandboxConfig
     }
   }
   std::unique_ptr<Evaluator> e(new Evaluator(config, caps));
-  absl::StatusOr<HarnessHello> hello = e->zygotes_[0]->EnsureStarted();
-  if (!hello.ok()) return hello.status();
-  // The others now, one after another: each calibrates on the GPU, which no job uses yet.
-  for (size_t i = 1; i < e->zygotes_.size(); ++i) {
-    if (absl::StatusOr<HarnessHello> more = e->zygotes_[i]->EnsureStarted(); !more.ok()) {
-      return absl::Status(more.status().code(), absl::StrCat("zygote ", i + 1, " of ", e->zygotes_.size(), ": ",
-                                                             more.status().message()));
-    }
+  // Every zygote's process at once (each imports torch and warms up, no CUDA), then each
+  // one's hello and calibration, one after another: the probes time the GPU, which no job
+  // uses yet.
+  std::vector<absl::Status> spawned;
+  for (const std::unique_ptr<VerifyStage>& z : e->zygotes_) spawned.push_back(z->Spawn());
+  auto of_n = [&](size_t i, const absl::Status& s) {
+    return e->zygotes_.size() == 1 ? s
+                                   : absl::Status(s.code(), absl::StrCat("zygote ", i + 1, " of ", e->zygotes_.size(),
+                                                                         ": ", s.message()));
+  };
+  absl::StatusOr<HarnessHello> hello;
+  for (size_t i = 0; i < e->zygotes_.size(); ++i) {
+    if (!spawned[i].ok()) return of_n(i, spawned[i]);
+    absl::StatusOr<HarnessHello> h = e->zygotes_[i]->EnsureStarted();
+    if (!h.ok()) return of_n(i, h.status());
+    if (i == 0) hello = std::move(h);
   }
   e->torch_version_ = hello->torch();
   if (config.enable_profiling()) {

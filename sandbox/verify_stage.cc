@@ -57,10 +57,31 @@ void VerifyStage::StopLocked() {
     waitpid(pid_, nullptr, 0);
   }
   pid_ = -1;
+  greeted_ = calibrated_ = false;
   buffer_.clear();
 }
 
 absl::Status VerifyStage::StartLocked() {
+  if (pid_ < 0) {
+    if (absl::Status s = SpawnLocked(); !s.ok()) return s;
+  }
+  if (!greeted_) {
+    if (absl::Status s = GreetLocked(); !s.ok()) {
+      StopLocked();
+      return s;
+    }
+    greeted_ = true;
+  }
+  if (calibrated_) return absl::OkStatus();
+  if (absl::Status s = CalibrateLocked(); !s.ok()) {
+    StopLocked();
+    return s;
+  }
+  calibrated_ = true;
+  return absl::OkStatus();
+}
+
+absl::Status VerifyStage::SpawnLocked() {
   SpawnOptions o;
   const std::string python = config_.python().empty() ? "python3" : config_.python();
   o.argv = {python, "-u", harness_dir_ + "/zygote.py", "--contain-lib", contain_lib_, "--device",
@@ -99,24 +120,22 @@ absl::Status VerifyStage::StartLocked() {
   pid_ = proc->pid;
   to_zygote_ = proc->stdin_fd;
   from_zygote_ = proc->stdout_fd;
+  return absl::OkStatus();
+}
+
+absl::Status VerifyStage::GreetLocked() {
   absl::StatusOr<std::string> line = ReadLineLocked(120);
   if (!line.ok()) {
-    StopLocked();
     return absl::UnavailableError(absl::StrCat("zygote did not start: ", line.status().message(),
                                                " (see ", config_.work_root(), "/zygote.log)"));
   }
   absl::StatusOr<v1::sandbox::HarnessResult> first = ParseHarnessReply(*line);
   if (!first.ok() || first->reply_case() != v1::sandbox::HarnessResult::kHello) {
-    StopLocked();
     return absl::UnavailableError(absl::StrCat(
         "zygote sent no hello: ", first.ok() ? ReplyCaseName(first->reply_case()) : first.status().message(), ": ",
         line->substr(0, 200)));
   }
   hello_ = std::move(*first->mutable_hello());
-  if (absl::Status s = CalibrateLocked(); !s.ok()) {
-    StopLocked();
-    return s;
-  }
   return absl::OkStatus();
 }
 
@@ -203,11 +222,14 @@ void VerifyStage::ApplyCalibrationLocked(v1::sandbox::HarnessJob& job) const {
   job.set_seal_bytes_per_us(seal_rate_);
 }
 
+absl::Status VerifyStage::Spawn() {
+  absl::MutexLock l(&mu_);
+  return pid_ < 0 ? SpawnLocked() : absl::OkStatus();
+}
+
 absl::StatusOr<v1::sandbox::HarnessHello> VerifyStage::EnsureStarted() {
   absl::MutexLock l(&mu_);
-  if (pid_ < 0) {
-    if (absl::Status s = StartLocked(); !s.ok()) return s;
-  }
+  if (absl::Status s = StartLocked(); !s.ok()) return s;
   return hello_;
 }
 
@@ -248,9 +270,7 @@ absl::StatusOr<v1::sandbox::HarnessHealthReply> VerifyStage::Health(const v1::sa
 
 absl::StatusOr<v1::sandbox::HarnessResult> VerifyStage::RunLocked(v1::sandbox::HarnessJob job, const char* kind,
                                                                   double timeout_s, const ClockFn& clock) {
-  if (pid_ < 0) {
-    if (absl::Status s = StartLocked(); !s.ok()) return s;
-  }
+  if (absl::Status s = StartLocked(); !s.ok()) return s;
   job.set_kind(kind);
   ApplyCalibrationLocked(job);
   return ExchangeLocked(job, timeout_s, clock);

@@ -41,7 +41,14 @@ class VerifyStage {
   VerifyStage(const SandboxConfig& config, std::string harness_dir, std::string contain_lib, int caps);
   ~VerifyStage();
 
-  // Starts the zygote if needed and returns its hello (capabilities).
+  // Starts the zygote process if needed and returns at once: a worker spawns
+  // all its zygotes together (each imports torch, ~10 s on the GPU machine),
+  // then reads each one's hello and has it calibrate, one after another
+  // (EnsureStarted). The forks stay on the caller's thread: a zygote's
+  // parent-death signal fires when the thread that forked it ends.
+  absl::Status Spawn();
+  // Starts the zygote, reads its hello and calibrates it, each where not done
+  // yet, and returns the hello (capabilities).
   absl::StatusOr<v1::sandbox::HarnessHello> EnsureStarted();
   // Runs `job` as a verify job under the calibrated isolation; `timeout_s`
   // bounds the whole exchange. A job that profiles asks `clock` for its start and for its
@@ -54,6 +61,9 @@ class VerifyStage {
  private:
   static constexpr double kProbeTimeoutS = 150;  // the zygote waits 90 s for a probe's child
 
+  absl::Status SpawnLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status GreetLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);  // reads the hello
+  // Spawns, greets and calibrates, each where not done yet.
   absl::Status StartLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CalibrateLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ApplyCalibrationLocked(v1::sandbox::HarnessJob& job) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -76,6 +86,8 @@ class VerifyStage {
   const int caps_;
   absl::Mutex mu_;
   pid_t pid_ ABSL_GUARDED_BY(mu_) = -1;
+  bool greeted_ ABSL_GUARDED_BY(mu_) = false;     // of the zygote running as pid_
+  bool calibrated_ ABSL_GUARDED_BY(mu_) = false;  // of the zygote running as pid_
   int to_zygote_ ABSL_GUARDED_BY(mu_) = -1;
   int from_zygote_ ABSL_GUARDED_BY(mu_) = -1;
   std::string buffer_ ABSL_GUARDED_BY(mu_);

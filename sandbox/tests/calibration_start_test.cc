@@ -13,6 +13,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_join.h"
+#include "common/file.h"
 #include "gtest/gtest.h"
 #include "sandbox/contain/contain.h"
 #include "sandbox/isolation_calibration.h"
@@ -38,6 +39,12 @@ TEST(CalibrationStartTest, ZygoteAnswersEveryProbeTheWorkerAsksFor) {
   mkdir(config.work_root().c_str(), 0700);
   const int caps = ProbeHostCapabilities();
   auto stage = std::make_unique<VerifyStage>(config, config.harness_dir(), config.contain_lib(), caps);
+  // Spawned (as a worker spawns all its zygotes at once): the zygote said hello
+  // and has been asked for no probe yet; EnsureStarted asks for them.
+  ASSERT_TRUE(stage->Spawn().ok());
+  absl::StatusOr<std::string> log = ReadFileToString(config.work_root() + "/zygote.log");
+  ASSERT_TRUE(log.ok()) << log.status();
+  EXPECT_FALSE(absl::StrContains(*log, "[calibrate]")) << *log;
   absl::StatusOr<v1::sandbox::HarnessHello> hello = stage->EnsureStarted();
   ASSERT_TRUE(hello.ok()) << hello.status();
   ASSERT_TRUE(hello->profiler_error().empty()) << hello->profiler_error();
