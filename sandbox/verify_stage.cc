@@ -1,6 +1,7 @@
 #include "sandbox/verify_stage.h"
 
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -27,6 +28,27 @@ double NowS() {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+// write() with SIGPIPE blocked on this thread: a zygote that died leaves its
+// stdin without a reader, and SIGPIPE's default action would end the whole
+// worker; the write returns EPIPE instead, and the SIGPIPE it left pending
+// here is taken back.
+ssize_t WriteWithoutSigpipe(int fd, const char* data, size_t n) {
+  sigset_t pipe_only, before;
+  sigemptyset(&pipe_only);
+  sigaddset(&pipe_only, SIGPIPE);
+  pthread_sigmask(SIG_BLOCK, &pipe_only, &before);
+  const ssize_t written = write(fd, data, n);
+  const int error = errno;
+  if (written < 0 && error == EPIPE) {
+    const struct timespec now = {0, 0};
+    while (sigtimedwait(&pipe_only, nullptr, &now) < 0 && errno == EINTR) {
+    }
+  }
+  pthread_sigmask(SIG_SETMASK, &before, nullptr);
+  errno = error;
+  return written;
 }
 
 // The reply member `part` of a checked reply (its case is the job's), or the error.
@@ -278,7 +300,7 @@ absl::StatusOr<v1::sandbox::HarnessResult> VerifyStage::RunLocked(v1::sandbox::H
 
 absl::Status VerifyStage::WriteLineLocked(const std::string& line) {
   for (size_t off = 0; off < line.size();) {
-    ssize_t n = write(to_zygote_, line.data() + off, line.size() - off);
+    ssize_t n = WriteWithoutSigpipe(to_zygote_, line.data() + off, line.size() - off);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
       StopLocked();
