@@ -258,8 +258,8 @@ absl::StatusOr<std::unique_ptr<Evaluator>> Evaluator::Create(const SandboxConfig
   }
   std::unique_ptr<Evaluator> e(new Evaluator(config, caps));
   // Every zygote's process at once (each imports torch and warms up, no CUDA), then each
-  // one's hello and calibration, one after another: the probes time the GPU, which no job
-  // uses yet.
+  // one's hello; the first probes the host and the GPU (no job uses it yet) and the
+  // others take its calibration.
   std::vector<absl::Status> spawned;
   for (const std::unique_ptr<VerifyStage>& z : e->zygotes_) spawned.push_back(z->Spawn());
   auto of_n = [&](size_t i, const absl::Status& s) {
@@ -270,6 +270,7 @@ absl::StatusOr<std::unique_ptr<Evaluator>> Evaluator::Create(const SandboxConfig
   absl::StatusOr<HarnessHello> hello;
   for (size_t i = 0; i < e->zygotes_.size(); ++i) {
     if (!spawned[i].ok()) return of_n(i, spawned[i]);
+    if (i > 0) e->zygotes_[i]->UseCalibration(*e->zygotes_[0]->calibration());
     absl::StatusOr<HarnessHello> h = e->zygotes_[i]->EnsureStarted();
     if (!h.ok()) return of_n(i, h.status());
     if (i == 0) hello = std::move(h);

@@ -162,13 +162,21 @@ absl::Status VerifyStage::GreetLocked() {
 }
 
 absl::Status VerifyStage::CalibrateLocked() {
-  cuda_isolation_.clear();
-  profile_thread_allowance_ = 0;
-  input_copy_rate_ = seal_rate_ = 0.0;
-  hello_.set_kprof_ok(false);
+  if (!calibration_) {
+    absl::StatusOr<Calibration> c = ProbeLocked();
+    if (!c.ok()) return c.status();
+    calibration_ = *std::move(c);
+  }
+  hello_.MergeFrom(calibration_->hello_part);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<VerifyStage::Calibration> VerifyStage::ProbeLocked() {
+  Calibration out;
+  v1::sandbox::HarnessHello& part = out.hello_part;
   if (config_.backend() == "cpu") {
-    hello_.set_kprof_error("not a CUDA worker");
-    return absl::OkStatus();
+    part.set_kprof_error("not a CUDA worker");
+    return out;
   }
   const std::map<std::string, bool> caps(hello_.caps().begin(), hello_.caps().end());
   // The zygote failed a probe itself (no answer, or not the probe's): every
@@ -195,53 +203,63 @@ absl::Status VerifyStage::CalibrateLocked() {
     return ProbeAnswer{a.ok(), a.error()};
   });
   for (const CalibrationStep& step : c.log) {
-    hello_.add_calibration(absl::StrCat(step.kind, "=[", absl::StrJoin(step.steps, ","), "] ok=", step.answer.ok,
+    part.add_calibration(absl::StrCat(step.kind, "=[", absl::StrJoin(step.steps, ","), "] ok=", step.answer.ok,
                                         step.answer.ok ? "" : " " + step.answer.error.substr(0, 300)));
-    KLOG(INFO) << "sandbox: CUDA isolation probe " << hello_.calibration(hello_.calibration_size() - 1);
+    KLOG(INFO) << "sandbox: CUDA isolation probe " << part.calibration(part.calibration_size() - 1);
   }
   if (!lost.ok()) return absl::UnavailableError(absl::StrCat("zygote failed an isolation probe: ", lost.message()));
-  cuda_isolation_ = c.isolation;
-  for (const std::string& d : c.dropped) hello_.add_isolation_dropped_for_cuda(d);
+  out.cuda_isolation = c.isolation;
+  for (const std::string& d : c.dropped) part.add_isolation_dropped_for_cuda(d);
   if (config_.kprof_lib().empty()) {
-    hello_.set_kprof_error("no kprof_lib");
+    part.set_kprof_error("no kprof_lib");
   } else if (!hello_.profiler_error().empty()) {
-    hello_.set_kprof_error("the profiler harness does not import");
+    part.set_kprof_error("the profiler harness does not import");
   } else {
     // The CUPTI recorder under the isolation candidates get, seccomp included.
     const v1::sandbox::HarnessRecorderProbeReply r =
-        probe("recorder_probe", cuda_isolation_, config_.kprof_lib()).recorder_probe();
+        probe("recorder_probe", out.cuda_isolation, config_.kprof_lib()).recorder_probe();
     if (!lost.ok()) return absl::UnavailableError(absl::StrCat("zygote failed the recorder probe: ", lost.message()));
-    hello_.set_kprof_ok(r.ok());
-    hello_.set_kprof_error(r.ok() ? "" : r.error());
-    hello_.add_calibration(absl::StrCat("recorder=[", config_.kprof_lib(), "] ok=", r.ok(), " ", r.error()));
-    KLOG(INFO) << "sandbox: CUPTI recorder probe " << hello_.calibration(hello_.calibration_size() - 1);
-    if (r.ok()) profile_thread_allowance_ = r.threads_started();
+    part.set_kprof_ok(r.ok());
+    part.set_kprof_error(r.ok() ? "" : r.error());
+    part.add_calibration(absl::StrCat("recorder=[", config_.kprof_lib(), "] ok=", r.ok(), " ", r.error()));
+    KLOG(INFO) << "sandbox: CUPTI recorder probe " << part.calibration(part.calibration_size() - 1);
+    if (r.ok()) out.profile_thread_allowance = r.threads_started();
   }
   // Our in-clock copies at the rates this GPU gives them alone: what the
   // trusted figure takes off (else the device's peak).
-  const v1::sandbox::HarnessCopyProbeReply copies = probe("copy_probe", cuda_isolation_, "").copy_probe();
+  const v1::sandbox::HarnessCopyProbeReply copies = probe("copy_probe", out.cuda_isolation, "").copy_probe();
   if (!lost.ok()) return absl::UnavailableError(absl::StrCat("zygote failed the copy probe: ", lost.message()));
-  input_copy_rate_ = copies.ok() ? copies.input_copy_bytes_per_us() : 0.0;
-  seal_rate_ = copies.ok() ? copies.seal_bytes_per_us() : 0.0;
-  hello_.add_calibration(absl::StrCat("copies=[", copies.bytes(), " bytes] ok=", copies.ok(), " input ",
+  out.input_copy_rate = copies.ok() ? copies.input_copy_bytes_per_us() : 0.0;
+  out.seal_rate = copies.ok() ? copies.seal_bytes_per_us() : 0.0;
+  part.add_calibration(absl::StrCat("copies=[", copies.bytes(), " bytes] ok=", copies.ok(), " input ",
                                       copies.input_copy_bytes_per_us(), " seal ", copies.seal_bytes_per_us(), " peak ",
                                       copies.peak_bytes_per_us(), " bytes/us", copies.ok() ? "" : " " + copies.error()));
-  KLOG(INFO) << "sandbox: copy probe " << hello_.calibration(hello_.calibration_size() - 1);
-  return absl::OkStatus();
+  KLOG(INFO) << "sandbox: copy probe " << part.calibration(part.calibration_size() - 1);
+  return out;
 }
 
 void VerifyStage::ApplyCalibrationLocked(v1::sandbox::HarnessJob& job) const {
   if (job.kind() != "verify") return;
   auto& iso = *job.mutable_isolation();
-  for (const auto& [step, allowed] : cuda_isolation_) {
+  for (const auto& [step, allowed] : calibration_->cuda_isolation) {
     const auto asked = iso.find(step);
     iso[step] = (asked == iso.end() || asked->second) && allowed;  // a step not asked for stays the default (on)
   }
   // CUPTI only where the recorder ran under this isolation at start.
   if (!hello_.kprof_ok()) job.clear_kprof_lib();
-  job.set_profile_thread_allowance(job.kprof_lib().empty() ? 0 : profile_thread_allowance_);
-  job.set_input_copy_bytes_per_us(input_copy_rate_);
-  job.set_seal_bytes_per_us(seal_rate_);
+  job.set_profile_thread_allowance(job.kprof_lib().empty() ? 0 : calibration_->profile_thread_allowance);
+  job.set_input_copy_bytes_per_us(calibration_->input_copy_rate);
+  job.set_seal_bytes_per_us(calibration_->seal_rate);
+}
+
+std::optional<VerifyStage::Calibration> VerifyStage::calibration() const {
+  absl::MutexLock l(&mu_);
+  return calibration_;
+}
+
+void VerifyStage::UseCalibration(const Calibration& c) {
+  absl::MutexLock l(&mu_);
+  calibration_ = c;
 }
 
 absl::Status VerifyStage::Spawn() {

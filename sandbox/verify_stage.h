@@ -20,6 +20,7 @@
 #include <sys/types.h>
 
 #include <functional>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -38,6 +39,19 @@ class VerifyStage {
   // (granted false). The time it takes is not counted against the job's deadline.
   using ClockFn = std::function<v1::sandbox::HarnessClockGrant(const std::string& step)>;
 
+  // What the start-up probes found: the same for every zygote of a worker (one
+  // host, one GPU), and kept across a zygote's restarts, so that no probe runs
+  // while jobs use the GPU (the copy probe would decline, and that zygote's jobs
+  // would take off the device's peak rates instead of what its siblings measured).
+  struct Calibration {
+    IsolationMap cuda_isolation;  // empty on CPU
+    int profile_thread_allowance = 0;
+    double input_copy_rate = 0.0;  // the copy probe's, bytes/us (0: peak)
+    double seal_rate = 0.0;
+    // The hello's kprof_ok, kprof_error, calibration and isolation_dropped_for_cuda.
+    v1::sandbox::HarnessHello hello_part;
+  };
+
   VerifyStage(const SandboxConfig& config, std::string harness_dir, std::string contain_lib, int caps);
   ~VerifyStage();
 
@@ -50,6 +64,10 @@ class VerifyStage {
   // Starts the zygote, reads its hello and calibrates it, each where not done
   // yet, and returns the hello (capabilities).
   absl::StatusOr<v1::sandbox::HarnessHello> EnsureStarted();
+  // The calibration this zygote measured or was given (none before its first start).
+  std::optional<Calibration> calibration() const;
+  // Takes another zygote's calibration instead of probing (before the first start).
+  void UseCalibration(const Calibration& c);
   // Runs `job` as a verify job under the calibrated isolation; `timeout_s`
   // bounds the whole exchange. A job that profiles asks `clock` for its start and for its
   // clock, once each and in that order (a job that asks without one is answered "no turn").
@@ -65,7 +83,9 @@ class VerifyStage {
   absl::Status GreetLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);  // reads the hello
   // Spawns, greets and calibrates, each where not done yet.
   absl::Status StartLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Probes where this zygote has no calibration yet, then puts it in the hello.
   absl::Status CalibrateLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<Calibration> ProbeLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ApplyCalibrationLocked(v1::sandbox::HarnessJob& job) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Starts the zygote if needed and exchanges `job` (its kind set to `kind`).
   absl::StatusOr<v1::sandbox::HarnessResult> RunLocked(v1::sandbox::HarnessJob job, const char* kind,
@@ -84,7 +104,7 @@ class VerifyStage {
   const std::string harness_dir_;
   const std::string contain_lib_;
   const int caps_;
-  absl::Mutex mu_;
+  mutable absl::Mutex mu_;
   pid_t pid_ ABSL_GUARDED_BY(mu_) = -1;
   bool greeted_ ABSL_GUARDED_BY(mu_) = false;     // of the zygote running as pid_
   bool calibrated_ ABSL_GUARDED_BY(mu_) = false;  // of the zygote running as pid_
@@ -92,10 +112,7 @@ class VerifyStage {
   int from_zygote_ ABSL_GUARDED_BY(mu_) = -1;
   std::string buffer_ ABSL_GUARDED_BY(mu_);
   v1::sandbox::HarnessHello hello_ ABSL_GUARDED_BY(mu_);
-  IsolationMap cuda_isolation_ ABSL_GUARDED_BY(mu_);  // empty on CPU
-  int profile_thread_allowance_ ABSL_GUARDED_BY(mu_) = 0;
-  double input_copy_rate_ ABSL_GUARDED_BY(mu_) = 0.0;  // the copy probe's, bytes/us (0: peak)
-  double seal_rate_ ABSL_GUARDED_BY(mu_) = 0.0;
+  std::optional<Calibration> calibration_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace kernelrl::sandbox

@@ -5,7 +5,9 @@
 // CUDA, so each answer must be a real probe's failure (not a protocol error),
 // the worker must have walked the whole plan (every group alone, every
 // fallback) and dropped every step. With a GPU, seccomp must stay on.
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 
 #include <memory>
 #include <set>
@@ -28,23 +30,38 @@ bool HasGpu() {
   return stat("/dev/nvidia0", &st) == 0;
 }
 
-TEST(CalibrationStartTest, ZygoteAnswersEveryProbeTheWorkerAsksFor) {
-  const std::string python = testing::FindTorchPython();
-  if (python.empty()) GTEST_SKIP() << "no python3 with torch";
+// A VerifyStage for the CUDA backend (on a machine without a GPU every probe fails).
+SandboxConfig CudaConfig(const std::string& python) {
   SandboxConfig config = testing::CpuConfig(python);
   config.set_backend("cuda");
   config.set_kprof_lib(testing::Cwd() + "/profiler_service/libkprof.so");
   config = WithDefaults(config);
-  ASSERT_FALSE(config.profiler_root().empty()) << "the profiler harness is in the runfiles";
   mkdir(config.work_root().c_str(), 0700);
+  return config;
+}
+
+// The probes a zygote of `config` ran so far, by the zygotes' shared log.
+int ProbesRun(const SandboxConfig& config) {
+  absl::StatusOr<std::string> log = ReadFileToString(config.work_root() + "/zygote.log");
+  int n = 0;
+  for (size_t at = log.ok() ? log->find("[calibrate]") : std::string::npos; at != std::string::npos;
+       at = log->find("[calibrate]", at + 1)) {
+    ++n;
+  }
+  return n;
+}
+
+TEST(CalibrationStartTest, ZygoteAnswersEveryProbeTheWorkerAsksFor) {
+  const std::string python = testing::FindTorchPython();
+  if (python.empty()) GTEST_SKIP() << "no python3 with torch";
+  const SandboxConfig config = CudaConfig(python);
+  ASSERT_FALSE(config.profiler_root().empty()) << "the profiler harness is in the runfiles";
   const int caps = ProbeHostCapabilities();
   auto stage = std::make_unique<VerifyStage>(config, config.harness_dir(), config.contain_lib(), caps);
   // Spawned (as a worker spawns all its zygotes at once): the zygote said hello
   // and has been asked for no probe yet; EnsureStarted asks for them.
   ASSERT_TRUE(stage->Spawn().ok());
-  absl::StatusOr<std::string> log = ReadFileToString(config.work_root() + "/zygote.log");
-  ASSERT_TRUE(log.ok()) << log.status();
-  EXPECT_FALSE(absl::StrContains(*log, "[calibrate]")) << *log;
+  EXPECT_EQ(ProbesRun(config), 0);
   absl::StatusOr<v1::sandbox::HarnessHello> hello = stage->EnsureStarted();
   ASSERT_TRUE(hello.ok()) << hello.status();
   ASSERT_TRUE(hello->profiler_error().empty()) << hello->profiler_error();
@@ -79,6 +96,46 @@ TEST(CalibrationStartTest, ZygoteAnswersEveryProbeTheWorkerAsksFor) {
       << hello->calibration(1 + plan.groups.size());
   EXPECT_FALSE(hello->kprof_ok());
   EXPECT_FALSE(hello->kprof_error().empty());
+}
+
+// A worker's other zygotes take the first one's calibration, and a zygote
+// started again after it died keeps its own: no probe runs once jobs may be
+// using the GPU.
+TEST(CalibrationStartTest, OtherZygotesAndARestartProbeNothing) {
+  const std::string python = testing::FindTorchPython();
+  if (python.empty()) GTEST_SKIP() << "no python3 with torch";
+  const SandboxConfig config = CudaConfig(python);
+  const int caps = ProbeHostCapabilities();
+  VerifyStage first(config, config.harness_dir(), config.contain_lib(), caps);
+  absl::StatusOr<v1::sandbox::HarnessHello> a = first.EnsureStarted();
+  ASSERT_TRUE(a.ok()) << a.status();
+  const int probes = ProbesRun(config);
+  ASSERT_GE(probes, 3) << "isolation, recorder and copy probes";
+  ASSERT_TRUE(first.calibration().has_value());
+
+  VerifyStage second(config, config.harness_dir(), config.contain_lib(), caps);
+  second.UseCalibration(*first.calibration());
+  absl::StatusOr<v1::sandbox::HarnessHello> b = second.EnsureStarted();
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(ProbesRun(config), probes) << "the second zygote probed";
+  EXPECT_NE(b->pid(), a->pid());
+  EXPECT_EQ(absl::StrJoin(b->calibration(), "\n"), absl::StrJoin(a->calibration(), "\n"));
+  EXPECT_EQ(absl::StrJoin(b->isolation_dropped_for_cuda(), ","), absl::StrJoin(a->isolation_dropped_for_cuda(), ","));
+  EXPECT_EQ(b->kprof_ok(), a->kprof_ok());
+  EXPECT_EQ(b->kprof_error(), a->kprof_error());
+
+  // The first zygote dies; the job that finds out fails, and the next start probes nothing.
+  ASSERT_EQ(kill(a->pid(), SIGKILL), 0);
+  int status = 0;
+  ASSERT_EQ(waitpid(a->pid(), &status, 0), a->pid());
+  v1::sandbox::HarnessJob job;
+  job.set_wall_seconds(30);
+  EXPECT_FALSE(first.Health(job, 60).ok());
+  absl::StatusOr<v1::sandbox::HarnessHello> again = first.EnsureStarted();
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_NE(again->pid(), a->pid());
+  EXPECT_EQ(ProbesRun(config), probes) << "the restarted zygote probed";
+  EXPECT_EQ(absl::StrJoin(again->calibration(), "\n"), absl::StrJoin(a->calibration(), "\n"));
 }
 
 }  // namespace
