@@ -204,7 +204,7 @@ absl::StatusOr<VerifyStage::Calibration> VerifyStage::ProbeLocked() {
   });
   for (const CalibrationStep& step : c.log) {
     part.add_calibration(absl::StrCat(step.kind, "=[", absl::StrJoin(step.steps, ","), "] ok=", step.answer.ok,
-                                        step.answer.ok ? "" : " " + step.answer.error.substr(0, 300)));
+                                      step.answer.ok ? "" : " " + step.answer.error.substr(0, 300)));
     KLOG(INFO) << "sandbox: CUDA isolation probe " << part.calibration(part.calibration_size() - 1);
   }
   if (!lost.ok()) return absl::UnavailableError(absl::StrCat("zygote failed an isolation probe: ", lost.message()));
@@ -232,8 +232,8 @@ absl::StatusOr<VerifyStage::Calibration> VerifyStage::ProbeLocked() {
   out.input_copy_rate = copies.ok() ? copies.input_copy_bytes_per_us() : 0.0;
   out.seal_rate = copies.ok() ? copies.seal_bytes_per_us() : 0.0;
   part.add_calibration(absl::StrCat("copies=[", copies.bytes(), " bytes] ok=", copies.ok(), " input ",
-                                      copies.input_copy_bytes_per_us(), " seal ", copies.seal_bytes_per_us(), " peak ",
-                                      copies.peak_bytes_per_us(), " bytes/us", copies.ok() ? "" : " " + copies.error()));
+                                    copies.input_copy_bytes_per_us(), " seal ", copies.seal_bytes_per_us(), " peak ",
+                                    copies.peak_bytes_per_us(), " bytes/us", copies.ok() ? "" : " " + copies.error()));
   KLOG(INFO) << "sandbox: copy probe " << part.calibration(part.calibration_size() - 1);
   return out;
 }
