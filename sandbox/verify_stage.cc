@@ -79,7 +79,7 @@ void VerifyStage::StopLocked() {
     waitpid(pid_, nullptr, 0);
   }
   pid_ = -1;
-  greeted_ = calibrated_ = false;
+  ready_ = false;
   buffer_.clear();
 }
 
@@ -87,19 +87,14 @@ absl::Status VerifyStage::StartLocked() {
   if (pid_ < 0) {
     if (absl::Status s = SpawnLocked(); !s.ok()) return s;
   }
-  if (!greeted_) {
-    if (absl::Status s = GreetLocked(); !s.ok()) {
-      StopLocked();
-      return s;
-    }
-    greeted_ = true;
-  }
-  if (calibrated_) return absl::OkStatus();
-  if (absl::Status s = CalibrateLocked(); !s.ok()) {
+  if (ready_) return absl::OkStatus();
+  absl::Status s = GreetLocked();
+  if (s.ok()) s = CalibrateLocked();
+  if (!s.ok()) {
     StopLocked();
     return s;
   }
-  calibrated_ = true;
+  ready_ = true;
   return absl::OkStatus();
 }
 

@@ -106,8 +106,7 @@ class VerifyStage {
   const int caps_;
   mutable absl::Mutex mu_;
   pid_t pid_ ABSL_GUARDED_BY(mu_) = -1;
-  bool greeted_ ABSL_GUARDED_BY(mu_) = false;     // of the zygote running as pid_
-  bool calibrated_ ABSL_GUARDED_BY(mu_) = false;  // of the zygote running as pid_
+  bool ready_ ABSL_GUARDED_BY(mu_) = false;  // the zygote running as pid_ greeted and calibrated
   int to_zygote_ ABSL_GUARDED_BY(mu_) = -1;
   int from_zygote_ ABSL_GUARDED_BY(mu_) = -1;
   std::string buffer_ ABSL_GUARDED_BY(mu_);

@@ -5,9 +5,7 @@
 // CUDA, so each answer must be a real probe's failure (not a protocol error),
 // the worker must have walked the whole plan (every group alone, every
 // fallback) and dropped every step. With a GPU, seccomp must stay on.
-#include <signal.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 
 #include <memory>
 #include <set>
@@ -125,9 +123,7 @@ TEST(CalibrationStartTest, OtherZygotesAndARestartProbeNothing) {
   EXPECT_EQ(b->kprof_error(), a->kprof_error());
 
   // The first zygote dies; the job that finds out fails, and the next start probes nothing.
-  ASSERT_EQ(kill(a->pid(), SIGKILL), 0);
-  int status = 0;
-  ASSERT_EQ(waitpid(a->pid(), &status, 0), a->pid());
+  ASSERT_TRUE(testing::KillZygote(a->pid()));
   v1::sandbox::HarnessJob job;
   job.set_wall_seconds(30);
   EXPECT_FALSE(first.Health(job, 60).ok());

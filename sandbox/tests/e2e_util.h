@@ -3,6 +3,8 @@
 #ifndef KERNELRL_SANDBOX_TESTS_E2E_UTIL_H_
 #define KERNELRL_SANDBOX_TESTS_E2E_UTIL_H_
 
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -23,6 +25,14 @@ inline std::string Cwd() {
 }
 
 using ::kernelrl::testing::FindTorchPython;
+
+// Kills a zygote a VerifyStage of this process started and reaps it here, so
+// that the stage's next write meets a pipe with no reader. True once it died
+// of the signal.
+inline bool KillZygote(pid_t pid) {
+  int status = 0;
+  return pid > 1 && kill(pid, SIGKILL) == 0 && waitpid(pid, &status, 0) == pid && WIFSIGNALED(status);
+}
 
 inline SandboxConfig CpuConfig(const std::string& python) {
   SandboxConfig c;

@@ -2,9 +2,7 @@
 // the next job an error and is started again; it never ends the worker. A
 // write to its closed stdin raised SIGPIPE, whose default action killed the
 // whole worker process before VerifyStage could report the closed pipe.
-#include <signal.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 
 #include <memory>
 #include <string>
@@ -31,13 +29,7 @@ TEST(ZygoteLossTest, ADeadZygoteIsAnErrorAndIsStartedAgain) {
   ASSERT_TRUE(first.ok()) << first.status();
   EXPECT_TRUE(first->healthy()) << first->error();
 
-  // Killed and gone (reaped here, its parent being this process): the next
-  // job's write meets a pipe with no reader.
-  ASSERT_GT(hello->pid(), 0);
-  ASSERT_EQ(kill(hello->pid(), SIGKILL), 0);
-  int status = 0;
-  ASSERT_EQ(waitpid(hello->pid(), &status, 0), hello->pid());
-  ASSERT_TRUE(WIFSIGNALED(status));
+  ASSERT_TRUE(testing::KillZygote(hello->pid()));
   absl::StatusOr<v1::sandbox::HarnessHealthReply> lost = stage.Health(job, 90);
   EXPECT_FALSE(lost.ok()) << "a job sent to a dead zygote cannot have been answered";
 
