@@ -67,6 +67,7 @@ void Actor::Work(int index) {
     RolloutOptions opts;
     opts.trajectory_id = absl::StrCat(lease.lease_id(), "/", config_.actor_id(), "/", index, "-", n++);
     opts.job_id = lease.job_id();
+    opts.seed = lease.seed();
     absl::StatusOr<RolloutResult> r = runner_->Run(lease.task(), opts);
     if (!r.ok()) {
       KLOG(ERROR) << "actor: rollout of " << lease.task().id() << ": " << r.status();

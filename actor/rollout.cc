@@ -191,6 +191,7 @@ absl::StatusOr<RolloutResult> RolloutRunner::Run(const v1::Task& task, const Rol
   t.set_id(options.trajectory_id);
   t.set_task_id(task.id());
   t.set_job_id(options.job_id);
+  if (t.has_sampling()) t.mutable_sampling()->set_seed(options.seed);
   if (has_final) *t.mutable_final_verdict() = final_verdict;
   // The worker set the verdict's reward; no verdict at all scores as an unspecified outcome.
   t.set_reward(has_final ? final_verdict.reward() : RewardFor(v1::Verdict()));

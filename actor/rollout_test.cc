@@ -117,6 +117,37 @@ TEST(RolloutTest, ScriptedPolicyWritesCompilesVerifiesProfilesAndSubmits) {
   EXPECT_TRUE(std::filesystem::is_empty(config.workspace_root()));
 }
 
+// Turn t asks the policy with the rollout's seed + t, and the trajectory says which seed it had.
+TEST(RolloutTest, EachTurnAsksWithTheRolloutsSeedPlusItsIndex) {
+  std::mt19937_64 rng(std::random_device{}());
+  const uint64_t seed = rng() >> 1 | 1;
+  std::vector<uint64_t> asked;
+  FnPolicy policy([&](const agent::PolicyRequest& r) -> absl::StatusOr<std::string> {
+    asked.push_back(r.seed);
+    return agent::FormatToolCall("Read", Json::object({{"path", Json("model.py")}}));
+  });
+  FakeEvaluator eval([](const v1::EvaluateRequest&) { return v1::Verdict(); });
+  v1::RolloutConfig config = testing::TestRolloutConfig("rollout_seed");
+  config.set_max_turns(3);
+  config.set_final_evaluation(false);
+  RolloutRunner runner(Deps(&policy, &eval), config, "skill");
+  RolloutOptions opts;
+  opts.trajectory_id = "traj-seed";
+  opts.seed = seed;
+  auto r = runner.Run(CpuTask(), opts);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(asked.size(), 3u);  // Three turns, each a Read.
+  for (size_t t = 0; t < asked.size(); ++t) EXPECT_EQ(asked[t], seed + t);
+  EXPECT_EQ(r->trajectory.sampling().seed(), seed);
+  asked.clear();
+  opts.seed = 0;  // No seed: the policy draws, every turn.
+  r = runner.Run(CpuTask(), opts);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(asked.size(), 3u);
+  for (uint64_t s : asked) EXPECT_EQ(s, 0u);
+  EXPECT_EQ(r->trajectory.sampling().seed(), 0u);
+}
+
 TEST(RolloutTest, MalformedRepliesBecomeErrorObservationsUntilMaxTurns) {
   FakeEvaluator eval([](const v1::EvaluateRequest&) { return v1::Verdict(); });
   const std::vector<std::string> bad = {

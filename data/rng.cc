@@ -49,4 +49,15 @@ size_t Rng::Weighted(const std::vector<double>& weights) {
   return weights.size() - 1;
 }
 
+uint64_t SeedOf(uint64_t seed, uint64_t n) {
+  const uint64_t s = Rng(seed, n).Next();
+  return s == 0 ? 1 : s;
+}
+
+uint64_t StableHash(std::string_view text) {
+  uint64_t h = 0xCBF29CE484222325ull;
+  for (unsigned char c : text) h = (h ^ c) * 0x100000001B3ull;
+  return h;
+}
+
 }  // namespace kernelrl

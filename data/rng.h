@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string_view>
 #include <vector>
 
 namespace kernelrl {
@@ -33,6 +34,12 @@ class Rng {
  private:
   uint64_t s_[2];
 };
+
+// A rollout's sampling seed: item n of the stream `seed` (never 0, which asks a
+// policy to draw its own). A job's n-th lease, an evaluation's k-th rollout of a task.
+uint64_t SeedOf(uint64_t seed, uint64_t n);
+// FNV-1a of `text`: the same on every platform and build (std::hash is not).
+uint64_t StableHash(std::string_view text);
 
 }  // namespace kernelrl
 

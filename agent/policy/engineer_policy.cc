@@ -272,7 +272,9 @@ absl::StatusOr<PolicyResponse> EngineerPolicy::Generate(const PolicyRequest& req
     auto& slot = episodes_[key];
     if (slot == nullptr) {
       slot = std::make_shared<Episode>();
-      slot->rng.seed(rng_());
+      // The rollout's seed when it has one (a lease's), so an episode does not depend on
+      // which of this actor's episodes came first.
+      slot->rng.seed(request.seed != 0 ? request.seed : rng_());
     }
     slot->last_use = ++uses_;
     e = slot;

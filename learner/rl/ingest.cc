@@ -11,6 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "common/file.h"
+#include "data/rng.h"
 #include "learner/rl/sample.h"
 #include "profiler_service/reward.h"
 #include "proto/verdict.pb.h"
@@ -285,6 +286,7 @@ absl::StatusOr<std::vector<v1::TaskLease>> Ingest::Lease(const std::string& acto
     }
     v1::TaskLease lease;
     lease.set_lease_id(absl::StrCat(job_id_, "-L", ++lease_counter_));
+    lease.set_seed(SeedOf(options_.seed, static_cast<uint64_t>(lease_counter_)));
     lease.set_job_id(job_id_);
     *lease.mutable_task() = *task;
     lease.set_policy_version(version_);
@@ -578,6 +580,9 @@ absl::StatusOr<std::vector<v1::Trajectory>> Ingest::AcceptedIn(const std::string
     if (!t.ok()) return t.status();
     out.push_back(*std::move(t));
   }
+  std::stable_sort(out.begin(), out.end(), [](const v1::Trajectory& a, const v1::Trajectory& b) {
+    return a.sampling().seed() < b.sampling().seed();
+  });
   return out;
 }
 

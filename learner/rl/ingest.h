@@ -76,8 +76,12 @@ struct IngestOptions {
   // them. The recipe sets (max_policy_lag + 1) x a batch's most trajectories
   // (max(trajectories_per_step, rollouts_per_task)). 0 = no bound.
   int64_t max_pending_in_stage = 0;
+  // The job's seed: lease n carries SeedOf(seed, n) (data/rng.h), so a run's
+  // rollouts sample the same whichever actor takes which lease.
+  uint64_t seed = 0;
   Clock* clock = RealClock();         // Lease expiry reads it; tests move a FakeClock.
 };
+
 
 struct IngestInfo {
   int64_t buffer_depth = 0;
@@ -140,7 +144,9 @@ class Ingest {
   absl::StatusOr<bool> Import(const std::string& stage, const v1::Trajectory& trajectory, const std::string& source)
       ABSL_LOCKS_EXCLUDED(mu_);
   // Every trajectory accepted in `stage` (the warm-up set RFT and value
-  // pretraining read), in acceptance order.
+  // pretraining read), ordered by their rollouts' seeds (SamplingInfo.seed), which
+  // the job's seed fixes: not by which actor finished first. Those without a seed
+  // (imported from a job before seeds) come first, in acceptance order.
   absl::StatusOr<std::vector<v1::Trajectory>> AcceptedIn(const std::string& stage) ABSL_LOCKS_EXCLUDED(mu_);
   // Expires overdue leases (also done on every Lease call).
   absl::Status ExpireLeases() ABSL_LOCKS_EXCLUDED(mu_);

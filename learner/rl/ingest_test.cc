@@ -9,6 +9,7 @@
 #include <map>
 #include <fstream>
 #include <random>
+#include <set>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -86,6 +87,64 @@ TEST(IngestTest, LeasePushAckIdempotentTake) {
   ASSERT_TRUE(batch.ok());
   ASSERT_EQ(batch->size(), 2u);  // The whole group.
   EXPECT_EQ((*batch)[0].token_ids_size(), t.token_ids_size());
+}
+
+// Two runs of one job lease the same seeds in the same order, however their
+// leases are spread over actors, and read the same warm-up set in the same
+// order however its rollouts finished: what RFT and value pretraining train on.
+TEST(IngestTest, LeaseSeedsFollowTheJobSeedAndTheWarmupSetIsReadInSeedOrder) {
+  std::mt19937 rng(std::random_device{}());
+  const uint64_t job_seed = rng();
+  IngestOptions options;
+  options.seed = job_seed;
+  auto a = Ingest::Open(NewTempDir("ingest_seed_a_"), "job1", options, 0);
+  auto b = Ingest::Open(NewTempDir("ingest_seed_b_"), "job1", options, 0);
+  options.seed = job_seed + 1;
+  auto c = Ingest::Open(NewTempDir("ingest_seed_c_"), "job1", options, 0);
+  ASSERT_TRUE(a.ok() && b.ok() && c.ok());
+  for (auto* in : {&*a, &*b, &*c}) (*in)->SetStage("agent_warmup", Tasks(3), 2, 6);
+  auto la = (*a)->Lease("actor-a", 6);  // One actor takes all six...
+  std::vector<v1::TaskLease> lb;        // ...or six actors one each.
+  for (int i = 0; i < 6; ++i) {
+    auto one = (*b)->Lease(absl::StrCat("actor-", rng() % 1000), 1);
+    ASSERT_TRUE(one.ok() && one->size() == 1u);
+    lb.push_back(one->front());
+  }
+  auto lc = (*c)->Lease("actor-a", 6);
+  ASSERT_TRUE(la.ok() && lc.ok());
+  ASSERT_EQ(la->size(), 6u);
+  std::set<uint64_t> seeds;
+  for (int i = 0; i < 6; ++i) {
+    EXPECT_NE((*la)[i].seed(), 0u);
+    EXPECT_EQ((*la)[i].seed(), lb[i].seed());
+    EXPECT_EQ((*la)[i].task().id(), lb[i].task().id());
+    EXPECT_NE((*la)[i].seed(), (*lc)[i].seed());  // Another job seed, other draws.
+    seeds.insert((*la)[i].seed());
+  }
+  EXPECT_EQ(seeds.size(), 6u);
+  // Pushed in two different orders, each trajectory named by its lease.
+  auto push = [&](Ingest* in, const std::vector<v1::TaskLease>& leases, std::vector<int> order) {
+    for (int i : order) {
+      v1::Trajectory t = Traj(leases[i], absl::StrCat("t", i), &rng);
+      t.mutable_sampling()->set_policy("engineer");
+      t.mutable_sampling()->set_seed(leases[i].seed());
+      ASSERT_TRUE(in->Push(leases[i].lease_id(), t).accepted());
+    }
+  };
+  std::vector<int> order = {0, 1, 2, 3, 4, 5};
+  std::shuffle(order.begin(), order.end(), rng);
+  push(a->get(), *la, order);
+  std::reverse(order.begin(), order.end());
+  push(b->get(), lb, order);
+  auto sa = (*a)->AcceptedIn("agent_warmup");
+  auto sb = (*b)->AcceptedIn("agent_warmup");
+  ASSERT_TRUE(sa.ok() && sb.ok());
+  ASSERT_EQ(sa->size(), 6u);
+  ASSERT_EQ(sb->size(), 6u);
+  for (int i = 0; i < 6; ++i) {
+    EXPECT_EQ((*sa)[i].id(), (*sb)[i].id());
+    if (i > 0) EXPECT_LT((*sa)[i - 1].sampling().seed(), (*sa)[i].sampling().seed());
+  }
 }
 
 // Groups of 3 rollouts, batches of 6 (two groups), rollouts pushed in a

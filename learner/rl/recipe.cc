@@ -177,6 +177,7 @@ absl::Status RecipeRunner::Setup(JobContext* ctx) {
   io.max_trajectory_tokens = config_.batch().max_trajectory_tokens();
   io.temperature = config_.ppo().temperature();
   io.zero_variance_cooldown_groups = config_.ppo().zero_variance_cooldown_groups();
+  io.seed = config_.seed();
   // A batch is whole groups: up to max(trajectories_per_step, rollouts_per_task) trajectories.
   io.max_pending_in_stage = (config_.ingest().max_policy_lag() + 1) *
                             static_cast<int64_t>(std::max({1, config_.batch().trajectories_per_step(),

@@ -23,6 +23,7 @@
 #include "common/file.h"
 #include "common/log.h"
 #include "common/text.h"
+#include "data/rng.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "common/gpu_presence.h"
@@ -316,7 +317,9 @@ int EvalMain(int argc, char** argv) {
       r.best.set_outcome(v1::Verdict::OUTCOME_UNSPECIFIED);
       bool have = false;
       for (int k = 0; k < rollouts; ++k) {
-        auto out = runner.Run(task, actor::RolloutOptions{true, absl::StrCat("eval/", task.id(), "/", k), "eval", 0});
+        // Seeded by the task and k: a sampled evaluation of one policy gives the same rollouts again.
+        auto out = runner.Run(task, actor::RolloutOptions{true, absl::StrCat("eval/", task.id(), "/", k), "eval",
+                                                          SeedOf(StableHash(task.id()), static_cast<uint64_t>(k))});
         ++r.rollouts;
         if (!out.ok()) {
           KLOG(ERROR) << task.id() << ": " << out.status();

@@ -15,8 +15,12 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "actor/rollout.h"
 #include "actor/tools.h"
+#include "agent/chat/chat_format.h"
 #include "agent/chat/tool_calls.h"
+#include "agent/chat/tools.h"
+#include "agent/tokenizer/bpe_trainer.h"
 #include "common/testing/testing.h"
 #include "data/family/family.h"
 #include "gtest/gtest.h"
@@ -267,6 +271,62 @@ TEST(CorpusTest, EpisodesAreMultiTurnJsonToolCallsThatFixWhatTheyBreak) {
     EXPECT_TRUE(saw_error && fixed_after_error);
     EXPECT_TRUE(absl::StartsWith(last_assistant, "Done. Final design:")) << last_assistant;
   }
+}
+
+
+// An episode is a function of its rollout's seed (a lease's): not of the engineer's own
+// seed, nor of which episodes that engineer played before (which actor took which lease).
+TEST(CorpusTest, AnEngineerEpisodeFollowsItsRolloutSeed) {
+  agent::EngineerPolicyOptions o;
+  o.fault_rate = 0.5;
+  o.fp16_rate = 0.5;
+  o.revisions = 2;
+  o.device = "cpu";
+  const v1::Task task = OnePerFamily("cpu")[1];
+  auto bpe = agent::TrainBpe({}, agent::BpeTrainerOptions{256, 2});
+  ASSERT_TRUE(bpe.ok()) << bpe.status();
+  auto tok = agent::Tokenizer::FromJson(*bpe);
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  auto with_tools = agent::ChatFormat::Create(tok->get(), agent::ToolSchemas());
+  auto plain = agent::ChatFormat::Create(tok->get(), Json::array());
+  ASSERT_TRUE(with_tools.ok() && plain.ok());
+  v1::RolloutConfig rc;
+  rc.set_max_turns(16);
+  rc.set_context_tokens(1 << 22);
+  rc.set_max_new_tokens_per_turn(1 << 20);
+  rc.set_final_evaluation(true);
+  rc.set_workspace_root(kernelrl::testing::NewTempDir("engineer_seed"));
+  rc.mutable_isolation()->set_contain(false);
+  rc.mutable_tools()->set_output_cap_bytes(16384);
+  rc.mutable_tools()->set_read_max_lines(2000);
+  rc.mutable_tools()->set_max_file_bytes(1 << 20);
+  DesignEvaluator evaluator;
+  std::mt19937_64 rng(std::random_device{}());
+  auto replies = [&](agent::EngineerPolicy* engineer, const std::string& id, uint64_t seed) {
+    actor::RolloutRunner runner(actor::RolloutDeps{engineer, &evaluator, tok->get(), &*with_tools, &*plain}, rc, "skill");
+    actor::RolloutOptions ro;
+    ro.trajectory_id = id;
+    ro.seed = seed;
+    auto r = runner.Run(task, ro);
+    EXPECT_TRUE(r.ok()) << r.status();
+    std::string out;
+    if (!r.ok()) return out;
+    EXPECT_EQ(r->trajectory.sampling().seed(), seed);
+    for (const v1::Turn& t : r->trajectory.turns()) {
+      if (t.role() == v1::Turn::ASSISTANT) absl::StrAppend(&out, t.content(), "\n");
+    }
+    return out;
+  };
+  agent::EngineerPolicy a(tok->get(), plain->im_end_id(), o, rng()), b(tok->get(), plain->im_end_id(), o, rng());
+  std::set<std::string> seen;
+  for (int k = 0; k < 6; ++k) {
+    const uint64_t seed = rng() | 1;
+    replies(&b, absl::StrCat("other-", k), 0);  // b has played one more episode each time.
+    const std::string first = replies(&a, absl::StrCat("a-", k), seed);
+    EXPECT_EQ(replies(&b, absl::StrCat("b-", k), seed), first) << "seed " << seed;
+    seen.insert(first);
+  }
+  EXPECT_GT(seen.size(), 1u);  // The seed does choose: six seeds are not one episode.
 }
 
 }  // namespace
