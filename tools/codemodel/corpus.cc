@@ -4,6 +4,7 @@
 #include <cmath>
 #include <optional>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -27,6 +28,29 @@ namespace fam = agent::family;
 
 std::vector<std::string> Lines(const std::string& text) { return absl::StrSplit(text, '\n'); }
 
+struct CodeLine {
+  int line;  // 1-based, in the file.
+  std::string text;
+};
+
+std::vector<CodeLine> AllLines(const std::string& text) {
+  std::vector<CodeLine> out;
+  int line = 0;
+  for (std::string& l : Lines(text)) out.push_back({++line, std::move(l)});
+  return out;
+}
+
+// The lines that are not `//` comments, with where they are.
+std::vector<CodeLine> CodeLines(const std::string& text) {
+  std::vector<CodeLine> out;
+  int line = 0;
+  for (std::string& l : Lines(text)) {
+    ++line;
+    if (!absl::StartsWith(absl::StripLeadingAsciiWhitespace(l), "//")) out.push_back({line, std::move(l)});
+  }
+  return out;
+}
+
 std::vector<int64_t> ShapeOf(const v1::Task& task) {
   std::vector<int64_t> shape;
   auto it = task.metadata().find("shape");
@@ -42,30 +66,47 @@ uint64_t Mix(uint64_t h, uint64_t v) { return (h ^ v) * 0x100000001B3ull + 0x9E3
 
 }  // namespace
 
-absl::StatusOr<Recognised> RecogniseKernel(const fam::TaskSpec& spec, const std::string& device,
-                                           const std::string& kernel) {
+namespace {
+
+// The choice whose rendering `kernel` is, comparing `lines` of each (all of them, or the code's),
+// or its one planted fault; NotFound when none.
+template <typename LinesOf>
+absl::StatusOr<Recognised> MatchRendering(const fam::TaskSpec& spec, const std::string& device,
+                                          const std::string& kernel, LinesOf lines) {
   auto slots = fam::Slots(spec.family);
   if (!slots.ok()) return slots.status();
-  const std::vector<std::string> got = Lines(kernel);
+  const std::vector<CodeLine> got = lines(kernel);
   for (const fam::Choice& c : fam::AllChoices(*slots)) {
     auto files = fam::Render(spec, c, device);
     if (!files.ok()) return files.status();
-    const std::string& clean = files->at(agent::KernelPathOf(*files));
-    if (clean == kernel) return Recognised{c, false, {}};
-    const std::vector<std::string> want = Lines(clean);
+    const std::vector<CodeLine> want = lines(files->at(agent::KernelPathOf(*files)));
     if (want.size() != got.size()) continue;
     int diff = -1, n = 0;
     for (size_t i = 0; i < want.size() && n < 2; ++i) {
-      if (want[i] != got[i]) diff = static_cast<int>(i), ++n;
+      if (want[i].text != got[i].text) diff = static_cast<int>(i), ++n;
     }
+    if (n == 0) return Recognised{c, false, {}};
     if (n != 1) continue;
     for (const agent::FaultKind& f : agent::Faults()) {
-      if (f.apply(want[diff]) == got[diff]) {
-        return Recognised{c, true, Fault{got[diff], diff + 1, device == "cpu" ? f.cpu_message : f.cuda_message}};
+      if (f.apply(want[diff].text) == got[diff].text) {
+        return Recognised{c, true,
+                          Fault{got[diff].text, got[diff].line, device == "cpu" ? f.cpu_message : f.cuda_message}};
       }
     }
   }
   return absl::NotFoundError("not a rendering of the family's template");
+}
+
+}  // namespace
+
+absl::StatusOr<Recognised> RecogniseKernel(const fam::TaskSpec& spec, const std::string& device,
+                                           const std::string& kernel) {
+  // The whole file first: where two designs compile to the same code, the header tells them apart.
+  auto whole = MatchRendering(spec, device, kernel, AllLines);
+  if (whole.ok() || whole.status().code() != absl::StatusCode::kNotFound) return whole;
+  // Then the code alone: comments compile to nothing, and a header that names another design than
+  // the code (a revision that edited a #define and not the header) is the code's design.
+  return MatchRendering(spec, device, kernel, CodeLines);
 }
 
 double ModelledSpeedup(const fam::TaskSpec& spec, const fam::Choice& c, const std::vector<int64_t>& shape) {

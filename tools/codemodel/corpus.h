@@ -49,8 +49,11 @@ struct Fault {
 };
 
 // Which rendering `kernel` is: its choice, and the fault when it differs from
-// that rendering in exactly one line by one of the planted faults. NotFound
-// when it is no rendering of the family's template.
+// that rendering in exactly one line by one of the planted faults. The whole file
+// is compared first, then its code alone (`//` comment lines left out): a header
+// naming another design than the code's is the code's design, or, where designs
+// compile to the same code, the first of them. NotFound when it is no rendering
+// of the family's template.
 struct Recognised {
   agent::family::Choice choice{};
   bool faulty = false;

@@ -51,6 +51,21 @@ std::vector<v1::Task> OnePerFamily(const std::string& device) {
   return out;
 }
 
+// The kernel of a rendering without its comment lines.
+std::string Code(const fam::TaskSpec& spec, const fam::Choice& c, const std::string& device) {
+  auto files = fam::Render(spec, c, device);
+  EXPECT_TRUE(files.ok()) << files.status();
+  std::string out;
+  if (!files.ok()) return out;
+  for (const auto& [p, text] : *files) {
+    if (!absl::StartsWith(p, "kernels/")) continue;
+    for (absl::string_view l : absl::StrSplit(text, '\n')) {
+      if (!absl::StartsWith(absl::StripLeadingAsciiWhitespace(l), "//")) absl::StrAppend(&out, l, "\n");
+    }
+  }
+  return out;
+}
+
 TEST(LengthAuditTest, ATurnOrATrajectoryBeyondTheRolloutsCapsIsRefused) {
   std::mt19937 rng(std::random_device{}());
   const int cap = 5 + static_cast<int>(rng() % 20);
@@ -113,6 +128,21 @@ TEST(CorpusTest, RecognisesRenderingsAndPlantedFaults) {
       EXPECT_EQ(broken->fault.line, static_cast<int>(i) + 1);
       EXPECT_EQ(broken->choice, c);
       EXPECT_FALSE(RecogniseKernel(*spec, device, kernel + "\nint stray;").ok());
+      // The code decides, not the comments: the header names another design (as a model's
+      // revision that edits a #define and not the header does), and a fault keeps its file line.
+      const std::string header = lines[0];
+      ASSERT_TRUE(absl::StartsWith(header, "//")) << header;
+      lines[0] = "// kernelrl family template: some other design; choice 9999";
+      auto renamed = RecogniseKernel(*spec, device, absl::StrJoin(lines, "\n"));
+      ASSERT_TRUE(renamed.ok()) << renamed.status();
+      EXPECT_TRUE(renamed->faulty);
+      EXPECT_EQ(renamed->fault.line, static_cast<int>(i) + 1);
+      EXPECT_EQ(Code(*spec, renamed->choice, device), Code(*spec, c, device));  // c, or a design with its code.
+      lines[i] += ";";
+      renamed = RecogniseKernel(*spec, device, absl::StrJoin(lines, "\n"));
+      ASSERT_TRUE(renamed.ok()) << renamed.status();
+      EXPECT_FALSE(renamed->faulty);
+      EXPECT_EQ(Code(*spec, renamed->choice, device), Code(*spec, c, device));
     }
   }
 }
