@@ -82,7 +82,6 @@ struct IngestOptions {
   Clock* clock = RealClock();         // Lease expiry reads it; tests move a FakeClock.
 };
 
-
 struct IngestInfo {
   int64_t buffer_depth = 0;
   int64_t active_leases = 0;

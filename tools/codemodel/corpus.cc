@@ -28,26 +28,26 @@ namespace fam = agent::family;
 
 std::vector<std::string> Lines(const std::string& text) { return absl::StrSplit(text, '\n'); }
 
-struct CodeLine {
+struct NumberedLine {
   int line;  // 1-based, in the file.
   std::string text;
 };
 
-std::vector<CodeLine> AllLines(const std::string& text) {
-  std::vector<CodeLine> out;
+std::vector<NumberedLine> AllLines(const std::string& text) {
+  std::vector<NumberedLine> out;
   int line = 0;
   for (std::string& l : Lines(text)) out.push_back({++line, std::move(l)});
   return out;
 }
 
 // The lines that are not `//` comments, with where they are.
-std::vector<CodeLine> CodeLines(const std::string& text) {
-  std::vector<CodeLine> out;
-  int line = 0;
-  for (std::string& l : Lines(text)) {
-    ++line;
-    if (!absl::StartsWith(absl::StripLeadingAsciiWhitespace(l), "//")) out.push_back({line, std::move(l)});
-  }
+std::vector<NumberedLine> CodeLines(const std::string& text) {
+  std::vector<NumberedLine> out = AllLines(text);
+  out.erase(std::remove_if(out.begin(), out.end(),
+                           [](const NumberedLine& l) {
+                             return absl::StartsWith(absl::StripLeadingAsciiWhitespace(l.text), "//");
+                           }),
+            out.end());
   return out;
 }
 
@@ -64,10 +64,6 @@ std::vector<int64_t> ShapeOf(const v1::Task& task) {
 
 uint64_t Mix(uint64_t h, uint64_t v) { return (h ^ v) * 0x100000001B3ull + 0x9E3779B97F4A7C15ull; }
 
-}  // namespace
-
-namespace {
-
 // The choice whose rendering `kernel` is, comparing `lines` of each (all of them, or the code's),
 // or its one planted fault; NotFound when none.
 template <typename LinesOf>
@@ -75,11 +71,11 @@ absl::StatusOr<Recognised> MatchRendering(const fam::TaskSpec& spec, const std::
                                           const std::string& kernel, LinesOf lines) {
   auto slots = fam::Slots(spec.family);
   if (!slots.ok()) return slots.status();
-  const std::vector<CodeLine> got = lines(kernel);
+  const std::vector<NumberedLine> got = lines(kernel);
   for (const fam::Choice& c : fam::AllChoices(*slots)) {
     auto files = fam::Render(spec, c, device);
     if (!files.ok()) return files.status();
-    const std::vector<CodeLine> want = lines(files->at(agent::KernelPathOf(*files)));
+    const std::vector<NumberedLine> want = lines(files->at(agent::KernelPathOf(*files)));
     if (want.size() != got.size()) continue;
     int diff = -1, n = 0;
     for (size_t i = 0; i < want.size() && n < 2; ++i) {
