@@ -102,7 +102,8 @@ std::string LearnReport(const LearnRun& run) {
     absl::StrAppend(&recipe, recipe.empty() ? "" : " -> ", "value pretraining <= ", r.value_pretrain().steps());
   }
   stage(r.agentic_ppo(), absl::StrCat("agentic PPO ", r.agentic_ppo().steps()));
-  absl::StrAppend(&out, "recipe     ", recipe, " (", o.ablation(), ")\n");
+  // The seed fixes the leases' seeds, so the same command on the same inputs takes the same warm-up.
+  absl::StrAppend(&out, "recipe     ", recipe, " (", o.ablation(), "), seed ", o.job().seed(), "\n");
 
   // Columns: the start (the base model; none when the job skipped it), the first evaluation of
   // agentic PPO (the policy the stages before it left) and the last.

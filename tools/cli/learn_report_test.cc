@@ -58,6 +58,8 @@ TEST(LearnReport, BeforeAfterFromTheFirstAndLastEvaluation) {
   o.mutable_paths()->set_run_dir("/run");
   o.mutable_job()->mutable_recipe()->mutable_rft()->set_epochs(20);
   o.mutable_job()->mutable_recipe()->mutable_single_turn_ppo()->set_skip(true);
+  const uint64_t seed = 1 + rng() % 1000;
+  o.mutable_job()->set_seed(seed);
   LearnRun run{&o, v1::Job(), Json::array(), 57, 240, "/run/curves", "/run/ckpt/step-9/policy"};
   run.job.set_state(v1::Job::SUCCEEDED);
   run.heldout.push_back(Eval(0, r0, 0.5));
@@ -77,6 +79,7 @@ TEST(LearnReport, BeforeAfterFromTheFirstAndLastEvaluation) {
   EXPECT_NE(report.find("75%"), std::string::npos) << report;
   EXPECT_EQ(report.find("single-turn"), std::string::npos) << report;  // Skipped stages are not listed.
   EXPECT_NE(report.find("RFT 20 epochs"), std::string::npos) << report;
+  EXPECT_NE(report.find(absl::StrCat("(quick_cpu), seed ", seed, "\n")), std::string::npos) << report;
   EXPECT_NE(report.find("57 tasks"), std::string::npos) << report;
   EXPECT_NE(report.find("/run/ckpt/step-9/policy"), std::string::npos) << report;
   EXPECT_NE(report.find("/run/curves/reward.png"), std::string::npos) << report;
