@@ -597,6 +597,7 @@ absl::Status Transformer::LoadFrom(const std::string& dir) {
     root_.score_b = at::zeros({1}, root_.score_w.options());
   } else if (head_ == Head::kValue) {
     if (auto s = get("score.weight", {1, H}, &root_.score_w); !s.ok()) return s;
+    value_head_loaded_ = true;
     if ((*st)->Find("score.bias") != nullptr) {
       if (auto s = get("score.bias", {1}, &root_.score_b); !s.ok()) return s;
     }

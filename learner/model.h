@@ -252,6 +252,8 @@ class Transformer {
   const ModelConfig& config() const { return config_; }
   const ModelOptions& options() const { return options_; }
   Head head() const { return head_; }
+  // A value model whose head came from its checkpoint (score.weight), not a fresh zero one.
+  bool value_head_loaded() const { return value_head_loaded_; }
   // Whether the fused CUDA kernels run for activations like x.
   bool fused_on(const at::Tensor& x) const { return options_.fused_kernels && x.is_cuda(); }
   void set_activation_checkpointing(bool on) { options_.activation_checkpointing = on; }
@@ -348,6 +350,7 @@ class Transformer {
   at::Tensor inv_freq_;  // [D/2] fp32, on device.
   double attention_scaling_ = 1.0;  // cos/sin scale (YaRN).
   int64_t lora_rank_ = 0;           // Adapters present: their rank.
+  bool value_head_loaded_ = false;
   double lora_scale_ = 0;           // lora_alpha / lora_rank.
   // Mutable: with a WeightProvider, each training forward points it at the
   // weights the provider gathered for that pass.

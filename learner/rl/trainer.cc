@@ -312,6 +312,8 @@ Trainer::Trainer(std::unique_ptr<Transformer> policy, std::unique_ptr<Transforme
   };
   actor_opt_ = make(*policy_, options_.actor);
   if (critic_) critic_opt_ = make(*critic_, options_.critic);
+  // A critic loaded with its trained head (a critic checkpoint) keeps it: only a fresh head is initialised.
+  critic_head_ready_ = critic_ != nullptr && critic_->value_head_loaded();
 }
 
 std::map<std::string, at::Tensor> Trainer::State() const {

@@ -507,6 +507,38 @@ TEST(TrainerTest, OptimizerStateRoundTrips) {
   EXPECT_EQ(b.actor_optimizer().LoadState(missing, "actor/").code(), absl::StatusCode::kDataLoss);
 }
 
+// A critic saved with its trained value head and loaded again (a job's critic checkpoint, a
+// continued run) keeps the head: only a fresh one is initialised at the first critic step.
+TEST(TrainerTest, ACriticCheckpointKeepsItsTrainedHead) {
+  std::vector<Sample> batch = {RandomSample("a", kMaskA, 51), RandomSample("b", kMaskB, 52)};
+  Trainer a(Tiny(Head::kLanguageModel, 5), Tiny(Head::kValue, 6), {});
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(a.ValueStep(batch).ok());
+  auto before = a.CriticValues(batch);
+  ASSERT_TRUE(before.ok()) << before.status();
+  const std::string dir = learner::testing::TempDir() + "/critic_checkpoint";
+  ASSERT_TRUE(a.critic()->Save(dir).ok());
+  ModelOptions mo;
+  mo.trainable = true;
+  auto loaded = Transformer::Load(dir, Head::kValue, mo);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_TRUE((*loaded)->value_head_loaded());
+  Trainer b(Tiny(Head::kLanguageModel, 5), std::move(*loaded), {});
+  auto again = b.CriticValues(batch);
+  ASSERT_TRUE(again.ok()) << again.status();
+  for (size_t i = 0; i < batch.size(); ++i) {
+    ASSERT_EQ((*again)[i].size(), (*before)[i].size());
+    for (size_t t = 0; t < (*again)[i].size(); ++t) EXPECT_NEAR((*again)[i][t], (*before)[i][t], 1e-5);
+  }
+  auto m = b.ValueStep(batch);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->count("value_head_init"), 0u);  // The trained head was kept.
+  // A critic started from a language model's trunk gets its head initialised, as before.
+  Trainer c(Tiny(Head::kLanguageModel, 5), Tiny(Head::kValue, 6), {});
+  auto fresh = c.ValueStep(batch);
+  ASSERT_TRUE(fresh.ok()) << fresh.status();
+  EXPECT_EQ(fresh->count("value_head_init"), 1u);
+}
+
 // The toy task: prompt [BOS, a], the policy answers one token, then the
 // template closes the turn (a token with mask 0). Reward +1 if the answer
 // is a, else -1: a uniform policy earns -0.875.
