@@ -4,7 +4,7 @@
 #   here:   tools/device_codemodel.sh --stage     # tools/device_ops.sh --stage (.devcarry/ops) and
 #                                                 # .devcarry/codemodel: corpus_gen, pretrain, design_report, the task set
 #   device: [SEED=1] [ABLATION=none|no_rft|no_value] tools/device_codemodel.sh
-#           # run tool, carry [".devcarry/ops", ".devcarry/codemodel"]
+#           # run tool, carry [".devcarry/codemodel"] (the services' binaries travel in it as ops.tgz)
 #
 # A call cannot hold the baselines (~300 s), pre-training (~350 s) and a job, so on two GPUs
 # (nvidia-h200-x2) the run takes a base call, then job calls:
@@ -15,6 +15,11 @@
 #              LEARNER_DEVICE=cuda:1 [SEED=..] [JOBS=..] tools/device_codemodel.sh
 #   c. seeds after the first: --stage-in a directory that also holds call b's logs.tgz, and add
 #      WARMUP_FROM=.devcarry/codemodel/in/warmup_job: each job takes b's warm-up set instead of collecting one.
+#   d. a seed's PPO over more calls (or sessions): CONTINUE=1 tools/device_codemodel.sh --stage-in DIR, DIR
+#      holding the earlier call's final_policy-*.tgz (the policy with its critic/) and results.tgz; then
+#      CONTINUE_FROM=.devcarry/codemodel/in/continue.tgz BASELINES_IN=... [SEED=..] tools/device_codemodel.sh:
+#      agentic PPO alone from that policy and critic (warm-up, RFT and value pretraining skipped; the
+#      optimizers' moments restart), its own held-out evaluations at its start and end.
 #
 # On the device, in order:
 #  1. eager + torch.compile baselines of the task set (3 training + 4 held-out tasks per family:
@@ -37,7 +42,7 @@
 # design_report.json, reward.png, rates.png, stability.png, designs.png), final_policy-<seed>-<ablation>.tgz
 # per job, logs.tgz (the runs without checkpoints, trajectories included). Rehearse here on the CPU sandbox:
 # tools/device_codemodel.sh --stage --cpu, then BACKEND=cpu OUT=DIR tools/device_codemodel.sh (no baselines).
-# Knobs: TRAIN_PER_FAMILY (--stage: the job's training tasks a family, 3), SEED (1), ABLATION (none), JOBS ("$SEED:$ABLATION"; " " runs none), PRECOMPUTE_WALL (150 s), WARM_WALL (45 s),
+# Knobs: CONTINUE_FROM (d. above), TRAIN_PER_FAMILY (--stage: the job's training tasks a family, 3), SEED (1), ABLATION (none), JOBS ("$SEED:$ABLATION"; " " runs none), PRECOMPUTE_WALL (150 s), WARM_WALL (45 s),
 # PRETRAIN_STEPS (700: ~320 s on an H200; 150 steps left a model that writes no valid tool call),
 # PRETRAIN_ARGS ("--hidden=256 --layers=4 --heads=4 --kv_heads=2 --intermediate=704 --batch=4 --lr=2e-3 --warmup_steps=10"),
 # PER_TASK (8 corpus episodes per training task), LEARN_WALL (270 s), WARMUP (48), RFT_EPOCHS (4),
@@ -50,16 +55,27 @@
 set -u
 C=.devcarry/ops
 M=.devcarry/codemodel
+# The services' binaries and libraries travel gzipped inside $M (46 MiB -> ~15): only $M is carried,
+# which leaves room for a final policy and its critic to come back in (CONTINUE_FROM).
+pack_ops() { tar czf "$M/ops.tgz" -C "$(dirname "$C")" "$(basename "$C")"; }
 
 if [ "${1:-}" = "--stage-in" ]; then  # Run HERE, after --stage: an earlier call's base and baselines travel.
   set -e
   IN=${2:?usage: tools/device_codemodel.sh --stage-in DIR [--cpu] (with base.tgz and results.tgz; logs.tgz: its warm-up)}
   [ "${3:-}" = "--cpu" ] && M=.devcarry/codemodel-cpu
   rm -rf "$M/in" && mkdir -p "$M/in"
-  cp "$IN/base.tgz" "$M/in/"
+  # A final policy of an earlier call (final_policy-*.tgz, with its critic): CONTINUE_FROM of the next
+  # call, whose PPO goes on from it; the base and the warm-up set then stay here (the carry's 64 MiB).
+  CONT=$(ls "$IN"/final_policy-*.tgz 2>/dev/null | head -1)
+  if [ -n "${CONTINUE:-}" ]; then
+    [ -n "$CONT" ] || { echo "CONTINUE=1: no final_policy-*.tgz in $IN"; exit 2; }
+    cp "$CONT" "$M/in/continue.tgz"
+  else
+    cp "$IN/base.tgz" "$M/in/"
+  fi
   tar xzf "$IN/results.tgz" -C "$M/in" baselines.jsonl 2>/dev/null || echo "no baselines.jsonl in $IN/results.tgz"
   # The first job's warm-up set (its ledger, job.textproto and warm-up trajectories): WARMUP_FROM of a job call.
-  if [ -f "$IN/logs.tgz" ]; then
+  if [ -f "$IN/logs.tgz" ] && [ -z "${CONTINUE:-}" ]; then
     T=$(mktemp -d) && tar xzf "$IN/logs.tgz" -C "$T"
     J=$(grep -l '"stage":"agent_warmup"' "$T"/run-*/learner-state/jobs/*/ledger.jsonl 2>/dev/null | head -1 | xargs -r dirname)
     if [ -n "$J" ]; then
@@ -74,7 +90,8 @@ if [ "${1:-}" = "--stage-in" ]; then  # Run HERE, after --stage: an earlier call
   fi
   # A job call neither writes a corpus nor pre-trains: their binaries stay here (the carry's 64 MiB).
   rm -f "$M/bin/corpus_gen" "$M/bin/pretrain"
-  echo "carried: $(du -cb "$C" "$M" | tail -1 | cut -f1 | awk '{print int($1 / 1048576)}') MiB, $(cat "$M/in/baselines.jsonl" 2>/dev/null | wc -l) baselines"
+  pack_ops
+  echo "carried: $(du -cb "$M" | tail -1 | cut -f1 | awk '{print int($1 / 1048576)}') MiB, $(cat "$M/in/baselines.jsonl" 2>/dev/null | wc -l) baselines${CONTINUE:+, continuing from $(basename "$CONT")}"
   exit 0
 fi
 if [ "${1:-}" = "--stage" ]; then  # Run HERE.
@@ -111,7 +128,8 @@ if [ "${1:-}" = "--stage" ]; then  # Run HERE.
   rm -rf "$G"
   echo "training tasks: $(wc -l < "$M/small/train.jsonl"), held-out: $(ls "$M/small/heldout"/*.py | wc -l)"
   TRACKED=$(git ls-files -z | xargs -0 du -cb 2>/dev/null | tail -1 | cut -f1)
-  CARRIED=$(du -cb "$C" "$M" | tail -1 | cut -f1)
+  pack_ops
+  CARRIED=$(du -cb "$M" | tail -1 | cut -f1)
   echo "the call would send $(( (TRACKED + CARRIED) >> 20 )) MiB of 64 (tracked $(( TRACKED >> 20 )), carried $(( CARRIED >> 20 )))"
   exit 0
 fi
@@ -123,9 +141,11 @@ elapsed() { echo $(( $(date +%s) - T0 )); }
 OUT=${LOCAL_RUN:-${OUT:-/tmp/codemodel_device_out}}; mkdir -p "$OUT"
 BACKEND=${BACKEND:-cuda}
 [ "$BACKEND" = cpu ] && M=.devcarry/codemodel-cpu
+# Always unpacked afresh: a warm machine may keep an earlier call's binaries.
+[ -f "$M/ops.tgz" ] && { rm -rf "$C" && tar xzf "$M/ops.tgz" -C "$(dirname "$C")" || exit 2; }
 [ -x "$C/bin/tools/cli/kernelrl" ] && [ -x "$M/bin/design_report" ] || { echo "run tools/device_codemodel.sh --stage [--cpu] here"; exit 2; }
-[ -n "${BASE_IN:-}" ] || [ -x "$M/bin/pretrain" ] ||
-  { echo "no corpus_gen/pretrain in $M (staged for job calls by --stage-in): set BASE_IN, or --stage again"; exit 2; }
+[ -n "${BASE_IN:-}${CONTINUE_FROM:-}" ] || [ -x "$M/bin/pretrain" ] ||
+  { echo "no corpus_gen/pretrain in $M (staged for job calls by --stage-in): set BASE_IN or CONTINUE_FROM, or --stage again"; exit 2; }
 PY=${PYTHON:-python3}
 . "$(dirname "$0")/device_libs.sh"
 device_lib_path "$C" "$C/bin/learner/learner_main" --print_config
@@ -158,7 +178,13 @@ pretrain_base() {
 }
 CORPUS="" BUILD_BASE=""
 LEARNER_GPU=$(echo "${LEARNER_DEVICE:-}" | sed -n 's/^cuda:\([0-9]\+\)$/\1/p')
-if [ -n "${BASE_IN:-}" ]; then  # An earlier call's base model (base.tgz): no corpus, no pre-training.
+if [ -n "${CONTINUE_FROM:-}" ]; then  # An earlier job's final policy and critic: its PPO goes on.
+  mkdir -p "$RUN/continue" && tar xzf "$CONTINUE_FROM" -C "$RUN/continue"
+  CONT_DIR=$(ls -d "$RUN"/continue/final_policy-* | head -1)
+  [ -f "$CONT_DIR/critic/config.json" ] || { echo "CONTINUE_FROM=$CONTINUE_FROM: no critic/ in it"; exit 2; }
+  mkdir -p "$RUN/base" && cp -r "$CONT_DIR"/. "$RUN/base/"
+  echo "continuing from $(basename "$CONT_DIR"): $(head -1 "$RUN/base/SHA256SUMS")"
+elif [ -n "${BASE_IN:-}" ]; then  # An earlier call's base model (base.tgz): no corpus, no pre-training.
   mkdir -p "$RUN/base" && tar xzf "$BASE_IN" -C "$RUN/base"
 elif [ -n "$LEARNER_GPU" ] && [ "$BACKEND" = cuda ]; then
   ( make_corpus && CUDA_VISIBLE_DEVICES=$LEARNER_GPU pretrain_base ) &
@@ -222,6 +248,9 @@ done
 [ -n "${EVAL_ROLLOUTS:-}" ] && JOB_FLAGS+=(--eval_rollouts=$EVAL_ROLLOUTS)
 [ -n "${EVAL_TEMP:-}" ] && JOB_FLAGS+=(--eval_temperature=$EVAL_TEMP)
 [ "${SKIP_START_EVAL:-0}" = 1 ] && JOB_FLAGS+=(--skip_start_eval)
+# CONTINUE_FROM: agentic PPO alone, from the earlier job's policy and critic (their AdamW moments restart).
+[ -n "${CONTINUE_FROM:-}" ] && JOB_FLAGS+=(--critic_checkpoint="$RUN/base/critic" --job_set=recipe.agent_warmup.skip=true
+                                           --job_set=recipe.rft.skip=true --job_set=recipe.value_pretrain.skip=true)
 # SHARE_WARMUP=1: the later jobs of the call take the first job's warm-up set; WARMUP_FROM=DIR (an
 # earlier call's, placed by --stage-in): every job takes that one.
 WARM_JOB=""
@@ -255,7 +284,9 @@ for J in ${JOBS:-$SEED:${ABLATION:-none}}; do
   LATEST=$(cat "$JOB/checkpoints/LATEST" 2>/dev/null)
   if [ -n "$LATEST" ]; then
     F=$RUN/final_policy-$NAME; rm -rf "$F"; cp -r "$JOB/checkpoints/$LATEST/policy" "$F"; cp "$RUN/base/tokenizer.json" "$F/"
-    (cd "$F" && sha256sum model*.safetensors tokenizer.json > SHA256SUMS)
+    # Its critic beside it (critic/, value head included): CONTINUE_FROM of a later call.
+    [ -d "$JOB/checkpoints/$LATEST/critic" ] && cp -r "$JOB/checkpoints/$LATEST/critic" "$F/critic"
+    (cd "$F" && sha256sum model*.safetensors tokenizer.json $(ls critic/*.safetensors 2>/dev/null) > SHA256SUMS)
     [ -n "${LOCAL_RUN:-}" ] && { echo "final policy $NAME ($LATEST): $F; $(head -1 "$F/SHA256SUMS")"; continue; }
     tar czf "$OUT/final_policy-$NAME.tgz" -C "$RUN" "final_policy-$NAME"
     echo "final policy $NAME ($LATEST): $(head -1 "$F/SHA256SUMS"); archive sha256 $(sha256sum "$OUT/final_policy-$NAME.tgz" | cut -d' ' -f1)"

@@ -26,6 +26,7 @@ const char kLearnDefaults[] = R"pb(
 
 void AddLearnFlags(CommandLine& cl) {
   cl.Flag("--base_checkpoint", "base_checkpoint", "HF-format checkpoint the job starts from");
+  cl.Flag("--critic_checkpoint", "critic_checkpoint", "The critic the job starts from (an earlier job's, with its head)");
   cl.Flag("--family_dir", "family_dir", "family_gen's output (train.jsonl, heldout/)");
   cl.Flag("--backend", "backend", "The sandbox's backend: cpu or cuda");
   cl.Flag("--learner_device", "learner_device", "Where the learner trains: cpu, cuda, or cuda:N for GPU N alone (default: the backend)");

@@ -370,6 +370,7 @@ int LearnMain(int argc, char** argv) {
   v1::JobSpec spec;
   spec.set_name(absl::StrCat("learn-family-", o.ablation()));
   spec.set_base_checkpoint(o.base_checkpoint());
+  spec.set_critic_checkpoint(o.critic_checkpoint());
   spec.set_task_set(o.family_dir() + "/train.jsonl");
   spec.set_rollouts_per_task(o.rollouts_per_task());
   spec.set_hyperparameters_text(hp);
