@@ -181,7 +181,6 @@ LEARNER_GPU=$(echo "${LEARNER_DEVICE:-}" | sed -n 's/^cuda:\([0-9]\+\)$/\1/p')
 if [ -n "${CONTINUE_FROM:-}" ]; then  # An earlier job's final policy and critic: its PPO goes on.
   mkdir -p "$RUN/continue" && tar xzf "$CONTINUE_FROM" -C "$RUN/continue"
   CONT_DIR=$(ls -d "$RUN"/continue/final_policy-* | head -1)
-  [ -f "$CONT_DIR/critic/config.json" ] || { echo "CONTINUE_FROM=$CONTINUE_FROM: no critic/ in it"; exit 2; }
   mkdir -p "$RUN/base" && cp -r "$CONT_DIR"/. "$RUN/base/"
   echo "continuing from $(basename "$CONT_DIR"): $(head -1 "$RUN/base/SHA256SUMS")"
 elif [ -n "${BASE_IN:-}" ]; then  # An earlier call's base model (base.tgz): no corpus, no pre-training.
@@ -248,9 +247,18 @@ done
 [ -n "${EVAL_ROLLOUTS:-}" ] && JOB_FLAGS+=(--eval_rollouts=$EVAL_ROLLOUTS)
 [ -n "${EVAL_TEMP:-}" ] && JOB_FLAGS+=(--eval_temperature=$EVAL_TEMP)
 [ "${SKIP_START_EVAL:-0}" = 1 ] && JOB_FLAGS+=(--skip_start_eval)
-# CONTINUE_FROM: agentic PPO alone, from the earlier job's policy and critic (their AdamW moments restart).
-[ -n "${CONTINUE_FROM:-}" ] && JOB_FLAGS+=(--critic_checkpoint="$RUN/base/critic" --job_set=recipe.agent_warmup.skip=true
-                                           --job_set=recipe.rft.skip=true --job_set=recipe.value_pretrain.skip=true)
+# CONTINUE_FROM: agentic PPO from the earlier job's policy and critic (their AdamW moments restart). An
+# archive without a critic (packed before critics travelled) gets one from the policy's trunk, value
+# pretraining on fresh rollouts first (VALUE_STEPS).
+if [ -n "${CONTINUE_FROM:-}" ]; then
+  JOB_FLAGS+=(--job_set=recipe.agent_warmup.skip=true --job_set=recipe.rft.skip=true)
+  if [ -f "$RUN/base/critic/config.json" ]; then
+    JOB_FLAGS+=(--critic_checkpoint="$RUN/base/critic" --job_set=recipe.value_pretrain.skip=true)
+  else
+    echo "no critic/ in $CONTINUE_FROM: the critic starts from the policy's trunk and pretrains on fresh rollouts"
+    JOB_FLAGS+=(--job_set=recipe.value_pretrain.use_warmup_trajectories=false)
+  fi
+fi
 # SHARE_WARMUP=1: the later jobs of the call take the first job's warm-up set; WARMUP_FROM=DIR (an
 # earlier call's, placed by --stage-in): every job takes that one.
 WARM_JOB=""
