@@ -46,7 +46,7 @@
 # PRETRAIN_STEPS (700: ~320 s on an H200; 150 steps left a model that writes no valid tool call),
 # PRETRAIN_ARGS ("--hidden=256 --layers=4 --heads=4 --kv_heads=2 --intermediate=704 --batch=4 --lr=2e-3 --warmup_steps=10"),
 # PER_TASK (8 corpus episodes per training task), LEARN_WALL (270 s), WARMUP (48), RFT_EPOCHS (4),
-# VALUE_STEPS (16), AGENTIC_STEPS (40), BATCH (16), ACTORS (4), EVAL_ROLLOUTS (4), EVAL_TEMP (1),
+# VALUE_STEPS (16), AGENTIC_STEPS (40), BATCH (16), ACTORS (4: N model actors and N engineer actors of N rollouts at once each, so N² at once; the ingest lets (max_policy_lag + 1) × BATCH of them run), EVAL_ROLLOUTS (4), EVAL_TEMP (1),
 # SHARE_WARMUP (0; 1: the call's later jobs take its first job's warm-up set: seeds of the later stages),
 # WARMUP_FROM (an earlier call's warm-up job directory, from --stage-in: every job of the call takes it),
 # LEARNER_DEVICE (cuda; cpu on one GPU, cuda:1 on two: see docs/CODEMODEL.md), LEARN_ARGS (more `kernelrl learn` flags),
