@@ -48,6 +48,11 @@ Json VerdictStats::ToJson() const {
     out["rollout_policy_s_mean"] = Json(policy_s / n);
     out["rollout_sandbox_s_mean"] = Json(sandbox_s / n);
   }
+  if (!stop_reasons.empty()) {
+    Json reasons = Json::object();
+    for (const auto& [reason, k] : stop_reasons) reasons[reason] = Json(k);
+    out["stop_reasons"] = std::move(reasons);
+  }
   return out;
 }
 
@@ -130,6 +135,7 @@ absl::StatusOr<std::map<int64_t, VerdictStats>> TrainedStats(const std::string& 
     Add(&st, t.reward(), v.outcome() == v1::Verdict::OK, v.speedup_vs_eager(), v.speedup_vs_compile());
     st.wall_s += t.stats().wall_seconds(), st.policy_s += t.stats().policy_seconds();
     st.sandbox_s += t.stats().sandbox_seconds();
+    ++st.stop_reasons[t.stats().stop_reason().empty() ? "unknown" : t.stats().stop_reason()];
     if (audit != nullptr) {
       ++audit->trajectories;
       const bool hack = v.outcome() == v1::Verdict::HACK_DETECTED || v.outcome() == v1::Verdict::SANDBOX_VIOLATION;

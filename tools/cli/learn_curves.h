@@ -27,6 +27,9 @@ struct VerdictStats {
   int passed = 0, faster_eager = 0, faster_compile = 0;
   // Rollout seconds summed (trained trajectories: wall, waiting for the policy, for the sandbox).
   double wall_s = 0, policy_s = 0, sandbox_s = 0;
+  // Trained trajectories by how their rollout ended (TrajectoryStats.stop_reason: "submitted",
+  // "max_turns", "parse_errors", ...): a policy that starts breaking its tool calls shows here.
+  std::map<std::string, int> stop_reasons;
   // Mean, standard error of the mean, rates (0 when n == 0).
   Json ToJson() const;
 };

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <map>
 #include <random>
 
 #include "common/testing/testing.h"
@@ -206,6 +207,49 @@ TEST(TrainedStatsTest, ProfiledVerdictsWallAndGpuQueueMedians) {
   EXPECT_EQ(JsonNumber(*FindJson(j, "profiled_verdicts")), 3);
   EXPECT_DOUBLE_EQ(JsonNumber(*FindJson(j, "profiled_verdict_wall_s_p50")), walls[1]);
   EXPECT_DOUBLE_EQ(JsonNumber(*FindJson(j, "profiled_verdict_gpu_queue_s_p50")), queues[1]);
+}
+
+// Each trained step says how its trajectories' rollouts ended, so a policy that starts breaking its
+// tool calls (rollouts ended by the parse-error bound) shows at the update where it starts.
+TEST(TrainedStatsTest, EachStepCountsItsTrajectoriesStopReasons) {
+  std::mt19937 rng(std::random_device{}());
+  const std::vector<std::string> reasons = {"submitted", "max_turns", "parse_errors", ""};
+  std::vector<v1::LedgerRecord> records;
+  std::map<int64_t, std::map<std::string, int>> want;
+  for (int i = 0; i < 24; ++i) {
+    v1::LedgerRecord r = Other(v1::LedgerRecord::TRAINED, 1 + i % 3);
+    r.set_trajectory_id("t" + std::to_string(i));
+    records.push_back(r);
+  }
+  const std::string dir = JobDir(records);
+  ASSERT_EQ(::mkdir((dir + "/trajectories").c_str(), 0755), 0);
+  for (int i = 0; i < 24; ++i) {
+    v1::Trajectory t;
+    t.set_id("t" + std::to_string(i));
+    const std::string& reason = reasons[rng() % reasons.size()];
+    t.mutable_stats()->set_stop_reason(reason);
+    t.mutable_stats()->set_wall_seconds(1);
+    t.mutable_final_verdict()->set_outcome(v1::Verdict::OK);
+    ++want[1 + i % 3][reason.empty() ? "unknown" : reason];
+    std::ofstream(rl::Ingest::TrajectoryFile(dir, t.id()), std::ios::binary) << t.SerializeAsString();
+  }
+  TrainedAudit audit;
+  auto stats = TrainedStats(dir, &audit);
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  ASSERT_EQ(stats->size(), 3u);
+  for (const auto& [step, st] : *stats) {
+    EXPECT_EQ(st.stop_reasons, want[step]) << step;
+    const Json j = st.ToJson();
+    const Json* got = FindJson(j, "stop_reasons");
+    ASSERT_NE(got, nullptr);
+    int total = 0;
+    for (const auto& [reason, k] : want[step]) {
+      ASSERT_NE(FindJson(*got, reason), nullptr) << reason;
+      EXPECT_EQ(JsonNumber(*FindJson(*got, reason)), k) << reason;
+      total += k;
+    }
+    EXPECT_EQ(total, 8);
+  }
 }
 
 }  // namespace kernelrl::cli
