@@ -5,7 +5,8 @@
 writes OUT_DIR/reward.png (mean reward per update on the trained trajectories, by stage, and on the
 held-out tasks with its standard error), OUT_DIR/rates.png (pass rate, faster than eager, faster
 than torch.compile: training batches and held-out evaluations) and OUT_DIR/stability.png (entropy,
-explained variance, clip fraction, IS-ratio mean/min/max and truncated fraction over PPO updates).
+explained variance, clip fraction and mean |log pi - log pi_rollout|, IS-ratio mean/min/max and the
+masked fraction over PPO updates).
 """
 import json
 import os
@@ -94,7 +95,9 @@ def main():
     ppo = [s for s in steps if s["stage"] in ("single_turn_ppo", "agentic_ppo")]
     fig, axes = plt.subplots(2, 2, figsize=(11, 7))
     panels = [("entropy", ["entropy"]), ("explained variance", ["explained_variance"]),
-              ("clip fraction", ["clip_frac"]),
+              # How far the trained policy is from the rollouts', token by token (k3 KL is a few
+              # outlier tokens' figure: the IS-ratio panel shows those).
+              ("clip fraction, mean |log pi - log pi_rollout|", ["clip_frac", "logp_abs_diff"]),
               ("IS ratio (rollout vs trainer)", ["is_weight_mean", "is_weight_min", "is_weight_max",
                                                  "mask_frac"])]
     for ax, (name, keys) in zip(axes.flat, panels):
