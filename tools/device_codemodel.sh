@@ -66,8 +66,8 @@ if [ "${1:-}" = "--stage-in" ]; then  # Run HERE, after --stage: an earlier call
   rm -rf "$M/in" && mkdir -p "$M/in"
   # A final policy of an earlier call (final_policy-*.tgz, with its critic): CONTINUE_FROM of the next
   # call, whose PPO goes on from it; the base and the warm-up set then stay here (the carry's 64 MiB).
-  CONT=$(ls "$IN"/final_policy-*.tgz 2>/dev/null | head -1)
   if [ -n "${CONTINUE:-}" ]; then
+    CONT=$(ls "$IN"/final_policy-*.tgz 2>/dev/null | head -1)
     [ -n "$CONT" ] || { echo "CONTINUE=1: no final_policy-*.tgz in $IN"; exit 2; }
     cp "$CONT" "$M/in/continue.tgz"
   else

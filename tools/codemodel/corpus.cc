@@ -273,6 +273,21 @@ Json CorpusRecord(const v1::Trajectory& t, const std::string& family, bool tools
                        {"messages", std::move(messages)}});
 }
 
+v1::RolloutConfig EpisodeRolloutConfig(v1::RolloutConfig rc, const std::string& workspace_root) {
+  rc.set_max_turns(16);
+  rc.set_context_tokens(1 << 22);
+  rc.set_max_new_tokens_per_turn(1 << 20);
+  rc.set_final_evaluation(true);
+  rc.set_wall_seconds(0);
+  rc.set_workspace_root(workspace_root);
+  rc.mutable_isolation()->set_contain(false);  // No Bash call: the shell never starts.
+  v1::ToolLimits& lim = *rc.mutable_tools();
+  if (lim.output_cap_bytes() == 0) lim.set_output_cap_bytes(16384);
+  if (lim.read_max_lines() == 0) lim.set_read_max_lines(2000);
+  if (lim.max_file_bytes() == 0) lim.set_max_file_bytes(1 << 20);
+  return rc;
+}
+
 absl::StatusOr<Corpus> MakeCorpus(const std::vector<v1::Task>& tasks, int per_task, v1::RolloutConfig rc,
                                   const std::string& skill_text, const agent::EngineerPolicyOptions& options, uint64_t seed,
                                   const std::string& workspace_root) {
@@ -287,18 +302,8 @@ absl::StatusOr<Corpus> MakeCorpus(const std::vector<v1::Task>& tasks, int per_ta
   if (!plain.ok()) return plain.status();
   agent::EngineerPolicy agent(tok->get(), plain->im_end_id(), options, seed);
   DesignEvaluator evaluator;
-  rc.set_max_turns(16);
-  rc.set_context_tokens(1 << 22);
-  rc.set_max_new_tokens_per_turn(1 << 20);
-  rc.set_final_evaluation(true);
-  rc.set_wall_seconds(0);
-  rc.set_workspace_root(workspace_root);
-  rc.mutable_isolation()->set_contain(false);  // No Bash call: the shell never starts.
-  v1::ToolLimits& lim = *rc.mutable_tools();
-  if (lim.output_cap_bytes() == 0) lim.set_output_cap_bytes(16384);
-  if (lim.read_max_lines() == 0) lim.set_read_max_lines(2000);
-  if (lim.max_file_bytes() == 0) lim.set_max_file_bytes(1 << 20);
-  actor::RolloutRunner runner(actor::RolloutDeps{&agent, &evaluator, tok->get(), &*with_tools, &*plain}, rc, skill_text);
+  actor::RolloutRunner runner(actor::RolloutDeps{&agent, &evaluator, tok->get(), &*with_tools, &*plain},
+                              EpisodeRolloutConfig(std::move(rc), workspace_root), skill_text);
 
   Corpus c;
   for (const v1::Task& raw : tasks) {

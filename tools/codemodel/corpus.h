@@ -93,6 +93,9 @@ struct Corpus {
   int64_t final_ok = 0;                      // Final verdicts OK.
   int64_t assistant_turns = 0;
 };
+// The rollout settings of an engineer episode: `rc` (prompts, schemas) with room for a whole
+// episode (16 turns, no token or wall cap), the final evaluation, no Bash, the tool limits' defaults.
+v1::RolloutConfig EpisodeRolloutConfig(v1::RolloutConfig rc, const std::string& workspace_root);
 absl::StatusOr<Corpus> MakeCorpus(const std::vector<v1::Task>& tasks, int per_task, v1::RolloutConfig rollout,
                                   const std::string& skill_text, const agent::EngineerPolicyOptions& options, uint64_t seed,
                                   const std::string& workspace_root);

@@ -303,7 +303,6 @@ TEST(CorpusTest, EpisodesAreMultiTurnJsonToolCallsThatFixWhatTheyBreak) {
   }
 }
 
-
 // An episode is a function of its rollout's seed (a lease's): not of the engineer's own
 // seed, nor of which episodes that engineer played before (which actor took which lease).
 TEST(CorpusTest, AnEngineerEpisodeFollowsItsRolloutSeed) {
@@ -320,16 +319,7 @@ TEST(CorpusTest, AnEngineerEpisodeFollowsItsRolloutSeed) {
   auto with_tools = agent::ChatFormat::Create(tok->get(), agent::ToolSchemas());
   auto plain = agent::ChatFormat::Create(tok->get(), Json::array());
   ASSERT_TRUE(with_tools.ok() && plain.ok());
-  v1::RolloutConfig rc;
-  rc.set_max_turns(16);
-  rc.set_context_tokens(1 << 22);
-  rc.set_max_new_tokens_per_turn(1 << 20);
-  rc.set_final_evaluation(true);
-  rc.set_workspace_root(kernelrl::testing::NewTempDir("engineer_seed"));
-  rc.mutable_isolation()->set_contain(false);
-  rc.mutable_tools()->set_output_cap_bytes(16384);
-  rc.mutable_tools()->set_read_max_lines(2000);
-  rc.mutable_tools()->set_max_file_bytes(1 << 20);
+  const v1::RolloutConfig rc = EpisodeRolloutConfig(v1::RolloutConfig(), kernelrl::testing::NewTempDir("engineer_seed"));
   DesignEvaluator evaluator;
   std::mt19937_64 rng(std::random_device{}());
   auto replies = [&](agent::EngineerPolicy* engineer, const std::string& id, uint64_t seed) {
