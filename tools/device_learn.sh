@@ -11,7 +11,9 @@
 #     (sandbox_cli: nvcc -> isolated verify on the 5 input sets -> CUPTI profile ->
 #     judge) against eager + torch.compile baselines measured first; prints one row
 #     per choice: outcome, reward, us, x eager, x compile, and the verdict class
-#     WRONG / SLOWER / >EAGER / >COMPILE.
+#     WRONG / SLOWER / >EAGER / >COMPILE. SWEEP=FILE at --stage: the tasks and choices of FILE
+#     instead (lines of TASK_ID CHOICE..., e.g. tools/sweeps/long_rows.txt; give the call
+#     PRECOMPUTE_WALL and SUITE_WALL for its size: ~11 s a baseline, ~5 s a choice).
 # (b) a separate call, MODE=learn (its own <= 150 s): a short learning job on the GPU —
 #     `kernelrl learn` (learner + policy server, CUDA sandbox, actors) with a tiny random
 #     checkpoint on 6 training + 6 held-out tasks (2 + 2 per family) whose baselines it measures first
@@ -64,19 +66,26 @@ if [ "${1:-}" = "--stage" ]; then  # Run HERE.
   SUITE=$CARRY/suite.txt; : > "$SUITE"
   add() {  # add TASK_ID CHOICE...
     local id=$1; shift
-    local name=${id#train/}
+    local name=${id#*/}
+    [ -f "$G/$id.py" ] || { echo "no task $id in family_gen's output"; exit 1; }
     cp "$G/$id.py" "$CARRY/tasks/family/$name.py"
     for c in "$@"; do
       bazel-bin/data/family/family_render --task="$G/$id.py" --choice="$c" --out="$CARRY/ws/$name/$c"
       echo "$name/$c $CARRY/tasks/family/$name.py $CARRY/ws/$name/$c -" >> "$SUITE"
     done
   }
-  # elementwise: vec=4 b256 work=4 | work=1 | vec=1 | b64 | work=4c (uncoalesced) | fp16
-  add train/ew_gelu-sigmoid_4096x4096 2110 2100 0100 2010 2020 2111
-  # rowreduce: warp/b256/vec4 | vec1 | thread per row | block per row | block b1024 | fp16
-  add train/rr_softmax_4096x1024 1110 1100 0110 2110 2210 1111
-  # gemm_epilogue: cuBLAS+epilogue | cuBLAS bias-prefill | tiled16 fused | tiled32x2 fused | tiled32x2 separate | cuBLAS fast-fp16
-  add train/ge_relu_512x1024x1024 0010 0110 1110 2110 2010 0011
+  if [ -n "${SWEEP:-}" ]; then  # Lines of TASK_ID CHOICE... (e.g. tools/sweeps/long_rows.txt); # comments.
+    while read -r line; do
+      line=${line%%#*}; [ -n "${line// }" ] && add $line
+    done < "$SWEEP"
+  else
+    # elementwise: vec=4 b256 work=4 | work=1 | vec=1 | b64 | work=4c (uncoalesced) | fp16
+    add train/ew_gelu-sigmoid_4096x4096 2110 2100 0100 2010 2020 2111
+    # rowreduce: warp/b256/vec4 | vec1 | thread per row | block per row | block b1024 | fp16
+    add train/rr_softmax_4096x1024 1110 1100 0110 2110 2210 1111
+    # gemm_epilogue: cuBLAS+epilogue | cuBLAS bias-prefill | tiled16 fused | tiled32x2 fused | tiled32x2 separate | cuBLAS fast-fp16
+    add train/ge_relu_512x1024x1024 0010 0110 1110 2110 2010 0011
+  fi
   rm -rf "$G"
   du -sh "$CARRY"; wc -l < "$SUITE"
   exit 0
@@ -111,7 +120,7 @@ if [ "${1:-}" = "--stage-learn" ]; then  # Run HERE.
     grep -F "\"id\":\"$id\"" "$G/train.jsonl" >> "$L/small/train.jsonl"
     cp "$G/$id.py" "$L/tasks/family/${id#train/}.py"
   done
-  for id in heldout/ew_sigmoid-gelu_4096x4096 heldout/ew_relu-scale_1536x1531 heldout/rr_rmsnorm-tanh_4096x1024 \
+  for id in heldout/ew_sigmoid-gelu_4096x4096 heldout/ew_relu-scale_1536x1531 heldout/rr_rmsnorm-tanh_1024x8192 \
             heldout/rr_softmax_3072x999 heldout/ge_gelu-scale_512x1024x1024 heldout/ge_relu_768x768x3072; do
     cp "$G/$id.py" "$L/small/heldout/"; cp "$G/$id.py" "$L/tasks/family/${id#heldout/}.py"
   done
@@ -248,7 +257,7 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 . tools/device_libs.sh
 KPROF=$(device_build_kprof "$OUT/kprof_build.log") || KPROF=$PWD/$CARRY/libkprof_bazel.so
 
-# Baselines of the three tasks (eager + torch.compile) through the executor path (only such baselines pay
+# Baselines of the suite's tasks (eager + torch.compile) through the executor path (only such baselines pay
 # speed-ups): torch.compile's caches filled in parallel first, untimed; then measure_baselines.
 BASE=/tmp/kr_learn_baselines; rm -rf $BASE; mkdir -p $BASE
 PW=${PRECOMPUTE_WALL:-55}
@@ -261,7 +270,7 @@ timeout -k 10 "$PW" "$CARRY/measure_baselines" --set=backend=cuda --set=python=$
   --set=enable_profiling=true --set=kprof_lib=$KPROF --set=profiler_root=$PWD --set=work_root=/tmp/kr_baseline_work \
   --set=verify.wall_seconds=60 --set=profiler.time_budget_s=0.3 \
   --tasks_root="$CARRY/tasks" --levels=family --out="$OUT/baselines.jsonl" > "$OUT/precompute.log" 2>&1
-echo "measure_baselines rc=$? at $(elapsed) s: $(wc -l < "$OUT/baselines.jsonl" 2>/dev/null || echo 0)/3 tasks"
+echo "measure_baselines rc=$? at $(elapsed) s: $(wc -l < "$OUT/baselines.jsonl" 2>/dev/null || echo 0)/$(ls "$CARRY/tasks/family" | wc -l) tasks"
 "$CARRY/precompute_baselines" --measurements="$OUT/baselines.jsonl" --set=baseline_cache_dir=$BASE \
   --table="$OUT/baselines.tsv" > "$OUT/import.log" 2>&1; cat "$OUT/baselines.tsv" 2>/dev/null | cut -c1-150
 
