@@ -1,5 +1,6 @@
 #include "tools/codemodel/design_report.h"
 
+#include <algorithm>
 #include <map>
 
 #include "absl/strings/match.h"
@@ -36,6 +37,48 @@ void Apply(const agent::ToolCall& call, std::map<std::string, std::string>* file
   }
 }
 
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t h = v.size() / 2;
+  return v.size() % 2 ? v[h] : (v[h - 1] + v[h]) / 2;
+}
+
+// What each design of the model's earned on each task.
+Json DesignsByTask(const std::vector<TrajectoryFacts>& facts) {
+  struct Outcomes {
+    std::vector<double> rewards, vs_eager, vs_compile;  // Speed-ups of the profiled verdicts only.
+  };
+  std::map<std::string, std::map<std::string, Outcomes>> by_task;
+  for (const TrajectoryFacts& f : facts) {
+    if (f.source != "model") continue;
+    Outcomes& o = by_task[f.task_id][f.design];
+    o.rewards.push_back(f.reward);
+    if (f.speedup_vs_eager > 0) o.vs_eager.push_back(f.speedup_vs_eager);
+    if (f.speedup_vs_compile > 0) o.vs_compile.push_back(f.speedup_vs_compile);
+  }
+  Json out = Json::object();
+  for (const auto& [task, designs] : by_task) {
+    Json row = Json::object();
+    for (const auto& [design, o] : designs) {
+      std::map<std::string, int64_t> hist;
+      double sum = 0;
+      for (double r : o.rewards) ++hist[absl::StrCat(r)], sum += r;
+      Json h = Json::object();
+      for (const auto& [r, n] : hist) h[r] = Json(n);
+      row[design] = Json::object({{"n", Json(static_cast<int64_t>(o.rewards.size()))},
+                                  {"reward_mean", Json(sum / o.rewards.size())},
+                                  {"reward_max", Json(*std::max_element(o.rewards.begin(), o.rewards.end()))},
+                                  {"rewards", std::move(h)},
+                                  {"profiled", Json(static_cast<int64_t>(o.vs_eager.size()))},
+                                  {"speedup_vs_eager_median", Json(Median(o.vs_eager))},
+                                  {"speedup_vs_compile_median", Json(Median(o.vs_compile))}});
+    }
+    out[task] = std::move(row);
+  }
+  return out;
+}
+
 }  // namespace
 
 TrajectoryFacts Facts(const v1::Trajectory& t, const std::string& reference_source, const std::string& device) {
@@ -48,6 +91,8 @@ TrajectoryFacts Facts(const v1::Trajectory& t, const std::string& reference_sour
   f.verdict_reward = t.final_verdict().reward();
   f.outcome = v1::Verdict::Outcome_Name(t.final_verdict().outcome());
   f.worker = t.final_verdict().worker_id();
+  f.speedup_vs_eager = t.final_verdict().speedup_vs_eager();
+  f.speedup_vs_compile = t.final_verdict().speedup_vs_compile();
   for (int32_t m : t.loss_mask()) f.model_tokens += m;
   std::map<std::string, std::string> files;
   const auto& turns = t.turns();
@@ -128,7 +173,8 @@ Json Summarise(const std::vector<TrajectoryFacts>& facts, int64_t bucket) {
                        {"parse_errors", Json(errors)},
                        {"reward_is_verdict_reward", Json(reward_matches)},
                        {"by_source", std::move(sources)},
-                       {"designs_by_family", std::move(by_family)}});
+                       {"designs_by_family", std::move(by_family)},
+                       {"designs_by_task", DesignsByTask(facts)}});
 }
 
 }  // namespace kernelrl::codemodel

@@ -29,6 +29,8 @@ struct TrajectoryFacts {
   double reward = 0;
   double verdict_reward = 0;  // final_verdict.reward.
   std::string outcome;        // final_verdict outcome name.
+  // final_verdict's speed-ups (0 when it was not profiled).
+  double speedup_vs_eager = 0, speedup_vs_compile = 0;
   std::string worker;         // final_verdict.worker_id: the sandbox worker that judged it.
   std::string design;         // Choice digits, "none" (no kernel written) or "other".
 };
@@ -36,9 +38,12 @@ struct TrajectoryFacts {
 // `reference_source` of the task (its kernelrl-family line) decides the family; "" = unknown.
 TrajectoryFacts Facts(const v1::Trajectory& t, const std::string& reference_source, const std::string& device);
 
-// Summary of many: counts and means per source ("model", "engineer"), and per
+// Summary of many: counts and means per source ("model", "engineer"); per
 // family the design histogram of the model's trajectories by policy-version
-// bucket of `bucket` versions.
+// bucket of `bucket` versions; and per task what each design of the model's
+// earned (designs_by_task: n, the reward's mean, maximum and histogram, the
+// median speed-ups of its profiled verdicts), which says whether the reward can
+// tell a task's designs apart and which reward a task's best design reaches.
 Json Summarise(const std::vector<TrajectoryFacts>& facts, int64_t bucket);
 
 }  // namespace kernelrl::codemodel

@@ -75,6 +75,8 @@ int main(int argc, char** argv) {
                               {"verdict_reward", Json(f.verdict_reward)},
                               {"outcome", Json(f.outcome)},
                               {"worker", Json(f.worker)},
+                              {"speedup_vs_eager", Json(f.speedup_vs_eager)},
+                              {"speedup_vs_compile", Json(f.speedup_vs_compile)},
                               {"design", Json(f.design)}}));
     }
     out["per_trajectory"] = std::move(list);
