@@ -187,7 +187,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> MakeJobTrainer(const v1::LearnerJobConf
       if (auto s = trainer->actor_optimizer().LoadState(optimizer, "actor/"); !s.ok()) return s;
       if (auto s = trainer->critic_optimizer()->LoadState(optimizer, "critic/"); !s.ok()) return s;
     }
-    trainer->LoadState(optimizer);
+    if (auto s = trainer->LoadState(optimizer); !s.ok()) return s;
   }
   if (sharded && !shards_dir.empty()) {
     if (auto s = dist::LoadShards(shards_dir, ShardedRefs(*trainer)); !s.ok()) return s;

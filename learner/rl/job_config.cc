@@ -79,6 +79,7 @@ absl::StatusOr<v1::LearnerJobConfig> ParseJobConfig(const std::string& text) {
   if (!(p.gamma() > 0 && p.gamma() <= 1)) return Field("ppo.gamma", "must be in (0, 1]");
   if (!(p.lambda() >= 0 && p.lambda() <= 1)) return Field("ppo.lambda", "must be in [0, 1]");
   if (!(p.entropy_coef() >= 0 && p.entropy_coef() < 1)) return Field("ppo.entropy_coef", "must be in [0, 1)");
+  if (!(p.kl_ref_coef() >= 0)) return Field("ppo.kl_ref_coef", "must be >= 0 (0 = off)");
   if (!(p.lambda_critic() >= 0 && p.lambda_critic() <= 1)) return Field("ppo.lambda_critic", "must be in [0, 1]");
   if (p.lambda_length_alpha() < 0) return Field("ppo.lambda_length_alpha", "must be >= 0 (0 = the fixed lambda)");
   if (p.dual_clip() != 0 && !(p.dual_clip() > 1)) return Field("ppo.dual_clip", "must be 0 (off) or > 1");

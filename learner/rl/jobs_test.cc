@@ -102,6 +102,7 @@ TEST(JobConfigTest, BadValuesNameTheField) {
            {"ppo { clip_low: 1.5 }", "ppo.clip_low"},
            {"ppo { lambda: -1 }", "ppo.lambda"},
            {"ppo { entropy_coef: -0.01 }", "ppo.entropy_coef"},
+           {"ppo { kl_ref_coef: -0.1 }", "ppo.kl_ref_coef"},
            {"critic_optimizer { lr: 0 }", "critic_optimizer.lr"},
            {"batch { trajectories_per_step: 0 }", "batch.trajectories_per_step"},
            {"ingest { buffer_capacity: 2 }", "ingest.buffer_capacity"},

@@ -96,7 +96,7 @@ double Seconds(std::chrono::steady_clock::time_point since) {
 // -x so that a maximum gives the minimum).
 constexpr const char* kSummedMetrics[] = {
     "policy_loss", "value_loss", "sft_loss", "entropy", "clip_frac", "dual_clip_frac", "mask_frac", "is_weight_mean",
-    "logp_abs_diff", "kl_rollout", "advantage_mean", "trajectories", "tokens", "model_tokens", "rows",
+    "logp_abs_diff", "kl_rollout", "kl_ref", "advantage_mean", "trajectories", "tokens", "model_tokens", "rows",
     "train_flops", "reward_sum", "reward_sq", "reward_positive", "length_clipped", "ev_n", "ev_r", "ev_r2",
     "ev_d", "ev_d2"};
 constexpr const char* kMaxedMetrics[] = {"reward_max", "-reward_min", "is_weight_max", "-is_weight_min",
@@ -136,7 +136,7 @@ void FinishMetrics(bool ppo, bool critic, StepMetrics* mp) {
     m["is_weight_min"] = -m["-is_weight_min"];
   } else {
     for (const char* k : {"policy_loss", "clip_frac", "dual_clip_frac", "mask_frac", "is_weight_mean", "logp_abs_diff",
-                          "kl_rollout", "advantage_mean", "is_weight_max"}) {
+                          "kl_rollout", "kl_ref", "advantage_mean", "is_weight_max"}) {
       m.erase(k);
     }
   }
@@ -317,15 +317,44 @@ Trainer::Trainer(std::unique_ptr<Transformer> policy, std::unique_ptr<Transforme
 }
 
 std::map<std::string, at::Tensor> Trainer::State() const {
-  return {{"trainer/objective", at::tensor({static_cast<int64_t>(last_objective_)}, at::kLong)},
-          {"trainer/critic_head_ready", at::tensor({static_cast<int64_t>(critic_head_ready_)}, at::kLong)}};
+  std::map<std::string, at::Tensor> s = {
+      {"trainer/objective", at::tensor({static_cast<int64_t>(last_objective_)}, at::kLong)},
+      {"trainer/critic_head_ready", at::tensor({static_cast<int64_t>(critic_head_ready_)}, at::kLong)}};
+  if (ref_policy_ != nullptr) {
+    const std::vector<at::Tensor> ps = ref_policy_->parameters();
+    for (size_t i = 0; i < ps.size(); ++i) s[absl::StrCat("trainer/kl_ref/", i)] = ps[i].detach().to(at::kCPU);
+  }
+  return s;
 }
 
-void Trainer::LoadState(const std::map<std::string, at::Tensor>& state) {
+absl::Status Trainer::LoadState(const std::map<std::string, at::Tensor>& state) {
   auto it = state.find("trainer/objective");
   if (it != state.end()) last_objective_ = static_cast<int>(it->second.item<int64_t>());
   it = state.find("trainer/critic_head_ready");
   critic_head_ready_ = it == state.end() || it->second.item<int64_t>() != 0;
+  if (!state.count("trainer/kl_ref/0")) return absl::OkStatus();
+  // The reference a PPO stage took: a copy of the actor's shape holding the saved weights.
+  if (auto s = TakeKlReference(); !s.ok()) return s;
+  at::NoGradGuard no_grad;
+  std::vector<at::Tensor> ps = ref_policy_->parameters();
+  for (size_t i = 0; i < ps.size(); ++i) {
+    auto t = state.find(absl::StrCat("trainer/kl_ref/", i));
+    if (t == state.end() || !t->second.sizes().equals(ps[i].sizes())) {
+      return absl::InvalidArgumentError(absl::StrCat("checkpoint's KL reference: tensor ", i, " is missing or misshapen"));
+    }
+    ps[i].copy_(t->second);
+  }
+  if (state.count(absl::StrCat("trainer/kl_ref/", ps.size()))) {
+    return absl::InvalidArgumentError("checkpoint's KL reference has more tensors than the actor");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::TakeKlReference() {
+  auto ref = policy_->MergedCopy(policy_->options());
+  if (!ref.ok()) return absl::FailedPreconditionError(absl::StrCat("ppo.kl_ref_coef: ", ref.status().message()));
+  ref_policy_ = *std::move(ref);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<StepMetrics> Trainer::SftStep(const std::vector<Sample>& batch, int64_t global_trajectories) {
@@ -566,6 +595,12 @@ absl::StatusOr<StepMetrics> Trainer::Update(const std::vector<Sample>& batch, do
     if (critic_opt_) critic_opt_->Reset();
     m["optimizer_reset"] = 1;
   }
+  // The KL penalty's reference: the actor as this PPO stage found it.
+  const bool kl_ref = objective == Objective::kPpo && train_actor && options_.kl_ref_coef > 0;
+  if (kl_ref && (ref_policy_ == nullptr || last_objective_ != stage_objective)) {
+    if (auto s = TakeKlReference(); !s.ok()) return s;
+    m["kl_ref_taken"] = 1;
+  }
   last_objective_ = stage_objective;
   if (use_critic && !critic_head_ready_) {
     if (options_.value_head_init) {
@@ -679,6 +714,18 @@ absl::StatusOr<StepMetrics> Trainer::Update(const std::vector<Sample>& batch, do
         m["value_loss"] += vl.item<double>();
       }
       if (entropy.defined()) loss = loss - options_.entropy_coef * entropy;
+      if (kl_ref) {  // k3 of KL(pi || ref) on the sampled tokens: >= 0, gradient through logp.
+        at::Tensor ref_logp;
+        {
+          at::NoGradGuard no_grad;
+          at::Tensor h = ref_policy_->Hidden(ids, row.lengths)[0].index_select(0, state);
+          ref_logp = ref_policy_->TokenLogprobs(h, target, options_.temperature);
+        }
+        const at::Tensor d = ref_logp - logp;
+        const at::Tensor kl = (w * (at::exp(d) - d - 1)).sum();
+        loss = loss + options_.kl_ref_coef * kl;
+        m["kl_ref"] += kl.item<double>();
+      }
       m["policy_loss"] += pl.loss.item<double>();
       m["clip_frac"] += pl.stats.clipped;
       m["dual_clip_frac"] += pl.stats.dual_clipped;

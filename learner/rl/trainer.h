@@ -122,6 +122,7 @@ struct TrainerOptions {
   bool entropy_metric = true;
   bool normalize_advantages = false;  // PpoConfig.normalize_advantages.
   double entropy_coef = 0;            // PpoConfig.entropy_coef.
+  double kl_ref_coef = 0;             // PpoConfig.kl_ref_coef: KL to the PPO stage's starting actor.
   int64_t max_tokens_per_row = 32768;
   AdamWParams actor, critic;
   // Makes each model's optimizer; null = AdamW over model.parameters().
@@ -173,10 +174,13 @@ class Trainer {
   const TrainerOptions& options() const { return options_; }
   // What a checkpoint must carry besides the optimizers ("trainer/..."): the
   // last objective (a change of objective is a stage change: both optimizers
-  // reset) and whether the value head was initialised. A state without these
-  // keys (an older checkpoint) counts as an initialised head.
+  // reset), whether the value head was initialised, and with kl_ref_coef the
+  // reference policy's weights ("trainer/kl_ref/<i>"). A state without the
+  // head key (an older checkpoint) counts as an initialised head.
   std::map<std::string, at::Tensor> State() const;
-  void LoadState(const std::map<std::string, at::Tensor>& state);
+  absl::Status LoadState(const std::map<std::string, at::Tensor>& state);
+  // The KL penalty's reference policy (null until a PPO stage with kl_ref_coef starts).
+  const Transformer* kl_reference() const { return ref_policy_.get(); }
 
  private:
   enum class Objective { kPpo = 0, kSft = 1, kValue = 2 };
@@ -201,8 +205,11 @@ class Trainer {
   absl::StatusOr<int64_t> Passes(size_t rows, bool actor, bool critic, at::Device device);
   // A one-token pass with zero loss through the models taking part.
   void EmptyPass(bool actor, bool critic, at::Device device);
+  // The reference policy: a copy of the actor as it is now (no gradient, no adapters).
+  absl::Status TakeKlReference();
 
   std::unique_ptr<Transformer> policy_, critic_;
+  std::unique_ptr<Transformer> ref_policy_;  // PPO's KL reference (kl_ref_coef > 0).
   std::unique_ptr<AdamW> actor_opt_, critic_opt_;
   TrainerOptions options_;
   Collectives* collectives_ = nullptr;

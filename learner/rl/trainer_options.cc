@@ -36,6 +36,7 @@ TrainerOptions TrainerOptionsFromConfig(const v1::LearnerJobConfig& config) {
   to.entropy_metric = p.entropy_metric();
   to.normalize_advantages = p.normalize_advantages();
   to.entropy_coef = p.entropy_coef();
+  to.kl_ref_coef = p.kl_ref_coef();
   to.max_tokens_per_row = config.batch().max_tokens_per_row();
   to.actor = AdamWFromConfig(config.actor_optimizer());
   to.critic = AdamWFromConfig(config.critic_optimizer());

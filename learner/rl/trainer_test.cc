@@ -354,7 +354,7 @@ TEST(TrainerTest, OptimizersResetWhenTheObjectiveChanges) {
   EXPECT_EQ(t.actor_optimizer().steps(), 2);
   // The objective survives a checkpoint: a trainer restored from this state resets at a change too.
   Trainer u(Tiny(Head::kLanguageModel, 5), Tiny(Head::kValue, 6), o);
-  u.LoadState(t.State());
+  ASSERT_TRUE(u.LoadState(t.State()).ok());
   m = u.SftStep(batch);
   ASSERT_TRUE(m.ok());
   EXPECT_EQ((*m)["optimizer_reset"], 1);
@@ -458,6 +458,84 @@ TEST(AdamWTest, WarmupThenCosineScheduleAndDecayExclusions) {
 
 // PpoConfig.entropy_coef: from a policy made peaked by SFT, the bonus raises the entropy on the
 // batch's model tokens against the same PPO steps without it.
+// The KL penalty's reference is the actor as the PPO stage found it. With no advantage to follow
+// (baseline = reward), an actor moved off it comes back with the penalty on (in what it says: its
+// weights go wherever that takes them) and stays where it is without; a checkpoint carries the
+// reference, and a new stage takes a new one.
+TEST(TrainerTest, KlReferencePullsTheActorBackAndTravelsInCheckpoints) {
+  std::vector<Sample> batch = {RandomSample("a", kMaskA, 51), RandomSample("b", kMaskB, 52)};
+  for (Sample& s : batch) s.baseline = s.reward;  // Zero advantages: only the penalty moves the actor.
+  auto weights = [](const Transformer& m) {
+    std::vector<at::Tensor> w;
+    for (const at::Tensor& p : m.parameters()) w.push_back(p.detach().clone());
+    return w;
+  };
+  auto distance = [](const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b) {
+    double sq = 0;
+    for (size_t i = 0; i < a.size(); ++i) sq += (a[i] - b[i]).square().sum().item<double>();
+    return std::sqrt(sq);
+  };
+  for (double coef : {0.0, 1.0}) {
+    TrainerOptions o;
+    o.advantage = AdvantageEstimator::kTaskBaseline;
+    o.actor.lr = 1e-2, o.actor.weight_decay = 0;
+    o.kl_ref_coef = coef;
+    Trainer t(Tiny(Head::kLanguageModel, 5), nullptr, o);
+    auto first = t.PpoStep(batch);
+    ASSERT_TRUE(first.ok()) << first.status();
+    EXPECT_EQ(t.kl_reference() != nullptr, coef > 0);
+    EXPECT_EQ(first->count("kl_ref_taken"), coef > 0 ? 1u : 0u);
+    if (coef > 0) EXPECT_NEAR((*first)["kl_ref"], 0, 1e-9) << "the reference is the actor itself";
+    const std::vector<at::Tensor> start = weights(t.policy());
+    {
+      at::NoGradGuard no_grad;
+      for (at::Tensor& p : t.policy().parameters()) p.add_(at::randn_like(p) * 0.05);
+    }
+    t.actor_optimizer().SyncMasterFromParams();
+    const double moved = distance(weights(t.policy()), start);
+    std::vector<double> kl;
+    for (int i = 0; i < 12; ++i) {
+      auto m = t.PpoStep(batch);
+      ASSERT_TRUE(m.ok()) << m.status();
+      EXPECT_EQ(m->count("kl_ref_taken"), 0u);
+      kl.push_back((*m)["kl_ref"]);
+    }
+    if (coef == 0) {
+      EXPECT_NEAR(distance(weights(t.policy()), start), moved, 1e-6) << "nothing to follow, nothing pulls";
+      continue;
+    }
+    EXPECT_GT(kl[0], 1e-4);
+    EXPECT_LT(kl.back(), 0.5 * kl[0]) << "KL to the reference " << kl[0] << " -> " << kl.back();
+    std::printf("KL to the reference after a 0.05 nudge: %.5f, 12 updates later %.5f\n", kl[0], kl.back());
+
+    // A trainer restored from the checkpoint holds the same reference and takes none of its own.
+    Trainer u(Tiny(Head::kLanguageModel, 7), nullptr, o);
+    {
+      at::NoGradGuard no_grad;
+      std::vector<at::Tensor> up = u.policy().parameters(), tp = t.policy().parameters();
+      for (size_t i = 0; i < up.size(); ++i) up[i].copy_(tp[i]);
+    }
+    u.actor_optimizer().SyncMasterFromParams();
+    ASSERT_TRUE(u.LoadState(t.State()).ok());
+    ASSERT_NE(u.kl_reference(), nullptr);
+    EXPECT_EQ(distance(weights(*u.kl_reference()), weights(*t.kl_reference())), 0.0);
+    auto mt = t.PpoStep(batch), mu = u.PpoStep(batch);
+    ASSERT_TRUE(mt.ok() && mu.ok());
+    EXPECT_EQ(mu->count("kl_ref_taken"), 0u);
+    EXPECT_NEAR((*mu)["kl_ref"], (*mt)["kl_ref"], 1e-6);
+    // A reference of another shape is refused, naming it.
+    std::map<std::string, at::Tensor> bad = t.State();
+    bad["trainer/kl_ref/0"] = at::zeros({3});
+    EXPECT_EQ(u.LoadState(bad).code(), absl::StatusCode::kInvalidArgument);
+    // A new PPO stage takes a new reference: the actor as it is then.
+    ASSERT_TRUE(t.SftStep(batch).ok());
+    auto next = t.PpoStep(batch);
+    ASSERT_TRUE(next.ok());
+    EXPECT_EQ((*next)["kl_ref_taken"], 1);
+    EXPECT_NEAR((*next)["kl_ref"], 0, 1e-9);
+  }
+}
+
 TEST(TrainerTest, EntropyBonusRaisesTheEntropy) {
   std::vector<Sample> batch = {RandomSample("a", kMaskA, 41), RandomSample("b", kMaskB, 42)};
   std::vector<double> last;

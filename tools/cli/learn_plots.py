@@ -97,7 +97,8 @@ def main():
     panels = [("entropy", ["entropy"]), ("explained variance", ["explained_variance"]),
               # How far the trained policy is from the rollouts', token by token (k3 KL is a few
               # outlier tokens' figure: the IS-ratio panel shows those).
-              ("clip fraction, mean |log pi - log pi_rollout|", ["clip_frac", "logp_abs_diff"]),
+              ("clip fraction, mean |log pi - log pi_rollout|, KL to the reference",
+               ["clip_frac", "logp_abs_diff", "kl_ref"]),
               ("IS ratio (rollout vs trainer)", ["is_weight_mean", "is_weight_min", "is_weight_max",
                                                  "mask_frac"])]
     for ax, (name, keys) in zip(axes.flat, panels):
