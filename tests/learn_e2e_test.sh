@@ -49,7 +49,8 @@ if [ "$ABLATION" = none ]; then
 else
   # Eight agentic steps, paused after the first: the update in progress at the pause may still land, and on
   # a loaded machine the 300 ms poll may see the pause step late (at 3 of 4, once): the job must not end first.
-  STAGES="--job_set=recipe.single_turn_ppo.steps=1 --job_set=recipe.agentic_ppo.steps=8"
+  # With the KL penalty to a reference: the reference must travel through the pause in the checkpoint.
+  STAGES="--job_set=recipe.single_turn_ppo.steps=1 --job_set=recipe.agentic_ppo.steps=8 --job_set=ppo.kl_ref_coef=0.01"
 fi
 learn() {
   # Short model replies and turns (a CPU samples slowly); the engineer's warm-up keeps its 10 turns.
@@ -127,6 +128,12 @@ for stage, n in expect.items():
     check(len(by_stage.get(stage, [])) == n, f"{n} {stage} update(s)")
 if ablation != "none":
     check(not by_stage.get("rft") and not by_stage.get("value_pretrain"), "ablation: no RFT or value-pretraining update")
+    # ppo.kl_ref_coef: single-turn and agentic PPO in a row are one PPO stage for the trainer, so its first
+    # update copies the reference and no later one does, the resumed sitting's included (the checkpoint has it).
+    ppo = by_stage.get("single_turn_ppo", []) + by_stage.get("agentic_ppo", [])
+    check(all(s["metrics"].get("kl_ref", -1) >= 0 for s in ppo), "every PPO update has metric kl_ref >= 0")
+    taken = [s["step"] for s in ppo if s["metrics"].get("kl_ref_taken")]
+    check(taken == [1], f"the KL reference copied once, at update 1, and kept through the pause (copied at {taken})")
 check([s["step"] for s in updates] == list(range(1, len(updates) + 1)), "every update recorded once, in order")
 for s in by_stage.get("single_turn_ppo", []) + by_stage.get("agentic_ppo", []):
     m = s["metrics"]
