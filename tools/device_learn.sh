@@ -120,7 +120,7 @@ if [ "${1:-}" = "--stage-learn" ]; then  # Run HERE.
     grep -F "\"id\":\"$id\"" "$G/train.jsonl" >> "$L/small/train.jsonl"
     cp "$G/$id.py" "$L/tasks/family/${id#train/}.py"
   done
-  for id in heldout/ew_sigmoid-gelu_4096x4096 heldout/ew_relu-scale_1536x1531 heldout/rr_rmsnorm-tanh_1024x8192 \
+  for id in heldout/ew_sigmoid-gelu_4096x4096 heldout/ew_relu-scale_1536x1531 heldout/rr_rmsnorm-tanh_384x12288 \
             heldout/rr_softmax_3072x999 heldout/ge_gelu-scale_512x1024x1024 heldout/ge_relu_768x768x3072; do
     cp "$G/$id.py" "$L/small/heldout/"; cp "$G/$id.py" "$L/tasks/family/${id#heldout/}.py"
   done
