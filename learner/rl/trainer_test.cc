@@ -456,8 +456,6 @@ TEST(AdamWTest, WarmupThenCosineScheduleAndDecayExclusions) {
   EXPECT_FALSE(at::equal(before[2], after[2].detach()));         // First layer's qkv matrix.
 }
 
-// PpoConfig.entropy_coef: from a policy made peaked by SFT, the bonus raises the entropy on the
-// batch's model tokens against the same PPO steps without it.
 // The KL penalty's reference is the actor as the PPO stage found it. With no advantage to follow
 // (baseline = reward), an actor moved off it comes back with the penalty on (in what it says: its
 // weights go wherever that takes them) and stays where it is without; a checkpoint carries the
@@ -536,6 +534,8 @@ TEST(TrainerTest, KlReferencePullsTheActorBackAndTravelsInCheckpoints) {
   }
 }
 
+// PpoConfig.entropy_coef: from a policy made peaked by SFT, the bonus raises the entropy on the
+// batch's model tokens against the same PPO steps without it.
 TEST(TrainerTest, EntropyBonusRaisesTheEntropy) {
   std::vector<Sample> batch = {RandomSample("a", kMaskA, 41), RandomSample("b", kMaskB, 42)};
   std::vector<double> last;
