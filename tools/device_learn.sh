@@ -10,8 +10,8 @@
 #     epilogue fusion, fp16), evaluated through the real sandbox worker core
 #     (sandbox_cli: nvcc -> isolated verify on the 5 input sets -> CUPTI profile ->
 #     judge) against eager + torch.compile baselines measured first; prints one row
-#     per choice: outcome, reward, us, x eager, x compile, and the verdict class
-#     WRONG / SLOWER / >EAGER / >COMPILE. SWEEP=FILE at --stage: the tasks and choices of FILE
+#     per choice: outcome, reward, us, x eager, x compile, and the class the reward paid:
+#     WRONG / SLOWER (1) / >EAGER (2) / >COMPILE (3: eager and torch.compile both beaten). SWEEP=FILE at --stage: the tasks and choices of FILE
 #     instead (lines of TASK_ID CHOICE..., e.g. tools/sweeps/long_rows.txt; give the call
 #     PRECOMPUTE_WALL and SUITE_WALL for its size: ~11 s a baseline, ~5 s a choice).
 # (b) a separate call, MODE=learn (its own <= 150 s): a short learning job on the GPU —
@@ -298,7 +298,9 @@ classes = {}
 for r in rows:
     v = r["verdict"]; o = v.get("outcome", "?")
     xe, xc = v.get("speedup_vs_eager", 0), v.get("speedup_vs_compile", 0)
-    cls = "WRONG" if o != "OK" else (">COMPILE" if xc > 1 else ">EAGER" if xe > 1 else "SLOWER" if xe > 0 else "NO-BASE")
+    # The class is what the reward paid (3: faster than eager and torch.compile both, by its margin).
+    rew = v.get("reward", 0)
+    cls = "WRONG" if o != "OK" else (">COMPILE" if rew >= 3 else ">EAGER" if rew >= 2 else "SLOWER" if xe > 0 else "NO-BASE")
     classes[cls] = classes.get(cls, 0) + 1
     print(f"{r['label']:34} {o:13} {v.get('reward', 0):4.0f} {v.get('candidate_time_us', 0):9.1f} {xe:8.3f} {xc:7.3f}  {cls:9}  {desc(r['label'])}")
 print("verdict classes:", ", ".join(f"{k} {n}" for k, n in sorted(classes.items())), f"({len(rows)} evaluated)")
