@@ -91,6 +91,8 @@ std::unique_ptr<Trainer> MakeTrainer(Objective o, at::Device device) {
   opt.policy_loss.mismatch_mask = rl::MismatchMask::kOff;
   opt.policy_loss.clip_low = opt.policy_loss.clip_high = 1e9;
   opt.policy_loss.dual_clip = 0;
+  // The KL penalty's metrics reduce like the rest (its first update's reference is the actor: 0).
+  if (o == Objective::kPpo) opt.kl_ref_coef = 0.1;
   return std::make_unique<Trainer>(Tiny(Head::kLanguageModel, 5, device),
                                    o == Objective::kSft ? nullptr : Tiny(Head::kValue, 6, device), opt);
 }

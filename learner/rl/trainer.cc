@@ -801,6 +801,7 @@ absl::StatusOr<StepMetrics> Trainer::Update(const std::vector<Sample>& batch, do
     if (!use_critic) {
       for (const char* k : {"ev_n", "ev_r", "ev_r2", "ev_d", "ev_d2"}) m.erase(k);
     }
+    if (!kl_ref) m.erase("kl_ref");  // The reduction wrote every summed key.
   }
   return m;
 }
