@@ -302,6 +302,7 @@ absl::StatusOr<Corpus> MakeCorpus(const std::vector<v1::Task>& tasks, int per_ta
   if (!plain.ok()) return plain.status();
   agent::EngineerPolicy agent(tok->get(), plain->im_end_id(), options, seed);
   DesignEvaluator evaluator;
+  const bool tools_announced = !rc.omit_tool_schemas_from_prompt();
   actor::RolloutRunner runner(actor::RolloutDeps{&agent, &evaluator, tok->get(), &*with_tools, &*plain},
                               EpisodeRolloutConfig(std::move(rc), workspace_root), skill_text);
 
@@ -320,7 +321,7 @@ absl::StatusOr<Corpus> MakeCorpus(const std::vector<v1::Task>& tasks, int per_ta
         return absl::InternalError(absl::StrCat(task.id(), ": the scripted episode ended with ",
                                                 r->trajectory.stats().stop_reason(), " ", r->error));
       }
-      c.records.push_back(CorpusRecord(r->trajectory, family->family, !rc.omit_tool_schemas_from_prompt()));
+      c.records.push_back(CorpusRecord(r->trajectory, family->family, tools_announced));
       c.trajectories.push_back(r->trajectory);
       for (const auto& [name, n] : r->tool_calls) c.tool_calls[name] += n;
       for (const auto& [name, n] : r->tool_errors) c.failed_evaluations += name == "Compile" || name == "Verify" ? n : 0;

@@ -303,6 +303,22 @@ TEST(CorpusTest, EpisodesAreMultiTurnJsonToolCallsThatFixWhatTheyBreak) {
   }
 }
 
+// A record says whether its rollout's prompt announced the tool schemas, as the rollout config
+// says: pre-training renders it so (render.h), and a CPU run's prompts omit them.
+TEST(CorpusTest, ARecordSaysWhetherItsPromptAnnouncedTheTools) {
+  agent::EngineerPolicyOptions o;
+  o.device = "cpu";
+  for (const bool omit : {false, true}) {
+    v1::RolloutConfig rc;
+    rc.set_omit_tool_schemas_from_prompt(omit);
+    auto corpus = MakeCorpus({OnePerFamily("cpu")[0]}, 1, rc, "skill", o, std::random_device{}(),
+                             kernelrl::testing::NewTempDir("corpus_tools"));
+    ASSERT_TRUE(corpus.ok()) << corpus.status();
+    ASSERT_EQ(corpus->records.size(), 1u);
+    EXPECT_EQ(FindJson(corpus->records[0], "tools_announced")->get<bool>(), !omit) << "omit " << omit;
+  }
+}
+
 // An episode is a function of its rollout's seed (a lease's): not of the engineer's own
 // seed, nor of which episodes that engineer played before (which actor took which lease).
 TEST(CorpusTest, AnEngineerEpisodeFollowsItsRolloutSeed) {
