@@ -138,6 +138,11 @@ absl::StatusOr<std::unique_ptr<Trainer>> MakeJobTrainer(const v1::LearnerJobConf
                                                         at::Device device, const JobSharding* sharding,
                                                         const std::string& checkpoint_dir) {
   const bool sharded = sharding != nullptr && sharding->sharded();
+  if (sharded && config.ppo().kl_ref_coef() > 0) {  // Refused at the job's start, not at its first PPO update.
+    return absl::FailedPreconditionError(
+        "ppo.kl_ref_coef needs an actor that is not sharded (the KL reference is a whole copy of it); "
+        "set distributed.sharding REPLICATE or kl_ref_coef 0");
+  }
   dist::DataParallel* shard_group =
       !sharded ? nullptr : sharding->shard_group != nullptr ? sharding->shard_group.get() : sharding->world;
   if (auto s = CheckJobFits(config, policy_dir, critic_dir, device, sharded ? shard_group->world_size() : 0); !s.ok()) {

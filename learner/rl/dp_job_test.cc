@@ -349,6 +349,18 @@ TEST(DpJobTest, ShardedSaveThenResumeTakesTheSameNextStep) {
   ExpectShardedSaveResume(f);
 }
 
+// The KL penalty's reference is a whole copy of the actor: a sharded group refuses the job when it
+// starts, naming the field, not at its first PPO update.
+TEST(DpJobTest, AShardedGroupRefusesAKlReferenceAtTheStart) {
+  Fixture f;
+  MakeFixture(&f);
+  f.hyper += "\nppo { kl_ref_coef: 0.1 }\n";
+  // An SFT step alone: only the start can refuse it.
+  auto run = RunGroup(f, 2, {v1::DistributedConfig::FULL_SHARD, 2}, {StepKind::kSft}, "store_kl");
+  ASSERT_FALSE(run.ok());
+  EXPECT_NE(run.status().message().find("kl_ref_coef"), std::string::npos) << run.status();
+}
+
 // LoRA jobs: sharded and replicated groups train the adapters as one rank
 // does; the checkpoint keeps them beside the frozen base and resumes exactly.
 TEST(DpJobTest, LoraJobsTrainLikeOneRankAndResume) {
