@@ -5,6 +5,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "data/rng.h"
 
 namespace kernelrl {
 namespace {
@@ -15,17 +16,11 @@ uint64_t Mix(uint64_t h, uint64_t v) {
   return h ^ (h >> 33);
 }
 
-uint64_t LabelHash(const std::string& s) {
-  uint64_t h = 0xCBF29CE484222325ull;  // FNV-1a
-  for (unsigned char c : s) h = (h ^ c) * 0x100000001B3ull;
-  return h;
-}
-
 // Hashes the subtree starting at *pos (preorder) and appends every subtree hash.
 absl::StatusOr<uint64_t> Walk(const AstDump& d, int* pos, int depth, std::vector<uint64_t>* out) {
   if (*pos >= d.labels_size() || depth > 400) return absl::InvalidArgumentError("malformed AST dump");
   const int me = (*pos)++;
-  uint64_t h = LabelHash(d.labels(me));
+  uint64_t h = StableHash(d.labels(me));
   for (int c = 0; c < d.arity(me); ++c) {
     auto child = Walk(d, pos, depth + 1, out);
     if (!child.ok()) return child;
