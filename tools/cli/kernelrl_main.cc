@@ -9,6 +9,7 @@
 #include "tools/cli/learn_cmd.h"
 #include "tools/cli/report_cmd.h"
 #include "tools/cli/plan_cmd.h"
+#include "tools/cli/seeds_cmd.h"
 #include "tools/cli/up_cmd.h"
 
 namespace {
@@ -24,6 +25,7 @@ constexpr Subcommand kSubcommands[] = {
     {"eval", kernelrl::cli::EvalMain, "run a policy over a task set; Table-1 report (JSON, Markdown, PNG)"},
     {"report", kernelrl::cli::ReportMain, "re-render an evaluation's Table 1 and plots: kernelrl report DIR"},
     {"learn", kernelrl::cli::LearnMain, "the recipe end to end on the task family (data/family); curves + plots"},
+    {"seeds", kernelrl::cli::SeedsMain, "learn jobs of several seeds and ablations against a learning run's bar"},
     {"plan", kernelrl::cli::PlanMain, "per-GPU memory of a training job (model, GPUs, tokens) and whether it fits"},
     {"up", kernelrl::up::UpMain, "the embedded cluster on this machine; runs the quickstart job (--check, --job=none)"},
 };

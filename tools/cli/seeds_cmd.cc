@@ -1,0 +1,63 @@
+#include "tools/cli/seeds_cmd.h"
+
+#include <cstdio>
+#include <filesystem>
+#include <optional>
+
+#include "absl/strings/str_split.h"
+#include "common/file.h"
+#include "proto/cli_config.pb.h"
+#include "tools/cli/command_line.h"
+#include "tools/cli/seeds_report.h"
+
+namespace kernelrl::cli {
+namespace {
+
+constexpr char kDefaults[] = R"pb(
+  min_standard_errors: 2
+  min_explained_variance: 0.3
+  min_seeds: 3
+  min_heldout_tasks: 12
+)pb";
+
+// A job's curves.json given as itself, its curves/ directory or the job directory.
+std::string CurvesFile(const std::string& run) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::is_directory(run, ec)) return run;
+  for (const char* rel : {"/curves.json", "/curves/curves.json"}) {
+    if (fs::exists(run + rel, ec)) return run + rel;
+  }
+  return run + "/curves.json";  // Reading it names what is missing.
+}
+
+}  // namespace
+
+int SeedsMain(int argc, char** argv) {
+  v1::SeedsConfig config;
+  CommandLine cl("seeds", "Several `kernelrl learn` jobs (seeds, ablations) against a learning run's bar.", &config);
+  cl.Flag("runs", "runs", "A job's curves.json (or its directory); one seed's jobs joined by '+'");
+  cl.Flag("--min_standard_errors", "min_standard_errors", "The mean change across seeds must exceed this many");
+  cl.Flag("--min_explained_variance", "min_explained_variance", "Each seed's median critic EV during PPO must exceed it");
+  if (std::optional<int> code = cl.Parse(argc, argv, kDefaults)) return *code;
+  if (config.runs().empty()) return cl.Fail("which jobs? kernelrl seeds RUN... (a curves.json each; '+' joins one seed's)");
+  std::vector<SeedFigures> runs;
+  for (const std::string& run : config.runs()) {
+    std::vector<std::pair<std::string, Json>> chain;
+    for (absl::string_view part : absl::StrSplit(run, '+', absl::SkipEmpty())) {
+      const std::string path = CurvesFile(std::string(part));
+      auto text = ReadFileToString(path);
+      if (!text.ok()) return cl.Fail(std::string(text.status().message())), 1;
+      auto json = ParseJson(*text);
+      if (!json.ok()) return cl.Fail(path + ": " + std::string(json.status().message())), 1;
+      chain.emplace_back(path, std::move(*json));
+    }
+    auto figures = SeedFiguresOf(chain);
+    if (!figures.ok()) return cl.Fail(std::string(figures.status().message())), 1;
+    runs.push_back(std::move(*figures));
+  }
+  std::fputs(SeedsReport(runs, config).c_str(), stdout);
+  return 0;
+}
+
+}  // namespace kernelrl::cli

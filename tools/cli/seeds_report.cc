@@ -1,0 +1,231 @@
+#include "tools/cli/seeds_report.h"
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "common/config.h"
+#include "proto/learner_config.pb.h"
+
+namespace kernelrl::cli {
+namespace {
+
+double Num(const Json* j, const char* key) {
+  const Json* v = j == nullptr ? nullptr : FindJson(*j, key);
+  return v != nullptr && v->is_number() ? JsonNumber(*v) : 0;
+}
+
+std::string Label(const Json& eval) {
+  const Json* l = FindJson(eval, "label");
+  return l != nullptr && l->is_string() ? l->get<std::string>() : std::string();
+}
+
+// The per-rollout figures when the evaluation has them (kernelrl learn's), else its per-task ones.
+HeldOutPoint PointOf(const Json& eval) {
+  const Json* r = FindJson(eval, "rollouts");
+  if (r == nullptr || Num(r, "n") <= 0) r = &eval;
+  HeldOutPoint p;
+  p.label = Label(eval);
+  p.policy_version = static_cast<int64_t>(Num(&eval, "policy_version"));
+  p.n = static_cast<int>(Num(&eval, "n"));
+  p.reward_mean = Num(r, "reward_mean");
+  p.reward_sem = Num(r, "reward_sem");
+  p.pass_rate = Num(r, "pass_rate");
+  p.faster_than_eager = Num(r, "faster_than_eager_rate");
+  p.faster_than_compile = Num(r, "faster_than_compile_rate");
+  p.geomean_vs_eager = Num(r, "geomean_speedup_vs_eager");
+  p.geomean_vs_compile = Num(r, "geomean_speedup_vs_compile");
+  return p;
+}
+
+double Median(std::vector<double> xs) {
+  if (xs.empty()) return NAN;
+  std::sort(xs.begin(), xs.end());
+  const size_t m = xs.size() / 2;
+  return xs.size() % 2 ? xs[m] : (xs[m - 1] + xs[m]) / 2;
+}
+
+std::string Pct(double x) { return absl::StrFormat("%.0f%%", 100 * x); }
+std::string Gm(double x) { return x > 0 ? absl::StrFormat("%.2fx", x) : std::string("-"); }
+std::string Mark(bool ok) { return ok ? "[yes]" : "[no] "; }
+
+}  // namespace
+
+std::pair<double, double> MeanAndStandardError(const std::vector<double>& xs) {
+  if (xs.empty()) return {0, 0};
+  double sum = 0;
+  for (double x : xs) sum += x;
+  const double mean = sum / xs.size();
+  if (xs.size() < 2) return {mean, 0};
+  double ss = 0;
+  for (double x : xs) ss += (x - mean) * (x - mean);
+  return {mean, std::sqrt(ss / (xs.size() - 1) / xs.size())};
+}
+
+absl::StatusOr<SeedFigures> SeedFiguresOf(const std::vector<std::pair<std::string, Json>>& chain) {
+  if (chain.empty()) return absl::InvalidArgumentError("a seed with no jobs");
+  SeedFigures f;
+  std::vector<std::string> names;
+  bool started = false;
+  for (size_t j = 0; j < chain.size(); ++j) {
+    const auto& [path, curves] = chain[j];
+    names.push_back(path);
+    auto err = [&path](const std::string& what) { return absl::InvalidArgumentError(absl::StrCat(path, ": ", what)); };
+    auto ablation = GetJsonString(curves, "ablation", "none");
+    auto backend = GetJsonString(curves, "backend", "");
+    auto family = GetJsonString(curves, "family_dir", "");
+    auto hp_text = GetJsonString(curves, "hyperparameters_text", "");
+    for (const absl::Status& s : {ablation.status(), backend.status(), family.status(), hp_text.status()}) {
+      if (!s.ok()) return err(std::string(s.message()));
+    }
+    v1::LearnerJobConfig hp;
+    if (absl::Status s = MergeTextConfig(*hp_text, "hyperparameters_text", &hp); !s.ok()) {
+      return err(std::string(s.message()));
+    }
+    if (j == 0) {
+      f.ablation = *ablation;
+      f.seed = hp.seed();
+      f.family_dir = *family;
+    } else if (*ablation != f.ablation || hp.seed() != f.seed) {
+      return err(absl::StrCat("ablation ", *ablation, " seed ", hp.seed(), " continues a chain of ablation ",
+                              f.ablation, " seed ", f.seed, ": one seed's jobs only"));
+    }
+    f.all_cuda = f.all_cuda && *backend == "cuda";
+
+    const Json* heldout = FindJson(curves, "heldout");
+    if (heldout == nullptr || !heldout->is_array()) return err("no \"heldout\" evaluations");
+    // The start: the chain's first agentic-PPO evaluation (a continued job's agentic-0 repeats the
+    // last job's final). The final: the last job's last evaluation, after that start.
+    for (size_t i = 0; i < heldout->size(); ++i) {
+      const Json& e = (*heldout)[i];
+      if (!started && absl::StartsWith(Label(e), "agentic-")) {
+        f.start = PointOf(e);
+        started = true;
+        continue;
+      }
+      if (started && j + 1 == chain.size() && i + 1 == heldout->size()) f.final = PointOf(e);
+    }
+    if (!started) return err("no agentic-PPO evaluation (the job stopped before PPO, or evaluated none)");
+
+    const Json* steps = FindJson(curves, "steps");
+    if (steps != nullptr && steps->is_array()) {
+      for (const Json& s : *steps) {
+        const Json* stage = FindJson(s, "stage");
+        const Json* ev = FindJson(s, "metrics") == nullptr ? nullptr : FindJson(*FindJson(s, "metrics"), "explained_variance");
+        if (stage != nullptr && stage->is_string() && stage->get<std::string>() == "agentic_ppo" && ev != nullptr &&
+            ev->is_number()) {
+          f.explained_variance.push_back(JsonNumber(*ev));
+        }
+      }
+    }
+    const Json* audit = FindJson(curves, "audit");
+    f.trajectories += static_cast<int64_t>(Num(audit, "trajectories_trained"));
+    f.hack_reward_above_1 += static_cast<int64_t>(Num(audit, "hack_flagged_with_reward_above_1"));
+    f.flagged_reward_above_1 += static_cast<int64_t>(Num(audit, "integrity_flagged_with_reward_above_1"));
+    f.verdicts_cached += static_cast<int64_t>(Num(audit, "verdicts_from_cache"));
+  }
+  f.jobs = static_cast<int>(chain.size());
+  f.name = absl::StrJoin(names, "+");
+  if (f.final.label.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(chain.back().first, ": no evaluation after the PPO start"));
+  }
+  if (f.final.n != f.start.n) {
+    return absl::InvalidArgumentError(absl::StrCat(f.name, ": the PPO start was evaluated on ", f.start.n,
+                                                   " held-out tasks, the final on ", f.final.n));
+  }
+  return f;
+}
+
+std::string SeedsReport(const std::vector<SeedFigures>& runs, const v1::SeedsConfig& config) {
+  std::vector<const SeedFigures*> seeds, ablations;
+  for (const SeedFigures& r : runs) (r.ablation == "none" ? seeds : ablations).push_back(&r);
+  std::string out = absl::StrFormat("\n=== kernelrl seeds: %d seeds of agentic PPO, %d ablations ===\n", seeds.size(),
+                                    ablations.size());
+  absl::StrAppendFormat(&out, "%-22s %4s  %-27s %-11s %-11s %-11s %-15s %s\n", "", "PPO", "held-out reward", "pass",
+                        "> eager", "> compile", "geomean", "critic EV");
+  absl::StrAppendFormat(&out, "%-22s %4s  %-27s %-11s %-11s %-11s %-15s %s\n", "run", "upd.", "start -> final",
+                        "start->fin.", "start->fin.", "start->fin.", "x compile", "median (max)");
+  auto line = [&out](const SeedFigures& r, const std::string& title) {
+    const double max_ev =
+        r.explained_variance.empty() ? NAN : *std::max_element(r.explained_variance.begin(), r.explained_variance.end());
+    absl::StrAppendFormat(
+        &out, "%-22s %4d  %-27s %-11s %-11s %-11s %-15s %.2f (%.2f)\n", title, r.explained_variance.size(),
+        absl::StrFormat("%.2f+-%.2f -> %.2f+-%.2f", r.start.reward_mean, r.start.reward_sem, r.final.reward_mean,
+                        r.final.reward_sem),
+        Pct(r.start.pass_rate) + "->" + Pct(r.final.pass_rate),
+        Pct(r.start.faster_than_eager) + "->" + Pct(r.final.faster_than_eager),
+        Pct(r.start.faster_than_compile) + "->" + Pct(r.final.faster_than_compile),
+        Gm(r.start.geomean_vs_compile) + "->" + Gm(r.final.geomean_vs_compile), Median(r.explained_variance), max_ev);
+  };
+  for (const SeedFigures* r : seeds) line(*r, absl::StrCat("seed ", r->seed, r->jobs > 1 ? absl::StrCat(" (", r->jobs, " jobs)") : ""));
+  for (const SeedFigures* r : ablations) line(*r, absl::StrCat(r->ablation, ", seed ", r->seed));
+  for (const SeedFigures& r : runs) absl::StrAppend(&out, "  ", r.ablation == "none" ? "seed " : r.ablation + " ", r.seed, ": ", r.name, "\n");
+
+  const double k = config.min_standard_errors();
+  auto change = [&](const std::string& label, const std::function<double(const HeldOutPoint&)>& of, bool pct) {
+    std::vector<double> d;
+    for (const SeedFigures* r : seeds) d.push_back(of(r->final) - of(r->start));
+    auto [mean, se] = MeanAndStandardError(d);
+    const double scale = pct ? 100 : 1;
+    absl::StrAppendFormat(&out, "  %-24s %+.2f%s +- %.2f%s", label, scale * mean, pct ? "%" : "", scale * se, pct ? "%" : "");
+    if (se > 0) absl::StrAppendFormat(&out, "  (%.1f standard errors)", mean / se);
+    absl::StrAppend(&out, "\n");
+    return seeds.size() >= 2 && mean > 0 && mean > k * se;
+  };
+  absl::StrAppend(&out, "across the ", seeds.size(), " seeds, final - PPO start (mean +- standard error of the mean):\n");
+  const bool reward_ok = change("reward per rollout", [](const HeldOutPoint& p) { return p.reward_mean; }, false);
+  const bool compile_ok = change("faster than compile", [](const HeldOutPoint& p) { return p.faster_than_compile; }, true);
+  change("faster than eager", [](const HeldOutPoint& p) { return p.faster_than_eager; }, true);
+  change("pass rate", [](const HeldOutPoint& p) { return p.pass_rate; }, true);
+  // Each seed's geometric mean over the tasks its policy passed; a seed that passed none has none,
+  // and then the final cannot be said to be above the start.
+  std::vector<double> gm_start, gm_final;
+  for (const SeedFigures* r : seeds) {
+    if (r->start.geomean_vs_compile > 0) gm_start.push_back(r->start.geomean_vs_compile);
+    if (r->final.geomean_vs_compile > 0) gm_final.push_back(r->final.geomean_vs_compile);
+  }
+  const double gs = MeanAndStandardError(gm_start).first, gf = MeanAndStandardError(gm_final).first;
+  absl::StrAppendFormat(&out, "  %-24s %s -> %s  (the seeds' mean; %d of %d passed a task at the end)\n",
+                        "geomean x compile", Gm(gs), Gm(gf), gm_final.size(), seeds.size());
+  const bool geomean_ok = !seeds.empty() && gm_final.size() == seeds.size() && gf > gs;
+
+  int min_tasks = seeds.empty() ? 0 : seeds.front()->start.n;
+  bool ev_ok = !seeds.empty(), cuda = true;
+  int64_t trajectories = 0, hack = 0, flagged = 0, cached = 0;
+  std::vector<std::string> medians;
+  for (const SeedFigures* r : seeds) {
+    min_tasks = std::min(min_tasks, r->start.n);
+    const double m = Median(r->explained_variance);
+    ev_ok = ev_ok && m > config.min_explained_variance();  // NaN (no PPO update) fails.
+    medians.push_back(absl::StrFormat("%.2f", m));
+  }
+  for (const SeedFigures& r : runs) {
+    cuda = cuda && r.all_cuda;
+    trajectories += r.trajectories;
+    hack += r.hack_reward_above_1;
+    flagged += r.flagged_reward_above_1;
+    cached += r.verdicts_cached;
+  }
+  absl::StrAppendFormat(&out, "the bar (%g standard errors, explained variance %g):\n", k, config.min_explained_variance());
+  absl::StrAppendFormat(&out, "  %s >= %d seeds, each on >= %d held-out tasks (%d seeds, >= %d tasks)\n",
+                        Mark(static_cast<int>(seeds.size()) >= config.min_seeds() && min_tasks >= config.min_heldout_tasks()),
+                        config.min_seeds(), config.min_heldout_tasks(), seeds.size(), min_tasks);
+  absl::StrAppendFormat(&out, "  %s held-out reward: final above PPO start by > %g standard errors\n", Mark(reward_ok), k);
+  absl::StrAppendFormat(&out, "  %s faster-than-compile rate: final above PPO start by > %g standard errors\n",
+                        Mark(compile_ok), k);
+  absl::StrAppendFormat(&out, "  %s geomean x compile of each task's final kernel: final above PPO start\n", Mark(geomean_ok));
+  absl::StrAppendFormat(&out, "  %s critic explained variance > %g during PPO (each seed's median: %s)\n", Mark(ev_ok),
+                        config.min_explained_variance(), absl::StrJoin(medians, ", "));
+  absl::StrAppendFormat(&out, "  %s every reward from a CUDA sandbox verdict (every job's backend)\n", Mark(cuda));
+  absl::StrAppendFormat(&out, "  %s no hack-flagged verdict paid more than 1 (%d; flagged above informational: %d)\n",
+                        Mark(hack == 0 && flagged == 0), hack, flagged);
+  absl::StrAppendFormat(&out, "verdict cache  %s of %d trained trajectories' final verdicts (every run)\n",
+                        trajectories > 0 ? Pct(static_cast<double>(cached) / trajectories) : std::string("-"), trajectories);
+  return out;
+}
+
+}  // namespace kernelrl::cli

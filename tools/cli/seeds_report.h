@@ -1,0 +1,61 @@
+// `kernelrl seeds`: several `kernelrl learn` jobs (seeds of the PPO stage, and its ablations) read
+// together, from their curves.json, against the bar a learning run must clear: across the seeds, the
+// final policy's held-out reward and faster-than-compile rate above the PPO start's (the policy RFT
+// and value pretraining left) by more than N standard errors, its geometric-mean speed-up vs
+// torch.compile above the start's, the critic's explained variance during PPO above a level, and
+// every reward from a CUDA sandbox verdict with no hack-flagged verdict paid more than 1.
+//
+// A seed whose PPO ran over several jobs (device calls continued with CONTINUE_FROM) is one chain:
+// its start is the first job's first agentic-PPO evaluation, its final the last job's last; its
+// updates and explained variances are all the chain's agentic-PPO updates.
+#ifndef KERNELRL_TOOLS_CLI_SEEDS_REPORT_H_
+#define KERNELRL_TOOLS_CLI_SEEDS_REPORT_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/json.h"
+#include "proto/cli_config.pb.h"
+
+namespace kernelrl::cli {
+
+// One held-out evaluation, per rollout (each rollout's final verdict); geomeans <= 0 when no
+// rollout passed (nothing to take a geometric mean of).
+struct HeldOutPoint {
+  std::string label;
+  int64_t policy_version = 0;
+  int n = 0;
+  double reward_mean = 0, reward_sem = 0, pass_rate = 0, faster_than_eager = 0, faster_than_compile = 0;
+  double geomean_vs_eager = 0, geomean_vs_compile = 0;
+};
+
+struct SeedFigures {
+  std::string name;      // What was read (the chain's files joined by '+').
+  std::string ablation;  // "none", "no_rft", "no_value_pretrain", ...
+  uint64_t seed = 0;
+  bool all_cuda = true;  // Every job of the chain scored by the CUDA sandbox.
+  std::string family_dir;
+  int jobs = 0;
+  HeldOutPoint start, final;
+  std::vector<double> explained_variance;  // One per agentic-PPO update, in order.
+  // The chain's audits, summed.
+  int64_t trajectories = 0, hack_reward_above_1 = 0, flagged_reward_above_1 = 0, verdicts_cached = 0;
+};
+
+// The figures of one seed from its jobs' curves.json, in the order they ran. Errors name the file:
+// no agentic-PPO evaluation (the job stopped before PPO), no evaluation after it, held-out sets of
+// different sizes, or jobs of different ablations or seeds in one chain.
+absl::StatusOr<SeedFigures> SeedFiguresOf(const std::vector<std::pair<std::string, Json>>& chain);
+
+// The report, one screen of plain text. Seeds are the chains of ablation "none"; the others are
+// listed as ablations, whichever way they went.
+std::string SeedsReport(const std::vector<SeedFigures>& runs, const v1::SeedsConfig& config);
+
+// Mean and standard error of the mean (sample standard deviation / sqrt(n); 0 when n < 2).
+std::pair<double, double> MeanAndStandardError(const std::vector<double>& xs);
+
+}  // namespace kernelrl::cli
+
+#endif  // KERNELRL_TOOLS_CLI_SEEDS_REPORT_H_

@@ -1,0 +1,154 @@
+#include "tools/cli/seeds_report.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "absl/strings/str_cat.h"
+
+namespace kernelrl::cli {
+namespace {
+
+using ::testing::HasSubstr;
+
+Json Eval(const std::string& label, int version, double reward, double compile_rate, double gm_compile, int n = 12) {
+  Json per = {{"n", n},
+              {"reward_mean", reward},
+              {"reward_sem", 0.3},
+              {"pass_rate", 0.5},
+              {"faster_than_eager_rate", 0.25},
+              {"faster_than_compile_rate", compile_rate},
+              {"geomean_speedup_vs_compile", gm_compile}};
+  Json e = per;
+  e["rollouts"] = per;
+  e["label"] = label;
+  e["policy_version"] = version;
+  return e;
+}
+
+Json Step(const std::string& stage, double ev) {
+  return {{"stage", stage}, {"metrics", {{"explained_variance", ev}}}};
+}
+
+// A job's curves.json: evaluations at its start (the base), PPO start and end, and its PPO updates.
+Json Curves(uint64_t seed, const std::string& ablation, std::vector<Json> heldout, std::vector<double> ppo_ev,
+            const std::string& backend = "cuda") {
+  Json steps = Json::array({Step("value_pretrain", -0.5)});
+  for (double ev : ppo_ev) steps.push_back(Step("agentic_ppo", ev));
+  return {{"ablation", ablation},
+          {"backend", backend},
+          {"family_dir", "small"},
+          {"hyperparameters_text", absl::StrCat("ppo { epochs: 1 }\nseed: ", seed, "\n")},
+          {"steps", steps},
+          {"heldout", Json(heldout)},
+          {"audit",
+           {{"trajectories_trained", 100},
+            {"hack_flagged_with_reward_above_1", 0},
+            {"integrity_flagged_with_reward_above_1", 0},
+            {"verdicts_from_cache", 25}}}};
+}
+
+SeedFigures Seed(uint64_t seed, double reward_change, double compile_change, std::vector<double> ev) {
+  auto f = SeedFiguresOf({{absl::StrCat("s", seed),
+                           Curves(seed, "none",
+                                  {Eval("start", 0, -0.5, 0.9, 0.5), Eval("agentic-0", 4, 0.0, 0.1, 0.6),
+                                   Eval("final", 30, reward_change, 0.1 + compile_change, 0.7)},
+                                  ev)}});
+  EXPECT_TRUE(f.ok()) << f.status();
+  return *f;
+}
+
+v1::SeedsConfig Bar() {
+  v1::SeedsConfig c;
+  c.set_min_standard_errors(2);
+  c.set_min_explained_variance(0.3);
+  c.set_min_seeds(3);
+  c.set_min_heldout_tasks(12);
+  return c;
+}
+
+TEST(SeedsReport, StandardErrorOfTheMean) {
+  auto [mean, se] = MeanAndStandardError({1, 2, 3});
+  EXPECT_DOUBLE_EQ(mean, 2);
+  EXPECT_DOUBLE_EQ(se, 1 / std::sqrt(3.0));  // sd 1 over sqrt(3)
+  EXPECT_DOUBLE_EQ(MeanAndStandardError({4}).second, 0);
+}
+
+TEST(SeedsReport, StartIsThePpoStartNotTheBase) {
+  SeedFigures f = Seed(7, 0.5, 0.2, {0.1, 0.4, 0.5});
+  EXPECT_EQ(f.seed, 7u);
+  EXPECT_EQ(f.start.label, "agentic-0");
+  EXPECT_DOUBLE_EQ(f.start.reward_mean, 0.0);
+  EXPECT_EQ(f.final.label, "final");
+  EXPECT_DOUBLE_EQ(f.final.faster_than_compile, 0.3);
+  EXPECT_EQ(f.explained_variance, (std::vector<double>{0.1, 0.4, 0.5}));  // PPO's only
+  EXPECT_EQ(f.trajectories, 100);
+}
+
+TEST(SeedsReport, BarMetWhenEverySeedGainsAndTheCriticExplains) {
+  const std::string out =
+      SeedsReport({Seed(1, 0.5, 0.20, {0.4, 0.5}), Seed(2, 0.4, 0.10, {0.35, 0.6}), Seed(3, 0.6, 0.15, {0.31, 0.9})}, Bar());
+  EXPECT_THAT(out, HasSubstr("3 seeds of agentic PPO, 0 ablations"));
+  // Reward changes 0.5, 0.4, 0.6: mean 0.50, standard error 0.058, 8.7 of them.
+  EXPECT_THAT(out, HasSubstr("reward per rollout       +0.50 +- 0.06  (8.7 standard errors)"));
+  EXPECT_THAT(out, HasSubstr("faster than compile      +15.00% +- 2.89%  (5.2 standard errors)"));
+  EXPECT_THAT(out, HasSubstr("[yes] >= 3 seeds, each on >= 12 held-out tasks"));
+  EXPECT_THAT(out, HasSubstr("[yes] held-out reward"));
+  EXPECT_THAT(out, HasSubstr("[yes] faster-than-compile rate"));
+  EXPECT_THAT(out, HasSubstr("[yes] geomean x compile"));
+  EXPECT_THAT(out, HasSubstr("[yes] critic explained variance > 0.3 during PPO (each seed's median: 0.45, 0.47, 0.60)"));
+  EXPECT_THAT(out, HasSubstr("[yes] every reward from a CUDA sandbox verdict"));
+  EXPECT_THAT(out, HasSubstr("verdict cache  25% of 300 trained"));
+}
+
+TEST(SeedsReport, BarMissedWhenSeedsDisagreeOrAreTooFew) {
+  const std::string out =
+      SeedsReport({Seed(1, 0.5, 0.2, {0.5}), Seed(2, -0.5, 0.0, {0.1}), Seed(3, 0.2, 0.1, {0.5})}, Bar());
+  EXPECT_THAT(out, HasSubstr("[no]  held-out reward"));            // +0.07 +- 0.29
+  EXPECT_THAT(out, HasSubstr("[no]  faster-than-compile rate"));   // +10% +- 5.8%: 1.7 standard errors
+  EXPECT_THAT(out, HasSubstr("[no]  critic explained variance"));  // seed 2's median 0.1
+  const std::string two = SeedsReport({Seed(1, 0.5, 0.2, {0.5}), Seed(2, 0.5, 0.2, {0.5})}, Bar());
+  EXPECT_THAT(two, HasSubstr("[no]  >= 3 seeds"));
+}
+
+TEST(SeedsReport, AblationsAreListedNotCounted) {
+  auto no_rft = SeedFiguresOf({{"a", Curves(1, "no_rft", {Eval("agentic-0", 2, 0, 0, 0.5), Eval("final", 9, 1, 0.5, 0.9)}, {0.2})}});
+  ASSERT_TRUE(no_rft.ok()) << no_rft.status();
+  const std::string out = SeedsReport({Seed(1, 0.5, 0.2, {0.5}), *no_rft}, Bar());
+  EXPECT_THAT(out, HasSubstr("1 seeds of agentic PPO, 1 ablations"));
+  EXPECT_THAT(out, HasSubstr("no_rft, seed 1"));
+  EXPECT_THAT(out, HasSubstr("+0.50 +- 0.00"));  // the seed alone
+}
+
+TEST(SeedsReport, ContinuedSeedRunsFromItsFirstPpoStartToItsLastFinal) {
+  auto f = SeedFiguresOf({{"call1", Curves(2, "none", {Eval("agentic-0", 4, -0.2, 0, 0.4), Eval("final", 20, 0.1, 0.1, 0.5)}, {0.1, 0.2})},
+                          {"call2", Curves(2, "none", {Eval("agentic-0", 21, 0.1, 0.1, 0.5), Eval("final", 40, 0.4, 0.2, 0.6)}, {0.3})}});
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->name, "call1+call2");
+  EXPECT_EQ(f->jobs, 2);
+  EXPECT_EQ(f->start.policy_version, 4);
+  EXPECT_EQ(f->final.policy_version, 40);
+  EXPECT_EQ(f->explained_variance.size(), 3u);
+  EXPECT_EQ(f->trajectories, 200);
+}
+
+TEST(SeedsReport, RefusesWhatCannotBeCompared) {
+  auto before_ppo = SeedFiguresOf({{"cut.json", Curves(1, "none", {Eval("start", 0, 0, 0, 0.5)}, {})}});
+  EXPECT_THAT(std::string(before_ppo.status().message()), HasSubstr("cut.json: no agentic-PPO evaluation"));
+  auto no_final = SeedFiguresOf({{"x.json", Curves(1, "none", {Eval("agentic-0", 2, 0, 0, 0.5)}, {})}});
+  EXPECT_THAT(std::string(no_final.status().message()), HasSubstr("no evaluation after the PPO start"));
+  auto sizes = SeedFiguresOf(
+      {{"y.json", Curves(1, "none", {Eval("agentic-0", 2, 0, 0, 0.5, 12), Eval("final", 9, 0, 0, 0.5, 6)}, {})}});
+  EXPECT_THAT(std::string(sizes.status().message()), HasSubstr("12 held-out tasks, the final on 6"));
+  auto mixed = SeedFiguresOf({{"a", Curves(1, "none", {Eval("agentic-0", 2, 0, 0, 0.5)}, {})},
+                              {"b", Curves(2, "none", {Eval("agentic-0", 2, 0, 0, 0.5), Eval("final", 9, 0, 0, 0.5)}, {})}});
+  EXPECT_THAT(std::string(mixed.status().message()), HasSubstr("one seed's jobs only"));
+}
+
+TEST(SeedsReport, CpuSandboxRewardsFailTheBar) {
+  auto cpu = SeedFiguresOf({{"c", Curves(1, "none", {Eval("agentic-0", 2, 0, 0, 0.5), Eval("final", 9, 1, 0, 0.5)}, {0.5}, "cpu")}});
+  ASSERT_TRUE(cpu.ok());
+  EXPECT_THAT(SeedsReport({*cpu}, Bar()), HasSubstr("[no]  every reward from a CUDA sandbox verdict"));
+}
+
+}  // namespace
+}  // namespace kernelrl::cli
