@@ -64,18 +64,28 @@ std::vector<int64_t> ShapeOf(const v1::Task& task) {
 
 uint64_t Mix(uint64_t h, uint64_t v) { return (h ^ v) * 0x100000001B3ull + 0x9E3779B97F4A7C15ull; }
 
-// The choice whose rendering `kernel` is, comparing `lines` of each (all of them, or the code's),
-// or its one planted fault; NotFound when none.
-template <typename LinesOf>
-absl::StatusOr<Recognised> MatchRendering(const fam::TaskSpec& spec, const std::string& device,
-                                          const std::string& kernel, LinesOf lines) {
+// Every design of the task's family with its rendered kernel source.
+absl::StatusOr<std::vector<std::pair<fam::Choice, std::string>>> Renderings(const fam::TaskSpec& spec,
+                                                                             const std::string& device) {
   auto slots = fam::Slots(spec.family);
   if (!slots.ok()) return slots.status();
-  const std::vector<NumberedLine> got = lines(kernel);
+  std::vector<std::pair<fam::Choice, std::string>> out;
   for (const fam::Choice& c : fam::AllChoices(*slots)) {
     auto files = fam::Render(spec, c, device);
     if (!files.ok()) return files.status();
-    const std::vector<NumberedLine> want = lines(files->at(agent::KernelPathOf(*files)));
+    out.emplace_back(c, files->at(agent::KernelPathOf(*files)));
+  }
+  return out;
+}
+
+// The choice whose rendering `kernel` is, comparing `lines` of each (all of them, or the code's),
+// or its one planted fault; NotFound when none.
+template <typename LinesOf>
+absl::StatusOr<Recognised> MatchRendering(const std::vector<std::pair<fam::Choice, std::string>>& renderings,
+                                          const std::string& device, const std::string& kernel, LinesOf lines) {
+  const std::vector<NumberedLine> got = lines(kernel);
+  for (const auto& [c, rendered] : renderings) {
+    const std::vector<NumberedLine> want = lines(rendered);
     if (want.size() != got.size()) continue;
     int diff = -1, n = 0;
     for (size_t i = 0; i < want.size() && n < 2; ++i) {
@@ -97,12 +107,14 @@ absl::StatusOr<Recognised> MatchRendering(const fam::TaskSpec& spec, const std::
 
 absl::StatusOr<Recognised> RecogniseKernel(const fam::TaskSpec& spec, const std::string& device,
                                            const std::string& kernel) {
+  auto renderings = Renderings(spec, device);
+  if (!renderings.ok()) return renderings.status();
   // The whole file first: where two designs compile to the same code, the header tells them apart.
-  auto whole = MatchRendering(spec, device, kernel, AllLines);
+  auto whole = MatchRendering(*renderings, device, kernel, AllLines);
   if (whole.ok() || whole.status().code() != absl::StatusCode::kNotFound) return whole;
   // Then the code alone: comments compile to nothing, and a header that names another design than
   // the code (a revision that edited a #define and not the header) is the code's design.
-  return MatchRendering(spec, device, kernel, CodeLines);
+  return MatchRendering(*renderings, device, kernel, CodeLines);
 }
 
 double ModelledSpeedup(const fam::TaskSpec& spec, const fam::Choice& c, const std::vector<int64_t>& shape) {
