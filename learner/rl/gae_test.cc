@@ -41,6 +41,23 @@ TEST(GaeTest, LambdaOneGivesMonteCarloReturns) {
   }
 }
 
+// What the length-adaptive lambda (VAPO, alpha 0.05) leaves of the outcome reward early in a long
+// trajectory when the critic explains nothing (a constant value): on a 1,500-token four-turn
+// episode the kernel's design lines, ~1,400 tokens before the end, get ~exp(-20 * 1400 / 1500) of
+// the reward, and only lambda 1 (or a per-task baseline) passes it to them whole.
+TEST(GaeTest, LengthAdaptiveLambdaReachesOnlyTheEndOfALongTrajectory) {
+  const int n = 1500;
+  const std::vector<float> flat(n, 0.5f);
+  const double lambda = LengthAdaptiveLambda(n, 0.05);
+  EXPECT_NEAR(lambda, 1 - 20.0 / n, 1e-12);
+  GaeResult g = Gae(OutcomeRewards(n, 2.0), flat, 1.0, lambda);
+  EXPECT_NEAR(g.advantages[n - 1], 1.5, 1e-6);                         // R - V at the last token
+  EXPECT_NEAR(g.advantages[n - 1 - 1400], 1.5 * std::pow(lambda, 1400), 1e-9);
+  EXPECT_LT(std::abs(g.advantages[n - 1 - 1400]), 1e-7);               // the design's tokens: nothing
+  GaeResult mc = Gae(OutcomeRewards(n, 2.0), flat, 1.0, 1.0);
+  EXPECT_NEAR(mc.advantages[n - 1 - 1400], 1.5, 1e-6);
+}
+
 TEST(GaeTest, ExplainedVarianceByHand) {
   // returns 1,2,3 (var 2/3); residuals 0.5,-0.5,0 (mean 0, var 1/6): 1 - 0.25 = 0.75.
   EXPECT_NEAR(ExplainedVariance({0.5f, 2.5f, 3.0f}, {1.0f, 2.0f, 3.0f}), 0.75, 1e-6);
