@@ -158,8 +158,10 @@ DEV=$([ "$BACKEND" = cuda ] && echo cuda || echo cpu)
 
 # 1. The corpus and tokenizer on the CPU, beside the baselines on the GPU.
 PRESETS=${PRESETS:-family}
-PRESET_CONFIGS=() PRESET_FLAGS=()
-for p in $PRESETS; do PRESET_CONFIGS+=(--config=configs/learn/$p.textproto); PRESET_FLAGS+=(--preset=$p); done
+# The presets as files of the carried tree, not --preset: that reads the staged kernelrl's own
+# runfiles, which keep the presets of the last --stage (a preset edited since would not run).
+PRESET_CONFIGS=()
+for p in $PRESETS; do PRESET_CONFIGS+=(--config=configs/learn/$p.textproto); done
 # 2. Pre-training on the GPU, once the corpus is written (its base model comes back as base.tgz: BASE_IN of
 #    a later call). With the learner on a second GPU (LEARNER_DEVICE=cuda:N) it runs there while the
 #    baselines are measured on GPU 0; otherwise after them.
@@ -275,7 +277,7 @@ for J in ${JOBS:-$SEED:${ABLATION:-none}}; do
   [ -n "${LOCAL_RUN:-}" ] && CUT=() CUT_FLAGS=()
   echo "job $NAME at $(elapsed) s${CUT_FLAGS:+, cut at $WALL s}"
   ABL=(); [ "$A" = none ] || ABL=(--ablation=$A)
-  "${CUT[@]}" "$C/bin/tools/cli/kernelrl" learn "${PRESET_FLAGS[@]}" --bin_dir="$C/bin" \
+  "${CUT[@]}" "$C/bin/tools/cli/kernelrl" learn "${PRESET_CONFIGS[@]}" --bin_dir="$C/bin" \
     --base_checkpoint="$RUN/base" --family_dir="$M/small" --backend=$BACKEND --learner_device=${LEARNER_DEVICE:-$DEV} \
     --run_dir="$RUN/run-$NAME" --eval_every=1000 --plot_script="$PWD/tools/cli/learn_plots.py" "${ABL[@]}" \
     "${GPU_FLAGS[@]}" "${JOB_FLAGS[@]}" "${SHARE[@]}" --job_set=seed=$S "${CUT_FLAGS[@]}" ${LEARN_ARGS:-} 2>&1 |
