@@ -21,16 +21,14 @@ double Num(const Json* j, const char* key) {
   return v != nullptr && v->is_number() ? JsonNumber(*v) : 0;
 }
 
-// A held-out evaluation's per-rollout figures (every sampled rollout's final verdict), else its
-// per-task ones (the best of each task's rollouts).
-const Json* PerRollout(const Json& eval) {
-  const Json* r = FindJson(eval, "rollouts");
-  return r != nullptr && Num(r, "n") > 0 ? r : &eval;
-}
-
 std::string Pct(double x) { return absl::StrFormat("%.0f%%", 100 * x); }
 
 }  // namespace
+
+const Json& PerRolloutFigures(const Json& eval) {
+  const Json* r = FindJson(eval, "rollouts");
+  return r != nullptr && Num(r, "n") > 0 ? *r : eval;
+}
 
 int64_t StageProgress::StepsOf(const std::string& stage) const {
   const v1::RecipeConfig& r = job_.recipe();
@@ -153,18 +151,19 @@ std::string LearnReport(const LearnRun& run) {
       return std::string();
     });
     row("reward per rollout", [](const Json& e) {
-      return absl::StrFormat("%.2f +- %.2f", Num(PerRollout(e), "reward_mean"), Num(PerRollout(e), "reward_sem"));
+      const Json& r = PerRolloutFigures(e);
+      return absl::StrFormat("%.2f +- %.2f", Num(&r, "reward_mean"), Num(&r, "reward_sem"));
     });
     for (auto [label, key] : {std::pair<const char*, const char*>{"pass rate (per rollout)", "pass_rate"},
                               {"faster than eager", "faster_than_eager_rate"},
                               {"faster than compile", "faster_than_compile_rate"}}) {
-      row(label, [key = key](const Json& e) { return Pct(Num(PerRollout(e), key)); });
+      row(label, [key = key](const Json& e) { return Pct(Num(&PerRolloutFigures(e), key)); });
     }
     row("geomean x eager (final)", [](const Json& e) {
-      return absl::StrFormat("%.2fx", Num(PerRollout(e), "geomean_speedup_vs_eager"));
+      return absl::StrFormat("%.2fx", Num(&PerRolloutFigures(e), "geomean_speedup_vs_eager"));
     });
     row("geomean x compile (final)", [](const Json& e) {
-      return absl::StrFormat("%.2fx", Num(PerRollout(e), "geomean_speedup_vs_compile"));
+      return absl::StrFormat("%.2fx", Num(&PerRolloutFigures(e), "geomean_speedup_vs_compile"));
     });
     row("best-of-k > compile", [](const Json& e) { return Pct(Num(&e, "faster_than_compile_rate")); });
     row("best-of-k geomean x compile", [](const Json& e) {

@@ -39,6 +39,10 @@ struct LearnRun {
   std::string checkpoint;   // The last committed policy ("" if none).
 };
 
+// A held-out evaluation's per-rollout figures (every sampled rollout's final verdict, "rollouts"),
+// else its per-task ones (the best of each task's rollouts): what the reports compare.
+const Json& PerRolloutFigures(const Json& eval);
+
 // The final report, plain text, one screen.
 std::string LearnReport(const LearnRun& run);
 

@@ -10,6 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "common/config.h"
 #include "proto/learner_config.pb.h"
+#include "tools/cli/learn_report.h"
 
 namespace kernelrl::cli {
 namespace {
@@ -24,10 +25,8 @@ std::string Label(const Json& eval) {
   return l != nullptr && l->is_string() ? l->get<std::string>() : std::string();
 }
 
-// The per-rollout figures when the evaluation has them (kernelrl learn's), else its per-task ones.
 HeldOutPoint PointOf(const Json& eval) {
-  const Json* r = FindJson(eval, "rollouts");
-  if (r == nullptr || Num(r, "n") <= 0) r = &eval;
+  const Json* r = &PerRolloutFigures(eval);
   HeldOutPoint p;
   p.label = Label(eval);
   p.policy_version = static_cast<int64_t>(Num(&eval, "policy_version"));
