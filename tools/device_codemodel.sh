@@ -302,6 +302,10 @@ for J in ${JOBS:-$SEED:${ABLATION:-none}}; do
     echo "final policy $NAME ($LATEST): $(head -1 "$F/SHA256SUMS"); archive sha256 $(sha256sum "$OUT/final_policy-$NAME.tgz" | cut -d' ' -f1)"
   fi
 done
+# The call's jobs read together (docs/CODEMODEL.md "Seeds read together"); across calls, run
+# `kernelrl seeds` here on the unpacked results.
+CURVES=$(ls "$OUT"/*/curves.json 2>/dev/null)
+[ -n "$CURVES" ] && { "$C/bin/tools/cli/kernelrl" seeds $CURVES > "$OUT/seeds.txt" 2>&1; cat "$OUT/seeds.txt"; }
 [ -n "${LOCAL_RUN:-}" ] && { echo "done at $(elapsed) s; everything is in $RUN"; exit 0; }
 [ -n "$(ls -d "$RUN"/run-* 2>/dev/null)" ] &&
   tar czf "$OUT/logs.tgz" -C "$RUN" --exclude='*-ws' --exclude='checkpoints' $(cd "$RUN" && ls -d run-*)
