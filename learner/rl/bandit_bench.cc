@@ -20,6 +20,8 @@
 //                                                  explained variance before an update reaches min_ev, or the cap)
 //                [--difficulty=0]  (a per-task reward offset, see below)
 //                [--critic_trunk=rft|fresh]  (what the critic starts from, see below)
+//                [--tail=0]  (model tokens after the design slots, see below)
+//                [--kl_ref_coef=0]  (PpoConfig.kl_ref_coef: the pull back to the PPO stage's start)
 //
 // The task: a fixed 250-token prompt (the system and user turns), then a
 // family token and a shape token (the task line), then the assistant header.
@@ -56,6 +58,13 @@
 // critic from the RFT policy's trunk (embedding, layers, final norm; the value
 // head is the trainer's fresh one), the one model here that reads the prompt;
 // --critic_trunk=fresh keeps the separately seeded random model.
+//
+// The tail. In the run the design lines open a kernel that the model writes on for ~1,400 more
+// tokens (the rest of the kernel, model_new.py, the Verify and Profile calls) before the verdict.
+// --tail=K appends K fixed tokens to every reply as model tokens (scored by the policy, so they carry
+// its log-probs; the warm-up's replies carry them too, so RFT teaches them like boilerplate): the
+// design slots then sit K tokens before the outcome reward, as in the run. With the critic's
+// length-adaptive GAE the reward's own weight on them is ~e^(-20 K / (K + 4)).
 //
 // Explained variance is printed twice: on each training batch before its
 // update (what the learner reports and value pretraining stops on; 16
@@ -110,6 +119,21 @@ int g_warmup = 48;
 double g_entropy_coef = 0;
 double g_difficulty = 0;
 bool g_fresh_critic = false;  // --critic_trunk=fresh
+int g_tail = 0;               // --tail
+double g_kl_ref_coef = 0;     // --kl_ref_coef
+
+// The --tail tokens: a phrase of 8 ids no other token here uses, repeated: boilerplate that RFT
+// makes near-certain, as the run's JSON and template code are (entropy ~0.01 a token there).
+const std::vector<int32_t>& Tail() {
+  static const std::vector<int32_t> tail = [] {
+    at::Generator g = at::detail::createCPUGenerator(11);
+    at::Tensor phrase = at::randint(400, 800, {8}, g, at::kLong);
+    std::vector<int32_t> out;
+    for (int i = 0; i < g_tail; ++i) out.push_back(static_cast<int32_t>(phrase[i % 8].item<int64_t>()));
+    return out;
+  }();
+  return tail;
+}
 
 int ReplyTokens() { return g_slots ? kSlots : 1; }
 
@@ -154,6 +178,7 @@ std::vector<int32_t> Prompt(const Task& t) {
   return p;
 }
 
+// logp: the reply's log-probs, then (with --tail) the tail's.
 Sample MakeSample(const Task& t, const std::vector<int32_t>& reply, const std::vector<float>& logp, int64_t n) {
   Sample s;
   s.id = t.id() + "#" + std::to_string(n);
@@ -164,6 +189,9 @@ Sample MakeSample(const Task& t, const std::vector<int32_t>& reply, const std::v
   for (size_t i = 0; i < reply.size(); ++i) {
     s.ids.push_back(reply[i]), s.loss_mask.push_back(1), s.rollout_logprobs.push_back(logp[i]);
   }
+  for (size_t i = 0; i < Tail().size(); ++i) {
+    s.ids.push_back(Tail()[i]), s.loss_mask.push_back(1), s.rollout_logprobs.push_back(logp.at(reply.size() + i));
+  }
   s.ids.push_back(kImEnd), s.loss_mask.push_back(0), s.rollout_logprobs.push_back(0.f);
   s.reward = Paid(t, reply);
   return s;
@@ -172,10 +200,13 @@ Sample MakeSample(const Task& t, const std::vector<int32_t>& reply, const std::v
 // `per_task` replies to each task, sampled token by token from the policy at temperature 1.
 struct Replies {
   std::vector<std::vector<int32_t>> ids;  // [task * per_task + k] -> reply
-  std::vector<std::vector<float>> logp;
+  std::vector<std::vector<float>> logp;   // The reply's, then the tail's when scored.
 };
 
-Replies SampleReplies(Transformer& policy, const std::vector<Task>& tasks, int per_task, at::Generator& g) {
+// with_tail: the policy's log-probs of the --tail tokens after each reply, appended to logp (what a
+// training rollout carries; evaluations read only the design slots).
+Replies SampleReplies(Transformer& policy, const std::vector<Task>& tasks, int per_task, at::Generator& g,
+                      bool with_tail = false) {
   at::NoGradGuard no_grad;
   std::vector<at::Tensor> rows;
   for (const Task& t : tasks) {
@@ -199,6 +230,18 @@ Replies SampleReplies(Transformer& policy, const std::vector<Task>& tasks, int p
     }
     seq = at::cat({seq, y}, 1);
   }
+  if (with_tail && g_tail > 0) {
+    const std::vector<int32_t>& tail = Tail();
+    at::Tensor t = at::tensor(std::vector<int64_t>(tail.begin(), tail.end()), at::kLong).unsqueeze(0).expand({n, g_tail});
+    const int64_t before = seq.size(1);
+    at::Tensor logits = policy.Logits(at::cat({seq, t}, 1));
+    // The logits at position p predict token p + 1: the tail's come from positions before-1 .. before+K-2.
+    at::Tensor lp = at::log_softmax(logits.narrow(1, before - 1, g_tail).to(at::kFloat), -1);
+    at::Tensor lt = lp.gather(2, t.unsqueeze(2)).squeeze(2);  // [n, K]
+    for (int64_t i = 0; i < n; ++i) {
+      for (int k = 0; k < g_tail; ++k) out.logp[i].push_back(lt[i][k].item<float>());
+    }
+  }
   return out;
 }
 
@@ -213,7 +256,7 @@ std::vector<Sample> Rollouts(Transformer& policy, const std::vector<Task>& train
   std::vector<Task> picked;
   at::Tensor which = at::randperm(static_cast<int64_t>(train.size()), g, at::kLong);
   for (int i = 0; i < groups; ++i) picked.push_back(train[which[i % train.size()].item<int64_t>()]);
-  const Replies r = SampleReplies(policy, picked, per_task, g);
+  const Replies r = SampleReplies(policy, picked, per_task, g, /*with_tail=*/true);
   std::vector<Sample> batch;
   for (size_t i = 0; i < r.ids.size(); ++i) batch.push_back(MakeSample(picked[i / per_task], r.ids[i], r.logp[i], (*counter)++));
   if (g_baseline) SetTaskBaselines(&batch);
@@ -274,11 +317,11 @@ void Print(const char* stage, int update, double lr, Transformer& policy, const 
   const Eval tr = Evaluate(policy, train, g), ho = Evaluate(policy, heldout, g);
   auto get = [&](const char* k) { return m.count(k) ? m[k] : -1.0; };
   std::printf(
-      "{\"reply\":\"%s\",\"estimator\":\"%s\",\"stage\":\"%s\",\"update\":%d,\"batch\":%d,\"warmup\":%d,\"entropy_coef\":%g,\"actor_lr\":%g,\"train_reward\":%.3f,"
+      "{\"reply\":\"%s\",\"tail\":%d,\"kl_ref_coef\":%g,\"estimator\":\"%s\",\"stage\":\"%s\",\"update\":%d,\"batch\":%d,\"warmup\":%d,\"entropy_coef\":%g,\"actor_lr\":%g,\"train_reward\":%.3f,"
       "\"heldout_reward\":%.3f,\"train_top_rate\":%.3f,\"heldout_top_rate\":%.3f,\"train_mi_bits\":%.3f,"
       "\"heldout_mi_bits\":%.3f,\"entropy\":%.3f,\"explained_variance\":%.3f,\"fresh_ev\":%.3f,"
       "\"prompt_ev_bound\":%.3f,\"difficulty\":%g,\"clip_frac\":%.3f,\"mask_frac\":%.3f}\n",
-      g_slots ? "slots" : "token", g_baseline ? "baseline" : "critic", stage, update, 4 * g_groups, g_warmup,
+      g_slots ? "slots" : "token", g_tail, g_kl_ref_coef, g_baseline ? "baseline" : "critic", stage, update, 4 * g_groups, g_warmup,
       g_entropy_coef, lr, tr.reward, ho.reward, tr.top_rate, ho.top_rate, tr.mi_bits, ho.mi_bits, get("entropy"),
       get("explained_variance"), fresh_ev, tr.prompt_ev_bound, g_difficulty, get("clip_frac"), get("mask_frac"));
   std::fflush(stdout);
@@ -311,6 +354,7 @@ void Run(double lr, int updates, int every, uint64_t seed) {
   o.critic.head_lr_scale = 10;
   o.normalize_advantages = true;
   o.entropy_coef = g_entropy_coef;
+  o.kl_ref_coef = g_kl_ref_coef;
   o.actor.lr = 5e-3;
   o.critic.lr = 1e-3;
   Trainer t(Model(Head::kLanguageModel, seed), Model(Head::kValue, seed + 1), o);
@@ -324,7 +368,9 @@ void Run(double lr, int updates, int every, uint64_t seed) {
     for (int k = 0; k < ReplyTokens(); ++k) {
       reply.push_back(kDigitTok + static_cast<int32_t>(at::randint(6, {1}, g, at::kLong).item<int64_t>()));
     }
-    Sample s = MakeSample(task, reply, std::vector<float>(reply.size(), -std::log(6.f)), n++);
+    std::vector<float> logp(reply.size(), -std::log(6.f));
+    logp.resize(reply.size() + Tail().size(), 0.f);  // RFT's SFT reads no rollout log-probs.
+    Sample s = MakeSample(task, reply, logp, n++);
     if (s.reward > 0) kept.push_back(std::move(s));
   }
   for (int epoch = 0; epoch < 20; ++epoch) {
@@ -405,6 +451,10 @@ int main(int argc, char** argv) {
     } else if (const std::string v = value("--critic_trunk="); !v.empty()) {
       ok = v == "rft" || v == "fresh";
       kernelrl::learner::rl::g_fresh_critic = v == "fresh";
+    } else if (const std::string v = value("--kl_ref_coef="); !v.empty()) {
+      ok = absl::SimpleAtod(v, &kernelrl::learner::rl::g_kl_ref_coef) && kernelrl::learner::rl::g_kl_ref_coef >= 0;
+    } else if (const std::string v = value("--tail="); !v.empty()) {
+      ok = absl::SimpleAtoi(v, &kernelrl::learner::rl::g_tail) && kernelrl::learner::rl::g_tail >= 0;
     } else if (const std::string v = value("--eval_samples="); !v.empty()) {
       ok = absl::SimpleAtoi(v, &kernelrl::learner::rl::g_eval_samples) && kernelrl::learner::rl::g_eval_samples > 0;
     } else if (const std::string v = value("--seed="); !v.empty()) {
@@ -413,7 +463,7 @@ int main(int argc, char** argv) {
       ok = false;
     }
     if (!ok) {
-      std::fprintf(stderr, "bandit_bench: bad flag %s\nusage: bandit_bench [--reply=token|slots] [--lrs=A,B] [--updates=N] [--every=K] [--seed=S] [--groups=G] [--warmup=W] [--entropy_coef=C] [--estimator=critic|baseline] [--value_cap=N] [--min_ev=X] [--difficulty=D] [--critic_trunk=rft|fresh] [--eval_samples=N]\n",
+      std::fprintf(stderr, "bandit_bench: bad flag %s\nusage: bandit_bench [--reply=token|slots] [--lrs=A,B] [--updates=N] [--every=K] [--seed=S] [--groups=G] [--warmup=W] [--entropy_coef=C] [--estimator=critic|baseline] [--value_cap=N] [--min_ev=X] [--difficulty=D] [--critic_trunk=rft|fresh] [--tail=K] [--kl_ref_coef=C] [--eval_samples=N]\n",
                    a.c_str());
       return 2;
     }
