@@ -16,18 +16,18 @@ namespace {
 
 constexpr int kCells = 24;
 
-double Num(const Json* j, const char* key) {
-  const Json* v = j == nullptr ? nullptr : FindJson(*j, key);
-  return v != nullptr && v->is_number() ? JsonNumber(*v) : 0;
-}
-
 std::string Pct(double x) { return absl::StrFormat("%.0f%%", 100 * x); }
 
 }  // namespace
 
+double FigureOf(const Json* object, const char* key) {
+  const Json* v = object == nullptr ? nullptr : FindJson(*object, key);
+  return v != nullptr && v->is_number() ? JsonNumber(*v) : 0;
+}
+
 const Json& PerRolloutFigures(const Json& eval) {
   const Json* r = FindJson(eval, "rollouts");
-  return r != nullptr && Num(r, "n") > 0 ? *r : eval;
+  return r != nullptr && FigureOf(r, "n") > 0 ? *r : eval;
 }
 
 int64_t StageProgress::StepsOf(const std::string& stage) const {
@@ -124,19 +124,19 @@ std::string LearnReport(const LearnRun& run) {
   };
   std::vector<Column> cols;
   if (before != nullptr) {
-    cols.push_back({absl::StrCat("before (v", Num(before, "policy_version"), ")"), before, "before: the base checkpoint"});
+    cols.push_back({absl::StrCat("before (v", FigureOf(before, "policy_version"), ")"), before, "before: the base checkpoint"});
   }
   const Json* after = evals.empty() ? nullptr : &evals.back();
   if (ppo_start != nullptr && ppo_start != after) {
-    cols.push_back({absl::StrCat("PPO start (v", Num(ppo_start, "policy_version"), ")"), ppo_start,
+    cols.push_back({absl::StrCat("PPO start (v", FigureOf(ppo_start, "policy_version"), ")"), ppo_start,
                     "PPO start: what the stages before agentic PPO taught it"});
   }
   if (after != nullptr && after != before) {
-    cols.push_back({absl::StrCat("after (v", Num(after, "policy_version"), ")"), after, "after: the job's last policy"});
+    cols.push_back({absl::StrCat("after (v", FigureOf(after, "policy_version"), ")"), after, "after: the job's last policy"});
   }
   if (cols.size() >= 2) {
     absl::StrAppendFormat(&out, "held-out   %d tasks never trained on, %d rollouts each (%s)\n",
-                          static_cast<int>(Num(cols.front().eval, "n")), std::max(1, o.eval_rollouts()),
+                          static_cast<int>(FigureOf(cols.front().eval, "n")), std::max(1, o.eval_rollouts()),
                           o.eval_temperature() > 0 ? absl::StrFormat("sampled at temperature %g", o.eval_temperature())
                                                    : std::string("greedy"));
     auto row = [&](const std::string& label, const std::function<std::string(const Json&)>& cell) {
@@ -152,22 +152,22 @@ std::string LearnReport(const LearnRun& run) {
     });
     row("reward per rollout", [](const Json& e) {
       const Json& r = PerRolloutFigures(e);
-      return absl::StrFormat("%.2f +- %.2f", Num(&r, "reward_mean"), Num(&r, "reward_sem"));
+      return absl::StrFormat("%.2f +- %.2f", FigureOf(&r, "reward_mean"), FigureOf(&r, "reward_sem"));
     });
     for (auto [label, key] : {std::pair<const char*, const char*>{"pass rate (per rollout)", "pass_rate"},
                               {"faster than eager", "faster_than_eager_rate"},
                               {"faster than compile", "faster_than_compile_rate"}}) {
-      row(label, [key = key](const Json& e) { return Pct(Num(&PerRolloutFigures(e), key)); });
+      row(label, [key = key](const Json& e) { return Pct(FigureOf(&PerRolloutFigures(e), key)); });
     }
     row("geomean x eager (final)", [](const Json& e) {
-      return absl::StrFormat("%.2fx", Num(&PerRolloutFigures(e), "geomean_speedup_vs_eager"));
+      return absl::StrFormat("%.2fx", FigureOf(&PerRolloutFigures(e), "geomean_speedup_vs_eager"));
     });
     row("geomean x compile (final)", [](const Json& e) {
-      return absl::StrFormat("%.2fx", Num(&PerRolloutFigures(e), "geomean_speedup_vs_compile"));
+      return absl::StrFormat("%.2fx", FigureOf(&PerRolloutFigures(e), "geomean_speedup_vs_compile"));
     });
-    row("best-of-k > compile", [](const Json& e) { return Pct(Num(&e, "faster_than_compile_rate")); });
+    row("best-of-k > compile", [](const Json& e) { return Pct(FigureOf(&e, "faster_than_compile_rate")); });
     row("best-of-k geomean x compile", [](const Json& e) {
-      return absl::StrFormat("%.2fx", Num(&e, "geomean_speedup_vs_compile"));
+      return absl::StrFormat("%.2fx", FigureOf(&e, "geomean_speedup_vs_compile"));
     });
     std::vector<std::string> meaning;
     for (const Column& c : cols) meaning.push_back(c.meaning);

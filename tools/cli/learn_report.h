@@ -39,6 +39,10 @@ struct LearnRun {
   std::string checkpoint;   // The last committed policy ("" if none).
 };
 
+// The number at `key` of a curves.json object; 0 when the object or the member is absent or not a
+// number (an evaluation that passed nothing has no geomean).
+double FigureOf(const Json* object, const char* key);
+
 // A held-out evaluation's per-rollout figures (every sampled rollout's final verdict, "rollouts"),
 // else its per-task ones (the best of each task's rollouts): what the reports compare.
 const Json& PerRolloutFigures(const Json& eval);

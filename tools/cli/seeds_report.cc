@@ -15,11 +15,6 @@
 namespace kernelrl::cli {
 namespace {
 
-double Num(const Json* j, const char* key) {
-  const Json* v = j == nullptr ? nullptr : FindJson(*j, key);
-  return v != nullptr && v->is_number() ? JsonNumber(*v) : 0;
-}
-
 std::string Label(const Json& eval) {
   const Json* l = FindJson(eval, "label");
   return l != nullptr && l->is_string() ? l->get<std::string>() : std::string();
@@ -29,15 +24,14 @@ HeldOutPoint PointOf(const Json& eval) {
   const Json* r = &PerRolloutFigures(eval);
   HeldOutPoint p;
   p.label = Label(eval);
-  p.policy_version = static_cast<int64_t>(Num(&eval, "policy_version"));
-  p.n = static_cast<int>(Num(&eval, "n"));
-  p.reward_mean = Num(r, "reward_mean");
-  p.reward_sem = Num(r, "reward_sem");
-  p.pass_rate = Num(r, "pass_rate");
-  p.faster_than_eager = Num(r, "faster_than_eager_rate");
-  p.faster_than_compile = Num(r, "faster_than_compile_rate");
-  p.geomean_vs_eager = Num(r, "geomean_speedup_vs_eager");
-  p.geomean_vs_compile = Num(r, "geomean_speedup_vs_compile");
+  p.policy_version = static_cast<int64_t>(FigureOf(&eval, "policy_version"));
+  p.n = static_cast<int>(FigureOf(&eval, "n"));
+  p.reward_mean = FigureOf(r, "reward_mean");
+  p.reward_sem = FigureOf(r, "reward_sem");
+  p.pass_rate = FigureOf(r, "pass_rate");
+  p.faster_than_eager = FigureOf(r, "faster_than_eager_rate");
+  p.faster_than_compile = FigureOf(r, "faster_than_compile_rate");
+  p.geomean_vs_compile = FigureOf(r, "geomean_speedup_vs_compile");
   return p;
 }
 
@@ -76,9 +70,8 @@ absl::StatusOr<SeedFigures> SeedFiguresOf(const std::vector<std::pair<std::strin
     auto err = [&path](const std::string& what) { return absl::InvalidArgumentError(absl::StrCat(path, ": ", what)); };
     auto ablation = GetJsonString(curves, "ablation", "none");
     auto backend = GetJsonString(curves, "backend", "");
-    auto family = GetJsonString(curves, "family_dir", "");
     auto hp_text = GetJsonString(curves, "hyperparameters_text", "");
-    for (const absl::Status& s : {ablation.status(), backend.status(), family.status(), hp_text.status()}) {
+    for (const absl::Status& s : {ablation.status(), backend.status(), hp_text.status()}) {
       if (!s.ok()) return err(std::string(s.message()));
     }
     v1::LearnerJobConfig hp;
@@ -88,7 +81,6 @@ absl::StatusOr<SeedFigures> SeedFiguresOf(const std::vector<std::pair<std::strin
     if (j == 0) {
       f.ablation = *ablation;
       f.seed = hp.seed();
-      f.family_dir = *family;
     } else if (*ablation != f.ablation || hp.seed() != f.seed) {
       return err(absl::StrCat("ablation ", *ablation, " seed ", hp.seed(), " continues a chain of ablation ",
                               f.ablation, " seed ", f.seed, ": one seed's jobs only"));
@@ -114,7 +106,8 @@ absl::StatusOr<SeedFigures> SeedFiguresOf(const std::vector<std::pair<std::strin
     if (steps != nullptr && steps->is_array()) {
       for (const Json& s : *steps) {
         const Json* stage = FindJson(s, "stage");
-        const Json* ev = FindJson(s, "metrics") == nullptr ? nullptr : FindJson(*FindJson(s, "metrics"), "explained_variance");
+        const Json* metrics = FindJson(s, "metrics");
+        const Json* ev = metrics == nullptr ? nullptr : FindJson(*metrics, "explained_variance");
         if (stage != nullptr && stage->is_string() && stage->get<std::string>() == "agentic_ppo" && ev != nullptr &&
             ev->is_number()) {
           f.explained_variance.push_back(JsonNumber(*ev));
@@ -122,10 +115,10 @@ absl::StatusOr<SeedFigures> SeedFiguresOf(const std::vector<std::pair<std::strin
       }
     }
     const Json* audit = FindJson(curves, "audit");
-    f.trajectories += static_cast<int64_t>(Num(audit, "trajectories_trained"));
-    f.hack_reward_above_1 += static_cast<int64_t>(Num(audit, "hack_flagged_with_reward_above_1"));
-    f.flagged_reward_above_1 += static_cast<int64_t>(Num(audit, "integrity_flagged_with_reward_above_1"));
-    f.verdicts_cached += static_cast<int64_t>(Num(audit, "verdicts_from_cache"));
+    f.trajectories += static_cast<int64_t>(FigureOf(audit, "trajectories_trained"));
+    f.hack_reward_above_1 += static_cast<int64_t>(FigureOf(audit, "hack_flagged_with_reward_above_1"));
+    f.flagged_reward_above_1 += static_cast<int64_t>(FigureOf(audit, "integrity_flagged_with_reward_above_1"));
+    f.verdicts_cached += static_cast<int64_t>(FigureOf(audit, "verdicts_from_cache"));
   }
   f.jobs = static_cast<int>(chain.size());
   f.name = absl::StrJoin(names, "+");

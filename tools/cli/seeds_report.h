@@ -28,7 +28,7 @@ struct HeldOutPoint {
   int64_t policy_version = 0;
   int n = 0;
   double reward_mean = 0, reward_sem = 0, pass_rate = 0, faster_than_eager = 0, faster_than_compile = 0;
-  double geomean_vs_eager = 0, geomean_vs_compile = 0;
+  double geomean_vs_compile = 0;
 };
 
 struct SeedFigures {
@@ -36,7 +36,6 @@ struct SeedFigures {
   std::string ablation;  // "none", "no_rft", "no_value_pretrain", ...
   uint64_t seed = 0;
   bool all_cuda = true;  // Every job of the chain scored by the CUDA sandbox.
-  std::string family_dir;
   int jobs = 0;
   HeldOutPoint start, final;
   std::vector<double> explained_variance;  // One per agentic-PPO update, in order.
