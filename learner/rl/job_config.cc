@@ -130,6 +130,12 @@ absl::StatusOr<v1::LearnerJobConfig> ParseJobConfig(const std::string& text) {
   if (vp.steps() < 0) return Field("recipe.value_pretrain.steps", "must be >= 0");
   if (vp.max_turns() < 0) return Field("recipe.value_pretrain.max_turns", "must be >= 0");
   if (vp.min_explained_variance() > 1) return Field("recipe.value_pretrain.min_explained_variance", "must be <= 1");
+  if (vp.use_warmup_trajectories() && vp.import_job_dirs_size() > 0) {
+    return Field("recipe.value_pretrain.import_job_dirs", "not with use_warmup_trajectories (one source of returns)");
+  }
+  for (const std::string& d : vp.import_job_dirs()) {
+    if (d.empty()) return Field("recipe.value_pretrain.import_job_dirs", "an empty directory name");
+  }
   if (!vp.skip() && vp.use_warmup_trajectories() && r.agent_warmup().skip()) {
     return Field("recipe.value_pretrain.skip", "value pretraining on warm-up trajectories needs agent_warmup");
   }

@@ -101,6 +101,8 @@ class RecipeRunner : public JobRunner {
   // A full checkpoint of the current state unless the last update had one.
   absl::Status Flush();
   std::vector<Sample> ToSamples(const std::vector<v1::Trajectory>& ts, StepMetrics* m) const;
+  // Value pretraining's imported returns (ValuePretrainConfig.import_job_dirs).
+  absl::StatusOr<std::vector<Sample>> ImportedReturns(StepMetrics* m) const;
   // One update on the global batch: this rank's shard when data-parallel.
   absl::StatusOr<StepMetrics> Train(StepKind kind, const std::vector<Sample>& batch);
   // The lease held shared until the returned GpuWork goes (an unheld one without a lease).
@@ -227,6 +229,25 @@ std::vector<Sample> RecipeRunner::ToSamples(const std::vector<v1::Trajectory>& t
     }
   }
   return out;
+}
+
+absl::StatusOr<std::vector<Sample>> RecipeRunner::ImportedReturns(StepMetrics* m) const {
+  std::set<std::string> task_ids, seen;
+  for (const v1::Task& t : tasks_) task_ids.insert(t.id());
+  std::vector<v1::Trajectory> all;
+  for (const std::string& dir : config_.recipe().value_pretrain().import_job_dirs()) {
+    auto got = ReadAcceptedTrajectories(dir, spec_.base_checkpoint(), task_ids);
+    if (!got.ok()) {
+      return absl::Status(got.status().code(),
+                          absl::StrCat("recipe.value_pretrain.import_job_dirs: ", got.status().message()));
+    }
+    // Seeds that imported one warm-up set each hold it: once is enough.
+    for (v1::Trajectory& t : *got) {
+      if (seen.insert(t.id()).second) all.push_back(std::move(t));
+    }
+  }
+  (*m)["value_pretrain_imported"] = static_cast<double>(all.size());
+  return ToSamples(all, m);
 }
 
 absl::StatusOr<StepMetrics> RecipeRunner::Train(StepKind kind, const std::vector<Sample>& global) {
@@ -428,7 +449,8 @@ absl::Status RecipeRunner::RunStage(JobContext* ctx, int stage) {
   const int64_t steps = StageSteps(stage);
   const auto& r = config_.recipe();
   const int n = config_.batch().trajectories_per_step();
-  const bool fresh_values = st.kind == Kind::kValue && !r.value_pretrain().use_warmup_trajectories();
+  const bool fresh_values =
+      st.kind == Kind::kValue && !r.value_pretrain().use_warmup_trajectories() && r.value_pretrain().import_job_dirs().empty();
   if (st.kind == Kind::kCollect && !r.agent_warmup().import_job_dir().empty()) return ImportWarmup(ctx, stage, steps);
   if (st.kind == Kind::kPpo || st.kind == Kind::kCollect || fresh_values) {
     const int max_turns = stage == 0   ? r.single_turn_ppo().max_turns()
@@ -546,6 +568,7 @@ absl::Status RecipeRunner::RunValuePretrain(JobContext* ctx, int stage) {
   // taken on the values before it trains them.
   std::vector<Sample> train, held_out;
   StepMetrics extra;
+  const bool imported = vp.import_job_dirs_size() > 0;
   if (vp.use_warmup_trajectories()) {
     auto warmup = ingest_->AcceptedIn("agent_warmup");
     if (!warmup.ok()) return warmup.status();
@@ -557,6 +580,15 @@ absl::Status RecipeRunner::RunValuePretrain(JobContext* ctx, int stage) {
       KLOG(WARNING) << "job " << ctx->job_id() << ": value_pretrain has no warm-up trajectories; skipped";
       return absl::OkStatus();
     }
+  } else if (imported) {
+    auto all = ImportedReturns(&extra);
+    if (!all.ok()) return all.status();
+    // Every fourth held out (at most 48): the jobs' and tasks' mix on both sides.
+    for (size_t i = 0; i < all->size(); ++i) {
+      (i % 4 == 3 && held_out.size() < 48 ? held_out : train).push_back(std::move((*all)[i]));
+    }
+    KLOG(INFO) << "job " << ctx->job_id() << ": value pretraining on " << train.size() << " imported trajectories, "
+               << held_out.size() << " held out";
   }
   const int64_t per_epoch = std::max<int64_t>(1, (static_cast<int64_t>(train.size()) + n - 1) / n);
   while (stage_step_ < cap && !ctx->ShouldStop()) {
@@ -564,7 +596,7 @@ absl::Status RecipeRunner::RunValuePretrain(JobContext* ctx, int stage) {
     std::vector<Sample> batch;
     std::vector<std::string> ids;
     StepMetrics bad = extra;
-    if (vp.use_warmup_trajectories()) {
+    if (vp.use_warmup_trajectories() || imported) {
       const int64_t b = (stage_step_ % per_epoch) * n;
       batch.assign(train.begin() + b, train.begin() + std::min<int64_t>(b + n, train.size()));
     } else {

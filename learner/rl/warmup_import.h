@@ -1,7 +1,8 @@
-// The warm-up set of an earlier job, for a later job to take instead of
-// collecting its own (StageConfig.import_job_dir): the scripted engineer's
-// trajectories do not depend on the policy, so seeds of the later stages can
-// share one warm-up.
+// Trajectories of an earlier job, for a later job to take: its warm-up set
+// instead of collecting one (StageConfig.import_job_dir; the scripted
+// engineer's trajectories do not depend on the policy, so seeds of the later
+// stages can share one warm-up), and its accepted rollouts as the critic's
+// value-pretraining data (ValuePretrainConfig.import_job_dirs).
 #ifndef KERNELRL_LEARNER_RL_WARMUP_IMPORT_H_
 #define KERNELRL_LEARNER_RL_WARMUP_IMPORT_H_
 
@@ -22,6 +23,13 @@ namespace kernelrl::learner::rl {
 absl::StatusOr<std::vector<v1::Trajectory>> ReadWarmupSet(const std::string& job_dir,
                                                           const std::string& base_checkpoint,
                                                           const std::set<std::string>& task_ids, int64_t max);
+
+// As ReadWarmupSet, but the accepted trajectories of every stage (the
+// warm-up's and each PPO stage's), and of `task_ids` only when that is not
+// empty; no cap. The same tokenizer check; NotFound when none is left.
+absl::StatusOr<std::vector<v1::Trajectory>> ReadAcceptedTrajectories(const std::string& job_dir,
+                                                                     const std::string& base_checkpoint,
+                                                                     const std::set<std::string>& task_ids);
 
 }  // namespace kernelrl::learner::rl
 
