@@ -49,6 +49,8 @@
 # VALUE_STEPS (16), AGENTIC_STEPS (40), BATCH (16), ACTORS (4: N model actors and N engineer actors of N rollouts at once each, so N² at once; the ingest lets (max_policy_lag + 1) × BATCH of them run), EVAL_ROLLOUTS (4), EVAL_TEMP (1),
 # SHARE_WARMUP (0; 1: the call's later jobs take its first job's warm-up set: seeds of the later stages),
 # WARMUP_FROM (an earlier call's warm-up job directory, from --stage-in: every job of the call takes it),
+# VALUE_JOBS (in/value_jobs.tgz, from --stage-in with VALUE_FROM="A/logs.tgz ...": value pretraining on
+# those earlier jobs' accepted trajectories, recipe.value_pretrain.import_job_dirs),
 # LEARNER_DEVICE (cuda; cpu on one GPU, cuda:1 on two: see docs/CODEMODEL.md), LEARN_ARGS (more `kernelrl learn` flags),
 # SKIP_START_EVAL (0; 1: no evaluation of the base before each job: greedy on the same base and tasks it
 # repeats an earlier job's, ~40 s a job on one H200).
@@ -87,6 +89,24 @@ if [ "${1:-}" = "--stage-in" ]; then  # Run HERE, after --stage: an earlier call
       echo "warm-up set of $(basename "$J"): $(ls "$W/trajectories" | wc -l) trajectories (WARMUP_FROM=$W)"
     fi
     rm -rf "$T"
+  fi
+  # VALUE_FROM="A/logs.tgz B/logs.tgz ...": earlier calls' jobs (ledger, job.textproto, accepted
+  # trajectories), packed as in/value_jobs.tgz: VALUE_JOBS of a job call.
+  if [ -n "${VALUE_FROM:-}" ]; then
+    T=$(mktemp -d) V=$(mktemp -d)
+    for L in $VALUE_FROM; do
+      rm -rf "$T"/* && tar xzf "$L" -C "$T"
+      for J in "$T"/run-*/learner-state/jobs/*; do
+        [ -f "$J/ledger.jsonl" ] || continue
+        D=$V/$(basename "$J") && mkdir -p "$D/trajectories" && cp "$J/ledger.jsonl" "$J/job.textproto" "$D/"
+        grep '"kind":"ACCEPTED"' "$J/ledger.jsonl" | sed 's/.*"trajectory_id":"\([^"]*\)".*/\1/' | while read -r id; do
+          cp "$J/trajectories/$(printf '%s' "$id" | xxd -p | tr -d '\n').pb" "$D/trajectories/" 2>/dev/null
+        done
+      done
+    done
+    tar czf "$M/in/value_jobs.tgz" -C "$V" .
+    echo "value pretraining's returns: $(ls "$V" | wc -l) jobs, $(find "$V" -name '*.pb' | wc -l) trajectories (VALUE_JOBS=$M/in/value_jobs.tgz)"
+    rm -rf "$T" "$V"
   fi
   # A job call neither writes a corpus nor pre-trains: their binaries stay here (the carry's 64 MiB).
   rm -f "$M/bin/corpus_gen" "$M/bin/pretrain"
@@ -260,6 +280,13 @@ if [ -n "${CONTINUE_FROM:-}" ]; then
     echo "no critic/ in $CONTINUE_FROM: the critic starts from the policy's trunk and pretrains on fresh rollouts"
     JOB_FLAGS+=(--job_set=recipe.value_pretrain.use_warmup_trajectories=false)
   fi
+fi
+# VALUE_JOBS=in/value_jobs.tgz (from --stage-in with VALUE_FROM): value pretraining on those jobs' returns.
+if [ -n "${VALUE_JOBS:-}" ]; then
+  mkdir -p "$RUN/value_jobs" && tar xzf "$VALUE_JOBS" -C "$RUN/value_jobs"
+  JOB_FLAGS+=(--job_set=recipe.value_pretrain.use_warmup_trajectories=false)
+  for V in "$RUN"/value_jobs/*/; do JOB_FLAGS+=(--job_set=recipe.value_pretrain.import_job_dirs=${V%/}); done
+  echo "value pretraining on $(ls "$RUN/value_jobs" | wc -l) earlier jobs' returns"
 fi
 # SHARE_WARMUP=1: the later jobs of the call take the first job's warm-up set; WARMUP_FROM=DIR (an
 # earlier call's, placed by --stage-in): every job takes that one.
