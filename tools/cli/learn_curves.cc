@@ -180,7 +180,10 @@ absl::StatusOr<Json> HeldOutFromReport(const std::string& report_json_path) {
   VerdictStats s, sampled;
   double log_e = 0, log_c = 0, final_log_e = 0, final_log_c = 0;
   int profiled = 0, finals_profiled = 0;
+  Json task_rewards = Json::object();  // Per task, its rollouts' mean reward: which tasks moved.
   for (const Json& t : *tasks) {
+    double task_sum = 0;
+    int task_n = 0;
     if (const Json* finals = FindJson(t, "rollout_finals"); finals != nullptr && finals->is_array()) {
       for (const Json& f : *finals) {
         const Json* xe = FindJson(f, "speedup_vs_eager");
@@ -189,6 +192,7 @@ absl::StatusOr<Json> HeldOutFromReport(const std::string& report_json_path) {
         const double fe = xe ? JsonNumber(*xe) : 0, fc = xc ? JsonNumber(*xc) : 0;
         const bool fok = StrField(f, "outcome") == "OK";
         Add(&sampled, rew ? JsonNumber(*rew) : -1, fok, fe, fc);
+        task_sum += rew ? JsonNumber(*rew) : -1, ++task_n;
         if (fok && fe > 0 && fc > 0) ++finals_profiled, final_log_e += std::log(fe), final_log_c += std::log(fc);
       }
     }
@@ -198,6 +202,8 @@ absl::StatusOr<Json> HeldOutFromReport(const std::string& report_json_path) {
     const double e = xe ? JsonNumber(*xe) : 0, c = xc ? JsonNumber(*xc) : 0;
     const bool ok = StrField(t, "outcome") == "OK";
     Add(&s, rew ? JsonNumber(*rew) : -1, ok, e, c);
+    const std::string id = StrField(t, "task_id");
+    if (!id.empty()) task_rewards[id] = Json(task_n > 0 ? task_sum / task_n : (rew ? JsonNumber(*rew) : -1));
     if (ok && e > 0 && c > 0) ++profiled, log_e += std::log(e), log_c += std::log(c);
   }
   Json out = s.ToJson();
@@ -208,6 +214,7 @@ absl::StatusOr<Json> HeldOutFromReport(const std::string& report_json_path) {
   rollouts["geomean_speedup_vs_eager"] = Json(finals_profiled ? std::exp(final_log_e / finals_profiled) : 0);
   rollouts["geomean_speedup_vs_compile"] = Json(finals_profiled ? std::exp(final_log_c / finals_profiled) : 0);
   out["rollouts"] = std::move(rollouts);
+  out["task_rewards"] = std::move(task_rewards);
   return out;
 }
 

@@ -105,10 +105,10 @@ TEST(HeldOutFromReportTest, BestOfRolloutsAndEachRolloutsFinalKernel) {
   // task b failed both times.
   const std::string dir = ::kernelrl::testing::NewTempDir("learn_curves_report_");
   std::ofstream(dir + "/report.json") << R"({"tasks": [
-    {"outcome": "OK", "reward": 3, "speedup_vs_eager": 4, "speedup_vs_compile": 2, "rollout_finals": [
+    {"task_id": "a", "outcome": "OK", "reward": 3, "speedup_vs_eager": 4, "speedup_vs_compile": 2, "rollout_finals": [
       {"outcome": "OK", "reward": 3, "speedup_vs_eager": 4, "speedup_vs_compile": 2},
       {"outcome": "OK", "reward": 1, "speedup_vs_eager": 1, "speedup_vs_compile": 0.5}]},
-    {"outcome": "WRONG_ANSWER", "reward": -1, "rollout_finals": [
+    {"task_id": "b", "outcome": "WRONG_ANSWER", "reward": -1, "rollout_finals": [
       {"outcome": "WRONG_ANSWER", "reward": -1}, {"outcome": "COMPILE_ERROR", "reward": -1}]}]})";
   auto h = HeldOutFromReport(dir + "/report.json");
   ASSERT_TRUE(h.ok()) << h.status();
@@ -120,6 +120,11 @@ TEST(HeldOutFromReportTest, BestOfRolloutsAndEachRolloutsFinalKernel) {
   EXPECT_NEAR(JsonNumber(*FindJson(*r, "geomean_speedup_vs_eager")), 2.0, 1e-12);  // sqrt(4 x 1)
   EXPECT_NEAR(JsonNumber(*FindJson(*r, "geomean_speedup_vs_compile")), 1.0, 1e-12);  // sqrt(2 x 0.5)
   EXPECT_DOUBLE_EQ(JsonNumber(*FindJson(*r, "reward_mean")), 0.5);  // (3 + 1 - 1 - 1) / 4
+  // Per task, its rollouts' mean reward (not its best): which tasks moved between evaluations.
+  const Json* per_task = FindJson(*h, "task_rewards");
+  ASSERT_NE(per_task, nullptr);
+  EXPECT_DOUBLE_EQ(JsonNumber(*FindJson(*per_task, "a")), 2);
+  EXPECT_DOUBLE_EQ(JsonNumber(*FindJson(*per_task, "b")), -1);
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <map>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -32,6 +33,9 @@ HeldOutPoint PointOf(const Json& eval) {
   p.faster_than_eager = FigureOf(r, "faster_than_eager_rate");
   p.faster_than_compile = FigureOf(r, "faster_than_compile_rate");
   p.geomean_vs_compile = FigureOf(r, "geomean_speedup_vs_compile");
+  if (const Json* t = FindJson(eval, "task_rewards"); t != nullptr && t->is_object()) {
+    for (auto it = t->begin(); it != t->end(); ++it) p.task_rewards[it.key()] = FigureOf(t, it.key().c_str());
+  }
   return p;
 }
 
@@ -43,10 +47,46 @@ double Median(std::vector<double> xs) {
 }
 
 std::string Pct(double x) { return absl::StrFormat("%.0f%%", 100 * x); }
+
+// Which held-out tasks moved from the PPO start to the final, pooled over the seeds, with a sign
+// test: a gain of several standard errors across seeds can still be one task flipping in each.
+void PerTaskLines(const std::vector<const SeedFigures*>& seeds, std::string* out) {
+  int up = 0, down = 0, pairs = 0;
+  std::map<std::string, std::vector<std::string>> moved;  // task -> "seed N a->b"
+  for (const SeedFigures* r : seeds) {
+    if (r->start.task_rewards.empty() || r->final.task_rewards.empty()) {
+      absl::StrAppend(out, "  per task: not in ", r->name, " (curves.json without task_rewards)\n");
+      return;
+    }
+    for (const auto& [task, a] : r->start.task_rewards) {
+      auto b = r->final.task_rewards.find(task);
+      if (b == r->final.task_rewards.end()) continue;
+      ++pairs;
+      if (b->second == a) continue;
+      (b->second > a ? up : down) += 1;
+      moved[task].push_back(absl::StrFormat("seed %d %.2g->%.2g", r->seed, a, b->second));
+    }
+  }
+  if (seeds.empty()) return;
+  absl::StrAppendFormat(out, "  per task, reward per rollout: %d up, %d down, %d unchanged of %d seed-task pairs; "
+                        "sign test p = %.3f\n", up, down, pairs - up - down, pairs, SignTestP(up, down));
+  for (const auto& [task, how] : moved) absl::StrAppend(out, "    ", task, ": ", absl::StrJoin(how, ", "), "\n");
+}
 std::string Gm(double x) { return x > 0 ? absl::StrFormat("%.2fx", x) : std::string("-"); }
 std::string Mark(bool ok) { return ok ? "[yes]" : "[no] "; }
 
 }  // namespace
+
+double SignTestP(int up, int down) {
+  const int n = up + down, k = std::max(up, down);
+  if (n == 0) return 1;
+  double pmf = std::pow(0.5, n), tail = 0;  // P(X = i) and P(X >= k), X ~ Binomial(n, 1/2)
+  for (int i = 0; i <= n; ++i) {
+    if (i >= k) tail += pmf;
+    pmf = pmf * (n - i) / (i + 1);
+  }
+  return std::min(1.0, 2 * tail);
+}
 
 std::pair<double, double> MeanAndStandardError(const std::vector<double>& xs) {
   if (xs.empty()) return {0, 0};
@@ -164,7 +204,7 @@ std::string SeedsReport(const std::vector<SeedFigures>& runs, const v1::SeedsCon
     auto [mean, se] = MeanAndStandardError(d);
     const double scale = pct ? 100 : 1;
     absl::StrAppendFormat(&out, "  %-24s %+.2f%s +- %.2f%s", label, scale * mean, pct ? "%" : "", scale * se, pct ? "%" : "");
-    if (se > 0) absl::StrAppendFormat(&out, "  (%.1f standard errors)", mean / se);
+    if (se > 1e-9 * std::abs(mean)) absl::StrAppendFormat(&out, "  (%.1f standard errors)", mean / se);
     absl::StrAppend(&out, "\n");
     return seeds.size() >= 2 && mean > 0 && mean > k * se;
   };
@@ -184,6 +224,7 @@ std::string SeedsReport(const std::vector<SeedFigures>& runs, const v1::SeedsCon
   absl::StrAppendFormat(&out, "  %-24s %s -> %s  (the seeds' mean; %d of %d passed a task at the end)\n",
                         "geomean x compile", Gm(gs), Gm(gf), gm_final.size(), seeds.size());
   const bool geomean_ok = !seeds.empty() && gm_final.size() == seeds.size() && gf > gs;
+  PerTaskLines(seeds, &out);
 
   int min_tasks = seeds.empty() ? 0 : seeds.front()->start.n;
   bool ev_ok = !seeds.empty(), cuda = true;

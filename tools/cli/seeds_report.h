@@ -12,6 +12,7 @@
 #define KERNELRL_TOOLS_CLI_SEEDS_REPORT_H_
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,8 @@ struct HeldOutPoint {
   int n = 0;
   double reward_mean = 0, reward_sem = 0, pass_rate = 0, faster_than_eager = 0, faster_than_compile = 0;
   double geomean_vs_compile = 0;
+  // Per task, its rollouts' mean reward (curves.json from 2026-11-30 on; empty before).
+  std::map<std::string, double> task_rewards;
 };
 
 struct SeedFigures {
@@ -51,6 +54,10 @@ absl::StatusOr<SeedFigures> SeedFiguresOf(const std::vector<std::pair<std::strin
 // The report, one screen of plain text. Seeds are the chains of ablation "none"; the others are
 // listed as ablations, whichever way they went.
 std::string SeedsReport(const std::vector<SeedFigures>& runs, const v1::SeedsConfig& config);
+
+// Two-sided sign test: the chance of a split at least as uneven as `up` against `down` among
+// up + down pairs that changed, each way equally likely (1 when none changed).
+double SignTestP(int up, int down);
 
 // Mean and standard error of the mean (sample standard deviation / sqrt(n); 0 when n < 2).
 std::pair<double, double> MeanAndStandardError(const std::vector<double>& xs);

@@ -3,6 +3,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <map>
+
 #include "absl/strings/str_cat.h"
 
 namespace kernelrl::cli {
@@ -142,6 +144,39 @@ TEST(SeedsReport, RefusesWhatCannotBeCompared) {
   auto mixed = SeedFiguresOf({{"a", Curves(1, "none", {Eval("agentic-0", 2, 0, 0, 0.5)}, {})},
                               {"b", Curves(2, "none", {Eval("agentic-0", 2, 0, 0, 0.5), Eval("final", 9, 0, 0, 0.5)}, {})}});
   EXPECT_THAT(std::string(mixed.status().message()), HasSubstr("one seed's jobs only"));
+}
+
+// Three seeds that each gain by one task flipping: the report names the task and the sign test
+// says how little six pairs show; without task_rewards (older curves.json) it says so.
+TEST(SeedsReport, PerTaskChangesWithASignTest) {
+  auto with_tasks = [](Json e, std::map<std::string, double> tasks) {
+    Json t = Json::object();
+    for (const auto& [id, r] : tasks) t[id] = r;
+    e["task_rewards"] = t;
+    return e;
+  };
+  std::vector<SeedFigures> runs;
+  for (uint64_t seed : {1, 2, 3}) {
+    const double flipped = seed == 3 ? -1 : 1;  // Seed 3 loses task c.
+    auto f = SeedFiguresOf({{absl::StrCat("s", seed),
+                             Curves(seed, "none",
+                                    {with_tasks(Eval("agentic-0", 4, 0.0, 0.1, 0.6, 3), {{"a", -1}, {"b", 1}, {"c", 1}}),
+                                     with_tasks(Eval("final", 30, 0.2, 0.1, 0.6, 3), {{"a", 1}, {"b", 1}, {"c", flipped}})},
+                                    {0.1})}});
+    ASSERT_TRUE(f.ok()) << f.status();
+    EXPECT_DOUBLE_EQ(f->start.task_rewards.at("a"), -1);
+    runs.push_back(*f);
+  }
+  const std::string report = SeedsReport(runs, Bar());
+  EXPECT_THAT(report, HasSubstr("3 up, 1 down, 5 unchanged of 9 seed-task pairs; sign test p = 0.625"));
+  EXPECT_THAT(report, HasSubstr("a: seed 1 -1->1, seed 2 -1->1, seed 3 -1->1"));
+  EXPECT_THAT(report, HasSubstr("c: seed 3 1->-1"));
+  EXPECT_NEAR(SignTestP(5, 1), 0.21875, 1e-12);  // 2 x 7/64
+  EXPECT_DOUBLE_EQ(SignTestP(0, 0), 1);
+  EXPECT_NEAR(SignTestP(0, 10), 2.0 / 1024, 1e-12);
+
+  runs.push_back(Seed(4, 0.5, 0.2, {0.4}));  // No task_rewards.
+  EXPECT_THAT(SeedsReport(runs, Bar()), HasSubstr("per task: not in s4 (curves.json without task_rewards)"));
 }
 
 TEST(SeedsReport, CpuSandboxRewardsFailTheBar) {
