@@ -48,6 +48,9 @@ double Median(std::vector<double> xs) {
 
 std::string Pct(double x) { return absl::StrFormat("%.0f%%", 100 * x); }
 
+std::string Gm(double x) { return x > 0 ? absl::StrFormat("%.2fx", x) : std::string("-"); }
+std::string Mark(bool ok) { return ok ? "[yes]" : "[no] "; }
+
 // Which held-out tasks moved from the PPO start to the final, pooled over the seeds, with a sign
 // test: a gain of several standard errors across seeds can still be one task flipping in each.
 void PerTaskLines(const std::vector<const SeedFigures*>& seeds, std::string* out) {
@@ -72,8 +75,6 @@ void PerTaskLines(const std::vector<const SeedFigures*>& seeds, std::string* out
                         "sign test p = %.3f\n", up, down, pairs - up - down, pairs, SignTestP(up, down));
   for (const auto& [task, how] : moved) absl::StrAppend(out, "    ", task, ": ", absl::StrJoin(how, ", "), "\n");
 }
-std::string Gm(double x) { return x > 0 ? absl::StrFormat("%.2fx", x) : std::string("-"); }
-std::string Mark(bool ok) { return ok ? "[yes]" : "[no] "; }
 
 }  // namespace
 
