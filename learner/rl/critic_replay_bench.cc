@@ -14,6 +14,8 @@
 //   train_ev: the step's batch before it trained (what PPO's metric shows);
 //   heldout_ev: every model token of held-out trajectories (never trained on)
 //     against their Monte-Carlo return (the recipe's value_pretrain_heldout_ev);
+//   heldout_ev_gae95: the same values against the paper's targets, V + GAE
+//     (gamma 1, lambda 0.95; gae.h PaperValueTargets), for its curve only;
 //   heldout_ev_first / heldout_ev_last: the value at each held-out
 //     trajectory's first / last model token against its return: what the
 //     task line alone predicts, and what the whole transcript (the tools'
@@ -142,18 +144,21 @@ int Run() {
       if (step % absl::GetFlag(FLAGS_every) != 0 && step != 1) continue;
       auto values = (*trainer)->CriticValues(held);
       if (!values.ok()) return Fail(std::string(values.status().message()));
-      std::vector<float> v, r, first, last, rt;
+      std::vector<float> v, r, first, last, rt, p95;
       for (size_t i = 0; i < held.size(); ++i) {
         const std::vector<float>& vi = (*values)[i];
         if (vi.empty()) continue;
         v.insert(v.end(), vi.begin(), vi.end());
         r.insert(r.end(), vi.size(), static_cast<float>(held[i].reward));
+        const std::vector<float> t = PaperValueTargets(vi, held[i].reward);
+        p95.insert(p95.end(), t.begin(), t.end());
         first.push_back(vi.front()), last.push_back(vi.back()), rt.push_back(static_cast<float>(held[i].reward));
       }
       std::printf("{\"lr\": %g, \"step\": %d, \"train_ev\": %.3f, \"value_loss\": %.4f, \"heldout_ev\": %.3f, "
-                  "\"heldout_ev_first\": %.3f, \"heldout_ev_last\": %.3f, \"seconds\": %.0f}\n",
+                  "\"heldout_ev_first\": %.3f, \"heldout_ev_last\": %.3f, \"heldout_ev_gae95\": %.3f, "
+                  "\"seconds\": %.0f}\n",
                   lr, step, (*m)["explained_variance"], (*m)["value_loss"], ExplainedVariance(v, r),
-                  ExplainedVariance(first, rt), ExplainedVariance(last, rt),
+                  ExplainedVariance(first, rt), ExplainedVariance(last, rt), ExplainedVariance(v, p95),
                   absl::ToDoubleSeconds(absl::Now() - start));
       std::fflush(stdout);
     }

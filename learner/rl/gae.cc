@@ -49,4 +49,8 @@ double ExplainedVariance(const std::vector<float>& values, const std::vector<flo
   return var_r <= 0 ? 0.0 : 1.0 - var_d / var_r;
 }
 
+std::vector<float> PaperValueTargets(const std::vector<float>& values, double reward) {
+  return Gae(OutcomeRewards(static_cast<int>(values.size()), reward), values, 1.0, 0.95).returns;
+}
+
 }  // namespace kernelrl::learner::rl

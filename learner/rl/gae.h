@@ -33,6 +33,13 @@ double LengthAdaptiveLambda(int64_t n, double alpha);
 // Outcome reward: `reward` on the last of n steps, 0 before.
 std::vector<float> OutcomeRewards(int n, double reward);
 
+// The paper's value-pretraining targets for one trajectory: V + GAE with
+// gamma 1, lambda 0.95 on its outcome reward. Its explained-variance curve
+// (0.3-0.45 with value pretraining) is against these, which sit near the
+// critic's own values a few dozen tokens ahead; against the Monte-Carlo
+// return (lambda_critic 1) the same critic reads lower.
+std::vector<float> PaperValueTargets(const std::vector<float>& values, double reward);
+
 // 1 - Var(returns - values) / Var(returns); 0 when returns do not vary.
 double ExplainedVariance(const std::vector<float>& values, const std::vector<float>& returns);
 

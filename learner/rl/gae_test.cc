@@ -65,6 +65,35 @@ TEST(GaeTest, ExplainedVarianceByHand) {
   EXPECT_EQ(ExplainedVariance({1.0f, 2.0f}, {5.0f, 5.0f}), 0.0);
 }
 
+TEST(GaeTest, PaperValueTargetsByHand) {
+  // values 0.5, 1.0; reward 2 on the last step. delta_1 = 2 - 1 = 1, target_1 = 2;
+  // delta_0 = 1 - 0.5 = 0.5, A_0 = 0.5 + 0.95 * 1 = 1.45, target_0 = 1.95.
+  const std::vector<float> t = PaperValueTargets({0.5f, 1.0f}, 2.0);
+  ASSERT_EQ(t.size(), 2u);
+  EXPECT_NEAR(t[0], 1.95, 1e-6);
+  EXPECT_NEAR(t[1], 2.0, 1e-6);
+}
+
+// Why the learning run's bar reads explained variance against the Monte-Carlo
+// return, not the paper's targets: a critic that knows nothing of the return
+// (a constant per trajectory, unrelated to its reward) explains 94% of the
+// paper's targets over four 1,500-token trajectories, because each target is
+// the critic's own value a few dozen tokens on but near the end; against the
+// returns it explains less than nothing.
+TEST(GaeTest, AnUninformedCriticExplainsThePapersTargetsOfLongTrajectories) {
+  std::vector<float> values, returns, paper;
+  const int n = 1500;
+  for (auto [reward, c] : std::vector<std::pair<double, float>>{{-1, 0.9f}, {1, -0.4f}, {2, 0.2f}, {-1, 1.1f}}) {
+    const std::vector<float> v(n, c);
+    const std::vector<float> t = PaperValueTargets(v, reward);
+    values.insert(values.end(), v.begin(), v.end());
+    returns.insert(returns.end(), n, static_cast<float>(reward));
+    paper.insert(paper.end(), t.begin(), t.end());
+  }
+  EXPECT_NEAR(ExplainedVariance(values, returns), -0.935, 0.001);
+  EXPECT_NEAR(ExplainedVariance(values, paper), 0.935, 0.001);
+}
+
 v1::Trajectory MakeTrajectory(std::vector<int> ids, std::vector<int> mask, std::vector<float> logprobs) {
   v1::Trajectory t;
   t.set_id("t1");

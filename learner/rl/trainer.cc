@@ -98,7 +98,7 @@ constexpr const char* kSummedMetrics[] = {
     "policy_loss", "value_loss", "sft_loss", "entropy", "clip_frac", "dual_clip_frac", "mask_frac", "is_weight_mean",
     "logp_abs_diff", "kl_rollout", "kl_ref", "advantage_mean", "trajectories", "tokens", "model_tokens", "rows",
     "train_flops", "reward_sum", "reward_sq", "reward_positive", "length_clipped", "ev_n", "ev_r", "ev_r2",
-    "ev_d", "ev_d2"};
+    "ev_d", "ev_d2", "ev95_r", "ev95_r2", "ev95_d", "ev95_d2"};
 constexpr const char* kMaxedMetrics[] = {"reward_max", "-reward_min", "is_weight_max", "-is_weight_min",
                                          "step_seconds"};
 
@@ -126,11 +126,15 @@ void FinishMetrics(bool ppo, bool critic, StepMetrics* mp) {
   m["reward_min"] = -m["-reward_min"];
   m["reward_positive_frac"] = n > 0 ? m["reward_positive"] / n : 0;
   m["response_length_clipped_ratio"] = n > 0 ? m["length_clipped"] / n : 0;
-  if (critic) {  // 1 - Var(returns - values) / Var(returns), over all model tokens.
+  if (critic) {  // 1 - Var(targets - values) / Var(targets), over all model tokens.
     const double k = std::max(1.0, m["ev_n"]);
-    const double mr = m["ev_r"] / k, md = m["ev_d"] / k;
-    const double var_r = m["ev_r2"] / k - mr * mr, var_d = m["ev_d2"] / k - md * md;
-    m["explained_variance"] = var_r <= 1e-12 * std::max(1.0, m["ev_r2"] / k) ? 0.0 : 1.0 - var_d / var_r;
+    auto ev = [&](const char* r, const char* r2, const char* d, const char* d2) {
+      const double mr = m[r] / k, md = m[d] / k;
+      const double var_r = m[r2] / k - mr * mr, var_d = m[d2] / k - md * md;
+      return var_r <= 1e-12 * std::max(1.0, m[r2] / k) ? 0.0 : 1.0 - var_d / var_r;
+    };
+    m["explained_variance"] = ev("ev_r", "ev_r2", "ev_d", "ev_d2");  // The critic's own targets.
+    m["explained_variance_gae95"] = ev("ev95_r", "ev95_r2", "ev95_d", "ev95_d2");
   }
   if (ppo) {
     m["is_weight_min"] = -m["-is_weight_min"];
@@ -144,7 +148,7 @@ void FinishMetrics(bool ppo, bool critic, StepMetrics* mp) {
   if (!critic) m.erase("value_loss");
   if (ppo || critic) m.erase("sft_loss");
   for (const char* k : {"reward_sum", "reward_sq", "reward_positive", "length_clipped", "ev_n", "ev_r", "ev_r2",
-                        "ev_d", "ev_d2", "-reward_min", "-is_weight_min"}) {
+                        "ev_d", "ev_d2", "ev95_r", "ev95_r2", "ev95_d", "ev95_d2", "-reward_min", "-is_weight_min"}) {
     m.erase(k);
   }
   m["tokens_per_second"] = m["step_seconds"] > 0 ? m["tokens"] / m["step_seconds"] : 0;
@@ -609,7 +613,9 @@ absl::StatusOr<StepMetrics> Trainer::Update(const std::vector<Sample>& batch, do
     }
     critic_head_ready_ = true;
   }
-  std::vector<float> all_values, all_returns;  // For explained variance.
+  // For explained variance: against the critic's targets, and against the paper's
+  // value-pretraining targets V + GAE(gamma 1, lambda 0.95) (PaperValueTargets).
+  std::vector<float> all_values, all_returns, all_gae95;
   double flops = 0, is_max = 0, is_min = HUGE_VAL;
   int64_t tokens = 0, model_tokens = 0;
 
@@ -673,6 +679,11 @@ absl::StatusOr<StepMetrics> Trainer::Update(const std::vector<Sample>& batch, do
       at::Tensor v_cpu = values.detach().to(at::kCPU, at::kFloat).contiguous();
       const float* v = v_cpu.data_ptr<float>();
       RowTargets(rt.sample, rt.begin, rt.end, batch, v, &adv, &ret);
+      for (size_t j = 0; j < rt.sample.size(); ++j) {
+        const std::vector<float> seg(v + rt.begin[j], v + rt.end[j]);
+        const std::vector<float> t = PaperValueTargets(seg, batch[rt.sample[j]].reward);
+        all_gae95.insert(all_gae95.end(), t.begin(), t.end());
+      }
       all_values.insert(all_values.end(), v, v + v_cpu.numel());
       all_returns.insert(all_returns.end(), ret.begin(), ret.end());
       returns = ToDevice(ret, at::kFloat, device);
@@ -781,12 +792,14 @@ absl::StatusOr<StepMetrics> Trainer::Update(const std::vector<Sample>& batch, do
     m["reward_positive"] += s.reward > 0, m["length_clipped"] += s.length_clipped;
   }
   for (size_t i = 0; i < all_values.size(); ++i) {
-    const double d = all_returns[i] - all_values[i];
+    const double d = all_returns[i] - all_values[i], d95 = all_gae95[i] - all_values[i];
     m["ev_n"] += 1, m["ev_r"] += all_returns[i], m["ev_r2"] += all_returns[i] * all_returns[i];
     m["ev_d"] += d, m["ev_d2"] += d * d;
+    m["ev95_r"] += all_gae95[i], m["ev95_r2"] += all_gae95[i] * all_gae95[i];
+    m["ev95_d"] += d95, m["ev95_d2"] += d95 * d95;
   }
   if (!use_critic) {
-    for (const char* k : {"ev_n", "ev_r", "ev_r2", "ev_d", "ev_d2"}) m.erase(k);
+    for (const char* k : {"ev_n", "ev_r", "ev_r2", "ev_d", "ev_d2", "ev95_r", "ev95_r2", "ev95_d", "ev95_d2"}) m.erase(k);
   }
   m["trajectories"] = static_cast<double>(batch.size());
   m["tokens"] = static_cast<double>(tokens);

@@ -299,6 +299,8 @@ TEST(TrainerTest, TaskBaselineIsAnAlternativeToTheCritic) {
   EXPECT_NEAR((*r)["policy_loss"], m[0]["policy_loss"], 1e-6);
   EXPECT_GT((*r)["value_loss"], 0);
   EXPECT_TRUE(r->count("explained_variance"));
+  EXPECT_TRUE(r->count("explained_variance_gae95"));  // Beside it, against the paper's targets.
+  EXPECT_FALSE(r->count("ev95_r"));                    // Helper sums are not reported.
 }
 
 // An off-policy batch (rollout log-probs far from the trainer's, as after

@@ -152,6 +152,8 @@ absl::StatusOr<SeedFigures> SeedFiguresOf(const std::vector<std::pair<std::strin
         if (stage != nullptr && stage->is_string() && stage->get<std::string>() == "agentic_ppo" && ev != nullptr &&
             ev->is_number()) {
           f.explained_variance.push_back(JsonNumber(*ev));
+          const Json* ev95 = FindJson(*metrics, "explained_variance_gae95");
+          if (ev95 != nullptr && ev95->is_number()) f.explained_variance_gae95.push_back(JsonNumber(*ev95));
         }
       }
     }
@@ -254,6 +256,14 @@ std::string SeedsReport(const std::vector<SeedFigures>& runs, const v1::SeedsCon
   absl::StrAppendFormat(&out, "  %s geomean x compile of each task's final kernel: final above PPO start\n", Mark(geomean_ok));
   absl::StrAppendFormat(&out, "  %s critic explained variance > %g during PPO (each seed's median: %s)\n", Mark(ev_ok),
                         config.min_explained_variance(), absl::StrJoin(medians, ", "));
+  std::vector<std::string> medians95;
+  for (const SeedFigures* r : seeds) {
+    if (!r->explained_variance_gae95.empty()) medians95.push_back(absl::StrFormat("%.2f", Median(r->explained_variance_gae95)));
+  }
+  if (!medians95.empty()) {  // For comparison with the paper's curve only: an uninformed critic reads high on it.
+    absl::StrAppendFormat(&out, "        (against the paper's targets V + GAE(lambda 0.95), not the bar: medians %s)\n",
+                          absl::StrJoin(medians95, ", "));
+  }
   absl::StrAppendFormat(&out, "  %s every reward from a CUDA sandbox verdict (every job's backend)\n", Mark(cuda));
   absl::StrAppendFormat(&out, "  %s no hack-flagged verdict paid more than 1 (%d; flagged above informational: %d)\n",
                         Mark(hack == 0 && flagged == 0), hack, flagged);

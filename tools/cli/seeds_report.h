@@ -42,6 +42,8 @@ struct SeedFigures {
   int jobs = 0;
   HeldOutPoint start, final;
   std::vector<double> explained_variance;  // One per agentic-PPO update, in order.
+  // The same against the paper's targets (V + GAE, lambda 0.95), where the job reported it.
+  std::vector<double> explained_variance_gae95;
   // The chain's audits, summed.
   int64_t trajectories = 0, hack_reward_above_1 = 0, flagged_reward_above_1 = 0, verdicts_cached = 0;
 };
