@@ -102,6 +102,9 @@ if [ "${1:-}" = "--stage-in" ]; then  # Run HERE, after --stage: an earlier call
         grep '"kind":"ACCEPTED"' "$J/ledger.jsonl" | sed 's/.*"trajectory_id":"\([^"]*\)".*/\1/' | while read -r id; do
           cp "$J/trajectories/$(printf '%s' "$id" | xxd -p | tr -d '\n').pb" "$D/trajectories/" 2>/dev/null
         done
+        # A ledger naming a trajectory that is not there would fail the job on the device: refuse it here.
+        N=$(grep '"kind":"ACCEPTED"' "$J/ledger.jsonl" | sed 's/.*"trajectory_id":"\([^"]*\)".*/\1/' | sort -u | wc -l)
+        [ "$(ls "$D/trajectories" | wc -l)" = "$N" ] || { echo "VALUE_FROM: $L: $(basename "$J") lacks some of its $N accepted trajectories"; exit 2; }
       done
     done
     tar czf "$M/in/value_jobs.tgz" -C "$V" .
