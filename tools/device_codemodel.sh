@@ -61,6 +61,17 @@ M=.devcarry/codemodel
 # which leaves room for a final policy and its critic to come back in (CONTINUE_FROM).
 pack_ops() { tar czf "$M/ops.tgz" -C "$(dirname "$C")" "$(basename "$C")"; }
 
+# copy_job JOB DEST [STAGE]: a job's ledger.jsonl, job.textproto and the trajectories its ledger
+# accepted (in STAGE only, if given) into DEST; prints how many distinct ones the ledger names.
+copy_job() {
+  local ids
+  mkdir -p "$2/trajectories" && cp "$1/ledger.jsonl" "$1/job.textproto" "$2/"
+  ids=$(grep '"kind":"ACCEPTED"' "$1/ledger.jsonl" | grep -F "${3:+\"stage\":\"$3\"}" |
+        sed 's/.*"trajectory_id":"\([^"]*\)".*/\1/' | sort -u)
+  for id in $ids; do cp "$1/trajectories/$(printf '%s' "$id" | xxd -p | tr -d '\n').pb" "$2/trajectories/" || true; done
+  printf '%s\n' "$ids" | grep -c . || true  # The callers count what arrived.
+}
+
 if [ "${1:-}" = "--stage-in" ]; then  # Run HERE, after --stage: an earlier call's base and baselines travel.
   set -e
   IN=${2:?usage: tools/device_codemodel.sh --stage-in DIR [--cpu] (with base.tgz and results.tgz; logs.tgz: its warm-up)}
@@ -81,11 +92,7 @@ if [ "${1:-}" = "--stage-in" ]; then  # Run HERE, after --stage: an earlier call
     T=$(mktemp -d) && tar xzf "$IN/logs.tgz" -C "$T"
     J=$(grep -l '"stage":"agent_warmup"' "$T"/run-*/learner-state/jobs/*/ledger.jsonl 2>/dev/null | head -1 | xargs -r dirname)
     if [ -n "$J" ]; then
-      W=$M/in/warmup_job && mkdir -p "$W/trajectories" && cp "$J/ledger.jsonl" "$J/job.textproto" "$W/"
-      grep '"kind":"ACCEPTED"' "$J/ledger.jsonl" | grep '"stage":"agent_warmup"' |
-        sed 's/.*"trajectory_id":"\([^"]*\)".*/\1/' | while read -r id; do
-          cp "$J/trajectories/$(printf '%s' "$id" | xxd -p | tr -d '\n').pb" "$W/trajectories/"
-        done
+      W=$M/in/warmup_job && copy_job "$J" "$W" agent_warmup > /dev/null
       echo "warm-up set of $(basename "$J"): $(ls "$W/trajectories" | wc -l) trajectories (WARMUP_FROM=$W)"
     fi
     rm -rf "$T"
@@ -98,12 +105,8 @@ if [ "${1:-}" = "--stage-in" ]; then  # Run HERE, after --stage: an earlier call
       rm -rf "$T"/* && tar xzf "$L" -C "$T"
       for J in "$T"/run-*/learner-state/jobs/*; do
         [ -f "$J/ledger.jsonl" ] || continue
-        D=$V/$(basename "$J") && mkdir -p "$D/trajectories" && cp "$J/ledger.jsonl" "$J/job.textproto" "$D/"
-        grep '"kind":"ACCEPTED"' "$J/ledger.jsonl" | sed 's/.*"trajectory_id":"\([^"]*\)".*/\1/' | while read -r id; do
-          cp "$J/trajectories/$(printf '%s' "$id" | xxd -p | tr -d '\n').pb" "$D/trajectories/" 2>/dev/null
-        done
+        D=$V/$(basename "$J") && N=$(copy_job "$J" "$D")
         # A ledger naming a trajectory that is not there would fail the job on the device: refuse it here.
-        N=$(grep '"kind":"ACCEPTED"' "$J/ledger.jsonl" | sed 's/.*"trajectory_id":"\([^"]*\)".*/\1/' | sort -u | wc -l)
         [ "$(ls "$D/trajectories" | wc -l)" = "$N" ] || { echo "VALUE_FROM: $L: $(basename "$J") lacks some of its $N accepted trajectories"; exit 2; }
       done
     done
