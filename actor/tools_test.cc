@@ -231,5 +231,43 @@ TEST_F(ToolsTest, EvaluationToolsSendTheSnapshot) {
   ExpectError("Nope", "{}", "unknown tool");
 }
 
+// The times beside the speed-ups are the ones each was taken from: graph-replayed medians where the
+// judge compared them (here 60 us launched, 30 us replayed for the candidate), launched ones otherwise.
+TEST_F(ToolsTest, ProfileShowsTheFiguresEachSpeedUpCompared) {
+  ASSERT_TRUE(Run("Write", R"({"path": "model_new.py", "content": "x"})").text.size() > 0);
+  v1::Verdict v;
+  v.set_outcome(v1::Verdict::OK);
+  v.set_reward(2);
+  v.set_candidate_time_us(60);
+  v.set_candidate_graph_time_us(30);
+  v.set_eager_time_us(50);
+  v.set_eager_graph_time_us(45);
+  v.set_compile_time_us(70);
+  v.set_compile_graph_time_us(27);
+  v.set_speedup_vs_eager(1.5);
+  v.set_speedup_vs_compile(0.9);
+  v.set_speedup_vs_eager_graph(true);
+  v.set_speedup_vs_compile_graph(true);
+  eval_.next = v;
+  std::string text = Run("Profile", "{}").text;
+  EXPECT_TRUE(absl::StrContains(
+      text, "vs torch.compile 0.900x (graph-replayed: candidate 30.00 us, eager 45.00 us, torch.compile 27.00 us)"))
+      << text;
+  v.set_speedup_vs_compile_graph(false);
+  v.set_speedup_vs_compile(1.167);
+  eval_.next = v;
+  text = Run("Profile", "{}").text;
+  EXPECT_TRUE(absl::StrContains(text, "(candidate 30.00 us against eager 45.00 us, graph-replayed; candidate 60.00 us "
+                                      "against torch.compile 70.00 us)"))
+      << text;
+  // A verdict without the baselines' replayed figures (written before they were kept) shows launched ones.
+  v.set_speedup_vs_compile_graph(true);
+  v.clear_eager_graph_time_us();
+  v.clear_compile_graph_time_us();
+  eval_.next = v;
+  text = Run("Profile", "{}").text;
+  EXPECT_TRUE(absl::StrContains(text, "(candidate 60.00 us, eager 50.00 us, torch.compile 70.00 us)")) << text;
+}
+
 }  // namespace
 }  // namespace kernelrl::actor

@@ -106,6 +106,8 @@ ProfileResult JudgeProfile(const ProfileMeasurement& m, const Baseline* baseline
     *result.mutable_baseline() = *baseline;
     v.set_eager_time_us(baseline->eager().median_us());
     v.set_compile_time_us(baseline->compiled().median_us());
+    v.set_eager_graph_time_us(baseline->eager().graph_median_us());
+    v.set_compile_graph_time_us(baseline->compiled().graph_median_us());
     // Like with like: graph-replayed figures where both sides have them, and
     // our copies taken off both at the same rates.
     auto speedup = [&](const TimingStats& base, bool* graph) {

@@ -340,6 +340,8 @@ TEST(Judge, GraphFiguresCompareOnlyWithGraphFigures) {
   EXPECT_TRUE(r.verdict().speedup_vs_eager_graph());
   EXPECT_FALSE(r.verdict().speedup_vs_compile_graph());
   EXPECT_NEAR(r.verdict().candidate_graph_time_us(), 100.0, 1.0);
+  EXPECT_EQ(r.verdict().eager_graph_time_us(), 200.0);  // what the graph speed-up compared against
+  EXPECT_EQ(r.verdict().compile_graph_time_us(), 0.0);
   EXPECT_EQ(RewardFor(r.verdict()), 2.0);  // faster than eager only
 
   // Without the baseline's graph figures the candidate's graph figures never pay.

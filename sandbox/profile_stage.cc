@@ -186,6 +186,8 @@ void ProfileStage::Judge(const v1::sandbox::HarnessProfile& p, const Task& task,
   v.set_speedup_vs_eager(j.speedup_vs_eager());
   v.set_speedup_vs_compile(j.speedup_vs_compile());
   v.set_candidate_graph_time_us(j.candidate_graph_time_us());
+  v.set_eager_graph_time_us(j.eager_graph_time_us());
+  v.set_compile_graph_time_us(j.compile_graph_time_us());
   v.set_speedup_vs_eager_graph(j.speedup_vs_eager_graph());
   v.set_speedup_vs_compile_graph(j.speedup_vs_compile_graph());
   v.set_speed_of_light_ratio(j.speed_of_light_ratio());

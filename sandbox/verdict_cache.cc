@@ -27,6 +27,7 @@ void KeepWorst(v1::Verdict& worst, const v1::Verdict& fresh) {
   worst.set_speedup_vs_eager(std::min(worst.speedup_vs_eager(), fresh.speedup_vs_eager()));
   worst.set_speedup_vs_compile(std::min(worst.speedup_vs_compile(), fresh.speedup_vs_compile()));
   worst.set_candidate_time_us(std::max(worst.candidate_time_us(), fresh.candidate_time_us()));
+  worst.set_candidate_graph_time_us(std::max(worst.candidate_graph_time_us(), fresh.candidate_graph_time_us()));
   worst.set_speed_of_light_ratio(std::max(worst.speed_of_light_ratio(), fresh.speed_of_light_ratio()));
   std::set<std::string> have(worst.flags().begin(), worst.flags().end());
   for (const std::string& f : fresh.flags()) {
