@@ -76,6 +76,9 @@ run 90 "$C/bin/learner_bench" memory 32768
 run 90 "$C/bin/learner_bench" memory 32768 --ckpt
 [ "$ONLY" = all ] && run 90 $PY learner/bench/hf_bench.py memory 32768
 run 90 "$C/bin/learner_bench" train 8192 --ckpt
+# Packed rows of fresh lengths: flash attention (the model's choice) against torch's default (cuDNN's on Hopper).
+run 120 "$C/bin/learner_bench" varlen 12
+run 120 "$C/bin/learner_bench" varlen 12 --sdpa_cudnn
 if [ "$ONLY" = all ]; then
   run 120 "$C/bin/learner_bench" decode 32 128 256
   run 150 $PY learner/bench/hf_bench.py decode 32 128 256
@@ -110,6 +113,11 @@ t = get("kernelrl", "train", ckpt=True, seq=8192).get("tokens_per_s")
 print("with activation checkpointing: peak GiB @32K = %s, fwd+bwd tokens/s @8K = %s" % (c, t))
 m = get("kernelrl", "train", seq=8192, ckpt=False)
 u = get("kernelrl", "train", seq=8192, ckpt=False, fused=False)
+for cudnn in (False, True):
+    v = get("kernelrl", "varlen", sdpa_cudnn=cudnn)
+    print("packed rows of 8 fresh lengths, %s: %s ms a step on new lengths, %s on lengths seen before" % (
+        "cuDNN attention allowed (torch's default)" if cudnn else "flash attention (the model's choice)",
+        v.get("new_lengths_step_ms"), v.get("seen_lengths_step_ms")))
 print("kernelrl MFU @8K: %s; eager-ATen path (--unfused) %s tokens/s, fused/unfused %s" % (
     m.get("mfu_vs_989"), u.get("tokens_per_s"),
     "%.2fx" % (m["tokens_per_s"] / u["tokens_per_s"]) if m.get("tokens_per_s") and u.get("tokens_per_s") else "-"))

@@ -12,6 +12,14 @@
 //                                      prompts, N new tokens (greedy, no EOS)
 //   learner_bench profile SEQ          GPU time per kernel name over 2 train
 //                                      steps (Kineto), top kernels as JSON
+//   learner_bench varlen STEPS [--sdpa_cudnn]
+//                                      fwd+bwd of a packed row of 8 sequences of
+//                                      fresh random lengths (1,000-4,000 tokens,
+//                                      a PPO batch's trajectories), STEPS times,
+//                                      then the same lengths again: ms a step on
+//                                      new lengths and on lengths seen before
+//                                      (--sdpa_cudnn: torch's own attention
+//                                      choice, cuDNN's on Hopper, for the A/B)
 // Inputs are fresh random ids; weights random (init as transformers).
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
@@ -101,6 +109,38 @@ int Profile(int64_t T) {
   return 0;
 }
 
+// A step's cost on lengths it has not seen, against the same lengths again: what an attention
+// backend that builds per shape costs a learner whose every trajectory has a length of its own.
+int VarLen(int steps, bool sdpa_cudnn) {
+  auto m = Make(true, false);
+  if (sdpa_cudnn) at::globalContext().setSDPUseCuDNN(true);  // Undo the model's choice: torch's default.
+  std::vector<std::vector<int64_t>> rows(steps);
+  for (auto& r : rows) {
+    for (int i = 0; i < 8; ++i) r.push_back(1000 + static_cast<int64_t>(std::rand() % 3001));
+  }
+  auto step = [&](const std::vector<int64_t>& lengths) {
+    int64_t T = 0;
+    for (int64_t n : lengths) T += n;
+    at::Tensor ids = at::randint(0, m->config().vocab_size, {1, T + 1}, at::TensorOptions().dtype(at::kLong).device(at::kCUDA));
+    at::Tensor h = m->Hidden(ids.narrow(1, 0, T), lengths);
+    at::Tensor loss = -m->TokenLogprobs(h, ids.narrow(1, 1, T)).mean();
+    loss.backward();
+  };
+  step({777, 1333});  // CUDA context, allocator and kernels loaded; two lengths no row has.
+  c10::cuda::device_synchronize();
+  double ms[2];
+  for (int pass = 0; pass < 2; ++pass) {
+    const double t0 = Now();
+    for (const auto& r : rows) step(r);
+    c10::cuda::device_synchronize();
+    ms[pass] = (Now() - t0) / steps * 1e3;
+  }
+  std::printf("{\"impl\": \"kernelrl\", \"bench\": \"varlen\", \"sdpa_cudnn\": %s, \"steps\": %d, "
+              "\"fused\": %s, \"new_lengths_step_ms\": %.2f, \"seen_lengths_step_ms\": %.2f}\n",
+              sdpa_cudnn ? "true" : "false", steps, g_fused ? "true" : "false", ms[0], ms[1]);
+  return 0;
+}
+
 int Memory(int64_t T, bool ckpt) {
   auto m = Make(true, ckpt);
   c10::cuda::device_synchronize();
@@ -168,19 +208,22 @@ int Decode(int batch, int prompt_len, int new_tokens) {
 int main(int argc, char** argv) {
   using namespace kernelrl::learner;
   if (argc < 2) {
-    std::fprintf(stderr, "usage: learner_bench train|memory SEQ [--ckpt] [--unfused] | profile SEQ [--unfused] | decode B P N\n");
+    std::fprintf(stderr, "usage: learner_bench train|memory SEQ [--ckpt] [--unfused] | profile SEQ [--unfused] | varlen STEPS "
+                 "[--sdpa_cudnn] | decode B P N\n");
     return 2;
   }
   const std::string mode = argv[1];
-  bool ckpt = false;
+  bool ckpt = false, sdpa_cudnn = false;
   for (int i = 3; i < argc; ++i) {
     ckpt |= std::string(argv[i]) == "--ckpt";
+    sdpa_cudnn |= std::string(argv[i]) == "--sdpa_cudnn";
     if (std::string(argv[i]) == "--unfused") g_fused = false;
   }
   try {
     if (mode == "train" && argc >= 3) return Train(std::atol(argv[2]), ckpt);
     if (mode == "profile" && argc >= 3) return Profile(std::atol(argv[2]));
     if (mode == "memory" && argc >= 3) return Memory(std::atol(argv[2]), ckpt);
+    if (mode == "varlen" && argc >= 3) return VarLen(std::atoi(argv[2]), sdpa_cudnn);
     if (mode == "decode" && argc >= 5) return Decode(std::atoi(argv[2]), std::atoi(argv[3]), std::atoi(argv[4]));
   } catch (const std::exception& e) {
     std::fprintf(stderr, "learner_bench %s failed: %s\n", mode.c_str(), e.what());
