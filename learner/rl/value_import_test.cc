@@ -1,8 +1,9 @@
 // Value pretraining on earlier jobs' returns (ValuePretrainConfig.import_job_dirs):
 // a job whose only stage is value pretraining takes the accepted trajectories
 // of two earlier jobs (every stage's, this job's tasks only, each once),
-// leases nothing, trains the critic to the step cap and reports how many it
-// imported; a job on another tokenizer is refused, naming the field.
+// leases nothing, trains the critic to the step cap on batches that mix the
+// jobs and reports how many it imported; a job on another tokenizer is refused,
+// naming the field.
 #include <sys/stat.h>
 
 #include <chrono>
@@ -40,7 +41,7 @@ std::vector<v1::Task> Tasks(const std::vector<std::string>& ids) {
 
 // A model rollout whose reward follows its first model token, so the returns
 // are there to learn.
-v1::Trajectory Rollout(const v1::TaskLease& lease, std::mt19937* rng) {
+v1::Trajectory Rollout(const v1::TaskLease& lease, std::mt19937* rng, int fixed_reward) {
   v1::Trajectory t;
   t.set_id(absl::StrCat(lease.lease_id(), "-", (*rng)()));
   t.set_task_id(lease.task().id());
@@ -54,16 +55,19 @@ v1::Trajectory Rollout(const v1::TaskLease& lease, std::mt19937* rng) {
     t.add_loss_mask(i >= 4);
     t.add_logprobs(i >= 4 ? -4.0f : 0.0f);
   }
-  t.set_reward(first < kVocab / 2 ? 2 : -1);
-  t.mutable_final_verdict()->set_outcome(first < kVocab / 2 ? v1::Verdict::OK : v1::Verdict::WRONG_ANSWER);
+  const int reward = fixed_reward != 0 ? fixed_reward : first < kVocab / 2 ? 2 : -1;
+  t.set_reward(reward);
+  t.mutable_final_verdict()->set_outcome(reward > 0 ? v1::Verdict::OK : v1::Verdict::WRONG_ANSWER);
   t.mutable_sampling()->set_policy("model");
   return t;
 }
 
 // An earlier job on `base`: `n` rollouts in each of agent_warmup and
-// agentic_ppo over `tasks`. Returns the accepted trajectories' task ids.
+// agentic_ppo over `tasks` (each paying `fixed_reward` when not 0). Returns the
+// accepted trajectories' task ids.
 std::vector<std::string> EarlierJob(const std::string& dir, const std::string& id, const std::string& base,
-                                    const std::vector<std::string>& tasks, int n, unsigned seed) {
+                                    const std::vector<std::string>& tasks, int n, unsigned seed,
+                                    int fixed_reward = 0) {
   std::mt19937 rng(seed);
   std::vector<std::string> accepted;
   IngestOptions options;
@@ -75,7 +79,7 @@ std::vector<std::string> EarlierJob(const std::string& dir, const std::string& i
     auto leases = (*in)->Lease("actor", n);
     EXPECT_TRUE(leases.ok()) << leases.status();
     for (const auto& l : *leases) {
-      if ((*in)->Push(l.lease_id(), Rollout(l, &rng)).accepted()) accepted.push_back(l.task().id());
+      if ((*in)->Push(l.lease_id(), Rollout(l, &rng, fixed_reward)).accepted()) accepted.push_back(l.task().id());
     }
   }
   v1::Job job;
@@ -192,6 +196,29 @@ TEST(ValueImportTest, AJobPretrainsItsCriticOnEarlierJobsReturnsLeasingNothing) 
     EXPECT_GT(r.metrics().at("value_loss"), 0);
   }
   EXPECT_EQ(updates, 4);  // The cap: a level of 1 is never reached.
+}
+
+// Two earlier jobs of one reward each: in ledger order every batch of the first
+// steps would hold one job's returns; shuffled, the batches mix them.
+TEST(ValueImportTest, BatchesMixTheEarlierJobs) {
+  const Fixture f = Make();
+  if (::testing::Test::HasFailure()) return;
+  std::vector<std::string> dirs;
+  for (int j = 0; j < 2; ++j) {
+    dirs.push_back(absl::StrCat(f.root, "/fixed-", j));
+    EarlierJob(dirs.back(), absl::StrCat("fixed-", j), f.base, {"fam/t0", "fam/t1"}, 12, 21 + j, j == 0 ? -1 : 2);
+  }
+  std::vector<v1::LedgerRecord> records;
+  const v1::Job job = RunJob(f.root, f.base, Hyper(dirs), &records);
+  ASSERT_EQ(job.state(), v1::Job::SUCCEEDED) << job.message();
+  int updates = 0, mixed = 0;
+  for (const v1::LedgerRecord& r : records) {
+    if (r.kind() != v1::LedgerRecord::UPDATE) continue;
+    ++updates;
+    mixed += r.metrics().at("reward_min") != r.metrics().at("reward_max");
+  }
+  EXPECT_EQ(updates, 4);
+  EXPECT_GT(mixed, 0) << "every value step trained on one earlier job's returns: the imported set was not shuffled";
 }
 
 TEST(ValueImportTest, AnotherTokenizerOrASecondSourceIsRefusedNamingTheField) {
