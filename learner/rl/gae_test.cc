@@ -175,6 +175,25 @@ TEST(SampleTest, ATaskThatPaysMoreMovesNoCentredReward) {
   EXPECT_DOUBLE_EQ(b[3].reward - b[3].baseline, -1.0);  // Lost to the other relu rollout by 1.
 }
 
+TEST(SampleTest, TaskMeansExplainVarianceBetweenTasksOnly) {
+  auto with_tokens = [](Sample s, int model_tokens) {
+    s.loss_mask.assign(model_tokens + 1, 1);
+    s.loss_mask[0] = 0;
+    return s;
+  };
+  // Task a pays 2 twice; task b -1 and 1: a third of the spread is within b.
+  std::vector<Sample> b = {with_tokens(Rollout("a", 2), 1), with_tokens(Rollout("a", 2), 1),
+                           with_tokens(Rollout("b", -1), 1), with_tokens(Rollout("b", 1), 1)};
+  EXPECT_NEAR(TaskMeansExplainedVariance(b), 1.0 - 2.0 / 6.0, 1e-12);
+  // Every model token counts alike: b's -1 over three tokens.
+  b[2] = with_tokens(Rollout("b", -1), 3);
+  EXPECT_NEAR(TaskMeansExplainedVariance(b), 1.0 - 27.0 / 102.0, 1e-12);
+  // One task: nothing between tasks; equal rewards: nothing to explain.
+  EXPECT_NEAR(TaskMeansExplainedVariance({with_tokens(Rollout("b", -1), 2), with_tokens(Rollout("b", 1), 2)}), 0.0,
+              1e-12);
+  EXPECT_EQ(TaskMeansExplainedVariance({with_tokens(Rollout("a", 1), 2), with_tokens(Rollout("b", 1), 2)}), 0.0);
+}
+
 TEST(SampleTest, PacksFirstFitDecreasingWithinTheBound) {
   std::vector<Sample> samples(6);
   const int lengths[] = {5, 9, 3, 12, 4, 6};

@@ -263,6 +263,7 @@ absl::StatusOr<StepMetrics> RecipeRunner::Train(StepKind kind, const std::vector
   // targets are the raw reward.
   std::vector<Sample> batch = global;
   if (config_.ppo().task_baseline() && kind == StepKind::kPpo) SetTaskBaselines(&batch);
+  const double task_means_ev = TaskMeansExplainedVariance(global);
   std::vector<Sample> mine;
   int64_t n = 0;
   if (dp_ != nullptr) {
@@ -274,11 +275,12 @@ absl::StatusOr<StepMetrics> RecipeRunner::Train(StepKind kind, const std::vector
   const std::vector<Sample>& b = dp_ != nullptr ? mine : batch;
   absl::StatusOr<GpuWork> gpu = HoldGpu();  // a sandbox timing on this GPU waits for the step
   if (!gpu.ok()) return gpu.status();
-  switch (kind) {
-    case StepKind::kPpo: return trainer_->PpoStep(b, n);
-    case StepKind::kSft: return trainer_->SftStep(b, n);
-    default: return trainer_->ValueStep(b, n);
-  }
+  absl::StatusOr<StepMetrics> m = kind == StepKind::kPpo   ? trainer_->PpoStep(b, n)
+                                  : kind == StepKind::kSft ? trainer_->SftStep(b, n)
+                                                           : trainer_->ValueStep(b, n);
+  // Beside the critic's explained variance: how much of it the task line alone would give.
+  if (m.ok() && m->count("explained_variance")) (*m)["explained_variance_task_means"] = task_means_ev;
+  return m;
 }
 
 absl::StatusOr<GpuWork> RecipeRunner::HoldGpu() const {

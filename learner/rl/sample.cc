@@ -70,6 +70,25 @@ void SetTaskBaselines(std::vector<Sample>* batch) {
   }
 }
 
+double TaskMeansExplainedVariance(const std::vector<Sample>& batch) {
+  std::map<std::string, std::pair<double, double>> by_task;  // Token-weighted reward sum, tokens.
+  double sum = 0, tokens = 0;
+  for (const Sample& s : batch) {
+    const double t = static_cast<double>(s.model_tokens());
+    auto& [task_sum, task_tokens] = by_task[s.task_id];
+    task_sum += t * s.reward, task_tokens += t, sum += t * s.reward, tokens += t;
+  }
+  if (tokens <= 0) return 0;
+  double total = 0, within = 0;
+  for (const Sample& s : batch) {
+    const double t = static_cast<double>(s.model_tokens());
+    const auto& [task_sum, task_tokens] = by_task[s.task_id];
+    total += t * (s.reward - sum / tokens) * (s.reward - sum / tokens);
+    within += t * (s.reward - task_sum / task_tokens) * (s.reward - task_sum / task_tokens);
+  }
+  return total <= 1e-12 * tokens ? 0.0 : 1.0 - within / total;
+}
+
 std::vector<PackedRow> PackRows(const std::vector<Sample>& samples, int64_t max_tokens_per_row) {
   std::vector<int> order(samples.size());
   std::iota(order.begin(), order.end(), 0);

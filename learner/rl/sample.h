@@ -47,6 +47,13 @@ absl::StatusOr<Sample> SampleFromTrajectory(const v1::Trajectory& trajectory, in
 // no longer reaches the gradient, only how a rollout did against its task.
 void SetTaskBaselines(std::vector<Sample>* batch);
 
+// The explained variance of the best critic that knows only which task a
+// rollout is of: each model token's value the batch's mean reward of its task
+// (every model token weighted alike, as the critic's explained variance is).
+// What the task line alone explains of a batch's returns; 0 when the batch's
+// rewards are all equal.
+double TaskMeansExplainedVariance(const std::vector<Sample>& batch);
+
 // A row of packed samples: their indices, in order, and lengths.
 struct PackedRow {
   std::vector<int> samples;

@@ -193,6 +193,7 @@ TEST(ValueImportTest, AJobPretrainsItsCriticOnEarlierJobsReturnsLeasingNothing) 
     ++updates;
     EXPECT_EQ(r.metrics().at("value_pretrain_imported"), f.ours);
     EXPECT_TRUE(r.metrics().count("value_pretrain_heldout_ev"));
+    EXPECT_TRUE(r.metrics().count("explained_variance_task_means"));  // What the task line alone explains.
     EXPECT_GT(r.metrics().at("value_loss"), 0);
   }
   EXPECT_EQ(updates, 4);  // The cap: a level of 1 is never reached.

@@ -154,6 +154,8 @@ absl::StatusOr<SeedFigures> SeedFiguresOf(const std::vector<std::pair<std::strin
           f.explained_variance.push_back(JsonNumber(*ev));
           const Json* ev95 = FindJson(*metrics, "explained_variance_gae95");
           if (ev95 != nullptr && ev95->is_number()) f.explained_variance_gae95.push_back(JsonNumber(*ev95));
+          const Json* tm = FindJson(*metrics, "explained_variance_task_means");
+          if (tm != nullptr && tm->is_number()) f.explained_variance_task_means.push_back(JsonNumber(*tm));
         }
       }
     }
@@ -256,13 +258,20 @@ std::string SeedsReport(const std::vector<SeedFigures>& runs, const v1::SeedsCon
   absl::StrAppendFormat(&out, "  %s geomean x compile of each task's final kernel: final above PPO start\n", Mark(geomean_ok));
   absl::StrAppendFormat(&out, "  %s critic explained variance > %g during PPO (each seed's median: %s)\n", Mark(ev_ok),
                         config.min_explained_variance(), absl::StrJoin(medians, ", "));
-  std::vector<std::string> medians95;
+  std::vector<std::string> medians95, task_means;
   for (const SeedFigures* r : seeds) {
     if (!r->explained_variance_gae95.empty()) medians95.push_back(absl::StrFormat("%.2f", Median(r->explained_variance_gae95)));
+    if (!r->explained_variance_task_means.empty()) {
+      task_means.push_back(absl::StrFormat("%.2f", Median(r->explained_variance_task_means)));
+    }
   }
   if (!medians95.empty()) {  // For comparison with the paper's curve only: an uninformed critic reads high on it.
     absl::StrAppendFormat(&out, "        (against the paper's targets V + GAE(lambda 0.95), not the bar: medians %s)\n",
                           absl::StrJoin(medians95, ", "));
+  }
+  if (!task_means.empty()) {  // Beyond it a critic must tell, within a task, the rollouts that will pay.
+    absl::StrAppendFormat(&out, "        (a critic that knew each task's mean reward in the batch: medians %s)\n",
+                          absl::StrJoin(task_means, ", "));
   }
   absl::StrAppendFormat(&out, "  %s every reward from a CUDA sandbox verdict (every job's backend)\n", Mark(cuda));
   absl::StrAppendFormat(&out, "  %s no hack-flagged verdict paid more than 1 (%d; flagged above informational: %d)\n",

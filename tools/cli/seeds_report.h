@@ -44,6 +44,7 @@ struct SeedFigures {
   std::vector<double> explained_variance;  // One per agentic-PPO update, in order.
   // The same against the paper's targets (V + GAE, lambda 0.95), where the job reported it.
   std::vector<double> explained_variance_gae95;
+  std::vector<double> explained_variance_task_means;  // A critic that knows only each task's mean.
   // The chain's audits, summed.
   int64_t trajectories = 0, hack_reward_above_1 = 0, flagged_reward_above_1 = 0, verdicts_cached = 0;
 };

@@ -28,7 +28,9 @@ Json Eval(const std::string& label, int version, double reward, double compile_r
 }
 
 Json Step(const std::string& stage, double ev) {
-  return {{"stage", stage}, {"metrics", {{"explained_variance", ev}, {"explained_variance_gae95", ev + 0.501}}}};
+  return {{"stage", stage},
+          {"metrics",
+           {{"explained_variance", ev}, {"explained_variance_gae95", ev + 0.501}, {"explained_variance_task_means", ev / 4}}}};
 }
 
 // A job's curves.json: evaluations at its start (the base), PPO start and end, and its PPO updates.
@@ -100,6 +102,8 @@ TEST(SeedsReport, BarMetWhenEverySeedGainsAndTheCriticExplains) {
   EXPECT_THAT(out, HasSubstr("[yes] critic explained variance > 0.3 during PPO (each seed's median: 0.45, 0.47, 0.60)"));
   // The paper's definition beside it, read from the same updates and never the bar.
   EXPECT_THAT(out, HasSubstr("(against the paper's targets V + GAE(lambda 0.95), not the bar: medians 0.95, 0.98, 1.11)"));
+  // And what the task line alone would explain of the same batches.
+  EXPECT_THAT(out, HasSubstr("(a critic that knew each task's mean reward in the batch: medians 0.11, 0.12, 0.15)"));
   EXPECT_THAT(out, HasSubstr("[yes] every reward from a CUDA sandbox verdict"));
   EXPECT_THAT(out, HasSubstr("verdict cache  25% of 300 trained"));
 }
