@@ -42,7 +42,8 @@
 # design_report.json, reward.png, rates.png, stability.png, designs.png), final_policy-<seed>-<ablation>.tgz
 # per job, logs.tgz (the runs without checkpoints, trajectories included). Rehearse here on the CPU sandbox:
 # tools/device_codemodel.sh --stage --cpu, then BACKEND=cpu OUT=DIR tools/device_codemodel.sh (no baselines).
-# Knobs: CONTINUE_FROM (d. above), TRAIN_PER_FAMILY (--stage: the job's training tasks a family, 3), SEED (1), ABLATION (none), JOBS ("$SEED:$ABLATION"; " " runs none), PRECOMPUTE_WALL (150 s), WARM_WALL (45 s),
+# Knobs: CONTINUE_FROM (d. above), TRAIN_PER_FAMILY (--stage: the job's training tasks a family, 3), TRAIN_TASKS
+# (--stage: the job's training tasks by id instead, e.g. "train/rr_softmax_384x12288 train/rr_rmsnorm_384x12288 ..."), SEED (1), ABLATION (none), JOBS ("$SEED:$ABLATION"; " " runs none), PRECOMPUTE_WALL (150 s), WARM_WALL (45 s),
 # PRETRAIN_STEPS (700: ~320 s on an H200; 150 steps left a model that writes no valid tool call),
 # PRETRAIN_ARGS ("--hidden=256 --layers=4 --heads=4 --kv_heads=2 --intermediate=704 --batch=4 --lr=2e-3 --warmup_steps=10"),
 # PER_TASK (8 corpus episodes per training task), LEARN_WALL (270 s), WARMUP (48), RFT_EPOCHS (4),
@@ -139,8 +140,17 @@ if [ "${1:-}" = "--stage" ]; then  # Run HERE.
   # The job's tasks: TRAIN_PER_FAMILY (3) training and 4 held-out tasks per family (2 by composition,
   # 2 by shape). More training tasks: RFT on 3 a family fits them (docs/CODEMODEL.md); each needs its
   # baselines, measured on the device in the call (BASELINES_IN keeps those measured before).
+  for id in ${TRAIN_TASKS:-}; do  # Named training tasks instead of the first of each family.
+    grep -qF "\"id\":\"$id\"" "$G/train.jsonl" || { echo "TRAIN_TASKS: no training task $id in family_gen's output"; exit 2; }
+  done
   for f in ew rr ge; do
-    grep -F "\"id\":\"train/${f}_" "$G/train.jsonl" | head -"${TRAIN_PER_FAMILY:-3}" >> "$M/small/train.jsonl"
+    if [ -n "${TRAIN_TASKS:-}" ]; then
+      for id in $TRAIN_TASKS; do
+        case $id in train/${f}_*) grep -F "\"id\":\"$id\"" "$G/train.jsonl" >> "$M/small/train.jsonl" ;; esac
+      done
+    else
+      grep -F "\"id\":\"train/${f}_" "$G/train.jsonl" | head -"${TRAIN_PER_FAMILY:-3}" >> "$M/small/train.jsonl"
+    fi
     for reason in composition shape; do
       awk -F'\t' -v f="$f" -v r="$reason" '$2 == "heldout" && $3 == r && $1 ~ ("^heldout/" f "_") {print $1}' \
         "$G/manifest.tsv" | head -2 | while read -r id; do
