@@ -85,8 +85,6 @@ std::string LogTail(const v1::Verdict& v, const std::string& key, size_t n) {
   return s.size() > n ? "..." + s.substr(s.size() - n) : s;
 }
 
-}  // namespace
-
 // The figures behind the speed-ups: the judge compares graph-replayed medians where the candidate
 // and the baseline both have them, launched ones otherwise (like with like), so the times shown
 // are the ones each ratio was taken from.
@@ -107,6 +105,8 @@ std::string SpeedUpFigures(const v1::Verdict& v) {
   return absl::StrCat(side(eager_graph, cand_eager, "eager", eager), "; ",
                       side(compile_graph, cand_compile, "torch.compile", compile));
 }
+
+}  // namespace
 
 bool GlobMatch(const std::string& pattern, const std::string& path) {
   std::vector<std::string> pat = absl::StrSplit(pattern, '/', absl::SkipEmpty());
