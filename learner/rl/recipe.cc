@@ -263,7 +263,6 @@ absl::StatusOr<StepMetrics> RecipeRunner::Train(StepKind kind, const std::vector
   // targets are the raw reward.
   std::vector<Sample> batch = global;
   if (config_.ppo().task_baseline() && kind == StepKind::kPpo) SetTaskBaselines(&batch);
-  const double task_means_ev = TaskMeansExplainedVariance(global);
   std::vector<Sample> mine;
   int64_t n = 0;
   if (dp_ != nullptr) {
@@ -279,7 +278,7 @@ absl::StatusOr<StepMetrics> RecipeRunner::Train(StepKind kind, const std::vector
                                   : kind == StepKind::kSft ? trainer_->SftStep(b, n)
                                                            : trainer_->ValueStep(b, n);
   // Beside the critic's explained variance: how much of it the task line alone would give.
-  if (m.ok() && m->count("explained_variance")) (*m)["explained_variance_task_means"] = task_means_ev;
+  if (m.ok() && m->count("explained_variance")) (*m)["explained_variance_task_means"] = TaskMeansExplainedVariance(global);
   return m;
 }
 
