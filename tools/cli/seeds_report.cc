@@ -152,10 +152,12 @@ absl::StatusOr<SeedFigures> SeedFiguresOf(const std::vector<std::pair<std::strin
         if (stage != nullptr && stage->is_string() && stage->get<std::string>() == "agentic_ppo" && ev != nullptr &&
             ev->is_number()) {
           f.explained_variance.push_back(JsonNumber(*ev));
-          const Json* ev95 = FindJson(*metrics, "explained_variance_gae95");
-          if (ev95 != nullptr && ev95->is_number()) f.explained_variance_gae95.push_back(JsonNumber(*ev95));
-          const Json* tm = FindJson(*metrics, "explained_variance_task_means");
-          if (tm != nullptr && tm->is_number()) f.explained_variance_task_means.push_back(JsonNumber(*tm));
+          // Beside it where the job reported them (older curves.json lack them).
+          for (auto [key, series] : {std::pair{"explained_variance_gae95", &f.explained_variance_gae95},
+                                     std::pair{"explained_variance_task_means", &f.explained_variance_task_means}}) {
+            const Json* x = FindJson(*metrics, key);
+            if (x != nullptr && x->is_number()) series->push_back(JsonNumber(*x));
+          }
         }
       }
     }
@@ -258,13 +260,15 @@ std::string SeedsReport(const std::vector<SeedFigures>& runs, const v1::SeedsCon
   absl::StrAppendFormat(&out, "  %s geomean x compile of each task's final kernel: final above PPO start\n", Mark(geomean_ok));
   absl::StrAppendFormat(&out, "  %s critic explained variance > %g during PPO (each seed's median: %s)\n", Mark(ev_ok),
                         config.min_explained_variance(), absl::StrJoin(medians, ", "));
-  std::vector<std::string> medians95, task_means;
-  for (const SeedFigures* r : seeds) {
-    if (!r->explained_variance_gae95.empty()) medians95.push_back(absl::StrFormat("%.2f", Median(r->explained_variance_gae95)));
-    if (!r->explained_variance_task_means.empty()) {
-      task_means.push_back(absl::StrFormat("%.2f", Median(r->explained_variance_task_means)));
+  auto medians_of = [&](std::vector<double> SeedFigures::*series) {
+    std::vector<std::string> out;
+    for (const SeedFigures* r : seeds) {
+      if (!(r->*series).empty()) out.push_back(absl::StrFormat("%.2f", Median(r->*series)));
     }
-  }
+    return out;
+  };
+  const std::vector<std::string> medians95 = medians_of(&SeedFigures::explained_variance_gae95);
+  const std::vector<std::string> task_means = medians_of(&SeedFigures::explained_variance_task_means);
   if (!medians95.empty()) {  // For comparison with the paper's curve only: an uninformed critic reads high on it.
     absl::StrAppendFormat(&out, "        (against the paper's targets V + GAE(lambda 0.95), not the bar: medians %s)\n",
                           absl::StrJoin(medians95, ", "));
