@@ -26,6 +26,7 @@
 
 #include <algorithm>
 #include <map>
+#include <numeric>
 
 #include <chrono>
 #include <cstdio>
@@ -74,10 +75,11 @@ std::unique_ptr<Transformer> Make(bool trainable, bool ckpt) {
   return std::move(*m);
 }
 
-// One step: mean next-token cross-entropy over the sequence, backward.
-void Step(Transformer& m, int64_t T) {
+// One step: mean next-token cross-entropy over the sequence (a packed row of
+// `lengths` when given), backward.
+void Step(Transformer& m, int64_t T, const std::vector<int64_t>& lengths = {}) {
   at::Tensor ids = at::randint(0, m.config().vocab_size, {1, T + 1}, at::TensorOptions().dtype(at::kLong).device(at::kCUDA));
-  at::Tensor h = m.Hidden(ids.narrow(1, 0, T));
+  at::Tensor h = m.Hidden(ids.narrow(1, 0, T), lengths);
   at::Tensor loss = -m.TokenLogprobs(h, ids.narrow(1, 1, T)).mean();
   loss.backward();
 }
@@ -119,12 +121,7 @@ int VarLen(int steps, bool sdpa_cudnn) {
     for (int i = 0; i < 8; ++i) r.push_back(1000 + static_cast<int64_t>(std::rand() % 3001));
   }
   auto step = [&](const std::vector<int64_t>& lengths) {
-    int64_t T = 0;
-    for (int64_t n : lengths) T += n;
-    at::Tensor ids = at::randint(0, m->config().vocab_size, {1, T + 1}, at::TensorOptions().dtype(at::kLong).device(at::kCUDA));
-    at::Tensor h = m->Hidden(ids.narrow(1, 0, T), lengths);
-    at::Tensor loss = -m->TokenLogprobs(h, ids.narrow(1, 1, T)).mean();
-    loss.backward();
+    Step(*m, std::accumulate(lengths.begin(), lengths.end(), int64_t{0}), lengths);
   };
   step({777, 1333});  // CUDA context, allocator and kernels loaded; two lengths no row has.
   c10::cuda::device_synchronize();
