@@ -292,6 +292,41 @@ def _capacity(cfg, layout, exchange_bytes, max_forwards):
     return max(1, min(max_forwards, cap))
 
 
+def warm_up(cfg, sizes, graph, one_block, capacity):
+    """The untimed blocks before the first timed one; False when one failed.
+    sizes["eager"] and graph["forwards"] (forwards per block) end at the sizes
+    the timed blocks take, and each has run untimed at that size: the
+    executor's allocator has grown to it and the segments its outputs land in
+    are mapped by us here, not inside a timed block's clock; and the graph the
+    timed graph blocks replay (one per size, graphs.py) has been replayed once
+    here, since a graph's first replay also uploads it to the device (on the
+    H200, 1,770 first timed replays read a median 5.9% above the later ones,
+    and their spread made honest small kernels' speed-ups unresolved).
+    one_block(timed, as_graph) -> (ok, the executor's figure per forward)."""
+    warmed_at = None
+    for w in range(max(1, cfg.warmup_blocks)):
+        warmed_at = sizes["eager"]
+        ok, per = one_block(False)
+        if not ok:
+            return False
+        if w == 0:
+            sizes["eager"] = _forwards(cfg, per, capacity)  # re-estimated without the one-forward overhead
+    if warmed_at != sizes["eager"]:
+        ok, _ = one_block(False)
+        if not ok:
+            return False
+    if not graph["on"]:
+        return True
+    # Captured at the eager size first: its replay sizes the graph blocks.
+    ok, per = one_block(False, as_graph=True)
+    if ok and graph["on"] and per is not None:
+        sized = _forwards(cfg, per, graph["capacity"])
+        if sized != graph["forwards"]:
+            graph["forwards"] = sized
+            ok, _ = one_block(False, as_graph=True)
+    return ok
+
+
 def run_profile(job, task_module, model, driver, sets, backend, result, clock=None):
     """Times the executor in blocks of fresh, fully compared forwards; writes
     the measurement into the trusted dir; returns the executor's final report.
@@ -329,14 +364,14 @@ def run_profile(job, task_module, model, driver, sets, backend, result, clock=No
     driver.capacity = _capacity(cfg, driver.ex.layout, file_bytes, cfg.max_forwards)
     driver.clock = clock  # a block's parts: block_ready, _stage, _arm, _prepare, _clock, _result
     est = verify_estimate_us(result)
-    forwards = _forwards(cfg, est, driver.capacity)
+    sizes = {"eager": _forwards(cfg, est, driver.capacity)}
     # Graph blocks (sandbox/harness/graphs.py) for small forwards, alternating
     # with the eager ones; on a GPU exchange only (the capture needs the rows
     # on the device) and not where each block releases memory.
     graph = {"on": device == "cuda" and driver.ex.kind == "gpu" and 0 < est < cfg.graph_below_us
              and not job.get("release_each_call"),
              "capacity": _capacity(cfg, driver.ex.layout, file_bytes, cfg.max_graph_forwards),
-             "forwards": forwards}
+             "forwards": sizes["eager"]}
     run["graph_note"] = ""
 
     def mark(step):
@@ -345,7 +380,7 @@ def run_profile(job, task_module, model, driver, sets, backend, result, clock=No
 
     def one_block(timed, as_graph=False):
         rows, expected, scale = [], [], set()
-        for k, (dist, xs, exp) in enumerate(sets.make_block(graph["forwards"] if as_graph else forwards)):
+        for k, (dist, xs, exp) in enumerate(sets.make_block(graph["forwards"] if as_graph else sizes["eager"])):
             rows.append(xs)
             expected.append(exp)
             if dist in scaled:
@@ -396,27 +431,9 @@ def run_profile(job, task_module, model, driver, sets, backend, result, clock=No
     try:
         deadline = time.monotonic() + cfg.time_budget_s
         cap = time.monotonic() + cfg.wall_cap_s
-        ok = True
         if share:
             share.begin(not_before=lease_settled(job))
-        warmed_at = None
-        for w in range(max(1, cfg.warmup_blocks)):
-            warmed_at = forwards
-            ok, per = one_block(False)
-            if not ok:
-                break
-            if w == 0:
-                forwards = _forwards(cfg, per, driver.capacity)  # re-estimated without the one-forward overhead
-        if ok and warmed_at != forwards:
-            # One block at the new size before any is timed: the executor's
-            # allocator grows to it, and the segments its outputs land in are
-            # mapped by us here, not inside a timed block's clock.
-            ok, _ = one_block(False)
-        if ok and graph["on"]:
-            # The graph's warm-up: capture, then size graph blocks from a replay.
-            ok, per = one_block(False, as_graph=True)
-            if ok and graph["on"] and per is not None:
-                graph["forwards"] = _forwards(cfg, per, graph["capacity"])
+        ok = warm_up(cfg, sizes, graph, one_block, driver.capacity)
         anchor["samples"].append(backend.anchor())
         while ok:
             ok, _ = one_block(True)

@@ -5,6 +5,7 @@ input copy, locate and snapshot are not the forward's)."""
 import os
 import random
 import sys
+import types
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -53,6 +54,80 @@ class LeaseSettledTest(unittest.TestCase):
         quiet, lag = random.uniform(1.7e9, 1.8e9), random.uniform(1.0, 3.0)
         got, slept = self.run_settled(quiet, lag, quiet + lag + random.uniform(0.01, 5.0))
         self.assertEqual((got, slept), (quiet + lag, []))
+
+
+class FakeExecutor:
+    """Blocks as the executor runs them: one captured graph per block size
+    (graphs.py), whose first replay is slower (it uploads the graph)."""
+
+    def __init__(self, cfg, sizes, graph, eager_us, graph_us):
+        self.cfg, self.sizes, self.graph = cfg, sizes, graph
+        self.eager_us, self.graph_us = eager_us, graph_us
+        self.captured, self.replayed = None, False
+        self.blocks = []  # (timed, as_graph, forwards, first replay of its graph)
+
+    def one_block(self, timed, as_graph=False):
+        n = self.graph["forwards"] if as_graph else self.sizes["eager"]
+        first = False
+        if as_graph:
+            if self.captured != n:
+                self.captured, self.replayed = n, False
+            first, self.replayed = not self.replayed, True
+        self.blocks.append((timed, as_graph, n, first))
+        per = self.graph_us * (1.06 if first else 1.0) if as_graph else self.eager_us + 4.0 / n
+        return True, per
+
+
+class WarmUpTest(unittest.TestCase):
+    """No timed block replays a graph for the first time, and every timed
+    block runs at a size an untimed one ran at before."""
+
+    def cfg(self, r, warmup_blocks):
+        return types.SimpleNamespace(block_target_us=r.uniform(5e3, 2e4), warmup_calls=warmup_blocks,
+                                     warmup_blocks=warmup_blocks)
+
+    def run_warm_up(self, r, graph_on, warmup_blocks):
+        cfg = self.cfg(r, warmup_blocks)
+        capacity = r.randint(2000, 5000)
+        sizes = {"eager": r.randint(1, 40)}
+        graph = {"on": graph_on, "capacity": r.randint(600, 1024), "forwards": sizes["eager"]}
+        ex = FakeExecutor(cfg, sizes, graph, eager_us=r.uniform(30, 80), graph_us=r.uniform(8, 25))
+        self.assertTrue(profiling.warm_up(cfg, sizes, graph, ex.one_block, capacity))
+        untimed = list(ex.blocks)
+        for _ in range(3):  # the timed loop's rounds
+            ex.one_block(True)
+            if graph["on"]:
+                ex.one_block(True, as_graph=True)
+        return ex, untimed
+
+    def test_small_kernel_graph_blocks(self):
+        r = random.Random()
+        for warmup_blocks in (1, 2):
+            ex, untimed = self.run_warm_up(r, True, warmup_blocks)
+            timed = [b for b in ex.blocks if b[0]]
+            self.assertEqual([b for b in timed if b[3]], [], f"a timed block replayed its graph first: {ex.blocks}")
+            for _, as_graph, n, _ in timed:
+                self.assertIn((False, as_graph, n), [b[:3] for b in untimed], ex.blocks)
+            self.assertEqual(sum(1 for b in timed if b[1]), 3)
+
+    def test_without_graphs_no_graph_block(self):
+        r = random.Random()
+        ex, untimed = self.run_warm_up(r, False, 1)
+        self.assertFalse(any(b[1] for b in ex.blocks))
+        self.assertEqual(len(untimed), 2)  # the first block sized the rest; one more at that size
+
+    def test_a_failed_block_ends_the_warm_up(self):
+        r = random.Random()
+        cfg = self.cfg(r, 2)
+        calls = []
+
+        def failing(timed, as_graph=False):
+            calls.append((timed, as_graph))
+            return False, None
+
+        graph = {"on": True, "capacity": 1024, "forwards": 8}
+        self.assertFalse(profiling.warm_up(cfg, {"eager": 8}, graph, failing, 4096))
+        self.assertEqual(calls, [(False, False)])
 
 
 if __name__ == "__main__":
