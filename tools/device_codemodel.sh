@@ -44,6 +44,7 @@
 # tools/device_codemodel.sh --stage --cpu, then BACKEND=cpu OUT=DIR tools/device_codemodel.sh (no baselines).
 # Knobs: CONTINUE_FROM (d. above), TRAIN_PER_FAMILY (--stage: the job's training tasks a family, 3), TRAIN_TASKS
 # (--stage: the job's training tasks by id instead, e.g. "train/rr_softmax_384x12288 train/rr_rmsnorm_384x12288 ..."), SEED (1), ABLATION (none), JOBS ("$SEED:$ABLATION"; " " runs none), PRECOMPUTE_WALL (150 s), WARM_WALL (45 s),
+# BASELINE_GPUS (1; N: the baselines to measure dealt to N workers on GPUs 0..N-1 at once; not beside pre-training on LEARNER_DEVICE),
 # PRETRAIN_STEPS (700: ~320 s on an H200; 150 steps left a model that writes no valid tool call),
 # PRETRAIN_ARGS ("--hidden=256 --layers=4 --heads=4 --kv_heads=2 --intermediate=704 --batch=4 --lr=2e-3 --warmup_steps=10"),
 # PER_TASK (8 corpus episodes per training task), LEARN_WALL (270 s), WARMUP (48), RFT_EPOCHS (4),
@@ -216,6 +217,8 @@ pretrain_base() {
 }
 CORPUS="" BUILD_BASE=""
 LEARNER_GPU=$(echo "${LEARNER_DEVICE:-}" | sed -n 's/^cuda:\([0-9]\+\)$/\1/p')
+[ "${BASELINE_GPUS:-1}" -gt 1 ] && [ -n "$LEARNER_GPU" ] && [ -z "${BASE_IN:-}${CONTINUE_FROM:-}" ] &&
+  { echo "BASELINE_GPUS=$BASELINE_GPUS: pre-training runs on GPU $LEARNER_GPU beside the baselines (set BASE_IN)"; exit 2; }
 if [ -n "${CONTINUE_FROM:-}" ]; then  # An earlier job's final policy and critic: its PPO goes on.
   mkdir -p "$RUN/continue" && tar xzf "$CONTINUE_FROM" -C "$RUN/continue"
   CONT_DIR=$(ls -d "$RUN"/continue/final_policy-* | head -1)
@@ -250,17 +253,31 @@ if [ "$BACKEND" = cuda ]; then
     ONLY=(--only="${MISSING:-none}")
     echo "baselines: $(wc -l < "$BASELINES_IN") from $BASELINES_IN; measuring ${MISSING:-none}"
   fi
-  [ "${ONLY[0]:-}" = "--only=none" ] || timeout -k 10 "${PRECOMPUTE_WALL:-150}" "$C/bin/sandbox/measure_baselines" --set=backend=cuda --set=python=$PY \
-    --set=harness_dir=$PWD/sandbox/harness --set=contain_lib=$R/sandbox/contain/libkernelrl_contain.so \
-    --set=verify_cuda_lib=$R/sandbox/harness/cuda/libkernelrl_verify_cuda.so --set=enable_profiling=true \
-    ${KPROF:+--set=kprof_lib=$KPROF} --set=profiler_root=$PWD --set=work_root=/tmp/kr_baseline_work \
-    --set=verify.wall_seconds=120 --set=profiler.time_budget_s=0.3 \
-    --tasks_root="$M/tasks" --levels=family "${ONLY[@]}" --out="$OUT/baselines.new.jsonl" > "$OUT/precompute.log" 2>&1
-  RC=$?
-  cat "$OUT/baselines.new.jsonl" >> "$OUT/baselines.jsonl" 2>/dev/null; rm -f "$OUT/baselines.new.jsonl"
+  # BASELINE_GPUS=N: the tasks dealt round-robin to N workers, worker g timing on GPU g, all at once.
+  measure_shard() {  # GPU, --only=... (or nothing: every task)
+    timeout -k 10 "${PRECOMPUTE_WALL:-150}" "$C/bin/sandbox/measure_baselines" --set=backend=cuda --set=python=$PY \
+      --set=harness_dir=$PWD/sandbox/harness --set=contain_lib=$R/sandbox/contain/libkernelrl_contain.so \
+      --set=verify_cuda_lib=$R/sandbox/harness/cuda/libkernelrl_verify_cuda.so --set=enable_profiling=true \
+      ${KPROF:+--set=kprof_lib=$KPROF} --set=profiler_root=$PWD --set=work_root=/tmp/kr_baseline_work$1 \
+      --set=gpu_index=$1 --set=verify.wall_seconds=120 --set=profiler.time_budget_s=0.3 \
+      --tasks_root="$M/tasks" --levels=family ${2:+"$2"} --out="$OUT/baselines.new$1.jsonl" > "$OUT/precompute$1.log" 2>&1
+  }
+  RC=0 NG=${BASELINE_GPUS:-1}
+  if [ "${ONLY[0]:-}" = "--only=none" ]; then :
+  elif [ "$NG" -le 1 ]; then measure_shard 0 "${ONLY[0]:-}" || RC=$?
+  else
+    IDS=${MISSING:-$(for f in "$M"/tasks/family/*.py; do echo "family/$(basename "$f" .py)"; done | paste -sd,)}
+    PIDS=()
+    for g in $(seq 0 $((NG - 1))); do
+      SHARD=$(echo "$IDS" | tr ',' '\n' | awk -v n="$NG" -v g="$g" 'NR % n == g' | paste -sd,)
+      [ -n "$SHARD" ] && { measure_shard "$g" "--only=$SHARD" & PIDS+=($!); }
+    done
+    for p in "${PIDS[@]}"; do wait "$p" || RC=$?; done
+  fi
+  cat "$OUT"/baselines.new*.jsonl >> "$OUT/baselines.jsonl" 2>/dev/null; rm -f "$OUT"/baselines.new*.jsonl
   echo "measure_baselines rc=$RC at $(elapsed) s: $(wc -l < "$OUT/baselines.jsonl" 2>/dev/null || echo 0)/$(ls "$M/tasks/family" | wc -l) tasks"
   # The worker's own logs (a zygote that did not start says why only there).
-  find /tmp/kr_baseline_work -maxdepth 3 -name '*.log' -size -2M -exec cp --backup=numbered {} "$OUT/" \; 2>/dev/null
+  find /tmp/kr_baseline_work* -maxdepth 3 -name '*.log' -size -2M -exec cp --backup=numbered {} "$OUT/" \; 2>/dev/null
   "$M/bin/precompute_baselines" --measurements="$OUT/baselines.jsonl" --set=baseline_cache_dir=$BASE \
     --table="$OUT/baselines.tsv" > "$OUT/import.log" 2>&1 || echo "baseline import failed (import.log): rewards stay at 1 (baseline_missing)"
 fi
