@@ -77,6 +77,7 @@ run 90 "$C/bin/learner_bench" memory 32768 --ckpt
 [ "$ONLY" = all ] && run 90 $PY learner/bench/hf_bench.py memory 32768
 run 90 "$C/bin/learner_bench" train 8192 --ckpt
 # Packed rows of fresh lengths: flash attention (the model's choice) against torch's default (cuDNN's on Hopper).
+run 120 "$C/bin/learner_bench" train 8192 --sdpa_cudnn
 run 120 "$C/bin/learner_bench" varlen 12
 run 120 "$C/bin/learner_bench" varlen 12 --sdpa_cudnn
 if [ "$ONLY" = all ]; then
@@ -96,6 +97,8 @@ rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 def get(impl, bench, **kw):
     if impl == "kernelrl" and bench != "decode":
         kw.setdefault("fused", True)  # the --unfused rows are the A/B baseline
+        if bench in ("train", "varlen"):
+            kw.setdefault("sdpa_cudnn", False)  # and the --sdpa_cudnn rows the attention's
     for r in rows:
         if r.get("impl") == impl and r.get("bench") == bench and all(r.get(k) == v for k, v in kw.items()):
             return r
@@ -113,6 +116,10 @@ t = get("kernelrl", "train", ckpt=True, seq=8192).get("tokens_per_s")
 print("with activation checkpointing: peak GiB @32K = %s, fwd+bwd tokens/s @8K = %s" % (c, t))
 m = get("kernelrl", "train", seq=8192, ckpt=False)
 u = get("kernelrl", "train", seq=8192, ckpt=False, fused=False)
+k = get("kernelrl", "train", seq=8192, ckpt=False, sdpa_cudnn=True)
+print("fwd+bwd tokens/s @8K with cuDNN attention allowed (torch's default): %s (flash/cuDNN %s)" % (
+    k.get("tokens_per_s"), "%.2fx" % (m["tokens_per_s"] / k["tokens_per_s"])
+    if m.get("tokens_per_s") and k.get("tokens_per_s") else "-"))
 for cudnn in (False, True):
     v = get("kernelrl", "varlen", sdpa_cudnn=cudnn)
     print("packed rows of 8 fresh lengths, %s: %s ms a step on new lengths, %s on lengths seen before" % (

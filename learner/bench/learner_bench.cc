@@ -12,14 +12,14 @@
 //                                      prompts, N new tokens (greedy, no EOS)
 //   learner_bench profile SEQ          GPU time per kernel name over 2 train
 //                                      steps (Kineto), top kernels as JSON
-//   learner_bench varlen STEPS [--sdpa_cudnn]
+//   learner_bench varlen STEPS
 //                                      fwd+bwd of a packed row of 8 sequences of
 //                                      fresh random lengths (1,000-4,000 tokens,
 //                                      a PPO batch's trajectories), STEPS times,
 //                                      then the same lengths again: ms a step on
 //                                      new lengths and on lengths seen before
-//                                      (--sdpa_cudnn: torch's own attention
-//                                      choice, cuDNN's on Hopper, for the A/B)
+// --sdpa_cudnn (train, memory, profile, varlen): torch's own attention choice,
+// cuDNN's on Hopper, where the model turns it off (learner/model.cc), for the A/B.
 // Inputs are fresh random ids; weights random (init as transformers).
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
@@ -58,7 +58,8 @@ double TrainFlops(const ModelConfig& c, int64_t T) {
   return 3.0 * (2.0 * (n + head) * T + attn);
 }
 
-bool g_fused = true;  // --unfused clears it.
+bool g_fused = true;         // --unfused clears it.
+bool g_sdpa_cudnn = false;   // --sdpa_cudnn sets it.
 
 std::unique_ptr<Transformer> Make(bool trainable, bool ckpt) {
   ModelOptions o;
@@ -72,6 +73,7 @@ std::unique_ptr<Transformer> Make(bool trainable, bool ckpt) {
     std::fprintf(stderr, "%s\n", m.status().ToString().c_str());
     std::exit(1);
   }
+  if (g_sdpa_cudnn) at::globalContext().setSDPUseCuDNN(true);  // Undo the model's choice: torch's default.
   return std::move(*m);
 }
 
@@ -96,9 +98,9 @@ int Train(int64_t T, bool ckpt) {
   double tps = T / dt;
   double tflops = TrainFlops(m->config(), T) / dt / 1e12;
   std::printf("{\"impl\": \"kernelrl\", \"bench\": \"train\", \"seq\": %ld, \"ckpt\": %s, \"fused\": %s, "
-              "\"tokens_per_s\": %.1f, \"step_ms\": %.2f, \"tflops\": %.1f, \"mfu_vs_989\": %.3f}\n",
-              static_cast<long>(T), ckpt ? "true" : "false", g_fused ? "true" : "false", tps, dt * 1e3, tflops,
-              tflops / 989.0);
+              "\"sdpa_cudnn\": %s, \"tokens_per_s\": %.1f, \"step_ms\": %.2f, \"tflops\": %.1f, \"mfu_vs_989\": %.3f}\n",
+              static_cast<long>(T), ckpt ? "true" : "false", g_fused ? "true" : "false", g_sdpa_cudnn ? "true" : "false",
+              tps, dt * 1e3, tflops, tflops / 989.0);
   return 0;
 }
 
@@ -113,9 +115,8 @@ int Profile(int64_t T) {
 
 // A step's cost on lengths it has not seen, against the same lengths again: what an attention
 // backend that builds per shape costs a learner whose every trajectory has a length of its own.
-int VarLen(int steps, bool sdpa_cudnn) {
+int VarLen(int steps) {
   auto m = Make(true, false);
-  if (sdpa_cudnn) at::globalContext().setSDPUseCuDNN(true);  // Undo the model's choice: torch's default.
   std::vector<std::vector<int64_t>> rows(steps);
   for (auto& r : rows) {
     for (int i = 0; i < 8; ++i) r.push_back(1000 + static_cast<int64_t>(std::rand() % 3001));
@@ -134,7 +135,7 @@ int VarLen(int steps, bool sdpa_cudnn) {
   }
   std::printf("{\"impl\": \"kernelrl\", \"bench\": \"varlen\", \"sdpa_cudnn\": %s, \"steps\": %d, "
               "\"fused\": %s, \"new_lengths_step_ms\": %.2f, \"seen_lengths_step_ms\": %.2f}\n",
-              sdpa_cudnn ? "true" : "false", steps, g_fused ? "true" : "false", ms[0], ms[1]);
+              g_sdpa_cudnn ? "true" : "false", steps, g_fused ? "true" : "false", ms[0], ms[1]);
   return 0;
 }
 
@@ -206,21 +207,21 @@ int main(int argc, char** argv) {
   using namespace kernelrl::learner;
   if (argc < 2) {
     std::fprintf(stderr, "usage: learner_bench train|memory SEQ [--ckpt] [--unfused] | profile SEQ [--unfused] | varlen STEPS "
-                 "[--sdpa_cudnn] | decode B P N\n");
+                 "| decode B P N  (train, memory, profile, varlen: [--sdpa_cudnn])\n");
     return 2;
   }
   const std::string mode = argv[1];
-  bool ckpt = false, sdpa_cudnn = false;
+  bool ckpt = false;
   for (int i = 3; i < argc; ++i) {
     ckpt |= std::string(argv[i]) == "--ckpt";
-    sdpa_cudnn |= std::string(argv[i]) == "--sdpa_cudnn";
+    g_sdpa_cudnn |= std::string(argv[i]) == "--sdpa_cudnn";
     if (std::string(argv[i]) == "--unfused") g_fused = false;
   }
   try {
     if (mode == "train" && argc >= 3) return Train(std::atol(argv[2]), ckpt);
     if (mode == "profile" && argc >= 3) return Profile(std::atol(argv[2]));
     if (mode == "memory" && argc >= 3) return Memory(std::atol(argv[2]), ckpt);
-    if (mode == "varlen" && argc >= 3) return VarLen(std::atoi(argv[2]), sdpa_cudnn);
+    if (mode == "varlen" && argc >= 3) return VarLen(std::atoi(argv[2]));
     if (mode == "decode" && argc >= 5) return Decode(std::atoi(argv[2]), std::atoi(argv[3]), std::atoi(argv[4]));
   } catch (const std::exception& e) {
     std::fprintf(stderr, "learner_bench %s failed: %s\n", mode.c_str(), e.what());
