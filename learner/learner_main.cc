@@ -13,6 +13,7 @@
 #include "common/service.h"
 #include "grpcpp/grpcpp.h"
 #include "learner/learner_service.h"
+#include "learner/model.h"
 #include "learner/policy/engine_metrics.h"
 #include "learner/policy/openai_server.h"
 #include "learner/dist/tcp_address.h"
@@ -100,6 +101,7 @@ int main(int argc, char** argv) {
       [&]() -> absl::StatusOr<std::vector<grpc::Service*>> {
         std::vector<grpc::Service*> services;
         if (config.cpu_threads() > 0) at::set_num_threads(config.cpu_threads());
+        kernelrl::learner::AllowCudnnAttention(config.sdpa_cudnn());
         if (config.policy().enabled()) {
           auto e = kernelrl::learner::MakePolicyEngine(config.policy(), config.gpu_lease_path());
           if (!e.ok()) return e.status();

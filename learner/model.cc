@@ -4,10 +4,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <functional>
 #include <limits>
-#include <mutex>
 #include <set>
 
 #include <torch/csrc/autograd/autograd.h>
@@ -338,20 +338,18 @@ std::vector<const at::Tensor*> Transformer::Layer::Fields() const {
   return std::vector<const at::Tensor*>(f.begin(), f.end());
 }
 
-// cuDNN's attention (torch's first choice on Hopper and Blackwell since its bundled cuDNN 9.15)
-// builds and caches a graph per new shape, forward and backward: hundreds of ms each, kept for the
-// process's life. Every trajectory, prefill and packed sequence here has a length of its own, so
-// each call would build one; flash attention has no per-shape cost.
 namespace {
-void PreferShapeFreeAttention() {
-  static std::once_flag once;
-  std::call_once(once, [] { at::globalContext().setSDPUseCuDNN(false); });
-}
+std::atomic<bool> g_cudnn_attention{false};  // AllowCudnnAttention.
 }  // namespace
+
+void AllowCudnnAttention(bool allow) {
+  g_cudnn_attention = allow;
+  at::globalContext().setSDPUseCuDNN(allow);
+}
 
 Transformer::Transformer(ModelConfig config, Head head, ModelOptions options)
     : config_(std::move(config)), head_(head), options_(options) {
-  if (options_.device.is_cuda()) PreferShapeFreeAttention();
+  if (options_.device.is_cuda() && !g_cudnn_attention) at::globalContext().setSDPUseCuDNN(false);
   // inv_freq exactly as transformers computes it (fp32), then the scaling rule.
   const int64_t d = config_.head_dim;
   at::Tensor inv = 1.0 / at::pow(config_.rope_theta, at::arange(0, d, 2, at::kLong).to(at::kFloat) / static_cast<double>(d));

@@ -79,6 +79,14 @@ struct ModelOptions {
   uint64_t lora_seed = 0;
 };
 
+// Whether this process's CUDA models may use cuDNN's attention (torch's first choice on Hopper
+// and Blackwell). Off unless allowed: making a model on CUDA turns cuDNN's SDPA backend off for the
+// process, since it builds and caches a graph for every new sequence length (~1 s each, forward and
+// backward, on an H200), and RL trains and prefills sequences of every length; flash attention serves
+// instead. Allowed (LearnerConfig.sdpa_cudnn), torch's own choice stands: faster at one fixed length
+// (1.6x for attention at 8K on the H100). Process-wide: call before the first CUDA model is made.
+void AllowCudnnAttention(bool allow);
+
 // Options for a device and dtype named in a config ("cpu", "cuda[:N]";
 // "float32", "bfloat16", empty: bf16 on CUDA, fp32 on the CPU): what the
 // policy engine serves in.

@@ -335,6 +335,22 @@ TEST(ModelTest, DrawOnDeviceIsSeededAndLeavesCpuDrawsAlone) {
   EXPECT_EQ(at::equal(wa, (*cpu_draw)->layers()[0].qkv_w), !o.device.is_cuda());
 }
 
+// AllowCudnnAttention: making a model on CUDA (KERNELRL_TEST_DEVICE=cuda) turns cuDNN's attention
+// off for the process unless it was allowed; a CPU model leaves torch's choice as it was.
+TEST(ModelTest, CudnnAttentionOffForCudaModelsUnlessAllowed) {
+  const ModelOptions o = TestOptions();
+  at::globalContext().setSDPUseCuDNN(true);  // torch's default
+  ASSERT_TRUE(Transformer::Create(TinyConfig(), Head::kLanguageModel, o, 1).ok());
+  EXPECT_EQ(at::globalContext().userEnabledCuDNNSDP(), !o.device.is_cuda());
+  AllowCudnnAttention(true);
+  EXPECT_TRUE(at::globalContext().userEnabledCuDNNSDP());
+  ASSERT_TRUE(Transformer::Create(TinyConfig(), Head::kLanguageModel, o, 2).ok());
+  EXPECT_TRUE(at::globalContext().userEnabledCuDNNSDP()) << "an allowed choice stands when a model is made";
+  AllowCudnnAttention(false);
+  EXPECT_FALSE(at::globalContext().userEnabledCuDNNSDP());
+  if (!o.device.is_cuda()) std::printf("cuDNN attention: the CPU case; the GPU run checks a CUDA model's choice\n");
+}
+
 TEST(ModelTest, MisshapenCheckpointIsRejectedWithTheTensorName) {
   auto m = Transformer::Create(TinyConfig(), Head::kLanguageModel, {}, 1);
   ASSERT_TRUE(m.ok());

@@ -54,7 +54,7 @@ fi
 if [ "$ONLY" = all ]; then
 # 1. Parity on CUDA (fp32) and tokenizer.
 export TEST_TMPDIR=/tmp/learner_test; mkdir -p $TEST_TMPDIR
-KERNELRL_TEST_DEVICE=cuda timeout 180 "$C/bin/model_test" --gtest_filter='Families/*' > "$OUT/model_test_cuda.log" 2>&1
+KERNELRL_TEST_DEVICE=cuda timeout 180 "$C/bin/model_test" --gtest_filter='Families/*:ModelTest.CudnnAttention*' > "$OUT/model_test_cuda.log" 2>&1
 say "== model parity on CUDA fp32: rc=$? ($(grep -c '\[       OK' "$OUT/model_test_cuda.log") OK, $(grep -c '\[  FAILED' "$OUT/model_test_cuda.log") failed) at $(elapsed)s"
 grep -E "FAILED|Failure|max \|" "$OUT/model_test_cuda.log" | head -8 | tee -a "$S"
 timeout 180 "$C/bin/tokenizer_test" > "$OUT/tokenizer_test.log" 2>&1

@@ -19,7 +19,7 @@
 //                                      then the same lengths again: ms a step on
 //                                      new lengths and on lengths seen before
 // --sdpa_cudnn (train, memory, profile, varlen): torch's own attention choice,
-// cuDNN's on Hopper, where the model turns it off (learner/model.cc), for the A/B.
+// cuDNN's on Hopper, where models turn it off by default (AllowCudnnAttention), for the A/B.
 // Inputs are fresh random ids; weights random (init as transformers).
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
@@ -68,12 +68,12 @@ std::unique_ptr<Transformer> Make(bool trainable, bool ckpt) {
   o.dtype = at::kBFloat16;
   o.trainable = trainable;
   o.activation_checkpointing = ckpt;
+  AllowCudnnAttention(g_sdpa_cudnn);
   auto m = Transformer::Create(Qwen2_0_5B(), Head::kLanguageModel, o, 0);
   if (!m.ok()) {
     std::fprintf(stderr, "%s\n", m.status().ToString().c_str());
     std::exit(1);
   }
-  if (g_sdpa_cudnn) at::globalContext().setSDPUseCuDNN(true);  // Undo the model's choice: torch's default.
   return std::move(*m);
 }
 
