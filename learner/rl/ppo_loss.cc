@@ -58,4 +58,9 @@ at::Tensor ValueLoss(const at::Tensor& values, const at::Tensor& returns, const 
 
 at::Tensor SftLoss(const at::Tensor& logp, const at::Tensor& weight) { return -(weight * logp).sum(); }
 
+at::Tensor KlRefPenalty(const at::Tensor& ref_logp, const at::Tensor& logp, const at::Tensor& weight) {
+  const at::Tensor d = at::clamp(ref_logp - logp, -kKlRefLogRatioBound, kKlRefLogRatioBound);
+  return (weight * at::clamp_max(at::exp(d) - d - 1, kKlRefTokenBound)).sum();
+}
+
 }  // namespace kernelrl::learner::rl

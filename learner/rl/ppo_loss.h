@@ -71,6 +71,19 @@ at::Tensor ValueLoss(const at::Tensor& values, const at::Tensor& returns, const 
 // RFT: -sum_t w_t logp_t (SFT negative log-likelihood on model tokens).
 at::Tensor SftLoss(const at::Tensor& logp, const at::Tensor& weight);
 
+// The pull towards a reference policy: Schulman's k3 estimate of KL(pi || ref) on the sampled
+// tokens, each bounded, weighted and summed:
+//   d_t = clamp(ref_t - logp_t, -kKlRefLogRatioBound, kKlRefLogRatioBound)
+//   k_t = min(exp(d_t) - d_t - 1, kKlRefTokenBound)
+//   sum_t w_t k_t                                   (>= 0; gradient through logp)
+// A token past the bound (the policy ~2.5 nats below the reference, or ~11 above) adds the bound
+// and no gradient: without it one such token's exp(d) sets the update's direction (on an H200
+// seed ~10 tokens 9 nats apart gave an update of gradient norm 31). verl's low_var_kl bounds it
+// the same way.
+constexpr double kKlRefTokenBound = 10.0;
+constexpr double kKlRefLogRatioBound = 20.0;
+at::Tensor KlRefPenalty(const at::Tensor& ref_logp, const at::Tensor& logp, const at::Tensor& weight);
+
 }  // namespace kernelrl::learner::rl
 
 #endif  // KERNELRL_LEARNER_RL_PPO_LOSS_H_

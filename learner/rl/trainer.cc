@@ -725,15 +725,14 @@ absl::StatusOr<StepMetrics> Trainer::Update(const std::vector<Sample>& batch, do
         m["value_loss"] += vl.item<double>();
       }
       if (entropy.defined()) loss = loss - options_.entropy_coef * entropy;
-      if (kl_ref) {  // k3 of KL(pi || ref) on the sampled tokens: >= 0, gradient through logp.
+      if (kl_ref) {
         at::Tensor ref_logp;
         {
           at::NoGradGuard no_grad;
           at::Tensor h = ref_policy_->Hidden(ids, row.lengths)[0].index_select(0, state);
           ref_logp = ref_policy_->TokenLogprobs(h, target, options_.temperature);
         }
-        const at::Tensor d = ref_logp - logp;
-        const at::Tensor kl = (w * (at::exp(d) - d - 1)).sum();
+        const at::Tensor kl = KlRefPenalty(ref_logp, logp, w);
         loss = loss + options_.kl_ref_coef * kl;
         m["kl_ref"] += kl.item<double>();
       }

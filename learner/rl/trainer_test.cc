@@ -117,6 +117,30 @@ TEST(PpoLossTest, ValueAndSftLossesByHand) {
   EXPECT_NEAR(lp.grad()[0].item<double>(), -0.5, 1e-6);
 }
 
+// The KL pull: exp(d) - d - 1 and its gradient 1 - exp(d) per token where the policy is near the
+// reference; a token past the bound adds the bound and no gradient.
+TEST(PpoLossTest, KlRefPenaltyBoundsEachToken) {
+  const int64_t n = 16;
+  const at::Tensor ref = at::randn({n}, at::kDouble) - 3.0;
+  at::Tensor d = at::rand({n}, at::kDouble) * 2.0 - 1.0;  // within 1 nat
+  d[3] = 9.0;                                            // the policy 9 nats below the reference
+  d[7] = -30.0;                                          // 30 above
+  const at::Tensor w = at::rand({n}, at::kDouble) + 0.5;
+  const at::Tensor logp = (ref - d).requires_grad_(true);
+  const at::Tensor kl = KlRefPenalty(ref, logp, w);
+  kl.backward();
+  const at::Tensor k = at::exp(d) - d - 1;
+  const at::Tensor grad = w * (1 - at::exp(d));
+  double want = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const bool out = i == 3 || i == 7;
+    want += w[i].item<double>() * (out ? kKlRefTokenBound : k[i].item<double>());
+    EXPECT_NEAR(logp.grad()[i].item<double>(), out ? 0.0 : grad[i].item<double>(), 1e-9) << "token " << i;
+  }
+  EXPECT_NEAR(kl.item<double>(), want, 1e-9);
+  EXPECT_GT(k[3].item<double>(), 8000.0);  // what the token would have added unbounded
+}
+
 TEST(PackingTest, PackedRowEqualsSequencesAlone) {
   auto m = Tiny(Head::kLanguageModel, 7);
   at::manual_seed(3);
