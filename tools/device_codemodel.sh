@@ -219,6 +219,8 @@ CORPUS="" BUILD_BASE=""
 LEARNER_GPU=$(echo "${LEARNER_DEVICE:-}" | sed -n 's/^cuda:\([0-9]\+\)$/\1/p')
 [ "${BASELINE_GPUS:-1}" -gt 1 ] && [ -n "$LEARNER_GPU" ] && [ -z "${BASE_IN:-}${CONTINUE_FROM:-}" ] &&
   { echo "BASELINE_GPUS=$BASELINE_GPUS: pre-training runs on GPU $LEARNER_GPU beside the baselines (set BASE_IN)"; exit 2; }
+[ "${BASELINE_GPUS:-1}" -gt 1 ] && [ "$BACKEND" = cuda ] && [ "$BASELINE_GPUS" -gt "$(nvidia-smi -L | wc -l)" ] &&
+  { echo "BASELINE_GPUS=$BASELINE_GPUS: this machine has $(nvidia-smi -L | wc -l) GPUs"; exit 2; }
 if [ -n "${CONTINUE_FROM:-}" ]; then  # An earlier job's final policy and critic: its PPO goes on.
   mkdir -p "$RUN/continue" && tar xzf "$CONTINUE_FROM" -C "$RUN/continue"
   CONT_DIR=$(ls -d "$RUN"/continue/final_policy-* | head -1)
