@@ -248,30 +248,27 @@ if [ "$BACKEND" = cuda ]; then
     --deadline_s $(( WW - 8 )) > "$OUT/compile_warm.log" 2>&1
   R=$PWD/$C/bin/sandbox/sandbox_main.runfiles/kernelrl
   # BASELINES_IN: an earlier call's measurements (baselines.jsonl, same GPU model); only the rest are measured.
-  ONLY=()
+  IDS=$(for f in "$M"/tasks/family/*.py; do echo "family/$(basename "$f" .py)"; done)  # one a line
   if [ -n "${BASELINES_IN:-}" ]; then
     cp "$BASELINES_IN" "$OUT/baselines.jsonl"
-    MISSING=$(for f in "$M"/tasks/family/*.py; do id=family/$(basename "$f" .py); grep -qF "\"$id\"" "$BASELINES_IN" || echo "$id"; done | paste -sd,)
-    ONLY=(--only="${MISSING:-none}")
-    echo "baselines: $(wc -l < "$BASELINES_IN") from $BASELINES_IN; measuring ${MISSING:-none}"
+    IDS=$(for id in $IDS; do grep -qF "\"$id\"" "$BASELINES_IN" || echo "$id"; done)
+    LIST=$(echo $IDS | tr ' ' ,)
+    echo "baselines: $(wc -l < "$BASELINES_IN") from $BASELINES_IN; measuring ${LIST:-none}"
   fi
   # BASELINE_GPUS=N: the tasks dealt round-robin to N workers, worker g timing on GPU g, all at once.
-  measure_shard() {  # GPU, --only=... (or nothing: every task)
+  measure_shard() {  # GPU, --only=...
     timeout -k 10 "${PRECOMPUTE_WALL:-150}" "$C/bin/sandbox/measure_baselines" --set=backend=cuda --set=python=$PY \
       --set=harness_dir=$PWD/sandbox/harness --set=contain_lib=$R/sandbox/contain/libkernelrl_contain.so \
       --set=verify_cuda_lib=$R/sandbox/harness/cuda/libkernelrl_verify_cuda.so --set=enable_profiling=true \
       ${KPROF:+--set=kprof_lib=$KPROF} --set=profiler_root=$PWD --set=work_root=/tmp/kr_baseline_work$1 \
       --set=gpu_index=$1 --set=verify.wall_seconds=120 --set=profiler.time_budget_s=0.3 \
-      --tasks_root="$M/tasks" --levels=family ${2:+"$2"} --out="$OUT/baselines.new$1.jsonl" > "$OUT/precompute$1.log" 2>&1
+      --tasks_root="$M/tasks" --levels=family "$2" --out="$OUT/baselines.new$1.jsonl" > "$OUT/precompute$1.log" 2>&1
   }
-  RC=0 NG=${BASELINE_GPUS:-1}
-  if [ "${ONLY[0]:-}" = "--only=none" ]; then :
-  elif [ "$NG" -le 1 ]; then measure_shard 0 "${ONLY[0]:-}" || RC=$?
-  else
-    IDS=${MISSING:-$(for f in "$M"/tasks/family/*.py; do echo "family/$(basename "$f" .py)"; done | paste -sd,)}
+  RC=0
+  if [ -n "$IDS" ]; then
     PIDS=()
-    for g in $(seq 0 $((NG - 1))); do
-      SHARD=$(echo "$IDS" | tr ',' '\n' | awk -v n="$NG" -v g="$g" 'NR % n == g' | paste -sd,)
+    for g in $(seq 0 $((${BASELINE_GPUS:-1} - 1))); do
+      SHARD=$(echo "$IDS" | awk -v n="${BASELINE_GPUS:-1}" -v g="$g" 'NR % n == g' | paste -sd,)
       [ -n "$SHARD" ] && { measure_shard "$g" "--only=$SHARD" & PIDS+=($!); }
     done
     for p in "${PIDS[@]}"; do wait "$p" || RC=$?; done
