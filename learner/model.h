@@ -83,8 +83,9 @@ struct ModelOptions {
 // and Blackwell). Off unless allowed: making a model on CUDA turns cuDNN's SDPA backend off for the
 // process, since it builds and caches a graph for every new sequence shape, forward and backward,
 // and RL trains and prefills sequences of every length (on an H200 a value step on 8 trajectories
-// of new lengths took 1.1-1.3 s with it, 0.05 s without); flash attention serves instead. Allowed (LearnerConfig.sdpa_cudnn), torch's own choice stands: faster at one fixed length
-// (1.6x for attention at 8K on the H100). Process-wide: call before the first CUDA model is made.
+// of new lengths took 1.1-1.3 s with it, 0.05 s without); flash attention serves instead.
+// Allowed (LearnerConfig.sdpa_cudnn), torch's own choice stands: faster at one fixed length (1.6x
+// for attention at 8K on the H100). Process-wide: call before the first CUDA model is made.
 void AllowCudnnAttention(bool allow);
 
 // Options for a device and dtype named in a config ("cpu", "cuda[:N]";

@@ -76,7 +76,8 @@ run 90 "$C/bin/learner_bench" memory 32768
 run 90 "$C/bin/learner_bench" memory 32768 --ckpt
 [ "$ONLY" = all ] && run 90 $PY learner/bench/hf_bench.py memory 32768
 run 90 "$C/bin/learner_bench" train 8192 --ckpt
-# Packed rows of fresh lengths: flash attention (the model's choice) against torch's default (cuDNN's on Hopper).
+# Flash attention (the model's choice) against torch's default (cuDNN's on Hopper): at one fixed
+# length, and on packed rows of fresh lengths.
 run 120 "$C/bin/learner_bench" train 8192 --sdpa_cudnn
 run 120 "$C/bin/learner_bench" varlen 12
 run 120 "$C/bin/learner_bench" varlen 12 --sdpa_cudnn
