@@ -60,8 +60,8 @@ class FakeExecutor:
     """Blocks as the executor runs them: one captured graph per block size
     (graphs.py), whose first replay is slower (it uploads the graph)."""
 
-    def __init__(self, cfg, sizes, graph, eager_us, graph_us):
-        self.cfg, self.sizes, self.graph = cfg, sizes, graph
+    def __init__(self, sizes, graph, eager_us, graph_us):
+        self.sizes, self.graph = sizes, graph
         self.eager_us, self.graph_us = eager_us, graph_us
         self.captured, self.replayed = None, False
         self.blocks = []  # (timed, as_graph, forwards, first replay of its graph)
@@ -83,15 +83,14 @@ class WarmUpTest(unittest.TestCase):
     block runs at a size an untimed one ran at before."""
 
     def cfg(self, r, warmup_blocks):
-        return types.SimpleNamespace(block_target_us=r.uniform(5e3, 2e4), warmup_calls=warmup_blocks,
-                                     warmup_blocks=warmup_blocks)
+        return types.SimpleNamespace(block_target_us=r.uniform(5e3, 2e4), warmup_blocks=warmup_blocks)
 
     def run_warm_up(self, r, graph_on, warmup_blocks):
         cfg = self.cfg(r, warmup_blocks)
         capacity = r.randint(2000, 5000)
         sizes = {"eager": r.randint(1, 40)}
         graph = {"on": graph_on, "capacity": r.randint(600, 1024), "forwards": sizes["eager"]}
-        ex = FakeExecutor(cfg, sizes, graph, eager_us=r.uniform(30, 80), graph_us=r.uniform(8, 25))
+        ex = FakeExecutor(sizes, graph, eager_us=r.uniform(30, 80), graph_us=r.uniform(8, 25))
         self.assertTrue(profiling.warm_up(cfg, sizes, graph, ex.one_block, capacity))
         untimed = list(ex.blocks)
         for _ in range(3):  # the timed loop's rounds
