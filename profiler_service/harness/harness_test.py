@@ -133,6 +133,34 @@ class PrecomputeTest(unittest.TestCase):
         self.assertEqual(tiny["work"]["flops"], 2 * 64 * 256 * 256)
         self.assertIn("ImportError", recs["level1/2_Broken"]["error"])
 
+    def test_warm_up_keeps_no_autotune_winner(self):
+        """The warm-up compiles and first-runs each model with inductor's
+        autotune winners unkept (chosen beside other workers on one GPU);
+        a timed precompute keeps them. A fake compile records the setting
+        at the compile and at the first call."""
+        import argparse
+        import torch._inductor.config as inductor_config
+        seen = []
+
+        def fake_compile(model):
+            seen.append(("compile", inductor_config.autotune_local_cache))
+
+            def call(*xs):
+                seen.append(("call", inductor_config.autotune_local_cache))
+                return model(*xs)
+            return call
+        path = os.path.join(HERE, "..", "testdata", "tiny_task.py")
+        args = argparse.Namespace(device="cpu", compile=True, warm_only=True)
+        real = torch.compile
+        torch.compile = fake_compile
+        try:
+            rec = precompute.measure_task("level1/1_Tiny", path, args, cpu_backend(), None)
+        finally:
+            torch.compile = real
+        self.assertEqual(rec["error"], "warm_only: compiled, not timed")
+        self.assertEqual(seen, [("compile", False), ("call", False)])
+        self.assertTrue(inductor_config.autotune_local_cache)  # restored after the task
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -79,6 +79,22 @@ def _make_inputs_fn(mod, device):
     return make_inputs
 
 
+def _winners_kept(keep):
+    """Inductor gives a reduction several Triton configs, benchmarks them at
+    the compiled model's first call and keeps the winner in its cache dir,
+    where a later process replays it. The warm-up's workers benchmark side by
+    side on one GPU: on the H200 2 of 8 warm-ups of a row softmax kept a config
+    47% slower than the one each of 8 single processes chose
+    (tests/bench/compile_pick_bench.py), and measure_baselines then timed
+    torch.compile with it, a baseline slow enough to pay 3 for a kernel that
+    does not beat torch.compile. So the warm-up keeps no winner: the code it
+    compiles carries that choice (the setting is outside the FX graph cache's
+    key), and each process that runs it chooses at its own first call, which
+    measure_baselines' executor makes alone on its GPU."""
+    import torch._inductor.config as inductor_config
+    return contextlib.nullcontext() if keep else inductor_config.patch(autotune_local_cache=False)
+
+
 def measure_task(task_id, path, args, backend, lock_path):
     import torch
     from profiler_service.harness import protocol, tasks, work
@@ -90,7 +106,7 @@ def measure_task(task_id, path, args, backend, lock_path):
     mod = tasks.load_module(path)
     # lock_path None: the caller already holds the GPU (serial phase).
     lock = GpuLock(lock_path) if lock_path else None
-    with (lock.shared() if lock else contextlib.nullcontext()):
+    with (lock.shared() if lock else contextlib.nullcontext()), _winners_kept(not getattr(args, "warm_only", False)):
         torch.manual_seed(1234)
         with torch.device(args.device):
             model = mod.Model(*mod.get_init_inputs())
