@@ -69,16 +69,22 @@ IntegrityReport AnalyzeIntegrity(const ProfileMeasurement& m, const LibraryPolic
   for (int i = 0; i < static_cast<int>(top.size()) && i < max_records; ++i) *cov.add_kernels() = top[i];
 
   // Library kernels the policy allows count as the candidate's work (a GEMM
-  // task's cuBLAS call is the intended path); the candidate must still run
-  // kernels of its own (no_candidate_kernels, library_only below).
+  // task's cuBLAS call is the intended path). Without kernels of its own a
+  // candidate passes only if every kernel it ran is such a library's: a fused
+  // library call (cuBLASLt's bias + ReLU epilogue, cuDNN's conv + bias +
+  // activation) is library awareness, as the paper's rules allow; torch ops
+  // beside it are not.
   const double allowed_library =
       (policy.allow_cublas() ? by_origin["cublas"] : 0.0) + (policy.allow_cudnn() ? by_origin["cudnn"] : 0.0);
   r.own_share = total > 0 ? (cov.own_kernel_us() + allowed_library) / total : 0.0;
   const double min_share =
       policy.min_own_kernel_share() > 0 ? policy.min_own_kernel_share() : config.min_own_kernel_share();
-  if (cov.own_kernel_us() <= 0.0) r.flags.push_back("no_candidate_kernels");
+  const bool allowed_library_only = allowed_library > 0.0 && allowed_library >= total;
+  if (cov.own_kernel_us() <= 0.0 && !allowed_library_only) r.flags.push_back("no_candidate_kernels");
   if (r.own_share < min_share) r.flags.push_back("own_kernel_share_below_min");
-  if (cov.own_kernel_us() <= 0.0 && cov.library_kernel_us() > 0.0) r.flags.push_back("library_only");
+  if (cov.own_kernel_us() <= 0.0 && cov.library_kernel_us() > 0.0 && !allowed_library_only) {
+    r.flags.push_back("library_only");
+  }
   if (by_origin["cublas"] > 0.0 && !policy.allow_cublas()) r.flags.push_back("forbidden_library_cublas");
   if (by_origin["cudnn"] > 0.0 && !policy.allow_cudnn()) r.flags.push_back("forbidden_library_cudnn");
   if (side_stream) r.flags.push_back("side_stream");

@@ -70,6 +70,31 @@ TEST(Integrity, LibraryOnlyCandidateWherePolicyForbidsIt) {
   EXPECT_TRUE(Has(r, "own_kernel_share_below_min"));
 }
 
+TEST(Integrity, AllowedLibraryAloneIsTheCandidatesWork) {
+  // A GEMM task: cuBLASLt adds the bias and applies the ReLU as it stores (no
+  // kernel of the candidate's own); the harness's copy beside it counts for nothing.
+  ProfileMeasurement m = Measurement();
+  AddActivity(m.mutable_candidate(), "sm90_xmma_gemm_f32f32_f32f32_f32_tn_n_tilesize128x128x16_bias_relu", 2000.0);
+  AddActivity(m.mutable_candidate(), "memcpy_DtoD", 50.0, 7, 100, "memcpy");
+  LibraryPolicy p;
+  p.set_allow_cublas(true);
+  IntegrityReport r = AnalyzeIntegrity(m, p, Config());
+  EXPECT_TRUE(r.flags.empty()) << r.flags.front();
+  EXPECT_DOUBLE_EQ(r.own_share, 1.0);
+  // The same library call where the policy forbids it.
+  r = AnalyzeIntegrity(m, LibraryPolicy(), Config());
+  EXPECT_TRUE(Has(r, "library_only"));
+  EXPECT_TRUE(Has(r, "no_candidate_kernels"));
+  EXPECT_TRUE(Has(r, "forbidden_library_cublas"));
+  // Allowed cuBLAS with a torch op doing the epilogue and no kernel of its own:
+  // above the share (1500 / 1600), still not the candidate's work.
+  AddActivity(m.mutable_candidate(), "triton_poi_fused_relu_0", 100.0);
+  r = AnalyzeIntegrity(m, p, Config());
+  EXPECT_TRUE(Has(r, "no_candidate_kernels"));
+  EXPECT_TRUE(Has(r, "library_only"));
+  EXPECT_FALSE(Has(r, "own_kernel_share_below_min"));
+}
+
 TEST(Integrity, AllowedLibraryCountsTowardTheShare) {
   // A GEMM task: cuBLAS does the GEMM, the candidate's own kernel the epilogue.
   ProfileMeasurement m = Measurement();

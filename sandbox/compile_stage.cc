@@ -65,10 +65,12 @@ std::vector<std::string> CompileStage::Command(const ValidatedWorkspace& ws, con
       cmd = {config_.nvcc(), "-O3", "--use_fast_math", "-arch=" + arch, "-std=c++17", "-shared",
              "--default-stream", "per-thread",
              "-Xcompiler", "-fPIC", "-I", workspace_dir, "-o", out_dir + "/kernels.so",
-             // cuBLAS is allowed for GEMM; linked only when a kernel uses it.
+             // cuBLAS (and cuBLASLt, its fused epilogues) is allowed for GEMM;
+             // linked only when a kernel uses it.
              "-Xlinker", "--as-needed", "-Xlinker", "-rpath=" + CudaHome(config_) + "/lib64"};
       for (const std::string& src : ws.kernel_sources) cmd.push_back(workspace_dir + "/" + src);
       cmd.push_back("-lcublas");
+      cmd.push_back("-lcublasLt");
       return cmd;
     case Workspace::CPU:
       cmd = {config_.cxx(), "-O3", "-std=c++17", "-shared", "-fPIC", "-fno-openmp",

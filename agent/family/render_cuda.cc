@@ -166,7 +166,8 @@ std::string RowBody(const std::string& reduction) {
 }
 
 // ---- gemm_epilogue: y = act(x @ w^T + bias), x [M, K], w [N, K]. ----
-constexpr char kGemm[] = R"cu(#include <cublas_v2.h>
+constexpr char kGemm[] = R"cu(#include <cublasLt.h>
+#include <cublas_v2.h>
 
 __device__ __forceinline__ float act(float v) {
 @BODY@  return v;
@@ -181,13 +182,6 @@ __global__ void __launch_bounds__(BLOCK) epilogue_kernel(float* __restrict__ y, 
     if (add_bias) v += bias[i % cols];
     y[i] = act(v);
   }
-}
-
-// y[m, :] = bias (the GEMM then accumulates into it with beta = 1).
-__global__ void __launch_bounds__(BLOCK) bias_rows_kernel(float* __restrict__ y, const float* __restrict__ bias, long long rows,
-                                                          long long cols) {
-  const long long n = rows * cols;
-  for (long long i = blockIdx.x * (long long)BLOCK + threadIdx.x; i < n; i += (long long)gridDim.x * BLOCK) y[i] = bias[i % cols];
 }
 
 static unsigned grid_for(long long n) {
@@ -251,23 +245,82 @@ __global__ void __launch_bounds__(256) tiled_kernel(const float* __restrict__ x,
     }
 }
 
+#if GEMM == 0 && FUSED
+// cuBLAS with the epilogue fused: cuBLASLt adds the bias (and applies a lone
+// ReLU) as the GEMM stores its tile, so y is written once. Its plan (layouts
+// and the heuristic's algorithm) is made once per shape.
+struct LtPlan {
+  cublasLtHandle_t lt = nullptr;
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  cublasLtMatmulAlgo_t algo;
+  void* ws = nullptr;
+  long long M = -1, K = -1, N = -1;
+};
+static LtPlan g_lt;
+static const size_t kLtWorkspace = 4u << 20;
+
+static int lt_plan(long long M, long long K, long long N) {
+  LtPlan& p = g_lt;
+  if (p.lt == nullptr) {
+    if (cublasLtCreate(&p.lt) != CUBLAS_STATUS_SUCCESS) return 1002;
+    if (cudaMalloc(&p.ws, kLtWorkspace) != cudaSuccess) return 1003;
+  }
+  if (p.M == M && p.K == K && p.N == N) return 0;
+  if (p.op) cublasLtMatmulDescDestroy(p.op);
+  if (p.a) cublasLtMatrixLayoutDestroy(p.a);
+  if (p.b) cublasLtMatrixLayoutDestroy(p.b);
+  if (p.c) cublasLtMatrixLayoutDestroy(p.c);
+  p.M = -1;
+  // Column-major y^T [N, M] = op(w) [N, K] x^T [K, M]: w is stored K x N (ld K), x K x M (ld K).
+  if (cublasLtMatmulDescCreate(&p.op, HALF ? CUBLAS_COMPUTE_32F_FAST_16F : CUBLAS_COMPUTE_32F, CUDA_R_32F) !=
+      CUBLAS_STATUS_SUCCESS) return 1004;
+  const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+  const cublasLtEpilogue_t epi = LT_RELU ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS;
+  cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta));
+  cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb));
+  cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi));
+  cublasLtMatrixLayoutCreate(&p.a, CUDA_R_32F, K, N, K);
+  cublasLtMatrixLayoutCreate(&p.b, CUDA_R_32F, K, M, K);
+  cublasLtMatrixLayoutCreate(&p.c, CUDA_R_32F, N, M, N);
+  cublasLtMatmulPreference_t pref;
+  if (cublasLtMatmulPreferenceCreate(&pref) != CUBLAS_STATUS_SUCCESS) return 1005;
+  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &kLtWorkspace, sizeof(kLtWorkspace));
+  cublasLtMatmulHeuristicResult_t best;
+  int found = 0;
+  const cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(p.lt, p.op, p.a, p.b, p.c, p.c, pref, 1, &best, &found);
+  cublasLtMatmulPreferenceDestroy(pref);
+  if (s != CUBLAS_STATUS_SUCCESS || found == 0) return 1006;
+  p.algo = best.algo;
+  p.M = M, p.K = K, p.N = N;
+  return 0;
+}
+#elif GEMM == 0
 static cublasHandle_t g_handle = nullptr;
+#endif
 
 extern "C" int gemm_epilogue(const float* x, const float* w, const float* bias, float* y, long long M, long long K, long long N) {
-#if GEMM == 0
+#if GEMM == 0 && FUSED
+  if (const int e = lt_plan(M, K, N)) return e;
+  cublasLtMatmulDescSetAttribute(g_lt.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias));
+  const float one = 1.f, zero = 0.f;
+  const cublasStatus_t s = cublasLtMatmul(g_lt.lt, g_lt.op, &one, w, g_lt.a, x, g_lt.b, &zero, y, g_lt.c, y, g_lt.c,
+                                          &g_lt.algo, g_lt.ws, kLtWorkspace, cudaStreamPerThread);
+  if (s != CUBLAS_STATUS_SUCCESS) return 1000 + (int)s;
+  if (HAS_ACT && !LT_RELU) epilogue_kernel<<<grid_for(M * N), BLOCK>>>(y, bias, M, N, 0);
+#elif GEMM == 0
   if (g_handle == nullptr) {
     if (cublasCreate(&g_handle) != CUBLAS_STATUS_SUCCESS) return 1001;
     // fp32: no TF32 anywhere. fp16: inputs down-converted to half for the tensor cores.
     cublasSetMathMode(g_handle, HALF ? CUBLAS_DEFAULT_MATH : CUBLAS_PEDANTIC_MATH);
   }
-  const float one = 1.f, beta = FUSED ? 1.f : 0.f;
-  if (FUSED) bias_rows_kernel<<<grid_for(M * N), BLOCK>>>(y, bias, M, N);
+  const float one = 1.f, zero = 0.f;
   // Row-major y[M, N] = x[M, K] w[N, K]^T is column-major y^T = w x^T.
   const cublasStatus_t s = cublasGemmEx(g_handle, CUBLAS_OP_T, CUBLAS_OP_N, (int)N, (int)M, (int)K, &one, w, CUDA_R_32F,
-                                        (int)K, x, CUDA_R_32F, (int)K, &beta, y, CUDA_R_32F, (int)N,
+                                        (int)K, x, CUDA_R_32F, (int)K, &zero, y, CUDA_R_32F, (int)N,
                                         HALF ? CUBLAS_COMPUTE_32F_FAST_16F : CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
   if (s != CUBLAS_STATUS_SUCCESS) return 1000 + (int)s;
-  if (!FUSED || HAS_ACT) epilogue_kernel<<<grid_for(M * N), BLOCK>>>(y, bias, M, N, FUSED ? 0 : 1);
+  epilogue_kernel<<<grid_for(M * N), BLOCK>>>(y, bias, M, N, 1);
 #else
   constexpr int TILE = GEMM == 1 ? 16 : 32, PER = GEMM == 1 ? 1 : 2;
   const dim3 grid((unsigned)((N + TILE - 1) / TILE), (unsigned)((M + TILE - 1) / TILE));
@@ -343,7 +396,8 @@ absl::StatusOr<std::map<std::string, std::string>> RenderCuda(const TaskSpec& sp
   }
   static constexpr int kBlock[] = {128, 256, 512};
   defines = absl::StrCat("#define GEMM ", choice[0], "\n#define FUSED ", choice[1], "\n#define BLOCK ", kBlock[choice[2]],
-                         "\n#define HALF ", half ? 1 : 0, "\n#define HAS_ACT ", spec.ops.empty() ? 0 : 1, "\n");
+                         "\n#define HALF ", half ? 1 : 0, "\n#define HAS_ACT ", spec.ops.empty() ? 0 : 1,
+                         "\n#define LT_RELU ", spec.ops == std::vector<std::string>{"relu"} ? 1 : 0, "\n");
   body = PointwiseBody(spec.ops, "", "  ");
   return std::map<std::string, std::string>{
       {"kernels/gemm_epilogue.cu", absl::StrCat(Header(spec, choice), defines, kCommon, Fill(kGemm, body))},

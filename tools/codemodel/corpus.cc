@@ -146,13 +146,6 @@ std::vector<v1::CompileDiagnostic> ModelledWarnings(const fam::TaskSpec& spec, c
     d.set_message(message);
     out.push_back(std::move(d));
   };
-  if (spec.family == "gemm_epilogue" && c[0] != 0) {  // A tiled GEMM leaves the cuBLAS handle unused.
-    for (size_t i = 0; i < lines.size(); ++i) {
-      if (absl::StartsWith(lines[i], "static cublasHandle_t g_handle")) {
-        warn(i, "variable \"g_handle\" was declared but never referenced");
-      }
-    }
-  }
   if (spec.family == "rowreduce" && c[0] == 0) {
     // A thread per row (GROUP 1): group_reduce's shuffle loop is unreachable, once per instantiation.
     size_t loop = lines.size();
@@ -258,9 +251,12 @@ v1::Verdict DesignEvaluator::Evaluate(const v1::EvaluateRequest& request) {
   if (h % 5 < 3) v.add_flags("rse_above_target");
   if ((h >> 8) % 2 == 0) v.add_flags("events_above_cupti");
   if ((h >> 16) % 4 == 0) v.add_flags("in_process_below_trusted");
-  // GPU time by origin: the candidate's kernels, cuBLAS's GEMM where the design calls it.
+  // GPU time by origin: the candidate's kernels, cuBLAS's GEMM where the design calls it (all of
+  // it where cuBLASLt's epilogue adds the bias and applies a lone ReLU).
   const double gpu_us = v.candidate_time_us() * 300;
-  const double library = spec->family == "gemm_epilogue" && r->choice[0] == 0 ? 0.85 : 0.0;
+  const bool cublas = spec->family == "gemm_epilogue" && r->choice[0] == 0;
+  const bool lt_relu = cublas && r->choice[1] == 1 && spec->ops == std::vector<std::string>{"relu"};
+  const double library = lt_relu ? 1.0 : cublas ? 0.85 : 0.0;
   v1::KernelCoverage* c = v.mutable_coverage();
   c->set_total_gpu_us(gpu_us);
   c->set_library_kernel_us(gpu_us * library);
