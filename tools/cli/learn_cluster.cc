@@ -30,6 +30,7 @@ void AddLearnFlags(CommandLine& cl) {
   cl.Flag("--family_dir", "family_dir", "family_gen's output (train.jsonl, heldout/)");
   cl.Flag("--backend", "backend", "The sandbox's backend: cpu or cuda");
   cl.Flag("--learner_device", "learner_device", "Where the learner trains: cpu, cuda, or cuda:N for GPU N alone (default: the backend)");
+  cl.Switch("--learner_sdpa_cudnn", "learner_sdpa_cudnn", "The learner's attention may use cuDNN (LearnerConfig.sdpa_cudnn)");
   cl.Flag("--run_dir", "paths.run_dir", "Logs, learner state, curves");
   cl.Flag("--bin_dir", "paths.bin_dir", "Service binaries (bazel-bin)");
   cl.Flag("--actors", "actors", "Actors sampling the model");
@@ -119,6 +120,22 @@ std::string LearnerProcessDevice(const v1::LearnConfig& o) {
 
 bool LearnerSharesSandboxGpu(const v1::LearnConfig& o, int worker) {
   return o.backend() == "cuda" && (o.learner_device() == "cuda" ? worker == 0 : LearnerGpu(o) == worker);
+}
+
+std::vector<std::string> LearnerArgs(const v1::LearnConfig& o) {
+  std::vector<std::string> args = {
+      "--set=state_dir=" + o.paths().run_dir() + "/learner-state", "--set=policy.enabled=true",
+      "--set=policy.model_path=" + o.base_checkpoint(), "--set=policy.device=" + LearnerProcessDevice(o),
+      "--set=policy.dtype=" + o.job().device().dtype(), "--set=policy.max_seq_len=16384",
+      "--set=policy.max_batch=16"};
+  if (o.learner_sdpa_cudnn()) args.push_back("--set=sdpa_cudnn=true");
+  for (int w = 0; w < o.sandbox_workers(); ++w) {
+    if (LearnerSharesSandboxGpu(o, w)) {
+      args.push_back("--set=gpu_lease_path=" + o.paths().run_dir() + "/gpu.lease");
+      break;
+    }
+  }
+  return args;
 }
 
 std::string PoolForStage(const v1::LearnConfig& o, const std::string& stage) {

@@ -47,6 +47,9 @@ std::string LearnerProcessDevice(const v1::LearnConfig& o);
 // Whether the learner runs on the GPU that sandbox worker `worker` times on (GPU `worker`):
 // learner_device "cuda" (GPU 0) or "cuda:N". Then the two share a GPU lease (common/gpu_lease.h).
 bool LearnerSharesSandboxGpu(const v1::LearnConfig& o, int worker);
+// learner_main's flags for the job: its state, the policy server on the base
+// checkpoint, the attention backend, the GPU lease where it shares a worker's GPU.
+std::vector<std::string> LearnerArgs(const v1::LearnConfig& o);
 // The actor pool whose rollouts the job's stage takes: "engineer" (the scripted engineer) for an
 // agent warm-up that does not take the model's rollouts, "actor" (the model) otherwise. A warm-up
 // whose take_policies name "model" is the paper's: the model's own rollouts, of which RFT keeps

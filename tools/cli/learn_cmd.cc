@@ -38,16 +38,8 @@ absl::Status StartServices(const v1::LearnConfig& o, Cluster* cluster) {
   const int gpu = LearnerGpu(o);
   std::vector<std::string> env;
   if (gpu >= 0) env.push_back(absl::StrCat("CUDA_VISIBLE_DEVICES=", gpu));
-  std::vector<std::string> learner_args = {
-      "--set=state_dir=" + o.paths().run_dir() + "/learner-state", "--set=policy.enabled=true",
-      "--set=policy.model_path=" + o.base_checkpoint(), "--set=policy.device=" + LearnerProcessDevice(o),
-      "--set=policy.dtype=" + o.job().device().dtype(), "--set=policy.max_seq_len=16384",
-      "--set=policy.max_batch=16"};
   const std::string lease = "--set=gpu_lease_path=" + o.paths().run_dir() + "/gpu.lease";
-  for (int w = 0; w < o.sandbox_workers(); ++w) {
-    if (LearnerSharesSandboxGpu(o, w)) learner_args.push_back(lease);
-  }
-  auto learner = cluster->StartServer("learner", "learner/learner_main", learner_args,
+  auto learner = cluster->StartServer("learner", "learner/learner_main", LearnerArgs(o),
                                       absl::Now() + absl::Seconds(180), env);
   if (!learner.ok()) return learner.status();
   cluster->learner_ = *learner;

@@ -1,5 +1,7 @@
 // ValidateLearnConfig: the learner's device and dtype follow --backend and
 // --learner_device unless the preset sets them; bad values are errors.
+#include <algorithm>
+
 #include "gtest/gtest.h"
 #include "tools/cli/learn_cluster.h"
 
@@ -50,6 +52,24 @@ TEST(LearnConfigTest, ALearnerOnASandboxWorkersGpuSharesItsLease) {
     ASSERT_TRUE(ValidateLearnConfig(&o).ok()) << c.backend << " " << c.learner;
     EXPECT_EQ(LearnerSharesSandboxGpu(o, c.worker), c.shares) << c.backend << " " << c.learner << " " << c.worker;
   }
+}
+
+TEST(LearnConfigTest, LearnerArgsCarryTheAttentionBackendAndTheLease) {
+  auto has = [](const std::vector<std::string>& args, const std::string& a) {
+    return std::find(args.begin(), args.end(), a) != args.end();
+  };
+  v1::LearnConfig o = Minimal("cuda", "cuda:1");
+  o.mutable_paths()->set_run_dir("/run");
+  ASSERT_TRUE(ValidateLearnConfig(&o).ok());
+  std::vector<std::string> args = LearnerArgs(o);
+  EXPECT_FALSE(has(args, "--set=sdpa_cudnn=true"));
+  EXPECT_FALSE(has(args, "--set=gpu_lease_path=/run/gpu.lease"));  // GPU 1 is no sandbox worker's
+  EXPECT_TRUE(has(args, "--set=policy.device=cuda"));
+  o.set_learner_sdpa_cudnn(true);
+  o.set_sandbox_workers(2);  // worker 1 times on the learner's GPU
+  args = LearnerArgs(o);
+  EXPECT_TRUE(has(args, "--set=sdpa_cudnn=true"));
+  EXPECT_EQ(std::count(args.begin(), args.end(), "--set=gpu_lease_path=/run/gpu.lease"), 1);
 }
 
 TEST(LearnConfigTest, OneSandboxWorkerUnlessTold) {
