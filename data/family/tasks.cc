@@ -37,11 +37,10 @@ const std::vector<FamilyTable>& Tables() {
       {"rowreduce", "rr",
        {{"softmax"}, {"log_softmax"}, {"layernorm"}, {"rmsnorm"}, {"softmax", "scale"}, {"layernorm", "tanh"}},
        {{"rmsnorm", "tanh"}, {"log_softmax", "scale"}},
-       // Long rows and short, so that the best design and the reward in reach differ by shape: on
-       // the H200 a block of 256 per row (2100) beat eager and torch.compile both on 384x12288 and
-       // 512x8192 (reward 3) where its float4 variant paid 1 or 2; on 1024x8192 block designs pay
-       // 2 and a warp per row 1; on 4096x1024 no design beats torch.compile. The compositions are
-       // held out at the first shape.
+       // Long rows and short, so that the best design differs by shape: on the H200 a block of 256
+       // per row (2100) beats eager on 384x12288 and 512x8192 where its float4 variant pays 1 or 2;
+       // on 1024x8192 block designs pay 2 and a warp per row 1 (docs/LEARNING.md). No row design
+       // beats torch.compile. The compositions are held out at the first shape.
        {{384, 12288}, {4096, 1024}, {1024, 8192}},
        {{3072, 999}, {512, 8192}},
        {{64, 128}, {128, 64}, {32, 256}},
