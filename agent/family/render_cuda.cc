@@ -1,8 +1,8 @@
 // CUDA templates (the sandbox's fast path: kernels/*.cu with extern "C"
-// launchers, nvcc -O3 --use_fast_math -arch=sm_90 --default-stream per-thread, cuBLAS linked). Each
-// template is one fixed kernel text; a choice only sets the #defines at its top
-// and the task only sets the pointwise code, so every rendering compiles the
-// same audited structure.
+// launchers, nvcc -O3 --use_fast_math -arch=sm_90 --default-stream per-thread,
+// cuBLAS and cuBLASLt linked). Each template is one fixed kernel text; a choice
+// only sets the #defines at its top and the task only sets the pointwise code,
+// so every rendering compiles the same audited structure.
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
@@ -271,7 +271,7 @@ static int lt_plan(long long M, long long K, long long N) {
   if (p.a) cublasLtMatrixLayoutDestroy(p.a);
   if (p.b) cublasLtMatrixLayoutDestroy(p.b);
   if (p.c) cublasLtMatrixLayoutDestroy(p.c);
-  p.M = -1;
+  p.op = nullptr, p.a = p.b = p.c = nullptr, p.M = -1;
   // Column-major y^T [N, M] = op(w) [N, K] x^T [K, M]: w is stored K x N (ld K), x K x M (ld K).
   if (cublasLtMatmulDescCreate(&p.op, HALF ? CUBLAS_COMPUTE_32F_FAST_16F : CUBLAS_COMPUTE_32F, CUDA_R_32F) !=
       CUBLAS_STATUS_SUCCESS) return 1004;
