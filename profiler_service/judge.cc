@@ -197,6 +197,7 @@ Baseline BuildBaseline(const BaselineMeasurement& bm, const ProfilerConfig& conf
   b.set_measured_at(bm.measured_at());
   b.set_error(bm.error());
   b.set_timing_path(bm.timing_path());
+  b.set_protocol(bm.protocol());
   // Times taken while another process used the GPU are inflated by its
   // time-slices: such a baseline would pay every candidate a speed-up.
   for (const RawTimingRun* run : {&bm.eager(), &bm.compiled()}) {

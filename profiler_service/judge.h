@@ -56,6 +56,13 @@ struct CopyOffsets {
 };
 CopyOffsets CommonCopyOffsets(const CopyRates& candidate, const CopyRates& baseline);
 
+// The protocol baselines are measured under (Baseline.protocol); one measured
+// under an older one is not compared with. 2: a graph block's first replay is
+// untimed, and torch.compile's Triton configs are chosen by the measuring
+// process alone, not kept from a warm-up that chose them beside other workers
+// (docs/PROFILER.md).
+inline constexpr int kBaselineProtocol = 2;
+
 // Baseline entry from a precompute measurement (same timing analysis).
 Baseline BuildBaseline(const BaselineMeasurement& bm, const ProfilerConfig& config);
 

@@ -104,7 +104,7 @@ int Run(const ProfilerConfig& config) {
     if (!put.ok()) {
       KLOG(ERROR) << bm.task_id() << ": " << put.message();
     }
-    through_executor += b.timing_path() == "executor";
+    through_executor += b.timing_path() == "executor" && b.protocol() >= kBaselineProtocol;
     const bool have_eager = b.eager().median_us() > 0;
     const bool have_compiled = b.compiled().median_us() > 0;
     if (!err.empty() || !have_eager) {
@@ -136,7 +136,9 @@ int Run(const ProfilerConfig& config) {
                                b.eager().median_us(), b.compiled().median_us(), ratio,
                                b.eager().rel_std_error(), b.compiled().rel_std_error(), b.eager().samples(),
                                b.compiled().samples(), b.speed_of_light_us(),
-                               b.timing_path().empty() ? "in_process" : b.timing_path(), absl::StrJoin(flags, ","),
+                               b.timing_path().empty() ? "in_process"
+                                                       : absl::StrCat(b.timing_path(), "/", b.protocol()),
+                               absl::StrJoin(flags, ","),
                                err.substr(0, 200));
     }
   }
@@ -144,10 +146,12 @@ int Run(const ProfilerConfig& config) {
   for (double r : ratios) log_sum += std::log(r);
   std::cout << absl::StrFormat(
       "baselines: %d ok, %d failed (of which compile-only failures: %d among ok); timed through the executor "
-      "path: %d (the rest in the precompute's own process: they never pay a speed-up)\n"
+      "path under protocol %d: %d (the rest in the precompute's own process or under an older protocol: they "
+      "never pay a speed-up)\n"
       "timed runs with RSE <= %.0f%%: %d / %d\n"
       "torch.compile / eager time: geomean %.3f, median %.3f; compile >5%% faster on %d / %zu tasks\n",
-      ok, failed, compiled_failed, through_executor, 100 * config.target_rel_std_error(), rse_ok, timed,
+      ok, failed, compiled_failed, kBaselineProtocol, through_executor, 100 * config.target_rel_std_error(), rse_ok,
+      timed,
       ratios.empty() ? 0.0 : std::exp(log_sum / ratios.size()), Median(ratios), compile_faster,
       ratios.size());
   for (const auto& f : failures) std::cout << "  failed " << f << "\n";

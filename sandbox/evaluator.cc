@@ -433,6 +433,7 @@ v1::BaselineMeasurement Evaluator::MeasureBaseline(const Task& task) {
   v1::BaselineMeasurement bm;
   bm.set_task_id(task.id());
   bm.set_timing_path("executor");
+  bm.set_protocol(kBaselineProtocol);
   bm.set_measured_at(NowRfc3339());
   const bool cpu = config_.backend() == "cpu";
   const std::string gpu_model = cpu ? "cpu" : GpuModel();

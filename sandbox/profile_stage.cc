@@ -115,6 +115,9 @@ void ProfileStage::Judge(const v1::sandbox::HarnessProfile& p, const Task& task,
     // Timed in the precompute's own process: not the call path, clock and
     // overheads a candidate is timed with, so its speed-ups would not compare.
     missing = "baseline timed in its own process, not through the executor path (measure_baselines)";
+  } else if (baseline->protocol() < kBaselineProtocol) {
+    missing = absl::StrCat("baseline measured under protocol ", baseline->protocol(), ", before ", kBaselineProtocol,
+                           " (docs/PROFILER.md): measure it again (measure_baselines)");
   }
   const v1::ProfileResult judged = JudgeProfile(*m, missing.empty() ? &*baseline : nullptr, task, config_);
   const Verdict& j = judged.verdict();

@@ -34,6 +34,7 @@
 #include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
 #include "profiler_service/baseline_cache.h"
+#include "profiler_service/judge.h"
 #include "profiler_service/reward.h"
 #include "profiler_service/task_key.h"
 #include "sandbox/tests/e2e_util.h"
@@ -434,11 +435,12 @@ TEST_F(ProfileCpuTest, ProfilingWaitsForTheGpuLeaseAndVerifyAloneDoesNot) {
 }
 
 // A baseline timed in the precompute's own process (timing_path "") pays no
-// speed-up: it is treated as missing. The same times marked "executor" are
+// speed-up: it is treated as missing, and so is one measured under an older
+// protocol. The same times marked "executor" under the current protocol are
 // used, so the test would see a trusted in-process baseline. What is checked
 // is which baseline the judge compared with (flags, times, speed-ups), so a
 // verdict declined on a loaded machine still tells.
-TEST_F(ProfileCpuTest, InProcessBaselineNeverPays) {
+TEST_F(ProfileCpuTest, InProcessOrOldProtocolBaselineNeverPays) {
   const EvaluateRequest req = testing::Request("sandbox/testdata/cpu_tasks/linear_relu.py",
                                                "sandbox/solutions/cpu/linear_relu");
   absl::StatusOr<v1::Baseline> relu = ReluBaseline();
@@ -471,6 +473,17 @@ TEST_F(ProfileCpuTest, InProcessBaselineNeverPays) {
   }
 
   b.set_timing_path("executor");
+  b.set_protocol(kBaselineProtocol - 1);
+  ASSERT_TRUE(cache.Put(b).ok());
+  v = evaluator_->Evaluate(req);
+  ASSERT_GT(v.candidate_time_us(), 0) << Describe(v);
+  EXPECT_TRUE(HasFlag(v, "baseline_missing")) << Describe(v);
+  EXPECT_EQ(v.speedup_vs_eager(), 0);
+  if (v.outcome() == Verdict::OK) {
+    EXPECT_NE(v.summary().find("measure it again"), std::string::npos) << v.summary();
+  }
+
+  b.set_protocol(kBaselineProtocol);
   ASSERT_TRUE(cache.Put(b).ok());
   v = evaluator_->Evaluate(req);
   ASSERT_GT(v.candidate_time_us(), 0) << Describe(v);
