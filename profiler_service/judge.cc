@@ -187,6 +187,20 @@ ProfileResult JudgeProfile(const ProfileMeasurement& m, const Baseline* baseline
   return result;
 }
 
+std::string WhyBaselineDoesNotPay(const Baseline& b) {
+  if (!b.error().empty()) return "baseline recorded an error: " + b.error();
+  if (b.eager().median_us() <= 0) return "baseline has no eager time";
+  if (b.timing_path() != "executor") {
+    return "baseline timed in its own process, not through the executor path (measure_baselines)";
+  }
+  if (b.protocol() < kBaselineProtocol) {
+    return absl::StrFormat("baseline measured under protocol %d, before %d (docs/PROFILER.md): measure it again "
+                           "(measure_baselines)",
+                           b.protocol(), kBaselineProtocol);
+  }
+  return "";
+}
+
 Baseline BuildBaseline(const BaselineMeasurement& bm, const ProfilerConfig& config) {
   Baseline b;
   b.set_task_id(bm.task_id());

@@ -66,6 +66,12 @@ inline constexpr int kBaselineProtocol = 2;
 // Baseline entry from a precompute measurement (same timing analysis).
 Baseline BuildBaseline(const BaselineMeasurement& bm, const ProfilerConfig& config);
 
+// Why a cached baseline is not compared with, "" when it is: it recorded an
+// error, has no eager time, was timed in the precompute's own process (not
+// the call path, clock and overheads a candidate is timed with), or under an
+// older protocol. The profile stage then judges without it (baseline_missing).
+std::string WhyBaselineDoesNotPay(const Baseline& b);
+
 }  // namespace kernelrl
 
 #endif  // KERNELRL_PROFILER_SERVICE_JUDGE_H_

@@ -258,6 +258,26 @@ TEST(Judge, SharedDeviceDeclinesToJudge) {
   EXPECT_EQ(JudgeProfile(m, &b, Task(), Config()).verdict().outcome(), Verdict::WRONG_ANSWER);
 }
 
+// Only a baseline timed through the executor path under the current protocol
+// is compared with; every other says why it is not.
+TEST(Judge, WhichBaselinesPay) {
+  Baseline b;
+  b.mutable_eager()->set_median_us(100.0);
+  b.set_timing_path("executor");
+  b.set_protocol(kBaselineProtocol);
+  EXPECT_EQ(WhyBaselineDoesNotPay(b), "");
+  b.set_protocol(kBaselineProtocol - 1);
+  EXPECT_NE(WhyBaselineDoesNotPay(b).find("measure it again"), std::string::npos);
+  b.set_protocol(kBaselineProtocol);
+  b.clear_timing_path();
+  EXPECT_NE(WhyBaselineDoesNotPay(b).find("not through the executor path"), std::string::npos);
+  b.set_timing_path("executor");
+  b.mutable_eager()->set_median_us(0.0);
+  EXPECT_EQ(WhyBaselineDoesNotPay(b), "baseline has no eager time");
+  b.set_error("compile: boom");
+  EXPECT_EQ(WhyBaselineDoesNotPay(b), "baseline recorded an error: compile: boom");
+}
+
 // A baseline timed while another process used the GPU would pay every
 // candidate its inflation: it is recorded as an error, never compared with.
 TEST(Judge, BaselineTimedOnASharedDeviceIsAnError) {

@@ -84,7 +84,7 @@ int Run(const ProfilerConfig& config) {
              "compiled_n\tspeed_of_light_us\ttiming_path\tflags\terror\n";
   }
   std::vector<double> ratios;
-  int ok = 0, failed = 0, compiled_failed = 0, compile_faster = 0, rse_ok = 0, timed = 0, through_executor = 0;
+  int ok = 0, failed = 0, compiled_failed = 0, compile_faster = 0, rse_ok = 0, timed = 0, paying = 0;
   std::vector<std::string> failures;
   for (absl::string_view line : absl::StrSplit(*measurements, '\n', absl::SkipEmpty())) {
     BaselineMeasurement bm;
@@ -104,7 +104,7 @@ int Run(const ProfilerConfig& config) {
     if (!put.ok()) {
       KLOG(ERROR) << bm.task_id() << ": " << put.message();
     }
-    through_executor += b.timing_path() == "executor" && b.protocol() >= kBaselineProtocol;
+    paying += WhyBaselineDoesNotPay(b).empty();
     const bool have_eager = b.eager().median_us() > 0;
     const bool have_compiled = b.compiled().median_us() > 0;
     if (!err.empty() || !have_eager) {
@@ -145,13 +145,12 @@ int Run(const ProfilerConfig& config) {
   double log_sum = 0;
   for (double r : ratios) log_sum += std::log(r);
   std::cout << absl::StrFormat(
-      "baselines: %d ok, %d failed (of which compile-only failures: %d among ok); timed through the executor "
-      "path under protocol %d: %d (the rest in the precompute's own process or under an older protocol: they "
-      "never pay a speed-up)\n"
+      "baselines: %d ok, %d failed (of which compile-only failures: %d among ok); %d pay speed-ups (timed "
+      "through the executor path under protocol %d; the rest failed, or were timed in the precompute's own "
+      "process or under an older protocol)\n"
       "timed runs with RSE <= %.0f%%: %d / %d\n"
       "torch.compile / eager time: geomean %.3f, median %.3f; compile >5%% faster on %d / %zu tasks\n",
-      ok, failed, compiled_failed, kBaselineProtocol, through_executor, 100 * config.target_rel_std_error(), rse_ok,
-      timed,
+      ok, failed, compiled_failed, paying, kBaselineProtocol, 100 * config.target_rel_std_error(), rse_ok, timed,
       ratios.empty() ? 0.0 : std::exp(log_sum / ratios.size()), Median(ratios), compile_faster,
       ratios.size());
   for (const auto& f : failures) std::cout << "  failed " << f << "\n";

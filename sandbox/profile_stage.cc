@@ -104,21 +104,8 @@ void ProfileStage::Judge(const v1::sandbox::HarnessProfile& p, const Task& task,
 
   const BaselineCache cache(baseline_dir_);
   absl::StatusOr<v1::Baseline> baseline = cache.Get(key);
-  std::string missing;
-  if (!baseline.ok()) {
-    missing = std::string(baseline.status().message());
-  } else if (!baseline->error().empty()) {
-    missing = "baseline recorded an error: " + baseline->error();
-  } else if (baseline->eager().median_us() <= 0) {
-    missing = "baseline has no eager time";
-  } else if (baseline->timing_path() != "executor") {
-    // Timed in the precompute's own process: not the call path, clock and
-    // overheads a candidate is timed with, so its speed-ups would not compare.
-    missing = "baseline timed in its own process, not through the executor path (measure_baselines)";
-  } else if (baseline->protocol() < kBaselineProtocol) {
-    missing = absl::StrCat("baseline measured under protocol ", baseline->protocol(), ", before ", kBaselineProtocol,
-                           " (docs/PROFILER.md): measure it again (measure_baselines)");
-  }
+  const std::string missing =
+      baseline.ok() ? WhyBaselineDoesNotPay(*baseline) : std::string(baseline.status().message());
   const v1::ProfileResult judged = JudgeProfile(*m, missing.empty() ? &*baseline : nullptr, task, config_);
   const Verdict& j = judged.verdict();
   {
