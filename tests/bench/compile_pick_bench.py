@@ -7,7 +7,8 @@ GPU), once with inductor's local autotune cache on (the winner is chosen while
 the other N-1 compile and benchmark beside it) and once off (nothing chosen
 there; each dir's winner is chosen at its first timed process, alone on the
 GPU). Then, one process at a time on a quiet GPU, it times each dir's compiled
-forward (CUDA-graph replays, fresh random inputs) and reads its winners.
+forward (CUDA-graph replays, fresh random inputs) and reads the winners the dir
+keeps (none in the second arm: the code compiled there says to keep none).
 
     python3 tests/bench/compile_pick_bench.py TASK.py [TASK.py ...] [--n=8]   (GPU machine)
 
@@ -21,8 +22,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-
-ARMS = ("contended", "quiet")
 
 
 def child(mode, task, cache, local_cache):
