@@ -122,6 +122,10 @@ bool LearnerSharesSandboxGpu(const v1::LearnConfig& o, int worker) {
   return o.backend() == "cuda" && (o.learner_device() == "cuda" ? worker == 0 : LearnerGpu(o) == worker);
 }
 
+std::string GpuLeaseFlag(const v1::LearnConfig& o) {
+  return "--set=gpu_lease_path=" + o.paths().run_dir() + "/gpu.lease";
+}
+
 std::vector<std::string> LearnerArgs(const v1::LearnConfig& o) {
   std::vector<std::string> args = {
       "--set=state_dir=" + o.paths().run_dir() + "/learner-state", "--set=policy.enabled=true",
@@ -131,7 +135,7 @@ std::vector<std::string> LearnerArgs(const v1::LearnConfig& o) {
   if (o.learner_sdpa_cudnn()) args.push_back("--set=sdpa_cudnn=true");
   for (int w = 0; w < o.sandbox_workers(); ++w) {
     if (LearnerSharesSandboxGpu(o, w)) {
-      args.push_back("--set=gpu_lease_path=" + o.paths().run_dir() + "/gpu.lease");
+      args.push_back(GpuLeaseFlag(o));
       break;
     }
   }

@@ -47,6 +47,8 @@ std::string LearnerProcessDevice(const v1::LearnConfig& o);
 // Whether the learner runs on the GPU that sandbox worker `worker` times on (GPU `worker`):
 // learner_device "cuda" (GPU 0) or "cuda:N". Then the two share a GPU lease (common/gpu_lease.h).
 bool LearnerSharesSandboxGpu(const v1::LearnConfig& o, int worker);
+// The flag naming the GPU lease the learner and the sandbox worker on its GPU share.
+std::string GpuLeaseFlag(const v1::LearnConfig& o);
 // learner_main's flags for the job: its state, the policy server on the base
 // checkpoint, the attention backend, the GPU lease where it shares a worker's GPU.
 std::vector<std::string> LearnerArgs(const v1::LearnConfig& o);

@@ -38,7 +38,6 @@ absl::Status StartServices(const v1::LearnConfig& o, Cluster* cluster) {
   const int gpu = LearnerGpu(o);
   std::vector<std::string> env;
   if (gpu >= 0) env.push_back(absl::StrCat("CUDA_VISIBLE_DEVICES=", gpu));
-  const std::string lease = "--set=gpu_lease_path=" + o.paths().run_dir() + "/gpu.lease";
   auto learner = cluster->StartServer("learner", "learner/learner_main", LearnerArgs(o),
                                       absl::Now() + absl::Seconds(180), env);
   if (!learner.ok()) return learner.status();
@@ -46,7 +45,7 @@ absl::Status StartServices(const v1::LearnConfig& o, Cluster* cluster) {
   for (int w = 0; w < o.sandbox_workers(); ++w) {
     // Its verdicts name it <host>/gpu<w> (SandboxConfig.worker_id's default).
     std::vector<std::string> sandbox_args = {"--set=backend=" + o.backend(), absl::StrCat("--set=gpu_index=", w)};
-    if (LearnerSharesSandboxGpu(o, w)) sandbox_args.push_back(lease);
+    if (LearnerSharesSandboxGpu(o, w)) sandbox_args.push_back(GpuLeaseFlag(o));
     auto sandbox = cluster->StartServer(w == 0 ? "sandbox" : absl::StrCat("sandbox-", w), "sandbox/sandbox_main",
                                         sandbox_args, absl::Now() + absl::Seconds(180));
     if (!sandbox.ok()) return sandbox.status();

@@ -1,5 +1,6 @@
 // ValidateLearnConfig: the learner's device and dtype follow --backend and
 // --learner_device unless the preset sets them; bad values are errors.
+// LearnerArgs: the flags the learner process is started with.
 #include <algorithm>
 
 #include "gtest/gtest.h"
