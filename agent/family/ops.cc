@@ -89,6 +89,10 @@ std::string ChoiceDigits(const Choice& choice) {
   return s;
 }
 
+bool CublasLtAppliesChain(const TaskSpec& spec) {
+  return spec.family == "gemm_epilogue" && spec.ops == std::vector<std::string>{"relu"};
+}
+
 absl::StatusOr<TaskSpec> ParseTaskSpec(const std::string& source) {
   absl::string_view first = absl::string_view(source).substr(0, source.find('\n'));
   if (!absl::ConsumePrefix(&first, kTaskHeader)) return absl::NotFoundError("not a family task (no kernelrl-family line)");

@@ -397,7 +397,7 @@ absl::StatusOr<std::map<std::string, std::string>> RenderCuda(const TaskSpec& sp
   static constexpr int kBlock[] = {128, 256, 512};
   defines = absl::StrCat("#define GEMM ", choice[0], "\n#define FUSED ", choice[1], "\n#define BLOCK ", kBlock[choice[2]],
                          "\n#define HALF ", half ? 1 : 0, "\n#define HAS_ACT ", spec.ops.empty() ? 0 : 1,
-                         "\n#define LT_RELU ", spec.ops == std::vector<std::string>{"relu"} ? 1 : 0, "\n");
+                         "\n#define LT_RELU ", CublasLtAppliesChain(spec) ? 1 : 0, "\n");
   body = PointwiseBody(spec.ops, "", "  ");
   return std::map<std::string, std::string>{
       {"kernels/gemm_epilogue.cu", absl::StrCat(Header(spec, choice), defines, kCommon, Fill(kGemm, body))},

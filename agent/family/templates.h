@@ -67,6 +67,10 @@ std::string ChoiceDigits(const Choice& choice);
 // The header line of a task source; NotFound when there is none (not a family task).
 absl::StatusOr<TaskSpec> ParseTaskSpec(const std::string& source);
 
+// Whether cuBLASLt's epilogue applies a GEMM task's whole pointwise chain (a
+// lone ReLU): then the fused cuBLAS design runs no kernel of its own.
+bool CublasLtAppliesChain(const TaskSpec& spec);
+
 // The candidate files for `spec` built with `choice`, for device "cuda" or "cpu".
 absl::StatusOr<std::map<std::string, std::string>> Render(const TaskSpec& spec, const Choice& choice,
                                                           const std::string& device);

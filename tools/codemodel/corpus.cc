@@ -255,7 +255,7 @@ v1::Verdict DesignEvaluator::Evaluate(const v1::EvaluateRequest& request) {
   // it where cuBLASLt's epilogue adds the bias and applies a lone ReLU).
   const double gpu_us = v.candidate_time_us() * 300;
   const bool cublas = spec->family == "gemm_epilogue" && r->choice[0] == 0;
-  const bool lt_relu = cublas && r->choice[1] == 1 && spec->ops == std::vector<std::string>{"relu"};
+  const bool lt_relu = cublas && r->choice[1] == 1 && fam::CublasLtAppliesChain(*spec);
   const double library = lt_relu ? 1.0 : cublas ? 0.85 : 0.0;
   v1::KernelCoverage* c = v.mutable_coverage();
   c->set_total_gpu_us(gpu_us);
