@@ -12,7 +12,8 @@
 #     judge) against eager + torch.compile baselines measured first; prints one row
 #     per choice: outcome, reward, us, x eager, x compile, and the class the reward paid:
 #     WRONG / SLOWER (1) / >EAGER (2) / >COMPILE (3: eager and torch.compile both beaten). SWEEP=FILE at --stage: the tasks and choices of FILE
-#     instead (lines of TASK_ID CHOICE..., e.g. tools/sweeps/long_rows.txt; give the call
+#     instead (lines of TASK_ID CHOICE..., e.g. tools/sweeps/long_rows.txt; TASK_ID probe/NAME is a size
+#     outside the split, e.g. probe/ge_relu_2048x256x4096; give the call
 #     PRECOMPUTE_WALL and SUITE_WALL for its size: ~11 s a baseline, ~5 s a choice).
 # (b) a separate call, MODE=learn (its own <= 150 s): a short learning job on the GPU —
 #     `kernelrl learn` (learner + policy server, CUDA sandbox, actors) with a tiny random
@@ -61,7 +62,9 @@ if [ "${1:-}" = "--stage" ]; then  # Run HERE.
   . tools/device_libs.sh
   device_stage_libs "$CARRY" "$CARRY/sandbox_cli" "$CARRY/measure_baselines" "$CARRY/precompute_baselines"
   G=$(mktemp -d)
-  bazel-bin/data/family/family_gen --out="$G" --device=cuda
+  # A sweep's probe/NAME lines are sizes outside the split (family_gen --probe).
+  PROBES=$( [ -n "${SWEEP:-}" ] && sed 's/#.*//' "$SWEEP" | grep -o '^probe/[^ ]*' | sed 's|^probe/||' | paste -sd, - || true)
+  bazel-bin/data/family/family_gen --out="$G" --device=cuda ${PROBES:+--probe="$PROBES"}
   # One training task per family and the choices worth seeing (digits = option per slot, family.h).
   SUITE=$CARRY/suite.txt; : > "$SUITE"
   add() {  # add TASK_ID CHOICE...

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "agent/family/templates.h"
 
 namespace kernelrl::data::family {
@@ -26,6 +27,12 @@ struct FamilyTask {
 // first. Held-out tasks differ from every training task by composition (an
 // op combination never trained on) or by shape (a size never trained on).
 std::vector<FamilyTask> MakeTasks(const std::string& device);
+
+// One task outside the split, named as a task id's last part ("ge_relu_2048x256x4096":
+// family abbreviation, ops joined by '-', shape joined by 'x'), with id "probe/<name>":
+// sizes measured on the GPU before they are chosen for a split. InvalidArgument for a
+// name that is not a family's ops at a shape of the family's rank.
+absl::StatusOr<FamilyTask> MakeProbe(const std::string& name);
 
 }  // namespace kernelrl::data::family
 

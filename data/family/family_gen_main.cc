@@ -1,19 +1,23 @@
 // family_gen: writes the learnable task family (data/family/family.h) as the
 // learner's task-set files, in one command:
 //
-//   family_gen --out=DIR [--device=cuda|cpu]
+//   family_gen --out=DIR [--device=cuda|cpu] [--probe=NAME,...]
 //
 //   DIR/train.jsonl, DIR/heldout.jsonl   one kernelrl.v1.Task (proto3 JSON) a line:
 //                                        JobSpec.task_set names train.jsonl directly
 //   DIR/train/*.py, DIR/heldout/*.py     the same tasks as KernelBench files (what
 //                                        `kernelrl eval --set=task_dirs=DIR/heldout` reads)
 //   DIR/manifest.tsv                     id, split, reason, family, ops, shape
+//   DIR/probe/NAME.py                    --probe's tasks, outside the split (sizes to measure
+//                                        before choosing them; data/family/family.h MakeProbe)
 // Task metadata: family, ops, shape, split ("train" / "heldout"), split_reason.
 // --device=cpu writes CPU-sized shapes and inputs.device "cpu" (the sandbox's CPU
 // backend, CI); cuda writes H100-sized ones.
 #include <cstdio>
 #include <filesystem>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -27,17 +31,28 @@
 
 ABSL_FLAG(std::string, out, "", "output directory");
 ABSL_FLAG(std::string, device, "cuda", "cuda (H100 sizes) or cpu (CPU-backend sizes)");
+ABSL_FLAG(std::vector<std::string>, probe, {}, "tasks outside the split to write too, e.g. ge_relu_2048x256x4096");
 
 int main(int argc, char** argv) {
   using namespace kernelrl;
   absl::ParseCommandLine(argc, argv);
   const std::string out = absl::GetFlag(FLAGS_out), device = absl::GetFlag(FLAGS_device);
   if (out.empty() || (device != "cuda" && device != "cpu")) {
-    std::fprintf(stderr, "usage: family_gen --out=DIR [--device=cuda|cpu]\n");
+    std::fprintf(stderr, "usage: family_gen --out=DIR [--device=cuda|cpu] [--probe=NAME,...]\n");
     return 2;
+  }
+  std::vector<data::family::FamilyTask> probes;
+  for (const std::string& name : absl::GetFlag(FLAGS_probe)) {
+    absl::StatusOr<data::family::FamilyTask> probe = data::family::MakeProbe(name);
+    if (!probe.ok()) {
+      std::fprintf(stderr, "family_gen: %s\n", probe.status().ToString().c_str());
+      return 2;
+    }
+    probes.push_back(*std::move(probe));
   }
   std::error_code ec;
   for (const char* d : {"train", "heldout"}) std::filesystem::create_directories(out + "/" + d, ec);
+  if (!probes.empty()) std::filesystem::create_directories(out + "/probe", ec);
   if (ec) {
     std::fprintf(stderr, "family_gen: %s: %s\n", out.c_str(), ec.message().c_str());
     return 1;
@@ -67,6 +82,11 @@ int main(int argc, char** argv) {
     ++(ft.held_out ? n_heldout : n_train);
     absl::StrAppend(&manifest, ft.id, "\t", md["split"], "\t", ft.split_reason.empty() ? "-" : ft.split_reason, "\t",
                     ft.spec.family, "\t", md["ops"], "\t", md["shape"], "\n");
+    if (!WriteFileAtomically(out + "/" + ft.id + ".py", ft.source).ok()) return 1;
+  }
+  for (const data::family::FamilyTask& ft : probes) {
+    absl::StrAppend(&manifest, ft.id, "\tprobe\t-\t", ft.spec.family, "\t", absl::StrJoin(ft.spec.ops, ","), "\t",
+                    absl::StrJoin(ft.shape, "x"), "\n");
     if (!WriteFileAtomically(out + "/" + ft.id + ".py", ft.source).ok()) return 1;
   }
   if (!WriteFileAtomically(out + "/train.jsonl", train).ok() || !WriteFileAtomically(out + "/heldout.jsonl", heldout).ok() ||

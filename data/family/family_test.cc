@@ -69,6 +69,26 @@ TEST(FamilyTasks, SourcesParseBackAndAreKernelBenchShaped) {
   EXPECT_FALSE(ParseTaskSpec("# kernelrl-family: conv ops=relu\n").ok());
 }
 
+TEST(FamilyTasks, ProbeIsAFamilyTaskAtAnySize) {
+  auto probe = MakeProbe("ge_relu_2048x256x4096");
+  ASSERT_TRUE(probe.ok()) << probe.status();
+  EXPECT_EQ(probe->id, "probe/ge_relu_2048x256x4096");
+  EXPECT_EQ(probe->spec.family, "gemm_epilogue");
+  EXPECT_EQ(probe->shape, (std::vector<int64_t>{2048, 256, 4096}));
+  EXPECT_TRUE(absl::StrContains(probe->source, "torch.randn(2048, 256)")) << probe->source;
+  EXPECT_TRUE(absl::StrContains(probe->source, "return [256, 4096]")) << probe->source;
+  auto spec = ParseTaskSpec(probe->source);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->ops, std::vector<std::string>{"relu"});
+  auto rows = MakeProbe("rr_softmax-scale_96x4000");
+  ASSERT_TRUE(rows.ok()) << rows.status();
+  EXPECT_EQ(rows->spec.ops, (std::vector<std::string>{"softmax", "scale"}));
+  for (const char* bad : {"ge_relu_2048x256", "rr_relu_64x64", "ew_cumsum_64x64", "xx_relu_64x64", "ew_relu_64x0",
+                          "ew_relu", "ew_relu_64xa"}) {
+    EXPECT_TRUE(absl::IsInvalidArgument(MakeProbe(bad).status())) << bad;
+  }
+}
+
 TEST(FamilyTemplates, EveryChoiceRendersItsSettings) {
   for (const FamilyTask& t : MakeTasks("cuda")) {
     if (t.shape != MakeTasks("cuda").front().shape && t.spec.family == "elementwise") continue;  // One shape suffices.

@@ -2,8 +2,10 @@
 #include <algorithm>
 #include <map>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "data/family/family.h"
 
 namespace kernelrl::data::family {
@@ -112,6 +114,39 @@ std::vector<FamilyTask> MakeTasks(const std::string& device) {
   }
   train.insert(train.end(), heldout.begin(), heldout.end());
   return train;
+}
+
+absl::StatusOr<FamilyTask> MakeProbe(const std::string& name) {
+  const std::vector<std::string> parts = absl::StrSplit(name, '_');
+  auto bad = [&](const std::string& why) {
+    return absl::InvalidArgumentError(absl::StrCat("probe task \"", name, "\": ", why,
+                                                   " (want ABBR_OP-OP_AxB[xC], e.g. ge_relu_2048x256x4096)"));
+  };
+  if (parts.size() != 3) return bad("not three '_'-separated parts");
+  const FamilyTable* table = nullptr;
+  for (const FamilyTable& t : Tables()) {
+    if (t.abbr == parts[0]) table = &t;
+  }
+  if (table == nullptr) return bad(absl::StrCat("no family abbreviated ", parts[0]));
+  const Ops ops = absl::StrSplit(parts[1], '-');
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const bool reduction = table->family == "rowreduce" && i == 0;
+    if (reduction ? agent::family::Reductions().count(ops[i]) == 0 : FindOp(ops[i]) == nullptr) {
+      return bad(absl::StrCat("no ", reduction ? "reduction " : "op ", ops[i]));
+    }
+  }
+  Shape shape;
+  for (absl::string_view d : absl::StrSplit(parts[2], 'x')) {
+    int64_t v = 0;
+    if (!absl::SimpleAtoi(d, &v) || v <= 0) return bad(absl::StrCat("size ", d, " is not a positive integer"));
+    shape.push_back(v);
+  }
+  if (shape.size() != table->gpu_train_shapes[0].size()) {
+    return bad(absl::StrCat(table->family, " takes ", table->gpu_train_shapes[0].size(), " sizes"));
+  }
+  FamilyTask task = Make(*table, ops, shape, "probe");
+  task.id = absl::StrCat("probe/", name);
+  return task;
 }
 
 }  // namespace kernelrl::data::family
