@@ -29,7 +29,7 @@
 #  2. pre-training (SFT) of the from-scratch model on the corpus, bf16 on the GPU (pretrain; Qwen2
 #     shape PRETRAIN_ARGS, PRETRAIN_STEPS steps): the base checkpoint, with its SHA-256;
 #  3. `kernelrl learn` on the small task set: warm-up by the scripted engineer against the CUDA sandbox,
-#     RFT, value pretraining, agentic PPO (the family preset: 8 turns, 2,560 tokens a turn), held-out
+#     RFT, value pretraining, agentic PPO (the family preset: 8 turns, 3,328 tokens a turn), held-out
 #     evaluations at the start (the SFT model), at PPO start (the RFT policy) and at the end, EVAL_ROLLOUTS
 #     sampled rollouts per task; cut at LEARN_WALL, the final evaluation still runs;
 #  4. design_report over the job's trajectories (tool calls parsed, final designs per family over policy

@@ -124,7 +124,7 @@ if [ "${1:-}" = "--stage-learn" ]; then  # Run HERE.
     cp "$G/$id.py" "$L/tasks/family/${id#train/}.py"
   done
   for id in heldout/ew_sigmoid-gelu_4096x4096 heldout/ew_relu-scale_1536x1531 heldout/rr_rmsnorm-tanh_384x12288 \
-            heldout/rr_softmax_3072x999 heldout/ge_gelu-scale_512x1024x1024 heldout/ge_relu_768x768x3072; do
+            heldout/rr_softmax_3072x999 heldout/ge_gelu-scale_512x1024x1024 heldout/ge_relu_4096x256x2048; do
     cp "$G/$id.py" "$L/small/heldout/"; cp "$G/$id.py" "$L/tasks/family/${id#heldout/}.py"
   done
   rm -rf "$G"; wc -l "$L/small/train.jsonl"; du -sh "$L"

@@ -129,5 +129,38 @@ class WarmUpTest(unittest.TestCase):
         self.assertEqual(calls, [(False, False)])
 
 
+class RecorderWarmWindowTest(unittest.TestCase):
+    """The executor's recorder warm-up runs harness kernels (torch.ones, add_)
+    in a window before any call: an untimed one, so a candidate whose only
+    kernels are an allowed library's does not read as running torch ops."""
+
+    def test_warm_window_is_untimed(self):
+        from unittest import mock
+        from profiler_service.harness import kprof as kprof_mod
+        tags, launched = [], []
+
+        class FakeKprof:
+            def begin(self, tag):
+                tags.append(tag)
+
+            def end(self):
+                pass
+
+        fake_cuda = types.SimpleNamespace(Event=lambda enable_timing: object(),
+                                          synchronize=lambda: launched.append("sync"))
+        fake_torch = types.SimpleNamespace(
+            cuda=fake_cuda,
+            ones=lambda *a, **k: types.SimpleNamespace(add_=lambda v: launched.append("add_")))
+        with mock.patch.object(profiling, "torch", fake_torch), \
+                mock.patch.object(profiling, "recorder_path", lambda job: "/fake/libkprof.so"), \
+                mock.patch.object(kprof_mod, "load", lambda: FakeKprof()), \
+                mock.patch("ctypes.CDLL", lambda name: object()):
+            timer = profiling.CallTimer({"device": "cuda"})
+        self.assertEqual(timer.note, "recorder warm")
+        self.assertEqual(launched, ["add_", "sync"])
+        self.assertTrue(tags)
+        self.assertTrue(all(t < kprof_mod.TAG_TIMED for t in tags), tags)
+
+
 if __name__ == "__main__":
     unittest.main()

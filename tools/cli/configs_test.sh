@@ -20,7 +20,7 @@ done
 echo "ok   $n config files parse"
 
 default=$("$K" learn "${REQ[@]}" --print_config)
-for want in 'agentic_ppo {' 'skill_text: ' 'max_new_tokens_per_turn: 2560' 'max_turns: 8' 'normalize_advantages: true' 'ablation: "none"'; do
+for want in 'agentic_ppo {' 'skill_text: ' 'max_new_tokens_per_turn: 3328' 'max_turns: 8' 'normalize_advantages: true' 'ablation: "none"'; do
   grep -qF "$want" <<< "$default" || fail "the default experiment has no '$want'"
 done
 grep -q "skip: true" <<< "$default" && fail "the default experiment skips a stage"
