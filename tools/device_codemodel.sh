@@ -6,8 +6,9 @@
 #   device: [SEED=1] [ABLATION=none|no_rft|no_value] tools/device_codemodel.sh
 #           # run tool, carry [".devcarry/codemodel"] (the services' binaries travel in it as ops.tgz)
 #
-# A call cannot hold the baselines (~300 s), pre-training (~350 s) and a job, so on two GPUs
-# (nvidia-h200-x2) the run takes a base call, then job calls:
+# A call cannot hold the 21 baselines (~260 s on one GPU) and a job, so on two GPUs (nvidia-h200-x2)
+# the run takes a base call (corpus ~36 s and pre-training ~13 s beside the baselines, H200, 2026-11-30),
+# then job calls:
 #   a. LEARNER_DEVICE=cuda:1 JOBS=" " PRECOMPUTE_WALL=290 tools/device_codemodel.sh
 #      (pre-training on GPU 1 beside the baselines on GPU 0) -> base.tgz, results.tgz (baselines.jsonl)
 #   b. here: tools/device_codemodel.sh --stage-in DIR   # DIR holds call a's base.tgz and results.tgz
@@ -45,7 +46,7 @@
 # Knobs: CONTINUE_FROM (d. above), TRAIN_PER_FAMILY (--stage: the job's training tasks a family, 3), TRAIN_TASKS
 # (--stage: the job's training tasks by id instead, e.g. "train/rr_softmax_384x12288 train/rr_rmsnorm_384x12288 ..."), SEED (1), ABLATION (none), JOBS ("$SEED:$ABLATION"; " " runs none), PRECOMPUTE_WALL (150 s), WARM_WALL (45 s),
 # BASELINE_GPUS (1; N: the baselines to measure dealt to N workers on GPUs 0..N-1 at once; not beside pre-training on LEARNER_DEVICE),
-# PRETRAIN_STEPS (700: ~320 s on an H200; 150 steps left a model that writes no valid tool call),
+# PRETRAIN_STEPS (700: 12.6 s on an H200 on 2026-11-30, ~320 s in earlier sittings; 150 steps left a model that writes no valid tool call),
 # PRETRAIN_ARGS ("--hidden=256 --layers=4 --heads=4 --kv_heads=2 --intermediate=704 --batch=4 --lr=2e-3 --warmup_steps=10"),
 # PER_TASK (8 corpus episodes per training task), LEARN_WALL (270 s), WARMUP (48), RFT_EPOCHS (4),
 # VALUE_STEPS (16), AGENTIC_STEPS (40), BATCH (16), ACTORS (4: N model actors and N engineer actors of N rollouts at once each, so N² at once; the ingest lets (max_policy_lag + 1) × BATCH of them run), EVAL_ROLLOUTS (4), EVAL_TEMP (1),

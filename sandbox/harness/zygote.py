@@ -482,7 +482,7 @@ class Zygote:
         y = x + 1
         sample = backend.end(t0)
         backend.anchor()
-        report = backend.report()  # also counts the executor's warm window (CallTimer), hence >= 1
+        report = backend.report()  # its timed windows: this one (the executor's warm window is untimed)
         grown = guards.thread_count() - before
         ok = float(y.sum().item()) == 3072.0 and sample.get("num_activities", 0) >= 1 and report.get("timed_windows", 0) >= 1
         detail = f"threads+{grown} cupti_us={sample.get('cupti_us', 0):.1f} nvml={backend.nvml.available}"
