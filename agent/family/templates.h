@@ -68,7 +68,9 @@ std::string ChoiceDigits(const Choice& choice);
 absl::StatusOr<TaskSpec> ParseTaskSpec(const std::string& source);
 
 // Whether cuBLASLt's epilogue applies a GEMM task's whole pointwise chain (a
-// lone ReLU): then the fused cuBLAS design runs no kernel of its own.
+// lone ReLU): then the fused cuBLAS design runs no kernel of its own. The CUDA
+// template finds this on the host from its own act() (so its text depends on the
+// task only in the ops' lines); the corpus's modelled GPU time reads it here.
 bool CublasLtAppliesChain(const TaskSpec& spec);
 
 // The candidate files for `spec` built with `choice`, for device "cuda" or "cpu".

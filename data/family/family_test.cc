@@ -5,6 +5,7 @@
 // templates compile for sm_90 (nvcc, when installed).
 #include <cstdlib>
 #include <fstream>
+#include <iterator>
 #include <set>
 
 #include "absl/strings/match.h"
@@ -191,6 +192,38 @@ TEST(FamilyTemplates, CudaTemplatesCompileForSm90) {
     GTEST_SKIP() << "no nvcc at " << nvcc << ": the CUDA templates are compiled on the GPU machine only";
   }
   CompileCovering("cuda", absl::StrCat(nvcc, " -O3 --use_fast_math -arch=sm_90 -std=c++17 -c"), /*all_reductions=*/false);
+}
+
+// The CUDA GEMM template decides on the host, from its own act(), whether cuBLASLt's
+// epilogue applies the chain: for every GEMM composition it must agree with the rule the
+// corpus models (CublasLtAppliesChain). A host program around the fused cuBLAS rendering.
+TEST(FamilyTemplates, CudaGemmFindsALoneReluFromItsOwnAct) {
+  const char* nvcc = "/usr/local/cuda/bin/nvcc";
+  if (std::system(absl::StrCat(nvcc, " --version > /dev/null 2>&1").c_str()) != 0) {
+    GTEST_SKIP() << "no nvcc at " << nvcc << ": the CUDA templates are compiled on the GPU machine only";
+  }
+  std::set<std::string> done;
+  int relu = 0;
+  for (const FamilyTask& t : MakeTasks("cuda")) {
+    if (t.spec.family != "gemm_epilogue" || !done.insert(Key(t)).second) continue;
+    auto files = Render(t.spec, Choice{0, 1, 0, 0}, "cuda");
+    ASSERT_TRUE(files.ok()) << files.status();
+    const std::string dir = absl::StrCat(Tmp(), "/relu_check_", absl::StrJoin(t.spec.ops, "-"));
+    const std::string kernel = dir + ".kernel.cu", main = dir + ".main.cu";
+    std::ofstream(kernel) << files->at("kernels/gemm_epilogue.cu");
+    std::ofstream(main) << "#include \"" << kernel << "\"\n#include <cstdio>\n"
+                        << "int main() { std::printf(\"%d\", act_is_relu() ? 1 : 0); return 0; }\n";
+    const std::string cmd = absl::StrCat(nvcc, " -std=c++17 -arch=sm_90 ", main, " -o ", dir, ".bin -lcublasLt -lcublas > ",
+                                         dir, ".log 2>&1 && ", dir, ".bin > ", dir, ".out");
+    ASSERT_EQ(std::system(cmd.c_str()), 0) << t.id << ": see " << dir << ".log";
+    std::ifstream out(dir + ".out");
+    std::string got((std::istreambuf_iterator<char>(out)), std::istreambuf_iterator<char>());
+    const bool want = agent::family::CublasLtAppliesChain(t.spec);
+    relu += want;
+    EXPECT_EQ(got, want ? "1" : "0") << t.id;
+  }
+  EXPECT_GE(done.size(), 7u);
+  EXPECT_EQ(relu, 1);
 }
 
 }  // namespace
