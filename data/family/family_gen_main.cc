@@ -59,6 +59,10 @@ int main(int argc, char** argv) {
   }
   std::string train, heldout, manifest = "id\tsplit\treason\tfamily\tops\tshape\n";
   int n_train = 0, n_heldout = 0;
+  auto manifest_row = [&manifest](const data::family::FamilyTask& ft, const std::string& split, const std::string& reason) {
+    absl::StrAppend(&manifest, ft.id, "\t", split, "\t", reason, "\t", ft.spec.family, "\t", absl::StrJoin(ft.spec.ops, ","),
+                    "\t", absl::StrJoin(ft.shape, "x"), "\n");
+  };
   for (const data::family::FamilyTask& ft : data::family::MakeTasks(device)) {
     v1::Task t;
     t.set_id(ft.id);
@@ -80,13 +84,11 @@ int main(int argc, char** argv) {
     if (!google::protobuf::util::MessageToJsonString(t, &line, opts).ok()) return 1;
     absl::StrAppend(ft.held_out ? &heldout : &train, line, "\n");
     ++(ft.held_out ? n_heldout : n_train);
-    absl::StrAppend(&manifest, ft.id, "\t", md["split"], "\t", ft.split_reason.empty() ? "-" : ft.split_reason, "\t",
-                    ft.spec.family, "\t", md["ops"], "\t", md["shape"], "\n");
+    manifest_row(ft, md["split"], ft.split_reason.empty() ? "-" : ft.split_reason);
     if (!WriteFileAtomically(out + "/" + ft.id + ".py", ft.source).ok()) return 1;
   }
   for (const data::family::FamilyTask& ft : probes) {
-    absl::StrAppend(&manifest, ft.id, "\tprobe\t-\t", ft.spec.family, "\t", absl::StrJoin(ft.spec.ops, ","), "\t",
-                    absl::StrJoin(ft.shape, "x"), "\n");
+    manifest_row(ft, "probe", "-");
     if (!WriteFileAtomically(out + "/" + ft.id + ".py", ft.source).ok()) return 1;
   }
   if (!WriteFileAtomically(out + "/train.jsonl", train).ok() || !WriteFileAtomically(out + "/heldout.jsonl", heldout).ok() ||

@@ -152,6 +152,10 @@ std::string Tmp() {
   return t ? t : "/tmp";
 }
 
+constexpr char kNvcc[] = "/usr/local/cuda/bin/nvcc";
+constexpr char kNoNvcc[] = "no nvcc at /usr/local/cuda/bin/nvcc: the CUDA templates are compiled on the GPU machine only";
+bool HaveNvcc() { return std::system(absl::StrCat(kNvcc, " --version > /dev/null 2>&1").c_str()) == 0; }
+
 // Every family with choices covering each option; each other row reduction with
 // one choice (`all_reductions`) or not at all.
 void CompileCovering(const std::string& device, const std::string& compiler, bool all_reductions) {
@@ -187,21 +191,15 @@ TEST(FamilyTemplates, CpuTemplatesCompile) {
 }
 
 TEST(FamilyTemplates, CudaTemplatesCompileForSm90) {
-  const char* nvcc = "/usr/local/cuda/bin/nvcc";
-  if (std::system(absl::StrCat(nvcc, " --version > /dev/null 2>&1").c_str()) != 0) {
-    GTEST_SKIP() << "no nvcc at " << nvcc << ": the CUDA templates are compiled on the GPU machine only";
-  }
-  CompileCovering("cuda", absl::StrCat(nvcc, " -O3 --use_fast_math -arch=sm_90 -std=c++17 -c"), /*all_reductions=*/false);
+  if (!HaveNvcc()) GTEST_SKIP() << kNoNvcc;
+  CompileCovering("cuda", absl::StrCat(kNvcc, " -O3 --use_fast_math -arch=sm_90 -std=c++17 -c"), /*all_reductions=*/false);
 }
 
 // The CUDA GEMM template decides on the host, from its own act(), whether cuBLASLt's
 // epilogue applies the chain: for every GEMM composition it must agree with the rule the
 // corpus models (CublasLtAppliesChain). A host program around the fused cuBLAS rendering.
 TEST(FamilyTemplates, CudaGemmFindsALoneReluFromItsOwnAct) {
-  const char* nvcc = "/usr/local/cuda/bin/nvcc";
-  if (std::system(absl::StrCat(nvcc, " --version > /dev/null 2>&1").c_str()) != 0) {
-    GTEST_SKIP() << "no nvcc at " << nvcc << ": the CUDA templates are compiled on the GPU machine only";
-  }
+  if (!HaveNvcc()) GTEST_SKIP() << kNoNvcc;
   std::set<std::string> done;
   int relu = 0;
   for (const FamilyTask& t : MakeTasks("cuda")) {
@@ -213,7 +211,7 @@ TEST(FamilyTemplates, CudaGemmFindsALoneReluFromItsOwnAct) {
     std::ofstream(kernel) << files->at("kernels/gemm_epilogue.cu");
     std::ofstream(main) << "#include \"" << kernel << "\"\n#include <cstdio>\n"
                         << "int main() { std::printf(\"%d\", act_is_relu() ? 1 : 0); return 0; }\n";
-    const std::string cmd = absl::StrCat(nvcc, " -std=c++17 -arch=sm_90 ", main, " -o ", dir, ".bin -lcublasLt -lcublas > ",
+    const std::string cmd = absl::StrCat(kNvcc, " -std=c++17 -arch=sm_90 ", main, " -o ", dir, ".bin -lcublasLt -lcublas > ",
                                          dir, ".log 2>&1 && ", dir, ".bin > ", dir, ".out");
     ASSERT_EQ(std::system(cmd.c_str()), 0) << t.id << ": see " << dir << ".log";
     std::ifstream out(dir + ".out");
