@@ -56,7 +56,10 @@
 # those earlier jobs' accepted trajectories, recipe.value_pretrain.import_job_dirs),
 # LEARNER_DEVICE (cuda; cpu on one GPU, cuda:1 on two: see docs/CODEMODEL.md), LEARN_ARGS (more `kernelrl learn` flags),
 # SKIP_START_EVAL (0; 1: no evaluation of the base before each job: greedy on the same base and tasks it
-# repeats an earlier job's, ~40 s a job on one H200).
+# repeats an earlier job's, ~40 s a job on one H200),
+# PARALLEL (0; 1: the JOBS side by side, job k's sandbox worker on GPU k (SANDBOX_WORKERS_PER_JOB, 1: its
+# --sandbox_workers in LEARN_ARGS), the learners on LEARNER_DEVICE: e.g. on nvidia-h200-x4 three seeds with
+# LEARNER_DEVICE=cuda:3 JOBS="1:none 2:none 3:none" in one call).
 set -u
 C=.devcarry/ops
 M=.devcarry/codemodel
@@ -328,23 +331,29 @@ if [ -n "${WARMUP_FROM:-}" ]; then
   [ -f "$WARMUP_FROM/ledger.jsonl" ] || { echo "WARMUP_FROM=$WARMUP_FROM: no ledger.jsonl there"; exit 2; }
   WARM_JOB=$(cd "$WARMUP_FROM" && pwd)
 fi
-for J in ${JOBS:-$SEED:${ABLATION:-none}}; do
-  S=${J%%:*} A=${J#*:} NAME=${J/:/-}
-  SHARE=(); [ -n "$WARM_JOB" ] && SHARE=(--job_set=recipe.agent_warmup.import_job_dir=$WARM_JOB)
+# run_job NAME SEED ABLATION [FIRST_GPU]: one `kernelrl learn`, its sandbox workers from GPU FIRST_GPU on.
+run_job() {
+  local NAME=$1 S=$2 A=$3 WALL
+  local SHARE=(); [ -n "$WARM_JOB" ] && SHARE=(--job_set=recipe.agent_warmup.import_job_dir=$WARM_JOB)
   # Cut at LEARN_WALL, or earlier so that the call's DEADLINE leaves time for the final evaluation and packing.
   WALL=$(( ${DEADLINE:-560} - $(elapsed) - 90 )); [ $WALL -gt ${LEARN_WALL:-270} ] && WALL=${LEARN_WALL:-270}
-  CUT=(timeout $(( WALL + 120 ))) CUT_FLAGS=(--job_timeout_s=$WALL --stall_timeout_s=120)
+  local CUT=(timeout $(( WALL + 120 ))) CUT_FLAGS=(--job_timeout_s=$WALL --stall_timeout_s=120)
   [ -n "${LOCAL_RUN:-}" ] && CUT=() CUT_FLAGS=()
-  echo "job $NAME at $(elapsed) s${CUT_FLAGS:+, cut at $WALL s}"
-  ABL=(); [ "$A" = none ] || ABL=(--ablation=$A)
+  echo "job $NAME at $(elapsed) s${CUT_FLAGS:+, cut at $WALL s}${4:+, sandbox from GPU $4}"
+  local ABL=(); [ "$A" = none ] || ABL=(--ablation=$A)
   "${CUT[@]}" "$C/bin/tools/cli/kernelrl" learn "${PRESET_CONFIGS[@]}" --bin_dir="$C/bin" \
     --base_checkpoint="$RUN/base" --family_dir="$M/small" --backend=$BACKEND --learner_device=${LEARNER_DEVICE:-$DEV} \
     --run_dir="$RUN/run-$NAME" --eval_every=1000 --plot_script="$PWD/tools/cli/learn_plots.py" "${ABL[@]}" \
-    "${GPU_FLAGS[@]}" "${JOB_FLAGS[@]}" "${SHARE[@]}" --job_set=seed=$S "${CUT_FLAGS[@]}" ${LEARN_ARGS:-} 2>&1 |
+    "${GPU_FLAGS[@]}" "${JOB_FLAGS[@]}" "${SHARE[@]}" --job_set=seed=$S "${CUT_FLAGS[@]}" ${4:+--sandbox_first_gpu=$4} \
+    ${LEARN_ARGS:-} 2>&1 |
     if [ -n "${LOCAL_RUN:-}" ]; then tee "$OUT/learn-$NAME.log"; else cat > "$OUT/learn-$NAME.log"; fi
+}
+# finish_job NAME: its curves, report, design report and final policy.
+finish_job() {
+  local NAME=$1 JOB D LATEST F
   [ -n "${LOCAL_RUN:-}" ] || tail -40 "$OUT/learn-$NAME.log"
   JOB=$(ls -d "$RUN/run-$NAME"/learner-state/jobs/* 2>/dev/null | head -1)
-  [ -n "$JOB" ] || continue
+  [ -n "$JOB" ] || return 0
   [ "${SHARE_WARMUP:-0}" = 1 ] && [ -z "$WARM_JOB" ] && grep -q '"stage":"agent_warmup"' "$JOB/ledger.jsonl" && WARM_JOB=$JOB
   D=$OUT/$NAME; mkdir -p "$D"
   cp "$JOB"/curves/curves.json "$JOB"/curves/*.png "$JOB"/curves/report.txt "$D/" 2>/dev/null
@@ -352,16 +361,31 @@ for J in ${JOBS:-$SEED:${ABLATION:-none}}; do
     --bucket=10 > "$D/design_report.json" 2> "$D/design_report.log"
   $PY tools/codemodel/design_plot.py "$D/design_report.json" "$D/designs.png" || echo "designs.png not drawn"
   LATEST=$(cat "$JOB/checkpoints/LATEST" 2>/dev/null)
-  if [ -n "$LATEST" ]; then
-    F=$RUN/final_policy-$NAME; rm -rf "$F"; cp -r "$JOB/checkpoints/$LATEST/policy" "$F"; cp "$RUN/base/tokenizer.json" "$F/"
-    # Its critic beside it (critic/, value head included): CONTINUE_FROM of a later call.
-    [ -d "$JOB/checkpoints/$LATEST/critic" ] && cp -r "$JOB/checkpoints/$LATEST/critic" "$F/critic"
-    (cd "$F" && sha256sum model*.safetensors tokenizer.json $(ls critic/*.safetensors 2>/dev/null) > SHA256SUMS)
-    [ -n "${LOCAL_RUN:-}" ] && { echo "final policy $NAME ($LATEST): $F; $(head -1 "$F/SHA256SUMS")"; continue; }
-    tar czf "$OUT/final_policy-$NAME.tgz" -C "$RUN" "final_policy-$NAME"
-    echo "final policy $NAME ($LATEST): $(head -1 "$F/SHA256SUMS"); archive sha256 $(sha256sum "$OUT/final_policy-$NAME.tgz" | cut -d' ' -f1)"
-  fi
-done
+  [ -n "$LATEST" ] || return 0
+  F=$RUN/final_policy-$NAME; rm -rf "$F"; cp -r "$JOB/checkpoints/$LATEST/policy" "$F"; cp "$RUN/base/tokenizer.json" "$F/"
+  # Its critic beside it (critic/, value head included): CONTINUE_FROM of a later call.
+  [ -d "$JOB/checkpoints/$LATEST/critic" ] && cp -r "$JOB/checkpoints/$LATEST/critic" "$F/critic"
+  (cd "$F" && sha256sum model*.safetensors tokenizer.json $(ls critic/*.safetensors 2>/dev/null) > SHA256SUMS)
+  [ -n "${LOCAL_RUN:-}" ] && { echo "final policy $NAME ($LATEST): $F; $(head -1 "$F/SHA256SUMS")"; return 0; }
+  tar czf "$OUT/final_policy-$NAME.tgz" -C "$RUN" "final_policy-$NAME"
+  echo "final policy $NAME ($LATEST): $(head -1 "$F/SHA256SUMS"); archive sha256 $(sha256sum "$OUT/final_policy-$NAME.tgz" | cut -d' ' -f1)"
+}
+if [ "${PARALLEL:-0}" = 1 ]; then
+  # The jobs side by side, job k's sandbox worker(s) from GPU k × SANDBOX_WORKERS_PER_JOB on (the learners
+  # on LEARNER_DEVICE, a GPU none of them times on): independent seeds at one job's device time.
+  [ "${SHARE_WARMUP:-0}" = 1 ] && { echo "PARALLEL=1 with SHARE_WARMUP=1: the jobs start together (use WARMUP_FROM)"; exit 2; }
+  K=0 PIDS=()
+  for J in ${JOBS:-$SEED:${ABLATION:-none}}; do
+    run_job "${J/:/-}" "${J%%:*}" "${J#*:}" $(( K * ${SANDBOX_WORKERS_PER_JOB:-1} )) & PIDS+=($!)
+    K=$((K + 1))
+  done
+  for p in "${PIDS[@]}"; do wait "$p"; done
+  for J in ${JOBS:-$SEED:${ABLATION:-none}}; do finish_job "${J/:/-}"; done
+else
+  for J in ${JOBS:-$SEED:${ABLATION:-none}}; do
+    run_job "${J/:/-}" "${J%%:*}" "${J#*:}"; finish_job "${J/:/-}"
+  done
+fi
 # The call's jobs read together (docs/CODEMODEL.md "Seeds read together"); across calls, run
 # `kernelrl seeds` here on the unpacked results.
 CURVES=$(ls "$OUT"/*/curves.json 2>/dev/null)

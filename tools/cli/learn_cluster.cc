@@ -34,7 +34,8 @@ void AddLearnFlags(CommandLine& cl) {
   cl.Flag("--run_dir", "paths.run_dir", "Logs, learner state, curves");
   cl.Flag("--bin_dir", "paths.bin_dir", "Service binaries (bazel-bin)");
   cl.Flag("--actors", "actors", "Actors sampling the model");
-  cl.Flag("--sandbox_workers", "sandbox_workers", "Sandbox workers; worker i times on GPU i (the learner's GPU: under its lease)");
+  cl.Flag("--sandbox_workers", "sandbox_workers", "Sandbox workers; worker i times on GPU first + i (the learner's GPU: under its lease)");
+  cl.Flag("--sandbox_first_gpu", "sandbox_first_gpu", "The first sandbox worker's GPU (jobs side by side: one each)");
   cl.Flag("--random_actors", "random_actors", "Scripted-engineer actors (the warm-up's data: policy.kind engineer)");
   cl.Flag("--concurrent_rollouts", "concurrent_rollouts", "Rollouts at once per actor");
   cl.Flag("--rollouts_per_task", "rollouts_per_task", "A task's group in a batch");
@@ -80,6 +81,7 @@ absl::Status ValidateLearnConfig(v1::LearnConfig* o) {
   if (o->rollouts_per_task() < 1) return absl::InvalidArgumentError("rollouts_per_task: at least 1");
   if (o->sandbox_workers() < 0) return absl::InvalidArgumentError("sandbox_workers: at least 1 (0 = 1)");
   if (o->sandbox_workers() == 0) o->set_sandbox_workers(1);
+  if (o->sandbox_first_gpu() < 0) return absl::InvalidArgumentError("sandbox_first_gpu: a GPU index, at least 0");
   if (o->resume() && o->paths().run_dir().empty()) {
     return absl::InvalidArgumentError("resume needs the paused run's run_dir (--run_dir)");
   }
@@ -118,8 +120,11 @@ std::string LearnerProcessDevice(const v1::LearnConfig& o) {
   return LearnerGpu(o) >= 0 ? "cuda" : o.learner_device();
 }
 
+int SandboxWorkerGpu(const v1::LearnConfig& o, int worker) { return o.sandbox_first_gpu() + worker; }
+
 bool LearnerSharesSandboxGpu(const v1::LearnConfig& o, int worker) {
-  return o.backend() == "cuda" && (o.learner_device() == "cuda" ? worker == 0 : LearnerGpu(o) == worker);
+  const int gpu = SandboxWorkerGpu(o, worker);
+  return o.backend() == "cuda" && (o.learner_device() == "cuda" ? gpu == 0 : LearnerGpu(o) == gpu);
 }
 
 std::string GpuLeaseFlag(const v1::LearnConfig& o) {

@@ -44,7 +44,9 @@ int LearnerGpu(const v1::LearnConfig& o);
 // The device as the learner process names it: "cuda" for cuda:N (it sees GPU N alone, as its
 // cuda:0), else learner_device.
 std::string LearnerProcessDevice(const v1::LearnConfig& o);
-// Whether the learner runs on the GPU that sandbox worker `worker` times on (GPU `worker`):
+// The GPU sandbox worker `worker` times on: sandbox_first_gpu + worker.
+int SandboxWorkerGpu(const v1::LearnConfig& o, int worker);
+// Whether the learner runs on the GPU that sandbox worker `worker` times on (SandboxWorkerGpu):
 // learner_device "cuda" (GPU 0) or "cuda:N". Then the two share a GPU lease (common/gpu_lease.h).
 bool LearnerSharesSandboxGpu(const v1::LearnConfig& o, int worker);
 // The flag naming the GPU lease the learner and the sandbox worker on its GPU share.

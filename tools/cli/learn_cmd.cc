@@ -31,9 +31,9 @@ namespace {
 namespace fs = std::filesystem;
 
 // The learner (job API + policy server) and the sandbox workers; their addresses go to the cluster.
-// On learner_device cuda:N the learner runs on GPU N alone. Sandbox worker i times on GPU i; a worker
-// on the learner's GPU shares one GPU lease with it (common/gpu_lease.h): the learner's steps pause
-// while that worker times a verdict.
+// On learner_device cuda:N the learner runs on GPU N alone. Sandbox worker i times on GPU
+// sandbox_first_gpu + i; a worker on the learner's GPU shares one GPU lease with it
+// (common/gpu_lease.h): the learner's steps pause while that worker times a verdict.
 absl::Status StartServices(const v1::LearnConfig& o, Cluster* cluster) {
   const int gpu = LearnerGpu(o);
   std::vector<std::string> env;
@@ -44,7 +44,7 @@ absl::Status StartServices(const v1::LearnConfig& o, Cluster* cluster) {
   cluster->learner_ = *learner;
   for (int w = 0; w < o.sandbox_workers(); ++w) {
     // Its verdicts name it <host>/gpu<w> (SandboxConfig.worker_id's default).
-    std::vector<std::string> sandbox_args = {"--set=backend=" + o.backend(), absl::StrCat("--set=gpu_index=", w)};
+    std::vector<std::string> sandbox_args = {"--set=backend=" + o.backend(), absl::StrCat("--set=gpu_index=", SandboxWorkerGpu(o, w))};
     if (LearnerSharesSandboxGpu(o, w)) sandbox_args.push_back(GpuLeaseFlag(o));
     auto sandbox = cluster->StartServer(w == 0 ? "sandbox" : absl::StrCat("sandbox-", w), "sandbox/sandbox_main",
                                         sandbox_args, absl::Now() + absl::Seconds(180));

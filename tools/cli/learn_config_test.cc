@@ -55,6 +55,24 @@ TEST(LearnConfigTest, ALearnerOnASandboxWorkersGpuSharesItsLease) {
   }
 }
 
+TEST(LearnConfigTest, SandboxWorkersStartAtTheirFirstGpu) {
+  // Jobs side by side: this one's worker on GPU 2, its learner on GPU 3, none sharing.
+  v1::LearnConfig o = Minimal("cuda", "cuda:3");
+  o.set_sandbox_first_gpu(2);
+  ASSERT_TRUE(ValidateLearnConfig(&o).ok());
+  EXPECT_EQ(SandboxWorkerGpu(o, 0), 2);
+  EXPECT_FALSE(LearnerSharesSandboxGpu(o, 0));
+  o.set_sandbox_workers(2);  // its second worker times on GPU 3, the learner's
+  EXPECT_EQ(SandboxWorkerGpu(o, 1), 3);
+  EXPECT_TRUE(LearnerSharesSandboxGpu(o, 1));
+  o.set_learner_device("cuda");  // the learner on GPU 0: no worker there
+  EXPECT_FALSE(LearnerSharesSandboxGpu(o, 0));
+  o.set_sandbox_first_gpu(-1);
+  absl::Status s = ValidateLearnConfig(&o);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(s.message()).find("sandbox_first_gpu"), std::string::npos) << s;
+}
+
 TEST(LearnConfigTest, LearnerArgsCarryTheAttentionBackendAndTheLease) {
   auto has = [](const std::vector<std::string>& args, const std::string& a) {
     return std::find(args.begin(), args.end(), a) != args.end();
