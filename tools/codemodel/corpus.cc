@@ -103,7 +103,48 @@ absl::StatusOr<Recognised> MatchRendering(const std::vector<std::pair<fam::Choic
   return absl::NotFoundError("not a rendering of the family's template");
 }
 
+// Lines of `a` and `b` outside their longest common subsequence.
+int LineEdits(const std::vector<NumberedLine>& a, const std::vector<NumberedLine>& b) {
+  std::vector<int> row(b.size() + 1, 0), prev(b.size() + 1, 0);
+  for (size_t i = 1; i <= a.size(); ++i) {
+    std::swap(row, prev);
+    for (size_t j = 1; j <= b.size(); ++j) {
+      row[j] = a[i - 1].text == b[j - 1].text ? prev[j - 1] + 1 : std::max(prev[j], row[j - 1]);
+    }
+  }
+  return static_cast<int>(a.size() + b.size()) - 2 * row[b.size()];
+}
+
 }  // namespace
+
+absl::StatusOr<NearRendering> NearestRendering(const fam::TaskSpec& spec, const std::string& device,
+                                               const std::string& kernel, int max_edits) {
+  auto renderings = Renderings(spec, device);
+  if (!renderings.ok()) return renderings.status();
+  const std::vector<NumberedLine> got = CodeLines(kernel);
+  NearRendering best;
+  best.edits = max_edits + 1;
+  std::vector<NumberedLine> best_code;
+  bool tied = false;
+  for (const auto& [c, rendered] : *renderings) {
+    const std::vector<NumberedLine> want = CodeLines(rendered);
+    // The line counts alone bound the edits from below: most renderings need no table.
+    const size_t gap = want.size() > got.size() ? want.size() - got.size() : got.size() - want.size();
+    if (gap > static_cast<size_t>(best.edits)) continue;
+    const int edits = LineEdits(want, got);
+    if (edits < best.edits) {
+      best = {c, edits}, best_code = want, tied = false;
+    } else if (edits == best.edits && !tied) {
+      // Designs that compile to the same code are one design here, as in RecogniseKernel.
+      tied = want.size() != best_code.size() ||
+             !std::equal(want.begin(), want.end(), best_code.begin(),
+                         [](const NumberedLine& x, const NumberedLine& y) { return x.text == y.text; });
+    }
+  }
+  if (best.edits > max_edits) return absl::NotFoundError(absl::StrCat("no rendering within ", max_edits, " lines"));
+  if (tied) return absl::NotFoundError("two renderings are equally near");
+  return best;
+}
 
 absl::StatusOr<Recognised> RecogniseKernel(const fam::TaskSpec& spec, const std::string& device,
                                            const std::string& kernel) {

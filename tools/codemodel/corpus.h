@@ -62,6 +62,18 @@ struct Recognised {
 absl::StatusOr<Recognised> RecogniseKernel(const agent::family::TaskSpec& spec, const std::string& device,
                                            const std::string& kernel);
 
+// The design whose rendering `kernel`'s code (`//` comment lines left out) is
+// nearest to, counting the lines of both outside their longest common
+// subsequence (one line replaced counts 2). NotFound when no rendering is
+// within `max_edits`, or two are equally near: the design a kernel that is no
+// clean rendering (a garbled line, a #define out of its range) was written as.
+struct NearRendering {
+  agent::family::Choice choice{};
+  int edits = 0;
+};
+absl::StatusOr<NearRendering> NearestRendering(const agent::family::TaskSpec& spec, const std::string& device,
+                                               const std::string& kernel, int max_edits);
+
 class DesignEvaluator final : public actor::EvaluationClient {
  public:
   v1::Verdict Evaluate(const v1::EvaluateRequest& request) override;

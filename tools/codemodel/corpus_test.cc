@@ -5,6 +5,7 @@
 #include "tools/codemodel/corpus.h"
 #include "tools/codemodel/render.h"
 
+#include <algorithm>
 #include <map>
 #include <random>
 #include <set>
@@ -15,6 +16,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 #include "actor/rollout.h"
 #include "actor/tools.h"
 #include "agent/chat/chat_format.h"
@@ -145,6 +147,64 @@ TEST(CorpusTest, RecognisesRenderingsAndPlantedFaults) {
       EXPECT_EQ(Code(*spec, renamed->choice, device), Code(*spec, c, device));
     }
   }
+}
+
+// What the policy writes is often a rendering with one line garbled (another task's op line, a
+// #define out of its range): the nearest rendering names the design it was written as, unless
+// two are as near or none is within the bound.
+TEST(CorpusTest, NearestRenderingNamesTheDesignAGarbledKernelWasWrittenAs) {
+  std::mt19937_64 rng(std::random_device{}());
+  for (const std::string device : {"cuda", "cpu"}) {
+    for (const v1::Task& task : OnePerFamily(device)) {
+      auto spec = fam::ParseTaskSpec(task.reference_source());
+      ASSERT_TRUE(spec.ok());
+      const std::vector<fam::Choice> all = fam::AllChoices(*fam::Slots(spec->family));
+      const fam::Choice c = all[rng() % all.size()];
+      const std::string code = Code(*spec, c, device);
+      auto files = fam::Render(*spec, c, device);
+      ASSERT_TRUE(files.ok()) << files.status();
+      std::string kernel;
+      for (const auto& [p, text] : *files) {
+        if (absl::StartsWith(p, "kernels/")) kernel = text;
+      }
+      auto exact = NearestRendering(*spec, device, kernel, 4);
+      ASSERT_TRUE(exact.ok()) << exact.status();
+      EXPECT_EQ(exact->edits, 0);
+      EXPECT_EQ(Code(*spec, exact->choice, device), code);
+      // Lines every design renders: garbling one leaves c nearest, by one line replaced (2 edits).
+      std::vector<std::string> lines = absl::StrSplit(kernel, '\n');
+      std::vector<size_t> common;
+      for (size_t i = 0; i < lines.size(); ++i) {
+        bool everywhere = !absl::StripAsciiWhitespace(lines[i]).empty() &&
+                          !absl::StartsWith(absl::StripLeadingAsciiWhitespace(lines[i]), "//");
+        for (size_t k = 0; k < all.size() && everywhere; ++k) {
+          everywhere = absl::StrContains(Code(*spec, all[k], device), lines[i] + "\n");
+        }
+        if (everywhere) common.push_back(i);
+      }
+      ASSERT_GE(common.size(), 3u);
+      std::shuffle(common.begin(), common.end(), rng);
+      lines[common[0]] = "  int garbled = 0;";
+      auto near = NearestRendering(*spec, device, absl::StrJoin(lines, "\n"), 4);
+      ASSERT_TRUE(near.ok()) << near.status();
+      EXPECT_EQ(near->edits, 2);
+      EXPECT_EQ(Code(*spec, near->choice, device), code);
+      // Three lines replaced: past the bound.
+      lines[common[1]] = "  int garbled_too = 0;";
+      lines[common[2]] = "  int garbled_three = 0;";
+      EXPECT_FALSE(NearestRendering(*spec, device, absl::StrJoin(lines, "\n"), 4).ok());
+    }
+  }
+  // A #define out of its range is as near to two designs: neither is named.
+  fam::TaskSpec ge{"gemm_epilogue", {"relu"}};
+  auto files = fam::Render(ge, {0, 0, 1, 0}, "cuda");
+  ASSERT_TRUE(files.ok()) << files.status();
+  std::string code = files->at("kernels/gemm_epilogue.cu");
+  ASSERT_TRUE(absl::StrContains(code, "#define FUSED 0\n"));
+  code = absl::StrReplaceAll(code, {{"#define FUSED 0\n", "#define FUSED 2\n"}});
+  auto tied = NearestRendering(ge, "cuda", code, 4);
+  EXPECT_FALSE(tied.ok());
+  EXPECT_NE(std::string(tied.status().message()).find("equally near"), std::string::npos) << tied.status();
 }
 
 TEST(CorpusTest, DesignModelFailsFp16AndRowreduceBestDependsOnRowLength) {

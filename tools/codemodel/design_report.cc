@@ -121,7 +121,11 @@ TrajectoryFacts Facts(const v1::Trajectory& t, const std::string& reference_sour
     f.design = "other";
     if (!spec.ok()) break;
     auto r = RecogniseKernel(*spec, device, text);
-    if (r.ok() && !r->faulty) f.design = agent::family::ChoiceDigits(r->choice);
+    if (r.ok() && !r->faulty) {
+      f.design = agent::family::ChoiceDigits(r->choice);
+    } else if (auto near = NearestRendering(*spec, device, text, kNearEdits); near.ok()) {
+      f.design = "~" + agent::family::ChoiceDigits(near->choice);
+    }
     break;
   }
   return f;

@@ -32,8 +32,14 @@ struct TrajectoryFacts {
   // final_verdict's speed-ups (0 when it was not profiled).
   double speedup_vs_eager = 0, speedup_vs_compile = 0;
   std::string worker;         // final_verdict.worker_id: the sandbox worker that judged it.
-  std::string design;         // Choice digits, "none" (no kernel written) or "other".
+  // Choice digits; "~" and digits: that design's rendering with up to two lines
+  // replaced (kNearEdits: a garbled line, a #define out of its range); "none"
+  // (no kernel written) or "other".
+  std::string design;
 };
+
+// The line edits (NearestRendering) within which a kernel reads as "~" a design.
+inline constexpr int kNearEdits = 4;
 
 // `reference_source` of the task (its kernelrl-family line) decides the family; "" = unknown.
 TrajectoryFacts Facts(const v1::Trajectory& t, const std::string& reference_source, const std::string& device);

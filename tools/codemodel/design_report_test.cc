@@ -7,7 +7,10 @@
 #include <random>
 #include <set>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
+#include "agent/family/templates.h"
 #include "common/testing/testing.h"
 #include "data/family/family.h"
 #include "gtest/gtest.h"
@@ -75,6 +78,39 @@ TEST(DesignReportTest, EngineerEpisodesParseAndEndInTheirDesign) {
   EXPECT_EQ(FindJson(s, "designs_by_family")->size(), 3u);
   EXPECT_EQ(JsonNumber(*FindJson(*FindJson(*FindJson(s, "by_source"), "model"), "trajectories")),
             static_cast<double>(facts.size()));
+}
+
+// A kernel one line away from a rendering (the task's op line garbled, as the policy writes it)
+// reads as that design with "~"; one far from every rendering as "other".
+TEST(DesignReportTest, AKernelNearARenderingReadsAsItsDesign) {
+  const agent::family::TaskSpec spec{"gemm_epilogue", {"relu"}};
+  std::string source;
+  for (const auto& ft : data::family::MakeTasks("cuda")) {
+    if (ft.spec.family == spec.family && ft.spec.ops == spec.ops) source = ft.source;
+  }
+  ASSERT_FALSE(source.empty());
+  auto files = agent::family::Render(spec, {0, 1, 2, 0}, "cuda");
+  ASSERT_TRUE(files.ok()) << files.status();
+  std::string kernel;
+  for (const auto& [path, text] : *files) {
+    if (absl::StartsWith(path, "kernels/")) kernel = text;
+  }
+  ASSERT_TRUE(absl::StrContains(kernel, "fmaxf(v, 0.f)"));
+  auto written = [&](const std::string& text) {
+    v1::Trajectory t;
+    t.set_task_id("train/ge_relu_1024x512x2048");
+    auto* turn = t.add_turns();
+    turn->set_role(v1::Turn::ASSISTANT);
+    const Json call = Json::object(
+        {{"name", Json("Write")},
+         {"arguments", Json::object({{"path", Json("kernels/gemm_epilogue.cu")}, {"content", Json(text)}})}});
+    turn->set_content("<tool_call>\n" + DumpJson(call) + "\n</tool_call>");
+    return Facts(t, source, "cuda").design;
+  };
+  EXPECT_EQ(written(kernel), "0120");
+  const std::string garbled = absl::StrReplaceAll(kernel, {{"fmaxf(v, 0.f)", "tanhf(v,"}});
+  EXPECT_EQ(written(garbled), "~0120");
+  EXPECT_EQ(written("__global__ void k() {}\n"), "other");
 }
 
 // Per task, what each of the model's designs earned: whether the reward tells them apart, and
