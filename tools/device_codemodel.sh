@@ -59,7 +59,7 @@
 # repeats an earlier job's, ~40 s a job on one H200),
 # PARALLEL (0; 1: the JOBS side by side, job k's sandbox worker on GPU k (SANDBOX_WORKERS_PER_JOB, 1: its
 # --sandbox_workers in LEARN_ARGS), the learners on LEARNER_DEVICE: e.g. on nvidia-h200-x4 three seeds with
-# LEARNER_DEVICE=cuda:3 JOBS="1:none 2:none 3:none" in one call).
+# LEARNER_DEVICE=cuda:3 JOBS="1:none 2:none 3:none" in one call, each with fewer PPO updates than alone).
 set -u
 C=.devcarry/ops
 M=.devcarry/codemodel
@@ -372,7 +372,8 @@ finish_job() {
 }
 if [ "${PARALLEL:-0}" = 1 ]; then
   # The jobs side by side, job k's sandbox worker(s) from GPU k × SANDBOX_WORKERS_PER_JOB on (the learners
-  # on LEARNER_DEVICE, a GPU none of them times on): independent seeds at one job's device time.
+  # on LEARNER_DEVICE, a GPU none of them times on): seeds in one call, each with fewer PPO updates than
+  # alone (docs/CODEMODEL.md, ninth sitting: its verdicts queued 3-5x longer).
   [ "${SHARE_WARMUP:-0}" = 1 ] && { echo "PARALLEL=1 with SHARE_WARMUP=1: the jobs start together (use WARMUP_FROM)"; exit 2; }
   K=0 PIDS=()
   for J in ${JOBS:-$SEED:${ABLATION:-none}}; do
