@@ -6,11 +6,11 @@
 #   device: [SEED=1] [ABLATION=none|no_rft|no_value] tools/device_codemodel.sh
 #           # run tool, carry [".devcarry/codemodel"] (the services' binaries travel in it as ops.tgz)
 #
-# A call cannot hold the 21 baselines (~260 s on one GPU) and a job, so on two GPUs (nvidia-h200-x2)
-# the run takes a base call (corpus ~36 s and pre-training ~13 s beside the baselines, H200, 2026-11-30),
-# then job calls:
+# A call cannot hold the 21 baselines (~260 s on one GPU) and a job, so the run takes a base call
+# (the baselines, then corpus ~36 s and pre-training ~10-13 s, H200, 2026-11-30), then job calls:
 #   a. LEARNER_DEVICE=cuda:1 JOBS=" " PRECOMPUTE_WALL=290 tools/device_codemodel.sh
-#      (pre-training on GPU 1 beside the baselines on GPU 0) -> base.tgz, results.tgz (baselines.jsonl)
+#      (the baselines on GPU 0 with nothing beside them, then pre-training on GPU 1) -> base.tgz,
+#      results.tgz (baselines.jsonl)
 #   b. here: tools/device_codemodel.sh --stage-in DIR   # DIR holds call a's base.tgz and results.tgz
 #      device: BASE_IN=.devcarry/codemodel/in/base.tgz BASELINES_IN=.devcarry/codemodel/in/baselines.jsonl \
 #              LEARNER_DEVICE=cuda:1 [SEED=..] [JOBS=..] tools/device_codemodel.sh
@@ -24,8 +24,8 @@
 #
 # On the device, in order:
 #  1. eager + torch.compile baselines of the task set (3 training + 4 held-out tasks per family:
-#     12 held-out, split by shape and by composition), through the executor path, while the
-#     engineer corpus is written on the CPU (corpus_gen --device=cuda, training tasks of the whole
+#     12 held-out, split by shape and by composition), through the executor path, then the
+#     engineer corpus on the CPU (corpus_gen --device=cuda, training tasks of the whole
 #     family, SEED) with its BPE tokenizer;
 #  2. pre-training (SFT) of the from-scratch model on the corpus, bf16 on the GPU (pretrain; Qwen2
 #     shape PRETRAIN_ARGS, PRETRAIN_STEPS steps): the base checkpoint, with its SHA-256;
@@ -45,7 +45,7 @@
 # tools/device_codemodel.sh --stage --cpu, then BACKEND=cpu OUT=DIR tools/device_codemodel.sh (no baselines).
 # Knobs: CONTINUE_FROM (d. above), TRAIN_PER_FAMILY (--stage: the job's training tasks a family, 3), TRAIN_TASKS
 # (--stage: the job's training tasks by id instead, e.g. "train/rr_softmax_384x12288 train/rr_rmsnorm_384x12288 ..."), SEED (1), ABLATION (none), JOBS ("$SEED:$ABLATION"; " " runs none), PRECOMPUTE_WALL (150 s), WARM_WALL (45 s),
-# BASELINE_GPUS (1; N: the baselines to measure dealt to N workers on GPUs 0..N-1 at once; not beside pre-training on LEARNER_DEVICE),
+# BASELINE_GPUS (1; N: the baselines to measure dealt to N workers on GPUs 0..N-1 at once),
 # PRETRAIN_STEPS (700: 12.6 s on an H200 on 2026-11-30, ~320 s in earlier sittings; 150 steps left a model that writes no valid tool call),
 # PRETRAIN_ARGS ("--hidden=256 --layers=4 --heads=4 --kv_heads=2 --intermediate=704 --batch=4 --lr=2e-3 --warmup_steps=10"),
 # PER_TASK (8 corpus episodes per training task), LEARN_WALL (270 s), WARMUP (48), RFT_EPOCHS (4),
@@ -197,15 +197,16 @@ RUN=${LOCAL_RUN:-/tmp/kernelrl-codemodel} BASE=${LOCAL_RUN:-/tmp/kr}/baselines
 mkdir -p "$RUN" "$BASE"
 DEV=$([ "$BACKEND" = cuda ] && echo cuda || echo cpu)
 
-# 1. The corpus and tokenizer on the CPU, beside the baselines on the GPU.
+# 1. The corpus and tokenizer on the CPU (on the CUDA backend after the baselines, see 2).
 PRESETS=${PRESETS:-family}
 # The presets as files of the carried tree, not --preset: that reads the staged kernelrl's own
 # runfiles, which keep the presets of the last --stage (a preset edited since would not run).
 PRESET_CONFIGS=()
 for p in $PRESETS; do PRESET_CONFIGS+=(--config=configs/learn/$p.textproto); done
 # 2. Pre-training on the GPU, once the corpus is written (its base model comes back as base.tgz: BASE_IN of
-#    a later call). With the learner on a second GPU (LEARNER_DEVICE=cuda:N) it runs there while the
-#    baselines are measured on GPU 0; otherwise after them.
+#    a later call), on the learner's GPU (LEARNER_DEVICE=cuda:N) or GPU 0. On the CUDA backend both run
+#    after the baselines: a baseline timed beside corpus_gen's CPU load read the host's delays
+#    (torch.compile's ~57 us GEMM at 182 us, docs/CODEMODEL.md, ninth sitting).
 make_corpus() {
   "$M/bin/corpus_gen" "${PRESET_CONFIGS[@]}" --tasks="$M/all_train.jsonl" --out="$RUN/corpus" \
     --device=$DEV --per_task=${PER_TASK:-8} --seed=$SEED --vocab_size=4096 > "$OUT/corpus.log" 2>&1 ||
@@ -219,10 +220,8 @@ pretrain_base() {
   echo "pretrained at $(elapsed) s: $(cat "$OUT/pretrain.json")"
   [ -n "${LOCAL_RUN:-}" ] || tar czf "$OUT/base.tgz" -C "$RUN/base" .
 }
-CORPUS="" BUILD_BASE=""
+CORPUS="" BUILD_BASE=0
 LEARNER_GPU=$(echo "${LEARNER_DEVICE:-}" | sed -n 's/^cuda:\([0-9]\+\)$/\1/p')
-[ "${BASELINE_GPUS:-1}" -gt 1 ] && [ -n "$LEARNER_GPU" ] && [ -z "${BASE_IN:-}${CONTINUE_FROM:-}" ] &&
-  { echo "BASELINE_GPUS=$BASELINE_GPUS: pre-training runs on GPU $LEARNER_GPU beside the baselines (set BASE_IN)"; exit 2; }
 [ "${BASELINE_GPUS:-1}" -gt 1 ] && [ "$BACKEND" = cuda ] && [ "$BASELINE_GPUS" -gt "$(nvidia-smi -L | wc -l)" ] &&
   { echo "BASELINE_GPUS=$BASELINE_GPUS: this machine has $(nvidia-smi -L | wc -l) GPUs"; exit 2; }
 if [ -n "${CONTINUE_FROM:-}" ]; then  # An earlier job's final policy and critic: its PPO goes on.
@@ -232,9 +231,8 @@ if [ -n "${CONTINUE_FROM:-}" ]; then  # An earlier job's final policy and critic
   echo "continuing from $(basename "$CONT_DIR"): $(head -1 "$RUN/base/SHA256SUMS")"
 elif [ -n "${BASE_IN:-}" ]; then  # An earlier call's base model (base.tgz): no corpus, no pre-training.
   mkdir -p "$RUN/base" && tar xzf "$BASE_IN" -C "$RUN/base"
-elif [ -n "$LEARNER_GPU" ] && [ "$BACKEND" = cuda ]; then
-  ( make_corpus && CUDA_VISIBLE_DEVICES=$LEARNER_GPU pretrain_base ) &
-  BUILD_BASE=$!
+elif [ "$BACKEND" = cuda ]; then
+  BUILD_BASE=1  # after the baselines, below
 else
   make_corpus &
   CORPUS=$!
@@ -285,7 +283,8 @@ if [ "$BACKEND" = cuda ]; then
     --table="$OUT/baselines.tsv" > "$OUT/import.log" 2>&1 || echo "baseline import failed (import.log): rewards stay at 1 (baseline_missing)"
 fi
 
-if [ -n "$BUILD_BASE" ]; then wait $BUILD_BASE || exit 1
+if [ "$BUILD_BASE" = 1 ]; then
+  ( [ -n "$LEARNER_GPU" ] && export CUDA_VISIBLE_DEVICES=$LEARNER_GPU; make_corpus && pretrain_base ) || exit 1
 elif [ -n "$CORPUS" ]; then { wait $CORPUS && pretrain_base; } || exit 1
 fi
 
