@@ -122,8 +122,10 @@ std::string PointwiseBody(const std::vector<std::string>& ops, const std::string
   for (const std::string& name : ops) {
     const PointwiseOp* op = FindOp(name);
     const std::string expr = op ? op->c_expr : "v";
-    absl::StrAppend(&out, indent, "v = ", round.empty() ? expr : absl::StrCat(round, "(", expr, ")"), ";  // ", name,
-                    "\n");
+    // The op's name on a line of its own, before its expression: the name is what the task states
+    // (model.py's ops=), and the expression follows from it.
+    absl::StrAppend(&out, indent, "// ", name, "\n", indent, "v = ",
+                    round.empty() ? expr : absl::StrCat(round, "(", expr, ")"), ";\n");
   }
   return out;
 }

@@ -92,8 +92,8 @@ const std::map<std::string, std::string>& Reductions();
 std::string ModelNewSource(const TaskSpec& spec);
 absl::StatusOr<std::map<std::string, std::string>> RenderCuda(const TaskSpec& spec, const Choice& choice);
 absl::StatusOr<std::map<std::string, std::string>> RenderCpu(const TaskSpec& spec, const Choice& choice);
-// "v = f(v);\n" lines for the pointwise ops (epilogue or chain); `round` wraps
-// each result (half-precision emulation) when not empty.
+// "// name\nv = f(v);\n" for each pointwise op (epilogue or chain); `round`
+// wraps each result (half-precision emulation) when not empty.
 std::string PointwiseBody(const std::vector<std::string>& ops, const std::string& round, const std::string& indent);
 
 }  // namespace kernelrl::agent::family

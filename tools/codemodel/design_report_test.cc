@@ -108,7 +108,7 @@ TEST(DesignReportTest, AKernelNearARenderingReadsAsItsDesign) {
     return Facts(t, source, "cuda").design;
   };
   EXPECT_EQ(written(kernel), "0120");
-  const std::string garbled = absl::StrReplaceAll(kernel, {{"fmaxf(v, 0.f)", "tanhf(v,"}});
+  const std::string garbled = absl::StrReplaceAll(kernel, {{"fmaxf(v, 0.f);", "tanhf(v,"}});
   EXPECT_EQ(written(garbled), "~0120");
   EXPECT_EQ(written("__global__ void k() {}\n"), "other");
 }
