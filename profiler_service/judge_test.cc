@@ -371,6 +371,45 @@ TEST(Judge, GraphFiguresCompareOnlyWithGraphFigures) {
   EXPECT_EQ(RewardFor(r.verdict()), 1.0);
 }
 
+// Whether a capture succeeds is the executor's choice: a candidate that
+// declines graph blocks is held to the baseline's graph figure, never compared
+// with the baseline's eager figure, which carries torch.compile's per-call host
+// cost (on the H200: 131 us eager-timed against 12.5 us replayed, a 10 us
+// softmax). Without the rule it read 3x faster than torch.compile.
+TEST(Judge, ACandidateWithoutGraphFiguresIsHeldToTheBaselinesGraphFigure) {
+  Baseline b = MakeBaseline(720.0, 1310.0);  // eager-timed: each side's host cost (x10: above the floor)
+  b.mutable_eager()->set_graph_median_us(165.0);
+  b.mutable_compiled()->set_graph_median_us(125.0);
+  const ProfileMeasurement declined = Candidate(400.0);  // eager blocks only
+  ASSERT_EQ(AnalyzeTimingRun(declined.candidate(), Config()).graph_median_us(), 0.0);
+  ProfileResult r = JudgeProfile(declined, &b, Task(), Config());
+  EXPECT_NEAR(r.verdict().speedup_vs_eager(), 165.0 / 400.0, 0.02);
+  EXPECT_NEAR(r.verdict().speedup_vs_compile(), 125.0 / 400.0, 0.02);
+  EXPECT_FALSE(r.verdict().speedup_vs_eager_graph());
+  EXPECT_TRUE(Has(r.verdict(), kHeldToBaselineGraph));
+  EXPECT_EQ(SeverityOf(kHeldToBaselineGraph), FlagSeverity::kInfo);
+  EXPECT_EQ(RewardFor(r.verdict()), 1.0);
+
+  // The same candidate, captured (100 us replayed), is compared graph with graph.
+  ProfileMeasurement captured = Candidate(400.0);
+  RawTimingRun graph = NoisyRun(100.0, 50, 0.002, 12);
+  for (CallSample& s : *graph.mutable_samples()) {
+    s.set_graph(true);
+    *captured.mutable_candidate()->add_samples() = s;
+  }
+  r = JudgeProfile(captured, &b, Task(), Config());
+  EXPECT_NEAR(r.verdict().speedup_vs_compile(), 1.25, 0.02);
+  EXPECT_TRUE(r.verdict().speedup_vs_compile_graph());
+  EXPECT_FALSE(Has(r.verdict(), kHeldToBaselineGraph));
+  EXPECT_EQ(RewardFor(r.verdict()), 3.0);
+
+  // A baseline without graph figures: eager with eager, as before.
+  const Baseline eager_only = MakeBaseline(720.0, 1310.0);
+  r = JudgeProfile(declined, &eager_only, Task(), Config());
+  EXPECT_NEAR(r.verdict().speedup_vs_compile(), 1310.0 / 400.0, 0.05);
+  EXPECT_FALSE(Has(r.verdict(), kHeldToBaselineGraph));
+}
+
 TEST(Judge, UntrustedBaselineAgainstTrustedCandidateIsQuarantined) {
   Baseline b = MakeBaseline(300.0, 280.0);  // The candidate looks 3x faster...
   b.mutable_eager()->add_flags("untrusted_timing");  // ...against a figure timed inside its own process.
