@@ -2,6 +2,7 @@
 
 #include <fnmatch.h>
 
+#include <algorithm>
 #include <chrono>
 #include <regex>
 
@@ -12,6 +13,7 @@
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "profiler_service/reward.h"
 
 namespace kernelrl::actor {
 namespace {
@@ -86,24 +88,36 @@ std::string LogTail(const v1::Verdict& v, const std::string& key, size_t n) {
 }
 
 // The figures behind the speed-ups: the judge compares graph-replayed medians where the candidate
-// and the baseline both have them, launched ones otherwise (like with like), so the times shown
-// are the ones each ratio was taken from.
+// and the baseline both have them, a candidate without them with the baseline's graph-replayed
+// figure (flag held_to_baseline_graph), launched ones otherwise, so the times shown are the ones
+// each ratio was taken from.
 std::string SpeedUpFigures(const v1::Verdict& v) {
-  const bool eager_graph = v.speedup_vs_eager_graph() && v.eager_graph_time_us() > 0;
-  const bool compile_graph = v.speedup_vs_compile_graph() && v.compile_graph_time_us() > 0;
-  const double cand_eager = eager_graph ? v.candidate_graph_time_us() : v.candidate_time_us();
-  const double cand_compile = compile_graph ? v.candidate_graph_time_us() : v.candidate_time_us();
-  const double eager = eager_graph ? v.eager_graph_time_us() : v.eager_time_us();
-  const double compile = compile_graph ? v.compile_graph_time_us() : v.compile_time_us();
-  if (eager_graph == compile_graph) {
-    return absl::StrFormat("%scandidate %.2f us, eager %.2f us, torch.compile %.2f us",
-                           eager_graph ? "graph-replayed: " : "", cand_eager, eager, compile);
-  }
-  auto side = [](bool graph, double cand, const char* name, double base) {
-    return absl::StrFormat("candidate %.2f us against %s %.2f us%s", cand, name, base, graph ? ", graph-replayed" : "");
+  const bool held = std::find(v.flags().begin(), v.flags().end(), kHeldToBaselineGraph) != v.flags().end();
+  struct Side {
+    bool cand_graph, base_graph;
+    double cand, base;
   };
-  return absl::StrCat(side(eager_graph, cand_eager, "eager", eager), "; ",
-                      side(compile_graph, cand_compile, "torch.compile", compile));
+  auto side_of = [&](bool graph, double base_graph_us, double base_us) {
+    const bool cand_graph = graph && base_graph_us > 0;
+    const bool base_graph = base_graph_us > 0 && (cand_graph || held);
+    return Side{cand_graph, base_graph, cand_graph ? v.candidate_graph_time_us() : v.candidate_time_us(),
+                base_graph ? base_graph_us : base_us};
+  };
+  const Side e = side_of(v.speedup_vs_eager_graph(), v.eager_graph_time_us(), v.eager_time_us());
+  const Side c = side_of(v.speedup_vs_compile_graph(), v.compile_graph_time_us(), v.compile_time_us());
+  if (e.cand_graph == e.base_graph && c.cand_graph == c.base_graph && e.cand_graph == c.cand_graph) {
+    return absl::StrFormat("%scandidate %.2f us, eager %.2f us, torch.compile %.2f us",
+                           e.cand_graph ? "graph-replayed: " : "", e.cand, e.base, c.base);
+  }
+  auto text = [](const Side& s, const char* name) {
+    if (s.cand_graph == s.base_graph) {
+      return absl::StrFormat("candidate %.2f us against %s %.2f us%s", s.cand, name, s.base,
+                             s.base_graph ? ", graph-replayed" : "");
+    }
+    return absl::StrFormat("candidate %.2f us, no graph-replayed figure, against %s %.2f us graph-replayed", s.cand,
+                           name, s.base);
+  };
+  return absl::StrCat(text(e, "eager"), "; ", text(c, "torch.compile"));
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/testing/testing.h"
 #include "gtest/gtest.h"
+#include "profiler_service/reward.h"
 
 namespace kernelrl::actor {
 namespace {
@@ -253,6 +254,8 @@ TEST_F(ToolsTest, ProfileShowsTheFiguresEachSpeedUpCompared) {
   EXPECT_TRUE(absl::StrContains(
       text, "vs torch.compile 0.900x (graph-replayed: candidate 30.00 us, eager 45.00 us, torch.compile 27.00 us)"))
       << text;
+  // A baseline with a replayed figure on one side only: that side graph with graph, the other launched.
+  v.clear_compile_graph_time_us();
   v.set_speedup_vs_compile_graph(false);
   v.set_speedup_vs_compile(1.167);
   eval_.next = v;
@@ -260,6 +263,22 @@ TEST_F(ToolsTest, ProfileShowsTheFiguresEachSpeedUpCompared) {
   EXPECT_TRUE(absl::StrContains(text, "(candidate 30.00 us against eager 45.00 us, graph-replayed; candidate 60.00 us "
                                       "against torch.compile 70.00 us)"))
       << text;
+  // A candidate that declined graphs, held to the baselines' replayed figures.
+  v.set_compile_graph_time_us(27);
+  v.clear_candidate_graph_time_us();
+  v.set_speedup_vs_eager_graph(false);
+  v.set_speedup_vs_eager(0.75);
+  v.set_speedup_vs_compile(0.45);
+  v.add_flags(kHeldToBaselineGraph);
+  eval_.next = v;
+  text = Run("Profile", "{}").text;
+  EXPECT_TRUE(absl::StrContains(text, "(candidate 60.00 us, no graph-replayed figure, against eager 45.00 us "
+                                      "graph-replayed; candidate 60.00 us, no graph-replayed figure, against "
+                                      "torch.compile 27.00 us graph-replayed)"))
+      << text;
+  v.clear_flags();
+  v.set_speedup_vs_eager_graph(true);
+  v.set_candidate_graph_time_us(30);
   // A verdict without the baselines' replayed figures (written before they were kept) shows launched ones.
   v.set_speedup_vs_compile_graph(true);
   v.clear_eager_graph_time_us();

@@ -31,11 +31,6 @@
 namespace kernelrl {
 
 enum class FlagSeverity { kInfo, kAudit, kDecline, kHack };
-
-// Info: a candidate without graph-replayed figures was compared with the
-// baseline's graph-replayed figure (whether a capture succeeds is the
-// candidate's process's choice; it cannot move the comparison to eager figures).
-inline constexpr char kHeldToBaselineGraph[] = "held_to_baseline_graph";
 FlagSeverity SeverityOf(const std::string& flag);
 
 // The summary of a judged OK: "12.3 us; 1.50x eager, 1.20x compile".

@@ -37,6 +37,11 @@ namespace kernelrl {
 inline constexpr double kDefaultMilestoneMargin = 0.05;
 inline constexpr char kUnresolvedVsEager[] = "speedup_vs_eager_unresolved";
 inline constexpr char kUnresolvedVsCompile[] = "speedup_vs_compile_unresolved";
+// Info: a candidate without graph-replayed figures was compared with the
+// baseline's graph-replayed figure (whether a capture succeeds is the
+// candidate's process's choice; it cannot move the comparison to eager-timed
+// figures, which carry each side's per-call host cost).
+inline constexpr char kHeldToBaselineGraph[] = "held_to_baseline_graph";
 
 // True when `speedup` (baseline / candidate) is more than `margin` faster.
 bool FasterByMoreThan(double speedup, double margin = kDefaultMilestoneMargin);
