@@ -118,7 +118,7 @@ ProfileResult JudgeProfile(const ProfileMeasurement& m, const Baseline* baseline
     bool held_to_graph = false;
     struct Compared {
       double speedup;
-      bool cand_graph, base_graph;
+      bool graph_with_graph, base_graph;
     };
     auto speedup = [&](const TimingStats& base) {
       const bool cand_graph = cand.graph_median_us() > 0.0, base_graph = base.graph_median_us() > 0.0;
@@ -131,15 +131,15 @@ ProfileResult JudgeProfile(const ProfileMeasurement& m, const Baseline* baseline
     const Compared vs_eager = speedup(baseline->eager()), vs_compile = speedup(baseline->compiled());
     v.set_speedup_vs_eager(vs_eager.speedup);
     v.set_speedup_vs_compile(vs_compile.speedup);
-    v.set_speedup_vs_eager_graph(vs_eager.cand_graph);
-    v.set_speedup_vs_compile_graph(vs_compile.cand_graph);
+    v.set_speedup_vs_eager_graph(vs_eager.graph_with_graph);
+    v.set_speedup_vs_compile_graph(vs_compile.graph_with_graph);
     if (held_to_graph) flags.push_back(kHeldToBaselineGraph);
     auto rse = [](const TimingStats& s, bool graph) { return graph ? s.graph_rel_std_error() : s.rel_std_error(); };
-    if (Unresolved(vs_eager.speedup, rse(cand, vs_eager.cand_graph), rse(baseline->eager(), vs_eager.base_graph),
-                   config.milestone_margin())) {
+    if (Unresolved(vs_eager.speedup, rse(cand, vs_eager.graph_with_graph),
+                   rse(baseline->eager(), vs_eager.base_graph), config.milestone_margin())) {
       flags.push_back(kUnresolvedVsEager);
     }
-    if (Unresolved(vs_compile.speedup, rse(cand, vs_compile.cand_graph),
+    if (Unresolved(vs_compile.speedup, rse(cand, vs_compile.graph_with_graph),
                    rse(baseline->compiled(), vs_compile.base_graph), config.milestone_margin())) {
       flags.push_back(kUnresolvedVsCompile);
     }
