@@ -53,17 +53,18 @@ std::vector<v1::Task> OnePerFamily(const std::string& device) {
   return out;
 }
 
-// The kernel of a rendering without its comment lines.
-std::string Code(const fam::TaskSpec& spec, const fam::Choice& c, const std::string& device) {
+// The kernel file of a rendering.
+std::string Kernel(const fam::TaskSpec& spec, const fam::Choice& c, const std::string& device) {
   auto files = fam::Render(spec, c, device);
   EXPECT_TRUE(files.ok()) << files.status();
+  return files.ok() ? files->at(agent::KernelPathOf(*files)) : "";
+}
+
+// The kernel of a rendering without its comment lines.
+std::string Code(const fam::TaskSpec& spec, const fam::Choice& c, const std::string& device) {
   std::string out;
-  if (!files.ok()) return out;
-  for (const auto& [p, text] : *files) {
-    if (!absl::StartsWith(p, "kernels/")) continue;
-    for (absl::string_view l : absl::StrSplit(text, '\n')) {
-      if (!absl::StartsWith(absl::StripLeadingAsciiWhitespace(l), "//")) absl::StrAppend(&out, l, "\n");
-    }
+  for (absl::string_view l : absl::StrSplit(Kernel(spec, c, device), '\n')) {
+    if (!absl::StartsWith(absl::StripLeadingAsciiWhitespace(l), "//")) absl::StrAppend(&out, l, "\n");
   }
   return out;
 }
@@ -103,12 +104,7 @@ TEST(CorpusTest, RecognisesRenderingsAndPlantedFaults) {
       auto slots = fam::Slots(spec->family);
       const std::vector<fam::Choice> all = fam::AllChoices(*slots);
       const fam::Choice c = all[rng() % all.size()];
-      auto files = fam::Render(*spec, c, device);
-      ASSERT_TRUE(files.ok());
-      std::string path, kernel;
-      for (const auto& [p, text] : *files) {
-        if (absl::StartsWith(p, "kernels/")) path = p, kernel = text;
-      }
+      const std::string kernel = Kernel(*spec, c, device);
       auto r = RecogniseKernel(*spec, device, kernel);
       ASSERT_TRUE(r.ok()) << r.status();
       EXPECT_EQ(r->choice, c);
@@ -160,13 +156,7 @@ TEST(CorpusTest, NearestRenderingNamesTheDesignAGarbledKernelWasWrittenAs) {
       ASSERT_TRUE(spec.ok());
       const std::vector<fam::Choice> all = fam::AllChoices(*fam::Slots(spec->family));
       const fam::Choice c = all[rng() % all.size()];
-      const std::string code = Code(*spec, c, device);
-      auto files = fam::Render(*spec, c, device);
-      ASSERT_TRUE(files.ok()) << files.status();
-      std::string kernel;
-      for (const auto& [p, text] : *files) {
-        if (absl::StartsWith(p, "kernels/")) kernel = text;
-      }
+      const std::string code = Code(*spec, c, device), kernel = Kernel(*spec, c, device);
       auto exact = NearestRendering(*spec, device, kernel, 4);
       ASSERT_TRUE(exact.ok()) << exact.status();
       EXPECT_EQ(exact->edits, 0);
@@ -197,9 +187,7 @@ TEST(CorpusTest, NearestRenderingNamesTheDesignAGarbledKernelWasWrittenAs) {
   }
   // A #define out of its range is as near to two designs: neither is named.
   fam::TaskSpec ge{"gemm_epilogue", {"relu"}};
-  auto files = fam::Render(ge, {0, 0, 1, 0}, "cuda");
-  ASSERT_TRUE(files.ok()) << files.status();
-  std::string code = files->at("kernels/gemm_epilogue.cu");
+  std::string code = Kernel(ge, {0, 0, 1, 0}, "cuda");
   ASSERT_TRUE(absl::StrContains(code, "#define FUSED 0\n"));
   code = absl::StrReplaceAll(code, {{"#define FUSED 0\n", "#define FUSED 2\n"}});
   auto tied = NearestRendering(ge, "cuda", code, 4);

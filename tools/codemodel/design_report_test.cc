@@ -11,6 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "agent/family/templates.h"
+#include "agent/policy/engineer_policy.h"
 #include "common/testing/testing.h"
 #include "data/family/family.h"
 #include "gtest/gtest.h"
@@ -91,10 +92,7 @@ TEST(DesignReportTest, AKernelNearARenderingReadsAsItsDesign) {
   ASSERT_FALSE(source.empty());
   auto files = agent::family::Render(spec, {0, 1, 2, 0}, "cuda");
   ASSERT_TRUE(files.ok()) << files.status();
-  std::string kernel;
-  for (const auto& [path, text] : *files) {
-    if (absl::StartsWith(path, "kernels/")) kernel = text;
-  }
+  const std::string kernel = files->at(agent::KernelPathOf(*files));
   ASSERT_TRUE(absl::StrContains(kernel, "fmaxf(v, 0.f)"));
   auto written = [&](const std::string& text) {
     v1::Trajectory t;
