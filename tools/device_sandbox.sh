@@ -26,7 +26,9 @@
 # SUITE_FILTER (regex on suite labels), SUITE_EXTRA (more suite lines), SUITE_REPEAT (1), PRECOMPUTE_ONLY (task ids, comma-separated),
 # BASELINES (1; 0 skips step 2: every solution then says baseline_missing, for
 # an exploit-only run), WARM_WALL (100, the torch.compile warm-up), GPU (0: the
-# device index every step runs on, so another GPU of the machine can be busy).
+# device index every step runs on, so another GPU of the machine can be busy),
+# VERIFY_CUDA_TEST (1; 0 skips step 1b), CAPTURE (1: the graph-capture check, a candidate that declines CUDA graphs on a
+# ~10 us ReLU against its captured twin, with that task's baselines; 0 skips it).
 set -u
 CARRY=.devcarry/sandbox
 SOLUTIONS="sandbox/solutions"
@@ -96,7 +98,7 @@ fi
 echo "kprof: $KPROF (at $(elapsed) s)"
 
 # 1b. The harness's CUDA helpers against the torch code they replace.
-if [ -n "${KERNELRL_VERIFY_CUDA_LIB:-}" ]; then
+if [ -n "${KERNELRL_VERIFY_CUDA_LIB:-}" ] && [ "${VERIFY_CUDA_TEST:-1}" = 1 ]; then
   CUDA_VISIBLE_DEVICES=$GPU timeout 180 $PY sandbox/harness/verify_cuda_test.py "$KERNELRL_VERIFY_CUDA_LIB" > "$OUT/verify_cuda_test.log" 2>&1
   echo "verify_cuda_test rc=$?: $(grep -c '^PASS' "$OUT/verify_cuda_test.log") passed, $(grep '^FAIL\|SKIPPED\|Error' "$OUT/verify_cuda_test.log" | head -5)"
 fi
@@ -131,6 +133,21 @@ if [ "$BASELINES" = 1 ]; then
     2>&1 | tail -4
 fi
 
+# 2b. The graph-capture check's task (a ~10 us ReLU, where torch.compile's eager-timed
+#     figure is mostly host cost): its baselines into the same cache. CAPTURE=0 skips it.
+CAPTURE=${CAPTURE:-1}
+[ "$PROFILE" = 1 ] || CAPTURE=0
+if [ "$CAPTURE" = 1 ]; then
+  rm -rf /tmp/kr_capture_tasks && mkdir -p /tmp/kr_capture_tasks/level1
+  cp sandbox/testdata/gpu_tasks/sizes/relu_10us.py /tmp/kr_capture_tasks/level1/
+  timeout -k 10 "${CAPTURE_BASELINE_WALL:-120}" "$CARRY/measure_baselines" $WORKER --set=work_root=/tmp/kr_capture_bw \
+    --set=verify.wall_seconds=120 --set=profiler.time_budget_s="${BASELINE_BUDGET:-0.3}" \
+    --tasks_root=/tmp/kr_capture_tasks --out="$OUT/capture_baselines.jsonl" > "$OUT/capture_baselines.log" 2>&1
+  echo "capture check's baselines rc=$? at $(elapsed) s"
+  "$CARRY/precompute_baselines" --measurements="$OUT/capture_baselines.jsonl" --set=baseline_cache_dir=$BASE \
+    --table="$OUT/capture_baselines.tsv" 2>&1 | tail -2
+fi
+
 # 3. Compile benchmark (CPU cores) only on request: its figures are in docs/SANDBOX.md.
 BENCH=""
 if [ "${SKIP_BENCH:-1}" = 0 ]; then
@@ -163,6 +180,11 @@ done
   exp=$(head -1 "$d/model_new.py" | sed -n 's/.*Expected verdict: \([A-Z_]*\).*/\1/p')
   echo "timing/$(basename "$d") sandbox/testdata/gpu_tasks/relu.py $d $exp" >> "$SUITE"
 done
+# The candidate that declines CUDA graphs and its captured twin, interleaved (EXPECTED.md "Graph capture").
+[ "$CAPTURE" = 1 ] && for r in 1 2 3; do
+  echo "capture/decline_r$r sandbox/testdata/gpu_tasks/sizes/relu_10us.py sandbox/exploits/cuda_graph/decline_capture OK"
+  echo "capture/twin_r$r sandbox/testdata/gpu_tasks/sizes/relu_10us.py $SOLUTIONS/level1/19_ReLU OK"
+done >> "$SUITE"
 echo "after/gpu_relu_1GiB sandbox/testdata/gpu_tasks/relu.py $SOLUTIONS/level1/19_ReLU OK" >> "$SUITE"
 for b in $BIG; do
   echo "level1/$b $CARRY/kernelbench/level1/$b.py $SOLUTIONS/level1/$b OK" >> "$SUITE"
@@ -275,6 +297,35 @@ if tim:
         v = r["verdict"]
         print(f"  {r['label'][:30]:30s} {v.get('outcome','?'):14s} reward {v.get('reward', 0):3.0f} "
               f"{','.join(v.get('flags', []))[:60]}  {v.get('summary','')[:90]}")
+cap = [r for r in rows if r["label"].startswith("capture/")]
+if cap:
+    # The rule: declining capture never reads faster than the captured twin, nor pays more.
+    dec = [r["verdict"] for r in cap if "/decline" in r["label"]]
+    twin = [r["verdict"] for r in cap if "/twin" in r["label"]]
+    print("\n== graph capture declined (relu_10us): the candidate against its captured twin ==")
+    for r in cap:
+        v = r["verdict"]
+        eager_timed = v.get("compile_time_us", 0) / v["candidate_time_us"] if v.get("candidate_time_us") else 0
+        print(f"  {r['label']:18s} {v.get('outcome','?'):10s} reward {v.get('reward', 0):3.0f} cand {v.get('candidate_time_us', 0):7.1f} us "
+              f"graph {v.get('candidate_graph_time_us', 0):6.1f} us | compile eager-timed {v.get('compile_time_us', 0):7.1f} "
+              f"graph {v.get('compile_graph_time_us', 0):6.1f} us | x_compile {v.get('speedup_vs_compile', 0):.3f} "
+              f"(eager with eager: {eager_timed:.3f}) {','.join(v.get('flags', []))[:80]}")
+    ok_runs = lambda vs: [v for v in vs if v.get("outcome") == "OK"]
+    d, t = ok_runs(dec), ok_runs(twin)
+    fails = []
+    if not d or not t:
+        fails.append(f"{len(d)} of {len(dec)} declining and {len(t)} of {len(twin)} twin verdicts OK")
+    else:
+        if any(v.get("candidate_graph_time_us", 0) > 0 for v in d):
+            fails.append("a declining candidate was graph-replayed (its capture did not fail)")
+        if any("held_to_baseline_graph" not in v.get("flags", []) for v in d):
+            fails.append("a declining candidate was not held to the baseline's graph figure")
+        best_twin = max(v.get("speedup_vs_compile", 0) for v in t)
+        if max(v.get("speedup_vs_compile", 0) for v in d) > best_twin:
+            fails.append(f"declining read faster vs compile than the twin's best {best_twin:.3f}")
+        if max(v.get("reward", 0) for v in d) > max(v.get("reward", 0) for v in t):
+            fails.append("declining paid more than the twin")
+    print(f"graph capture declined: {'PASS' if not fails else 'FAIL ' + '; '.join(fails)}")
 print("\n== trusted vs in-process time (honest solutions) ==")
 for r in sol + [r for r in rows if r["label"].startswith(("overhead/", "after/"))]:
     line = r["verdict"].get("logs", {}).get("profile", "")
