@@ -205,8 +205,9 @@ PRESET_CONFIGS=()
 for p in $PRESETS; do PRESET_CONFIGS+=(--config=configs/learn/$p.textproto); done
 # 2. Pre-training on the GPU, once the corpus is written (its base model comes back as base.tgz: BASE_IN of
 #    a later call), on the learner's GPU (LEARNER_DEVICE=cuda:N) or GPU 0. On the CUDA backend both run
-#    after the baselines: a baseline timed beside corpus_gen's CPU load read the host's delays
-#    (torch.compile's ~57 us GEMM at 182 us, docs/CODEMODEL.md, ninth sitting).
+#    after the baselines, so that no CPU load of ours sits beside a baseline's host-timed figures.
+#    (Measured alone, torch.compile's ~57 us GEMM still read 148 us eager-timed: its own per-call
+#    host cost, which the judge's graph-replayed comparison leaves out; docs/CODEMODEL.md, tenth sitting.)
 make_corpus() {
   "$M/bin/corpus_gen" "${PRESET_CONFIGS[@]}" --tasks="$M/all_train.jsonl" --out="$RUN/corpus" \
     --device=$DEV --per_task=${PER_TASK:-8} --seed=$SEED --vocab_size=4096 > "$OUT/corpus.log" 2>&1 ||
