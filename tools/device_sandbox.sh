@@ -180,7 +180,7 @@ done
   exp=$(head -1 "$d/model_new.py" | sed -n 's/.*Expected verdict: \([A-Z_]*\).*/\1/p')
   echo "timing/$(basename "$d") sandbox/testdata/gpu_tasks/relu.py $d $exp" >> "$SUITE"
 done
-# The candidate that declines CUDA graphs and its captured twin, interleaved (EXPECTED.md "Graph capture").
+# The candidate that declines CUDA graphs and its captured twin, interleaved (EXPECTED.md, "Graph-capture exploit").
 [ "$CAPTURE" = 1 ] && for r in 1 2 3; do
   echo "capture/decline_r$r sandbox/testdata/gpu_tasks/sizes/relu_10us.py sandbox/exploits/cuda_graph/decline_capture OK"
   echo "capture/twin_r$r sandbox/testdata/gpu_tasks/sizes/relu_10us.py $SOLUTIONS/level1/19_ReLU OK"
