@@ -45,6 +45,7 @@
 # tools/device_codemodel.sh --stage --cpu, then BACKEND=cpu OUT=DIR tools/device_codemodel.sh (no baselines).
 # Knobs: CONTINUE_FROM (d. above), TRAIN_PER_FAMILY (--stage: the job's training tasks a family, 3), TRAIN_TASKS
 # (--stage: the job's training tasks by id instead, e.g. "train/rr_softmax_384x12288 train/rr_rmsnorm_384x12288 ..."), SEED (1), ABLATION (none), JOBS ("$SEED:$ABLATION"; " " runs none), PRECOMPUTE_WALL (150 s), WARM_WALL (45 s),
+# PART_MIB (15: archives larger than this come back in parts that --stage-in joins),
 # BASELINE_GPUS (1; N: the baselines to measure dealt to N workers on GPUs 0..N-1 at once),
 # PRETRAIN_STEPS (700: 12.6 s on an H200 on 2026-11-30, ~320 s in earlier sittings; 150 steps left a model that writes no valid tool call),
 # PRETRAIN_ARGS ("--hidden=256 --layers=4 --heads=4 --kv_heads=2 --intermediate=704 --batch=4 --lr=2e-3 --warmup_steps=10"),
@@ -82,6 +83,16 @@ if [ "${1:-}" = "--stage-in" ]; then  # Run HERE, after --stage: an earlier call
   set -e
   IN=${2:?usage: tools/device_codemodel.sh --stage-in DIR [--cpu] (with base.tgz and results.tgz; logs.tgz: its warm-up)}
   [ "${3:-}" = "--cpu" ] && M=.devcarry/codemodel-cpu
+  # Archives over PART_MIB came back in parts (X.tgz.part0, .part1, ...): joined here, beside links to the rest.
+  J=$(mktemp -d)
+  for f in "$IN"/*; do
+    case $f in
+      *.part0) cat "${f%0}"[0-9] > "$J/$(basename "${f%.part0}")" ;;
+      *.part[1-9]) ;;
+      *) ln -s "$(realpath "$f")" "$J/" ;;
+    esac
+  done
+  IN=$J
   rm -rf "$M/in" && mkdir -p "$M/in"
   # A final policy of an earlier call (final_policy-*.tgz, with its critic): CONTINUE_FROM of the next
   # call, whose PPO goes on from it; the base and the warm-up set then stay here (the carry's 64 MiB).
@@ -398,4 +409,10 @@ rm -f "$OUT"/compile_warm.*
 # baselines.jsonl travels in results.tgz: the next call's BASELINES_IN.
 R=$(cd "$OUT" && ls -d *.json *.jsonl *.txt *.tsv *.log */ 2>/dev/null)
 [ -n "$R" ] && (cd "$OUT" && tar czf results.tgz $R && rm -rf $R)
+# A file over 16 MiB does not come back from the device (a base or policy past ~5M parameters, with
+# its critic): archives over PART_MIB (15) travel in parts, which --stage-in joins.
+for f in "$OUT"/*.tgz; do
+  [ -f "$f" ] && [ "$(stat -c %s "$f")" -gt $(( ${PART_MIB:-15} << 20 )) ] &&
+    split -b "${PART_MIB:-15}m" -d -a 1 "$f" "$f.part" && rm "$f"
+done
 echo "done at $(elapsed) s; $(ls "$OUT")"
