@@ -1,4 +1,6 @@
 // The family's ops and slots; Render() dispatches to the CUDA or CPU templates.
+#include <algorithm>
+
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -104,17 +106,21 @@ absl::StatusOr<TaskSpec> ParseTaskSpec(const std::string& source) {
   spec.family = words[0];
   spec.ops = absl::StrSplit(words[1].substr(4), ',', absl::SkipEmpty());
   if (auto slots = Slots(spec.family); !slots.ok()) return slots.status();
-  const size_t first_pointwise = spec.family == "rowreduce" ? 1 : 0;
   if (spec.ops.empty() && spec.family != "gemm_epilogue") {
     return absl::InvalidArgumentError(absl::StrCat("family line without ops: ", first));
   }
   if (spec.family == "rowreduce" && !Reductions().count(spec.ops[0])) {
     return absl::InvalidArgumentError(absl::StrCat("unknown row reduction ", spec.ops[0]));
   }
-  for (size_t i = first_pointwise; i < spec.ops.size(); ++i) {
-    if (FindOp(spec.ops[i]) == nullptr) return absl::InvalidArgumentError(absl::StrCat("unknown op ", spec.ops[i]));
+  for (const std::string& op : PointwiseOps(spec)) {
+    if (FindOp(op) == nullptr) return absl::InvalidArgumentError(absl::StrCat("unknown op ", op));
   }
   return spec;
+}
+
+std::vector<std::string> PointwiseOps(const TaskSpec& spec) {
+  const size_t first = spec.family == "rowreduce" ? 1 : 0;
+  return std::vector<std::string>(spec.ops.begin() + std::min(first, spec.ops.size()), spec.ops.end());
 }
 
 std::string PointwiseBody(const std::vector<std::string>& ops, const std::string& round, const std::string& indent) {

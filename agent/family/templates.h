@@ -84,6 +84,8 @@ struct PointwiseOp {
   const char* c_expr;      // C expression of float v (math.h functions).
 };
 const PointwiseOp* FindOp(const std::string& name);
+// The spec's pointwise ops: all of them but a row family's first, its reduction.
+std::vector<std::string> PointwiseOps(const TaskSpec& spec);
 // Row reductions: the Python statement of each (over dim 1 of a 2-D x).
 const std::map<std::string, std::string>& Reductions();
 

@@ -5,6 +5,8 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "agent/chat/tool_calls.h"
 #include "agent/family/templates.h"
 #include "tools/codemodel/corpus.h"
@@ -126,9 +128,33 @@ TrajectoryFacts Facts(const v1::Trajectory& t, const std::string& reference_sour
     } else if (auto near = NearestRendering(*spec, device, text, kNearEdits); near.ok()) {
       f.design = "~" + agent::family::ChoiceDigits(near->choice);
     }
+    if (!agent::family::PointwiseOps(*spec).empty()) f.op_lines = OpLinesRight(*spec, text) ? "right" : "wrong";
     break;
   }
   return f;
+}
+
+bool OpLinesRight(const agent::family::TaskSpec& spec, const std::string& kernel) {
+  auto code_lines = [](const std::string& text) {
+    std::vector<std::string> out;
+    for (absl::string_view l : absl::StrSplit(text, '\n')) {
+      l = absl::StripAsciiWhitespace(l);
+      if (!l.empty() && !absl::StartsWith(l, "//")) out.emplace_back(l);
+    }
+    return out;
+  };
+  // The templates' op lines stand as one run of `v = ` lines (a half-precision chain after its
+  // input's rounding): the task's lines with another op's before or after them are another chain.
+  auto op_line = [](const std::string& l) { return absl::StartsWith(l, "v = ") && l != "v = to_half(v);"; };
+  const std::vector<std::string> ops = agent::family::PointwiseOps(spec), got = code_lines(kernel);
+  for (const char* round : {"", "to_half"}) {
+    const std::vector<std::string> want = code_lines(agent::family::PointwiseBody(ops, round, ""));
+    for (auto it = got.begin(); (it = std::search(it, got.end(), want.begin(), want.end())) != got.end(); ++it) {
+      const auto after = it + static_cast<std::ptrdiff_t>(want.size());
+      if ((it == got.begin() || !op_line(*(it - 1))) && (after == got.end() || !op_line(*after))) return true;
+    }
+  }
+  return false;
 }
 
 Json Summarise(const std::vector<TrajectoryFacts>& facts, int64_t bucket) {
@@ -139,6 +165,8 @@ Json Summarise(const std::vector<TrajectoryFacts>& facts, int64_t bucket) {
   std::map<std::string, Totals> by_source;
   // family -> bucket start -> design -> count (the model's trajectories).
   std::map<std::string, std::map<int64_t, std::map<std::string, int64_t>>> designs;
+  // family -> bucket start -> "right" / "wrong" -> count (the model's kernels with pointwise ops).
+  std::map<std::string, std::map<int64_t, std::map<std::string, int64_t>>> op_lines;
   int64_t reward_matches = 0, errors = 0;
   for (const TrajectoryFacts& f : facts) {
     Totals& t = by_source[f.source];
@@ -150,7 +178,11 @@ Json Summarise(const std::vector<TrajectoryFacts>& facts, int64_t bucket) {
     t.with_kernel += f.design != "none";
     reward_matches += f.reward == f.verdict_reward;
     errors += f.parse_errors;
-    if (f.source == "model") ++designs[f.family.empty() ? "unknown" : f.family][f.policy_version / bucket * bucket][f.design];
+    if (f.source != "model") continue;
+    const std::string family = f.family.empty() ? "unknown" : f.family;
+    const int64_t start = f.policy_version / bucket * bucket;
+    ++designs[family][start][f.design];
+    if (!f.op_lines.empty()) ++op_lines[family][start][f.op_lines];
   }
   Json sources = Json::object();
   for (const auto& [source, t] : by_source) {
@@ -168,8 +200,14 @@ Json Summarise(const std::vector<TrajectoryFacts>& facts, int64_t bucket) {
     for (const auto& [start, hist] : buckets) {
       Json h = Json::object();
       for (const auto& [design, count] : hist) h[design] = Json(count);
-      rows.push_back(Json::object({{"versions", Json(absl::StrCat(start, "-", start + bucket - 1))},
-                              {"designs", std::move(h)}}));
+      Json row = Json::object({{"versions", Json(absl::StrCat(start, "-", start + bucket - 1))},
+                               {"designs", std::move(h)}});
+      if (auto it = op_lines[family].find(start); it != op_lines[family].end()) {
+        Json o = Json::object();
+        for (const auto& [verdict, count] : it->second) o[verdict] = Json(count);
+        row["op_lines"] = std::move(o);
+      }
+      rows.push_back(std::move(row));
     }
     by_family[family] = std::move(rows);
   }

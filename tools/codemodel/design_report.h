@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "agent/family/templates.h"
 #include "common/json.h"
 #include "proto/trajectory.pb.h"
 
@@ -36,6 +37,9 @@ struct TrajectoryFacts {
   // replaced (kNearEdits: a garbled line, a #define out of its range); "none"
   // (no kernel written) or "other".
   std::string design;
+  // "right" when the kernel has the task's pointwise op lines (the templates' `v = ...;`, plain or
+  // rounded through to_half, in order), "wrong" when not; "" without a kernel or pointwise ops.
+  std::string op_lines;
 };
 
 // The line edits (NearestRendering) within which a kernel reads as "~" a design.
@@ -44,9 +48,13 @@ inline constexpr int kNearEdits = 4;
 // `reference_source` of the task (its kernelrl-family line) decides the family; "" = unknown.
 TrajectoryFacts Facts(const v1::Trajectory& t, const std::string& reference_source, const std::string& device);
 
+// Whether `kernel` has the op lines of `spec`'s pointwise ops (TrajectoryFacts.op_lines).
+bool OpLinesRight(const agent::family::TaskSpec& spec, const std::string& kernel);
+
 // Summary of many: counts and means per source ("model", "engineer"); per
 // family the design histogram of the model's trajectories by policy-version
-// bucket of `bucket` versions; and per task what each design of the model's
+// bucket of `bucket` versions, with how many of their kernels had the task's
+// op lines right and wrong; and per task what each design of the model's
 // earned (designs_by_task: n, the reward's mean, maximum and histogram, the
 // median speed-ups of its profiled verdicts), which says whether the reward can
 // tell a task's designs apart and which reward a task's best design reaches.

@@ -77,7 +77,8 @@ int main(int argc, char** argv) {
                               {"worker", Json(f.worker)},
                               {"speedup_vs_eager", Json(f.speedup_vs_eager)},
                               {"speedup_vs_compile", Json(f.speedup_vs_compile)},
-                              {"design", Json(f.design)}}));
+                              {"design", Json(f.design)},
+                              {"op_lines", Json(f.op_lines)}}));
     }
     out["per_trajectory"] = std::move(list);
   }

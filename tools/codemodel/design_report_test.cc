@@ -94,7 +94,7 @@ TEST(DesignReportTest, AKernelNearARenderingReadsAsItsDesign) {
   ASSERT_TRUE(files.ok()) << files.status();
   const std::string kernel = files->at(agent::KernelPathOf(*files));
   ASSERT_TRUE(absl::StrContains(kernel, "fmaxf(v, 0.f)"));
-  auto written = [&](const std::string& text) {
+  auto facts_of = [&](const std::string& text) {
     v1::Trajectory t;
     t.set_task_id("train/ge_relu_1024x512x2048");
     auto* turn = t.add_turns();
@@ -103,50 +103,57 @@ TEST(DesignReportTest, AKernelNearARenderingReadsAsItsDesign) {
         {{"name", Json("Write")},
          {"arguments", Json::object({{"path", Json("kernels/gemm_epilogue.cu")}, {"content", Json(text)}})}});
     turn->set_content("<tool_call>\n" + DumpJson(call) + "\n</tool_call>");
-    return Facts(t, source, "cuda").design;
+    return Facts(t, source, "cuda");
   };
+  auto written = [&](const std::string& text) { return facts_of(text).design; };
   EXPECT_EQ(written(kernel), "0120");
   const std::string garbled = absl::StrReplaceAll(kernel, {{"fmaxf(v, 0.f);", "tanhf(v,"}});
   EXPECT_EQ(written(garbled), "~0120");
   EXPECT_EQ(written("__global__ void k() {}\n"), "other");
+  // The op lines: the task's, or another op's under the task's name (as the policy wrote them).
+  EXPECT_EQ(facts_of(kernel).op_lines, "right");
+  EXPECT_EQ(facts_of(garbled).op_lines, "wrong");
+  EXPECT_EQ(facts_of(absl::StrReplaceAll(kernel, {{"fmaxf(v, 0.f);", "tanhf(v);"}})).op_lines, "wrong");
+  EXPECT_EQ(facts_of(absl::StrReplaceAll(kernel, {{"// relu", "// tanh"}})).op_lines, "right")
+      << "a comment is not code";
+  EXPECT_EQ(facts_of("__global__ void k() {}\n").op_lines, "wrong");
 }
 
-// Per task, what each of the model's designs earned: whether the reward tells them apart, and
-// the speed-ups behind it (medians over the profiled verdicts only; the engineer's left out).
-TEST(DesignReportTest, DesignsByTaskSayWhatEachDesignEarned) {
-  auto fact = [](std::string task, std::string design, double reward, double xe, double xc, std::string source) {
-    TrajectoryFacts f;
-    f.task_id = std::move(task), f.design = std::move(design), f.source = std::move(source);
-    f.family = "rowreduce", f.reward = f.verdict_reward = reward;
-    f.speedup_vs_eager = xe, f.speedup_vs_compile = xc;
-    return f;
-  };
-  const std::vector<TrajectoryFacts> facts = {
-      fact("train/rr_softmax_1024x8192", "2100", 3, 1.6, 1.2, "model"),
-      fact("train/rr_softmax_1024x8192", "2100", 3, 1.5, 1.1, "model"),
-      fact("train/rr_softmax_1024x8192", "2100", 2, 1.7, 1.0, "model"),
-      fact("train/rr_softmax_1024x8192", "1110", -1, 0, 0, "model"),  // WRONG_ANSWER: not profiled.
-      fact("train/rr_softmax_1024x8192", "1110", 1, 0.8, 0.5, "model"),
-      fact("train/rr_softmax_1024x8192", "1110", 3, 2.0, 2.0, "engineer"),
-      fact("train/rr_softmax_4096x1024", "1110", 2, 1.1, 0.9, "model"),
-  };
-  const Json s = Summarise(facts, 10);
-  const Json* tasks = FindJson(s, "designs_by_task");
-  ASSERT_NE(tasks, nullptr);
-  EXPECT_EQ(tasks->size(), 2u);
-  const Json& block = *FindJson(*FindJson(*tasks, "train/rr_softmax_1024x8192"), "2100");
-  EXPECT_EQ(JsonNumber(*FindJson(block, "n")), 3);
-  EXPECT_DOUBLE_EQ(JsonNumber(*FindJson(block, "reward_mean")), 8.0 / 3);
-  EXPECT_EQ(JsonNumber(*FindJson(block, "reward_max")), 3);
-  EXPECT_EQ(JsonNumber(*FindJson(*FindJson(block, "rewards"), "3")), 2);
-  EXPECT_EQ(JsonNumber(*FindJson(*FindJson(block, "rewards"), "2")), 1);
-  EXPECT_DOUBLE_EQ(JsonNumber(*FindJson(block, "speedup_vs_eager_median")), 1.6);
-  EXPECT_DOUBLE_EQ(JsonNumber(*FindJson(block, "speedup_vs_compile_median")), 1.1);
-  const Json& warp = *FindJson(*FindJson(*tasks, "train/rr_softmax_1024x8192"), "1110");
-  EXPECT_EQ(JsonNumber(*FindJson(warp, "n")), 2) << "the engineer's trajectory is not the model's";
-  EXPECT_EQ(JsonNumber(*FindJson(warp, "reward_max")), 1);
-  EXPECT_EQ(JsonNumber(*FindJson(warp, "profiled")), 1);
-  EXPECT_DOUBLE_EQ(JsonNumber(*FindJson(warp, "speedup_vs_compile_median")), 0.5);
+// Every rendering of every composition with pointwise ops has its op lines, at either precision;
+// the first rendering of a composition of the family with other pointwise ops does not (a row
+// reduction is not an op line: softmax-scale and log_softmax-scale share theirs).
+TEST(DesignReportTest, OpLinesAreRightInEveryRenderingOfTheTaskOnly) {
+  for (const char* device : {"cuda", "cpu"}) {
+    std::map<std::string, std::vector<std::pair<agent::family::TaskSpec, std::string>>> by_family;
+    std::set<std::string> seen;
+    int checked = 0;
+    for (const auto& ft : data::family::MakeTasks(device)) {
+      if (agent::family::PointwiseOps(ft.spec).empty() ||
+          !seen.insert(ft.spec.family + ":" + absl::StrJoin(ft.spec.ops, ",")).second) {
+        continue;
+      }
+      for (const auto& c : agent::family::AllChoices(*agent::family::Slots(ft.spec.family))) {
+        auto files = agent::family::Render(ft.spec, c, device);
+        ASSERT_TRUE(files.ok()) << files.status();
+        EXPECT_TRUE(OpLinesRight(ft.spec, files->at(agent::KernelPathOf(*files))))
+            << device << " " << ft.id << " " << agent::family::ChoiceDigits(c);
+        ++checked;
+      }
+      auto first = agent::family::Render(ft.spec, {}, device);
+      ASSERT_TRUE(first.ok()) << first.status();
+      by_family[ft.spec.family].push_back({ft.spec, first->at(agent::KernelPathOf(*first))});
+    }
+    EXPECT_GT(checked, 500) << device;
+    for (const auto& [family, kernels] : by_family) {
+      for (const auto& [spec, kernel] : kernels) {
+        for (const auto& [other, other_kernel] : kernels) {
+          if (agent::family::PointwiseOps(other) == agent::family::PointwiseOps(spec)) continue;
+          EXPECT_FALSE(OpLinesRight(spec, other_kernel)) << device << " " << family << ": "
+              << absl::StrJoin(spec.ops, ",") << " read right in " << absl::StrJoin(other.ops, ",") << "'s kernel";
+        }
+      }
+    }
+  }
 }
 
 }  // namespace
