@@ -4,6 +4,7 @@
 // reply that is not JSON counts as a parse error with no kernel.
 #include "tools/codemodel/design_report.h"
 
+#include <map>
 #include <random>
 #include <set>
 
@@ -154,6 +155,44 @@ TEST(DesignReportTest, OpLinesAreRightInEveryRenderingOfTheTaskOnly) {
       }
     }
   }
+}
+
+// Per task, what each of the model's designs earned: whether the reward tells them apart, and
+// the speed-ups behind it (medians over the profiled verdicts only; the engineer's left out).
+TEST(DesignReportTest, DesignsByTaskSayWhatEachDesignEarned) {
+  auto fact = [](std::string task, std::string design, double reward, double xe, double xc, std::string source) {
+    TrajectoryFacts f;
+    f.task_id = std::move(task), f.design = std::move(design), f.source = std::move(source);
+    f.family = "rowreduce", f.reward = f.verdict_reward = reward;
+    f.speedup_vs_eager = xe, f.speedup_vs_compile = xc;
+    return f;
+  };
+  const std::vector<TrajectoryFacts> facts = {
+      fact("train/rr_softmax_1024x8192", "2100", 3, 1.6, 1.2, "model"),
+      fact("train/rr_softmax_1024x8192", "2100", 3, 1.5, 1.1, "model"),
+      fact("train/rr_softmax_1024x8192", "2100", 2, 1.7, 1.0, "model"),
+      fact("train/rr_softmax_1024x8192", "1110", -1, 0, 0, "model"),  // WRONG_ANSWER: not profiled.
+      fact("train/rr_softmax_1024x8192", "1110", 1, 0.8, 0.5, "model"),
+      fact("train/rr_softmax_1024x8192", "1110", 3, 2.0, 2.0, "engineer"),
+      fact("train/rr_softmax_4096x1024", "1110", 2, 1.1, 0.9, "model"),
+  };
+  const Json s = Summarise(facts, 10);
+  const Json* tasks = FindJson(s, "designs_by_task");
+  ASSERT_NE(tasks, nullptr);
+  EXPECT_EQ(tasks->size(), 2u);
+  const Json& block = *FindJson(*FindJson(*tasks, "train/rr_softmax_1024x8192"), "2100");
+  EXPECT_EQ(JsonNumber(*FindJson(block, "n")), 3);
+  EXPECT_DOUBLE_EQ(JsonNumber(*FindJson(block, "reward_mean")), 8.0 / 3);
+  EXPECT_EQ(JsonNumber(*FindJson(block, "reward_max")), 3);
+  EXPECT_EQ(JsonNumber(*FindJson(*FindJson(block, "rewards"), "3")), 2);
+  EXPECT_EQ(JsonNumber(*FindJson(*FindJson(block, "rewards"), "2")), 1);
+  EXPECT_DOUBLE_EQ(JsonNumber(*FindJson(block, "speedup_vs_eager_median")), 1.6);
+  EXPECT_DOUBLE_EQ(JsonNumber(*FindJson(block, "speedup_vs_compile_median")), 1.1);
+  const Json& warp = *FindJson(*FindJson(*tasks, "train/rr_softmax_1024x8192"), "1110");
+  EXPECT_EQ(JsonNumber(*FindJson(warp, "n")), 2) << "the engineer's trajectory is not the model's";
+  EXPECT_EQ(JsonNumber(*FindJson(warp, "reward_max")), 1);
+  EXPECT_EQ(JsonNumber(*FindJson(warp, "profiled")), 1);
+  EXPECT_DOUBLE_EQ(JsonNumber(*FindJson(warp, "speedup_vs_compile_median")), 0.5);
 }
 
 }  // namespace
