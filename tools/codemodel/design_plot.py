@@ -5,7 +5,9 @@
 One panel per family: for each policy-version bucket, the share of trajectories whose final kernel
 has each design (choice digits; "none": no kernel written, "other": not a clean rendering). Prints,
 per task, its designs tried at least twice by the model: how often, their mean reward and median
-speed-up vs torch.compile (design_report's designs_by_task): whether the reward told them apart.
+speed-up vs torch.compile (design_report's designs_by_task): whether the reward told them apart;
+and per family, by policy-version bucket, how many of the model's kernels had the task's op lines
+right and wrong (design_report's op_lines).
 """
 import json
 import sys
@@ -17,6 +19,11 @@ def main():
         tried = sorted(((d, o) for d, o in designs.items() if o["n"] >= 2), key=lambda x: -x[1]["reward_mean"])
         print(f"{task}: " + ("; ".join(f"{d} n={o['n']} reward {o['reward_mean']:.2f} {o['speedup_vs_compile_median']:.2f}x compile"
                                        for d, o in tried) or "no design tried twice"))
+    for family, rows in sorted(report.get("designs_by_family", {}).items()):
+        lines = [(r["versions"], r["op_lines"]) for r in rows if "op_lines" in r]
+        if lines:
+            print(f"{family}: op lines right/wrong by policy versions: " +
+                  ", ".join(f"{v} {o.get('right', 0)}/{o.get('wrong', 0)}" for v, o in lines))
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
