@@ -48,7 +48,8 @@ inline constexpr int kNearEdits = 4;
 // `reference_source` of the task (its kernelrl-family line) decides the family; "" = unknown.
 TrajectoryFacts Facts(const v1::Trajectory& t, const std::string& reference_source, const std::string& device);
 
-// Whether `kernel` has the op lines of `spec`'s pointwise ops (TrajectoryFacts.op_lines).
+// Whether `kernel` has the op lines of `spec`'s pointwise ops (TrajectoryFacts.op_lines); true
+// for a spec without any.
 bool OpLinesRight(const agent::family::TaskSpec& spec, const std::string& kernel);
 
 // Summary of many: counts and means per source ("model", "engineer"); per
