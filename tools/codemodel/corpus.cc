@@ -146,6 +146,31 @@ absl::StatusOr<NearRendering> NearestRendering(const fam::TaskSpec& spec, const 
   return best;
 }
 
+bool OpLinesRight(const fam::TaskSpec& spec, const std::string& kernel) {
+  // Code lines trimmed, blank ones left out: the templates indent the op lines, the model may not.
+  auto trimmed = [](const std::string& text) {
+    std::vector<std::string> out;
+    for (const NumberedLine& l : CodeLines(text)) {
+      const absl::string_view t = absl::StripAsciiWhitespace(l.text);
+      if (!t.empty()) out.emplace_back(t);
+    }
+    return out;
+  };
+  // The templates' op lines stand as one run of `v = ` lines (a half-precision chain after its
+  // input's rounding): the task's lines with another op's before or after them are another chain.
+  auto op_line = [](const std::string& l) { return absl::StartsWith(l, "v = ") && l != "v = to_half(v);"; };
+  const std::vector<std::string> ops = fam::PointwiseOps(spec), got = trimmed(kernel);
+  if (ops.empty()) return true;
+  for (const char* round : {"", "to_half"}) {
+    const std::vector<std::string> want = trimmed(fam::PointwiseBody(ops, round, ""));
+    for (auto it = got.begin(); (it = std::search(it, got.end(), want.begin(), want.end())) != got.end(); ++it) {
+      const auto after = it + static_cast<std::ptrdiff_t>(want.size());
+      if ((it == got.begin() || !op_line(*(it - 1))) && (after == got.end() || !op_line(*after))) return true;
+    }
+  }
+  return false;
+}
+
 absl::StatusOr<Recognised> RecogniseKernel(const fam::TaskSpec& spec, const std::string& device,
                                            const std::string& kernel) {
   auto renderings = Renderings(spec, device);

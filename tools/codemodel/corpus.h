@@ -74,6 +74,11 @@ struct NearRendering {
 absl::StatusOr<NearRendering> NearestRendering(const agent::family::TaskSpec& spec, const std::string& device,
                                                const std::string& kernel, int max_edits);
 
+// Whether `kernel`'s code holds the op lines of `spec`'s pointwise ops as the templates write
+// them (plain or rounded through to_half), in order, with no other op line beside them; a
+// comment naming another op changes nothing. True for a spec without pointwise ops.
+bool OpLinesRight(const agent::family::TaskSpec& spec, const std::string& kernel);
+
 class DesignEvaluator final : public actor::EvaluationClient {
  public:
   v1::Verdict Evaluate(const v1::EvaluateRequest& request) override;

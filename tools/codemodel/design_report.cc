@@ -5,8 +5,6 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
-#include "absl/strings/strip.h"
 #include "agent/chat/tool_calls.h"
 #include "agent/family/templates.h"
 #include "tools/codemodel/corpus.h"
@@ -132,30 +130,6 @@ TrajectoryFacts Facts(const v1::Trajectory& t, const std::string& reference_sour
     break;
   }
   return f;
-}
-
-bool OpLinesRight(const agent::family::TaskSpec& spec, const std::string& kernel) {
-  auto code_lines = [](const std::string& text) {
-    std::vector<std::string> out;
-    for (absl::string_view l : absl::StrSplit(text, '\n')) {
-      l = absl::StripAsciiWhitespace(l);
-      if (!l.empty() && !absl::StartsWith(l, "//")) out.emplace_back(l);
-    }
-    return out;
-  };
-  // The templates' op lines stand as one run of `v = ` lines (a half-precision chain after its
-  // input's rounding): the task's lines with another op's before or after them are another chain.
-  auto op_line = [](const std::string& l) { return absl::StartsWith(l, "v = ") && l != "v = to_half(v);"; };
-  const std::vector<std::string> ops = agent::family::PointwiseOps(spec), got = code_lines(kernel);
-  if (ops.empty()) return true;
-  for (const char* round : {"", "to_half"}) {
-    const std::vector<std::string> want = code_lines(agent::family::PointwiseBody(ops, round, ""));
-    for (auto it = got.begin(); (it = std::search(it, got.end(), want.begin(), want.end())) != got.end(); ++it) {
-      const auto after = it + static_cast<std::ptrdiff_t>(want.size());
-      if ((it == got.begin() || !op_line(*(it - 1))) && (after == got.end() || !op_line(*after))) return true;
-    }
-  }
-  return false;
 }
 
 Json Summarise(const std::vector<TrajectoryFacts>& facts, int64_t bucket) {

@@ -11,7 +11,6 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "agent/family/templates.h"
 #include "common/json.h"
 #include "proto/trajectory.pb.h"
 
@@ -37,8 +36,8 @@ struct TrajectoryFacts {
   // replaced (kNearEdits: a garbled line, a #define out of its range); "none"
   // (no kernel written) or "other".
   std::string design;
-  // "right" when the kernel has the task's pointwise op lines (the templates' `v = ...;`, plain or
-  // rounded through to_half, in order), "wrong" when not; "" without a kernel or pointwise ops.
+  // "right" when the kernel has the task's pointwise op lines (OpLinesRight), "wrong" when not;
+  // "" without a kernel or pointwise ops.
   std::string op_lines;
 };
 
@@ -47,10 +46,6 @@ inline constexpr int kNearEdits = 4;
 
 // `reference_source` of the task (its kernelrl-family line) decides the family; "" = unknown.
 TrajectoryFacts Facts(const v1::Trajectory& t, const std::string& reference_source, const std::string& device);
-
-// Whether `kernel` has the op lines of `spec`'s pointwise ops (TrajectoryFacts.op_lines); true
-// for a spec without any.
-bool OpLinesRight(const agent::family::TaskSpec& spec, const std::string& kernel);
 
 // Summary of many: counts and means per source ("model", "engineer"); per
 // family the design histogram of the model's trajectories by policy-version
