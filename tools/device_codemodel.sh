@@ -132,7 +132,7 @@ if [ "${1:-}" = "--stage-in" ]; then  # Run HERE, after --stage: an earlier call
     rm -rf "$T" "$V"
   fi
   # A job call neither writes a corpus nor pre-trains: their binaries stay here (the carry's 64 MiB).
-  rm -f "$M/bin/corpus_gen" "$M/bin/pretrain"
+  rm -f "$M/bin/corpus_gen" "$M/bin/pretrain" "$M/bin/op_probe"
   pack_ops
   echo "carried: $(du -cb "$M" | tail -1 | cut -f1 | awk '{print int($1 / 1048576)}') MiB, $(cat "$M/in/baselines.jsonl" 2>/dev/null | wc -l) baselines${CONTINUE:+, continuing from $(basename "$CONT")}"
   exit 0
@@ -140,15 +140,16 @@ fi
 if [ "${1:-}" = "--stage" ]; then  # Run HERE.
   set -e
   bash tools/device_ops.sh --stage
-  bazel build //tools/codemodel:corpus_gen //tools/codemodel:pretrain //tools/codemodel:design_report //data/family:family_gen \
+  bazel build //tools/codemodel:corpus_gen //tools/codemodel:pretrain //tools/codemodel:op_probe //tools/codemodel:design_report \
+    //data/family:family_gen \
     //profiler_service:precompute_baselines
   [ "${2:-}" = "--cpu" ] && M=.devcarry/codemodel-cpu
   rm -rf "$M" && mkdir -p "$M/bin" "$M/small/heldout" "$M/tasks/family"  # (after device_ops.sh --stage)
-  for b in corpus_gen pretrain design_report; do cp -L "bazel-bin/tools/codemodel/$b" "$M/bin/" && strip -s "$M/bin/$b"; done
+  for b in corpus_gen pretrain op_probe design_report; do cp -L "bazel-bin/tools/codemodel/$b" "$M/bin/" && strip -s "$M/bin/$b"; done
   cp -L bazel-bin/profiler_service/precompute_baselines "$M/bin/" && strip -s "$M/bin/precompute_baselines"
   . tools/device_libs.sh
   # Their shared libraries go beside the services' in .devcarry/ops/lib (most are the same: not carried twice).
-  device_stage_libs --without-torch "$C" "$M/bin/corpus_gen" "$M/bin/pretrain" "$M/bin/design_report" "$M/bin/precompute_baselines"
+  device_stage_libs --without-torch "$C" "$M/bin/corpus_gen" "$M/bin/pretrain" "$M/bin/op_probe" "$M/bin/design_report" "$M/bin/precompute_baselines"
   G=$(mktemp -d)
   DEV=cuda; [ "${2:-}" = "--cpu" ] && DEV=cpu
   bazel-bin/data/family/family_gen --out="$G" --device=$DEV > /dev/null
@@ -230,6 +231,12 @@ pretrain_base() {
     --seed=$SEED ${PRETRAIN_ARGS:---hidden=256 --layers=4 --heads=4 --kv_heads=2 --intermediate=704 --batch=4 --lr=2e-3 --warmup_steps=10} \
     > "$OUT/pretrain.json" 2> "$OUT/pretrain.log" || { tail -20 "$OUT/pretrain.log"; return 1; }
   echo "pretrained at $(elapsed) s: $(cat "$OUT/pretrain.json")"
+  # How the base reads its tasks' ops, teacher-forced, on the job's training and held-out tasks
+  # (tools/codemodel/op_probe.h; the episodes stay in memory).
+  "$M/bin/op_probe" "${PRESET_CONFIGS[@]}" --checkpoint="$RUN/base" --device=$DEV --kernel_device=$DEV --per_task=2 \
+    --tasks="$M/small/train.jsonl,$M/small/heldout.jsonl" > "$OUT/op_probe.json" 2> "$OUT/op_probe.log" ||
+    { tail -20 "$OUT/op_probe.log"; return 1; }
+  echo "op probe at $(elapsed) s (right/total):"; grep '^op probe ' "$OUT/op_probe.log"
   [ -n "${LOCAL_RUN:-}" ] || tar czf "$OUT/base.tgz" -C "$RUN/base" .
 }
 CORPUS="" BUILD_BASE=0

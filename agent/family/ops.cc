@@ -68,6 +68,10 @@ absl::StatusOr<std::vector<Slot>> Slots(const std::string& family) {
   return absl::InvalidArgumentError(absl::StrCat("unknown task family \"", family, "\""));
 }
 
+std::string DescribeTask(const TaskSpec& spec) {
+  return absl::StrCat(spec.family, ": ", absl::StrJoin(spec.ops, " -> "));
+}
+
 std::string DescribeChoice(const std::vector<Slot>& slots, const Choice& choice) {
   std::vector<std::string> parts;
   for (size_t i = 0; i < slots.size(); ++i) parts.push_back(absl::StrCat(slots[i].name, "=", slots[i].options[choice[i]]));

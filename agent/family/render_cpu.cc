@@ -171,8 +171,8 @@ extern "C" int gemm_epilogue(const float* x, const float* w, const float* bias, 
 
 std::string Header(const TaskSpec& spec, const Choice& choice) {
   auto slots = Slots(spec.family);
-  return absl::StrCat("// kernelrl family template (CPU): ", spec.family, " (", absl::StrJoin(spec.ops, " -> "),
-                      "); choice ", ChoiceDigits(choice), ": ", DescribeChoice(*slots, choice), "\n");
+  return absl::StrCat("// kernelrl family template (CPU): ", DescribeTask(spec), "; choice ", ChoiceDigits(choice), ": ",
+                      DescribeChoice(*slots, choice), "\n");
 }
 
 std::string Fill(const char* tmpl, const std::string& body, const std::string& row = "") {

@@ -189,7 +189,7 @@ absl::StatusOr<std::string> EngineerPolicy::Next(Episode& e, const std::string& 
       }
     }
     e.written = kernel;
-    return absl::StrCat("The task is ", e.spec.family, " (", absl::StrJoin(e.spec.ops, " -> "), "). ",
+    return absl::StrCat("The task is ", fam::DescribeTask(e.spec), ". ",
                         Pick(rng, {"I write the kernel with ", "My first design: ", "Plan: one kernel, "}),
                         describe(e.choice), ", and model_new.py that calls it; then I compile.\n",
                         FormatToolCall("Write", WriteArgs(e.kernel_path, kernel)), "\n",

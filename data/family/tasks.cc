@@ -83,7 +83,7 @@ std::string Source(const TaskSpec& spec, const Shape& shape) {
   for (const std::string& l : lines) absl::StrAppend(&forward, "        ", l, "\n");
   return absl::StrCat(agent::family::kTaskHeader, spec.family, " ops=", absl::StrJoin(spec.ops, ","), "\n",
                       "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n\n\n",
-                      "class Model(nn.Module):\n    \"\"\"", spec.family, ": ", absl::StrJoin(spec.ops, " -> "),
+                      "class Model(nn.Module):\n    \"\"\"", agent::family::DescribeTask(spec),
                       ".\"\"\"\n\n    def __init__(self", init_args, "):\n        super().__init__()\n",
                       spec.family == "gemm_epilogue" ? "        self.fc = nn.Linear(in_features, out_features)\n" : "",
                       "\n    def forward(self, x):\n", forward, "        return x\n\n\n",

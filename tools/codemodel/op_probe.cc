@@ -1,0 +1,118 @@
+#include "tools/codemodel/op_probe.h"
+
+#include <torch/torch.h>
+
+#include <regex>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "agent/family/templates.h"
+
+namespace kernelrl::codemodel {
+namespace {
+
+namespace fam = agent::family;
+
+// The task's spec, from the header line of model.py as the Read tool showed it.
+absl::StatusOr<fam::TaskSpec> SpecIn(const std::string& text) {
+  const size_t p = text.find(fam::kTaskHeader);
+  if (p == std::string::npos) return absl::NotFoundError("the record shows no model.py header");
+  return fam::ParseTaskSpec(text.substr(p, text.find('\n', p) - p));
+}
+
+void Count(OpProbeCount* c, bool right) {
+  c->right += right ? 1 : 0;
+  ++c->total;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<OpMention>> OpMentions(const std::string& text) {
+  auto spec = SpecIn(text);
+  if (!spec.ok()) return spec.status();
+  std::vector<OpMention> out;
+  // A chain "a -> b" after "F: " (or, as templates wrote it before, in "F (...)"): the first op
+  // and the later ones.
+  auto chain = [&](const std::regex& re, const std::string& place) {
+    for (auto it = std::sregex_iterator(text.begin(), text.end(), re); it != std::sregex_iterator(); ++it) {
+      const int g = (*it)[1].matched ? 1 : 2;
+      size_t at = static_cast<size_t>(it->position(g));
+      bool first = true;
+      for (absl::string_view op : absl::StrSplit(it->str(g), " -> ")) {
+        out.push_back({absl::StrCat(place, first ? "_first" : "_later"), at});
+        at += op.size() + 4;
+        first = false;
+      }
+    }
+  };
+  static const std::regex summary(R"(The task is \w+(?: \(([^)]*)\)|: ([^.]*)\.))");
+  static const std::regex header(R"(family template[^:\n]*: \w+(?: \(([^)]*)\)|: ([^;]*);))");
+  chain(summary, "summary");
+  chain(header, "header");
+  // "// op" alone on a line of a kernel inside a tool call's JSON string ("\n" escaped).
+  static const std::regex comment(R"(\\n *// ([a-z_0-9]+)\\n)");
+  for (auto it = std::sregex_iterator(text.begin(), text.end(), comment); it != std::sregex_iterator(); ++it) {
+    for (const std::string& op : spec->ops) {
+      if (it->str(1) == op) out.push_back({"comment", static_cast<size_t>(it->position(1))});
+    }
+  }
+  return out;
+}
+
+absl::Status ProbeOpNames(const learner::Transformer& model, const agent::Tokenizer& tokenizer,
+                          const std::vector<Json>& records, OpProbeResult* result) {
+  auto formats = RecordFormats::Create(&tokenizer);
+  if (!formats.ok()) return formats.status();
+  torch::NoGradGuard no_grad;
+  for (const Json& record : records) {
+    auto rendered = RenderRecord(record, *formats);
+    if (!rendered.ok()) return rendered.status();
+    // Each token's first character in the text: the tokens decoded one by one, back to back.
+    std::vector<size_t> start;
+    std::string text;
+    for (int32_t id : rendered->ids) {
+      start.push_back(text.size());
+      text += tokenizer.Decode({id});
+    }
+    if (text != rendered->text) {
+      return absl::InternalError(absl::StrCat("record ", result->records, ": its tokens decoded one by one do not give its text"));
+    }
+    auto mentions = OpMentions(text);
+    if (!mentions.ok()) return mentions.status();
+    auto family = SpecIn(text);
+    if (!family.ok()) return family.status();
+    const auto& ids = rendered->ids;
+    at::Tensor input = torch::tensor(std::vector<int64_t>(ids.begin(), ids.end()), torch::kInt64)
+                           .unsqueeze(0)
+                           .to(model.options().device);
+    at::Tensor predicted = model.Logits(input).argmax(-1).squeeze(0).to(torch::kCPU);
+    const int64_t* next = predicted.data_ptr<int64_t>();
+    for (const OpMention& m : *mentions) {
+      // The token that holds the op name's first character, predicted from the one before it.
+      const size_t t = static_cast<size_t>(std::upper_bound(start.begin(), start.end(), m.offset) - start.begin()) - 1;
+      if (t == 0 || rendered->loss_mask[t] != 1) continue;  // Only the model's own tokens.
+      const bool right = next[t - 1] == ids[t];
+      Count(&result->by_place[m.place], right);
+      Count(&result->by_family[family->family], right);
+    }
+    ++result->records;
+  }
+  return absl::OkStatus();
+}
+
+Json OpProbeJson(const OpProbeResult& result) {
+  auto counts = [](const std::map<std::string, OpProbeCount>& m) {
+    Json out = Json::object();
+    for (const auto& [k, c] : m) {
+      out[k] = Json::object({{"right", Json(c.right)},
+                             {"total", Json(c.total)},
+                             {"rate", Json(c.total > 0 ? static_cast<double>(c.right) / c.total : 0.0)}});
+    }
+    return out;
+  };
+  return Json::object({{"records", Json(result.records)},
+                       {"by_place", counts(result.by_place)},
+                       {"by_family", counts(result.by_family)}});
+}
+
+}  // namespace kernelrl::codemodel

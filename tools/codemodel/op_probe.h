@@ -1,0 +1,55 @@
+// How well a code model reads its task: teacher-forced on engineer
+// trajectories (the corpus's own, for any task set, held-out included, kept
+// in memory), whether the model's most likely next token is the right one
+// at each place where the reply names one of the task's ops. The places:
+//   summary  "The task is F: a -> b." (the first reply's plan)
+//   header   "// kernelrl family template: F: a -> b; ..." (the kernel's first line)
+//   comment  "// a" (the line before the op's expression in the kernel)
+// The first op of a summary or header and the later ones are counted apart
+// (`summary_first`, `summary_later`, ...). Summaries and headers written as
+// templates wrote them before, "F (a -> b)", are read too: there the first
+// op followed "(" and was a token of its own ("relu", not model.py's " relu").
+#ifndef KERNELRL_TOOLS_CODEMODEL_OP_PROBE_H_
+#define KERNELRL_TOOLS_CODEMODEL_OP_PROBE_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "agent/tokenizer/tokenizer.h"
+#include "common/json.h"
+#include "learner/model.h"
+#include "tools/codemodel/render.h"
+
+namespace kernelrl::codemodel {
+
+struct OpProbeCount {
+  int64_t right = 0, total = 0;
+};
+
+struct OpProbeResult {
+  int64_t records = 0;
+  std::map<std::string, OpProbeCount> by_place;   // summary_first, summary_later, header_first, ...
+  std::map<std::string, OpProbeCount> by_family;  // Every place together.
+};
+
+// Where `record`'s assistant text names its task's ops: {place, character offset of the
+// op's name in `text`} for `text` = the record rendered (RenderedChat::text).
+struct OpMention {
+  std::string place;
+  size_t offset = 0;
+};
+absl::StatusOr<std::vector<OpMention>> OpMentions(const std::string& text);
+
+// Probes `records` (CorpusRecord lines) with `model` (a language-model head) through
+// `tokenizer`, adding to `result`.
+absl::Status ProbeOpNames(const learner::Transformer& model, const agent::Tokenizer& tokenizer,
+                          const std::vector<Json>& records, OpProbeResult* result);
+
+Json OpProbeJson(const OpProbeResult& result);
+
+}  // namespace kernelrl::codemodel
+
+#endif  // KERNELRL_TOOLS_CODEMODEL_OP_PROBE_H_

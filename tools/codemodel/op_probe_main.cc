@@ -1,0 +1,90 @@
+// op_probe: how well a code model reads its task's ops (tools/codemodel/op_probe.h).
+//
+//   op_probe --config=configs/learn/family.textproto ... --checkpoint=DIR --tasks=A.jsonl[,B.jsonl]
+//            [--per_task=2] [--seed=7] [--device=cpu|cuda] [--kernel_device=cuda|cpu]
+//
+// For each task file (any split: the trajectories stay in memory and train nothing), the
+// engineer's episodes on its tasks as corpus_gen makes them (the config's prompts and
+// engineer), each read by the model teacher-forced. Prints one JSON object, by task file, and a
+// line a file on stderr ("op probe FILE: PLACE RIGHT/TOTAL ...").
+#include <ATen/Parallel.h>
+
+#include <cstdio>
+#include <filesystem>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "agent/policy/policy_factory.h"
+#include "common/config.h"
+#include "common/json.h"
+#include "learner/model.h"
+#include "learner/rl/job_config.h"
+#include "proto/cli_config.pb.h"
+#include "tools/codemodel/corpus.h"
+#include "tools/codemodel/op_probe.h"
+
+ABSL_FLAG(std::string, checkpoint, "", "the model (config.json, model.safetensors, tokenizer.json)");
+ABSL_FLAG(std::string, tasks, "", "comma-separated task files");
+ABSL_FLAG(int, per_task, 2, "episodes per task");
+ABSL_FLAG(uint64_t, seed, 7, "seed of the episodes' designs, faults and phrasings");
+ABSL_FLAG(std::string, device, "cpu", "where the model runs: cpu (fp32) or cuda (bf16)");
+ABSL_FLAG(std::string, kernel_device, "cuda", "the episodes' kernels: cuda (.cu) or cpu (.cc)");
+ABSL_FLAG(int, threads, 0, "CPU intra-op threads (0 = LibTorch's default)");
+
+namespace kernelrl::codemodel {
+namespace {
+
+absl::Status Run(const v1::LearnConfig& config) {
+  const std::string dir = absl::GetFlag(FLAGS_checkpoint);
+  if (dir.empty() || absl::GetFlag(FLAGS_tasks).empty()) {
+    return absl::InvalidArgumentError("--checkpoint and --tasks are required");
+  }
+  if (const int t = absl::GetFlag(FLAGS_threads); t > 0) at::set_num_threads(t);
+  auto tokenizer = agent::Tokenizer::Load(dir + "/tokenizer.json");
+  if (!tokenizer.ok()) return tokenizer.status();
+  learner::ModelOptions mo;
+  const bool cuda = absl::GetFlag(FLAGS_device) == "cuda";
+  mo.device = cuda ? at::Device(at::kCUDA, 0) : at::Device(at::kCPU);
+  mo.dtype = cuda ? at::kBFloat16 : at::kFloat;
+  auto model = learner::Transformer::Load(dir, learner::Head::kLanguageModel, mo);
+  if (!model.ok()) return model.status();
+  const agent::EngineerPolicyOptions engineer =
+      agent::EngineerOptions(config.actor().policy().engineer(), absl::GetFlag(FLAGS_kernel_device));
+  const std::string ws = std::filesystem::temp_directory_path() / ("op_probe_" + std::to_string(getpid()));
+  Json out = Json::object();
+  for (absl::string_view path : absl::StrSplit(absl::GetFlag(FLAGS_tasks), ',', absl::SkipEmpty())) {
+    auto tasks = learner::rl::LoadTaskSet(std::string(path));
+    if (!tasks.ok()) return tasks.status();
+    auto corpus = MakeCorpus(*tasks, absl::GetFlag(FLAGS_per_task), config.rollout(), config.skill_text(), engineer,
+                             absl::GetFlag(FLAGS_seed), ws);
+    if (!corpus.ok()) return corpus.status();
+    OpProbeResult result;
+    if (auto s = ProbeOpNames(**model, **tokenizer, corpus->records, &result); !s.ok()) return s;
+    out[std::string(path)] = OpProbeJson(result);
+    std::string line = absl::StrCat("op probe ", path, ":");
+    for (const auto& [place, c] : result.by_place) absl::StrAppend(&line, " ", place, " ", c.right, "/", c.total);
+    std::fprintf(stderr, "%s\n", line.c_str());
+  }
+  std::error_code ec;
+  std::filesystem::remove_all(ws, ec);
+  std::printf("%s\n", DumpJson(out, 2).c_str());
+  return absl::OkStatus();
+}
+
+}  // namespace
+}  // namespace kernelrl::codemodel
+
+int main(int argc, char** argv) {
+  kernelrl::v1::LearnConfig config;
+  if (std::optional<int> exit_code = kernelrl::StartTool(
+          argc, argv, "op_probe", "", "--checkpoint --tasks [--per_task --seed --device --kernel_device --threads]",
+          &config, [&config] { return kernelrl::TextProto(config); })) {
+    return *exit_code;
+  }
+  if (absl::Status s = kernelrl::codemodel::Run(config); !s.ok()) {
+    std::fprintf(stderr, "op_probe: %s\n", s.ToString().c_str());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,103 @@
+// The op probe: where a reply names its task's ops (both ways summaries and
+// headers have been written), and that a model is probed at every one of
+// them that the model wrote, on the engineer's own episodes.
+#include "tools/codemodel/op_probe.h"
+
+#include <random>
+#include <set>
+
+#include "absl/strings/str_join.h"
+#include "agent/tokenizer/bpe_trainer.h"
+#include "common/testing/testing.h"
+#include "data/family/family.h"
+#include "gtest/gtest.h"
+#include "tools/codemodel/corpus.h"
+
+namespace kernelrl::codemodel {
+namespace {
+
+TEST(OpProbeTest, MentionsAreTheTasksOpsWhereTheTextNamesThem) {
+  const std::string text =
+      "     1\t# kernelrl-family: gemm_epilogue ops=relu,tanh\n"
+      "<|im_start|>assistant\nThe task is gemm_epilogue: relu -> tanh. My first design\n"
+      "{\"content\": \"// kernelrl family template: gemm_epilogue: relu -> tanh; choice 1000: gemm=cublas\\n"
+      "__device__ float act(float v) {\\n  // relu\\n  v = fmaxf(v, 0.f);\\n  // tanh\\n  v = tanhf(v);\\n"
+      "  // abs\\n  // Half precision loses the tail\\n}\"}\n"
+      "The task is gemm_epilogue (relu -> tanh). Before, the plan read so.\n"
+      "// kernelrl family template (CPU): gemm_epilogue (relu -> tanh); choice 0000\n";
+  auto mentions = OpMentions(text);
+  ASSERT_TRUE(mentions.ok()) << mentions.status();
+  std::vector<std::string> got;
+  for (const OpMention& m : *mentions) got.push_back(m.place + ":" + text.substr(m.offset, 4));
+  // Summaries first, then headers, then comment lines; "// abs" is no op of this task.
+  EXPECT_EQ(absl::StrJoin(got, " "),
+            "summary_first:relu summary_later:tanh summary_first:relu summary_later:tanh "
+            "header_first:relu header_later:tanh header_first:relu header_later:tanh comment:relu comment:tanh");
+  EXPECT_FALSE(OpMentions("no task here").ok());
+}
+
+TEST(OpProbeTest, EveryMentionTheModelWroteIsProbed) {
+  std::vector<v1::Task> tasks;
+  std::set<std::string> families;
+  for (const auto& ft : data::family::MakeTasks("cuda")) {
+    if (ft.held_out || !families.insert(ft.spec.family).second) continue;
+    v1::Task t;
+    t.set_id(ft.id);
+    t.set_reference_source(ft.source);
+    (*t.mutable_metadata())["shape"] = absl::StrJoin(ft.shape, "x");
+    tasks.push_back(t);
+  }
+  ASSERT_EQ(tasks.size(), 3u);
+  agent::EngineerPolicyOptions eo;
+  eo.device = "cuda";
+  eo.revisions = 0;
+  auto corpus = MakeCorpus(tasks, 1, v1::RolloutConfig(), "", eo, std::random_device{}(),
+                           kernelrl::testing::NewTempDir("op_probe_ws"));
+  ASSERT_TRUE(corpus.ok()) << corpus.status();
+  auto bytes = agent::Tokenizer::FromJson(*agent::TrainBpe({}, {256, 2}));
+  ASSERT_TRUE(bytes.ok());
+  auto fmt = RecordFormats::Create(bytes->get());
+  ASSERT_TRUE(fmt.ok());
+  std::vector<std::string> docs;
+  for (const Json& r : corpus->records) docs.push_back(*RenderedText(r, *fmt));
+  auto tok_json = agent::TrainBpe(docs, {512, 2});
+  ASSERT_TRUE(tok_json.ok());
+  auto tok = agent::Tokenizer::FromJson(*tok_json);
+  ASSERT_TRUE(tok.ok());
+
+  learner::ModelConfig mc;
+  mc.vocab_size = (*tok)->vocab_size();
+  mc.hidden_size = 32;
+  mc.intermediate_size = 64;
+  mc.num_layers = 1;
+  mc.num_heads = 2;
+  mc.num_kv_heads = 1;
+  mc.head_dim = 16;
+  mc.max_position_embeddings = 16384;
+  learner::ModelOptions mo;
+  auto model = learner::Transformer::Create(mc, learner::Head::kLanguageModel, mo, 1);
+  ASSERT_TRUE(model.ok()) << model.status();
+
+  OpProbeResult result;
+  ASSERT_TRUE(ProbeOpNames(**model, **tok, corpus->records, &result).ok());
+  EXPECT_EQ(result.records, 3);
+  // One plan per episode; each kernel written names its ops in its header and comments.
+  EXPECT_EQ(result.by_place["summary_first"].total, 3);
+  EXPECT_GE(result.by_place["header_first"].total, 3);
+  EXPECT_GT(result.by_place["comment"].total, 0);
+  int64_t places = 0, families_total = 0;
+  for (const auto& [k, c] : result.by_place) {
+    EXPECT_LE(c.right, c.total) << k;
+    places += c.total;
+  }
+  for (const auto& [k, c] : result.by_family) families_total += c.total;
+  EXPECT_EQ(places, families_total);
+  EXPECT_EQ(result.by_family.size(), 3u);
+  // Every mention is in the model's own text (model.py's docstring is no plan or header): each is probed.
+  int64_t mentions = 0;
+  for (const Json& r : corpus->records) mentions += static_cast<int64_t>(OpMentions(*RenderedText(r, *fmt))->size());
+  EXPECT_EQ(places, mentions);
+}
+
+}  // namespace
+}  // namespace kernelrl::codemodel
