@@ -47,7 +47,9 @@
 # (--stage: the job's training tasks by id instead, e.g. "train/rr_softmax_384x12288 train/rr_rmsnorm_384x12288 ..."), SEED (1), ABLATION (none), JOBS ("$SEED:$ABLATION"; " " runs none), PRECOMPUTE_WALL (150 s), WARM_WALL (45 s),
 # PART_MIB (15: archives larger than this come back in parts that --stage-in joins),
 # BASELINE_GPUS (1; N: the baselines to measure dealt to N workers on GPUs 0..N-1 at once),
-# PRETRAIN_STEPS (700: 12.6 s on an H200 on 2026-11-30, ~320 s in earlier sittings; 150 steps left a model that writes no valid tool call),
+# PRETRAIN_STEPS (2800: ~45 s on an H200; at 700 (13 s) the 4.2M base named a ReLU GEMM's op wrong in 6 of 6 training
+#   episodes' plans, teacher-forced, at 2800 in none (op_probe; docs/CODEMODEL.md, eleventh sitting); 150 steps left a
+#   model that writes no valid tool call),
 # PRETRAIN_ARGS ("--hidden=256 --layers=4 --heads=4 --kv_heads=2 --intermediate=704 --batch=4 --lr=2e-3 --warmup_steps=10"),
 # PER_TASK (8 corpus episodes per training task), LEARN_WALL (270 s), WARMUP (48), RFT_EPOCHS (4),
 # VALUE_STEPS (16), AGENTIC_STEPS (40), BATCH (16), ACTORS (4: N model actors and N engineer actors of N rollouts at once each, so N² at once; the ingest lets (max_policy_lag + 1) × BATCH of them run), EVAL_ROLLOUTS (4), EVAL_TEMP (1),
@@ -227,7 +229,7 @@ make_corpus() {
   echo "corpus at $(elapsed) s: $(tr -d '\n ' < "$RUN/corpus/stats.json" | cut -c1-400)"
 }
 pretrain_base() {
-  "$M/bin/pretrain" --corpus_dir="$RUN/corpus" --out="$RUN/base" --device=$DEV --steps=${PRETRAIN_STEPS:-700} \
+  "$M/bin/pretrain" --corpus_dir="$RUN/corpus" --out="$RUN/base" --device=$DEV --steps=${PRETRAIN_STEPS:-2800} \
     --seed=$SEED ${PRETRAIN_ARGS:---hidden=256 --layers=4 --heads=4 --kv_heads=2 --intermediate=704 --batch=4 --lr=2e-3 --warmup_steps=10} \
     > "$OUT/pretrain.json" 2> "$OUT/pretrain.log" || { tail -20 "$OUT/pretrain.log"; return 1; }
   echo "pretrained at $(elapsed) s: $(cat "$OUT/pretrain.json")"
