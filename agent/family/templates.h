@@ -56,9 +56,9 @@ struct Slot {
 using Choice = std::array<int, kNumSlots>;
 
 // "gemm_epilogue: relu", "elementwise: gelu -> sigmoid": the task in words, as model.py's docstring,
-// a kernel's header and the engineer's plan all write it. Each op is a word after a space, the token
-// the model's text repeats: "(relu" would tokenise apart from the docstring's " relu", and a model of
-// a few million parameters then does not carry the op over (tools/codemodel/op_probe.h measures it).
+// a kernel's header and the engineer's plan all write it. Each op is a word after a space, so the
+// model's text repeats the docstring's tokens (" relu") rather than tokens of its own ("(relu");
+// whether a model names the ops right is tools/codemodel/op_probe.h's to measure.
 std::string DescribeTask(const TaskSpec& spec);
 
 // The slots of a family (kNumSlots of them).

@@ -24,7 +24,6 @@
 #include "absl/strings/str_split.h"
 #include "agent/chat/chat_format.h"
 #include "agent/policy/policy_factory.h"
-#include "agent/tokenizer/bpe_trainer.h"
 #include "common/config.h"
 #include "common/file.h"
 #include "common/log.h"
@@ -84,18 +83,7 @@ absl::Status Run(const v1::LearnConfig& config) {
   for (const auto& [name, c] : corpus->tool_calls) by_tool[name] = Json(c);
   stats["tool_calls"] = std::move(by_tool);
   if (const int vocab = absl::GetFlag(FLAGS_vocab_size); vocab > 0) {
-    // Trained on the rendered chats (headers, tool schemas where announced): what the model reads.
-    auto bootstrap = agent::Tokenizer::FromJson(*agent::TrainBpe({}, agent::BpeTrainerOptions{256, 2}));
-    if (!bootstrap.ok()) return bootstrap.status();
-    auto byte_fmt = RecordFormats::Create(bootstrap->get());
-    if (!byte_fmt.ok()) return byte_fmt.status();
-    std::vector<std::string> documents;
-    for (const Json& r : corpus->records) {
-      auto text = RenderedText(r, *byte_fmt);
-      if (!text.ok()) return text.status();
-      documents.push_back(*std::move(text));
-    }
-    auto json = agent::TrainBpe(documents, agent::BpeTrainerOptions{vocab, 2});
+    auto json = TrainRecordTokenizer(corpus->records, vocab);
     if (!json.ok()) return json.status();
     if (auto s = WriteFileAtomically(out + "/tokenizer.json", *json); !s.ok()) return s;
     auto trained = agent::Tokenizer::FromJson(*json);

@@ -17,23 +17,15 @@
 #include "data/family/family.h"
 #include "gtest/gtest.h"
 #include "tools/codemodel/corpus.h"
+#include "tools/codemodel/test_tasks.h"
 
 namespace kernelrl::codemodel {
 namespace {
 
 TEST(DesignReportTest, EngineerEpisodesParseAndEndInTheirDesign) {
-  std::vector<v1::Task> tasks;
+  const std::vector<v1::Task> tasks = testing::FirstTrainingTaskPerFamily("cpu");
   std::map<std::string, std::string> sources;
-  std::set<std::string> families;
-  for (const auto& ft : data::family::MakeTasks("cpu")) {
-    if (ft.held_out || !families.insert(ft.spec.family).second) continue;
-    v1::Task t;
-    t.set_id(ft.id);
-    t.set_reference_source(ft.source);
-    (*t.mutable_metadata())["shape"] = absl::StrJoin(ft.shape, "x");
-    tasks.push_back(t);
-    sources[ft.id] = ft.source;
-  }
+  for (const v1::Task& t : tasks) sources[t.id()] = t.reference_source();
   agent::EngineerPolicyOptions o;
   o.device = "cpu";
   auto corpus = MakeCorpus(tasks, 2, v1::RolloutConfig(), "", o, std::random_device{}(),

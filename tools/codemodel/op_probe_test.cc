@@ -4,14 +4,13 @@
 #include "tools/codemodel/op_probe.h"
 
 #include <random>
-#include <set>
 
 #include "absl/strings/str_join.h"
-#include "agent/tokenizer/bpe_trainer.h"
 #include "common/testing/testing.h"
-#include "data/family/family.h"
 #include "gtest/gtest.h"
+#include "learner/test_util.h"
 #include "tools/codemodel/corpus.h"
+#include "tools/codemodel/test_tasks.h"
 
 namespace kernelrl::codemodel {
 namespace {
@@ -37,16 +36,7 @@ TEST(OpProbeTest, MentionsAreTheTasksOpsWhereTheTextNamesThem) {
 }
 
 TEST(OpProbeTest, EveryMentionTheModelWroteIsProbed) {
-  std::vector<v1::Task> tasks;
-  std::set<std::string> families;
-  for (const auto& ft : data::family::MakeTasks("cuda")) {
-    if (ft.held_out || !families.insert(ft.spec.family).second) continue;
-    v1::Task t;
-    t.set_id(ft.id);
-    t.set_reference_source(ft.source);
-    (*t.mutable_metadata())["shape"] = absl::StrJoin(ft.shape, "x");
-    tasks.push_back(t);
-  }
+  const std::vector<v1::Task> tasks = testing::FirstTrainingTaskPerFamily("cuda");
   ASSERT_EQ(tasks.size(), 3u);
   agent::EngineerPolicyOptions eo;
   eo.device = "cuda";
@@ -54,28 +44,14 @@ TEST(OpProbeTest, EveryMentionTheModelWroteIsProbed) {
   auto corpus = MakeCorpus(tasks, 1, v1::RolloutConfig(), "", eo, std::random_device{}(),
                            kernelrl::testing::NewTempDir("op_probe_ws"));
   ASSERT_TRUE(corpus.ok()) << corpus.status();
-  auto bytes = agent::Tokenizer::FromJson(*agent::TrainBpe({}, {256, 2}));
-  ASSERT_TRUE(bytes.ok());
-  auto fmt = RecordFormats::Create(bytes->get());
-  ASSERT_TRUE(fmt.ok());
-  std::vector<std::string> docs;
-  for (const Json& r : corpus->records) docs.push_back(*RenderedText(r, *fmt));
-  auto tok_json = agent::TrainBpe(docs, {512, 2});
-  ASSERT_TRUE(tok_json.ok());
+  auto tok_json = TrainRecordTokenizer(corpus->records, 512);
+  ASSERT_TRUE(tok_json.ok()) << tok_json.status();
   auto tok = agent::Tokenizer::FromJson(*tok_json);
   ASSERT_TRUE(tok.ok());
-
-  learner::ModelConfig mc;
-  mc.vocab_size = (*tok)->vocab_size();
-  mc.hidden_size = 32;
-  mc.intermediate_size = 64;
-  mc.num_layers = 1;
-  mc.num_heads = 2;
-  mc.num_kv_heads = 1;
-  mc.head_dim = 16;
-  mc.max_position_embeddings = 16384;
-  learner::ModelOptions mo;
-  auto model = learner::Transformer::Create(mc, learner::Head::kLanguageModel, mo, 1);
+  auto fmt = RecordFormats::Create(tok->get());
+  ASSERT_TRUE(fmt.ok());
+  auto model = learner::Transformer::Create(learner::testing::TinyQwen2Config((*tok)->vocab_size()),
+                                            learner::Head::kLanguageModel, learner::ModelOptions(), 1);
   ASSERT_TRUE(model.ok()) << model.status();
 
   OpProbeResult result;

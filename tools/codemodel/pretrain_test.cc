@@ -7,34 +7,22 @@
 
 #include <filesystem>
 #include <random>
-#include <set>
 
-#include "absl/strings/str_join.h"
 #include "agent/chat/tools.h"
-#include "agent/tokenizer/bpe_trainer.h"
 #include "common/file.h"
 #include "common/sha256.h"
 #include "common/testing/testing.h"
-#include "data/family/family.h"
 #include "gtest/gtest.h"
 #include "learner/model.h"
 #include "tools/codemodel/corpus.h"
 #include "tools/codemodel/render.h"
+#include "tools/codemodel/test_tasks.h"
 
 namespace kernelrl::codemodel {
 namespace {
 
 TEST(PretrainTest, LossFallsAndTheCheckpointLoads) {
-  std::vector<v1::Task> tasks;
-  std::set<std::string> families;
-  for (const auto& ft : data::family::MakeTasks("cpu")) {
-    if (ft.held_out || !families.insert(ft.spec.family).second) continue;
-    v1::Task t;
-    t.set_id(ft.id);
-    t.set_reference_source(ft.source);
-    (*t.mutable_metadata())["shape"] = absl::StrJoin(ft.shape, "x");
-    tasks.push_back(t);
-  }
+  const std::vector<v1::Task> tasks = testing::FirstTrainingTaskPerFamily("cpu");
   agent::EngineerPolicyOptions eo;
   eo.device = "cpu";
   eo.revisions = 0;  // Short episodes: a quick test.
@@ -45,14 +33,7 @@ TEST(PretrainTest, LossFallsAndTheCheckpointLoads) {
   std::string lines;
   for (const Json& r : corpus->records) lines += DumpJson(r) + "\n";
   ASSERT_TRUE(WriteFileAtomically(dir + "/corpus.jsonl", lines).ok());
-  // The tokenizer on the rendered records, as corpus_gen trains it.
-  auto bytes = agent::Tokenizer::FromJson(*agent::TrainBpe({}, {256, 2}));
-  ASSERT_TRUE(bytes.ok());
-  auto fmt = RecordFormats::Create(bytes->get());
-  ASSERT_TRUE(fmt.ok());
-  std::vector<std::string> docs;
-  for (const Json& r : corpus->records) docs.push_back(*RenderedText(r, *fmt));
-  auto tok = agent::TrainBpe(docs, {768, 2});
+  auto tok = TrainRecordTokenizer(corpus->records, 768);  // As corpus_gen trains it.
   ASSERT_TRUE(tok.ok()) << tok.status();
   ASSERT_TRUE(WriteFileAtomically(dir + "/tokenizer.json", *tok).ok());
 

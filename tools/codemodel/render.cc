@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "agent/chat/tools.h"
+#include "agent/tokenizer/bpe_trainer.h"
 
 namespace kernelrl::codemodel {
 
@@ -83,6 +84,23 @@ absl::Status LengthAudit::Check() const {
                                                    " tokens): raise it, or the policy learns endings it never reaches"));
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> TrainRecordTokenizer(const std::vector<Json>& records, int vocab_size) {
+  // Rendered through a tokenizer of bytes alone: the text, specials included, as the chat format writes it.
+  auto bytes = agent::TrainBpe({}, agent::BpeTrainerOptions{256, 2});
+  if (!bytes.ok()) return bytes.status();
+  auto bootstrap = agent::Tokenizer::FromJson(*bytes);
+  if (!bootstrap.ok()) return bootstrap.status();
+  auto formats = RecordFormats::Create(bootstrap->get());
+  if (!formats.ok()) return formats.status();
+  std::vector<std::string> documents;
+  for (const Json& r : records) {
+    auto text = RenderedText(r, *formats);
+    if (!text.ok()) return text.status();
+    documents.push_back(*std::move(text));
+  }
+  return agent::TrainBpe(documents, agent::BpeTrainerOptions{vocab_size, 2});
 }
 
 }  // namespace kernelrl::codemodel

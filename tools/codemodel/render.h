@@ -27,6 +27,11 @@ absl::StatusOr<std::vector<agent::ChatTurn>> RecordTurns(const Json& record);
 absl::StatusOr<agent::RenderedChat> RenderRecord(const Json& record, const RecordFormats& formats);
 absl::StatusOr<std::string> RenderedText(const Json& record, const RecordFormats& formats);
 
+// The code model's tokenizer (an HF tokenizer.json): byte-level BPE of `vocab_size` (bytes +
+// merges, then the ChatML specials) trained on `records` rendered whole (headers, tool schemas
+// where announced): what the model reads.
+absl::StatusOr<std::string> TrainRecordTokenizer(const std::vector<Json>& records, int vocab_size);
+
 // How rendered records fit a rollout's caps (RolloutConfig: the policy's
 // replies stop at max_new_tokens_per_turn, a rollout at context_tokens; 0 = no
 // cap): a corpus beyond them would teach replies the policy cannot finish.
