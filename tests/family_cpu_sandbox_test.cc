@@ -4,6 +4,8 @@
 // answers under the strict precision policy (error against the fp64 reference
 // beyond the fp32 reference's own), even where the chain saturates first.
 #include <memory>
+#include <set>
+#include <string>
 
 #include "absl/strings/match.h"
 #include "data/family/family.h"
@@ -34,25 +36,27 @@ class FamilyCpuSandboxTest : public ::testing::Test {
     if (python_->empty()) GTEST_SKIP() << "no python3 with torch on this machine";
   }
 
+  static v1::Verdict Evaluate(const FamilyTask& t, const std::string& digits) {
+    Choice c{};
+    for (int i = 0; i < kNumSlots; ++i) c[i] = digits[i] - '0';
+    auto files = Render(t.spec, c, "cpu");
+    EXPECT_TRUE(files.ok()) << files.status();
+    v1::EvaluateRequest req;
+    req.mutable_task()->set_id(t.id);
+    req.mutable_task()->set_reference_source(t.source);
+    req.mutable_task()->mutable_inputs()->set_device("cpu");
+    req.mutable_task()->mutable_inputs()->set_dtype("float32");
+    for (const auto& [path, content] : *files) {
+      v1::WorkspaceFile* f = req.mutable_workspace()->add_files();
+      f->set_path(path);
+      f->set_content(content);
+    }
+    req.set_request_id(t.id + "/" + digits);
+    return evaluator_->Evaluate(req);
+  }
   static v1::Verdict Evaluate(const std::string& task_id, const std::string& digits) {
     for (const FamilyTask& t : MakeTasks("cpu")) {
-      if (t.id != task_id) continue;
-      Choice c{};
-      for (int i = 0; i < kNumSlots; ++i) c[i] = digits[i] - '0';
-      auto files = Render(t.spec, c, "cpu");
-      EXPECT_TRUE(files.ok()) << files.status();
-      v1::EvaluateRequest req;
-      req.mutable_task()->set_id(t.id);
-      req.mutable_task()->set_reference_source(t.source);
-      req.mutable_task()->mutable_inputs()->set_device("cpu");
-      req.mutable_task()->mutable_inputs()->set_dtype("float32");
-      for (const auto& [path, content] : *files) {
-        v1::WorkspaceFile* f = req.mutable_workspace()->add_files();
-        f->set_path(path);
-        f->set_content(content);
-      }
-      req.set_request_id(task_id + "/" + digits);
-      return evaluator_->Evaluate(req);
+      if (t.id == task_id) return Evaluate(t, digits);
     }
     ADD_FAILURE() << "no task " << task_id;
     return v1::Verdict();
@@ -70,6 +74,18 @@ struct Case {
   v1::Verdict::Outcome outcome;
   const char* summary_has;
 };
+
+// The corpus teaches the engineer's kernels for compositions no job runs (MakeReadingTasks):
+// the templates must render them right too, a pointwise op of any family in each family.
+TEST_F(FamilyCpuSandboxTest, ReadingCompositionsAreRightInFp32) {
+  std::set<std::string> families;
+  for (const FamilyTask& t : MakeReadingTasks("cpu", 3, 1)) {
+    if (!families.insert(t.spec.family).second) continue;
+    const v1::Verdict v = Evaluate(t, "1100");
+    EXPECT_EQ(v.outcome(), v1::Verdict::OK) << t.id << ": " << v.summary();
+  }
+  EXPECT_EQ(families.size(), 3u);
+}
 
 TEST_F(FamilyCpuSandboxTest, ChoicesGetTheirVerdicts) {
   const Case cases[] = {

@@ -28,6 +28,14 @@ struct FamilyTask {
 // op combination never trained on) or by shape (a size never trained on).
 std::vector<FamilyTask> MakeTasks(const std::string& device);
 
+// Tasks for the code model's corpus alone, which make reading the task pay: `per_family`
+// compositions a family drawn from `seed` (each family's own reductions, then pointwise ops of
+// any family), none a training or held-out composition and none holding any family's held-out
+// composition as consecutive ops, each at one of the family's training shapes (for `device`). Id
+// "reading/<name>", split_reason "reading", not held out: no job trains or evaluates on them,
+// so none needs a baseline.
+std::vector<FamilyTask> MakeReadingTasks(const std::string& device, int per_family, uint64_t seed);
+
 // One task outside the split, named as a task id's last part ("ge_relu_2048x256x4096":
 // family abbreviation, ops joined by '-', shape joined by 'x'), with id "probe/<name>":
 // sizes measured on the GPU before they are chosen for a split. InvalidArgument for a

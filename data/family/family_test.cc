@@ -5,7 +5,9 @@
 // templates compile for sm_90 (nvcc, when installed).
 #include <cstdlib>
 #include <fstream>
+#include <algorithm>
 #include <iterator>
+#include <map>
 #include <set>
 
 #include "absl/strings/match.h"
@@ -68,6 +70,47 @@ TEST(FamilyTasks, SourcesParseBackAndAreKernelBenchShaped) {
   EXPECT_TRUE(absl::IsNotFound(ParseTaskSpec("import torch\n").status()));
   EXPECT_FALSE(ParseTaskSpec("# kernelrl-family: rowreduce ops=cumsum\n").ok());
   EXPECT_FALSE(ParseTaskSpec("# kernelrl-family: conv ops=relu\n").ok());
+}
+
+TEST(FamilyTasks, ReadingTasksAreNewCompositionsThatHoldNoHeldOutOne) {
+  for (const char* device : {"cuda", "cpu"}) {
+    std::set<std::string> known, train_shapes;
+    std::vector<std::vector<std::string>> heldout_ops;
+    for (const FamilyTask& t : MakeTasks(device)) {
+      known.insert(Key(t));
+      if (t.split_reason == "composition") heldout_ops.push_back(t.spec.ops);
+      if (!t.held_out) train_shapes.insert(absl::StrCat(t.spec.family, ":", absl::StrJoin(t.shape, "x")));
+    }
+    const std::vector<FamilyTask> reading = MakeReadingTasks(device, 20, 7);
+    ASSERT_EQ(reading.size(), 60u) << device;
+    std::set<std::string> seen;
+    std::map<std::string, int> per_family;
+    for (const FamilyTask& t : reading) {
+      ++per_family[t.spec.family];
+      EXPECT_TRUE(seen.insert(Key(t)).second) << "composition twice: " << t.id;
+      EXPECT_FALSE(known.count(Key(t))) << t.id << " is a training or held-out composition";
+      for (const auto& h : heldout_ops) {
+        EXPECT_EQ(std::search(t.spec.ops.begin(), t.spec.ops.end(), h.begin(), h.end()), t.spec.ops.end())
+            << t.id << " holds a held-out composition";
+      }
+      for (size_t i = 1; i < t.spec.ops.size(); ++i) EXPECT_NE(t.spec.ops[i], t.spec.ops[i - 1]) << t.id;
+      EXPECT_TRUE(train_shapes.count(absl::StrCat(t.spec.family, ":", absl::StrJoin(t.shape, "x")))) << t.id;
+      EXPECT_FALSE(t.held_out);
+      EXPECT_EQ(t.split_reason, "reading");
+      EXPECT_TRUE(absl::StartsWith(t.id, "reading/")) << t.id;
+      auto spec = ParseTaskSpec(t.source);
+      ASSERT_TRUE(spec.ok()) << t.id << ": " << spec.status();
+      EXPECT_EQ(spec->ops, t.spec.ops);
+    }
+    for (const char* f : {"elementwise", "rowreduce", "gemm_epilogue"}) EXPECT_EQ(per_family[f], 20) << f;
+    // A seed gives one set, another seed another.
+    std::vector<std::string> a, b, c;
+    for (const FamilyTask& t : MakeReadingTasks(device, 20, 7)) a.push_back(t.id);
+    for (const FamilyTask& t : reading) b.push_back(t.id);
+    for (const FamilyTask& t : MakeReadingTasks(device, 20, 8)) c.push_back(t.id);
+    EXPECT_EQ(a, b);
+    EXPECT_NE(a, c);
+  }
 }
 
 TEST(FamilyTasks, ProbeIsAFamilyTaskAtAnySize) {

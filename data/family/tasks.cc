@@ -1,6 +1,8 @@
 // The family's tasks: training and held-out splits and their KernelBench sources.
 #include <algorithm>
 #include <map>
+#include <random>
+#include <set>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -121,6 +123,53 @@ std::vector<FamilyTask> MakeTasks(const std::string& device) {
   }
   train.insert(train.end(), heldout.begin(), heldout.end());
   return train;
+}
+
+std::vector<FamilyTask> MakeReadingTasks(const std::string& device, int per_family, uint64_t seed) {
+  std::set<std::string> pointwise;  // Every pointwise op of every family's compositions.
+  std::vector<Ops> heldout;          // Every family's held-out compositions.
+  for (const FamilyTable& t : Tables()) {
+    for (const auto* list : {&t.train_ops, &t.heldout_ops}) {
+      for (const Ops& ops : *list) pointwise.insert(ops.begin() + (t.family == "rowreduce" ? 1 : 0), ops.end());
+    }
+    heldout.insert(heldout.end(), t.heldout_ops.begin(), t.heldout_ops.end());
+  }
+  // Not even as another family's chain: a GEMM's "square -> silu" writes elementwise's held-out lines.
+  auto holds_heldout = [&heldout](const Ops& ops) {
+    for (const Ops& h : heldout) {
+      if (std::search(ops.begin(), ops.end(), h.begin(), h.end()) != ops.end()) return true;
+    }
+    return false;
+  };
+  const std::vector<std::string> vocab(pointwise.begin(), pointwise.end());
+  std::mt19937_64 rng(seed);
+  std::vector<FamilyTask> out;
+  for (const FamilyTable& t : Tables()) {
+    const bool row = t.family == "rowreduce";
+    std::set<Ops> taken(t.train_ops.begin(), t.train_ops.end());
+    taken.insert(t.heldout_ops.begin(), t.heldout_ops.end());
+    std::set<std::string> reductions;
+    for (const Ops& ops : t.train_ops) reductions.insert(ops[0]);
+    const std::vector<std::string> firsts(reductions.begin(), reductions.end());
+    const auto& shapes = device == "cpu" ? t.cpu_train_shapes : t.gpu_train_shapes;
+    for (int made = 0, tries = 0; made < per_family && tries < 1000 * per_family; ++tries) {
+      Ops ops;
+      if (row) ops.push_back(firsts[rng() % firsts.size()]);
+      // Rows: a reduction and 0-2 ops; elementwise 1-3 ops; GEMM 1-2. No op twice in a row.
+      const size_t n = ops.size() + (row ? rng() % 3 : 1 + rng() % (t.family == "elementwise" ? 3 : 2));
+      while (ops.size() < n) {
+        const std::string& op = vocab[rng() % vocab.size()];
+        if (ops.empty() || ops.back() != op) ops.push_back(op);
+      }
+      if (holds_heldout(ops) || !taken.insert(ops).second) continue;
+      FamilyTask task = Make(t, ops, shapes[rng() % shapes.size()], "");
+      task.id = absl::StrCat("reading/", task.id.substr(task.id.find('/') + 1));
+      task.split_reason = "reading";
+      out.push_back(std::move(task));
+      ++made;
+    }
+  }
+  return out;
 }
 
 absl::StatusOr<FamilyTask> MakeProbe(const std::string& name) {

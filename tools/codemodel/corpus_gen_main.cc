@@ -8,7 +8,8 @@
 // are the ones the actors will use, so the corpus's prompts are the run's, and
 // the engineer plays as its `actor.policy.engineer` says (planted faults, fp16
 // first designs, revisions), as the warm-up's engineer actors do. Only tasks whose
-// metadata says split "train" are used: held-out tasks never enter the corpus.
+// metadata says split "train" or "reading" (family_gen's compositions for the corpus
+// alone) are used: held-out tasks never enter the corpus.
 //
 //   DIR/corpus.jsonl   one trajectory a line (CorpusRecord)
 //   DIR/tokenizer.json byte-level BPE trained on the rendered corpus (vocab_size
@@ -32,7 +33,7 @@
 #include "tools/codemodel/corpus.h"
 #include "tools/codemodel/render.h"
 
-ABSL_FLAG(std::string, tasks, "", "family_gen's train.jsonl");
+ABSL_FLAG(std::string, tasks, "", "family_gen's train.jsonl (and reading.jsonl, appended)");
 ABSL_FLAG(std::string, out, "", "output directory");
 ABSL_FLAG(int, per_task, 8, "trajectories per training task");
 ABSL_FLAG(uint64_t, seed, 1, "seed of the designs, faults and phrasings");
@@ -52,9 +53,11 @@ absl::StatusOr<std::vector<v1::Task>> TrainTasks(const std::string& path) {
       return absl::InvalidArgumentError(absl::StrCat(path, ": ", s.ToString()));
     }
     auto split = t.metadata().find("split");
-    if (split != t.metadata().end() && split->second == "train") out.push_back(std::move(t));
+    if (split != t.metadata().end() && (split->second == "train" || split->second == "reading")) {
+      out.push_back(std::move(t));
+    }
   }
-  if (out.empty()) return absl::NotFoundError(path + ": no task with metadata split \"train\"");
+  if (out.empty()) return absl::NotFoundError(path + ": no task with metadata split \"train\" or \"reading\"");
   return out;
 }
 
