@@ -29,7 +29,7 @@ struct FamilyTask {
 std::vector<FamilyTask> MakeTasks(const std::string& device);
 
 // Tasks for the code model's corpus alone, which make reading the task pay: `per_family`
-// compositions a family drawn from `seed` (each family's own reductions, then pointwise ops of
+// compositions a family (fewer where a family has no more) drawn from `seed` (each family's own reductions, then pointwise ops of
 // any family), none a training or held-out composition and none holding any family's held-out
 // composition as consecutive ops, each at one of the family's training shapes (for `device`). Id
 // "reading/<name>", split_reason "reading", not held out: no job trains or evaluates on them,

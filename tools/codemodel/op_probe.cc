@@ -2,6 +2,7 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <regex>
 
 #include "absl/strings/str_cat.h"

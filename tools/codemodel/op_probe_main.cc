@@ -8,6 +8,7 @@
 // engineer), each read by the model teacher-forced. Prints one JSON object, by task file, and a
 // line a file on stderr ("op probe FILE: PLACE RIGHT/TOTAL ...").
 #include <ATen/Parallel.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <filesystem>
