@@ -122,6 +122,12 @@ absl::StatusOr<TaskSpec> ParseTaskSpec(const std::string& source) {
   return spec;
 }
 
+absl::StatusOr<TaskSpec> FindTaskSpec(const std::string& text) {
+  const size_t p = text.find(kTaskHeader);
+  if (p == std::string::npos) return absl::NotFoundError("no kernelrl-family line");
+  return ParseTaskSpec(text.substr(p, text.find('\n', p) - p));
+}
+
 std::vector<std::string> PointwiseOps(const TaskSpec& spec) {
   const size_t first = spec.family == "rowreduce" ? 1 : 0;
   return std::vector<std::string>(spec.ops.begin() + std::min(first, spec.ops.size()), spec.ops.end());

@@ -72,6 +72,9 @@ std::string ChoiceDigits(const Choice& choice);
 
 // The header line of a task source; NotFound when there is none (not a family task).
 absl::StatusOr<TaskSpec> ParseTaskSpec(const std::string& source);
+// The spec of the first header line anywhere in `text` (a tool's output that shows model.py,
+// a rendered chat); NotFound when `text` has none.
+absl::StatusOr<TaskSpec> FindTaskSpec(const std::string& text);
 
 // Whether cuBLASLt's epilogue applies a GEMM task's whole pointwise chain (a
 // lone ReLU): then the fused cuBLAS design runs no kernel of its own. The CUDA

@@ -158,9 +158,8 @@ absl::StatusOr<std::string> EngineerPolicy::Next(Episode& e, const std::string& 
                                      "Let me read model.py to see what the task computes."}),
                           "\n", FormatToolCall("Read", read_args));
     }
-    const size_t p = obs.find(fam::kTaskHeader);
-    if (p == std::string::npos) return absl::FailedPreconditionError("model.py has no kernelrl-family line");
-    auto spec = fam::ParseTaskSpec(obs.substr(p, obs.find('\n', p) - p));
+    auto spec = fam::FindTaskSpec(obs);
+    if (absl::IsNotFound(spec.status())) return absl::FailedPreconditionError("model.py has no kernelrl-family line");
     if (!spec.ok()) return spec.status();
     e.spec = *spec;
     auto slots = fam::Slots(e.spec.family);

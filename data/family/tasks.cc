@@ -70,16 +70,14 @@ const std::vector<FamilyTable>& Tables() {
 std::string Source(const TaskSpec& spec, const Shape& shape) {
   std::string init_args, init_inputs = "[]", inputs;
   std::vector<std::string> lines;
-  size_t first_pointwise = 0;
   if (spec.family == "rowreduce") {
     lines.push_back(agent::family::Reductions().at(spec.ops[0]));
-    first_pointwise = 1;
   } else if (spec.family == "gemm_epilogue") {
     lines.push_back("x = self.fc(x)");
     init_args = ", in_features, out_features";
     init_inputs = absl::StrCat("[", shape[1], ", ", shape[2], "]");
   }
-  for (size_t i = first_pointwise; i < spec.ops.size(); ++i) lines.push_back(FindOp(spec.ops[i])->torch_line);
+  for (const std::string& op : agent::family::PointwiseOps(spec)) lines.push_back(FindOp(op)->torch_line);
   inputs = absl::StrCat("torch.randn(", shape[0], ", ", shape[1], ")");
   std::string forward;
   for (const std::string& l : lines) absl::StrAppend(&forward, "        ", l, "\n");
@@ -130,7 +128,9 @@ std::vector<FamilyTask> MakeReadingTasks(const std::string& device, int per_fami
   std::vector<Ops> heldout;          // Every family's held-out compositions.
   for (const FamilyTable& t : Tables()) {
     for (const auto* list : {&t.train_ops, &t.heldout_ops}) {
-      for (const Ops& ops : *list) pointwise.insert(ops.begin() + (t.family == "rowreduce" ? 1 : 0), ops.end());
+      for (const Ops& ops : *list) {
+        for (const std::string& op : agent::family::PointwiseOps({t.family, ops})) pointwise.insert(op);
+      }
     }
     heldout.insert(heldout.end(), t.heldout_ops.begin(), t.heldout_ops.end());
   }

@@ -14,23 +14,13 @@ namespace {
 
 namespace fam = agent::family;
 
-// The task's spec, from the header line of model.py as the Read tool showed it.
-absl::StatusOr<fam::TaskSpec> SpecIn(const std::string& text) {
-  const size_t p = text.find(fam::kTaskHeader);
-  if (p == std::string::npos) return absl::NotFoundError("the record shows no model.py header");
-  return fam::ParseTaskSpec(text.substr(p, text.find('\n', p) - p));
-}
-
 void Count(OpProbeCount* c, bool right) {
   c->right += right ? 1 : 0;
   ++c->total;
 }
 
-}  // namespace
-
-absl::StatusOr<std::vector<OpMention>> OpMentions(const std::string& text) {
-  auto spec = SpecIn(text);
-  if (!spec.ok()) return spec.status();
+// Where `text` names `spec`'s ops (OpMentions).
+std::vector<OpMention> Mentions(const std::string& text, const fam::TaskSpec& spec) {
   std::vector<OpMention> out;
   // A chain "a -> b" after "F: " (or, as templates wrote it before, in "F (...)"): the first op
   // and the later ones.
@@ -53,11 +43,19 @@ absl::StatusOr<std::vector<OpMention>> OpMentions(const std::string& text) {
   // "// op" alone on a line of a kernel inside a tool call's JSON string ("\n" escaped).
   static const std::regex comment(R"(\\n *// ([a-z_0-9]+)\\n)");
   for (auto it = std::sregex_iterator(text.begin(), text.end(), comment); it != std::sregex_iterator(); ++it) {
-    for (const std::string& op : spec->ops) {
+    for (const std::string& op : spec.ops) {
       if (it->str(1) == op) out.push_back({"comment", static_cast<size_t>(it->position(1))});
     }
   }
   return out;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<OpMention>> OpMentions(const std::string& text) {
+  auto spec = fam::FindTaskSpec(text);
+  if (!spec.ok()) return spec.status();
+  return Mentions(text, *spec);
 }
 
 absl::Status ProbeOpNames(const learner::Transformer& model, const agent::Tokenizer& tokenizer,
@@ -78,23 +76,21 @@ absl::Status ProbeOpNames(const learner::Transformer& model, const agent::Tokeni
     if (text != rendered->text) {
       return absl::InternalError(absl::StrCat("record ", result->records, ": its tokens decoded one by one do not give its text"));
     }
-    auto mentions = OpMentions(text);
-    if (!mentions.ok()) return mentions.status();
-    auto family = SpecIn(text);
-    if (!family.ok()) return family.status();
+    auto spec = fam::FindTaskSpec(text);  // model.py's header, as the Read tool showed it.
+    if (!spec.ok()) return spec.status();
     const auto& ids = rendered->ids;
     at::Tensor input = torch::tensor(std::vector<int64_t>(ids.begin(), ids.end()), torch::kInt64)
                            .unsqueeze(0)
                            .to(model.options().device);
     at::Tensor predicted = model.Logits(input).argmax(-1).squeeze(0).to(torch::kCPU);
     const int64_t* next = predicted.data_ptr<int64_t>();
-    for (const OpMention& m : *mentions) {
+    for (const OpMention& m : Mentions(text, *spec)) {
       // The token that holds the op name's first character, predicted from the one before it.
       const size_t t = static_cast<size_t>(std::upper_bound(start.begin(), start.end(), m.offset) - start.begin()) - 1;
       if (t == 0 || rendered->loss_mask[t] != 1) continue;  // Only the model's own tokens.
       const bool right = next[t - 1] == ids[t];
       Count(&result->by_place[m.place], right);
-      Count(&result->by_family[family->family], right);
+      Count(&result->by_family[spec->family], right);
     }
     ++result->records;
   }
