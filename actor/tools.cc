@@ -13,7 +13,6 @@
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
-#include "profiler_service/reward.h"
 
 namespace kernelrl::actor {
 namespace {
@@ -87,35 +86,24 @@ std::string LogTail(const v1::Verdict& v, const std::string& key, size_t n) {
   return s.size() > n ? "..." + s.substr(s.size() - n) : s;
 }
 
-// The figures behind the speed-ups: the judge compares graph-replayed medians where the candidate
-// and the baseline both have them, a candidate without them with the baseline's graph-replayed
-// figure (flag held_to_baseline_graph), launched ones otherwise, so the times shown are the ones
-// each ratio was taken from.
+// The figures behind the speed-ups, as the judge took them (Verdict.eager_basis / compile_basis):
+// each ratio's two times, and which of them are graph-replayed.
 std::string SpeedUpFigures(const v1::Verdict& v) {
-  const bool held = std::find(v.flags().begin(), v.flags().end(), kHeldToBaselineGraph) != v.flags().end();
-  struct Side {
-    bool cand_graph, base_graph;
-    double cand, base;
-  };
-  auto side_of = [&](bool graph, double base_graph_us, double base_us) {
-    const bool cand_graph = graph && base_graph_us > 0;
-    const bool base_graph = base_graph_us > 0 && (cand_graph || held);
-    return Side{cand_graph, base_graph, cand_graph ? v.candidate_graph_time_us() : v.candidate_time_us(),
-                base_graph ? base_graph_us : base_us};
-  };
-  const Side e = side_of(v.speedup_vs_eager_graph(), v.eager_graph_time_us(), v.eager_time_us());
-  const Side c = side_of(v.speedup_vs_compile_graph(), v.compile_graph_time_us(), v.compile_time_us());
-  if (e.cand_graph == e.base_graph && c.cand_graph == c.base_graph && e.cand_graph == c.cand_graph) {
+  const v1::SpeedUpBasis &e = v.eager_basis(), &c = v.compile_basis();
+  const bool one_candidate = e.candidate_us() == c.candidate_us() && e.candidate_graph() == c.candidate_graph();
+  if (one_candidate && e.candidate_graph() == e.baseline_graph() && c.candidate_graph() == c.baseline_graph() &&
+      e.candidate_graph() == c.candidate_graph()) {
     return absl::StrFormat("%scandidate %.2f us, eager %.2f us, torch.compile %.2f us",
-                           e.cand_graph ? "graph-replayed: " : "", e.cand, e.base, c.base);
+                           e.candidate_graph() ? "graph-replayed: " : "", e.candidate_us(), e.baseline_us(),
+                           c.baseline_us());
   }
-  auto text = [](const Side& s, const char* name) {
-    if (s.cand_graph == s.base_graph) {
-      return absl::StrFormat("candidate %.2f us against %s %.2f us%s", s.cand, name, s.base,
-                             s.base_graph ? ", graph-replayed" : "");
+  auto text = [](const v1::SpeedUpBasis& b, const char* name) {
+    if (b.candidate_graph() == b.baseline_graph()) {
+      return absl::StrFormat("candidate %.2f us against %s %.2f us%s", b.candidate_us(), name, b.baseline_us(),
+                             b.baseline_graph() ? ", graph-replayed" : "");
     }
-    return absl::StrFormat("candidate %.2f us, no graph-replayed figure, against %s %.2f us graph-replayed", s.cand,
-                           name, s.base);
+    return absl::StrFormat("candidate %.2f us, no graph-replayed figure, against %s %.2f us graph-replayed",
+                           b.candidate_us(), name, b.baseline_us());
   };
   return absl::StrCat(text(e, "eager"), "; ", text(c, "torch.compile"));
 }
@@ -155,8 +143,11 @@ std::string DescribeVerdict(const std::string& which, const v1::Verdict& v) {
   }
   if (!v.flags().empty()) absl::StrAppend(&out, "flags: ", absl::StrJoin(v.flags(), ", "), "\n");
   if (which == "Profile" && o == v1::Verdict::OK) {
-    absl::StrAppend(&out, absl::StrFormat("speed-up vs eager %.3fx, vs torch.compile %.3fx (%s)\n",
-                                          v.speedup_vs_eager(), v.speedup_vs_compile(), SpeedUpFigures(v)));
+    absl::StrAppend(&out, absl::StrFormat("speed-up vs eager %.3fx, vs torch.compile %.3fx", v.speedup_vs_eager(),
+                                          v.speedup_vs_compile()));
+    // A verdict judged before the judge recorded its figures (a cached one) shows the ratios alone.
+    absl::StrAppend(&out, v.has_eager_basis() && v.has_compile_basis() ? absl::StrCat(" (", SpeedUpFigures(v), ")") : "",
+                    "\n");
     const v1::KernelCoverage& c = v.coverage();
     if (c.total_gpu_us() > 0) {
       absl::StrAppend(&out, absl::StrFormat("GPU time: own kernels %.0f%%, library %.0f%%, other %.0f%%\n",

@@ -10,7 +10,6 @@
 #include "absl/strings/str_cat.h"
 #include "common/testing/testing.h"
 #include "gtest/gtest.h"
-#include "profiler_service/reward.h"
 
 namespace kernelrl::actor {
 namespace {
@@ -232,14 +231,22 @@ TEST_F(ToolsTest, EvaluationToolsSendTheSnapshot) {
   ExpectError("Nope", "{}", "unknown tool");
 }
 
-// The times beside the speed-ups are the ones each was taken from: graph-replayed medians where the
-// judge compared them (here 60 us launched, 30 us replayed for the candidate), launched ones otherwise.
+// The times beside the speed-ups are the ones the judge took each from (Verdict.eager_basis /
+// compile_basis, copy offsets included), never figures re-derived from the verdict's other fields.
 TEST_F(ToolsTest, ProfileShowsTheFiguresEachSpeedUpCompared) {
   ASSERT_TRUE(Run("Write", R"({"path": "model_new.py", "content": "x"})").text.size() > 0);
+  auto basis = [](double cand, double base, bool cand_graph, bool base_graph) {
+    v1::SpeedUpBasis b;
+    b.set_candidate_us(cand);
+    b.set_baseline_us(base);
+    b.set_candidate_graph(cand_graph);
+    b.set_baseline_graph(base_graph);
+    return b;
+  };
   v1::Verdict v;
   v.set_outcome(v1::Verdict::OK);
   v.set_reward(2);
-  v.set_candidate_time_us(60);
+  v.set_candidate_time_us(60);  // the fields beside the basis: not what the text shows
   v.set_candidate_graph_time_us(30);
   v.set_eager_time_us(50);
   v.set_eager_graph_time_us(45);
@@ -247,45 +254,44 @@ TEST_F(ToolsTest, ProfileShowsTheFiguresEachSpeedUpCompared) {
   v.set_compile_graph_time_us(27);
   v.set_speedup_vs_eager(1.5);
   v.set_speedup_vs_compile(0.9);
-  v.set_speedup_vs_eager_graph(true);
-  v.set_speedup_vs_compile_graph(true);
+  *v.mutable_eager_basis() = basis(30, 45, true, true);
+  *v.mutable_compile_basis() = basis(30, 27, true, true);
   eval_.next = v;
   std::string text = Run("Profile", "{}").text;
   EXPECT_TRUE(absl::StrContains(
       text, "vs torch.compile 0.900x (graph-replayed: candidate 30.00 us, eager 45.00 us, torch.compile 27.00 us)"))
       << text;
   // A baseline with a replayed figure on one side only: that side graph with graph, the other launched.
-  v.clear_compile_graph_time_us();
-  v.set_speedup_vs_compile_graph(false);
-  v.set_speedup_vs_compile(1.167);
+  *v.mutable_compile_basis() = basis(60, 70, false, false);
   eval_.next = v;
   text = Run("Profile", "{}").text;
   EXPECT_TRUE(absl::StrContains(text, "(candidate 30.00 us against eager 45.00 us, graph-replayed; candidate 60.00 us "
                                       "against torch.compile 70.00 us)"))
       << text;
   // A candidate that declined graphs, held to the baselines' replayed figures.
-  v.set_compile_graph_time_us(27);
-  v.clear_candidate_graph_time_us();
-  v.set_speedup_vs_eager_graph(false);
-  v.set_speedup_vs_eager(0.75);
-  v.set_speedup_vs_compile(0.45);
-  v.add_flags(kHeldToBaselineGraph);
+  *v.mutable_eager_basis() = basis(60, 45, false, true);
+  *v.mutable_compile_basis() = basis(60, 27, false, true);
   eval_.next = v;
   text = Run("Profile", "{}").text;
   EXPECT_TRUE(absl::StrContains(text, "(candidate 60.00 us, no graph-replayed figure, against eager 45.00 us "
                                       "graph-replayed; candidate 60.00 us, no graph-replayed figure, against "
                                       "torch.compile 27.00 us graph-replayed)"))
       << text;
-  v.clear_flags();
-  v.set_speedup_vs_eager_graph(true);
-  v.set_candidate_graph_time_us(30);
-  // A verdict without the baselines' replayed figures (written before they were kept) shows launched ones.
-  v.set_speedup_vs_compile_graph(true);
-  v.clear_eager_graph_time_us();
-  v.clear_compile_graph_time_us();
+  // Launched figures on both sides, with our copies taken off at common rates: the candidate's time
+  // differs between the two ratios (each baseline's copy rates), and the judge's figures are shown.
+  *v.mutable_eager_basis() = basis(63.2, 50, false, false);
+  *v.mutable_compile_basis() = basis(61.7, 70, false, false);
   eval_.next = v;
   text = Run("Profile", "{}").text;
-  EXPECT_TRUE(absl::StrContains(text, "(candidate 60.00 us, eager 50.00 us, torch.compile 70.00 us)")) << text;
+  EXPECT_TRUE(absl::StrContains(text, "(candidate 63.20 us against eager 50.00 us; candidate 61.70 us against "
+                                      "torch.compile 70.00 us)"))
+      << text;
+  // A verdict judged before the basis was recorded (one from a verdict cache): the ratios alone.
+  v.clear_eager_basis();
+  v.clear_compile_basis();
+  eval_.next = v;
+  text = Run("Profile", "{}").text;
+  EXPECT_TRUE(absl::StrContains(text, "speed-up vs eager 1.500x, vs torch.compile 0.900x\n")) << text;
 }
 
 }  // namespace

@@ -120,15 +120,20 @@ ProfileResult JudgeProfile(const ProfileMeasurement& m, const Baseline* baseline
       double speedup;
       bool graph_with_graph, base_graph;
     };
-    auto speedup = [&](const TimingStats& base) {
+    auto speedup = [&](const TimingStats& base, SpeedUpBasis* basis) {
       const bool cand_graph = cand.graph_median_us() > 0.0, base_graph = base.graph_median_us() > 0.0;
       const CopyOffsets off = CommonCopyOffsets(cand.copies(), base.copies());
       const double base_us = (base_graph ? base.graph_median_us() : base.median_us()) + off.baseline_us;
       const double cand_us = (cand_graph && base_graph ? cand.graph_median_us() : t) + off.candidate_us;
       held_to_graph |= base_graph && !cand_graph;
+      basis->set_candidate_us(cand_us);
+      basis->set_baseline_us(base_us);
+      basis->set_candidate_graph(cand_graph && base_graph);
+      basis->set_baseline_graph(base_graph);
       return Compared{SpeedUp(base_us, cand_us), cand_graph && base_graph, base_graph};
     };
-    const Compared vs_eager = speedup(baseline->eager()), vs_compile = speedup(baseline->compiled());
+    const Compared vs_eager = speedup(baseline->eager(), v.mutable_eager_basis()),
+                   vs_compile = speedup(baseline->compiled(), v.mutable_compile_basis());
     v.set_speedup_vs_eager(vs_eager.speedup);
     v.set_speedup_vs_compile(vs_compile.speedup);
     v.set_speedup_vs_eager_graph(vs_eager.graph_with_graph);

@@ -47,6 +47,16 @@ Baseline MakeBaseline(double eager_us, double compile_us) {
   return b;
 }
 
+// Each speed-up is the ratio of the two times its basis records: a reader of the verdict shows the
+// judge's own figures (copy offsets included) and never re-derives which ones it compared.
+void ExpectEachSpeedUpIsItsBasis(const Verdict& v) {
+  ASSERT_TRUE(v.has_eager_basis() && v.has_compile_basis());
+  EXPECT_NEAR(v.speedup_vs_eager(), v.eager_basis().baseline_us() / v.eager_basis().candidate_us(), 1e-12);
+  EXPECT_NEAR(v.speedup_vs_compile(), v.compile_basis().baseline_us() / v.compile_basis().candidate_us(), 1e-12);
+  EXPECT_EQ(v.speedup_vs_eager_graph(), v.eager_basis().candidate_graph());
+  EXPECT_EQ(v.speedup_vs_compile_graph(), v.compile_basis().candidate_graph());
+}
+
 TEST(Judge, MilestoneTiersFromMeasuredTimes) {
   // Floor: (64e6 + 14e6) B / 3e12 B/s = 26 us.
   const Baseline b = MakeBaseline(100.0, 80.0);
@@ -158,6 +168,9 @@ TEST(Judge, SpeedUpsTakeTheInputCopiesOffBothSidesAtTheSameRate) {
   // The input copies only: the seal was taken off at what it measured in each block.
   const double delta = bytes / 2.0e6 - bytes / 2.1e6;  // 3.20 us
   EXPECT_NEAR(r.verdict().speedup_vs_eager(), 76.0 / (t + delta), 1e-9);  // 1.04, not 76 / 70 = 1.09
+  EXPECT_NEAR(r.verdict().eager_basis().candidate_us(), t + delta, 1e-9);
+  EXPECT_NEAR(r.verdict().eager_basis().baseline_us(), 76.0, 1e-9);
+  ExpectEachSpeedUpIsItsBasis(r.verdict());
   EXPECT_EQ(RewardFor(r.verdict()), 1.0);
   // The other way round: the baseline had more taken off; it is brought up instead.
   rates(m.mutable_candidate()->mutable_copies(), 2.1e6, 4.2e6);
@@ -363,6 +376,10 @@ TEST(Judge, GraphFiguresCompareOnlyWithGraphFigures) {
   EXPECT_EQ(r.verdict().eager_graph_time_us(), 200.0);  // what the graph speed-up compared against
   EXPECT_EQ(r.verdict().compile_graph_time_us(), 0.0);
   EXPECT_EQ(RewardFor(r.verdict()), 2.0);  // faster than eager only
+  ExpectEachSpeedUpIsItsBasis(r.verdict());
+  EXPECT_TRUE(r.verdict().eager_basis().baseline_graph());
+  EXPECT_FALSE(r.verdict().compile_basis().baseline_graph());
+  EXPECT_NEAR(r.verdict().compile_basis().candidate_us(), 300.0, 2.0);  // its launched figure
 
   // Without the baseline's graph figures the candidate's graph figures never pay.
   const Baseline eager_only = MakeBaseline(300.0, 300.0);
@@ -389,6 +406,10 @@ TEST(Judge, ACandidateWithoutGraphFiguresIsHeldToTheBaselinesGraphFigure) {
   EXPECT_TRUE(Has(r.verdict(), kHeldToBaselineGraph));
   EXPECT_EQ(SeverityOf(kHeldToBaselineGraph), FlagSeverity::kInfo);
   EXPECT_EQ(RewardFor(r.verdict()), 1.0);
+  ExpectEachSpeedUpIsItsBasis(r.verdict());
+  EXPECT_FALSE(r.verdict().compile_basis().candidate_graph());
+  EXPECT_TRUE(r.verdict().compile_basis().baseline_graph());
+  EXPECT_EQ(r.verdict().compile_basis().baseline_us(), 125.0);
 
   // The same candidate, captured (100 us replayed), is compared graph with graph.
   ProfileMeasurement captured = Candidate(400.0);
@@ -402,6 +423,7 @@ TEST(Judge, ACandidateWithoutGraphFiguresIsHeldToTheBaselinesGraphFigure) {
   EXPECT_TRUE(r.verdict().speedup_vs_compile_graph());
   EXPECT_FALSE(Has(r.verdict(), kHeldToBaselineGraph));
   EXPECT_EQ(RewardFor(r.verdict()), 3.0);
+  ExpectEachSpeedUpIsItsBasis(r.verdict());
 
   // A baseline without graph figures: eager with eager, as before.
   const Baseline eager_only = MakeBaseline(720.0, 1310.0);

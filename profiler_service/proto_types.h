@@ -21,6 +21,7 @@ using v1::ProfileMeasurement;
 using v1::ProfileResult;
 using v1::ProfilerConfig;
 using v1::RawTimingRun;
+using v1::SpeedUpBasis;
 using v1::Task;
 using v1::TimingStats;
 using v1::Verdict;

@@ -180,6 +180,8 @@ void ProfileStage::Judge(const v1::sandbox::HarnessProfile& p, const Task& task,
   v.set_compile_graph_time_us(j.compile_graph_time_us());
   v.set_speedup_vs_eager_graph(j.speedup_vs_eager_graph());
   v.set_speedup_vs_compile_graph(j.speedup_vs_compile_graph());
+  if (j.has_eager_basis()) *v.mutable_eager_basis() = j.eager_basis();
+  if (j.has_compile_basis()) *v.mutable_compile_basis() = j.compile_basis();
   v.set_speed_of_light_ratio(j.speed_of_light_ratio());
   *v.mutable_coverage() = j.coverage();
   for (const std::string& f : j.flags()) v.add_flags(f);

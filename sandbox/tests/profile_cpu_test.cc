@@ -272,6 +272,9 @@ TEST_F(ProfileCpuTest, HonestSolutionGetsItsMeasuredReward) {
   EXPECT_DOUBLE_EQ(v.eager_time_us(), b->eager().median_us());
   EXPECT_DOUBLE_EQ(v.compile_time_us(), b->compiled().median_us());
   EXPECT_NEAR(v.speedup_vs_eager(), b->eager().median_us() / v.candidate_time_us(), 1e-9);
+  // The judge's own figures travel with the worker's verdict (what the agent's Profile line shows).
+  EXPECT_DOUBLE_EQ(v.eager_basis().baseline_us(), b->eager().median_us());
+  EXPECT_DOUBLE_EQ(v.compile_basis().candidate_us(), v.candidate_time_us());
   // Both sides through one call path: a plain C++ ReLU is within a wide band
   // of torch's (a sanity range on 2 loaded cores, not a speed target).
   EXPECT_GT(v.speedup_vs_eager(), 0.05) << Describe(v);
