@@ -51,8 +51,9 @@
 #   episodes' plans, teacher-forced, at 2800 in none (op_probe; docs/CODEMODEL.md, eleventh sitting); 150 steps left a
 #   model that writes no valid tool call),
 # PRETRAIN_ARGS ("--hidden=256 --layers=4 --heads=4 --kv_heads=2 --intermediate=704 --batch=4 --lr=2e-3 --warmup_steps=10"),
-# PER_TASK (8 corpus episodes per training task), READING_PER_FAMILY (--stage: 0; N: N compositions a family
-#   for the corpus alone, none held out, so that reading the task's ops pays (data/family MakeReadingTasks)), LEARN_WALL (270 s), WARMUP (48), RFT_EPOCHS (4),
+# PER_TASK (8 corpus episodes per training task), READING_PER_FAMILY (--stage: 20; N compositions a family
+#   for the corpus alone, none held out, so that reading the task's ops pays (data/family MakeReadingTasks); with 20
+#   the 4.2M base named the held-out plans' first op right in 20 of 24 against 14-15 without (op_probe; twelfth sitting)), LEARN_WALL (270 s), WARMUP (48), RFT_EPOCHS (4),
 # VALUE_STEPS (16), AGENTIC_STEPS (40), BATCH (16), ACTORS (4: N model actors and N engineer actors of N rollouts at once each, so N² at once; the ingest lets (max_policy_lag + 1) × BATCH of them run), EVAL_ROLLOUTS (4), EVAL_TEMP (1),
 # SHARE_WARMUP (0; 1: the call's later jobs take its first job's warm-up set: seeds of the later stages),
 # WARMUP_FROM (an earlier call's warm-up job directory, from --stage-in: every job of the call takes it),
@@ -155,9 +156,9 @@ if [ "${1:-}" = "--stage" ]; then  # Run HERE.
   device_stage_libs --without-torch "$C" "$M/bin/corpus_gen" "$M/bin/pretrain" "$M/bin/op_probe" "$M/bin/design_report" "$M/bin/precompute_baselines"
   G=$(mktemp -d)
   DEV=cuda; [ "${2:-}" = "--cpu" ] && DEV=cpu
-  bazel-bin/data/family/family_gen --out="$G" --device=$DEV --reading_per_family=${READING_PER_FAMILY:-0} > /dev/null
+  bazel-bin/data/family/family_gen --out="$G" --device=$DEV --reading_per_family=${READING_PER_FAMILY:-20} > /dev/null
   # The corpus's tasks: every training task, and READING_PER_FAMILY compositions a family for the corpus alone.
-  cat "$G/train.jsonl" $([ "${READING_PER_FAMILY:-0}" -gt 0 ] && echo "$G/reading.jsonl") > "$M/all_train.jsonl"
+  cat "$G/train.jsonl" $([ "${READING_PER_FAMILY:-20}" -gt 0 ] && echo "$G/reading.jsonl") > "$M/all_train.jsonl"
   # The job's tasks: TRAIN_PER_FAMILY (3) training and 4 held-out tasks per family (2 by composition,
   # 2 by shape). More training tasks: RFT on 3 a family fits them (docs/CODEMODEL.md); each needs its
   # baselines, measured on the device in the call (BASELINES_IN keeps those measured before).
