@@ -81,7 +81,8 @@ class RecipeRunner : public JobRunner {
   absl::Status RunStage(JobContext* ctx, int stage);
   absl::Status ImportWarmup(JobContext* ctx, int stage, int64_t steps);
   // Waits for a batch of whole groups (n trajectories); empty when the job should stop.
-  absl::StatusOr<std::vector<v1::Trajectory>> WaitForBatch(JobContext* ctx, int n, bool drop_zero_variance);
+  absl::StatusOr<std::vector<v1::Trajectory>> WaitForBatch(JobContext* ctx, const char* stage, int n,
+                                                           bool drop_zero_variance);
   // Value pretraining; ends at the explained-variance level or the step cap.
   absl::Status RunValuePretrain(JobContext* ctx, int stage);
   // rewards: of the trajectories the step trained on (the reward histogram).
@@ -288,15 +289,31 @@ absl::StatusOr<GpuWork> RecipeRunner::HoldGpu() const {
   return GpuWork(std::move(*hold), trainer_->policy().options().device.is_cuda());
 }
 
-absl::StatusOr<std::vector<v1::Trajectory>> RecipeRunner::WaitForBatch(JobContext* ctx, int n,
+absl::StatusOr<std::vector<v1::Trajectory>> RecipeRunner::WaitForBatch(JobContext* ctx, const char* stage, int n,
                                                                         bool drop_zero_variance) {
+  // While a batch fills, the job's message moves with each trajectory the ingest takes in or drops,
+  // so that a client tells a slow job (a busy sandbox, equal-reward groups dropped) from a stalled one.
+  int64_t seen = -1;
   while (!ctx->ShouldStop()) {
     if (!ctx->HoldWhilePaused()) break;  // Before the batch: a paused job's policy stays as it is.
     if (auto s = ingest_->ExpireLeases(); !s.ok()) return s;
     int groups = 0;
     auto batch = ingest_->Take(n, drop_zero_variance, &groups);
     if (!batch.ok()) return batch.status();
-    if (groups >= ingest_->GroupsPerBatch(n)) return batch;
+    const int need = ingest_->GroupsPerBatch(n);
+    if (groups >= need) return batch;
+    const IngestInfo info = ingest_->Info();
+    const int64_t taken = info.accepted + info.rejected + info.zero_variance_groups_dropped + info.stale_dropped;
+    if (taken != seen) {
+      auto s = ctx->Update([&](v1::Job* j) {
+        j->set_message(absl::StrCat(stage, " step ", stage_step_, ": waiting for a batch, ", groups, " of ", need,
+                                    " groups ready (so far ", info.accepted, " trajectories accepted, ",
+                                    info.zero_variance_groups_dropped, " equal-reward groups and ", info.stale_dropped,
+                                    " stale trajectories dropped)"));
+      });
+      if (!s.ok()) return s;
+    }
+    seen = taken;
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   return std::vector<v1::Trajectory>{};
@@ -511,7 +528,7 @@ absl::Status RecipeRunner::RunStage(JobContext* ctx, int stage) {
     }
     if (hold && !ctx->HoldWhilePaused()) return absl::OkStatus();
     while (stage_step_ < steps && !ctx->ShouldStop()) {
-      auto batch = WaitForBatch(ctx, n, config_.ppo().drop_zero_variance_groups());
+      auto batch = WaitForBatch(ctx, st.name, n, config_.ppo().drop_zero_variance_groups());
       if (!batch.ok()) return batch.status();
       if (batch->empty()) break;
       StepMetrics bad;
@@ -608,7 +625,7 @@ absl::Status RecipeRunner::RunValuePretrain(JobContext* ctx, int stage) {
       const int64_t b = (stage_step_ % per_epoch) * n;
       batch.assign(train.begin() + b, train.begin() + std::min<int64_t>(b + n, train.size()));
     } else {
-      auto got = WaitForBatch(ctx, n, /*drop_zero_variance=*/false);
+      auto got = WaitForBatch(ctx, kStages[stage].name, n, /*drop_zero_variance=*/false);
       if (!got.ok()) return got.status();
       if (got->empty()) break;
       batch = ToSamples(*got, &bad);

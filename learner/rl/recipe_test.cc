@@ -351,6 +351,58 @@ TEST(RecipeTest, RftLearningRateIsConstantOrACosineOverTheStage) {
   for (int64_t k = 1; k < total; ++k) EXPECT_LT(RftLearningRate(rft, k, total), RftLearningRate(rft, k - 1, total));
 }
 
+// A batch that fills slowly (a busy sandbox) is not a stalled job: with each trajectory the ingest
+// takes, the job's message (what `kernelrl learn`'s stall timeout watches) changes and says how far
+// the batch is. Here the test is the actor and pushes one rollout at a time.
+TEST(RecipeTest, AFillingBatchChangesTheJobWithEachTrajectory) {
+  const std::string root = NewTempDir("recipe_wait_");
+  WriteFixtures(root);
+  if (::testing::Test::HasFatalFailure()) return;
+  auto engine = PolicyEngine::Load(root + "/base", "cpu", "float32", 0, EngineOptions{});
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  EngineWeightSink sink(engine->get());
+  auto m = JobManager::Open(root + "/state", [&sink] { return MakeRecipeRunner(&sink, nullptr); });
+  ASSERT_TRUE(m.ok()) << m.status();
+  v1::JobSpec spec;
+  spec.set_base_checkpoint(root + "/base");
+  spec.set_task_set(root + "/tasks.jsonl");
+  spec.set_rollouts_per_task(2);  // a batch of 4: two groups of two
+  spec.set_hyperparameters_text(kHyperparameters);
+  auto job = (*m)->Submit(spec);
+  ASSERT_TRUE(job.ok()) << job.status();
+  std::mt19937_64 rng(std::random_device{}());
+  int64_t rev = -1;
+  v1::Job seen;
+  for (int pushed = 1; pushed <= 3; ++pushed) {  // three of the batch's four: it stays unfilled
+    v1::LeaseTasksRequest req;
+    req.set_actor_id("test-actor");
+    req.set_max_tasks(1);
+    absl::StatusOr<v1::LeaseTasksResponse> leases;
+    const absl::Time give_up = absl::Now() + absl::Seconds(60);
+    while ((leases = (*m)->LeaseTasks(req)).ok() && leases->leases().empty() && absl::Now() < give_up) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    ASSERT_TRUE(leases.ok() && leases->leases_size() == 1) << "no lease for rollout " << pushed;
+    v1::PushTrajectoriesRequest push;
+    push.set_lease_id(leases->leases(0).lease_id());
+    *push.mutable_trajectory() = FakeRollout(leases->leases(0), 0, rng);
+    push.mutable_trajectory()->mutable_final_verdict()->set_outcome(v1::Verdict::OK);  // never an infra error
+    push.mutable_trajectory()->set_reward(1 + pushed % 2);
+    ASSERT_TRUE((*m)->Push(push).accepted()) << "rollout " << pushed;
+    const std::string want = absl::StrCat("so far ", pushed, " trajectories accepted");
+    while (seen.message().find(want) == std::string::npos) {
+      auto changed = (*m)->WaitForChange(job->id(), &rev, absl::Seconds(30), &seen);
+      ASSERT_TRUE(changed.ok() && *changed) << "the job did not change after rollout " << pushed << ": "
+                                            << seen.message();
+    }
+    EXPECT_EQ(seen.step(), 0);
+    EXPECT_NE(seen.message().find("single_turn_ppo step 0: waiting for a batch, "), std::string::npos)
+        << seen.message();
+  }
+  EXPECT_NE(seen.message().find("1 of 2 groups ready"), std::string::npos) << seen.message();
+  ASSERT_TRUE((*m)->Cancel(job->id(), "test over").ok());
+}
+
 // full_every: CheckpointConfig.full_every. Above 1 the kills fall after an
 // update that wrote no full checkpoint, so each restart rolls back.
 void RunThroughKills(int full_every, int lora = 0) {
