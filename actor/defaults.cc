@@ -24,6 +24,7 @@ const char kActorDefaultsText[] = R"pb(
     workspace_root: "/var/tmp/kernelrl-actor"
     skill_path: "sandbox/SKILL.md"
     final_evaluation: true
+    final_infra_retries: 2
     tools { bash_default_timeout_s: 120 bash_max_timeout_s: 600 output_cap_bytes: 30000 read_max_lines: 2000 max_file_bytes: 1048576 max_background_jobs: 4 }
     isolation { contain: true tmp_bytes: 268435456 data_bytes: 8589934592 file_bytes: 268435456 cpu_seconds: 3600 max_open_files: 1024 }
   }

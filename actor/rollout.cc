@@ -168,17 +168,23 @@ absl::StatusOr<RolloutResult> RolloutRunner::Run(const v1::Task& task, const Rol
   bool has_final = false;
   if (config_.final_evaluation() && deps_.evaluator != nullptr) {
     const v1::Workspace snapshot = (*ws)->Snapshot();
-    if (!last_profiled.empty() && snapshot.SerializeAsString() == last_profiled) {
+    // The last Profile answers for these very files unless the sandbox could not judge them:
+    // INFRA_ERROR says nothing about the code, so the workspace is judged again.
+    if (!last_profiled.empty() && snapshot.SerializeAsString() == last_profiled &&
+        last_profile_verdict.outcome() != v1::Verdict::INFRA_ERROR) {
       final_verdict = last_profile_verdict;
     } else {
-      v1::EvaluateRequest req;
-      *req.mutable_task() = task;
-      *req.mutable_workspace() = snapshot;
-      req.set_request_id(absl::StrCat(options.trajectory_id, "/final"));
-      const auto t0 = Clock::now();
-      final_verdict = deps_.evaluator->Evaluate(req);
-      result.sandbox_seconds += Since(t0);
-      verdicts.push_back(final_verdict);
+      for (int attempt = 0;; ++attempt) {
+        v1::EvaluateRequest req;
+        *req.mutable_task() = task;
+        *req.mutable_workspace() = snapshot;
+        req.set_request_id(absl::StrCat(options.trajectory_id, "/final", attempt > 0 ? absl::StrCat("-", attempt) : ""));
+        const auto t0 = Clock::now();
+        final_verdict = deps_.evaluator->Evaluate(req);
+        result.sandbox_seconds += Since(t0);
+        verdicts.push_back(final_verdict);
+        if (final_verdict.outcome() != v1::Verdict::INFRA_ERROR || attempt >= config_.final_infra_retries()) break;
+      }
     }
     has_final = true;
   } else if (!verdicts.empty()) {

@@ -8,7 +8,8 @@
 // the context budget ("max_tokens") or the wall budget ("wall_time") ends it;
 // a policy failure ends it with "error". Then, with final_evaluation, the
 // final workspace is profiled (skipped when the last Profile saw the same
-// files) and its reward is the trajectory's.
+// files and judged them; an INFRA_ERROR is tried again, final_infra_retries
+// times) and its reward is the trajectory's.
 //
 // The trajectory is token-in/token-out (agent/trajectory_builder.h). A
 // malformed reply is answered with the parser's error as a tool turn; every

@@ -117,6 +117,49 @@ TEST(RolloutTest, ScriptedPolicyWritesCompilesVerifiesProfilesAndSubmits) {
   EXPECT_TRUE(std::filesystem::is_empty(config.workspace_root()));
 }
 
+// An INFRA_ERROR says nothing about the code: a Profile the sandbox could not judge does not stand
+// as the trajectory's verdict; the final workspace is judged again, final_infra_retries times at most.
+TEST(RolloutTest, AnUnjudgedProfileIsJudgedAgainAtTheEnd) {
+  std::mt19937 rng(std::random_device{}());
+  for (const int retries : {0, 1, 2}) {
+    const int unjudged = 1 + static_cast<int>(rng() % 2);  // the Profile's, then the final's first (if 2)
+    int profiles = 0;
+    FakeEvaluator eval([&](const v1::EvaluateRequest& r) {
+      v1::Verdict v;
+      v.set_outcome(v1::Verdict::OK);
+      v.set_reward(1);
+      if (!r.skip_profile() && profiles++ < unjudged) {
+        v.set_outcome(v1::Verdict::INFRA_ERROR);
+        v.set_reward(0);
+      } else if (!r.skip_profile()) {
+        v.set_reward(3);
+      }
+      return v;
+    });
+    agent::ScriptedPolicy policy("sandbox/solutions", 1, Kit().tokenizer.get(), Kit().plain->im_end_id());
+    v1::RolloutConfig config = testing::TestRolloutConfig("rollout_unjudged");
+    config.set_final_infra_retries(retries);
+    RolloutRunner runner(Deps(&policy, &eval), config, *ReadFileToString("sandbox/SKILL.md"));
+    RolloutOptions opts;
+    opts.trajectory_id = "traj-" + std::to_string(rng());
+    absl::StatusOr<RolloutResult> r = runner.Run(CpuTask(), opts);
+    ASSERT_TRUE(r.ok()) << r.status();
+    // The agent's Profile, then the final ones: the first final, and a retry while unjudged.
+    const int finals = std::min(retries + 1, unjudged);
+    const bool judged = unjudged - 1 < retries + 1;
+    SCOPED_TRACE(absl::StrCat("retries ", retries, ", unjudged ", unjudged));
+    const std::vector<v1::EvaluateRequest> reqs = eval.requests();
+    ASSERT_EQ(reqs.size(), 3u + finals);
+    for (int k = 0; k < finals; ++k) {
+      EXPECT_EQ(reqs[3 + k].request_id(), opts.trajectory_id + "/final" + (k > 0 ? absl::StrCat("-", k) : ""));
+      EXPECT_EQ(reqs[3 + k].workspace().SerializeAsString(), reqs[2].workspace().SerializeAsString());
+    }
+    EXPECT_EQ(r->trajectory.final_verdict().outcome(), judged ? v1::Verdict::OK : v1::Verdict::INFRA_ERROR);
+    EXPECT_EQ(r->trajectory.reward(), judged ? 3 : 0);
+    EXPECT_EQ(r->trajectory.stats().num_evaluations(), 3 + finals);
+  }
+}
+
 // Turn t asks the policy with the rollout's seed + t, and the trajectory says which seed it had.
 TEST(RolloutTest, EachTurnAsksWithTheRolloutsSeedPlusItsIndex) {
   std::mt19937_64 rng(std::random_device{}());
