@@ -208,7 +208,12 @@ std::string HeldOutLine(const Json& heldout) {
   const Json* r = FindJson(heldout, "rollouts");
   const Json* n = r == nullptr ? nullptr : FindJson(*r, "n");
   if (n == nullptr || JsonNumber(*n) <= 0) return Figures(heldout);
-  return absl::StrCat("per rollout (n ", F(JsonNumber(*n)), ") ", Figures(*r), "; best per task ", Figures(heldout));
+  const Json* unjudged = FindJson(*r, "unjudged");
+  const std::string left_out = unjudged != nullptr && JsonNumber(*unjudged) > 0
+                                   ? absl::StrCat(", ", F(JsonNumber(*unjudged)), " unjudged left out")
+                                   : "";
+  return absl::StrCat("per rollout (n ", F(JsonNumber(*n)), left_out, ") ", Figures(*r), "; best per task ",
+                      Figures(heldout));
 }
 
 // Held-out evaluations, one at a time in their own thread; each result goes to the console and to

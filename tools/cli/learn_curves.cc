@@ -179,13 +179,19 @@ absl::StatusOr<Json> HeldOutFromReport(const std::string& report_json_path) {
   if (tasks == nullptr || !tasks->is_array()) return absl::DataLossError(report_json_path + ": no tasks");
   VerdictStats s, sampled;
   double log_e = 0, log_c = 0, final_log_e = 0, final_log_c = 0;
-  int profiled = 0, finals_profiled = 0;
+  int profiled = 0, finals_profiled = 0, unjudged = 0;
   Json task_rewards = Json::object();  // Per task, its rollouts' mean reward: which tasks moved.
   for (const Json& t : *tasks) {
     double task_sum = 0;
-    int task_n = 0;
+    int task_n = 0, task_unjudged = 0;
     if (const Json* finals = FindJson(t, "rollout_finals"); finals != nullptr && finals->is_array()) {
       for (const Json& f : *finals) {
+        // The sandbox could not judge it (INFRA_ERROR, after the rollout's own retries): it says
+        // nothing about the policy, so it is counted apart, not scored as a reward of 0.
+        if (StrField(f, "outcome") == "INFRA_ERROR") {
+          ++unjudged, ++task_unjudged;
+          continue;
+        }
         const Json* xe = FindJson(f, "speedup_vs_eager");
         const Json* xc = FindJson(f, "speedup_vs_compile");
         const Json* rew = FindJson(f, "reward");
@@ -203,7 +209,10 @@ absl::StatusOr<Json> HeldOutFromReport(const std::string& report_json_path) {
     const bool ok = StrField(t, "outcome") == "OK";
     Add(&s, rew ? JsonNumber(*rew) : -1, ok, e, c);
     const std::string id = StrField(t, "task_id");
-    if (!id.empty()) task_rewards[id] = Json(task_n > 0 ? task_sum / task_n : (rew ? JsonNumber(*rew) : -1));
+    // A task none of whose rollouts was judged has no figure: a comparison of evaluations skips it.
+    if (!id.empty() && (task_n > 0 || task_unjudged == 0)) {
+      task_rewards[id] = Json(task_n > 0 ? task_sum / task_n : (rew ? JsonNumber(*rew) : -1));
+    }
     if (ok && e > 0 && c > 0) ++profiled, log_e += std::log(e), log_c += std::log(c);
   }
   Json out = s.ToJson();
@@ -213,6 +222,7 @@ absl::StatusOr<Json> HeldOutFromReport(const std::string& report_json_path) {
   Json rollouts = sampled.ToJson();
   rollouts["geomean_speedup_vs_eager"] = Json(finals_profiled ? std::exp(final_log_e / finals_profiled) : 0);
   rollouts["geomean_speedup_vs_compile"] = Json(finals_profiled ? std::exp(final_log_c / finals_profiled) : 0);
+  rollouts["unjudged"] = Json(static_cast<int64_t>(unjudged));
   out["rollouts"] = std::move(rollouts);
   out["task_rewards"] = std::move(task_rewards);
   return out;

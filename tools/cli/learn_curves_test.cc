@@ -125,6 +125,32 @@ TEST(HeldOutFromReportTest, BestOfRolloutsAndEachRolloutsFinalKernel) {
   ASSERT_NE(per_task, nullptr);
   EXPECT_DOUBLE_EQ(JsonNumber(*FindJson(*per_task, "a")), 2);
   EXPECT_DOUBLE_EQ(JsonNumber(*FindJson(*per_task, "b")), -1);
+  EXPECT_DOUBLE_EQ(JsonNumber(*FindJson(*r, "unjudged")), 0);
+}
+
+// A rollout whose final verdict the sandbox could not give (INFRA_ERROR) says nothing about the
+// policy: it is counted apart, never scored 0; a task with no judged rollout has no per-task figure.
+TEST(HeldOutFromReportTest, UnjudgedRolloutsAreCountedApartNotScored) {
+  const std::string dir = ::kernelrl::testing::NewTempDir("learn_curves_unjudged_");
+  std::ofstream(dir + "/report.json") << R"({"tasks": [
+    {"task_id": "a", "outcome": "OK", "reward": 1, "rollout_finals": [
+      {"outcome": "INFRA_ERROR", "reward": 0}, {"outcome": "OK", "reward": 2, "speedup_vs_eager": 1.2,
+       "speedup_vs_compile": 0.9}]},
+    {"task_id": "b", "outcome": "OK", "reward": 1, "rollout_finals": [{"outcome": "INFRA_ERROR", "reward": 0}]},
+    {"task_id": "c", "outcome": "WRONG_ANSWER", "reward": -1, "rollout_finals": [
+      {"outcome": "WRONG_ANSWER", "reward": -1}]}]})";
+  auto h = HeldOutFromReport(dir + "/report.json");
+  ASSERT_TRUE(h.ok()) << h.status();
+  const Json* r = FindJson(*h, "rollouts");
+  ASSERT_NE(r, nullptr);
+  EXPECT_DOUBLE_EQ(JsonNumber(*FindJson(*r, "n")), 2);
+  EXPECT_DOUBLE_EQ(JsonNumber(*FindJson(*r, "unjudged")), 2);
+  EXPECT_DOUBLE_EQ(JsonNumber(*FindJson(*r, "reward_mean")), 0.5);  // (2 - 1) / 2, not (0 + 2 + 0 - 1) / 4
+  const Json* per_task = FindJson(*h, "task_rewards");
+  ASSERT_NE(per_task, nullptr);
+  EXPECT_DOUBLE_EQ(JsonNumber(*FindJson(*per_task, "a")), 2);
+  EXPECT_EQ(FindJson(*per_task, "b"), nullptr);
+  EXPECT_DOUBLE_EQ(JsonNumber(*FindJson(*per_task, "c")), -1);
 }
 
 }  // namespace

@@ -165,6 +165,12 @@ std::string LearnReport(const LearnRun& run) {
     row("geomean x compile (final)", [](const Json& e) {
       return absl::StrFormat("%.2fx", FigureOf(&PerRolloutFigures(e), "geomean_speedup_vs_compile"));
     });
+    // Rollouts the sandbox could not judge (INFRA_ERROR after their retries): left out of the rows above.
+    if (std::any_of(cols.begin(), cols.end(), [](const Column& c) { return FigureOf(&PerRolloutFigures(*c.eval), "unjudged") > 0; })) {
+      row("unjudged, left out", [](const Json& e) {
+        return absl::StrFormat("%d", static_cast<int>(FigureOf(&PerRolloutFigures(e), "unjudged")));
+      });
+    }
     row("best-of-k > compile", [](const Json& e) { return Pct(FigureOf(&e, "faster_than_compile_rate")); });
     row("best-of-k geomean x compile", [](const Json& e) {
       return absl::StrFormat("%.2fx", FigureOf(&e, "geomean_speedup_vs_compile"));

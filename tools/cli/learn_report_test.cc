@@ -84,6 +84,19 @@ TEST(LearnReport, BeforeAfterFromTheFirstAndLastEvaluation) {
   EXPECT_NE(report.find("/run/ckpt/step-9/policy"), std::string::npos) << report;
   EXPECT_NE(report.find("/run/curves/reward.png"), std::string::npos) << report;
   EXPECT_NE(report.find("scripted-engineer trajectories"), std::string::npos) << report;
+  EXPECT_EQ(report.find("unjudged"), std::string::npos) << report;  // None: no row.
+
+  // Rollouts the sandbox could not judge are left out of the figures, and the report says how many.
+  LearnRun with_unjudged = run;
+  with_unjudged.heldout = Json::array();
+  Json e0 = Eval(0, r0, 0.5), e9 = Eval(9, r1, 0.75);
+  e0["rollouts"]["unjudged"] = Json(int64_t{3});
+  with_unjudged.heldout.push_back(e0);
+  with_unjudged.heldout.push_back(e9);
+  const std::string unjudged = LearnReport(with_unjudged);
+  const size_t at = unjudged.find("unjudged, left out");
+  ASSERT_NE(at, std::string::npos) << unjudged;
+  EXPECT_NE(unjudged.substr(at, unjudged.find('\n', at) - at).find(" 3 "), std::string::npos) << unjudged;
 
   // Without the start evaluation (--skip_start_eval): PPO start and after, no before.
   LearnRun skipped = run;
