@@ -43,9 +43,12 @@ std::vector<OpMention> Mentions(const std::string& text, const fam::TaskSpec& sp
   // "// op" alone on a line of a kernel inside a tool call's JSON string ("\n" escaped).
   static const std::regex comment(R"(\\n *// ([a-z_0-9]+)\\n)");
   for (auto it = std::sregex_iterator(text.begin(), text.end(), comment); it != std::sregex_iterator(); ++it) {
-    for (const std::string& op : spec.ops) {
-      if (it->str(1) == op) out.push_back({"comment", static_cast<size_t>(it->position(1))});
-    }
+    if (std::find(spec.ops.begin(), spec.ops.end(), it->str(1)) == spec.ops.end()) continue;
+    out.push_back({"comment", static_cast<size_t>(it->position(1))});
+    // The expression: the next line, from its first non-blank to its escaped newline.
+    const size_t line = static_cast<size_t>(it->position(0) + it->length(0));
+    const size_t begin = text.find_first_not_of(' ', line), end = text.find("\\n", line);
+    if (begin != std::string::npos && end != std::string::npos && begin < end) out.push_back({"expression", begin, end});
   }
   return out;
 }
@@ -84,11 +87,16 @@ absl::Status ProbeOpNames(const learner::Transformer& model, const agent::Tokeni
                            .to(model.options().device);
     at::Tensor predicted = model.Logits(input).argmax(-1).squeeze(0).to(torch::kCPU);
     const int64_t* next = predicted.data_ptr<int64_t>();
+    auto token_at = [&](size_t offset) {  // The token holding that character.
+      return static_cast<size_t>(std::upper_bound(start.begin(), start.end(), offset) - start.begin()) - 1;
+    };
     for (const OpMention& m : Mentions(text, *spec)) {
-      // The token that holds the op name's first character, predicted from the one before it.
-      const size_t t = static_cast<size_t>(std::upper_bound(start.begin(), start.end(), m.offset) - start.begin()) - 1;
+      // The token that holds the place's first character, predicted from the one before it, and
+      // for a line every token to its last character.
+      const size_t t = token_at(m.offset), last = m.end > m.offset ? token_at(m.end - 1) : t;
       if (t == 0 || rendered->loss_mask[t] != 1) continue;  // Only the model's own tokens.
-      const bool right = next[t - 1] == ids[t];
+      bool right = true;
+      for (size_t k = t; k <= last; ++k) right = right && next[k - 1] == ids[k];
       Count(&result->by_place[m.place], right);
       Count(&result->by_family[spec->family], right);
     }

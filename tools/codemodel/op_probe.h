@@ -5,6 +5,9 @@
 //   summary  "The task is F: a -> b." (the first reply's plan)
 //   header   "// kernelrl family template: F: a -> b; ..." (the kernel's first line)
 //   comment  "// a" (the line before the op's expression in the kernel)
+//   expression  the line after it ("v = fmaxf(v, 0.f);"), right when the model's
+//            most likely next token is the text's at every token of the line:
+//            whether the model writes the op it named, not only names it
 // The first op of a summary or header and the later ones are counted apart
 // (`summary_first`, `summary_later`, ...). Summaries and headers written as
 // templates wrote them before, "F (a -> b)", are read too: there the first
@@ -40,6 +43,7 @@ struct OpProbeResult {
 struct OpMention {
   std::string place;
   size_t offset = 0;
+  size_t end = 0;  // 0: the op's name, one token; else the place is the text [offset, end).
 };
 absl::StatusOr<std::vector<OpMention>> OpMentions(const std::string& text);
 

@@ -27,11 +27,15 @@ TEST(OpProbeTest, MentionsAreTheTasksOpsWhereTheTextNamesThem) {
   auto mentions = OpMentions(text);
   ASSERT_TRUE(mentions.ok()) << mentions.status();
   std::vector<std::string> got;
-  for (const OpMention& m : *mentions) got.push_back(m.place + ":" + text.substr(m.offset, 4));
-  // Summaries first, then headers, then comment lines; "// abs" is no op of this task.
+  for (const OpMention& m : *mentions) {
+    got.push_back(m.place + ":" + text.substr(m.offset, m.end > m.offset ? m.end - m.offset : 4));
+  }
+  // Summaries first, then headers, then comment lines each with the expression after it; "// abs" is
+  // no op of this task.
   EXPECT_EQ(absl::StrJoin(got, " "),
             "summary_first:relu summary_later:tanh summary_first:relu summary_later:tanh "
-            "header_first:relu header_later:tanh header_first:relu header_later:tanh comment:relu comment:tanh");
+            "header_first:relu header_later:tanh header_first:relu header_later:tanh comment:relu "
+            "expression:v = fmaxf(v, 0.f); comment:tanh expression:v = tanhf(v);");
   EXPECT_FALSE(OpMentions("no task here").ok());
 }
 
@@ -61,6 +65,7 @@ TEST(OpProbeTest, EveryMentionTheModelWroteIsProbed) {
   EXPECT_EQ(result.by_place["summary_first"].total, 3);
   EXPECT_GE(result.by_place["header_first"].total, 3);
   EXPECT_GT(result.by_place["comment"].total, 0);
+  EXPECT_EQ(result.by_place["expression"].total, result.by_place["comment"].total);  // a line after each
   int64_t places = 0, families_total = 0;
   for (const auto& [k, c] : result.by_place) {
     EXPECT_LE(c.right, c.total) << k;
