@@ -178,7 +178,8 @@ absl::StatusOr<RolloutResult> RolloutRunner::Run(const v1::Task& task, const Rol
         v1::EvaluateRequest req;
         *req.mutable_task() = task;
         *req.mutable_workspace() = snapshot;
-        req.set_request_id(absl::StrCat(options.trajectory_id, "/final", attempt > 0 ? absl::StrCat("-", attempt) : ""));
+        req.set_request_id(
+            absl::StrCat(options.trajectory_id, "/final", attempt > 0 ? absl::StrCat("-", attempt) : ""));
         const auto t0 = Clock::now();
         final_verdict = deps_.evaluator->Evaluate(req);
         result.sandbox_seconds += Since(t0);

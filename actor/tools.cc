@@ -146,8 +146,8 @@ std::string DescribeVerdict(const std::string& which, const v1::Verdict& v) {
     absl::StrAppend(&out, absl::StrFormat("speed-up vs eager %.3fx, vs torch.compile %.3fx", v.speedup_vs_eager(),
                                           v.speedup_vs_compile()));
     // A verdict judged before the judge recorded its figures (a cached one) shows the ratios alone.
-    absl::StrAppend(&out, v.has_eager_basis() && v.has_compile_basis() ? absl::StrCat(" (", SpeedUpFigures(v), ")") : "",
-                    "\n");
+    const bool figures = v.has_eager_basis() && v.has_compile_basis();
+    absl::StrAppend(&out, figures ? absl::StrCat(" (", SpeedUpFigures(v), ")") : "", "\n");
     const v1::KernelCoverage& c = v.coverage();
     if (c.total_gpu_us() > 0) {
       absl::StrAppend(&out, absl::StrFormat("GPU time: own kernels %.0f%%, library %.0f%%, other %.0f%%\n",

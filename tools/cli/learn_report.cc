@@ -166,7 +166,8 @@ std::string LearnReport(const LearnRun& run) {
       return absl::StrFormat("%.2fx", FigureOf(&PerRolloutFigures(e), "geomean_speedup_vs_compile"));
     });
     // Rollouts the sandbox could not judge (INFRA_ERROR after their retries): left out of the rows above.
-    if (std::any_of(cols.begin(), cols.end(), [](const Column& c) { return FigureOf(&PerRolloutFigures(*c.eval), "unjudged") > 0; })) {
+    auto unjudged = [](const Column& c) { return FigureOf(&PerRolloutFigures(*c.eval), "unjudged") > 0; };
+    if (std::any_of(cols.begin(), cols.end(), unjudged)) {
       row("unjudged, left out", [](const Json& e) {
         return absl::StrFormat("%d", static_cast<int>(FigureOf(&PerRolloutFigures(e), "unjudged")));
       });
