@@ -98,6 +98,11 @@ TEST(CriticTest, PromptDeterminedRewardIsExplainedOnFreshBatches) {
     auto m = t->ValueStep(PromptBatch(16, 100 + step));
     ASSERT_TRUE(m.ok()) << m.status();
     if (step == 0) first_ev = (*m)["explained_variance"];
+    // The sums behind the figure travel with it (a reader pools them over updates).
+    const double n = (*m)["ev_tokens"], mr = (*m)["ev_target_sum"] / n, md = (*m)["ev_residual_sum"] / n;
+    ASSERT_GT(n, 0);
+    EXPECT_NEAR(1 - ((*m)["ev_residual_sq_sum"] / n - md * md) / ((*m)["ev_target_sq_sum"] / n - mr * mr),
+                (*m)["explained_variance"], 1e-6);
   }
   const std::vector<Sample> fresh = PromptBatch(64, 9999);
   const double ev = EvAgainstReward(*t, fresh, 0);

@@ -135,6 +135,11 @@ void FinishMetrics(bool ppo, bool critic, StepMetrics* mp) {
     };
     m["explained_variance"] = ev("ev_r", "ev_r2", "ev_d", "ev_d2");  // The critic's own targets.
     m["explained_variance_gae95"] = ev("ev95_r", "ev95_r2", "ev95_d", "ev95_d2");
+    // The sums behind explained_variance, kept: a reader pools them over a stage's updates, where
+    // one batch of near-equal rewards leaves its own figure a ratio of two tiny variances.
+    m["ev_tokens"] = m["ev_n"];
+    m["ev_target_sum"] = m["ev_r"], m["ev_target_sq_sum"] = m["ev_r2"];
+    m["ev_residual_sum"] = m["ev_d"], m["ev_residual_sq_sum"] = m["ev_d2"];
   }
   if (ppo) {
     m["is_weight_min"] = -m["-is_weight_min"];

@@ -105,6 +105,10 @@ absl::StatusOr<SeedFigures> SeedFiguresOf(const std::vector<std::pair<std::strin
   SeedFigures f;
   std::vector<std::string> names;
   bool started = false;
+  // The agentic-PPO updates' explained-variance sums, pooled (tokens, targets, target squares,
+  // residuals, residual squares); pooled only where every update reported them.
+  double pool[5] = {0, 0, 0, 0, 0};
+  bool poolable = true;
   for (size_t j = 0; j < chain.size(); ++j) {
     const auto& [path, curves] = chain[j];
     names.push_back(path);
@@ -158,6 +162,14 @@ absl::StatusOr<SeedFigures> SeedFiguresOf(const std::vector<std::pair<std::strin
             const Json* x = FindJson(*metrics, key);
             if (x != nullptr && x->is_number()) series->push_back(JsonNumber(*x));
           }
+          int i = 0;
+          for (const char* key : {"ev_tokens", "ev_target_sum", "ev_target_sq_sum", "ev_residual_sum",
+                                  "ev_residual_sq_sum"}) {
+            const Json* x = FindJson(*metrics, key);
+            poolable = poolable && x != nullptr && x->is_number();
+            if (poolable) pool[i] += JsonNumber(*x);
+            ++i;
+          }
         }
       }
     }
@@ -166,6 +178,11 @@ absl::StatusOr<SeedFigures> SeedFiguresOf(const std::vector<std::pair<std::strin
     f.hack_reward_above_1 += static_cast<int64_t>(FigureOf(audit, "hack_flagged_with_reward_above_1"));
     f.flagged_reward_above_1 += static_cast<int64_t>(FigureOf(audit, "integrity_flagged_with_reward_above_1"));
     f.verdicts_cached += static_cast<int64_t>(FigureOf(audit, "verdicts_from_cache"));
+  }
+  if (poolable && pool[0] > 0) {  // 1 - Var(targets - values) / Var(targets), over every token of every update.
+    const double n = pool[0], mr = pool[1] / n, md = pool[3] / n;
+    const double var_r = pool[2] / n - mr * mr, var_d = pool[4] / n - md * md;
+    if (var_r > 1e-12 * std::max(1.0, pool[2] / n)) f.explained_variance_pooled = 1.0 - var_d / var_r;
   }
   f.jobs = static_cast<int>(chain.size());
   f.name = absl::StrJoin(names, "+");
@@ -187,18 +204,19 @@ std::string SeedsReport(const std::vector<SeedFigures>& runs, const v1::SeedsCon
   absl::StrAppendFormat(&out, "%-22s %4s  %-27s %-11s %-11s %-11s %-15s %s\n", "", "PPO", "held-out reward", "pass",
                         "> eager", "> compile", "geomean", "critic EV");
   absl::StrAppendFormat(&out, "%-22s %4s  %-27s %-11s %-11s %-11s %-15s %s\n", "run", "upd.", "start -> final",
-                        "start->fin.", "start->fin.", "start->fin.", "x compile", "median (max)");
+                        "start->fin.", "start->fin.", "start->fin.", "x compile", "median (max) pooled");
   auto line = [&out](const SeedFigures& r, const std::string& title) {
     const double max_ev =
         r.explained_variance.empty() ? NAN : *std::max_element(r.explained_variance.begin(), r.explained_variance.end());
     absl::StrAppendFormat(
-        &out, "%-22s %4d  %-27s %-11s %-11s %-11s %-15s %.2f (%.2f)\n", title, r.explained_variance.size(),
+        &out, "%-22s %4d  %-27s %-11s %-11s %-11s %-15s %.2f (%.2f) %.2f\n", title, r.explained_variance.size(),
         absl::StrFormat("%.2f+-%.2f -> %.2f+-%.2f", r.start.reward_mean, r.start.reward_sem, r.final.reward_mean,
                         r.final.reward_sem),
         Pct(r.start.pass_rate) + "->" + Pct(r.final.pass_rate),
         Pct(r.start.faster_than_eager) + "->" + Pct(r.final.faster_than_eager),
         Pct(r.start.faster_than_compile) + "->" + Pct(r.final.faster_than_compile),
-        Gm(r.start.geomean_vs_compile) + "->" + Gm(r.final.geomean_vs_compile), Median(r.explained_variance), max_ev);
+        Gm(r.start.geomean_vs_compile) + "->" + Gm(r.final.geomean_vs_compile), Median(r.explained_variance), max_ev,
+        r.explained_variance_pooled);
   };
   for (const SeedFigures* r : seeds) line(*r, absl::StrCat("seed ", r->seed, r->jobs > 1 ? absl::StrCat(" (", r->jobs, " jobs)") : ""));
   for (const SeedFigures* r : ablations) line(*r, absl::StrCat(r->ablation, ", seed ", r->seed));
@@ -272,6 +290,13 @@ std::string SeedsReport(const std::vector<SeedFigures>& runs, const v1::SeedsCon
   if (!medians95.empty()) {  // For comparison with the paper's curve only: an uninformed critic reads high on it.
     absl::StrAppendFormat(&out, "        (against the paper's targets V + GAE(lambda 0.95), not the bar: medians %s)\n",
                           absl::StrJoin(medians95, ", "));
+  }
+  std::vector<std::string> pooled;
+  for (const SeedFigures* r : seeds) {
+    if (!std::isnan(r->explained_variance_pooled)) pooled.push_back(absl::StrFormat("%.2f", r->explained_variance_pooled));
+  }
+  if (!pooled.empty()) {  // One figure over the stage's tokens, where a batch's own can be a ratio of tiny variances.
+    absl::StrAppendFormat(&out, "        (pooled over each seed's PPO tokens, not the bar: %s)\n", absl::StrJoin(pooled, ", "));
   }
   if (!task_means.empty()) {  // Beyond it a critic must tell, within a task, the rollouts that will pay.
     absl::StrAppendFormat(&out, "        (a critic that knew each task's mean reward in the batch: medians %s)\n",

@@ -11,6 +11,7 @@
 #ifndef KERNELRL_TOOLS_CLI_SEEDS_REPORT_H_
 #define KERNELRL_TOOLS_CLI_SEEDS_REPORT_H_
 
+#include <cmath>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -45,6 +46,10 @@ struct SeedFigures {
   // The same against the paper's targets (V + GAE, lambda 0.95), where the job reported it.
   std::vector<double> explained_variance_gae95;
   std::vector<double> explained_variance_task_means;  // A critic that knows only each task's mean.
+  // Pooled over every model token of the agentic-PPO updates (their sums: ev_tokens, ev_target_sum,
+  // ...): one figure for the stage, where a batch of near-equal rewards leaves its own ratio of two
+  // tiny variances. NaN where the job did not report the sums.
+  double explained_variance_pooled = NAN;
   // The chain's audits, summed.
   int64_t trajectories = 0, hack_reward_above_1 = 0, flagged_reward_above_1 = 0, verdicts_cached = 0;
 };

@@ -185,6 +185,31 @@ TEST(SeedsReport, PerTaskChangesWithASignTest) {
   EXPECT_THAT(SeedsReport(runs, Bar()), HasSubstr("per task: not in s4 (curves.json without task_rewards)"));
 }
 
+// Pooled over a seed's PPO tokens: one batch of equal targets has no figure of its own (0), the
+// other 0.94; over both batches' tokens the critic explains 0.94 of the targets' variance.
+TEST(SeedsReport, ExplainedVariancePooledOverThePpoUpdatesTokens) {
+  Json curves = Curves(1, "none", {Eval("agentic-0", 4, 0.0, 0.1, 0.6), Eval("final", 30, 0.2, 0.2, 0.7)}, {0, 0.9375});
+  // Batch 1: targets {1, 1}, values {0.9, 1.1}; batch 2: targets {-1, 3}, values {-0.5, 2.5}.
+  const double sums[2][5] = {{2, 2, 2, 0, 0.02}, {2, 2, 10, 0, 0.5}};
+  int b = 0;
+  for (Json& step : curves["steps"]) {
+    if (step["stage"] != "agentic_ppo") continue;
+    int i = 0;
+    for (const char* key : {"ev_tokens", "ev_target_sum", "ev_target_sq_sum", "ev_residual_sum", "ev_residual_sq_sum"}) {
+      step["metrics"][key] = sums[b][i++];
+    }
+    ++b;
+  }
+  ASSERT_EQ(b, 2);
+  auto f = SeedFiguresOf({{"s1", curves}});
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_NEAR(f->explained_variance_pooled, 1 - 0.13 / 2, 1e-12);  // Var(d) 0.52/4, Var(targets) 12/4 - 1
+  const std::string report = SeedsReport({*f}, v1::SeedsConfig());
+  EXPECT_NE(report.find("(pooled over each seed's PPO tokens, not the bar: 0.94)"), std::string::npos) << report;
+  // Curves written before the sums were kept: no pooled figure.
+  EXPECT_TRUE(std::isnan(Seed(2, 0.1, 0.1, {0.1, 0.2}).explained_variance_pooled));
+}
+
 TEST(SeedsReport, CpuSandboxRewardsFailTheBar) {
   auto cpu = SeedFiguresOf({{"c", Curves(1, "none", {Eval("agentic-0", 2, 0, 0, 0.5), Eval("final", 9, 1, 0, 0.5)}, {0.5}, "cpu")}});
   ASSERT_TRUE(cpu.ok());
