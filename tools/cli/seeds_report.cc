@@ -209,14 +209,15 @@ std::string SeedsReport(const std::vector<SeedFigures>& runs, const v1::SeedsCon
     const double max_ev =
         r.explained_variance.empty() ? NAN : *std::max_element(r.explained_variance.begin(), r.explained_variance.end());
     absl::StrAppendFormat(
-        &out, "%-22s %4d  %-27s %-11s %-11s %-11s %-15s %.2f (%.2f) %.2f\n", title, r.explained_variance.size(),
+        &out, "%-22s %4d  %-27s %-11s %-11s %-11s %-15s %.2f (%.2f) %s\n", title, r.explained_variance.size(),
         absl::StrFormat("%.2f+-%.2f -> %.2f+-%.2f", r.start.reward_mean, r.start.reward_sem, r.final.reward_mean,
                         r.final.reward_sem),
         Pct(r.start.pass_rate) + "->" + Pct(r.final.pass_rate),
         Pct(r.start.faster_than_eager) + "->" + Pct(r.final.faster_than_eager),
         Pct(r.start.faster_than_compile) + "->" + Pct(r.final.faster_than_compile),
         Gm(r.start.geomean_vs_compile) + "->" + Gm(r.final.geomean_vs_compile), Median(r.explained_variance), max_ev,
-        r.explained_variance_pooled);
+        std::isnan(r.explained_variance_pooled) ? std::string("-")
+                                                : absl::StrFormat("%.2f", r.explained_variance_pooled));
   };
   for (const SeedFigures* r : seeds) line(*r, absl::StrCat("seed ", r->seed, r->jobs > 1 ? absl::StrCat(" (", r->jobs, " jobs)") : ""));
   for (const SeedFigures* r : ablations) line(*r, absl::StrCat(r->ablation, ", seed ", r->seed));
