@@ -48,7 +48,9 @@ std::vector<OpMention> Mentions(const std::string& text, const fam::TaskSpec& sp
     // The expression: the next line, from its first non-blank to its escaped newline.
     const size_t line = static_cast<size_t>(it->position(0) + it->length(0));
     const size_t begin = text.find_first_not_of(' ', line), end = text.find("\\n", line);
-    if (begin != std::string::npos && end != std::string::npos && begin < end) out.push_back({"expression", begin, end});
+    if (begin != std::string::npos && end != std::string::npos && begin < end) {
+      out.push_back({"expression", begin, end, it->str(1)});
+    }
   }
   return out;
 }
@@ -99,6 +101,7 @@ absl::Status ProbeOpNames(const learner::Transformer& model, const agent::Tokeni
       for (size_t k = t; k <= last; ++k) right = right && next[k - 1] == ids[k];
       Count(&result->by_place[m.place], right);
       Count(&result->by_family[spec->family], right);
+      if (!m.op.empty()) Count(&result->expression_by_op[m.op], right);
     }
     ++result->records;
   }
@@ -117,7 +120,8 @@ Json OpProbeJson(const OpProbeResult& result) {
   };
   return Json::object({{"records", Json(result.records)},
                        {"by_place", counts(result.by_place)},
-                       {"by_family", counts(result.by_family)}});
+                       {"by_family", counts(result.by_family)},
+                       {"expression_by_op", counts(result.expression_by_op)}});
 }
 
 }  // namespace kernelrl::codemodel

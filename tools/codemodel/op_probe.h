@@ -36,6 +36,8 @@ struct OpProbeResult {
   int64_t records = 0;
   std::map<std::string, OpProbeCount> by_place;   // summary_first, summary_later, header_first, ...
   std::map<std::string, OpProbeCount> by_family;  // Every place together.
+  // The expression lines by op ("tanh"): which ops a model names but does not write.
+  std::map<std::string, OpProbeCount> expression_by_op;
 };
 
 // Where `record`'s assistant text names its task's ops: {place, character offset of the
@@ -44,6 +46,7 @@ struct OpMention {
   std::string place;
   size_t offset = 0;
   size_t end = 0;  // 0: the op's name, one token; else the place is the text [offset, end).
+  std::string op;  // The op an expression line computes ("" elsewhere).
 };
 absl::StatusOr<std::vector<OpMention>> OpMentions(const std::string& text);
 

@@ -66,6 +66,9 @@ TEST(OpProbeTest, EveryMentionTheModelWroteIsProbed) {
   EXPECT_GE(result.by_place["header_first"].total, 3);
   EXPECT_GT(result.by_place["comment"].total, 0);
   EXPECT_EQ(result.by_place["expression"].total, result.by_place["comment"].total);  // a line after each
+  int64_t by_op = 0;
+  for (const auto& [op, c] : result.expression_by_op) by_op += c.total;
+  EXPECT_EQ(by_op, result.by_place["expression"].total);
   int64_t places = 0, families_total = 0;
   for (const auto& [k, c] : result.by_place) {
     EXPECT_LE(c.right, c.total) << k;
