@@ -1,5 +1,7 @@
 #include "learner/rl/gae.h"
 
+#include <algorithm>
+
 #include <cstddef>
 
 namespace kernelrl::learner::rl {
@@ -47,6 +49,13 @@ double ExplainedVariance(const std::vector<float>& values, const std::vector<flo
     var_d += d * d;
   }
   return var_r <= 0 ? 0.0 : 1.0 - var_d / var_r;
+}
+
+double ExplainedVarianceOfSums(double n, double target_sum, double target_sq_sum, double residual_sum,
+                               double residual_sq_sum) {
+  const double k = std::max(1.0, n), mr = target_sum / k, md = residual_sum / k;
+  const double var_r = target_sq_sum / k - mr * mr, var_d = residual_sq_sum / k - md * md;
+  return var_r <= 1e-12 * std::max(1.0, target_sq_sum / k) ? 0.0 : 1.0 - var_d / var_r;
 }
 
 std::vector<float> PaperValueTargets(const std::vector<float>& values, double reward) {

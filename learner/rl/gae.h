@@ -43,6 +43,12 @@ std::vector<float> PaperValueTargets(const std::vector<float>& values, double re
 // 1 - Var(returns - values) / Var(returns); 0 when returns do not vary.
 double ExplainedVariance(const std::vector<float>& values, const std::vector<float>& returns);
 
+// The same from sums over n tokens of the targets, their squares, the residuals (target - value)
+// and theirs: what the trainer reduces over ranks, and what a reader pools over updates. 0 when the
+// targets do not vary (to 1e-12 of their mean square).
+double ExplainedVarianceOfSums(double n, double target_sum, double target_sq_sum, double residual_sum,
+                               double residual_sq_sum);
+
 }  // namespace kernelrl::learner::rl
 
 #endif  // KERNELRL_LEARNER_RL_GAE_H_

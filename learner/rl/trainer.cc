@@ -97,8 +97,8 @@ double Seconds(std::chrono::steady_clock::time_point since) {
 constexpr const char* kSummedMetrics[] = {
     "policy_loss", "value_loss", "sft_loss", "entropy", "clip_frac", "dual_clip_frac", "mask_frac", "is_weight_mean",
     "logp_abs_diff", "kl_rollout", "kl_ref", "advantage_mean", "trajectories", "tokens", "model_tokens", "rows",
-    "train_flops", "reward_sum", "reward_sq", "reward_positive", "length_clipped", "ev_n", "ev_r", "ev_r2",
-    "ev_d", "ev_d2", "ev95_r", "ev95_r2", "ev95_d", "ev95_d2"};
+    "train_flops", "reward_sum", "reward_sq", "reward_positive", "length_clipped", "ev_tokens", "ev_target_sum",
+    "ev_target_sq_sum", "ev_residual_sum", "ev_residual_sq_sum", "ev95_r", "ev95_r2", "ev95_d", "ev95_d2"};
 constexpr const char* kMaxedMetrics[] = {"reward_max", "-reward_min", "is_weight_max", "-is_weight_min",
                                          "step_seconds"};
 
@@ -127,19 +127,12 @@ void FinishMetrics(bool ppo, bool critic, StepMetrics* mp) {
   m["reward_positive_frac"] = n > 0 ? m["reward_positive"] / n : 0;
   m["response_length_clipped_ratio"] = n > 0 ? m["length_clipped"] / n : 0;
   if (critic) {  // 1 - Var(targets - values) / Var(targets), over all model tokens.
-    const double k = std::max(1.0, m["ev_n"]);
     auto ev = [&](const char* r, const char* r2, const char* d, const char* d2) {
-      const double mr = m[r] / k, md = m[d] / k;
-      const double var_r = m[r2] / k - mr * mr, var_d = m[d2] / k - md * md;
-      return var_r <= 1e-12 * std::max(1.0, m[r2] / k) ? 0.0 : 1.0 - var_d / var_r;
+      return ExplainedVarianceOfSums(m["ev_tokens"], m[r], m[r2], m[d], m[d2]);
     };
-    m["explained_variance"] = ev("ev_r", "ev_r2", "ev_d", "ev_d2");  // The critic's own targets.
+    m["explained_variance"] =  // The critic's own targets.
+        ev("ev_target_sum", "ev_target_sq_sum", "ev_residual_sum", "ev_residual_sq_sum");
     m["explained_variance_gae95"] = ev("ev95_r", "ev95_r2", "ev95_d", "ev95_d2");
-    // The sums behind explained_variance, kept: a reader pools them over a stage's updates, where
-    // one batch of near-equal rewards leaves its own figure a ratio of two tiny variances.
-    m["ev_tokens"] = m["ev_n"];
-    m["ev_target_sum"] = m["ev_r"], m["ev_target_sq_sum"] = m["ev_r2"];
-    m["ev_residual_sum"] = m["ev_d"], m["ev_residual_sq_sum"] = m["ev_d2"];
   }
   if (ppo) {
     m["is_weight_min"] = -m["-is_weight_min"];
@@ -150,10 +143,18 @@ void FinishMetrics(bool ppo, bool critic, StepMetrics* mp) {
     }
   }
   if (critic && !ppo) m.erase("entropy");
-  if (!critic) m.erase("value_loss");
+  if (!critic) {
+    for (const char* k : {"value_loss", "ev_tokens", "ev_target_sum", "ev_target_sq_sum", "ev_residual_sum",
+                          "ev_residual_sq_sum"}) {
+      m.erase(k);
+    }
+  }
   if (ppo || critic) m.erase("sft_loss");
-  for (const char* k : {"reward_sum", "reward_sq", "reward_positive", "length_clipped", "ev_n", "ev_r", "ev_r2",
-                        "ev_d", "ev_d2", "ev95_r", "ev95_r2", "ev95_d", "ev95_d2", "-reward_min", "-is_weight_min"}) {
+  // The sums behind explained_variance stay (ev_tokens, ev_target_sum, ...): a reader pools them over
+  // a stage's updates, where one batch of near-equal rewards makes its own figure a ratio of two tiny
+  // variances.
+  for (const char* k : {"reward_sum", "reward_sq", "reward_positive", "length_clipped", "ev95_r", "ev95_r2",
+                        "ev95_d", "ev95_d2", "-reward_min", "-is_weight_min"}) {
     m.erase(k);
   }
   m["tokens_per_second"] = m["step_seconds"] > 0 ? m["tokens"] / m["step_seconds"] : 0;
@@ -378,7 +379,7 @@ absl::StatusOr<StepMetrics> Trainer::Step(const std::vector<Sample>& batch, int6
   const double n = global_trajectories > 0 ? global_trajectories : static_cast<double>(batch.size());
   auto m = Update(batch, n, objective);
   if (!m.ok()) return m.status();
-  FinishMetrics(objective == Objective::kPpo, m->count("ev_n") > 0 && objective != Objective::kSft, &*m);
+  FinishMetrics(objective == Objective::kPpo, m->count("ev_tokens") > 0 && objective != Objective::kSft, &*m);
   return m;
 }
 
@@ -434,7 +435,7 @@ absl::StatusOr<StepMetrics> Trainer::PpoStep(const std::vector<Sample>& batch, i
       acc["value_loss_last_pass"] += (*m)["value_loss"];
     }
   }
-  FinishMetrics(/*ppo=*/true, acc.count("ev_n") > 0, &acc);
+  FinishMetrics(/*ppo=*/true, acc.count("ev_tokens") > 0, &acc);
   return acc;
 }
 
@@ -797,13 +798,17 @@ absl::StatusOr<StepMetrics> Trainer::Update(const std::vector<Sample>& batch, do
   }
   for (size_t i = 0; i < all_values.size(); ++i) {
     const double d = all_returns[i] - all_values[i], d95 = all_gae95[i] - all_values[i];
-    m["ev_n"] += 1, m["ev_r"] += all_returns[i], m["ev_r2"] += all_returns[i] * all_returns[i];
-    m["ev_d"] += d, m["ev_d2"] += d * d;
+    m["ev_tokens"] += 1, m["ev_target_sum"] += all_returns[i];
+    m["ev_target_sq_sum"] += all_returns[i] * all_returns[i];
+    m["ev_residual_sum"] += d, m["ev_residual_sq_sum"] += d * d;
     m["ev95_r"] += all_gae95[i], m["ev95_r2"] += all_gae95[i] * all_gae95[i];
     m["ev95_d"] += d95, m["ev95_d2"] += d95 * d95;
   }
   if (!use_critic) {
-    for (const char* k : {"ev_n", "ev_r", "ev_r2", "ev_d", "ev_d2", "ev95_r", "ev95_r2", "ev95_d", "ev95_d2"}) m.erase(k);
+    for (const char* k : {"ev_tokens", "ev_target_sum", "ev_target_sq_sum", "ev_residual_sum", "ev_residual_sq_sum",
+                          "ev95_r", "ev95_r2", "ev95_d", "ev95_d2"}) {
+      m.erase(k);
+    }
   }
   m["trajectories"] = static_cast<double>(batch.size());
   m["tokens"] = static_cast<double>(tokens);
@@ -816,7 +821,9 @@ absl::StatusOr<StepMetrics> Trainer::Update(const std::vector<Sample>& batch, do
   if (collectives_ != nullptr) {
     if (auto s = ReduceMetrics(*collectives_, device, &m); !s.ok()) return s;
     if (!use_critic) {
-      for (const char* k : {"ev_n", "ev_r", "ev_r2", "ev_d", "ev_d2"}) m.erase(k);
+      for (const char* k : {"ev_tokens", "ev_target_sum", "ev_target_sq_sum", "ev_residual_sum", "ev_residual_sq_sum"}) {
+        m.erase(k);
+      }
     }
     if (!kl_ref) m.erase("kl_ref");  // The reduction wrote every summed key.
   }

@@ -10,6 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/config.h"
+#include "learner/rl/gae.h"
 #include "proto/learner_config.pb.h"
 #include "tools/cli/learn_report.h"
 
@@ -179,10 +180,8 @@ absl::StatusOr<SeedFigures> SeedFiguresOf(const std::vector<std::pair<std::strin
     f.flagged_reward_above_1 += static_cast<int64_t>(FigureOf(audit, "integrity_flagged_with_reward_above_1"));
     f.verdicts_cached += static_cast<int64_t>(FigureOf(audit, "verdicts_from_cache"));
   }
-  if (poolable && pool[0] > 0) {  // 1 - Var(targets - values) / Var(targets), over every token of every update.
-    const double n = pool[0], mr = pool[1] / n, md = pool[3] / n;
-    const double var_r = pool[2] / n - mr * mr, var_d = pool[4] / n - md * md;
-    if (var_r > 1e-12 * std::max(1.0, pool[2] / n)) f.explained_variance_pooled = 1.0 - var_d / var_r;
+  if (poolable && pool[0] > 0) {  // Over every token of every update, by the trainer's own rule.
+    f.explained_variance_pooled = learner::rl::ExplainedVarianceOfSums(pool[0], pool[1], pool[2], pool[3], pool[4]);
   }
   f.jobs = static_cast<int>(chain.size());
   f.name = absl::StrJoin(names, "+");
