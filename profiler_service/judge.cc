@@ -77,6 +77,7 @@ ProfileResult JudgeProfile(const ProfileMeasurement& m, const Baseline* baseline
   *result.mutable_candidate() = AnalyzeTimingRun(m.candidate(), config);
   const TimingStats& cand = result.candidate();
   std::vector<std::string> flags(cand.flags().begin(), cand.flags().end());
+  std::string drift;  // The anchor's two figures, when they differ past the tolerance.
 
   if (!m.candidate().error().empty() || cand.samples() == 0) {
     const bool candidate_fault = m.candidate().error().rfind("candidate", 0) == 0;
@@ -158,6 +159,7 @@ ProfileResult JudgeProfile(const ProfileMeasurement& m, const Baseline* baseline
       const double now = AnalyzeTimingRun(m.anchor(), config).median_us();
       if (std::fabs(now / baseline->anchor_median_us() - 1.0) > config.anchor_drift_tolerance()) {
         flags.push_back("device_drift");
+        drift = absl::StrFormat("drift anchor %.1f us now, %.1f us at baseline", now, baseline->anchor_median_us());
       }
     }
   } else {
@@ -192,7 +194,8 @@ ProfileResult JudgeProfile(const ProfileMeasurement& m, const Baseline* baseline
     const std::string why = first_decline == "device_shared"
                                 ? "another process did GPU work while the blocks ran"
                                 : "the device did not measure as it did for the baseline";
-    v.set_summary(absl::StrFormat("not judged: %s (%s; %.1f us now)", first_decline, why, t));
+    v.set_summary(absl::StrFormat("not judged: %s (%s; %s)", first_decline, why,
+                                  first_decline == "device_drift" ? drift : absl::StrFormat("%.1f us now", t)));
   } else if (hack) {
     v.set_outcome(Verdict::HACK_DETECTED);
     v.set_summary(absl::StrFormat("integrity: %s (own kernels %.0f%% of GPU time; %.1f us claimed in-process)",

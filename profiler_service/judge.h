@@ -60,8 +60,10 @@ CopyOffsets CommonCopyOffsets(const CopyRates& candidate, const CopyRates& basel
 // under an older one is not compared with. 2: a graph block's first replay is
 // untimed, and torch.compile's Triton configs are chosen by the measuring
 // process alone, not kept from a warm-up that chose them beside other workers
-// (docs/PROFILER.md).
-inline constexpr int kBaselineProtocol = 2;
+// (docs/PROFILER.md). 3: the drift anchor is timed behind a running copy
+// (device time alone; before, an idle device's clock ramp), so an anchor of
+// protocol 2 is not comparable with a candidate's.
+inline constexpr int kBaselineProtocol = 3;
 
 // Baseline entry from a precompute measurement (same timing analysis).
 Baseline BuildBaseline(const BaselineMeasurement& bm, const ProfilerConfig& config);

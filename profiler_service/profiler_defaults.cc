@@ -19,7 +19,7 @@ ProfilerConfig WithProfilerDefaults(ProfilerConfig c) {
   c.set_peak_dram_bytes_per_s(d(3.0e12, c.peak_dram_bytes_per_s()));
   c.set_peak_flops(d(8.0e14, c.peak_flops()));
   c.set_max_throttled_fraction(d(0.2, c.max_throttled_fraction()));
-  c.set_anchor_drift_tolerance(d(0.25, c.anchor_drift_tolerance()));
+  c.set_anchor_drift_tolerance(d(0.10, c.anchor_drift_tolerance()));
   c.set_outside_window_tolerance(d(0.05, c.outside_window_tolerance()));
   c.set_milestone_margin(d(0.05, c.milestone_margin()));
   if (c.min_rechecks() == 0) c.set_min_rechecks(5);

@@ -150,22 +150,37 @@ class CudaBackend:
         return event_anchor(self._anchor_src, self._anchor_dst, self._ev0, self._ev1)
 
 
+# Timed copies an anchor sample is the mean of (event_anchor).
+ANCHOR_COPIES = 3
+
+
 def event_anchor(src, dst, ev0, ev1):
     """A device copy timed by CUDA events, outside any CUPTI window. Both sides
     of the drift comparison (the precompute's baselines, the sandbox's
     reference process, which has no CUPTI) time the same copy this way: on the
     H100 a 256 MB copy read 172 us by CUPTI and 230-290 us by events inside a
-    CUPTI window, so mixing clocks flagged device_drift on every task. The
-    figure goes in every clock field so the run's analysis picks it whatever
-    its clock."""
+    CUPTI window, so mixing clocks flagged device_drift on every task.
+
+    The events and the timed copies are enqueued behind an untimed copy that
+    is already running: the interval then holds device time alone. Timed from
+    an idle device (event, copy, event), the same copy read what the device
+    had done before it, not the device: on one H200 a median 230 us after
+    20 ms idle, 152 us after a long kernel of ours and 126 us after another
+    process's, and a two-sample median (a slow candidate's) was more than 25%
+    off the idle one in 80-98% of draws after a kernel; queued, 128 us in
+    every case, p95/p5 <= 1.06 (tests/bench/anchor_bench.py,
+    docs/PROFILER.md). The figure is per copy and goes in every clock field so
+    the run's analysis picks it whatever its clock."""
     torch.cuda.synchronize()
     t0 = time.perf_counter_ns()
-    ev0.record()
     dst.copy_(src)
+    ev0.record()
+    for _ in range(ANCHOR_COPIES):
+        dst.copy_(src)
     ev1.record()
     torch.cuda.synchronize()
-    us = ev0.elapsed_time(ev1) * 1e3
-    return {"cupti_us": us, "event_us": us, "wall_us": (time.perf_counter_ns() - t0) / 1e3}
+    us = ev0.elapsed_time(ev1) * 1e3 / ANCHOR_COPIES
+    return {"cupti_us": us, "event_us": us, "wall_us": (time.perf_counter_ns() - t0) / 1e3 / (ANCHOR_COPIES + 1)}
 
 
 def _cpu_llc_bytes():
