@@ -305,6 +305,14 @@ if [ "$BACKEND" = cuda ]; then
   find /tmp/kr_baseline_work* -maxdepth 3 -name '*.log' -size -2M -exec cp --backup=numbered {} "$OUT/" \; 2>/dev/null
   "$M/bin/precompute_baselines" --measurements="$OUT/baselines.jsonl" --set=baseline_cache_dir=$BASE \
     --table="$OUT/baselines.tsv" > "$OUT/import.log" 2>&1 || echo "baseline import failed (import.log): rewards stay at 1 (baseline_missing)"
+  # Baselines of an older protocol (BASELINES_IN from before the profiler changed how it measures) are
+  # read as missing: every verdict of a job would pay 1. Stop before a job spends the call on them.
+  PROTO=$(sed -n 's/.*through the executor path under protocol \([0-9]*\).*/\1/p' "$OUT/import.log")
+  STALE=$(awk -F'\t' -v p="executor/$PROTO" 'NR > 1 && $10 != p' "$OUT/baselines.tsv" 2>/dev/null | wc -l)
+  if [ -n "$PROTO" ] && [ "$STALE" -gt 0 ] && [ -n "$(echo ${JOBS:-$SEED:${ABLATION:-none}})" ]; then
+    echo "$STALE baselines are not timed under protocol $PROTO (baselines.tsv's timing_path): measure them again (without BASELINES_IN)"
+    exit 2
+  fi
 fi
 
 if [ "$BUILD_BASE" = 1 ]; then
