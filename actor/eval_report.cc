@@ -82,10 +82,13 @@ std::string ReportJson(const std::vector<TaskResult>& results, const std::vector
   for (const TaskResult& r : results) {
     Json finals = Json::array();
     for (const v1::Verdict& v : r.finals) {
+      // The baselines' medians it was judged against (0: none): which baselines a report is of.
       finals.push_back(Json::object({{"outcome", Json(v1::Verdict::Outcome_Name(v.outcome()))},
                                 {"reward", Json(v.reward())},
                                 {"speedup_vs_eager", Json(v.speedup_vs_eager())},
-                                {"speedup_vs_compile", Json(v.speedup_vs_compile())}}));
+                                {"speedup_vs_compile", Json(v.speedup_vs_compile())},
+                                {"eager_time_us", Json(v.eager_time_us())},
+                                {"compile_time_us", Json(v.compile_time_us())}}));
     }
     tasks.push_back(Json::object({{"task_id", Json(r.task_id)},
                              {"level", Json(r.level)},

@@ -181,9 +181,13 @@ absl::StatusOr<Json> HeldOutFromReport(const std::string& report_json_path) {
   double log_e = 0, log_c = 0, final_log_e = 0, final_log_c = 0;
   int profiled = 0, finals_profiled = 0, unjudged = 0;
   Json task_rewards = Json::object();  // Per task, its rollouts' mean reward: which tasks moved.
+  // Per task, the baselines' medians its rollouts were judged against: evaluations judged against
+  // other baselines (measured again) do not compare (kernelrl seeds says so).
+  Json task_baselines = Json::object();
   for (const Json& t : *tasks) {
     double task_sum = 0;
     int task_n = 0, task_unjudged = 0;
+    Json baseline;
     if (const Json* finals = FindJson(t, "rollout_finals"); finals != nullptr && finals->is_array()) {
       for (const Json& f : *finals) {
         // The sandbox could not judge it (INFRA_ERROR, after the rollout's own retries): it says
@@ -197,6 +201,11 @@ absl::StatusOr<Json> HeldOutFromReport(const std::string& report_json_path) {
         const Json* rew = FindJson(f, "reward");
         const double fe = xe ? JsonNumber(*xe) : 0, fc = xc ? JsonNumber(*xc) : 0;
         const bool fok = StrField(f, "outcome") == "OK";
+        const Json* be = FindJson(f, "eager_time_us");
+        const Json* bc = FindJson(f, "compile_time_us");
+        if (baseline.is_null() && be != nullptr && JsonNumber(*be) > 0) {
+          baseline = Json::object({{"eager_us", *be}, {"compile_us", bc ? *bc : Json(0)}});
+        }
         Add(&sampled, rew ? JsonNumber(*rew) : -1, fok, fe, fc);
         task_sum += rew ? JsonNumber(*rew) : -1, ++task_n;
         if (fok && fe > 0 && fc > 0) ++finals_profiled, final_log_e += std::log(fe), final_log_c += std::log(fc);
@@ -213,6 +222,7 @@ absl::StatusOr<Json> HeldOutFromReport(const std::string& report_json_path) {
     if (!id.empty() && (task_n > 0 || task_unjudged == 0)) {
       task_rewards[id] = Json(task_n > 0 ? task_sum / task_n : (rew ? JsonNumber(*rew) : -1));
     }
+    if (!id.empty() && !baseline.is_null()) task_baselines[id] = std::move(baseline);
     if (ok && e > 0 && c > 0) ++profiled, log_e += std::log(e), log_c += std::log(c);
   }
   Json out = s.ToJson();
@@ -225,6 +235,7 @@ absl::StatusOr<Json> HeldOutFromReport(const std::string& report_json_path) {
   rollouts["unjudged"] = Json(static_cast<int64_t>(unjudged));
   out["rollouts"] = std::move(rollouts);
   out["task_rewards"] = std::move(task_rewards);
+  out["task_baselines"] = std::move(task_baselines);
   return out;
 }
 

@@ -106,8 +106,10 @@ TEST(HeldOutFromReportTest, BestOfRolloutsAndEachRolloutsFinalKernel) {
   const std::string dir = ::kernelrl::testing::NewTempDir("learn_curves_report_");
   std::ofstream(dir + "/report.json") << R"({"tasks": [
     {"task_id": "a", "outcome": "OK", "reward": 3, "speedup_vs_eager": 4, "speedup_vs_compile": 2, "rollout_finals": [
-      {"outcome": "OK", "reward": 3, "speedup_vs_eager": 4, "speedup_vs_compile": 2},
-      {"outcome": "OK", "reward": 1, "speedup_vs_eager": 1, "speedup_vs_compile": 0.5}]},
+      {"outcome": "OK", "reward": 3, "speedup_vs_eager": 4, "speedup_vs_compile": 2, "eager_time_us": 64.5,
+       "compile_time_us": 86.1},
+      {"outcome": "OK", "reward": 1, "speedup_vs_eager": 1, "speedup_vs_compile": 0.5, "eager_time_us": 64.5,
+       "compile_time_us": 86.1}]},
     {"task_id": "b", "outcome": "WRONG_ANSWER", "reward": -1, "rollout_finals": [
       {"outcome": "WRONG_ANSWER", "reward": -1}, {"outcome": "COMPILE_ERROR", "reward": -1}]}]})";
   auto h = HeldOutFromReport(dir + "/report.json");
@@ -126,6 +128,13 @@ TEST(HeldOutFromReportTest, BestOfRolloutsAndEachRolloutsFinalKernel) {
   EXPECT_DOUBLE_EQ(JsonNumber(*FindJson(*per_task, "a")), 2);
   EXPECT_DOUBLE_EQ(JsonNumber(*FindJson(*per_task, "b")), -1);
   EXPECT_DOUBLE_EQ(JsonNumber(*FindJson(*r, "unjudged")), 0);
+  // The baselines task a was judged against; b's verdicts had none (it never compiled to a profile).
+  const Json* baselines = FindJson(*h, "task_baselines");
+  ASSERT_NE(baselines, nullptr);
+  ASSERT_NE(FindJson(*baselines, "a"), nullptr);
+  EXPECT_DOUBLE_EQ(JsonNumber(*FindJson(*FindJson(*baselines, "a"), "eager_us")), 64.5);
+  EXPECT_DOUBLE_EQ(JsonNumber(*FindJson(*FindJson(*baselines, "a"), "compile_us")), 86.1);
+  EXPECT_EQ(FindJson(*baselines, "b"), nullptr);
 }
 
 // A rollout whose final verdict the sandbox could not give (INFRA_ERROR) says nothing about the

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <functional>
 #include <map>
+#include <set>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -37,7 +38,66 @@ HeldOutPoint PointOf(const Json& eval) {
   if (const Json* t = FindJson(eval, "task_rewards"); t != nullptr && t->is_object()) {
     for (auto it = t->begin(); it != t->end(); ++it) p.task_rewards[it.key()] = FigureOf(t, it.key().c_str());
   }
+  if (const Json* t = FindJson(eval, "task_baselines"); t != nullptr && t->is_object()) {
+    for (auto it = t->begin(); it != t->end(); ++it) {
+      p.task_baselines[it.key()] = {FigureOf(&it.value(), "eager_us"), FigureOf(&it.value(), "compile_us")};
+    }
+  }
   return p;
+}
+
+std::string Title(const SeedFigures& r) {
+  return r.ablation == "none" ? absl::StrCat("seed ", r.seed) : absl::StrCat(r.ablation, ", seed ", r.seed);
+}
+
+// Whether every evaluation of every run was judged against the same baselines: each task's figures
+// against the first run (in order) that evaluated it.
+void BaselineLines(const std::vector<SeedFigures>& runs, std::string* out) {
+  struct First {
+    std::pair<double, double> us;
+    std::string run;
+  };
+  std::map<std::string, First> first;                     // task -> the first figures seen
+  std::map<std::string, std::pair<std::set<std::string>, std::set<std::string>>> differ;  // pair -> (differing, compared)
+  std::map<std::string, std::string> example;  // pair -> one task's figures
+  int compared = 0;
+  auto same = [](double a, double b) { return std::abs(a - b) <= 1e-9 * std::max(std::abs(a), std::abs(b)); };
+  for (const SeedFigures& r : runs) {
+    for (const HeldOutPoint* p : {&r.start, &r.final}) {
+      for (const auto& [task, us] : p->task_baselines) {
+        auto [it, added] = first.emplace(task, First{us, Title(r)});
+        if (added) continue;
+        ++compared;
+        const std::string pair = Title(r) + " against " + it->second.run;
+        auto& [differing, seen] = differ[pair];
+        seen.insert(task);
+        if (same(us.first, it->second.us.first) && same(us.second, it->second.us.second)) continue;
+        if (differing.empty()) {
+          example[pair] = absl::StrFormat("%s: eager %.2f vs %.2f us, torch.compile %.2f vs %.2f us", task, us.first,
+                                          it->second.us.first, us.second, it->second.us.second);
+        }
+        differing.insert(task);
+      }
+    }
+  }
+  if (first.empty()) {
+    absl::StrAppend(out, "baselines      not recorded (curves.json before 2026-12-01): whether every run was judged "
+                         "against the same ones is not known\n");
+    return;
+  }
+  std::vector<std::string> apart;
+  for (const auto& [pair, n] : differ) {
+    if (!n.first.empty()) {
+      apart.push_back(absl::StrFormat("%s on %d of %d tasks (%s)", pair, n.first.size(), n.second.size(), example[pair]));
+    }
+  }
+  if (apart.empty()) {
+    absl::StrAppendFormat(out, "baselines      the same in every evaluation (%d tasks, %d comparisons)\n", first.size(),
+                          compared);
+    return;
+  }
+  absl::StrAppend(out, "baselines      NOT the same: ", absl::StrJoin(apart, "; "),
+                  ": each run's change is its own, levels across them do not pool\n");
 }
 
 double Median(std::vector<double> xs) {
@@ -218,8 +278,8 @@ std::string SeedsReport(const std::vector<SeedFigures>& runs, const v1::SeedsCon
         std::isnan(r.explained_variance_pooled) ? std::string("-")
                                                 : absl::StrFormat("%.2f", r.explained_variance_pooled));
   };
-  for (const SeedFigures* r : seeds) line(*r, absl::StrCat("seed ", r->seed, r->jobs > 1 ? absl::StrCat(" (", r->jobs, " jobs)") : ""));
-  for (const SeedFigures* r : ablations) line(*r, absl::StrCat(r->ablation, ", seed ", r->seed));
+  for (const SeedFigures* r : seeds) line(*r, Title(*r) + (r->jobs > 1 ? absl::StrCat(" (", r->jobs, " jobs)") : ""));
+  for (const SeedFigures* r : ablations) line(*r, Title(*r));
   for (const SeedFigures& r : runs) absl::StrAppend(&out, "  ", r.ablation == "none" ? "seed " : r.ablation + " ", r.seed, ": ", r.name, "\n");
 
   const double k = config.min_standard_errors();
@@ -307,6 +367,7 @@ std::string SeedsReport(const std::vector<SeedFigures>& runs, const v1::SeedsCon
                         Mark(hack == 0 && flagged == 0), hack, flagged);
   absl::StrAppendFormat(&out, "verdict cache  %s of %d trained trajectories' final verdicts (every run)\n",
                         trajectories > 0 ? Pct(static_cast<double>(cached) / trajectories) : std::string("-"), trajectories);
+  BaselineLines(runs, &out);
   return out;
 }
 

@@ -33,6 +33,9 @@ struct HeldOutPoint {
   double geomean_vs_compile = 0;
   // Per task, its rollouts' mean reward (curves.json from 2026-11-30 on; empty before).
   std::map<std::string, double> task_rewards;
+  // Per task, the eager and torch.compile baselines' medians (us) it was judged against
+  // (curves.json from 2026-12-01 on; empty before).
+  std::map<std::string, std::pair<double, double>> task_baselines;
 };
 
 struct SeedFigures {
@@ -60,7 +63,9 @@ struct SeedFigures {
 absl::StatusOr<SeedFigures> SeedFiguresOf(const std::vector<std::pair<std::string, Json>>& chain);
 
 // The report, one screen of plain text. Seeds are the chains of ablation "none"; the others are
-// listed as ablations, whichever way they went.
+// listed as ablations, whichever way they went. A "baselines" line says whether every evaluation was
+// judged against the same baselines: runs judged against baselines measured apart (another sitting's,
+// another protocol's) each measure their own change, and their levels do not pool.
 std::string SeedsReport(const std::vector<SeedFigures>& runs, const v1::SeedsConfig& config);
 
 // Two-sided sign test: the chance of a split at least as uneven as `up` against `down` among

@@ -210,6 +210,33 @@ TEST(SeedsReport, ExplainedVariancePooledOverThePpoUpdatesTokens) {
   EXPECT_TRUE(std::isnan(Seed(2, 0.1, 0.1, {0.1, 0.2}).explained_variance_pooled));
 }
 
+// Evaluations judged against baselines measured apart (another sitting's, another protocol's) are
+// named: each seed's change is its own, their levels do not pool.
+TEST(SeedsReport, SaysWhenRunsWereJudgedAgainstOtherBaselines) {
+  auto with_baselines = [](Json e, std::map<std::string, std::pair<double, double>> tasks) {
+    Json t = Json::object();
+    for (const auto& [id, us] : tasks) t[id] = {{"eager_us", us.first}, {"compile_us", us.second}};
+    e["task_baselines"] = t;
+    return e;
+  };
+  auto seed = [&](uint64_t n, double eager_b) {
+    auto f = SeedFiguresOf({{absl::StrCat("s", n),
+                             Curves(n, "none",
+                                    {with_baselines(Eval("agentic-0", 4, 0.0, 0.1, 0.6), {{"a", {60, 90}}, {"b", {eager_b, 80}}}),
+                                     with_baselines(Eval("final", 30, 0.2, 0.1, 0.6), {{"a", {60, 90}}, {"b", {eager_b, 80}}})},
+                                    {0.1})}});
+    EXPECT_TRUE(f.ok()) << f.status();
+    return *f;
+  };
+  const std::string same = SeedsReport({seed(1, 50), seed(2, 50)}, Bar());
+  EXPECT_THAT(same, HasSubstr("baselines      the same in every evaluation (2 tasks, 6 comparisons)"));
+  const std::string apart = SeedsReport({seed(1, 50), seed(2, 50), seed(3, 55)}, Bar());
+  EXPECT_THAT(apart, HasSubstr("baselines      NOT the same: seed 3 against seed 1 on 1 of 2 tasks "
+                               "(b: eager 55.00 vs 50.00 us, torch.compile 80.00 vs 80.00 us)"));
+  // Curves written before the record: said, not guessed.
+  EXPECT_THAT(SeedsReport({Seed(1, 0.1, 0.1, {0.1})}, Bar()), HasSubstr("baselines      not recorded"));
+}
+
 TEST(SeedsReport, CpuSandboxRewardsFailTheBar) {
   auto cpu = SeedFiguresOf({{"c", Curves(1, "none", {Eval("agentic-0", 2, 0, 0, 0.5), Eval("final", 9, 1, 0, 0.5)}, {0.5}, "cpu")}});
   ASSERT_TRUE(cpu.ok());
