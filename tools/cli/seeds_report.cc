@@ -57,9 +57,10 @@ void BaselineLines(const std::vector<SeedFigures>& runs, std::string* out) {
     std::pair<double, double> us;
     std::string run;
   };
-  std::map<std::string, First> first;                     // task -> the first figures seen
-  std::map<std::string, std::pair<std::set<std::string>, std::set<std::string>>> differ;  // pair -> (differing, compared)
-  std::map<std::string, std::string> example;  // pair -> one task's figures
+  std::map<std::string, First> first;  // task -> the first figures seen
+  // "run against run" -> (the tasks whose figures differ, the tasks compared), and one task's figures.
+  std::map<std::string, std::pair<std::set<std::string>, std::set<std::string>>> differ;
+  std::map<std::string, std::string> example;
   int compared = 0;
   auto same = [](double a, double b) { return std::abs(a - b) <= 1e-9 * std::max(std::abs(a), std::abs(b)); };
   for (const SeedFigures& r : runs) {
