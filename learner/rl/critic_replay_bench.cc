@@ -22,7 +22,11 @@
 //     verdicts included) predicts.
 // The first run's learning rate is the baseline (pass the job's own first).
 //
-//   critic_replay_bench --job_dir=DIR --base=CKPT [--lrs=1e-3,1e-4,1e-5] [--steps=32] [--every=8]
+// Several jobs of one task set and base (seeds, sittings) pool their trajectories: --job_dir=A,B,...
+// (the first job's hyper-parameters; a trajectory accepted by several, such as an imported warm-up
+// set, counts once).
+//
+//   critic_replay_bench --job_dir=DIR[,DIR...] --base=CKPT [--lrs=1e-3,1e-4,1e-5] [--steps=32] [--every=8]
 //                       [--train=48] [--heldout=16] [--device=cpu] [--threads=0] [--seed=1]
 //                       [--train_stage=agent_warmup]
 // --train_stage trains on that stage's trajectories only and holds out the others': what value
@@ -32,6 +36,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -50,7 +55,7 @@
 #include "learner/rl/sample.h"
 #include "proto/learner.pb.h"
 
-ABSL_FLAG(std::string, job_dir, "", "a job's directory: ledger.jsonl, job.textproto, trajectories/");
+ABSL_FLAG(std::string, job_dir, "", "job directories (ledger.jsonl, job.textproto, trajectories/), comma-separated");
 ABSL_FLAG(std::string, base, "", "the checkpoint the critic starts from (the job's base)");
 ABSL_FLAG(std::string, lrs, "", "critic learning rates, comma-separated (default: the job's)");
 ABSL_FLAG(int, steps, 32, "value steps per learning rate");
@@ -71,8 +76,10 @@ int Fail(const std::string& what) {
 }
 
 int Run() {
-  const std::string dir = absl::GetFlag(FLAGS_job_dir), base = absl::GetFlag(FLAGS_base);
-  if (dir.empty() || base.empty()) return Fail("usage: --job_dir=DIR --base=CKPT [--lrs=...]");
+  const std::vector<std::string> dirs = absl::StrSplit(absl::GetFlag(FLAGS_job_dir), ',', absl::SkipEmpty());
+  const std::string base = absl::GetFlag(FLAGS_base);
+  if (dirs.empty() || base.empty()) return Fail("usage: --job_dir=DIR[,DIR...] --base=CKPT [--lrs=...]");
+  const std::string& dir = dirs.front();
   if (absl::GetFlag(FLAGS_threads) > 0) at::set_num_threads(absl::GetFlag(FLAGS_threads));
   auto job_text = ReadFileToString(dir + "/job.textproto");
   if (!job_text.ok()) return Fail(std::string(job_text.status().message()));
@@ -84,16 +91,19 @@ int Run() {
   config->mutable_device()->set_device(cuda ? "cuda" : "cpu");
   config->mutable_device()->set_dtype(cuda ? "bfloat16" : "float32");
 
-  // Every accepted trajectory of the job, in ledger order, then a seeded split.
-  auto records = Ledger::Read(dir + "/ledger.jsonl");
-  if (!records.ok()) return Fail(std::string(records.status().message()));
+  // Every accepted trajectory of the jobs, in ledger order (each once), then a seeded split.
   const std::string train_stage = absl::GetFlag(FLAGS_train_stage);
   std::vector<v1::Trajectory> all, others;  // with --train_stage: that stage's, the rest
-  for (const v1::LedgerRecord& r : *records) {
-    if (r.kind() != v1::LedgerRecord::ACCEPTED) continue;
-    auto t = Ingest::ReadTrajectory(dir, r.trajectory_id());
-    if (!t.ok()) return Fail(std::string(t.status().message()));
-    (train_stage.empty() || r.stage() == train_stage ? all : others).push_back(*std::move(t));
+  std::set<std::string> seen;
+  for (const std::string& d : dirs) {
+    auto records = Ledger::Read(d + "/ledger.jsonl");
+    if (!records.ok()) return Fail(std::string(records.status().message()));
+    for (const v1::LedgerRecord& r : *records) {
+      if (r.kind() != v1::LedgerRecord::ACCEPTED || !seen.insert(r.trajectory_id()).second) continue;
+      auto t = Ingest::ReadTrajectory(d, r.trajectory_id());
+      if (!t.ok()) return Fail(std::string(t.status().message()));
+      (train_stage.empty() || r.stage() == train_stage ? all : others).push_back(*std::move(t));
+    }
   }
   std::mt19937_64 rng(absl::GetFlag(FLAGS_seed));
   std::shuffle(all.begin(), all.end(), rng);
@@ -102,7 +112,7 @@ int Run() {
                                         : std::min<size_t>(absl::GetFlag(FLAGS_heldout), others.size());
   const size_t nt = std::min<size_t>(absl::GetFlag(FLAGS_train), all.size() - (train_stage.empty() ? nh : 0));
   if (nt == 0 || nh == 0) {
-    return Fail(absl::StrCat("too few accepted trajectories in ", dir,
+    return Fail(absl::StrCat("too few accepted trajectories in ", absl::GetFlag(FLAGS_job_dir),
                              train_stage.empty() ? "" : " (stage " + train_stage + " and the others)"));
   }
   auto samples = [&](const std::vector<v1::Trajectory>& from, size_t first, size_t n) {
