@@ -57,8 +57,6 @@ struct State {
   uint64_t dropped = 0;
   bool active = false;
   std::string error;
-  CUdeviceptr anchor_src = 0, anchor_dst = 0;
-  size_t anchor_bytes = 0;
 };
 State g;
 
@@ -360,22 +358,6 @@ int kprof_stream_id(uint64_t cu_stream, int per_thread, uint32_t* out) {
 
 int kprof_reset_persisting_l2(void) {
   return CuOk(cuCtxResetPersistingL2Cache(), "cuCtxResetPersistingL2Cache") ? 0 : -1;
-}
-
-int kprof_anchor_copy(size_t bytes) {
-  if (bytes != g.anchor_bytes) {
-    if (g.anchor_src) cuMemFree(g.anchor_src);
-    if (g.anchor_dst) cuMemFree(g.anchor_dst);
-    g.anchor_src = g.anchor_dst = 0;
-    g.anchor_bytes = 0;
-    if (!CuOk(cuMemAlloc(&g.anchor_src, bytes), "cuMemAlloc")) return -1;
-    if (!CuOk(cuMemAlloc(&g.anchor_dst, bytes), "cuMemAlloc")) return -1;
-    // Non-zero, non-constant source so nothing can special-case it.
-    if (!CuOk(cuMemsetD32(g.anchor_src, 0x3f8ccccd, bytes / 4), "cuMemsetD32")) return -1;
-    g.anchor_bytes = bytes;
-  }
-  if (!CuOk(cuMemcpyDtoDAsync(g.anchor_dst, g.anchor_src, bytes, nullptr), "cuMemcpyDtoDAsync")) return -1;
-  return CuOk(cuCtxSynchronize(), "cuCtxSynchronize") ? 0 : -1;
 }
 
 }  // extern "C"

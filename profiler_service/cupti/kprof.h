@@ -67,9 +67,6 @@ int kprof_window_end(KprofWindowResult* out);
 long kprof_take_report(char* buf, size_t cap);
 // Resets persisting L2 lines to normal (cuCtxResetPersistingL2Cache).
 int kprof_reset_persisting_l2(void);
-// Trusted drift anchor: a device-to-device copy of `bytes` issued through the
-// driver API on the legacy default stream (not patchable from Python).
-int kprof_anchor_copy(size_t bytes);
 // CUPTI's stream id for a CUstream handle (0 = legacy default stream, 2 =
 // per-thread default stream) in the current context, `per_thread` as CUPTI's
 // flag for code built with per-thread default streams; lets the harness name

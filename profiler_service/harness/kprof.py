@@ -25,7 +25,6 @@ class Kprof:
         lib.kprof_last_error.restype = ctypes.c_char_p
         lib.kprof_take_report.restype = ctypes.c_long
         lib.kprof_take_report.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
-        lib.kprof_anchor_copy.argtypes = [ctypes.c_size_t]
         lib.kprof_stream_id.argtypes = [ctypes.c_uint64, ctypes.c_int, ctypes.POINTER(ctypes.c_uint32)]
         lib.kprof_gettid.restype = ctypes.c_uint64
 
@@ -73,9 +72,6 @@ class Kprof:
 
     def reset_persisting_l2(self):
         self._check(self._lib.kprof_reset_persisting_l2(), "reset_persisting_l2")
-
-    def anchor_copy(self, nbytes):
-        self._check(self._lib.kprof_anchor_copy(nbytes), "anchor_copy")
 
     def gettid(self):
         return int(self._lib.kprof_gettid())
