@@ -434,7 +434,10 @@ def run_profile(job, task_module, model, driver, sets, backend, result, clock=No
         deadline = time.monotonic() + cfg.time_budget_s
         cap = time.monotonic() + cfg.wall_cap_s
         if share:
+            # Before the warm-up, not after it: the timed blocks must follow
+            # the warm-up's with no idle gap, in which the clocks ramp down.
             share.begin(not_before=lease_settled(job))
+        mark("lease_settle")
         ok = warm_up(cfg, sizes, graph, one_block, driver.capacity)
         anchor["samples"].append(backend.anchor())
         while ok:
