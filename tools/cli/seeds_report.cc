@@ -86,6 +86,15 @@ void BaselineLines(const std::vector<SeedFigures>& runs, std::string* out) {
                          "against the same ones is not known\n");
     return;
   }
+  // Runs whose curves.json predates the record: "the same" says nothing about them.
+  std::vector<std::string> unrecorded;
+  for (const SeedFigures& r : runs) {
+    if (r.start.task_baselines.empty() && r.final.task_baselines.empty()) unrecorded.push_back(Title(r));
+  }
+  const std::string unknown =
+      unrecorded.empty() ? ""
+                         : absl::StrCat("; not recorded for ", absl::StrJoin(unrecorded, ", "),
+                                        " (curves.json before 2026-12-01), whose baselines are not known to be these");
   std::vector<std::string> apart;
   for (const auto& [pair, n] : differ) {
     if (!n.first.empty()) {
@@ -93,12 +102,12 @@ void BaselineLines(const std::vector<SeedFigures>& runs, std::string* out) {
     }
   }
   if (apart.empty()) {
-    absl::StrAppendFormat(out, "baselines      the same in every evaluation (%d tasks, %d comparisons)\n", first.size(),
-                          compared);
+    absl::StrAppendFormat(out, "baselines      the same in every evaluation %s(%d tasks, %d comparisons)%s\n",
+                          unrecorded.empty() ? "" : "that records them ", first.size(), compared, unknown);
     return;
   }
   absl::StrAppend(out, "baselines      NOT the same: ", absl::StrJoin(apart, "; "),
-                  ": each run's change is its own, levels across them do not pool\n");
+                  ": each run's change is its own, levels across them do not pool", unknown, "\n");
 }
 
 double Median(std::vector<double> xs) {

@@ -235,6 +235,15 @@ TEST(SeedsReport, SaysWhenRunsWereJudgedAgainstOtherBaselines) {
                                "(b: eager 55.00 vs 50.00 us, torch.compile 80.00 vs 80.00 us)"));
   // Curves written before the record: said, not guessed.
   EXPECT_THAT(SeedsReport({Seed(1, 0.1, 0.1, {0.1})}, Bar()), HasSubstr("baselines      not recorded"));
+  // Some recorded, some not: "the same" covers the recorded ones only, and says so.
+  auto old = SeedFiguresOf({{"s4", Curves(4, "none", {Eval("agentic-0", 4, 0.0, 0.1, 0.6), Eval("final", 30, 0.2, 0.1, 0.6)},
+                                          {0.1})}});
+  ASSERT_TRUE(old.ok()) << old.status();
+  const std::string mixed = SeedsReport({seed(1, 50), seed(2, 50), *old}, Bar());
+  EXPECT_THAT(mixed, HasSubstr("baselines      the same in every evaluation that records them (2 tasks, 6 comparisons); "
+                               "not recorded for seed 4 (curves.json before 2026-12-01)"));
+  EXPECT_THAT(SeedsReport({seed(1, 50), seed(3, 55), *old}, Bar()),
+              HasSubstr("levels across them do not pool; not recorded for seed 4"));
 }
 
 TEST(SeedsReport, CpuSandboxRewardsFailTheBar) {
