@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <optional>
 #include <random>
 #include <vector>
@@ -356,7 +357,7 @@ class Evaluator::GpuTurn {
   VerifyStage& zygote() { return *zygote_; }
   bool alone() const { return turn_->alone(); }
   // The clock token (a job that profiles, before its candidate imports its code).
-  bool Start(absl::Duration wait) { return turn_->Start(wait); }
+  bool Start(absl::Duration wait, const std::function<bool()>& first = nullptr) { return turn_->Start(wait, first); }
   // The GPU to this job alone until it ends (its clock, or a health probe).
   void Alone() { turn_->Alone(); }
   // The health probe needs the GPU to itself: a shared turn waits for the others first.
@@ -631,10 +632,13 @@ Verdict Evaluator::Run(const EvaluateRequest& request, const ProgressFn& progres
   }
   const HarnessJob sent = WithoutProtocol(job);
   // A job that profiles asks twice (gpu_turns.h): to start, before its candidate imports its
-  // code (the clock token: one such job at a time from here; and the learner's lease, which
-  // pauses a learner on this GPU, common/gpu_lease.h: the driver reports the learner's last
-  // kernels for a while after it paused, ProfilerConfig.gpu_lease_sample_lag_s, and the verify
-  // sets run meanwhile), then for its clock (the GPU alone). Both are held until the job ends.
+  // code (the learner's lease, which pauses a learner on this GPU, common/gpu_lease.h, then the
+  // clock token: one such job at a time from here), then for its clock (the GPU alone). Both
+  // are held until the job ends. The driver reports a paused learner's last kernels for a while
+  // (ProfilerConfig.gpu_lease_sample_lag_s), which the clock waits out with the GPU idle, the
+  // verify sets apart. The lease comes first so that a job queued behind another takes it
+  // straight from that one (waiting, it holds the lease's turn file): the learner gets no step
+  // in between, and the queued job has nothing to wait out.
   GpuLease::Hold lease;
   double quiet_since_unix_s = 0;
   double turn_wait_ms = 0;
@@ -644,24 +648,27 @@ Verdict Evaluator::Run(const EvaluateRequest& request, const ProgressFn& progres
     const double at = MonotonicMs();
     if (step == "start") {
       note("start_queue", false);
-      if (!gpu.Start(absl::Seconds(job.turn_wait_seconds()))) {
+      double token_at = at;
+      auto take_lease = [&] {
+        if (!gpu_lease_.enabled()) return true;
+        absl::StatusOr<GpuLease::Hold> held = gpu_lease_.Exclusive(absl::Seconds(lim.wall_seconds()));
+        token_at = MonotonicMs();
+        AddStage(v, "gpu_lease", token_at - at);
+        if (!held.ok()) {
+          turn_error = std::string(held.status().message());
+          return false;
+        }
+        lease = *std::move(held);
+        // A learner idle since well before the grant needs no settling (the reference's lease_settled).
+        const absl::Time quiet = gpu_lease_.SharedQuietSince(absl::Now());
+        if (quiet != absl::InfinitePast()) quiet_since_unix_s = absl::ToUnixMicros(quiet) * 1e-6;
+        return true;
+      };
+      if (!gpu.Start(absl::Seconds(job.turn_wait_seconds()), take_lease) && turn_error.empty()) {
         turn_error = absl::StrCat("another profiling job held this worker's GPU for more than ",
                                   job.turn_wait_seconds(), " s");
       }
-      AddStage(v, "start_queue", MonotonicMs() - at);
-      if (turn_error.empty() && gpu_lease_.enabled()) {
-        const double leased_at = MonotonicMs();
-        absl::StatusOr<GpuLease::Hold> held = gpu_lease_.Exclusive(absl::Seconds(lim.wall_seconds()));
-        AddStage(v, "gpu_lease", MonotonicMs() - leased_at);
-        if (held.ok()) {
-          lease = *std::move(held);
-          // A learner idle since well before the grant needs no settling (the reference's lease_settled).
-          const absl::Time quiet = gpu_lease_.SharedQuietSince(absl::Now());
-          if (quiet != absl::InfinitePast()) quiet_since_unix_s = absl::ToUnixMicros(quiet) * 1e-6;
-        } else {
-          turn_error = std::string(held.status().message());
-        }
-      }
+      AddStage(v, "start_queue", MonotonicMs() - token_at);
       note("start_queue", true, turn_error);
     } else {
       note("gpu_alone", false);

@@ -23,18 +23,20 @@ GpuTurns::Turn::~Turn() ABSL_NO_THREAD_SAFETY_ANALYSIS {
   }
 }
 
-bool GpuTurns::Turn::Start(absl::Duration wait) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-  if (!clocked_ || started_ || alone_) return true;
-  // Waiting for the token while holding a shared turn would deadlock with the holder's Alone().
+bool GpuTurns::Turn::Start(absl::Duration wait, const std::function<bool()>& first) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  if (alone_) return !first || first();  // The GPU is this job's alone already: no one to wait beside.
+  // Waiting (for `first` or the token) while holding a shared turn would deadlock with the holder's Alone().
   turns_->mu_.ReaderUnlock();
-  {
+  bool ok = !first || first();
+  if (ok && clocked_ && !started_) {
     absl::MutexLock l(&turns_->token_mu_);
     started_ = turns_->token_mu_.AwaitWithTimeout(
         absl::Condition(+[](bool* held) { return !*held; }, &turns_->token_held_), wait);
     if (started_) turns_->token_held_ = true;
+    ok = started_;
   }
   turns_->mu_.ReaderLock();
-  return started_;
+  return ok;
 }
 
 void GpuTurns::Turn::Alone() ABSL_NO_THREAD_SAFETY_ANALYSIS {

@@ -19,6 +19,8 @@
 #ifndef KERNELRL_SANDBOX_GPU_TURNS_H_
 #define KERNELRL_SANDBOX_GPU_TURNS_H_
 
+#include <functional>
+
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
@@ -40,7 +42,11 @@ class GpuTurns {
     // The clock token, for a kClocked turn (a no-op for others, or once held): lets go of the
     // shared hold meanwhile (the token is always taken first). False when another profiling
     // job held it for longer than `wait` (the shared hold is back either way).
-    bool Start(absl::Duration wait);
+    // `first`, where given, runs before the token with no shared hold (in every kind of turn;
+    // a kAlone one keeps its hold): a wait that every profiling job takes before its token (the
+    // GPU lease, evaluator.cc), and that a shared hold would deadlock with the holder's Alone();
+    // false from it: no token, Start returns false.
+    bool Start(absl::Duration wait, const std::function<bool()>& first = nullptr);
     // The GPU to this job alone from now to its end: lets go of the shared hold and waits
     // for the others to end (a no-op when already alone). A kShared turn may call it too
     // (the health probe).

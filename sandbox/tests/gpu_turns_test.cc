@@ -4,13 +4,20 @@
 // stalls that thread for the whole window.
 #include "sandbox/gpu_turns.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
 #include <atomic>
+#include <cstdlib>
 #include <functional>
 #include <memory>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "common/gpu_lease.h"
 #include "gtest/gtest.h"
 
 namespace kernelrl::sandbox {
@@ -145,6 +152,73 @@ TEST(GpuTurnsTest, AStartGivesUpAfterItsWait) {
   second.join();  // it gave up while the first still holds the token
   first.Alone();  // the second's shared hold came back and went with it (else this waits forever)
   EXPECT_TRUE(first.alone());
+}
+
+// As the evaluator starts a profiling job: the GPU lease (common/gpu_lease.h) in Start's `first`,
+// then the token. A job queued behind another waits for the lease holding the lease's turn file,
+// so it takes the lease straight from that job: a learner asking for a step meanwhile gets none
+// in between, and the queued job's quiet-since is the learner's release from before the first
+// job (nothing for its clock to wait out, ProfilerConfig.gpu_lease_sample_lag_s). The first job's
+// clock (Alone) is not held up by the queued one, which waits with no shared turn.
+TEST(GpuTurnsTest, AQueuedProfilingJobTakesTheLeaseStraightFromTheOneBeforeIt) {
+  const GpuLease lease(absl::StrCat(std::getenv("TEST_TMPDIR"), "/gpu.lease"));
+  auto start = [&](GpuTurns::Turn& turn, GpuLease::Hold* hold) {
+    return turn.Start(kLong, [&] {
+      absl::StatusOr<GpuLease::Hold> held = lease.Exclusive(kLong);
+      EXPECT_TRUE(held.ok()) << held.status();
+      if (held.ok()) *hold = *std::move(held);
+      return held.ok();
+    });
+  };
+  auto turn_file_held = [&] {
+    const int fd = ::open((lease.path() + ".turn").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+    const bool free = fd >= 0 && ::flock(fd, LOCK_EX | LOCK_NB) == 0;
+    if (fd >= 0) ::close(fd);
+    return !free;
+  };
+  {
+    absl::StatusOr<GpuLease::Hold> step = lease.Shared();  // the learner's step before the first job
+    ASSERT_TRUE(step.ok()) << step.status();
+  }
+  const absl::Time learner_released = lease.SharedQuietSince(absl::InfiniteFuture());
+  ASSERT_NE(learner_released, absl::InfinitePast());
+
+  GpuTurns turns;
+  GpuLease::Hold first_lease, second_lease;
+  absl::Notification second_in, learner_in, second_done;
+  absl::Time second_quiet = absl::InfinitePast();
+  std::thread second, learner;
+  {
+    GpuTurns::Turn first(&turns, Kind::kClocked);
+    ASSERT_TRUE(start(first, &first_lease));
+    second = std::thread([&] {
+      GpuTurns::Turn t(&turns, Kind::kClocked);
+      EXPECT_TRUE(start(t, &second_lease));
+      second_quiet = lease.SharedQuietSince(absl::Now());
+      second_in.Notify();
+      EXPECT_TRUE(second_done.WaitForNotificationWithTimeout(kLong));
+      second_lease.Release();
+    });
+    // The second waits for the lease (holding its turn file) while the first holds it.
+    const absl::Time give_up = absl::Now() + kLong;
+    while (!turn_file_held() && absl::Now() < give_up) absl::SleepFor(absl::Milliseconds(5));
+    ASSERT_TRUE(turn_file_held()) << "the queued job does not wait for the lease before its token";
+    learner = std::thread([&] {
+      absl::StatusOr<GpuLease::Hold> step = lease.Shared();
+      EXPECT_TRUE(step.ok()) << step.status();
+      learner_in.Notify();
+    });
+    first.Alone();  // the first's clock, beside the waiting second
+    EXPECT_FALSE(second_in.WaitForNotificationWithTimeout(kWindow)) << "two profiling jobs started at once";
+    first_lease.Release();
+  }
+  ASSERT_TRUE(second_in.WaitForNotificationWithTimeout(kLong));
+  EXPECT_FALSE(learner_in.WaitForNotificationWithTimeout(kWindow)) << "the learner stepped while the second held the lease";
+  EXPECT_EQ(second_quiet, learner_released) << "the learner stepped between the two jobs";
+  second_done.Notify();
+  EXPECT_TRUE(learner_in.WaitForNotificationWithTimeout(kLong));
+  second.join();
+  learner.join();
 }
 
 }  // namespace
