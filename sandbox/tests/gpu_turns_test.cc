@@ -188,6 +188,13 @@ TEST(GpuTurnsTest, AQueuedProfilingJobTakesTheLeaseStraightFromTheOneBeforeIt) {
   absl::Notification second_in, learner_in, second_done;
   absl::Time second_quiet = absl::InfinitePast();
   std::thread second, learner;
+  // A failed ASSERT returns with the threads still running: they end on their own waits.
+  struct Joiner {
+    std::thread* t;
+    ~Joiner() {
+      if (t->joinable()) t->join();
+    }
+  } join_second{&second}, join_learner{&learner};
   {
     GpuTurns::Turn first(&turns, Kind::kClocked);
     ASSERT_TRUE(start(first, &first_lease));
@@ -217,8 +224,6 @@ TEST(GpuTurnsTest, AQueuedProfilingJobTakesTheLeaseStraightFromTheOneBeforeIt) {
   EXPECT_EQ(second_quiet, learner_released) << "the learner stepped between the two jobs";
   second_done.Notify();
   EXPECT_TRUE(learner_in.WaitForNotificationWithTimeout(kLong));
-  second.join();
-  learner.join();
 }
 
 }  // namespace
