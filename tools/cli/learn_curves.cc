@@ -30,6 +30,7 @@ void Add(VerdictStats* s, double reward, bool ok, double x_eager, double x_compi
   s->passed += ok;
   s->faster_eager += ok && x_eager > 1.0;
   s->faster_compile += ok && x_compile > 1.0;
+  s->faster_compile_paid += ok && reward >= 3;
 }
 
 }  // namespace
@@ -42,7 +43,8 @@ Json VerdictStats::ToJson() const {
                            {"reward_sem", Json(n ? std::sqrt(var / n) : 0)},
                            {"pass_rate", Json(n ? 1.0 * passed / n : 0)},
                            {"faster_than_eager_rate", Json(n ? 1.0 * faster_eager / n : 0)},
-                           {"faster_than_compile_rate", Json(n ? 1.0 * faster_compile / n : 0)}});
+                           {"faster_than_compile_rate", Json(n ? 1.0 * faster_compile / n : 0)},
+                           {"faster_than_compile_paid_rate", Json(n ? 1.0 * faster_compile_paid / n : 0)}});
   if (n > 0 && wall_s > 0) {  // Trained trajectories (held-out figures come from a report without them).
     out["rollout_wall_s_mean"] = Json(wall_s / n);
     out["rollout_policy_s_mean"] = Json(policy_s / n);

@@ -25,6 +25,9 @@ struct VerdictStats {
   int n = 0;
   double reward_sum = 0, reward_sq_sum = 0;
   int passed = 0, faster_eager = 0, faster_compile = 0;
+  // Paid as faster than torch.compile (reward 3): the judge resolved the ratio above its margin.
+  // faster_compile counts every ratio above 1 (the paper's metric), unresolved ones too.
+  int faster_compile_paid = 0;
   // Rollout seconds summed (trained trajectories: wall, waiting for the policy, for the sandbox).
   double wall_s = 0, policy_s = 0, sandbox_s = 0;
   // Trained trajectories by how their rollout ended (TrajectoryStats.stop_reason: "submitted",

@@ -137,6 +137,27 @@ TEST(HeldOutFromReportTest, BestOfRolloutsAndEachRolloutsFinalKernel) {
   EXPECT_EQ(FindJson(*baselines, "b"), nullptr);
 }
 
+// Faster than compile by the raw ratio (the paper's metric) and as paid (reward 3: the judge
+// resolved it above its margin): a 1.02x kernel inside the margin is the first, not the second.
+TEST(HeldOutFromReportTest, FasterThanCompileRawAndPaid) {
+  const std::string dir = ::kernelrl::testing::NewTempDir("learn_curves_paid_");
+  std::ofstream(dir + "/report.json") << R"({"tasks": [
+    {"task_id": "a", "outcome": "OK", "reward": 3, "speedup_vs_eager": 4, "speedup_vs_compile": 2, "rollout_finals": [
+      {"outcome": "OK", "reward": 3, "speedup_vs_eager": 4, "speedup_vs_compile": 2}]},
+    {"task_id": "b", "outcome": "OK", "reward": 2, "speedup_vs_eager": 1.5, "speedup_vs_compile": 1.02, "rollout_finals": [
+      {"outcome": "OK", "reward": 2, "speedup_vs_eager": 1.5, "speedup_vs_compile": 1.02}]},
+    {"task_id": "c", "outcome": "OK", "reward": 1, "speedup_vs_eager": 0.5, "speedup_vs_compile": 0.4, "rollout_finals": [
+      {"outcome": "OK", "reward": 1, "speedup_vs_eager": 0.5, "speedup_vs_compile": 0.4}]},
+    {"task_id": "d", "outcome": "WRONG_ANSWER", "reward": -1, "rollout_finals": [{"outcome": "WRONG_ANSWER", "reward": -1}]}]})";
+  auto h = HeldOutFromReport(dir + "/report.json");
+  ASSERT_TRUE(h.ok()) << h.status();
+  for (const Json* figures : {static_cast<const Json*>(&*h), FindJson(*h, "rollouts")}) {
+    ASSERT_NE(figures, nullptr);
+    EXPECT_DOUBLE_EQ(JsonNumber(*FindJson(*figures, "faster_than_compile_rate")), 0.5);
+    EXPECT_DOUBLE_EQ(JsonNumber(*FindJson(*figures, "faster_than_compile_paid_rate")), 0.25);
+  }
+}
+
 // A rollout whose final verdict the sandbox could not give (INFRA_ERROR) says nothing about the
 // policy: it is counted apart, never scored 0; a task with no judged rollout has no per-task figure.
 TEST(HeldOutFromReportTest, UnjudgedRolloutsAreCountedApartNotScored) {

@@ -156,8 +156,12 @@ std::string LearnReport(const LearnRun& run) {
     });
     for (auto [label, key] : {std::pair<const char*, const char*>{"pass rate (per rollout)", "pass_rate"},
                               {"faster than eager", "faster_than_eager_rate"},
-                              {"faster than compile", "faster_than_compile_rate"}}) {
-      row(label, [key = key](const Json& e) { return Pct(FigureOf(&PerRolloutFigures(e), key)); });
+                              {"faster than compile", "faster_than_compile_rate"},
+                              {"  paid 3 (resolved)", "faster_than_compile_paid_rate"}}) {
+      row(label, [key = key](const Json& e) {
+        const Json& r = PerRolloutFigures(e);
+        return FindJson(r, key) != nullptr ? Pct(FigureOf(&r, key)) : std::string("-");  // older curves
+      });
     }
     row("geomean x eager (final)", [](const Json& e) {
       return absl::StrFormat("%.2fx", FigureOf(&PerRolloutFigures(e), "geomean_speedup_vs_eager"));

@@ -64,8 +64,15 @@ TEST(LearnReport, BeforeAfterFromTheFirstAndLastEvaluation) {
   run.job.set_state(v1::Job::SUCCEEDED);
   run.heldout.push_back(Eval(0, r0, 0.5));
   run.heldout.push_back(Eval(5, 0, 0.6));
-  run.heldout.push_back(Eval(9, r1, 0.75));
+  Json final_eval = Eval(9, r1, 0.75);
+  final_eval["rollouts"]["faster_than_compile_paid_rate"] = Json(0.125);  // the first two predate the figure
+  run.heldout.push_back(final_eval);
   const std::string report = LearnReport(run);
+  const size_t paid = report.find("  paid 3 (resolved)");
+  ASSERT_NE(paid, std::string::npos) << report;
+  const std::string paid_row = report.substr(paid, report.find('\n', paid) - paid);
+  EXPECT_NE(paid_row.find("-"), std::string::npos) << paid_row;
+  EXPECT_NE(paid_row.find("12%"), std::string::npos) << paid_row;
   EXPECT_NE(report.find(absl::StrFormat("%.2f +- 0.10", r0)), std::string::npos) << report;
   EXPECT_NE(report.find(absl::StrFormat("%.2f +- 0.10", r1)), std::string::npos) << report;
   EXPECT_NE(report.find("before (v0)"), std::string::npos) << report;

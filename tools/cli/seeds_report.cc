@@ -34,6 +34,8 @@ HeldOutPoint PointOf(const Json& eval) {
   p.pass_rate = FigureOf(r, "pass_rate");
   p.faster_than_eager = FigureOf(r, "faster_than_eager_rate");
   p.faster_than_compile = FigureOf(r, "faster_than_compile_rate");
+  p.faster_than_compile_paid =
+      FindJson(*r, "faster_than_compile_paid_rate") != nullptr ? FigureOf(r, "faster_than_compile_paid_rate") : NAN;
   p.geomean_vs_compile = FigureOf(r, "geomean_speedup_vs_compile");
   if (const Json* t = FindJson(eval, "task_rewards"); t != nullptr && t->is_object()) {
     for (auto it = t->begin(); it != t->end(); ++it) p.task_rewards[it.key()] = FigureOf(t, it.key().c_str());
@@ -306,6 +308,15 @@ std::string SeedsReport(const std::vector<SeedFigures>& runs, const v1::SeedsCon
   absl::StrAppend(&out, "across the ", seeds.size(), " seeds, final - PPO start (mean +- standard error of the mean):\n");
   const bool reward_ok = change("reward per rollout", [](const HeldOutPoint& p) { return p.reward_mean; }, false);
   const bool compile_ok = change("faster than compile", [](const HeldOutPoint& p) { return p.faster_than_compile; }, true);
+  const bool paid_known = std::all_of(seeds.begin(), seeds.end(), [](const SeedFigures* r) {
+    return !std::isnan(r->start.faster_than_compile_paid) && !std::isnan(r->final.faster_than_compile_paid);
+  });
+  if (paid_known) {
+    change("  paid 3 (resolved)", [](const HeldOutPoint& p) { return p.faster_than_compile_paid; }, true);
+  } else {
+    absl::StrAppendFormat(&out, "  %-24s not recorded in every seed (curves.json before 2026-12-01)\n",
+                          "  paid 3 (resolved)");
+  }
   change("faster than eager", [](const HeldOutPoint& p) { return p.faster_than_eager; }, true);
   change("pass rate", [](const HeldOutPoint& p) { return p.pass_rate; }, true);
   // Each seed's geometric mean over the tasks its policy passed; a seed that passed none has none,

@@ -30,6 +30,7 @@ struct HeldOutPoint {
   int64_t policy_version = 0;
   int n = 0;
   double reward_mean = 0, reward_sem = 0, pass_rate = 0, faster_than_eager = 0, faster_than_compile = 0;
+  double faster_than_compile_paid = 0;  // Reward 3: resolved above the judge's margin; NaN: not recorded.
   double geomean_vs_compile = 0;
   // Per task, its rollouts' mean reward (curves.json from 2026-11-30 on; empty before).
   std::map<std::string, double> task_rewards;

@@ -19,6 +19,7 @@ Json Eval(const std::string& label, int version, double reward, double compile_r
               {"pass_rate", 0.5},
               {"faster_than_eager_rate", 0.25},
               {"faster_than_compile_rate", compile_rate},
+              {"faster_than_compile_paid_rate", compile_rate / 2},
               {"geomean_speedup_vs_compile", gm_compile}};
   Json e = per;
   e["rollouts"] = per;
@@ -95,6 +96,8 @@ TEST(SeedsReport, BarMetWhenEverySeedGainsAndTheCriticExplains) {
   // Reward changes 0.5, 0.4, 0.6: mean 0.50, standard error 0.058, 8.7 of them.
   EXPECT_THAT(out, HasSubstr("reward per rollout       +0.50 +- 0.06  (8.7 standard errors)"));
   EXPECT_THAT(out, HasSubstr("faster than compile      +15.00% +- 2.89%  (5.2 standard errors)"));
+  // Paid 3 (resolved above the judge's margin): half of them here; printed, not part of the bar.
+  EXPECT_THAT(out, HasSubstr("\n    paid 3 (resolved)      +7.50% +- 1.44%  (5.2 standard errors)\n"));
   EXPECT_THAT(out, HasSubstr("[yes] >= 3 seeds, each on >= 12 held-out tasks"));
   EXPECT_THAT(out, HasSubstr("[yes] held-out reward"));
   EXPECT_THAT(out, HasSubstr("[yes] faster-than-compile rate"));
@@ -244,6 +247,21 @@ TEST(SeedsReport, SaysWhenRunsWereJudgedAgainstOtherBaselines) {
                                "not recorded for seed 4 (curves.json before 2026-12-01)"));
   EXPECT_THAT(SeedsReport({seed(1, 50), seed(3, 55), *old}, Bar()),
               HasSubstr("levels across them do not pool; not recorded for seed 4"));
+}
+
+// Curves written before the paid rate was recorded: said, not printed as 0.
+TEST(SeedsReport, PaidFasterThanCompileNotRecordedIsSaid) {
+  auto without_paid = [](Json e) {
+    e.erase("faster_than_compile_paid_rate");
+    e["rollouts"].erase("faster_than_compile_paid_rate");
+    return e;
+  };
+  auto old = SeedFiguresOf({{"s9", Curves(9, "none", {without_paid(Eval("agentic-0", 4, 0.0, 0.1, 0.6)),
+                                                      without_paid(Eval("final", 30, 0.2, 0.1, 0.6))},
+                                          {0.1})}});
+  ASSERT_TRUE(old.ok()) << old.status();
+  const std::string out = SeedsReport({Seed(1, 0.5, 0.2, {0.4}), *old}, Bar());
+  EXPECT_THAT(out, HasSubstr("    paid 3 (resolved)      not recorded in every seed"));
 }
 
 TEST(SeedsReport, CpuSandboxRewardsFailTheBar) {
