@@ -110,14 +110,18 @@ std::string EditCalls(const std::string& path, const std::string& from, const st
 
 std::string Call(const std::string& name) { return FormatToolCall(name, Json::object()); }
 
-// "speed-up vs eager 1.234x" in a Profile observation.
-std::optional<double> EagerSpeedup(const std::string& observation) {
-  const size_t p = observation.find("speed-up vs eager ");
+// The number after `label` in a Profile observation, up to `end`: "speed-up vs eager 1.234x",
+// "vs torch.compile 0.812x", "reward 2" (actor/tools.cc's Profile text).
+std::optional<double> FigureAfter(const std::string& observation, const std::string& label, char end) {
+  const size_t p = observation.find(label);
   if (p == std::string::npos) return std::nullopt;
+  const size_t from = p + label.size();
   double v = 0;
-  std::string num = observation.substr(p + 18, observation.find('x', p + 18) - (p + 18));
-  if (!absl::SimpleAtod(num, &v)) return std::nullopt;
+  if (!absl::SimpleAtod(observation.substr(from, observation.find(end, from) - from), &v)) return std::nullopt;
   return v;
+}
+std::optional<double> EagerSpeedup(const std::string& observation) {
+  return FigureAfter(observation, "speed-up vs eager ", 'x');
 }
 
 }  // namespace
@@ -230,6 +234,14 @@ absl::StatusOr<std::string> EngineerPolicy::Next(Episode& e, const std::string& 
   }
   if (std::optional<double> s = EagerSpeedup(obs)) {
     if (*s > e.best_speed) e.best_speed = *s, e.best = e.choice;
+    const std::optional<double> paid = FigureAfter(obs, "\nreward ", '\n');
+    const double x_compile = FigureAfter(obs, "vs torch.compile ", 'x').value_or(0);
+    const bool read_paid = options_.stop_at_reward > 0 && paid.has_value();
+    if (read_paid && *paid >= options_.stop_at_reward) {
+      e.closing = true;
+      return absl::StrFormat("Reward %g: %.2fx eager, %.2fx compile. Done. Final design: %s.", *paid, *s, x_compile,
+                             describe(e.choice));
+    }
     if (e.revisions_left > 0) {
       --e.revisions_left;
       fam::Choice next = e.choice;
@@ -241,7 +253,9 @@ absl::StatusOr<std::string> EngineerPolicy::Next(Episode& e, const std::string& 
       std::string calls = EditCalls(e.kernel_path, e.written, files->at(e.kernel_path));
       e.choice = next;
       e.written = files->at(e.kernel_path);
-      return absl::StrFormat("%.2fx eager. Trying %s=%s instead.\n%s\n%s", *s, e.slots[slot].name,
+      const std::string why = read_paid ? absl::StrFormat("Reward %g: %.2fx eager, %.2fx compile.", *paid, *s, x_compile)
+                                        : absl::StrFormat("%.2fx eager.", *s);
+      return absl::StrFormat("%s Trying %s=%s instead.\n%s\n%s", why, e.slots[slot].name,
                              e.slots[slot].options[next[slot]], calls, Call("Profile"));
     }
     if (e.best != e.choice) {

@@ -14,7 +14,8 @@
 //           the whole file), Verify; Verify OK: Profile; after a Profile:
 //           another design (one slot changed) up to `revisions` times, back
 //           to the best one seen if the last was slower, then a closing
-//           reply without a tool call.
+//           reply without a tool call (with `stop_at_reward`, a Profile
+//           paying that much closes at once).
 // Its design choices are in the code it writes (#defines, the header
 // comment). Uses: the code model's corpus (tools/codemodel/corpus.h) and the
 // recipe's warm-up data (policy.kind "engineer" / "engineer_cpu": real
@@ -44,6 +45,11 @@ struct EngineerPolicyOptions {
   double fault_rate = 0.35;  // First kernel written with a planted fault.
   double fp16_rate = 0.25;   // First design in fp16 (fails Verify, then fixed).
   int revisions = 2;         // Design changes after the first Profile.
+  // > 0: a Profile that pays at least this much ends the episode (a closing reply naming the
+  // reward and both speed-ups), and each revision says the reward and speed-ups it revises from:
+  // the reply after a verdict then depends on what the verdict said. 0: every Profile is
+  // followed by a revision while any are left, whatever it paid.
+  int stop_at_reward = 0;
   int read_lines = 0;        // Read only model.py's first lines, its family header (0: the whole file).
   std::string device = "cuda";  // Kernels for "cuda" (.cu) or "cpu" (.cc).
   int64_t policy_version = 0;   // Reported with every reply.

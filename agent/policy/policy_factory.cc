@@ -19,6 +19,7 @@ EngineerPolicyOptions EngineerOptions(const v1::EngineerConfig& config, const st
   if (config.has_fp16_rate()) o.fp16_rate = config.fp16_rate();
   if (config.has_revisions()) o.revisions = config.revisions();
   o.read_lines = config.read_lines();
+  o.stop_at_reward = config.stop_at_reward();
   return o;
 }
 

@@ -350,6 +350,55 @@ TEST(CorpusTest, EpisodesAreMultiTurnJsonToolCallsThatFixWhatTheyBreak) {
   }
 }
 
+// With stop_at_reward, the reply after a Profile depends on what it paid: a Profile paying 3 is
+// followed by the closing reply naming that reward, and nothing after it; one paying less, while
+// revisions are left, by a revision that names its reward and both speed-ups. Corpora are drawn
+// until both kinds of Profile have been seen.
+TEST(CorpusTest, WithStopAtRewardTheReplyAfterAProfileSaysWhatItPaid) {
+  agent::EngineerPolicyOptions o;
+  o.fault_rate = 0.3;
+  o.fp16_rate = 0.2;
+  o.revisions = 2;
+  o.stop_at_reward = 3;
+  o.device = "cpu";
+  const std::vector<v1::Task> tasks = OnePerFamily("cpu");
+  std::mt19937_64 rng(std::random_device{}());
+  int paid_3 = 0, paid_less = 0;
+  for (int attempt = 0; attempt < 20 && (paid_3 == 0 || paid_less == 0); ++attempt) {
+    auto corpus = MakeCorpus(tasks, 4, v1::RolloutConfig(), "skill", o, rng(), kernelrl::testing::NewTempDir("paid"));
+    ASSERT_TRUE(corpus.ok()) << corpus.status();
+    for (const Json& rec : corpus->records) {
+      const Json& msgs = *FindJson(rec, "messages");
+      std::string reward;  // the last Profile's "reward N" line, until the reply after it
+      int revisions_seen = 0;
+      for (size_t i = 0; i < msgs.size(); ++i) {
+        const std::string role = FindJson(msgs[i], "role")->get<std::string>();
+        const std::string content = FindJson(msgs[i], "content")->get<std::string>();
+        if (role == "tool" && absl::StartsWith(content, "Profile: OK")) {
+          const size_t p = content.find("\nreward ");
+          ASSERT_NE(p, std::string::npos) << content;
+          reward = content.substr(p + 8, content.find('\n', p + 8) - (p + 8));
+          continue;
+        }
+        if (role != "assistant" || reward.empty()) continue;
+        if (reward == "3") {
+          ++paid_3;
+          EXPECT_TRUE(absl::StartsWith(content, "Reward 3: ")) << content;
+          EXPECT_TRUE(absl::StrContains(content, "Done. Final design:")) << content;
+          EXPECT_EQ(i + 1, msgs.size()) << "a reply after the closing one";
+        } else if (revisions_seen < o.revisions) {
+          ++paid_less, ++revisions_seen;
+          EXPECT_TRUE(absl::StartsWith(content, absl::StrCat("Reward ", reward, ": "))) << content;
+          EXPECT_TRUE(absl::StrContains(content, "x compile. Trying ")) << content;
+        }
+        reward.clear();
+      }
+    }
+  }
+  EXPECT_GT(paid_3, 0) << "no Profile paid 3 in 20 corpora";
+  EXPECT_GT(paid_less, 0) << "every Profile paid 3 in 20 corpora";
+}
+
 // A record says whether its rollout's prompt announced the tool schemas, as the rollout config
 // says: pre-training renders it so (render.h), and a CPU run's prompts omit them.
 TEST(CorpusTest, ARecordSaysWhetherItsPromptAnnouncedTheTools) {
