@@ -94,6 +94,10 @@ double Seconds(std::chrono::steady_clock::time_point since) {
 // Metrics that add up over rows and ranks (losses and their statistics are
 // already weighted by 1/(T_i N)), and those reduced by maximum ("-x" holds
 // -x so that a maximum gives the minimum).
+// The sums behind explained_variance over a step's model tokens (ExplainedVarianceOfSums); kept in
+// a critic step's metrics, where a reader pools them over a stage's updates.
+constexpr const char* kExplainedVarianceSums[] = {"ev_tokens", "ev_target_sum", "ev_target_sq_sum", "ev_residual_sum",
+                                                  "ev_residual_sq_sum"};
 constexpr const char* kSummedMetrics[] = {
     "policy_loss", "value_loss", "sft_loss", "entropy", "clip_frac", "dual_clip_frac", "mask_frac", "is_weight_mean",
     "logp_abs_diff", "kl_rollout", "kl_ref", "advantage_mean", "trajectories", "tokens", "model_tokens", "rows",
@@ -144,10 +148,8 @@ void FinishMetrics(bool ppo, bool critic, StepMetrics* mp) {
   }
   if (critic && !ppo) m.erase("entropy");
   if (!critic) {
-    for (const char* k : {"value_loss", "ev_tokens", "ev_target_sum", "ev_target_sq_sum", "ev_residual_sum",
-                          "ev_residual_sq_sum"}) {
-      m.erase(k);
-    }
+    m.erase("value_loss");
+    for (const char* k : kExplainedVarianceSums) m.erase(k);
   }
   if (ppo || critic) m.erase("sft_loss");
   // The sums behind explained_variance stay (ev_tokens, ev_target_sum, ...): a reader pools them over
@@ -805,10 +807,8 @@ absl::StatusOr<StepMetrics> Trainer::Update(const std::vector<Sample>& batch, do
     m["ev95_d"] += d95, m["ev95_d2"] += d95 * d95;
   }
   if (!use_critic) {
-    for (const char* k : {"ev_tokens", "ev_target_sum", "ev_target_sq_sum", "ev_residual_sum", "ev_residual_sq_sum",
-                          "ev95_r", "ev95_r2", "ev95_d", "ev95_d2"}) {
-      m.erase(k);
-    }
+    for (const char* k : kExplainedVarianceSums) m.erase(k);
+    for (const char* k : {"ev95_r", "ev95_r2", "ev95_d", "ev95_d2"}) m.erase(k);
   }
   m["trajectories"] = static_cast<double>(batch.size());
   m["tokens"] = static_cast<double>(tokens);
@@ -821,9 +821,7 @@ absl::StatusOr<StepMetrics> Trainer::Update(const std::vector<Sample>& batch, do
   if (collectives_ != nullptr) {
     if (auto s = ReduceMetrics(*collectives_, device, &m); !s.ok()) return s;
     if (!use_critic) {
-      for (const char* k : {"ev_tokens", "ev_target_sum", "ev_target_sq_sum", "ev_residual_sum", "ev_residual_sq_sum"}) {
-        m.erase(k);
-      }
+      for (const char* k : kExplainedVarianceSums) m.erase(k);
     }
     if (!kl_ref) m.erase("kl_ref");  // The reduction wrote every summed key.
   }
