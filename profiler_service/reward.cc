@@ -15,7 +15,7 @@ double MilestoneReward(bool correct, double speedup_vs_eager,
   if (!correct) return -1.0;
   const bool beats_eager = FasterByMoreThan(speedup_vs_eager, margin);
   const bool beats_compile = FasterByMoreThan(speedup_vs_compile, margin);
-  if (beats_eager && beats_compile) return 3.0;
+  if (beats_eager && beats_compile) return kRewardFasterThanBoth;
   if (beats_eager) return 2.0;
   return 1.0;
 }

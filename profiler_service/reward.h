@@ -35,6 +35,8 @@
 namespace kernelrl {
 
 inline constexpr double kDefaultMilestoneMargin = 0.05;
+// The top milestone: faster than both eager and torch.compile, by more than the margin and resolved.
+inline constexpr double kRewardFasterThanBoth = 3.0;
 inline constexpr char kUnresolvedVsEager[] = "speedup_vs_eager_unresolved";
 inline constexpr char kUnresolvedVsCompile[] = "speedup_vs_compile_unresolved";
 // Info: a candidate without graph-replayed figures was compared with the

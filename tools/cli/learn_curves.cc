@@ -10,6 +10,7 @@
 #include "learner/rl/ingest.h"
 #include "learner/rl/ledger.h"
 #include "profiler_service/judge.h"
+#include "profiler_service/reward.h"
 #include "profiler_service/stats.h"
 #include "proto/trajectory.pb.h"
 
@@ -30,7 +31,7 @@ void Add(VerdictStats* s, double reward, bool ok, double x_eager, double x_compi
   s->passed += ok;
   s->faster_eager += ok && x_eager > 1.0;
   s->faster_compile += ok && x_compile > 1.0;
-  s->faster_compile_paid += ok && reward >= 3;
+  s->faster_compile_paid += ok && reward >= kRewardFasterThanBoth;
 }
 
 }  // namespace
