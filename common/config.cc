@@ -97,7 +97,7 @@ absl::StatusOr<ConfigRequest> LoadConfigKeepingRest(int argc, char** argv, absl:
   KR_RETURN_IF_ERROR(MergeTextConfig(defaults_text, "built-in defaults", config));
   ConfigRequest request;
   std::vector<std::pair<std::string, std::string>> overrides;  // (source, text), applied after the file
-  std::string file;
+  std::vector<std::string> files;  // Merged in the order given: presets layer.
   if (rest != nullptr && argc > 0) rest->push_back(argv[0]);
   for (int i = 1; i < argc; ++i) {
     const absl::string_view arg = argv[i];
@@ -116,7 +116,8 @@ absl::StatusOr<ConfigRequest> LoadConfigKeepingRest(int argc, char** argv, absl:
       KR_ASSIGN_OR_RETURN(std::string text, value_of("--config_text"));
       overrides.emplace_back("--config_text", text);
     } else if (name == "--config") {
-      KR_ASSIGN_OR_RETURN(file, value_of("--config"));
+      KR_ASSIGN_OR_RETURN(std::string file, value_of("--config"));
+      files.push_back(std::move(file));
     } else if (name == "--set") {
       KR_ASSIGN_OR_RETURN(std::string assignment, value_of("--set"));
       KR_ASSIGN_OR_RETURN(std::string text, DottedAssignmentToText(assignment, config->GetDescriptor()));
@@ -127,7 +128,7 @@ absl::StatusOr<ConfigRequest> LoadConfigKeepingRest(int argc, char** argv, absl:
       return absl::InvalidArgumentError(absl::StrCat("unknown flag '", arg, "' (see --help)"));
     }
   }
-  if (!file.empty()) {
+  for (const std::string& file : files) {
     absl::StatusOr<std::string> text = ReadFileToString(file);
     if (!text.ok()) return Annotate(text.status(), "config file");
     KR_RETURN_IF_ERROR(MergeTextConfig(*text, file, config));

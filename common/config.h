@@ -1,7 +1,7 @@
 // One configuration mechanism for every kernelrl binary: a protobuf message
 // (the service's *Config) filled from, in order,
 //   1. the binary's built-in defaults (protobuf text),
-//   2. --config=FILE             protobuf text format file,
+//   2. --config=FILE             protobuf text format file (repeatable, merged in order),
 //   3. --config_text=TEXT        protobuf text, e.g. 'server { grpc_port: 0 }',
 //   4. --set=path.to.field=VALUE  repeatable, e.g. --set=server.grpc_port=8080.
 // Later sources override earlier ones (repeated fields append). Unknown

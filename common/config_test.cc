@@ -49,6 +49,18 @@ TEST(ConfigTest, DefaultsThenFileThenFlags) {
   EXPECT_EQ(config->server().listen_address(), "127.0.0.1");  // filled by validation
 }
 
+// Presets are layered (a family preset, then one that changes its engineer): every file
+// counts, in the order given, as in the kernelrl CLI; the last alone silently lost the others.
+TEST(ConfigTest, RepeatedConfigFilesMergeInOrder) {
+  const std::string base = WriteTemp("server { grpc_port: 6000 metrics_port: 6001 }\nsandbox_address: \"h:1\"\n");
+  const std::string over = WriteTemp("server { grpc_port: 6500 }\n");
+  auto config = Load({"--config=" + base, "--config", over});
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->server().grpc_port(), 6500);     // the later file wins its fields
+  EXPECT_EQ(config->server().metrics_port(), 6001);  // the earlier file's others stay
+  EXPECT_EQ(config->sandbox_address(), "h:1");
+}
+
 TEST(ConfigTest, UnknownFieldInFileNamesFileAndLine) {
   const std::string file = WriteTemp("server {\n  grpc_prot: 1\n}\n");
   auto config = Load({"--config=" + file});
