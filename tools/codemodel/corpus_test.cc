@@ -270,6 +270,12 @@ TEST(CorpusTest, DesignModelSpeaksTheSandboxsVerdictTexts) {
     const std::string shown = actor::DescribeVerdict("Profile", profiled);
     EXPECT_TRUE(absl::StrContains(shown, "\nspeed-up vs eager ")) << shown;
     EXPECT_TRUE(absl::StrContains(shown, "\nGPU time: own kernels ")) << shown;
+    // The figures each ratio was taken from, graph-replayed, as the H200's verdicts show them
+    // (a base pre-trained without them read them first in its rollouts, right before its reply).
+    EXPECT_TRUE(absl::StrContains(shown, "x (graph-replayed: candidate ")) << shown;
+    const v1::SpeedUpBasis &e = profiled.eager_basis(), &cb = profiled.compile_basis();
+    EXPECT_NEAR(e.baseline_us() / e.candidate_us(), profiled.speedup_vs_eager(), 1e-9);
+    EXPECT_NEAR(cb.baseline_us() / cb.candidate_us(), profiled.speedup_vs_compile(), 1e-9);
 
     // nvcc's warnings on the clean rendering.
     int warnings = 0;
