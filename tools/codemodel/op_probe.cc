@@ -52,6 +52,16 @@ std::vector<OpMention> Mentions(const std::string& text, const fam::TaskSpec& sp
       out.push_back({"expression", begin, end, it->str(1)});
     }
   }
+  // The reply after a Profile ("Reward 2: 1.31x eager, 0.87x compile. Trying ..." or "... Done."):
+  // the reward and both figures copied from the verdict, and the decision that follows them.
+  static const std::regex verdict(R"(Reward ([0-9]+: [0-9.]+x eager, [0-9.]+x compile)\. (Done|Trying))");
+  for (auto it = std::sregex_iterator(text.begin(), text.end(), verdict); it != std::sregex_iterator(); ++it) {
+    const size_t at = static_cast<size_t>(it->position(1));
+    out.push_back({"verdict_reward", at, at + 1});
+    out.push_back({"verdict_figures", at, at + static_cast<size_t>(it->length(1))});
+    out.push_back({"verdict_decision", static_cast<size_t>(it->position(2)),
+                   static_cast<size_t>(it->position(2) + it->length(2))});
+  }
   return out;
 }
 

@@ -8,6 +8,10 @@
 //   expression  the line after it ("v = fmaxf(v, 0.f);"), right when the model's
 //            most likely next token is the text's at every token of the line:
 //            whether the model writes the op it named, not only names it
+//   verdict_reward / verdict_figures / verdict_decision  the reply after a Profile with
+//            stop_at_reward ("Reward 2: 1.31x eager, 0.87x compile. Trying ..."): the reward's
+//            digit, the reward and both speed-ups as the verdict gave them, and "Done" or
+//            "Trying": whether the model reads the verdict it answers
 // The first op of a summary or header and the later ones are counted apart
 // (`summary_first`, `summary_later`, ...). Summaries and headers written as
 // templates wrote them before, "F (a -> b)", are read too: there the first

@@ -5,6 +5,7 @@
 
 #include <random>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_join.h"
 #include "common/testing/testing.h"
 #include "gtest/gtest.h"
@@ -23,7 +24,8 @@ TEST(OpProbeTest, MentionsAreTheTasksOpsWhereTheTextNamesThem) {
       "__device__ float act(float v) {\\n  // relu\\n  v = fmaxf(v, 0.f);\\n  // tanh\\n  v = tanhf(v);\\n"
       "  // abs\\n  // Half precision loses the tail\\n}\"}\n"
       "The task is gemm_epilogue (relu -> tanh). Before, the plan read so.\n"
-      "// kernelrl family template (CPU): gemm_epilogue (relu -> tanh); choice 0000\n";
+      "// kernelrl family template (CPU): gemm_epilogue (relu -> tanh); choice 0000\n"
+      "<|im_start|>assistant\nReward 2: 1.31x eager, 0.87x compile. Trying block=256 instead.\n";
   auto mentions = OpMentions(text);
   ASSERT_TRUE(mentions.ok()) << mentions.status();
   std::vector<std::string> got;
@@ -35,7 +37,8 @@ TEST(OpProbeTest, MentionsAreTheTasksOpsWhereTheTextNamesThem) {
   EXPECT_EQ(absl::StrJoin(got, " "),
             "summary_first:relu summary_later:tanh summary_first:relu summary_later:tanh "
             "header_first:relu header_later:tanh header_first:relu header_later:tanh comment:relu "
-            "expression:v = fmaxf(v, 0.f); comment:tanh expression:v = tanhf(v);");
+            "expression:v = fmaxf(v, 0.f); comment:tanh expression:v = tanhf(v); "
+            "verdict_reward:2 verdict_figures:2: 1.31x eager, 0.87x compile verdict_decision:Trying");
   EXPECT_FALSE(OpMentions("no task here").ok());
 }
 
@@ -81,6 +84,42 @@ TEST(OpProbeTest, EveryMentionTheModelWroteIsProbed) {
   int64_t mentions = 0;
   for (const Json& r : corpus->records) mentions += static_cast<int64_t>(OpMentions(*RenderedText(r, *fmt))->size());
   EXPECT_EQ(places, mentions);
+}
+
+// With stop_at_reward every reply after a Profile says what it paid and what it does next: each
+// is probed (a random model gets some of them right, never more than there are).
+TEST(OpProbeTest, EveryReplyAfterAProfileIsProbedForTheVerdictItAnswers) {
+  const std::vector<v1::Task> tasks = testing::FirstTrainingTaskPerFamily("cuda");
+  agent::EngineerPolicyOptions eo;
+  eo.device = "cuda";
+  eo.stop_at_reward = 3;
+  auto corpus = MakeCorpus(tasks, 2, v1::RolloutConfig(), "", eo, std::random_device{}(),
+                           kernelrl::testing::NewTempDir("op_probe_ws"));
+  ASSERT_TRUE(corpus.ok()) << corpus.status();
+  auto tok_json = TrainRecordTokenizer(corpus->records, 512);
+  ASSERT_TRUE(tok_json.ok()) << tok_json.status();
+  auto tok = agent::Tokenizer::FromJson(*tok_json);
+  ASSERT_TRUE(tok.ok());
+  auto fmt = RecordFormats::Create(tok->get());
+  ASSERT_TRUE(fmt.ok());
+  auto model = learner::Transformer::Create(learner::testing::TinyQwen2Config((*tok)->vocab_size()),
+                                            learner::Head::kLanguageModel, learner::ModelOptions(), 1);
+  ASSERT_TRUE(model.ok()) << model.status();
+  OpProbeResult result;
+  ASSERT_TRUE(ProbeOpNames(**model, **tok, corpus->records, &result).ok());
+  int64_t replies = 0;  // Every episode's first Profile gets one.
+  for (const Json& r : corpus->records) {
+    for (const Json& m : *FindJson(r, "messages")) {
+      if (m["role"].get<std::string>() == "assistant" && absl::StartsWith(m["content"].get<std::string>(), "Reward ")) {
+        ++replies;
+      }
+    }
+  }
+  EXPECT_GE(replies, 6);
+  for (const char* place : {"verdict_reward", "verdict_figures", "verdict_decision"}) {
+    EXPECT_EQ(result.by_place[place].total, replies) << place;
+    EXPECT_LE(result.by_place[place].right, replies) << place;
+  }
 }
 
 }  // namespace
