@@ -43,7 +43,8 @@
 # design_report.json, reward.png, rates.png, stability.png, designs.png), final_policy-<seed>-<ablation>.tgz
 # per job, logs.tgz (the runs without checkpoints, trajectories included). Rehearse here on the CPU sandbox:
 # tools/device_codemodel.sh --stage --cpu, then BACKEND=cpu OUT=DIR tools/device_codemodel.sh (no baselines).
-# Knobs: CONTINUE_FROM (d. above), TRAIN_PER_FAMILY (--stage: the job's training tasks a family, 3), TRAIN_TASKS
+# Knobs: DEADLINE (560: the call's end in s, some 40 under the device's 600 s limit; each job is cut 90 s before it
+#   and killed 30 s before it, so that the results are packed in time), CONTINUE_FROM (d. above), TRAIN_PER_FAMILY (--stage: the job's training tasks a family, 3), TRAIN_TASKS
 # (--stage: the job's training tasks by id instead, e.g. "train/rr_softmax_384x12288 train/rr_rmsnorm_384x12288 ..."), SEED (1), ABLATION (none), JOBS ("$SEED:$ABLATION"; " " runs none), PRECOMPUTE_WALL (150 s), WARM_WALL (45 s),
 # PART_MIB (15: archives larger than this come back in parts that --stage-in joins),
 # BASELINE_GPUS (1; N: the baselines to measure dealt to N workers on GPUs 0..N-1 at once),
@@ -368,7 +369,10 @@ run_job() {
   local SHARE=(); [ -n "$WARM_JOB" ] && SHARE=(--job_set=recipe.agent_warmup.import_job_dir=$WARM_JOB)
   # Cut at LEARN_WALL, or earlier so that the call's DEADLINE leaves time for the final evaluation and packing.
   WALL=$(( ${DEADLINE:-560} - $(elapsed) - 90 )); [ $WALL -gt ${LEARN_WALL:-270} ] && WALL=${LEARN_WALL:-270}
-  local CUT=(timeout $(( WALL + 120 ))) CUT_FLAGS=(--job_timeout_s=$WALL --stall_timeout_s=120)
+  # The job's last resort ends by the DEADLINE too, 30 s before it: a final evaluation that runs long
+  # (jobs side by side share a GPU) loses that job's end, not the call's packed results.
+  local HARD=$(( ${DEADLINE:-560} - $(elapsed) - 30 )); [ $HARD -gt $(( WALL + 120 )) ] && HARD=$(( WALL + 120 ))
+  local CUT=(timeout $HARD) CUT_FLAGS=(--job_timeout_s=$WALL --stall_timeout_s=120)
   [ -n "${LOCAL_RUN:-}" ] && CUT=() CUT_FLAGS=()
   echo "job $NAME at $(elapsed) s${CUT_FLAGS:+, cut at $WALL s}${4:+, sandbox from GPU $4}"
   local ABL=(); [ "$A" = none ] || ABL=(--ablation=$A)
