@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <map>
 #include <random>
+#include <regex>
 #include <set>
 
 #include "absl/strings/str_split.h"
@@ -273,6 +274,23 @@ TEST(CorpusTest, DesignModelSpeaksTheSandboxsVerdictTexts) {
     // The figures each ratio was taken from, graph-replayed, as the H200's verdicts show them
     // (a base pre-trained without them read them first in its rollouts, right before its reply).
     EXPECT_TRUE(absl::StrContains(shown, "x (graph-replayed: candidate ")) << shown;
+    // Line for line, numbers aside, what the H200's sandbox showed for a passing Profile
+    // (2026-12-01, a held-out ReLU GEMM); the timing analysis' flags line is drawn at random here.
+    auto shape = [](const std::string& text) {
+      std::vector<std::string> kept;
+      for (absl::string_view line : absl::StrSplit(text, '\n')) {
+        if (!absl::StartsWith(line, "flags: ")) kept.emplace_back(line);
+      }
+      return std::regex_replace(absl::StrJoin(kept, "\n"), std::regex("[0-9]+(\\.[0-9]+)?"), "N");
+    };
+    EXPECT_EQ(shape(shown),
+              shape("Profile: OK: correct on 5 input sets (task, normal, task, uniform_pm1, large_magnitude); "
+                    "profile: 230.3 us; 0.30x eager, 0.30x compile\n"
+                    "flags: rse_above_target\n"
+                    "speed-up vs eager 0.296x, vs torch.compile 0.300x (graph-replayed: candidate 204.07 us, "
+                    "eager 60.41 us, torch.compile 61.19 us)\n"
+                    "GPU time: own kernels 100%, library 0%, other 0%\n"
+                    "reward 1\n"));
     const v1::SpeedUpBasis &e = profiled.eager_basis(), &cb = profiled.compile_basis();
     EXPECT_NEAR(e.baseline_us() / e.candidate_us(), profiled.speedup_vs_eager(), 1e-9);
     EXPECT_NEAR(cb.baseline_us() / cb.candidate_us(), profiled.speedup_vs_compile(), 1e-9);
