@@ -42,27 +42,45 @@ TEST(OpProbeTest, MentionsAreTheTasksOpsWhereTheTextNamesThem) {
   EXPECT_FALSE(OpMentions("no task here").ok());
 }
 
+// The engineer's episodes (`per_task` a training task of each family), a tokenizer trained on
+// them and an untrained tiny model, probed.
+struct ProbedEpisodes {
+  std::vector<Json> records;
+  std::unique_ptr<agent::Tokenizer> tokenizer;
+  OpProbeResult result;
+};
+ProbedEpisodes ProbeEngineerEpisodes(const agent::EngineerPolicyOptions& eo, int per_task) {
+  ProbedEpisodes p;
+  auto corpus = MakeCorpus(testing::FirstTrainingTaskPerFamily("cuda"), per_task, v1::RolloutConfig(), "", eo,
+                           std::random_device{}(), kernelrl::testing::NewTempDir("op_probe_ws"));
+  EXPECT_TRUE(corpus.ok()) << corpus.status();
+  if (!corpus.ok()) return p;
+  p.records = corpus->records;
+  auto tok_json = TrainRecordTokenizer(p.records, 512);
+  EXPECT_TRUE(tok_json.ok()) << tok_json.status();
+  if (!tok_json.ok()) return p;
+  auto tok = agent::Tokenizer::FromJson(*tok_json);
+  EXPECT_TRUE(tok.ok()) << tok.status();
+  if (!tok.ok()) return p;
+  p.tokenizer = std::move(*tok);
+  auto model = learner::Transformer::Create(learner::testing::TinyQwen2Config(p.tokenizer->vocab_size()),
+                                            learner::Head::kLanguageModel, learner::ModelOptions(), 1);
+  EXPECT_TRUE(model.ok()) << model.status();
+  if (!model.ok()) return p;
+  const absl::Status probed = ProbeOpNames(**model, *p.tokenizer, p.records, &p.result);
+  EXPECT_TRUE(probed.ok()) << probed;
+  return p;
+}
+
 TEST(OpProbeTest, EveryMentionTheModelWroteIsProbed) {
-  const std::vector<v1::Task> tasks = testing::FirstTrainingTaskPerFamily("cuda");
-  ASSERT_EQ(tasks.size(), 3u);
   agent::EngineerPolicyOptions eo;
   eo.device = "cuda";
   eo.revisions = 0;
-  auto corpus = MakeCorpus(tasks, 1, v1::RolloutConfig(), "", eo, std::random_device{}(),
-                           kernelrl::testing::NewTempDir("op_probe_ws"));
-  ASSERT_TRUE(corpus.ok()) << corpus.status();
-  auto tok_json = TrainRecordTokenizer(corpus->records, 512);
-  ASSERT_TRUE(tok_json.ok()) << tok_json.status();
-  auto tok = agent::Tokenizer::FromJson(*tok_json);
-  ASSERT_TRUE(tok.ok());
-  auto fmt = RecordFormats::Create(tok->get());
+  ProbedEpisodes p = ProbeEngineerEpisodes(eo, 1);
+  ASSERT_NE(p.tokenizer, nullptr);
+  auto fmt = RecordFormats::Create(p.tokenizer.get());
   ASSERT_TRUE(fmt.ok());
-  auto model = learner::Transformer::Create(learner::testing::TinyQwen2Config((*tok)->vocab_size()),
-                                            learner::Head::kLanguageModel, learner::ModelOptions(), 1);
-  ASSERT_TRUE(model.ok()) << model.status();
-
-  OpProbeResult result;
-  ASSERT_TRUE(ProbeOpNames(**model, **tok, corpus->records, &result).ok());
+  OpProbeResult& result = p.result;
   EXPECT_EQ(result.records, 3);
   // One plan per episode; each kernel written names its ops in its header and comments.
   EXPECT_EQ(result.by_place["summary_first"].total, 3);
@@ -82,33 +100,20 @@ TEST(OpProbeTest, EveryMentionTheModelWroteIsProbed) {
   EXPECT_EQ(result.by_family.size(), 3u);
   // Every mention is in the model's own text (model.py's docstring is no plan or header): each is probed.
   int64_t mentions = 0;
-  for (const Json& r : corpus->records) mentions += static_cast<int64_t>(OpMentions(*RenderedText(r, *fmt))->size());
+  for (const Json& r : p.records) mentions += static_cast<int64_t>(OpMentions(*RenderedText(r, *fmt))->size());
   EXPECT_EQ(places, mentions);
 }
 
 // With stop_at_reward every reply after a Profile says what it paid and what it does next: each
 // is probed (a random model gets some of them right, never more than there are).
 TEST(OpProbeTest, EveryReplyAfterAProfileIsProbedForTheVerdictItAnswers) {
-  const std::vector<v1::Task> tasks = testing::FirstTrainingTaskPerFamily("cuda");
   agent::EngineerPolicyOptions eo;
   eo.device = "cuda";
   eo.stop_at_reward = 3;
-  auto corpus = MakeCorpus(tasks, 2, v1::RolloutConfig(), "", eo, std::random_device{}(),
-                           kernelrl::testing::NewTempDir("op_probe_ws"));
-  ASSERT_TRUE(corpus.ok()) << corpus.status();
-  auto tok_json = TrainRecordTokenizer(corpus->records, 512);
-  ASSERT_TRUE(tok_json.ok()) << tok_json.status();
-  auto tok = agent::Tokenizer::FromJson(*tok_json);
-  ASSERT_TRUE(tok.ok());
-  auto fmt = RecordFormats::Create(tok->get());
-  ASSERT_TRUE(fmt.ok());
-  auto model = learner::Transformer::Create(learner::testing::TinyQwen2Config((*tok)->vocab_size()),
-                                            learner::Head::kLanguageModel, learner::ModelOptions(), 1);
-  ASSERT_TRUE(model.ok()) << model.status();
-  OpProbeResult result;
-  ASSERT_TRUE(ProbeOpNames(**model, **tok, corpus->records, &result).ok());
+  ProbedEpisodes p = ProbeEngineerEpisodes(eo, 2);
+  OpProbeResult& result = p.result;
   int64_t replies = 0;  // Every episode's first Profile gets one.
-  for (const Json& r : corpus->records) {
+  for (const Json& r : p.records) {
     for (const Json& m : *FindJson(r, "messages")) {
       if (m["role"].get<std::string>() == "assistant" && absl::StartsWith(m["content"].get<std::string>(), "Reward ")) {
         ++replies;
