@@ -57,7 +57,8 @@
 #   the 4.2M base named the held-out plans' first op right in 20 of 24 against 14-15 without (op_probe; twelfth sitting)), LEARN_WALL (270 s), WARMUP (48), RFT_EPOCHS (4),
 # VALUE_STEPS (16), AGENTIC_STEPS (40), BATCH (16), ACTORS (4: N model actors and N engineer actors of N rollouts at once each, so N² at once; the ingest lets (max_policy_lag + 1) × BATCH of them run), EVAL_ROLLOUTS (4), EVAL_TEMP (1),
 # SHARE_WARMUP (0; 1: the call's later jobs take its first job's warm-up set: seeds of the later stages),
-# WARMUP_FROM (an earlier call's warm-up job directory, from --stage-in: every job of the call takes it),
+# WARMUP_FROM (an earlier call's warm-up job directory, from --stage-in: every job of the call takes it; its token
+#   ids are its base's tokenizer's, recorded with it: a call whose base has another tokenizer, or makes a new base, stops),
 # VALUE_JOBS (in/value_jobs.tgz, from --stage-in with VALUE_FROM="A/logs.tgz ...": value pretraining on
 # those earlier jobs' accepted trajectories, recipe.value_pretrain.import_job_dirs),
 # LEARNER_DEVICE (cuda; cpu on one GPU, cuda:1 on two: see docs/CODEMODEL.md), LEARN_ARGS (more `kernelrl learn` flags),
@@ -115,6 +116,8 @@ if [ "${1:-}" = "--stage-in" ]; then  # Run HERE, after --stage: an earlier call
     J=$(grep -l '"stage":"agent_warmup"' "$T"/run-*/learner-state/jobs/*/ledger.jsonl 2>/dev/null | head -1 | xargs -r dirname)
     if [ -n "$J" ]; then
       W=$M/in/warmup_job && copy_job "$J" "$W" agent_warmup > /dev/null
+      # Which tokenizer wrote its token ids (run_job records it): a job call checks its base against it.
+      cp "$(dirname "$(dirname "$(dirname "$J")")")/tokenizer.sha256" "$W/" 2>/dev/null || true
       echo "warm-up set of $(basename "$J"): $(ls "$W/trajectories" | wc -l) trajectories (WARMUP_FROM=$W)"
     fi
     rm -rf "$T"
@@ -262,6 +265,16 @@ else
   make_corpus &
   CORPUS=$!
 fi
+# A warm-up set's token ids are its base's tokenizer's: a base made in this call (a new corpus trains a
+# new tokenizer) cannot take one, nor a base whose tokenizer is not the one recorded with the set.
+if [ -n "${WARMUP_FROM:-}" ]; then
+  [ -n "${BASE_IN:-}${CONTINUE_FROM:-}" ] ||
+    { echo "WARMUP_FROM with a base made in this call: its new tokenizer cannot read the set's token ids (set BASE_IN, or let the job collect its warm-up)"; exit 2; }
+  if [ -f "$WARMUP_FROM/tokenizer.sha256" ] &&
+     [ "$(sha256sum < "$RUN/base/tokenizer.json" | cut -d' ' -f1)" != "$(cat "$WARMUP_FROM/tokenizer.sha256")" ]; then
+    echo "WARMUP_FROM=$WARMUP_FROM was written with another tokenizer than the base's ($RUN/base/tokenizer.json)"; exit 2
+  fi
+fi
 GPU_FLAGS=()
 if [ "$BACKEND" = cuda ]; then
   KPROF=$(device_build_kprof "$OUT/kprof_build.log") || KPROF=""
@@ -374,6 +387,7 @@ run_job() {
   local HARD=$(( ${DEADLINE:-560} - $(elapsed) - 30 )); [ $HARD -gt $(( WALL + 120 )) ] && HARD=$(( WALL + 120 ))
   local CUT=(timeout $HARD) CUT_FLAGS=(--job_timeout_s=$WALL --stall_timeout_s=120)
   [ -n "${LOCAL_RUN:-}" ] && CUT=() CUT_FLAGS=()
+  mkdir -p "$RUN/run-$NAME" && sha256sum < "$RUN/base/tokenizer.json" | cut -d' ' -f1 > "$RUN/run-$NAME/tokenizer.sha256"
   echo "job $NAME at $(elapsed) s${CUT_FLAGS:+, cut at $WALL s}${4:+, sandbox from GPU $4}"
   local ABL=(); [ "$A" = none ] || ABL=(--ablation=$A)
   "${CUT[@]}" "$C/bin/tools/cli/kernelrl" learn "${PRESET_CONFIGS[@]}" --bin_dir="$C/bin" \
