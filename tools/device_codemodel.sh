@@ -406,8 +406,11 @@ finish_job() {
   [ "${SHARE_WARMUP:-0}" = 1 ] && [ -z "$WARM_JOB" ] && grep -q '"stage":"agent_warmup"' "$JOB/ledger.jsonl" && WARM_JOB=$JOB
   D=$OUT/$NAME; mkdir -p "$D"
   cp "$JOB"/curves/curves.json "$JOB"/curves/*.png "$JOB"/curves/report.txt "$D/" 2>/dev/null
+  # With the base's corpus shapes: the tool lines its corpus never showed the model, per tool.
+  local SHAPES=(); [ -f "$RUN/base/tool_line_shapes.txt" ] && SHAPES=(--corpus_shapes="$RUN/base/tool_line_shapes.txt")
   "$M/bin/design_report" --trajectories="$JOB/trajectories" --tasks="$M/small/train.jsonl,$M/small/heldout.jsonl" \
-    --bucket=10 > "$D/design_report.json" 2> "$D/design_report.log"
+    --bucket=10 "${SHAPES[@]}" > "$D/design_report.json" 2> "$D/design_report.log"
+  grep '^tool lines' "$D/design_report.log" || true
   $PY tools/codemodel/design_plot.py "$D/design_report.json" "$D/designs.png" || echo "designs.png not drawn"
   LATEST=$(cat "$JOB/checkpoints/LATEST" 2>/dev/null)
   [ -n "$LATEST" ] || return 0

@@ -32,6 +32,7 @@
 #include "proto/cli_config.pb.h"
 #include "tools/codemodel/corpus.h"
 #include "tools/codemodel/render.h"
+#include "tools/codemodel/tool_lines.h"
 
 ABSL_FLAG(std::string, tasks, "", "family_gen's train.jsonl (and reading.jsonl, appended)");
 ABSL_FLAG(std::string, out, "", "output directory");
@@ -77,6 +78,10 @@ absl::Status Run(const v1::LearnConfig& config) {
   std::string lines;
   for (const Json& r : corpus->records) absl::StrAppend(&lines, DumpJson(r), "\n");
   if (auto s = WriteFileAtomically(out + "/corpus.jsonl", lines); !s.ok()) return s;
+  // The tools' lines as the base will have read them (pretrain copies the file into the base).
+  if (auto s = WriteToolLineShapes(CorpusToolLineShapes(corpus->records), out + "/" + kToolLineShapesFile); !s.ok()) {
+    return s;
+  }
   Json stats = Json::object({{"trajectories", Json(n)},
                              {"tasks", Json(static_cast<int64_t>(tasks->size()))},
                              {"mean_assistant_turns", Json(static_cast<double>(corpus->assistant_turns) / n)},

@@ -1,28 +1,36 @@
 // design_report: what a run's trajectories did (tools/codemodel/design_report.h).
 //
 //   design_report --trajectories=DIR --tasks=A.jsonl[,B.jsonl] [--bucket=10] [--per_trajectory]
+//                 [--corpus_shapes=BASE/tool_line_shapes.txt]
 //
 // DIR holds kernelrl.v1.Trajectory files (*.pb: a job's learner-state/jobs/<id>/trajectories);
 // the task files (family_gen's train.jsonl, heldout.jsonl) give each task's source and device.
 // Prints JSON: counts, mean tool calls / turns / model tokens per source (the model's or the
 // scripted engineer's), and per family the model's final-kernel design histogram per
-// policy-version bucket.
+// policy-version bucket; with --corpus_shapes, per tool how many of its answers' lines have a shape
+// the base's corpus never showed (tools/codemodel/tool_lines.h), also as a line on stderr.
 #include <cstdio>
 #include <filesystem>
 #include <map>
+#include <set>
+#include <string>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/file.h"
 #include "google/protobuf/util/json_util.h"
 #include "proto/task.pb.h"
 #include "tools/codemodel/design_report.h"
+#include "tools/codemodel/tool_lines.h"
 
 ABSL_FLAG(std::string, trajectories, "", "directory of Trajectory .pb files");
 ABSL_FLAG(std::string, tasks, "", "comma-separated task files (one kernelrl.v1.Task JSON a line)");
 ABSL_FLAG(int64_t, bucket, 10, "policy versions per bucket");
 ABSL_FLAG(bool, per_trajectory, false, "also list every trajectory's facts");
+ABSL_FLAG(std::string, corpus_shapes, "",
+          "the base's tool_line_shapes.txt: also count the tool lines whose shape its corpus never showed");
 
 int main(int argc, char** argv) {
   using namespace kernelrl;
@@ -39,6 +47,17 @@ int main(int argc, char** argv) {
       if (google::protobuf::util::JsonStringToMessage(std::string(line), &t).ok()) tasks[t.id()] = t;
     }
   }
+  std::set<std::string> corpus_shapes;
+  const bool count_lines = !absl::GetFlag(FLAGS_corpus_shapes).empty();
+  if (count_lines) {
+    auto read = codemodel::ReadToolLineShapes(absl::GetFlag(FLAGS_corpus_shapes));
+    if (!read.ok()) {
+      std::fprintf(stderr, "design_report: %s\n", read.status().ToString().c_str());
+      return 1;
+    }
+    corpus_shapes = *std::move(read);
+  }
+  std::map<std::string, codemodel::ToolLineCount> tool_lines;
   std::vector<codemodel::TrajectoryFacts> facts;
   std::error_code ec;
   for (const auto& e : std::filesystem::directory_iterator(absl::GetFlag(FLAGS_trajectories), ec)) {
@@ -53,12 +72,20 @@ int main(int argc, char** argv) {
     const std::string source = it == tasks.end() ? "" : it->second.reference_source();
     const std::string device = it != tasks.end() && it->second.inputs().device() == "cpu" ? "cpu" : "cuda";
     facts.push_back(codemodel::Facts(t, source, device));
+    if (count_lines) codemodel::CountToolLines(t, corpus_shapes, &tool_lines);
   }
   if (ec) {
     std::fprintf(stderr, "design_report: %s\n", ec.message().c_str());
     return 1;
   }
   Json out = codemodel::Summarise(facts, absl::GetFlag(FLAGS_bucket));
+  if (count_lines) {
+    // A tool text the corpus never showed reaches the model first in a rollout: said where it shows.
+    out["tool_lines_not_in_corpus"] = codemodel::ToolLineCountsJson(tool_lines, 5);
+    std::string line = "tool lines whose shape the corpus never showed:";
+    for (const auto& [tool, c] : tool_lines) absl::StrAppend(&line, " ", tool, " ", c.unseen, "/", c.lines);
+    std::fprintf(stderr, "%s\n", line.c_str());
+  }
   if (absl::GetFlag(FLAGS_per_trajectory)) {
     Json list = Json::array();
     for (const auto& f : facts) {

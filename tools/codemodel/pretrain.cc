@@ -15,6 +15,7 @@
 #include "learner/model.h"
 #include "learner/rl/trainer.h"
 #include "tools/codemodel/render.h"
+#include "tools/codemodel/tool_lines.h"
 
 namespace kernelrl::codemodel {
 
@@ -105,6 +106,10 @@ absl::StatusOr<PretrainResult> Pretrain(const PretrainOptions& o) {
   auto tok_text = ReadFileToString(o.corpus_dir + "/tokenizer.json");
   if (!tok_text.ok()) return tok_text.status();
   if (auto s = WriteFileAtomically(o.out_dir + "/tokenizer.json", *tok_text); !s.ok()) return s;
+  // The corpus's tool-line shapes travel with the base (design_report reads a run against them).
+  if (auto shapes = ReadFileToString(o.corpus_dir + "/" + kToolLineShapesFile); shapes.ok()) {
+    if (auto s = WriteFileAtomically(o.out_dir + "/" + kToolLineShapesFile, *shapes); !s.ok()) return s;
+  }
   auto weights = ReadFileToString(o.out_dir + "/model.safetensors");
   if (!weights.ok()) return weights.status();
   result.safetensors_sha256 = Sha256Hex(*weights);

@@ -7,6 +7,8 @@
 
 #include <filesystem>
 #include <random>
+#include <set>
+#include <string>
 
 #include "agent/chat/tools.h"
 #include "common/file.h"
@@ -17,6 +19,7 @@
 #include "tools/codemodel/corpus.h"
 #include "tools/codemodel/render.h"
 #include "tools/codemodel/test_tasks.h"
+#include "tools/codemodel/tool_lines.h"
 
 namespace kernelrl::codemodel {
 namespace {
@@ -36,6 +39,8 @@ TEST(PretrainTest, LossFallsAndTheCheckpointLoads) {
   auto tok = TrainRecordTokenizer(corpus->records, 768);  // As corpus_gen trains it.
   ASSERT_TRUE(tok.ok()) << tok.status();
   ASSERT_TRUE(WriteFileAtomically(dir + "/tokenizer.json", *tok).ok());
+  const std::set<std::string> shapes = CorpusToolLineShapes(corpus->records);
+  ASSERT_TRUE(WriteToolLineShapes(shapes, dir + "/" + kToolLineShapesFile).ok());
 
   PretrainOptions o;
   o.corpus_dir = dir;
@@ -66,6 +71,10 @@ TEST(PretrainTest, LossFallsAndTheCheckpointLoads) {
   ASSERT_TRUE(sums.ok());
   EXPECT_NE(sums->find(r->safetensors_sha256 + "  model.safetensors"), std::string::npos) << *sums;
   EXPECT_TRUE(std::filesystem::exists(o.out_dir + "/tokenizer.json"));
+  // The corpus's tool-line shapes travel with the base (design_report reads a run against them).
+  auto travelled = ReadToolLineShapes(o.out_dir + "/" + kToolLineShapesFile);
+  ASSERT_TRUE(travelled.ok()) << travelled.status();
+  EXPECT_EQ(*travelled, shapes);
 }
 
 }  // namespace
