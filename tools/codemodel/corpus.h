@@ -79,6 +79,11 @@ absl::StatusOr<NearRendering> NearestRendering(const agent::family::TaskSpec& sp
 // comment naming another op changes nothing. True for a spec without pointwise ops.
 bool OpLinesRight(const agent::family::TaskSpec& spec, const std::string& kernel);
 
+// A design this much faster than eager or more is graph-timed in DesignEvaluator's Profile; one
+// slower has no graph-replayed figure and is held to the baseline's (flag held_to_baseline_graph),
+// as forwards past ProfilerConfig.graph_below_us are on a GPU.
+inline constexpr double kGraphedAboveSpeedup = 0.05;
+
 class DesignEvaluator final : public actor::EvaluationClient {
  public:
   v1::Verdict Evaluate(const v1::EvaluateRequest& request) override;
