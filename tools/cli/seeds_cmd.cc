@@ -18,6 +18,7 @@ constexpr char kDefaults[] = R"pb(
   min_explained_variance: 0.3
   min_seeds: 3
   min_heldout_tasks: 12
+  min_model_tokens: 2000
 )pb";
 
 // A job's curves.json given as itself, its curves/ directory or the job directory.
@@ -39,6 +40,7 @@ int SeedsMain(int argc, char** argv) {
   cl.Flag("runs", "runs", "A job's curves.json (or its directory); one seed's jobs joined by '+'");
   cl.Flag("--min_standard_errors", "min_standard_errors", "The mean change across seeds must exceed this many");
   cl.Flag("--min_explained_variance", "min_explained_variance", "Each seed's median critic EV during PPO must exceed it");
+  cl.Flag("--min_model_tokens", "min_model_tokens", "Each seed's PPO trajectories must average this many model tokens");
   if (std::optional<int> code = cl.Parse(argc, argv, kDefaults)) return *code;
   if (config.runs().empty()) return cl.Fail("which jobs? kernelrl seeds RUN... (a curves.json each; '+' joins one seed's)");
   std::vector<SeedFigures> runs;

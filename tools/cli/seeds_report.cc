@@ -235,6 +235,12 @@ absl::StatusOr<SeedFigures> SeedFiguresOf(const std::vector<std::pair<std::strin
             const Json* x = FindJson(*metrics, key);
             if (x != nullptr && x->is_number()) series->push_back(JsonNumber(*x));
           }
+          const Json* tokens = FindJson(*metrics, "model_tokens");
+          const Json* trained = FindJson(*metrics, "trajectories");
+          if (tokens != nullptr && tokens->is_number() && trained != nullptr && trained->is_number()) {
+            f.ppo_model_tokens += JsonNumber(*tokens);
+            f.ppo_trajectories += static_cast<int64_t>(JsonNumber(*trained));
+          }
           int i = 0;
           for (const char* key : {"ev_tokens", "ev_target_sum", "ev_target_sq_sum", "ev_residual_sum",
                                   "ev_residual_sq_sum"}) {
@@ -383,6 +389,16 @@ std::string SeedsReport(const std::vector<SeedFigures>& runs, const v1::SeedsCon
     absl::StrAppendFormat(&out, "        (a critic that knew each task's mean reward in the batch: medians %s)\n",
                           absl::StrJoin(task_means, ", "));
   }
+  bool tokens_ok = !seeds.empty();
+  std::vector<std::string> tokens;
+  for (const SeedFigures* r : seeds) {
+    const bool known = r->ppo_trajectories > 0;
+    const double mean = known ? r->ppo_model_tokens / static_cast<double>(r->ppo_trajectories) : 0;
+    tokens_ok = tokens_ok && known && mean >= config.min_model_tokens();
+    tokens.push_back(known ? absl::StrFormat("%.0f", mean) : std::string("not recorded"));
+  }
+  absl::StrAppendFormat(&out, "  %s >= %d model tokens a PPO trajectory (each seed's mean over the trajectories it trained: %s)\n",
+                        Mark(tokens_ok), config.min_model_tokens(), absl::StrJoin(tokens, ", "));
   absl::StrAppendFormat(&out, "  %s every reward from a CUDA sandbox verdict (every job's backend)\n", Mark(cuda));
   absl::StrAppendFormat(&out, "  %s no hack-flagged verdict paid more than 1 (%d; flagged above informational: %d)\n",
                         Mark(hack == 0 && flagged == 0), hack, flagged);

@@ -2,8 +2,9 @@
 // together, from their curves.json, against the bar a learning run must clear: across the seeds, the
 // final policy's held-out reward and faster-than-compile rate above the PPO start's (the policy RFT
 // and value pretraining left) by more than N standard errors, its geometric-mean speed-up vs
-// torch.compile above the start's, the critic's explained variance during PPO above a level, and
-// every reward from a CUDA sandbox verdict with no hack-flagged verdict paid more than 1.
+// torch.compile above the start's, the critic's explained variance during PPO above a level, its
+// trajectories at least so many model tokens long, and every reward from a CUDA sandbox verdict
+// with no hack-flagged verdict paid more than 1.
 //
 // A seed whose PPO ran over several jobs (device calls continued with CONTINUE_FROM) is one chain:
 // its start is the first job's first agentic-PPO evaluation, its final the last job's last; its
@@ -54,6 +55,10 @@ struct SeedFigures {
   // ...): one figure for the stage, where a batch of near-equal rewards leaves its own ratio of two
   // tiny variances. NaN where the job did not report the sums.
   double explained_variance_pooled = NAN;
+  // The agentic-PPO updates' model tokens and trajectories trained, summed (curves.json's step
+  // metrics model_tokens and trajectories; 0 trajectories where the job did not report them).
+  double ppo_model_tokens = 0;
+  int64_t ppo_trajectories = 0;
   // The chain's audits, summed.
   int64_t trajectories = 0, hack_reward_above_1 = 0, flagged_reward_above_1 = 0, verdicts_cached = 0;
 };

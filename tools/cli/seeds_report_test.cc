@@ -28,17 +28,23 @@ Json Eval(const std::string& label, int version, double reward, double compile_r
   return e;
 }
 
-Json Step(const std::string& stage, double ev) {
-  return {{"stage", stage},
-          {"metrics",
-           {{"explained_variance", ev}, {"explained_variance_gae95", ev + 0.501}, {"explained_variance_task_means", ev / 4}}}};
+// An update's metrics; tokens_each < 0: a job that did not report its batch's model tokens.
+Json Step(const std::string& stage, double ev, double tokens_each = 2200) {
+  Json s = {{"stage", stage},
+            {"metrics",
+             {{"explained_variance", ev}, {"explained_variance_gae95", ev + 0.501}, {"explained_variance_task_means", ev / 4}}}};
+  if (tokens_each >= 0) {
+    s["metrics"]["model_tokens"] = 8 * tokens_each;
+    s["metrics"]["trajectories"] = 8;
+  }
+  return s;
 }
 
 // A job's curves.json: evaluations at its start (the base), PPO start and end, and its PPO updates.
 Json Curves(uint64_t seed, const std::string& ablation, std::vector<Json> heldout, std::vector<double> ppo_ev,
-            const std::string& backend = "cuda") {
+            const std::string& backend = "cuda", double tokens_each = 2200) {
   Json steps = Json::array({Step("value_pretrain", -0.5)});
-  for (double ev : ppo_ev) steps.push_back(Step("agentic_ppo", ev));
+  for (double ev : ppo_ev) steps.push_back(Step("agentic_ppo", ev, tokens_each));
   return {{"ablation", ablation},
           {"backend", backend},
           {"family_dir", "small"},
@@ -68,6 +74,7 @@ v1::SeedsConfig Bar() {
   c.set_min_explained_variance(0.3);
   c.set_min_seeds(3);
   c.set_min_heldout_tasks(12);
+  c.set_min_model_tokens(2000);
   return c;
 }
 
@@ -107,8 +114,29 @@ TEST(SeedsReport, BarMetWhenEverySeedGainsAndTheCriticExplains) {
   EXPECT_THAT(out, HasSubstr("(against the paper's targets V + GAE(lambda 0.95), not the bar: medians 0.95, 0.98, 1.11)"));
   // And what the task line alone would explain of the same batches.
   EXPECT_THAT(out, HasSubstr("(a critic that knew each task's mean reward in the batch: medians 0.11, 0.12, 0.15)"));
+  EXPECT_THAT(out, HasSubstr("[yes] >= 2000 model tokens a PPO trajectory (each seed's mean over the trajectories "
+                             "it trained: 2200, 2200, 2200)"));
   EXPECT_THAT(out, HasSubstr("[yes] every reward from a CUDA sandbox verdict"));
   EXPECT_THAT(out, HasSubstr("verdict cache  25% of 300 trained"));
+}
+
+// The model tokens of a seed's PPO trajectories, over the updates' batches; a job that did not
+// report them cannot meet the bar.
+TEST(SeedsReport, ModelTokensAPpoTrajectoryAgainstTheBar) {
+  auto seed = [](uint64_t s, double tokens_each) {
+    auto f = SeedFiguresOf({{absl::StrCat("s", s),
+                             Curves(s, "none", {Eval("agentic-0", 4, 0.0, 0.1, 0.6), Eval("final", 30, 0.5, 0.3, 0.7)},
+                                    {0.5, 0.5}, "cuda", tokens_each)}});
+    EXPECT_TRUE(f.ok()) << f.status();
+    return *f;
+  };
+  EXPECT_THAT(SeedsReport({seed(1, 2400), seed(2, 1608), seed(3, 2100)}, Bar()),
+              HasSubstr("[no]  >= 2000 model tokens a PPO trajectory (each seed's mean over the trajectories it "
+                        "trained: 2400, 1608, 2100)"));
+  EXPECT_THAT(SeedsReport({seed(1, 2400), seed(2, -1)}, Bar()),
+              HasSubstr("[no]  >= 2000 model tokens a PPO trajectory (each seed's mean over the trajectories it "
+                        "trained: 2400, not recorded)"));
+  EXPECT_THAT(SeedsReport({seed(1, 2400), seed(2, 2000)}, Bar()), HasSubstr("[yes] >= 2000 model tokens"));
 }
 
 TEST(SeedsReport, BarMissedWhenSeedsDisagreeOrAreTooFew) {
