@@ -196,6 +196,20 @@ TEST(CorpusTest, NearestRenderingNamesTheDesignAGarbledKernelWasWrittenAs) {
   EXPECT_NE(std::string(tied.status().message()).find("equally near"), std::string::npos) << tied.status();
 }
 
+// An evaluation request for `task` with `files` (path, content pairs) as its workspace.
+template <typename Files>
+v1::EvaluateRequest RequestFor(const v1::Task& task, const Files& files, bool skip_profile = false) {
+  v1::EvaluateRequest req;
+  *req.mutable_task() = task;
+  req.set_skip_profile(skip_profile);
+  for (const auto& [p, text] : files) {
+    auto* f = req.mutable_workspace()->add_files();
+    f->set_path(p);
+    f->set_content(text);
+  }
+  return req;
+}
+
 TEST(CorpusTest, DesignModelFailsFp16AndRowreduceBestDependsOnRowLength) {
   fam::TaskSpec rr{"rowreduce", {"softmax"}};
   auto best = [&](std::vector<int64_t> shape) {
@@ -213,15 +227,7 @@ TEST(CorpusTest, DesignModelFailsFp16AndRowreduceBestDependsOnRowLength) {
   for (int precision : {0, 1}) {
     auto files = fam::Render(*spec, {2, 1, 0, precision}, "cuda");
     ASSERT_TRUE(files.ok());
-    v1::EvaluateRequest req;
-    *req.mutable_task() = task;
-    for (const auto& [p, text] : *files) {
-      auto* f = req.mutable_workspace()->add_files();
-      f->set_path(p);
-      f->set_content(text);
-    }
-    DesignEvaluator ev;
-    const v1::Verdict v = ev.Evaluate(req);
+    const v1::Verdict v = DesignEvaluator().Evaluate(RequestFor(task, *files));
     EXPECT_EQ(v.outcome(), precision == 1 ? v1::Verdict::WRONG_ANSWER : v1::Verdict::OK) << v.summary();
     if (precision == 0) EXPECT_GT(v.speedup_vs_eager(), 0);
     EXPECT_EQ(v.reward(), precision == 1 ? -1 : v.reward());
@@ -240,14 +246,7 @@ TEST(CorpusTest, AFarSlowerDesignIsHeldToTheBaselinesGraphFigureAsOnTheGpu) {
       if (c[fam::kNumSlots - 1] != 0) continue;  // fp32
       auto files = fam::Render(*spec, c, "cuda");
       ASSERT_TRUE(files.ok());
-      v1::EvaluateRequest req;
-      *req.mutable_task() = task;
-      for (const auto& [p, text] : *files) {
-        auto* f = req.mutable_workspace()->add_files();
-        f->set_path(p);
-        f->set_content(text);
-      }
-      const v1::Verdict v = DesignEvaluator().Evaluate(req);
+      const v1::Verdict v = DesignEvaluator().Evaluate(RequestFor(task, *files));
       ASSERT_EQ(v.outcome(), v1::Verdict::OK) << v.summary();
       const std::string shown = actor::DescribeVerdict("Profile", v);
       const bool slow = v.speedup_vs_eager() < kGraphedAboveSpeedup;
@@ -280,15 +279,7 @@ TEST(CorpusTest, DesignModelSpeaksTheSandboxsVerdictTexts) {
     auto files = fam::Render(*spec, c, "cuda");
     ASSERT_TRUE(files.ok());
     auto request = [&](const std::map<std::string, std::string>& ws, bool skip_profile) {
-      v1::EvaluateRequest req;
-      *req.mutable_task() = task;
-      req.set_skip_profile(skip_profile);
-      for (const auto& [p, text] : ws) {
-        auto* f = req.mutable_workspace()->add_files();
-        f->set_path(p);
-        f->set_content(text);
-      }
-      return req;
+      return RequestFor(task, ws, skip_profile);
     };
     SCOPED_TRACE(task.id());
     std::map<std::string, std::string> ws(files->begin(), files->end());
