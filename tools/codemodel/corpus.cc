@@ -356,11 +356,25 @@ v1::Verdict DesignEvaluator::Evaluate(const v1::EvaluateRequest& request) {
 
 Json CorpusRecord(const v1::Trajectory& t, const std::string& family, bool tools_announced) {
   Json messages = Json::array();
+  // The reply whose Write / Edit / MultiEdit made the files the next verdict judges: when that
+  // verdict rejects them (a planted fault, an fp16 design), the reply is marked "rejected".
+  int reply = -1, writer = -1;
   for (const v1::Turn& turn : t.turns()) {
     const char* role = turn.role() == v1::Turn::SYSTEM      ? "system"
                        : turn.role() == v1::Turn::USER      ? "user"
                        : turn.role() == v1::Turn::ASSISTANT ? "assistant"
                                                             : "tool";
+    if (turn.role() == v1::Turn::ASSISTANT) reply = static_cast<int>(messages.size());
+    if (turn.role() == v1::Turn::TOOL) {
+      const std::string& name = turn.tool_name();
+      if (name == "Write" || name == "Edit" || name == "MultiEdit") writer = reply;
+      const bool judged = name == "Compile" || name == "Verify" || name == "Profile";
+      if (judged && writer >= 0 &&
+          (absl::StartsWith(turn.content(), name + ": COMPILE_ERROR") ||
+           absl::StartsWith(turn.content(), name + ": WRONG_ANSWER"))) {
+        messages[writer]["rejected"] = true;
+      }
+    }
     messages.push_back(Json::object({{"role", Json(role)}, {"content", Json(turn.content())}}));
   }
   return Json::object({{"task_id", Json(t.task_id())},

@@ -102,6 +102,9 @@ std::vector<v1::CompileDiagnostic> ModelledWarnings(const agent::family::TaskSpe
 
 // One corpus line: {"task_id", "family", "reward", "tools_announced", "messages": [{"role", "content"}...]};
 // tools_announced: the system turn announced the tool schemas (RolloutConfig.omit_tool_schemas_from_prompt off).
+// An assistant message whose written code the next verdict rejected (COMPILE_ERROR, WRONG_ANSWER: a
+// planted fault, an fp16 design) has "rejected": true; pre-training may read it as context only
+// (RenderRecord's train_rejected), so that a model learns the fix and not the fault.
 Json CorpusRecord(const v1::Trajectory& trajectory, const std::string& family, bool tools_announced);
 
 // The corpus of `tasks` (per_task episodes each) through the actor's rollout

@@ -82,11 +82,16 @@ absl::Status Run(const v1::LearnConfig& config) {
   if (auto s = WriteToolLineShapes(CorpusToolLineShapes(corpus->records), out + "/" + kToolLineShapesFile); !s.ok()) {
     return s;
   }
+  int64_t rejected = 0;  // Replies whose code the next verdict rejected (CorpusRecord).
+  for (const Json& r : corpus->records) {
+    for (const Json& m : *FindJson(r, "messages")) rejected += FindJson(m, "rejected") != nullptr;
+  }
   Json stats = Json::object({{"trajectories", Json(n)},
                              {"tasks", Json(static_cast<int64_t>(tasks->size()))},
                              {"mean_assistant_turns", Json(static_cast<double>(corpus->assistant_turns) / n)},
                              {"failed_evaluations_fixed", Json(corpus->failed_evaluations)},
-                             {"final_ok", Json(corpus->final_ok)}});
+                             {"final_ok", Json(corpus->final_ok)},
+                             {"replies_rejected", Json(rejected)}});
   Json by_tool = Json::object();
   for (const auto& [name, c] : corpus->tool_calls) by_tool[name] = Json(c);
   stats["tool_calls"] = std::move(by_tool);

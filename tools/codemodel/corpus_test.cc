@@ -410,6 +410,68 @@ TEST(CorpusTest, EpisodesAreMultiTurnJsonToolCallsThatFixWhatTheyBreak) {
   }
 }
 
+// A reply whose written code the next verdict rejects (a planted fault's COMPILE_ERROR, an fp16
+// design's WRONG_ANSWER) is marked "rejected"; pre-training with train_rejected off reads it as
+// context with no loss, and still trains the reply that fixes it. (A model rollout's first kernels
+// had the engineer's planted faults in 13 of 90 first Compiles: docs/CODEMODEL.md, fifteenth sitting.)
+TEST(CorpusTest, ARejectedReplyIsMarkedAndPretrainingMayReadItWithoutLoss) {
+  agent::EngineerPolicyOptions o;
+  o.fault_rate = 0.5;
+  o.fp16_rate = 0.5;
+  o.device = "cpu";
+  auto corpus = MakeCorpus(OnePerFamily("cpu"), 4, v1::RolloutConfig(), "", o, std::random_device{}(),
+                           kernelrl::testing::NewTempDir("corpus"));
+  ASSERT_TRUE(corpus.ok()) << corpus.status();
+  auto tok_json = TrainRecordTokenizer(corpus->records, 512);
+  ASSERT_TRUE(tok_json.ok()) << tok_json.status();
+  auto tok = agent::Tokenizer::FromJson(*tok_json);
+  ASSERT_TRUE(tok.ok());
+  auto fmt = RecordFormats::Create(tok->get());
+  ASSERT_TRUE(fmt.ok());
+  int marked = 0, rejections = 0;
+  for (const Json& rec : corpus->records) {
+    const Json& msgs = *FindJson(rec, "messages");
+    auto trained = RenderRecord(rec, *fmt);
+    auto read_only = RenderRecord(rec, *fmt, /*train_rejected=*/false);
+    ASSERT_TRUE(trained.ok() && read_only.ok());
+    EXPECT_EQ(trained->ids, read_only->ids);  // The same text either way: only the loss differs.
+    int last_writer = -1;
+    for (size_t i = 0; i < msgs.size(); ++i) {
+      const std::string role = FindJson(msgs[i], "role")->get<std::string>();
+      const std::string content = FindJson(msgs[i], "content")->get<std::string>();
+      const Json* rejected = FindJson(msgs[i], "rejected");
+      const bool is_rejected = rejected != nullptr && rejected->get<bool>();
+      if (role == "assistant") {
+        const agent::TurnSpan& span = trained->turns[i];
+        int64_t loss = 0, loss_read_only = 0;
+        for (int32_t k = span.token_begin; k < span.token_end; ++k) {
+          loss += trained->loss_mask[k];
+          loss_read_only += read_only->loss_mask[k];
+        }
+        EXPECT_GT(loss, 0) << content;
+        EXPECT_EQ(loss_read_only, is_rejected ? 0 : loss) << content;
+        marked += is_rejected;
+        auto calls = agent::ParseToolCalls(content);
+        ASSERT_TRUE(calls.ok());
+        for (const auto& c : *calls) {
+          if (c.name == "Write" || c.name == "Edit" || c.name == "MultiEdit") last_writer = static_cast<int>(i);
+        }
+      } else {
+        EXPECT_EQ(rejected, nullptr);
+      }
+      if (role == "tool" && (absl::StrContains(content, ": COMPILE_ERROR") || absl::StrContains(content, ": WRONG_ANSWER"))) {
+        ++rejections;
+        ASSERT_GE(last_writer, 0);
+        const Json* r = FindJson(msgs[last_writer], "rejected");
+        EXPECT_TRUE(r != nullptr && r->get<bool>()) << FindJson(msgs[last_writer], "content")->get<std::string>();
+      }
+    }
+  }
+  EXPECT_GT(rejections, 0);
+  EXPECT_GT(marked, 0);
+  EXPECT_LE(marked, rejections);  // A reply rejected twice over (a fault, then fp16) is marked once.
+}
+
 // With stop_at_reward, the reply after a Profile depends on what it paid: a Profile paying 3 is
 // followed by the closing reply naming that reward, and nothing after it; one paying less, while
 // revisions are left, by a revision that names its reward and both speed-ups. Corpora are drawn

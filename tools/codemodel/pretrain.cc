@@ -33,7 +33,7 @@ absl::StatusOr<PretrainResult> Pretrain(const PretrainOptions& o) {
   for (absl::string_view line : absl::StrSplit(*text, '\n', absl::SkipEmpty())) {
     auto rec = ParseJson(line);
     if (!rec.ok()) return rec.status();
-    auto r = RenderRecord(*rec, *fmt);
+    auto r = RenderRecord(*rec, *fmt, o.train_rejected);
     if (!r.ok()) return r.status();
     learner::rl::Sample s;
     s.id = absl::StrCat("corpus-", samples.size());

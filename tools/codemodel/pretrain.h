@@ -29,6 +29,9 @@ struct PretrainOptions {
   std::string device = "cpu";  // "cpu" (fp32) or "cuda" (bf16).
   uint64_t seed = 1;
   int log_every = 10;
+  // False: a reply the corpus marks "rejected" (its code failed the next verdict: a planted fault,
+  // an fp16 design) is context with no loss, so the model learns the fix and not the fault.
+  bool train_rejected = true;
 };
 
 struct PretrainResult {

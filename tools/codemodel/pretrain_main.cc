@@ -27,6 +27,8 @@ ABSL_FLAG(int64_t, heads, 4, "attention heads");
 ABSL_FLAG(int64_t, kv_heads, 2, "key/value heads");
 ABSL_FLAG(int64_t, intermediate, 704, "MLP width");
 ABSL_FLAG(uint64_t, seed, 1, "weights and batches");
+ABSL_FLAG(bool, train_rejected, true,
+          "false: replies whose code the next verdict rejected (planted faults, fp16 designs) are context, not trained");
 ABSL_FLAG(int, threads, 0, "CPU intra-op threads (0 = LibTorch's default, one per core; 1 on a shared CPU)");
 
 int main(int argc, char** argv) {
@@ -49,6 +51,7 @@ int main(int argc, char** argv) {
   o.kv_heads = absl::GetFlag(FLAGS_kv_heads);
   o.intermediate = absl::GetFlag(FLAGS_intermediate);
   o.seed = absl::GetFlag(FLAGS_seed);
+  o.train_rejected = absl::GetFlag(FLAGS_train_rejected);
   if (const int t = absl::GetFlag(FLAGS_threads); t > 0) at::set_num_threads(t);
   auto r = kernelrl::codemodel::Pretrain(o);
   if (!r.ok()) {

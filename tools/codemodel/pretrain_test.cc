@@ -75,6 +75,23 @@ TEST(PretrainTest, LossFallsAndTheCheckpointLoads) {
   auto travelled = ReadToolLineShapes(o.out_dir + "/" + kToolLineShapesFile);
   ASSERT_TRUE(travelled.ok()) << travelled.status();
   EXPECT_EQ(*travelled, shapes);
+
+  // With train_rejected off, the replies a verdict rejected are read, not trained: fewer model tokens.
+  int rejected = 0;
+  for (const Json& rec : corpus->records) {
+    for (const Json& m : *FindJson(rec, "messages")) rejected += FindJson(m, "rejected") != nullptr;
+  }
+  PretrainOptions read_only = o;
+  read_only.out_dir = kernelrl::testing::NewTempDir("pretrain_read_only");
+  read_only.steps = 1;
+  read_only.train_rejected = false;
+  auto r2 = Pretrain(read_only);
+  ASSERT_TRUE(r2.ok()) << r2.status();
+  if (rejected > 0) {
+    EXPECT_LT(r2->mean_model_tokens, r->mean_model_tokens);
+  } else {
+    EXPECT_EQ(r2->mean_model_tokens, r->mean_model_tokens);
+  }
 }
 
 }  // namespace

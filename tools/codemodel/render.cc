@@ -42,12 +42,22 @@ absl::StatusOr<std::vector<agent::ChatTurn>> RecordTurns(const Json& record) {
   return turns;
 }
 
-absl::StatusOr<agent::RenderedChat> RenderRecord(const Json& record, const RecordFormats& formats) {
+absl::StatusOr<agent::RenderedChat> RenderRecord(const Json& record, const RecordFormats& formats,
+                                                 bool train_rejected) {
   auto turns = RecordTurns(record);
   if (!turns.ok()) return turns.status();
   const Json* announced = FindJson(record, "tools_announced");
   const bool with_tools = announced == nullptr || !announced->is_boolean() || announced->get<bool>();
-  return (with_tools ? formats.with_tools : formats.plain).Render(*turns, /*add_generation_prompt=*/false);
+  auto rendered = (with_tools ? formats.with_tools : formats.plain).Render(*turns, /*add_generation_prompt=*/false);
+  if (!rendered.ok() || train_rejected) return rendered;
+  const Json& messages = *FindJson(record, "messages");
+  for (size_t i = 0; i < messages.size() && i < rendered->turns.size(); ++i) {
+    const Json* rejected = FindJson(messages[i], "rejected");
+    if (rejected == nullptr || !rejected->is_boolean() || !rejected->get<bool>()) continue;
+    const agent::TurnSpan& span = rendered->turns[i];
+    std::fill(rendered->loss_mask.begin() + span.token_begin, rendered->loss_mask.begin() + span.token_end, 0);
+  }
+  return rendered;
 }
 
 absl::StatusOr<std::string> RenderedText(const Json& record, const RecordFormats& formats) {

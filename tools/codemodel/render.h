@@ -24,7 +24,10 @@ struct RecordFormats {
 };
 
 absl::StatusOr<std::vector<agent::ChatTurn>> RecordTurns(const Json& record);
-absl::StatusOr<agent::RenderedChat> RenderRecord(const Json& record, const RecordFormats& formats);
+// train_rejected false: a message marked "rejected" (CorpusRecord) renders with no loss on its
+// tokens: the model reads it as context and is not taught to write it.
+absl::StatusOr<agent::RenderedChat> RenderRecord(const Json& record, const RecordFormats& formats,
+                                                 bool train_rejected = true);
 absl::StatusOr<std::string> RenderedText(const Json& record, const RecordFormats& formats);
 
 // The code model's tokenizer (an HF tokenizer.json): byte-level BPE of `vocab_size` (bytes +
