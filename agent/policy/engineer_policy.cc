@@ -237,10 +237,12 @@ absl::StatusOr<std::string> EngineerPolicy::Next(Episode& e, const std::string& 
     const std::optional<double> paid = FigureAfter(obs, "\nreward ", '\n');
     const double x_compile = FigureAfter(obs, "vs torch.compile ", 'x').value_or(0);
     const bool read_paid = options_.stop_at_reward > 0 && paid.has_value();
+    // What the reply after the verdict opens with: the verdict as read.
+    const std::string why = read_paid ? absl::StrFormat("Reward %g: %.2fx eager, %.2fx compile.", *paid, *s, x_compile)
+                                      : absl::StrFormat("%.2fx eager.", *s);
     if (read_paid && *paid >= options_.stop_at_reward) {
       e.closing = true;
-      return absl::StrFormat("Reward %g: %.2fx eager, %.2fx compile. Done. Final design: %s.", *paid, *s, x_compile,
-                             describe(e.choice));
+      return absl::StrFormat("%s Done. Final design: %s.", why, describe(e.choice));
     }
     if (e.revisions_left > 0) {
       --e.revisions_left;
@@ -253,8 +255,6 @@ absl::StatusOr<std::string> EngineerPolicy::Next(Episode& e, const std::string& 
       std::string calls = EditCalls(e.kernel_path, e.written, files->at(e.kernel_path));
       e.choice = next;
       e.written = files->at(e.kernel_path);
-      const std::string why = read_paid ? absl::StrFormat("Reward %g: %.2fx eager, %.2fx compile.", *paid, *s, x_compile)
-                                        : absl::StrFormat("%.2fx eager.", *s);
       return absl::StrFormat("%s Trying %s=%s instead.\n%s\n%s", why, e.slots[slot].name,
                              e.slots[slot].options[next[slot]], calls, Call("Profile"));
     }
