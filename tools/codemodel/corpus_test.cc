@@ -8,7 +8,6 @@
 #include <algorithm>
 #include <map>
 #include <random>
-#include <regex>
 #include <set>
 
 #include "absl/strings/str_split.h"
@@ -28,6 +27,7 @@
 #include "data/family/family.h"
 #include "gtest/gtest.h"
 #include "sandbox/verdict_text.h"
+#include "tools/codemodel/tool_lines.h"
 
 namespace kernelrl::codemodel {
 namespace {
@@ -309,9 +309,11 @@ TEST(CorpusTest, DesignModelSpeaksTheSandboxsVerdictTexts) {
     auto shape = [](const std::string& text) {
       std::vector<std::string> kept;
       for (absl::string_view line : absl::StrSplit(text, '\n')) {
-        if (!absl::StartsWith(line, "flags: ") || line == "flags: held_to_baseline_graph") kept.emplace_back(line);
+        if (!absl::StartsWith(line, "flags: ") || line == "flags: held_to_baseline_graph") {
+          kept.push_back(ToolLineShape(line));
+        }
       }
-      return std::regex_replace(absl::StrJoin(kept, "\n"), std::regex("[0-9]+(\\.[0-9]+)?"), "N");
+      return absl::StrJoin(kept, "\n");
     };
     const bool held = profiled.speedup_vs_eager() < kGraphedAboveSpeedup;
     EXPECT_EQ(shape(shown),
