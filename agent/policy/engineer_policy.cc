@@ -83,8 +83,9 @@ Json WriteArgs(const std::string& path, const std::string& content) {
 }
 
 // The calls that turn `from` into `to` in file `path`: one Edit or MultiEdit of the
-// changed lines when each is unique in `from`, else a Write of the whole file.
-std::string EditCalls(const std::string& path, const std::string& from, const std::string& to) {
+// changed lines when each is unique in `from`, else (or with `rewrite`) a Write of the whole file.
+std::string EditCalls(const std::string& path, const std::string& from, const std::string& to, bool rewrite) {
+  if (rewrite) return FormatToolCall("Write", WriteArgs(path, to));
   const std::vector<std::string> a = Lines(from), b = Lines(to);
   std::vector<std::pair<std::string, std::string>> changes;
   bool unique = a.size() == b.size();
@@ -205,7 +206,7 @@ absl::StatusOr<std::string> EngineerPolicy::Next(Episode& e, const std::string& 
   const std::string& clean_kernel = clean->at(e.kernel_path);
   if (absl::StrContains(obs, "COMPILE_ERROR")) {
     const std::string fixed = clean_kernel;
-    std::string calls = EditCalls(e.kernel_path, e.written, fixed);
+    std::string calls = EditCalls(e.kernel_path, e.written, fixed, options_.rewrite_kernel);
     e.written = fixed;
     return absl::StrCat(Pick(rng, {"The compiler points at one line; I fix it.", "A typo in the kernel. Fixing it.",
                                    "Compile error: I correct that line and compile again."}),
@@ -220,7 +221,7 @@ absl::StatusOr<std::string> EngineerPolicy::Next(Episode& e, const std::string& 
     next[fam::kNumSlots - 1] = 0;
     auto files = render(next);
     if (!files.ok()) return files.status();
-    std::string calls = EditCalls(e.kernel_path, e.written, files->at(e.kernel_path));
+    std::string calls = EditCalls(e.kernel_path, e.written, files->at(e.kernel_path), options_.rewrite_kernel);
     e.choice = next;
     e.written = files->at(e.kernel_path);
     return absl::StrCat(Pick(rng, {"Wrong answer: fp16 overflows on large inputs and fails the strict precision "
@@ -252,7 +253,7 @@ absl::StatusOr<std::string> EngineerPolicy::Next(Episode& e, const std::string& 
                    static_cast<int>(e.slots[slot].options.size());
       auto files = render(next);
       if (!files.ok()) return files.status();
-      std::string calls = EditCalls(e.kernel_path, e.written, files->at(e.kernel_path));
+      std::string calls = EditCalls(e.kernel_path, e.written, files->at(e.kernel_path), options_.rewrite_kernel);
       e.choice = next;
       e.written = files->at(e.kernel_path);
       return absl::StrFormat("%s Trying %s=%s instead.\n%s\n%s", why, e.slots[slot].name,
@@ -261,7 +262,7 @@ absl::StatusOr<std::string> EngineerPolicy::Next(Episode& e, const std::string& 
     if (e.best != e.choice) {
       auto files = render(e.best);
       if (!files.ok()) return files.status();
-      std::string calls = EditCalls(e.kernel_path, e.written, files->at(e.kernel_path));
+      std::string calls = EditCalls(e.kernel_path, e.written, files->at(e.kernel_path), options_.rewrite_kernel);
       e.choice = e.best;
       e.written = files->at(e.kernel_path);
       return absl::StrFormat("%.2fx eager is slower than the best so far (%.2fx); back to %s.\n%s\n%s", *s,

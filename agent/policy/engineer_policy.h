@@ -11,7 +11,7 @@
 //   then    COMPILE_ERROR: Edit the faulty line back, Compile; Compile OK:
 //           Verify; WRONG_ANSWER (fp16 under the strict precision policy):
 //           back to fp32 (Edit / MultiEdit of the changed lines, or Write of
-//           the whole file), Verify; Verify OK: Profile; after a Profile:
+//           the whole file; with `rewrite_kernel` always the Write), Verify; Verify OK: Profile; after a Profile:
 //           another design (one slot changed) up to `revisions` times, back
 //           to the best one seen if the last was slower, then a closing
 //           reply without a tool call (with `stop_at_reward`, a Profile
@@ -51,6 +51,13 @@ struct EngineerPolicyOptions {
   // followed by a revision while any are left, whatever it paid.
   int stop_at_reward = 0;
   int read_lines = 0;        // Read only model.py's first lines, its family header (0: the whole file).
+  // Every change of the kernel after its first Write (a fix, back to fp32, a revision, back to the
+  // best) writes the whole file again instead of an Edit / MultiEdit of the changed lines. An edit's
+  // old_string must copy the file's line exactly, the header naming the current design included: a
+  // small model recalls the design it usually writes rather than the one it sampled, and the edit
+  // fails whole ("old_string was not found"; 87 of 101 MultiEdits in a PPO run, docs/CODEMODEL.md).
+  // A rewrite names the new design in tokens the model writes afresh.
+  bool rewrite_kernel = false;
   std::string device = "cuda";  // Kernels for "cuda" (.cu) or "cpu" (.cc).
   int64_t policy_version = 0;   // Reported with every reply.
 };

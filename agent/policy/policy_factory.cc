@@ -20,6 +20,7 @@ EngineerPolicyOptions EngineerOptions(const v1::EngineerConfig& config, const st
   if (config.has_revisions()) o.revisions = config.revisions();
   o.read_lines = config.read_lines();
   o.stop_at_reward = config.stop_at_reward();
+  o.rewrite_kernel = config.rewrite_kernel();
   return o;
 }
 

@@ -523,6 +523,51 @@ TEST(CorpusTest, WithStopAtRewardTheReplyAfterAProfileSaysWhatItPaid) {
   EXPECT_GT(paid_less, 0) << "every Profile paid 3 in 20 corpora";
 }
 
+// With rewrite_kernel every change of the kernel (a fault's fix, back to fp32, a revision, back to
+// the best) writes the whole file again: no Edit or MultiEdit, each Write a clean rendering whose
+// header names the design its code is, so that a model never has to copy a line of the file.
+TEST(CorpusTest, WithRewriteKernelEveryChangeWritesTheWholeKernel) {
+  agent::EngineerPolicyOptions o;
+  o.fault_rate = 1.0;  // every first kernel is broken, so every episode changes it
+  o.fp16_rate = 0.5;
+  o.revisions = 2;
+  o.stop_at_reward = 3;
+  o.rewrite_kernel = true;
+  o.device = "cpu";
+  const std::vector<v1::Task> tasks = OnePerFamily("cpu");
+  auto corpus = MakeCorpus(tasks, 3, v1::RolloutConfig(), "skill", o, std::random_device{}(),
+                           kernelrl::testing::NewTempDir("rewrite"));
+  ASSERT_TRUE(corpus.ok()) << corpus.status();
+  ASSERT_EQ(corpus->records.size(), 9u);
+  EXPECT_EQ(corpus->final_ok, 9);
+  for (size_t r = 0; r < corpus->records.size(); ++r) {
+    auto spec = fam::ParseTaskSpec(tasks[r / 3].reference_source());
+    ASSERT_TRUE(spec.ok()) << spec.status();
+    auto slots = fam::Slots(spec->family);
+    ASSERT_TRUE(slots.ok());
+    int kernel_writes = 0;
+    for (const Json& m : *FindJson(corpus->records[r], "messages")) {
+      if (FindJson(m, "role")->get<std::string>() != "assistant") continue;
+      auto calls = agent::ParseToolCalls(FindJson(m, "content")->get<std::string>());
+      ASSERT_TRUE(calls.ok()) << calls.status();
+      for (const auto& c : *calls) {
+        EXPECT_NE(c.name, "Edit");
+        EXPECT_NE(c.name, "MultiEdit");
+        if (c.name != "Write") continue;
+        const std::string path = FindJson(c.arguments, "path")->get<std::string>();
+        if (!absl::StartsWith(path, "kernels/")) continue;
+        const std::string kernel = FindJson(c.arguments, "content")->get<std::string>();
+        if (++kernel_writes == 1) continue;  // the first one has the planted fault
+        auto seen = RecogniseKernel(*spec, "cpu", kernel);
+        ASSERT_TRUE(seen.ok()) << seen.status() << "\n" << kernel;
+        EXPECT_FALSE(seen->faulty) << kernel;
+        EXPECT_EQ(kernel, Kernel(*spec, seen->choice, "cpu"));  // its header names that design
+      }
+    }
+    EXPECT_GE(kernel_writes, 2) << "record " << r << ": the planted fault was not rewritten";
+  }
+}
+
 // A record says whether its rollout's prompt announced the tool schemas, as the rollout config
 // says: pre-training renders it so (render.h), and a CPU run's prompts omit them.
 TEST(CorpusTest, ARecordSaysWhetherItsPromptAnnouncedTheTools) {
