@@ -35,6 +35,12 @@ absl::StatusOr<PretrainResult> Pretrain(const PretrainOptions& o) {
     if (!rec.ok()) return rec.status();
     auto r = RenderRecord(*rec, *fmt, o.train_rejected);
     if (!r.ok()) return r.status();
+    // RoPE would run past it silently; the checkpoint's config would then claim less than it was trained on.
+    if (static_cast<int64_t>(r->ids.size()) > o.max_position_embeddings) {
+      return absl::InvalidArgumentError(absl::StrCat("corpus record ", samples.size() + 1, " has ", r->ids.size(),
+                                                     " tokens, more than max_position_embeddings (",
+                                                     o.max_position_embeddings, ")"));
+    }
     learner::rl::Sample s;
     s.id = absl::StrCat("corpus-", samples.size());
     s.ids = r->ids;

@@ -21,7 +21,7 @@ struct PretrainOptions {
   std::string out_dir;     // The checkpoint.
   // Qwen2 shape.
   int64_t hidden = 256, layers = 4, heads = 4, kv_heads = 2, intermediate = 704;
-  int64_t max_position_embeddings = 16384;
+  int64_t max_position_embeddings = 32768;  // A longer corpus record is refused.
   int steps = 200;
   int batch = 8;             // Trajectories per step.
   double lr = 1e-3;

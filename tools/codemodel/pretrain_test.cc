@@ -24,6 +24,30 @@
 namespace kernelrl::codemodel {
 namespace {
 
+// A record longer than the model's positions is refused by name, not trained past them.
+TEST(PretrainTest, ARecordLongerThanTheModelsPositionsIsRefused) {
+  agent::EngineerPolicyOptions eo;
+  eo.device = "cpu";
+  eo.revisions = 0;
+  auto corpus = MakeCorpus({testing::FirstTrainingTaskPerFamily("cpu")[0]}, 1, v1::RolloutConfig(), "", eo,
+                           std::random_device{}(), kernelrl::testing::NewTempDir("pretrain_long_ws"));
+  ASSERT_TRUE(corpus.ok()) << corpus.status();
+  const std::string dir = kernelrl::testing::NewTempDir("pretrain_long");
+  ASSERT_TRUE(WriteFileAtomically(dir + "/corpus.jsonl", DumpJson(corpus->records[0]) + "\n").ok());
+  auto tok = TrainRecordTokenizer(corpus->records, 300);
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  ASSERT_TRUE(WriteFileAtomically(dir + "/tokenizer.json", *tok).ok());
+  PretrainOptions o;
+  o.corpus_dir = dir;
+  o.out_dir = kernelrl::testing::NewTempDir("pretrain_long_ckpt");
+  o.hidden = 32, o.layers = 1, o.heads = 2, o.kv_heads = 1, o.intermediate = 64;
+  o.steps = 1, o.batch = 1, o.log_every = 0;
+  o.max_position_embeddings = 256;  // an episode is over a thousand tokens
+  auto r = Pretrain(o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("more than max_position_embeddings (256)"), std::string::npos) << r.status();
+}
+
 TEST(PretrainTest, LossFallsAndTheCheckpointLoads) {
   const std::vector<v1::Task> tasks = testing::FirstTrainingTaskPerFamily("cpu");
   agent::EngineerPolicyOptions eo;
