@@ -32,19 +32,21 @@
 #  3. `kernelrl learn` on the small task set: warm-up by the scripted engineer against the CUDA sandbox,
 #     RFT, value pretraining, agentic PPO (the family preset: 8 turns, 3,328 tokens a turn), held-out
 #     evaluations at the start (the SFT model), at PPO start (the RFT policy) and at the end, EVAL_ROLLOUTS
-#     sampled rollouts per task; cut at LEARN_WALL, the final evaluation still runs;
+#     sampled rollouts per task; the job's limit (--job_timeout_s: LEARN_WALL + 90 s, or less by DEADLINE) covers
+#     the final evaluation: kernelrl learn cuts PPO 1.25x its longest held-out evaluation so far before it;
 #  4. design_report over the job's trajectories (tool calls parsed, final designs per family over policy
 #     versions) and designs.png; the job's last policy with the tokenizer as final_policy-<seed>-<ablation>.tgz,
 #     its SHA-256 printed (score it anywhere: kernelrl eval --policy=checkpoint:DIR --tasks=...).
 # SEED seeds the corpus, the initialisation and the job. JOBS="1:none 2:none 1:no_rft" runs several jobs
-# on the same base one after another (SEED:ABLATION each, LEARN_WALL each: mind the 600 s); separate calls
+# on the same base one after another (SEED:ABLATION each, LEARN_WALL + 90 s each: mind the 600 s); separate calls
 # give independent seeds of the whole pipeline. Results under $OUT: results.tgz (pretrain.json,
 # baselines.tsv, corpus.log, pretrain.log and per job <seed>-<ablation>/: curves.json, report.txt,
 # design_report.json, reward.png, rates.png, stability.png, designs.png), final_policy-<seed>-<ablation>.tgz
 # per job, logs.tgz (the runs without checkpoints, trajectories included). Rehearse here on the CPU sandbox:
 # tools/device_codemodel.sh --stage --cpu, then BACKEND=cpu OUT=DIR tools/device_codemodel.sh (no baselines).
-# Knobs: DEADLINE (560: the call's end in s, some 40 under the device's 600 s limit; each job is cut 90 s before it
-#   and killed 30 s before it, so that the results are packed in time), CONTINUE_FROM (d. above), TRAIN_PER_FAMILY (--stage: the job's training tasks a family, 3), TRAIN_TASKS
+# Knobs: DEADLINE (560: the call's end in s, some 40 under the device's 600 s limit; each job's limit, its final
+#   evaluation included, is 45 s before it at the latest and the job is killed 30 s before it (15 s for stopping
+#   the services and writing the curves), so that the results are packed in time), CONTINUE_FROM (d. above), TRAIN_PER_FAMILY (--stage: the job's training tasks a family, 3), TRAIN_TASKS
 # (--stage: the job's training tasks by id instead, e.g. "train/rr_softmax_384x12288 train/rr_rmsnorm_384x12288 ..."), SEED (1), ABLATION (none), JOBS ("$SEED:$ABLATION"; " " runs none), PRECOMPUTE_WALL (150 s), WARM_WALL (45 s),
 # PART_MIB (15: archives larger than this come back in parts that --stage-in joins),
 # BASELINE_GPUS (1; N: the baselines to measure dealt to N workers on GPUs 0..N-1 at once),
@@ -54,7 +56,8 @@
 # PRETRAIN_ARGS ("--hidden=256 --layers=4 --heads=4 --kv_heads=2 --intermediate=704 --batch=4 --lr=2e-3 --warmup_steps=10"),
 # PER_TASK (8 corpus episodes per training task), READING_PER_FAMILY (--stage: 20; N compositions a family
 #   for the corpus alone, none held out, so that reading the task's ops pays (data/family MakeReadingTasks); with 20
-#   the 4.2M base named the held-out plans' first op right in 20 of 24 against 14-15 without (op_probe; twelfth sitting)), LEARN_WALL (270 s), WARMUP (48), RFT_EPOCHS (4),
+#   the 4.2M base named the held-out plans' first op right in 20 of 24 against 14-15 without (op_probe; twelfth sitting)), LEARN_WALL (270 s: the cap on the job's own time;
+#   its limit is LEARN_WALL + 90 s, room for the final evaluation: ~66 s and a quarter on an H200), WARMUP (48), RFT_EPOCHS (4),
 # VALUE_STEPS (16), AGENTIC_STEPS (40), BATCH (16), ACTORS (4: N model actors and N engineer actors of N rollouts at once each, so N² at once; the ingest lets (max_policy_lag + 1) × BATCH of them run), EVAL_ROLLOUTS (4), EVAL_TEMP (1),
 # SHARE_WARMUP (0; 1: the call's later jobs take its first job's warm-up set: seeds of the later stages),
 # WARMUP_FROM (an earlier call's warm-up job directory, from --stage-in: every job of the call takes it; its token
@@ -378,17 +381,20 @@ if [ -n "${WARMUP_FROM:-}" ]; then
 fi
 # run_job NAME SEED ABLATION [FIRST_GPU]: one `kernelrl learn`, its sandbox workers from GPU FIRST_GPU on.
 run_job() {
-  local NAME=$1 S=$2 A=$3 WALL
+  local NAME=$1 S=$2 A=$3 WALL HARD
   local SHARE=(); [ -n "$WARM_JOB" ] && SHARE=(--job_set=recipe.agent_warmup.import_job_dir=$WARM_JOB)
-  # Cut at LEARN_WALL, or earlier so that the call's DEADLINE leaves time for the final evaluation and packing.
-  WALL=$(( ${DEADLINE:-560} - $(elapsed) - 90 )); [ $WALL -gt ${LEARN_WALL:-270} ] && WALL=${LEARN_WALL:-270}
-  # The job's last resort ends by the DEADLINE too, 30 s before it: a final evaluation that runs long
-  # (jobs side by side share a GPU) loses that job's end, not the call's packed results.
-  local HARD=$(( ${DEADLINE:-560} - $(elapsed) - 30 )); [ $HARD -gt $(( WALL + 120 )) ] && HARD=$(( WALL + 120 ))
+  # The job's last resort, 30 s before the DEADLINE: a final evaluation that runs long (jobs side by side
+  # share a GPU) loses that job's end, not the call's packed results. Its limit (--job_timeout_s) covers
+  # its final evaluation, which kernelrl learn cuts PPO early enough for: 15 s before the kill (stopping
+  # the services, writing the curves), and at most LEARN_WALL + 90 s (the job's own time and room for its
+  # final evaluation), the kill then a minute after it.
+  HARD=$(( ${DEADLINE:-560} - $(elapsed) - 30 ))
+  WALL=$(( HARD - 15 )); [ $WALL -gt $(( ${LEARN_WALL:-270} + 90 )) ] && WALL=$(( ${LEARN_WALL:-270} + 90 ))
+  [ $HARD -gt $(( WALL + 60 )) ] && HARD=$(( WALL + 60 ))
   local CUT=(timeout $HARD) CUT_FLAGS=(--job_timeout_s=$WALL --stall_timeout_s=120)
   [ -n "${LOCAL_RUN:-}" ] && CUT=() CUT_FLAGS=()
   mkdir -p "$RUN/run-$NAME" && sha256sum < "$RUN/base/tokenizer.json" | cut -d' ' -f1 > "$RUN/run-$NAME/tokenizer.sha256"
-  echo "job $NAME at $(elapsed) s${CUT_FLAGS:+, cut at $WALL s}${4:+, sandbox from GPU $4}"
+  echo "job $NAME at $(elapsed) s${CUT_FLAGS:+, limit $WALL s (the final evaluation included), killed after $HARD s}${4:+, sandbox from GPU $4}"
   local ABL=(); [ "$A" = none ] || ABL=(--ablation=$A)
   "${CUT[@]}" "$C/bin/tools/cli/kernelrl" learn "${PRESET_CONFIGS[@]}" --bin_dir="$C/bin" \
     --base_checkpoint="$RUN/base" --family_dir="$M/small" --backend=$BACKEND --learner_device=${LEARNER_DEVICE:-$DEV} \

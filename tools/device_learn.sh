@@ -26,8 +26,9 @@
 #
 #     Results: curves.json, the PNGs, logs.tgz (the run dir without checkpoints; the progress lines,
 #     held-out evaluations and audit go to stdout).
-#   A run longer than one call (each <= 10 min) goes in sittings: SITTING=first pauses the job at
-#   LEARN_WALL (kernelrl learn --pause_at_timeout: held at a step boundary, evaluated) and brings the
+#   A run longer than one call (each <= 10 min) goes in sittings: SITTING=first pauses the job by
+#   LEARN_WALL (kernelrl learn --pause_at_timeout: held at a step boundary early enough that its
+#   evaluation ends by LEARN_WALL) and brings the
 #   run back as $OUT/learnrun.tgz (the last checkpoint, ledger, trajectories, the tiny checkpoint with
 #   its tokenizer, the baseline cache); then, per further call:
 #   here:   tools/device_learn.sh --carry-run /work/.device/N/learnrun.tgz*  # into .devcarry/learnrun
@@ -212,9 +213,11 @@ if [ "${MODE:-}" = learn ]; then  # (b) on the device.
     fi
     wait $ASSETS || { cat "$OUT/assets.log"; exit 1; }
   fi
-  # The job is cut at LEARN_WALL (CANCELLED) if AGENTIC_STEPS do not fit; the final held-out
-  # evaluation still runs on the last policy (kernelrl learn), so leave ~60 s for it. A pause also
-  # waits for the actors' rollouts in flight (<= 60 s) before it evaluates: 150 s then. Killed
+  # The job is cut (CANCELLED) if AGENTIC_STEPS do not fit, early enough that the final held-out
+  # evaluation on the last policy ends by LEARN_WALL (kernelrl learn reserves the longest evaluation
+  # so far and a quarter; before any, it cuts at LEARN_WALL): 90 s past it for an evaluation that
+  # runs long or that no earlier one reserved room for. A pause also waits for the actors' rollouts in
+  # flight (<= 60 s) before it evaluates: 150 s then. Killed
   # before it writes the curves, a paused run resumes without its held-out evaluations so far.
   timeout $(( ${LEARN_WALL:-85} + (${#PAUSE} > 0 ? 150 : 90) )) "$C/bin/tools/cli/kernelrl" learn --bin_dir="$C/bin" --base_checkpoint="$RUN/qs/model" \
     --family_dir="$L/small" --backend=$BACKEND --learner_device=${LEARNER_DEVICE:-cpu} --run_dir="$RUN/run" \

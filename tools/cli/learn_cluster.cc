@@ -44,9 +44,12 @@ void AddLearnFlags(CommandLine& cl) {
   cl.Flag("--eval_rollouts", "eval_rollouts", "Rollouts per held-out task");
   cl.Flag("--eval_temperature", "eval_temperature", "0 = greedy held-out evaluations");
   cl.Switch("--skip_start_eval", "skip_start_eval", "No evaluation of the base before the job (an earlier job on the same base has it)");
-  cl.Flag("--job_timeout_s", "job_timeout_s", "Seconds for the job");
+  cl.Flag("--job_timeout_s", "job_timeout_s",
+          "Seconds for the job, its final held-out evaluation included: the job is cut 1.25x the longest "
+          "evaluation so far before it");
   cl.Flag("--stall_timeout_s", "stall_timeout_s", "Seconds without a change to the job before cancelling");
-  cl.Switch("--pause_at_timeout", "pause_at_timeout", "At job_timeout_s pause the job instead of cancelling it");
+  cl.Switch("--pause_at_timeout", "pause_at_timeout",
+            "Where job_timeout_s cuts the job, pause it instead of cancelling it (its pause evaluation ends by job_timeout_s)");
   cl.Flag("--pause_after_agentic_steps", "pause_after_agentic_steps", "Pause once agentic PPO has K steps");
   cl.Switch("--resume", "resume", "Go on with the paused run in --run_dir");
   cl.Flag("--python", "python", "Runs the plot script");
@@ -209,8 +212,8 @@ void Cluster::UsePool(const std::string& pool, int64_t version) {
                               version, ")"));
 }
 
-void Cluster::StopActors() {
-  if (!running_.empty()) local_.Stop(running_, absl::Seconds(60));
+void Cluster::StopActors(absl::Duration grace) {
+  if (!running_.empty()) local_.Stop(running_, grace);
   running_.clear();
   pool_.clear();
 }

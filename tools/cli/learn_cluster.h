@@ -104,8 +104,9 @@ class Cluster {
   void UsePool(const std::string& pool, int64_t version);
 
   // Stops the running pool; its actors finish and push their rollouts in flight, so a paused job
-  // holds no lease that its resumed learner would wait out.
-  void StopActors();
+  // holds no lease that its resumed learner would wait out. Those still running after `grace` are
+  // killed (for a job that is over: its rollouts in flight are worth nothing).
+  void StopActors(absl::Duration grace = absl::Seconds(60));
 
   std::string SkillPath() const { return o_.paths().run_dir() + "/FAMILY_SKILL.md"; }
   ~Cluster() { JoinDraining(); }

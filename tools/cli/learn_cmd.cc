@@ -21,6 +21,7 @@
 #include "learner/rl/jobs.h"
 #include "proto/learner.grpc.pb.h"
 #include "proto/learner_config.pb.h"
+#include "tools/cli/job_cut.h"
 #include "tools/cli/learn_cluster.h"
 #include "tools/cli/learn_curves.h"
 #include "tools/cli/learn_report.h"
@@ -220,11 +221,17 @@ std::string HeldOutLine(const Json& heldout) {
 // the list curves.json keeps. An evaluation while the job trains (StartPinned) first holds the job
 // at a step boundary and resumes it after: the actors sample from the learner's live policy, so an
 // evaluation beside training would mix the versions of every update it overlapped (on one H200 the
-// "PPO start" evaluation spanned 4 updates).
+// "PPO start" evaluation spanned 4 updates). Each evaluation's wall time is kept: the longest sets
+// how early the job is cut so that the evaluation after it still fits (job_cut.h).
 class HeldOutEvaluator {
  public:
+  // `heldout`: the run's evaluations so far (a resumed run's earlier sittings), their times included.
   HeldOutEvaluator(const v1::LearnConfig& o, const Cluster& cluster, Console& console, std::string curves_dir, Json heldout)
-      : o_(o), cluster_(cluster), console_(console), curves_dir_(std::move(curves_dir)), heldout_(std::move(heldout)) {}
+      : o_(o), cluster_(cluster), console_(console), curves_dir_(std::move(curves_dir)), heldout_(std::move(heldout)) {
+    for (const Json& e : heldout_) {
+      if (const Json* t = FindJson(e, "eval_seconds")) longest_ = std::max(longest_, absl::Seconds(JsonNumber(*t)));
+    }
+  }
   ~HeldOutEvaluator() { Join(); }
 
   // False (and nothing started) while one runs. For a job that does not update meanwhile (before
@@ -242,6 +249,11 @@ class HeldOutEvaluator {
   Json Heldout() {
     std::lock_guard<std::mutex> lock(mu_);
     return heldout_;
+  }
+  // The longest evaluation this run has timed (failed ones too); zero before any.
+  absl::Duration LongestEval() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return longest_;
   }
 
  private:
@@ -272,6 +284,7 @@ class HeldOutEvaluator {
         }
       }
       std::lock_guard<std::mutex> lock(mu_);
+      longest_ = std::max(longest_, absl::Seconds(console_.Seconds() - t0));
       if (r.ok()) {
         (*r)["label"] = Json(label);
         (*r)["policy_version"] = Json(version);
@@ -294,6 +307,7 @@ class HeldOutEvaluator {
   const std::string curves_dir_;
   std::mutex mu_;
   Json heldout_;  // Guarded by mu_.
+  absl::Duration longest_ = absl::ZeroDuration();  // Guarded by mu_.
   std::atomic<bool> busy_{false};
   std::thread thread_;
 };
@@ -371,7 +385,9 @@ int LearnMain(int argc, char** argv) {
   spec.set_rollouts_per_task(o.rollouts_per_task());
   spec.set_hyperparameters_text(hp);
 
+  // The run's limit, the evaluation after the job included: the job is cut (or paused) early enough for it.
   const absl::Time deadline = absl::Now() + absl::Seconds(o.job_timeout_s());
+  const absl::Time run_start = absl::FromUnixMillis(console.StartUnixMs());
   console.Line("run dir " + o.paths().run_dir() + ", backend " + o.backend() + ", ablation " + o.ablation());
   if (absl::Status started = StartServices(o, &cluster); !started.ok()) {
     console.Line("FAILED to start: " + std::string(started.message()));
@@ -421,6 +437,10 @@ int LearnMain(int argc, char** argv) {
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
     const grpc::Status s = stub->GetJob(&ctx, get, &job);
+    const absl::Time now = absl::Now();
+    const absl::Duration longest_eval = evals.LongestEval();
+    const JobCut cut = CutForFinalEvaluation(deadline, longest_eval, now);
+    const bool cut_now = now >= cut.at;
     if (s.ok()) {
       cluster.UsePool(PoolForStage(o, job.stage()), job.policy_version());
       const std::string line = absl::StrCat(v1::Job::State_Name(job.state()), " ", job.stage(), " step ",
@@ -444,11 +464,12 @@ int LearnMain(int argc, char** argv) {
         code = job.state() == v1::Job::SUCCEEDED ? 0 : 1;
         break;
       }
+      const bool pause_at_cut = o.pause_at_timeout() && cut_now;
       paused = job.state() == v1::Job::RUNNING &&
-               ((o.pause_at_timeout() && absl::Now() > deadline) ||
-                (o.pause_after_agentic_steps() > 0 && job.stage() == "agentic_ppo" &&
-                 job.stage_step() >= o.pause_after_agentic_steps()));
+               (pause_at_cut || (o.pause_after_agentic_steps() > 0 && job.stage() == "agentic_ppo" &&
+                                 job.stage_step() >= o.pause_after_agentic_steps()));
       if (paused) {
+        if (pause_at_cut) console.Line(DescribeCut(cut, longest_eval, deadline, run_start, "pause evaluation"));
         console.Line("pausing: the services stop, the job stays RUNNING (kernelrl learn --resume --run_dir=" +
                      o.paths().run_dir() + " goes on)");
         evals.Join();  // A held-out evaluation running now resumes the job when it ends.
@@ -477,15 +498,25 @@ int LearnMain(int argc, char** argv) {
       job = CancelAndWait(stub.get(), job);
       break;
     }
-    if (absl::Now() > deadline || absl::Now() - last_change > absl::Seconds(o.stall_timeout_s())) {
-      console.Line("job timed out or stalled; cancelling");
+    if (cut_now) {
+      console.Line(DescribeCut(cut, longest_eval, deadline, run_start, "final evaluation") + "; cancelling");
+      job = CancelAndWait(stub.get(), job);
+      break;
+    }
+    if (absl::Now() - last_change > absl::Seconds(o.stall_timeout_s())) {
+      console.Line(absl::StrCat("job stalled: no change in ", o.stall_timeout_s(), " s; cancelling"));
       job = CancelAndWait(stub.get(), job);
       break;
     }
     absl::SleepFor(absl::Milliseconds(300));
   }
   // The final evaluation (after any running one), with the last policy; also when the
-  // job was cut by --job_timeout_s during agentic PPO (its state says CANCELLED).
+  // job was cut by --job_timeout_s during agentic PPO (its state says CANCELLED). The job is over,
+  // so its actors stop first, their rollouts in flight given 2 s and not the time to finish (no job
+  // takes them now): beside the final evaluation they shared the policy server and the sandbox with
+  // it and made it slower than the evaluations its reserve is measured by (on an H200 a final
+  // evaluation beside them took 1.1-2.3x the PPO-start one, in 4 runs).
+  cluster.StopActors(absl::Seconds(2));
   evals.Join();
   if (code == 0 || (reached_agentic && job.state() != v1::Job::FAILED)) {
     evals.Start(paused ? absl::StrCat("pause-", job.step()) : "final", job.policy_version(), job.stage_step());

@@ -23,7 +23,9 @@
 // calls like any model's) in every other stage. Held-out tasks (DIR/heldout/*.py) are
 // evaluated with `kernelrl eval` (this binary, the same model, greedy)
 // at the start (policy version 0), when agentic PPO starts, every K agentic PPO
-// steps and at the end. A progress bar per stage while the job runs; at the end a
+// steps and at the end. --job_timeout_s bounds the run with its final evaluation: the
+// job is cut early enough for it (job_cut.h), its actors stopped before it. A progress bar per
+// stage while the job runs; at the end a
 // report (learn_report.h: what was trained on what, held-out figures before -> after,
 // where the curves, logs and checkpoint are), also in curves/report.txt.
 //
