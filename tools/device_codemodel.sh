@@ -421,6 +421,8 @@ finish_job() {
   LATEST=$(cat "$JOB/checkpoints/LATEST" 2>/dev/null)
   [ -n "$LATEST" ] || return 0
   F=$RUN/final_policy-$NAME; rm -rf "$F"; cp -r "$JOB/checkpoints/$LATEST/policy" "$F"; cp "$RUN/base/tokenizer.json" "$F/"
+  # Its corpus's tool-line shapes too: a call that continues from it (CONTINUE_FROM) reports against them.
+  [ -f "$RUN/base/tool_line_shapes.txt" ] && cp "$RUN/base/tool_line_shapes.txt" "$F/"
   # Its critic beside it (critic/, value head included): CONTINUE_FROM of a later call.
   [ -d "$JOB/checkpoints/$LATEST/critic" ] && cp -r "$JOB/checkpoints/$LATEST/critic" "$F/critic"
   (cd "$F" && sha256sum model*.safetensors tokenizer.json $(ls critic/*.safetensors 2>/dev/null) > SHA256SUMS)
