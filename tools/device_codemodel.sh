@@ -357,7 +357,9 @@ done
 # archive without a critic (packed before critics travelled) gets one from the policy's trunk, value
 # pretraining on fresh rollouts first (VALUE_STEPS).
 if [ -n "${CONTINUE_FROM:-}" ]; then
-  JOB_FLAGS+=(--job_set=recipe.agent_warmup.skip=true --job_set=recipe.rft.skip=true)
+  # No start evaluation: with warm-up and RFT skipped the PPO-start one scores the same policy (the
+  # sixteenth sitting's call 3 spent 66 s of its H200 evaluating it twice).
+  JOB_FLAGS+=(--job_set=recipe.agent_warmup.skip=true --job_set=recipe.rft.skip=true --skip_start_eval)
   if [ -f "$RUN/base/critic/config.json" ]; then
     JOB_FLAGS+=(--critic_checkpoint="$RUN/base/critic" --job_set=recipe.value_pretrain.skip=true)
   else
