@@ -11,11 +11,13 @@
 //   then    COMPILE_ERROR: Edit the faulty line back, Compile; Compile OK:
 //           Verify; WRONG_ANSWER (fp16 under the strict precision policy):
 //           back to fp32 (Edit / MultiEdit of the changed lines, or Write of
-//           the whole file; with `rewrite_kernel` always the Write), Verify; Verify OK: Profile; after a Profile:
+//           the whole file), Verify; Verify OK: Profile; after a Profile:
 //           another design (one slot changed) up to `revisions` times, back
 //           to the best one seen if the last was slower, then a closing
 //           reply without a tool call (with `stop_at_reward`, a Profile
 //           paying that much closes at once).
+// With `rewrite_kernel` each change of the kernel after its first Write is a
+// Write of the whole file.
 // Its design choices are in the code it writes (#defines, the header
 // comment). Uses: the code model's corpus (tools/codemodel/corpus.h) and the
 // recipe's warm-up data (policy.kind "engineer" / "engineer_cpu": real
