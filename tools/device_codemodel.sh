@@ -418,7 +418,7 @@ finish_job() {
   local SHAPES=(); [ -f "$RUN/base/tool_line_shapes.txt" ] && SHAPES=(--corpus_shapes="$RUN/base/tool_line_shapes.txt")
   "$M/bin/design_report" --trajectories="$JOB/trajectories" --tasks="$M/small/train.jsonl,$M/small/heldout.jsonl" \
     --bucket=10 "${SHAPES[@]}" > "$D/design_report.json" 2> "$D/design_report.log"
-  grep '^tool lines' "$D/design_report.log" || true
+  grep -E '^(tool lines|revisions:)' "$D/design_report.log" || true
   $PY tools/codemodel/design_plot.py "$D/design_report.json" "$D/designs.png" || echo "designs.png not drawn"
   LATEST=$(cat "$JOB/checkpoints/LATEST" 2>/dev/null)
   [ -n "$LATEST" ] || return 0

@@ -79,6 +79,25 @@ Json DesignsByTask(const std::vector<TrajectoryFacts>& facts) {
   return out;
 }
 
+// The design a kernel file reads as (TrajectoryFacts::design); "other" without the task's spec.
+std::string DesignOf(const absl::StatusOr<agent::family::TaskSpec>& spec, const std::string& device,
+                     const std::string& text) {
+  if (!spec.ok()) return "other";
+  auto r = RecogniseKernel(*spec, device, text);
+  if (r.ok() && !r->faulty) return agent::family::ChoiceDigits(r->choice);
+  if (auto near = NearestRendering(*spec, device, text, kNearEdits); near.ok()) {
+    return "~" + agent::family::ChoiceDigits(near->choice);
+  }
+  return "other";
+}
+
+const std::string* KernelOf(const std::map<std::string, std::string>& files) {
+  for (const auto& [path, text] : files) {
+    if (absl::StartsWith(path, "kernels/")) return &text;
+  }
+  return nullptr;
+}
+
 }  // namespace
 
 TrajectoryFacts Facts(const v1::Trajectory& t, const std::string& reference_source, const std::string& device) {
@@ -94,7 +113,10 @@ TrajectoryFacts Facts(const v1::Trajectory& t, const std::string& reference_sour
   f.speedup_vs_eager = t.final_verdict().speedup_vs_eager();
   f.speedup_vs_compile = t.final_verdict().speedup_vs_compile();
   for (int32_t m : t.loss_mask()) f.model_tokens += m;
+  auto spec = agent::family::ParseTaskSpec(reference_source);
+  if (spec.ok()) f.family = spec->family;
   std::map<std::string, std::string> files;
+  std::string profiled;  // The design the last answered Profile timed.
   const auto& turns = t.turns();
   for (int i = 0; i < turns.size(); ++i) {
     if (turns[i].role() != v1::Turn::ASSISTANT) continue;
@@ -108,26 +130,29 @@ TrajectoryFacts Facts(const v1::Trajectory& t, const std::string& reference_sour
     // The tool turns that follow answer the calls in order; an "Error:" answer changed nothing.
     for (size_t k = 0; k < calls->size(); ++k) {
       const int j = i + 1 + static_cast<int>(k);
-      const bool failed = j < turns.size() && turns[j].role() == v1::Turn::TOOL &&
-                          absl::StartsWith(turns[j].content(), "Error");
+      const bool answered = j < turns.size() && turns[j].role() == v1::Turn::TOOL;
+      const bool failed = answered && absl::StartsWith(turns[j].content(), "Error");
+      const std::string& name = (*calls)[k].name;
+      const bool file_call = name == "Write" || name == "Edit" || name == "MultiEdit";
       if (!failed) Apply((*calls)[k], &files);
+      f.failed_file_calls += failed && file_call;
+      if (name == "Profile" && answered && !failed) {
+        const std::string* kernel = KernelOf(files);
+        const std::string design = kernel == nullptr ? "none" : DesignOf(spec, device, *kernel);
+        if (f.profiles++ > 0) {
+          ++f.revisions;
+          f.revisions_changed_design += design != profiled;
+        }
+        profiled = design;
+      }
     }
   }
   f.design = "none";
-  auto spec = agent::family::ParseTaskSpec(reference_source);
-  if (spec.ok()) f.family = spec->family;
-  for (const auto& [path, text] : files) {
-    if (!absl::StartsWith(path, "kernels/")) continue;
-    f.design = "other";
-    if (!spec.ok()) break;
-    auto r = RecogniseKernel(*spec, device, text);
-    if (r.ok() && !r->faulty) {
-      f.design = agent::family::ChoiceDigits(r->choice);
-    } else if (auto near = NearestRendering(*spec, device, text, kNearEdits); near.ok()) {
-      f.design = "~" + agent::family::ChoiceDigits(near->choice);
+  if (const std::string* kernel = KernelOf(files)) {
+    f.design = DesignOf(spec, device, *kernel);
+    if (spec.ok() && !agent::family::PointwiseOps(*spec).empty()) {
+      f.op_lines = OpLinesRight(*spec, *kernel) ? "right" : "wrong";
     }
-    if (!agent::family::PointwiseOps(*spec).empty()) f.op_lines = OpLinesRight(*spec, text) ? "right" : "wrong";
-    break;
   }
   return f;
 }
@@ -136,6 +161,7 @@ Json Summarise(const std::vector<TrajectoryFacts>& facts, int64_t bucket) {
   bucket = std::max<int64_t>(1, bucket);
   struct Totals {
     int64_t n = 0, calls = 0, turns = 0, tokens = 0, errors = 0, reward_matches = 0, with_kernel = 0;
+    int64_t failed_file_calls = 0, profiles = 0, revisions = 0, revisions_changed_design = 0;
   };
   std::map<std::string, Totals> by_source;
   // family -> bucket start -> design -> count (the model's trajectories).
@@ -151,6 +177,10 @@ Json Summarise(const std::vector<TrajectoryFacts>& facts, int64_t bucket) {
     t.tokens += f.model_tokens;
     t.errors += f.parse_errors;
     t.with_kernel += f.design != "none";
+    t.failed_file_calls += f.failed_file_calls;
+    t.profiles += f.profiles;
+    t.revisions += f.revisions;
+    t.revisions_changed_design += f.revisions_changed_design;
     reward_matches += f.reward == f.verdict_reward;
     errors += f.parse_errors;
     if (f.source != "model") continue;
@@ -167,7 +197,11 @@ Json Summarise(const std::vector<TrajectoryFacts>& facts, int64_t bucket) {
                                       {"mean_assistant_turns", Json(t.turns / n)},
                                       {"mean_model_tokens", Json(t.tokens / n)},
                                       {"parse_errors", Json(t.errors)},
-                                      {"with_kernel", Json(t.with_kernel)}});
+                                      {"with_kernel", Json(t.with_kernel)},
+                                      {"failed_file_calls", Json(t.failed_file_calls)},
+                                      {"profiles", Json(t.profiles)},
+                                      {"revisions", Json(t.revisions)},
+                                      {"revisions_changed_design", Json(t.revisions_changed_design)}});
   }
   Json by_family = Json::object();
   for (const auto& [family, buckets] : designs) {

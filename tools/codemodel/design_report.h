@@ -39,6 +39,13 @@ struct TrajectoryFacts {
   // "right" when the kernel has the task's pointwise op lines (OpLinesRight), "wrong" when not;
   // "" without a kernel or pointwise ops.
   std::string op_lines;
+  // Write / Edit / MultiEdit calls the tools answered "Error" (an edit whose old_string the file
+  // did not have): they changed nothing.
+  int failed_file_calls = 0;
+  // Profile calls the tools answered; of those after the first (the revisions), how many timed a
+  // kernel of another design than the Profile before (a revision whose edit failed times the old
+  // one again).
+  int profiles = 0, revisions = 0, revisions_changed_design = 0;
 };
 
 // The line edits (NearestRendering) within which a kernel reads as "~" a design.
@@ -47,7 +54,7 @@ inline constexpr int kNearEdits = 4;
 // `reference_source` of the task (its kernelrl-family line) decides the family; "" = unknown.
 TrajectoryFacts Facts(const v1::Trajectory& t, const std::string& reference_source, const std::string& device);
 
-// Summary of many: counts and means per source ("model", "engineer"); per
+// Summary of many: counts and means per source ("model", "engineer"), the revisions' among them; per
 // family the design histogram of the model's trajectories by policy-version
 // bucket of `bucket` versions, with how many of their kernels had the task's
 // op lines right and wrong; and per task what each design of the model's

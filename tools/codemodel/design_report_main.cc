@@ -6,7 +6,8 @@
 // DIR holds kernelrl.v1.Trajectory files (*.pb: a job's learner-state/jobs/<id>/trajectories);
 // the task files (family_gen's train.jsonl, heldout.jsonl) give each task's source and device.
 // Prints JSON: counts, mean tool calls / turns / model tokens per source (the model's or the
-// scripted engineer's), and per family the model's final-kernel design histogram per
+// scripted engineer's), their failed file calls and revisions (the model's also as a line on
+// stderr: how many Profiles after a first one timed another design), and per family the model's final-kernel design histogram per
 // policy-version bucket; with --corpus_shapes, per tool how many of its answers' lines have a shape
 // the base's corpus never showed (tools/codemodel/tool_lines.h), also as a line on stderr.
 #include <cstdio>
@@ -79,6 +80,17 @@ int main(int argc, char** argv) {
     return 1;
   }
   Json out = codemodel::Summarise(facts, absl::GetFlag(FLAGS_bucket));
+  {
+    // Whether the model's revisions changed what was timed (a failed edit times the old design again).
+    int64_t revisions = 0, changed = 0, failed = 0;
+    for (const auto& f : facts) {
+      if (f.source != "model") continue;
+      revisions += f.revisions, changed += f.revisions_changed_design, failed += f.failed_file_calls;
+    }
+    std::fprintf(stderr, "revisions: %lld Profiles after a first one, %lld of them timing another design; %lld "
+                 "Write/Edit/MultiEdit calls failed\n", static_cast<long long>(revisions),
+                 static_cast<long long>(changed), static_cast<long long>(failed));
+  }
   if (count_lines) {
     // A tool text the corpus never showed reaches the model first in a rollout: said where it shows.
     out["tool_lines_not_in_corpus"] = codemodel::ToolLineCountsJson(tool_lines, 5);
@@ -105,7 +117,11 @@ int main(int argc, char** argv) {
                               {"speedup_vs_eager", Json(f.speedup_vs_eager)},
                               {"speedup_vs_compile", Json(f.speedup_vs_compile)},
                               {"design", Json(f.design)},
-                              {"op_lines", Json(f.op_lines)}}));
+                              {"op_lines", Json(f.op_lines)},
+                              {"failed_file_calls", Json(f.failed_file_calls)},
+                              {"profiles", Json(f.profiles)},
+                              {"revisions", Json(f.revisions)},
+                              {"revisions_changed_design", Json(f.revisions_changed_design)}}));
     }
     out["per_trajectory"] = std::move(list);
   }

@@ -42,6 +42,10 @@ TEST(DesignReportTest, EngineerEpisodesParseAndEndInTheirDesign) {
     EXPECT_EQ(f.outcome, "OK");
     EXPECT_EQ(f.reward, f.verdict_reward);
     EXPECT_GT(f.model_tokens, 0);
+    EXPECT_EQ(f.failed_file_calls, 0);
+    EXPECT_GE(f.profiles, 1);
+    EXPECT_EQ(f.revisions, f.profiles - 1);
+    EXPECT_EQ(f.revisions_changed_design, f.revisions) << "each of the engineer's revisions changes one slot";
     facts.push_back(f);
   }
   int64_t total = 0;
@@ -110,6 +114,59 @@ TEST(DesignReportTest, AKernelNearARenderingReadsAsItsDesign) {
   EXPECT_EQ(facts_of(absl::StrReplaceAll(kernel, {{"// relu", "// tanh"}})).op_lines, "right")
       << "a comment is not code";
   EXPECT_EQ(facts_of("__global__ void k() {}\n").op_lines, "wrong");
+}
+
+// A revision whose edit the tools refused times the design before it again: counted as a revision
+// that did not change the design, and its MultiEdit as a failed file call; a rewrite changes it.
+TEST(DesignReportTest, ARevisionWhoseEditFailedTimesTheSameDesign) {
+  const agent::family::TaskSpec spec{"gemm_epilogue", {"relu"}};
+  std::string source;
+  for (const auto& ft : data::family::MakeTasks("cuda")) {
+    if (ft.spec.family == spec.family && ft.spec.ops == spec.ops) source = ft.source;
+  }
+  ASSERT_FALSE(source.empty());
+  auto kernel = [&](const agent::family::Choice& c) {
+    auto files = agent::family::Render(spec, c, "cuda");
+    EXPECT_TRUE(files.ok()) << files.status();
+    return files.ok() ? files->at(agent::KernelPathOf(*files)) : "";
+  };
+  const std::string path = "kernels/gemm_epilogue.cu";
+  auto call = [](const std::string& name, Json args) {
+    return "<tool_call>\n" + DumpJson(Json::object({{"name", Json(name)}, {"arguments", std::move(args)}})) +
+           "\n</tool_call>\n";
+  };
+  const std::string profile = call("Profile", Json::object());
+  v1::Trajectory t;
+  t.set_task_id("train/ge_relu_1024x512x2048");
+  auto turn = [&](v1::Turn::Role role, const std::string& content) {
+    auto* x = t.add_turns();
+    x->set_role(role);
+    x->set_content(content);
+  };
+  turn(v1::Turn::ASSISTANT,
+       call("Write", Json::object({{"path", Json(path)}, {"content", Json(kernel({0, 1, 2, 0}))}})) + profile);
+  turn(v1::Turn::TOOL, "Wrote " + path);
+  turn(v1::Turn::TOOL, "Profile: OK");
+  Json edits = Json::array();
+  edits.push_back(Json::object({{"old_string", Json("#define BLOCK 999")}, {"new_string", Json("#define BLOCK 1")}}));
+  turn(v1::Turn::ASSISTANT, call("MultiEdit", Json::object({{"path", Json(path)}, {"edits", edits}})) + profile);
+  turn(v1::Turn::TOOL, "Error: edit 1: old_string was not found in the file");
+  turn(v1::Turn::TOOL, "Profile: OK");
+  turn(v1::Turn::ASSISTANT,
+       call("Write", Json::object({{"path", Json(path)}, {"content", Json(kernel({0, 1, 1, 0}))}})) + profile);
+  turn(v1::Turn::TOOL, "Wrote " + path);
+  turn(v1::Turn::TOOL, "Profile: OK");
+  const TrajectoryFacts f = Facts(t, source, "cuda");
+  EXPECT_EQ(f.parse_errors, 0);
+  EXPECT_EQ(f.failed_file_calls, 1);
+  EXPECT_EQ(f.profiles, 3);
+  EXPECT_EQ(f.revisions, 2);
+  EXPECT_EQ(f.revisions_changed_design, 1);
+  EXPECT_EQ(f.design, "0110");
+  const Json model = *FindJson(*FindJson(Summarise({f}, 10), "by_source"), "model");
+  EXPECT_EQ(JsonNumber(*FindJson(model, "revisions")), 2);
+  EXPECT_EQ(JsonNumber(*FindJson(model, "revisions_changed_design")), 1);
+  EXPECT_EQ(JsonNumber(*FindJson(model, "failed_file_calls")), 1);
 }
 
 // Every rendering of every composition with pointwise ops has its op lines, at either precision;
