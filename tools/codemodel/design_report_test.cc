@@ -22,6 +22,14 @@
 namespace kernelrl::codemodel {
 namespace {
 
+// The reference source of the family's CUDA task with `spec`'s ops ("" if none).
+std::string CudaTaskSource(const agent::family::TaskSpec& spec) {
+  for (const auto& ft : data::family::MakeTasks("cuda")) {
+    if (ft.spec.family == spec.family && ft.spec.ops == spec.ops) return ft.source;
+  }
+  return "";
+}
+
 TEST(DesignReportTest, EngineerEpisodesParseAndEndInTheirDesign) {
   const std::vector<v1::Task> tasks = testing::FirstTrainingTaskPerFamily("cpu");
   std::map<std::string, std::string> sources;
@@ -82,10 +90,7 @@ TEST(DesignReportTest, EngineerEpisodesParseAndEndInTheirDesign) {
 // reads as that design with "~"; one far from every rendering as "other".
 TEST(DesignReportTest, AKernelNearARenderingReadsAsItsDesign) {
   const agent::family::TaskSpec spec{"gemm_epilogue", {"relu"}};
-  std::string source;
-  for (const auto& ft : data::family::MakeTasks("cuda")) {
-    if (ft.spec.family == spec.family && ft.spec.ops == spec.ops) source = ft.source;
-  }
+  const std::string source = CudaTaskSource(spec);
   ASSERT_FALSE(source.empty());
   auto files = agent::family::Render(spec, {0, 1, 2, 0}, "cuda");
   ASSERT_TRUE(files.ok()) << files.status();
@@ -120,10 +125,7 @@ TEST(DesignReportTest, AKernelNearARenderingReadsAsItsDesign) {
 // that did not change the design, and its MultiEdit as a failed file call; a rewrite changes it.
 TEST(DesignReportTest, ARevisionWhoseEditFailedTimesTheSameDesign) {
   const agent::family::TaskSpec spec{"gemm_epilogue", {"relu"}};
-  std::string source;
-  for (const auto& ft : data::family::MakeTasks("cuda")) {
-    if (ft.spec.family == spec.family && ft.spec.ops == spec.ops) source = ft.source;
-  }
+  const std::string source = CudaTaskSource(spec);
   ASSERT_FALSE(source.empty());
   auto kernel = [&](const agent::family::Choice& c) {
     auto files = agent::family::Render(spec, c, "cuda");
