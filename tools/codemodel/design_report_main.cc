@@ -80,16 +80,12 @@ int main(int argc, char** argv) {
     return 1;
   }
   Json out = codemodel::Summarise(facts, absl::GetFlag(FLAGS_bucket));
-  {
-    // Whether the model's revisions changed what was timed (a failed edit times the old design again).
-    int64_t revisions = 0, changed = 0, failed = 0;
-    for (const auto& f : facts) {
-      if (f.source != "model") continue;
-      revisions += f.revisions, changed += f.revisions_changed_design, failed += f.failed_file_calls;
-    }
-    std::fprintf(stderr, "revisions: %lld Profiles after a first one, %lld of them timing another design; %lld "
-                 "Write/Edit/MultiEdit calls failed\n", static_cast<long long>(revisions),
-                 static_cast<long long>(changed), static_cast<long long>(failed));
+  // Whether the model's revisions changed what was timed (a failed edit times the old design again).
+  if (const Json* model = FindJson(*FindJson(out, "by_source"), "model")) {
+    std::fprintf(stderr, "revisions: %.0f Profiles after a first one, %.0f of them timing another design; %.0f "
+                 "Write/Edit/MultiEdit calls failed\n", JsonNumber(*FindJson(*model, "revisions")),
+                 JsonNumber(*FindJson(*model, "revisions_changed_design")),
+                 JsonNumber(*FindJson(*model, "failed_file_calls")));
   }
   if (count_lines) {
     // A tool text the corpus never showed reaches the model first in a rollout: said where it shows.
