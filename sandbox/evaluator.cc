@@ -408,7 +408,8 @@ std::string Evaluator::GpuModel() const {
   return gpu_model_;
 }
 
-Verdict Evaluator::Evaluate(const EvaluateRequest& request, const ProgressFn& progress) {
+Verdict Evaluator::Evaluate(const EvaluateRequest& request, const ProgressFn& progress,
+                            const CancelledFn& cancelled) {
   const double t0 = MonotonicMs();
   const std::string cache_key = verdict_cache_.enabled() ? VerdictCache::Key(request) : "";
   if (std::optional<Verdict> hit = verdict_cache_.enabled() ? verdict_cache_.Lookup(cache_key) : std::nullopt) {
@@ -418,7 +419,7 @@ Verdict Evaluator::Evaluate(const EvaluateRequest& request, const ProgressFn& pr
     if (progress) progress("done", true, Verdict::Outcome_Name(hit->outcome()));
     return *std::move(hit);
   }
-  Verdict v = Run(request, progress);
+  Verdict v = Run(request, progress, cancelled);
   v.set_worker_id(config_.worker_id());
   v.set_torch_version(torch_version_);
   v.set_gpu_model(GpuModel());
@@ -456,7 +457,7 @@ v1::BaselineMeasurement Evaluator::MeasureBaseline(const Task& task) {
   for (const std::string kind : {"eager", "compiled"}) {
     request.set_request_id(absl::StrCat("baseline-", kind));
     v1::ProfileMeasurement m;
-    const Verdict v = Run(request, nullptr, nullptr, kind, &m);
+    const Verdict v = Run(request, nullptr, nullptr, nullptr, kind, &m);
     v1::RawTimingRun& run = kind == "eager" ? *bm.mutable_eager() : *bm.mutable_compiled();
     if (v.outcome() == Verdict::OK && m.has_candidate()) {
       run = m.candidate();
@@ -490,7 +491,8 @@ v1::BaselineMeasurement Evaluator::MeasureBaseline(const Task& task) {
   return bm;
 }
 
-Verdict Evaluator::Run(const EvaluateRequest& request, const ProgressFn& progress, v1::RawTimingRun* timing,
+Verdict Evaluator::Run(const EvaluateRequest& request, const ProgressFn& progress, const CancelledFn& cancelled,
+                       v1::RawTimingRun* timing,
                        const std::string& baseline, v1::ProfileMeasurement* measured) {
   Verdict v;
   const uint64_t id = job_counter_.fetch_add(1);
@@ -505,6 +507,10 @@ Verdict Evaluator::Run(const EvaluateRequest& request, const ProgressFn& progres
       KLOG(WARNING) << "sandbox: " << s.message();
     }
     return v;
+  };
+  // Why the job ends before `stage`, or "" while its caller is still there.
+  auto gone = [&](const std::string& stage) {
+    return cancelled && cancelled() ? absl::StrCat(kCallerGone, stage, " stage") : std::string();
   };
   if (!serving_.load()) return finish(Verdict::INFRA_ERROR, "worker is not serving (GPU health probe failed)");
 
@@ -532,6 +538,7 @@ Verdict Evaluator::Run(const EvaluateRequest& request, const ProgressFn& progres
   // 2. Compile (CPU; parallel; cached).
   std::string layout = "BASELINE", artifact_dir = job_dir + "/ws";
   if (baseline.empty()) {
+    if (std::string why = gone("compile"); !why.empty()) return finish(Verdict::INFRA_ERROR, why);
     note("compile", false);
     absl::StatusOr<CompileResult> built = compile_->Compile(ws, job_dir + "/ws");
     if (!built.ok()) return finish(Verdict::INFRA_ERROR, "compile stage: " + std::string(built.status().message()));
@@ -624,6 +631,7 @@ Verdict Evaluator::Run(const EvaluateRequest& request, const ProgressFn& progres
                           : job.profile() ? "the GPU shared until the clock"
                                           : "the GPU shared with other verify-only jobs");
   if (!serving_.load()) return finish(Verdict::INFRA_ERROR, "worker is not serving (GPU health probe failed)");
+  if (std::string why = gone("verify"); !why.empty()) return finish(Verdict::INFRA_ERROR, why);
   // The protocol (sets, distributions, tolerances, precision, the profiler's
   // knobs) goes to the reference process through the trusted dir, which the
   // candidate's process cannot see; the zygote and its children get the rest.
@@ -650,6 +658,8 @@ Verdict Evaluator::Run(const EvaluateRequest& request, const ProgressFn& progres
       note("start_queue", false);
       double token_at = at;
       auto take_lease = [&] {
+        turn_error = gone("profile");
+        if (!turn_error.empty()) return false;
         if (!gpu_lease_.enabled()) return true;
         absl::StatusOr<GpuLease::Hold> held = gpu_lease_.Exclusive(absl::Seconds(lim.wall_seconds()));
         token_at = MonotonicMs();
@@ -668,12 +678,14 @@ Verdict Evaluator::Run(const EvaluateRequest& request, const ProgressFn& progres
         turn_error = absl::StrCat("another profiling job held this worker's GPU for more than ",
                                   job.turn_wait_seconds(), " s");
       }
+      if (turn_error.empty()) turn_error = gone("profile");  // it may have waited long for the token
       AddStage(v, "start_queue", MonotonicMs() - token_at);
       note("start_queue", true, turn_error);
     } else {
       note("gpu_alone", false);
       gpu.Alone();
       AddStage(v, "clock_queue", MonotonicMs() - at);
+      if (turn_error.empty()) turn_error = gone("clock");
       note("gpu_alone", true);
       grant.set_gpu_lease_quiet_since_unix_s(quiet_since_unix_s);
     }

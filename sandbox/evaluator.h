@@ -36,6 +36,12 @@ namespace kernelrl::sandbox {
 
 // Called when a stage starts (finished = false) and ends.
 using ProgressFn = std::function<void(const std::string& stage, bool finished, const std::string& detail)>;
+// True once the request's caller has gone (its RPC cancelled: a stopped actor, a cancelled job).
+// A worker's queue outlives its callers: without it, a job's cancelled rollouts kept one GPU busy
+// with their profiles for ~40 s after their actors stopped, ahead of the final evaluation.
+using CancelledFn = std::function<bool()>;
+// The summary of a verdict whose caller had gone before a stage that waits for the GPU or uses it.
+inline constexpr char kCallerGone[] = "cancelled: its caller went away before the ";
 
 struct EvaluatorInfo {
   int compile_in_flight = 0;
@@ -60,7 +66,11 @@ class Evaluator {
   // Probes the host, starts the zygote and runs the first health probe.
   static absl::StatusOr<std::unique_ptr<Evaluator>> Create(const SandboxConfig& config);
 
-  Verdict Evaluate(const EvaluateRequest& request, const ProgressFn& progress = nullptr);
+  // `cancelled` is asked before each stage that waits for or uses the GPU (compile, the verify's
+  // turn, the profile's lease, token and clock): once true the job ends there, INFRA_ERROR with
+  // summary kCallerGone + the stage, never cached.
+  Verdict Evaluate(const EvaluateRequest& request, const ProgressFn& progress = nullptr,
+                   const CancelledFn& cancelled = nullptr);
 
   // Baselines through the candidate path (docs/HARNESS.md, "Baselines"): the
   // task's own Model (eager), then torch.compile(Model), each run as a verify
@@ -81,7 +91,8 @@ class Evaluator {
   // `timing` (may be null) receives the candidate's timing run of a profiled OK job.
   // `baseline` "eager"/"compiled": a baseline job (no workspace; the executor
   // runs the task's Model); its measurement goes to `measured`, not to the judge.
-  Verdict Run(const EvaluateRequest& request, const ProgressFn& progress, v1::RawTimingRun* timing = nullptr,
+  Verdict Run(const EvaluateRequest& request, const ProgressFn& progress, const CancelledFn& cancelled,
+              v1::RawTimingRun* timing = nullptr,
               const std::string& baseline = "", v1::ProfileMeasurement* measured = nullptr);
   // Probes the GPU through `zygote` (the one the calling job holds, or any when none runs).
   // The caller holds the GPU alone (a GpuTurns turn).

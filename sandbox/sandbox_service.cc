@@ -3,9 +3,12 @@
 
 #include <time.h>
 
+#include "absl/strings/match.h"
+
 namespace kernelrl::sandbox {
 namespace {
 
+const grpc::Status kCancelled(grpc::StatusCode::CANCELLED, "the caller went away; the sandbox dropped its job");
 
 }  // namespace
 
@@ -13,6 +16,8 @@ SandboxService::SandboxService(Evaluator* evaluator, MetricsRegistry* metrics)
     : evaluator_(evaluator),
       outcomes_(metrics->AddCounter("kernelrl_sandbox_evaluations_total", "Evaluations by verdict outcome.",
                                     {"outcome"})),
+      abandoned_(metrics->AddCounter("kernelrl_sandbox_abandoned_total",
+                                     "Requests whose caller went away before their verdict.", {"when"})),
       stage_seconds_(metrics->AddHistogram("kernelrl_sandbox_stage_seconds", "Wall time of each stage.", {"stage"},
                                            {0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300})),
       queue_depth_(metrics->AddGauge("kernelrl_sandbox_queue_depth",
@@ -33,23 +38,30 @@ SandboxService::SandboxService(Evaluator* evaluator, MetricsRegistry* metrics)
   });
 }
 
-void SandboxService::Record(const v1::Verdict& verdict) {
+bool SandboxService::Record(grpc::ServerContext* context, const v1::Verdict& verdict) {
+  if (context->IsCancelled()) {
+    // A job dropped at a stage (kCallerGone) saved that stage's GPU time; one run to its end did not.
+    const bool dropped = verdict.outcome() == v1::Verdict::INFRA_ERROR &&
+                         absl::StartsWith(verdict.summary(), kCallerGone);
+    abandoned_.Labels({dropped ? "dropped_before_a_stage" : "after_its_verdict"}).Increment();
+    return false;
+  }
   outcomes_.Labels({v1::Verdict::Outcome_Name(verdict.outcome())}).Increment();
   if (verdict.cached()) cache_hits_.Get().Increment();
   for (const v1::StageTiming& s : verdict.stages()) stage_seconds_.Labels({s.stage()}).Observe(s.wall_ms() / 1e3);
+  return true;
 }
 
-grpc::Status SandboxService::Evaluate(grpc::ServerContext*, const v1::EvaluateRequest* request,
+grpc::Status SandboxService::Evaluate(grpc::ServerContext* context, const v1::EvaluateRequest* request,
                                       v1::Verdict* verdict) {
   if (!evaluator_->serving()) {
     return grpc::Status(grpc::StatusCode::UNAVAILABLE, "sandbox worker is not serving (GPU health probe failed)");
   }
-  *verdict = evaluator_->Evaluate(*request);
-  Record(*verdict);
-  return grpc::Status::OK;
+  *verdict = evaluator_->Evaluate(*request, nullptr, [context] { return context->IsCancelled(); });
+  return Record(context, *verdict) ? grpc::Status::OK : kCancelled;
 }
 
-grpc::Status SandboxService::EvaluateStream(grpc::ServerContext*, const v1::EvaluateRequest* request,
+grpc::Status SandboxService::EvaluateStream(grpc::ServerContext* context, const v1::EvaluateRequest* request,
                                             grpc::ServerWriter<v1::EvaluateProgress>* writer) {
   if (!evaluator_->serving()) {
     return grpc::Status(grpc::StatusCode::UNAVAILABLE, "sandbox worker is not serving (GPU health probe failed)");
@@ -64,8 +76,8 @@ grpc::Status SandboxService::EvaluateStream(grpc::ServerContext*, const v1::Eval
     p.set_elapsed_ms(MonotonicMs() - start);
     p.set_detail(detail);
     writer->Write(p);
-  });
-  Record(verdict);
+  }, [context] { return context->IsCancelled(); });
+  if (!Record(context, verdict)) return kCancelled;
   v1::EvaluateProgress last;
   last.set_stage("done");
   last.set_finished(true);

@@ -24,10 +24,13 @@ class SandboxService final : public v1::Sandbox::Service {
                               grpc::ServerWriter<v1::EvaluateProgress>* writer) override;
 
  private:
-  void Record(const v1::Verdict& verdict);
+  // Records a finished verdict; false (nothing recorded) when its caller went away before it
+  // was done: the call ends CANCELLED, and no outcome counts a job its caller cut short.
+  bool Record(grpc::ServerContext* context, const v1::Verdict& verdict);
 
   Evaluator* const evaluator_;
   Family<Counter>& outcomes_;
+  Family<Counter>& abandoned_;
   Family<Histogram>& stage_seconds_;
   Family<Gauge>& queue_depth_;
   Family<Gauge>& serving_;

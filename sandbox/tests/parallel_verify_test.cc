@@ -239,5 +239,49 @@ TEST_F(ParallelVerifyTest, AVerdictThatNeedsNoGpuIsNotHeldBehindAProfiledJob) {
   EXPECT_EQ(timed.outcome(), Verdict::OK) << timed.summary();
 }
 
+bool HasStage(const Verdict& v, const std::string& stage) {
+  return std::any_of(v.stages().begin(), v.stages().end(), [&](const StageTiming& s) { return s.stage() == stage; });
+}
+
+// A request whose caller has gone (its RPC cancelled) uses no more of the worker: it ends before
+// its compile, never cached.
+TEST_F(ParallelVerifyTest, AJobWhoseCallerHasGoneEndsBeforeItsCompile) {
+  const Verdict v = evaluator_->Evaluate(Request(true), nullptr, [] { return true; });
+  EXPECT_EQ(v.outcome(), Verdict::INFRA_ERROR) << v.summary();
+  EXPECT_EQ(v.summary(), std::string(kCallerGone) + "compile stage");
+  EXPECT_FALSE(HasStage(v, "compile"));
+  EXPECT_FALSE(HasStage(v, "gpu_queue"));
+}
+
+// A profiling job queued behind another's clock token, whose caller goes away while it waits (as a
+// cancelled job's rollouts do when their actors stop), gives up its turn without profiling: the
+// next job gets the GPU at once instead of after a profile nobody reads.
+TEST_F(ParallelVerifyTest, AProfilingJobWhoseCallerWentAwayInTheQueueNeverProfiles) {
+  absl::Notification first_started, release, second_asking;
+  std::atomic<bool> second_profiled{false};
+  Verdict first, second;
+  std::thread ta = HoldStartedProfilingJob(&first, &first_started, &release);
+  ASSERT_TRUE(first_started.WaitForNotificationWithTimeout(absl::Seconds(120)));
+  // Its caller goes away when the first job is released: while it waits for the token, or (if the
+  // release comes first) just before it asks for it. Either way it must not profile.
+  std::thread tb([&] {
+    second = evaluator_->Evaluate(
+        Request(true),
+        [&](const std::string& stage, bool finished, const std::string&) {
+          if (stage == "start_queue" && !finished) second_asking.Notify();
+          if (stage == "profile") second_profiled = true;
+        },
+        [&] { return release.HasBeenNotified(); });
+  });
+  ASSERT_TRUE(second_asking.WaitForNotificationWithTimeout(absl::Seconds(120)));
+  release.Notify();
+  ta.join(), tb.join();
+  EXPECT_EQ(first.outcome(), Verdict::OK) << first.summary();
+  EXPECT_EQ(second.outcome(), Verdict::INFRA_ERROR) << second.summary();
+  EXPECT_EQ(second.summary(), std::string(kCallerGone) + "profile stage");
+  EXPECT_FALSE(second_profiled.load()) << "the abandoned job ran its profile";
+  EXPECT_FALSE(HasStage(second, "profile"));
+}
+
 }  // namespace
 }  // namespace kernelrl::sandbox
