@@ -393,7 +393,9 @@ run_job() {
   HARD=$(( ${DEADLINE:-560} - $(elapsed) - 30 ))
   WALL=$(( HARD - 15 )); [ $WALL -gt $(( ${LEARN_WALL:-270} + 90 )) ] && WALL=$(( ${LEARN_WALL:-270} + 90 ))
   [ $HARD -gt $(( WALL + 60 )) ] && HARD=$(( WALL + 60 ))
-  local CUT=(timeout $HARD) CUT_FLAGS=(--job_timeout_s=$WALL --stall_timeout_s=120)
+  # The stall limit is over the family preset's lease (300 s): no line changes while a batch's rollouts
+  # are in flight, and 24 eight-turn rollouts that rewrite their kernels returned none in 120 s (H200).
+  local CUT=(timeout $HARD) CUT_FLAGS=(--job_timeout_s=$WALL --stall_timeout_s=320)
   [ -n "${LOCAL_RUN:-}" ] && CUT=() CUT_FLAGS=()
   mkdir -p "$RUN/run-$NAME" && sha256sum < "$RUN/base/tokenizer.json" | cut -d' ' -f1 > "$RUN/run-$NAME/tokenizer.sha256"
   echo "job $NAME at $(elapsed) s${CUT_FLAGS:+, limit $WALL s (the final evaluation included), killed after $HARD s}${4:+, sandbox from GPU $4}"
