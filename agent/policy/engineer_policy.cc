@@ -1,5 +1,6 @@
 #include "agent/policy/engineer_policy.h"
 
+#include <algorithm>
 #include <cmath>
 #include <optional>
 
@@ -129,6 +130,31 @@ std::optional<double> EagerSpeedup(const std::string& observation) {
 
 std::string KernelPathOf(const std::map<std::string, std::string>& files) { return KernelPath(files); }
 
+std::optional<std::string> SedForDesignChange(const std::string& path, const std::string& from, const std::string& to) {
+  const std::vector<std::string> a = Lines(from), b = Lines(to);
+  if (a.size() != b.size()) return std::nullopt;
+  std::vector<std::string> exprs;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i] == b[i]) continue;
+    const std::vector<std::string> words = absl::StrSplit(b[i], ' ');
+    const size_t design = b[i].find("; choice ");
+    if (words.size() == 3 && words[0] == "#define" && absl::StartsWith(a[i], absl::StrCat("#define ", words[1], " "))) {
+      exprs.push_back(absl::StrCat("s/^#define ", words[1], " .*/", b[i], "/"));
+    } else if (i == 0 && design != std::string::npos && a[i].compare(0, design + 9, b[i], 0, design + 9) == 0) {
+      exprs.push_back(absl::StrCat("s/; choice .*/", b[i].substr(design), "/"));  // The task's words stay.
+    } else {
+      return std::nullopt;
+    }
+  }
+  if (exprs.empty()) return std::nullopt;
+  std::string command = "sed -i";
+  for (const std::string& e : exprs) {
+    if (e.find_first_of("&\\'\n") != std::string::npos || std::count(e.begin(), e.end(), '/') != 3) return std::nullopt;
+    absl::StrAppend(&command, " -e '", e, "'");
+  }
+  return absl::StrCat(command, " ", path);
+}
+
 struct EngineerPolicy::Episode {
   std::mt19937_64 rng;
   uint64_t last_use = 0;  // EngineerPolicy::uses_ at its latest reply.
@@ -137,6 +163,7 @@ struct EngineerPolicy::Episode {
   std::vector<fam::Slot> slots;
   std::string kernel_path, written;  // The kernel as last written.
   fam::Choice choice{}, best{};
+  std::optional<fam::Choice> saved;  // The design kBestKernelCopy holds (shell_changes).
   double best_speed = -1;
   int revisions_left = 0;
   bool closing = false;
@@ -154,6 +181,20 @@ absl::StatusOr<std::string> EngineerPolicy::Next(Episode& e, const std::string& 
     return RenderFor(e.spec, c, device);
   };
   auto describe = [&](const fam::Choice& c) { return fam::DescribeChoice(e.slots, c); };
+  auto bash = [](const std::string& command) {
+    return FormatToolCall("Bash", Json::object({{"command", Json(command)}}));
+  };
+  // The calls that turn the kernel as written into `to`, another design of the same task; `save`
+  // first copies the kernel as it is (the best so far, about to be revised away from).
+  auto design_change = [&](const std::string& to, bool save) {
+    if (!options_.shell_changes) return EditCalls(e.kernel_path, e.written, to, options_.rewrite_kernel);
+    const std::string copy = absl::StrCat("cp ", e.kernel_path, " ", kBestKernelCopy);
+    if (save) e.saved = e.choice;
+    if (std::optional<std::string> sed = SedForDesignChange(e.kernel_path, e.written, to)) {
+      return bash(save ? absl::StrCat(copy, " && ", *sed) : *sed);
+    }
+    return absl::StrCat(save ? bash(copy) + "\n" : "", EditCalls(e.kernel_path, e.written, to, options_.rewrite_kernel));
+  };
 
   if (!e.have_task) {
     if (obs.empty()) {
@@ -221,7 +262,7 @@ absl::StatusOr<std::string> EngineerPolicy::Next(Episode& e, const std::string& 
     next[fam::kNumSlots - 1] = 0;
     auto files = render(next);
     if (!files.ok()) return files.status();
-    std::string calls = EditCalls(e.kernel_path, e.written, files->at(e.kernel_path), options_.rewrite_kernel);
+    std::string calls = design_change(files->at(e.kernel_path), false);
     e.choice = next;
     e.written = files->at(e.kernel_path);
     return absl::StrCat(Pick(rng, {"Wrong answer: fp16 overflows on large inputs and fails the strict precision "
@@ -253,7 +294,7 @@ absl::StatusOr<std::string> EngineerPolicy::Next(Episode& e, const std::string& 
                    static_cast<int>(e.slots[slot].options.size());
       auto files = render(next);
       if (!files.ok()) return files.status();
-      std::string calls = EditCalls(e.kernel_path, e.written, files->at(e.kernel_path), options_.rewrite_kernel);
+      std::string calls = design_change(files->at(e.kernel_path), e.best == e.choice && e.saved != e.choice);
       e.choice = next;
       e.written = files->at(e.kernel_path);
       return absl::StrFormat("%s Trying %s=%s instead.\n%s\n%s", why, e.slots[slot].name,
@@ -262,7 +303,9 @@ absl::StatusOr<std::string> EngineerPolicy::Next(Episode& e, const std::string& 
     if (e.best != e.choice) {
       auto files = render(e.best);
       if (!files.ok()) return files.status();
-      std::string calls = EditCalls(e.kernel_path, e.written, files->at(e.kernel_path), options_.rewrite_kernel);
+      std::string calls = options_.shell_changes && e.saved == e.best
+                              ? bash(absl::StrCat("cp ", kBestKernelCopy, " ", e.kernel_path))
+                              : EditCalls(e.kernel_path, e.written, files->at(e.kernel_path), options_.rewrite_kernel);
       e.choice = e.best;
       e.written = files->at(e.kernel_path);
       return absl::StrFormat("%.2fx eager is slower than the best so far (%.2fx); back to %s.\n%s\n%s", *s,

@@ -17,7 +17,8 @@
 //           reply without a tool call (with `stop_at_reward`, a Profile
 //           paying that much closes at once).
 // With `rewrite_kernel` each change of the kernel after its first Write is a
-// Write of the whole file.
+// Write of the whole file; with `shell_changes` a design change is a Bash sed
+// and back to the best a Bash cp of a saved copy.
 // Its design choices are in the code it writes (#defines, the header
 // comment). Uses: the code model's corpus (tools/codemodel/corpus.h) and the
 // recipe's warm-up data (policy.kind "engineer" / "engineer_cpu": real
@@ -60,6 +61,13 @@ struct EngineerPolicyOptions {
   // fails whole ("old_string was not found"; 87 of 101 MultiEdits in a PPO run, docs/CODEMODEL.md).
   // A rewrite names the new design in tokens the model writes afresh.
   bool rewrite_kernel = false;
+  // A design change is a Bash `sed -i` of the header's design and the changed #define lines (when
+  // nothing else differs: elementwise's fp16 body does), and back to the best a Bash `cp` of the
+  // copy (kBestKernelCopy) that a revision away from the best saved first. A rewrite restates the
+  // kernel's ops from memory: 17 of 41 PPO trajectories of a rewriting policy (H200) passed, then
+  // ended on a WRONG_ANSWER rewrite that named ops the task does not have ("softmax -> scale" for
+  // a softmax), and none went back. A sed leaves the op lines as they were written.
+  bool shell_changes = false;
   std::string device = "cuda";  // Kernels for "cuda" (.cu) or "cpu" (.cc).
   int64_t policy_version = 0;   // Reported with every reply.
 };
@@ -72,6 +80,14 @@ struct FaultKind {
   const char* cpu_message;
 };
 const std::vector<FaultKind>& Faults();
+
+// Where shell_changes keeps the best design's kernel (a .txt: the sandbox compiles no copy of it).
+inline constexpr char kBestKernelCopy[] = "best_kernel.txt";
+
+// The Bash command that turns kernel `from` into `to` when they differ only in the header's
+// design and in #define values: `sed -i` of those lines of `path`. nullopt when any other line
+// differs.
+std::optional<std::string> SedForDesignChange(const std::string& path, const std::string& from, const std::string& to);
 
 // The kernels/ entry of a rendering.
 std::string KernelPathOf(const std::map<std::string, std::string>& files);

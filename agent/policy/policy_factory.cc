@@ -21,6 +21,7 @@ EngineerPolicyOptions EngineerOptions(const v1::EngineerConfig& config, const st
   o.read_lines = config.read_lines();
   o.stop_at_reward = config.stop_at_reward();
   o.rewrite_kernel = config.rewrite_kernel();
+  o.shell_changes = config.shell_changes();
   return o;
 }
 

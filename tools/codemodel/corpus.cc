@@ -391,9 +391,12 @@ v1::RolloutConfig EpisodeRolloutConfig(v1::RolloutConfig rc, const std::string& 
   rc.set_final_evaluation(true);
   rc.set_wall_seconds(0);
   rc.set_workspace_root(workspace_root);
-  rc.mutable_isolation()->set_contain(false);  // No Bash call: the shell never starts.
+  // The shell runs the engineer's own commands (shell_changes: sed, cp), no model's: uncontained.
+  rc.mutable_isolation()->set_contain(false);
   v1::ToolLimits& lim = *rc.mutable_tools();
   if (lim.output_cap_bytes() == 0) lim.set_output_cap_bytes(16384);
+  if (lim.bash_default_timeout_s() == 0) lim.set_bash_default_timeout_s(60);
+  if (lim.bash_max_timeout_s() == 0) lim.set_bash_max_timeout_s(60);
   if (lim.read_max_lines() == 0) lim.set_read_max_lines(2000);
   if (lim.max_file_bytes() == 0) lim.set_max_file_bytes(1 << 20);
   return rc;

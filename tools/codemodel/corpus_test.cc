@@ -6,6 +6,8 @@
 #include "tools/codemodel/render.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <filesystem>
 #include <map>
 #include <random>
 #include <set>
@@ -23,6 +25,7 @@
 #include "agent/chat/tool_calls.h"
 #include "agent/chat/tools.h"
 #include "agent/tokenizer/bpe_trainer.h"
+#include "common/file.h"
 #include "common/testing/testing.h"
 #include "data/family/family.h"
 #include "gtest/gtest.h"
@@ -565,6 +568,86 @@ TEST(CorpusTest, WithRewriteKernelEveryChangeWritesTheWholeKernel) {
       }
     }
     EXPECT_GE(kernel_writes, 2) << "record " << r << ": the planted fault was not rewritten";
+  }
+}
+
+// With shell_changes a revision is one Bash sed of the design's lines, and back to the best a Bash
+// cp of the copy saved before the revision away from it: the shell really runs them in the
+// episode's workspace, and each kernel the evaluator reads after one is a clean rendering (every
+// episode ends OK), so its op lines were never written again.
+TEST(CorpusTest, WithShellChangesARevisionIsASedAndBackToTheBestACopy) {
+  agent::EngineerPolicyOptions o;
+  o.fault_rate = 0.3;
+  o.fp16_rate = 0.5;
+  o.revisions = 2;
+  o.shell_changes = true;
+  o.device = "cpu";
+  const std::vector<v1::Task> tasks = OnePerFamily("cpu");
+  auto corpus = MakeCorpus(tasks, 6, v1::RolloutConfig(), "skill", o, std::random_device{}(),
+                           kernelrl::testing::NewTempDir("shell_changes"));
+  ASSERT_TRUE(corpus.ok()) << corpus.status();
+  ASSERT_EQ(corpus->records.size(), 18u);
+  EXPECT_EQ(corpus->final_ok, 18);
+  const std::string copy = agent::kBestKernelCopy;
+  int seds = 0, saves = 0, restores = 0;
+  for (const Json& record : corpus->records) {
+    const Json& msgs = *FindJson(record, "messages");
+    for (size_t i = 0; i < msgs.size(); ++i) {
+      const std::string role = FindJson(msgs[i], "role")->get<std::string>();
+      const std::string content = FindJson(msgs[i], "content")->get<std::string>();
+      if (role == "tool" && i > 0 && absl::StrContains(FindJson(msgs[i - 1], "content")->get<std::string>(), "\"Bash\"") &&
+          !absl::StartsWith(content, "Profile") && !absl::StartsWith(content, "Verify")) {
+        EXPECT_TRUE(absl::StartsWith(content, "exit status 0")) << content;
+      }
+      if (role != "assistant") continue;
+      auto calls = agent::ParseToolCalls(content);
+      ASSERT_TRUE(calls.ok()) << calls.status();
+      for (const auto& c : *calls) {
+        if (c.name != "Bash") continue;
+        const std::string command = FindJson(c.arguments, "command")->get<std::string>();
+        if (absl::StrContains(content, "back to ")) {  // back to the best
+          EXPECT_EQ(command.rfind("cp " + copy + " kernels/", 0), 0u) << command;
+          ++restores;
+          continue;
+        }
+        // A revision, or back to fp32 (a rowreduce or GEMM design: only #defines change).
+        EXPECT_TRUE(absl::StrContains(command, "sed -i -e 's/")) << command;
+        seds += absl::StrContains(content, "Trying ");
+        saves += absl::StartsWith(command, "cp kernels/");
+      }
+      if (absl::StrContains(content, "Trying ")) {
+        EXPECT_FALSE(absl::StrContains(content, "\"Write\"")) << "a revision wrote the kernel again: " << content;
+      }
+    }
+  }
+  EXPECT_EQ(seds, 18 * o.revisions) << "each revision a sed";
+  EXPECT_GT(saves, 0);
+  EXPECT_GT(restores, 0) << "no episode of 18 went back to its best";
+}
+
+// A sed changes only the header's design and #define lines; any other difference (elementwise's
+// fp16 rendering rounds in its body) has none.
+TEST(CorpusTest, ASedChangesOnlyTheDesignsLines) {
+  for (const v1::Task& task : OnePerFamily("cuda")) {
+    auto spec = fam::ParseTaskSpec(task.reference_source());
+    ASSERT_TRUE(spec.ok()) << spec.status();
+    const fam::Choice from{0, 0, 0, 0}, to{1, 0, 1, 0}, half{0, 0, 0, 1};
+    const std::string a = Kernel(*spec, from, "cuda"), b = Kernel(*spec, to, "cuda");
+    auto sed = agent::SedForDesignChange("kernels/k.cu", a, b);
+    ASSERT_TRUE(sed.has_value()) << spec->family;
+    // Run by bash in a directory holding the first design: the file is then the second one.
+    const std::string dir = kernelrl::testing::NewTempDir("sed");
+    std::filesystem::create_directories(dir + "/kernels");
+    ASSERT_TRUE(WriteFileAtomically(dir + "/kernels/k.cu", a).ok());
+    ASSERT_EQ(std::system(absl::StrCat("cd ", dir, " && ", *sed).c_str()), 0) << *sed;
+    EXPECT_EQ(ReadFileToString(dir + "/kernels/k.cu").value_or(""), b) << *sed;
+    EXPECT_TRUE(absl::StartsWith(*sed, "sed -i -e 's/; choice .*/; choice 1010: ")) << *sed;
+    EXPECT_TRUE(absl::EndsWith(*sed, "' kernels/k.cu")) << *sed;
+    EXPECT_FALSE(absl::StrContains(*sed, fam::DescribeTask(*spec))) << "the task's words are left as written";
+    const bool body_differs = spec->family == "elementwise";
+    EXPECT_EQ(agent::SedForDesignChange("kernels/k.cu", a, Kernel(*spec, half, "cuda")).has_value(), !body_differs)
+        << spec->family;
+    EXPECT_FALSE(agent::SedForDesignChange("kernels/k.cu", a, a).has_value());
   }
 }
 

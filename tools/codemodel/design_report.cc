@@ -2,9 +2,12 @@
 
 #include <algorithm>
 #include <map>
+#include <regex>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "agent/chat/tool_calls.h"
 #include "agent/family/templates.h"
 #include "tools/codemodel/corpus.h"
@@ -17,8 +20,47 @@ std::string Str(const Json& args, const char* key) {
   return v != nullptr && v->is_string() ? v->get<std::string>() : "";
 }
 
+// A shell-quoted word's text ('...' or a bare word).
+std::string Unquote(const std::string& word) {
+  return word.size() >= 2 && word.front() == '\'' && word.back() == '\'' ? word.substr(1, word.size() - 2) : word;
+}
+
+// Replays a Bash command of the shapes the engineer writes (shell_changes): `cp SRC DST` and
+// `sed -i -e 's/RE/TEXT/' ... FILE`, joined by &&. Anything else changed nothing we can follow.
+void ReplayBash(const std::string& command, std::map<std::string, std::string>* files) {
+  static const std::regex kCp(R"(^\s*cp\s+(\S+)\s+(\S+)\s*$)");
+  static const std::regex kSed(R"(^\s*sed\s+-i((?:\s+-e\s+'s/[^'/]*/[^'/]*/')+)\s+(\S+)\s*$)");
+  static const std::regex kExpr(R"('s/([^'/]*)/([^'/]*)/')");
+  for (const absl::string_view part : absl::StrSplit(command, "&&")) {
+    const std::string step(part);
+    std::smatch m;
+    if (std::regex_match(step, m, kCp)) {
+      if (auto it = files->find(Unquote(m[1])); it != files->end()) (*files)[Unquote(m[2])] = it->second;
+    } else if (std::regex_match(step, m, kSed)) {
+      auto it = files->find(Unquote(m[2]));
+      if (it == files->end()) continue;
+      const std::string exprs = m[1];
+      std::vector<std::string> lines = absl::StrSplit(it->second, '\n');
+      for (std::sregex_iterator e(exprs.begin(), exprs.end(), kExpr), end; e != end; ++e) {
+        try {
+          const std::regex re((*e)[1].str());
+          for (std::string& line : lines) {
+            line = std::regex_replace(line, re, (*e)[2].str(), std::regex_constants::format_first_only);
+          }
+        } catch (const std::regex_error&) {  // A pattern sed would read and ECMAScript not: not followed.
+        }
+      }
+      it->second = absl::StrJoin(lines, "\n");
+    }
+  }
+}
+
 // Applies one successful file call to `files`.
 void Apply(const agent::ToolCall& call, std::map<std::string, std::string>* files) {
+  if (call.name == "Bash") {
+    ReplayBash(Str(call.arguments, "command"), files);
+    return;
+  }
   const std::string path = Str(call.arguments, "path");
   if (call.name == "Write") {
     (*files)[path] = Str(call.arguments, "content");
@@ -131,9 +173,11 @@ TrajectoryFacts Facts(const v1::Trajectory& t, const std::string& reference_sour
     for (size_t k = 0; k < calls->size(); ++k) {
       const int j = i + 1 + static_cast<int>(k);
       const bool answered = j < turns.size() && turns[j].role() == v1::Turn::TOOL;
-      const bool failed = answered && absl::StartsWith(turns[j].content(), "Error");
       const std::string& name = (*calls)[k].name;
-      const bool file_call = name == "Write" || name == "Edit" || name == "MultiEdit";
+      // A Bash command that exits non-zero (a sed or cp that found no file) counts as failed too.
+      const bool failed = answered && (absl::StartsWith(turns[j].content(), "Error") ||
+                                       (name == "Bash" && !absl::StartsWith(turns[j].content(), "exit status 0\n")));
+      const bool file_call = name == "Write" || name == "Edit" || name == "MultiEdit" || name == "Bash";
       if (!failed) Apply((*calls)[k], &files);
       f.failed_file_calls += failed && file_call;
       if (name == "Profile" && answered && !failed) {

@@ -39,8 +39,9 @@ struct TrajectoryFacts {
   // "right" when the kernel has the task's pointwise op lines (OpLinesRight), "wrong" when not;
   // "" without a kernel or pointwise ops.
   std::string op_lines;
-  // Write / Edit / MultiEdit calls the tools answered "Error" (an edit whose old_string the file
-  // did not have): they changed nothing.
+  // Write / Edit / MultiEdit / Bash calls the tools answered "Error" (an edit whose old_string the
+  // file did not have), or Bash commands that exited non-zero: they changed nothing. The engineer's
+  // Bash shapes (cp, sed -i of s/RE/TEXT/) are replayed on the files; other commands are not.
   int failed_file_calls = 0;
   // Profile calls the tools answered; of those after the first (the revisions), how many timed a
   // kernel of another design than the Profile before (a revision whose edit failed times the old

@@ -83,7 +83,7 @@ int main(int argc, char** argv) {
   // Whether the model's revisions changed what was timed (a failed edit times the old design again).
   if (const Json* model = FindJson(*FindJson(out, "by_source"), "model")) {
     std::fprintf(stderr, "revisions: %.0f Profiles after a first one, %.0f of them timing another design; %.0f "
-                 "Write/Edit/MultiEdit calls failed\n", JsonNumber(*FindJson(*model, "revisions")),
+                 "Write/Edit/MultiEdit/Bash calls failed\n", JsonNumber(*FindJson(*model, "revisions")),
                  JsonNumber(*FindJson(*model, "revisions_changed_design")),
                  JsonNumber(*FindJson(*model, "failed_file_calls")));
   }

@@ -5,6 +5,7 @@
 #include "tools/codemodel/design_report.h"
 
 #include <map>
+#include <optional>
 #include <random>
 #include <set>
 
@@ -169,6 +170,55 @@ TEST(DesignReportTest, ARevisionWhoseEditFailedTimesTheSameDesign) {
   EXPECT_EQ(JsonNumber(*FindJson(model, "revisions")), 2);
   EXPECT_EQ(JsonNumber(*FindJson(model, "revisions_changed_design")), 1);
   EXPECT_EQ(JsonNumber(*FindJson(model, "failed_file_calls")), 1);
+}
+
+// The engineer's shell changes are replayed: a sed revision times its new design, a cp back to the
+// saved copy the best one; a Bash command that exits non-zero is a failed file call and changes
+// nothing.
+TEST(DesignReportTest, ShellChangesAreReplayed) {
+  const agent::family::TaskSpec spec{"gemm_epilogue", {"relu"}};
+  const std::string source = CudaTaskSource(spec);
+  ASSERT_FALSE(source.empty());
+  auto kernel = [&](const agent::family::Choice& c) {
+    auto files = agent::family::Render(spec, c, "cuda");
+    EXPECT_TRUE(files.ok()) << files.status();
+    return files.ok() ? files->at(agent::KernelPathOf(*files)) : "";
+  };
+  const std::string path = "kernels/gemm_epilogue.cu";
+  auto call = [](const std::string& name, Json args) {
+    return "<tool_call>\n" + DumpJson(Json::object({{"name", Json(name)}, {"arguments", std::move(args)}})) +
+           "\n</tool_call>\n";
+  };
+  auto bash = [&](const std::string& command) { return call("Bash", Json::object({{"command", Json(command)}})); };
+  const std::string profile = call("Profile", Json::object());
+  const std::string best = kernel({0, 1, 2, 0}), other = kernel({1, 1, 2, 0});
+  const std::optional<std::string> sed = agent::SedForDesignChange(path, best, other);
+  ASSERT_TRUE(sed.has_value());
+  v1::Trajectory t;
+  t.set_task_id("train/ge_relu_1024x512x2048");
+  auto turn = [&](v1::Turn::Role role, const std::string& content) {
+    auto* x = t.add_turns();
+    x->set_role(role);
+    x->set_content(content);
+  };
+  turn(v1::Turn::ASSISTANT, call("Write", Json::object({{"path", Json(path)}, {"content", Json(best)}})) + profile);
+  turn(v1::Turn::TOOL, "Wrote " + path);
+  turn(v1::Turn::TOOL, "Profile: OK");
+  turn(v1::Turn::ASSISTANT, bash(absl::StrCat("cp ", path, " ", agent::kBestKernelCopy, " && ", *sed)) + profile);
+  turn(v1::Turn::TOOL, "exit status 0\n");
+  turn(v1::Turn::TOOL, "Profile: OK");
+  turn(v1::Turn::ASSISTANT, bash("sed -i -e 's/^#define GEMM .*/#define GEMM 2/' kernels/missing.cu") + profile);
+  turn(v1::Turn::TOOL, "exit status 2\nsed: can't read kernels/missing.cu: No such file or directory\n");
+  turn(v1::Turn::TOOL, "Profile: OK");
+  turn(v1::Turn::ASSISTANT, bash(absl::StrCat("cp ", agent::kBestKernelCopy, " ", path)) + profile);
+  turn(v1::Turn::TOOL, "exit status 0\n");
+  turn(v1::Turn::TOOL, "Profile: OK");
+  const TrajectoryFacts f = Facts(t, source, "cuda");
+  EXPECT_EQ(f.failed_file_calls, 1);
+  EXPECT_EQ(f.profiles, 4);
+  EXPECT_EQ(f.revisions, 3);
+  EXPECT_EQ(f.revisions_changed_design, 2) << "0120 -> 1120 -> 1120 -> 0120";
+  EXPECT_EQ(f.design, "0120");
 }
 
 // Every rendering of every composition with pointwise ops has its op lines, at either precision;
