@@ -32,6 +32,10 @@ std::string Rfc3339(int64_t unix_ms) {
 }
 
 constexpr char kZeroVariance[] = "zero reward variance";
+// A group of a stage that has ended (the warm-up set once agentic PPO begins: RFT and value
+// pretraining read it from the accepted records, not the buffer). Not stale: no task is issued
+// again, and the stale count stays the current stage's.
+constexpr char kStageOver[] = "stage over";
 
 template <typename Q>
 void EraseFirst(Q* q, const std::string& task_id, int64_t group) {
@@ -129,6 +133,7 @@ absl::Status Ingest::Replay(const std::vector<v1::LedgerRecord>& records, int64_
           at = std::max(at, r.group());
           break;
         }
+        if (r.reason().rfind(kStageOver, 0) == 0) break;
         if (!r.task_id().empty()) Requeue(r.stage(), r.task_id(), r.group());
         ++counters_.stale_dropped;
         break;
@@ -438,6 +443,7 @@ absl::StatusOr<std::vector<v1::Trajectory>> Ingest::Take(int n, bool drop_zero_v
   };
   for (const std::string& key : order) {
     const std::vector<const Buffered*>& members = groups[key];
+    const bool stage_over = members.front()->stage != stage_;
     bool stale = false, equal = true;
     for (const Buffered* b : members) {
       stale |= version_ - b->policy_version > options_.max_policy_lag;
@@ -450,7 +456,7 @@ absl::StatusOr<std::vector<v1::Trajectory>> Ingest::Take(int n, bool drop_zero_v
       zero_variance = false;  // Past the bound: trained as it is.
       if (kept_.insert(key).second) ++counters_.zero_variance_groups_kept;
     }
-    if (!stale && !zero_variance) continue;
+    if (!stale && !zero_variance && !stage_over) continue;
     for (const Buffered* b : members) {
       v1::LedgerRecord r = Record(v1::LedgerRecord::DROPPED);
       r.set_trajectory_id(b->id);
@@ -458,7 +464,9 @@ absl::StatusOr<std::vector<v1::Trajectory>> Ingest::Take(int n, bool drop_zero_v
       r.set_stage(b->stage);
       r.set_policy_version(b->policy_version);
       r.set_group(b->group);
-      if (zero_variance) {  // Not issued again: the cursor leases other tasks instead.
+      if (stage_over) {
+        r.set_reason(absl::StrCat(kStageOver, ": now ", stage_));
+      } else if (zero_variance) {  // Not issued again: the cursor leases other tasks instead.
         r.set_reason(b == members.front() ? kZeroVariance : std::string(kZeroVariance) + " (same group)");
         int64_t& at = zero_variance_at_[b->stage][b->task_id];
         at = std::max(at, b->group);

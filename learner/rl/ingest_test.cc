@@ -23,6 +23,12 @@ namespace {
 
 using ::kernelrl::testing::NewTempDir;
 
+int CountOf(const std::string& text, const std::string& needle) {
+  int n = 0;
+  for (size_t p = text.find(needle); p != std::string::npos; p = text.find(needle, p + 1)) ++n;
+  return n;
+}
+
 std::vector<v1::Task> Tasks(int n) {
   std::vector<v1::Task> tasks(n);
   for (int i = 0; i < n; ++i) tasks[i].set_id(absl::StrCat("level1/", i, "_Op"));
@@ -473,6 +479,45 @@ TEST(IngestTest, InfraRerunBudgetIsPerGroupNotPerTask) {
   bad.mutable_final_verdict()->set_outcome(v1::Verdict::INFRA_ERROR);
   EXPECT_NE((*again)->Push((*l)[0].lease_id(), bad).reason().find("issued again"), std::string::npos);
   EXPECT_EQ((*again)->Info().infra_dropped, 0);
+}
+
+// A group of a stage that has ended leaves the buffer when the next stage takes a batch, as
+// "stage over", not as stale: its task is not issued again and the stale count stays the current
+// stage's (the warm-up set once agentic PPO begins), also after a restart.
+TEST(IngestTest, AnEndedStagesGroupsLeaveTheBufferAsStageOverNotStale) {
+  std::mt19937 rng(6);
+  IngestOptions o;
+  o.max_policy_lag = 1;
+  const std::string dir = NewTempDir("ingest_test_");
+  {
+    auto in = Ingest::Open(dir, "job1", o, 0);
+    ASSERT_TRUE(in.ok());
+    (*in)->SetStage("agent_warmup", Tasks(2), 1, -1);
+    auto l = (*in)->Lease("a", 2);
+    ASSERT_TRUE(l.ok() && l->size() == 2);
+    for (const auto& lease : *l) EXPECT_TRUE((*in)->Push(lease.lease_id(), Traj(lease, "w-" + lease.lease_id(), &rng)).accepted());
+    (*in)->SetPolicyVersion(5);  // RFT and value pretraining updated the policy
+    (*in)->SetStage("agentic_ppo", Tasks(2), 1, -1);
+    auto p = (*in)->Lease("a", 1);
+    ASSERT_TRUE(p.ok() && p->size() == 1);
+    EXPECT_TRUE((*in)->Push((*p)[0].lease_id(), Traj((*p)[0], "ppo", &rng, 5)).accepted());
+    EXPECT_EQ((*in)->Info().buffer_depth, 3);
+    auto batch = (*in)->Take(10);
+    ASSERT_TRUE(batch.ok());
+    ASSERT_EQ(batch->size(), 1u);
+    EXPECT_EQ((*batch)[0].id(), "ppo");
+    EXPECT_EQ((*in)->Info().stale_dropped, 0);
+    EXPECT_EQ((*in)->Info().buffer_depth, 1) << "the PPO group alone, until it is trained";
+    EXPECT_EQ((*in)->AcceptedIn("agent_warmup")->size(), 2u) << "the warm-up set is still RFT's";
+  }
+  auto ledger = ReadFileToString(dir + "/ledger.jsonl");
+  ASSERT_TRUE(ledger.ok());
+  EXPECT_EQ(CountOf(*ledger, "\"reason\":\"stage over: now agentic_ppo\""), 2) << *ledger;
+  EXPECT_EQ(CountOf(*ledger, "stale"), 0) << *ledger;
+  auto again = Ingest::Open(dir, "job1", o, 0);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ((*again)->Info().stale_dropped, 0);
+  EXPECT_EQ((*again)->Info().retry_queue, 0);
 }
 
 TEST(IngestTest, StalenessBoundAtPushAndInTheBuffer) {
