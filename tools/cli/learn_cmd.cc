@@ -446,7 +446,7 @@ int LearnMain(int argc, char** argv) {
       const std::string line = absl::StrCat(v1::Job::State_Name(job.state()), " ", job.stage(), " step ",
                                             job.stage_step(), " (update ", job.step(), ", policy v",
                                             job.policy_version(), ")  ", job.message());
-      if (const std::string bar = progress.Update(job); !bar.empty()) console.Line(bar);
+      for (const std::string& bar : progress.Update(job)) console.Line(bar);
       if (line != last_line || job.paused()) last_change = absl::Now();  // Paused (kernelrl job pause): not stalled.
       last_line = line;
       if (job.stage() == "agentic_ppo") {

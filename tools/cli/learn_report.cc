@@ -47,16 +47,28 @@ std::string StageProgress::Bar(const std::string& stage, int64_t step, int64_t s
                          std::string(kCells - filled, '.'), step, steps, unit, version);
 }
 
-std::string StageProgress::Update(const v1::Job& job) {
-  if (job.stage().empty()) return "";
+std::vector<std::string> StageProgress::Update(const v1::Job& job) {
+  if (job.stage().empty()) return {};
   const int64_t steps = StepsOf(job.stage());
   // No total (RFT: its updates follow from the kept trajectories): a line every 5 updates.
   const int cells = steps > 0 ? static_cast<int>(std::min<int64_t>(kCells, job.stage_step() * kCells / steps))
                               : static_cast<int>(job.stage_step() / 5);
-  if (job.stage() == stage_ && cells == cells_) return "";
+  if (job.stage() == stage_ && cells == cells_) return {};
+  std::vector<std::string> lines;
+  if (job.stage() != stage_) {
+    // The warm-up's steps are trajectories, every other stage's are updates of the job.
+    const int64_t start = job.step() - (job.stage() == "agent_warmup" ? 0 : job.stage_step());
+    const int64_t made = start - stage_start_;
+    if (!stage_.empty() && stage_ != "agent_warmup" && made != shown_step_) {
+      lines.push_back(absl::StrFormat("%-16s done: %d updates", stage_, made));
+    }
+    stage_start_ = start;
+  }
   stage_ = job.stage();
   cells_ = cells;
-  return Bar(job.stage(), job.stage_step(), steps, job.policy_version());
+  shown_step_ = job.stage_step();
+  lines.push_back(Bar(job.stage(), job.stage_step(), steps, job.policy_version()));
+  return lines;
 }
 
 std::string LatestPolicyCheckpoint(const std::string& job_dir) {

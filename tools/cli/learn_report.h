@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "common/json.h"
 #include "proto/cli_config.pb.h"
@@ -17,8 +18,10 @@ namespace kernelrl::cli {
 class StageProgress {
  public:
   explicit StageProgress(const v1::LearnerJobConfig& job) : job_(job) {}
-  // The bar when the job entered a stage or its bar grew by a cell; "" otherwise.
-  std::string Update(const v1::Job& job);
+  // The lines to print: the bar when the job entered a stage or its bar grew by a cell (none
+  // otherwise), led on entering a stage by the updates the stage before made when its last bar
+  // showed fewer (RFT's few updates end between two polls).
+  std::vector<std::string> Update(const v1::Job& job);
   // The bar of `stage` at `step` (steps <= 0: no total known, a count only).
   static std::string Bar(const std::string& stage, int64_t step, int64_t steps, int64_t version);
 
@@ -27,6 +30,8 @@ class StageProgress {
   const v1::LearnerJobConfig job_;
   std::string stage_;
   int cells_ = -1;
+  int64_t stage_start_ = 0;   // The job's update count when stage_ began.
+  int64_t shown_step_ = 0;    // stage_step of stage_'s last bar.
 };
 
 struct LearnRun {

@@ -18,22 +18,54 @@ v1::Job JobAt(const std::string& stage, int64_t step, int64_t version) {
   return job;
 }
 
+// The one line Update gives, "" when none.
+std::string Only(const std::vector<std::string>& lines) {
+  EXPECT_LE(lines.size(), 1u);
+  return lines.empty() ? "" : lines[0];
+}
+
 TEST(StageProgress, ABarPerStageThatGrowsByCells) {
   v1::LearnerJobConfig job;
   const int steps = 24 + std::random_device{}() % 100;
   job.mutable_recipe()->mutable_agent_warmup()->set_steps(steps);
   job.mutable_recipe()->mutable_agentic_ppo()->set_steps(4);
   StageProgress p(job);
-  std::string first = p.Update(JobAt("agent_warmup", 0, 0));
+  std::string first = Only(p.Update(JobAt("agent_warmup", 0, 0)));
   EXPECT_NE(first.find(absl::StrFormat("  0/%d trajectories", steps)), std::string::npos) << first;
-  EXPECT_EQ(p.Update(JobAt("agent_warmup", 0, 0)), "");  // Nothing moved.
+  EXPECT_EQ(Only(p.Update(JobAt("agent_warmup", 0, 0))), "");  // Nothing moved.
   int lines = 0;
   for (int s = 1; s <= steps; ++s) lines += !p.Update(JobAt("agent_warmup", s, 0)).empty();
   EXPECT_EQ(lines, 24);  // One line per cell of the bar, however many steps.
   const std::string full = StageProgress::Bar("agent_warmup", steps, steps, 0);
   EXPECT_NE(full.find("[########################]"), std::string::npos) << full;
-  EXPECT_NE(p.Update(JobAt("rft", 1, 1)).find("rft"), std::string::npos);  // A stage without a total: a count.
-  EXPECT_NE(p.Update(JobAt("agentic_ppo", 0, 9)).find("0/4 updates (policy v9)"), std::string::npos);
+  v1::Job rft = JobAt("rft", 1, 1);
+  rft.set_step(1);
+  EXPECT_NE(Only(p.Update(rft)).find("rft"), std::string::npos);  // A stage without a total: a count.
+  v1::Job ppo = JobAt("agentic_ppo", 0, 9);
+  ppo.set_step(1);  // RFT's one update, which its bar showed
+  EXPECT_NE(Only(p.Update(ppo)).find("0/4 updates (policy v9)"), std::string::npos);
+}
+
+// A stage whose updates all came between two polls (RFT's few) says how many it made when the
+// next stage begins, not just the 0 of its first bar.
+TEST(StageProgress, AStageThatEndedBetweenPollsSaysWhatItMade) {
+  v1::LearnerJobConfig job;
+  job.mutable_recipe()->mutable_value_pretrain()->set_steps(32);
+  job.mutable_recipe()->mutable_agentic_ppo()->set_steps(200);
+  StageProgress p(job);
+  const int rft_updates = 2 + std::random_device{}() % 20;
+  EXPECT_NE(Only(p.Update(JobAt("rft", 0, 0))).find("rft              0 updates (policy v0)"), std::string::npos);
+  v1::Job value = JobAt("value_pretrain", 1, rft_updates + 1);
+  value.set_step(rft_updates + 1);
+  std::vector<std::string> lines = p.Update(value);
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_EQ(lines[0], absl::StrFormat("rft              done: %d updates", rft_updates));
+  EXPECT_NE(lines[1].find("1/32 updates"), std::string::npos) << lines[1];
+  v1::Job ppo = JobAt("agentic_ppo", 0, rft_updates + 2);
+  ppo.set_step(rft_updates + 2);  // value pretraining stopped after 2 (its explained variance level)
+  lines = p.Update(ppo);
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_EQ(lines[0], "value_pretrain   done: 2 updates");
 }
 
 Json Eval(int64_t version, double reward, double pass) {
