@@ -631,16 +631,28 @@ TEST(CorpusTest, ASedChangesOnlyTheDesignsLines) {
   for (const v1::Task& task : OnePerFamily("cuda")) {
     auto spec = fam::ParseTaskSpec(task.reference_source());
     ASSERT_TRUE(spec.ok()) << spec.status();
+    auto slots = fam::Slots(spec->family);
+    ASSERT_TRUE(slots.ok());
     const fam::Choice from{0, 0, 0, 0}, to{1, 0, 1, 0}, half{0, 0, 0, 1};
     const std::string a = Kernel(*spec, from, "cuda"), b = Kernel(*spec, to, "cuda");
     auto sed = agent::SedForDesignChange("kernels/k.cu", a, b);
     ASSERT_TRUE(sed.has_value()) << spec->family;
-    // Run by bash in a directory holding the first design: the file is then the second one.
+    // Every revision the engineer can make (one fp32 slot to each other option), run by bash in a
+    // directory holding the first design: the file is then the second one.
     const std::string dir = kernelrl::testing::NewTempDir("sed");
     std::filesystem::create_directories(dir + "/kernels");
-    ASSERT_TRUE(WriteFileAtomically(dir + "/kernels/k.cu", a).ok());
-    ASSERT_EQ(std::system(absl::StrCat("cd ", dir, " && ", *sed).c_str()), 0) << *sed;
-    EXPECT_EQ(ReadFileToString(dir + "/kernels/k.cu").value_or(""), b) << *sed;
+    for (int slot = 0; slot + 1 < fam::kNumSlots; ++slot) {
+      for (int option = 1; option < static_cast<int>((*slots)[slot].options.size()); ++option) {
+        fam::Choice next = from;
+        next[slot] = option;
+        const std::string c = Kernel(*spec, next, "cuda");
+        auto command = agent::SedForDesignChange("kernels/k.cu", a, c);
+        ASSERT_TRUE(command.has_value()) << spec->family << " slot " << slot;
+        ASSERT_TRUE(WriteFileAtomically(dir + "/kernels/k.cu", a).ok());
+        ASSERT_EQ(std::system(absl::StrCat("cd ", dir, " && ", *command).c_str()), 0) << *command;
+        EXPECT_EQ(ReadFileToString(dir + "/kernels/k.cu").value_or(""), c) << *command;
+      }
+    }
     EXPECT_TRUE(absl::StartsWith(*sed, "sed -i -e 's/; choice .*/; choice 1010: ")) << *sed;
     EXPECT_TRUE(absl::EndsWith(*sed, "' kernels/k.cu")) << *sed;
     EXPECT_FALSE(absl::StrContains(*sed, fam::DescribeTask(*spec))) << "the task's words are left as written";

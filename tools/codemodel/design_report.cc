@@ -26,7 +26,8 @@ std::string Unquote(const std::string& word) {
 }
 
 // Replays a Bash command of the shapes the engineer writes (shell_changes): `cp SRC DST` and
-// `sed -i -e 's/RE/TEXT/' ... FILE`, joined by &&. Anything else changed nothing we can follow.
+// `sed -i -e 's/RE/TEXT/' ... FILE`, joined by &&, each RE read as ECMAScript (the engineer's
+// `^`, `.*` and literals read the same as in sed). Anything else changed nothing we can follow.
 void ReplayBash(const std::string& command, std::map<std::string, std::string>* files) {
   static const std::regex kCp(R"(^\s*cp\s+(\S+)\s+(\S+)\s*$)");
   static const std::regex kSed(R"(^\s*sed\s+-i((?:\s+-e\s+'s/[^'/]*/[^'/]*/')+)\s+(\S+)\s*$)");
@@ -45,7 +46,8 @@ void ReplayBash(const std::string& command, std::map<std::string, std::string>* 
         try {
           const std::regex re((*e)[1].str());
           for (std::string& line : lines) {
-            line = std::regex_replace(line, re, (*e)[2].str(), std::regex_constants::format_first_only);
+            line = std::regex_replace(line, re, (*e)[2].str(),
+                                      std::regex_constants::format_sed | std::regex_constants::format_first_only);
           }
         } catch (const std::regex_error&) {  // A pattern sed would read and ECMAScript not: not followed.
         }
