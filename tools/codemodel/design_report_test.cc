@@ -31,6 +31,25 @@ std::string CudaTaskSource(const agent::family::TaskSpec& spec) {
   return "";
 }
 
+// The CUDA kernel file of `spec` in design `c`.
+std::string KernelOf(const agent::family::TaskSpec& spec, const agent::family::Choice& c) {
+  auto files = agent::family::Render(spec, c, "cuda");
+  EXPECT_TRUE(files.ok()) << files.status();
+  return files.ok() ? files->at(agent::KernelPathOf(*files)) : "";
+}
+
+// A reply's text for one tool call.
+std::string CallText(const std::string& name, Json args) {
+  return "<tool_call>\n" + DumpJson(Json::object({{"name", Json(name)}, {"arguments", std::move(args)}})) +
+         "\n</tool_call>\n";
+}
+
+void AddTurn(v1::Trajectory* t, v1::Turn::Role role, const std::string& content) {
+  v1::Turn* x = t->add_turns();
+  x->set_role(role);
+  x->set_content(content);
+}
+
 TEST(DesignReportTest, EngineerEpisodesParseAndEndInTheirDesign) {
   const std::vector<v1::Task> tasks = testing::FirstTrainingTaskPerFamily("cpu");
   std::map<std::string, std::string> sources;
@@ -128,37 +147,23 @@ TEST(DesignReportTest, ARevisionWhoseEditFailedTimesTheSameDesign) {
   const agent::family::TaskSpec spec{"gemm_epilogue", {"relu"}};
   const std::string source = CudaTaskSource(spec);
   ASSERT_FALSE(source.empty());
-  auto kernel = [&](const agent::family::Choice& c) {
-    auto files = agent::family::Render(spec, c, "cuda");
-    EXPECT_TRUE(files.ok()) << files.status();
-    return files.ok() ? files->at(agent::KernelPathOf(*files)) : "";
-  };
   const std::string path = "kernels/gemm_epilogue.cu";
-  auto call = [](const std::string& name, Json args) {
-    return "<tool_call>\n" + DumpJson(Json::object({{"name", Json(name)}, {"arguments", std::move(args)}})) +
-           "\n</tool_call>\n";
-  };
-  const std::string profile = call("Profile", Json::object());
+  const std::string profile = CallText("Profile", Json::object());
   v1::Trajectory t;
   t.set_task_id("train/ge_relu_1024x512x2048");
-  auto turn = [&](v1::Turn::Role role, const std::string& content) {
-    auto* x = t.add_turns();
-    x->set_role(role);
-    x->set_content(content);
-  };
-  turn(v1::Turn::ASSISTANT,
-       call("Write", Json::object({{"path", Json(path)}, {"content", Json(kernel({0, 1, 2, 0}))}})) + profile);
-  turn(v1::Turn::TOOL, "Wrote " + path);
-  turn(v1::Turn::TOOL, "Profile: OK");
+  AddTurn(&t, v1::Turn::ASSISTANT,
+       CallText("Write", Json::object({{"path", Json(path)}, {"content", Json(KernelOf(spec, {0, 1, 2, 0}))}})) + profile);
+  AddTurn(&t, v1::Turn::TOOL, "Wrote " + path);
+  AddTurn(&t, v1::Turn::TOOL, "Profile: OK");
   Json edits = Json::array();
   edits.push_back(Json::object({{"old_string", Json("#define BLOCK 999")}, {"new_string", Json("#define BLOCK 1")}}));
-  turn(v1::Turn::ASSISTANT, call("MultiEdit", Json::object({{"path", Json(path)}, {"edits", edits}})) + profile);
-  turn(v1::Turn::TOOL, "Error: edit 1: old_string was not found in the file");
-  turn(v1::Turn::TOOL, "Profile: OK");
-  turn(v1::Turn::ASSISTANT,
-       call("Write", Json::object({{"path", Json(path)}, {"content", Json(kernel({0, 1, 1, 0}))}})) + profile);
-  turn(v1::Turn::TOOL, "Wrote " + path);
-  turn(v1::Turn::TOOL, "Profile: OK");
+  AddTurn(&t, v1::Turn::ASSISTANT, CallText("MultiEdit", Json::object({{"path", Json(path)}, {"edits", edits}})) + profile);
+  AddTurn(&t, v1::Turn::TOOL, "Error: edit 1: old_string was not found in the file");
+  AddTurn(&t, v1::Turn::TOOL, "Profile: OK");
+  AddTurn(&t, v1::Turn::ASSISTANT,
+       CallText("Write", Json::object({{"path", Json(path)}, {"content", Json(KernelOf(spec, {0, 1, 1, 0}))}})) + profile);
+  AddTurn(&t, v1::Turn::TOOL, "Wrote " + path);
+  AddTurn(&t, v1::Turn::TOOL, "Profile: OK");
   const TrajectoryFacts f = Facts(t, source, "cuda");
   EXPECT_EQ(f.parse_errors, 0);
   EXPECT_EQ(f.failed_file_calls, 1);
@@ -179,40 +184,26 @@ TEST(DesignReportTest, ShellChangesAreReplayed) {
   const agent::family::TaskSpec spec{"gemm_epilogue", {"relu"}};
   const std::string source = CudaTaskSource(spec);
   ASSERT_FALSE(source.empty());
-  auto kernel = [&](const agent::family::Choice& c) {
-    auto files = agent::family::Render(spec, c, "cuda");
-    EXPECT_TRUE(files.ok()) << files.status();
-    return files.ok() ? files->at(agent::KernelPathOf(*files)) : "";
-  };
   const std::string path = "kernels/gemm_epilogue.cu";
-  auto call = [](const std::string& name, Json args) {
-    return "<tool_call>\n" + DumpJson(Json::object({{"name", Json(name)}, {"arguments", std::move(args)}})) +
-           "\n</tool_call>\n";
-  };
-  auto bash = [&](const std::string& command) { return call("Bash", Json::object({{"command", Json(command)}})); };
-  const std::string profile = call("Profile", Json::object());
-  const std::string best = kernel({0, 1, 2, 0}), other = kernel({1, 1, 2, 0});
+  auto bash = [&](const std::string& command) { return CallText("Bash", Json::object({{"command", Json(command)}})); };
+  const std::string profile = CallText("Profile", Json::object());
+  const std::string best = KernelOf(spec, {0, 1, 2, 0}), other = KernelOf(spec, {1, 1, 2, 0});
   const std::optional<std::string> sed = agent::SedForDesignChange(path, best, other);
   ASSERT_TRUE(sed.has_value());
   v1::Trajectory t;
   t.set_task_id("train/ge_relu_1024x512x2048");
-  auto turn = [&](v1::Turn::Role role, const std::string& content) {
-    auto* x = t.add_turns();
-    x->set_role(role);
-    x->set_content(content);
-  };
-  turn(v1::Turn::ASSISTANT, call("Write", Json::object({{"path", Json(path)}, {"content", Json(best)}})) + profile);
-  turn(v1::Turn::TOOL, "Wrote " + path);
-  turn(v1::Turn::TOOL, "Profile: OK");
-  turn(v1::Turn::ASSISTANT, bash(absl::StrCat("cp ", path, " ", agent::kBestKernelCopy, " && ", *sed)) + profile);
-  turn(v1::Turn::TOOL, "exit status 0\n");
-  turn(v1::Turn::TOOL, "Profile: OK");
-  turn(v1::Turn::ASSISTANT, bash("sed -i -e 's/^#define GEMM .*/#define GEMM 2/' kernels/missing.cu") + profile);
-  turn(v1::Turn::TOOL, "exit status 2\nsed: can't read kernels/missing.cu: No such file or directory\n");
-  turn(v1::Turn::TOOL, "Profile: OK");
-  turn(v1::Turn::ASSISTANT, bash(absl::StrCat("cp ", agent::kBestKernelCopy, " ", path)) + profile);
-  turn(v1::Turn::TOOL, "exit status 0\n");
-  turn(v1::Turn::TOOL, "Profile: OK");
+  AddTurn(&t, v1::Turn::ASSISTANT, CallText("Write", Json::object({{"path", Json(path)}, {"content", Json(best)}})) + profile);
+  AddTurn(&t, v1::Turn::TOOL, "Wrote " + path);
+  AddTurn(&t, v1::Turn::TOOL, "Profile: OK");
+  AddTurn(&t, v1::Turn::ASSISTANT, bash(absl::StrCat("cp ", path, " ", agent::kBestKernelCopy, " && ", *sed)) + profile);
+  AddTurn(&t, v1::Turn::TOOL, "exit status 0\n");
+  AddTurn(&t, v1::Turn::TOOL, "Profile: OK");
+  AddTurn(&t, v1::Turn::ASSISTANT, bash("sed -i -e 's/^#define GEMM .*/#define GEMM 2/' kernels/missing.cu") + profile);
+  AddTurn(&t, v1::Turn::TOOL, "exit status 2\nsed: can't read kernels/missing.cu: No such file or directory\n");
+  AddTurn(&t, v1::Turn::TOOL, "Profile: OK");
+  AddTurn(&t, v1::Turn::ASSISTANT, bash(absl::StrCat("cp ", agent::kBestKernelCopy, " ", path)) + profile);
+  AddTurn(&t, v1::Turn::TOOL, "exit status 0\n");
+  AddTurn(&t, v1::Turn::TOOL, "Profile: OK");
   const TrajectoryFacts f = Facts(t, source, "cuda");
   EXPECT_EQ(f.failed_file_calls, 1);
   EXPECT_EQ(f.profiles, 4);
