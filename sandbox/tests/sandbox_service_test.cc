@@ -8,7 +8,11 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
+#include <thread>
 
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "sandbox/tests/e2e_util.h"
@@ -62,6 +66,48 @@ TEST(SandboxServiceTest, EvaluateAndStreamOverGrpc) {
   EXPECT_NE(text.find("kernelrl_sandbox_queue_depth{stage=\"verify_waiting\"} 0"), std::string::npos);
   EXPECT_NE(text.find("kernelrl_sandbox_serving 1"), std::string::npos);
   server->Shutdown();
+}
+
+// A call whose client gave up (its deadline passed while its job waited for the GPU another job
+// holds) is dropped at its next stage: no verify runs for it, no outcome counts it, and
+// kernelrl_sandbox_abandoned_total does.
+TEST(SandboxServiceTest, ACallWhoseClientGaveUpIsDroppedNotJudged) {
+  const std::string python = testing::FindTorchPython();
+  if (python.empty()) GTEST_SKIP() << "no python3 with torch on this machine";
+  auto evaluator = Evaluator::Create(testing::CpuConfig(python));  // one zygote: a job holds the GPU alone
+  ASSERT_TRUE(evaluator.ok()) << evaluator.status();
+  MetricsRegistry metrics;
+  SandboxService service(evaluator->get(), &metrics);
+  int port = 0;
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ASSERT_GT(port, 0);
+  const EvaluateRequest req = testing::Request("sandbox/testdata/cpu_tasks/relu.py", "sandbox/solutions/cpu/relu");
+  absl::Notification holding, release;
+  Verdict held;
+  std::thread holder([&] {
+    held = (*evaluator)->Evaluate(req, [&](const std::string& stage, bool finished, const std::string&) {
+      if (stage != "gpu_queue" || !finished) return;
+      holding.Notify();
+      release.WaitForNotificationWithTimeout(absl::Seconds(300));
+    });
+  });
+  ASSERT_TRUE(holding.WaitForNotificationWithTimeout(absl::Seconds(120)));
+  auto stub = v1::Sandbox::NewStub(grpc::CreateChannel("127.0.0.1:" + std::to_string(port),
+                                                       grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  Verdict v;
+  EXPECT_EQ(stub->Evaluate(&ctx, req, &v).error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  release.Notify();
+  holder.join();
+  server->Shutdown();  // waits for the abandoned call's handler to end
+  EXPECT_EQ(held.outcome(), Verdict::OK) << held.summary();
+  const std::string text = metrics.Expose();
+  EXPECT_NE(text.find("kernelrl_sandbox_abandoned_total{when=\"dropped_before_a_stage\"} 1"), std::string::npos) << text;
+  EXPECT_EQ(text.find("kernelrl_sandbox_evaluations_total"), std::string::npos) << "the dropped call counted as an outcome";
 }
 
 // A worker killed mid-job leaves work_root/job-<pid>-<n> behind (seen on the
