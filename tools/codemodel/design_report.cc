@@ -157,6 +157,9 @@ TrajectoryFacts Facts(const v1::Trajectory& t, const std::string& reference_sour
   f.speedup_vs_eager = t.final_verdict().speedup_vs_eager();
   f.speedup_vs_compile = t.final_verdict().speedup_vs_compile();
   for (int32_t m : t.loss_mask()) f.model_tokens += m;
+  for (const v1::Turn& turn : t.turns()) {
+    f.passed_then_failed |= turn.has_verdict() && turn.verdict().reward() > 0 && f.reward < 0;
+  }
   auto spec = agent::family::ParseTaskSpec(reference_source);
   if (spec.ok()) f.family = spec->family;
   std::map<std::string, std::string> files;
@@ -208,6 +211,7 @@ Json Summarise(const std::vector<TrajectoryFacts>& facts, int64_t bucket) {
   struct Totals {
     int64_t n = 0, calls = 0, turns = 0, tokens = 0, errors = 0, reward_matches = 0, with_kernel = 0;
     int64_t failed_file_calls = 0, profiles = 0, revisions = 0, revisions_changed_design = 0;
+    int64_t passed_then_failed = 0;
   };
   std::map<std::string, Totals> by_source;
   // family -> bucket start -> design -> count (the model's trajectories).
@@ -227,6 +231,7 @@ Json Summarise(const std::vector<TrajectoryFacts>& facts, int64_t bucket) {
     t.profiles += f.profiles;
     t.revisions += f.revisions;
     t.revisions_changed_design += f.revisions_changed_design;
+    t.passed_then_failed += f.passed_then_failed;
     reward_matches += f.reward == f.verdict_reward;
     errors += f.parse_errors;
     if (f.source != "model") continue;
@@ -247,7 +252,8 @@ Json Summarise(const std::vector<TrajectoryFacts>& facts, int64_t bucket) {
                                       {"failed_file_calls", Json(t.failed_file_calls)},
                                       {"profiles", Json(t.profiles)},
                                       {"revisions", Json(t.revisions)},
-                                      {"revisions_changed_design", Json(t.revisions_changed_design)}});
+                                      {"revisions_changed_design", Json(t.revisions_changed_design)},
+                                      {"passed_then_failed", Json(t.passed_then_failed)}});
   }
   Json by_family = Json::object();
   for (const auto& [family, buckets] : designs) {

@@ -47,6 +47,9 @@ struct TrajectoryFacts {
   // kernel of another design than the Profile before (a revision whose edit failed times the old
   // one again).
   int profiles = 0, revisions = 0, revisions_changed_design = 0;
+  // A verdict of the rollout paid more than 0 (a kernel passed), and its reward is below 0: it ended
+  // on a failing kernel after a passing one (a revision that broke it, with no way back).
+  bool passed_then_failed = false;
 };
 
 // The line edits (NearestRendering) within which a kernel reads as "~" a design.

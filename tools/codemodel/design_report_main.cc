@@ -83,9 +83,11 @@ int main(int argc, char** argv) {
   // Whether the model's revisions changed what was timed (a failed edit times the old design again).
   if (const Json* model = FindJson(*FindJson(out, "by_source"), "model")) {
     std::fprintf(stderr, "revisions: %.0f Profiles after a first one, %.0f of them timing another design; %.0f "
-                 "Write/Edit/MultiEdit/Bash calls failed\n", JsonNumber(*FindJson(*model, "revisions")),
+                 "Write/Edit/MultiEdit/Bash calls failed; %.0f of %.0f trajectories passed, then ended on a "
+                 "failing kernel\n", JsonNumber(*FindJson(*model, "revisions")),
                  JsonNumber(*FindJson(*model, "revisions_changed_design")),
-                 JsonNumber(*FindJson(*model, "failed_file_calls")));
+                 JsonNumber(*FindJson(*model, "failed_file_calls")),
+                 JsonNumber(*FindJson(*model, "passed_then_failed")), JsonNumber(*FindJson(*model, "trajectories")));
   }
   if (count_lines) {
     // A tool text the corpus never showed reaches the model first in a rollout: said where it shows.
@@ -117,7 +119,8 @@ int main(int argc, char** argv) {
                               {"failed_file_calls", Json(f.failed_file_calls)},
                               {"profiles", Json(f.profiles)},
                               {"revisions", Json(f.revisions)},
-                              {"revisions_changed_design", Json(f.revisions_changed_design)}}));
+                              {"revisions_changed_design", Json(f.revisions_changed_design)},
+                              {"passed_then_failed", Json(f.passed_then_failed)}}));
     }
     out["per_trajectory"] = std::move(list);
   }

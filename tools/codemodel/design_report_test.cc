@@ -212,6 +212,36 @@ TEST(DesignReportTest, ShellChangesAreReplayed) {
   EXPECT_EQ(f.design, "0120");
 }
 
+// A rollout whose kernel passed (a verdict paid more than 0) and that ended paid below 0 is counted:
+// the revision that broke a passing kernel, which the paper's final-kernel metrics pay for.
+TEST(DesignReportTest, ARolloutThatPassedThenEndedFailingIsCounted) {
+  const agent::family::TaskSpec spec{"gemm_epilogue", {"relu"}};
+  const std::string source = CudaTaskSource(spec);
+  ASSERT_FALSE(source.empty());
+  auto rollout = [](std::vector<double> paid) {
+    v1::Trajectory t;
+    t.set_task_id("train/ge_relu_1024x512x2048");
+    for (double r : paid) {
+      AddTurn(&t, v1::Turn::ASSISTANT, CallText("Profile", Json::object()));
+      AddTurn(&t, v1::Turn::TOOL, r > 0 ? "Profile: OK" : "Profile: WRONG_ANSWER");
+      t.mutable_turns(t.turns_size() - 1)->mutable_verdict()->set_reward(r);
+    }
+    t.set_reward(paid.back());
+    *t.mutable_final_verdict() = t.turns(t.turns_size() - 1).verdict();
+    return t;
+  };
+  std::vector<TrajectoryFacts> facts;
+  for (const auto& paid : std::vector<std::vector<double>>{{1, 2, -1}, {2, -1, 1}, {-1, -1}, {1, 2}}) {
+    facts.push_back(Facts(rollout(paid), source, "cuda"));
+  }
+  EXPECT_TRUE(facts[0].passed_then_failed);
+  EXPECT_FALSE(facts[1].passed_then_failed) << "it ended passing";
+  EXPECT_FALSE(facts[2].passed_then_failed) << "it never passed";
+  EXPECT_FALSE(facts[3].passed_then_failed);
+  const Json model = *FindJson(*FindJson(Summarise(facts, 10), "by_source"), "model");
+  EXPECT_EQ(JsonNumber(*FindJson(model, "passed_then_failed")), 1);
+}
+
 // Every rendering of every composition with pointwise ops has its op lines, at either precision;
 // the first rendering of a composition of the family with other pointwise ops does not (a row
 // reduction is not an op line: softmax-scale and log_softmax-scale share theirs).
