@@ -9,7 +9,9 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <memory>
 #include <thread>
+#include <utility>
 
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
@@ -20,6 +22,18 @@
 namespace kernelrl::sandbox {
 namespace {
 
+// `service` on a local port, and a stub for it (null when the server did not start).
+std::pair<std::unique_ptr<grpc::Server>, std::unique_ptr<v1::Sandbox::Stub>> Serve(SandboxService* service) {
+  int port = 0;
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || port == 0) return {nullptr, nullptr};
+  return {std::move(server), v1::Sandbox::NewStub(grpc::CreateChannel("127.0.0.1:" + std::to_string(port),
+                                                                      grpc::InsecureChannelCredentials()))};
+}
+
 TEST(SandboxServiceTest, EvaluateAndStreamOverGrpc) {
   const std::string python = testing::FindTorchPython();
   if (python.empty()) GTEST_SKIP() << "no python3 with torch on this machine";
@@ -27,14 +41,8 @@ TEST(SandboxServiceTest, EvaluateAndStreamOverGrpc) {
   ASSERT_TRUE(evaluator.ok()) << evaluator.status();
   MetricsRegistry metrics;
   SandboxService service(evaluator->get(), &metrics);
-  int port = 0;
-  grpc::ServerBuilder builder;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-  builder.RegisterService(&service);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  ASSERT_GT(port, 0);
-  auto stub = v1::Sandbox::NewStub(grpc::CreateChannel("127.0.0.1:" + std::to_string(port),
-                                                       grpc::InsecureChannelCredentials()));
+  auto [server, stub] = Serve(&service);
+  ASSERT_NE(stub, nullptr);
   EvaluateRequest req = testing::Request("sandbox/testdata/cpu_tasks/relu.py", "sandbox/solutions/cpu/relu");
   {
     grpc::ClientContext ctx;
@@ -78,12 +86,8 @@ TEST(SandboxServiceTest, ACallWhoseClientGaveUpIsDroppedNotJudged) {
   ASSERT_TRUE(evaluator.ok()) << evaluator.status();
   MetricsRegistry metrics;
   SandboxService service(evaluator->get(), &metrics);
-  int port = 0;
-  grpc::ServerBuilder builder;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-  builder.RegisterService(&service);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  ASSERT_GT(port, 0);
+  auto [server, stub] = Serve(&service);
+  ASSERT_NE(stub, nullptr);
   const EvaluateRequest req = testing::Request("sandbox/testdata/cpu_tasks/relu.py", "sandbox/solutions/cpu/relu");
   absl::Notification holding, release;
   Verdict held;
@@ -95,8 +99,6 @@ TEST(SandboxServiceTest, ACallWhoseClientGaveUpIsDroppedNotJudged) {
     });
   });
   ASSERT_TRUE(holding.WaitForNotificationWithTimeout(absl::Seconds(120)));
-  auto stub = v1::Sandbox::NewStub(grpc::CreateChannel("127.0.0.1:" + std::to_string(port),
-                                                       grpc::InsecureChannelCredentials()));
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
   Verdict v;
