@@ -449,7 +449,7 @@ absl::StatusOr<std::vector<v1::Trajectory>> Ingest::Take(int n, bool drop_zero_v
       stale |= version_ - b->policy_version > options_.max_policy_lag;
       equal &= b->reward == members.front()->reward;
     }
-    bool zero_variance = !stale && drop_zero_variance && members.front()->stage == stage_ &&
+    bool zero_variance = !stale && !stage_over && drop_zero_variance &&
                          members.size() > 1 && equal && complete(key, members);
     if (zero_variance && options_.max_zero_variance_drops_per_step > 0 &&
         drops_since_trained_ >= options_.max_zero_variance_drops_per_step) {
