@@ -189,6 +189,10 @@ void Ingest::SetStage(const std::string& stage, std::vector<v1::Task> tasks, int
   model_only_ = model_only;
   take_policies_ = std::move(take_policies);
   tasks_ = std::move(tasks);
+  if (options_.shuffle_tasks) {  // Fisher-Yates on the platform-independent generator: a resumed stage cycles the same order.
+    Rng rng(options_.task_order_seed != 0 ? options_.task_order_seed : options_.seed, StableHash(stage));
+    for (size_t i = tasks_.size(); i > 1; --i) std::swap(tasks_[i - 1], tasks_[rng.Below(i)]);
+  }
   rollouts_per_task_ = std::max(1, rollouts_per_task);
   max_fresh_ = max_fresh_issues;
 }

@@ -79,6 +79,10 @@ struct IngestOptions {
   // The job's seed: lease n carries SeedOf(seed, n) (data/rng.h), so a run's
   // rollouts sample the same whichever actor takes which lease.
   uint64_t seed = 0;
+  // Each stage's tasks cycled in a random order drawn from (task_order_seed, or
+  // `seed` when 0, and the stage's name) instead of as given (IngestConfig).
+  bool shuffle_tasks = false;
+  uint64_t task_order_seed = 0;
   Clock* clock = RealClock();         // Lease expiry reads it; tests move a FakeClock.
 };
 

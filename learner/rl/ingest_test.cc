@@ -589,6 +589,72 @@ TEST(IngestTest, AModelStageLeasesNoMoreThanItCanTrainBeforeItGoesStale) {
   EXPECT_EQ(static_cast<int64_t>((*in)->Lease("c", 100)->size()), 2 * bound);
 }
 
+// Nine tasks listed family by family, one rollout a group: the ids leased, in order.
+std::vector<std::string> LeasedOrder(Ingest* in, const std::string& actor, int n) {
+  std::vector<std::string> ids;
+  for (int i = 0; i < n; ++i) {
+    auto l = in->Lease(actor, 1);
+    if (!l.ok() || l->size() != 1) return ids;
+    ids.push_back((*l)[0].task().id());
+  }
+  return ids;
+}
+
+std::vector<v1::Task> FamilyBlockedTasks() {
+  std::vector<v1::Task> tasks;
+  for (const char* family : {"ew", "rr", "ge"}) {
+    for (int i = 0; i < 3; ++i) tasks.emplace_back().set_id(absl::StrCat("train/", family, "_", i));
+  }
+  return tasks;
+}
+
+TEST(IngestTest, AStageCyclesItsTasksInASeededOrderThatAResumeKeeps) {
+  std::mt19937_64 rng(std::random_device{}());
+  const std::vector<v1::Task> listed = FamilyBlockedTasks();
+  std::vector<std::string> listed_ids;
+  for (const v1::Task& t : listed) listed_ids.push_back(t.id());
+  IngestOptions o;
+  o.seed = 1 + rng() % 1000000;
+  o.shuffle_tasks = true;
+  o.buffer_capacity = 100;
+  const std::string dir = NewTempDir("ingest_test_");
+  std::vector<std::string> first;
+  {
+    auto in = Ingest::Open(dir, "job1", o, 0);
+    ASSERT_TRUE(in.ok()) << in.status();
+    (*in)->SetStage("agentic_ppo", listed, 1, -1);
+    first = LeasedOrder(in->get(), "a", 4);
+  }
+  // A restarted learner (the ledger read back) goes on with the same cycle.
+  auto in = Ingest::Open(dir, "job1", o, 0);
+  ASSERT_TRUE(in.ok()) << in.status();
+  (*in)->SetStage("agentic_ppo", listed, 1, -1);
+  std::vector<std::string> order = first;
+  for (const std::string& id : LeasedOrder(in->get(), "a", 14)) order.push_back(id);
+  ASSERT_EQ(order.size(), 18u);
+  const std::vector<std::string> pass(order.begin(), order.begin() + 9);
+  EXPECT_EQ(std::set<std::string>(pass.begin(), pass.end()).size(), 9u) << "a pass leases every task once";
+  EXPECT_EQ(std::vector<std::string>(order.begin() + 9, order.end()), pass) << "the next pass, the same cycle";
+  EXPECT_NE(pass, listed_ids) << "seed " << o.seed << ": the listed order";
+
+  // The same seed and stage give the same cycle; another order seed, another one; off, the listed one.
+  auto order_of = [&](IngestOptions opts) {
+    auto other = Ingest::Open(NewTempDir("ingest_test_"), "job2", opts, 0);
+    if (!other.ok()) return std::vector<std::string>{};
+    (*other)->SetStage("agentic_ppo", listed, 1, -1);
+    return LeasedOrder(other->get(), "b", 9);
+  };
+  EXPECT_EQ(order_of(o), pass);
+  IngestOptions reseeded = o;
+  reseeded.task_order_seed = o.seed + 1 + rng() % 1000;
+  const std::vector<std::string> other = order_of(reseeded);
+  EXPECT_EQ(std::set<std::string>(other.begin(), other.end()).size(), 9u);
+  EXPECT_NE(other, pass);
+  IngestOptions listed_order = o;
+  listed_order.shuffle_tasks = false;
+  EXPECT_EQ(order_of(listed_order), listed_ids);
+}
+
 TEST(IngestTest, TornLedgerLineIsCutOnOpen) {
   const std::string dir = NewTempDir("ingest_test_");
   std::mt19937 rng(6);

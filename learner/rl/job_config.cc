@@ -28,7 +28,7 @@ const char kJobConfigDefaults[] = R"pb(
     warmup_steps: 0 decay_steps: 0 min_lr_ratio: 0.1 head_lr_scale: 10
   }
   batch { trajectories_per_step: 64 max_tokens_per_row: 32768 max_trajectory_tokens: 131072 activation_checkpointing: true }
-  ingest { max_policy_lag: 1 buffer_capacity: 4096 lease_timeout_seconds: 1800 max_infra_reruns: 2 }
+  ingest { max_policy_lag: 1 buffer_capacity: 4096 lease_timeout_seconds: 1800 max_infra_reruns: 2 shuffle_tasks: true }
   recipe {
     single_turn_ppo { steps: 50 max_turns: 1 }
     agent_warmup { steps: 1024 max_turns: 150 }

@@ -182,6 +182,8 @@ absl::Status RecipeRunner::Setup(JobContext* ctx) {
   io.temperature = config_.ppo().temperature();
   io.zero_variance_cooldown_groups = config_.ppo().zero_variance_cooldown_groups();
   io.seed = config_.seed();
+  io.shuffle_tasks = config_.ingest().shuffle_tasks();
+  io.task_order_seed = config_.ingest().task_order_seed();
   // A batch is whole groups: up to max(trajectories_per_step, rollouts_per_task) trajectories.
   io.max_pending_in_stage = (config_.ingest().max_policy_lag() + 1) *
                             static_cast<int64_t>(std::max({1, config_.batch().trajectories_per_step(),
