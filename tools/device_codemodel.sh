@@ -357,9 +357,16 @@ done
 # archive without a critic (packed before critics travelled) gets one from the policy's trunk, value
 # pretraining on fresh rollouts first (VALUE_STEPS).
 if [ -n "${CONTINUE_FROM:-}" ]; then
-  # No start evaluation: with warm-up and RFT skipped the PPO-start one scores the same policy (the
-  # sixteenth sitting's call 3 spent 66 s of its H200 evaluating it twice).
-  JOB_FLAGS+=(--job_set=recipe.agent_warmup.skip=true --job_set=recipe.rft.skip=true --skip_start_eval)
+  # No evaluation before PPO: the start one and the PPO-start one would both score the earlier call's
+  # final policy again (98 s of an H200 call, eighteenth sitting); the chain's start is its first
+  # call's PPO start (`kernelrl seeds A+B`). The cut holds the earlier call's longest evaluation for
+  # the final one. The job's stages begin their task cycles again: the order is reseeded by the
+  # chain's call, so that a call cut after a few updates does not lease the same tasks first again.
+  CALLS=$(cat "$RUN/base/job_calls" 2>/dev/null || echo 1)
+  EXPECTED=$(cat "$RUN/base/eval_seconds" 2>/dev/null); [ -n "$EXPECTED" ] || EXPECTED=0
+  JOB_FLAGS+=(--job_set=recipe.agent_warmup.skip=true --job_set=recipe.rft.skip=true --skip_start_eval
+    --skip_ppo_start_eval --expected_eval_s="$EXPECTED" --job_set=ingest.task_order_seed=$(( SEED * 1000 + CALLS )))
+  echo "call $((CALLS + 1)) of this seed's chain: no evaluation before PPO, ${EXPECTED} s held for the final one"
   if [ -f "$RUN/base/critic/config.json" ]; then
     JOB_FLAGS+=(--critic_checkpoint="$RUN/base/critic" --job_set=recipe.value_pretrain.skip=true)
   else
@@ -429,6 +436,9 @@ finish_job() {
   [ -f "$RUN/base/tool_line_shapes.txt" ] && cp "$RUN/base/tool_line_shapes.txt" "$F/"
   # Its critic beside it (critic/, value head included): CONTINUE_FROM of a later call.
   [ -d "$JOB/checkpoints/$LATEST/critic" ] && cp -r "$JOB/checkpoints/$LATEST/critic" "$F/critic"
+  # For a call that goes on from it: the job calls in its chain so far and its longest held-out evaluation.
+  echo $(( $(cat "$RUN/base/job_calls" 2>/dev/null || echo 0) + 1 )) > "$F/job_calls"
+  grep -o '"eval_seconds": *[0-9.]*' "$JOB/curves/curves.json" 2>/dev/null | sed 's/.*: *//' | sort -g | tail -1 > "$F/eval_seconds"
   (cd "$F" && sha256sum model*.safetensors tokenizer.json $(ls critic/*.safetensors 2>/dev/null) > SHA256SUMS)
   [ -n "${LOCAL_RUN:-}" ] && { echo "final policy $NAME ($LATEST): $F; $(head -1 "$F/SHA256SUMS")"; return 0; }
   tar czf "$OUT/final_policy-$NAME.tgz" -C "$RUN" "final_policy-$NAME"
@@ -454,7 +464,11 @@ fi
 # The call's jobs read together (docs/CODEMODEL.md "Seeds read together"); across calls, run
 # `kernelrl seeds` here on the unpacked results.
 CURVES=$(ls "$OUT"/*/curves.json 2>/dev/null)
-[ -n "$CURVES" ] && { "$C/bin/tools/cli/kernelrl" seeds $CURVES > "$OUT/seeds.txt" 2>&1; cat "$OUT/seeds.txt"; }
+if [ -n "${CONTINUE_FROM:-}" ]; then  # Its PPO start is an earlier call's.
+  echo "seeds: this call goes on from an earlier one; here, kernelrl seeds FIRST/curves.json+...+THIS/curves.json"
+elif [ -n "$CURVES" ]; then
+  "$C/bin/tools/cli/kernelrl" seeds $CURVES > "$OUT/seeds.txt" 2>&1; cat "$OUT/seeds.txt"
+fi
 [ -n "${LOCAL_RUN:-}" ] && { echo "done at $(elapsed) s; everything is in $RUN"; exit 0; }
 [ -n "$(ls -d "$RUN"/run-* 2>/dev/null)" ] &&
   tar czf "$OUT/logs.tgz" -C "$RUN" --exclude='*-ws' --exclude='checkpoints' $(cd "$RUN" && ls -d run-*)

@@ -44,6 +44,10 @@ void AddLearnFlags(CommandLine& cl) {
   cl.Flag("--eval_rollouts", "eval_rollouts", "Rollouts per held-out task");
   cl.Flag("--eval_temperature", "eval_temperature", "0 = greedy held-out evaluations");
   cl.Switch("--skip_start_eval", "skip_start_eval", "No evaluation of the base before the job (an earlier job on the same base has it)");
+  cl.Switch("--skip_ppo_start_eval", "skip_ppo_start_eval",
+            "No evaluation at agentic PPO's start (a job going on from an earlier job's final policy)");
+  cl.Flag("--expected_eval_s", "expected_eval_s",
+          "Seconds a held-out evaluation is expected to take until one is timed (the cut holds 1.25x it)");
   cl.Flag("--job_timeout_s", "job_timeout_s",
           "Seconds for the job, its final held-out evaluation included: the job is cut 1.25x the longest "
           "evaluation so far before it");
@@ -85,6 +89,7 @@ absl::Status ValidateLearnConfig(v1::LearnConfig* o) {
   if (o->sandbox_workers() < 0) return absl::InvalidArgumentError("sandbox_workers: at least 1 (0 = 1)");
   if (o->sandbox_workers() == 0) o->set_sandbox_workers(1);
   if (o->sandbox_first_gpu() < 0) return absl::InvalidArgumentError("sandbox_first_gpu: a GPU index, at least 0");
+  if (!(o->expected_eval_s() >= 0)) return absl::InvalidArgumentError("expected_eval_s: seconds, at least 0");
   if (o->resume() && o->paths().run_dir().empty()) {
     return absl::InvalidArgumentError("resume needs the paused run's run_dir (--run_dir)");
   }

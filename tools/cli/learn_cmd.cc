@@ -226,8 +226,10 @@ std::string HeldOutLine(const Json& heldout) {
 class HeldOutEvaluator {
  public:
   // `heldout`: the run's evaluations so far (a resumed run's earlier sittings), their times included.
+  // Until one is timed, the longest is the one expected (o.expected_eval_s).
   HeldOutEvaluator(const v1::LearnConfig& o, const Cluster& cluster, Console& console, std::string curves_dir, Json heldout)
-      : o_(o), cluster_(cluster), console_(console), curves_dir_(std::move(curves_dir)), heldout_(std::move(heldout)) {
+      : o_(o), cluster_(cluster), console_(console), curves_dir_(std::move(curves_dir)), heldout_(std::move(heldout)),
+        longest_(absl::Seconds(o.expected_eval_s())) {
     for (const Json& e : heldout_) {
       if (const Json* t = FindJson(e, "eval_seconds")) longest_ = std::max(longest_, absl::Seconds(JsonNumber(*t)));
     }
@@ -307,7 +309,7 @@ class HeldOutEvaluator {
   const std::string curves_dir_;
   std::mutex mu_;
   Json heldout_;  // Guarded by mu_.
-  absl::Duration longest_ = absl::ZeroDuration();  // Guarded by mu_.
+  absl::Duration longest_;  // Guarded by mu_.
   std::atomic<bool> busy_{false};
   std::thread thread_;
 };
@@ -375,7 +377,7 @@ int LearnMain(int argc, char** argv) {
   if (!WriteFileAtomically(cluster.SkillPath(), o.skill_text()).ok()) return 1;
 
   // The job holds at agentic PPO's start until the PPO-start evaluation has run (StartPinned resumes it).
-  o.mutable_job()->mutable_recipe()->mutable_agentic_ppo()->set_hold_at_start(true);
+  o.mutable_job()->mutable_recipe()->mutable_agentic_ppo()->set_hold_at_start(!o.skip_ppo_start_eval());
   const std::string hp = TextProto(o.job());
   v1::JobSpec spec;
   spec.set_name(absl::StrCat("learn-family-", o.ablation()));
@@ -420,8 +422,8 @@ int LearnMain(int argc, char** argv) {
 
   // Follow the job: switch actor pools by stage, show progress, trigger evaluations. The updates
   // themselves come from the ledger afterwards: a poll every 300 ms misses fast ones.
-  int64_t last_eval_agentic = -1000;
-  bool reached_agentic = false, evaluated_agentic = false, paused = false;
+  int64_t last_eval_agentic = o.skip_ppo_start_eval() ? 0 : -1000;
+  bool reached_agentic = false, evaluated_agentic = o.skip_ppo_start_eval(), paused = false;
   if (o.resume() && job.stage() == "agentic_ppo") {  // The pause evaluation stands for this sitting's first.
     evaluated_agentic = true;
     last_eval_agentic = job.stage_step();

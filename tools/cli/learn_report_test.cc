@@ -152,6 +152,20 @@ TEST(LearnReport, BeforeAfterFromTheFirstAndLastEvaluation) {
   EXPECT_NE(no_start.find("(PPO start: what the stages before agentic PPO taught it; after: the job's last policy)"),
             std::string::npos) << no_start;
 
+  // A job going on from an earlier one's policy (--skip_ppo_start_eval): its final evaluation alone.
+  LearnRun continued = run;
+  continued.heldout = Json::array();
+  Json only = Eval(3, r1, 0.5);
+  only["label"] = Json("final");
+  continued.heldout.push_back(only);
+  const std::string final_only = LearnReport(continued);
+  EXPECT_NE(final_only.find("after (v3)"), std::string::npos) << final_only;
+  EXPECT_NE(final_only.find(absl::StrFormat("%.2f +- 0.10", r1)), std::string::npos) << final_only;
+  EXPECT_NE(final_only.find("(after: the job's last policy)"), std::string::npos) << final_only;
+  EXPECT_EQ(final_only.find("PPO start"), std::string::npos) << final_only;
+  continued.heldout = Json::array();
+  EXPECT_NE(LearnReport(continued).find("held-out   no evaluation ran"), std::string::npos);
+
   // A warm-up taken from an earlier job says so, and from where.
   o.mutable_job()->mutable_recipe()->mutable_agent_warmup()->set_import_job_dir("/run-1/jobs/job-a");
   const std::string imported = LearnReport(run);

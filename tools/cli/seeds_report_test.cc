@@ -168,6 +168,13 @@ TEST(SeedsReport, ContinuedSeedRunsFromItsFirstPpoStartToItsLastFinal) {
   EXPECT_EQ(f->final.policy_version, 40);
   EXPECT_EQ(f->explained_variance.size(), 3u);
   EXPECT_EQ(f->trajectories, 200);
+  // A continuing call that skipped its PPO-start evaluation (--skip_ppo_start_eval): its final alone.
+  auto skipped = SeedFiguresOf({{"call1", Curves(2, "none", {Eval("agentic-0", 4, -0.2, 0, 0.4), Eval("final", 20, 0.1, 0.1, 0.5)}, {0.1})},
+                                {"call2", Curves(2, "none", {Eval("final", 9, 0.4, 0.2, 0.6)}, {0.3})}});
+  ASSERT_TRUE(skipped.ok()) << skipped.status();
+  EXPECT_EQ(skipped->start.policy_version, 4);
+  EXPECT_EQ(skipped->final.policy_version, 9);
+  EXPECT_DOUBLE_EQ(skipped->final.reward_mean, 0.4);
 }
 
 TEST(SeedsReport, RefusesWhatCannotBeCompared) {
