@@ -7,7 +7,8 @@
 //
 //   reserve = kEvalReserveFactor × the longest held-out evaluation the run has timed so far
 //
-// (0 before any was timed: the job runs to the limit, and the evaluation after it ends past it).
+// (before any was timed, the one `kernelrl learn --expected_eval_s` expects; 0 without: the job runs to
+// the limit, and the evaluation after it ends past it).
 // A cut time already past is now: the job is cut at once, never "earlier than now".
 #ifndef KERNELRL_TOOLS_CLI_JOB_CUT_H_
 #define KERNELRL_TOOLS_CLI_JOB_CUT_H_
