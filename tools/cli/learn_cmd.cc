@@ -410,6 +410,13 @@ int LearnMain(int argc, char** argv) {
   fs::create_directories(curves_dir, ec);
   console.Line(o.resume() ? absl::StrCat("job ", job.id(), " resumed at update ", job.step())
                          : absl::StrCat("job ", job.id(), " submitted: ", o.family_dir(), "/train.jsonl"));
+  int train_tasks = 0;
+  if (auto tasks = ReadFileToString(o.family_dir() + "/train.jsonl"); tasks.ok()) {
+    train_tasks = static_cast<int>(std::count(tasks->begin(), tasks->end(), '\n'));
+  }
+  if (const std::string line = WarmupCoverage(o.job(), o.rollouts_per_task(), train_tasks); !o.resume() && !line.empty()) {
+    console.Line(line);
+  }
 
   HeldOutEvaluator evals(o, cluster, console, curves_dir, paused_run->heldout);
 
@@ -527,10 +534,7 @@ int LearnMain(int argc, char** argv) {
   cluster.StopAll();
 
   if (!WriteCurves(o, job, hp, job_dir, evals.Heldout(), console)) code = 1;
-  LearnRun run{&o, job, evals.Heldout(), 0, console.Seconds(), curves_dir, LatestPolicyCheckpoint(job_dir)};
-  if (auto tasks = ReadFileToString(o.family_dir() + "/train.jsonl"); tasks.ok()) {
-    run.train_tasks = static_cast<int>(std::count(tasks->begin(), tasks->end(), '\n'));
-  }
+  LearnRun run{&o, job, evals.Heldout(), train_tasks, console.Seconds(), curves_dir, LatestPolicyCheckpoint(job_dir)};
   const std::string report = LearnReport(run);
   if (!WriteFileAtomically(curves_dir + "/report.txt", report).ok()) code = 1;
   std::fputs(report.c_str(), stdout);

@@ -71,6 +71,18 @@ std::vector<std::string> StageProgress::Update(const v1::Job& job) {
   return lines;
 }
 
+std::string WarmupCoverage(const v1::LearnerJobConfig& job, int rollouts_per_task, int train_tasks) {
+  const v1::StageConfig& warmup = job.recipe().agent_warmup();
+  if (warmup.skip() || !warmup.import_job_dir().empty() || train_tasks <= 0) return "";
+  const int64_t per_task = std::max(1, rollouts_per_task);
+  const int64_t reached = std::min<int64_t>(train_tasks, (warmup.steps() + per_task - 1) / per_task);
+  if (reached >= train_tasks) return "";
+  return absl::StrFormat(
+      "warm-up: %d trajectories, %d a task, reach %d of the %d training tasks; the other %d give RFT and value "
+      "pretraining nothing (--job_set=recipe.agent_warmup.steps=%d reaches every one)",
+      warmup.steps(), per_task, reached, train_tasks, train_tasks - reached, per_task * train_tasks);
+}
+
 std::string LatestPolicyCheckpoint(const std::string& job_dir) {
   namespace fs = std::filesystem;
   std::error_code ec;

@@ -4,6 +4,7 @@
 
 #include <random>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "gtest/gtest.h"
 
@@ -171,6 +172,27 @@ TEST(LearnReport, BeforeAfterFromTheFirstAndLastEvaluation) {
   const std::string imported = LearnReport(run);
   EXPECT_NE(imported.find("imported from /run-1/jobs/job-a"), std::string::npos) << imported;
   EXPECT_EQ(imported.find("scripted-engineer trajectories"), std::string::npos) << imported;
+}
+
+TEST(LearnReport, AWarmupThatReachesFewerTasksThanTheSetSaysHowMany) {
+  std::mt19937 rng(std::random_device{}());
+  const int per_task = 1 + static_cast<int>(rng() % 6), tasks = 2 + static_cast<int>(rng() % 20);
+  const int reached = 1 + static_cast<int>(rng() % (tasks - 1));  // Fewer than every task.
+  v1::LearnerJobConfig job;
+  job.mutable_recipe()->mutable_agent_warmup()->set_steps(reached * per_task - static_cast<int>(rng() % per_task));
+  const std::string line = WarmupCoverage(job, per_task, tasks);
+  EXPECT_NE(line.find(absl::StrFormat("reach %d of the %d training tasks; the other %d", reached, tasks, tasks - reached)),
+            std::string::npos) << line;
+  EXPECT_NE(line.find(absl::StrCat("recipe.agent_warmup.steps=", per_task * tasks, " ")), std::string::npos) << line;
+  // Enough for every task, an imported set, or no warm-up: nothing to say.
+  job.mutable_recipe()->mutable_agent_warmup()->set_steps(per_task * tasks);
+  EXPECT_EQ(WarmupCoverage(job, per_task, tasks), "");
+  job.mutable_recipe()->mutable_agent_warmup()->set_steps(per_task);
+  job.mutable_recipe()->mutable_agent_warmup()->set_import_job_dir("/run-1/jobs/job-a");
+  EXPECT_EQ(WarmupCoverage(job, per_task, tasks), "");
+  job.mutable_recipe()->mutable_agent_warmup()->clear_import_job_dir();
+  job.mutable_recipe()->mutable_agent_warmup()->set_skip(true);
+  EXPECT_EQ(WarmupCoverage(job, per_task, tasks), "");
 }
 
 }  // namespace
