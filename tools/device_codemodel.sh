@@ -20,7 +20,10 @@
 #      holding the earlier call's final_policy-*.tgz (the policy with its critic/) and results.tgz; then
 #      CONTINUE_FROM=.devcarry/codemodel/in/continue.tgz BASELINES_IN=... [SEED=..] tools/device_codemodel.sh:
 #      agentic PPO alone from that policy and critic (warm-up, RFT and value pretraining skipped; the
-#      optimizers' moments restart), its own held-out evaluations at its start and end.
+#      optimizers' moments restart), no evaluation before PPO (the earlier call's final one scored that
+#      policy; the cut holds its time for this call's final one), its task order reseeded by its place in
+#      the chain. FINAL_EVAL=0 in every call of a chain but the last: a chain needs its first call's
+#      PPO-start evaluation and its last call's final one (`kernelrl seeds A/curves.json+B/curves.json`).
 #
 # On the device, in order:
 #  1. eager + torch.compile baselines of the task set (3 training + 4 held-out tasks per family:
@@ -66,7 +69,7 @@
 # those earlier jobs' accepted trajectories, recipe.value_pretrain.import_job_dirs),
 # LEARNER_DEVICE (cuda; cpu on one GPU, cuda:1 on two: see docs/CODEMODEL.md), LEARN_ARGS (more `kernelrl learn` flags),
 # SKIP_START_EVAL (0; 1: no evaluation of the base before each job: greedy on the same base and tasks it
-# repeats an earlier job's, ~40 s a job on one H200),
+# repeats an earlier job's, ~40 s a job on one H200), FINAL_EVAL (1; 0: no evaluation after the job, d. above),
 # PARALLEL (0; 1: the JOBS side by side, job k's sandbox worker on GPU k (SANDBOX_WORKERS_PER_JOB, 1: its
 # --sandbox_workers in LEARN_ARGS), the learners on LEARNER_DEVICE: e.g. on nvidia-h200-x4 three seeds with
 # LEARNER_DEVICE=cuda:3 JOBS="1:none 2:none 3:none" in one call, each with fewer PPO updates than alone).
@@ -353,6 +356,9 @@ done
 [ -n "${EVAL_ROLLOUTS:-}" ] && JOB_FLAGS+=(--eval_rollouts=$EVAL_ROLLOUTS)
 [ -n "${EVAL_TEMP:-}" ] && JOB_FLAGS+=(--eval_temperature=$EVAL_TEMP)
 [ "${SKIP_START_EVAL:-0}" = 1 ] && JOB_FLAGS+=(--skip_start_eval)
+# FINAL_EVAL=0: no evaluation after the job, its time PPO's: a call that a later call continues
+# (CONTINUE_FROM), which evaluates the policy then; a chain's last call keeps its final evaluation.
+[ "${FINAL_EVAL:-1}" = 0 ] && JOB_FLAGS+=(--skip_final_eval)
 # CONTINUE_FROM: agentic PPO from the earlier job's policy and critic (their AdamW moments restart). An
 # archive without a critic (packed before critics travelled) gets one from the policy's trunk, value
 # pretraining on fresh rollouts first (VALUE_STEPS).
@@ -439,6 +445,7 @@ finish_job() {
   # For a call that goes on from it: the job calls in its chain so far and its longest held-out evaluation.
   echo $(( $(cat "$RUN/base/job_calls" 2>/dev/null || echo 0) + 1 )) > "$F/job_calls"
   grep -o '"eval_seconds": *[0-9.]*' "$JOB/curves/curves.json" 2>/dev/null | sed 's/.*: *//' | sort -g | tail -1 > "$F/eval_seconds"
+  [ -s "$F/eval_seconds" ] || cp "$RUN/base/eval_seconds" "$F/" 2>/dev/null || true  # None here: the chain's last.
   (cd "$F" && sha256sum model*.safetensors tokenizer.json $(ls critic/*.safetensors 2>/dev/null) > SHA256SUMS)
   [ -n "${LOCAL_RUN:-}" ] && { echo "final policy $NAME ($LATEST): $F; $(head -1 "$F/SHA256SUMS")"; return 0; }
   tar czf "$OUT/final_policy-$NAME.tgz" -C "$RUN" "final_policy-$NAME"
@@ -464,8 +471,8 @@ fi
 # The call's jobs read together (docs/CODEMODEL.md "Seeds read together"); across calls, run
 # `kernelrl seeds` here on the unpacked results.
 CURVES=$(ls "$OUT"/*/curves.json 2>/dev/null)
-if [ -n "${CONTINUE_FROM:-}" ]; then  # Its PPO start is an earlier call's.
-  echo "seeds: this call goes on from an earlier one; here, kernelrl seeds FIRST/curves.json+...+THIS/curves.json"
+if [ -n "${CONTINUE_FROM:-}" ] || [ "${FINAL_EVAL:-1}" = 0 ]; then  # Its PPO start, or its final, is another call's.
+  echo "seeds: this call is one of a chain; here, kernelrl seeds FIRST/curves.json+...+LAST/curves.json"
 elif [ -n "$CURVES" ]; then
   "$C/bin/tools/cli/kernelrl" seeds $CURVES > "$OUT/seeds.txt" 2>&1; cat "$OUT/seeds.txt"
 fi

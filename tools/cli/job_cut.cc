@@ -17,6 +17,7 @@ JobCut CutForFinalEvaluation(absl::Time limit, absl::Duration longest_eval, absl
 std::string DescribeCut(const JobCut& cut, absl::Duration longest_eval, absl::Time limit, absl::Time start,
                         const std::string& evaluation) {
   const auto s = [start](absl::Time t) { return absl::ToDoubleSeconds(t - start); };
+  if (evaluation.empty()) return absl::StrFormat("job cut at the %.0f s limit (no evaluation after it)", s(limit));
   if (cut.reserve <= absl::ZeroDuration()) {
     return absl::StrFormat("job cut at the %.0f s limit: no held-out evaluation timed yet to leave room for the %s",
                            s(limit), evaluation);

@@ -34,7 +34,8 @@ JobCut CutForFinalEvaluation(absl::Time limit, absl::Duration longest_eval, absl
 
 // The console line of a cut, seconds counted from the run's `start`: "job cut at 383 s, 83 s before
 // the 466 s limit: room for the final evaluation (~83 s: the longest so far 66 s and a quarter)".
-// `evaluation` names it ("final evaluation", "pause evaluation").
+// `evaluation` names it ("final evaluation", "pause evaluation"); "" when none follows the job
+// (--skip_final_eval: cut at the limit).
 std::string DescribeCut(const JobCut& cut, absl::Duration longest_eval, absl::Time limit, absl::Time start,
                         const std::string& evaluation);
 

@@ -60,6 +60,8 @@ TEST(JobCutTest, DescribeCutSaysTheReserveAndTheLimit) {
   const JobCut none = CutForFinalEvaluation(kLimit, absl::ZeroDuration(), kLimit);
   EXPECT_EQ(DescribeCut(none, absl::ZeroDuration(), kLimit, kStart, "pause evaluation"),
             "job cut at the 466 s limit: no held-out evaluation timed yet to leave room for the pause evaluation");
+  EXPECT_EQ(DescribeCut(none, absl::ZeroDuration(), kLimit, kStart, ""),
+            "job cut at the 466 s limit (no evaluation after it)");
   // Late (the reserve grew past the time left): the line shows less room than the reserve.
   const JobCut late = CutForFinalEvaluation(kLimit, longest, kStart + absl::Seconds(420));
   EXPECT_EQ(DescribeCut(late, longest, kLimit, kStart, "final evaluation"),

@@ -46,6 +46,8 @@ void AddLearnFlags(CommandLine& cl) {
   cl.Switch("--skip_start_eval", "skip_start_eval", "No evaluation of the base before the job (an earlier job on the same base has it)");
   cl.Switch("--skip_ppo_start_eval", "skip_ppo_start_eval",
             "No evaluation at agentic PPO's start (a job going on from an earlier job's final policy)");
+  cl.Switch("--skip_final_eval", "skip_final_eval",
+            "No evaluation after the job, nor time held for one (a later job goes on from its policy and evaluates it)");
   cl.Flag("--expected_eval_s", "expected_eval_s",
           "Seconds a held-out evaluation is expected to take until one is timed (the cut holds 1.25x it)");
   cl.Flag("--job_timeout_s", "job_timeout_s",

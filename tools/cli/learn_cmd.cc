@@ -448,7 +448,9 @@ int LearnMain(int argc, char** argv) {
     const grpc::Status s = stub->GetJob(&ctx, get, &job);
     const absl::Time now = absl::Now();
     const absl::Duration longest_eval = evals.LongestEval();
-    const JobCut cut = CutForFinalEvaluation(deadline, longest_eval, now);
+    // What follows the cut: the final (or pause) evaluation, unless --skip_final_eval.
+    const std::string after_cut = o.skip_final_eval() ? "" : "final evaluation";
+    const JobCut cut = CutForFinalEvaluation(deadline, o.skip_final_eval() ? absl::ZeroDuration() : longest_eval, now);
     const bool cut_now = now >= cut.at;
     if (s.ok()) {
       cluster.UsePool(PoolForStage(o, job.stage()), job.policy_version());
@@ -478,7 +480,9 @@ int LearnMain(int argc, char** argv) {
                (pause_at_cut || (o.pause_after_agentic_steps() > 0 && job.stage() == "agentic_ppo" &&
                                  job.stage_step() >= o.pause_after_agentic_steps()));
       if (paused) {
-        if (pause_at_cut) console.Line(DescribeCut(cut, longest_eval, deadline, run_start, "pause evaluation"));
+        if (pause_at_cut) {
+          console.Line(DescribeCut(cut, longest_eval, deadline, run_start, after_cut.empty() ? "" : "pause evaluation"));
+        }
         console.Line("pausing: the services stop, the job stays RUNNING (kernelrl learn --resume --run_dir=" +
                      o.paths().run_dir() + " goes on)");
         evals.Join();  // A held-out evaluation running now resumes the job when it ends.
@@ -508,7 +512,7 @@ int LearnMain(int argc, char** argv) {
       break;
     }
     if (cut_now) {
-      console.Line(DescribeCut(cut, longest_eval, deadline, run_start, "final evaluation") + "; cancelling");
+      console.Line(DescribeCut(cut, longest_eval, deadline, run_start, after_cut) + "; cancelling");
       job = CancelAndWait(stub.get(), job);
       break;
     }
@@ -527,7 +531,10 @@ int LearnMain(int argc, char** argv) {
   // evaluation beside them took 1.1-2.3x the PPO-start one, in 4 runs).
   cluster.StopActors(absl::Seconds(2));
   evals.Join();
-  if (code == 0 || (reached_agentic && job.state() != v1::Job::FAILED)) {
+  if (o.skip_final_eval()) {
+    console.Line("no evaluation after the job (--skip_final_eval): a later job goes on from policy v" +
+                 std::to_string(job.policy_version()));
+  } else if (code == 0 || (reached_agentic && job.state() != v1::Job::FAILED)) {
     evals.Start(paused ? absl::StrCat("pause-", job.step()) : "final", job.policy_version(), job.stage_step());
     evals.Join();
   }
