@@ -151,11 +151,11 @@ std::string LearnReport(const LearnRun& run) {
     cols.push_back({absl::StrCat("before (v", FigureOf(before, "policy_version"), ")"), before, "before: the base checkpoint"});
   }
   const Json* after = evals.empty() ? nullptr : &evals.back();
-  if (ppo_start != nullptr && ppo_start != after) {
+  if (ppo_start != nullptr) {
     cols.push_back({absl::StrCat("PPO start (v", FigureOf(ppo_start, "policy_version"), ")"), ppo_start,
                     "PPO start: what the stages before agentic PPO taught it"});
   }
-  if (after != nullptr && after != before) {
+  if (after != nullptr && after != before && after != ppo_start) {
     cols.push_back({absl::StrCat("after (v", FigureOf(after, "policy_version"), ")"), after, "after: the job's last policy"});
   }
   if (!cols.empty()) {

@@ -164,6 +164,11 @@ TEST(LearnReport, BeforeAfterFromTheFirstAndLastEvaluation) {
   EXPECT_NE(final_only.find(absl::StrFormat("%.2f +- 0.10", r1)), std::string::npos) << final_only;
   EXPECT_NE(final_only.find("(after: the job's last policy)"), std::string::npos) << final_only;
   EXPECT_EQ(final_only.find("PPO start"), std::string::npos) << final_only;
+  // One that a later job goes on from (--skip_final_eval): its PPO start alone, not called "after".
+  continued.heldout = Json::array({ppo});
+  const std::string start_only = LearnReport(continued);
+  EXPECT_NE(start_only.find("PPO start (v20)"), std::string::npos) << start_only;
+  EXPECT_EQ(start_only.find("after ("), std::string::npos) << start_only;
   continued.heldout = Json::array();
   EXPECT_NE(LearnReport(continued).find("held-out   no evaluation ran"), std::string::npos);
 
