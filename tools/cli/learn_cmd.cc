@@ -435,6 +435,8 @@ int LearnMain(int argc, char** argv) {
     evaluated_agentic = true;
     last_eval_agentic = job.stage_step();
   }
+  // What follows a cut: the final (or pause) evaluation, unless --skip_final_eval (then nothing is held for it).
+  const std::string after_cut = o.skip_final_eval() ? "" : "final evaluation";
   std::string last_line;
   StageProgress progress(o.job());
   absl::Time last_change = absl::Now();
@@ -448,8 +450,6 @@ int LearnMain(int argc, char** argv) {
     const grpc::Status s = stub->GetJob(&ctx, get, &job);
     const absl::Time now = absl::Now();
     const absl::Duration longest_eval = evals.LongestEval();
-    // What follows the cut: the final (or pause) evaluation, unless --skip_final_eval.
-    const std::string after_cut = o.skip_final_eval() ? "" : "final evaluation";
     const JobCut cut = CutForFinalEvaluation(deadline, o.skip_final_eval() ? absl::ZeroDuration() : longest_eval, now);
     const bool cut_now = now >= cut.at;
     if (s.ok()) {
