@@ -60,6 +60,16 @@ std::optional<absl::Time> StampOf(const std::string& path) {
   return absl::TimeFromTimespec(st.st_mtim);
 }
 
+// Whether someone holds `turn_path` now: an exclusive taker waiting (or, for a
+// moment, a shared one passing through).
+bool TurnTaken(const std::string& turn_path) {
+  const int fd = ::open(turn_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+  if (fd < 0) return false;
+  const bool taken = ::flock(fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK;
+  ::close(fd);
+  return taken;
+}
+
 }  // namespace
 
 GpuLease::Hold& GpuLease::Hold::operator=(Hold&& other) noexcept {
@@ -90,20 +100,28 @@ absl::StatusOr<GpuLease::Hold> GpuLease::Exclusive(absl::Duration max_wait) cons
 absl::StatusOr<GpuLease::Hold> GpuLease::Take(bool exclusive, absl::Time deadline) const {
   if (!enabled()) return Hold();
   const std::string turn_path = path_ + ".turn";
-  auto turn = OpenLockFile(turn_path);
-  if (!turn.ok()) return turn.status();
-  Hold turn_hold(*turn, "");
-  if (absl::Status s = Lock(*turn, LOCK_EX, turn_path, deadline); !s.ok()) return s;
-  if (!exclusive) turn_hold.Release();  // Only passing through: a waiting exclusive taker holds it.
-  auto main = OpenLockFile(path_);
-  if (!main.ok()) return main.status();
-  Hold hold(*main, "");
-  if (absl::Status s = Lock(*main, exclusive ? LOCK_EX : LOCK_SH, path_, deadline); !s.ok()) return s;
-  if (!exclusive) {
+  for (;;) {
+    auto turn = OpenLockFile(turn_path);
+    if (!turn.ok()) return turn.status();
+    Hold turn_hold(*turn, "");
+    if (absl::Status s = Lock(*turn, LOCK_EX, turn_path, deadline); !s.ok()) return s;
+    if (!exclusive) turn_hold.Release();  // Only passing through: a waiting exclusive taker holds it.
+    auto main = OpenLockFile(path_);
+    if (!main.ok()) return main.status();
+    Hold hold(*main, "");
+    if (absl::Status s = Lock(*main, exclusive ? LOCK_EX : LOCK_SH, path_, deadline); !s.ok()) return s;
+    if (exclusive) return hold;
+    // A shared taker blocked on `path` since before an exclusive one queued would win
+    // the release (flock wakes it; the exclusive taker polls): it lets that one go first,
+    // straight from the holder before it, which then has no step of ours to wait out.
+    if (TurnTaken(turn_path)) {
+      hold.Release();  // Nothing ran under it: no stamp.
+      continue;
+    }
     Stamp(path_ + ".shared_taken");
     hold.released_stamp_ = path_ + ".shared_released";
+    return hold;
   }
-  return hold;
 }
 
 absl::Time GpuLease::SharedQuietSince(absl::Time granted) const {

@@ -17,7 +17,11 @@ namespace kernelrl {
 // Two flock(2)ed files, `path` and `path + ".turn"`. A holder of `path` in
 // shared mode first passes through `.turn` (taken and dropped at once); an
 // exclusive taker holds `.turn` while it waits for the shared holders to
-// finish, so a stream of short shared holds cannot starve it. flock(2) locks
+// finish, so a stream of short shared holds cannot starve it; a shared taker
+// that was already blocked on `path` when an exclusive one queued lets that one
+// go first (it would otherwise win the release: flock wakes it, the exclusive
+// taker polls), so a queue of exclusive holds passes from one to the next with
+// no shared step between them to wait out (SharedQuietSince). flock(2) locks
 // belong to open file descriptions and die with their process: each Hold
 // opens its own descriptors (threads of one process do not share a hold),
 // and a crashed holder frees the GPU.

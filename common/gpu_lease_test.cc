@@ -1,6 +1,7 @@
 #include "common/gpu_lease.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <signal.h>
 #include <sys/file.h>
 #include <sys/wait.h>
@@ -9,6 +10,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstdlib>
+#include <fstream>
 #include <string>
 #include <thread>
 
@@ -33,6 +35,19 @@ bool Free(const std::string& path, int op) {
   const bool ok = ::flock(fd, op | LOCK_NB) == 0;
   ::close(fd);
   return ok;
+}
+
+// Whether some flock(2) request waits on `path` now (/proc/locks lists blocked
+// requests as "-> FLOCK ... <maj>:<min>:<inode> ...").
+bool SomeoneBlockedOn(const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) return false;
+  std::ifstream locks("/proc/locks");
+  const std::string inode = ":" + std::to_string(st.st_ino) + " ";
+  for (std::string line; std::getline(locks, line);) {
+    if (line.find("-> FLOCK") != std::string::npos && line.find(inode) != std::string::npos) return true;
+  }
+  return false;
 }
 
 TEST(GpuLeaseTest, DisabledGrantsAtOnceAndHoldsNothing) {
@@ -179,6 +194,49 @@ TEST(GpuLeaseTest, ASharedHolderThatDiesHoldingItLeavesTheGrantAsQuietSince) {
   ASSERT_TRUE(ex.ok()) << ex.status();
   const absl::Time granted = absl::Now();
   EXPECT_EQ(lease.SharedQuietSince(granted), granted);
+}
+
+// The learner is always about to step, so it is usually blocked on the lease
+// when a profiling job queues behind another: flock wakes it first at the
+// release, and a step of its own between the two jobs would make the second
+// wait out the driver's sample lag again. It must let the queued job go first.
+TEST(GpuLeaseTest, ASharedTakerAlreadyWaitingLetsAQueuedExclusiveOneGoFirst) {
+  const absl::Duration kLong = absl::Seconds(60);
+  GpuLease lease(LeasePath());
+  { auto step = lease.Shared(); ASSERT_TRUE(step.ok()); }  // The learner's last step before the first job.
+  const absl::Time learner_released = lease.SharedQuietSince(absl::InfiniteFuture());
+  auto first = lease.Exclusive();
+  ASSERT_TRUE(first.ok()) << first.status();
+
+  absl::Notification learner_in, second_in, second_done;
+  absl::Time second_quiet = absl::InfinitePast();
+  std::thread learner([&] {
+    auto step = lease.Shared();
+    EXPECT_TRUE(step.ok()) << step.status();
+    learner_in.Notify();
+  });
+  const absl::Time give_up = absl::Now() + kLong;
+  while (!SomeoneBlockedOn(lease.path()) && absl::Now() < give_up) std::this_thread::yield();
+  ASSERT_TRUE(SomeoneBlockedOn(lease.path())) << "the learner never waited on the lease itself";
+
+  std::thread second([&] {
+    auto ex = lease.Exclusive(kLong);
+    EXPECT_TRUE(ex.ok()) << ex.status();
+    second_quiet = lease.SharedQuietSince(absl::Now());
+    second_in.Notify();
+    EXPECT_TRUE(second_done.WaitForNotificationWithTimeout(kLong));
+  });
+  while (Free(lease.path() + ".turn", LOCK_EX)) std::this_thread::yield();  // The second is queued.
+  first->Release();
+
+  ASSERT_TRUE(second_in.WaitForNotificationWithTimeout(kLong)) << "the learner kept the lease from the queued job";
+  EXPECT_FALSE(learner_in.HasBeenNotified()) << "the learner stepped while the second held the lease";
+  EXPECT_EQ(second_quiet, learner_released) << "the learner stepped between the two jobs";
+  second_done.Notify();
+  second.join();
+  EXPECT_TRUE(learner_in.WaitForNotificationWithTimeout(kLong));
+  learner.join();
+  EXPECT_GT(lease.SharedQuietSince(absl::InfiniteFuture()), learner_released);  // Its step afterwards counts.
 }
 
 TEST(GpuLeaseTest, AnUnopenablePathIsAnError) {
