@@ -706,6 +706,9 @@ Verdict Evaluator::Run(const EvaluateRequest& request, const ProgressFn& progres
   if (!turn_error.empty()) return finish(Verdict::INFRA_ERROR, turn_error);
   // The profile phase runs inside the verify job; its wall time is its own stage.
   AddStage(v, "verify", verify_ms - r->profile().wall_ms(), r->timings().candidate_cpu_ms());
+  // Of the profile stage: the clock's wait for the lease's paused holders to leave the driver's
+  // samples, GPU idle (docs/HARNESS.md). Near 0 while profiling jobs take the lease from each other.
+  if (r->profile().started()) AddStage(v, "lease_settle", r->profile().lease_settle_ms());
   // The zygote reported facts; the outcome is decided here (verify_outcome.h).
   const VerifyOutcome decided = DecideVerifyOutcome(job, *r);
   for (const std::string& f : decided.flags) v.add_flags(f);

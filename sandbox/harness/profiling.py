@@ -340,7 +340,7 @@ def run_profile(job, task_module, model, driver, sets, backend, result, clock=No
 
     device = job["device"]
     prof = {"started": True, "ok": False, "error": "", "rechecks": 0, "recheck_failures": 0,
-            "wall_ms": 0.0, "detail": "", "mutated": False}
+            "wall_ms": 0.0, "lease_settle_ms": 0.0, "detail": "", "mutated": False}
     result["profile"] = prof
     t0 = time.perf_counter()
     # The job's own time so far: its waits for its turns (reference.Turns) are not its.
@@ -436,7 +436,9 @@ def run_profile(job, task_module, model, driver, sets, backend, result, clock=No
         if share:
             # Before the warm-up, not after it: the timed blocks must follow
             # the warm-up's with no idle gap, in which the clocks ramp down.
+            settle_from = time.monotonic()
             share.begin(not_before=lease_settled(job))
+            prof["lease_settle_ms"] = (time.monotonic() - settle_from) * 1e3
         mark("lease_settle")
         ok = warm_up(cfg, sizes, graph, one_block, driver.capacity)
         anchor["samples"].append(backend.anchor())

@@ -331,7 +331,8 @@ class Zygote:
         """The trusted side's profile record. The measurement was assembled and
         written into the trusted dir by the reference process (never by the
         candidate's)."""
-        keep = ("started", "ok", "error", "wall_ms", "rechecks", "recheck_failures", "detail", "measurement_file")
+        keep = ("started", "ok", "error", "wall_ms", "lease_settle_ms", "rechecks", "recheck_failures", "detail",
+                "measurement_file")
         prof = {k: prof[k] for k in keep if k in prof}
         if prof.get("started") and not prof.get("measurement_file"):
             prof["detail"] = (prof.get("detail") or "") + " no measurement"

@@ -412,6 +412,7 @@ TEST_F(ProfileCpuTest, ProfilingWaitsForTheGpuLeaseAndVerifyAloneDoesNot) {
   Verdict v = evaluator_->Evaluate(verify_only);
   ASSERT_EQ(v.outcome(), Verdict::OK) << Describe(v);
   EXPECT_FALSE(HasStage(v, "gpu_lease"));
+  EXPECT_FALSE(HasStage(v, "lease_settle"));
   EXPECT_TRUE(HasStage(v, "gpu_queue")) << Describe(v);  // Every job that reaches the GPU waits its turn.
 
   absl::Notification done;
@@ -435,6 +436,8 @@ TEST_F(ProfileCpuTest, ProfilingWaitsForTheGpuLeaseAndVerifyAloneDoesNot) {
   EXPECT_EQ(timed.outcome(), Verdict::OK) << Describe(timed);
   EXPECT_TRUE(HasStage(timed, "gpu_lease")) << Describe(timed);
   EXPECT_TRUE(HasStage(timed, "gpu_queue")) << Describe(timed);
+  // Its clock's settle is a stage of its own (0 here: the CPU backend has no driver samples).
+  EXPECT_TRUE(HasStage(timed, "lease_settle")) << Describe(timed);
 }
 
 // A baseline timed in the precompute's own process (timing_path "") pays no

@@ -75,7 +75,8 @@ Json TrainedAudit::ToJson() const {
                        {"warmup_imported", Json(warmup_imported)},
                        {"profiled_verdicts", Json(static_cast<int64_t>(profiled_wall_s.size()))},
                        {"profiled_verdict_wall_s_p50", Json(Median(profiled_wall_s))},
-                       {"profiled_verdict_gpu_queue_s_p50", Json(Median(profiled_gpu_queue_s))}});
+                       {"profiled_verdict_gpu_queue_s_p50", Json(Median(profiled_gpu_queue_s))},
+                       {"profiled_verdict_lease_settle_s_p50", Json(Median(profiled_lease_settle_s))}});
 }
 
 absl::StatusOr<Json> UpdatesFromLedger(const std::string& job_dir, int64_t start_unix_ms) {
@@ -154,11 +155,15 @@ absl::StatusOr<std::map<int64_t, VerdictStats>> TrainedStats(const std::string& 
       }
       audit->flagged_reward_above_1 += integrity_flag && t.reward() > 1;
       audit->verdicts_cached += v.cached();
-      double total_ms = -1, queue_ms = 0;
+      double total_ms = -1, queue_ms = 0, settle_ms = 0;
       bool profiled = false;
       for (const v1::StageTiming& st : v.stages()) {
         if (st.stage() == "total") total_ms = st.wall_ms();
-        if (st.stage() == "gpu_queue") queue_ms = st.wall_ms();
+        if (st.stage() == "gpu_queue" || st.stage() == "gpu_lease" || st.stage() == "start_queue" ||
+            st.stage() == "clock_queue") {
+          queue_ms += st.wall_ms();
+        }
+        if (st.stage() == "lease_settle") settle_ms = st.wall_ms();
         profiled |= st.stage() == "profile";
         if (st.stage() != "compile") continue;
         ++audit->compiles;
@@ -167,6 +172,7 @@ absl::StatusOr<std::map<int64_t, VerdictStats>> TrainedStats(const std::string& 
       if (profiled && total_ms >= 0) {
         audit->profiled_wall_s.push_back(total_ms / 1e3);
         audit->profiled_gpu_queue_s.push_back(queue_ms / 1e3);
+        audit->profiled_lease_settle_s.push_back(settle_ms / 1e3);
       }
     }
   }

@@ -51,9 +51,11 @@ struct TrainedAudit {
   // rest were leased by a model actor just before the pools switched, or imported from an earlier
   // job's warm-up (StageConfig.import_job_dir: no lease).
   int warmup_accepted = 0, warmup_from_engineer = 0, warmup_imported = 0;
-  // Fresh final verdicts that profiled: their wall and their wait for the sandbox worker's GPU
-  // (stage gpu_queue), seconds; the JSON gives their medians.
-  std::vector<double> profiled_wall_s, profiled_gpu_queue_s;
+  // Fresh final verdicts that profiled: their wall, their waits for the sandbox worker's GPU
+  // (stages gpu_queue, gpu_lease, start_queue and clock_queue: the learner's lease and the other
+  // profiling jobs before them) and the clock's idle settle after the lease (lease_settle),
+  // seconds; the JSON gives their medians.
+  std::vector<double> profiled_wall_s, profiled_gpu_queue_s, profiled_lease_settle_s;
   Json ToJson() const;
 };
 

@@ -223,19 +223,23 @@ TEST(TrainedStatsTest, OnlyFlagsTheJudgeRatesAboveInformationalCountAgainstARewa
   EXPECT_EQ(audit.flags_seen.count("rse_above_target"), 1u);
 }
 
-// The audit's verdict timings: fresh final verdicts that profiled, their wall and their wait for the
-// worker's GPU (stage gpu_queue); a verdict served from the cache or that did not profile is left out.
-TEST(TrainedStatsTest, ProfiledVerdictsWallAndGpuQueueMedians) {
+// The audit's verdict timings: fresh final verdicts that profiled, their wall, their waits for the
+// worker's GPU (a verify-only job's gpu_queue; a profiling job's learner lease, clock token and GPU
+// alone) and the clock's settle; a verdict served from the cache or that did not profile is left out.
+TEST(TrainedStatsTest, ProfiledVerdictsWallGpuWaitAndSettleMedians) {
   std::mt19937 rng(std::random_device{}());
   std::uniform_real_distribution<double> ms(100, 60000);
+  auto profiled = [&] {
+    return std::vector<std::pair<std::string, double>>{
+        {"compile", 5}, {"gpu_queue", ms(rng)}, {"gpu_lease", ms(rng)}, {"start_queue", ms(rng)},
+        {"clock_queue", ms(rng)}, {"verify", 700}, {"lease_settle", ms(rng) / 30}, {"profile", 2800}};
+  };
   const std::vector<std::vector<std::pair<std::string, double>>> stages = {
-      {{"compile", 5}, {"gpu_queue", ms(rng)}, {"verify", 700}, {"profile", 2800}},
-      {{"compile", 5}, {"gpu_queue", ms(rng)}, {"verify", 700}, {"profile", 2800}},
-      {{"compile", 5}, {"gpu_queue", ms(rng)}, {"verify", 700}, {"profile", 2800}},
+      profiled(), profiled(), profiled(),
       {{"compile", 5}, {"gpu_queue", ms(rng)}, {"verify", 700}},  // Did not profile.
       {{"verdict_cache", 0.1}}};                                   // Served from the cache.
   std::vector<v1::LedgerRecord> records;
-  std::vector<double> walls, queues;
+  std::vector<double> walls, queues, settles;
   for (size_t i = 0; i < stages.size(); ++i) {
     v1::LedgerRecord r = Other(v1::LedgerRecord::TRAINED, 1);
     r.set_trajectory_id("t" + std::to_string(i));
@@ -248,16 +252,18 @@ TEST(TrainedStatsTest, ProfiledVerdictsWallAndGpuQueueMedians) {
     t.set_id("t" + std::to_string(i));
     v1::Verdict& v = *t.mutable_final_verdict();
     v.set_outcome(v1::Verdict::OK);
-    double total = 0;
+    double total = 0, queue = 0, settle = 0;
     for (const auto& [name, wall] : stages[i]) {
       v1::StageTiming* st = v.add_stages();
       st->set_stage(name);
       st->set_wall_ms(wall);
-      total += wall;
+      if (name != "lease_settle") total += wall;  // Part of the profile.
+      if (name.find("queue") != std::string::npos || name == "gpu_lease") queue += wall;
+      if (name == "lease_settle") settle = wall;
     }
     v.add_stages()->set_stage("total");
     v.mutable_stages()->rbegin()->set_wall_ms(total);
-    if (i < 3) walls.push_back(total / 1e3), queues.push_back(stages[i][1].second / 1e3);
+    if (i < 3) walls.push_back(total / 1e3), queues.push_back(queue / 1e3), settles.push_back(settle / 1e3);
     std::ofstream(rl::Ingest::TrajectoryFile(dir, t.id()), std::ios::binary) << t.SerializeAsString();
   }
   TrainedAudit audit;
@@ -267,7 +273,9 @@ TEST(TrainedStatsTest, ProfiledVerdictsWallAndGpuQueueMedians) {
   const Json j = audit.ToJson();
   EXPECT_EQ(JsonNumber(*FindJson(j, "profiled_verdicts")), 3);
   EXPECT_DOUBLE_EQ(JsonNumber(*FindJson(j, "profiled_verdict_wall_s_p50")), walls[1]);
+  std::sort(settles.begin(), settles.end());
   EXPECT_DOUBLE_EQ(JsonNumber(*FindJson(j, "profiled_verdict_gpu_queue_s_p50")), queues[1]);
+  EXPECT_DOUBLE_EQ(JsonNumber(*FindJson(j, "profiled_verdict_lease_settle_s_p50")), settles[1]);
 }
 
 // Each trained step says how its trajectories' rollouts ended, so a policy that starts breaking its
