@@ -315,9 +315,10 @@ class HeldOutEvaluator {
 };
 
 // curves.json from the job's ledger (every committed update, as the learner recorded it, with the
-// verdicts of the trajectories it trained on) and the held-out evaluations; then the plots.
+// verdicts of the trajectories it trained on) and the held-out evaluations; then the plots. The
+// report's steps and audit come back in `run`.
 bool WriteCurves(const v1::LearnConfig& o, const v1::Job& job, const std::string& hp, const std::string& job_dir,
-                 Json heldout, Console& console) {
+                 Json heldout, Console& console, LearnRun& run) {
   const std::string curves_dir = job_dir + "/curves";
   auto steps = UpdatesFromLedger(job_dir, console.StartUnixMs());
   if (!steps.ok()) {
@@ -344,6 +345,8 @@ bool WriteCurves(const v1::LearnConfig& o, const v1::Job& job, const std::string
                               {"heldout", std::move(heldout)},
                               {"audit", audit.ToJson()}});
   const bool written = WriteFileAtomically(curves_dir + "/curves.json", DumpJson(curves, 1) + "\n").ok();
+  run.steps = curves["steps"];
+  run.audit = curves["audit"];
   console.Line(absl::StrCat("audit: ", DumpJson(audit.ToJson())));
   if (!o.plot_script().empty()) {
     const std::string cmd = absl::StrCat(ShellQuote(o.python()), " ", ShellQuote(o.plot_script()), " ",
@@ -540,8 +543,9 @@ int LearnMain(int argc, char** argv) {
   }
   cluster.StopAll();
 
-  if (!WriteCurves(o, job, hp, job_dir, evals.Heldout(), console)) code = 1;
-  LearnRun run{&o, job, evals.Heldout(), train_tasks, console.Seconds(), curves_dir, LatestPolicyCheckpoint(job_dir)};
+  LearnRun run{&o, job, evals.Heldout(), train_tasks, 0, curves_dir, LatestPolicyCheckpoint(job_dir)};
+  if (!WriteCurves(o, job, hp, job_dir, evals.Heldout(), console, run)) code = 1;
+  run.seconds = console.Seconds();
   const std::string report = LearnReport(run);
   if (!WriteFileAtomically(curves_dir + "/report.txt", report).ok()) code = 1;
   std::fputs(report.c_str(), stdout);

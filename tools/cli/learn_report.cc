@@ -18,6 +18,75 @@ constexpr int kCells = 24;
 
 std::string Pct(double x) { return absl::StrFormat("%.0f%%", 100 * x); }
 
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t m = v.size() / 2;
+  return v.size() % 2 ? v[m] : (v[m - 1] + v[m]) / 2;
+}
+
+// What agentic PPO trained on and where its time went, and the audit of the trained verdicts:
+// what a sitting otherwise reads out of curves.json by hand.
+std::string TrainingLines(const Json& steps, const Json& audit) {
+  std::string out;
+  int updates = 0;
+  double trajectories = 0, tokens = 0, dropped_groups = 0, rolled = 0, wall = 0, policy = 0, sandbox = 0;
+  std::vector<double> ev;
+  for (const Json& s : steps) {
+    const Json* stage = FindJson(s, "stage");
+    if (stage == nullptr || !stage->is_string() || stage->get<std::string>() != "agentic_ppo") continue;
+    ++updates;
+    const Json* m = FindJson(s, "metrics");
+    trajectories += FigureOf(m, "trajectories");
+    tokens += FigureOf(m, "model_tokens");
+    dropped_groups = std::max(dropped_groups, FigureOf(m, "zero_variance_groups_dropped_total"));
+    if (m != nullptr && FindJson(*m, "explained_variance") != nullptr) ev.push_back(FigureOf(m, "explained_variance"));
+    const Json* t = FindJson(s, "trained");
+    const double n = FigureOf(t, "n");
+    if (n > 0 && FindJson(*t, "rollout_wall_s_mean") != nullptr) {
+      rolled += n;
+      wall += n * FigureOf(t, "rollout_wall_s_mean");
+      policy += n * FigureOf(t, "rollout_policy_s_mean");
+      sandbox += n * FigureOf(t, "rollout_sandbox_s_mean");
+    }
+  }
+  if (updates > 0) {
+    absl::StrAppendFormat(&out, "PPO        %d updates: %.0f trajectories trained, %.0f groups of one reward dropped",
+                          updates, trajectories, dropped_groups);
+    if (rolled > 0) {
+      absl::StrAppendFormat(&out, "; a trained rollout %.0f s\n           (policy %.0f s, sandbox %.0f s)", wall / rolled,
+                            policy / rolled, sandbox / rolled);
+    }
+    if (trajectories > 0) absl::StrAppendFormat(&out, "; model tokens a trajectory %.0f", tokens / trajectories);
+    if (!ev.empty()) {
+      absl::StrAppendFormat(&out, "; critic explained variance\n           %.2f (median of %d updates; %.2f to %.2f)",
+                            Median(ev), static_cast<int>(ev.size()), *std::min_element(ev.begin(), ev.end()),
+                            *std::max_element(ev.begin(), ev.end()));
+    }
+    absl::StrAppend(&out, "\n");
+  }
+  if (FigureOf(&audit, "trajectories_trained") > 0) {
+    absl::StrAppendFormat(
+        &out,
+        "audit      %.0f trained: hack-flagged %.0f (paid > 1: %.0f), other flags paid > 1: %.0f; verdict cache %s, "
+        "compile cache %s\n",
+        FigureOf(&audit, "trajectories_trained"), FigureOf(&audit, "hack_flagged"),
+        FigureOf(&audit, "hack_flagged_with_reward_above_1"), FigureOf(&audit, "integrity_flagged_with_reward_above_1"),
+        Pct(FigureOf(&audit, "verdict_cache_hit_rate")), Pct(FigureOf(&audit, "compile_cache_hit_rate")));
+    if (FigureOf(&audit, "profiled_verdicts") > 0) {
+      absl::StrAppendFormat(&out, "           a profiled verdict %.1f s p50 (%.0f fresh): %.1f s waiting for the GPU",
+                            FigureOf(&audit, "profiled_verdict_wall_s_p50"), FigureOf(&audit, "profiled_verdicts"),
+                            FigureOf(&audit, "profiled_verdict_gpu_queue_s_p50"));
+      if (FindJson(audit, "profiled_verdict_lease_settle_s_p50") != nullptr) {
+        absl::StrAppendFormat(&out, ", %.2f s settling after the lease",
+                              FigureOf(&audit, "profiled_verdict_lease_settle_s_p50"));
+      }
+      absl::StrAppend(&out, "\n");
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 double FigureOf(const Json* object, const char* key) {
@@ -214,6 +283,7 @@ std::string LearnReport(const LearnRun& run) {
   } else {
     absl::StrAppend(&out, "held-out   no evaluation ran (see learn.log)\n");
   }
+  absl::StrAppend(&out, TrainingLines(run.steps, run.audit));
   absl::StrAppend(&out, "curves     ", run.curves_dir, "/reward.png, rates.png, stability.png\n");
   absl::StrAppend(&out, "data       ", run.curves_dir, "/curves.json (every update and evaluation)\n");
   absl::StrAppend(&out, "rollouts   ", run.curves_dir, "/eval-<label>/transcripts/ (every held-out rollout as text)\n");

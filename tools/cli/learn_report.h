@@ -42,6 +42,8 @@ struct LearnRun {
   double seconds = 0;       // The run's wall time.
   std::string curves_dir;   // curves.json and the PNGs.
   std::string checkpoint;   // The last committed policy ("" if none).
+  Json steps = Json::array();   // curves.json "steps": the updates, with their trained verdicts.
+  Json audit = Json::object();  // curves.json "audit".
 };
 
 // The number at `key` of a curves.json object; 0 when the object or the member is absent or not a

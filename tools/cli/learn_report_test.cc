@@ -2,6 +2,7 @@
 // and held-out evaluations.
 #include "tools/cli/learn_report.h"
 
+#include <algorithm>
 #include <random>
 
 #include "absl/strings/str_cat.h"
@@ -198,6 +199,72 @@ TEST(LearnReport, AWarmupThatReachesFewerTasksThanTheSetSaysHowMany) {
   job.mutable_recipe()->mutable_agent_warmup()->clear_import_job_dir();
   job.mutable_recipe()->mutable_agent_warmup()->set_skip(true);
   EXPECT_EQ(WarmupCoverage(job, per_task, tasks), "");
+}
+
+// What agentic PPO trained and where its time went, from curves.json's steps and audit: updates of
+// other stages are left out, rollout times are weighted by the trajectories each update trained.
+TEST(LearnReport, APpoJobSaysWhatItTrainedWhereItsTimeWentAndItsAudit) {
+  std::mt19937 rng(std::random_device{}());
+  std::uniform_real_distribution<double> u(0, 1);
+  v1::LearnConfig o;
+  o.mutable_paths()->set_run_dir("/run");
+  LearnRun run{&o, v1::Job(), Json::array(), 9, 400, "/run/curves", ""};
+  auto step = [&](const std::string& stage, double trajectories, double tokens, double ev, double dropped, double n,
+                  double wall, double policy) {
+    Json s = Json::object({{"stage", Json(stage)},
+                           {"metrics", Json::object({{"trajectories", Json(trajectories)},
+                                                     {"model_tokens", Json(tokens)},
+                                                     {"explained_variance", Json(ev)},
+                                                     {"zero_variance_groups_dropped_total", Json(dropped)}})}});
+    s["trained"] = Json::object({{"n", Json(n)},
+                                 {"rollout_wall_s_mean", Json(wall)},
+                                 {"rollout_policy_s_mean", Json(policy)},
+                                 {"rollout_sandbox_s_mean", Json(wall - policy)}});
+    return s;
+  };
+  run.steps.push_back(step("value_pretrain", 8, 1e6, 5, 99, 8, 1000, 900));  // Not PPO: left out.
+  const double ev1 = -u(rng), ev2 = u(rng), ev3 = u(rng) - 0.5;
+  const double w1 = 50 + 50 * u(rng), w2 = 50 + 50 * u(rng), w3 = 50 + 50 * u(rng);
+  run.steps.push_back(step("agentic_ppo", 8, 16000, ev1, 1, 8, w1, w1 / 2));
+  run.steps.push_back(step("agentic_ppo", 8, 20000, ev2, 3, 4, w2, w2 / 2));
+  run.steps.push_back(step("agentic_ppo", 8, 24000, ev3, 4, 4, w3, w3 / 2));
+  const double wall = (8 * w1 + 4 * w2 + 4 * w3) / 16;
+  const double settle = u(rng);
+  run.audit = Json::object({{"trajectories_trained", Json(24)},
+                            {"hack_flagged", Json(0)},
+                            {"hack_flagged_with_reward_above_1", Json(0)},
+                            {"integrity_flagged_with_reward_above_1", Json(0)},
+                            {"verdict_cache_hit_rate", Json(0.3125)},
+                            {"compile_cache_hit_rate", Json(0.64)},
+                            {"profiled_verdicts", Json(11)},
+                            {"profiled_verdict_wall_s_p50", Json(9.1)},
+                            {"profiled_verdict_gpu_queue_s_p50", Json(3.4)},
+                            {"profiled_verdict_lease_settle_s_p50", Json(settle)}});
+  const std::string report = LearnReport(run);
+  EXPECT_NE(report.find("PPO        3 updates: 24 trajectories trained, 4 groups of one reward dropped"),
+            std::string::npos) << report;
+  EXPECT_NE(report.find(absl::StrFormat("a trained rollout %.0f s\n           (policy %.0f s, sandbox %.0f s)", wall,
+                                        wall / 2, wall / 2)),
+            std::string::npos) << report;
+  EXPECT_NE(report.find("model tokens a trajectory 2500"), std::string::npos) << report;
+  const double lo = std::min({ev1, ev2, ev3}), hi = std::max({ev1, ev2, ev3});
+  const double median = ev1 + ev2 + ev3 - lo - hi;
+  EXPECT_NE(report.find(absl::StrFormat("%.2f (median of 3 updates; %.2f to %.2f)", median, lo, hi)), std::string::npos)
+      << report;
+  EXPECT_NE(report.find("audit      24 trained: hack-flagged 0 (paid > 1: 0), other flags paid > 1: 0; verdict cache "
+                        "31%, compile cache 64%"),
+            std::string::npos) << report;
+  EXPECT_NE(report.find(absl::StrFormat("a profiled verdict 9.1 s p50 (11 fresh): 3.4 s waiting for the GPU, %.2f s "
+                                        "settling after the lease",
+                                        settle)),
+            std::string::npos) << report;
+
+  // A job without PPO updates or trained trajectories prints neither block.
+  run.steps = Json::array();
+  run.audit = Json::object();
+  const std::string bare = LearnReport(run);
+  EXPECT_EQ(bare.find("PPO        "), std::string::npos) << bare;
+  EXPECT_EQ(bare.find("audit      "), std::string::npos) << bare;
 }
 
 }  // namespace
