@@ -24,6 +24,11 @@
 #      policy; the cut holds its time for this call's final one), its task order reseeded by its place in
 #      the chain. FINAL_EVAL=0 in every call of a chain but the last: a chain needs its first call's
 #      PPO-start evaluation and its last call's final one (`kernelrl seeds A/curves.json+B/curves.json`).
+#   e. more seeds of the PPO stage from one RFT policy: a call that evaluated its PPO start also returns
+#      ppo_start_policy-<seed>-<ablation>.tgz (the policy and critic that evaluation scored; the job keeps
+#      every checkpoint for it). CONTINUE=ppo_start tools/device_codemodel.sh --stage-in DIR, then
+#      CONTINUE_FROM as in d. with another SEED: all PPO from that start; the seed's chain reads its
+#      start from the first call's PPO-start evaluation (`kernelrl seeds FIRST/curves.json+...`).
 #
 # On the device, in order:
 #  1. eager + torch.compile baselines of the task set (3 training + 4 held-out tasks per family:
@@ -108,9 +113,11 @@ if [ "${1:-}" = "--stage-in" ]; then  # Run HERE, after --stage: an earlier call
   rm -rf "$M/in" && mkdir -p "$M/in"
   # A final policy of an earlier call (final_policy-*.tgz, with its critic): CONTINUE_FROM of the next
   # call, whose PPO goes on from it; the base and the warm-up set then stay here (the carry's 64 MiB).
+  # CONTINUE=ppo_start: the PPO-start policy of that call instead (another seed of its PPO stage).
   if [ -n "${CONTINUE:-}" ]; then
-    CONT=$(ls "$IN"/final_policy-*.tgz 2>/dev/null | head -1)
-    [ -n "$CONT" ] || { echo "CONTINUE=1: no final_policy-*.tgz in $IN"; exit 2; }
+    KIND=final_policy; [ "$CONTINUE" = ppo_start ] && KIND=ppo_start_policy
+    CONT=$(ls "$IN"/$KIND-*.tgz 2>/dev/null | head -1)
+    [ -n "$CONT" ] || { echo "CONTINUE=$CONTINUE: no $KIND-*.tgz in $IN"; exit 2; }
     cp "$CONT" "$M/in/continue.tgz"
   else
     cp "$IN/base.tgz" "$M/in/"
@@ -260,7 +267,7 @@ LEARNER_GPU=$(echo "${LEARNER_DEVICE:-}" | sed -n 's/^cuda:\([0-9]\+\)$/\1/p')
   { echo "BASELINE_GPUS=$BASELINE_GPUS: this machine has $(nvidia-smi -L | wc -l) GPUs"; exit 2; }
 if [ -n "${CONTINUE_FROM:-}" ]; then  # An earlier job's final policy and critic: its PPO goes on.
   mkdir -p "$RUN/continue" && tar xzf "$CONTINUE_FROM" -C "$RUN/continue"
-  CONT_DIR=$(ls -d "$RUN"/continue/final_policy-* | head -1)
+  CONT_DIR=$(ls -d "$RUN"/continue/*_policy-* | head -1)
   mkdir -p "$RUN/base" && cp -r "$CONT_DIR"/. "$RUN/base/"
   echo "continuing from $(basename "$CONT_DIR"): $(head -1 "$RUN/base/SHA256SUMS")"
 elif [ -n "${BASE_IN:-}" ]; then  # An earlier call's base model (base.tgz): no corpus, no pre-training.
@@ -352,6 +359,9 @@ for kv in agent_warmup.steps:WARMUP rft.epochs:RFT_EPOCHS value_pretrain.steps:V
   v=${kv#*:}; [ -n "${!v:-}" ] && JOB_FLAGS+=(--job_set=recipe.${kv%%:*}=${!v})
 done
 [ -n "${BATCH:-}" ] && JOB_FLAGS+=(--job_set=batch.trajectories_per_step=$BATCH)
+# A job that evaluates its PPO start keeps every checkpoint (~0.1 GB each for the ~4M model and its
+# critic), so that the PPO-start policy is still there at its end: ppo_start_policy-<seed>-<ablation>.tgz.
+[ -z "${CONTINUE_FROM:-}" ] && JOB_FLAGS+=(--job_set=checkpoint.keep_last=100000)
 [ -n "${ACTORS:-}" ] && JOB_FLAGS+=(--actors=$ACTORS --random_actors=$ACTORS --concurrent_rollouts=$ACTORS)
 [ -n "${EVAL_ROLLOUTS:-}" ] && JOB_FLAGS+=(--eval_rollouts=$EVAL_ROLLOUTS)
 [ -n "${EVAL_TEMP:-}" ] && JOB_FLAGS+=(--eval_temperature=$EVAL_TEMP)
@@ -437,19 +447,38 @@ finish_job() {
   $PY tools/codemodel/design_plot.py "$D/design_report.json" "$D/designs.png" || echo "designs.png not drawn"
   LATEST=$(cat "$JOB/checkpoints/LATEST" 2>/dev/null)
   [ -n "$LATEST" ] || return 0
-  F=$RUN/final_policy-$NAME; rm -rf "$F"; cp -r "$JOB/checkpoints/$LATEST/policy" "$F"; cp "$RUN/base/tokenizer.json" "$F/"
+  pack_policy final_policy "$NAME" "$JOB/checkpoints/$LATEST" $(( $(cat "$RUN/base/job_calls" 2>/dev/null || echo 0) + 1 ))
+  # The policy the PPO-start evaluation scored (the RFT policy and its pretrained critic): other seeds
+  # of the PPO stage start from it (CONTINUE=ppo_start --stage-in), with no warm-up, RFT, value
+  # pretraining or evaluation before PPO of their own, and read against this call's PPO start.
+  local V
+  V=$($PY -c 'import json, sys
+for e in json.load(open(sys.argv[1])).get("heldout", []):
+    if str(e.get("label", "")).startswith("agentic-"):
+        print(int(e["policy_version"])); break' "$JOB/curves/curves.json" 2>/dev/null)
+  if [ -n "$V" ] && [ -d "$JOB/checkpoints/step-$(printf %08d "$V")/policy" ]; then
+    pack_policy ppo_start_policy "$NAME" "$JOB/checkpoints/step-$(printf %08d "$V")" 0
+  elif [ -n "$V" ]; then
+    echo "no checkpoint of the PPO-start policy v$V left in $JOB/checkpoints"
+  fi
+}
+# pack_policy KIND NAME CHECKPOINT CALLS: CHECKPOINT's policy with its critic and the tokenizer as
+# $OUT/KIND-NAME.tgz (CONTINUE_FROM of a later call), CALLS the job calls of its chain so far.
+pack_policy() {
+  local KIND=$1 NAME=$2 CK=$3 CALLS=$4 F
+  F=$RUN/$KIND-$NAME; rm -rf "$F"; cp -r "$CK/policy" "$F"; cp "$RUN/base/tokenizer.json" "$F/"
   # Its corpus's tool-line shapes too: a call that continues from it (CONTINUE_FROM) reports against them.
   [ -f "$RUN/base/tool_line_shapes.txt" ] && cp "$RUN/base/tool_line_shapes.txt" "$F/"
   # Its critic beside it (critic/, value head included): CONTINUE_FROM of a later call.
-  [ -d "$JOB/checkpoints/$LATEST/critic" ] && cp -r "$JOB/checkpoints/$LATEST/critic" "$F/critic"
+  [ -d "$CK/critic" ] && cp -r "$CK/critic" "$F/critic"
   # For a call that goes on from it: the job calls in its chain so far and its longest held-out evaluation.
-  echo $(( $(cat "$RUN/base/job_calls" 2>/dev/null || echo 0) + 1 )) > "$F/job_calls"
+  echo "$CALLS" > "$F/job_calls"
   grep -o '"eval_seconds": *[0-9.]*' "$JOB/curves/curves.json" 2>/dev/null | sed 's/.*: *//' | sort -g | tail -1 > "$F/eval_seconds"
   [ -s "$F/eval_seconds" ] || cp "$RUN/base/eval_seconds" "$F/" 2>/dev/null || true  # None here: the chain's last.
   (cd "$F" && sha256sum model*.safetensors tokenizer.json $(ls critic/*.safetensors 2>/dev/null) > SHA256SUMS)
-  [ -n "${LOCAL_RUN:-}" ] && { echo "final policy $NAME ($LATEST): $F; $(head -1 "$F/SHA256SUMS")"; return 0; }
-  tar czf "$OUT/final_policy-$NAME.tgz" -C "$RUN" "final_policy-$NAME"
-  echo "final policy $NAME ($LATEST): $(head -1 "$F/SHA256SUMS"); archive sha256 $(sha256sum "$OUT/final_policy-$NAME.tgz" | cut -d' ' -f1)"
+  [ -n "${LOCAL_RUN:-}" ] && { echo "$KIND $NAME ($(basename "$CK")): $F; $(head -1 "$F/SHA256SUMS")"; return 0; }
+  tar czf "$OUT/$KIND-$NAME.tgz" -C "$RUN" "$KIND-$NAME"
+  echo "$KIND $NAME ($(basename "$CK")): $(head -1 "$F/SHA256SUMS"); archive sha256 $(sha256sum "$OUT/$KIND-$NAME.tgz" | cut -d' ' -f1)"
 }
 if [ "${PARALLEL:-0}" = 1 ]; then
   # The jobs side by side, job k's sandbox worker(s) from GPU k × SANDBOX_WORKERS_PER_JOB on (the learners
