@@ -447,7 +447,8 @@ finish_job() {
   $PY tools/codemodel/design_plot.py "$D/design_report.json" "$D/designs.png" || echo "designs.png not drawn"
   LATEST=$(cat "$JOB/checkpoints/LATEST" 2>/dev/null)
   [ -n "$LATEST" ] || return 0
-  pack_policy final_policy "$NAME" "$JOB/checkpoints/$LATEST" $(( $(cat "$RUN/base/job_calls" 2>/dev/null || echo 0) + 1 ))
+  pack_policy final_policy "$NAME" "$JOB/checkpoints/$LATEST" $(( $(cat "$RUN/base/job_calls" 2>/dev/null || echo 0) + 1 )) \
+    "$JOB/curves/curves.json"
   # The policy the PPO-start evaluation scored (the RFT policy and its pretrained critic): other seeds
   # of the PPO stage start from it (CONTINUE=ppo_start --stage-in), with no warm-up, RFT, value
   # pretraining or evaluation before PPO of their own, and read against this call's PPO start.
@@ -457,15 +458,16 @@ for e in json.load(open(sys.argv[1])).get("heldout", []):
     if str(e.get("label", "")).startswith("agentic-"):
         print(int(e["policy_version"])); break' "$JOB/curves/curves.json" 2>/dev/null)
   if [ -n "$V" ] && [ -d "$JOB/checkpoints/step-$(printf %08d "$V")/policy" ]; then
-    pack_policy ppo_start_policy "$NAME" "$JOB/checkpoints/step-$(printf %08d "$V")" 0
+    pack_policy ppo_start_policy "$NAME" "$JOB/checkpoints/step-$(printf %08d "$V")" 0 "$JOB/curves/curves.json"
   elif [ -n "$V" ]; then
     echo "no checkpoint of the PPO-start policy v$V left in $JOB/checkpoints"
   fi
 }
-# pack_policy KIND NAME CHECKPOINT CALLS: CHECKPOINT's policy with its critic and the tokenizer as
-# $OUT/KIND-NAME.tgz (CONTINUE_FROM of a later call), CALLS the job calls of its chain so far.
+# pack_policy KIND NAME CHECKPOINT CALLS CURVES: CHECKPOINT's policy with its critic and the tokenizer as
+# $OUT/KIND-NAME.tgz (CONTINUE_FROM of a later call), CALLS the job calls of its chain so far, CURVES
+# the job's curves.json (its evaluations' times).
 pack_policy() {
-  local KIND=$1 NAME=$2 CK=$3 CALLS=$4 F
+  local KIND=$1 NAME=$2 CK=$3 CALLS=$4 CURVES=$5 F
   F=$RUN/$KIND-$NAME; rm -rf "$F"; cp -r "$CK/policy" "$F"; cp "$RUN/base/tokenizer.json" "$F/"
   # Its corpus's tool-line shapes too: a call that continues from it (CONTINUE_FROM) reports against them.
   [ -f "$RUN/base/tool_line_shapes.txt" ] && cp "$RUN/base/tool_line_shapes.txt" "$F/"
@@ -473,7 +475,7 @@ pack_policy() {
   [ -d "$CK/critic" ] && cp -r "$CK/critic" "$F/critic"
   # For a call that goes on from it: the job calls in its chain so far and its longest held-out evaluation.
   echo "$CALLS" > "$F/job_calls"
-  grep -o '"eval_seconds": *[0-9.]*' "$JOB/curves/curves.json" 2>/dev/null | sed 's/.*: *//' | sort -g | tail -1 > "$F/eval_seconds"
+  grep -o '"eval_seconds": *[0-9.]*' "$CURVES" 2>/dev/null | sed 's/.*: *//' | sort -g | tail -1 > "$F/eval_seconds"
   [ -s "$F/eval_seconds" ] || cp "$RUN/base/eval_seconds" "$F/" 2>/dev/null || true  # None here: the chain's last.
   (cd "$F" && sha256sum model*.safetensors tokenizer.json $(ls critic/*.safetensors 2>/dev/null) > SHA256SUMS)
   [ -n "${LOCAL_RUN:-}" ] && { echo "$KIND $NAME ($(basename "$CK")): $F; $(head -1 "$F/SHA256SUMS")"; return 0; }

@@ -347,7 +347,7 @@ bool WriteCurves(const v1::LearnConfig& o, const v1::Job& job, const std::string
   const bool written = WriteFileAtomically(curves_dir + "/curves.json", DumpJson(curves, 1) + "\n").ok();
   run.steps = curves["steps"];
   run.audit = curves["audit"];
-  console.Line(absl::StrCat("audit: ", DumpJson(audit.ToJson())));
+  console.Line(absl::StrCat("audit: ", DumpJson(run.audit)));
   if (!o.plot_script().empty()) {
     const std::string cmd = absl::StrCat(ShellQuote(o.python()), " ", ShellQuote(o.plot_script()), " ",
                                          ShellQuote(curves_dir + "/curves.json"), " ", ShellQuote(curves_dir), " > ",

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "profiler_service/stats.h"
 #include "tools/cli/learn_cluster.h"
 
 namespace kernelrl::cli {
@@ -17,13 +18,6 @@ namespace {
 constexpr int kCells = 24;
 
 std::string Pct(double x) { return absl::StrFormat("%.0f%%", 100 * x); }
-
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t m = v.size() / 2;
-  return v.size() % 2 ? v[m] : (v[m - 1] + v[m]) / 2;
-}
 
 // What agentic PPO trained on and where its time went, and the audit of the trained verdicts:
 // what a sitting otherwise reads out of curves.json by hand.
