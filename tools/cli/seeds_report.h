@@ -47,6 +47,9 @@ struct SeedFigures {
   bool all_cuda = true;  // Every job of the chain scored by the CUDA sandbox.
   int jobs = 0;
   HeldOutPoint start, final;
+  // Where the start is another seed's first job's PPO-start evaluation (this seed's PPO began from
+  // that job's PPO-start policy): that job's file; empty where the chain's first job is this seed's.
+  std::string start_from;
   std::vector<double> explained_variance;  // One per agentic-PPO update, in order.
   // The same against the paper's targets (V + GAE, lambda 0.95), where the job reported it.
   std::vector<double> explained_variance_gae95;
@@ -65,7 +68,9 @@ struct SeedFigures {
 
 // The figures of one seed from its jobs' curves.json, in the order they ran. Errors name the file:
 // no agentic-PPO evaluation (the job stopped before PPO), no evaluation after it, held-out sets of
-// different sizes, or jobs of different ablations or seeds in one chain.
+// different sizes, or jobs of different ablations or seeds in one chain. One exception: a second job
+// of another seed that skipped warm-up and RFT (it went on from the first job's PPO-start policy)
+// takes the first job's PPO-start evaluation as its start and nothing else of that job.
 absl::StatusOr<SeedFigures> SeedFiguresOf(const std::vector<std::pair<std::string, Json>>& chain);
 
 // The report, one screen of plain text. Seeds are the chains of ablation "none"; the others are

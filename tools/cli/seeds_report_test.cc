@@ -58,11 +58,25 @@ Json Curves(uint64_t seed, const std::string& ablation, std::vector<Json> heldou
             {"verdicts_from_cache", 25}}}};
 }
 
+// An evaluation's per-task rewards.
+Json WithTasks(Json e, const std::map<std::string, double>& tasks) {
+  Json t = Json::object();
+  for (const auto& [id, r] : tasks) t[id] = r;
+  e["task_rewards"] = t;
+  return e;
+}
+
+// A seed whose 12 held-out tasks each change by reward_change -+ 0.1 (alternately), its mean.
 SeedFigures Seed(uint64_t seed, double reward_change, double compile_change, std::vector<double> ev) {
+  std::map<std::string, double> start, final;
+  for (int i = 0; i < 12; ++i) {
+    start[absl::StrCat("t", i)] = 0;
+    final[absl::StrCat("t", i)] = reward_change + (i % 2 ? 0.1 : -0.1);
+  }
   auto f = SeedFiguresOf({{absl::StrCat("s", seed),
                            Curves(seed, "none",
-                                  {Eval("start", 0, -0.5, 0.9, 0.5), Eval("agentic-0", 4, 0.0, 0.1, 0.6),
-                                   Eval("final", 30, reward_change, 0.1 + compile_change, 0.7)},
+                                  {Eval("start", 0, -0.5, 0.9, 0.5), WithTasks(Eval("agentic-0", 4, 0.0, 0.1, 0.6), start),
+                                   WithTasks(Eval("final", 30, reward_change, 0.1 + compile_change, 0.7), final)},
                                   ev)}});
   EXPECT_TRUE(f.ok()) << f.status();
   return *f;
@@ -102,6 +116,8 @@ TEST(SeedsReport, BarMetWhenEverySeedGainsAndTheCriticExplains) {
   EXPECT_THAT(out, HasSubstr("3 seeds of agentic PPO, 0 ablations"));
   // Reward changes 0.5, 0.4, 0.6: mean 0.50, standard error 0.058, 8.7 of them.
   EXPECT_THAT(out, HasSubstr("reward per rollout       +0.50 +- 0.06  (8.7 standard errors)"));
+  // Over the tasks: 0.4 and 0.6 alternately, standard error 0.1 / sqrt(12) x sqrt(12 / 11).
+  EXPECT_THAT(out, HasSubstr("over the tasks         +0.50 +- 0.03  (16.6 standard errors)"));
   EXPECT_THAT(out, HasSubstr("faster than compile      +15.00% +- 2.89%  (5.2 standard errors)"));
   // Paid 3 (resolved above the judge's margin): half of them here; printed, not part of the bar.
   EXPECT_THAT(out, HasSubstr("\n    paid 3 (resolved)      +7.50% +- 1.44%  (5.2 standard errors)\n"));
@@ -177,6 +193,43 @@ TEST(SeedsReport, ContinuedSeedRunsFromItsFirstPpoStartToItsLastFinal) {
   EXPECT_DOUBLE_EQ(skipped->final.reward_mean, 0.4);
 }
 
+// Seed 3's PPO from seed 2's first job's PPO-start policy (no warm-up or RFT of its own): its start
+// is that job's PPO-start evaluation; seed 2's updates, audit and later evaluations are not its.
+TEST(SeedsReport, AnotherSeedFromTheFirstJobsPpoStartTakesOnlyThatEvaluation) {
+  Json first = Curves(2, "none", {Eval("start", 0, -0.9, 0, 0.2), Eval("agentic-0", 37, 1.0, 0.17, 0.67)}, {0.1, 0.2, 0.3});
+  Json second = Curves(3, "none", {Eval("final", 4, 1.08, 0.25, 0.73)}, {-0.2, -0.4});
+  second["hyperparameters_text"] =
+      "recipe { agent_warmup { skip: true } rft { skip: true } }\nseed: 3\n";
+  second["audit"]["trajectories_trained"] = 32;
+  auto f = SeedFiguresOf({{"s2c1", first}, {"s3c1", second}});
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->seed, 3u);
+  EXPECT_EQ(f->start_from, "s2c1");
+  EXPECT_EQ(f->start.policy_version, 37);
+  EXPECT_DOUBLE_EQ(f->start.reward_mean, 1.0);
+  EXPECT_EQ(f->final.policy_version, 4);
+  EXPECT_EQ(f->explained_variance, (std::vector<double>{-0.2, -0.4}));
+  EXPECT_EQ(f->trajectories, 32);
+  EXPECT_EQ(f->ppo_trajectories, 16);
+  EXPECT_EQ(f->name, "s2c1(PPO start)+s3c1");
+  EXPECT_EQ(f->jobs, 1);
+  // Seed 2's own chain from the same first job is untouched by it.
+  Json later = Curves(2, "none", {Eval("final", 7, 1.08, 0.17, 0.75)}, {0.0});
+  auto own = SeedFiguresOf({{"s2c1", first}, {"s2c2", later}});
+  ASSERT_TRUE(own.ok()) << own.status();
+  EXPECT_EQ(own->seed, 2u);
+  EXPECT_TRUE(own->start_from.empty());
+  EXPECT_EQ(own->explained_variance.size(), 4u);
+  // A job of another seed that ran its own RFT is not a PPO stage from the first job's start.
+  Json own_rft = second;
+  own_rft["hyperparameters_text"] = "seed: 3\n";
+  auto refused = SeedFiguresOf({{"s2c1", first}, {"s3", own_rft}});
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("one seed's jobs only"));
+  // Nor is a third job of another seed.
+  auto third = SeedFiguresOf({{"s2c1", first}, {"s2c2", later}, {"s3c1", second}});
+  EXPECT_THAT(std::string(third.status().message()), HasSubstr("one seed's jobs only"));
+}
+
 TEST(SeedsReport, RefusesWhatCannotBeCompared) {
   auto before_ppo = SeedFiguresOf({{"cut.json", Curves(1, "none", {Eval("start", 0, 0, 0, 0.5)}, {})}});
   EXPECT_THAT(std::string(before_ppo.status().message()), HasSubstr("cut.json: no agentic-PPO evaluation"));
@@ -193,19 +246,13 @@ TEST(SeedsReport, RefusesWhatCannotBeCompared) {
 // Three seeds that each gain by one task flipping: the report names the task and the sign test
 // says how little six pairs show; without task_rewards (older curves.json) it says so.
 TEST(SeedsReport, PerTaskChangesWithASignTest) {
-  auto with_tasks = [](Json e, std::map<std::string, double> tasks) {
-    Json t = Json::object();
-    for (const auto& [id, r] : tasks) t[id] = r;
-    e["task_rewards"] = t;
-    return e;
-  };
   std::vector<SeedFigures> runs;
   for (uint64_t seed : {1, 2, 3}) {
     const double flipped = seed == 3 ? -1 : 1;  // Seed 3 loses task c.
     auto f = SeedFiguresOf({{absl::StrCat("s", seed),
                              Curves(seed, "none",
-                                    {with_tasks(Eval("agentic-0", 4, 0.0, 0.1, 0.6, 3), {{"a", -1}, {"b", 1}, {"c", 1}}),
-                                     with_tasks(Eval("final", 30, 0.2, 0.1, 0.6, 3), {{"a", 1}, {"b", 1}, {"c", flipped}})},
+                                    {WithTasks(Eval("agentic-0", 4, 0.0, 0.1, 0.6, 3), {{"a", -1}, {"b", 1}, {"c", 1}}),
+                                     WithTasks(Eval("final", 30, 0.2, 0.1, 0.6, 3), {{"a", 1}, {"b", 1}, {"c", flipped}})},
                                     {0.1})}});
     ASSERT_TRUE(f.ok()) << f.status();
     EXPECT_DOUBLE_EQ(f->start.task_rewards.at("a"), -1);
@@ -219,8 +266,39 @@ TEST(SeedsReport, PerTaskChangesWithASignTest) {
   EXPECT_DOUBLE_EQ(SignTestP(0, 0), 1);
   EXPECT_NEAR(SignTestP(0, 10), 2.0 / 1024, 1e-12);
 
-  runs.push_back(Seed(4, 0.5, 0.2, {0.4}));  // No task_rewards.
-  EXPECT_THAT(SeedsReport(runs, Bar()), HasSubstr("per task: not in s4 (curves.json without task_rewards)"));
+  auto old = SeedFiguresOf({{"s4", Curves(4, "none", {Eval("agentic-0", 4, 0.0, 0.1, 0.6, 3), Eval("final", 30, 0.5, 0.1, 0.6, 3)},
+                                         {0.1})}});  // No task_rewards.
+  ASSERT_TRUE(old.ok()) << old.status();
+  runs.push_back(*old);
+  const std::string without = SeedsReport(runs, Bar());
+  EXPECT_THAT(without, HasSubstr("per task: not in s4 (curves.json without task_rewards)"));
+  EXPECT_THAT(without, HasSubstr("over the tasks         not recorded in every seed"));
+  EXPECT_THAT(without, HasSubstr("[no]  held-out reward"));
+}
+
+// Greedy evaluations of the same tasks: every seed lifts the same one task of 12 from 1 to 2. The
+// seeds agree exactly (standard error 0), but one task moved: over the tasks it is 1 standard
+// error, and the bar is not met.
+TEST(SeedsReport, OneTaskMovingInEverySeedIsNotABar) {
+  std::map<std::string, double> start, final;
+  for (int i = 0; i < 12; ++i) start[absl::StrCat("t", i)] = final[absl::StrCat("t", i)] = i % 3;
+  start["t1"] = 1;
+  final["t1"] = 2;
+  std::vector<SeedFigures> runs;
+  for (uint64_t seed : {1, 2, 3}) {
+    auto f = SeedFiguresOf({{absl::StrCat("s", seed),
+                             Curves(seed, "none",
+                                    {WithTasks(Eval("agentic-0", 37, 1.0, 0.17, 0.7), start),
+                                     WithTasks(Eval("final", 41, 1.0 + 1.0 / 12, 0.17, 0.75), final)},
+                                    {0.1})}});
+    ASSERT_TRUE(f.ok()) << f.status();
+    runs.push_back(*f);
+  }
+  const std::string out = SeedsReport(runs, Bar());
+  EXPECT_THAT(out, HasSubstr("reward per rollout       +0.08 +- 0.00\n"));
+  EXPECT_THAT(out, HasSubstr("over the tasks         +0.08 +- 0.08  (1.0 standard errors)"));
+  EXPECT_THAT(out, HasSubstr("[no]  held-out reward: final above PPO start by > 2 standard errors, across the seeds "
+                             "and over the tasks"));
 }
 
 // Pooled over a seed's PPO tokens: one batch of equal targets has no figure of its own (0), the
