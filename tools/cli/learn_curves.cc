@@ -190,12 +190,13 @@ absl::StatusOr<Json> HeldOutFromReport(const std::string& report_json_path) {
   double log_e = 0, log_c = 0, final_log_e = 0, final_log_c = 0;
   int profiled = 0, finals_profiled = 0, unjudged = 0;
   Json task_rewards = Json::object();  // Per task, its rollouts' mean reward: which tasks moved.
+  Json task_compile = Json::object();  // Per task, the share of its rollouts faster than torch.compile.
   // Per task, the baselines' medians its rollouts were judged against: evaluations judged against
   // other baselines (measured again) do not compare (kernelrl seeds says so).
   Json task_baselines = Json::object();
   for (const Json& t : *tasks) {
     double task_sum = 0;
-    int task_n = 0, task_unjudged = 0;
+    int task_n = 0, task_unjudged = 0, task_faster_compile = 0;
     Json baseline;
     if (const Json* finals = FindJson(t, "rollout_finals"); finals != nullptr && finals->is_array()) {
       for (const Json& f : *finals) {
@@ -217,6 +218,9 @@ absl::StatusOr<Json> HeldOutFromReport(const std::string& report_json_path) {
         }
         Add(&sampled, rew ? JsonNumber(*rew) : -1, fok, fe, fc);
         task_sum += rew ? JsonNumber(*rew) : -1, ++task_n;
+        VerdictStats one;  // The rate's own rule, for this rollout alone.
+        Add(&one, 0, fok, fe, fc);
+        task_faster_compile += one.faster_compile;
         if (fok && fe > 0 && fc > 0) ++finals_profiled, final_log_e += std::log(fe), final_log_c += std::log(fc);
       }
     }
@@ -230,6 +234,7 @@ absl::StatusOr<Json> HeldOutFromReport(const std::string& report_json_path) {
     // A task none of whose rollouts was judged has no figure: a comparison of evaluations skips it.
     if (!id.empty() && (task_n > 0 || task_unjudged == 0)) {
       task_rewards[id] = Json(task_n > 0 ? task_sum / task_n : (rew ? JsonNumber(*rew) : -1));
+      task_compile[id] = Json(task_n > 0 ? 1.0 * task_faster_compile / task_n : (ok && c > 1.0 ? 1.0 : 0.0));
     }
     if (!id.empty() && !baseline.is_null()) task_baselines[id] = std::move(baseline);
     if (ok && e > 0 && c > 0) ++profiled, log_e += std::log(e), log_c += std::log(c);
@@ -244,6 +249,7 @@ absl::StatusOr<Json> HeldOutFromReport(const std::string& report_json_path) {
   rollouts["unjudged"] = Json(static_cast<int64_t>(unjudged));
   out["rollouts"] = std::move(rollouts);
   out["task_rewards"] = std::move(task_rewards);
+  out["task_faster_than_compile"] = std::move(task_compile);
   out["task_baselines"] = std::move(task_baselines);
   return out;
 }

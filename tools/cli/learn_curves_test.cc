@@ -127,6 +127,8 @@ TEST(HeldOutFromReportTest, BestOfRolloutsAndEachRolloutsFinalKernel) {
   ASSERT_NE(per_task, nullptr);
   EXPECT_DOUBLE_EQ(JsonNumber(*FindJson(*per_task, "a")), 2);
   EXPECT_DOUBLE_EQ(JsonNumber(*FindJson(*per_task, "b")), -1);
+  // Task a: one of its two rollouts faster than compile.
+  EXPECT_DOUBLE_EQ(JsonNumber(*FindJson(*FindJson(*h, "task_faster_than_compile"), "a")), 0.5);
   EXPECT_DOUBLE_EQ(JsonNumber(*FindJson(*r, "unjudged")), 0);
   // The baselines task a was judged against; b's verdicts had none (it never compiled to a profile).
   const Json* baselines = FindJson(*h, "task_baselines");
@@ -156,6 +158,12 @@ TEST(HeldOutFromReportTest, FasterThanCompileRawAndPaid) {
     EXPECT_DOUBLE_EQ(JsonNumber(*FindJson(*figures, "faster_than_compile_rate")), 0.5);
     EXPECT_DOUBLE_EQ(JsonNumber(*FindJson(*figures, "faster_than_compile_paid_rate")), 0.25);
   }
+  // Per task, by the same rule: kernelrl seeds reads the rate's change over the tasks.
+  const Json* per_task = FindJson(*h, "task_faster_than_compile");
+  ASSERT_NE(per_task, nullptr);
+  std::map<std::string, double> got;
+  for (auto it = per_task->begin(); it != per_task->end(); ++it) got[it.key()] = JsonNumber(it.value());
+  EXPECT_EQ(got, (std::map<std::string, double>{{"a", 1}, {"b", 1}, {"c", 0}, {"d", 0}}));
 }
 
 // A rollout whose final verdict the sandbox could not give (INFRA_ERROR) says nothing about the

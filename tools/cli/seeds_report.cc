@@ -41,6 +41,11 @@ HeldOutPoint PointOf(const Json& eval) {
   if (const Json* t = FindJson(eval, "task_rewards"); t != nullptr && t->is_object()) {
     for (auto it = t->begin(); it != t->end(); ++it) p.task_rewards[it.key()] = FigureOf(t, it.key().c_str());
   }
+  if (const Json* t = FindJson(eval, "task_faster_than_compile"); t != nullptr && t->is_object()) {
+    for (auto it = t->begin(); it != t->end(); ++it) {
+      p.task_faster_than_compile[it.key()] = FigureOf(t, it.key().c_str());
+    }
+  }
   if (const Json* t = FindJson(eval, "task_baselines"); t != nullptr && t->is_object()) {
     for (auto it = t->begin(); it != t->end(); ++it) {
       p.task_baselines[it.key()] = {FigureOf(&it.value(), "eager_us"), FigureOf(&it.value(), "compile_us")};
@@ -160,17 +165,20 @@ void PerTaskLines(const std::vector<const SeedFigures*>& seeds, std::string* out
   for (const auto& [task, how] : moved) absl::StrAppend(out, "    ", task, ": ", absl::StrJoin(how, ", "), "\n");
 }
 
-// The reward's change over the held-out tasks: each task's change averaged over the seeds, then
-// the mean and standard error of those over the tasks. Greedy evaluations of the same tasks can
-// agree in every seed, and then the seeds' standard error is 0 however few tasks moved; this one
-// still counts them. {NaN, NaN} where a seed has no task_rewards.
-std::pair<double, double> RewardChangeOverTasks(const std::vector<const SeedFigures*>& seeds) {
+using PerTask = std::map<std::string, double> HeldOutPoint::*;
+
+// A figure's change over the held-out tasks: each task's change averaged over the seeds, then the
+// mean and standard error of those over the tasks. Greedy evaluations of the same tasks can agree
+// in every seed, and then the seeds' standard error is 0 however few tasks moved; this one still
+// counts them. {NaN, NaN} where a seed's evaluations do not record the figure per task.
+std::pair<double, double> ChangeOverTasks(const std::vector<const SeedFigures*>& seeds, PerTask figure) {
   std::map<std::string, std::vector<double>> by_task;
   for (const SeedFigures* r : seeds) {
-    if (r->start.task_rewards.empty() || r->final.task_rewards.empty()) return {NAN, NAN};
-    for (const auto& [task, a] : r->start.task_rewards) {
-      auto b = r->final.task_rewards.find(task);
-      if (b != r->final.task_rewards.end()) by_task[task].push_back(b->second - a);
+    const auto &start = r->start.*figure, &final = r->final.*figure;
+    if (start.empty() || final.empty()) return {NAN, NAN};
+    for (const auto& [task, a] : start) {
+      auto b = final.find(task);
+      if (b != final.end()) by_task[task].push_back(b->second - a);
     }
   }
   std::vector<double> changes;
@@ -355,19 +363,28 @@ std::string SeedsReport(const std::vector<SeedFigures>& runs, const v1::SeedsCon
     return seeds.size() >= 2 && mean > 0 && mean > k * se;
   };
   absl::StrAppend(&out, "across the ", seeds.size(), " seeds, final - PPO start (mean +- standard error of the mean):\n");
-  const bool reward_seeds_ok = change("reward per rollout", [](const HeldOutPoint& p) { return p.reward_mean; }, false);
-  const auto [task_mean, task_se] = RewardChangeOverTasks(seeds);
-  const bool tasks_known = !std::isnan(task_mean);
-  if (tasks_known) {
-    absl::StrAppendFormat(&out, "    %-22s %+.2f +- %.2f", "over the tasks", task_mean, task_se);
-    if (task_se > 0) absl::StrAppendFormat(&out, "  (%.1f standard errors)", task_mean / task_se);
+  // The same change over the tasks (each task's, averaged over the seeds): true when above k of its
+  // standard errors; not recorded per task fails.
+  auto over_tasks = [&](PerTask figure, const char* field, bool pct) {
+    const auto [mean, se] = ChangeOverTasks(seeds, figure);
+    if (std::isnan(mean)) {
+      absl::StrAppendFormat(&out, "    %-22s not recorded in every seed (curves.json without %s)\n", "over the tasks",
+                            field);
+      return false;
+    }
+    const double scale = pct ? 100 : 1;
+    absl::StrAppendFormat(&out, "    %-22s %+.2f%s +- %.2f%s", "over the tasks", scale * mean, pct ? "%" : "", scale * se,
+                          pct ? "%" : "");
+    if (se > 0) absl::StrAppendFormat(&out, "  (%.1f standard errors)", mean / se);
     absl::StrAppend(&out, "  (each task's change averaged over the seeds)\n");
-  } else {
-    absl::StrAppendFormat(&out, "    %-22s not recorded in every seed (curves.json without task_rewards)\n",
-                          "over the tasks");
-  }
-  const bool reward_ok = reward_seeds_ok && tasks_known && task_mean > 0 && task_mean > k * task_se;
-  const bool compile_ok = change("faster than compile", [](const HeldOutPoint& p) { return p.faster_than_compile; }, true);
+    return mean > 0 && mean > k * se;
+  };
+  const bool reward_seeds_ok = change("reward per rollout", [](const HeldOutPoint& p) { return p.reward_mean; }, false);
+  const bool reward_ok = over_tasks(&HeldOutPoint::task_rewards, "task_rewards", false) && reward_seeds_ok;
+  const bool compile_seeds_ok =
+      change("faster than compile", [](const HeldOutPoint& p) { return p.faster_than_compile; }, true);
+  const bool compile_ok =
+      over_tasks(&HeldOutPoint::task_faster_than_compile, "task_faster_than_compile", true) && compile_seeds_ok;
   const bool paid_known = std::all_of(seeds.begin(), seeds.end(), [](const SeedFigures* r) {
     return !std::isnan(r->start.faster_than_compile_paid) && !std::isnan(r->final.faster_than_compile_paid);
   });
@@ -415,8 +432,8 @@ std::string SeedsReport(const std::vector<SeedFigures>& runs, const v1::SeedsCon
                         config.min_seeds(), config.min_heldout_tasks(), seeds.size(), min_tasks);
   absl::StrAppendFormat(&out, "  %s held-out reward: final above PPO start by > %g standard errors, across the seeds "
                         "and over the tasks\n", Mark(reward_ok), k);
-  absl::StrAppendFormat(&out, "  %s faster-than-compile rate: final above PPO start by > %g standard errors\n",
-                        Mark(compile_ok), k);
+  absl::StrAppendFormat(&out, "  %s faster-than-compile rate: final above PPO start by > %g standard errors, across the "
+                        "seeds and over the tasks\n", Mark(compile_ok), k);
   absl::StrAppendFormat(&out, "  %s geomean x compile of each task's final kernel: final above PPO start\n", Mark(geomean_ok));
   absl::StrAppendFormat(&out, "  %s critic explained variance > %g during PPO (each seed's median: %s)\n", Mark(ev_ok),
                         config.min_explained_variance(), absl::StrJoin(medians, ", "));

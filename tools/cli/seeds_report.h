@@ -35,6 +35,7 @@ struct HeldOutPoint {
   double geomean_vs_compile = 0;
   // Per task, its rollouts' mean reward (curves.json from 2026-11-30 on; empty before).
   std::map<std::string, double> task_rewards;
+  std::map<std::string, double> task_faster_than_compile;  // Per task, its rollouts' share faster than compile.
   // Per task, the eager and torch.compile baselines' medians (us) it was judged against
   // (curves.json from 2026-12-01 on; empty before).
   std::map<std::string, std::pair<double, double>> task_baselines;

@@ -58,25 +58,32 @@ Json Curves(uint64_t seed, const std::string& ablation, std::vector<Json> heldou
             {"verdicts_from_cache", 25}}}};
 }
 
-// An evaluation's per-task rewards.
-Json WithTasks(Json e, const std::map<std::string, double>& tasks) {
+// An evaluation's per-task figures (`field`: task_rewards, task_faster_than_compile).
+Json WithTasks(Json e, const std::map<std::string, double>& tasks, const std::string& field = "task_rewards") {
   Json t = Json::object();
   for (const auto& [id, r] : tasks) t[id] = r;
-  e["task_rewards"] = t;
+  e[field] = t;
   return e;
 }
 
-// A seed whose 12 held-out tasks each change by reward_change -+ 0.1 (alternately), its mean.
+// A seed whose 12 held-out tasks each change by reward_change -+ 0.1 and compile_change -+ 0.05
+// (alternately): their means.
 SeedFigures Seed(uint64_t seed, double reward_change, double compile_change, std::vector<double> ev) {
-  std::map<std::string, double> start, final;
+  std::map<std::string, double> start, final, start_compile, final_compile;
   for (int i = 0; i < 12; ++i) {
-    start[absl::StrCat("t", i)] = 0;
-    final[absl::StrCat("t", i)] = reward_change + (i % 2 ? 0.1 : -0.1);
+    const std::string t = absl::StrCat("t", i);
+    start[t] = 0;
+    final[t] = reward_change + (i % 2 ? 0.1 : -0.1);
+    start_compile[t] = 0.1;
+    final_compile[t] = 0.1 + compile_change + (i % 2 ? 0.05 : -0.05);
   }
+  auto eval = [](Json e, const std::map<std::string, double>& rewards, const std::map<std::string, double>& compile) {
+    return WithTasks(WithTasks(std::move(e), rewards), compile, "task_faster_than_compile");
+  };
   auto f = SeedFiguresOf({{absl::StrCat("s", seed),
                            Curves(seed, "none",
-                                  {Eval("start", 0, -0.5, 0.9, 0.5), WithTasks(Eval("agentic-0", 4, 0.0, 0.1, 0.6), start),
-                                   WithTasks(Eval("final", 30, reward_change, 0.1 + compile_change, 0.7), final)},
+                                  {Eval("start", 0, -0.5, 0.9, 0.5), eval(Eval("agentic-0", 4, 0.0, 0.1, 0.6), start, start_compile),
+                                   eval(Eval("final", 30, reward_change, 0.1 + compile_change, 0.7), final, final_compile)},
                                   ev)}});
   EXPECT_TRUE(f.ok()) << f.status();
   return *f;
@@ -118,7 +125,8 @@ TEST(SeedsReport, BarMetWhenEverySeedGainsAndTheCriticExplains) {
   EXPECT_THAT(out, HasSubstr("reward per rollout       +0.50 +- 0.06  (8.7 standard errors)"));
   // Over the tasks: 0.4 and 0.6 alternately, standard error 0.1 / sqrt(12) x sqrt(12 / 11).
   EXPECT_THAT(out, HasSubstr("over the tasks         +0.50 +- 0.03  (16.6 standard errors)"));
-  EXPECT_THAT(out, HasSubstr("faster than compile      +15.00% +- 2.89%  (5.2 standard errors)"));
+  EXPECT_THAT(out, HasSubstr("faster than compile      +15.00% +- 2.89%  (5.2 standard errors)\n"
+                             "    over the tasks         +15.00% +- 1.51%  (9.9 standard errors)"));
   // Paid 3 (resolved above the judge's margin): half of them here; printed, not part of the bar.
   EXPECT_THAT(out, HasSubstr("\n    paid 3 (resolved)      +7.50% +- 1.44%  (5.2 standard errors)\n"));
   EXPECT_THAT(out, HasSubstr("[yes] >= 3 seeds, each on >= 12 held-out tasks"));
@@ -276,20 +284,25 @@ TEST(SeedsReport, PerTaskChangesWithASignTest) {
   EXPECT_THAT(without, HasSubstr("[no]  held-out reward"));
 }
 
-// Greedy evaluations of the same tasks: every seed lifts the same one task of 12 from 1 to 2. The
-// seeds agree exactly (standard error 0), but one task moved: over the tasks it is 1 standard
-// error, and the bar is not met.
+// Greedy evaluations of the same tasks: every seed lifts the same one task of 12 from 1 to 2, and
+// past compile. The seeds agree exactly (standard error 0), but one task moved: over the tasks it
+// is 1 standard error, and neither bar is met.
 TEST(SeedsReport, OneTaskMovingInEverySeedIsNotABar) {
   std::map<std::string, double> start, final;
   for (int i = 0; i < 12; ++i) start[absl::StrCat("t", i)] = final[absl::StrCat("t", i)] = i % 3;
   start["t1"] = 1;
   final["t1"] = 2;
+  std::map<std::string, double> compile_start, compile_final;  // And t1 faster than compile.
+  for (const auto& [t, r] : start) compile_start[t] = compile_final[t] = 0;
+  compile_final["t1"] = 1;
   std::vector<SeedFigures> runs;
   for (uint64_t seed : {1, 2, 3}) {
     auto f = SeedFiguresOf({{absl::StrCat("s", seed),
                              Curves(seed, "none",
-                                    {WithTasks(Eval("agentic-0", 37, 1.0, 0.17, 0.7), start),
-                                     WithTasks(Eval("final", 41, 1.0 + 1.0 / 12, 0.17, 0.75), final)},
+                                    {WithTasks(WithTasks(Eval("agentic-0", 37, 1.0, 0.0, 0.7), start), compile_start,
+                                               "task_faster_than_compile"),
+                                     WithTasks(WithTasks(Eval("final", 41, 1.0 + 1.0 / 12, 1.0 / 12, 0.75), final),
+                                               compile_final, "task_faster_than_compile")},
                                     {0.1})}});
     ASSERT_TRUE(f.ok()) << f.status();
     runs.push_back(*f);
@@ -299,6 +312,9 @@ TEST(SeedsReport, OneTaskMovingInEverySeedIsNotABar) {
   EXPECT_THAT(out, HasSubstr("over the tasks         +0.08 +- 0.08  (1.0 standard errors)"));
   EXPECT_THAT(out, HasSubstr("[no]  held-out reward: final above PPO start by > 2 standard errors, across the seeds "
                              "and over the tasks"));
+  EXPECT_THAT(out, HasSubstr("faster than compile      +8.33% +- 0.00%\n"
+                             "    over the tasks         +8.33% +- 8.33%  (1.0 standard errors)"));
+  EXPECT_THAT(out, HasSubstr("[no]  faster-than-compile rate"));
 }
 
 // Pooled over a seed's PPO tokens: one batch of equal targets has no figure of its own (0), the
