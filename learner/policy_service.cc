@@ -40,18 +40,22 @@ grpc::Status PolicyService::GetWeightVersion(grpc::ServerContext*, const v1::Get
 absl::StatusOr<std::unique_ptr<PolicyEngine>> MakePolicyEngine(const v1::PolicyServerConfig& config,
                                                                const std::string& gpu_lease_path) {
   if (config.model_path().empty()) return absl::InvalidArgumentError("policy.model_path is required");
-  if (absl::StatusOr<GpuLease::Hold> probe = GpuLease(gpu_lease_path).Shared(); !probe.ok()) return probe.status();
+  const std::string device = config.device().empty() ? "cuda" : config.device();
+  // An engine on the CPU runs no GPU work, so it steps outside the lease: it samples while a
+  // sandbox worker times on the GPU, instead of waiting for every profile to end.
+  const bool on_gpu = device != "cpu";
+  const std::string lease_path = on_gpu ? gpu_lease_path : "";
+  if (absl::StatusOr<GpuLease::Hold> probe = GpuLease(lease_path).Shared(); !probe.ok()) return probe.status();
   EngineOptions eo;
-  eo.gpu_lease_path = gpu_lease_path;
+  eo.gpu_lease_path = lease_path;
   if (config.max_batch() > 0) eo.max_batch = config.max_batch();
   if (config.max_seq_len() > 0) eo.max_seq_len = config.max_seq_len();
   if (config.max_prefill_tokens() > 0) eo.max_prefill_tokens = config.max_prefill_tokens();
   if (config.kv_block_size() > 0) eo.block_size = config.kv_block_size();
   if (config.kv_blocks() > 0) eo.kv_blocks = config.kv_blocks();
   eo.prefix_caching = !config.disable_prefix_caching();
-  eo.cuda_graphs = config.cuda_graph_decode();
-  return PolicyEngine::Load(config.model_path(), config.device().empty() ? "cuda" : config.device(), config.dtype(),
-                            config.initial_policy_version(), std::move(eo));
+  eo.cuda_graphs = config.cuda_graph_decode() && on_gpu;
+  return PolicyEngine::Load(config.model_path(), device, config.dtype(), config.initial_policy_version(), std::move(eo));
 }
 
 }  // namespace kernelrl::learner

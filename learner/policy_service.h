@@ -28,7 +28,9 @@ class PolicyService final : public v1::Policy::Service {
 
 // Loads the model named by the config and starts an engine.
 // gpu_lease_path: LearnerConfig.gpu_lease_path (checked here: a lease that
-// cannot be taken is an error at start, not a silent race at every step).
+// cannot be taken is an error at start, not a silent race at every step);
+// an engine on the CPU (policy.device "cpu") takes no lease, and decodes
+// without CUDA graphs.
 absl::StatusOr<std::unique_ptr<PolicyEngine>> MakePolicyEngine(const v1::PolicyServerConfig& config,
                                                                const std::string& gpu_lease_path = "");
 

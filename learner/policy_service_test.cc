@@ -4,7 +4,11 @@
 // bad requests map to INVALID_ARGUMENT, bad configs fail to start.
 #include "learner/policy_service.h"
 
+#include <chrono>
+#include <future>
+
 #include "gtest/gtest.h"
+#include "common/gpu_lease.h"
 #include "common/json.h"
 #include "learner/safetensors.h"
 #include "learner/test_util.h"
@@ -64,6 +68,35 @@ TEST(PolicyServiceTest, ServesTransformersCheckpointGreedilyAndStampsVersion) {
 
   req.add_prompt_ids(1 << 20);  // Outside the vocabulary.
   EXPECT_EQ(service.Generate(nullptr, &req, &resp).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+
+  // On the CPU the engine takes no GPU lease (a sandbox worker timing on the GPU holds it
+  // exclusively here) and no CUDA graphs: it serves while the lease is held.
+  const GpuLease lease(testing::TempDir() + "/policy_service.gpu.lease");
+  absl::StatusOr<GpuLease::Hold> timer = lease.Exclusive();
+  ASSERT_TRUE(timer.ok()) << timer.status();
+  config.set_cuda_graph_decode(true);
+  req.clear_prompt_ids();
+  for (const Json& v : *FindJson(q, "prompt")) req.add_prompt_ids(static_cast<int32_t>(*JsonInt(v)));
+  std::unique_ptr<PolicyEngine> outside;
+  auto serve = std::async(std::launch::async, [&]() -> absl::StatusOr<std::vector<int32_t>> {
+    auto e = MakePolicyEngine(config, lease.path());
+    if (!e.ok()) return e.status();
+    outside = std::move(*e);
+    v1::GenerateResponse got;
+    grpc::Status st = PolicyService(outside.get()).Generate(nullptr, &req, &got);
+    if (!st.ok()) return absl::InternalError(st.error_message());
+    return std::vector<int32_t>(got.output_ids().begin(), got.output_ids().end());
+  });
+  const bool served_while_held = serve.wait_for(std::chrono::seconds(120)) == std::future_status::ready;
+  timer->Release();  // Lets an engine that did wait for it finish, so the test fails instead of hanging.
+  EXPECT_TRUE(served_while_held) << "the CPU engine waited for the GPU lease";
+  auto served = serve.get();
+  ASSERT_TRUE(served.ok()) << served.status();
+  want.clear();
+  for (const Json& v : *FindJson(q, "greedy")) want.push_back(static_cast<int32_t>(*JsonInt(v)));
+  EXPECT_EQ(*served, want);
+  EXPECT_EQ(outside->GetInfo().gpu_lease_wait_s, 0.0);
+  config.set_cuda_graph_decode(false);
 
   config.set_device("tpu");
   EXPECT_EQ(MakePolicyEngine(config).status().code(), absl::StatusCode::kInvalidArgument);

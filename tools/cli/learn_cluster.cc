@@ -30,6 +30,7 @@ void AddLearnFlags(CommandLine& cl) {
   cl.Flag("--family_dir", "family_dir", "family_gen's output (train.jsonl, heldout/)");
   cl.Flag("--backend", "backend", "The sandbox's backend: cpu or cuda");
   cl.Flag("--learner_device", "learner_device", "Where the learner trains: cpu, cuda, or cuda:N for GPU N alone (default: the backend)");
+  cl.Flag("--policy_device", "policy_device", "Where the policy server samples: cpu, or the learner's device (default)");
   cl.Switch("--learner_sdpa_cudnn", "learner_sdpa_cudnn", "The learner's attention may use cuDNN (LearnerConfig.sdpa_cudnn)");
   cl.Flag("--run_dir", "paths.run_dir", "Logs, learner state, curves");
   cl.Flag("--bin_dir", "paths.bin_dir", "Service binaries (bazel-bin)");
@@ -86,6 +87,10 @@ absl::Status ValidateLearnConfig(v1::LearnConfig* o) {
   if (o->learner_device().empty()) o->set_learner_device(o->backend());
   if (o->learner_device() != "cpu" && o->learner_device() != "cuda" && LearnerGpu(*o) < 0) {
     return absl::InvalidArgumentError(absl::StrCat("learner_device: cpu, cuda or cuda:N, not \"", o->learner_device(), "\""));
+  }
+  if (!o->policy_device().empty() && o->policy_device() != "cpu") {
+    return absl::InvalidArgumentError(absl::StrCat("policy_device: cpu, or empty for the learner's device, not \"",
+                                                   o->policy_device(), "\""));
   }
   if (o->rollouts_per_task() < 1) return absl::InvalidArgumentError("rollouts_per_task: at least 1");
   if (o->sandbox_workers() < 0) return absl::InvalidArgumentError("sandbox_workers: at least 1 (0 = 1)");
@@ -144,8 +149,11 @@ std::string GpuLeaseFlag(const v1::LearnConfig& o) {
 std::vector<std::string> LearnerArgs(const v1::LearnConfig& o) {
   std::vector<std::string> args = {
       "--set=state_dir=" + o.paths().run_dir() + "/learner-state", "--set=policy.enabled=true",
-      "--set=policy.model_path=" + o.base_checkpoint(), "--set=policy.device=" + LearnerProcessDevice(o),
-      "--set=policy.dtype=" + o.job().device().dtype(), "--set=policy.max_seq_len=16384",
+      "--set=policy.model_path=" + o.base_checkpoint(),
+      "--set=policy.device=" + (o.policy_device().empty() ? LearnerProcessDevice(o) : o.policy_device()),
+      // The engine serves in the trainer's dtype on its device; on the CPU in float32.
+      "--set=policy.dtype=" + (o.policy_device() == "cpu" ? std::string("float32") : o.job().device().dtype()),
+      "--set=policy.max_seq_len=16384",
       "--set=policy.max_batch=16"};
   if (o.learner_sdpa_cudnn()) args.push_back("--set=sdpa_cudnn=true");
   for (int w = 0; w < o.sandbox_workers(); ++w) {

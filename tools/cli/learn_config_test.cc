@@ -91,6 +91,32 @@ TEST(LearnConfigTest, LearnerArgsCarryTheAttentionBackendAndTheLease) {
   EXPECT_EQ(std::count(args.begin(), args.end(), "--set=gpu_lease_path=/run/gpu.lease"), 1);
 }
 
+// On one GPU the learner trains there (under the lease) and the policy server may sample on the
+// CPU, in float32; the job's trainer keeps the GPU's bf16.
+TEST(LearnConfigTest, PolicyServerOnTheCpuBesideAGpuLearner) {
+  auto has = [](const std::vector<std::string>& args, const std::string& a) {
+    return std::find(args.begin(), args.end(), a) != args.end();
+  };
+  v1::LearnConfig o = Minimal("cuda", "cuda");
+  o.mutable_paths()->set_run_dir("/run");
+  o.set_policy_device("cpu");
+  ASSERT_TRUE(ValidateLearnConfig(&o).ok());
+  EXPECT_EQ(o.job().device().device(), "cuda");
+  EXPECT_EQ(o.job().device().dtype(), "bfloat16");
+  std::vector<std::string> args = LearnerArgs(o);
+  EXPECT_TRUE(has(args, "--set=policy.device=cpu"));
+  EXPECT_TRUE(has(args, "--set=policy.dtype=float32"));
+  EXPECT_TRUE(has(args, "--set=gpu_lease_path=/run/gpu.lease"));  // The trainer's steps still take it.
+  o.set_policy_device("");
+  args = LearnerArgs(o);
+  EXPECT_TRUE(has(args, "--set=policy.device=cuda"));
+  EXPECT_TRUE(has(args, "--set=policy.dtype=bfloat16"));
+  o.set_policy_device("cuda:2");
+  absl::Status s = ValidateLearnConfig(&o);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(s.message()).find("policy_device"), std::string::npos) << s;
+}
+
 TEST(LearnConfigTest, OneSandboxWorkerUnlessTold) {
   v1::LearnConfig o = Minimal("cpu", "");
   ASSERT_TRUE(ValidateLearnConfig(&o).ok());
