@@ -18,9 +18,14 @@
 //       ms per step with the paged decode kernel and with the eager ATen
 //       path (blocks gathered into scratch, then bmm + softmax), same cache;
 //       --profile: then the kernel step's GPU time per kernel (Kineto).
-// SHAPE: 0.5b (Qwen2.5-0.5B) or 7b (Qwen2.5-7B). Weights random (normal
-// 0.02, made on the GPU), bf16. SHAPE tiny (2 layers, hidden 64) runs on the
-// CPU in fp32: a smoke run of the benchmark's own code where no GPU is.
+//   engine_bench agentic SHAPE R TURNS on|off TASK OUT TOOL
+//       the same with a TASK-token prompt, OUT generated and TOOL tool tokens a
+//       turn (the code model's rollouts: ~1,500, ~270 and ~200).
+// SHAPE: 0.5b (Qwen2.5-0.5B), 7b (Qwen2.5-7B) or codemodel (docs/CODEMODEL.md's
+// 4.2M model). Weights random (normal 0.02, made on the GPU), bf16. SHAPE tiny
+// (2 layers, hidden 64) and any SHAPE-cpu run on the CPU in fp32, eager
+// decode: tiny is a smoke run of the benchmark's own code where no GPU is;
+// codemodel-cpu is a policy server on the CPU (kernelrl learn --policy_device=cpu).
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/core/InferenceMode.h>
 #include <c10/cuda/CUDAFunctions.h>
@@ -34,6 +39,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "learner/bench/kernel_profile.h"
@@ -45,18 +51,24 @@
 namespace kernelrl::learner {
 namespace {
 
-// "tiny" (CPU plumbing), "7b" or "0.5b": learner/bench/shapes.h.
-ModelConfig Shape(const std::string& name) { return bench::Shape(name == "tiny" ? name : "qwen2.5-" + name); }
+// On the CPU in fp32: "tiny" and any "<shape>-cpu".
+bool OnCpu(const std::string& shape) { return shape == "tiny" || absl::EndsWith(shape, "-cpu"); }
+
+// "tiny", "codemodel", "7b" or "0.5b" (and their "-cpu"): learner/bench/shapes.h.
+ModelConfig Shape(std::string name) {
+  if (absl::EndsWith(name, "-cpu")) name.resize(name.size() - 4);
+  return bench::Shape(name == "tiny" || name == "codemodel" ? name : "qwen2.5-" + name);
+}
 
 double Now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-// Random weights drawn on the GPU (a 7B drawn on the CPU takes minutes).
-std::unique_ptr<Transformer> MakeModel(const ModelConfig& c) {
+// Random weights drawn on the GPU (a 7B drawn on the CPU takes minutes), or on the CPU in fp32.
+std::unique_ptr<Transformer> MakeModel(const ModelConfig& c, bool on_cpu) {
   c10::InferenceMode inference;
   ModelOptions o;
-  if (c.num_layers > 2) {
+  if (!on_cpu) {
     o.device = at::Device(at::kCUDA, 0);
     o.dtype = at::kBFloat16;
   }
@@ -132,8 +144,8 @@ int Decode(const std::string& shape, const std::vector<int>& batches, int prompt
   o.max_batch = max_b;
   o.max_seq_len = prompt_len + new_tokens + 8;
   o.eos_ids = {-1};  // No EOS: every request runs to N tokens, like HF's min_new_tokens.
-  o.cuda_graphs = graphs;
-  PolicyEngine engine(MakeModel(c), 1, "random", o);
+  o.cuda_graphs = graphs && !OnCpu(shape);
+  PolicyEngine engine(MakeModel(c, OnCpu(shape)), 1, "random", o);
   std::mt19937 rng(std::random_device{}());
   auto requests = [&](int batch, int n_new) {
     std::vector<GenerationRequest> rs(batch);
@@ -182,7 +194,7 @@ int Decode(const std::string& shape, const std::vector<int>& batches, int prompt
 int Step(const std::string& shape, const std::vector<std::pair<int, int>>& points, bool profile) {
   constexpr int64_t kBlock = 16;
   const ModelConfig c = Shape(shape);
-  std::unique_ptr<Transformer> model = MakeModel(c);
+  std::unique_ptr<Transformer> model = MakeModel(c, OnCpu(shape));
   const at::TensorOptions opts = at::TensorOptions().device(model->options().device).dtype(model->options().dtype);
   std::mt19937 rng(std::random_device{}());
   for (const auto& [batch, ctx] : points) {
@@ -228,26 +240,26 @@ int Step(const std::string& shape, const std::vector<std::pair<int, int>>& point
   return 0;
 }
 
-int Agentic(const std::string& shape, int rollouts, int turns, bool prefix_caching) {
-  constexpr int kTask = 512, kOut = 64, kTool = 128;
+int Agentic(const std::string& shape, int rollouts, int turns, bool prefix_caching, int task_tokens = 512, int out_tokens = 64,
+            int tool_tokens = 128) {
   const ModelConfig c = Shape(shape);
   EngineOptions o;
   o.max_batch = std::max(rollouts, 1);
-  o.max_seq_len = kTask + turns * (kOut + kTool) + 16;
+  o.max_seq_len = task_tokens + turns * (out_tokens + tool_tokens) + 16;
   o.eos_ids = {-1};
   o.prefix_caching = prefix_caching;
-  o.cuda_graphs = true;
-  PolicyEngine engine(MakeModel(c), 1, "random", o);
+  o.cuda_graphs = !OnCpu(shape);
+  PolicyEngine engine(MakeModel(c, OnCpu(shape)), 1, "random", o);
   std::mt19937 rng(std::random_device{}());
   const int vocab = static_cast<int>(c.vocab_size);
   {  // Warm-up on another prompt (shares no block with the task).
     GenerationRequest r;
-    r.prompt = RandomTokens(&rng, 300, vocab);
+    r.prompt = RandomTokens(&rng, static_cast<int>(std::min<int64_t>(300, o.max_seq_len - 16)), vocab);
     r.sampling.max_new_tokens = 8;
     RunAll(&engine, {r});
   }
   const PolicyEngine::Info before = engine.GetInfo();
-  const std::vector<int32_t> task = RandomTokens(&rng, kTask, vocab);
+  const std::vector<int32_t> task = RandomTokens(&rng, task_tokens, vocab);
   Sync();
   const double t0 = Now();
   // Each rollout's turns run one after another; the rollouts run together.
@@ -261,7 +273,7 @@ int Agentic(const std::string& shape, int rollouts, int turns, bool prefix_cachi
         GenerationRequest q;
         q.prompt = history;
         q.sampling.temperature = 1.0f;
-        q.sampling.max_new_tokens = kOut;
+        q.sampling.max_new_tokens = out_tokens;
         q.sampling.seed = 1000 * (r + 1) + t;
         auto res = engine.Generate(q);
         if (!res.ok()) {
@@ -270,7 +282,7 @@ int Agentic(const std::string& shape, int rollouts, int turns, bool prefix_cachi
         }
         generated += static_cast<int64_t>(res->output_ids.size());
         history.insert(history.end(), res->output_ids.begin(), res->output_ids.end());
-        auto tool = RandomTokens(&own, kTool, vocab);
+        auto tool = RandomTokens(&own, tool_tokens, vocab);
         history.insert(history.end(), tool.begin(), tool.end());
       }
       return generated;
@@ -281,20 +293,23 @@ int Agentic(const std::string& shape, int rollouts, int turns, bool prefix_cachi
   const double dt = Now() - t0;
   const PolicyEngine::Info after = engine.GetInfo();
   std::printf("{\"impl\": \"kernelrl\", \"bench\": \"agentic\", \"shape\": \"%s\", \"rollouts\": %d, \"turns\": %d, "
+              "\"task\": %d, \"out\": %d, \"tool\": %d, "
               "\"prefix_caching\": %s, \"prompt_tokens\": %ld, \"prefill_tokens\": %ld, \"prefix_hit_tokens\": %ld, "
-              "\"generated\": %ld, \"preemptions\": %ld, \"graphs_captured\": %d, \"seconds\": %.3f}\n",
-              shape.c_str(), rollouts, turns, prefix_caching ? "true" : "false",
+              "\"generated\": %ld, \"preemptions\": %ld, \"graphs_captured\": %d, \"seconds\": %.3f, "
+              "\"tokens_per_s_per_rollout\": %.1f}\n",
+              shape.c_str(), rollouts, turns, task_tokens, out_tokens, tool_tokens, prefix_caching ? "true" : "false",
               static_cast<long>(after.prompt_tokens - before.prompt_tokens),
               static_cast<long>(after.prefill_tokens - before.prefill_tokens),
               static_cast<long>(after.prefix_hit_tokens - before.prefix_hit_tokens), static_cast<long>(generated),
-              static_cast<long>(after.preemptions - before.preemptions), after.decode_graphs, dt);
+              static_cast<long>(after.preemptions - before.preemptions), after.decode_graphs, dt,
+              generated / dt / std::max(rollouts, 1));
   return 0;
 }
 
 int Usage() {
   std::fprintf(stderr,
                "usage: engine_bench decode 0.5b|7b B1,B2,... P N eager|graphs\n"
-               "       engine_bench agentic 0.5b|7b ROLLOUTS TURNS on|off\n"
+               "       engine_bench agentic SHAPE ROLLOUTS TURNS on|off [TASK OUT TOOL]\n"
                "       engine_bench step 0.5b|7b B:CTX,B:CTX,... [--profile]\n");
   return 2;
 }
@@ -304,8 +319,8 @@ int Usage() {
 
 int main(int argc, char** argv) {
   using namespace kernelrl::learner;
-  if (!at::hasCUDA() && (argc < 3 || std::string(argv[2]) != "tiny")) {
-    std::fprintf(stderr, "engine_bench needs a CUDA device (or SHAPE tiny)\n");
+  if (!at::hasCUDA() && (argc < 3 || !OnCpu(argv[2]))) {
+    std::fprintf(stderr, "engine_bench needs a CUDA device (or SHAPE tiny, or SHAPE-cpu)\n");
     return 1;
   }
   const std::string mode = argc > 1 ? argv[1] : "";
@@ -332,6 +347,14 @@ int main(int argc, char** argv) {
   }
   if (mode == "agentic" && argc == 6) {
     return Agentic(argv[2], std::atoi(argv[3]), std::atoi(argv[4]), std::string(argv[5]) == "on");
+  }
+  if (mode == "agentic" && argc == 9) {
+    int task = 0, out = 0, tool = 0;
+    if (!absl::SimpleAtoi(argv[6], &task) || !absl::SimpleAtoi(argv[7], &out) || !absl::SimpleAtoi(argv[8], &tool) ||
+        task <= 0 || out <= 0 || tool < 0) {
+      return Usage();
+    }
+    return Agentic(argv[2], std::atoi(argv[3]), std::atoi(argv[4]), std::string(argv[5]) == "on", task, out, tool);
   }
   return Usage();
 }
