@@ -240,8 +240,8 @@ int Step(const std::string& shape, const std::vector<std::pair<int, int>>& point
   return 0;
 }
 
-int Agentic(const std::string& shape, int rollouts, int turns, bool prefix_caching, int task_tokens = 512, int out_tokens = 64,
-            int tool_tokens = 128) {
+int Agentic(const std::string& shape, int rollouts, int turns, bool prefix_caching, int task_tokens = 512,
+            int out_tokens = 64, int tool_tokens = 128) {
   const ModelConfig c = Shape(shape);
   EngineOptions o;
   o.max_batch = std::max(rollouts, 1);
@@ -308,9 +308,10 @@ int Agentic(const std::string& shape, int rollouts, int turns, bool prefix_cachi
 
 int Usage() {
   std::fprintf(stderr,
-               "usage: engine_bench decode 0.5b|7b B1,B2,... P N eager|graphs\n"
+               "usage: engine_bench decode SHAPE B1,B2,... P N eager|graphs\n"
                "       engine_bench agentic SHAPE ROLLOUTS TURNS on|off [TASK OUT TOOL]\n"
-               "       engine_bench step 0.5b|7b B:CTX,B:CTX,... [--profile]\n");
+               "       engine_bench step SHAPE B:CTX,B:CTX,... [--profile]\n"
+               "SHAPE: 0.5b, 7b, codemodel (CUDA, bf16); tiny, <shape>-cpu (CPU, fp32)\n");
   return 2;
 }
 
