@@ -598,6 +598,25 @@ absl::StatusOr<std::vector<v1::Trajectory>> Ingest::AcceptedIn(const std::string
   return out;
 }
 
+absl::StatusOr<std::vector<v1::Trajectory>> Ingest::TrainedIn(const std::string& stage, int updates) {
+  absl::MutexLock lock(&mu_);
+  std::map<int64_t, std::vector<std::string>> by_step;  // Of the stage's trained trajectories, in acceptance order.
+  for (const std::string& id : accepted_in_[stage]) {
+    auto it = trained_.find(id);
+    if (it != trained_.end()) by_step[it->second].push_back(id);
+  }
+  while (static_cast<int>(by_step.size()) > std::max(0, updates)) by_step.erase(by_step.begin());
+  std::vector<v1::Trajectory> out;
+  for (const auto& [step, ids] : by_step) {
+    for (const std::string& id : ids) {
+      auto t = ReadTrajectory(dir_, id);
+      if (!t.ok()) return t.status();
+      out.push_back(*std::move(t));
+    }
+  }
+  return out;
+}
+
 IngestInfo Ingest::Info() const {
   absl::MutexLock lock(&mu_);
   IngestInfo info = counters_;

@@ -151,6 +151,10 @@ class Ingest {
   // the job's seed fixes: not by which actor finished first. Those without a seed
   // (imported from a job before seeds) come first, in acceptance order.
   absl::StatusOr<std::vector<v1::Trajectory>> AcceptedIn(const std::string& stage) ABSL_LOCKS_EXCLUDED(mu_);
+  // The trajectories `stage` trained on in its last `updates` updates (by their TRAINED records,
+  // so a restart finds the same ones), oldest update first.
+  absl::StatusOr<std::vector<v1::Trajectory>> TrainedIn(const std::string& stage, int updates)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Expires overdue leases (also done on every Lease call).
   absl::Status ExpireLeases() ABSL_LOCKS_EXCLUDED(mu_);
 

@@ -731,6 +731,66 @@ TEST(IngestTest, UpdatesAfterTheResumedCheckpointAreRolledBackOnce) {
   EXPECT_EQ(rollbacks, 1);
 }
 
+// The critic's replay (PpoConfig.critic_replay_batches) reads a stage's last trained batches: by
+// their TRAINED records, oldest first, another stage's never; a reopen finds the same ones, and a
+// batch whose update was rolled back is not among them.
+TEST(IngestTest, TrainedInIsAStagesLastUpdatesAndAReopenFindsThemAgain) {
+  std::mt19937 rng(std::random_device{}());
+  IngestOptions o;
+  o.max_policy_lag = 100;
+  const std::string dir = NewTempDir("ingest_test_");
+  std::vector<std::vector<std::string>> batches;  // Of agentic_ppo, by update.
+  {
+    auto in = Ingest::Open(dir, "job-r", o, 0);
+    ASSERT_TRUE(in.ok()) << in.status();
+    int id = 0;
+    int64_t step = 0;
+    for (const char* stage : {"single_turn_ppo", "agentic_ppo"}) {
+      (*in)->SetStage(stage, Tasks(3), 1, -1);
+      for (int update = 0; update < 4; ++update) {
+        auto leases = (*in)->Lease("actor", 2);
+        ASSERT_TRUE(leases.ok());
+        for (const v1::TaskLease& l : *leases) {
+          ASSERT_TRUE((*in)->Push(l.lease_id(), Traj(l, absl::StrCat("t", id++), &rng)).accepted());
+        }
+        auto batch = (*in)->Take(2);
+        ASSERT_TRUE(batch.ok());
+        ASSERT_EQ(batch->size(), 2u);
+        std::vector<std::string> ids;
+        for (const v1::Trajectory& t : *batch) ids.push_back(t.id());
+        ASSERT_TRUE((*in)->MarkTrained(ids, ++step).ok());
+        ASSERT_TRUE((*in)->Commit(step).ok());
+        if (std::string(stage) == "agentic_ppo") batches.push_back(ids);
+      }
+    }
+    auto ids_of = [](const std::vector<v1::Trajectory>& ts) {
+      std::vector<std::string> out;
+      for (const v1::Trajectory& t : ts) out.push_back(t.id());
+      return out;
+    };
+    auto last2 = (*in)->TrainedIn("agentic_ppo", 2);
+    ASSERT_TRUE(last2.ok()) << last2.status();
+    std::vector<std::string> want = batches[2];
+    want.insert(want.end(), batches[3].begin(), batches[3].end());
+    EXPECT_EQ(ids_of(*last2), want);
+    auto none = (*in)->TrainedIn("agentic_ppo", 0);
+    ASSERT_TRUE(none.ok());
+    EXPECT_TRUE(none->empty());
+    auto all = (*in)->TrainedIn("agentic_ppo", 10);
+    ASSERT_TRUE(all.ok());
+    EXPECT_EQ(all->size(), 8u);  // This stage's 4 batches only.
+  }
+  // Resumed from the checkpoint of step 7 (the stage's third update): its fourth is rolled back.
+  auto in = Ingest::Open(dir, "job-r", o, 7);
+  ASSERT_TRUE(in.ok()) << in.status();
+  auto last2 = (*in)->TrainedIn("agentic_ppo", 2);
+  ASSERT_TRUE(last2.ok()) << last2.status();
+  std::vector<std::string> got, want = batches[1];
+  want.insert(want.end(), batches[2].begin(), batches[2].end());
+  for (const v1::Trajectory& t : *last2) got.push_back(t.id());
+  EXPECT_EQ(got, want);
+}
+
 // The test oracle: trajectory id -> times trained, net of rollbacks.
 std::map<std::string, int> TrainedCounts(const std::vector<v1::LedgerRecord>& records) {
   std::vector<std::pair<std::string, int64_t>> trained;

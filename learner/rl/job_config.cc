@@ -90,6 +90,7 @@ absl::StatusOr<v1::LearnerJobConfig> ParseJobConfig(const std::string& text) {
   if (p.critic_epochs() != 0 && p.critic_epochs() < p.epochs()) {
     return Field("ppo.critic_epochs", "must be 0 (= epochs) or >= epochs");
   }
+  if (p.critic_replay_batches() < 0) return Field("ppo.critic_replay_batches", "must be >= 0 (0 or 1: off)");
   if (p.minibatches() > c.batch().trajectories_per_step()) {
     return Field("ppo.minibatches", "must be <= batch.trajectories_per_step");
   }

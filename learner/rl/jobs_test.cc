@@ -114,6 +114,7 @@ TEST(JobConfigTest, BadValuesNameTheField) {
            {"ppo { mismatch_high: 0.9 }", "ppo.mismatch_high"},
            {"ppo { epochs: 0 }", "ppo.epochs"},
            {"ppo { epochs: 2 critic_epochs: 1 }", "ppo.critic_epochs"},
+           {"ppo { critic_replay_batches: -1 }", "ppo.critic_replay_batches"},
            {"actor_optimizer { min_lr_ratio: 2 }", "actor_optimizer.min_lr_ratio"},
            {"actor_lora { rank: -4 }", "actor_lora.rank"},
            {"batch { activation_checkpointing: false offload_activations: true }", "batch.offload_activations"},

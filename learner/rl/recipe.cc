@@ -107,6 +107,9 @@ class RecipeRunner : public JobRunner {
   absl::StatusOr<std::vector<Sample>> ImportedReturns(StepMetrics* m) const;
   // One update on the global batch: this rank's shard when data-parallel.
   absl::StatusOr<StepMetrics> Train(StepKind kind, const std::vector<Sample>& batch);
+  // PpoConfig.critic_replay_batches: one more critic step, on `batch` and the stage's last N - 1
+  // trained batches; its size and loss go into *m.
+  absl::Status ReplayForCritic(const std::string& stage, const std::vector<Sample>& batch, StepMetrics* m);
   // The lease held shared until the returned GpuWork goes (an unheld one without a lease).
   absl::StatusOr<GpuWork> HoldGpu() const;
 
@@ -283,6 +286,21 @@ absl::StatusOr<StepMetrics> RecipeRunner::Train(StepKind kind, const std::vector
   // Beside the critic's explained variance: how much of it the task line alone would give.
   if (m.ok() && m->count("explained_variance")) (*m)["explained_variance_task_means"] = TaskMeansExplainedVariance(global);
   return m;
+}
+
+absl::Status RecipeRunner::ReplayForCritic(const std::string& stage, const std::vector<Sample>& batch, StepMetrics* m) {
+  const int n = config_.ppo().critic_replay_batches();
+  if (n <= 1 || trainer_->critic() == nullptr) return absl::OkStatus();
+  auto earlier = ingest_->TrainedIn(stage, n - 1);
+  if (!earlier.ok()) return earlier.status();
+  StepMetrics ignored;
+  std::vector<Sample> replay = ToSamples(*earlier, &ignored);
+  replay.insert(replay.end(), batch.begin(), batch.end());
+  auto v = Train(StepKind::kValue, replay);
+  if (!v.ok()) return v.status();
+  (*m)["critic_replay_trajectories"] = static_cast<double>(replay.size());
+  if (v->count("value_loss")) (*m)["critic_replay_value_loss"] = v->at("value_loss");
+  return absl::OkStatus();
 }
 
 absl::StatusOr<GpuWork> RecipeRunner::HoldGpu() const {
@@ -540,6 +558,7 @@ absl::Status RecipeRunner::RunStage(JobContext* ctx, int stage) {
       auto m = Train(StepKind::kPpo, samples);
       if (!m.ok()) return m.status();
       for (auto& [k, v] : bad) (*m)[k] = v;
+      if (auto s = ReplayForCritic(st.name, samples, &*m); !s.ok()) return s;
       if (auto s = Commit(ctx, stage, ids, *m, samples); !s.ok()) return s;
     }
     return absl::OkStatus();

@@ -70,6 +70,8 @@ const char kHyperparameters[] = R"pb(
   # Lag 2: a restarted learner whose policy server kept the base weights (version 0) gets only stale
   # trajectories from the fake actor, which tags them with the server's version, and stalls.
   ingest { max_policy_lag: 2 lease_timeout_seconds: 5 max_infra_reruns: 2 }
+  # Each PPO update's critic also takes one step on its batch and the stage's batch before it.
+  ppo { critic_replay_batches: 2 }
   actor_optimizer { lr: 1e-3 }
   critic_optimizer { lr: 1e-3 }
   device { device: "cpu" dtype: "float32" peak_tflops: 0.1 }
@@ -572,6 +574,17 @@ void RunThroughKills(int full_every, int lora = 0) {
     EXPECT_GE(u.stage_step(), 1);
     EXPECT_TRUE(u.metrics().count(step % full_every == 0 ? "checkpoint_seconds" : "weight_sync_seconds")) << "step " << step;
     EXPECT_EQ(u.metrics().at("policy_version"), step);
+    if (u.stage() == "single_turn_ppo" || u.stage() == "agentic_ppo") {
+      // The critic's replay step: the batch alone at the stage's first update, then with the
+      // batch before it (found again from the ledger after a kill).
+      ASSERT_TRUE(u.metrics().count("critic_replay_trajectories")) << "step " << step;
+      const double replayed = u.metrics().at("critic_replay_trajectories"), own = u.metrics().at("trajectories");
+      if (u.stage_step() == 1) {
+        EXPECT_EQ(replayed, own) << "step " << step;
+      } else {
+        EXPECT_GT(replayed, own) << "step " << step;
+      }
+    }
   }
   EXPECT_LE(missing, kills);
   EXPECT_GE(warmup_accepted + warmup_dropped, kWarmup) << warmup_dropped << " warm-up task(s) dropped";
