@@ -23,12 +23,27 @@
 namespace kernelrl::learner::rl {
 namespace {
 
-const char* KindName(StepKind k) { return k == StepKind::kPpo ? "ppo" : k == StepKind::kSft ? "sft" : "value"; }
+const char* KindName(StepKind k) {
+  switch (k) {
+    case StepKind::kPpo: return "ppo";
+    case StepKind::kSft: return "sft";
+    case StepKind::kCriticReplay: return "critic_replay";
+    default: return "value";
+  }
+}
+
+StepKind KindOf(const std::string& name) {
+  for (StepKind k : {StepKind::kPpo, StepKind::kSft, StepKind::kCriticReplay}) {
+    if (name == KindName(k)) return k;
+  }
+  return StepKind::kValue;
+}
 
 absl::StatusOr<StepMetrics> RunStep(Trainer& t, StepKind kind, const std::vector<Sample>& b, int64_t n) {
   switch (kind) {
     case StepKind::kPpo: return t.PpoStep(b, n);
     case StepKind::kSft: return t.SftStep(b, n);
+    case StepKind::kCriticReplay: return t.CriticReplayStep(b, n);
     default: return t.ValueStep(b, n);
   }
 }
@@ -404,7 +419,7 @@ absl::Status RunDpFollower(dist::DataParallel* dp) {
     if (!batch.ok()) return batch.status();
     for (size_t k = 0; k < batch->size(); ++k) (*batch)[k].baseline = JsonNumber((*baselines)[rank][k]);
     const std::string objective = Str(*cmd, "objective").value_or("");
-    const StepKind kind = objective == "ppo" ? StepKind::kPpo : objective == "sft" ? StepKind::kSft : StepKind::kValue;
+    const StepKind kind = KindOf(objective);
     trainer->actor_optimizer().set_lr(GetJsonDouble(*cmd, "actor_lr", trainer->actor_optimizer().lr()).value_or(0));
     auto m = RunStep(*trainer, kind, *batch, GetJsonInt(*cmd, "n", 0).value_or(0));
     if (!m.ok()) return m.status();

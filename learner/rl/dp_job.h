@@ -81,7 +81,8 @@ absl::StatusOr<std::unique_ptr<Trainer>> MakeJobTrainer(const v1::LearnerJobConf
                                                         at::Device device, const JobSharding* sharding = nullptr,
                                                         const std::string& checkpoint_dir = "");
 
-enum class StepKind { kPpo, kSft, kValue };
+// kCriticReplay: a value step inside the PPO stage (Trainer::CriticReplayStep).
+enum class StepKind { kPpo, kSft, kValue, kCriticReplay };
 
 // What the group trains with: DistributedConfig.sharding and, for hybrid
 // sharding, the shard group's size (ranks_per_host).

@@ -280,9 +280,10 @@ absl::StatusOr<StepMetrics> RecipeRunner::Train(StepKind kind, const std::vector
   const std::vector<Sample>& b = dp_ != nullptr ? mine : batch;
   absl::StatusOr<GpuWork> gpu = HoldGpu();  // a sandbox timing on this GPU waits for the step
   if (!gpu.ok()) return gpu.status();
-  absl::StatusOr<StepMetrics> m = kind == StepKind::kPpo   ? trainer_->PpoStep(b, n)
-                                  : kind == StepKind::kSft ? trainer_->SftStep(b, n)
-                                                           : trainer_->ValueStep(b, n);
+  absl::StatusOr<StepMetrics> m = kind == StepKind::kPpo            ? trainer_->PpoStep(b, n)
+                                  : kind == StepKind::kSft          ? trainer_->SftStep(b, n)
+                                  : kind == StepKind::kCriticReplay ? trainer_->CriticReplayStep(b, n)
+                                                                    : trainer_->ValueStep(b, n);
   // Beside the critic's explained variance: how much of it the task line alone would give.
   if (m.ok() && m->count("explained_variance")) (*m)["explained_variance_task_means"] = TaskMeansExplainedVariance(global);
   return m;
@@ -296,7 +297,7 @@ absl::Status RecipeRunner::ReplayForCritic(const std::string& stage, const std::
   StepMetrics ignored;
   std::vector<Sample> replay = ToSamples(*earlier, &ignored);
   replay.insert(replay.end(), batch.begin(), batch.end());
-  auto v = Train(StepKind::kValue, replay);
+  auto v = Train(StepKind::kCriticReplay, replay);
   if (!v.ok()) return v.status();
   (*m)["critic_replay_trajectories"] = static_cast<double>(replay.size());
   if (v->count("value_loss")) (*m)["critic_replay_value_loss"] = v->at("value_loss");

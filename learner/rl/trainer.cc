@@ -376,10 +376,14 @@ absl::StatusOr<StepMetrics> Trainer::ValueStep(const std::vector<Sample>& batch,
   return Step(batch, global_trajectories, Objective::kValue);
 }
 
+absl::StatusOr<StepMetrics> Trainer::CriticReplayStep(const std::vector<Sample>& batch, int64_t global_trajectories) {
+  return Step(batch, global_trajectories, Objective::kValue, Objective::kPpo);
+}
+
 absl::StatusOr<StepMetrics> Trainer::Step(const std::vector<Sample>& batch, int64_t global_trajectories,
-                                          Objective objective) {
+                                          Objective objective, std::optional<Objective> stage) {
   const double n = global_trajectories > 0 ? global_trajectories : static_cast<double>(batch.size());
-  auto m = Update(batch, n, objective);
+  auto m = Update(batch, n, objective, stage);
   if (!m.ok()) return m.status();
   FinishMetrics(objective == Objective::kPpo, m->count("ev_tokens") > 0 && objective != Objective::kSft, &*m);
   return m;

@@ -159,6 +159,9 @@ class Trainer {
   absl::StatusOr<StepMetrics> SftStep(const std::vector<Sample>& batch, int64_t global_trajectories = 0);
   // Value pretraining: one critic update towards the critic's targets.
   absl::StatusOr<StepMetrics> ValueStep(const std::vector<Sample>& batch, int64_t global_trajectories = 0);
+  // The same update inside the PPO stage (PpoConfig.critic_replay_batches): the critic on earlier
+  // batches too, its optimizers' moments and the stage left as they are (no reset).
+  absl::StatusOr<StepMetrics> CriticReplayStep(const std::vector<Sample>& batch, int64_t global_trajectories = 0);
   // The critic's values per model token of each sample, without gradient (one rank).
   absl::StatusOr<std::vector<std::vector<float>>> CriticValues(const std::vector<Sample>& batch);
 
@@ -189,7 +192,8 @@ class Trainer {
   // stage kPpo: no optimizer reset); default `objective`.
   absl::StatusOr<StepMetrics> Update(const std::vector<Sample>& batch, double n_global, Objective objective,
                                      std::optional<Objective> stage = std::nullopt);
-  absl::StatusOr<StepMetrics> Step(const std::vector<Sample>& batch, int64_t global_trajectories, Objective objective);
+  absl::StatusOr<StepMetrics> Step(const std::vector<Sample>& batch, int64_t global_trajectories, Objective objective,
+                                   std::optional<Objective> stage = std::nullopt);
   // Mean and standard deviation of the batch's advantages over every rank's model tokens.
   absl::StatusOr<std::pair<double, double>> AdvantageMoments(const std::vector<Sample>& batch,
                                                              const std::vector<PackedRow>& rows, at::Device device);

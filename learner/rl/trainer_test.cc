@@ -432,6 +432,35 @@ TEST(TrainerTest, CriticEpochsTrainTheCriticAloneAfterTheActorsPasses) {
   EXPECT_LT((*v4)["value_loss"], (*v1)["value_loss"]);
 }
 
+// The critic's replay step (PpoConfig.critic_replay_batches) is a value update inside the PPO
+// stage: neither it nor the next PPO update resets the optimizers, and the actor stays as it is.
+TEST(TrainerTest, ACriticReplayStepStaysInThePpoStage) {
+  std::vector<Sample> batch, earlier;
+  for (int i = 0; i < 2; ++i) batch.push_back(RandomSample("s" + std::to_string(i), kMaskA, 120 + i));
+  for (int i = 0; i < 3; ++i) earlier.push_back(RandomSample("e" + std::to_string(i), kMaskB, 130 + i));
+  Trainer t(Tiny(Head::kLanguageModel, 5), Tiny(Head::kValue, 6), TrainerOptions{});
+  ASSERT_TRUE(t.PpoStep(batch).ok());
+  const std::vector<at::Tensor> actor = t.policy().parameters();
+  std::vector<at::Tensor> before;
+  for (const at::Tensor& p : actor) before.push_back(p.detach().clone());
+  std::vector<Sample> replay = earlier;
+  replay.insert(replay.end(), batch.begin(), batch.end());
+  auto r = t.CriticReplayStep(replay);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->count("optimizer_reset"), 0u);
+  EXPECT_EQ(t.critic_optimizer()->steps(), 2);
+  EXPECT_EQ(t.actor_optimizer().steps(), 1);
+  for (size_t i = 0; i < actor.size(); ++i) EXPECT_TRUE(at::equal(actor[i], before[i])) << "actor parameter " << i;
+  auto m = t.PpoStep(batch);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->count("optimizer_reset"), 0u);
+  EXPECT_EQ(t.actor_optimizer().steps(), 2);
+  // A value-pretraining step is another stage: it resets them.
+  auto v = t.ValueStep(replay);
+  ASSERT_TRUE(v.ok());
+  EXPECT_EQ((*v)["optimizer_reset"], 1);
+}
+
 // Token mean: every model token of the batch weighs the same, so a long
 // trajectory outweighs a short one; the trajectory mean weighs them alike.
 TEST(TrainerTest, TokenMeanAndTrajectoryMeanAggregation) {
