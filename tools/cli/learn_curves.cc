@@ -195,8 +195,8 @@ absl::StatusOr<Json> HeldOutFromReport(const std::string& report_json_path) {
   // other baselines (measured again) do not compare (kernelrl seeds says so).
   Json task_baselines = Json::object();
   for (const Json& t : *tasks) {
-    double task_sum = 0;
-    int task_n = 0, task_unjudged = 0, task_faster_compile = 0;
+    VerdictStats task;  // This task's judged rollouts.
+    int task_unjudged = 0;
     Json baseline;
     if (const Json* finals = FindJson(t, "rollout_finals"); finals != nullptr && finals->is_array()) {
       for (const Json& f : *finals) {
@@ -217,10 +217,7 @@ absl::StatusOr<Json> HeldOutFromReport(const std::string& report_json_path) {
           baseline = Json::object({{"eager_us", *be}, {"compile_us", bc ? *bc : Json(0)}});
         }
         Add(&sampled, rew ? JsonNumber(*rew) : -1, fok, fe, fc);
-        task_sum += rew ? JsonNumber(*rew) : -1, ++task_n;
-        VerdictStats one;  // The rate's own rule, for this rollout alone.
-        Add(&one, 0, fok, fe, fc);
-        task_faster_compile += one.faster_compile;
+        Add(&task, rew ? JsonNumber(*rew) : -1, fok, fe, fc);
         if (fok && fe > 0 && fc > 0) ++finals_profiled, final_log_e += std::log(fe), final_log_c += std::log(fc);
       }
     }
@@ -231,10 +228,12 @@ absl::StatusOr<Json> HeldOutFromReport(const std::string& report_json_path) {
     const bool ok = StrField(t, "outcome") == "OK";
     Add(&s, rew ? JsonNumber(*rew) : -1, ok, e, c);
     const std::string id = StrField(t, "task_id");
-    // A task none of whose rollouts was judged has no figure: a comparison of evaluations skips it.
-    if (!id.empty() && (task_n > 0 || task_unjudged == 0)) {
-      task_rewards[id] = Json(task_n > 0 ? task_sum / task_n : (rew ? JsonNumber(*rew) : -1));
-      task_compile[id] = Json(task_n > 0 ? 1.0 * task_faster_compile / task_n : (ok && c > 1.0 ? 1.0 : 0.0));
+    // A report without rollout finals: the task's own figures. A task none of whose rollouts was
+    // judged has none: a comparison of evaluations skips it.
+    if (task.n == 0 && task_unjudged == 0) Add(&task, rew ? JsonNumber(*rew) : -1, ok, e, c);
+    if (!id.empty() && task.n > 0) {
+      task_rewards[id] = Json(task.reward_sum / task.n);
+      task_compile[id] = Json(1.0 * task.faster_compile / task.n);
     }
     if (!id.empty() && !baseline.is_null()) task_baselines[id] = std::move(baseline);
     if (ok && e > 0 && c > 0) ++profiled, log_e += std::log(e), log_c += std::log(c);

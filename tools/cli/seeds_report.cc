@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdint>
 #include <functional>
 #include <map>
 #include <set>
@@ -52,16 +51,6 @@ HeldOutPoint PointOf(const Json& eval) {
     }
   }
   return p;
-}
-
-// The index of a curves.json's first agentic-PPO evaluation (its PPO start); past the end if none.
-size_t FirstPpoStart(const Json& curves) {
-  const Json* heldout = FindJson(curves, "heldout");
-  if (heldout == nullptr || !heldout->is_array()) return SIZE_MAX;
-  for (size_t i = 0; i < heldout->size(); ++i) {
-    if (absl::StartsWith(Label((*heldout)[i]), "agentic-")) return i;
-  }
-  return SIZE_MAX;
 }
 
 std::string Title(const SeedFigures& r) {
@@ -241,10 +230,11 @@ absl::StatusOr<SeedFigures> SeedFiguresOf(const std::vector<std::pair<std::strin
                hp.recipe().agent_warmup().skip()) {
       // Another seed of the PPO stage from the first job's PPO-start policy: of that job only its
       // PPO-start evaluation is this seed's; its updates, audit and final belong to its own seed.
+      const HeldOutPoint start = f.start;  // Read from that job above.
       f = SeedFigures{};
       f.ablation = *ablation;
       f.seed = hp.seed();
-      f.start = PointOf((*FindJson(chain[0].second, "heldout"))[FirstPpoStart(chain[0].second)]);
+      f.start = start;
       f.start_from = chain[0].first;
       names = {chain[0].first + "(PPO start)", path};
       pool[0] = pool[1] = pool[2] = pool[3] = pool[4] = 0;
@@ -262,7 +252,7 @@ absl::StatusOr<SeedFigures> SeedFiguresOf(const std::vector<std::pair<std::strin
     // last job's final). The final: the last job's last evaluation, after that start.
     for (size_t i = 0; i < heldout->size(); ++i) {
       const Json& e = (*heldout)[i];
-      if (!started && i == FirstPpoStart(curves)) {
+      if (!started && absl::StartsWith(Label(e), "agentic-")) {
         f.start = PointOf(e);
         started = true;
         continue;
