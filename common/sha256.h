@@ -8,9 +8,13 @@
 #include <string>
 #include <string_view>
 
+#include "absl/status/statusor.h"
+
 namespace kernelrl {
 
 std::string Sha256Hex(std::string_view data);
+// The same of a file's bytes, read in chunks (a 7B model's weights do not fit a string twice).
+absl::StatusOr<std::string> Sha256FileHex(const std::string& path);
 
 }  // namespace kernelrl
 

@@ -1,8 +1,10 @@
 #include "common/sha256.h"
 
+#include <cstdlib>
 #include <random>
 #include <string>
 
+#include "common/file.h"
 #include "gtest/gtest.h"
 
 namespace kernelrl {
@@ -31,6 +33,19 @@ TEST(Sha256Test, EveryByteCounts) {
   changed[rng() % changed.size()] ^= static_cast<char>(1 + rng() % 255);
   EXPECT_NE(h, Sha256Hex(changed));
   EXPECT_NE(Sha256Hex(std::string("a\0b", 3)), Sha256Hex(std::string("a\0c", 3)));
+}
+
+// A file hashes as its bytes do, across the chunk boundary (1 MiB); a missing one is an error.
+TEST(Sha256Test, AFileHashesAsItsBytes) {
+  std::mt19937 rng(std::random_device{}());
+  std::string data((1 << 20) + 1 + rng() % 4096, '\0');
+  for (char& c : data) c = static_cast<char>(rng());
+  const std::string path = std::string(std::getenv("TEST_TMPDIR")) + "/weights.bin";
+  ASSERT_TRUE(WriteFileAtomically(path, data).ok());
+  auto h = Sha256FileHex(path);
+  ASSERT_TRUE(h.ok()) << h.status();
+  EXPECT_EQ(*h, Sha256Hex(data));
+  EXPECT_EQ(Sha256FileHex(path + ".missing").status().code(), absl::StatusCode::kNotFound);
 }
 
 }  // namespace

@@ -218,6 +218,15 @@ base = load_file(os.path.join(sys.argv[6], "model.safetensors"))
 final = load_file(os.path.join(job_dir, "checkpoints", latest, "policy", "model.safetensors"))
 moved = max(float(abs(final[k].astype("float64") - base[k].astype("float64")).max()) for k in base if k in final)
 check(moved > 0, f"the job's last policy ({latest}) moved from the base weights (max |dw| {moved:.3g})")
+# The weights' identities a chain of jobs is checked by (`kernelrl seeds`): what `sha256sum` prints.
+import hashlib
+def sha(path):
+    return hashlib.sha256(open(path, "rb").read()).hexdigest()
+check(curves.get("start_weights") == {"model.safetensors": sha(os.path.join(sys.argv[6], "model.safetensors"))},
+      "curves.json names the base's weights as the job's start")
+check(curves.get("final_weights") == {"model.safetensors": sha(os.path.join(job_dir, "checkpoints", latest, "policy", "model.safetensors"))},
+      f"curves.json names {latest}'s weights as the job's final")
+check(curves["start_weights"] != curves["final_weights"], "start and final weights differ")
 for png in ("reward.png", "rates.png", "stability.png"):
     p = os.path.join(out, png)
     ok = os.path.exists(p) and os.path.getsize(p) > 5000 and open(p, "rb").read(8) == b"\x89PNG\r\n\x1a\n"

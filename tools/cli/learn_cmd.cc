@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <mutex>
 #include <thread>
+#include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -334,6 +335,22 @@ bool WriteCurves(const v1::LearnConfig& o, const v1::Job& job, const std::string
     if (trained.ok() && trained->count(step)) copy["trained"] = trained->at(step).ToJson();
     step_list.push_back(std::move(copy));
   }
+  // Which weights the job started from and ended with, and which each evaluation scored (while its
+  // checkpoint is kept): a job continuing this one is checked against them (`kernelrl seeds`).
+  auto digest = [&console](const std::string& what, const absl::StatusOr<std::string>& dir) {
+    absl::StatusOr<Json> d = dir.ok() ? WeightsDigest(*dir) : absl::StatusOr<Json>(dir.status());
+    if (!d.ok()) console.Line("no record of the " + what + " weights: " + std::string(d.status().message()));
+    return d.ok() ? *d : Json();
+  };
+  if (heldout.is_array()) {
+    for (Json& e : heldout) {
+      const Json* v = FindJson(e, "policy_version");
+      if (FindJson(e, "weights") != nullptr || v == nullptr || !v->is_number() || JsonNumber(*v) < 0) continue;
+      if (auto dir = CheckpointPolicyDir(job_dir, static_cast<int64_t>(JsonNumber(*v))); dir.ok()) {
+        if (Json d = digest("evaluated", dir); !d.is_null()) e["weights"] = std::move(d);
+      }
+    }
+  }
   Json curves = Json::object({{"job_id", Json(job.id())},
                               {"start_unix_ms", Json(console.StartUnixMs())},
                               {"state", Json(v1::Job::State_Name(job.state()))},
@@ -344,6 +361,10 @@ bool WriteCurves(const v1::LearnConfig& o, const v1::Job& job, const std::string
                               {"steps", std::move(step_list)},
                               {"heldout", std::move(heldout)},
                               {"audit", audit.ToJson()}});
+  for (auto [key, what, dir] : {std::tuple{"start_weights", "start", absl::StatusOr<std::string>(o.base_checkpoint())},
+                                std::tuple{"final_weights", "final", CheckpointPolicyDir(job_dir, -1)}}) {
+    if (Json d = digest(what, dir); !d.is_null()) curves[key] = std::move(d);
+  }
   const bool written = WriteFileAtomically(curves_dir + "/curves.json", DumpJson(curves, 1) + "\n").ok();
   run.steps = curves["steps"];
   run.audit = curves["audit"];

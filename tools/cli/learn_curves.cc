@@ -5,8 +5,11 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
 #include "common/file.h"
+#include "common/sha256.h"
 #include "learner/rl/ingest.h"
 #include "learner/rl/ledger.h"
 #include "profiler_service/judge.h"
@@ -251,6 +254,38 @@ absl::StatusOr<Json> HeldOutFromReport(const std::string& report_json_path) {
   out["task_faster_than_compile"] = std::move(task_compile);
   out["task_baselines"] = std::move(task_baselines);
   return out;
+}
+
+absl::StatusOr<Json> WeightsDigest(const std::string& hf_dir) {
+  Json digest = Json::object();
+  for (const std::string& name : ListDir(hf_dir)) {  // Sorted: shards in order.
+    if (!absl::StartsWith(name, "model") || !absl::EndsWith(name, ".safetensors")) continue;
+    auto sha = Sha256FileHex(hf_dir + "/" + name);
+    if (!sha.ok()) return sha.status();
+    digest[name] = Json(*sha);
+  }
+  if (digest.empty()) return absl::NotFoundError(absl::StrCat("no model*.safetensors in ", hf_dir));
+  return digest;
+}
+
+absl::StatusOr<std::string> CheckpointPolicyDir(const std::string& job_dir, int64_t policy_version) {
+  const std::string root = job_dir + "/checkpoints";
+  if (policy_version < 0) {
+    auto latest = ReadFileToString(root + "/LATEST");
+    if (!latest.ok()) return latest.status();
+    return absl::StrCat(root, "/", absl::StripAsciiWhitespace(*latest), "/policy");
+  }
+  for (const std::string& step : ListDir(root)) {
+    if (!absl::StartsWith(step, "step-")) continue;
+    auto manifest = ReadFileToString(absl::StrCat(root, "/", step, "/manifest.json"));
+    if (!manifest.ok()) continue;
+    auto m = ParseJson(*manifest);
+    const Json* v = m.ok() ? FindJson(*m, "policy_version") : nullptr;
+    if (v != nullptr && v->is_number() && static_cast<int64_t>(JsonNumber(*v)) == policy_version) {
+      return absl::StrCat(root, "/", step, "/policy");
+    }
+  }
+  return absl::NotFoundError(absl::StrCat("no checkpoint of policy v", policy_version, " left in ", root));
 }
 
 }  // namespace kernelrl::cli

@@ -7,6 +7,9 @@
 //    and the trajectory files <job>/trajectories/<hex id>.pb), plus an audit of
 //    every trained trajectory's verdict.
 //  * HeldOutFromReport: `kernelrl eval`'s report.json as one evaluation point.
+//  * WeightsDigest / CheckpointPolicyDir: which weights a job started from and
+//    which it scored or ended with, so that jobs joined into one seed's chain
+//    can be checked to continue each other (seeds_report.h).
 #ifndef KERNELRL_TOOLS_CLI_LEARN_CURVES_H_
 #define KERNELRL_TOOLS_CLI_LEARN_CURVES_H_
 
@@ -73,6 +76,14 @@ absl::StatusOr<std::map<int64_t, VerdictStats>> TrainedStats(const std::string& 
 // s.e.m. over every rollout's final verdict (the policy's reward; tasks x repeats), with the geometric
 // means over the final kernels that are correct and profiled.
 absl::StatusOr<Json> HeldOutFromReport(const std::string& report_json_path);
+
+// {file name: SHA-256 hex} of every model*.safetensors file of a Hugging Face-format directory (what
+// `sha256sum model*.safetensors` prints); an error where there is none.
+absl::StatusOr<Json> WeightsDigest(const std::string& hf_dir);
+
+// The policy directory of the job's checkpoint whose manifest names `policy_version` (LATEST's where it
+// is negative): an evaluated or final policy's weights, while the job's retention has kept them.
+absl::StatusOr<std::string> CheckpointPolicyDir(const std::string& job_dir, int64_t policy_version);
 
 }  // namespace kernelrl::cli
 

@@ -11,6 +11,8 @@
 #include <map>
 #include <random>
 
+#include "common/file.h"
+#include "common/sha256.h"
 #include "common/testing/testing.h"
 #include "gtest/gtest.h"
 #include "learner/rl/ingest.h"
@@ -327,6 +329,43 @@ TEST(TrainedStatsTest, EachStepCountsItsTrajectoriesStopReasons) {
     }
     EXPECT_EQ(total, 8);
   }
+}
+
+// A job's checkpoints as the learner lays them out (learner/checkpoint.h): which holds a policy
+// version, which LATEST names, and the SHA-256 of each one's weights.
+TEST(CheckpointWeightsTest, APolicyVersionsDirectoryAndItsWeightsDigest) {
+  const std::string job = ::kernelrl::testing::NewTempDir("learn_curves_ckpt_");
+  std::mt19937 rng(std::random_device{}());
+  std::map<int, std::string> weights;
+  ASSERT_TRUE(MakeDir(job + "/checkpoints", 0700).ok());
+  for (int v : {3, 5}) {
+    const std::string step = job + "/checkpoints/step-0000000" + std::to_string(v + 1);  // Steps and versions differ.
+    ASSERT_TRUE(MakeDir(step, 0700).ok());
+    ASSERT_TRUE(MakeDir(step + "/policy", 0700).ok());
+    std::string bytes(4096 + rng() % 4096, '\0');
+    for (char& c : bytes) c = static_cast<char>(rng());
+    weights[v] = bytes;
+    ASSERT_TRUE(WriteFileAtomically(step + "/policy/model.safetensors", bytes).ok());
+    ASSERT_TRUE(WriteFileAtomically(step + "/policy/config.json", "{}").ok());
+    ASSERT_TRUE(WriteFileAtomically(step + "/manifest.json", "{\"policy_version\": " + std::to_string(v) + "}").ok());
+  }
+  ASSERT_TRUE(WriteFileAtomically(job + "/checkpoints/LATEST", "step-00000006\n").ok());
+
+  auto v3 = CheckpointPolicyDir(job, 3);
+  ASSERT_TRUE(v3.ok()) << v3.status();
+  EXPECT_EQ(*v3, job + "/checkpoints/step-00000004/policy");
+  auto latest = CheckpointPolicyDir(job, -1);
+  ASSERT_TRUE(latest.ok()) << latest.status();
+  EXPECT_EQ(*latest, job + "/checkpoints/step-00000006/policy");
+  EXPECT_EQ(CheckpointPolicyDir(job, 4).status().code(), absl::StatusCode::kNotFound);
+
+  auto digest = WeightsDigest(*v3);
+  ASSERT_TRUE(digest.ok()) << digest.status();
+  EXPECT_EQ(*digest, Json({{"model.safetensors", Sha256Hex(weights[3])}}));  // config.json is not weights.
+  auto other = WeightsDigest(*latest);
+  ASSERT_TRUE(other.ok()) << other.status();
+  EXPECT_NE(*digest, *other);
+  EXPECT_EQ(WeightsDigest(job).status().code(), absl::StatusCode::kNotFound);
 }
 
 }  // namespace kernelrl::cli

@@ -209,6 +209,7 @@ absl::StatusOr<SeedFigures> SeedFiguresOf(const std::vector<std::pair<std::strin
   // residuals, residual squares); pooled only where every update reported them.
   double pool[5] = {0, 0, 0, 0, 0};
   bool poolable = true;
+  const Json* ppo_start_weights = nullptr;  // What the first job's PPO-start evaluation scored.
   for (size_t j = 0; j < chain.size(); ++j) {
     const auto& [path, curves] = chain[j];
     names.push_back(path);
@@ -245,6 +246,21 @@ absl::StatusOr<SeedFigures> SeedFiguresOf(const std::vector<std::pair<std::strin
                               "the first job alone, from its PPO-start policy, skipping warm-up and RFT)"));
     }
     f.all_cuda = f.all_cuda && *backend == "cuda";
+    if (j > 0) {  // Did this job start where the one before it ended (or, another seed, where it was scored)?
+      const bool from_ppo_start = j == 1 && !f.start_from.empty();
+      const Json* from = from_ppo_start ? ppo_start_weights : FindJson(chain[j - 1].second, "final_weights");
+      const Json* start = FindJson(curves, "start_weights");
+      ++f.links;
+      if (from != nullptr && from->is_object() && start != nullptr && start->is_object()) {
+        if (*from != *start) {
+          return err(absl::StrCat("started from weights ", DumpJson(*start), ", not ",
+                                  from_ppo_start ? "the PPO-start policy's of " : "those ", chain[j - 1].first,
+                                  from_ppo_start ? ": " : " ended with: ", DumpJson(*from),
+                                  " (a chain joins one seed's jobs in the order they ran)"));
+        }
+        ++f.links_checked;
+      }
+    }
 
     const Json* heldout = FindJson(curves, "heldout");
     if (heldout == nullptr || !heldout->is_array()) return err("no \"heldout\" evaluations");
@@ -254,6 +270,7 @@ absl::StatusOr<SeedFigures> SeedFiguresOf(const std::vector<std::pair<std::strin
       const Json& e = (*heldout)[i];
       if (!started && absl::StartsWith(Label(e), "agentic-")) {
         f.start = PointOf(e);
+        ppo_start_weights = FindJson(e, "weights");
         started = true;
         continue;
       }
@@ -339,7 +356,17 @@ std::string SeedsReport(const std::vector<SeedFigures>& runs, const v1::SeedsCon
   };
   for (const SeedFigures* r : seeds) line(*r, Title(*r) + (r->jobs > 1 ? absl::StrCat(" (", r->jobs, " jobs)") : ""));
   for (const SeedFigures* r : ablations) line(*r, Title(*r));
-  for (const SeedFigures& r : runs) absl::StrAppend(&out, "  ", r.ablation == "none" ? "seed " : r.ablation + " ", r.seed, ": ", r.name, "\n");
+  int links = 0, checked = 0;
+  for (const SeedFigures& r : runs) {
+    absl::StrAppend(&out, "  ", r.ablation == "none" ? "seed " : r.ablation + " ", r.seed, ": ", r.name, "\n");
+    links += r.links;
+    checked += r.links_checked;
+  }
+  if (links > 0) {
+    absl::StrAppendFormat(&out, "  chains: %d of %d links checked by their weights' SHA-256 (each job started where the "
+                          "one before it ended)%s\n", checked, links,
+                          checked < links ? "; the rest not recorded (curves.json before 2026-12-02)" : "");
+  }
 
   const double k = config.min_standard_errors();
   auto change = [&](const std::string& label, const std::function<double(const HeldOutPoint&)>& of, bool pct) {

@@ -65,11 +65,16 @@ struct SeedFigures {
   int64_t ppo_trajectories = 0;
   // The chain's audits, summed.
   int64_t trajectories = 0, hack_reward_above_1 = 0, flagged_reward_above_1 = 0, verdicts_cached = 0;
+  // Links of the chain (a job and the one before it) whose weights were compared: the later job's
+  // start_weights against the earlier's final_weights (or, for another seed's start, the weights its
+  // PPO-start evaluation scored); the rest predate the record (curves.json before 2026-12-02).
+  int links = 0, links_checked = 0;
 };
 
 // The figures of one seed from its jobs' curves.json, in the order they ran. Errors name the file:
 // no agentic-PPO evaluation (the job stopped before PPO), no evaluation after it, held-out sets of
-// different sizes, or jobs of different ablations or seeds in one chain. One exception: a second job
+// different sizes, jobs of different ablations or seeds in one chain, or a job that did not start
+// from the weights the one before it ended with (where both recorded them). One exception: a second job
 // of another seed that skipped warm-up and RFT (it went on from the first job's PPO-start policy)
 // takes the first job's PPO-start evaluation as its start and nothing else of that job.
 absl::StatusOr<SeedFigures> SeedFiguresOf(const std::vector<std::pair<std::string, Json>>& chain);

@@ -238,6 +238,56 @@ TEST(SeedsReport, AnotherSeedFromTheFirstJobsPpoStartTakesOnlyThatEvaluation) {
   EXPECT_THAT(std::string(third.status().message()), HasSubstr("one seed's jobs only"));
 }
 
+// Each job of a chain records the weights it started from and ended with (and each evaluation the
+// weights it scored): a job that did not continue the one before it is refused; curves.json without
+// the record still joins, counted as unchecked.
+TEST(SeedsReport, ChainLinksAreCheckedByTheirWeights) {
+  const Json a = {{"model.safetensors", "aa"}}, b = {{"model.safetensors", "bb"}}, c = {{"model.safetensors", "cc"}};
+  Json first = Curves(2, "none", {Eval("agentic-0", 4, -0.2, 0, 0.4), Eval("final", 20, 0.1, 0.1, 0.5)}, {0.1});
+  first["heldout"][0]["weights"] = c;
+  first["start_weights"] = a;
+  first["final_weights"] = b;
+  Json next = Curves(2, "none", {Eval("final", 40, 0.4, 0.2, 0.6)}, {0.3});
+  next["start_weights"] = b;
+  auto f = SeedFiguresOf({{"call1", first}, {"call2", next}});
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->links, 1);
+  EXPECT_EQ(f->links_checked, 1);
+  v1::SeedsConfig config;
+  EXPECT_THAT(SeedsReport({*f}, config), HasSubstr("chains: 1 of 1 links checked"));
+
+  Json elsewhere = next;
+  elsewhere["start_weights"] = a;  // It started from the base, not from call1's end.
+  auto refused = SeedFiguresOf({{"call1", first}, {"call2", elsewhere}});
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("call2: started from weights"));
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("call1 ended with"));
+
+  // Another seed of the PPO stage starts from the weights call1's PPO-start evaluation scored.
+  Json other = Curves(3, "none", {Eval("final", 4, 1.08, 0.25, 0.73)}, {-0.2});
+  other["hyperparameters_text"] = "recipe { agent_warmup { skip: true } rft { skip: true } }\nseed: 3\n";
+  other["start_weights"] = c;
+  auto from_start = SeedFiguresOf({{"call1", first}, {"s3", other}});
+  ASSERT_TRUE(from_start.ok()) << from_start.status();
+  EXPECT_EQ(from_start->links_checked, 1);
+  // Its own next job continues its own end.
+  other["final_weights"] = a;
+  Json other_next = Curves(3, "none", {Eval("final", 8, 1.1, 0.25, 0.73)}, {-0.1});
+  other_next["start_weights"] = a;
+  auto other_chain = SeedFiguresOf({{"call1", first}, {"s3", other}, {"s3b", other_next}});
+  ASSERT_TRUE(other_chain.ok()) << other_chain.status();
+  EXPECT_EQ(other_chain->links_checked, 2);
+  other["start_weights"] = b;
+  auto not_from_start = SeedFiguresOf({{"call1", first}, {"s3", other}});
+  EXPECT_THAT(std::string(not_from_start.status().message()), HasSubstr("the PPO-start policy's of call1"));
+
+  next.erase("start_weights");  // Before the record: joined, not checked.
+  auto unrecorded = SeedFiguresOf({{"call1", first}, {"call2", next}});
+  ASSERT_TRUE(unrecorded.ok()) << unrecorded.status();
+  EXPECT_EQ(unrecorded->links, 1);
+  EXPECT_EQ(unrecorded->links_checked, 0);
+  EXPECT_THAT(SeedsReport({*unrecorded}, config), HasSubstr("0 of 1 links checked"));
+}
+
 TEST(SeedsReport, RefusesWhatCannotBeCompared) {
   auto before_ppo = SeedFiguresOf({{"cut.json", Curves(1, "none", {Eval("start", 0, 0, 0, 0.5)}, {})}});
   EXPECT_THAT(std::string(before_ppo.status().message()), HasSubstr("cut.json: no agentic-PPO evaluation"));
