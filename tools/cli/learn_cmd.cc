@@ -8,7 +8,6 @@
 #include <filesystem>
 #include <mutex>
 #include <thread>
-#include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -361,9 +360,11 @@ bool WriteCurves(const v1::LearnConfig& o, const v1::Job& job, const std::string
                               {"steps", std::move(step_list)},
                               {"heldout", std::move(heldout)},
                               {"audit", audit.ToJson()}});
-  for (auto [key, what, dir] : {std::tuple{"start_weights", "start", absl::StatusOr<std::string>(o.base_checkpoint())},
-                                std::tuple{"final_weights", "final", CheckpointPolicyDir(job_dir, -1)}}) {
-    if (Json d = digest(what, dir); !d.is_null()) curves[key] = std::move(d);
+  if (Json d = digest("start", o.base_checkpoint()); !d.is_null()) curves["start_weights"] = std::move(d);
+  if (run.checkpoint.empty()) {
+    console.Line("no record of the final weights: the job committed no checkpoint");
+  } else if (Json d = digest("final", run.checkpoint); !d.is_null()) {
+    curves["final_weights"] = std::move(d);
   }
   const bool written = WriteFileAtomically(curves_dir + "/curves.json", DumpJson(curves, 1) + "\n").ok();
   run.steps = curves["steps"];

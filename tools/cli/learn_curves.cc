@@ -7,7 +7,6 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/strip.h"
 #include "common/file.h"
 #include "common/sha256.h"
 #include "learner/rl/ingest.h"
@@ -270,11 +269,6 @@ absl::StatusOr<Json> WeightsDigest(const std::string& hf_dir) {
 
 absl::StatusOr<std::string> CheckpointPolicyDir(const std::string& job_dir, int64_t policy_version) {
   const std::string root = job_dir + "/checkpoints";
-  if (policy_version < 0) {
-    auto latest = ReadFileToString(root + "/LATEST");
-    if (!latest.ok()) return latest.status();
-    return absl::StrCat(root, "/", absl::StripAsciiWhitespace(*latest), "/policy");
-  }
   for (const std::string& step : ListDir(root)) {
     if (!absl::StartsWith(step, "step-")) continue;
     auto manifest = ReadFileToString(absl::StrCat(root, "/", step, "/manifest.json"));

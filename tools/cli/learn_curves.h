@@ -81,8 +81,8 @@ absl::StatusOr<Json> HeldOutFromReport(const std::string& report_json_path);
 // `sha256sum model*.safetensors` prints); an error where there is none.
 absl::StatusOr<Json> WeightsDigest(const std::string& hf_dir);
 
-// The policy directory of the job's checkpoint whose manifest names `policy_version` (LATEST's where it
-// is negative): an evaluated or final policy's weights, while the job's retention has kept them.
+// The policy directory of the job's checkpoint whose manifest names `policy_version`: an evaluated
+// policy's weights, while the job's retention has kept them (the last: LatestPolicyCheckpoint).
 absl::StatusOr<std::string> CheckpointPolicyDir(const std::string& job_dir, int64_t policy_version);
 
 }  // namespace kernelrl::cli

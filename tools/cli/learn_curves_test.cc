@@ -17,6 +17,7 @@
 #include "gtest/gtest.h"
 #include "learner/rl/ingest.h"
 #include "learner/rl/ledger.h"
+#include "tools/cli/learn_report.h"
 
 namespace kernelrl::cli {
 namespace {
@@ -332,7 +333,7 @@ TEST(TrainedStatsTest, EachStepCountsItsTrajectoriesStopReasons) {
 }
 
 // A job's checkpoints as the learner lays them out (learner/checkpoint.h): which holds a policy
-// version, which LATEST names, and the SHA-256 of each one's weights.
+// version, which is the last, and the SHA-256 of each one's weights.
 TEST(CheckpointWeightsTest, APolicyVersionsDirectoryAndItsWeightsDigest) {
   const std::string job = ::kernelrl::testing::NewTempDir("learn_curves_ckpt_");
   std::mt19937 rng(std::random_device{}());
@@ -349,20 +350,18 @@ TEST(CheckpointWeightsTest, APolicyVersionsDirectoryAndItsWeightsDigest) {
     ASSERT_TRUE(WriteFileAtomically(step + "/policy/config.json", "{}").ok());
     ASSERT_TRUE(WriteFileAtomically(step + "/manifest.json", "{\"policy_version\": " + std::to_string(v) + "}").ok());
   }
-  ASSERT_TRUE(WriteFileAtomically(job + "/checkpoints/LATEST", "step-00000006\n").ok());
 
   auto v3 = CheckpointPolicyDir(job, 3);
   ASSERT_TRUE(v3.ok()) << v3.status();
   EXPECT_EQ(*v3, job + "/checkpoints/step-00000004/policy");
-  auto latest = CheckpointPolicyDir(job, -1);
-  ASSERT_TRUE(latest.ok()) << latest.status();
-  EXPECT_EQ(*latest, job + "/checkpoints/step-00000006/policy");
   EXPECT_EQ(CheckpointPolicyDir(job, 4).status().code(), absl::StatusCode::kNotFound);
+  const std::string latest = LatestPolicyCheckpoint(job);  // The final weights' (learn_report.h).
+  EXPECT_EQ(latest, job + "/checkpoints/step-00000006/policy");
 
   auto digest = WeightsDigest(*v3);
   ASSERT_TRUE(digest.ok()) << digest.status();
   EXPECT_EQ(*digest, Json({{"model.safetensors", Sha256Hex(weights[3])}}));  // config.json is not weights.
-  auto other = WeightsDigest(*latest);
+  auto other = WeightsDigest(latest);
   ASSERT_TRUE(other.ok()) << other.status();
   EXPECT_NE(*digest, *other);
   EXPECT_EQ(WeightsDigest(job).status().code(), absl::StatusCode::kNotFound);
