@@ -1,6 +1,7 @@
 #include "tools/codemodel/design_report.h"
 
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <regex>
 
@@ -164,6 +165,7 @@ TrajectoryFacts Facts(const v1::Trajectory& t, const std::string& reference_sour
   if (spec.ok()) f.family = spec->family;
   std::map<std::string, std::string> files;
   std::string profiled;  // The design the last answered Profile timed.
+  std::vector<std::pair<int64_t, std::string>> changes = {{0, ""}};  // (token, design) as the kernel changed
   const auto& turns = t.turns();
   for (int i = 0; i < turns.size(); ++i) {
     if (turns[i].role() != v1::Turn::ASSISTANT) continue;
@@ -185,6 +187,11 @@ TrajectoryFacts Facts(const v1::Trajectory& t, const std::string& reference_sour
       const bool file_call = name == "Write" || name == "Edit" || name == "MultiEdit" || name == "Bash";
       if (!failed) Apply((*calls)[k], &files);
       f.failed_file_calls += failed && file_call;
+      if (file_call && !failed) {
+        const std::string* kernel = KernelOf(files);
+        const std::string design = kernel == nullptr ? "" : DesignOf(spec, device, *kernel);
+        if (design != changes.back().second) changes.emplace_back(turns[i].token_begin(), design);
+      }
       if (name == "Profile" && answered && !failed) {
         const std::string* kernel = KernelOf(files);
         const std::string design = kernel == nullptr ? "none" : DesignOf(spec, device, *kernel);
@@ -195,6 +202,14 @@ TrajectoryFacts Facts(const v1::Trajectory& t, const std::string& reference_sour
         profiled = design;
       }
     }
+  }
+  for (size_t c = 0; c < changes.size(); ++c) {
+    const int64_t end = c + 1 < changes.size() ? changes[c + 1].first : t.loss_mask_size();
+    TrajectoryFacts::DesignSpan span{changes[c].second, 0};
+    for (int64_t k = std::max<int64_t>(0, changes[c].first); k < std::min<int64_t>(end, t.loss_mask_size()); ++k) {
+      span.model_tokens += t.loss_mask(static_cast<int>(k));
+    }
+    f.design_spans.push_back(std::move(span));
   }
   f.design = "none";
   if (const std::string* kernel = KernelOf(files)) {
@@ -277,7 +292,82 @@ Json Summarise(const std::vector<TrajectoryFacts>& facts, int64_t bucket) {
                        {"reward_is_verdict_reward", Json(reward_matches)},
                        {"by_source", std::move(sources)},
                        {"designs_by_family", std::move(by_family)},
-                       {"designs_by_task", DesignsByTask(facts)}});
+                       {"designs_by_task", DesignsByTask(facts)},
+                       {"value_ceiling", ValueCeiling(facts)}});
+}
+
+Json ValueCeiling(const std::vector<TrajectoryFacts>& facts) {
+  const size_t n = facts.size();
+  if (n < 2) return Json::object({{"trajectories", Json(static_cast<int64_t>(n))}});
+  auto first_design = [](const TrajectoryFacts& f) {
+    for (const auto& s : f.design_spans) {
+      if (!s.design.empty()) return s.design;
+    }
+    return std::string("none");
+  };
+  // Each trajectory's value by key, leave one out or in sample; `fallback` where no other has its key.
+  auto values = [&](const std::function<std::string(const TrajectoryFacts&)>& key, bool in_sample,
+                    const std::vector<double>& fallback) {
+    std::map<std::string, std::pair<double, int>> sums;
+    for (const TrajectoryFacts& f : facts) {
+      auto& s = sums[key(f)];
+      s.first += f.reward;
+      ++s.second;
+    }
+    std::vector<double> v(n);
+    for (size_t i = 0; i < n; ++i) {
+      const auto& [sum, count] = sums[key(facts[i])];
+      v[i] = in_sample ? sum / count : count > 1 ? (sum - facts[i].reward) / (count - 1) : fallback[i];
+    }
+    return std::make_pair(v, static_cast<int64_t>(sums.size()));
+  };
+  double total = 0;
+  for (const TrajectoryFacts& f : facts) total += f.reward;
+  std::vector<double> all(n);
+  for (size_t i = 0; i < n; ++i) all[i] = (total - facts[i].reward) / (n - 1);
+  auto ev = [&](const std::vector<double>& v) {  // Over the trajectories.
+    double res = 0, tot = 0;
+    for (size_t i = 0; i < n; ++i) {
+      res += (facts[i].reward - v[i]) * (facts[i].reward - v[i]);
+      tot += (facts[i].reward - total / n) * (facts[i].reward - total / n);
+    }
+    return tot > 0 ? Json(1 - res / tot) : Json();
+  };
+  auto by_token = [&](const std::vector<double>& task, const std::vector<double>& first,
+                      const std::vector<double>& final) {
+    double tokens = 0, sum = 0, sq = 0, res = 0;
+    for (size_t i = 0; i < n; ++i) {
+      const auto& spans = facts[i].design_spans;
+      for (size_t s = 0; s < spans.size(); ++s) {
+        const double k = static_cast<double>(spans[s].model_tokens), y = facts[i].reward;
+        const double v = spans[s].design.empty() ? task[i] : s + 1 < spans.size() ? first[i] : final[i];
+        tokens += k;
+        sum += k * y;
+        sq += k * y * y;
+        res += k * (y - v) * (y - v);
+      }
+    }
+    const double tot = sq - sum * sum / std::max(1.0, tokens);
+    return tot > 0 ? Json(1 - res / tot) : Json();
+  };
+  auto task = [](const TrajectoryFacts& f) { return f.task_id; };
+  auto first = [&](const TrajectoryFacts& f) { return f.task_id + "\n" + first_design(f); };
+  auto final = [](const TrajectoryFacts& f) { return f.task_id + "\n" + f.design; };
+  Json out = Json::object({{"trajectories", Json(static_cast<int64_t>(n))}});
+  for (const bool in_sample : {false, true}) {
+    const auto [t, tasks] = values(task, in_sample, all);
+    const auto [d1, firsts] = values(first, in_sample, t);
+    const auto [d2, finals] = values(final, in_sample, t);
+    Json figures = Json::object({{"task", ev(t)}, {"first_design", ev(d1)}, {"final_design", ev(d2)},
+                                 {"by_token", by_token(t, d1, d2)}});
+    if (in_sample) {
+      out["in_sample"] = std::move(figures);
+    } else {
+      figures["keys"] = Json::object({{"task", Json(tasks)}, {"first_design", Json(firsts)}, {"final_design", Json(finals)}});
+      out["leave_one_out"] = std::move(figures);
+    }
+  }
+  return out;
 }
 
 }  // namespace kernelrl::codemodel

@@ -50,6 +50,14 @@ struct TrajectoryFacts {
   // A verdict of the rollout paid more than 0 (a kernel passed), and its reward is below 0: it ended
   // on a failing kernel after a passing one (a revision that broke it, with no way back).
   bool passed_then_failed = false;
+  // The kernel's design as the rollout went, over its model tokens in order: a span per design
+  // ("" before the first kernel file), from the assistant turn whose call wrote it to the next
+  // change, with the model tokens in it (the spans' sum is model_tokens).
+  struct DesignSpan {
+    std::string design;
+    int64_t model_tokens = 0;
+  };
+  std::vector<DesignSpan> design_spans;
 };
 
 // The line edits (NearestRendering) within which a kernel reads as "~" a design.
@@ -64,8 +72,19 @@ TrajectoryFacts Facts(const v1::Trajectory& t, const std::string& reference_sour
 // op lines right and wrong; and per task what each design of the model's
 // earned (designs_by_task: n, the reward's mean, maximum and histogram, the
 // median speed-ups of its profiled verdicts), which says whether the reward can
-// tell a task's designs apart and which reward a task's best design reaches.
+// tell a task's designs apart and which reward a task's best design reaches; and value_ceiling
+// (ValueCeiling).
 Json Summarise(const std::vector<TrajectoryFacts>& facts, int64_t bucket);
+
+// What a critic could explain of these trajectories' returns (1 - residual / total sum of squares)
+// knowing of each only its task ("task"), its task and its first kernel's design ("first_design"),
+// or its task and the design it ended with ("final_design"): each trajectory valued by the mean
+// return of the others with its key (leave one out: a critic does not value what it trained on; a
+// key no other has falls back to the task's, then to all's). "by_token": over the model tokens,
+// each valued by what was known at it: the task before the first kernel, the first design until
+// the design's last change, the final one after it. "in_sample": the same tables with each
+// trajectory in its own mean (what the keys decide, given enough trajectories of each).
+Json ValueCeiling(const std::vector<TrajectoryFacts>& facts);
 
 }  // namespace kernelrl::codemodel
 

@@ -74,6 +74,15 @@ TEST(DesignReportTest, EngineerEpisodesParseAndEndInTheirDesign) {
     EXPECT_GE(f.profiles, 1);
     EXPECT_EQ(f.revisions, f.profiles - 1);
     EXPECT_EQ(f.revisions_changed_design, f.revisions) << "each of the engineer's revisions changes one slot";
+    // The design over the model's tokens: nothing before the first kernel, the final design last.
+    ASSERT_GE(f.design_spans.size(), 2u);
+    EXPECT_EQ(f.design_spans.front().design, "");
+    EXPECT_EQ(f.design_spans.back().design, f.design);
+    EXPECT_GE(static_cast<int>(f.design_spans.size()), 2 + f.revisions_changed_design - 1);
+    int64_t spanned = 0;
+    for (const auto& span : f.design_spans) spanned += span.model_tokens;
+    EXPECT_EQ(spanned, f.model_tokens);
+    EXPECT_GT(f.design_spans.back().model_tokens, 0);
     facts.push_back(f);
   }
   int64_t total = 0;
@@ -315,6 +324,48 @@ TEST(DesignReportTest, DesignsByTaskSayWhatEachDesignEarned) {
   EXPECT_EQ(JsonNumber(*FindJson(warp, "reward_max")), 1);
   EXPECT_EQ(JsonNumber(*FindJson(warp, "profiled")), 1);
   EXPECT_DOUBLE_EQ(JsonNumber(*FindJson(warp, "speedup_vs_compile_median")), 0.5);
+}
+
+// A critic that knew the task, the first design, the final design: four trajectories of one task
+// whose design decides the reward (01 pays 3, 20 pays 1), then one that revised from 20 to 01.
+TEST(DesignReportTest, ValueCeilingByWhatTheCriticKnows) {
+  auto traj = [](const std::string& id, double reward, std::vector<TrajectoryFacts::DesignSpan> spans) {
+    TrajectoryFacts f;
+    f.id = id;
+    f.task_id = "train/t1";
+    f.reward = reward;
+    f.design = spans.back().design;
+    f.design_spans = std::move(spans);
+    return f;
+  };
+  std::vector<TrajectoryFacts> facts = {traj("a", 3, {{"", 1}, {"01", 9}}), traj("b", 3, {{"", 1}, {"01", 9}}),
+                                        traj("c", 1, {{"", 1}, {"20", 9}}), traj("d", 1, {{"", 1}, {"20", 9}})};
+  Json v = ValueCeiling(facts);
+  const Json& loo = *FindJson(v, "leave_one_out");
+  // By task: a is valued (3 + 1 + 1) / 3 by the others, c (3 + 3 + 1) / 3; residuals 4/3 each against
+  // a variance of 1 each: 1 - 16/9.
+  EXPECT_NEAR(JsonNumber(*FindJson(loo, "task")), 1 - 16.0 / 9, 1e-12);
+  EXPECT_NEAR(JsonNumber(*FindJson(loo, "first_design")), 1, 1e-12);
+  EXPECT_NEAR(JsonNumber(*FindJson(loo, "final_design")), 1, 1e-12);
+  // By token: the one token before each kernel valued by the task (residual 16/9), the other 9 by the
+  // final design (0), against 40 tokens of variance 1.
+  EXPECT_NEAR(JsonNumber(*FindJson(loo, "by_token")), 1 - 4 * 16.0 / 9 / 40, 1e-12);
+  EXPECT_EQ(JsonNumber(*FindJson(*FindJson(loo, "keys"), "first_design")), 2);
+  EXPECT_NEAR(JsonNumber(*FindJson(*FindJson(v, "in_sample"), "task")), 0, 1e-12);
+
+  // A revision: e's first design (20) is c's and d's, its final (01) a's and b's. Its first span's
+  // tokens are valued as 20's (1, against its 3), the rest as 01's (3).
+  facts.push_back(traj("e", 3, {{"", 1}, {"20", 4}, {"01", 5}}));
+  v = ValueCeiling(facts);
+  const Json& loo2 = *FindJson(v, "leave_one_out");
+  const double mean = 11.0 / 5, tot = 3 * (3 - mean) * (3 - mean) + 2 * (1 - mean) * (1 - mean);
+  // First design: e is valued by c and d (1): residual 4; the others by their pairs... a by b (3), c by
+  // d and e (2): residual 1 each for c and d.
+  EXPECT_NEAR(JsonNumber(*FindJson(loo2, "first_design")), 1 - (4 + 1 + 1) / tot, 1e-12);
+  // Final design: e by a and b (3), a by b and e (3), c by d (1): no residual.
+  EXPECT_NEAR(JsonNumber(*FindJson(loo2, "final_design")), 1, 1e-12);
+  // A lone trajectory, or none: no figures to give.
+  EXPECT_EQ(FindJson(ValueCeiling({facts[0]}), "leave_one_out"), nullptr);
 }
 
 }  // namespace
