@@ -334,13 +334,13 @@ Json ValueCeiling(const std::vector<TrajectoryFacts>& facts) {
     return tot > 0 ? Json(1 - res / tot) : Json();
   };
   auto by_token = [&](const std::vector<double>& task, const std::vector<double>& first,
-                      const std::vector<double>& final) {
+                      const std::vector<double>& ended) {
     double tokens = 0, sum = 0, sq = 0, res = 0;
     for (size_t i = 0; i < n; ++i) {
       const auto& spans = facts[i].design_spans;
       for (size_t s = 0; s < spans.size(); ++s) {
         const double k = static_cast<double>(spans[s].model_tokens), y = facts[i].reward;
-        const double v = spans[s].design.empty() ? task[i] : s + 1 < spans.size() ? first[i] : final[i];
+        const double v = spans[s].design.empty() ? task[i] : s + 1 < spans.size() ? first[i] : ended[i];
         tokens += k;
         sum += k * y;
         sq += k * y * y;
@@ -352,12 +352,12 @@ Json ValueCeiling(const std::vector<TrajectoryFacts>& facts) {
   };
   auto task = [](const TrajectoryFacts& f) { return f.task_id; };
   auto first = [&](const TrajectoryFacts& f) { return f.task_id + "\n" + first_design(f); };
-  auto final = [](const TrajectoryFacts& f) { return f.task_id + "\n" + f.design; };
+  auto ended = [](const TrajectoryFacts& f) { return f.task_id + "\n" + f.design; };
   Json out = Json::object({{"trajectories", Json(static_cast<int64_t>(n))}});
   for (const bool in_sample : {false, true}) {
     const auto [t, tasks] = values(task, in_sample, all);
     const auto [d1, firsts] = values(first, in_sample, t);
-    const auto [d2, finals] = values(final, in_sample, t);
+    const auto [d2, finals] = values(ended, in_sample, t);
     Json figures = Json::object({{"task", ev(t)}, {"first_design", ev(d1)}, {"final_design", ev(d2)},
                                  {"by_token", by_token(t, d1, d2)}});
     if (in_sample) {
