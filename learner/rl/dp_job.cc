@@ -39,14 +39,6 @@ StepKind KindOf(const std::string& name) {
   return StepKind::kValue;
 }
 
-absl::StatusOr<StepMetrics> RunStep(Trainer& t, StepKind kind, const std::vector<Sample>& b, int64_t n) {
-  switch (kind) {
-    case StepKind::kPpo: return t.PpoStep(b, n);
-    case StepKind::kSft: return t.SftStep(b, n);
-    case StepKind::kCriticReplay: return t.CriticReplayStep(b, n);
-    default: return t.ValueStep(b, n);
-  }
-}
 
 absl::StatusOr<std::string> Str(const Json& j, const char* key) { return GetJsonString(j, key, ""); }
 
@@ -91,6 +83,15 @@ absl::StatusOr<std::vector<Sample>> ReadSamples(const std::string& job_dir, cons
 }
 
 }  // namespace
+
+absl::StatusOr<StepMetrics> RunStep(Trainer& t, StepKind kind, const std::vector<Sample>& b, int64_t n) {
+  switch (kind) {
+    case StepKind::kPpo: return t.PpoStep(b, n);
+    case StepKind::kSft: return t.SftStep(b, n);
+    case StepKind::kCriticReplay: return t.CriticReplayStep(b, n);
+    default: return t.ValueStep(b, n);
+  }
+}
 
 // The job's memory plan (learner/dist/memory_plan.h) against the device:
 // ResourceExhausted before any weight is read when it does not fit.

@@ -84,6 +84,10 @@ absl::StatusOr<std::unique_ptr<Trainer>> MakeJobTrainer(const v1::LearnerJobConf
 // kCriticReplay: a value step inside the PPO stage (Trainer::CriticReplayStep).
 enum class StepKind { kPpo, kSft, kValue, kCriticReplay };
 
+// One update of `kind` on `batch` (this rank's share of `global_trajectories`; 0: the batch's size).
+absl::StatusOr<StepMetrics> RunStep(Trainer& trainer, StepKind kind, const std::vector<Sample>& batch,
+                                    int64_t global_trajectories = 0);
+
 // What the group trains with: DistributedConfig.sharding and, for hybrid
 // sharding, the shard group's size (ranks_per_host).
 struct GroupSharding {

@@ -112,10 +112,6 @@ void MakeFixture(Fixture* f, const std::string& device = "cpu", int lora = 0) {
 
 constexpr StepKind kSteps[] = {StepKind::kPpo, StepKind::kSft, StepKind::kValue};
 
-absl::StatusOr<StepMetrics> RunStep(Trainer& t, StepKind k, const std::vector<Sample>& b, int64_t n = 0) {
-  return k == StepKind::kPpo ? t.PpoStep(b, n) : k == StepKind::kSft ? t.SftStep(b, n) : t.ValueStep(b, n);
-}
-
 struct GroupRun {
   std::vector<StepMetrics> metrics;
   std::vector<at::Tensor> weights;  // Actor then critic, whole.

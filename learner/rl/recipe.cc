@@ -280,10 +280,7 @@ absl::StatusOr<StepMetrics> RecipeRunner::Train(StepKind kind, const std::vector
   const std::vector<Sample>& b = dp_ != nullptr ? mine : batch;
   absl::StatusOr<GpuWork> gpu = HoldGpu();  // a sandbox timing on this GPU waits for the step
   if (!gpu.ok()) return gpu.status();
-  absl::StatusOr<StepMetrics> m = kind == StepKind::kPpo            ? trainer_->PpoStep(b, n)
-                                  : kind == StepKind::kSft          ? trainer_->SftStep(b, n)
-                                  : kind == StepKind::kCriticReplay ? trainer_->CriticReplayStep(b, n)
-                                                                    : trainer_->ValueStep(b, n);
+  absl::StatusOr<StepMetrics> m = RunStep(*trainer_, kind, b, n);
   // Beside the critic's explained variance: how much of it the task line alone would give.
   if (m.ok() && m->count("explained_variance")) (*m)["explained_variance_task_means"] = TaskMeansExplainedVariance(global);
   return m;
