@@ -165,7 +165,8 @@ TrajectoryFacts Facts(const v1::Trajectory& t, const std::string& reference_sour
   if (spec.ok()) f.family = spec->family;
   std::map<std::string, std::string> files;
   std::string profiled;  // The design the last answered Profile timed.
-  std::vector<std::pair<int64_t, std::string>> changes = {{0, ""}};  // (token, design) as the kernel changed
+  // (token, design) as the kernel changed: the last is the kernel's design now ("" without one).
+  std::vector<std::pair<int64_t, std::string>> changes = {{0, ""}};
   const auto& turns = t.turns();
   for (int i = 0; i < turns.size(); ++i) {
     if (turns[i].role() != v1::Turn::ASSISTANT) continue;
@@ -187,14 +188,13 @@ TrajectoryFacts Facts(const v1::Trajectory& t, const std::string& reference_sour
       const bool file_call = name == "Write" || name == "Edit" || name == "MultiEdit" || name == "Bash";
       if (!failed) Apply((*calls)[k], &files);
       f.failed_file_calls += failed && file_call;
-      if (file_call && !failed) {
+      if (file_call && !failed) {  // Only these change the files: the design is read again after them alone.
         const std::string* kernel = KernelOf(files);
         const std::string design = kernel == nullptr ? "" : DesignOf(spec, device, *kernel);
         if (design != changes.back().second) changes.emplace_back(turns[i].token_begin(), design);
       }
       if (name == "Profile" && answered && !failed) {
-        const std::string* kernel = KernelOf(files);
-        const std::string design = kernel == nullptr ? "none" : DesignOf(spec, device, *kernel);
+        const std::string design = changes.back().second.empty() ? "none" : changes.back().second;
         if (f.profiles++ > 0) {
           ++f.revisions;
           f.revisions_changed_design += design != profiled;
@@ -211,9 +211,8 @@ TrajectoryFacts Facts(const v1::Trajectory& t, const std::string& reference_sour
     }
     f.design_spans.push_back(std::move(span));
   }
-  f.design = "none";
+  f.design = changes.back().second.empty() ? "none" : changes.back().second;
   if (const std::string* kernel = KernelOf(files)) {
-    f.design = DesignOf(spec, device, *kernel);
     if (spec.ok() && !agent::family::PointwiseOps(*spec).empty()) {
       f.op_lines = OpLinesRight(*spec, *kernel) ? "right" : "wrong";
     }
