@@ -274,8 +274,8 @@ absl::StatusOr<std::string> CheckpointPolicyDir(const std::string& job_dir, int6
     auto manifest = ReadFileToString(absl::StrCat(root, "/", step, "/manifest.json"));
     if (!manifest.ok()) continue;
     auto m = ParseJson(*manifest);
-    const Json* v = m.ok() ? FindJson(*m, "policy_version") : nullptr;
-    if (v != nullptr && v->is_number() && static_cast<int64_t>(JsonNumber(*v)) == policy_version) {
+    auto v = m.ok() ? GetJsonInt(*m, "policy_version", -1) : absl::StatusOr<int64_t>(-1);  // As LoadCheckpoint reads it.
+    if (v.ok() && *v == policy_version) {
       return absl::StrCat(root, "/", step, "/policy");
     }
   }
