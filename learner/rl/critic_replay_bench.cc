@@ -28,9 +28,11 @@
 //
 //   critic_replay_bench --job_dir=DIR[,DIR...] --base=CKPT [--lrs=1e-3,1e-4,1e-5] [--steps=32] [--every=8]
 //                       [--train=48] [--heldout=16] [--device=cpu] [--threads=0] [--seed=1]
-//                       [--train_stage=agent_warmup]
+//                       [--train_stage=agent_warmup] [--heldout_jobs=1]
 // --train_stage trains on that stage's trajectories only and holds out the others': what value
 // pretraining on the warm-up set (the recipe's use_warmup_trajectories) predicts of PPO's rollouts.
+// --heldout_jobs=N trains on the other jobs and holds out the last N's: what value pretraining on
+// earlier jobs (recipe.value_pretrain.import_job_dirs) predicts of a new seed's rollouts.
 #include <ATen/Parallel.h>
 
 #include <algorithm>
@@ -66,6 +68,7 @@ ABSL_FLAG(std::string, device, "cpu", "cpu (fp32) or cuda (bf16)");
 ABSL_FLAG(int, threads, 0, "CPU intra-op threads (0 = LibTorch's default)");
 ABSL_FLAG(uint64_t, seed, 1, "the split");
 ABSL_FLAG(std::string, train_stage, "", "train on this stage's trajectories only, hold out the other stages' (\"\": a random split)");
+ABSL_FLAG(int, heldout_jobs, 0, "hold out the last N job directories' trajectories, train on the others'");
 
 namespace kernelrl::learner::rl {
 namespace {
@@ -95,22 +98,30 @@ int Run() {
   const std::string train_stage = absl::GetFlag(FLAGS_train_stage);
   std::vector<v1::Trajectory> all, others;  // with --train_stage: that stage's, the rest
   std::set<std::string> seen;
-  for (const std::string& d : dirs) {
+  const int heldout_jobs = absl::GetFlag(FLAGS_heldout_jobs);
+  if (heldout_jobs < 0 || heldout_jobs >= static_cast<int>(dirs.size()) || (heldout_jobs > 0 && !train_stage.empty())) {
+    return Fail("--heldout_jobs: 0 to the number of job directories - 1, not with --train_stage");
+  }
+  for (size_t k = 0; k < dirs.size(); ++k) {
+    const std::string& d = dirs[k];
+    const bool held_job = static_cast<int>(k) >= static_cast<int>(dirs.size()) - heldout_jobs;
     auto records = Ledger::Read(d + "/ledger.jsonl");
     if (!records.ok()) return Fail(std::string(records.status().message()));
     for (const v1::LedgerRecord& r : *records) {
       if (r.kind() != v1::LedgerRecord::ACCEPTED || !seen.insert(r.trajectory_id()).second) continue;
       auto t = Ingest::ReadTrajectory(d, r.trajectory_id());
       if (!t.ok()) return Fail(std::string(t.status().message()));
-      (train_stage.empty() || r.stage() == train_stage ? all : others).push_back(*std::move(t));
+      const bool trains = heldout_jobs > 0 ? !held_job : train_stage.empty() || r.stage() == train_stage;
+      (trains ? all : others).push_back(*std::move(t));
     }
   }
   std::mt19937_64 rng(absl::GetFlag(FLAGS_seed));
   std::shuffle(all.begin(), all.end(), rng);
   std::shuffle(others.begin(), others.end(), rng);
-  const size_t nh = train_stage.empty() ? std::min<size_t>(absl::GetFlag(FLAGS_heldout), all.size() / 4)
+  const bool split = train_stage.empty() && heldout_jobs == 0;  // A random split of one pool.
+  const size_t nh = split ? std::min<size_t>(absl::GetFlag(FLAGS_heldout), all.size() / 4)
                                         : std::min<size_t>(absl::GetFlag(FLAGS_heldout), others.size());
-  const size_t nt = std::min<size_t>(absl::GetFlag(FLAGS_train), all.size() - (train_stage.empty() ? nh : 0));
+  const size_t nt = std::min<size_t>(absl::GetFlag(FLAGS_train), all.size() - (split ? nh : 0));
   if (nt == 0 || nh == 0) {
     return Fail(absl::StrCat("too few accepted trajectories in ", absl::GetFlag(FLAGS_job_dir),
                              train_stage.empty() ? "" : " (stage " + train_stage + " and the others)"));
@@ -124,7 +135,7 @@ int Run() {
     return out;
   };
   const std::vector<Sample> train = samples(all, 0, nt);
-  const std::vector<Sample> held = train_stage.empty() ? samples(all, nt, nh) : samples(others, 0, nh);
+  const std::vector<Sample> held = split ? samples(all, nt, nh) : samples(others, 0, nh);
   double mean = 0, var = 0;
   for (const Sample& s : held) mean += s.reward / held.size();
   for (const Sample& s : held) var += (s.reward - mean) * (s.reward - mean) / held.size();
