@@ -71,7 +71,9 @@
 # WARMUP_FROM (an earlier call's warm-up job directory, from --stage-in: every job of the call takes it; its token
 #   ids are its base's tokenizer's, recorded with it: a call whose base has another tokenizer, or makes a new base, stops),
 # VALUE_JOBS (in/value_jobs.tgz, from --stage-in with VALUE_FROM="A/logs.tgz ...": value pretraining on
-# those earlier jobs' accepted trajectories, recipe.value_pretrain.import_job_dirs),
+# those earlier jobs' accepted trajectories, recipe.value_pretrain.import_job_dirs; with CONTINUE_FROM the
+# carried critic pretrains on them before PPO), VALUE_BATCHES (1: critic steps a value-pretraining update,
+# recipe.value_pretrain.batches_per_update; VALUE_STEPS x VALUE_BATCHES steps in all),
 # LEARNER_DEVICE (cuda; cpu on one GPU, cuda:1 on two: see docs/CODEMODEL.md), LEARN_ARGS (more `kernelrl learn` flags),
 # SKIP_START_EVAL (0; 1: no evaluation of the base before each job: greedy on the same base and tasks it
 # repeats an earlier job's, ~40 s a job on one H200), FINAL_EVAL (1; 0: no evaluation after the job, d. above),
@@ -384,7 +386,9 @@ if [ -n "${CONTINUE_FROM:-}" ]; then
     --skip_ppo_start_eval --expected_eval_s="$EXPECTED" --job_set=ingest.task_order_seed=$(( SEED * 1000 + CALLS )))
   echo "call $((CALLS + 1)) of this seed's chain: no evaluation before PPO, ${EXPECTED} s held for the final one"
   if [ -f "$RUN/base/critic/config.json" ]; then
-    JOB_FLAGS+=(--critic_checkpoint="$RUN/base/critic" --job_set=recipe.value_pretrain.skip=true)
+    # With VALUE_JOBS the carried critic pretrains further on those jobs' returns first.
+    JOB_FLAGS+=(--critic_checkpoint="$RUN/base/critic")
+    [ -n "${VALUE_JOBS:-}" ] || JOB_FLAGS+=(--job_set=recipe.value_pretrain.skip=true)
   else
     echo "no critic/ in $CONTINUE_FROM: the critic starts from the policy's trunk and pretrains on fresh rollouts"
     JOB_FLAGS+=(--job_set=recipe.value_pretrain.use_warmup_trajectories=false)
@@ -395,6 +399,7 @@ if [ -n "${VALUE_JOBS:-}" ]; then
   mkdir -p "$RUN/value_jobs" && tar xzf "$VALUE_JOBS" -C "$RUN/value_jobs"
   JOB_FLAGS+=(--job_set=recipe.value_pretrain.use_warmup_trajectories=false)
   for V in "$RUN"/value_jobs/*/; do JOB_FLAGS+=(--job_set=recipe.value_pretrain.import_job_dirs=${V%/}); done
+  JOB_FLAGS+=(--job_set=recipe.value_pretrain.batches_per_update=${VALUE_BATCHES:-1})
   echo "value pretraining on $(ls "$RUN/value_jobs" | wc -l) earlier jobs' returns"
 fi
 # SHARE_WARMUP=1: the later jobs of the call take the first job's warm-up set; WARMUP_FROM=DIR (an

@@ -134,6 +134,11 @@ absl::StatusOr<v1::LearnerJobConfig> ParseJobConfig(const std::string& text) {
   if (vp.use_warmup_trajectories() && vp.import_job_dirs_size() > 0) {
     return Field("recipe.value_pretrain.import_job_dirs", "not with use_warmup_trajectories (one source of returns)");
   }
+  if (vp.batches_per_update() < 0) return Field("recipe.value_pretrain.batches_per_update", "must be >= 0");
+  if (vp.batches_per_update() > 1 && !vp.use_warmup_trajectories() && vp.import_job_dirs_size() == 0) {
+    return Field("recipe.value_pretrain.batches_per_update",
+                 "more than 1 needs stored returns (use_warmup_trajectories or import_job_dirs): a fresh batch trains once");
+  }
   for (const std::string& d : vp.import_job_dirs()) {
     if (d.empty()) return Field("recipe.value_pretrain.import_job_dirs", "an empty directory name");
   }

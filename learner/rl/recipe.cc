@@ -640,8 +640,11 @@ absl::Status RecipeRunner::RunValuePretrain(JobContext* ctx, int stage) {
     std::vector<Sample> batch;
     std::vector<std::string> ids;
     StepMetrics bad = extra;
-    if (vp.use_warmup_trajectories() || imported) {
-      const int64_t b = (stage_step_ % per_epoch) * n;
+    const bool stored = vp.use_warmup_trajectories() || imported;
+    const int per_update = stored ? std::max(1, vp.batches_per_update()) : 1;
+    if (stored) {
+      // This update's first batch; the loop below takes the next per_update - 1 before it.
+      const int64_t b = ((stage_step_ * per_update) % per_epoch) * n;
       batch.assign(train.begin() + b, train.begin() + std::min<int64_t>(b + n, train.size()));
     } else {
       auto got = WaitForBatch(ctx, kStages[stage].name, n, /*drop_zero_variance=*/false);
@@ -650,8 +653,14 @@ absl::Status RecipeRunner::RunValuePretrain(JobContext* ctx, int stage) {
       batch = ToSamples(*got, &bad);
       for (const auto& t : *got) ids.push_back(t.id());
     }
+    for (int k = 1; k < per_update; ++k) {
+      if (auto early = Train(StepKind::kValue, batch); !early.ok()) return early.status();
+      const int64_t b = ((stage_step_ * per_update + k) % per_epoch) * n;
+      batch.assign(train.begin() + b, train.begin() + std::min<int64_t>(b + n, train.size()));
+    }
     auto m = Train(StepKind::kValue, batch);
     if (!m.ok()) return m.status();
+    (*m)["value_pretrain_batches"] = per_update;
     double ev = (*m)["explained_variance"];  // Fresh batch: the values before this update.
     if (!held_out.empty()) {
       absl::StatusOr<GpuWork> gpu = HoldGpu();

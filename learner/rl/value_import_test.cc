@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 
 #include <chrono>
+#include <cmath>
 #include <random>
 #include <set>
 
@@ -147,10 +148,11 @@ v1::Job RunJob(const std::string& root, const std::string& base, const std::stri
   return now;
 }
 
-std::string Hyper(const std::vector<std::string>& dirs) {
-  std::string h =
+std::string Hyper(const std::vector<std::string>& dirs, int steps = 4, int batches_per_update = 1) {
+  std::string h = absl::StrCat(
       "recipe { single_turn_ppo { skip: true } agent_warmup { skip: true } rft { skip: true }"
-      " agentic_ppo { skip: true } value_pretrain { steps: 4 min_explained_variance: 1";
+      " agentic_ppo { skip: true } value_pretrain { steps: ", steps, " batches_per_update: ", batches_per_update,
+      " min_explained_variance: 1");
   for (const std::string& d : dirs) absl::StrAppend(&h, " import_job_dirs: \"", d, "\"");
   return h +
          " } }"
@@ -220,6 +222,43 @@ TEST(ValueImportTest, BatchesMixTheEarlierJobs) {
   }
   EXPECT_EQ(updates, 4);
   EXPECT_GT(mixed, 0) << "every value step trained on one earlier job's returns: the imported set was not shuffled";
+}
+
+// Three batches an update over two updates train the critic as six updates of one batch do (the
+// same batches in the same order), with two checkpoints instead of six.
+TEST(ValueImportTest, SeveralBatchesAnUpdateTrainAsManyUpdatesOfOne) {
+  const Fixture f = Make();
+  if (::testing::Test::HasFailure()) return;
+  for (const char* sub : {"/one", "/three"}) {
+    ASSERT_EQ(::mkdir((f.root + sub).c_str(), 0755), 0);
+    ASSERT_TRUE(WriteFileAtomically(f.root + sub + "/tasks.jsonl", "{\"id\": \"fam/t0\"}\n{\"id\": \"fam/t1\"}\n").ok());
+  }
+  std::vector<v1::LedgerRecord> by_one, by_three;
+  const v1::Job one = RunJob(f.root + "/one", f.base, Hyper(f.earlier, 6, 1), &by_one);
+  const v1::Job three = RunJob(f.root + "/three", f.base, Hyper(f.earlier, 2, 3), &by_three);
+  ASSERT_EQ(one.state(), v1::Job::SUCCEEDED) << one.message();
+  ASSERT_EQ(three.state(), v1::Job::SUCCEEDED) << three.message();
+  auto updates = [](const std::vector<v1::LedgerRecord>& records) {
+    std::vector<v1::LedgerRecord> out;
+    for (const v1::LedgerRecord& r : records) {
+      if (r.kind() == v1::LedgerRecord::UPDATE) out.push_back(r);
+    }
+    return out;
+  };
+  const std::vector<v1::LedgerRecord> u1 = updates(by_one), u3 = updates(by_three);
+  ASSERT_EQ(u1.size(), 6u);
+  ASSERT_EQ(u3.size(), 2u);
+  EXPECT_EQ(u3[1].metrics().at("value_pretrain_batches"), 3);
+  EXPECT_EQ(u1[5].metrics().at("value_pretrain_batches"), 1);
+  // The sixth critic step in both: the same batch, before it trains, and the same critic after it.
+  for (const char* k : {"explained_variance", "value_loss", "value_pretrain_heldout_ev"}) {
+    EXPECT_NEAR(u3[1].metrics().at(k), u1[5].metrics().at(k), 1e-4 * (1 + std::abs(u1[5].metrics().at(k)))) << k;
+  }
+  EXPECT_NE(u1[1].metrics().at("value_loss"), u1[5].metrics().at("value_loss"));  // the steps differ at all
+
+  auto fresh = ParseJobConfig("recipe { value_pretrain { batches_per_update: 2 } }");
+  EXPECT_EQ(fresh.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(fresh.status().message().find("batches_per_update"), std::string::npos) << fresh.status();
 }
 
 TEST(ValueImportTest, AnotherTokenizerOrASecondSourceIsRefusedNamingTheField) {
