@@ -96,7 +96,7 @@ int Run() {
 
   // Every accepted trajectory of the jobs, in ledger order (each once), then a seeded split.
   const std::string train_stage = absl::GetFlag(FLAGS_train_stage);
-  std::vector<v1::Trajectory> all, others;  // with --train_stage: that stage's, the rest
+  std::vector<v1::Trajectory> all, others;  // with --train_stage or --heldout_jobs: trained on, held out
   std::set<std::string> seen;
   const int heldout_jobs = absl::GetFlag(FLAGS_heldout_jobs);
   if (heldout_jobs < 0 || heldout_jobs >= static_cast<int>(dirs.size()) || (heldout_jobs > 0 && !train_stage.empty())) {
@@ -120,7 +120,7 @@ int Run() {
   std::shuffle(others.begin(), others.end(), rng);
   const bool split = train_stage.empty() && heldout_jobs == 0;  // A random split of one pool.
   const size_t nh = split ? std::min<size_t>(absl::GetFlag(FLAGS_heldout), all.size() / 4)
-                                        : std::min<size_t>(absl::GetFlag(FLAGS_heldout), others.size());
+                          : std::min<size_t>(absl::GetFlag(FLAGS_heldout), others.size());
   const size_t nt = std::min<size_t>(absl::GetFlag(FLAGS_train), all.size() - (split ? nh : 0));
   if (nt == 0 || nh == 0) {
     return Fail(absl::StrCat("too few accepted trajectories in ", absl::GetFlag(FLAGS_job_dir),

@@ -2,7 +2,6 @@
 
 #include <filesystem>
 #include <map>
-#include <memory>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
