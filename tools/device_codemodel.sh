@@ -382,7 +382,7 @@ if [ -n "${CONTINUE_FROM:-}" ]; then
   # chain's call, so that a call cut after a few updates does not lease the same tasks first again.
   CALLS=$(cat "$RUN/base/job_calls" 2>/dev/null || echo 1)
   EXPECTED=$(cat "$RUN/base/eval_seconds" 2>/dev/null); [ -n "$EXPECTED" ] || EXPECTED=0
-  JOB_FLAGS+=(--job_set=recipe.agent_warmup.skip=true --job_set=recipe.rft.skip=true --skip_start_eval
+  JOB_FLAGS+=(--job_set=recipe.single_turn_ppo.skip=true --job_set=recipe.agent_warmup.skip=true --job_set=recipe.rft.skip=true --skip_start_eval
     --skip_ppo_start_eval --expected_eval_s="$EXPECTED" --job_set=ingest.task_order_seed=$(( SEED * 1000 + CALLS )))
   echo "call $((CALLS + 1)) of this seed's chain: no evaluation before PPO, ${EXPECTED} s held for the final one"
   if [ -f "$RUN/base/critic/config.json" ]; then
