@@ -635,28 +635,31 @@ absl::Status RecipeRunner::RunValuePretrain(JobContext* ctx, int stage) {
                << held_out.size() << " held out";
   }
   const int64_t per_epoch = std::max<int64_t>(1, (static_cast<int64_t>(train.size()) + n - 1) / n);
+  const bool stored = vp.use_warmup_trajectories() || imported;
+  const int per_update = stored ? std::max(1, vp.batches_per_update()) : 1;
+  // The j-th batch of the stored returns, cycling over them.
+  auto stored_batch = [&](int64_t j) {
+    const int64_t b = (j % per_epoch) * n;
+    return std::vector<Sample>(train.begin() + b, train.begin() + std::min<int64_t>(b + n, train.size()));
+  };
   while (stage_step_ < cap && !ctx->ShouldStop()) {
     if (!ctx->HoldWhilePaused()) break;
     std::vector<Sample> batch;
     std::vector<std::string> ids;
     StepMetrics bad = extra;
-    const bool stored = vp.use_warmup_trajectories() || imported;
-    const int per_update = stored ? std::max(1, vp.batches_per_update()) : 1;
     if (stored) {
-      // This update's first batch; the loop below takes the next per_update - 1 before it.
-      const int64_t b = ((stage_step_ * per_update) % per_epoch) * n;
-      batch.assign(train.begin() + b, train.begin() + std::min<int64_t>(b + n, train.size()));
+      // This update's batches: all but the last train before it.
+      const int64_t first = stage_step_ * per_update;
+      for (int k = 0; k + 1 < per_update; ++k) {
+        if (auto early = Train(StepKind::kValue, stored_batch(first + k)); !early.ok()) return early.status();
+      }
+      batch = stored_batch(first + per_update - 1);
     } else {
       auto got = WaitForBatch(ctx, kStages[stage].name, n, /*drop_zero_variance=*/false);
       if (!got.ok()) return got.status();
       if (got->empty()) break;
       batch = ToSamples(*got, &bad);
       for (const auto& t : *got) ids.push_back(t.id());
-    }
-    for (int k = 1; k < per_update; ++k) {
-      if (auto early = Train(StepKind::kValue, batch); !early.ok()) return early.status();
-      const int64_t b = ((stage_step_ * per_update + k) % per_epoch) * n;
-      batch.assign(train.begin() + b, train.begin() + std::min<int64_t>(b + n, train.size()));
     }
     auto m = Train(StepKind::kValue, batch);
     if (!m.ok()) return m.status();
