@@ -54,11 +54,6 @@ W=/tmp/critic_work; rm -rf "$W"; mkdir -p "$W/corpus" "$W/jobs"
 tar xzf "$C/jobs.tgz" -C "$W/jobs"
 gunzip -c "$C/corpus/corpus.jsonl.gz" > "$W/corpus/corpus.jsonl" && cp "$C/corpus/tokenizer.json" "$W/corpus/"
 echo "== device: $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)" | tee -a "$S"
-for mode in episodes prefixes; do
-  flag=$([ $mode = prefixes ] && echo true || echo false)
-  echo "== value set $mode: $("$C/bin/corpus_value_set" --corpus_dir="$W/corpus" --out="$W/set-$mode" \
-    --profile_prefixes=$flag 2>&1)" | tee -a "$S"
-done
 JOBS=$(ls -d "$W"/jobs/* | paste -sd,)
 FIRST=${JOBS%%,*}
 common=(--base="$C/base" --device="${DEVICE:-cuda}" --steps="${STEPS:-128}" --every="${EVERY:-16}" --heldout="${HELDOUT:-96}")
@@ -76,7 +71,11 @@ for run in ${RUNS:-own next-job corpus-episodes corpus-prefixes}; do
   case $run in
     own) bench own --job_dir="$JOBS" --train=10000 ;;
     next-job) bench next-job --job_dir="$JOBS" --heldout_jobs=1 --train=10000 ;;
-    corpus-*) bench "$run" --job_dir="$FIRST,$W/set-${run#corpus-},${JOBS#*,}" --train_stage=corpus --train=10000 ;;
+    corpus-*)  # The value set the run trains on (corpus-episodes, corpus-prefixes), written here.
+      mode=${run#corpus-} flag=$([ "${run#corpus-}" = prefixes ] && echo true || echo false)
+      echo "== value set $mode: $("$C/bin/corpus_value_set" --corpus_dir="$W/corpus" --out="$W/set-$mode" \
+        --profile_prefixes=$flag 2>&1)" | tee -a "$S"
+      bench "$run" --job_dir="$FIRST,$W/set-$mode,${JOBS#*,}" --train_stage=corpus --train=10000 ;;
   esac
 done
 echo "== done" | tee -a "$S"
