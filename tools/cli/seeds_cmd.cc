@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "common/file.h"
 #include "proto/cli_config.pb.h"
 #include "tools/cli/command_line.h"
@@ -20,6 +21,9 @@ constexpr char kDefaults[] = R"pb(
   min_heldout_tasks: 12
   min_model_tokens: 2000
 )pb";
+
+// RUN@ppo_start+NEXT: of RUN only its PPO-start evaluation, NEXT's start (SeedFiguresOf).
+constexpr absl::string_view kPpoStartOnly = "@ppo_start";
 
 // A job's curves.json given as itself, its curves/ directory or the job directory.
 std::string CurvesFile(const std::string& run) {
@@ -37,7 +41,7 @@ std::string CurvesFile(const std::string& run) {
 int SeedsMain(int argc, char** argv) {
   v1::SeedsConfig config;
   CommandLine cl("seeds", "Several `kernelrl learn` jobs (seeds, ablations) against a learning run's bar.", &config);
-  cl.Flag("runs", "runs", "A job's curves.json (or its directory); one seed's jobs joined by '+'");
+  cl.Flag("runs", "runs", "A job's curves.json (or its directory); one seed's jobs joined by '+'; RUN@ppo_start+NEXT: NEXT from RUN's PPO-start policy");
   cl.Flag("--min_standard_errors", "min_standard_errors", "The mean change across seeds must exceed this many");
   cl.Flag("--min_explained_variance", "min_explained_variance", "Each seed's median critic EV during PPO must exceed it");
   cl.Flag("--min_model_tokens", "min_model_tokens", "Each seed's PPO trajectories must average this many model tokens");
@@ -46,7 +50,9 @@ int SeedsMain(int argc, char** argv) {
   std::vector<SeedFigures> runs;
   for (const std::string& run : config.runs()) {
     std::vector<std::pair<std::string, Json>> chain;
+    bool from_ppo_start = false;
     for (absl::string_view part : absl::StrSplit(run, '+', absl::SkipEmpty())) {
+      if (chain.empty() && absl::ConsumeSuffix(&part, kPpoStartOnly)) from_ppo_start = true;
       const std::string path = CurvesFile(std::string(part));
       auto text = ReadFileToString(path);
       if (!text.ok()) return cl.Fail(std::string(text.status().message())), 1;
@@ -54,7 +60,7 @@ int SeedsMain(int argc, char** argv) {
       if (!json.ok()) return cl.Fail(path + ": " + std::string(json.status().message())), 1;
       chain.emplace_back(path, std::move(*json));
     }
-    auto figures = SeedFiguresOf(chain);
+    auto figures = SeedFiguresOf(chain, from_ppo_start);
     if (!figures.ok()) return cl.Fail(std::string(figures.status().message())), 1;
     runs.push_back(std::move(*figures));
   }

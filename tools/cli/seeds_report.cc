@@ -200,8 +200,13 @@ std::pair<double, double> MeanAndStandardError(const std::vector<double>& xs) {
   return {mean, std::sqrt(ss / (xs.size() - 1) / xs.size())};
 }
 
-absl::StatusOr<SeedFigures> SeedFiguresOf(const std::vector<std::pair<std::string, Json>>& chain) {
+absl::StatusOr<SeedFigures> SeedFiguresOf(const std::vector<std::pair<std::string, Json>>& chain,
+                                          bool from_ppo_start) {
   if (chain.empty()) return absl::InvalidArgumentError("a seed with no jobs");
+  if (from_ppo_start && chain.size() < 2) {
+    return absl::InvalidArgumentError(absl::StrCat(chain[0].first, ": its PPO-start evaluation starts which job? ",
+                                                   "(RUN@ppo_start+NEXT)"));
+  }
   SeedFigures f;
   std::vector<std::string> names;
   bool started = false;
@@ -227,8 +232,8 @@ absl::StatusOr<SeedFigures> SeedFiguresOf(const std::vector<std::pair<std::strin
     if (j == 0) {
       f.ablation = *ablation;
       f.seed = hp.seed();
-    } else if (j == 1 && *ablation == f.ablation && hp.seed() != f.seed && hp.recipe().rft().skip() &&
-               hp.recipe().agent_warmup().skip()) {
+    } else if (j == 1 && *ablation == f.ablation && (from_ppo_start || hp.seed() != f.seed) &&
+               hp.recipe().rft().skip() && hp.recipe().agent_warmup().skip()) {
       // Another seed of the PPO stage from the first job's PPO-start policy: of that job only its
       // PPO-start evaluation is this seed's; its updates, audit and final belong to its own seed.
       const HeldOutPoint start = f.start;  // Read from that job above.
@@ -240,6 +245,10 @@ absl::StatusOr<SeedFigures> SeedFiguresOf(const std::vector<std::pair<std::strin
       names = {chain[0].first + "(PPO start)", path};
       pool[0] = pool[1] = pool[2] = pool[3] = pool[4] = 0;
       poolable = true;
+    } else if (j == 1 && from_ppo_start) {
+      return err(absl::StrCat("ablation ", *ablation, ", warm-up ", hp.recipe().agent_warmup().skip() ? "skipped" : "run",
+                              ", RFT ", hp.recipe().rft().skip() ? "skipped" : "run", ": not a PPO stage from ",
+                              chain[0].first, "'s PPO-start policy (ablation ", f.ablation, ")"));
     } else if (*ablation != f.ablation || hp.seed() != f.seed) {
       return err(absl::StrCat("ablation ", *ablation, " seed ", hp.seed(), " continues a chain of ablation ",
                               f.ablation, " seed ", f.seed, ": one seed's jobs only (another seed may follow ",

@@ -77,7 +77,10 @@ struct SeedFigures {
 // from the weights the one before it ended with (where both recorded them). One exception: a second job
 // of another seed that skipped warm-up and RFT (it went on from the first job's PPO-start policy)
 // takes the first job's PPO-start evaluation as its start and nothing else of that job.
-absl::StatusOr<SeedFigures> SeedFiguresOf(const std::vector<std::pair<std::string, Json>>& chain);
+// `from_ppo_start` says so of a second job of the same seed number (a new arm's seed 1 from a
+// PPO start whose own seed 1 went on from there): only the weights, where recorded, tell the two apart.
+absl::StatusOr<SeedFigures> SeedFiguresOf(const std::vector<std::pair<std::string, Json>>& chain,
+                                          bool from_ppo_start = false);
 
 // The report, one screen of plain text. Seeds are the chains of ablation "none"; the others are
 // listed as ablations, whichever way they went. A "baselines" line says whether every evaluation was

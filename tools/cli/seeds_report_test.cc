@@ -238,6 +238,30 @@ TEST(SeedsReport, AnotherSeedFromTheFirstJobsPpoStartTakesOnlyThatEvaluation) {
   EXPECT_THAT(std::string(third.status().message()), HasSubstr("one seed's jobs only"));
 }
 
+// A new arm's seed 2 from seed 2's PPO-start policy: the seed number alone reads it as seed 2's own
+// chain; RUN@ppo_start+NEXT says it is not.
+TEST(SeedsReport, ASecondJobOfTheSameSeedNumberIsFromThePpoStartWhenSaidSo) {
+  Json first = Curves(2, "none", {Eval("start", 0, -0.9, 0, 0.2), Eval("agentic-0", 37, 1.0, 0.17, 0.67)}, {0.1, 0.2, 0.3});
+  Json arm = Curves(2, "none", {Eval("final", 4, 1.08, 0.25, 0.73)}, {-0.2, -0.4});
+  arm["hyperparameters_text"] = "recipe { agent_warmup { skip: true } rft { skip: true } }\nseed: 2\n";
+  auto as_chain = SeedFiguresOf({{"s2c1", first}, {"arm", arm}});
+  ASSERT_TRUE(as_chain.ok()) << as_chain.status();
+  EXPECT_EQ(as_chain->explained_variance.size(), 5u);  // seed 2's three updates and the arm's two
+  auto f = SeedFiguresOf({{"s2c1", first}, {"arm", arm}}, /*from_ppo_start=*/true);
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->name, "s2c1(PPO start)+arm");
+  EXPECT_EQ(f->start.policy_version, 37);
+  EXPECT_EQ(f->explained_variance, (std::vector<double>{-0.2, -0.4}));
+  EXPECT_EQ(f->jobs, 1);
+  // Said of a job that ran its own RFT, or of a run with nothing after it: refused.
+  Json own_rft = arm;
+  own_rft["hyperparameters_text"] = "seed: 2\n";
+  auto refused = SeedFiguresOf({{"s2c1", first}, {"arm", own_rft}}, true);
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("not a PPO stage from s2c1's PPO-start policy"));
+  auto alone = SeedFiguresOf({{"s2c1", first}}, true);
+  EXPECT_THAT(std::string(alone.status().message()), HasSubstr("RUN@ppo_start+NEXT"));
+}
+
 // Each job of a chain records the weights it started from and ended with (and each evaluation the
 // weights it scored): a job that did not continue the one before it is refused; curves.json without
 // the record still joins, counted as unchecked.
