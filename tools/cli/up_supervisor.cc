@@ -180,6 +180,7 @@ void Supervisor::Loop() {
     {
       absl::MutexLock lock(&mu_);
       events = TickLocked();
+      reporting_ = !events.empty();
       if (events.empty()) {
         // Wakes early when Start() asks for a spawn or the destructor says stop.
         mu_.AwaitWithTimeout(absl::Condition(
@@ -197,6 +198,8 @@ void Supervisor::Loop() {
       }
     }
     Report(events);
+    absl::MutexLock lock(&mu_);
+    reporting_ = false;
   }
 }
 
@@ -210,12 +213,13 @@ void Supervisor::Stop(const std::vector<std::string>& names, absl::Duration grac
       if (it->second.pid > 0) kill(it->second.pid, SIGTERM);
     }
   }
-  // Polls (the supervisor's thread reaps): true once every named child is gone.
+  // Polls (the supervisor's thread reaps): true once every named child is gone
+  // and the tick that reaped it has reported.
   auto wait_reaped = [&](absl::Time deadline) {
     while (true) {
       {
         absl::MutexLock lock(&mu_);
-        bool reaped = true;
+        bool reaped = !reporting_;
         for (const std::string& name : names) {
           auto it = children_.find(name);
           if (it != children_.end() && it->second.pid > 0) reaped = false;

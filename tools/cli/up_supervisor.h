@@ -76,7 +76,8 @@ class Supervisor {
   // Used by the next restart of `name`.
   void SetArgv(const std::string& name, std::vector<std::string> argv) ABSL_LOCKS_EXCLUDED(mu_);
   // SIGTERM to every named child at once, then waits for each up to `grace`
-  // and SIGKILLs what is left. Stopped children are not restarted.
+  // and SIGKILLs what is left. Stopped children are not restarted. Returns once
+  // their kStopped events have reached on_event (so it must not be called from it).
   void Stop(const std::vector<std::string>& names, absl::Duration grace) ABSL_LOCKS_EXCLUDED(mu_);
   // Every child, in reverse start order groups: all at once, same grace.
   void StopAll(absl::Duration grace) ABSL_LOCKS_EXCLUDED(mu_);
@@ -109,6 +110,8 @@ class Supervisor {
   std::map<std::string, Child> children_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> order_ ABSL_GUARDED_BY(mu_);
   bool done_ ABSL_GUARDED_BY(mu_) = false;
+  // A tick's events are on their way to on_event (reaped children's included).
+  bool reporting_ ABSL_GUARDED_BY(mu_) = false;
   absl::Mutex report_mu_;  // Keeps event callbacks in order across threads.
   std::thread thread_;
 };
