@@ -9,6 +9,18 @@
 # (tools/thread_safety.sh). The summary line comes before their results.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# One run at a time in a checkout: a second queues behind the first's bazel server and reads
+# its half-written test logs. flock holds the lock for this script's life only: -o closes it
+# in the script, else the bazel server that the run starts and that outlives it keeps it.
+if [ -z "${KERNELRL_TEST_LOCK_HELD:-}" ]; then
+  lock="$(git rev-parse --absolute-git-dir 2>/dev/null || echo "/tmp/kernelrl-test-$(pwd | sha256sum | cut -c1-12)")"
+  [ -d "$lock" ] && lock="$lock/kernelrl-test.lock"
+  set +e
+  KERNELRL_TEST_LOCK_HELD=1 flock -n -o -E 75 "$lock" bash "$0" "$@"
+  rc=$?
+  [ "$rc" -eq 75 ] && echo "tools/test.sh: another test run holds $lock in this checkout; let it finish, or stop it (then bazel shutdown)" >&2
+  exit "$rc"
+fi
 bash tools/setup.sh
 log="$(mktemp /tmp/kernelrl-test.XXXXXX.log)"
 set +e
