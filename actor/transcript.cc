@@ -36,12 +36,22 @@ std::string Transcript(const v1::Trajectory& t) {
   return out;
 }
 
-std::string TranscriptFileName(const std::string& task_id, int rollout) {
+namespace {
+std::string RolloutFileName(const std::string& task_id, int rollout, const char* extension) {
   std::string name = task_id;
   for (char& c : name) {
     if (c == '/') c = '-';
   }
-  return absl::StrCat(name, "-", rollout, ".txt");
+  return absl::StrCat(name, "-", rollout, extension);
+}
+}  // namespace
+
+std::string TranscriptFileName(const std::string& task_id, int rollout) {
+  return RolloutFileName(task_id, rollout, ".txt");
+}
+
+std::string TrajectoryFileName(const std::string& task_id, int rollout) {
+  return RolloutFileName(task_id, rollout, ".pb");
 }
 
 }  // namespace kernelrl::actor

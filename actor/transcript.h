@@ -17,6 +17,8 @@ std::string Transcript(const v1::Trajectory& trajectory);
 // "heldout/ew_relu_48x45" and rollout 2 -> "heldout-ew_relu_48x45-2.txt": a task id
 // as one file name (no '/'), one per task and rollout.
 std::string TranscriptFileName(const std::string& task_id, int rollout);
+// The same name for the rollout's Trajectory itself: "heldout-ew_relu_48x45-2.pb".
+std::string TrajectoryFileName(const std::string& task_id, int rollout);
 
 }  // namespace kernelrl::actor
 

@@ -73,6 +73,7 @@ TEST(TranscriptTest, EveryTurnInOrderWithVerdicts) {
 TEST(TranscriptTest, FileNameHasNoSlash) {
   EXPECT_EQ(TranscriptFileName("heldout/ew_relu_48x45", 2), "heldout-ew_relu_48x45-2.txt");
   EXPECT_EQ(TranscriptFileName("level1/19_ReLU", 0), "level1-19_ReLU-0.txt");
+  EXPECT_EQ(TrajectoryFileName("heldout/ew_relu_48x45", 2), "heldout-ew_relu_48x45-2.pb");
 }
 
 }  // namespace

@@ -450,6 +450,20 @@ finish_job() {
     --bucket=10 "${SHAPES[@]}" > "$D/design_report.json" 2> "$D/design_report.log"
   grep -E '^(tool lines|revisions:)' "$D/design_report.log" || true
   $PY tools/codemodel/design_plot.py "$D/design_report.json" "$D/designs.png" || echo "designs.png not drawn"
+  # The held-out evaluations' rollouts (kernel eval keeps each one's Trajectory): whether each final
+  # kernel has its task's op lines, the held-out compositions' above all.
+  local E L
+  for E in "$JOB"/curves/eval-*/trajectories; do
+    [ -d "$E" ] || continue
+    L=$(basename "$(dirname "$E")")
+    "$M/bin/design_report" --trajectories="$E" --tasks="$M/small/train.jsonl,$M/small/heldout.jsonl" --per_trajectory \
+      > "$D/design_report-$L.json" 2> /dev/null || { echo "$L: design_report failed"; continue; }
+    $PY -c 'import json, sys
+rows = [t for t in json.load(open(sys.argv[1]))["per_trajectory"] if t["op_lines"]]
+wrong = ["%s (%s, reward %g)" % (t["task_id"].split("/")[-1], t["design"], t["reward"]) for t in rows if t["op_lines"] == "wrong"]
+print("%s: held-out op lines right %d of %d%s" % (sys.argv[2], len(rows) - len(wrong), len(rows),
+      "; wrong: " + ", ".join(wrong) if wrong else ""))' "$D/design_report-$L.json" "$L" || true
+  done
   LATEST=$(cat "$JOB/checkpoints/LATEST" 2>/dev/null)
   [ -n "$LATEST" ] || return 0
   pack_policy final_policy "$NAME" "$JOB/checkpoints/$LATEST" $(( $(cat "$RUN/base/job_calls" 2>/dev/null || echo 0) + 1 )) \

@@ -7,7 +7,7 @@
 # Oracles: report.json holds exactly the asked tasks, each with the asked
 # rollouts, every rollout's final verdict, and the policy's turns (so the
 # endpoint answered); Table 1 lists level1 and overall over 2 tasks; the PNGs
-# are PNGs; transcripts/ holds one text per rollout with its turns and verdict; `kernelrl report DIR` re-renders the same report.md and the plots;
+# are PNGs; transcripts/ holds one text per rollout with its turns and verdict, trajectories/ its Trajectory; `kernelrl report DIR` re-renders the same report.md and the plots;
 # a bad flag, value or config file is one line on stderr and exit code 2.
 set -euo pipefail
 tmp="${TEST_TMPDIR:-$(mktemp -d)}"
@@ -62,7 +62,14 @@ for n in names:
     # The tiny model's prompt overflows its context, so a rollout may stop before any reply.
     assert "\nfinal verdict: " in text and "\n=== SYSTEM\n" in text and "\n=== USER\n" in text, text[:400]
     assert "(KernelBench level 1)." in text.split("\n=== USER\n")[1], text[:400]
-print("ok   report.json: 2 tasks x 2 rollouts, Table 1, PNGs; a transcript per rollout")
+# Beside each transcript its Trajectory (protobuf: the task id and trajectory id as raw strings).
+pbs = sorted(os.listdir(out + "/trajectories"))
+assert pbs == [n[:-len(".txt")] + ".pb" for n in names], (pbs, names)
+for i in ids:
+    for k in range(2):
+        data = open("%s/trajectories/%s-%d.pb" % (out, i.replace("/", "-"), k), "rb").read()
+        assert i.encode() in data and ("eval/%s/%d" % (i, k)).encode() in data, (i, k, data[:200])
+print("ok   report.json: 2 tasks x 2 rollouts, Table 1, PNGs; a transcript and a trajectory per rollout")
 PYEOF
 
 cp "$tmp/eval/report.md" "$tmp/report.md.eval"

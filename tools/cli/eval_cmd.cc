@@ -49,6 +49,7 @@ constexpr char kEvalDefaults[] = R"pb(
   sandbox_backend: "auto"
   checkpoint_device: "cpu"
   transcripts: true
+  trajectories: true
 )pb";
 
 std::string EvalDefaultsText() {
@@ -137,6 +138,7 @@ void AddFlags(CommandLine& cl) {
   cl.Flag("--rollouts", "rollouts_per_task", "Rollouts per task (the best one is scored)");
   cl.Flag("--out", "output_dir", "report.json, report.md, the plots and transcripts/ go here");
   cl.Switch("--transcripts", "transcripts", "Write every rollout's turns as text to transcripts/<task>-<k>.txt");
+  cl.Switch("--trajectories", "trajectories", "Keep every rollout's Trajectory as trajectories/<task>-<k>.pb");
   cl.Flag("--sandbox", "actor.sandbox.target", "gRPC target of sandbox workers (\"\": start one here)");
   cl.Flag("--sandbox_backend", "sandbox_backend", "The started sandbox's backend: auto, cpu or cuda");
   cl.Flag("--concurrency", "actor.concurrent_rollouts", "Rollouts at once");
@@ -287,11 +289,14 @@ int EvalMain(int argc, char** argv) {
                               actor.rollout(), skill);
 
   const std::string transcripts_dir = config.output_dir() + "/transcripts";
-  if (config.transcripts()) {
+  const std::string trajectories_dir = config.output_dir() + "/trajectories";
+  for (const auto& [on, dir] : {std::pair{config.transcripts(), transcripts_dir},
+                                std::pair{config.trajectories(), trajectories_dir}}) {
+    if (!on) continue;
     std::error_code ec;
-    std::filesystem::create_directories(transcripts_dir, ec);
+    std::filesystem::create_directories(dir, ec);
     if (ec) {
-      std::fprintf(stderr, "kernelrl eval: %s: %s\n", transcripts_dir.c_str(), ec.message().c_str());
+      std::fprintf(stderr, "kernelrl eval: %s: %s\n", dir.c_str(), ec.message().c_str());
       return 1;
     }
   }
@@ -329,6 +334,12 @@ int EvalMain(int argc, char** argv) {
         if (config.transcripts()) {
           const std::string path = transcripts_dir + "/" + actor::TranscriptFileName(task.id(), k);
           if (absl::Status s = WriteFileAtomically(path, actor::Transcript(out->trajectory)); !s.ok()) {
+            KLOG(ERROR) << path << ": " << s;
+          }
+        }
+        if (config.trajectories()) {
+          const std::string path = trajectories_dir + "/" + actor::TrajectoryFileName(task.id(), k);
+          if (absl::Status s = WriteFileAtomically(path, out->trajectory.SerializeAsString()); !s.ok()) {
             KLOG(ERROR) << path << ": " << s;
           }
         }
