@@ -450,8 +450,8 @@ finish_job() {
     --bucket=10 "${SHAPES[@]}" > "$D/design_report.json" 2> "$D/design_report.log"
   grep -E '^(tool lines|revisions:)' "$D/design_report.log" || true
   $PY tools/codemodel/design_plot.py "$D/design_report.json" "$D/designs.png" || echo "designs.png not drawn"
-  # The held-out evaluations' rollouts (kernel eval keeps each one's Trajectory): whether each final
-  # kernel has its task's op lines, the held-out compositions' above all.
+  # The held-out evaluations' rollouts (kernelrl eval keeps each one's Trajectory): whether each
+  # rollout's first and final kernels have their task's op lines, the held-out compositions' above all.
   local E L
   for E in "$JOB"/curves/eval-*/trajectories; do
     [ -d "$E" ] || continue
@@ -460,9 +460,12 @@ finish_job() {
       > "$D/design_report-$L.json" 2> /dev/null || { echo "$L: design_report failed"; continue; }
     $PY -c 'import json, sys
 rows = [t for t in json.load(open(sys.argv[1]))["per_trajectory"] if t["op_lines"]]
-wrong = ["%s (%s, reward %g)" % (t["task_id"].split("/")[-1], t["design"], t["reward"]) for t in rows if t["op_lines"] == "wrong"]
-print("%s: held-out op lines right %d of %d%s" % (sys.argv[2], len(rows) - len(wrong), len(rows),
-      "; wrong: " + ", ".join(wrong) if wrong else ""))' "$D/design_report-$L.json" "$L" || true
+first = sum(t["first_op_lines"] == "right" for t in rows)
+wrong = ["%s (first %s, %s, reward %g)" % (t["task_id"].split("/")[-1], t["first_op_lines"], t["design"], t["reward"])
+         for t in rows if "wrong" in (t["op_lines"], t["first_op_lines"])]
+print("%s: op lines right in %d of %d first kernels, %d of %d final%s" % (sys.argv[2], first, len(rows),
+      sum(t["op_lines"] == "right" for t in rows), len(rows), "; wrong: " + ", ".join(wrong) if wrong else ""))' \
+      "$D/design_report-$L.json" "$L" || true
   done
   LATEST=$(cat "$JOB/checkpoints/LATEST" 2>/dev/null)
   [ -n "$LATEST" ] || return 0

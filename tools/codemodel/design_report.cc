@@ -163,6 +163,10 @@ TrajectoryFacts Facts(const v1::Trajectory& t, const std::string& reference_sour
   }
   auto spec = agent::family::ParseTaskSpec(reference_source);
   if (spec.ok()) f.family = spec->family;
+  auto op_lines = [&spec](const std::string& kernel) -> std::string {
+    if (!spec.ok() || agent::family::PointwiseOps(*spec).empty()) return "";
+    return OpLinesRight(*spec, kernel) ? "right" : "wrong";
+  };
   std::map<std::string, std::string> files;
   std::string profiled;  // The design the last answered Profile timed.
   // (token, design) as the kernel changed: the last is the kernel's design now ("" without one).
@@ -190,6 +194,7 @@ TrajectoryFacts Facts(const v1::Trajectory& t, const std::string& reference_sour
       f.failed_file_calls += failed && file_call;
       if (file_call && !failed) {  // Only these change the files: the design is read again after them alone.
         const std::string* kernel = KernelOf(files);
+        if (kernel != nullptr && changes.size() == 1) f.first_op_lines = op_lines(*kernel);
         const std::string design = kernel == nullptr ? "" : DesignOf(spec, device, *kernel);
         if (design != changes.back().second) changes.emplace_back(turns[i].token_begin(), design);
       }
@@ -212,11 +217,7 @@ TrajectoryFacts Facts(const v1::Trajectory& t, const std::string& reference_sour
     f.design_spans.push_back(std::move(span));
   }
   f.design = changes.back().second.empty() ? "none" : changes.back().second;
-  if (const std::string* kernel = KernelOf(files)) {
-    if (spec.ok() && !agent::family::PointwiseOps(*spec).empty()) {
-      f.op_lines = OpLinesRight(*spec, *kernel) ? "right" : "wrong";
-    }
-  }
+  if (const std::string* kernel = KernelOf(files)) f.op_lines = op_lines(*kernel);
   return f;
 }
 

@@ -39,6 +39,9 @@ struct TrajectoryFacts {
   // "right" when the kernel has the task's pointwise op lines (OpLinesRight), "wrong" when not;
   // "" without a kernel or pointwise ops.
   std::string op_lines;
+  // The same of the first kernel the rollout wrote: what the policy read from the task, before
+  // any verdict told it more.
+  std::string first_op_lines;
   // Write / Edit / MultiEdit / Bash calls the tools answered "Error" (an edit whose old_string the
   // file did not have), or Bash commands that exited non-zero: they changed nothing. The engineer's
   // Bash shapes (cp, sed -i of s/RE/TEXT/) are replayed on the files; other commands are not.

@@ -116,6 +116,7 @@ int main(int argc, char** argv) {
                               {"speedup_vs_compile", Json(f.speedup_vs_compile)},
                               {"design", Json(f.design)},
                               {"op_lines", Json(f.op_lines)},
+                              {"first_op_lines", Json(f.first_op_lines)},
                               {"failed_file_calls", Json(f.failed_file_calls)},
                               {"profiles", Json(f.profiles)},
                               {"revisions", Json(f.revisions)},

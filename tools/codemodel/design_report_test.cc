@@ -150,6 +150,34 @@ TEST(DesignReportTest, AKernelNearARenderingReadsAsItsDesign) {
   EXPECT_EQ(facts_of("__global__ void k() {}\n").op_lines, "wrong");
 }
 
+// The first kernel's op lines are kept apart from the last's: a rollout that first wrote another op
+// and then the task's reads "wrong" first and "right" at the end.
+TEST(DesignReportTest, TheFirstKernelsOpLinesAreKeptBesideTheLast) {
+  const agent::family::TaskSpec spec{"gemm_epilogue", {"relu"}};
+  const std::string source = CudaTaskSource(spec);
+  ASSERT_FALSE(source.empty());
+  const std::string path = "kernels/gemm_epilogue.cu";
+  const std::string right = KernelOf(spec, {0, 1, 2, 0});
+  const std::string wrong = absl::StrReplaceAll(right, {{"fmaxf(v, 0.f);", "tanhf(v);"}});
+  ASSERT_NE(wrong, right);
+  v1::Trajectory t;
+  t.set_task_id("train/ge_relu_1024x512x2048");
+  AddTurn(&t, v1::Turn::ASSISTANT, CallText("Write", Json::object({{"path", Json("model_new.py")}, {"content", Json("x")}})));
+  AddTurn(&t, v1::Turn::TOOL, "Wrote model_new.py");
+  AddTurn(&t, v1::Turn::ASSISTANT, CallText("Write", Json::object({{"path", Json(path)}, {"content", Json(wrong)}})));
+  AddTurn(&t, v1::Turn::TOOL, "Wrote " + path);
+  AddTurn(&t, v1::Turn::ASSISTANT, CallText("Write", Json::object({{"path", Json(path)}, {"content", Json(right)}})));
+  AddTurn(&t, v1::Turn::TOOL, "Wrote " + path);
+  const TrajectoryFacts f = Facts(t, source, "cuda");
+  EXPECT_EQ(f.first_op_lines, "wrong");
+  EXPECT_EQ(f.op_lines, "right");
+  // Without a kernel, neither.
+  v1::Trajectory none;
+  none.set_task_id(t.task_id());
+  AddTurn(&none, v1::Turn::ASSISTANT, "I give up.");
+  EXPECT_EQ(Facts(none, source, "cuda").first_op_lines, "");
+}
+
 // A revision whose edit the tools refused times the design before it again: counted as a revision
 // that did not change the design, and its MultiEdit as a failed file call; a rewrite changes it.
 TEST(DesignReportTest, ARevisionWhoseEditFailedTimesTheSameDesign) {
