@@ -16,7 +16,7 @@ if [ -z "${KERNELRL_TEST_LOCK_HELD:-}" ]; then
   lock="$(git rev-parse --absolute-git-dir 2>/dev/null || echo "/tmp/kernelrl-test-$(pwd | sha256sum | cut -c1-12)")"
   [ -d "$lock" ] && lock="$lock/kernelrl-test.lock"
   set +e
-  KERNELRL_TEST_LOCK_HELD=1 flock -n -o -E 75 "$lock" bash "$0" "$@"
+  KERNELRL_TEST_LOCK_HELD=1 flock -n -o -E 75 "$lock" bash tools/test.sh "$@"
   rc=$?
   [ "$rc" -eq 75 ] && echo "tools/test.sh: another test run holds $lock in this checkout; let it finish, or stop it (then bazel shutdown)" >&2
   exit "$rc"
