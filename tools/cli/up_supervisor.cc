@@ -197,6 +197,7 @@ void Supervisor::Loop() {
         if (done_) return;
       }
     }
+    if (events.empty()) continue;
     Report(events);
     absl::MutexLock lock(&mu_);
     reporting_ = false;
