@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <regex>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "agent/family/templates.h"
 
@@ -14,9 +16,10 @@ namespace {
 
 namespace fam = agent::family;
 
-void Count(OpProbeCount* c, bool right) {
+void Count(OpProbeCount* c, bool right, double logprob) {
   c->right += right ? 1 : 0;
   ++c->total;
+  c->logprob += logprob;
 }
 
 // Where `text` names `spec`'s ops (OpMentions).
@@ -97,8 +100,19 @@ absl::Status ProbeOpNames(const learner::Transformer& model, const agent::Tokeni
     at::Tensor input = torch::tensor(std::vector<int64_t>(ids.begin(), ids.end()), torch::kInt64)
                            .unsqueeze(0)
                            .to(model.options().device);
-    at::Tensor predicted = model.Logits(input).argmax(-1).squeeze(0).to(torch::kCPU);
+    const at::Tensor logits = model.Logits(input).squeeze(0).to(torch::kFloat);
+    at::Tensor predicted = logits.argmax(-1).to(torch::kCPU);
     const int64_t* next = predicted.data_ptr<int64_t>();
+    // logp[k - 1]: the log-probability of token k given those before it.
+    at::Tensor logp_t = logits.log_softmax(-1)
+                            .slice(0, 0, static_cast<int64_t>(ids.size()) - 1)
+                            .gather(1, input.squeeze(0).slice(0, 1).unsqueeze(1))
+                            .squeeze(1)
+                            .to(torch::kCPU)
+                            .to(torch::kDouble)
+                            .contiguous();
+    const double* logp = logp_t.data_ptr<double>();
+    const std::string composition = absl::StrCat(spec->family, ": ", absl::StrJoin(spec->ops, " -> "));
     auto token_at = [&](size_t offset) {  // The token holding that character.
       return static_cast<size_t>(std::upper_bound(start.begin(), start.end(), offset) - start.begin()) - 1;
     };
@@ -108,10 +122,15 @@ absl::Status ProbeOpNames(const learner::Transformer& model, const agent::Tokeni
       const size_t t = token_at(m.offset), last = m.end > m.offset ? token_at(m.end - 1) : t;
       if (t == 0 || rendered->loss_mask[t] != 1) continue;  // Only the model's own tokens.
       bool right = true;
-      for (size_t k = t; k <= last; ++k) right = right && next[k - 1] == ids[k];
-      Count(&result->by_place[m.place], right);
-      Count(&result->by_family[spec->family], right);
-      if (!m.op.empty()) Count(&result->expression_by_op[m.op], right);
+      double lp = 0;
+      for (size_t k = t; k <= last; ++k) {
+        right = right && next[k - 1] == ids[k];
+        lp += logp[k - 1];
+      }
+      Count(&result->by_place[m.place], right, lp);
+      Count(&result->by_family[spec->family], right, lp);
+      if (!absl::StartsWith(m.place, "verdict_")) Count(&result->by_composition[composition], right, lp);
+      if (!m.op.empty()) Count(&result->expression_by_op[m.op], right, lp);
     }
     ++result->records;
   }
@@ -124,13 +143,15 @@ Json OpProbeJson(const OpProbeResult& result) {
     for (const auto& [k, c] : m) {
       out[k] = Json::object({{"right", Json(c.right)},
                              {"total", Json(c.total)},
-                             {"rate", Json(c.total > 0 ? static_cast<double>(c.right) / c.total : 0.0)}});
+                             {"rate", Json(c.total > 0 ? static_cast<double>(c.right) / c.total : 0.0)},
+                             {"mean_logprob", Json(c.total > 0 ? c.logprob / c.total : 0.0)}});
     }
     return out;
   };
   return Json::object({{"records", Json(result.records)},
                        {"by_place", counts(result.by_place)},
                        {"by_family", counts(result.by_family)},
+                       {"by_composition", counts(result.by_composition)},
                        {"expression_by_op", counts(result.expression_by_op)}});
 }
 

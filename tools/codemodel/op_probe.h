@@ -34,12 +34,19 @@ namespace kernelrl::codemodel {
 
 struct OpProbeCount {
   int64_t right = 0, total = 0;
+  // The log-probability the model gives the places' text, teacher-forced, summed over them: how
+  // far a model is from writing the right op, where `right` only says whether it would.
+  double logprob = 0;
 };
 
 struct OpProbeResult {
   int64_t records = 0;
   std::map<std::string, OpProbeCount> by_place;   // summary_first, summary_later, header_first, ...
   std::map<std::string, OpProbeCount> by_family;  // Every place together.
+  // By the task's op chain, "elementwise: scale -> tanh -> abs", the places that name an op
+  // together (not the verdict's): which compositions a policy misreads (held-out tasks split by
+  // composition).
+  std::map<std::string, OpProbeCount> by_composition;
   // The expression lines by op ("tanh"): which ops a model names but does not write.
   std::map<std::string, OpProbeCount> expression_by_op;
 };

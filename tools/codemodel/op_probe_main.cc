@@ -66,6 +66,12 @@ absl::Status Run(const v1::LearnConfig& config) {
     std::string line = absl::StrCat("op probe ", path, ":");
     for (const auto& [place, c] : result.by_place) absl::StrAppend(&line, " ", place, " ", c.right, "/", c.total);
     std::fprintf(stderr, "%s\n", line.c_str());
+    // Right/total and the mean log-probability of a place's text, by composition.
+    for (const auto& [composition, c] : result.by_composition) {
+      std::fprintf(stderr, "op probe %s: %s %lld/%lld, mean log-probability %.3f\n", std::string(path).c_str(),
+                   composition.c_str(), static_cast<long long>(c.right), static_cast<long long>(c.total),
+                   c.total > 0 ? c.logprob / c.total : 0.0);
+    }
   }
   std::error_code ec;
   std::filesystem::remove_all(ws, ec);

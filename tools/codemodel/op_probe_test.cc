@@ -3,7 +3,10 @@
 // them that the model wrote, on the engineer's own episodes.
 #include "tools/codemodel/op_probe.h"
 
+#include <cmath>
 #include <random>
+
+#include <torch/torch.h>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_join.h"
@@ -11,6 +14,7 @@
 #include "gtest/gtest.h"
 #include "learner/test_util.h"
 #include "tools/codemodel/corpus.h"
+#include "tools/codemodel/render.h"
 #include "tools/codemodel/test_tasks.h"
 
 namespace kernelrl::codemodel {
@@ -47,6 +51,7 @@ TEST(OpProbeTest, MentionsAreTheTasksOpsWhereTheTextNamesThem) {
 struct ProbedEpisodes {
   std::vector<Json> records;
   std::unique_ptr<agent::Tokenizer> tokenizer;
+  std::unique_ptr<learner::Transformer> model;
   OpProbeResult result;
 };
 ProbedEpisodes ProbeEngineerEpisodes(const agent::EngineerPolicyOptions& eo, int per_task) {
@@ -67,7 +72,8 @@ ProbedEpisodes ProbeEngineerEpisodes(const agent::EngineerPolicyOptions& eo, int
                                             learner::Head::kLanguageModel, learner::ModelOptions(), 1);
   EXPECT_TRUE(model.ok()) << model.status();
   if (!model.ok()) return p;
-  const absl::Status probed = ProbeOpNames(**model, *p.tokenizer, p.records, &p.result);
+  p.model = std::move(*model);
+  const absl::Status probed = ProbeOpNames(*p.model, *p.tokenizer, p.records, &p.result);
   EXPECT_TRUE(probed.ok()) << probed;
   return p;
 }
@@ -98,6 +104,51 @@ TEST(OpProbeTest, EveryMentionTheModelWroteIsProbed) {
   for (const auto& [k, c] : result.by_family) families_total += c.total;
   EXPECT_EQ(places, families_total);
   EXPECT_EQ(result.by_family.size(), 3u);
+  // Each place that names an op is counted once by composition too, with its log-probability:
+  // below 0, the same sum however the places are grouped, and for a one-token place no lower than
+  // -log(vocab) when that token is the model's most likely.
+  int64_t compositions_total = 0, op_places = 0;
+  double by_place_lp = 0, by_composition_lp = 0;
+  for (const auto& [k, c] : result.by_place) {
+    if (absl::StartsWith(k, "verdict_")) continue;
+    by_place_lp += c.logprob;
+    op_places += c.total;
+  }
+  for (const auto& [k, c] : result.by_composition) {
+    compositions_total += c.total;
+    by_composition_lp += c.logprob;
+    EXPECT_LT(c.logprob, 0) << k;
+    EXPECT_TRUE(absl::StartsWith(k, "elementwise: ") || absl::StartsWith(k, "gemm_epilogue: ") ||
+                absl::StartsWith(k, "rowreduce: "))
+        << k;
+  }
+  EXPECT_EQ(compositions_total, op_places);
+  EXPECT_GT(op_places, 0);
+  EXPECT_EQ(result.by_composition.size(), 3u);
+  EXPECT_NEAR(by_place_lp, by_composition_lp, 1e-6 * std::abs(by_place_lp));
+  const OpProbeCount& first = result.by_place["summary_first"];
+  const double uniform = -std::log(static_cast<double>(p.tokenizer->vocab_size()));
+  if (first.right == first.total) EXPECT_GE(first.logprob / first.total, uniform);
+  EXPECT_GT(first.logprob / first.total, 4 * uniform);  // an untrained model is near uniform, not certain-wrong
+  // One record's plan (one summary_first place, one token): its log-probability is what the model
+  // gives that token reading only the text before it.
+  OpProbeResult one;
+  ASSERT_TRUE(ProbeOpNames(*p.model, *p.tokenizer, {p.records[0]}, &one).ok());
+  ASSERT_EQ(one.by_place["summary_first"].total, 1);
+  auto rendered = RenderRecord(p.records[0], *fmt);
+  ASSERT_TRUE(rendered.ok()) << rendered.status();
+  std::string decoded;
+  size_t at = 0;
+  const size_t offset = OpMentions(rendered->text)->front().offset;  // summaries come first
+  while (decoded.size() + p.tokenizer->Decode({rendered->ids[at]}).size() <= offset) {
+    decoded += p.tokenizer->Decode({rendered->ids[at++]});
+  }
+  const std::vector<int64_t> prefix(rendered->ids.begin(), rendered->ids.begin() + at);
+  const at::Tensor last = p.model->Logits(torch::tensor(prefix, torch::kInt64).unsqueeze(0)).squeeze(0)[-1];
+  EXPECT_NEAR(one.by_place["summary_first"].logprob,
+              last.log_softmax(-1)[rendered->ids[at]].item<double>(), 1e-4);
+  const Json json = OpProbeJson(result);
+  EXPECT_NEAR(json["by_place"]["summary_first"]["mean_logprob"].get<double>(), first.logprob / first.total, 1e-9);
   // Every mention is in the model's own text (model.py's docstring is no plan or header): each is probed.
   int64_t mentions = 0;
   for (const Json& r : p.records) mentions += static_cast<int64_t>(OpMentions(*RenderedText(r, *fmt))->size());
@@ -125,6 +176,11 @@ TEST(OpProbeTest, EveryReplyAfterAProfileIsProbedForTheVerdictItAnswers) {
     EXPECT_EQ(result.by_place[place].total, replies) << place;
     EXPECT_LE(result.by_place[place].right, replies) << place;
   }
+  // The verdict's places are no op's: the compositions count only the places that name one.
+  int64_t op_places = 0, compositions_total = 0;
+  for (const auto& [k, c] : result.by_place) op_places += absl::StartsWith(k, "verdict_") ? 0 : c.total;
+  for (const auto& [k, c] : result.by_composition) compositions_total += c.total;
+  EXPECT_EQ(compositions_total, op_places);
 }
 
 }  // namespace
