@@ -76,6 +76,85 @@ absl::StatusOr<std::vector<OpMention>> OpMentions(const std::string& text) {
   return Mentions(text, *spec);
 }
 
+namespace {
+
+// Probes one token sequence (`loss_mask` 1: the model's own tokens) at every place its text names
+// its task's ops, adding to `result`; with `divergence`, also where the model's most likely next
+// token first differs from the sequence's own among the model's tokens.
+absl::Status ProbeSequence(const learner::Transformer& model, const agent::Tokenizer& tokenizer,
+                           const std::vector<int32_t>& ids, const std::vector<int32_t>& loss_mask,
+                           const std::string* expected_text, OpProbeResult* result, Divergence* divergence) {
+  // Each token's first character in the text: the tokens decoded one by one, back to back.
+  std::vector<size_t> start;
+  std::string text;
+  for (int32_t id : ids) {
+    start.push_back(text.size());
+    text += tokenizer.Decode({id});
+  }
+  if (expected_text != nullptr && text != *expected_text) {
+    return absl::InternalError(absl::StrCat("record ", result->records, ": its tokens decoded one by one do not give its text"));
+  }
+  auto spec = fam::FindTaskSpec(text);  // model.py's header, as the Read tool showed it.
+  if (!spec.ok()) return spec.status();
+  if (ids.size() < 2 || loss_mask.size() != ids.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(ids.size(), " tokens and ", loss_mask.size(), " loss-mask entries"));
+  }
+  at::Tensor input = torch::tensor(std::vector<int64_t>(ids.begin(), ids.end()), torch::kInt64)
+                         .unsqueeze(0)
+                         .to(model.options().device);
+  const at::Tensor logits = model.Logits(input).squeeze(0).to(torch::kFloat);
+  at::Tensor predicted = logits.argmax(-1).to(torch::kCPU);
+  const int64_t* next = predicted.data_ptr<int64_t>();
+  // logp[k - 1]: the log-probability of token k given those before it.
+  const at::Tensor log_softmax = logits.log_softmax(-1);
+  at::Tensor logp_t = log_softmax.slice(0, 0, static_cast<int64_t>(ids.size()) - 1)
+                          .gather(1, input.squeeze(0).slice(0, 1).unsqueeze(1))
+                          .squeeze(1)
+                          .to(torch::kCPU)
+                          .to(torch::kDouble)
+                          .contiguous();
+  const double* logp = logp_t.data_ptr<double>();
+  const std::string composition = absl::StrCat(spec->family, ": ", absl::StrJoin(spec->ops, " -> "));
+  auto token_at = [&](size_t offset) {  // The token holding that character.
+    return static_cast<size_t>(std::upper_bound(start.begin(), start.end(), offset) - start.begin()) - 1;
+  };
+  for (const OpMention& m : Mentions(text, *spec)) {
+    // The token that holds the place's first character, predicted from the one before it, and
+    // for a line every token to its last character.
+    const size_t t = token_at(m.offset), last = m.end > m.offset ? token_at(m.end - 1) : t;
+    if (t == 0 || loss_mask[t] != 1) continue;  // Only the model's own tokens.
+    bool right = true;
+    double lp = 0;
+    for (size_t k = t; k <= last; ++k) {
+      right = right && next[k - 1] == ids[k];
+      lp += logp[k - 1];
+    }
+    Count(&result->by_place[m.place], right, lp);
+    Count(&result->by_family[spec->family], right, lp);
+    if (!absl::StartsWith(m.place, "verdict_")) Count(&result->by_composition[composition], right, lp);
+    if (!m.op.empty()) Count(&result->expression_by_op[m.op], right, lp);
+  }
+  ++result->records;
+  if (divergence != nullptr) {
+    *divergence = Divergence{};
+    for (size_t k = 1; k < ids.size(); ++k) {
+      if (loss_mask[k] != 1) continue;
+      ++divergence->model_tokens;
+      if (divergence->token >= 0 || next[k - 1] == ids[k]) continue;
+      divergence->token = static_cast<int64_t>(k);
+      divergence->model_token = divergence->model_tokens - 1;
+      divergence->written = tokenizer.Decode({ids[k]});
+      divergence->predicted = tokenizer.Decode({static_cast<int32_t>(next[k - 1])});
+      divergence->margin = log_softmax[k - 1][next[k - 1]].item<double>() - logp[k - 1];
+      const size_t from = start[k] > 120 ? start[k] - 120 : 0;
+      divergence->before = text.substr(from, start[k] - from);
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::Status ProbeOpNames(const learner::Transformer& model, const agent::Tokenizer& tokenizer,
                           const std::vector<Json>& records, OpProbeResult* result) {
   auto formats = RecordFormats::Create(&tokenizer);
@@ -84,57 +163,24 @@ absl::Status ProbeOpNames(const learner::Transformer& model, const agent::Tokeni
   for (const Json& record : records) {
     auto rendered = RenderRecord(record, *formats);
     if (!rendered.ok()) return rendered.status();
-    // Each token's first character in the text: the tokens decoded one by one, back to back.
-    std::vector<size_t> start;
-    std::string text;
-    for (int32_t id : rendered->ids) {
-      start.push_back(text.size());
-      text += tokenizer.Decode({id});
+    if (auto s = ProbeSequence(model, tokenizer, rendered->ids, rendered->loss_mask, &rendered->text, result, nullptr);
+        !s.ok()) {
+      return s;
     }
-    if (text != rendered->text) {
-      return absl::InternalError(absl::StrCat("record ", result->records, ": its tokens decoded one by one do not give its text"));
-    }
-    auto spec = fam::FindTaskSpec(text);  // model.py's header, as the Read tool showed it.
-    if (!spec.ok()) return spec.status();
-    const auto& ids = rendered->ids;
-    at::Tensor input = torch::tensor(std::vector<int64_t>(ids.begin(), ids.end()), torch::kInt64)
-                           .unsqueeze(0)
-                           .to(model.options().device);
-    const at::Tensor logits = model.Logits(input).squeeze(0).to(torch::kFloat);
-    at::Tensor predicted = logits.argmax(-1).to(torch::kCPU);
-    const int64_t* next = predicted.data_ptr<int64_t>();
-    // logp[k - 1]: the log-probability of token k given those before it.
-    at::Tensor logp_t = logits.log_softmax(-1)
-                            .slice(0, 0, static_cast<int64_t>(ids.size()) - 1)
-                            .gather(1, input.squeeze(0).slice(0, 1).unsqueeze(1))
-                            .squeeze(1)
-                            .to(torch::kCPU)
-                            .to(torch::kDouble)
-                            .contiguous();
-    const double* logp = logp_t.data_ptr<double>();
-    const std::string composition = absl::StrCat(spec->family, ": ", absl::StrJoin(spec->ops, " -> "));
-    auto token_at = [&](size_t offset) {  // The token holding that character.
-      return static_cast<size_t>(std::upper_bound(start.begin(), start.end(), offset) - start.begin()) - 1;
-    };
-    for (const OpMention& m : Mentions(text, *spec)) {
-      // The token that holds the place's first character, predicted from the one before it, and
-      // for a line every token to its last character.
-      const size_t t = token_at(m.offset), last = m.end > m.offset ? token_at(m.end - 1) : t;
-      if (t == 0 || rendered->loss_mask[t] != 1) continue;  // Only the model's own tokens.
-      bool right = true;
-      double lp = 0;
-      for (size_t k = t; k <= last; ++k) {
-        right = right && next[k - 1] == ids[k];
-        lp += logp[k - 1];
-      }
-      Count(&result->by_place[m.place], right, lp);
-      Count(&result->by_family[spec->family], right, lp);
-      if (!absl::StartsWith(m.place, "verdict_")) Count(&result->by_composition[composition], right, lp);
-      if (!m.op.empty()) Count(&result->expression_by_op[m.op], right, lp);
-    }
-    ++result->records;
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<TrajectoryProbe> ProbeTrajectory(const learner::Transformer& model, const agent::Tokenizer& tokenizer,
+                                                const v1::Trajectory& trajectory) {
+  torch::NoGradGuard no_grad;
+  TrajectoryProbe probe;
+  const std::vector<int32_t> ids(trajectory.token_ids().begin(), trajectory.token_ids().end());
+  const std::vector<int32_t> mask(trajectory.loss_mask().begin(), trajectory.loss_mask().end());
+  if (auto s = ProbeSequence(model, tokenizer, ids, mask, nullptr, &probe.places, &probe.divergence); !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat(trajectory.id(), ": ", s.message()));
+  }
+  return probe;
 }
 
 Json OpProbeJson(const OpProbeResult& result) {

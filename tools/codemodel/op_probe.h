@@ -28,6 +28,7 @@
 #include "agent/tokenizer/tokenizer.h"
 #include "common/json.h"
 #include "learner/model.h"
+#include "proto/trajectory.pb.h"
 #include "tools/codemodel/render.h"
 
 namespace kernelrl::codemodel {
@@ -67,6 +68,27 @@ absl::Status ProbeOpNames(const learner::Transformer& model, const agent::Tokeni
                           const std::vector<Json>& records, OpProbeResult* result);
 
 Json OpProbeJson(const OpProbeResult& result);
+
+// Where a model's most likely next token first differs from a sequence's own, among the model's
+// tokens: for a greedy rollout of another policy, where the two policies' greedy texts part, and
+// by how much the model prefers its own token there.
+struct Divergence {
+  int64_t model_tokens = 0;  // The sequence's model tokens.
+  int64_t token = -1;        // Its index in the sequence; -1: the model predicts every one.
+  int64_t model_token = -1;  // Its index among the model tokens.
+  std::string written, predicted;  // The sequence's token and the model's, decoded.
+  double margin = 0;               // log p(predicted) - log p(written) >= 0, nats.
+  std::string before;              // Up to 120 characters of text before it.
+};
+
+// A rollout probed: its op places (the policy's own text, so "right" is whether the model would
+// write what the rollout wrote) and the first divergence.
+struct TrajectoryProbe {
+  OpProbeResult places;
+  Divergence divergence;
+};
+absl::StatusOr<TrajectoryProbe> ProbeTrajectory(const learner::Transformer& model, const agent::Tokenizer& tokenizer,
+                                                const v1::Trajectory& trajectory);
 
 }  // namespace kernelrl::codemodel
 

@@ -2,14 +2,21 @@
 //
 //   op_probe --config=configs/learn/family.textproto ... --checkpoint=DIR --tasks=A.jsonl[,B.jsonl]
 //            [--per_task=2] [--seed=7] [--device=cpu|cuda] [--kernel_device=cuda|cpu]
+//   op_probe ... --checkpoint=DIR --trajectories=X.pb[,DIR]
 //
 // For each task file (any split: the trajectories stay in memory and train nothing), the
 // engineer's episodes on its tasks as corpus_gen makes them (the config's prompts and
 // engineer), each read by the model teacher-forced. Prints one JSON object, by task file, and a
 // line a file on stderr ("op probe FILE: PLACE RIGHT/TOTAL ...").
+// --trajectories: rollouts (Trajectory .pb files, or the *.pb of a directory, e.g. an
+// evaluation's trajectories/) read the same way, each on its own: whether the model would write
+// the op places the rollout wrote, and where it first would not write the rollout's token (for
+// another policy's greedy rollout, where the two greedy texts part). Under "trajectories", and a
+// line each on stderr.
 #include <ATen/Parallel.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 
@@ -18,6 +25,7 @@
 #include "absl/strings/str_split.h"
 #include "agent/policy/policy_factory.h"
 #include "common/config.h"
+#include "common/file.h"
 #include "common/json.h"
 #include "learner/model.h"
 #include "learner/rl/job_config.h"
@@ -27,6 +35,7 @@
 
 ABSL_FLAG(std::string, checkpoint, "", "the model (config.json, model.safetensors, tokenizer.json)");
 ABSL_FLAG(std::string, tasks, "", "comma-separated task files");
+ABSL_FLAG(std::string, trajectories, "", "comma-separated Trajectory .pb files or directories of them");
 ABSL_FLAG(int, per_task, 2, "episodes per task");
 ABSL_FLAG(uint64_t, seed, 7, "seed of the episodes' designs, faults and phrasings");
 ABSL_FLAG(std::string, device, "cpu", "where the model runs: cpu (fp32) or cuda (bf16)");
@@ -36,10 +45,70 @@ ABSL_FLAG(int, threads, 0, "CPU intra-op threads (0 = LibTorch's default)");
 namespace kernelrl::codemodel {
 namespace {
 
+// --trajectories, each file or each *.pb of a directory (sorted), probed on its own.
+absl::StatusOr<Json> ProbeRollouts(const learner::Transformer& model, const agent::Tokenizer& tokenizer) {
+  std::vector<std::string> files;
+  for (absl::string_view arg : absl::StrSplit(absl::GetFlag(FLAGS_trajectories), ',', absl::SkipEmpty())) {
+    const std::filesystem::path path{std::string(arg)};
+    if (!std::filesystem::is_directory(path)) {
+      files.push_back(path.string());
+      continue;
+    }
+    std::vector<std::string> in_dir;
+    for (const auto& e : std::filesystem::directory_iterator(path)) {
+      if (e.path().extension() == ".pb") in_dir.push_back(e.path().string());
+    }
+    if (in_dir.empty()) return absl::NotFoundError(absl::StrCat(path.string(), ": no .pb file"));
+    std::sort(in_dir.begin(), in_dir.end());
+    files.insert(files.end(), in_dir.begin(), in_dir.end());
+  }
+  Json out = Json::array();
+  for (const std::string& file : files) {
+    auto bytes = ReadFileToString(file);
+    if (!bytes.ok()) return bytes.status();
+    v1::Trajectory t;
+    if (!t.ParseFromString(*bytes)) return absl::InvalidArgumentError(absl::StrCat(file, ": not a Trajectory"));
+    auto probe = ProbeTrajectory(model, tokenizer, t);
+    if (!probe.ok()) return probe.status();
+    const Divergence& d = probe->divergence;
+    Json one = OpProbeJson(probe->places);
+    one["file"] = file;
+    one["trajectory_id"] = t.id();
+    one["task_id"] = t.task_id();
+    one["reward"] = t.reward();
+    one["divergence"] = Json::object({{"model_tokens", Json(d.model_tokens)},
+                                      {"token", Json(d.token)},
+                                      {"model_token", Json(d.model_token)},
+                                      {"written", Json(d.written)},
+                                      {"predicted", Json(d.predicted)},
+                                      {"margin", Json(d.margin)},
+                                      {"before", Json(d.before)}});
+    int64_t right = 0, total = 0;
+    double logprob = 0;
+    for (const auto& [composition, c] : probe->places.by_composition) {
+      right += c.right;
+      total += c.total;
+      logprob += c.logprob;
+    }
+    std::string line = absl::StrCat("op probe ", t.id(), " (reward ", t.reward(), "): op places ", right, "/", total,
+                                    ", mean log-probability ", total > 0 ? logprob / total : 0.0, "; ");
+    if (d.token < 0) {
+      absl::StrAppend(&line, "the model's most likely token at every one of its ", d.model_tokens, " tokens");
+    } else {
+      absl::StrAppend(&line, "parts at model token ", d.model_token, " of ", d.model_tokens, ": wrote ",
+                      DumpJson(Json(d.written)), ", the model ", DumpJson(Json(d.predicted)), " by ", d.margin,
+                      " nats, after ", DumpJson(Json(d.before.size() > 60 ? d.before.substr(d.before.size() - 60) : d.before)));
+    }
+    std::fprintf(stderr, "%s\n", line.c_str());
+    out.push_back(std::move(one));
+  }
+  return out;
+}
+
 absl::Status Run(const v1::LearnConfig& config) {
   const std::string dir = absl::GetFlag(FLAGS_checkpoint);
-  if (dir.empty() || absl::GetFlag(FLAGS_tasks).empty()) {
-    return absl::InvalidArgumentError("--checkpoint and --tasks are required");
+  if (dir.empty() || (absl::GetFlag(FLAGS_tasks).empty() && absl::GetFlag(FLAGS_trajectories).empty())) {
+    return absl::InvalidArgumentError("--checkpoint and --tasks or --trajectories are required");
   }
   if (const int t = absl::GetFlag(FLAGS_threads); t > 0) at::set_num_threads(t);
   auto tokenizer = agent::Tokenizer::Load(dir + "/tokenizer.json");
@@ -72,6 +141,11 @@ absl::Status Run(const v1::LearnConfig& config) {
                    composition.c_str(), static_cast<long long>(c.right), static_cast<long long>(c.total),
                    c.total > 0 ? c.logprob / c.total : 0.0);
     }
+  }
+  if (auto probed = ProbeRollouts(**model, **tokenizer); !probed.ok()) {
+    return probed.status();
+  } else if (!probed->empty()) {
+    out["trajectories"] = std::move(*probed);
   }
   std::error_code ec;
   std::filesystem::remove_all(ws, ec);

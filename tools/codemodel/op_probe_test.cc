@@ -155,6 +155,73 @@ TEST(OpProbeTest, EveryMentionTheModelWroteIsProbed) {
   EXPECT_EQ(places, mentions);
 }
 
+// A rollout probed as the policy wrote it: its op places as a record's, and where the model first
+// would write another token than the rollout's.
+TEST(OpProbeTest, ARolloutPartsFromTheModelWhereItsTokenIsNotTheModelsMostLikely) {
+  agent::EngineerPolicyOptions eo;
+  eo.device = "cuda";
+  eo.revisions = 0;
+  ProbedEpisodes p = ProbeEngineerEpisodes(eo, 1);
+  ASSERT_NE(p.model, nullptr);
+  auto fmt = RecordFormats::Create(p.tokenizer.get());
+  ASSERT_TRUE(fmt.ok());
+  auto rendered = RenderRecord(p.records[0], *fmt);
+  ASSERT_TRUE(rendered.ok()) << rendered.status();
+  v1::Trajectory t;
+  t.set_id("r0");
+  for (int32_t id : rendered->ids) t.add_token_ids(id);
+  for (int32_t m : rendered->loss_mask) t.add_loss_mask(m);
+  // The record's places, probed as a rollout: the same counts as the record's.
+  auto whole = ProbeTrajectory(*p.model, *p.tokenizer, t);
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  OpProbeResult one;
+  ASSERT_TRUE(ProbeOpNames(*p.model, *p.tokenizer, {p.records[0]}, &one).ok());
+  ASSERT_FALSE(one.by_place.empty());
+  for (const auto& [place, c] : one.by_place) {
+    EXPECT_EQ(whole->places.by_place[place].right, c.right) << place;
+    EXPECT_EQ(whole->places.by_place[place].total, c.total) << place;
+    EXPECT_NEAR(whole->places.by_place[place].logprob, c.logprob, 1e-6 + 1e-6 * std::abs(c.logprob)) << place;
+  }
+  int64_t model_tokens = 0;
+  for (size_t k = 1; k < rendered->ids.size(); ++k) model_tokens += rendered->loss_mask[k];
+  EXPECT_EQ(whole->divergence.model_tokens, model_tokens);
+  EXPECT_GE(whole->divergence.token, 0);  // an untrained model writes no engineer's text
+  EXPECT_GE(whole->divergence.margin, 0);
+  // The last 12 tokens the model's own, written greedily one by one: the model follows every one.
+  const int tail = 12, n = t.token_ids_size();
+  for (int k = 0; k < n; ++k) t.set_loss_mask(k, k >= n - tail ? 1 : 0);
+  for (int k = n - tail; k < n; ++k) {
+    const std::vector<int64_t> prefix(t.token_ids().begin(), t.token_ids().begin() + k);
+    const at::Tensor logits = p.model->Logits(torch::tensor(prefix, torch::kInt64).unsqueeze(0)).squeeze(0)[-1];
+    t.set_token_ids(k, static_cast<int32_t>(logits.argmax().item<int64_t>()));
+  }
+  auto greedy = ProbeTrajectory(*p.model, *p.tokenizer, t);
+  ASSERT_TRUE(greedy.ok()) << greedy.status();
+  EXPECT_EQ(greedy->divergence.token, -1);
+  EXPECT_EQ(greedy->divergence.model_tokens, tail);
+  // One of them changed: the rollout parts from the model there, the model preferring its own.
+  const int changed = n - tail / 2;
+  const int32_t was = t.token_ids(changed);
+  t.set_token_ids(changed, was == 0 ? 1 : was - 1);
+  auto parted = ProbeTrajectory(*p.model, *p.tokenizer, t);
+  ASSERT_TRUE(parted.ok()) << parted.status();
+  EXPECT_EQ(parted->divergence.token, changed);
+  EXPECT_EQ(parted->divergence.model_token, tail / 2);
+  EXPECT_EQ(parted->divergence.predicted, p.tokenizer->Decode({was}));
+  EXPECT_EQ(parted->divergence.written, p.tokenizer->Decode({t.token_ids(changed)}));
+  EXPECT_GT(parted->divergence.margin, 0);
+  // Text without a task's header is refused, named.
+  v1::Trajectory bare;
+  bare.set_id("bare");
+  for (int k = 0; k < 4; ++k) {
+    bare.add_token_ids(k);
+    bare.add_loss_mask(1);
+  }
+  auto refused = ProbeTrajectory(*p.model, *p.tokenizer, bare);
+  EXPECT_FALSE(refused.ok());
+  EXPECT_TRUE(absl::StartsWith(refused.status().message(), "bare: ")) << refused.status();
+}
+
 // With stop_at_reward every reply after a Profile says what it paid and what it does next: each
 // is probed (a random model gets some of them right, never more than there are).
 TEST(OpProbeTest, EveryReplyAfterAProfileIsProbedForTheVerdictItAnswers) {
