@@ -84,6 +84,9 @@ namespace {
 absl::Status ProbeSequence(const learner::Transformer& model, const agent::Tokenizer& tokenizer,
                            const std::vector<int32_t>& ids, const std::vector<int32_t>& loss_mask,
                            const std::string* expected_text, OpProbeResult* result, Divergence* divergence) {
+  if (ids.size() < 2 || loss_mask.size() != ids.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(ids.size(), " tokens and ", loss_mask.size(), " loss-mask entries"));
+  }
   // Each token's first character in the text: the tokens decoded one by one, back to back.
   std::vector<size_t> start;
   std::string text;
@@ -96,9 +99,6 @@ absl::Status ProbeSequence(const learner::Transformer& model, const agent::Token
   }
   auto spec = fam::FindTaskSpec(text);  // model.py's header, as the Read tool showed it.
   if (!spec.ok()) return spec.status();
-  if (ids.size() < 2 || loss_mask.size() != ids.size()) {
-    return absl::InvalidArgumentError(absl::StrCat(ids.size(), " tokens and ", loss_mask.size(), " loss-mask entries"));
-  }
   at::Tensor input = torch::tensor(std::vector<int64_t>(ids.begin(), ids.end()), torch::kInt64)
                          .unsqueeze(0)
                          .to(model.options().device);

@@ -78,11 +78,16 @@ ProbedEpisodes ProbeEngineerEpisodes(const agent::EngineerPolicyOptions& eo, int
   return p;
 }
 
-TEST(OpProbeTest, EveryMentionTheModelWroteIsProbed) {
+// One episode of each family's first training task, written without revisions.
+ProbedEpisodes ProbeOneEpisodePerFamily() {
   agent::EngineerPolicyOptions eo;
   eo.device = "cuda";
   eo.revisions = 0;
-  ProbedEpisodes p = ProbeEngineerEpisodes(eo, 1);
+  return ProbeEngineerEpisodes(eo, 1);
+}
+
+TEST(OpProbeTest, EveryMentionTheModelWroteIsProbed) {
+  ProbedEpisodes p = ProbeOneEpisodePerFamily();
   ASSERT_NE(p.tokenizer, nullptr);
   auto fmt = RecordFormats::Create(p.tokenizer.get());
   ASSERT_TRUE(fmt.ok());
@@ -158,10 +163,7 @@ TEST(OpProbeTest, EveryMentionTheModelWroteIsProbed) {
 // A rollout probed as the policy wrote it: its op places as a record's, and where the model first
 // would write another token than the rollout's.
 TEST(OpProbeTest, ARolloutPartsFromTheModelWhereItsTokenIsNotTheModelsMostLikely) {
-  agent::EngineerPolicyOptions eo;
-  eo.device = "cuda";
-  eo.revisions = 0;
-  ProbedEpisodes p = ProbeEngineerEpisodes(eo, 1);
+  ProbedEpisodes p = ProbeOneEpisodePerFamily();
   ASSERT_NE(p.model, nullptr);
   auto fmt = RecordFormats::Create(p.tokenizer.get());
   ASSERT_TRUE(fmt.ok());
