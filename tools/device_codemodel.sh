@@ -98,6 +98,17 @@ copy_job() {
   printf '%s\n' "$ids" | grep -c . || true  # The callers count what arrived.
 }
 
+# equal_reward_tasks LEDGER: the tasks whose every agentic PPO group in that job was dropped for one
+# reward (dynamic sampling), one id a line: a call that goes on from the job defers them
+# (ingest.deferred_task_ids), rechecking them the call after, where they are no longer named.
+equal_reward_tasks() {
+  awk 'function val(key) { return match($0, "\"" key "\":\"[^\"]*\"") ? substr($0, RSTART + length(key) + 4, RLENGTH - length(key) - 5) : "" }
+    /"kind":"ACCEPTED"/ && /"stage":"agentic_ppo"/ { task[val("trajectory_id")] = val("task_id") }
+    /"kind":"TRAINED"/ { trained[task[val("trajectory_id")]] = 1 }
+    /"kind":"DROPPED"/ && /"stage":"agentic_ppo"/ && /"reason":"zero reward variance"/ { dropped[val("task_id")] = 1 }
+    END { for (t in dropped) if (!(t in trained)) print t }' "$1" | LC_ALL=C sort
+}
+
 if [ "${1:-}" = "--stage-in" ]; then  # Run HERE, after --stage: an earlier call's base and baselines travel.
   set -e
   IN=${2:?usage: tools/device_codemodel.sh --stage-in DIR [--cpu] (with base.tgz and results.tgz; logs.tgz: its warm-up)}
@@ -385,6 +396,13 @@ if [ -n "${CONTINUE_FROM:-}" ]; then
   JOB_FLAGS+=(--job_set=recipe.single_turn_ppo.skip=true --job_set=recipe.agent_warmup.skip=true --job_set=recipe.rft.skip=true --skip_start_eval
     --skip_ppo_start_eval --expected_eval_s="$EXPECTED" --job_set=ingest.task_order_seed=$(( SEED * 1000 + CALLS )))
   echo "call $((CALLS + 1)) of this seed's chain: no evaluation before PPO, ${EXPECTED} s held for the final one"
+  # The tasks whose every group in the earlier call had one reward go last in each task cycle (of this
+  # call's task set only), so that a call cut after a dozen groups spends them where outcomes differ.
+  DEFERRED=()
+  while read -r T; do
+    grep -qF "\"id\":\"$T\"" "$M/small/train.jsonl" && DEFERRED+=("$T") && JOB_FLAGS+=(--job_set=ingest.deferred_task_ids=$T)
+  done < <(cat "$RUN/base/deferred_tasks" 2>/dev/null)
+  echo "deferred to the end of each task cycle (one reward in every group of the earlier call): ${#DEFERRED[@]}${DEFERRED:+: ${DEFERRED[*]}}"
   if [ -f "$RUN/base/critic/config.json" ]; then
     # With VALUE_JOBS the carried critic pretrains further on those jobs' returns first.
     JOB_FLAGS+=(--critic_checkpoint="$RUN/base/critic")
@@ -469,8 +487,9 @@ print("%s: op lines right in %d of %d first kernels, %d of %d final%s" % (sys.ar
   done
   LATEST=$(cat "$JOB/checkpoints/LATEST" 2>/dev/null)
   [ -n "$LATEST" ] || return 0
+  equal_reward_tasks "$JOB/ledger.jsonl" > "$RUN/deferred-$NAME"
   pack_policy final_policy "$NAME" "$JOB/checkpoints/$LATEST" $(( $(cat "$RUN/base/job_calls" 2>/dev/null || echo 0) + 1 )) \
-    "$JOB/curves/curves.json"
+    "$JOB/curves/curves.json" "$RUN/deferred-$NAME"
   # The policy the PPO-start evaluation scored (the RFT policy and its pretrained critic): other seeds
   # of the PPO stage start from it (CONTINUE=ppo_start --stage-in), with no warm-up, RFT, value
   # pretraining or evaluation before PPO of their own, and read against this call's PPO start.
@@ -489,7 +508,7 @@ for e in json.load(open(sys.argv[1])).get("heldout", []):
 # $OUT/KIND-NAME.tgz (CONTINUE_FROM of a later call), CALLS the job calls of its chain so far, CURVES
 # the job's curves.json (its evaluations' times).
 pack_policy() {
-  local KIND=$1 NAME=$2 CK=$3 CALLS=$4 CURVES=$5 F
+  local KIND=$1 NAME=$2 CK=$3 CALLS=$4 CURVES=$5 DEFERRED=${6:-} F
   F=$RUN/$KIND-$NAME; rm -rf "$F"; cp -r "$CK/policy" "$F"; cp "$RUN/base/tokenizer.json" "$F/"
   # Its corpus's tool-line shapes too: a call that continues from it (CONTINUE_FROM) reports against them.
   [ -f "$RUN/base/tool_line_shapes.txt" ] && cp "$RUN/base/tool_line_shapes.txt" "$F/"
@@ -497,6 +516,7 @@ pack_policy() {
   [ -d "$CK/critic" ] && cp -r "$CK/critic" "$F/critic"
   # For a call that goes on from it: the job calls in its chain so far and its longest held-out evaluation.
   echo "$CALLS" > "$F/job_calls"
+  [ -n "$DEFERRED" ] && cp "$DEFERRED" "$F/deferred_tasks"
   grep -o '"eval_seconds": *[0-9.]*' "$CURVES" 2>/dev/null | sed 's/.*: *//' | sort -g | tail -1 > "$F/eval_seconds"
   [ -s "$F/eval_seconds" ] || cp "$RUN/base/eval_seconds" "$F/" 2>/dev/null || true  # None here: the chain's last.
   (cd "$F" && sha256sum model*.safetensors tokenizer.json $(ls critic/*.safetensors 2>/dev/null) > SHA256SUMS)

@@ -193,6 +193,10 @@ void Ingest::SetStage(const std::string& stage, std::vector<v1::Task> tasks, int
     Rng rng(options_.task_order_seed != 0 ? options_.task_order_seed : options_.seed, StableHash(stage));
     for (size_t i = tasks_.size(); i > 1; --i) std::swap(tasks_[i - 1], tasks_[rng.Below(i)]);
   }
+  const std::vector<std::string>& deferred = options_.deferred_task_ids;
+  std::stable_partition(tasks_.begin(), tasks_.end(), [&](const v1::Task& t) {
+    return std::find(deferred.begin(), deferred.end(), t.id()) == deferred.end();
+  });
   rollouts_per_task_ = std::max(1, rollouts_per_task);
   max_fresh_ = max_fresh_issues;
 }

@@ -83,6 +83,8 @@ struct IngestOptions {
   // `seed` when 0, and the stage's name) instead of as given (IngestConfig).
   bool shuffle_tasks = false;
   uint64_t task_order_seed = 0;
+  // Tasks every stage's cycle leases after all the others (IngestConfig.deferred_task_ids).
+  std::vector<std::string> deferred_task_ids;
   Clock* clock = RealClock();         // Lease expiry reads it; tests move a FakeClock.
 };
 

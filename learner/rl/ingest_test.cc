@@ -655,6 +655,43 @@ TEST(IngestTest, AStageCyclesItsTasksInASeededOrderThatAResumeKeeps) {
   EXPECT_EQ(order_of(listed_order), listed_ids);
 }
 
+TEST(IngestTest, DeferredTasksComeLastInEachCycleInTheCyclesOrder) {
+  std::mt19937_64 rng(std::random_device{}());
+  const std::vector<v1::Task> listed = FamilyBlockedTasks();
+  IngestOptions o;
+  o.seed = 1 + rng() % 1000000;
+  o.shuffle_tasks = true;
+  o.buffer_capacity = 100;
+  auto order_of = [&](const IngestOptions& opts) {
+    auto in = Ingest::Open(NewTempDir("ingest_test_"), "job", opts, 0);
+    if (!in.ok()) return std::vector<std::string>{};
+    (*in)->SetStage("agentic_ppo", listed, 1, -1);
+    return LeasedOrder(in->get(), "a", 18);
+  };
+  const std::vector<std::string> plain = order_of(o);
+  ASSERT_EQ(plain.size(), 18u);
+  // Three tasks drawn at random, one of them the cycle's first, and one id twice.
+  IngestOptions deferring = o;
+  std::set<std::string> deferred = {plain[0]};
+  while (deferred.size() < 3) deferred.insert(listed[rng() % listed.size()].id());
+  deferring.deferred_task_ids.assign(deferred.begin(), deferred.end());
+  deferring.deferred_task_ids.push_back(plain[0]);
+  const std::vector<std::string> order = order_of(deferring);
+  ASSERT_EQ(order.size(), 18u);
+  // The cycle as it was, its deferred tasks moved to its end in their own order.
+  std::vector<std::string> expected;
+  for (int deferred_part = 0; deferred_part < 2; ++deferred_part) {
+    for (int i = 0; i < 9; ++i) {
+      if (deferred.count(plain[i]) == static_cast<size_t>(deferred_part)) expected.push_back(plain[i]);
+    }
+  }
+  EXPECT_EQ(std::vector<std::string>(order.begin(), order.begin() + 9), expected);
+  EXPECT_EQ(std::vector<std::string>(order.begin() + 9, order.end()), expected) << "every cycle, not the first alone";
+  IngestOptions unknown = o;
+  unknown.deferred_task_ids = {"level9/no_such_task"};
+  EXPECT_EQ(order_of(unknown), plain) << "an id the stage lacks moves nothing";
+}
+
 TEST(IngestTest, TornLedgerLineIsCutOnOpen) {
   const std::string dir = NewTempDir("ingest_test_");
   std::mt19937 rng(6);

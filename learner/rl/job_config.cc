@@ -2,6 +2,8 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
@@ -186,7 +188,14 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec) {
   if (spec.max_steps() < 0) return bad("max_steps", "must be >= 0 (0 = the recipe's step counts)");
   if (spec.rollouts_per_task() < 0) return bad("rollouts_per_task", "must be >= 0 (0 = 1)");
   auto config = ParseJobConfig(spec.hyperparameters_text());
-  return config.ok() ? absl::OkStatus() : config.status();
+  if (!config.ok()) return config.status();
+  for (const std::string& id : config->ingest().deferred_task_ids()) {
+    if (std::none_of(tasks->begin(), tasks->end(), [&](const v1::Task& t) { return t.id() == id; })) {
+      return bad("hyperparameters_text", absl::StrCat("ingest.deferred_task_ids: \"", id, "\" is not a task of ",
+                                                      spec.task_set()));
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::vector<v1::Task>> LoadTaskSet(const std::string& path) {

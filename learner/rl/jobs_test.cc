@@ -154,6 +154,11 @@ TEST(JobManagerTest, BadSpecIsInvalidArgumentNamingTheField) {
   s = spec;
   s.set_hyperparameters_text("ppo { clip_high: -1 }");
   expect(s, "ppo.clip_high");
+  // Deferred tasks are the task set's; a typo is refused, not a cycle left as it was.
+  s.set_hyperparameters_text("ingest { deferred_task_ids: \"t2\" deferred_task_ids: \"level1/19_ReLu\" }");
+  expect(s, "ingest.deferred_task_ids: \"level1/19_ReLu\" is not a task of");
+  s.set_hyperparameters_text("ingest { deferred_task_ids: \"t2\" deferred_task_ids: \"level1/19_ReLU\" }");
+  EXPECT_TRUE(ValidateJobSpec(s).ok()) << ValidateJobSpec(s);
   // A smaller critic must read the actor's tokens.
   auto model = [&](const std::string& name, int vocab, int hidden) {
     ::mkdir((root + "/" + name).c_str(), 0755);

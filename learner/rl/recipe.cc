@@ -187,6 +187,7 @@ absl::Status RecipeRunner::Setup(JobContext* ctx) {
   io.seed = config_.seed();
   io.shuffle_tasks = config_.ingest().shuffle_tasks();
   io.task_order_seed = config_.ingest().task_order_seed();
+  io.deferred_task_ids.assign(config_.ingest().deferred_task_ids().begin(), config_.ingest().deferred_task_ids().end());
   // A batch is whole groups: up to max(trajectories_per_step, rollouts_per_task) trajectories.
   io.max_pending_in_stage = (config_.ingest().max_policy_lag() + 1) *
                             static_cast<int64_t>(std::max({1, config_.batch().trajectories_per_step(),
