@@ -23,8 +23,9 @@
 #      optimizers' moments restart), no evaluation before PPO (the earlier call's final one scored that
 #      policy; the cut holds its time for this call's final one), its task order reseeded by its place in
 #      the chain, and the tasks whose every group in the earlier call had one reward (the archive's
-#      deferred_tasks) last in each task cycle. FINAL_EVAL=0 in every call of a chain but the last: a chain needs its first call's
-#      PPO-start evaluation and its last call's final one (`kernelrl seeds A/curves.json+B/curves.json`).
+#      deferred_tasks) last in each task cycle. FINAL_EVAL=0 in every call of a chain but the last: a
+#      chain needs its first call's PPO-start evaluation and its last call's final one
+#      (`kernelrl seeds A/curves.json+B/curves.json`).
 #   e. more seeds of the PPO stage from one RFT policy: a call that evaluated its PPO start also returns
 #      ppo_start_policy-<seed>-<ablation>.tgz (the policy and critic that evaluation scored; the job keeps
 #      every checkpoint for it). CONTINUE=ppo_start tools/device_codemodel.sh --stage-in DIR, then
