@@ -3,6 +3,8 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <cctype>
+#include <cmath>
 #include <regex>
 
 #include "absl/strings/match.h"
@@ -78,12 +80,71 @@ absl::StatusOr<std::vector<OpMention>> OpMentions(const std::string& text) {
 
 namespace {
 
+// Adds to `odds` (by slot) the model's odds for each of `family`'s design slots at the first place
+// where the model's own tokens name the slot ("strategy=" then the option). Each option's text,
+// from the start of the token that holds the written option's first character, is scored after
+// the tokens before that one; the options of a slot go through the model together.
+absl::Status AddDesignOdds(const learner::Transformer& model, const agent::Tokenizer& tokenizer,
+                           const std::vector<int32_t>& ids, const std::vector<int32_t>& loss_mask,
+                           const std::string& text, const std::vector<size_t>& start, const std::string& family,
+                           std::map<std::string, DesignOdds>* odds) {
+  auto slots = fam::Slots(family);
+  if (!slots.ok()) return slots.status();
+  auto token_at = [&](size_t offset) {
+    return static_cast<size_t>(std::upper_bound(start.begin(), start.end(), offset) - start.begin()) - 1;
+  };
+  for (const fam::Slot& slot : *slots) {
+    const std::string key = slot.name + "=";
+    size_t t = 0, value = std::string::npos;
+    for (size_t q = text.find(key); q != std::string::npos; q = text.find(key, q + 1)) {
+      const size_t p = q + key.size();
+      if ((q > 0 && (std::isalnum(static_cast<unsigned char>(text[q - 1])) || text[q - 1] == '_')) || p >= text.size()) {
+        continue;  // "myblock=" names no slot.
+      }
+      if (const size_t k = token_at(p); k > 0 && loss_mask[k] == 1) {
+        t = k, value = p;
+        break;
+      }
+    }
+    if (value == std::string::npos) continue;
+    const std::string before = text.substr(start[t], value - start[t]);  // "=" when it opens the token
+    std::vector<std::vector<int32_t>> options;
+    size_t longest = 0;
+    for (const std::string& option : slot.options) {
+      options.push_back(tokenizer.Encode(before + option));
+      longest = std::max(longest, options.back().size());
+    }
+    // One row an option: the prefix, the option's tokens, then padding (causal: read by nothing scored).
+    std::vector<int64_t> rows;
+    for (const std::vector<int32_t>& o : options) {
+      rows.insert(rows.end(), ids.begin(), ids.begin() + static_cast<int64_t>(t));
+      rows.insert(rows.end(), o.begin(), o.end());
+      rows.insert(rows.end(), longest - o.size(), 0);
+    }
+    const int64_t width = static_cast<int64_t>(t + longest);
+    const at::Tensor input = torch::tensor(rows, torch::kInt64).view({static_cast<int64_t>(options.size()), width});
+    const at::Tensor logp = model.Logits(input.to(model.options().device)).to(torch::kFloat).log_softmax(-1).to(torch::kCPU);
+    std::vector<double> score(options.size(), 0.0);
+    for (size_t i = 0; i < options.size(); ++i) {
+      for (size_t j = 0; j < options[i].size(); ++j) score[i] += logp[i][t - 1 + j][options[i][j]].item<double>();
+    }
+    const double top = *std::max_element(score.begin(), score.end());
+    double sum = 0;
+    for (double s : score) sum += std::exp(s - top);
+    DesignOdds& d = (*odds)[slot.name];
+    for (size_t i = 0; i < options.size(); ++i) d.probability[slot.options[i]] += std::exp(score[i] - top) / sum;
+    ++d.n;
+  }
+  return absl::OkStatus();
+}
+
 // Probes one token sequence (`loss_mask` 1: the model's own tokens) at every place its text names
 // its task's ops, adding to `result`; with `divergence`, also where the model's most likely next
 // token first differs from the sequence's own among the model's tokens.
 absl::Status ProbeSequence(const learner::Transformer& model, const agent::Tokenizer& tokenizer,
                            const std::vector<int32_t>& ids, const std::vector<int32_t>& loss_mask,
-                           const std::string* expected_text, OpProbeResult* result, Divergence* divergence) {
+                           const std::string& task_id, const std::string* expected_text, OpProbeResult* result,
+                           Divergence* divergence) {
   if (ids.size() < 2 || loss_mask.size() != ids.size()) {
     return absl::InvalidArgumentError(absl::StrCat(ids.size(), " tokens and ", loss_mask.size(), " loss-mask entries"));
   }
@@ -134,6 +195,13 @@ absl::Status ProbeSequence(const learner::Transformer& model, const agent::Token
     if (!absl::StartsWith(m.place, "verdict_")) Count(&result->by_composition[composition], right, lp);
     if (!m.op.empty()) Count(&result->expression_by_op[m.op], right, lp);
   }
+  std::map<std::string, DesignOdds> odds;
+  if (auto s = AddDesignOdds(model, tokenizer, ids, loss_mask, text, start, spec->family, &odds); !s.ok()) return s;
+  for (const auto& [slot, d] : odds) {
+    DesignOdds& sum = result->design_odds[task_id][slot];
+    for (const auto& [option, p] : d.probability) sum.probability[option] += p;
+    sum.n += d.n;
+  }
   ++result->records;
   if (divergence != nullptr) {
     *divergence = Divergence{};
@@ -163,7 +231,10 @@ absl::Status ProbeOpNames(const learner::Transformer& model, const agent::Tokeni
   for (const Json& record : records) {
     auto rendered = RenderRecord(record, *formats);
     if (!rendered.ok()) return rendered.status();
-    if (auto s = ProbeSequence(model, tokenizer, rendered->ids, rendered->loss_mask, &rendered->text, result, nullptr);
+    const Json* task = FindJson(record, "task_id");
+    const std::string task_id = task != nullptr && task->is_string() ? task->get<std::string>() : "";
+    if (auto s = ProbeSequence(model, tokenizer, rendered->ids, rendered->loss_mask, task_id, &rendered->text, result,
+                               nullptr);
         !s.ok()) {
       return s;
     }
@@ -177,7 +248,9 @@ absl::StatusOr<TrajectoryProbe> ProbeTrajectory(const learner::Transformer& mode
   TrajectoryProbe probe;
   const std::vector<int32_t> ids(trajectory.token_ids().begin(), trajectory.token_ids().end());
   const std::vector<int32_t> mask(trajectory.loss_mask().begin(), trajectory.loss_mask().end());
-  if (auto s = ProbeSequence(model, tokenizer, ids, mask, nullptr, &probe.places, &probe.divergence); !s.ok()) {
+  if (auto s = ProbeSequence(model, tokenizer, ids, mask, trajectory.task_id(), nullptr, &probe.places,
+                             &probe.divergence);
+      !s.ok()) {
     return absl::Status(s.code(), absl::StrCat(trajectory.id(), ": ", s.message()));
   }
   return probe;
@@ -194,11 +267,22 @@ Json OpProbeJson(const OpProbeResult& result) {
     }
     return out;
   };
+  Json design = Json::object();
+  for (const auto& [task, slots] : result.design_odds) {
+    Json by_slot = Json::object();
+    for (const auto& [slot, d] : slots) {
+      Json p = Json::object();
+      for (const auto& [option, sum] : d.probability) p[option] = d.n > 0 ? sum / d.n : 0.0;
+      by_slot[slot] = Json::object({{"n", Json(d.n)}, {"probability", std::move(p)}});
+    }
+    design[task] = std::move(by_slot);
+  }
   return Json::object({{"records", Json(result.records)},
                        {"by_place", counts(result.by_place)},
                        {"by_family", counts(result.by_family)},
                        {"by_composition", counts(result.by_composition)},
-                       {"expression_by_op", counts(result.expression_by_op)}});
+                       {"expression_by_op", counts(result.expression_by_op)},
+                       {"design_odds", std::move(design)}});
 }
 
 }  // namespace kernelrl::codemodel

@@ -40,6 +40,11 @@ struct OpProbeCount {
   double logprob = 0;
 };
 
+struct DesignOdds {
+  std::map<std::string, double> probability;  // Option -> summed probability, over `n` texts.
+  int64_t n = 0;
+};
+
 struct OpProbeResult {
   int64_t records = 0;
   std::map<std::string, OpProbeCount> by_place;   // summary_first, summary_later, header_first, ...
@@ -50,6 +55,12 @@ struct OpProbeResult {
   std::map<std::string, OpProbeCount> by_composition;
   // The expression lines by op ("tanh"): which ops a model names but does not write.
   std::map<std::string, OpProbeCount> expression_by_op;
+  // By task id, then design slot ("strategy"): the model's odds for the slot's options where the
+  // first text it wrote names that slot ("strategy=block", the first plan), each option's text
+  // scored from the same prefix and the scores normalised over the options. A smooth measure of
+  // the design a policy would choose, where a greedy rollout shows only the winner. Later slots
+  // read after the earlier ones as the text wrote them.
+  std::map<std::string, std::map<std::string, DesignOdds>> design_odds;
 };
 
 // Where `record`'s assistant text names its task's ops: {place, character offset of the
@@ -62,8 +73,8 @@ struct OpMention {
 };
 absl::StatusOr<std::vector<OpMention>> OpMentions(const std::string& text);
 
-// Probes `records` (CorpusRecord lines) with `model` (a language-model head) through
-// `tokenizer`, adding to `result`.
+// Probes `records` (CorpusRecord lines, by their task_id) with `model` (a language-model head)
+// through `tokenizer`, adding to `result`.
 absl::Status ProbeOpNames(const learner::Transformer& model, const agent::Tokenizer& tokenizer,
                           const std::vector<Json>& records, OpProbeResult* result);
 

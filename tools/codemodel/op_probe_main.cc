@@ -12,7 +12,8 @@
 // evaluation's trajectories/) read the same way, each on its own: whether the model would write
 // the op places the rollout wrote, and where it first would not write the rollout's token (for
 // another policy's greedy rollout, where the two greedy texts part). Under "trajectories", and a
-// line each on stderr.
+// line each on stderr. Both give the model's odds for each design slot's options at the first
+// plan ("design_odds", by task; for the task files a line a task on stderr).
 #include <ATen/Parallel.h>
 #include <unistd.h>
 
@@ -22,6 +23,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "agent/policy/policy_factory.h"
 #include "common/config.h"
@@ -140,6 +142,15 @@ absl::Status Run(const v1::LearnConfig& config) {
       std::fprintf(stderr, "op probe %s: %s %lld/%lld, mean log-probability %.3f\n", std::string(path).c_str(),
                    composition.c_str(), static_cast<long long>(c.right), static_cast<long long>(c.total),
                    c.total > 0 ? c.logprob / c.total : 0.0);
+    }
+    // The odds of each design slot's options at the first plan, by task.
+    for (const auto& [task, slots] : result.design_odds) {
+      std::string odds = absl::StrCat("design odds ", path, ": ", task);
+      for (const auto& [slot, d] : slots) {
+        absl::StrAppend(&odds, "; ", slot);
+        for (const auto& [option, sum] : d.probability) absl::StrAppendFormat(&odds, " %s %.3f", option, sum / d.n);
+      }
+      std::fprintf(stderr, "%s\n", odds.c_str());
     }
   }
   if (auto probed = ProbeRollouts(**model, **tokenizer); !probed.ok()) {

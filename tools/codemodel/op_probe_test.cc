@@ -3,6 +3,7 @@
 // them that the model wrote, on the engineer's own episodes.
 #include "tools/codemodel/op_probe.h"
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 
@@ -10,6 +11,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_join.h"
+#include "agent/family/templates.h"
 #include "common/testing/testing.h"
 #include "gtest/gtest.h"
 #include "learner/test_util.h"
@@ -158,6 +160,69 @@ TEST(OpProbeTest, EveryMentionTheModelWroteIsProbed) {
   int64_t mentions = 0;
   for (const Json& r : p.records) mentions += static_cast<int64_t>(OpMentions(*RenderedText(r, *fmt))->size());
   EXPECT_EQ(places, mentions);
+}
+
+// Each design slot the first plan names gets its options' odds: each option's text scored one row
+// at a time from the same prefix here, normalised, equals what the probe gave the options together.
+TEST(OpProbeTest, DesignOddsAreTheSlotsOptionsScoredFromTheFirstPlansPrefix) {
+  ProbedEpisodes p = ProbeOneEpisodePerFamily();
+  ASSERT_NE(p.model, nullptr);
+  auto fmt = RecordFormats::Create(p.tokenizer.get());
+  ASSERT_TRUE(fmt.ok());
+  ASSERT_EQ(p.result.design_odds.size(), 3u);  // One task a family.
+  int slots_checked = 0;
+  for (const Json& record : p.records) {
+    const std::string task = (*FindJson(record, "task_id")).get<std::string>();
+    auto rendered = RenderRecord(record, *fmt);
+    ASSERT_TRUE(rendered.ok()) << rendered.status();
+    const std::string& text = rendered->text;
+    std::vector<size_t> start;
+    std::string decoded;
+    for (int32_t id : rendered->ids) start.push_back(decoded.size()), decoded += p.tokenizer->Decode({id});
+    ASSERT_EQ(decoded, text);
+    auto spec = agent::family::FindTaskSpec(text);
+    ASSERT_TRUE(spec.ok()) << spec.status();
+    auto slots = agent::family::Slots(spec->family);
+    ASSERT_TRUE(slots.ok());
+    const size_t reply = text.find("<|im_start|>assistant");
+    ASSERT_NE(reply, std::string::npos);
+    const auto& odds = p.result.design_odds.at(task);
+    for (const agent::family::Slot& slot : *slots) {
+      const size_t q = text.find(" " + slot.name + "=", reply);
+      if (q == std::string::npos) {
+        EXPECT_EQ(odds.count(slot.name), 0u) << task << " " << slot.name;
+        continue;
+      }
+      const size_t value = q + slot.name.size() + 2;
+      const size_t t = std::upper_bound(start.begin(), start.end(), value) - start.begin() - 1;
+      const std::string before = text.substr(start[t], value - start[t]);
+      std::vector<double> score;
+      for (const std::string& option : slot.options) {
+        std::vector<int64_t> row(rendered->ids.begin(), rendered->ids.begin() + t);
+        const std::vector<int32_t> o = p.tokenizer->Encode(before + option);
+        row.insert(row.end(), o.begin(), o.end());
+        const at::Tensor logp = p.model->Logits(torch::tensor(row, torch::kInt64).unsqueeze(0)).squeeze(0).log_softmax(-1);
+        double s = 0;
+        for (size_t j = 0; j < o.size(); ++j) s += logp[t - 1 + j][o[j]].item<double>();
+        score.push_back(s);
+      }
+      double z = 0;
+      for (double s : score) z += std::exp(s);
+      ASSERT_EQ(odds.count(slot.name), 1u) << task << " " << slot.name;
+      const DesignOdds& d = odds.at(slot.name);
+      EXPECT_EQ(d.n, 1);
+      double total = 0;
+      for (size_t i = 0; i < slot.options.size(); ++i) {
+        EXPECT_NEAR(d.probability.at(slot.options[i]), std::exp(score[i]) / z, 1e-5) << task << " " << slot.name;
+        total += d.probability.at(slot.options[i]);
+      }
+      EXPECT_NEAR(total, 1.0, 1e-9);
+      ++slots_checked;
+    }
+  }
+  EXPECT_GE(slots_checked, 3);  // Every first plan names its family's slots.
+  const Json json = OpProbeJson(p.result);
+  EXPECT_EQ(json["design_odds"].size(), 3u);
 }
 
 // A rollout probed as the policy wrote it: its op places as a record's, and where the model first
