@@ -80,19 +80,22 @@ absl::StatusOr<std::vector<OpMention>> OpMentions(const std::string& text) {
 
 namespace {
 
+// The token that holds character `offset`, `start` being each token's first character.
+size_t TokenAt(const std::vector<size_t>& start, size_t offset) {
+  return static_cast<size_t>(std::upper_bound(start.begin(), start.end(), offset) - start.begin()) - 1;
+}
+
 // Adds to `odds` (by slot) the model's odds for each of `family`'s design slots at the first place
 // where the model's own tokens name the slot ("strategy=" then the option). Each option's text,
 // from the start of the token that holds the written option's first character, is scored after
-// the tokens before that one; the options of a slot go through the model together.
+// the tokens before that one; the options of a slot go through the model together. An option
+// that begins another (elementwise work 4 and 4c) is scored as its own text, whatever follows it.
 absl::Status AddDesignOdds(const learner::Transformer& model, const agent::Tokenizer& tokenizer,
                            const std::vector<int32_t>& ids, const std::vector<int32_t>& loss_mask,
                            const std::string& text, const std::vector<size_t>& start, const std::string& family,
                            std::map<std::string, DesignOdds>* odds) {
   auto slots = fam::Slots(family);
   if (!slots.ok()) return slots.status();
-  auto token_at = [&](size_t offset) {
-    return static_cast<size_t>(std::upper_bound(start.begin(), start.end(), offset) - start.begin()) - 1;
-  };
   for (const fam::Slot& slot : *slots) {
     const std::string key = slot.name + "=";
     size_t t = 0, value = std::string::npos;
@@ -101,7 +104,7 @@ absl::Status AddDesignOdds(const learner::Transformer& model, const agent::Token
       if ((q > 0 && (std::isalnum(static_cast<unsigned char>(text[q - 1])) || text[q - 1] == '_')) || p >= text.size()) {
         continue;  // "myblock=" names no slot.
       }
-      if (const size_t k = token_at(p); k > 0 && loss_mask[k] == 1) {
+      if (const size_t k = TokenAt(start, p); k > 0 && loss_mask[k] == 1) {
         t = k, value = p;
         break;
       }
@@ -176,13 +179,10 @@ absl::Status ProbeSequence(const learner::Transformer& model, const agent::Token
                           .contiguous();
   const double* logp = logp_t.data_ptr<double>();
   const std::string composition = absl::StrCat(spec->family, ": ", absl::StrJoin(spec->ops, " -> "));
-  auto token_at = [&](size_t offset) {  // The token holding that character.
-    return static_cast<size_t>(std::upper_bound(start.begin(), start.end(), offset) - start.begin()) - 1;
-  };
   for (const OpMention& m : Mentions(text, *spec)) {
     // The token that holds the place's first character, predicted from the one before it, and
     // for a line every token to its last character.
-    const size_t t = token_at(m.offset), last = m.end > m.offset ? token_at(m.end - 1) : t;
+    const size_t t = TokenAt(start, m.offset), last = m.end > m.offset ? TokenAt(start, m.end - 1) : t;
     if (t == 0 || loss_mask[t] != 1) continue;  // Only the model's own tokens.
     bool right = true;
     double lp = 0;
