@@ -85,15 +85,16 @@ size_t TokenAt(const std::vector<size_t>& start, size_t offset) {
   return static_cast<size_t>(std::upper_bound(start.begin(), start.end(), offset) - start.begin()) - 1;
 }
 
-// Adds to `odds` (by slot) the model's odds for each of `family`'s design slots at the first place
-// where the model's own tokens name the slot ("strategy=" then the option). Each option's text,
-// from the start of the token that holds the written option's first character, is scored after
-// the tokens before that one; the options of a slot go through the model together. An option
-// that begins another (elementwise work 4 and 4c) is scored as its own text, whatever follows it.
+// Adds to (*by_task)[task_id] (by slot; an entry only for a slot found) the model's odds for each
+// of `family`'s design slots at the first place where the model's own tokens name the slot
+// ("strategy=" then the option). Each option's text, from the start of the token that holds the
+// written option's first character, is scored after the tokens before that one; the options of a
+// slot go through the model together. An option that begins another (elementwise work 4 and 4c)
+// is scored as its own text, whatever follows it.
 absl::Status AddDesignOdds(const learner::Transformer& model, const agent::Tokenizer& tokenizer,
                            const std::vector<int32_t>& ids, const std::vector<int32_t>& loss_mask,
                            const std::string& text, const std::vector<size_t>& start, const std::string& family,
-                           std::map<std::string, DesignOdds>* odds) {
+                           std::map<std::string, std::map<std::string, DesignOdds>>* by_task, const std::string& task_id) {
   auto slots = fam::Slots(family);
   if (!slots.ok()) return slots.status();
   for (const fam::Slot& slot : *slots) {
@@ -126,15 +127,20 @@ absl::Status AddDesignOdds(const learner::Transformer& model, const agent::Token
     }
     const int64_t width = static_cast<int64_t>(t + longest);
     const at::Tensor input = torch::tensor(rows, torch::kInt64).view({static_cast<int64_t>(options.size()), width});
-    const at::Tensor logp = model.Logits(input.to(model.options().device)).to(torch::kFloat).log_softmax(-1).to(torch::kCPU);
+    // Only the positions that predict an option's tokens: logp[i][j] predicts option i's token j.
+    const at::Tensor logp = model.Logits(input.to(model.options().device))
+                                .narrow(1, static_cast<int64_t>(t) - 1, static_cast<int64_t>(longest))
+                                .to(torch::kFloat)
+                                .log_softmax(-1)
+                                .to(torch::kCPU);
     std::vector<double> score(options.size(), 0.0);
     for (size_t i = 0; i < options.size(); ++i) {
-      for (size_t j = 0; j < options[i].size(); ++j) score[i] += logp[i][t - 1 + j][options[i][j]].item<double>();
+      for (size_t j = 0; j < options[i].size(); ++j) score[i] += logp[i][j][options[i][j]].item<double>();
     }
     const double top = *std::max_element(score.begin(), score.end());
     double sum = 0;
     for (double s : score) sum += std::exp(s - top);
-    DesignOdds& d = (*odds)[slot.name];
+    DesignOdds& d = (*by_task)[task_id][slot.name];
     for (size_t i = 0; i < options.size(); ++i) d.probability[slot.options[i]] += std::exp(score[i] - top) / sum;
     ++d.n;
   }
@@ -195,12 +201,9 @@ absl::Status ProbeSequence(const learner::Transformer& model, const agent::Token
     if (!absl::StartsWith(m.place, "verdict_")) Count(&result->by_composition[composition], right, lp);
     if (!m.op.empty()) Count(&result->expression_by_op[m.op], right, lp);
   }
-  std::map<std::string, DesignOdds> odds;
-  if (auto s = AddDesignOdds(model, tokenizer, ids, loss_mask, text, start, spec->family, &odds); !s.ok()) return s;
-  for (const auto& [slot, d] : odds) {
-    DesignOdds& sum = result->design_odds[task_id][slot];
-    for (const auto& [option, p] : d.probability) sum.probability[option] += p;
-    sum.n += d.n;
+  if (auto s = AddDesignOdds(model, tokenizer, ids, loss_mask, text, start, spec->family, &result->design_odds, task_id);
+      !s.ok()) {
+    return s;
   }
   ++result->records;
   if (divergence != nullptr) {
