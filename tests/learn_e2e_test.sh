@@ -64,7 +64,8 @@ learn() {
 }
 rc=0
 if [ "$ABLATION" = none ]; then
-  learn || rc=$?
+  # Every checkpoint kept: the PPO start's is re-scored below.
+  learn --job_set=checkpoint.keep_last=100 || rc=$?
 else
   learn --pause_after_agentic_steps=1 --skip_start_eval --sandbox_workers=2 || rc=$?
   if [ $rc -eq 0 ]; then
@@ -233,4 +234,46 @@ for png in ("reward.png", "rates.png", "stability.png"):
     check(ok, f"{png} written")
 sys.exit(1 if fail else 0)
 PYEOF
+if [ "$ABLATION" = none ]; then
+  # Re-scoring (kernelrl learn --eval_only): the policies the PPO-start and final evaluations scored,
+  # each alone, as those evaluations scored them; `kernelrl seeds --rescored` puts them in their place.
+  job_dir=$(dirname "$(dirname "$curves")")
+  rescored=()
+  for label in agentic-0 final; do
+    policy=$(python3 - "$curves" "$job_dir" "$label" <<'PYEOF'
+import glob, json, os, sys
+e = [h for h in json.load(open(sys.argv[1]))["heldout"] if h["label"] == sys.argv[3]][0]
+for m in glob.glob(os.path.join(sys.argv[2], "checkpoints", "step-*", "manifest.json")):
+    if json.load(open(m))["policy_version"] == e["policy_version"]:
+        print(os.path.join(os.path.dirname(m), "policy"))
+PYEOF
+)
+    [ -n "$policy" ] || { echo "FAIL no checkpoint of the $label evaluation's policy"; exit 1; }
+    mkdir -p "$tmp/rescore-$label" && cp -r "$policy"/. "$tmp/rescore-$label/" && cp "$tmp/model/tokenizer.json" "$tmp/rescore-$label/"
+    run="$tmp/rescore-run-$label" && : > "$tmp/learn.out"
+    learn --eval_only --base_checkpoint="$tmp/rescore-$label" --run_dir="$run" ||
+      { cat "$tmp/learn.out"; echo "FAIL eval_only of $label"; exit 1; }
+    python3 - "$run/learner-state/jobs/eval-only/curves/curves.json" "$tmp/rescore-$label" "$run/learner-state/jobs/eval-only/curves/eval-rescore" <<'PYEOF' || exit 1
+import glob, hashlib, json, os, sys
+c = json.load(open(sys.argv[1]))
+sha = hashlib.sha256(open(os.path.join(sys.argv[2], "model.safetensors"), "rb").read()).hexdigest()
+h = c["heldout"]
+got = dict(state=c["state"], evaluations=[e["label"] for e in h], weights=h[0]["weights"], start_weights=c["start_weights"],
+           tasks=h[0]["n"], rollouts=h[0]["rollouts"]["n"], eval_rollouts=c["eval_rollouts"],
+           eval_temperature=c["eval_temperature"], transcripts=len(glob.glob(os.path.join(sys.argv[3], "transcripts", "*.txt"))))
+want = dict(state="EVAL_ONLY", evaluations=["rescore"], weights={"model.safetensors": sha}, start_weights={"model.safetensors": sha},
+            tasks=3, rollouts=6, eval_rollouts=2, eval_temperature=1, transcripts=6)
+ok = got == want
+if not ok: print("got", got, "want", want)
+print(("ok   " if ok else "FAIL ") + f"re-scored {sys.argv[2]}: one evaluation of its weights, 3 tasks x 2 rollouts")
+sys.exit(0 if ok else 1)
+PYEOF
+    ls "$run/learner-state/jobs" | grep -qvx eval-only && { echo "FAIL eval_only submitted a job"; exit 1; }
+    rescored+=("--rescored=$run/learner-state/jobs/eval-only/curves/curves.json")
+  done
+  tools/cli/kernelrl seeds "$curves" "${rescored[@]}" > "$tmp/seeds.txt" 2>&1 || { cat "$tmp/seeds.txt"; echo "FAIL seeds --rescored"; exit 1; }
+  grep -q "re-scored: start $tmp/rescore-run-agentic-0/.*, final $tmp/rescore-run-final/" "$tmp/seeds.txt" &&
+    grep -q "temperature 1, 2 rollouts a task" "$tmp/seeds.txt" || { cat "$tmp/seeds.txt"; echo "FAIL seeds did not take the re-scorings"; exit 1; }
+  say "re-scored the PPO start and the final (kernelrl learn --eval_only); kernelrl seeds --rescored took them"
+fi
 say "PASS ($ABLATION)"

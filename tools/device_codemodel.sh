@@ -31,6 +31,10 @@
 #      every checkpoint for it). CONTINUE=ppo_start tools/device_codemodel.sh --stage-in DIR, then
 #      CONTINUE_FROM as in d. with another SEED: all PPO from that start; the seed's chain reads its
 #      start from the first call's PPO-start evaluation (`kernelrl seeds FIRST/curves.json+...`).
+#   f. a policy re-scored (EVAL_ONLY=1 with CONTINUE_FROM=ARCHIVE, EVAL_TEMP, EVAL_ROLLOUTS): no job; the archive's
+#      policy scored once on the held-out tasks (kernelrl learn --eval_only), sampled, each task's rollout k drawing
+#      the same random numbers for every policy so scored. A chain's PPO start (ppo_start_policy-*.tgz) and final
+#      re-scored alike replace its greedy evaluations in `kernelrl seeds CHAIN... --rescored=DIR/curves.json ...`.
 #
 # On the device, in order:
 #  1. eager + torch.compile baselines of the task set (3 training + 4 held-out tasks per family:
@@ -387,7 +391,11 @@ done
 # CONTINUE_FROM: agentic PPO from the earlier job's policy and critic (their AdamW moments restart). An
 # archive without a critic (packed before critics travelled) gets one from the policy's trunk, value
 # pretraining on fresh rollouts first (VALUE_STEPS).
-if [ -n "${CONTINUE_FROM:-}" ]; then
+if [ "${EVAL_ONLY:-0}" = 1 ]; then
+  [ -n "${CONTINUE_FROM:-}" ] || { echo "EVAL_ONLY=1 re-scores a policy archive: set CONTINUE_FROM"; exit 2; }
+  JOB_FLAGS+=(--eval_only)
+  echo "eval only: $(basename "$CONT_DIR") on the held-out tasks, ${EVAL_ROLLOUTS:-the preset's} rollouts a task at temperature ${EVAL_TEMP:-the preset's}"
+elif [ -n "${CONTINUE_FROM:-}" ]; then
   # No evaluation before PPO: the start one and the PPO-start one would both score the earlier call's
   # final policy again (98 s of an H200 call, eighteenth sitting); the chain's start is its first
   # call's PPO start (`kernelrl seeds A+B`). The cut holds the earlier call's longest evaluation for
@@ -466,10 +474,12 @@ finish_job() {
   cp "$JOB"/curves/curves.json "$JOB"/curves/*.png "$JOB"/curves/report.txt "$D/" 2>/dev/null
   # With the base's corpus shapes: the tool lines its corpus never showed the model, per tool.
   local SHAPES=(); [ -f "$RUN/base/tool_line_shapes.txt" ] && SHAPES=(--corpus_shapes="$RUN/base/tool_line_shapes.txt")
-  "$M/bin/design_report" --trajectories="$JOB/trajectories" --tasks="$M/small/train.jsonl,$M/small/heldout.jsonl" \
-    --bucket=10 "${SHAPES[@]}" > "$D/design_report.json" 2> "$D/design_report.log"
-  grep -E '^(tool lines|revisions:)' "$D/design_report.log" || true
-  $PY tools/codemodel/design_plot.py "$D/design_report.json" "$D/designs.png" || echo "designs.png not drawn"
+  if [ -d "$JOB/trajectories" ]; then  # None in a re-scoring (EVAL_ONLY): no job trained.
+    "$M/bin/design_report" --trajectories="$JOB/trajectories" --tasks="$M/small/train.jsonl,$M/small/heldout.jsonl" \
+      --bucket=10 "${SHAPES[@]}" > "$D/design_report.json" 2> "$D/design_report.log"
+    grep -E '^(tool lines|revisions:)' "$D/design_report.log" || true
+    $PY tools/codemodel/design_plot.py "$D/design_report.json" "$D/designs.png" || echo "designs.png not drawn"
+  fi
   # The held-out evaluations' rollouts (kernelrl eval keeps each one's Trajectory): whether each
   # rollout's first and final kernels have their task's op lines, the held-out compositions' above all.
   local E L
@@ -546,7 +556,9 @@ fi
 # The call's jobs read together (docs/CODEMODEL.md "Seeds read together"); across calls, run
 # `kernelrl seeds` here on the unpacked results.
 CURVES=$(ls "$OUT"/*/curves.json 2>/dev/null)
-if [ -n "${CONTINUE_FROM:-}" ] || [ "${FINAL_EVAL:-1}" = 0 ]; then  # Its PPO start, or its final, is another call's.
+if [ "${EVAL_ONLY:-0}" = 1 ]; then
+  echo "re-scoring: here, kernelrl seeds CHAIN... --rescored=<this and the others>/curves.json"
+elif [ -n "${CONTINUE_FROM:-}" ] || [ "${FINAL_EVAL:-1}" = 0 ]; then  # Its PPO start, or its final, is another call's.
   echo "seeds: this call is one of a chain; here, kernelrl seeds FIRST/curves.json+...+LAST/curves.json"
 elif [ -n "$CURVES" ]; then
   "$C/bin/tools/cli/kernelrl" seeds $CURVES > "$OUT/seeds.txt" 2>&1; cat "$OUT/seeds.txt"

@@ -49,6 +49,8 @@ void AddLearnFlags(CommandLine& cl) {
             "No evaluation at agentic PPO's start (a job going on from an earlier job's final policy)");
   cl.Switch("--skip_final_eval", "skip_final_eval",
             "No evaluation after the job, nor time held for one (a later job goes on from its policy and evaluates it)");
+  cl.Switch("--eval_only", "eval_only",
+            "No job: the base checkpoint scored once on the held-out tasks (kernelrl seeds --rescored)");
   cl.Flag("--expected_eval_s", "expected_eval_s",
           "Seconds a held-out evaluation is expected to take until one is timed (the cut holds 1.25x it)");
   cl.Flag("--job_timeout_s", "job_timeout_s",
@@ -93,6 +95,9 @@ absl::Status ValidateLearnConfig(v1::LearnConfig* o) {
                                                    o->policy_device(), "\""));
   }
   if (o->rollouts_per_task() < 1) return absl::InvalidArgumentError("rollouts_per_task: at least 1");
+  if (o->eval_only() && o->resume()) {
+    return absl::InvalidArgumentError("eval_only with resume: an evaluation alone has no job to resume");
+  }
   if (o->sandbox_workers() < 0) return absl::InvalidArgumentError("sandbox_workers: at least 1 (0 = 1)");
   if (o->sandbox_workers() == 0) o->set_sandbox_workers(1);
   if (o->sandbox_first_gpu() < 0) return absl::InvalidArgumentError("sandbox_first_gpu: a GPU index, at least 0");

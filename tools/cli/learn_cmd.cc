@@ -379,6 +379,50 @@ bool WriteCurves(const v1::LearnConfig& o, const v1::Job& job, const std::string
   return written;
 }
 
+// --eval_only: the base checkpoint scored once on the held-out tasks, as a job's evaluations score
+// a policy, and no job. Its curves.json names the weights it scored and how it scored them, so that
+// `kernelrl seeds --rescored` can put it in place of the evaluation that scored those weights.
+int EvalOnly(const v1::LearnConfig& o, const std::string& hp, const Cluster& cluster, Console& console) {
+  const std::string curves_dir = o.paths().run_dir() + "/learner-state/jobs/eval-only/curves";
+  std::error_code ec;
+  fs::create_directories(curves_dir, ec);
+  if (ec) {
+    console.Line("eval only: " + curves_dir + ": " + ec.message());
+    return 1;
+  }
+  absl::StatusOr<Json> weights = WeightsDigest(o.base_checkpoint());
+  if (!weights.ok()) {
+    console.Line("eval only: the base's weights: " + std::string(weights.status().message()));
+    return 1;
+  }
+  HeldOutEvaluator evals(o, cluster, console, curves_dir, Json::array());
+  evals.Start("rescore", 0, 0);
+  evals.Join();
+  Json heldout = evals.Heldout();
+  if (!heldout.is_array() || heldout.empty()) return 1;  // The console said why.
+  heldout[0]["weights"] = *weights;
+  Json curves = Json::object({{"job_id", Json("")},
+                              {"start_unix_ms", Json(console.StartUnixMs())},
+                              {"state", Json("EVAL_ONLY")},
+                              {"ablation", Json(o.ablation())},
+                              {"backend", Json(o.backend())},
+                              {"family_dir", Json(o.family_dir())},
+                              {"hyperparameters_text", Json(hp)},
+                              {"eval_temperature", Json(o.eval_temperature())},
+                              {"eval_rollouts", Json(o.eval_rollouts())},
+                              {"steps", Json::array()},
+                              {"heldout", std::move(heldout)},
+                              {"start_weights", *weights},
+                              {"final_weights", *weights}});
+  const std::string path = curves_dir + "/curves.json";
+  if (absl::Status s = WriteFileAtomically(path, DumpJson(curves, 1) + "\n"); !s.ok()) {
+    console.Line("eval only: " + std::string(s.message()));
+    return 1;
+  }
+  console.Line("eval only: " + path);
+  return 0;
+}
+
 }  // namespace
 
 int LearnMain(int argc, char** argv) {
@@ -420,6 +464,11 @@ int LearnMain(int argc, char** argv) {
     console.Line("FAILED to start: " + std::string(started.message()));
     cluster.StopAll();
     return 1;
+  }
+  if (o.eval_only()) {
+    const int code = EvalOnly(o, hp, cluster, console);
+    cluster.StopAll();
+    return code;
   }
 
   auto stub = v1::Learner::NewStub(grpc::CreateChannel(cluster.learner_, grpc::InsecureChannelCredentials()));

@@ -42,11 +42,24 @@ int SeedsMain(int argc, char** argv) {
   v1::SeedsConfig config;
   CommandLine cl("seeds", "Several `kernelrl learn` jobs (seeds, ablations) against a learning run's bar.", &config);
   cl.Flag("runs", "runs", "A job's curves.json (or its directory); one seed's jobs joined by '+'; RUN@ppo_start+NEXT: NEXT from RUN's PPO-start policy");
+  cl.Flag("--rescored", "rescored",
+          "A `kernelrl learn --eval_only` run (repeat the flag): it replaces the start or final evaluation that scored its weights");
   cl.Flag("--min_standard_errors", "min_standard_errors", "The mean change across seeds must exceed this many");
   cl.Flag("--min_explained_variance", "min_explained_variance", "Each seed's median critic EV during PPO must exceed it");
   cl.Flag("--min_model_tokens", "min_model_tokens", "Each seed's PPO trajectories must average this many model tokens");
   if (std::optional<int> code = cl.Parse(argc, argv, kDefaults)) return *code;
   if (config.runs().empty()) return cl.Fail("which jobs? kernelrl seeds RUN... (a curves.json each; '+' joins one seed's)");
+  std::vector<std::pair<std::string, Json>> rescored_runs;
+  for (const std::string& run : config.rescored()) {
+    const std::string path = CurvesFile(run);
+    auto text = ReadFileToString(path);
+    if (!text.ok()) return cl.Fail(std::string(text.status().message())), 1;
+    auto json = ParseJson(*text);
+    if (!json.ok()) return cl.Fail(path + ": " + std::string(json.status().message())), 1;
+    rescored_runs.emplace_back(path, std::move(*json));
+  }
+  auto rescorings = RescoringsOf(rescored_runs);
+  if (!rescorings.ok()) return cl.Fail(std::string(rescorings.status().message())), 1;
   std::vector<SeedFigures> runs;
   for (const std::string& run : config.runs()) {
     std::vector<std::pair<std::string, Json>> chain;
@@ -62,6 +75,9 @@ int SeedsMain(int argc, char** argv) {
     }
     auto figures = SeedFiguresOf(chain, from_ppo_start);
     if (!figures.ok()) return cl.Fail(std::string(figures.status().message())), 1;
+    if (!rescorings->empty()) {
+      if (absl::Status s = Rescore(*rescorings, &*figures); !s.ok()) return cl.Fail(std::string(s.message())), 1;
+    }
     runs.push_back(std::move(*figures));
   }
   std::fputs(SeedsReport(runs, config).c_str(), stdout);

@@ -5,6 +5,7 @@
 #include <functional>
 #include <map>
 #include <set>
+#include <tuple>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -237,7 +238,9 @@ absl::StatusOr<SeedFigures> SeedFiguresOf(const std::vector<std::pair<std::strin
       // Another seed of the PPO stage from the first job's PPO-start policy: of that job only its
       // PPO-start evaluation is this seed's; its updates, audit and final belong to its own seed.
       const HeldOutPoint start = f.start;  // Read from that job above.
+      const Json start_weights = f.start_weights;
       f = SeedFigures{};
+      f.start_weights = start_weights;
       f.ablation = *ablation;
       f.seed = hp.seed();
       f.start = start;
@@ -260,6 +263,8 @@ absl::StatusOr<SeedFigures> SeedFiguresOf(const std::vector<std::pair<std::strin
       const Json* from = from_ppo_start ? ppo_start_weights : FindJson(chain[j - 1].second, "final_weights");
       const Json* start = FindJson(curves, "start_weights");
       ++f.links;
+      // A PPO start whose evaluation did not record its weights: this job began from them.
+      if (from_ppo_start && f.start_weights.is_null() && start != nullptr && start->is_object()) f.start_weights = *start;
       if (from != nullptr && from->is_object() && start != nullptr && start->is_object()) {
         if (*from != *start) {
           return err(absl::StrCat("started from weights ", DumpJson(*start), ", not ",
@@ -280,10 +285,17 @@ absl::StatusOr<SeedFigures> SeedFiguresOf(const std::vector<std::pair<std::strin
       if (!started && absl::StartsWith(Label(e), "agentic-")) {
         f.start = PointOf(e);
         ppo_start_weights = FindJson(e, "weights");
+        if (ppo_start_weights != nullptr) f.start_weights = *ppo_start_weights;
         started = true;
         continue;
       }
-      if (started && j + 1 == chain.size() && i + 1 == heldout->size()) f.final = PointOf(e);
+      if (started && j + 1 == chain.size() && i + 1 == heldout->size()) {
+        f.final = PointOf(e);
+        // The final evaluation scores the job's last policy, whose weights the job recorded.
+        const Json* w = FindJson(e, "weights");
+        if (w == nullptr) w = FindJson(curves, "final_weights");
+        f.final_weights = w != nullptr ? *w : Json();
+      }
     }
     if (!started) return err("no agentic-PPO evaluation (the job stopped before PPO, or evaluated none)");
 
@@ -340,6 +352,64 @@ absl::StatusOr<SeedFigures> SeedFiguresOf(const std::vector<std::pair<std::strin
   return f;
 }
 
+absl::StatusOr<std::vector<Rescoring>> RescoringsOf(const std::vector<std::pair<std::string, Json>>& runs) {
+  std::vector<Rescoring> out;
+  std::set<std::string> tasks_first;
+  for (const auto& [path, curves] : runs) {
+    auto err = [&path = path](const std::string& what) { return absl::InvalidArgumentError(absl::StrCat(path, ": ", what)); };
+    const Json* state = FindJson(curves, "state");
+    const Json* heldout = FindJson(curves, "heldout");
+    if (state == nullptr || !state->is_string() || state->get<std::string>() != "EVAL_ONLY" || heldout == nullptr ||
+        !heldout->is_array() || heldout->size() != 1) {
+      return err("not a re-scoring (kernelrl learn --eval_only: state EVAL_ONLY, one held-out evaluation)");
+    }
+    Rescoring r;
+    r.path = path;
+    const Json& e = (*heldout)[0];
+    const Json* w = FindJson(e, "weights");
+    if (w == nullptr || !w->is_object() || w->empty()) return err("its evaluation names no weights");
+    r.weights = *w;
+    r.point = PointOf(e);
+    r.temperature = FigureOf(&curves, "eval_temperature");
+    r.rollouts = static_cast<int>(FigureOf(&curves, "eval_rollouts"));
+    std::set<std::string> tasks;
+    for (const auto& [task, reward] : r.point.task_rewards) tasks.insert(task);
+    if (tasks.empty()) return err("its evaluation has no per-task rewards");
+    if (!out.empty()) {
+      const Rescoring& a = out.front();
+      if (r.temperature != a.temperature || r.rollouts != a.rollouts || tasks != tasks_first) {
+        return err(absl::StrFormat("scored at temperature %g, %d rollouts a task, on %d tasks; %s at %g, %d, on %d "
+                                   "(re-scorings compare only when scored alike)", r.temperature, r.rollouts,
+                                   tasks.size(), a.path, a.temperature, a.rollouts, tasks_first.size()));
+      }
+    } else {
+      tasks_first = tasks;
+    }
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+absl::Status Rescore(const std::vector<Rescoring>& rescorings, SeedFigures* f) {
+  for (auto [what, weights, point, from] :
+       {std::tuple{"start", &f->start_weights, &f->start, &f->rescored_start},
+        std::tuple{"final", &f->final_weights, &f->final, &f->rescored_final}}) {
+    if (weights->is_null()) {
+      return absl::FailedPreconditionError(absl::StrCat(f->name, ": the weights its ", what,
+                                                        " evaluation scored were not recorded; it cannot be re-scored"));
+    }
+    auto it = std::find_if(rescorings.begin(), rescorings.end(), [&](const Rescoring& r) { return r.weights == *weights; });
+    if (it == rescorings.end()) {
+      return absl::NotFoundError(absl::StrCat(f->name, ": no re-scoring of its ", what, "'s weights ", DumpJson(*weights)));
+    }
+    *point = it->point;
+    *from = it->path;
+    f->rescored_how =
+        absl::StrFormat("temperature %g, %d rollout%s a task", it->temperature, it->rollouts, it->rollouts == 1 ? "" : "s");
+  }
+  return absl::OkStatus();
+}
+
 std::string SeedsReport(const std::vector<SeedFigures>& runs, const v1::SeedsConfig& config) {
   std::vector<const SeedFigures*> seeds, ablations;
   for (const SeedFigures& r : runs) (r.ablation == "none" ? seeds : ablations).push_back(&r);
@@ -368,6 +438,9 @@ std::string SeedsReport(const std::vector<SeedFigures>& runs, const v1::SeedsCon
   int links = 0, checked = 0;
   for (const SeedFigures& r : runs) {
     absl::StrAppend(&out, "  ", r.ablation == "none" ? "seed " : r.ablation + " ", r.seed, ": ", r.name, "\n");
+    if (!r.rescored_start.empty()) {
+      absl::StrAppend(&out, "    re-scored: start ", r.rescored_start, ", final ", r.rescored_final, "\n");
+    }
     links += r.links;
     checked += r.links_checked;
   }
@@ -388,6 +461,10 @@ std::string SeedsReport(const std::vector<SeedFigures>& runs, const v1::SeedsCon
     absl::StrAppend(&out, "\n");
     return seeds.size() >= 2 && mean > 0 && mean > k * se;
   };
+  if (!seeds.empty() && !seeds.front()->rescored_how.empty()) {
+    absl::StrAppend(&out, "start and final re-scored (kernelrl learn --eval_only), ", seeds.front()->rescored_how,
+                    ", each task's rollout k drawing the same random numbers for every policy\n");
+  }
   absl::StrAppend(&out, "across the ", seeds.size(), " seeds, final - PPO start (mean +- standard error of the mean):\n");
   // The same change over the tasks (each task's, averaged over the seeds): true when above k of its
   // standard errors; not recorded per task fails.

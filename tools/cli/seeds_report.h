@@ -69,7 +69,34 @@ struct SeedFigures {
   // start_weights against the earlier's final_weights (or, for another seed's start, the weights its
   // PPO-start evaluation scored); the rest predate the record (curves.json before 2026-12-02).
   int links = 0, links_checked = 0;
+  // The weights the start and final evaluations scored (their SHA-256 by file; null where not
+  // recorded), and the re-scorings put in their place (Rescore), if any.
+  Json start_weights, final_weights;
+  std::string rescored_start, rescored_final;
+  std::string rescored_how;  // "temperature 0.7, 4 rollouts a task".
 };
+
+// A `kernelrl learn --eval_only` run: one evaluation of the weights it names, sampled alike for
+// every policy it is compared with.
+struct Rescoring {
+  std::string path;
+  Json weights;
+  HeldOutPoint point;
+  double temperature = 0;
+  int rollouts = 0;
+};
+
+// The re-scorings from their curves.json. Errors name the file: not an eval-only run, no weights,
+// or runs that were not scored alike (temperature, rollouts a task, held-out tasks): a change
+// between two of them would then be partly the scoring's.
+absl::StatusOr<std::vector<Rescoring>> RescoringsOf(const std::vector<std::pair<std::string, Json>>& runs);
+
+// The seed's start and final replaced by the re-scorings of the weights they scored. Greedy, one
+// rollout a task, a near-tie between two designs decides a task's reward by itself; sampled,
+// several rollouts a task with the same random numbers for every policy (kernelrl eval seeds each
+// task's rollout k alike), the two policies part only where their odds differ. Errors: a weight
+// that was not recorded, or no re-scoring of it.
+absl::Status Rescore(const std::vector<Rescoring>& rescorings, SeedFigures* f);
 
 // The figures of one seed from its jobs' curves.json, in the order they ran. Errors name the file:
 // no agentic-PPO evaluation (the job stopped before PPO), no evaluation after it, held-out sets of

@@ -312,6 +312,70 @@ TEST(SeedsReport, ChainLinksAreCheckedByTheirWeights) {
   EXPECT_THAT(SeedsReport({*unrecorded}, config), HasSubstr("0 of 1 links checked"));
 }
 
+// A `kernelrl learn --eval_only` run of the given weights: 12 tasks, `k` rollouts each.
+Json Rescoring(const Json& weights, double reward, double temperature = 0.7, int k = 4, int tasks = 12) {
+  std::map<std::string, double> per_task;
+  for (int i = 0; i < tasks; ++i) per_task[absl::StrCat("t", i)] = reward;
+  Json e = WithTasks(Eval("rescore", 0, reward, 0.2, 0.6, tasks), per_task);
+  e["rollouts"]["n"] = tasks * k;
+  e["weights"] = weights;
+  return {{"state", "EVAL_ONLY"}, {"eval_temperature", temperature}, {"eval_rollouts", k},
+          {"heldout", Json::array({e})}, {"start_weights", weights}, {"final_weights", weights}};
+}
+
+// Re-scorings replace a seed's start and final: each found by the weights that evaluation scored
+// (the PPO start's from the next job's start where its evaluation did not record them), and all
+// scored alike; a weight with no re-scoring, or re-scorings scored differently, are refused.
+TEST(SeedsReport, RescoringsReplaceTheStartAndFinalTheyScoredTheWeightsOf) {
+  const Json a = {{"model.safetensors", "aa"}}, b = {{"model.safetensors", "bb"}}, c = {{"model.safetensors", "cc"}};
+  Json first = Curves(2, "none", {Eval("start", 0, -0.9, 0, 0.2), Eval("agentic-0", 37, 1.0, 0.17, 0.67)}, {0.1});
+  Json second = Curves(3, "none", {Eval("final", 4, 1.08, 0.25, 0.73)}, {-0.2});
+  second["hyperparameters_text"] = "recipe { agent_warmup { skip: true } rft { skip: true } }\nseed: 3\n";
+  second["start_weights"] = a;  // The PPO-start evaluation of `first` predates the record.
+  second["final_weights"] = b;
+  auto f = SeedFiguresOf({{"s2c1", first}, {"s3c1", second}});
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->start_weights, a);
+  EXPECT_EQ(f->final_weights, b);
+
+  std::vector<std::pair<std::string, Json>> runs = {
+      {"r-start", Rescoring(a, 0.5)}, {"r-other", Rescoring(c, 2.0)}, {"r-final", Rescoring(b, 0.75)}};
+  auto rescorings = RescoringsOf(runs);
+  ASSERT_TRUE(rescorings.ok()) << rescorings.status();
+  ASSERT_TRUE(Rescore(*rescorings, &*f).ok());
+  EXPECT_DOUBLE_EQ(f->start.reward_mean, 0.5);
+  EXPECT_DOUBLE_EQ(f->final.reward_mean, 0.75);
+  EXPECT_EQ(f->start.n, 12);
+  EXPECT_EQ(f->rescored_start, "r-start");
+  EXPECT_EQ(f->rescored_final, "r-final");
+  const std::string report = SeedsReport({*f}, Bar());
+  EXPECT_THAT(report, HasSubstr("re-scored: start r-start, final r-final"));
+  EXPECT_THAT(report, HasSubstr("temperature 0.7, 4 rollouts a task"));
+  EXPECT_THAT(report, HasSubstr("reward per rollout       +0.25"));
+  EXPECT_THAT(report, HasSubstr("each on >= 12 held-out tasks (1 seeds, >= 12 tasks)"));
+
+  // The final's weights, re-scored under no name here: refused, naming them.
+  auto missing = SeedFiguresOf({{"s2c1", first}, {"s3c1", second}});
+  auto without_final = RescoringsOf({runs[0], runs[1]});
+  ASSERT_TRUE(without_final.ok());
+  absl::Status s = Rescore(*without_final, &*missing);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("no re-scoring of its final's weights"));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("bb"));
+  // Weights not recorded: refused.
+  Json unrecorded = second;
+  unrecorded.erase("start_weights");
+  auto blind = SeedFiguresOf({{"s2c1", first}, {"s3c1", unrecorded}});
+  ASSERT_TRUE(blind.ok()) << blind.status();
+  EXPECT_THAT(std::string(Rescore(*rescorings, &*blind).message()), HasSubstr("start evaluation scored were not recorded"));
+  // Scored differently: refused, whichever way.
+  for (const Json& other : {Rescoring(b, 0.75, 1.0), Rescoring(b, 0.75, 0.7, 2), Rescoring(b, 0.75, 0.7, 4, 11)}) {
+    auto apart = RescoringsOf({runs[0], {"r-apart", other}});
+    EXPECT_THAT(std::string(apart.status().message()), HasSubstr("r-apart: scored at"));
+  }
+  // A job's curves.json is not a re-scoring.
+  EXPECT_THAT(std::string(RescoringsOf({{"job", second}}).status().message()), HasSubstr("job: not a re-scoring"));
+}
+
 TEST(SeedsReport, RefusesWhatCannotBeCompared) {
   auto before_ppo = SeedFiguresOf({{"cut.json", Curves(1, "none", {Eval("start", 0, 0, 0, 0.5)}, {})}});
   EXPECT_THAT(std::string(before_ppo.status().message()), HasSubstr("cut.json: no agentic-PPO evaluation"));
