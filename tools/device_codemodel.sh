@@ -394,7 +394,7 @@ done
 if [ "${EVAL_ONLY:-0}" = 1 ]; then
   [ -n "${CONTINUE_FROM:-}" ] || { echo "EVAL_ONLY=1 re-scores a policy archive: set CONTINUE_FROM"; exit 2; }
   JOB_FLAGS+=(--eval_only)
-  echo "eval only: $(basename "$CONT_DIR") on the held-out tasks, ${EVAL_ROLLOUTS:-the preset's} rollouts a task at temperature ${EVAL_TEMP:-the preset's}"
+  echo "eval only: $(basename "$CONT_DIR") on the held-out tasks, ${EVAL_ROLLOUTS:-(the presets)} rollouts a task at temperature ${EVAL_TEMP:-(the presets)}"
 elif [ -n "${CONTINUE_FROM:-}" ]; then
   # No evaluation before PPO: the start one and the PPO-start one would both score the earlier call's
   # final policy again (98 s of an H200 call, eighteenth sitting); the chain's start is its first
