@@ -15,6 +15,8 @@
 # its checkpoint); the checks below then see one job, one ledger and one curves.json. Its first
 # sitting skips the start evaluation (--skip_start_eval).
 # The ablation runs on two sandbox workers (--sandbox_workers=2): both judge its verdicts.
+# The full recipe's PPO-start and final policies are then re-scored alone (--eval_only: one
+# evaluation, no job) and `kernelrl seeds --rescored` reads the two in place of the job's own.
 # Oracles: the job SUCCEEDED; every stage the recipe runs produced its updates
 # (and the ablation's skipped stages none); PPO updates carry entropy, explained
 # variance, clip fraction and IS-ratio metrics; each PPO update trained exactly
