@@ -11,6 +11,7 @@
 #include <ctime>
 #include <random>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/match.h"
@@ -24,6 +25,17 @@
 namespace kernelrl::learner {
 namespace {
 
+// splitmix64's finaliser: a 64-bit mix whose outputs pass for independent uniforms.
+uint64_t Mix(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ULL;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
+  return x ^ (x >> 31);
+}
+
+// Tokens of context that key a draw: two, so that "design: strategy=" and "kernel, strategy="
+// draw alike at the slot's value.
+constexpr size_t kDrawContextTokens = 2;
 
 bool EndsWith(const std::vector<int32_t>& out, const std::vector<int32_t>& stop) {
   return !stop.empty() && out.size() >= stop.size() && std::equal(stop.rbegin(), stop.rend(), out.rbegin());
@@ -50,7 +62,23 @@ struct PolicyEngine::Sequence {
   int32_t max_new = 0;
   bool finished = false;
   bool prefilling = false;  // Admitted, its first token since admission not yet sampled.
-  std::mt19937_64 rng;
+  uint64_t seed = 0;
+  absl::flat_hash_map<uint64_t, uint32_t> draws_by_context;  // Draws so far, per context key.
+
+  // The uniform of the next draw, keyed by the seed, the last kDrawContextTokens tokens and how
+  // often that context has drawn before in this sequence (so each draw of a sequence has its own
+  // key), not by the draw's position: two models sampling with one seed draw the same number
+  // wherever their texts end alike, and a paraphrase earlier on does not decouple their later
+  // choices (paired evaluations, `kernelrl seeds --rescored`).
+  double NextUniform() {
+    uint64_t context = 0;
+    for (size_t i = tokens.size() - std::min(tokens.size(), kDrawContextTokens); i < tokens.size(); ++i) {
+      context = Mix(context ^ static_cast<uint32_t>(tokens[i]));
+    }
+    const uint32_t before = draws_by_context[context]++;
+    const uint64_t bits = Mix(Mix(seed ^ context) + before);
+    return static_cast<double>(bits >> 11) * 0x1.0p-53;
+  }
 
   int64_t uncached() const { return static_cast<int64_t>(tokens.size()) - cached; }
 };
@@ -284,7 +312,7 @@ void PolicyEngine::Intake(std::vector<std::shared_ptr<Pending>> batch, int64_t v
     s->tokens = prompt;
     const int64_t room = options_.max_seq_len - static_cast<int64_t>(prompt.size());
     s->max_new = static_cast<int32_t>(sp.max_new_tokens > 0 ? std::min<int64_t>(sp.max_new_tokens, room) : room);
-    s->rng.seed(sp.seed);
+    s->seed = sp.seed;
     waiting_.push_back(std::move(s));
   }
 }
@@ -476,15 +504,15 @@ void PolicyEngine::SampleRows(const at::Tensor& logits, const std::vector<Sequen
     const bool cut = !greedy[r] && sp.top_p > 0 && sp.top_p < 1;
     top_p[r] = cut ? sp.top_p : 2.0f;
     any_top_p |= cut;
-    u[r] = static_cast<float>(std::uniform_real_distribution<double>(0.0, 1.0)(rows[r]->rng));
+    u[r] = static_cast<float>(rows[r]->NextUniform());
   }
   auto opts = at::TensorOptions().device(device);
   at::Tensor scaled = logits * at::tensor(inv_temp, at::kFloat).to(device).unsqueeze(1);
   at::Tensor logp = at::log_softmax(scaled, -1);  // [n, V]
   at::Tensor token = logits.argmax(-1);           // Greedy choice.
   if (any_sampled) {
-    // Inverse-CDF sampling with one uniform per row from the request's own
-    // generator: reproducible per request whatever the batch holds.
+    // Inverse-CDF sampling with one uniform per row, keyed by the request's
+    // seed and context: reproducible per request whatever the batch holds.
     at::Tensor probs = logp.exp();
     at::Tensor order;
     if (any_top_p) {

@@ -48,7 +48,10 @@
 //    restricts which tokens can be drawn.
 //  * Sampling is reproducible: a request with a non-zero seed gets the same
 //    tokens whatever else is in the batch (up to floating-point effects of
-//    batch shape on logits).
+//    batch shape on logits). Each draw's uniform is keyed by the seed and the
+//    draw's context (the last two tokens, and how often they have drawn in the
+//    request), not by its position: two models given one seed draw alike
+//    wherever their texts end alike, so they part only where their odds differ.
 //  * Generate() is thread-safe and blocks until its request finishes.
 //  * GenerationRequest::on_token, when set, sees every output token as it is
 //    sampled, in order: exactly the ids and log-probs of the result, the

@@ -169,6 +169,48 @@ TEST(PolicyEngineTest, FixedShapeDecodeEqualsReferenceDecoding) {
   EXPECT_EQ(engine.GetInfo().decode_graphs, 0);  // Nothing is captured on a CPU.
 }
 
+// Draws are keyed by their context, not their position: a request whose prompt runs three tokens
+// further into another's output, with the same seed, draws what that one drew from there on. At a
+// temperature where every token is about as likely as any other, the same number picks the same
+// token whatever the logits, so the tokens show the draws. Over many draws every token comes up
+// about equally often: the keyed numbers pass for uniform.
+TEST(PolicyEngineTest, DrawsAreKeyedByContextNotPosition) {
+  PolicyEngine engine(TinyModel(4), 1, "", Options(4));
+  std::mt19937 rng(11);
+  GenerationRequest a;
+  a.prompt = RandomPrompt(&rng, 7);
+  a.sampling.temperature = 1e6f;
+  a.sampling.max_new_tokens = 16;
+  a.sampling.seed = 4242;
+  auto first = engine.Generate(a);
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_EQ(first->output_ids.size(), 16u);
+  GenerationRequest b = a;
+  b.prompt.insert(b.prompt.end(), first->output_ids.begin(), first->output_ids.begin() + 3);
+  b.sampling.max_new_tokens = 10;
+  auto later = engine.Generate(b);
+  ASSERT_TRUE(later.ok()) << later.status();
+  EXPECT_EQ(later->output_ids, std::vector<int32_t>(first->output_ids.begin() + 3, first->output_ids.begin() + 13));
+  b.sampling.seed = 4243;
+  auto other = engine.Generate(b);
+  ASSERT_TRUE(other.ok()) << other.status();
+  EXPECT_NE(other->output_ids, later->output_ids);
+
+  std::vector<int> count(101, 0);
+  for (int i = 0; i < 100; ++i) {
+    GenerationRequest r = a;
+    r.prompt = RandomPrompt(&rng, 5);
+    r.sampling.max_new_tokens = 64;
+    r.sampling.seed = 1 + rng() % 1000000;
+    auto out = engine.Generate(r);
+    ASSERT_TRUE(out.ok()) << out.status();
+    for (int32_t t : out->output_ids) ++count[t];
+  }
+  // 6,400 draws over 101 tokens: ~63 each, a standard deviation of ~8.
+  EXPECT_GT(*std::min_element(count.begin(), count.end()), 30);
+  EXPECT_LT(*std::max_element(count.begin(), count.end()), 100);
+}
+
 TEST(PolicyEngineTest, SampledLogprobsMatchFullForwardAndSeedsReproduce) {
   auto model = TinyModel(2);
   const Transformer* ref = model.get();
