@@ -50,6 +50,16 @@ std::vector<int32_t> RandomPrompt(std::mt19937* rng, int len) {
   return p;
 }
 
+// A sampled request for a random prompt.
+GenerationRequest Sampled(std::mt19937* rng, int prompt_len, float temperature, int32_t max_new, uint64_t seed) {
+  GenerationRequest r;
+  r.prompt = RandomPrompt(rng, prompt_len);
+  r.sampling.temperature = temperature;
+  r.sampling.max_new_tokens = max_new;
+  r.sampling.seed = seed;
+  return r;
+}
+
 // Greedy by full recomputation (no cache), the reference.
 std::vector<int32_t> ReferenceGreedy(const Transformer& m, std::vector<int32_t> prompt, int n) {
   c10::AutoGradMode no_grad(false);
@@ -177,11 +187,7 @@ TEST(PolicyEngineTest, FixedShapeDecodeEqualsReferenceDecoding) {
 TEST(PolicyEngineTest, DrawsAreKeyedByContextNotPosition) {
   PolicyEngine engine(TinyModel(4), 1, "", Options(4));
   std::mt19937 rng(11);
-  GenerationRequest a;
-  a.prompt = RandomPrompt(&rng, 7);
-  a.sampling.temperature = 1e6f;
-  a.sampling.max_new_tokens = 16;
-  a.sampling.seed = 4242;
+  const GenerationRequest a = Sampled(&rng, 7, 1e6f, 16, 4242);
   auto first = engine.Generate(a);
   ASSERT_TRUE(first.ok()) << first.status();
   ASSERT_EQ(first->output_ids.size(), 16u);
@@ -198,10 +204,7 @@ TEST(PolicyEngineTest, DrawsAreKeyedByContextNotPosition) {
 
   std::vector<int> count(101, 0);
   for (int i = 0; i < 100; ++i) {
-    GenerationRequest r = a;
-    r.prompt = RandomPrompt(&rng, 5);
-    r.sampling.max_new_tokens = 64;
-    r.sampling.seed = 1 + rng() % 1000000;
+    const GenerationRequest r = Sampled(&rng, 5, 1e6f, 64, 1 + rng() % 1000000);
     auto out = engine.Generate(r);
     ASSERT_TRUE(out.ok()) << out.status();
     for (int32_t t : out->output_ids) ++count[t];
@@ -216,11 +219,7 @@ TEST(PolicyEngineTest, SampledLogprobsMatchFullForwardAndSeedsReproduce) {
   const Transformer* ref = model.get();
   PolicyEngine engine(std::move(model), 1, "", Options(3));
   std::mt19937 rng(5);
-  GenerationRequest r;
-  r.prompt = RandomPrompt(&rng, 9);
-  r.sampling.temperature = 0.8f;
-  r.sampling.max_new_tokens = 20;
-  r.sampling.seed = 1234;
+  GenerationRequest r = Sampled(&rng, 9, 0.8f, 20, 1234);
   auto a = engine.Generate(r);
   auto b = engine.Generate(r);
   ASSERT_TRUE(a.ok() && b.ok());
