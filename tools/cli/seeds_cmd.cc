@@ -3,7 +3,9 @@
 #include <cstdio>
 #include <filesystem>
 #include <optional>
+#include <utility>
 
+#include "absl/status/statusor.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "common/file.h"
@@ -36,6 +38,16 @@ std::string CurvesFile(const std::string& run) {
   return run + "/curves.json";  // Reading it names what is missing.
 }
 
+// A run's curves.json (CurvesFile) read and parsed: its path and contents.
+absl::StatusOr<std::pair<std::string, Json>> ReadCurves(const std::string& run) {
+  const std::string path = CurvesFile(run);
+  auto text = ReadFileToString(path);
+  if (!text.ok()) return text.status();
+  auto json = ParseJson(*text);
+  if (!json.ok()) return absl::InvalidArgumentError(path + ": " + std::string(json.status().message()));
+  return std::pair<std::string, Json>(path, std::move(*json));
+}
+
 }  // namespace
 
 int SeedsMain(int argc, char** argv) {
@@ -51,12 +63,9 @@ int SeedsMain(int argc, char** argv) {
   if (config.runs().empty()) return cl.Fail("which jobs? kernelrl seeds RUN... (a curves.json each; '+' joins one seed's)");
   std::vector<std::pair<std::string, Json>> rescored_runs;
   for (const std::string& run : config.rescored()) {
-    const std::string path = CurvesFile(run);
-    auto text = ReadFileToString(path);
-    if (!text.ok()) return cl.Fail(std::string(text.status().message())), 1;
-    auto json = ParseJson(*text);
-    if (!json.ok()) return cl.Fail(path + ": " + std::string(json.status().message())), 1;
-    rescored_runs.emplace_back(path, std::move(*json));
+    auto curves = ReadCurves(run);
+    if (!curves.ok()) return cl.Fail(std::string(curves.status().message())), 1;
+    rescored_runs.push_back(std::move(*curves));
   }
   auto rescorings = RescoringsOf(rescored_runs);
   if (!rescorings.ok()) return cl.Fail(std::string(rescorings.status().message())), 1;
@@ -66,12 +75,9 @@ int SeedsMain(int argc, char** argv) {
     bool from_ppo_start = false;
     for (absl::string_view part : absl::StrSplit(run, '+', absl::SkipEmpty())) {
       if (chain.empty() && absl::ConsumeSuffix(&part, kPpoStartOnly)) from_ppo_start = true;
-      const std::string path = CurvesFile(std::string(part));
-      auto text = ReadFileToString(path);
-      if (!text.ok()) return cl.Fail(std::string(text.status().message())), 1;
-      auto json = ParseJson(*text);
-      if (!json.ok()) return cl.Fail(path + ": " + std::string(json.status().message())), 1;
-      chain.emplace_back(path, std::move(*json));
+      auto curves = ReadCurves(std::string(part));
+      if (!curves.ok()) return cl.Fail(std::string(curves.status().message())), 1;
+      chain.push_back(std::move(*curves));
     }
     auto figures = SeedFiguresOf(chain, from_ppo_start);
     if (!figures.ok()) return cl.Fail(std::string(figures.status().message())), 1;

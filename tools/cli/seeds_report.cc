@@ -404,9 +404,10 @@ absl::Status Rescore(const std::vector<Rescoring>& rescorings, SeedFigures* f) {
     }
     *point = it->point;
     *from = it->path;
-    f->rescored_how =
-        absl::StrFormat("temperature %g, %d rollout%s a task", it->temperature, it->rollouts, it->rollouts == 1 ? "" : "s");
   }
+  const Rescoring& any = rescorings.front();  // RescoringsOf: all scored alike.
+  f->rescored_how =
+      absl::StrFormat("temperature %g, %d rollout%s a task", any.temperature, any.rollouts, any.rollouts == 1 ? "" : "s");
   return absl::OkStatus();
 }
 
