@@ -130,10 +130,31 @@ std::string Pct(double x) { return absl::StrFormat("%.0f%%", 100 * x); }
 std::string Gm(double x) { return x > 0 ? absl::StrFormat("%.2fx", x) : std::string("-"); }
 std::string Mark(bool ok) { return ok ? "[yes]" : "[no] "; }
 
+// Which start evaluation each seed has, numbered: the re-scorings that replaced it, else the job whose
+// PPO-start evaluation it took, else its own.
+std::vector<int> StartGroups(const std::vector<const SeedFigures*>& seeds) {
+  std::map<std::string, int> ids;
+  std::vector<int> out;
+  for (size_t i = 0; i < seeds.size(); ++i) {
+    const SeedFigures& r = *seeds[i];
+    const std::string key = !r.rescored_start.empty() ? "r" + r.rescored_start
+                            : !r.start_from.empty()   ? "f" + r.start_from
+                                                      : absl::StrCat("s", i);
+    out.push_back(ids.emplace(key, static_cast<int>(ids.size())).first->second);
+  }
+  return out;
+}
+
+bool AnyShared(const std::vector<int>& groups) { return std::set<int>(groups.begin(), groups.end()).size() < groups.size(); }
+
 // Which held-out tasks moved from the PPO start to the final, pooled over the seeds, with a sign
 // test: a gain of several standard errors across seeds can still be one task flipping in each.
-void PerTaskLines(const std::vector<const SeedFigures*>& seeds, std::string* out) {
+// Seeds that share a start evaluation move together wherever its one measurement of a task was off,
+// so their seed-task pairs are not independent: the test then counts tasks (each task's change
+// averaged over the seeds).
+void PerTaskLines(const std::vector<const SeedFigures*>& seeds, bool shared_start, std::string* out) {
   int up = 0, down = 0, pairs = 0;
+  std::map<std::string, double> by_task;  // Task -> its change summed over the seeds.
   std::map<std::string, std::vector<std::string>> moved;  // task -> "seed N a->b"
   for (const SeedFigures* r : seeds) {
     if (r->start.task_rewards.empty() || r->final.task_rewards.empty()) {
@@ -144,15 +165,59 @@ void PerTaskLines(const std::vector<const SeedFigures*>& seeds, std::string* out
       auto b = r->final.task_rewards.find(task);
       if (b == r->final.task_rewards.end()) continue;
       ++pairs;
+      by_task[task] += b->second - a;
       if (b->second == a) continue;
       (b->second > a ? up : down) += 1;
       moved[task].push_back(absl::StrFormat("seed %d %.2g->%.2g", r->seed, a, b->second));
     }
   }
   if (seeds.empty()) return;
-  absl::StrAppendFormat(out, "  per task, reward per rollout: %d up, %d down, %d unchanged of %d seed-task pairs; "
-                        "sign test p = %.3f\n", up, down, pairs - up - down, pairs, SignTestP(up, down));
+  if (!shared_start) {
+    absl::StrAppendFormat(out, "  per task, reward per rollout: %d up, %d down, %d unchanged of %d seed-task pairs; "
+                          "sign test p = %.3f\n", up, down, pairs - up - down, pairs, SignTestP(up, down));
+  } else {
+    int tasks_up = 0, tasks_down = 0;
+    for (const auto& [task, sum] : by_task) {
+      if (std::abs(sum) > 1e-9) (sum > 0 ? tasks_up : tasks_down) += 1;
+    }
+    absl::StrAppendFormat(out, "  per task, reward per rollout: %d up, %d down, %d unchanged of %d seed-task pairs; by task "
+                          "(the seeds share a start evaluation): %d up, %d down of %d, sign test p = %.3f\n", up, down,
+                          pairs - up - down, pairs, tasks_up, tasks_down, by_task.size(), SignTestP(tasks_up, tasks_down));
+  }
   for (const auto& [task, how] : moved) absl::StrAppend(out, "    ", task, ": ", absl::StrJoin(how, ", "), "\n");
+}
+
+// Each evaluation re-scored more than once, by its files: the repeats' figures side by side, one
+// evaluation's own noise measured (the same weights, the same draws; the sandbox's timings differ).
+void RepeatLines(const std::vector<const SeedFigures*>& seeds, std::string* out) {
+  std::map<std::string, const std::vector<HeldOutPoint>*> repeated;  // Files -> the repeats.
+  for (const SeedFigures* r : seeds) {
+    if (!r->start_repeats.empty()) repeated.emplace(r->rescored_start, &r->start_repeats);
+    if (!r->final_repeats.empty()) repeated.emplace(r->rescored_final, &r->final_repeats);
+  }
+  if (repeated.empty()) return;
+  absl::StrAppend(out, "repeated re-scorings of one policy (one evaluation's own noise):\n");
+  for (const auto& [files, points] : repeated) {
+    std::vector<std::string> rewards, compile;
+    std::map<std::string, std::pair<double, double>> range;  // Task -> (lowest, highest) mean reward.
+    for (const HeldOutPoint& p : *points) {
+      rewards.push_back(absl::StrFormat("%.2f", p.reward_mean));
+      compile.push_back(Pct(p.faster_than_compile));
+      for (const auto& [task, x] : p.task_rewards) {
+        auto [it, added] = range.emplace(task, std::pair{x, x});
+        it->second = {std::min(it->second.first, x), std::max(it->second.second, x)};
+      }
+    }
+    int differ = 0;
+    double widest = 0;
+    for (const auto& [task, lo_hi] : range) {
+      differ += lo_hi.second > lo_hi.first;
+      widest = std::max(widest, lo_hi.second - lo_hi.first);
+    }
+    absl::StrAppendFormat(out, "  %s: reward per rollout %s; faster than compile %s; tasks' mean rewards apart in %d of %d "
+                          "(widest %.2f)\n", files, absl::StrJoin(rewards, ", "), absl::StrJoin(compile, ", "), differ,
+                          range.size(), widest);
+  }
 }
 
 using PerTask = std::map<std::string, double> HeldOutPoint::*;
@@ -199,6 +264,63 @@ std::pair<double, double> MeanAndStandardError(const std::vector<double>& xs) {
   double ss = 0;
   for (double x : xs) ss += (x - mean) * (x - mean);
   return {mean, std::sqrt(ss / (xs.size() - 1) / xs.size())};
+}
+
+HeldOutPoint MeanOf(const std::vector<HeldOutPoint>& points) {
+  if (points.size() == 1) return points.front();
+  HeldOutPoint m;
+  if (points.empty()) return m;
+  m.label = points.front().label;
+  m.policy_version = points.front().policy_version;
+  m.n = points.front().n;
+  m.task_baselines = points.front().task_baselines;
+  const double k = static_cast<double>(points.size());
+  double sem_sq = 0, log_gm = 0;
+  int gm_n = 0;
+  std::map<std::string, std::pair<double, int>> rewards, compile;  // Task -> (sum, count).
+  for (const HeldOutPoint& p : points) {
+    m.reward_mean += p.reward_mean / k;
+    m.pass_rate += p.pass_rate / k;
+    m.faster_than_eager += p.faster_than_eager / k;
+    m.faster_than_compile += p.faster_than_compile / k;
+    m.faster_than_compile_paid += p.faster_than_compile_paid / k;  // NaN in any: not recorded.
+    sem_sq += p.reward_sem * p.reward_sem;
+    if (p.geomean_vs_compile > 0) {
+      log_gm += std::log(p.geomean_vs_compile);
+      ++gm_n;
+    }
+    for (auto [from, to] : {std::pair{&p.task_rewards, &rewards}, std::pair{&p.task_faster_than_compile, &compile}}) {
+      for (const auto& [task, x] : *from) {
+        (*to)[task].first += x;
+        (*to)[task].second += 1;
+      }
+    }
+  }
+  m.reward_sem = std::sqrt(sem_sq) / k;
+  m.geomean_vs_compile = gm_n > 0 ? std::exp(log_gm / gm_n) : 0;
+  for (const auto& [task, sum] : rewards) m.task_rewards[task] = sum.first / sum.second;
+  for (const auto& [task, sum] : compile) m.task_faster_than_compile[task] = sum.first / sum.second;
+  return m;
+}
+
+double ChangeStandardError(const std::vector<double>& start, const std::vector<double>& final,
+                           const std::vector<std::vector<double>>& start_repeats, const std::vector<int>& start_group) {
+  const size_t n = final.size();
+  std::vector<double> change;
+  for (size_t i = 0; i < n; ++i) change.push_back(final[i] - start[i]);
+  double se_sq = std::pow(MeanAndStandardError(change).second, 2);
+  const double finals_var = std::pow(MeanAndStandardError(final).second, 2) * n;  // The sample variance.
+  std::map<int, std::vector<size_t>> seeds_of;  // Start -> the seeds that have it.
+  for (size_t i = 0; i < n; ++i) seeds_of[start_group[i]].push_back(i);
+  for (const auto& [group, seeds] : seeds_of) {
+    if (seeds.size() < 2) continue;  // A seed's own start: its error is in the changes' spread.
+    const std::vector<double>& repeats = start_repeats[seeds.front()];
+    double var = finals_var;
+    if (repeats.size() >= 2) var = std::max(var, std::pow(MeanAndStandardError(repeats).second, 2) * repeats.size());
+    const double share = static_cast<double>(seeds.size()) / n;
+    se_sq += share * share * var / std::max<size_t>(1, repeats.size());
+  }
+  return std::sqrt(se_sq);
 }
 
 absl::StatusOr<SeedFigures> SeedFiguresOf(const std::vector<std::pair<std::string, Json>>& chain,
@@ -355,8 +477,10 @@ absl::StatusOr<SeedFigures> SeedFiguresOf(const std::vector<std::pair<std::strin
 absl::StatusOr<std::vector<Rescoring>> RescoringsOf(const std::vector<std::pair<std::string, Json>>& runs) {
   std::vector<Rescoring> out;
   std::set<std::string> tasks_first;
+  std::set<std::string> paths;
   for (const auto& [path, curves] : runs) {
     auto err = [&path = path](const std::string& what) { return absl::InvalidArgumentError(absl::StrCat(path, ": ", what)); };
+    if (!paths.insert(path).second) return err("given twice (repeats of one weights' re-scoring are separate runs)");
     const Json* state = FindJson(curves, "state");
     const Json* heldout = FindJson(curves, "heldout");
     if (state == nullptr || !state->is_string() || state->get<std::string>() != "EVAL_ONLY" || heldout == nullptr ||
@@ -391,19 +515,26 @@ absl::StatusOr<std::vector<Rescoring>> RescoringsOf(const std::vector<std::pair<
 }
 
 absl::Status Rescore(const std::vector<Rescoring>& rescorings, SeedFigures* f) {
-  for (auto [what, weights, point, from] :
-       {std::tuple{"start", &f->start_weights, &f->start, &f->rescored_start},
-        std::tuple{"final", &f->final_weights, &f->final, &f->rescored_final}}) {
+  for (auto [what, weights, point, from, repeats] :
+       {std::tuple{"start", &f->start_weights, &f->start, &f->rescored_start, &f->start_repeats},
+        std::tuple{"final", &f->final_weights, &f->final, &f->rescored_final, &f->final_repeats}}) {
     if (weights->is_null()) {
       return absl::FailedPreconditionError(absl::StrCat(f->name, ": the weights its ", what,
                                                         " evaluation scored were not recorded; it cannot be re-scored"));
     }
-    auto it = std::find_if(rescorings.begin(), rescorings.end(), [&](const Rescoring& r) { return r.weights == *weights; });
-    if (it == rescorings.end()) {
+    std::vector<HeldOutPoint> points;
+    std::vector<std::string> paths;
+    for (const Rescoring& r : rescorings) {
+      if (r.weights != *weights) continue;
+      points.push_back(r.point);
+      paths.push_back(r.path);
+    }
+    if (points.empty()) {
       return absl::NotFoundError(absl::StrCat(f->name, ": no re-scoring of its ", what, "'s weights ", DumpJson(*weights)));
     }
-    *point = it->point;
-    *from = it->path;
+    *point = MeanOf(points);
+    *from = absl::StrJoin(paths, "+");
+    *repeats = points.size() > 1 ? points : std::vector<HeldOutPoint>();
   }
   const Rescoring& any = rescorings.front();  // RescoringsOf: all scored alike.
   f->rescored_how =
@@ -452,10 +583,19 @@ std::string SeedsReport(const std::vector<SeedFigures>& runs, const v1::SeedsCon
   }
 
   const double k = config.min_standard_errors();
+  const std::vector<int> start_groups = StartGroups(seeds);
   auto change = [&](const std::string& label, const std::function<double(const HeldOutPoint&)>& of, bool pct) {
-    std::vector<double> d;
-    for (const SeedFigures* r : seeds) d.push_back(of(r->final) - of(r->start));
-    auto [mean, se] = MeanAndStandardError(d);
+    std::vector<double> start, final, d;
+    std::vector<std::vector<double>> repeats;
+    for (const SeedFigures* r : seeds) {
+      start.push_back(of(r->start));
+      final.push_back(of(r->final));
+      d.push_back(final.back() - start.back());
+      repeats.emplace_back();
+      for (const HeldOutPoint& p : r->start_repeats) repeats.back().push_back(of(p));
+    }
+    const double mean = MeanAndStandardError(d).first;
+    const double se = ChangeStandardError(start, final, repeats, start_groups);
     const double scale = pct ? 100 : 1;
     absl::StrAppendFormat(&out, "  %-24s %+.2f%s +- %.2f%s", label, scale * mean, pct ? "%" : "", scale * se, pct ? "%" : "");
     if (se > 1e-9 * std::abs(mean)) absl::StrAppendFormat(&out, "  (%.1f standard errors)", mean / se);
@@ -466,7 +606,12 @@ std::string SeedsReport(const std::vector<SeedFigures>& runs, const v1::SeedsCon
     absl::StrAppend(&out, "start and final re-scored (kernelrl learn --eval_only), ", seeds.front()->rescored_how,
                     ", each task's rollout k drawing the same random numbers for every policy\n");
   }
+  RepeatLines(seeds, &out);
   absl::StrAppend(&out, "across the ", seeds.size(), " seeds, final - PPO start (mean +- standard error of the mean):\n");
+  if (AnyShared(start_groups)) {
+    absl::StrAppend(&out, "  (seeds share a start evaluation: its error, common to them, is added to their changes' "
+                          "spread, as the larger of the finals' variance across the seeds and its repeats')\n");
+  }
   // The same change over the tasks (each task's, averaged over the seeds): true when above k of its
   // standard errors; not recorded per task fails.
   auto over_tasks = [&](PerTask figure, const char* field, bool pct) {
@@ -511,7 +656,7 @@ std::string SeedsReport(const std::vector<SeedFigures>& runs, const v1::SeedsCon
   absl::StrAppendFormat(&out, "  %-24s %s -> %s  (the seeds' mean; %d of %d passed a task at the end)\n",
                         "geomean x compile", Gm(gs), Gm(gf), gm_final.size(), seeds.size());
   const bool geomean_ok = !seeds.empty() && gm_final.size() == seeds.size() && gf > gs;
-  PerTaskLines(seeds, &out);
+  PerTaskLines(seeds, AnyShared(start_groups), &out);
 
   int min_tasks = seeds.empty() ? 0 : seeds.front()->start.n;
   bool ev_ok = !seeds.empty(), cuda = true;

@@ -72,8 +72,11 @@ struct SeedFigures {
   // The weights the start and final evaluations scored (their SHA-256 by file; null where not
   // recorded), and the re-scorings put in their place (Rescore), if any.
   Json start_weights, final_weights;
-  std::string rescored_start, rescored_final;
+  std::string rescored_start, rescored_final;  // The re-scorings' files, joined by '+' where repeated.
   std::string rescored_how;  // "temperature 0.7, 4 rollouts a task".
+  // Where the start (final) is the mean of several re-scorings of its weights: each of them. Their
+  // spread is one evaluation's own noise, measured.
+  std::vector<HeldOutPoint> start_repeats, final_repeats;
 };
 
 // A `kernelrl learn --eval_only` run: one evaluation of the weights it names, sampled alike for
@@ -91,11 +94,12 @@ struct Rescoring {
 // between two of them would then be partly the scoring's.
 absl::StatusOr<std::vector<Rescoring>> RescoringsOf(const std::vector<std::pair<std::string, Json>>& runs);
 
-// The seed's start and final replaced by the re-scorings of the weights they scored. Greedy, one
-// rollout a task, a near-tie between two designs decides a task's reward by itself; sampled,
+// The seed's start and final replaced by the re-scorings of the weights they scored; several
+// re-scorings of the same weights (repeats) by their mean, figure by figure and task by task. Greedy,
+// one rollout a task, a near-tie between two designs decides a task's reward by itself; sampled,
 // several rollouts a task with the same random numbers for every policy (kernelrl eval seeds each
-// task's rollout k alike), the two policies part only where their odds differ. Errors: a weight
-// that was not recorded, or no re-scoring of it.
+// task's rollout k alike), the two policies part only where their odds differ or the sandbox's
+// timings, which the policy reads, differ. Errors: a weight that was not recorded, or no re-scoring of it.
 absl::Status Rescore(const std::vector<Rescoring>& rescorings, SeedFigures* f);
 
 // The figures of one seed from its jobs' curves.json, in the order they ran. Errors name the file:
@@ -108,6 +112,20 @@ absl::Status Rescore(const std::vector<Rescoring>& rescorings, SeedFigures* f);
 // PPO start whose own seed 1 went on from there): only the weights, where recorded, tell the two apart.
 absl::StatusOr<SeedFigures> SeedFiguresOf(const std::vector<std::pair<std::string, Json>>& chain,
                                           bool from_ppo_start = false);
+
+// The evaluations' mean, figure by figure and task by task (geomeans: their geometric mean over those
+// > 0); its reward_sem that of a mean of independent evaluations.
+HeldOutPoint MeanOf(const std::vector<HeldOutPoint>& points);
+
+// The standard error of the seeds' mean change, final - start. Where seeds share one start
+// evaluation (the same weights scored once, or its repeats averaged), that evaluation's error is
+// common to them and the spread of their changes cannot show it: it is added, for each start shared
+// by n_g of the n seeds, as (n_g / n)^2 * s^2 / k_g, with s^2 the larger of the finals' variance across
+// the seeds (one evaluation's noise plus the seeds' own spread) and the start's k_g repeats' variance.
+// `start_repeats[i]`: seed i's start's repeats (empty: evaluated once); `start_group[i]`: which
+// start seed i has.
+double ChangeStandardError(const std::vector<double>& start, const std::vector<double>& final,
+                           const std::vector<std::vector<double>>& start_repeats, const std::vector<int>& start_group);
 
 // The report, one screen of plain text. Seeds are the chains of ablation "none"; the others are
 // listed as ablations, whichever way they went. A "baselines" line says whether every evaluation was

@@ -3,9 +3,11 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <map>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 
 namespace kernelrl::cli {
 namespace {
@@ -354,6 +356,26 @@ TEST(SeedsReport, RescoringsReplaceTheStartAndFinalTheyScoredTheWeightsOf) {
   EXPECT_THAT(report, HasSubstr("reward per rollout       +0.25"));
   EXPECT_THAT(report, HasSubstr("each on >= 12 held-out tasks (1 seeds, >= 12 tasks)"));
 
+  // The start's weights re-scored twice: their mean, both named, and their spread shown.
+  std::vector<std::pair<std::string, Json>> repeated = runs;
+  repeated.push_back({"r-start-again", Rescoring(a, 0.7)});
+  auto with_repeat = RescoringsOf(repeated);
+  ASSERT_TRUE(with_repeat.ok()) << with_repeat.status();
+  auto twice = SeedFiguresOf({{"s2c1", first}, {"s3c1", second}});
+  ASSERT_TRUE(Rescore(*with_repeat, &*twice).ok());
+  EXPECT_DOUBLE_EQ(twice->start.reward_mean, 0.6);
+  EXPECT_DOUBLE_EQ(twice->start.task_rewards.at("t3"), 0.6);
+  EXPECT_NEAR(twice->start.reward_sem, std::sqrt(2 * 0.3 * 0.3) / 2, 1e-12);
+  EXPECT_EQ(twice->rescored_start, "r-start+r-start-again");
+  EXPECT_EQ(twice->start_repeats.size(), 2u);
+  EXPECT_TRUE(twice->final_repeats.empty());
+  EXPECT_THAT(SeedsReport({*twice}, Bar()),
+              HasSubstr("r-start+r-start-again: reward per rollout 0.50, 0.70; faster than compile 20%, 20%; tasks' mean "
+                        "rewards apart in 12 of 12 (widest 0.20)"));
+  // One file given twice is not a repeat.
+  auto same_file = RescoringsOf({runs[0], runs[0]});
+  EXPECT_THAT(std::string(same_file.status().message()), HasSubstr("r-start: given twice"));
+
   // The final's weights, re-scored under no name here: refused, naming them.
   auto missing = SeedFiguresOf({{"s2c1", first}, {"s3c1", second}});
   auto without_final = RescoringsOf({runs[0], runs[1]});
@@ -374,6 +396,64 @@ TEST(SeedsReport, RescoringsReplaceTheStartAndFinalTheyScoredTheWeightsOf) {
   }
   // A job's curves.json is not a re-scoring.
   EXPECT_THAT(std::string(RescoringsOf({{"job", second}}).status().message()), HasSubstr("job: not a re-scoring"));
+}
+
+// Seeds of the PPO stage from one start evaluation share its error: the spread of their changes
+// cannot show it, so it is added, as the larger of the finals' variance and the start's repeats'.
+TEST(SeedsReport, ASharedStartsErrorIsAddedToTheSeedsSpread) {
+  const std::vector<double> start = {0.5, 0.5, 0.5}, final = {1.0, 1.1, 0.9};
+  // Each seed its own start: the changes' standard error alone, 0.1 / sqrt(3).
+  EXPECT_NEAR(ChangeStandardError(start, final, {{}, {}, {}}, {0, 1, 2}), 0.1 / std::sqrt(3.0), 1e-12);
+  // One start, evaluated once: + the finals' variance (0.01), once.
+  EXPECT_NEAR(ChangeStandardError(start, final, {{}, {}, {}}, {0, 0, 0}), std::sqrt(0.01 / 3 + 0.01), 1e-12);
+  // Its two repeats apart by more than the finals: their variance (0.08), over 2.
+  const std::vector<double> repeats = {0.3, 0.7};
+  EXPECT_NEAR(ChangeStandardError(start, final, {repeats, repeats, repeats}, {0, 0, 0}), std::sqrt(0.01 / 3 + 0.04), 1e-12);
+  // Repeats closer than the finals: the finals' variance still bounds one evaluation's noise.
+  const std::vector<double> close = {0.49, 0.51};
+  EXPECT_NEAR(ChangeStandardError(start, final, {close, close, close}, {0, 0, 0}), std::sqrt(0.01 / 3 + 0.005), 1e-12);
+  // Two of three seeds share one: (2/3)^2 of it.
+  const std::vector<double> own_start = {0.5, 0.5, 0.4};
+  std::vector<double> change = {0.5, 0.6, 0.5};
+  EXPECT_NEAR(ChangeStandardError(own_start, final, {{}, {}, {}}, {0, 0, 1}),
+              std::sqrt(std::pow(MeanAndStandardError(change).second, 2) + 4.0 / 9 * 0.01), 1e-12);
+
+  // Read from chains: three seeds from one job's PPO start.
+  Json first = Curves(1, "none", {Eval("start", 0, -0.9, 0, 0.2), Eval("agentic-0", 37, 0.5, 0.1, 0.6)}, {0.1});
+  std::vector<SeedFigures> runs;
+  for (uint64_t seed : {2, 3, 4}) {
+    Json next = Curves(seed, "none", {Eval("final", 4, final[seed - 2], 0.1, 0.7)}, {0.5});
+    next["hyperparameters_text"] = absl::StrCat("recipe { agent_warmup { skip: true } rft { skip: true } }\nseed: ", seed, "\n");
+    auto f = SeedFiguresOf({{"call1", first}, {absl::StrCat("s", seed), next}});
+    ASSERT_TRUE(f.ok()) << f.status();
+    runs.push_back(*f);
+  }
+  const std::string report = SeedsReport(runs, Bar());
+  EXPECT_THAT(report, HasSubstr("seeds share a start evaluation"));
+  EXPECT_THAT(report, HasSubstr(absl::StrFormat("reward per rollout       +0.50 +- %.2f  (%.1f standard errors)",
+                                                std::sqrt(0.01 / 3 + 0.01), 0.5 / std::sqrt(0.01 / 3 + 0.01))));
+}
+
+// Seeds sharing a start move together wherever its one measurement of a task was off: the sign
+// test counts tasks, not seed-task pairs.
+TEST(SeedsReport, SeedsSharingAStartAreSignTestedByTask) {
+  Json first = Curves(1, "none",
+                      {Eval("start", 0, -0.9, 0, 0.2),
+                       WithTasks(Eval("agentic-0", 37, 0.0, 0.1, 0.6, 3), {{"a", -1}, {"b", 1}, {"c", 1}})},
+                      {0.1});
+  std::vector<SeedFigures> runs;
+  for (uint64_t seed : {2, 3, 4}) {
+    Json next = Curves(seed, "none",
+                       {WithTasks(Eval("final", 4, 0.3, 0.1, 0.7, 3), {{"a", 1}, {"b", 1}, {"c", seed == 4 ? 2.0 : 1.0}})},
+                       {0.5});
+    next["hyperparameters_text"] = absl::StrCat("recipe { agent_warmup { skip: true } rft { skip: true } }\nseed: ", seed, "\n");
+    auto f = SeedFiguresOf({{"call1", first}, {absl::StrCat("s", seed), next}});
+    ASSERT_TRUE(f.ok()) << f.status();
+    runs.push_back(*f);
+  }
+  EXPECT_THAT(SeedsReport(runs, Bar()),
+              HasSubstr("4 up, 0 down, 5 unchanged of 9 seed-task pairs; by task (the seeds share a start evaluation): "
+                        "2 up, 0 down of 3, sign test p = 0.500"));
 }
 
 TEST(SeedsReport, RefusesWhatCannotBeCompared) {
