@@ -33,7 +33,8 @@ namespace kernelrl {
 enum class FlagSeverity { kInfo, kAudit, kDecline, kHack };
 FlagSeverity SeverityOf(const std::string& flag);
 
-// The summary of a judged OK: "12.3 us; 1.50x eager, 1.20x compile".
+// The summary of a judged OK: "12.3 us; 1.50x eager, 1.20x compile", the time the one the eager
+// speed-up was computed from.
 std::string JudgedOk(double time_us, double vs_eager, double vs_compile, bool quarantined);
 
 // `baseline` may be null (no baseline: speed-ups 0, flag "baseline_missing").

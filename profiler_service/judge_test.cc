@@ -382,6 +382,9 @@ TEST(Judge, GraphFiguresCompareOnlyWithGraphFigures) {
   EXPECT_TRUE(r.verdict().eager_basis().baseline_graph());
   EXPECT_FALSE(r.verdict().compile_basis().baseline_graph());
   EXPECT_NEAR(r.verdict().compile_basis().candidate_us(), 300.0, 2.0);  // its launched figure
+  // The summary's time is the one its eager ratio compared, not the launched 300 us.
+  EXPECT_NEAR(std::stod(r.verdict().summary()), 100.0, 1.0) << r.verdict().summary();
+  EXPECT_NE(r.verdict().summary().find(" us; 2.0"), std::string::npos) << r.verdict().summary();
 
   // Without the baseline's graph figures the candidate's graph figures never pay.
   const Baseline eager_only = MakeBaseline(300.0, 300.0);
