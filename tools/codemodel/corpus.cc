@@ -312,7 +312,6 @@ v1::Verdict DesignEvaluator::Evaluate(const v1::EvaluateRequest& request) {
   v.set_candidate_time_us(eager_us / s);
   v.set_speedup_vs_eager(s);
   v.set_speedup_vs_compile(s / compile_ratio);
-  v.set_summary(sandbox::WithProfile(v.summary(), JudgedOk(v.candidate_time_us(), s, s / compile_ratio, false)));
   // The judge's ratios compare graph-replayed medians, which leave the launches out (on the H200 a
   // replayed candidate took ~0.9 of its launched time), and the Profile shows them: the same line here.
   // A forward past ProfilerConfig.graph_below_us (2 ms) is not graph-timed; on the H200 those were
@@ -332,6 +331,7 @@ v1::Verdict DesignEvaluator::Evaluate(const v1::EvaluateRequest& request) {
     basis->set_candidate_graph(graphed);
     basis->set_baseline_graph(true);
   }
+  v.set_summary(sandbox::WithProfile(v.summary(), JudgedOk(v, false)));
   if (!graphed) {
     v.add_flags(kHeldToBaselineGraph);
   } else {
