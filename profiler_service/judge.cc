@@ -64,8 +64,9 @@ FlagSeverity SeverityOf(const std::string& flag) {
 }
 
 std::string JudgedOk(const Verdict& v, bool quarantined) {
-  // The launched median carries the host's per-call cost: one kernel's moved 1.6x between two calls
-  // on one H200 while its ratios held within 5%, and the policy reads this line.
+  // The launched median carries the host's per-call cost, and the policy reads this line: the same
+  // kernels scored in two calls on one H200 had launched medians a median 1.10x apart (up to 1.7x),
+  // their ratios 1.01-1.02x.
   const double shown = v.eager_basis().candidate_us() > 0.0 ? v.eager_basis().candidate_us() : v.candidate_time_us();
   return absl::StrFormat("%.1f us; %.2fx eager, %.2fx compile%s", shown, v.speedup_vs_eager(), v.speedup_vs_compile(),
                          quarantined ? " (quarantined for audit)" : "");
