@@ -55,7 +55,7 @@ int SeedsMain(int argc, char** argv) {
   CommandLine cl("seeds", "Several `kernelrl learn` jobs (seeds, ablations) against a learning run's bar.", &config);
   cl.Flag("runs", "runs", "A job's curves.json (or its directory); one seed's jobs joined by '+'; RUN@ppo_start+NEXT: NEXT from RUN's PPO-start policy");
   cl.Flag("--rescored", "rescored",
-          "A `kernelrl learn --eval_only` run (repeat the flag): it replaces the start or final evaluation that scored its weights");
+          "A `kernelrl learn --eval_only` run (repeat the flag): it replaces the start or final evaluation that scored its weights; several of the same weights, their mean");
   cl.Flag("--min_standard_errors", "min_standard_errors", "The mean change across seeds must exceed this many");
   cl.Flag("--min_explained_variance", "min_explained_variance", "Each seed's median critic EV during PPO must exceed it");
   cl.Flag("--min_model_tokens", "min_model_tokens", "Each seed's PPO trajectories must average this many model tokens");
