@@ -33,9 +33,9 @@ namespace kernelrl {
 enum class FlagSeverity { kInfo, kAudit, kDecline, kHack };
 FlagSeverity SeverityOf(const std::string& flag);
 
-// The summary of a judged OK verdict: "12.3 us; 1.50x eager, 1.20x compile", the time the one its
-// eager speed-up was computed from (eager_basis; graph-replayed where both sides were), so that the
-// time and the ratio beside it agree; the launched median where no basis was recorded.
+// The summary of a judged OK verdict: "12.3 us; 1.50x eager, 1.20x compile". The time shown is the
+// one its eager speed-up was computed from (eager_basis: graph-replayed where both sides were), so
+// that the time and the ratio beside it agree; the launched median where no basis was recorded.
 std::string JudgedOk(const Verdict& v, bool quarantined);
 
 // `baseline` may be null (no baseline: speed-ups 0, flag "baseline_missing").
