@@ -314,6 +314,18 @@ class HeldOutEvaluator {
   std::thread thread_;
 };
 
+// The fields every curves.json opens with: which job, when, in which state, of what run and settings.
+Json CurvesHeader(const v1::LearnConfig& o, const std::string& hp, const Console& console, const std::string& job_id,
+                  const std::string& state) {
+  return Json::object({{"job_id", Json(job_id)},
+                       {"start_unix_ms", Json(console.StartUnixMs())},
+                       {"state", Json(state)},
+                       {"ablation", Json(o.ablation())},
+                       {"backend", Json(o.backend())},
+                       {"family_dir", Json(o.family_dir())},
+                       {"hyperparameters_text", Json(hp)}});
+}
+
 // curves.json from the job's ledger (every committed update, as the learner recorded it, with the
 // verdicts of the trajectories it trained on) and the held-out evaluations; then the plots. The
 // report's steps and audit come back in `run`.
@@ -350,16 +362,10 @@ bool WriteCurves(const v1::LearnConfig& o, const v1::Job& job, const std::string
       }
     }
   }
-  Json curves = Json::object({{"job_id", Json(job.id())},
-                              {"start_unix_ms", Json(console.StartUnixMs())},
-                              {"state", Json(v1::Job::State_Name(job.state()))},
-                              {"ablation", Json(o.ablation())},
-                              {"backend", Json(o.backend())},
-                              {"family_dir", Json(o.family_dir())},
-                              {"hyperparameters_text", Json(hp)},
-                              {"steps", std::move(step_list)},
-                              {"heldout", std::move(heldout)},
-                              {"audit", audit.ToJson()}});
+  Json curves = CurvesHeader(o, hp, console, job.id(), v1::Job::State_Name(job.state()));
+  curves["steps"] = std::move(step_list);
+  curves["heldout"] = std::move(heldout);
+  curves["audit"] = audit.ToJson();
   if (Json d = digest("start", o.base_checkpoint()); !d.is_null()) curves["start_weights"] = std::move(d);
   if (run.checkpoint.empty()) {
     console.Line("no record of the final weights: the job committed no checkpoint");
@@ -401,19 +407,13 @@ int EvalOnly(const v1::LearnConfig& o, const std::string& hp, const Cluster& clu
   Json heldout = evals.Heldout();
   if (!heldout.is_array() || heldout.empty()) return 1;  // The console said why.
   heldout[0]["weights"] = *weights;
-  Json curves = Json::object({{"job_id", Json("")},
-                              {"start_unix_ms", Json(console.StartUnixMs())},
-                              {"state", Json("EVAL_ONLY")},
-                              {"ablation", Json(o.ablation())},
-                              {"backend", Json(o.backend())},
-                              {"family_dir", Json(o.family_dir())},
-                              {"hyperparameters_text", Json(hp)},
-                              {"eval_temperature", Json(o.eval_temperature())},
-                              {"eval_rollouts", Json(o.eval_rollouts())},
-                              {"steps", Json::array()},
-                              {"heldout", std::move(heldout)},
-                              {"start_weights", *weights},
-                              {"final_weights", *weights}});
+  Json curves = CurvesHeader(o, hp, console, "", "EVAL_ONLY");
+  curves["eval_temperature"] = o.eval_temperature();
+  curves["eval_rollouts"] = o.eval_rollouts();
+  curves["steps"] = Json::array();
+  curves["heldout"] = std::move(heldout);
+  curves["start_weights"] = *weights;
+  curves["final_weights"] = *weights;
   const std::string path = curves_dir + "/curves.json";
   if (absl::Status s = WriteFileAtomically(path, DumpJson(curves, 1) + "\n"); !s.ok()) {
     console.Line("eval only: " + std::string(s.message()));
