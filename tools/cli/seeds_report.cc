@@ -147,6 +147,23 @@ std::vector<int> StartGroups(const std::vector<const SeedFigures*>& seeds) {
 
 bool AnyShared(const std::vector<int>& groups) { return std::set<int>(groups.begin(), groups.end()).size() < groups.size(); }
 
+using PerTask = std::map<std::string, double> HeldOutPoint::*;
+
+// Each task's change in `figure`, final - start, one per seed; false where a seed's evaluations do
+// not record the figure per task.
+bool ChangesByTask(const std::vector<const SeedFigures*>& seeds, PerTask figure,
+                   std::map<std::string, std::vector<double>>* by_task) {
+  for (const SeedFigures* r : seeds) {
+    const auto &start = r->start.*figure, &final = r->final.*figure;
+    if (start.empty() || final.empty()) return false;
+    for (const auto& [task, a] : start) {
+      auto b = final.find(task);
+      if (b != final.end()) (*by_task)[task].push_back(b->second - a);
+    }
+  }
+  return true;
+}
+
 // Which held-out tasks moved from the PPO start to the final, pooled over the seeds, with a sign
 // test: a gain of several standard errors across seeds can still be one task flipping in each.
 // Seeds that share a start evaluation move together wherever its one measurement of a task was off,
@@ -154,7 +171,6 @@ bool AnyShared(const std::vector<int>& groups) { return std::set<int>(groups.beg
 // averaged over the seeds).
 void PerTaskLines(const std::vector<const SeedFigures*>& seeds, bool shared_start, std::string* out) {
   int up = 0, down = 0, pairs = 0;
-  std::map<std::string, double> by_task;  // Task -> its change summed over the seeds.
   std::map<std::string, std::vector<std::string>> moved;  // task -> "seed N a->b"
   for (const SeedFigures* r : seeds) {
     if (r->start.task_rewards.empty() || r->final.task_rewards.empty()) {
@@ -165,7 +181,6 @@ void PerTaskLines(const std::vector<const SeedFigures*>& seeds, bool shared_star
       auto b = r->final.task_rewards.find(task);
       if (b == r->final.task_rewards.end()) continue;
       ++pairs;
-      by_task[task] += b->second - a;
       if (b->second == a) continue;
       (b->second > a ? up : down) += 1;
       moved[task].push_back(absl::StrFormat("seed %d %.2g->%.2g", r->seed, a, b->second));
@@ -176,9 +191,12 @@ void PerTaskLines(const std::vector<const SeedFigures*>& seeds, bool shared_star
     absl::StrAppendFormat(out, "  per task, reward per rollout: %d up, %d down, %d unchanged of %d seed-task pairs; "
                           "sign test p = %.3f\n", up, down, pairs - up - down, pairs, SignTestP(up, down));
   } else {
+    std::map<std::string, std::vector<double>> by_task;  // Every seed records task_rewards (above).
+    ChangesByTask(seeds, &HeldOutPoint::task_rewards, &by_task);
     int tasks_up = 0, tasks_down = 0;
-    for (const auto& [task, sum] : by_task) {
-      if (std::abs(sum) > 1e-9) (sum > 0 ? tasks_up : tasks_down) += 1;
+    for (const auto& [task, changes] : by_task) {
+      const double mean = MeanAndStandardError(changes).first;
+      if (std::abs(mean) > 1e-9) (mean > 0 ? tasks_up : tasks_down) += 1;
     }
     absl::StrAppendFormat(out, "  per task, reward per rollout: %d up, %d down, %d unchanged of %d seed-task pairs; by task "
                           "(the seeds share a start evaluation): %d up, %d down of %d, sign test p = %.3f\n", up, down,
@@ -220,22 +238,13 @@ void RepeatLines(const std::vector<const SeedFigures*>& seeds, std::string* out)
   }
 }
 
-using PerTask = std::map<std::string, double> HeldOutPoint::*;
-
 // A figure's change over the held-out tasks: each task's change averaged over the seeds, then the
 // mean and standard error of those over the tasks. Greedy evaluations of the same tasks can agree
 // in every seed, and then the seeds' standard error is 0 however few tasks moved; this one still
 // counts them. {NaN, NaN} where a seed's evaluations do not record the figure per task.
 std::pair<double, double> ChangeOverTasks(const std::vector<const SeedFigures*>& seeds, PerTask figure) {
   std::map<std::string, std::vector<double>> by_task;
-  for (const SeedFigures* r : seeds) {
-    const auto &start = r->start.*figure, &final = r->final.*figure;
-    if (start.empty() || final.empty()) return {NAN, NAN};
-    for (const auto& [task, a] : start) {
-      auto b = final.find(task);
-      if (b != final.end()) by_task[task].push_back(b->second - a);
-    }
-  }
+  if (!ChangesByTask(seeds, figure, &by_task)) return {NAN, NAN};
   std::vector<double> changes;
   for (const auto& [task, d] : by_task) changes.push_back(MeanAndStandardError(d).first);
   if (changes.empty()) return {NAN, NAN};
