@@ -85,7 +85,10 @@
 # repeats an earlier job's, ~40 s a job on one H200), FINAL_EVAL (1; 0: no evaluation after the job, d. above),
 # PARALLEL (0; 1: the JOBS side by side, job k's sandbox worker on GPU k (SANDBOX_WORKERS_PER_JOB, 1: its
 # --sandbox_workers in LEARN_ARGS), the learners on LEARNER_DEVICE: e.g. on nvidia-h200-x4 three seeds with
-# LEARNER_DEVICE=cuda:3 JOBS="1:none 2:none 3:none" in one call, each with fewer PPO updates than alone).
+# LEARNER_DEVICE=cuda:3 JOBS="1:none 2:none 3:none" in one call, each with fewer PPO updates than alone),
+# BASE_S (210: the corpus and pre-training's time; a base call with less left before DEADLINE after its
+# baselines returns them without a base), OP_PROBE (1; 0: the base is not probed), EVAL_S (285: the least
+# limit an EVAL_ONLY re-scoring starts with).
 set -u
 C=.devcarry/ops
 M=.devcarry/codemodel
@@ -273,12 +276,16 @@ pretrain_base() {
     > "$OUT/pretrain.json" 2> "$OUT/pretrain.log" || { tail -20 "$OUT/pretrain.log"; return 1; }
   echo "pretrained at $(elapsed) s: $(cat "$OUT/pretrain.json")"
   # How the base reads its tasks' ops, teacher-forced, on the job's training and held-out tasks
-  # (tools/codemodel/op_probe.h; the episodes stay in memory).
+  # (tools/codemodel/op_probe.h; the episodes stay in memory). OP_PROBE=0 leaves it out: the base
+  # is packed first either way, so a call cut by the device's limit still returns it.
+  [ -n "${LOCAL_RUN:-}" ] || tar czf "$OUT/base.tgz" -C "$RUN/base" .
+  [ "${OP_PROBE:-1}" = 0 ] && return 0
+  # Its time on the H200 was not measured alone; on the CPU it took 54 s (eleventh sitting).
+  [ $(( $(elapsed) + 60 )) -gt "${DEADLINE:-560}" ] && { echo "op probe left out: $(elapsed) s gone of the DEADLINE's ${DEADLINE:-560}"; return 0; }
   "$M/bin/op_probe" "${PRESET_CONFIGS[@]}" --checkpoint="$RUN/base" --device=$DEV --kernel_device=$DEV --per_task=2 \
     --tasks="$M/small/train.jsonl,$M/small/heldout.jsonl" > "$OUT/op_probe.json" 2> "$OUT/op_probe.log" ||
     { tail -20 "$OUT/op_probe.log"; return 1; }
   echo "op probe at $(elapsed) s (right/total):"; grep '^op probe ' "$OUT/op_probe.log"
-  [ -n "${LOCAL_RUN:-}" ] || tar czf "$OUT/base.tgz" -C "$RUN/base" .
 }
 CORPUS="" BUILD_BASE=0
 LEARNER_GPU=$(echo "${LEARNER_DEVICE:-}" | sed -n 's/^cuda:\([0-9]\+\)$/\1/p')
@@ -361,6 +368,14 @@ if [ "$BACKEND" = cuda ]; then
   fi
 fi
 
+# The corpus and pre-training need BASE_S (210 s: corpus 119 s, pre-training 75 s with loading, the H200
+# of 2026-12-02) before the DEADLINE: a call whose baselines left less returns them without a base (and
+# runs no job) rather than be killed by the device's limit with nothing packed.
+if [ "$BUILD_BASE" = 1 ] && [ $(( $(elapsed) + ${BASE_S:-210} )) -gt "${DEADLINE:-560}" ]; then
+  echo "no base: $(elapsed) s gone, the corpus and pre-training need ${BASE_S:-210} s of the DEADLINE's ${DEADLINE:-560};" \
+    "the baselines come back in results.tgz: a next call with BASELINES_IN builds the base"
+  BUILD_BASE=0 JOBS=" "
+fi
 if [ "$BUILD_BASE" = 1 ]; then
   ( [ -n "$LEARNER_GPU" ] && export CUDA_VISIBLE_DEVICES=$LEARNER_GPU; make_corpus && pretrain_base ) || exit 1
 elif [ -n "$CORPUS" ]; then { wait $CORPUS && pretrain_base; } || exit 1
@@ -449,6 +464,12 @@ run_job() {
   HARD=$(( ${DEADLINE:-560} - $(elapsed) - 30 ))
   WALL=$(( HARD - 15 )); [ $WALL -gt $(( ${LEARN_WALL:-270} + 90 )) ] && WALL=$(( ${LEARN_WALL:-270} + 90 ))
   [ $HARD -gt $(( WALL + 60 )) ] && HARD=$(( WALL + 60 ))
+  # A re-scoring cut by its limit writes no curves.json: refuse a limit shorter than it needs (EVAL_S,
+  # 285 s: 12 tasks x 4 rollouts, 16 at once, took 259-277 s on an H200, 2026-12-02).
+  if [ "${EVAL_ONLY:-0}" = 1 ] && [ $WALL -lt "${EVAL_S:-285}" ]; then
+    echo "job $NAME not started: its limit would be $WALL s, the re-scoring needs ${EVAL_S:-285} s (EVAL_S): raise DEADLINE or LEARN_WALL"
+    exit 2
+  fi
   # The stall limit is over the family preset's lease (300 s): no line changes while a batch's rollouts
   # are in flight, and 24 eight-turn rollouts that rewrite their kernels returned none in 120 s (H200).
   local CUT=(timeout $HARD) CUT_FLAGS=(--job_timeout_s=$WALL --stall_timeout_s=320)
