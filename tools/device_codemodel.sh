@@ -7,7 +7,7 @@
 #           # run tool, carry [".devcarry/codemodel"] (the services' binaries travel in it as ops.tgz)
 #
 # A call cannot hold the 21 baselines (~260 s on one GPU) and a job, so the run takes a base call
-# (the baselines, then corpus ~36 s and pre-training ~10-13 s, H200, 2026-11-30), then job calls:
+# (the baselines, then the corpus, 119 s, and 2,800 pre-training steps, 75 s with loading, H200, 2026-12-02), then job calls:
 #   a. LEARNER_DEVICE=cuda:1 JOBS=" " PRECOMPUTE_WALL=290 tools/device_codemodel.sh
 #      (the baselines on GPU 0 with nothing beside them, then pre-training on GPU 1) -> base.tgz,
 #      results.tgz (baselines.jsonl)
