@@ -56,7 +56,8 @@ std::vector<LevelSummary> Summarize(const std::vector<TaskResult>& results) {
   return out;
 }
 
-std::string ReportJson(const std::vector<TaskResult>& results, const std::vector<LevelSummary>& levels) {
+std::string ReportJson(const std::vector<TaskResult>& results, const std::vector<LevelSummary>& levels,
+                       const std::optional<EvalCut>& cut) {
   Json root = Json::object();
   Json lv = Json::array();
   for (const LevelSummary& l : levels) {
@@ -104,11 +105,25 @@ std::string ReportJson(const std::vector<TaskResult>& results, const std::vector
                              {"wall_seconds", Json(r.wall_seconds)}}));
   }
   root["tasks"] = std::move(tasks);
+  if (cut.has_value()) {
+    Json ids = Json::array();
+    for (const std::string& id : cut->tasks_unfinished) ids.push_back(Json(id));
+    root["cut"] = Json::object({{"wall_limit_s", Json(cut->wall_limit_s)},
+                                {"tasks_unfinished", std::move(ids)},
+                                {"rollouts_unfinished", Json(cut->rollouts_unfinished)}});
+  }
   return DumpJson(root, 2) + "\n";
 }
 
-std::string ReportMarkdown(const std::vector<TaskResult>& results, const std::vector<LevelSummary>& levels) {
-  std::string md =
+std::string ReportMarkdown(const std::vector<TaskResult>& results, const std::vector<LevelSummary>& levels,
+                           const std::optional<EvalCut>& cut) {
+  std::string md;
+  if (cut.has_value()) {
+    absl::StrAppendFormat(&md, "Cut at the %g s limit: %d tasks scored, %d unfinished (%d rollouts) left out.\n\n",
+                          cut->wall_limit_s, static_cast<int>(results.size()),
+                          static_cast<int>(cut->tasks_unfinished.size()), cut->rollouts_unfinished);
+  }
+  md +=
       "| Subset | Tasks | Pass | Faster vs Eager | Faster vs Compile | GM speed-up vs Eager | GM speed-up vs Compile |\n"
       "|---|---|---|---|---|---|---|\n";
   for (const LevelSummary& l : levels) {

@@ -15,6 +15,7 @@
 #define KERNELRL_ACTOR_EVAL_REPORT_H_
 
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -41,9 +42,24 @@ struct LevelSummary {
   std::vector<double> speedups_eager, speedups_compile;  // Of correct, profiled solutions.
 };
 
+// An evaluation stopped at its wall-clock limit (kernelrl eval's wall_limit_s) before every task's
+// rollouts finished. A task is scored on all its rollouts or not at all (best-of-k and the per-rollout
+// mean of fewer rollouts would not compare), so the report holds only the finished tasks and this
+// names the rest.
+struct EvalCut {
+  double wall_limit_s = 0;
+  std::vector<std::string> tasks_unfinished;  // In task order.
+  int rollouts_unfinished = 0;  // Of those tasks: abandoned while running, or never started.
+};
+
 std::vector<LevelSummary> Summarize(const std::vector<TaskResult>& results);
-std::string ReportJson(const std::vector<TaskResult>& results, const std::vector<LevelSummary>& levels);
-std::string ReportMarkdown(const std::vector<TaskResult>& results, const std::vector<LevelSummary>& levels);
+// With a cut, a top-level "cut": {"wall_limit_s", "tasks_unfinished": [ids], "rollouts_unfinished"};
+// without, no "cut" key.
+std::string ReportJson(const std::vector<TaskResult>& results, const std::vector<LevelSummary>& levels,
+                       const std::optional<EvalCut>& cut = std::nullopt);
+// With a cut, a line above Table 1 says so.
+std::string ReportMarkdown(const std::vector<TaskResult>& results, const std::vector<LevelSummary>& levels,
+                           const std::optional<EvalCut>& cut = std::nullopt);
 
 }  // namespace kernelrl::actor
 

@@ -6,6 +6,7 @@
 #include <random>
 
 #include "absl/strings/match.h"
+#include "common/json.h"
 #include "gtest/gtest.h"
 
 namespace kernelrl::actor {
@@ -56,6 +57,40 @@ TEST(EvalReportTest, RatesAndGeomeansPerLevel) {
   const std::string md = ReportMarkdown(results, s);
   EXPECT_TRUE(absl::StrContains(md, "| level1 | " + std::to_string(l1) + " | ")) << md;
   EXPECT_TRUE(absl::StrContains(ReportJson(results, s), "\"faster_than_compile_rate\""));
+}
+
+// An evaluation stopped at its limit says so at the top of report.json, naming the tasks left out;
+// one that finished has no "cut" key at all (readers tell them apart by its presence).
+TEST(EvalReportTest, ACutIsRecordedAndOnlyWhenThereIsOne) {
+  TaskResult done;
+  done.task_id = "level1/1_a";
+  done.level = 1;
+  done.rollouts = 2;
+  done.best.set_outcome(v1::Verdict::OK);
+  const std::vector<TaskResult> results = {done};
+  const std::vector<LevelSummary> s = Summarize(results);
+
+  auto whole = ParseJson(ReportJson(results, s));
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  EXPECT_EQ(FindJson(*whole, "cut"), nullptr);
+  EXPECT_EQ(ReportJson(results, s), ReportJson(results, s, std::nullopt));
+  EXPECT_FALSE(absl::StrContains(ReportMarkdown(results, s), "Cut at"));
+
+  const EvalCut cut{90, {"level1/2_b", "level1/3_c"}, 3};
+  auto cut_json = ParseJson(ReportJson(results, s, cut));
+  ASSERT_TRUE(cut_json.ok()) << cut_json.status();
+  const Json* c = FindJson(*cut_json, "cut");
+  ASSERT_NE(c, nullptr);
+  EXPECT_DOUBLE_EQ(JsonNumber(*FindJson(*c, "wall_limit_s")), 90);
+  EXPECT_EQ(*FindJson(*c, "tasks_unfinished"), Json::array({Json("level1/2_b"), Json("level1/3_c")}));
+  EXPECT_DOUBLE_EQ(JsonNumber(*FindJson(*c, "rollouts_unfinished")), 3);
+  // The tasks and levels are those of the finished tasks alone.
+  EXPECT_EQ(FindJson(*cut_json, "tasks")->size(), 1u);
+  EXPECT_EQ(*FindJson(*cut_json, "tasks"), *FindJson(*whole, "tasks"));
+  EXPECT_EQ(*FindJson(*cut_json, "levels"), *FindJson(*whole, "levels"));
+  EXPECT_TRUE(absl::StartsWith(ReportMarkdown(results, s, cut),
+                               "Cut at the 90 s limit: 1 tasks scored, 2 unfinished (3 rollouts) left out.\n\n| Subset"))
+      << ReportMarkdown(results, s, cut);
 }
 
 }  // namespace

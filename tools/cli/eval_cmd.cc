@@ -7,9 +7,9 @@
 #include <memory>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <mutex>
-#include <thread>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -32,6 +32,7 @@
 #include "proto/actor_config.pb.h"
 #include "proto/cli_config.pb.h"
 #include "tools/cli/command_line.h"
+#include "tools/cli/eval_schedule.h"
 #include "tools/cli/local_cluster.h"
 #include "sandbox/workspace_files.h"
 
@@ -142,6 +143,9 @@ void AddFlags(CommandLine& cl) {
   cl.Flag("--sandbox", "actor.sandbox.target", "gRPC target of sandbox workers (\"\": start one here)");
   cl.Flag("--sandbox_backend", "sandbox_backend", "The started sandbox's backend: auto, cpu or cuda");
   cl.Flag("--concurrency", "actor.concurrent_rollouts", "Rollouts at once");
+  cl.Flag("--wall_limit_s", "wall_limit_s",
+          "Seconds for the whole evaluation (0 = none): then the finished tasks are reported, the rest named in "
+          "report.json's \"cut\"");
   cl.Flag("--max_turns", "actor.rollout.eval_max_turns", "Assistant turns per rollout");
   cl.Flag("--max_new_tokens", "actor.rollout.max_new_tokens_per_turn", "Tokens per assistant turn");
   cl.Flag("--temperature", "actor.rollout.temperature", "0 = greedy");
@@ -244,6 +248,8 @@ int EvalMain(int argc, char** argv) {
   v1::EvalConfig config;
   CommandLine cl("eval", "Run a policy over a task set; Table-1 report (report.json, report.md, plots).", &config);
   AddFlags(cl);
+  // The wall-clock limit counts from here: the services' start and the tokenizer's load are in it.
+  const absl::Time start = absl::Now();
   if (std::optional<int> code = cl.Parse(argc, argv, EvalDefaultsText())) return *code;
   std::unique_ptr<LocalCluster> local;
   struct StopOnExit {
@@ -300,81 +306,92 @@ int EvalMain(int argc, char** argv) {
       return 1;
     }
   }
-  const int rollouts = std::max(1, config.rollouts_per_task());
-  std::vector<actor::TaskResult> results(tasks->size());
-  std::atomic<size_t> next{0};
-  std::atomic<int> done{0}, passed{0};
+  std::atomic<int> passed{0};
   std::mutex print_mu;
   const auto t0 = std::chrono::steady_clock::now();
-  auto progress = [&] {
+  auto progress = [&](int done) {
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     std::lock_guard<std::mutex> l(print_mu);
-    std::fprintf(stderr, "\r[eval] %d/%zu tasks, %d pass, %.0f s elapsed   ", done.load(), tasks->size(),
-                 passed.load(), s);
+    std::fprintf(stderr, "\r[eval] %d/%zu tasks, %d pass, %.0f s elapsed   ", done, tasks->size(), passed.load(), s);
     std::fflush(stderr);
   };
-  auto worker = [&] {
-    for (size_t i = next++; i < tasks->size(); i = next++) {
-      const v1::Task& task = (*tasks)[i].task;
-      actor::TaskResult& r = results[i];
-      r.task_id = task.id();
-      r.level = task.level();
-      r.best.set_outcome(v1::Verdict::OUTCOME_UNSPECIFIED);
-      bool have = false;
-      for (int k = 0; k < rollouts; ++k) {
-        // Seeded by the task and k: a sampled evaluation of one policy gives the same rollouts again.
-        auto out = runner.Run(task, actor::RolloutOptions{true, absl::StrCat("eval/", task.id(), "/", k), "eval",
-                                                          SeedOf(StableHash(task.id()), static_cast<uint64_t>(k))});
-        ++r.rollouts;
-        if (!out.ok()) {
-          KLOG(ERROR) << task.id() << ": " << out.status();
-          r.stop_reason = "error";  // No trajectory, so no entry in r.finals.
-          continue;
-        }
-        if (config.transcripts()) {
-          const std::string path = transcripts_dir + "/" + actor::TranscriptFileName(task.id(), k);
-          if (absl::Status s = WriteFileAtomically(path, actor::Transcript(out->trajectory)); !s.ok()) {
-            KLOG(ERROR) << path << ": " << s;
-          }
-        }
-        if (config.trajectories()) {
-          const std::string path = trajectories_dir + "/" + actor::TrajectoryFileName(task.id(), k);
-          if (absl::Status s = WriteFileAtomically(path, out->trajectory.SerializeAsString()); !s.ok()) {
-            KLOG(ERROR) << path << ": " << s;
-          }
-        }
-        r.finals.push_back(out->trajectory.has_final_verdict() ? out->trajectory.final_verdict() : v1::Verdict());
-        if (!out->trajectory.has_final_verdict()) r.finals.back().set_reward(out->trajectory.reward());
-        r.wall_seconds += out->wall_seconds;
-        r.turns = out->trajectory.stats().num_turns();
-        r.stop_reason = out->trajectory.stats().stop_reason();
-        const v1::Verdict& v = out->best_verdict;
-        const bool better = !have || (v.outcome() == v1::Verdict::OK &&
-                                      (r.best.outcome() != v1::Verdict::OK ||
-                                       v.speedup_vs_compile() > r.best.speedup_vs_compile()));
-        if (better) r.best = v;
-        have = true;
-      }
-      passed += r.best.outcome() == v1::Verdict::OK;
-      ++done;
-      progress();
+  EvalSchedule schedule;
+  for (const EvalTask& t : *tasks) schedule.task_ids.push_back(t.task.id());
+  schedule.rollouts_per_task = std::max(1, config.rollouts_per_task());
+  schedule.workers = std::max(1, actor.concurrent_rollouts());
+  schedule.wall_limit_s = config.wall_limit_s();
+  schedule.start = start;
+  schedule.rollout = [&](size_t i, int k, actor::TaskResult* r) {
+    const v1::Task& task = (*tasks)[i].task;
+    if (k == 0) {
+      r->level = task.level();
+      r->best.set_outcome(v1::Verdict::OUTCOME_UNSPECIFIED);
     }
+    // Seeded by the task and k: a sampled evaluation of one policy gives the same rollouts again.
+    auto out = runner.Run(task, actor::RolloutOptions{true, absl::StrCat("eval/", task.id(), "/", k), "eval",
+                                                      SeedOf(StableHash(task.id()), static_cast<uint64_t>(k))});
+    ++r->rollouts;
+    if (!out.ok()) {
+      KLOG(ERROR) << task.id() << ": " << out.status();
+      r->stop_reason = "error";  // No trajectory, so no entry in r->finals.
+      return;
+    }
+    if (config.transcripts()) {
+      const std::string path = transcripts_dir + "/" + actor::TranscriptFileName(task.id(), k);
+      if (absl::Status s = WriteFileAtomically(path, actor::Transcript(out->trajectory)); !s.ok()) {
+        KLOG(ERROR) << path << ": " << s;
+      }
+    }
+    if (config.trajectories()) {
+      const std::string path = trajectories_dir + "/" + actor::TrajectoryFileName(task.id(), k);
+      if (absl::Status s = WriteFileAtomically(path, out->trajectory.SerializeAsString()); !s.ok()) {
+        KLOG(ERROR) << path << ": " << s;
+      }
+    }
+    const bool have = !r->finals.empty();  // An earlier rollout of this task gave a verdict.
+    r->finals.push_back(out->trajectory.has_final_verdict() ? out->trajectory.final_verdict() : v1::Verdict());
+    if (!out->trajectory.has_final_verdict()) r->finals.back().set_reward(out->trajectory.reward());
+    r->wall_seconds += out->wall_seconds;
+    r->turns = out->trajectory.stats().num_turns();
+    r->stop_reason = out->trajectory.stats().stop_reason();
+    const v1::Verdict& v = out->best_verdict;
+    const bool better = !have || (v.outcome() == v1::Verdict::OK &&
+                                  (r->best.outcome() != v1::Verdict::OK ||
+                                   v.speedup_vs_compile() > r->best.speedup_vs_compile()));
+    if (better) r->best = v;
   };
-  progress();
-  std::vector<std::thread> threads;
-  for (int i = 0; i < std::max(1, actor.concurrent_rollouts()); ++i) threads.emplace_back(worker);
-  for (auto& t : threads) t.join();
+  schedule.on_task_done = [&](const actor::TaskResult& r, int done) {
+    passed += r.best.outcome() == v1::Verdict::OK;
+    progress(done);
+  };
+  progress(0);
+  EvalRun run = RunEvalTasks(schedule);
   std::fprintf(stderr, "\n");
-
+  if (run.cut.has_value()) {
+    std::fprintf(stderr, "kernelrl eval: cut at the %g s limit: %zu of %zu tasks scored; %zu unfinished (%d rollouts)%s\n",
+                 config.wall_limit_s(), run.results.size(), tasks->size(), run.cut->tasks_unfinished.size(),
+                 run.cut->rollouts_unfinished, run.abandoned ? ", their rollouts in progress abandoned" : "");
+  }
+  // Abandoned workers are still inside rollouts that use this function's runner, policy, pool and
+  // tasks: unwinding them (or returning, or exit() running static destructors) would pull those out
+  // from under the workers. So the report is written first, the services this evaluation started
+  // are stopped, and the process ends at once with std::_Exit, its output flushed by hand.
+  auto finish = [&run, &local](int code) {
+    if (!run.abandoned) return code;
+    if (local) local->StopAll(absl::Seconds(20));
+    std::fflush(nullptr);
+    std::_Exit(code);
+  };
+  const std::vector<actor::TaskResult>& results = run.results;
   const std::vector<actor::LevelSummary> levels = actor::Summarize(results);
   std::error_code ec;
   std::filesystem::create_directories(config.output_dir(), ec);
   const std::string json_path = config.output_dir() + "/report.json";
-  const std::string md = actor::ReportMarkdown(results, levels);
-  if (!WriteFileAtomically(json_path, actor::ReportJson(results, levels)).ok() ||
+  const std::string md = actor::ReportMarkdown(results, levels, run.cut);
+  if (!WriteFileAtomically(json_path, actor::ReportJson(results, levels, run.cut)).ok() ||
       !WriteFileAtomically(config.output_dir() + "/report.md", md).ok()) {
     std::fprintf(stderr, "kernelrl eval: cannot write to %s\n", config.output_dir().c_str());
-    return 1;
+    return finish(1);
   }
   std::printf("%s", md.c_str());
   if (const std::string plots = FindRepoFile(config, config.plot_script()); !plots.empty()) {
@@ -383,7 +400,7 @@ int EvalMain(int argc, char** argv) {
     if (std::system(cmd.c_str()) != 0) std::fprintf(stderr, "kernelrl eval: plots failed (%s)\n", cmd.c_str());
   }
   std::fprintf(stderr, "kernelrl eval: report in %s\n", config.output_dir().c_str());
-  return 0;
+  return finish(0);
 }
 
 }  // namespace kernelrl::cli

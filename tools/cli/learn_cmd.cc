@@ -116,8 +116,11 @@ absl::StatusOr<PausedRun> ReadPausedRun(const std::string& run_dir) {
   return r;
 }
 
-// One held-out evaluation with `kernelrl eval` (this binary), as a child process.
-absl::StatusOr<Json> HeldOutEval(const v1::LearnConfig& o, const Cluster& c, const std::string& out_dir) {
+// One held-out evaluation with `kernelrl eval` (this binary), as a child process. With `until` (not
+// infinite) the evaluation is given the time left to it as its wall_limit_s: it then reports the
+// tasks it finished by then and records the cut (HeldOutFromReport's "cut").
+absl::StatusOr<Json> HeldOutEval(const v1::LearnConfig& o, const Cluster& c, const std::string& out_dir,
+                                 absl::Time until) {
   std::vector<std::string> args = {
       SelfExe(), "eval", "--config_text=actor { rollout { " + TextProto(o.rollout()) + " } }",
       "--set=task_dirs=" + o.family_dir() + "/heldout", "--set=output_dir=" + out_dir,
@@ -132,6 +135,11 @@ absl::StatusOr<Json> HeldOutEval(const v1::LearnConfig& o, const Cluster& c, con
       // As many rollouts at once as all the training actors run: an evaluation beside training gets
       // half the sandbox instead of 1 / (actors + 1) of it, so it ends near the policy it started with.
       absl::StrCat("--set=actor.concurrent_rollouts=", std::max(1, o.actors()) * o.concurrent_rollouts())};
+  if (until != absl::InfiniteFuture()) {
+    // At least a second: 0 would mean no limit.
+    const double left_s = std::max(1.0, absl::ToDoubleSeconds(until - absl::Now()));
+    args.push_back(absl::StrFormat("--set=wall_limit_s=%.3f", left_s));
+  }
   std::error_code ec;
   fs::create_directories(out_dir + "-ws", ec);
   std::string cmd;
@@ -237,13 +245,14 @@ class HeldOutEvaluator {
   ~HeldOutEvaluator() { Join(); }
 
   // False (and nothing started) while one runs. For a job that does not update meanwhile (before
-  // its first batch, or ended).
-  bool Start(const std::string& label, int64_t version, int64_t agentic_step) {
-    return Launch(label, version, agentic_step, nullptr, "");
+  // its first batch, or ended). With `until`, the evaluation stops there (HeldOutEval).
+  bool Start(const std::string& label, int64_t version, int64_t agentic_step,
+             absl::Time until = absl::InfiniteFuture()) {
+    return Launch(label, version, agentic_step, nullptr, "", until);
   }
   // The policy of job `job_id` as the trainer holds it: paused for the evaluation, then resumed.
   bool StartPinned(const std::string& label, int64_t agentic_step, v1::Learner::Stub* stub, const std::string& job_id) {
-    return Launch(label, -1, agentic_step, stub, job_id);
+    return Launch(label, -1, agentic_step, stub, job_id, absl::InfiniteFuture());
   }
   void Join() {
     if (thread_.joinable()) thread_.join();
@@ -260,10 +269,10 @@ class HeldOutEvaluator {
 
  private:
   bool Launch(const std::string& label, int64_t version, int64_t agentic_step, v1::Learner::Stub* stub,
-              const std::string& job_id) {
+              const std::string& job_id, absl::Time until) {
     if (busy_.exchange(true)) return false;
     Join();
-    thread_ = std::thread([this, label, version, agentic_step, stub, job_id]() mutable {
+    thread_ = std::thread([this, label, version, agentic_step, stub, job_id, until]() mutable {
       bool resume = false;
       if (stub != nullptr) {
         auto held = PauseAndHold(stub, job_id, "held-out evaluation " + label, nullptr);
@@ -278,7 +287,7 @@ class HeldOutEvaluator {
         resume = true;
       }
       const double t0 = console_.Seconds();
-      auto r = HeldOutEval(o_, cluster_, curves_dir_ + "/eval-" + label);
+      auto r = HeldOutEval(o_, cluster_, curves_dir_ + "/eval-" + label, until);
       if (resume) {
         v1::Job resumed;
         if (grpc::Status s = ResumeJob(stub, job_id, &resumed); !s.ok()) {
@@ -385,10 +394,27 @@ bool WriteCurves(const v1::LearnConfig& o, const v1::Job& job, const std::string
   return written;
 }
 
+// What an --eval_only run keeps of its --job_timeout_s after the evaluation: curves.json written and
+// the services stopped.
+constexpr absl::Duration kEvalOnlyMargin = absl::Seconds(20);
+// Less time than this left for the evaluation: not started (it could score next to nothing).
+constexpr absl::Duration kEvalOnlyMinimum = absl::Seconds(30);
+
 // --eval_only: the base checkpoint scored once on the held-out tasks, as a job's evaluations score
 // a policy, and no job. Its curves.json names the weights it scored and how it scored them, so that
-// `kernelrl seeds --rescored` can put it in place of the evaluation that scored those weights.
-int EvalOnly(const v1::LearnConfig& o, const std::string& hp, const Cluster& cluster, Console& console) {
+// `kernelrl seeds --rescored` can put it in place of the evaluation that scored those weights. The
+// evaluation ends by `deadline` less a margin: cut there, it scores the tasks it finished, and
+// curves.json records the cut (which `kernelrl seeds --rescored` refuses); the exit code is then 3.
+int EvalOnly(const v1::LearnConfig& o, const std::string& hp, const Cluster& cluster, Console& console,
+             absl::Time deadline) {
+  const absl::Time until = deadline - kEvalOnlyMargin;
+  if (until - absl::Now() < kEvalOnlyMinimum) {
+    console.Line(absl::StrFormat("eval only: %.0f s left of --job_timeout_s=%g, under the %.0f s the evaluation needs "
+                                 "at least beside the %.0f s kept to write curves.json: not started",
+                                 absl::ToDoubleSeconds(deadline - absl::Now()), o.job_timeout_s(),
+                                 absl::ToDoubleSeconds(kEvalOnlyMinimum), absl::ToDoubleSeconds(kEvalOnlyMargin)));
+    return 1;
+  }
   const std::string curves_dir = o.paths().run_dir() + "/learner-state/jobs/eval-only/curves";
   std::error_code ec;
   fs::create_directories(curves_dir, ec);
@@ -402,10 +428,25 @@ int EvalOnly(const v1::LearnConfig& o, const std::string& hp, const Cluster& clu
     return 1;
   }
   HeldOutEvaluator evals(o, cluster, console, curves_dir, Json::array());
-  evals.Start("rescore", 0, 0);
+  evals.Start("rescore", 0, 0, until);
   evals.Join();
   Json heldout = evals.Heldout();
   if (!heldout.is_array() || heldout.empty()) return 1;  // The console said why.
+  const Json* cut = FindJson(heldout[0], "cut");
+  std::string cut_line;
+  if (cut != nullptr && !cut->is_null()) {
+    const Json* scored = FindJson(heldout[0], "n");
+    const Json* unfinished = FindJson(*cut, "tasks_unfinished");
+    const Json* limit = FindJson(*cut, "wall_limit_s");
+    const Json* rollouts = FindJson(*cut, "rollouts_unfinished");
+    const int k = scored != nullptr ? static_cast<int>(JsonNumber(*scored)) : 0;
+    const int left = unfinished != nullptr && unfinished->is_array() ? static_cast<int>(unfinished->size()) : 0;
+    cut_line = absl::StrFormat(
+        "eval only: cut at the %.0f s limit: %d of %d tasks scored; %d rollouts unfinished; curves.json records the "
+        "cut and kernelrl seeds --rescored refuses it (a longer --job_timeout_s scores every task)",
+        limit != nullptr ? JsonNumber(*limit) : 0, k, k + left,
+        rollouts != nullptr ? static_cast<int>(JsonNumber(*rollouts)) : 0);
+  }
   heldout[0]["weights"] = *weights;
   Json curves = CurvesHeader(o, hp, console, "", "EVAL_ONLY");
   curves["eval_temperature"] = o.eval_temperature();
@@ -420,6 +461,10 @@ int EvalOnly(const v1::LearnConfig& o, const std::string& hp, const Cluster& clu
     return 1;
   }
   console.Line("eval only: " + path);
+  if (!cut_line.empty()) {
+    console.Line(cut_line);
+    return 3;
+  }
   return 0;
 }
 
@@ -466,7 +511,7 @@ int LearnMain(int argc, char** argv) {
     return 1;
   }
   if (o.eval_only()) {
-    const int code = EvalOnly(o, hp, cluster, console);
+    const int code = EvalOnly(o, hp, cluster, console, deadline);
     cluster.StopAll();
     return code;
   }

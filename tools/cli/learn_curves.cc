@@ -252,6 +252,8 @@ absl::StatusOr<Json> HeldOutFromReport(const std::string& report_json_path) {
   out["task_rewards"] = std::move(task_rewards);
   out["task_faster_than_compile"] = std::move(task_compile);
   out["task_baselines"] = std::move(task_baselines);
+  // An evaluation stopped at its limit scored only its finished tasks: whoever compares it must know.
+  if (const Json* cut = FindJson(*report, "cut"); cut != nullptr && !cut->is_null()) out["cut"] = *cut;
   return out;
 }
 

@@ -74,7 +74,9 @@ absl::StatusOr<std::map<int64_t, VerdictStats>> TrainedStats(const std::string& 
 //  "reward_sem", "geomean_speedup_vs_eager", "geomean_speedup_vs_compile"} over every task of the report
 // (its best verdict over rollouts and turns: best-of-k), and "rollouts": the same rates, reward mean and
 // s.e.m. over every rollout's final verdict (the policy's reward; tasks x repeats), with the geometric
-// means over the final kernels that are correct and profiled.
+// means over the final kernels that are correct and profiled. A report cut at its wall-clock limit
+// (kernelrl eval's wall_limit_s) gives its "cut" as is ({"wall_limit_s", "tasks_unfinished",
+// "rollouts_unfinished"}): the figures are then over its finished tasks alone.
 absl::StatusOr<Json> HeldOutFromReport(const std::string& report_json_path);
 
 // {file name: SHA-256 hex} of every model*.safetensors file of a Hugging Face-format directory (what

@@ -194,6 +194,28 @@ TEST(HeldOutFromReportTest, UnjudgedRolloutsAreCountedApartNotScored) {
   EXPECT_DOUBLE_EQ(JsonNumber(*FindJson(*per_task, "c")), -1);
 }
 
+// An evaluation cut at its limit: its figures over the tasks it finished, and the cut carried as is;
+// a whole one has no "cut".
+TEST(HeldOutFromReportTest, ACutEvaluationCarriesItsCut) {
+  const std::string dir = ::kernelrl::testing::NewTempDir("learn_curves_cut_");
+  const std::string tasks = R"("tasks": [
+    {"task_id": "a", "outcome": "OK", "reward": 2, "rollout_finals": [{"outcome": "OK", "reward": 2}]}])";
+  std::ofstream(dir + "/report.json") << "{" << tasks << "}";
+  auto whole = HeldOutFromReport(dir + "/report.json");
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  EXPECT_EQ(FindJson(*whole, "cut"), nullptr);
+  std::ofstream(dir + "/report.json")
+      << "{" << tasks << R"(, "cut": {"wall_limit_s": 90, "tasks_unfinished": ["b", "c"], "rollouts_unfinished": 2}})";
+  auto cut = HeldOutFromReport(dir + "/report.json");
+  ASSERT_TRUE(cut.ok()) << cut.status();
+  const Json* c = FindJson(*cut, "cut");
+  ASSERT_NE(c, nullptr);
+  EXPECT_DOUBLE_EQ(JsonNumber(*FindJson(*c, "wall_limit_s")), 90);
+  EXPECT_EQ(FindJson(*c, "tasks_unfinished")->size(), 2u);
+  EXPECT_DOUBLE_EQ(JsonNumber(*FindJson(*c, "rollouts_unfinished")), 2);
+  EXPECT_DOUBLE_EQ(JsonNumber(*FindJson(*cut, "n")), 1);  // The finished task alone.
+}
+
 }  // namespace
 // The audit rates a final verdict's flags by the judge's own severities: a verdict paid 2 with only
 // informational flags (noise, attribution) is not counted; one paid 2 with an audit flag is.

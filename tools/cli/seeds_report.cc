@@ -499,6 +499,16 @@ absl::StatusOr<std::vector<Rescoring>> RescoringsOf(const std::vector<std::pair<
     Rescoring r;
     r.path = path;
     const Json& e = (*heldout)[0];
+    // Cut at its limit, it scored only the tasks it finished: those the policy finishes sooner, so
+    // set against a whole evaluation its figures would be biased, and its tasks are not the others'.
+    if (const Json* cut = FindJson(e, "cut"); cut != nullptr && !cut->is_null()) {
+      const Json* unfinished = FindJson(*cut, "tasks_unfinished");
+      return err(absl::StrFormat(
+          "cut at its %g s limit with %d held-out tasks unfinished: a partial re-scoring would bias the paired "
+          "comparison (re-score with a longer --job_timeout_s)",
+          FigureOf(cut, "wall_limit_s"),
+          unfinished != nullptr && unfinished->is_array() ? static_cast<int>(unfinished->size()) : 0));
+    }
     const Json* w = FindJson(e, "weights");
     if (w == nullptr || !w->is_object() || w->empty()) return err("its evaluation names no weights");
     r.weights = *w;

@@ -398,6 +398,24 @@ TEST(SeedsReport, RescoringsReplaceTheStartAndFinalTheyScoredTheWeightsOf) {
   EXPECT_THAT(std::string(RescoringsOf({{"job", second}}).status().message()), HasSubstr("job: not a re-scoring"));
 }
 
+// A re-scoring cut at its limit scored only the tasks it finished: refused, naming the file and how
+// many tasks it left unfinished; its uncut twin is taken.
+TEST(SeedsReport, ACutRescoringIsRefused) {
+  const Json a = {{"model.safetensors", "aa"}};
+  Json cut = Rescoring(a, 0.5, 0.7, 4, 9);
+  cut["heldout"][0]["cut"] = {{"wall_limit_s", 1780}, {"tasks_unfinished", {"t9", "t10", "t11"}}, {"rollouts_unfinished", 7}};
+  auto refused = RescoringsOf({{"runs/cut/curves.json", cut}});
+  ASSERT_FALSE(refused.ok());
+  const std::string message(refused.status().message());
+  EXPECT_THAT(message, HasSubstr("runs/cut/curves.json: cut at its 1780 s limit with 3 held-out tasks unfinished"));
+  EXPECT_THAT(message, HasSubstr("bias the paired comparison"));
+  // Beside whole re-scorings too, first or not.
+  auto after_whole = RescoringsOf({{"whole", Rescoring(a, 0.5)}, {"runs/cut/curves.json", cut}});
+  EXPECT_THAT(std::string(after_whole.status().message()), HasSubstr("runs/cut/curves.json: cut at"));
+  cut["heldout"][0].erase("cut");
+  EXPECT_TRUE(RescoringsOf({{"uncut", cut}}).ok());
+}
+
 // Seeds of the PPO stage from one start evaluation share its error: the spread of their changes
 // cannot show it, so it is added, as the larger of the finals' variance and the start's repeats'.
 TEST(SeedsReport, ASharedStartsErrorIsAddedToTheSeedsSpread) {
