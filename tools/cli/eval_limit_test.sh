@@ -3,6 +3,7 @@
 # answers, so no rollout can finish, whatever the machine's load: at the limit the evaluation
 # abandons its rollouts, writes report.json with no task scored and a "cut" naming both tasks, and
 # exits 0 without waiting for them (the policy's own timeout is 600 s).
+# `kernelrl report` then re-renders report.md with the same cut line.
 set -euo pipefail
 tmp="${TEST_TMPDIR:-$(mktemp -d)}"
 REPO=$(dirname "$(dirname "$(dirname "$(realpath tools/cli/eval_limit_test.sh)")")")
@@ -51,3 +52,9 @@ assert cut["rollouts_unfinished"] == 2, cut
 assert open(out + "/report.md").read().startswith("Cut at the 10 s limit: 0 tasks scored, 2 unfinished (2 rollouts)")
 print("ok   report.json: no task scored, both named in its cut")
 PYEOF
+# `kernelrl report` re-renders report.md from report.json: the cut line stays above Table 1.
+rm "$tmp/eval/report.md"
+tools/cli/kernelrl report "$tmp/eval" --set=plot_script= > "$tmp/report.log" 2>&1 || fail "kernelrl report exited $?"
+head -1 "$tmp/eval/report.md" | grep -q "^Cut at the 10 s limit: 0 tasks scored, 2 unfinished (2 rollouts)" ||
+  fail "kernelrl report dropped the cut line: $(head -1 "$tmp/eval/report.md")"
+echo "ok   kernelrl report keeps the cut line"
