@@ -16,7 +16,8 @@
 # sitting skips the start evaluation (--skip_start_eval).
 # The ablation runs on two sandbox workers (--sandbox_workers=2): both judge its verdicts.
 # The full recipe's PPO-start and final policies are then re-scored alone (--eval_only: one
-# evaluation, no job) and `kernelrl seeds --rescored` reads the two in place of the job's own.
+# evaluation, no job) and `kernelrl seeds --rescored` reads the two in place of the job's own; a
+# re-scoring whose limit leaves it under 30 s does not start.
 # Oracles: the job SUCCEEDED; every stage the recipe runs produced its updates
 # (and the ablation's skipped stages none); PPO updates carry entropy, explained
 # variance, clip fraction and IS-ratio metrics; each PPO update trained exactly
@@ -277,5 +278,13 @@ PYEOF
   grep -q "re-scored: start $tmp/rescore-run-agentic-0/.*, final $tmp/rescore-run-final/" "$tmp/seeds.txt" &&
     grep -q "temperature 1, 2 rollouts a task" "$tmp/seeds.txt" || { cat "$tmp/seeds.txt"; echo "FAIL seeds did not take the re-scorings"; exit 1; }
   say "re-scored the PPO start and the final (kernelrl learn --eval_only); kernelrl seeds --rescored took them"
+  # A limit that leaves the evaluation under 30 s (20 s of --job_timeout_s are kept for curves.json):
+  # not started, exit 1, no curves.json.
+  run="$tmp/rescore-run-short" && : > "$tmp/learn.out" && rc=0
+  learn --eval_only --base_checkpoint="$tmp/rescore-final" --run_dir="$run" --job_timeout_s=45 || rc=$?
+  [ "$rc" = 1 ] && grep -q "under the 30 s the evaluation needs at least .*not started" "$tmp/learn.out" &&
+    [ ! -e "$run/learner-state/jobs/eval-only/curves/curves.json" ] ||
+    { cat "$tmp/learn.out"; echo "FAIL a 45 s eval-only limit: exit $rc"; exit 1; }
+  say "an eval-only limit too short for the evaluation: not started, exit 1"
 fi
 say "PASS ($ABLATION)"

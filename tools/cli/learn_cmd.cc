@@ -245,14 +245,14 @@ class HeldOutEvaluator {
   ~HeldOutEvaluator() { Join(); }
 
   // False (and nothing started) while one runs. For a job that does not update meanwhile (before
-  // its first batch, or ended). With `until`, the evaluation stops there (HeldOutEval).
-  bool Start(const std::string& label, int64_t version, int64_t agentic_step,
-             absl::Time until = absl::InfiniteFuture()) {
+  // its first batch, or ended). Each evaluation stops by `until` (HeldOutEval).
+  bool Start(const std::string& label, int64_t version, int64_t agentic_step, absl::Time until) {
     return Launch(label, version, agentic_step, nullptr, "", until);
   }
   // The policy of job `job_id` as the trainer holds it: paused for the evaluation, then resumed.
-  bool StartPinned(const std::string& label, int64_t agentic_step, v1::Learner::Stub* stub, const std::string& job_id) {
-    return Launch(label, -1, agentic_step, stub, job_id, absl::InfiniteFuture());
+  bool StartPinned(const std::string& label, int64_t agentic_step, v1::Learner::Stub* stub, const std::string& job_id,
+                   absl::Time until) {
+    return Launch(label, -1, agentic_step, stub, job_id, until);
   }
   void Join() {
     if (thread_.joinable()) thread_.join();
@@ -394,9 +394,9 @@ bool WriteCurves(const v1::LearnConfig& o, const v1::Job& job, const std::string
   return written;
 }
 
-// What an --eval_only run keeps of its --job_timeout_s after the evaluation: curves.json written and
-// the services stopped.
-constexpr absl::Duration kEvalOnlyMargin = absl::Seconds(20);
+// What a run keeps of its --job_timeout_s after its last evaluation: curves.json written and the
+// services stopped. Every evaluation of the run ends by the limit less this (cut there: HeldOutEval).
+constexpr absl::Duration kEvalMargin = absl::Seconds(20);
 // Less time than this left for the evaluation: not started (it could score next to nothing).
 constexpr absl::Duration kEvalOnlyMinimum = absl::Seconds(30);
 
@@ -407,12 +407,12 @@ constexpr absl::Duration kEvalOnlyMinimum = absl::Seconds(30);
 // curves.json records the cut (which `kernelrl seeds --rescored` refuses); the exit code is then 3.
 int EvalOnly(const v1::LearnConfig& o, const std::string& hp, const Cluster& cluster, Console& console,
              absl::Time deadline) {
-  const absl::Time until = deadline - kEvalOnlyMargin;
+  const absl::Time until = deadline - kEvalMargin;
   if (until - absl::Now() < kEvalOnlyMinimum) {
     console.Line(absl::StrFormat("eval only: %.0f s left of --job_timeout_s=%g, under the %.0f s the evaluation needs "
                                  "at least beside the %.0f s kept to write curves.json: not started",
                                  absl::ToDoubleSeconds(deadline - absl::Now()), o.job_timeout_s(),
-                                 absl::ToDoubleSeconds(kEvalOnlyMinimum), absl::ToDoubleSeconds(kEvalOnlyMargin)));
+                                 absl::ToDoubleSeconds(kEvalOnlyMinimum), absl::ToDoubleSeconds(kEvalMargin)));
     return 1;
   }
   const std::string curves_dir = o.paths().run_dir() + "/learner-state/jobs/eval-only/curves";
@@ -538,11 +538,14 @@ int LearnMain(int argc, char** argv) {
   }
 
   HeldOutEvaluator evals(o, cluster, console, curves_dir, paused_run->heldout);
+  // No evaluation runs past the limit: one that would is cut with the tasks it finished, its entry's
+  // "cut" naming the rest (kernelrl seeds refuses a cut start or final that no re-scoring replaces).
+  const absl::Time eval_until = deadline - kEvalMargin;
 
   // The start evaluation runs before any actor does: the job cannot update the policy without
   // trajectories, so every one of its rollouts is policy v0's, and it has the sandbox to itself.
   if (!o.resume() && !o.skip_start_eval()) {
-    evals.Start("start", 0, 0);
+    evals.Start("start", 0, 0, eval_until);
     evals.Join();
   }
 
@@ -583,7 +586,7 @@ int LearnMain(int argc, char** argv) {
         const int64_t k = job.stage_step();
         reached_agentic = true;
         if ((!evaluated_agentic || k - last_eval_agentic >= o.eval_every()) &&
-            evals.StartPinned(absl::StrCat("agentic-", k), k, stub.get(), job.id())) {
+            evals.StartPinned(absl::StrCat("agentic-", k), k, stub.get(), job.id(), eval_until)) {
           evaluated_agentic = true;
           last_eval_agentic = k;
         }
@@ -654,7 +657,8 @@ int LearnMain(int argc, char** argv) {
     console.Line("no evaluation after the job (--skip_final_eval): a later job goes on from policy v" +
                  std::to_string(job.policy_version()));
   } else if (code == 0 || (reached_agentic && job.state() != v1::Job::FAILED)) {
-    evals.Start(paused ? absl::StrCat("pause-", job.step()) : "final", job.policy_version(), job.stage_step());
+    evals.Start(paused ? absl::StrCat("pause-", job.step()) : "final", job.policy_version(), job.stage_step(),
+                eval_until);
     evals.Join();
   }
   cluster.StopAll();

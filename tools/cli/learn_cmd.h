@@ -39,8 +39,9 @@
 // A run may take several sittings: a pause stops the services with the job
 // RUNNING in --run_dir, and --resume goes on from the learner's checkpoint.
 // learn_cluster.h holds the flags and the processes; this file the run.
-// --eval_only scores the base checkpoint once and runs no job; its evaluation ends 20 s before
-// --job_timeout_s (under 30 s left for it: not started, exit 1), cut there with the tasks it finished.
+// Every held-out evaluation ends 20 s before --job_timeout_s, cut there with the tasks it finished.
+// --eval_only scores the base checkpoint once and runs no job (under 30 s left for its evaluation:
+// not started, exit 1).
 // Exit codes: 0 job SUCCEEDED or paused (--eval_only: every task scored), 1 failed, 2 bad flags,
 // 3 --eval_only cut at its limit (curves.json written, the cut recorded in its evaluation).
 #ifndef KERNELRL_TOOLS_CLI_LEARN_CMD_H_

@@ -270,6 +270,17 @@ std::string LearnReport(const LearnRun& run) {
     std::vector<std::string> meaning;
     for (const Column& c : cols) meaning.push_back(c.meaning);
     absl::StrAppend(&out, "             (", absl::StrJoin(meaning, "; "), ")\n");
+    // An evaluation that reached the run's limit scored only the tasks it finished (kernelrl eval's cut).
+    for (const Column& c : cols) {
+      const Json* cut = FindJson(*c.eval, "cut");
+      if (cut == nullptr || cut->is_null()) continue;
+      const Json* unfinished = FindJson(*cut, "tasks_unfinished");
+      const int left = unfinished != nullptr && unfinished->is_array() ? static_cast<int>(unfinished->size()) : 0;
+      const int scored = static_cast<int>(FigureOf(c.eval, "n"));
+      absl::StrAppendFormat(&out, "             %s: cut at the run's limit (%.0f s): %d of %d tasks scored, the rest "
+                            "named in curves.json's \"cut\"\n", c.header, FigureOf(cut, "wall_limit_s"), scored,
+                            scored + left);
+    }
     if (o.backend() == "cpu") {
       absl::StrAppend(&out, "             (CPU sandbox: no eager / torch.compile baselines, so no speed-ups;\n"
                             "              a correct kernel earns 1, a wrong one -1)\n");

@@ -154,6 +154,15 @@ TEST(LearnReport, BeforeAfterFromTheFirstAndLastEvaluation) {
   EXPECT_NE(no_start.find("(PPO start: what the stages before agentic PPO taught it; after: the job's last policy)"),
             std::string::npos) << no_start;
 
+  EXPECT_EQ(no_start.find("cut at the run's limit"), std::string::npos) << no_start;
+  // A final evaluation cut at the run's limit: the report says how many tasks it scored.
+  Json cut_last = last;
+  cut_last["cut"] = Json::object({{"wall_limit_s", Json(445.2)}, {"tasks_unfinished", Json::array({"a", "b", "c"})},
+                                  {"rollouts_unfinished", Json(3)}});
+  skipped.heldout = Json::array({ppo, cut_last});
+  const std::string cut = LearnReport(skipped);
+  EXPECT_NE(cut.find("after (v30): cut at the run's limit (445 s): 8 of 11 tasks scored"), std::string::npos) << cut;
+
   // A job going on from an earlier one's policy (--skip_ppo_start_eval): its final evaluation alone.
   LearnRun continued = run;
   continued.heldout = Json::array();

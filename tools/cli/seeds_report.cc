@@ -332,6 +332,20 @@ double ChangeStandardError(const std::vector<double>& start, const std::vector<d
   return std::sqrt(se_sq);
 }
 
+namespace {
+
+// An evaluation's "cut" (kernelrl eval's wall_limit_s) in words; empty where it has none.
+std::string CutOf(const Json& eval) {
+  const Json* cut = FindJson(eval, "cut");
+  if (cut == nullptr || cut->is_null()) return "";
+  const Json* unfinished = FindJson(*cut, "tasks_unfinished");
+  const int left = unfinished != nullptr && unfinished->is_array() ? static_cast<int>(unfinished->size()) : 0;
+  return absl::StrFormat("%d of %d held-out tasks unfinished at the %g s limit", left,
+                         left + static_cast<int>(FigureOf(&eval, "n")), FigureOf(cut, "wall_limit_s"));
+}
+
+}  // namespace
+
 absl::StatusOr<SeedFigures> SeedFiguresOf(const std::vector<std::pair<std::string, Json>>& chain,
                                           bool from_ppo_start) {
   if (chain.empty()) return absl::InvalidArgumentError("a seed with no jobs");
@@ -415,6 +429,7 @@ absl::StatusOr<SeedFigures> SeedFiguresOf(const std::vector<std::pair<std::strin
       const Json& e = (*heldout)[i];
       if (!started && absl::StartsWith(Label(e), "agentic-")) {
         f.start = PointOf(e);
+        f.start_cut = CutOf(e);
         ppo_start_weights = FindJson(e, "weights");
         if (ppo_start_weights != nullptr) f.start_weights = *ppo_start_weights;
         started = true;
@@ -422,6 +437,7 @@ absl::StatusOr<SeedFigures> SeedFiguresOf(const std::vector<std::pair<std::strin
       }
       if (started && j + 1 == chain.size() && i + 1 == heldout->size()) {
         f.final = PointOf(e);
+        f.final_cut = CutOf(e);
         // The final evaluation scores the job's last policy, whose weights the job recorded.
         const Json* w = FindJson(e, "weights");
         if (w == nullptr) w = FindJson(curves, "final_weights");
@@ -476,7 +492,9 @@ absl::StatusOr<SeedFigures> SeedFiguresOf(const std::vector<std::pair<std::strin
   if (f.final.label.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(chain.back().first, ": no evaluation after the PPO start"));
   }
-  if (f.final.n != f.start.n) {
+  // A cut evaluation scored fewer tasks: CheckNotCut refuses it, after re-scorings had their chance to
+  // take its place.
+  if (f.final.n != f.start.n && f.start_cut.empty() && f.final_cut.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(f.name, ": the PPO start was evaluated on ", f.start.n,
                                                    " held-out tasks, the final on ", f.final.n));
   }
@@ -558,6 +576,19 @@ absl::Status Rescore(const std::vector<Rescoring>& rescorings, SeedFigures* f) {
   const Rescoring& any = rescorings.front();  // RescoringsOf: all scored alike.
   f->rescored_how =
       absl::StrFormat("temperature %g, %d rollout%s a task", any.temperature, any.rollouts, any.rollouts == 1 ? "" : "s");
+  return absl::OkStatus();
+}
+
+absl::Status CheckNotCut(const SeedFigures& f) {
+  for (auto [what, cut, rescored] : {std::tuple{"start", &f.start_cut, &f.rescored_start},
+                                     std::tuple{"final", &f.final_cut, &f.rescored_final}}) {
+    if (!cut->empty() && rescored->empty()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          f.name, ": its ", what, " evaluation was cut (", *cut,
+          "): scored on the tasks the policy finished sooner, it would bias the comparison (re-score those weights "
+          "whole: kernelrl learn --eval_only, then --rescored)"));
+    }
+  }
   return absl::OkStatus();
 }
 

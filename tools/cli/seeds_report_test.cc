@@ -416,6 +416,34 @@ TEST(SeedsReport, ACutRescoringIsRefused) {
   EXPECT_TRUE(RescoringsOf({{"uncut", cut}}).ok());
 }
 
+// A job's final evaluation cut at its run's limit scored only the tasks the policy finished sooner:
+// refused as the seed's final, naming what it left unscored, unless a re-scoring of its weights
+// takes its place; an uncut chain passes.
+TEST(SeedsReport, ACutFinalIsRefusedUnlessReScored) {
+  const Json a = {{"model.safetensors", "aa"}}, b = {{"model.safetensors", "bb"}};
+  Json cut_final = Eval("final", 4, 1.5, 0.3, 0.8, 9);
+  cut_final["cut"] = {{"wall_limit_s", 445}, {"tasks_unfinished", {"t9", "t10", "t11"}}, {"rollouts_unfinished", 3}};
+  Json job = Curves(1, "none", {Eval("agentic-0", 20, 0.6, 0.1, 0.4), cut_final}, {0.1, 0.2});
+  job["start_weights"] = a;
+  job["final_weights"] = b;
+  job["heldout"][0]["weights"] = a;
+  auto f = SeedFiguresOf({{"s1c1", job}});
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_TRUE(f->start_cut.empty());
+  EXPECT_EQ(f->final_cut, "3 of 12 held-out tasks unfinished at the 445 s limit");
+  const absl::Status refused = CheckNotCut(*f);
+  EXPECT_THAT(std::string(refused.message()),
+              HasSubstr("s1c1: its final evaluation was cut (3 of 12 held-out tasks unfinished at the 445 s limit)"));
+  auto rescorings = RescoringsOf({{"r-start", Rescoring(a, 0.5)}, {"r-final", Rescoring(b, 0.9)}});
+  ASSERT_TRUE(rescorings.ok()) << rescorings.status();
+  ASSERT_TRUE(Rescore(*rescorings, &*f).ok());
+  EXPECT_TRUE(CheckNotCut(*f).ok());
+  job["heldout"][1] = Eval("final", 4, 1.5, 0.3, 0.8);
+  auto whole = SeedFiguresOf({{"s1c1", job}});
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  EXPECT_TRUE(CheckNotCut(*whole).ok());
+}
+
 // Seeds of the PPO stage from one start evaluation share its error: the spread of their changes
 // cannot show it, so it is added, as the larger of the finals' variance and the start's repeats'.
 TEST(SeedsReport, ASharedStartsErrorIsAddedToTheSeedsSpread) {
