@@ -112,7 +112,9 @@ TEST(OpenAIPolicyTest, CompletionsTrajectoryHoldsExactlyWhatTheServerSawAndSampl
     const learner::GenerationResult want = learner::testing::EngineGreedy(req.prompt_ids, req.max_new_tokens, {{ImEnd()}});
     EXPECT_EQ(r->ids, want.output_ids);
     ASSERT_EQ(r->logprobs.size(), want.logprobs.size());
-    for (size_t i = 0; i < want.logprobs.size(); ++i) EXPECT_NEAR(r->logprobs[i], want.logprobs[i], 1e-5);
+    // Two fp32 runs of the engine (the server's and the oracle's) can part by ~1e-5 at -3.5: float
+    // rounding of one reduction order against another. A wrong token's logprob is far further off.
+    for (size_t i = 0; i < want.logprobs.size(); ++i) EXPECT_NEAR(r->logprobs[i], want.logprobs[i], 1e-4);
     EXPECT_EQ(r->policy_version, learner::testing::kPolicyVersion);
     EXPECT_EQ(r->finish_reason, want.finish_reason == "stop_sequence" ? "stop" : "length");
     ASSERT_TRUE(b.AddAssistant({r->ids, r->logprobs, r->policy_version}).ok());
