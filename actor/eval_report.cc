@@ -115,6 +115,24 @@ std::string ReportJson(const std::vector<TaskResult>& results, const std::vector
   return DumpJson(root, 2) + "\n";
 }
 
+std::optional<EvalCut> EvalCutOf(const Json& owner) {
+  const Json* cut = owner.is_object() ? FindJson(owner, "cut") : nullptr;
+  if (cut == nullptr || !cut->is_object()) return std::nullopt;
+  EvalCut c;
+  if (const Json* limit = FindJson(*cut, "wall_limit_s"); limit != nullptr && limit->is_number()) {
+    c.wall_limit_s = JsonNumber(*limit);
+  }
+  if (const Json* left = FindJson(*cut, "rollouts_unfinished"); left != nullptr && left->is_number()) {
+    c.rollouts_unfinished = static_cast<int>(JsonNumber(*left));
+  }
+  if (const Json* ids = FindJson(*cut, "tasks_unfinished"); ids != nullptr && ids->is_array()) {
+    for (const Json& id : *ids) {
+      if (id.is_string()) c.tasks_unfinished.push_back(id.get<std::string>());
+    }
+  }
+  return c;
+}
+
 std::string ReportMarkdown(const std::vector<TaskResult>& results, const std::vector<LevelSummary>& levels,
                            const std::optional<EvalCut>& cut) {
   std::string md;

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "common/json.h"
 #include "proto/verdict.pb.h"
 
 namespace kernelrl::actor {
@@ -57,6 +58,9 @@ std::vector<LevelSummary> Summarize(const std::vector<TaskResult>& results);
 // without, no "cut" key.
 std::string ReportJson(const std::vector<TaskResult>& results, const std::vector<LevelSummary>& levels,
                        const std::optional<EvalCut>& cut = std::nullopt);
+// The "cut" of `owner` (report.json's top level, or a curves.json evaluation that carries it):
+// nullopt where it has none. Fields missing or of the wrong type read as zero / empty.
+std::optional<EvalCut> EvalCutOf(const Json& owner);
 // With a cut, a line above Table 1 says so.
 std::string ReportMarkdown(const std::vector<TaskResult>& results, const std::vector<LevelSummary>& levels,
                            const std::optional<EvalCut>& cut = std::nullopt);

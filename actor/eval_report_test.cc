@@ -84,6 +84,13 @@ TEST(EvalReportTest, ACutIsRecordedAndOnlyWhenThereIsOne) {
   EXPECT_DOUBLE_EQ(JsonNumber(*FindJson(*c, "wall_limit_s")), 90);
   EXPECT_EQ(*FindJson(*c, "tasks_unfinished"), Json::array({Json("level1/2_b"), Json("level1/3_c")}));
   EXPECT_DOUBLE_EQ(JsonNumber(*FindJson(*c, "rollouts_unfinished")), 3);
+  // EvalCutOf reads back what ReportJson wrote, and nothing from a report without a cut.
+  const std::optional<EvalCut> read = EvalCutOf(*cut_json);
+  ASSERT_TRUE(read.has_value());
+  EXPECT_DOUBLE_EQ(read->wall_limit_s, 90);
+  EXPECT_EQ(read->tasks_unfinished, cut.tasks_unfinished);
+  EXPECT_EQ(read->rollouts_unfinished, 3);
+  EXPECT_FALSE(EvalCutOf(*whole).has_value());
   // The tasks and levels are those of the finished tasks alone.
   EXPECT_EQ(FindJson(*cut_json, "tasks")->size(), 1u);
   EXPECT_EQ(*FindJson(*cut_json, "tasks"), *FindJson(*whole, "tasks"));

@@ -13,6 +13,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "actor/eval_report.h"
 #include "common/config.h"
 #include "common/file.h"
 #include "common/json.h"
@@ -432,20 +433,14 @@ int EvalOnly(const v1::LearnConfig& o, const std::string& hp, const Cluster& clu
   evals.Join();
   Json heldout = evals.Heldout();
   if (!heldout.is_array() || heldout.empty()) return 1;  // The console said why.
-  const Json* cut = FindJson(heldout[0], "cut");
   std::string cut_line;
-  if (cut != nullptr && !cut->is_null()) {
+  if (const std::optional<actor::EvalCut> cut = actor::EvalCutOf(heldout[0]); cut.has_value()) {
     const Json* scored = FindJson(heldout[0], "n");
-    const Json* unfinished = FindJson(*cut, "tasks_unfinished");
-    const Json* limit = FindJson(*cut, "wall_limit_s");
-    const Json* rollouts = FindJson(*cut, "rollouts_unfinished");
     const int k = scored != nullptr ? static_cast<int>(JsonNumber(*scored)) : 0;
-    const int left = unfinished != nullptr && unfinished->is_array() ? static_cast<int>(unfinished->size()) : 0;
     cut_line = absl::StrFormat(
         "eval only: cut at the %.0f s limit: %d of %d tasks scored; %d rollouts unfinished; curves.json records the "
         "cut and kernelrl seeds --rescored refuses it (a longer --job_timeout_s scores every task)",
-        limit != nullptr ? JsonNumber(*limit) : 0, k, k + left,
-        rollouts != nullptr ? static_cast<int>(JsonNumber(*rollouts)) : 0);
+        cut->wall_limit_s, k, k + static_cast<int>(cut->tasks_unfinished.size()), cut->rollouts_unfinished);
   }
   heldout[0]["weights"] = *weights;
   Json curves = CurvesHeader(o, hp, console, "", "EVAL_ONLY");

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "actor/eval_report.h"
 #include "profiler_service/stats.h"
 #include "tools/cli/learn_cluster.h"
 
@@ -272,14 +273,12 @@ std::string LearnReport(const LearnRun& run) {
     absl::StrAppend(&out, "             (", absl::StrJoin(meaning, "; "), ")\n");
     // An evaluation that reached the run's limit scored only the tasks it finished (kernelrl eval's cut).
     for (const Column& c : cols) {
-      const Json* cut = FindJson(*c.eval, "cut");
-      if (cut == nullptr || cut->is_null()) continue;
-      const Json* unfinished = FindJson(*cut, "tasks_unfinished");
-      const int left = unfinished != nullptr && unfinished->is_array() ? static_cast<int>(unfinished->size()) : 0;
+      const std::optional<actor::EvalCut> cut = actor::EvalCutOf(*c.eval);
+      if (!cut.has_value()) continue;
       const int scored = static_cast<int>(FigureOf(c.eval, "n"));
       absl::StrAppendFormat(&out, "             %s: cut at the run's limit (%.0f s): %d of %d tasks scored, the rest "
-                            "named in curves.json's \"cut\"\n", c.header, FigureOf(cut, "wall_limit_s"), scored,
-                            scored + left);
+                            "named in curves.json's \"cut\"\n", c.header, cut->wall_limit_s, scored,
+                            scored + static_cast<int>(cut->tasks_unfinished.size()));
     }
     if (o.backend() == "cpu") {
       absl::StrAppend(&out, "             (CPU sandbox: no eager / torch.compile baselines, so no speed-ups;\n"

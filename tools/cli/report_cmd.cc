@@ -45,10 +45,8 @@ absl::StatusOr<v1::Verdict> VerdictFromJson(const Json& j) {
 
 }  // namespace
 
-absl::StatusOr<std::vector<actor::TaskResult>> ResultsFromReportJson(const std::string& text) {
-  auto root = ParseJson(text);
-  if (!root.ok()) return root.status();
-  const Json* tasks = FindJson(*root, "tasks");
+absl::StatusOr<std::vector<actor::TaskResult>> ResultsFromReportJson(const Json& root) {
+  const Json* tasks = FindJson(root, "tasks");
   if (tasks == nullptr || !tasks->is_array()) return absl::InvalidArgumentError("no \"tasks\" array");
   std::vector<actor::TaskResult> out;
   for (const Json& t : *tasks) {
@@ -83,29 +81,6 @@ absl::StatusOr<std::vector<actor::TaskResult>> ResultsFromReportJson(const std::
   return out;
 }
 
-absl::StatusOr<std::optional<actor::EvalCut>> CutFromReportJson(const std::string& text) {
-  auto root = ParseJson(text);
-  if (!root.ok()) return root.status();
-  const Json* cut = FindJson(*root, "cut");
-  if (cut == nullptr || cut->is_null()) return std::optional<actor::EvalCut>();
-  if (!cut->is_object()) return absl::InvalidArgumentError("\"cut\" is not an object");
-  actor::EvalCut c;
-  auto limit = GetJsonDouble(*cut, "wall_limit_s", 0);
-  auto rollouts = GetJsonInt(*cut, "rollouts_unfinished", 0);
-  if (!limit.ok()) return limit.status();
-  if (!rollouts.ok()) return rollouts.status();
-  c.wall_limit_s = *limit;
-  c.rollouts_unfinished = static_cast<int>(*rollouts);
-  if (const Json* ids = FindJson(*cut, "tasks_unfinished"); ids != nullptr) {
-    if (!ids->is_array()) return absl::InvalidArgumentError("\"cut\".tasks_unfinished is not an array");
-    for (const Json& id : *ids) {
-      if (!id.is_string()) return absl::InvalidArgumentError("\"cut\".tasks_unfinished holds a non-string");
-      c.tasks_unfinished.push_back(id.get<std::string>());
-    }
-  }
-  return std::optional<actor::EvalCut>(std::move(c));
-}
-
 int ReportMain(int argc, char** argv) {
   v1::ReportConfig config;
   CommandLine cl("report", "Re-render an evaluation's Table 1 (report.md) and plots from DIR/report.json.", &config);
@@ -117,11 +92,11 @@ int ReportMain(int argc, char** argv) {
   const std::string json_path = config.dir() + "/report.json";
   auto text = ReadFileToString(json_path);
   if (!text.ok()) return cl.Fail(std::string(text.status().message())), 1;
-  auto results = ResultsFromReportJson(*text);
+  auto root = ParseJson(*text);
+  if (!root.ok()) return cl.Fail(json_path + ": " + std::string(root.status().message())), 1;
+  auto results = ResultsFromReportJson(*root);
   if (!results.ok()) return cl.Fail(json_path + ": " + std::string(results.status().message())), 1;
-  auto cut = CutFromReportJson(*text);
-  if (!cut.ok()) return cl.Fail(json_path + ": " + std::string(cut.status().message())), 1;
-  const std::string md = actor::ReportMarkdown(*results, actor::Summarize(*results), *cut);
+  const std::string md = actor::ReportMarkdown(*results, actor::Summarize(*results), actor::EvalCutOf(*root));
   if (absl::Status s = WriteFileAtomically(config.dir() + "/report.md", md); !s.ok()) {
     return cl.Fail(std::string(s.message())), 1;
   }

@@ -8,21 +8,19 @@
 #ifndef KERNELRL_TOOLS_CLI_REPORT_CMD_H_
 #define KERNELRL_TOOLS_CLI_REPORT_CMD_H_
 
-#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "actor/eval_report.h"
+#include "common/json.h"
 
 namespace kernelrl::cli {
 
 int ReportMain(int argc, char** argv);
 
-// The per-task results of a report.json.
-absl::StatusOr<std::vector<actor::TaskResult>> ResultsFromReportJson(const std::string& text);
-// Its "cut", where the evaluation stopped at its wall-clock limit (nullopt: no "cut" key).
-absl::StatusOr<std::optional<actor::EvalCut>> CutFromReportJson(const std::string& text);
+// The per-task results of a parsed report.json (its cut: actor::EvalCutOf).
+absl::StatusOr<std::vector<actor::TaskResult>> ResultsFromReportJson(const Json& root);
 
 }  // namespace kernelrl::cli
 

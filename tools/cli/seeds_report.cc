@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "actor/eval_report.h"
 #include "common/config.h"
 #include "learner/rl/gae.h"
 #include "proto/learner_config.pb.h"
@@ -336,12 +337,11 @@ namespace {
 
 // An evaluation's "cut" (kernelrl eval's wall_limit_s) in words; empty where it has none.
 std::string CutOf(const Json& eval) {
-  const Json* cut = FindJson(eval, "cut");
-  if (cut == nullptr || cut->is_null()) return "";
-  const Json* unfinished = FindJson(*cut, "tasks_unfinished");
-  const int left = unfinished != nullptr && unfinished->is_array() ? static_cast<int>(unfinished->size()) : 0;
+  const std::optional<actor::EvalCut> cut = actor::EvalCutOf(eval);
+  if (!cut.has_value()) return "";
+  const int left = static_cast<int>(cut->tasks_unfinished.size());
   return absl::StrFormat("%d of %d held-out tasks unfinished at the %g s limit", left,
-                         left + static_cast<int>(FigureOf(&eval, "n")), FigureOf(cut, "wall_limit_s"));
+                         left + static_cast<int>(FigureOf(&eval, "n")), cut->wall_limit_s);
 }
 
 }  // namespace
@@ -519,13 +519,11 @@ absl::StatusOr<std::vector<Rescoring>> RescoringsOf(const std::vector<std::pair<
     const Json& e = (*heldout)[0];
     // Cut at its limit, it scored only the tasks it finished: those the policy finishes sooner, so
     // set against a whole evaluation its figures would be biased, and its tasks are not the others'.
-    if (const Json* cut = FindJson(e, "cut"); cut != nullptr && !cut->is_null()) {
-      const Json* unfinished = FindJson(*cut, "tasks_unfinished");
+    if (const std::optional<actor::EvalCut> cut = actor::EvalCutOf(e); cut.has_value()) {
       return err(absl::StrFormat(
           "cut at its %g s limit with %d held-out tasks unfinished: a partial re-scoring would bias the paired "
           "comparison (re-score with a longer --job_timeout_s)",
-          FigureOf(cut, "wall_limit_s"),
-          unfinished != nullptr && unfinished->is_array() ? static_cast<int>(unfinished->size()) : 0));
+          cut->wall_limit_s, static_cast<int>(cut->tasks_unfinished.size())));
     }
     const Json* w = FindJson(e, "weights");
     if (w == nullptr || !w->is_object() || w->empty()) return err("its evaluation names no weights");
