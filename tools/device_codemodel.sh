@@ -103,6 +103,7 @@ pack_ops() { tar czf "$M/ops.tgz" -C "$(dirname "$C")" "$(basename "$C")"; }
 
 # What decides a corpus: a staged one (CORPUS_HERE) serves a call whose key is the same.
 corpus_key() { echo "presets=${PRESETS:-family} seed=${SEED:-1} per_task=${PER_TASK:-8}"; }
+corpus_staged() { [ -f "$M/corpus.tgz" ] && [ "$(cat "$M/corpus.key" 2>/dev/null)" = "$(corpus_key)" ]; }
 
 # copy_job JOB DEST [STAGE]: a job's ledger.jsonl, job.textproto and the trajectories its ledger
 # accepted (in STAGE only, if given) into DEST; prints how many distinct ones the ledger names.
@@ -285,7 +286,7 @@ for p in $PRESETS; do PRESET_CONFIGS+=(--config=configs/learn/$p.textproto); don
 #    (Measured alone, torch.compile's ~57 us GEMM still read 148 us eager-timed: its own per-call
 #    host cost, which the judge's graph-replayed comparison leaves out; docs/CODEMODEL.md, tenth sitting.)
 make_corpus() {
-  if [ -f "$M/corpus.tgz" ] && [ "$(cat "$M/corpus.key" 2>/dev/null)" = "$(corpus_key)" ]; then
+  if corpus_staged; then
     mkdir -p "$RUN/corpus" && tar xzf "$M/corpus.tgz" -C "$RUN/corpus" || return 1
     echo "corpus staged here ($(corpus_key)) at $(elapsed) s: $(tr -d '\n ' < "$RUN/corpus/stats.json" | cut -c1-400)"
     return 0
@@ -398,7 +399,7 @@ fi
 # of 2026-12-02) before the DEADLINE: a call whose baselines left less returns them without a base (and
 # runs no job) rather than be killed by the device's limit with nothing packed.
 # A corpus staged here (CORPUS_HERE) leaves pre-training alone: 90 s.
-[ -f "$M/corpus.tgz" ] && [ "$(cat "$M/corpus.key" 2>/dev/null)" = "$(corpus_key)" ] && : "${BASE_S:=90}"
+corpus_staged && : "${BASE_S:=90}"
 if [ "$BUILD_BASE" = 1 ] && [ $(( $(elapsed) + ${BASE_S:-210} )) -gt "${DEADLINE:-560}" ]; then
   echo "no base: $(elapsed) s gone, the corpus and pre-training need ${BASE_S:-210} s of the DEADLINE's ${DEADLINE:-560};" \
     "the baselines come back in results.tgz: a next call with BASELINES_IN builds the base"
