@@ -117,9 +117,9 @@ absl::StatusOr<PausedRun> ReadPausedRun(const std::string& run_dir) {
   return r;
 }
 
-// One held-out evaluation with `kernelrl eval` (this binary), as a child process. With `until` (not
-// infinite) the evaluation is given the time left to it as its wall_limit_s: it then reports the
-// tasks it finished by then and records the cut (HeldOutFromReport's "cut").
+// One held-out evaluation with `kernelrl eval` (this binary), as a child process, given the time left
+// to `until` as its wall_limit_s: one that reaches it reports the tasks it finished by then and
+// records the cut (HeldOutFromReport's "cut").
 absl::StatusOr<Json> HeldOutEval(const v1::LearnConfig& o, const Cluster& c, const std::string& out_dir,
                                  absl::Time until) {
   std::vector<std::string> args = {
@@ -135,12 +135,9 @@ absl::StatusOr<Json> HeldOutEval(const v1::LearnConfig& o, const Cluster& c, con
       "--set=actor.rollout.skill_path=" + c.SkillPath(), "--set=actor.rollout.workspace_root=" + out_dir + "-ws",
       // As many rollouts at once as all the training actors run: an evaluation beside training gets
       // half the sandbox instead of 1 / (actors + 1) of it, so it ends near the policy it started with.
-      absl::StrCat("--set=actor.concurrent_rollouts=", std::max(1, o.actors()) * o.concurrent_rollouts())};
-  if (until != absl::InfiniteFuture()) {
-    // At least a second: 0 would mean no limit.
-    const double left_s = std::max(1.0, absl::ToDoubleSeconds(until - absl::Now()));
-    args.push_back(absl::StrFormat("--set=wall_limit_s=%.3f", left_s));
-  }
+      absl::StrCat("--set=actor.concurrent_rollouts=", std::max(1, o.actors()) * o.concurrent_rollouts()),
+      // At least a second: 0 would mean no limit.
+      absl::StrFormat("--set=wall_limit_s=%.3f", std::max(1.0, absl::ToDoubleSeconds(until - absl::Now())))};
   std::error_code ec;
   fs::create_directories(out_dir + "-ws", ec);
   std::string cmd;
