@@ -84,7 +84,7 @@ int SeedsMain(int argc, char** argv) {
     if (!rescorings->empty()) {
       if (absl::Status s = Rescore(*rescorings, &*figures); !s.ok()) return cl.Fail(std::string(s.message())), 1;
     }
-    if (absl::Status s = CheckNotCut(*figures); !s.ok()) return cl.Fail(std::string(s.message())), 1;
+    if (absl::Status s = CheckScored(*figures); !s.ok()) return cl.Fail(std::string(s.message())), 1;
     runs.push_back(std::move(*figures));
   }
   std::fputs(SeedsReport(runs, config).c_str(), stdout);

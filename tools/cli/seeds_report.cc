@@ -489,12 +489,23 @@ absl::StatusOr<SeedFigures> SeedFiguresOf(const std::vector<std::pair<std::strin
   }
   f.jobs = static_cast<int>(chain.size()) - (f.start_from.empty() ? 0 : 1);  // This seed's own jobs.
   f.name = absl::StrJoin(names, "+");
-  if (f.final.label.empty()) {
+  // The last job's own weights where no evaluation of it scored them (it ran none after its PPO
+  // start, or only pauses before its last update: --skip_final_eval): only a re-scoring of those
+  // weights stands for the final (CheckScored); an earlier policy's evaluation does not.
+  const Json* last = FindJson(chain.back().second, "final_weights");
+  const bool last_recorded = last != nullptr && last->is_object() && !last->empty();
+  if (last_recorded && (f.final.label.empty() || (f.final_weights.is_object() && f.final_weights != *last))) {
+    f.final = HeldOutPoint{};
+    f.final_cut.clear();
+    f.final_weights = *last;
+    f.final_unscored = true;
+  }
+  if (f.final.label.empty() && !f.final_unscored) {
     return absl::InvalidArgumentError(absl::StrCat(chain.back().first, ": no evaluation after the PPO start"));
   }
-  // A cut evaluation scored fewer tasks: CheckNotCut refuses it, after re-scorings had their chance to
+  // A cut evaluation scored fewer tasks: CheckScored refuses it, after re-scorings had their chance to
   // take its place.
-  if (f.final.n != f.start.n && f.start_cut.empty() && f.final_cut.empty()) {
+  if (!f.final_unscored && f.final.n != f.start.n && f.start_cut.empty() && f.final_cut.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(f.name, ": the PPO start was evaluated on ", f.start.n,
                                                    " held-out tasks, the final on ", f.final.n));
   }
@@ -577,7 +588,12 @@ absl::Status Rescore(const std::vector<Rescoring>& rescorings, SeedFigures* f) {
   return absl::OkStatus();
 }
 
-absl::Status CheckNotCut(const SeedFigures& f) {
+absl::Status CheckScored(const SeedFigures& f) {
+  if (f.final_unscored && f.rescored_final.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        f.name, ": no evaluation after the PPO start scored its final weights ", DumpJson(f.final_weights),
+        " (its last job evaluated none of them): re-score them (kernelrl learn --eval_only), then --rescored"));
+  }
   for (auto [what, cut, rescored] : {std::tuple{"start", &f.start_cut, &f.rescored_start},
                                      std::tuple{"final", &f.final_cut, &f.rescored_final}}) {
     if (!cut->empty() && rescored->empty()) {

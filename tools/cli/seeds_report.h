@@ -76,6 +76,9 @@ struct SeedFigures {
   // Where the start (final) evaluation was cut at its run's limit: what it left unscored ("3 of 12
   // held-out tasks unfinished at the 310 s limit"); empty where it scored every task.
   std::string start_cut, final_cut;
+  // The last job's final weights, which no evaluation of the chain scored (final is empty until a
+  // re-scoring of them takes its place).
+  bool final_unscored = false;
   std::string rescored_how;  // "temperature 0.7, 4 rollouts a task".
   // Where the start (final) is the mean of several re-scorings of its weights: each of them. Their
   // spread is one evaluation's own noise, measured.
@@ -104,10 +107,11 @@ absl::StatusOr<std::vector<Rescoring>> RescoringsOf(const std::vector<std::pair<
 // task's rollout k alike), the two policies part only where their odds differ or the sandbox's
 // timings, which the policy reads, differ. Errors: a weight that was not recorded, or no re-scoring of it.
 absl::Status Rescore(const std::vector<Rescoring>& rescorings, SeedFigures* f);
-// An error where the seed's start or final is an evaluation cut at its run's limit and no re-scoring
-// took its place: it scored only the tasks it finished, those the policy finishes sooner, so its
-// figures are biased and its tasks are not the other end's.
-absl::Status CheckNotCut(const SeedFigures& f);
+// An error where no re-scoring took the place of a seed's final that no evaluation scored
+// (final_unscored), or of a start or final evaluation cut at its run's limit: that one scored only
+// the tasks it finished, those the policy finishes sooner, so its figures are biased and its tasks
+// are not the other end's.
+absl::Status CheckScored(const SeedFigures& f);
 
 // The figures of one seed from its jobs' curves.json, in the order they ran. Errors name the file:
 // no agentic-PPO evaluation (the job stopped before PPO), no evaluation after it, held-out sets of

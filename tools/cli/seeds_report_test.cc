@@ -431,17 +431,62 @@ TEST(SeedsReport, ACutFinalIsRefusedUnlessReScored) {
   ASSERT_TRUE(f.ok()) << f.status();
   EXPECT_TRUE(f->start_cut.empty());
   EXPECT_EQ(f->final_cut, "3 of 12 held-out tasks unfinished at the 445 s limit");
-  const absl::Status refused = CheckNotCut(*f);
+  const absl::Status refused = CheckScored(*f);
   EXPECT_THAT(std::string(refused.message()),
               HasSubstr("s1c1: its final evaluation was cut (3 of 12 held-out tasks unfinished at the 445 s limit)"));
   auto rescorings = RescoringsOf({{"r-start", Rescoring(a, 0.5)}, {"r-final", Rescoring(b, 0.9)}});
   ASSERT_TRUE(rescorings.ok()) << rescorings.status();
   ASSERT_TRUE(Rescore(*rescorings, &*f).ok());
-  EXPECT_TRUE(CheckNotCut(*f).ok());
+  EXPECT_TRUE(CheckScored(*f).ok());
   job["heldout"][1] = Eval("final", 4, 1.5, 0.3, 0.8);
   auto whole = SeedFiguresOf({{"s1c1", job}});
   ASSERT_TRUE(whole.ok()) << whole.status();
-  EXPECT_TRUE(CheckNotCut(*whole).ok());
+  EXPECT_TRUE(CheckScored(*whole).ok());
+}
+
+// A chain whose last job evaluated nothing after its last update (--skip_final_eval), or only an
+// earlier policy at a pause, has a final only where a re-scoring of its final weights takes its place.
+TEST(SeedsReport, AFinalNoEvaluationScoredIsTheReScoringOfItsWeights) {
+  const Json a = {{"model.safetensors", "aa"}}, b = {{"model.safetensors", "bb"}}, c = {{"model.safetensors", "cc"}};
+  Json first = Curves(1, "none", {Eval("agentic-0", 20, 0.6, 0.1, 0.4)}, {});
+  first["heldout"][0]["weights"] = a;
+  first["final_weights"] = c;
+  Json call = Curves(1, "none", {}, {0.1, 0.2});
+  call["hyperparameters_text"] = "recipe { agent_warmup { skip: true } rft { skip: true } }\nseed: 1\n";
+  call["start_weights"] = a;
+  call["final_weights"] = b;
+  auto f = SeedFiguresOf({{"start", first}, {"s1c1", call}}, true);
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_TRUE(f->final_unscored);
+  EXPECT_EQ(f->final_weights, b);
+  const absl::Status refused = CheckScored(*f);
+  EXPECT_THAT(std::string(refused.message()), HasSubstr("no evaluation after the PPO start scored its final weights"));
+  EXPECT_THAT(std::string(refused.message()), HasSubstr("\"bb\""));
+  auto rescorings = RescoringsOf({{"r-start", Rescoring(a, 0.5)}, {"r-final", Rescoring(b, 0.9)}});
+  ASSERT_TRUE(rescorings.ok()) << rescorings.status();
+  ASSERT_TRUE(Rescore(*rescorings, &*f).ok());
+  EXPECT_TRUE(CheckScored(*f).ok());
+  EXPECT_DOUBLE_EQ(f->final.reward_mean, 0.9);
+  EXPECT_EQ(f->rescored_final, "r-final");
+  v1::SeedsConfig config;
+  EXPECT_THAT(SeedsReport({*f}, config), HasSubstr("re-scored: start r-start, final r-final"));
+
+  // A pause evaluation of an earlier policy is not the final: the same.
+  Json paused = call;
+  paused["heldout"] = Json::array({Eval("pause-1", 1, 2.0, 0.5, 0.9)});
+  paused["heldout"][0]["weights"] = c;
+  auto p = SeedFiguresOf({{"start", first}, {"s1c1", paused}}, true);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_TRUE(p->final_unscored);
+  EXPECT_EQ(p->final_weights, b);
+  EXPECT_FALSE(CheckScored(*p).ok());
+  // The evaluation of the last weights is the final, as before.
+  paused["heldout"][0]["weights"] = b;
+  auto whole = SeedFiguresOf({{"start", first}, {"s1c1", paused}}, true);
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  EXPECT_FALSE(whole->final_unscored);
+  EXPECT_DOUBLE_EQ(whole->final.reward_mean, 2.0);
+  EXPECT_TRUE(CheckScored(*whole).ok());
 }
 
 // Seeds of the PPO stage from one start evaluation share its error: the spread of their changes
