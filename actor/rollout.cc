@@ -23,16 +23,6 @@ constexpr char kDefaultSystemPrompt[] =
     "own CUDA kernels, keeping the results correct. Work in the task workspace with the tools; compile, verify "
     "and profile through the Compile, Verify and Profile tools. When you are finished, reply without a tool call.";
 
-// Directories of the other rollouts under the same root: hidden from this shell.
-std::vector<std::string> Siblings(const std::string& root, const std::string& own) {
-  std::vector<std::string> out;
-  std::error_code ec;
-  for (const auto& e : std::filesystem::directory_iterator(root, ec)) {
-    if (e.path().string() != own && e.is_directory(ec) && !e.is_symlink(ec)) out.push_back(e.path().string());
-  }
-  return out;
-}
-
 bool Better(const v1::Verdict& a, const v1::Verdict& b) {  // a better than b?
   const bool a_ok = a.outcome() == v1::Verdict::OK, b_ok = b.outcome() == v1::Verdict::OK;
   if (a_ok != b_ok) return a_ok;
@@ -74,8 +64,11 @@ absl::StatusOr<RolloutResult> RolloutRunner::Run(const v1::Task& task, const Rol
   absl::StatusOr<std::unique_ptr<RolloutWorkspace>> ws =
       RolloutWorkspace::Create(config_.workspace_root(), task.reference_source(), skill_text_);
   if (!ws.ok()) return ws.status();
-  ShellSession shell((*ws)->dir(), (*ws)->control_dir(), Siblings(config_.workspace_root(), (*ws)->rollout_dir()),
-                     config_.isolation(), static_cast<size_t>(config_.tools().output_cap_bytes()));
+  // The root of every rollout hidden, this one's workspace alone kept: the other rollouts, those
+  // running when the shell starts and those made later, and this one's control files are not seen.
+  ShellSession shell((*ws)->dir(), (*ws)->control_dir(),
+                     {std::filesystem::path((*ws)->rollout_dir()).parent_path().string()}, config_.isolation(),
+                     static_cast<size_t>(config_.tools().output_cap_bytes()));
   ToolRunner tools(ws->get(), &shell, deps_.evaluator, &task, config_.tools(), options.trajectory_id);
   agent::TrajectoryBuilder builder(config_.omit_tool_schemas_from_prompt() ? deps_.plain : deps_.with_tools, deps_.plain,
                                    deps_.tokenizer);

@@ -7,7 +7,10 @@
 #include <random>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "actor/test_support.h"
+#include "actor/workspace.h"
 #include "agent/chat/tool_calls.h"
 #include "agent/chat/tools.h"
 #include "agent/trajectory_builder.h"
@@ -362,6 +365,62 @@ TEST(RolloutTest, BudgetsEndTheRollout) {
     EXPECT_EQ(r->trajectory.stats().stop_reason(), "error");
     EXPECT_TRUE(absl::StrContains(r->error, "policy server gone"));
   }
+}
+
+// The attack: a rollout's Bash reads another rollout of the same actor (the same task's group, its
+// kernels and its control files), one that was there when its shell started or one made after.
+// Neither is reachable; its own workspace stays readable and writable.
+TEST(RolloutTest, ItsShellSeesNoOtherRollout) {
+  v1::RolloutConfig config = testing::TestRolloutConfig("rollout_siblings");
+  config.set_final_evaluation(false);
+  std::mt19937 rng(std::random_device{}());
+  const std::string secret_before = absl::StrCat("before", rng()), secret_after = absl::StrCat("after", rng());
+  auto before = RolloutWorkspace::Create(config.workspace_root(), "# " + secret_before + "\n", "");
+  ASSERT_TRUE(before.ok()) << before.status();
+  std::unique_ptr<RolloutWorkspace> after;
+  std::vector<std::string> seen;
+  std::string own_name;
+  FnPolicy policy([&](const agent::PolicyRequest& r) -> absl::StatusOr<std::string> {
+    if (r.turn > 0) seen.push_back(r.history->back().content);
+    std::string command;
+    if (r.turn == 0) {
+      for (const auto& e : std::filesystem::directory_iterator(config.workspace_root())) {  // As the actor sees it.
+        if (e.path() != (*before)->rollout_dir()) own_name = e.path().filename().string();
+      }
+      command = absl::StrCat("echo mine > own.txt && cat own.txt; ls -A ../..; ls -A ..; cat ", (*before)->dir(),
+                             "/model.py; ls ", (*before)->control_dir(), "; echo end");
+    } else if (r.turn == 1) {  // Made while this rollout's shell runs.
+      auto made = RolloutWorkspace::Create(config.workspace_root(), "# " + secret_after + "\n", "");
+      if (!made.ok()) return made.status();
+      after = *std::move(made);
+      command = absl::StrCat("ls -A ../..; cat ", after->dir(), "/model.py; cat ../../*/ws/model.py; echo end");
+    } else {
+      return std::string("done");
+    }
+    Json args = Json::object();
+    args["command"] = command;
+    return agent::FormatToolCall("Bash", args);
+  });
+  FakeEvaluator eval([](const v1::EvaluateRequest&) { return v1::Verdict(); });
+  RolloutRunner runner(Deps(&policy, &eval), config, "");
+  auto r = runner.Run(CpuTask(), RolloutOptions{false, "t-siblings", "", 0});
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(seen.size(), 2u) << r->trajectory.stats().stop_reason();
+  const std::string before_name = std::filesystem::path((*before)->rollout_dir()).filename().string();
+  const std::string after_name = std::filesystem::path(after->rollout_dir()).filename().string();
+  // The listings show this rollout alone (its workspace alone, not its control files); the other
+  // rollouts are named only where this shell was refused them.
+  for (const std::string& out : seen) {
+    EXPECT_FALSE(absl::StrContains(out, secret_before)) << out;
+    EXPECT_FALSE(absl::StrContains(out, secret_after)) << out;
+    for (absl::string_view line : absl::StrSplit(out, '\n')) {
+      for (const std::string& other : {before_name, after_name, std::string("ctl")}) {
+        if (absl::StrContains(line, other)) EXPECT_TRUE(absl::StrContains(line, "No such file")) << line;
+      }
+    }
+  }
+  EXPECT_TRUE(absl::StrContains(seen[0], "mine\n" + own_name + "\nws\n")) << seen[0];
+  EXPECT_TRUE(absl::StartsWith(seen[1], "exit status 0\n" + own_name + "\n")) << seen[1];
 }
 
 }  // namespace

@@ -56,7 +56,8 @@ std::string CapOutput(const std::string& text, size_t cap, size_t elided_extra =
 class ShellSession {
  public:
   // `workspace` is the writable directory; `control_dir` holds stderr files;
-  // `hidden` are directories to hide (e.g. other rollouts).
+  // `hidden` are directories to hide; the workspace beneath one stays reachable, alone (the
+  // rollouts' root: no other rollout is seen).
   ShellSession(std::string workspace, std::string control_dir, std::vector<std::string> hidden,
                v1::WorkspaceIsolation isolation, size_t output_cap);
   ~ShellSession();

@@ -1,7 +1,8 @@
 // The filesystem view of a contained process: everything read-only except a
 // size-capped tmpfs scratch and the explicitly writable exchange directories;
-// trusted directories are hidden under an empty read-only tmpfs; /proc is
-// remounted for the new pid namespace so other processes are invisible.
+// trusted directories are hidden under an empty read-only tmpfs (a writable
+// directory beneath a hidden one stays reachable, alone); /proc is remounted
+// for the new pid namespace so other processes are invisible.
 #include <fcntl.h>
 #include <linux/mount.h>
 #include <sys/mount.h>
@@ -11,6 +12,7 @@
 
 #include <cerrno>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "sandbox/contain/path_util.h"
@@ -44,6 +46,55 @@ bool ReopenProc(StepLog& log) {
   }
   log.Ok("proc_rw (own entries: CUDA writes its threads' comm; /proc/sys read-only)");
   return true;
+}
+
+// `dir` under an empty read-only tmpfs. A writable directory beneath it (a rollout's workspace in
+// the root of every rollout) is taken out first and put back at its own path inside the tmpfs, so
+// nothing else beneath `dir` is reachable, what was there when the process started or made later.
+bool HideDir(const std::string& dir, const std::vector<std::string>& writable, StepLog& log) {
+  std::vector<std::pair<std::string, int>> kept;  // Path and its detached mount.
+  auto close_kept = [&kept] {
+    for (const auto& [path, fd] : kept) close(fd);
+  };
+  for (const std::string& w : writable) {
+    if (w.size() <= dir.size() + 1 || w.compare(0, dir.size(), dir) != 0 || w[dir.size()] != '/') continue;
+    const int fd = static_cast<int>(
+        syscall(SYS_open_tree, AT_FDCWD, w.c_str(), OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE));
+    if (fd < 0) {
+      log.Failed("hide_dir", "open_tree(" + w + ", CLONE)", errno, dir + " stays visible");
+      close_kept();
+      return false;
+    }
+    kept.emplace_back(w, fd);
+  }
+  const unsigned long flags = MS_NOSUID | MS_NODEV | MS_NOEXEC | (kept.empty() ? MS_RDONLY : 0);
+  // Beneath a kept directory's path, others may pass through but not list.
+  if (mount("tmpfs", dir.c_str(), "tmpfs", flags, kept.empty() ? "size=4k" : "size=4k,mode=0711") != 0) {
+    log.Failed("hide_dir", "mount(tmpfs, " + dir + ")", errno, dir + " stays visible");
+    close_kept();
+    return false;
+  }
+  bool ok = true;
+  for (const auto& [w, fd] : kept) {
+    for (size_t slash = w.find('/', dir.size() + 1); ok; slash = w.find('/', slash + 1)) {
+      const std::string part = w.substr(0, slash);  // The whole path last.
+      if (mkdir(part.c_str(), 0711) != 0 && errno != EEXIST) {
+        log.Failed("hide_dir", "mkdir(" + part + ") in the tmpfs over " + dir, errno, w + " is not reachable");
+        ok = false;
+      }
+      if (slash == std::string::npos) break;
+    }
+    if (ok && syscall(SYS_move_mount, fd, "", AT_FDCWD, w.c_str(), MOVE_MOUNT_F_EMPTY_PATH) != 0) {
+      log.Failed("hide_dir", "move_mount(" + w + ") into the tmpfs over " + dir, errno, w + " is not reachable");
+      ok = false;
+    }
+  }
+  close_kept();
+  if (!kept.empty() && SetMountAttr(dir.c_str(), false, MOUNT_ATTR_RDONLY, 0) != 0) {
+    log.Failed("hide_dir", "mount_setattr(" + dir + ", RDONLY)", errno, "the tmpfs over " + dir + " stays writable");
+    ok = false;
+  }
+  return ok;
 }
 
 }  // namespace
@@ -91,12 +142,7 @@ bool SetupMounts(const KrPolicy& p, StepLog& log) {
       }
     }
   }
-  for (const std::string& dir : SplitColons(p.hidden_dirs)) {
-    if (mount("tmpfs", dir.c_str(), "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4k") != 0) {
-      log.Failed("hide_dir", "mount(tmpfs ro, " + dir + ")", errno, dir + " stays visible");
-      ok = false;
-    }
-  }
+  for (const std::string& dir : SplitColons(p.hidden_dirs)) ok &= HideDir(dir, writable, log);
   if (p.mount_proc) {
     if (mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr) != 0) {
       log.Failed("proc", "mount(proc, /proc)", errno,
