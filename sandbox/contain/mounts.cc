@@ -90,6 +90,14 @@ bool HideDir(const std::string& dir, const std::vector<std::string>& writable, S
     }
   }
   close_kept();
+  if (!ok) {  // A workspace the process cannot reach is worse than siblings it can: the tmpfs goes.
+    if (umount2(dir.c_str(), MNT_DETACH) != 0) {
+      log.Failed("hide_dir", "umount2(" + dir + ")", errno, "the workspace beneath it is not reachable");
+    } else {
+      log.Note("hide_dir: the tmpfs over " + dir + " taken off again: " + dir + " stays visible");
+    }
+    return false;
+  }
   if (!kept.empty() && SetMountAttr(dir.c_str(), false, MOUNT_ATTR_RDONLY, 0) != 0) {
     log.Failed("hide_dir", "mount_setattr(" + dir + ", RDONLY)", errno, "the tmpfs over " + dir + " stays writable");
     ok = false;
