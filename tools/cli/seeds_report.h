@@ -113,10 +113,12 @@ absl::Status Rescore(const std::vector<Rescoring>& rescorings, SeedFigures* f);
 // are not the other end's.
 absl::Status CheckScored(const SeedFigures& f);
 
-// The figures of one seed from its jobs' curves.json, in the order they ran. Errors name the file:
-// no agentic-PPO evaluation (the job stopped before PPO), no evaluation after it, held-out sets of
-// different sizes, jobs of different ablations or seeds in one chain, or a job that did not start
-// from the weights the one before it ended with (where both recorded them). One exception: a second job
+// The figures of one seed from its jobs' curves.json, in the order they ran; where no evaluation
+// scored the last job's final weights, final_unscored (a re-scoring of them is its final). Errors
+// name the file: no agentic-PPO evaluation (the job stopped before PPO), no evaluation after it and
+// no final weights recorded, held-out sets of different sizes, jobs of different ablations or seeds
+// in one chain, or a job that did not start from the weights the one before it ended with (where
+// both recorded them). One exception: a second job
 // of another seed that skipped warm-up and RFT (it went on from the first job's PPO-start policy)
 // takes the first job's PPO-start evaluation as its start and nothing else of that job.
 // `from_ppo_start` says so of a second job of the same seed number (a new arm's seed 1 from a
