@@ -57,7 +57,7 @@ bool HideDir(const std::string& dir, const std::vector<std::string>& writable, S
     for (const auto& [path, fd] : kept) close(fd);
   };
   for (const std::string& w : writable) {
-    if (w.size() <= dir.size() + 1 || w.compare(0, dir.size(), dir) != 0 || w[dir.size()] != '/') continue;
+    if (w == dir || !IsUnder(w, dir)) continue;
     const int fd = static_cast<int>(
         syscall(SYS_open_tree, AT_FDCWD, w.c_str(), OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE));
     if (fd < 0) {
@@ -75,20 +75,22 @@ bool HideDir(const std::string& dir, const std::vector<std::string>& writable, S
     return false;
   }
   bool ok = true;
+  const int dir_fd = kept.empty() ? -1 : open(dir.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
   for (const auto& [w, fd] : kept) {
-    for (size_t slash = w.find('/', dir.size() + 1); ok; slash = w.find('/', slash + 1)) {
-      const std::string part = w.substr(0, slash);  // The whole path last.
-      if (mkdir(part.c_str(), 0711) != 0 && errno != EEXIST) {
-        log.Failed("hide_dir", "mkdir(" + part + ") in the tmpfs over " + dir, errno, w + " is not reachable");
-        ok = false;
-      }
-      if (slash == std::string::npos) break;
+    const int at = dir_fd < 0 ? -1 : OpenDirsIn(dir_fd, w.substr(dir.size()), true, 0711);
+    if (at < 0) {
+      log.Failed("hide_dir", "mkdir -p " + w + " in the tmpfs over " + dir, errno, w + " is not reachable");
+      ok = false;
+      break;
     }
-    if (ok && syscall(SYS_move_mount, fd, "", AT_FDCWD, w.c_str(), MOVE_MOUNT_F_EMPTY_PATH) != 0) {
+    if (syscall(SYS_move_mount, fd, "", at, "", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) != 0) {
       log.Failed("hide_dir", "move_mount(" + w + ") into the tmpfs over " + dir, errno, w + " is not reachable");
       ok = false;
     }
+    close(at);
+    if (!ok) break;
   }
+  if (dir_fd >= 0) close(dir_fd);
   close_kept();
   if (!ok) {  // A workspace the process cannot reach is worse than siblings it can: the tmpfs goes.
     if (umount2(dir.c_str(), MNT_DETACH) != 0) {

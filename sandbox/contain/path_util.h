@@ -10,6 +10,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -38,6 +39,30 @@ inline bool IsUnder(const std::string& path, const std::string& dir) {
   if (dir == "/") return true;
   return path == dir || (path.size() > dir.size() && path.compare(0, dir.size(), dir) == 0 &&
                          path[dir.size()] == '/');
+}
+
+// mkdir -p of `path` (absolute) inside the tree at `root_fd`, new directories
+// `mode`, one component at a time with O_NOFOLLOW: a link in the tree is never
+// followed, so nothing is ever created outside it. An O_PATH fd of `path`, or
+// -1 with errno.
+inline int OpenDirsIn(int root_fd, const std::string& path, bool create, mode_t mode) {
+  int fd = dup(root_fd);
+  size_t pos = 1;
+  while (fd >= 0 && pos < path.size()) {
+    size_t next = path.find('/', pos);
+    if (next == std::string::npos) next = path.size();
+    const std::string name = path.substr(pos, next - pos);
+    pos = next + 1;
+    if (name.empty()) continue;
+    if (create && mkdirat(fd, name.c_str(), mode) != 0 && errno != EEXIST) {
+      close(fd);
+      return -1;
+    }
+    int sub = openat(fd, name.c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    close(fd);
+    fd = sub;
+  }
+  return fd;
 }
 
 // Job dirs are created by the worker (root, mode 0700): the sandbox identity

@@ -27,29 +27,6 @@ namespace {
 
 constexpr unsigned long long kRoAttrs = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
 
-// mkdir -p of `path` inside the staged root, one component at a time from the
-// root's fd with O_NOFOLLOW: a link in the staged tree is never followed, so
-// nothing is ever created on the host.
-int OpenDirsIn(int root_fd, const std::string& path, bool create) {
-  int fd = dup(root_fd);
-  size_t pos = 1;
-  while (fd >= 0 && pos < path.size()) {
-    size_t next = path.find('/', pos);
-    if (next == std::string::npos) next = path.size();
-    const std::string name = path.substr(pos, next - pos);
-    pos = next + 1;
-    if (name.empty()) continue;
-    if (create && mkdirat(fd, name.c_str(), 0755) != 0 && errno != EEXIST) {
-      close(fd);
-      return -1;
-    }
-    int sub = openat(fd, name.c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    close(fd);
-    fd = sub;
-  }
-  return fd;
-}
-
 std::string Parent(const std::string& path) {
   const size_t slash = path.rfind('/');
   return slash == 0 ? "/" : path.substr(0, slash);
@@ -60,12 +37,12 @@ std::string Base(const std::string& path) { return path.substr(path.rfind('/') +
 // Creates the mount point (a dir, or an empty file for a file/device) for `path`.
 bool MakeMountPoint(int root_fd, const std::string& path, bool is_dir) {
   if (is_dir) {
-    int fd = OpenDirsIn(root_fd, path, true);
+    int fd = OpenDirsIn(root_fd, path, true, 0755);
     if (fd < 0) return false;
     close(fd);
     return true;
   }
-  int dir = OpenDirsIn(root_fd, Parent(path), true);
+  int dir = OpenDirsIn(root_fd, Parent(path), true, 0755);
   if (dir < 0) return false;
   int fd = openat(dir, Base(path).c_str(), O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
   const int saved = errno;
@@ -183,7 +160,7 @@ bool BindDevNode(int root_fd, const std::string& root, const RootEntry& e, StepL
 }
 
 bool MakeLink(int root_fd, const RootEntry& e, StepLog& log) {
-  int dir = OpenDirsIn(root_fd, Parent(e.path), true);
+  int dir = OpenDirsIn(root_fd, Parent(e.path), true, 0755);
   if (dir < 0 || symlinkat(e.source.c_str(), dir, Base(e.path).c_str()) != 0) {
     const int saved = errno;
     if (dir >= 0) close(dir);
@@ -210,7 +187,7 @@ bool MountFreshProc(int root_fd, const std::string& root, StepLog& log) {
 }
 
 bool WriteGenerated(int root_fd, const RootEntry& e, StepLog& log) {
-  int dir = OpenDirsIn(root_fd, Parent(e.path), true);
+  int dir = OpenDirsIn(root_fd, Parent(e.path), true, 0755);
   int fd = dir < 0 ? -1 : openat(dir, Base(e.path).c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
   bool ok = fd >= 0 && write(fd, e.source.data(), e.source.size()) == static_cast<ssize_t>(e.source.size());
   const int saved = errno;
