@@ -494,18 +494,17 @@ absl::StatusOr<SeedFigures> SeedFiguresOf(const std::vector<std::pair<std::strin
   // weights stands for the final (CheckScored); an earlier policy's evaluation does not.
   const Json* last = FindJson(chain.back().second, "final_weights");
   const bool last_recorded = last != nullptr && last->is_object() && !last->empty();
-  if (last_recorded && (f.final.label.empty() || (f.final_weights.is_object() && f.final_weights != *last))) {
+  if (last_recorded && (f.final_unscored() || (f.final_weights.is_object() && f.final_weights != *last))) {
     f.final = HeldOutPoint{};
     f.final_cut.clear();
     f.final_weights = *last;
-    f.final_unscored = true;
   }
-  if (f.final.label.empty() && !f.final_unscored) {
+  if (f.final_unscored() && !last_recorded) {
     return absl::InvalidArgumentError(absl::StrCat(chain.back().first, ": no evaluation after the PPO start"));
   }
   // A cut evaluation scored fewer tasks: CheckScored refuses it, after re-scorings had their chance to
   // take its place.
-  if (!f.final_unscored && f.final.n != f.start.n && f.start_cut.empty() && f.final_cut.empty()) {
+  if (!f.final_unscored() && f.final.n != f.start.n && f.start_cut.empty() && f.final_cut.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(f.name, ": the PPO start was evaluated on ", f.start.n,
                                                    " held-out tasks, the final on ", f.final.n));
   }
@@ -589,7 +588,7 @@ absl::Status Rescore(const std::vector<Rescoring>& rescorings, SeedFigures* f) {
 }
 
 absl::Status CheckScored(const SeedFigures& f) {
-  if (f.final_unscored && f.rescored_final.empty()) {
+  if (f.final_unscored()) {
     return absl::FailedPreconditionError(absl::StrCat(
         f.name, ": no evaluation after the PPO start scored its final weights ", DumpJson(f.final_weights),
         " (its last job evaluated none of them): re-score them (kernelrl learn --eval_only), then --rescored"));

@@ -76,13 +76,14 @@ struct SeedFigures {
   // Where the start (final) evaluation was cut at its run's limit: what it left unscored ("3 of 12
   // held-out tasks unfinished at the 310 s limit"); empty where it scored every task.
   std::string start_cut, final_cut;
-  // The last job's final weights, which no evaluation of the chain scored (final is empty until a
-  // re-scoring of them takes its place).
-  bool final_unscored = false;
   std::string rescored_how;  // "temperature 0.7, 4 rollouts a task".
   // Where the start (final) is the mean of several re-scorings of its weights: each of them. Their
   // spread is one evaluation's own noise, measured.
   std::vector<HeldOutPoint> start_repeats, final_repeats;
+
+  // No evaluation of the chain scored the last job's final weights (final_weights), and no
+  // re-scoring of them has taken the final's place yet.
+  bool final_unscored() const { return final.label.empty(); }
 };
 
 // A `kernelrl learn --eval_only` run: one evaluation of the weights it names, sampled alike for

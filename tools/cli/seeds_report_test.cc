@@ -457,7 +457,7 @@ TEST(SeedsReport, AFinalNoEvaluationScoredIsTheReScoringOfItsWeights) {
   call["final_weights"] = b;
   auto f = SeedFiguresOf({{"start", first}, {"s1c1", call}}, true);
   ASSERT_TRUE(f.ok()) << f.status();
-  EXPECT_TRUE(f->final_unscored);
+  EXPECT_TRUE(f->final_unscored());
   EXPECT_EQ(f->final_weights, b);
   const absl::Status refused = CheckScored(*f);
   EXPECT_THAT(std::string(refused.message()), HasSubstr("no evaluation after the PPO start scored its final weights"));
@@ -477,14 +477,14 @@ TEST(SeedsReport, AFinalNoEvaluationScoredIsTheReScoringOfItsWeights) {
   paused["heldout"][0]["weights"] = c;
   auto p = SeedFiguresOf({{"start", first}, {"s1c1", paused}}, true);
   ASSERT_TRUE(p.ok()) << p.status();
-  EXPECT_TRUE(p->final_unscored);
+  EXPECT_TRUE(p->final_unscored());
   EXPECT_EQ(p->final_weights, b);
   EXPECT_FALSE(CheckScored(*p).ok());
   // The evaluation of the last weights is the final, as before.
   paused["heldout"][0]["weights"] = b;
   auto whole = SeedFiguresOf({{"start", first}, {"s1c1", paused}}, true);
   ASSERT_TRUE(whole.ok()) << whole.status();
-  EXPECT_FALSE(whole->final_unscored);
+  EXPECT_FALSE(whole->final_unscored());
   EXPECT_DOUBLE_EQ(whole->final.reward_mean, 2.0);
   EXPECT_TRUE(CheckScored(*whole).ok());
 }
