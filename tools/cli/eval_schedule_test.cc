@@ -42,12 +42,14 @@ TEST(RunEvalTasksTest, WithoutALimitEveryTaskIsScoredInOrderAndNothingIsCut) {
 }
 
 // Four tasks, two workers, one rollout each: task b's rollout blocks until the test lets it go; a
-// and c end at once, and when the second of them is in place the clock steps past the limit. So b is
-// abandoned in its rollout and d never starts, whichever worker took which task.
+// ends at once and c once b is inside its rollout, and when the second of them is in place the clock
+// steps past the limit. So b is abandoned in its rollout and d never starts, whichever worker took
+// which task. (Without c waiting for b, a worker that took b but had not yet started it could see
+// the limit first and leave b unstarted: nothing abandoned, and b never ends.)
 TEST(RunEvalTasksTest, AtTheLimitOnlyCompleteTasksAreScoredAndTheRestAreNamed) {
   struct Events {
     std::atomic<int64_t> clock_s{0};
-    absl::Notification release_b, b_done;
+    absl::Notification b_started, release_b, b_done;
   };
   auto ev = std::make_shared<Events>();  // Outlives the abandoned worker's last use of it.
   EvalSchedule s;
@@ -57,7 +59,11 @@ TEST(RunEvalTasksTest, AtTheLimitOnlyCompleteTasksAreScoredAndTheRestAreNamed) {
   s.start = absl::UnixEpoch();
   s.now = [ev] { return absl::UnixEpoch() + absl::Seconds(ev->clock_s.load()); };
   s.rollout = [ev](size_t task, int, actor::TaskResult* r) {
-    if (task == 1) ev->release_b.WaitForNotification();
+    if (task == 1) {
+      ev->b_started.Notify();
+      ev->release_b.WaitForNotification();
+    }
+    if (task == 2) ev->b_started.WaitForNotification();  // b was taken first, by the other worker.
     ++r->rollouts;
   };
   s.on_task_done = [ev](const actor::TaskResult& r, int n) {
