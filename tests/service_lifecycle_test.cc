@@ -10,9 +10,13 @@
 #include <string>
 #include <thread>
 
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
+#include "httplib.h"
 #include "proto/diagnostics.grpc.pb.h"
 #include "proto/learner.grpc.pb.h"
 #include "proto/grpc/health/v1/health.grpc.pb.h"
@@ -47,6 +51,24 @@ std::string ActorTokenizer() {
     return std::system(cmd.c_str()) == 0 ? dir + "/tokenizer.json" : std::string();
   }();
   return path;
+}
+
+// Whether the server's own gauge of RPCs being handled has reached `want` within `seconds`: the
+// in-flight call is in the server before the signal, however loaded the machine.
+bool InFlightWithin(int metrics_port, double want, double seconds) {
+  httplib::Client client("127.0.0.1", metrics_port);
+  const absl::Time give_up = absl::Now() + absl::Seconds(seconds);
+  while (absl::Now() < give_up) {
+    if (auto res = client.Get("/metrics"); res && res->status == 200) {
+      for (absl::string_view line : absl::StrSplit(res->body, '\n')) {
+        if (!absl::StartsWith(line, "kernelrl_grpc_server_in_flight{")) continue;
+        double value = 0;
+        if (absl::SimpleAtod(line.substr(line.rfind(' ') + 1), &value) && value >= want) return true;
+      }
+    }
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  return false;
 }
 
 class ServiceLifecycleTest : public ::testing::TestWithParam<Binary> {
@@ -104,7 +126,7 @@ TEST_P(ServiceLifecycleTest, ServesHealthThenDrainsOnSigterm) {
     grpc::Status status = diagnostics->Ping(&context, request, &response);
     return std::make_pair(status, response.payload());
   });
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  ASSERT_TRUE(InFlightWithin(metrics_port, 1, 20)) << "the call never reached the server\n" << process->Log();
   const auto signalled = std::chrono::steady_clock::now();
   process->Signal(SIGTERM);
 
@@ -138,7 +160,7 @@ TEST_P(ServiceLifecycleTest, CallLongerThanGraceIsCutAndExitStaysClean) {
     kernelrl::v1::PingResponse response;
     return diagnostics->Ping(&context, request, &response);
   });
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  ASSERT_TRUE(InFlightWithin(metrics_port, 1, 20)) << "the call never reached the server\n" << process->Log();
   const auto signalled = std::chrono::steady_clock::now();
   process->Signal(SIGTERM);
   ASSERT_TRUE(process->Wait(kDrainS + 1 + 3)) << process->Log();
