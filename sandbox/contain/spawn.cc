@@ -22,7 +22,11 @@ namespace {
   bool ok = ContainPhaseNamespaces(opts.policy, log);
   if (opts.policy.pid_ns) {
     // The next fork is pid 1 of the new namespace; this process stays as its
-    // supervisor and mirrors its exit status.
+    // supervisor and mirrors its exit status. Its steps go into the pipe
+    // before the fork: written after, they could land behind the inner
+    // process's, and the reader takes the log from the view's description on.
+    (void)!write(log_fd, log.text().data(), log.text().size());
+    log = StepLog();
     pid_t inner = fork();
     if (inner < 0) {
       log.Failed("pid_ns_fork", "fork()", errno, "cannot start");
@@ -30,7 +34,6 @@ namespace {
       _exit(126);
     }
     if (inner > 0) {
-      (void)!write(log_fd, log.text().data(), log.text().size());
       close(log_fd);
       close(in_fd);
       close(out_fd);
@@ -45,7 +48,6 @@ namespace {
       }
       _exit(WIFEXITED(status) ? WEXITSTATUS(status) : 127);
     }
-    log = StepLog();
   }
   // Descriptors: stdio and the requested passes first, then close the rest.
   dup2(in_fd, 0);
