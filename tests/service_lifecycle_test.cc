@@ -11,9 +11,8 @@
 #include <thread>
 
 #include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
-#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "httplib.h"
@@ -57,18 +56,16 @@ std::string ActorTokenizer() {
 // in-flight call is in the server before the signal, however loaded the machine.
 bool InFlightWithin(int metrics_port, double want, double seconds) {
   httplib::Client client("127.0.0.1", metrics_port);
-  const absl::Time give_up = absl::Now() + absl::Seconds(seconds);
-  while (absl::Now() < give_up) {
-    if (auto res = client.Get("/metrics"); res && res->status == 200) {
-      for (absl::string_view line : absl::StrSplit(res->body, '\n')) {
-        if (!absl::StartsWith(line, "kernelrl_grpc_server_in_flight{")) continue;
-        double value = 0;
-        if (absl::SimpleAtod(line.substr(line.rfind(' ') + 1), &value) && value >= want) return true;
-      }
-    }
-    absl::SleepFor(absl::Milliseconds(20));
-  }
-  return false;
+  return kernelrl::testing::WaitFor(
+      [&] {
+        auto res = client.Get("/metrics");
+        if (!res || res->status != 200) return false;
+        for (const auto& [series, value] : kernelrl::testing::ParseScrape(res->body)) {
+          if (absl::StartsWith(series, "kernelrl_grpc_server_in_flight{") && value >= want) return true;
+        }
+        return false;
+      },
+      absl::Seconds(seconds), kernelrl::RealClock(), absl::Milliseconds(20));
 }
 
 class ServiceLifecycleTest : public ::testing::TestWithParam<Binary> {

@@ -5,6 +5,9 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+
 namespace kernelrl::testing {
 
 std::string TempDir() {
@@ -55,6 +58,19 @@ bool WaitFor(const std::function<bool()>& done, absl::Duration timeout, Clock* c
     if (clock->Now() >= deadline) return false;
     clock->SleepFor(poll);
   }
+}
+
+std::map<std::string, double> ParseScrape(const std::string& text) {
+  std::map<std::string, double> out;
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    if (line.empty() || line[0] == '#') continue;
+    const size_t sp = line.rfind(' ');
+    double v = 0;
+    if (sp != absl::string_view::npos && absl::SimpleAtod(line.substr(sp + 1), &v)) {
+      out[std::string(line.substr(0, sp))] = v;
+    }
+  }
+  return out;
 }
 
 }  // namespace kernelrl::testing

@@ -10,6 +10,7 @@
 #define KERNELRL_COMMON_TESTING_TESTING_H_
 
 #include <functional>
+#include <map>
 #include <string>
 
 #include "absl/base/thread_annotations.h"
@@ -48,6 +49,9 @@ class FakeClock final : public Clock {
 // has passed on `clock` (returns false).
 bool WaitFor(const std::function<bool()>& done, absl::Duration timeout, Clock* clock = RealClock(),
              absl::Duration poll = absl::Milliseconds(5));
+
+// A Prometheus text exposition as "name{labels}" -> value, comments skipped.
+std::map<std::string, double> ParseScrape(const std::string& text);
 
 }  // namespace kernelrl::testing
 

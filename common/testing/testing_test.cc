@@ -54,5 +54,18 @@ TEST(WaitForTest, SeesAConditionAnotherThreadSets) {
   t.join();
 }
 
+TEST(ParseScrapeTest, SeriesKeepTheirLabelsAndCommentsAndBadLinesAreSkipped) {
+  std::mt19937 rng(std::random_device{}());
+  const double in_flight = 1 + rng() % 50, total = 0.5 + rng() % 1000;
+  const std::string text = "# HELP x_in_flight RPCs.\n# TYPE x_in_flight gauge\n"
+                           "x_in_flight{service=\"a b\"} " + std::to_string(in_flight) + "\n"
+                           "x_total " + std::to_string(total) + "\n"
+                           "no_value_here\n\n";
+  const std::map<std::string, double> s = ParseScrape(text);
+  ASSERT_EQ(s.size(), 2u);
+  EXPECT_EQ(s.at("x_in_flight{service=\"a b\"}"), in_flight);
+  EXPECT_DOUBLE_EQ(s.at("x_total"), total);
+}
+
 }  // namespace
 }  // namespace kernelrl::testing

@@ -33,7 +33,6 @@
 #include <set>
 #include <thread>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/file.h"
@@ -79,6 +78,7 @@ const char kHyperparameters[] = R"pb(
 )pb";
 
 using ::kernelrl::testing::NewTempDir;
+using ::kernelrl::testing::ParseScrape;
 
 std::string Call(const std::string& cmd) {
   return "Let me run it.\n<tool_call>\n{\"name\": \"Bash\", \"arguments\": {\"command\": \"" + cmd +
@@ -321,20 +321,6 @@ bool SameWeights(const std::string& a, const std::string& b, Head head) {
     if (!at::equal(px[i], py[i])) return false;
   }
   return true;
-}
-
-// "name{labels} value" lines of an exposition, comments skipped.
-std::map<std::string, double> ParseScrape(const std::string& text) {
-  std::map<std::string, double> out;
-  for (absl::string_view line : absl::StrSplit(text, '\n')) {
-    if (line.empty() || line[0] == '#') continue;
-    const size_t sp = line.rfind(' ');
-    double v = 0;
-    if (sp != absl::string_view::npos && absl::SimpleAtod(line.substr(sp + 1), &v)) {
-      out[std::string(line.substr(0, sp))] = v;
-    }
-  }
-  return out;
 }
 
 // The RFT schedule: constant without min_lr_ratio; with it, lr at the first
